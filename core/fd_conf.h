@@ -1,0 +1,103 @@
+#ifndef FD_CONF_H
+#define FD_CONF_H
+
+/*
+ * Typed configuration directives. A directive names a key, its type and
+ * where its value goes (an offset into a conf struct). Every key is declared
+ * once with its default and its documentation; README.md and
+ * conf/fastd.conf repeat that text.
+ *
+ * Loading is three steps (fd_conf_load):
+ *   1. read: the INI file and its includes become a list of entries
+ *      (section, key, value, file, line), through ini_parse_stream with a
+ *      reader that counts lines and sees every section header;
+ *   2. profile: the selected [profile NAME] overrides entries of the
+ *      singleton sections, or appends them;
+ *   3. apply: each entry is parsed into its typed slot; any error names
+ *      file:line and stops the load.
+ */
+
+typedef enum {
+    FD_CONF_FLAG,     /* on|off            -> int            */
+    FD_CONF_INT,      /* 123               -> fd_int_t       */
+    FD_CONF_SIZE,     /* 8k, 1m, 2g        -> size_t         */
+    FD_CONF_MSEC,     /* 75s, 500ms, 1m    -> fd_msec_t      */
+    FD_CONF_ENUM,     /* one of .enums     -> int            */
+    FD_CONF_STR,      /* any text          -> char *         */
+    FD_CONF_LIST,     /* repeatable text   -> fd_conf_list_t */
+    FD_CONF_CUSTOM    /* .set() parses it                    */
+} fd_conf_type_t;
+
+typedef struct {
+    const char *name;
+    int value;
+} fd_conf_enum_t;
+
+typedef struct {
+    char **items;
+    unsigned n;
+} fd_conf_list_t;
+
+typedef struct fd_directive_s fd_directive_t;
+
+struct fd_directive_s {
+    const char *name;
+    fd_conf_type_t type;
+    size_t offset;
+    const char *def;              /* default, parsed like a value; NULL none */
+    const fd_conf_enum_t *enums;  /* FD_CONF_ENUM */
+    /* FD_CONF_CUSTOM: return FD_OK or FD_ERROR after fd_conf_error() */
+    int (*set)(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+               const char *value);
+    const char *doc;
+};
+
+#define FD_CONF_END {.name = NULL}
+
+/* One key = value line as read, with where it came from. */
+typedef struct fd_conf_entry_s {
+    char *section;
+    char *key;
+    char *value;
+    const char *file;
+    int line;
+    unsigned section_seq; /* which section instance (two [server] differ) */
+} fd_conf_entry_t;
+
+struct fd_conf_s {
+    fd_pool_t *pool;       /* lives as long as the loaded configuration */
+    fd_cycle_t *cycle;
+    const char *file;      /* position of the entry being applied */
+    int line;
+    const char *prefix;    /* relative paths resolve against it */
+    char err[1024];        /* "file:line: message" after an error */
+};
+
+/*
+ * Relative paths in the configuration (root, logs, pid, mime_types, ...)
+ * resolve against the prefix: the directory above the one that holds the
+ * main config file (the repository for conf/fastd.conf, PREFIX after
+ * make install). Returns a pool copy.
+ */
+char *fd_conf_path(fd_conf_t *cf, const char *path);
+
+int fd_conf_error(fd_conf_t *cf, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Parse one value of directive d into conf; FD_OK or FD_ERROR. */
+int fd_conf_set(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                const char *value);
+/* Apply every directive's default to conf. */
+int fd_conf_defaults(fd_conf_t *cf, const fd_directive_t *d, void *conf);
+const fd_directive_t *fd_conf_find(const fd_directive_t *d, const char *key);
+
+/* Value parsers shared with modules; -1 on a bad value. */
+int64_t fd_conf_parse_size(const char *s);
+int64_t fd_conf_parse_msec(const char *s);
+int fd_conf_parse_flag(const char *s);
+
+/* Read a file (and its includes) into entries; used by fd_cycle_load. */
+int fd_conf_read(fd_conf_t *cf, const char *path, fd_conf_entry_t **entries,
+                 unsigned *n);
+
+#endif

@@ -1,0 +1,92 @@
+/*
+ * fastd core: common types, return codes and the small helpers every file
+ * uses. Include this first in every .c file.
+ */
+#ifndef FD_CORE_H
+#define FD_CORE_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "fd_auto_config.h"
+
+#define FASTD_VERSION "0.1.0"
+#define FASTD_NAME "fastd"
+
+/* Return codes. Anything >= 100 returned by a handler is an HTTP status. */
+#define FD_OK 0
+#define FD_ERROR -1
+#define FD_AGAIN -2
+#define FD_DECLINED -3
+#define FD_DONE -4
+
+#define fd_likely(x) __builtin_expect(!!(x), 1)
+#define fd_unlikely(x) __builtin_expect(!!(x), 0)
+#define fd_nelems(a) (sizeof(a) / sizeof((a)[0]))
+#define fd_align(n, a) (((n) + ((a)-1)) & ~((size_t)(a)-1))
+#define fd_min(a, b) ((a) < (b) ? (a) : (b))
+#define fd_max(a, b) ((a) > (b) ? (a) : (b))
+#define FD_CACHELINE 64
+
+typedef intptr_t fd_int_t;
+typedef uintptr_t fd_uint_t;
+typedef uint64_t fd_msec_t;
+
+/* Counted string slice; data is not NUL-terminated unless said so. */
+typedef struct {
+    size_t len;
+    const char *data;
+} fd_str_t;
+
+#define fd_string(s) ((fd_str_t){sizeof(s) - 1, (s)})
+#define fd_null_string ((fd_str_t){0, NULL})
+
+static inline int fd_str_eq(fd_str_t a, const char *lit, size_t n)
+{
+    return a.len == n && memcmp(a.data, lit, n) == 0;
+}
+
+#define fd_str_eq_lit(a, lit) fd_str_eq(a, lit, sizeof(lit) - 1)
+
+int fd_str_caseeq(fd_str_t a, const char *b, size_t n);
+#define fd_str_caseeq_lit(a, lit) fd_str_caseeq(a, lit, sizeof(lit) - 1)
+
+static inline char fd_tolower(char c)
+{
+    return (c >= 'A' && c <= 'Z') ? (char)(c | 0x20) : c;
+}
+
+/* Decimal formatting without printf; returns the end of what was written. */
+char *fd_fmt_uint(char *p, uint64_t v);
+
+typedef struct fd_pool_s fd_pool_t;
+typedef struct fd_buf_s fd_buf_t;
+typedef struct fd_log_s fd_log_t;
+typedef struct fd_conf_s fd_conf_t;
+typedef struct fd_cycle_s fd_cycle_t;
+typedef struct fd_worker_s fd_worker_t;
+typedef struct fd_connection_s fd_connection_t;
+typedef struct fd_request_s fd_request_t;
+typedef struct fd_module_s fd_module_t;
+typedef struct fd_timer_s fd_timer_t;
+typedef struct fd_event_s fd_event_t;
+typedef struct fd_listening_s fd_listening_t;
+typedef struct fd_http_server_s fd_http_server_t;
+typedef struct fd_http_loc_s fd_http_loc_t;
+
+#include "fd_log.h"
+#include "fd_palloc.h"
+#include "fd_buf.h"
+
+#endif

@@ -1,0 +1,166 @@
+#ifndef FD_CYCLE_H
+#define FD_CYCLE_H
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include "fd_conf.h"
+#include "fd_event.h"
+
+/* [main] */
+typedef struct {
+    int daemon;
+    fd_int_t workers;          /* 0 = auto */
+    int cpu_affinity;
+    char *user;
+    char *pid;
+    char *error_log;
+    int error_log_level;
+    char *profile;
+    fd_int_t rlimit_nofile;
+    fd_msec_t shutdown_timeout;
+    fd_conf_list_t include;    /* read by fd_conf_read; kept for -t output */
+} fd_main_conf_t;
+
+enum { FD_ACCEPT_REUSEPORT, FD_ACCEPT_EXCLUSIVE, FD_ACCEPT_SHARED };
+
+/* [events] */
+typedef struct {
+    fd_int_t max_connections;
+    int accept;
+    int edge_triggered;
+    int read_until_eagain;
+    fd_int_t backlog;
+    fd_int_t max_events;
+} fd_events_conf_t;
+
+/* [http]: the engine-wide settings (location keys live in fd_http_loc_t) */
+typedef struct {
+    char *server_name;         /* Server: header value, "" to omit */
+    fd_msec_t keepalive_timeout;
+    fd_int_t keepalive_requests;
+    fd_msec_t header_timeout;
+    fd_msec_t body_timeout;
+    fd_msec_t send_timeout;
+    size_t max_header_size;
+    int inline_completions;
+    fd_int_t max_headers;
+} fd_http_conf_t;
+
+/* [offload]: the per-worker thread pool */
+typedef struct {
+    fd_int_t threads;
+    fd_int_t max_threads;
+    fd_msec_t idle_timeout;
+    int adaptive;
+} fd_offload_conf_t;
+
+/* A listening address; one socket per worker with reuseport. */
+struct fd_listening_s {
+    fd_event_t ev;             /* ev.fd: this worker's socket */
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    char *text;                /* "127.0.0.1:8080" as configured */
+    int *fds;                  /* [nfds]: sockets held by the master */
+    unsigned nfds;
+    fd_http_server_t **servers; /* servers on this address, first = default */
+    unsigned nservers;
+    fd_listening_t *next;
+};
+
+/* A [NAME value] section owned by a module (upstream, queue, ...). */
+typedef struct fd_conf_section_s {
+    const fd_module_t *module;
+    char *name;
+    void *conf;
+    const char *file;
+    int line;
+    struct fd_conf_section_s *next;
+} fd_conf_section_t;
+
+/* Everything one configuration load produced. Replaced on reload. */
+struct fd_cycle_s {
+    fd_pool_t *pool;
+    char *conf_file;
+    char *profile;             /* the profile applied, or NULL */
+    fd_main_conf_t main;
+    fd_events_conf_t events;
+    fd_http_conf_t http;
+    fd_offload_conf_t offload;
+    fd_http_server_t *servers;
+    fd_listening_t *listening;
+    fd_conf_section_t *sections;
+    fd_int_t nworkers;
+    uint64_t generation;       /* incremented on each reload */
+};
+
+/* Load and validate a configuration; NULL with cf->err set on error. */
+fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
+                          size_t errlen);
+void fd_cycle_free(fd_cycle_t *cycle);
+/* Find a module-owned section by type and name, e.g. ("upstream", "app") */
+void *fd_cycle_section(fd_cycle_t *cycle, const char *type, const char *name);
+
+/* Open (or take over from old) the listening sockets. */
+int fd_listening_open(fd_cycle_t *cycle, fd_cycle_t *old);
+void fd_listening_close_unused(fd_cycle_t *cycle, fd_cycle_t *old);
+
+/*
+ * Shared memory: one cache-line-aligned slot per worker, written only by
+ * that worker, read by the status handler of any worker. Modules reserve a
+ * part of each slot with ->shm_size and find it with fd_stats_area().
+ */
+typedef struct {
+    uint64_t pid;
+    uint64_t generation;
+    uint64_t started_msec;     /* wall clock */
+    uint64_t conn_active;
+    uint64_t conn_reading;
+    uint64_t conn_writing;
+    uint64_t conn_idle;
+    uint64_t conn_accepted;
+    uint64_t conn_handled;
+    uint64_t requests;
+    uint64_t status[6];        /* [1..5]: 1xx..5xx; [0]: other */
+    uint64_t bytes_in;
+    uint64_t bytes_out;
+    uint64_t alive;            /* 1 while the worker runs */
+} fd_stats_t;
+
+#define FD_MAX_WORKER_SLOTS 128
+
+typedef struct {
+    uint64_t started_msec;
+    uint64_t generation;
+    uint64_t master_pid;
+    size_t slot_size;
+    fd_stats_t retired;        /* folded counters of exited workers */
+    char profile[64];
+} fd_shm_header_t;
+
+extern fd_shm_header_t *fd_shm;
+int fd_shm_init(void);
+fd_stats_t *fd_stats_slot(unsigned i);
+void *fd_stats_area(fd_stats_t *slot, const fd_module_t *m);
+extern fd_stats_t *fd_stats; /* this worker's slot */
+
+/* The worker process. */
+struct fd_worker_s {
+    int epfd;
+    unsigned slot;
+    unsigned index;            /* 0..nworkers-1: which reuseport socket */
+    fd_cycle_t *cycle;
+    fd_block_cache_t rbufs;    /* read buffers: max_header_size */
+    fd_block_cache_t wbufs;    /* write buffers */
+    fd_connection_t **conns;   /* by fd */
+    unsigned nconns;
+    unsigned max_conns;
+    int quitting;              /* graceful: stop accepting, drain */
+    int terminating;           /* fast stop */
+    void *offload;             /* fd_offload_pool_t */
+};
+
+extern fd_worker_t *fd_worker;
+
+#endif

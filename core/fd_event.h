@@ -1,0 +1,59 @@
+#ifndef FD_EVENT_H
+#define FD_EVENT_H
+
+#include <stdint.h>
+
+/*
+ * Everything registered with the worker's epoll starts with an fd_event_t;
+ * epoll's data.ptr points at it and the loop calls its handler.
+ */
+struct fd_event_s {
+    int fd;
+    void (*handler)(fd_event_t *ev, uint32_t events);
+};
+
+/*
+ * One timer structure for every timeout: a binary min-heap of fd_timer_t
+ * ordered by expiry, O(log n) add/delete, O(1) peek. Users that push a
+ * deadline forward on every request (keep-alive, header) should not re-sift:
+ * keep their own deadline and re-arm when the timer fires early (see
+ * fd_connection.c).
+ */
+struct fd_timer_s {
+    fd_msec_t when;
+    unsigned idx; /* position in the heap + 1; 0 when not armed */
+    void (*handler)(fd_timer_t *t);
+};
+
+extern volatile fd_msec_t fd_current_msec; /* cached, per loop iteration */
+
+void fd_timer_add(fd_timer_t *t, fd_msec_t after);
+void fd_timer_del(fd_timer_t *t);
+static inline int fd_timer_armed(const fd_timer_t *t) { return t->idx != 0; }
+/* Run expired timers; returns ms until the next one or -1. */
+int fd_timer_expire(void);
+int fd_timer_init(void);
+
+/* Time caches, refreshed by fd_time_update() at most once per loop turn. */
+void fd_time_update(void);
+extern char fd_http_date[sizeof("Mon, 28 Sep 1970 06:00:00 GMT")];
+extern volatile time_t fd_current_sec;
+/* RFC 1123 date for any time into buf (30 bytes). */
+size_t fd_http_time(char *buf, time_t t);
+/* 28/Sep/1970:12:00:00 +0000 style for logs (27 bytes) */
+extern char fd_log_time[sizeof("28/Sep/1970:12:00:00 +0000")];
+
+/* epoll registration of the current worker's loop */
+int fd_event_add(fd_event_t *ev, uint32_t events);
+int fd_event_mod(fd_event_t *ev, uint32_t events);
+int fd_event_del(fd_event_t *ev);
+
+/* Run fn on the loop at the end of this turn (used by async completions). */
+typedef struct fd_posted_s {
+    void (*handler)(void *data);
+    void *data;
+    struct fd_posted_s *next;
+} fd_posted_t;
+void fd_event_post(fd_posted_t *p);
+
+#endif

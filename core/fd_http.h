@@ -1,0 +1,157 @@
+#ifndef FD_HTTP_H
+#define FD_HTTP_H
+
+#include <sys/stat.h>
+
+#include "fd_cycle.h"
+#include "fd_module.h"
+#include "fd_http_parse.h"
+
+/* [server] */
+struct fd_http_server_s {
+    fd_conf_list_t listen;
+    fd_conf_list_t names;      /* server_name: Host values, "*.x" "x.*" ok */
+    int is_default;            /* listen ... default */
+    fd_http_loc_t *exact;      /* = /x */
+    fd_http_loc_t *prefix;     /* /x, sorted longest first */
+    fd_http_loc_t *regex;      /* ~ re, file order */
+    fd_http_loc_t *root_loc;   /* implicit location for [server] keys */
+    fd_http_server_t *next;
+    unsigned seq;
+};
+
+enum { FD_LOC_EXACT, FD_LOC_PREFIX, FD_LOC_REGEX, FD_LOC_REGEX_CASELESS };
+
+/* [location ...]: core keys plus one conf block per module */
+struct fd_http_loc_s {
+    int kind;
+    fd_str_t match;            /* path or regex source */
+    void *regex;               /* pcre2_code * */
+    fd_http_server_t *server;
+    const fd_module_t *handler;
+    char *handler_name;
+    char *root;
+    size_t root_len;
+    fd_conf_list_t index;
+    int follow_symlinks;
+    size_t max_body_size;
+    char *name;                /* "location /x" for logs */
+    void **mconf;              /* [fd_nmodules] */
+    fd_http_loc_t *next;
+};
+
+static inline void *fd_loc_conf(const fd_http_loc_t *loc, const fd_module_t *m)
+{
+    return loc->mconf[m->index];
+}
+
+typedef struct fd_http_header_out_s {
+    fd_str_t name;
+    fd_str_t value;
+    struct fd_http_header_out_s *next;
+} fd_http_header_out_t;
+
+typedef int (*fd_body_handler_pt)(fd_request_t *r);
+
+struct fd_request_s {
+    fd_connection_t *c;
+    fd_pool_t *pool;           /* freed after the response is written */
+    fd_http_server_t *server;
+    fd_http_loc_t *loc;
+    fd_http_req_t in;          /* parsed request line and headers */
+    fd_str_t path;             /* decoded, normalised, NUL-terminated */
+    fd_msec_t start_msec;
+
+    /* regex location captures: offsets into in.path_raw (as pcre2) */
+    int ncaptures;
+    size_t *captures;
+
+    /* request body (buffered unless the module streams it) */
+    char *body;
+    size_t body_len;
+    fd_body_handler_pt body_done; /* engine: body complete, run handler */
+
+    /* response */
+    int status;
+    fd_str_t content_type;
+    int64_t content_length;    /* -1: sum of r->out, or chunked */
+    time_t last_modified;      /* -1: none */
+    fd_str_t etag;
+    fd_http_header_out_t *headers_out;
+    fd_http_header_out_t **headers_out_last;
+    fd_buf_t *out;             /* body chain */
+    fd_buf_t **out_last;
+
+    unsigned keepalive:1;
+    unsigned header_only:1;    /* HEAD, 204, 304 */
+    unsigned header_sent:1;
+    unsigned chunked_out:1;    /* stream: framing added by fd_http_output */
+    unsigned done:1;           /* response complete */
+    unsigned async:1;          /* handler returned FD_AGAIN */
+    unsigned discard_body:1;
+    unsigned in_offload:1;
+    unsigned continue_sent:1;
+    unsigned body_read:1;      /* the request body was consumed entirely */
+
+    uint64_t bytes_sent;       /* body bytes, for logs */
+    void *ctx;                 /* the handler module's request state */
+    void **mctx;               /* other modules' state, fd_request_ctx() */
+
+    /* streaming: called on the loop when the connection's output drained
+     * below the low-water mark after fd_http_output() returned FD_AGAIN */
+    void (*on_drain)(fd_request_t *r);
+    /* called when the client connection closes before the request ends */
+    void (*on_abort)(fd_request_t *r);
+    /* streaming request body: called when more body bytes are readable */
+    void (*on_body)(fd_request_t *r);
+
+    fd_request_t *next;        /* the next pipelined request */
+};
+
+/* Response construction (handlers) */
+int fd_http_header_add(fd_request_t *r, fd_str_t name, fd_str_t value);
+int fd_http_body_set(fd_request_t *r, const void *data, size_t len); /* no copy */
+int fd_http_body_copy(fd_request_t *r, const void *data, size_t len);
+void fd_http_body_append(fd_request_t *r, fd_buf_t *b);
+void **fd_request_ctx(fd_request_t *r, const fd_module_t *m);
+
+/* Finish a request that returned FD_AGAIN: FD_OK (response set in r) or an
+ * HTTP status >= 400 for an error page. Runs on the loop. */
+void fd_request_finish(fd_request_t *r, int rc);
+
+/*
+ * Streaming (proxy): send the header now, then body pieces as they come.
+ * Returns FD_OK, FD_AGAIN when the output is above the high-water mark
+ * (r->on_drain is called later), or FD_ERROR when the client is gone.
+ * last = 1 ends the response. With r->content_length = -1 the body is
+ * chunk-encoded for HTTP/1.1 clients (or close-delimited for 1.0).
+ */
+int fd_http_send_header(fd_request_t *r);
+int fd_http_output(fd_request_t *r, fd_buf_t *chain, int last);
+
+/*
+ * Streaming request body (FD_MODULE_STREAM_BODY): copy up to size decoded
+ * body bytes into buf. Returns bytes (> 0), 0 at the end of the body,
+ * FD_AGAIN (r->on_body is called when more arrives), or FD_ERROR (the
+ * request failed; the engine answered 400/408/413).
+ */
+ssize_t fd_http_body_pull(fd_request_t *r, char *buf, size_t size);
+
+/* Error page for status (html/50x.html-style), into r. */
+int fd_http_error_page(fd_request_t *r, int status);
+fd_str_t fd_http_status_line(int status);
+
+/* Resolve "file" relative to the location root; NUL-terminated in pool. */
+fd_str_t fd_http_map_path(fd_request_t *r, fd_str_t uri);
+
+/* Routing */
+fd_http_loc_t *fd_http_find_location(fd_request_t *r);
+
+/* Connection entry point (from accept) */
+void fd_http_init_connection(fd_connection_t *c);
+
+/* Used by the cycle: core http keys */
+extern const fd_directive_t fd_http_loc_directives[];
+extern const fd_directive_t fd_http_server_directives[];
+
+#endif

@@ -1,0 +1,49 @@
+#ifndef FD_MODULE_H
+#define FD_MODULE_H
+
+#include "fd_conf.h"
+
+typedef int (*fd_handler_pt)(fd_request_t *r);
+/* Called for every response before its header is written; may rewrite
+ * status, headers and a complete in-memory body (r->out). */
+typedef int (*fd_filter_pt)(fd_request_t *r);
+
+/* Module flags */
+#define FD_MODULE_THREAD_SAFE 0x1  /* handler may run on an offload thread */
+#define FD_MODULE_STREAM_BODY 0x2  /* handler pulls the request body itself */
+
+/*
+ * A module is one file and one descriptor; the core never names a module.
+ * Location keys (directives) get a per-location conf block of conf_size,
+ * found with fd_loc_conf(loc, &module). A module may also own a named
+ * section type ([upstream NAME], [queue NAME]).
+ */
+struct fd_module_s {
+    const char *name;                 /* "proxy": the handler = value */
+    const fd_directive_t *directives; /* location keys, with types */
+    size_t conf_size;                 /* its per-location config */
+    int (*init_conf)(fd_conf_t *cf, fd_http_loc_t *loc, void *conf);
+    int (*init_worker)(fd_worker_t *w);
+    void (*exit_worker)(fd_worker_t *w);
+    fd_handler_pt handler;            /* produces the response */
+    fd_filter_pt filter;              /* optional: rewrites responses */
+    unsigned flags;
+
+    const char *section;              /* "upstream": owns [upstream NAME] */
+    const fd_directive_t *section_directives;
+    size_t section_size;
+    int (*init_section)(fd_conf_t *cf, const char *name, void *conf);
+    /* After the whole file is applied (resolve names, check references). */
+    int (*init_cycle)(fd_conf_t *cf, fd_cycle_t *cycle);
+
+    size_t shm_size;                  /* bytes of each worker stats slot */
+
+    unsigned index;                   /* set at startup: position in list */
+};
+
+extern fd_module_t *fd_modules[];     /* objs/fd_modules.c, NULL-ended */
+extern unsigned fd_nmodules;
+
+const fd_module_t *fd_module_find(const char *name);
+
+#endif

@@ -1,0 +1,50 @@
+#ifndef FD_PALLOC_H
+#define FD_PALLOC_H
+
+/*
+ * Region allocator. A pool is a chain of blocks; allocations bump a pointer
+ * and are freed all at once by fd_pool_reset()/fd_pool_destroy(). Large
+ * allocations get their own malloc and are freed with the pool. Cleanup
+ * handlers run when the pool is reset or destroyed (closing files, freeing
+ * library objects).
+ */
+
+typedef struct fd_pool_block_s fd_pool_block_t;
+typedef struct fd_pool_large_s fd_pool_large_t;
+typedef struct fd_pool_cleanup_s fd_pool_cleanup_t;
+
+struct fd_pool_block_s {
+    fd_pool_block_t *next;
+    char *pos;
+    char *end;
+};
+
+struct fd_pool_large_s {
+    fd_pool_large_t *next;
+};
+
+struct fd_pool_cleanup_s {
+    void (*handler)(void *data);
+    void *data;
+    fd_pool_cleanup_t *next;
+};
+
+struct fd_pool_s {
+    fd_pool_block_t *current;
+    fd_pool_block_t *first;
+    fd_pool_large_t *large;
+    fd_pool_cleanup_t *cleanup;
+    size_t block_size;
+};
+
+fd_pool_t *fd_pool_create(size_t block_size);
+void fd_pool_destroy(fd_pool_t *p);
+void fd_pool_reset(fd_pool_t *p);
+void *fd_palloc(fd_pool_t *p, size_t size);  /* aligned to 16 */
+void *fd_pcalloc(fd_pool_t *p, size_t size);
+void *fd_pnalloc(fd_pool_t *p, size_t size); /* unaligned, for strings */
+char *fd_pstrdup(fd_pool_t *p, const char *s, size_t n);
+fd_pool_cleanup_t *fd_pool_cleanup_add(fd_pool_t *p,
+                                       void (*handler)(void *), void *data);
+
+#endif
