@@ -7,6 +7,13 @@
 #include "fd_module.h"
 #include "fd_http_parse.h"
 
+typedef struct fd_error_page_s {
+    int status;
+    char *body;
+    size_t len;
+    struct fd_error_page_s *next;
+} fd_error_page_t;
+
 /* [server] */
 struct fd_http_server_s {
     fd_conf_list_t listen;
@@ -16,6 +23,7 @@ struct fd_http_server_s {
     fd_http_loc_t *prefix;     /* /x, sorted longest first */
     fd_http_loc_t *regex;      /* ~ re, file order */
     fd_http_loc_t *root_loc;   /* implicit location for [server] keys */
+    fd_error_page_t *error_pages;
     fd_http_server_t *next;
     unsigned seq;
 };
@@ -105,7 +113,12 @@ struct fd_request_s {
     /* streaming request body: called when more body bytes are readable */
     void (*on_body)(fd_request_t *r);
 
-    fd_request_t *next;        /* the next pipelined request */
+    /* engine-private */
+    unsigned phase;
+    int handler_rc;            /* from an offloaded handler */
+    int64_t body_rest;         /* Content-Length bytes still to read */
+    fd_http_chunked_t ck;
+    size_t body_cap;
 };
 
 /* Response construction (handlers) */
@@ -153,5 +166,10 @@ void fd_http_init_connection(fd_connection_t *c);
 /* Used by the cycle: core http keys */
 extern const fd_directive_t fd_http_loc_directives[];
 extern const fd_directive_t fd_http_server_directives[];
+
+/* Engine entry points used by the worker loop (fd_worker.c). */
+void fd_http_event(fd_event_t *ev, uint32_t events);
+void fd_http_timeout(fd_connection_t *c);
+void fd_http_release(fd_connection_t *c);
 
 #endif

@@ -62,6 +62,9 @@ typedef struct {
     unsigned conn_upgrade:1;
     unsigned expect_continue:1;
     unsigned host_seen:1;
+    unsigned host_from_target:1;
+    unsigned host_headers;
+    unsigned te_flags;
 
     /* parser state */
     unsigned state;           /* 0 request line, 1 headers, 2 done */

@@ -39,7 +39,8 @@ struct fd_pool_s {
 
 fd_pool_t *fd_pool_create(size_t block_size);
 void fd_pool_destroy(fd_pool_t *p);
-void fd_pool_reset(fd_pool_t *p);
+void fd_pool_reset(fd_pool_t *p);  /* frees all but the first block */
+void fd_pool_clear(fd_pool_t *p);  /* keeps every block for reuse */
 void *fd_palloc(fd_pool_t *p, size_t size);  /* aligned to 16 */
 void *fd_pcalloc(fd_pool_t *p, size_t size);
 void *fd_pnalloc(fd_pool_t *p, size_t size); /* unaligned, for strings */

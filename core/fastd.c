@@ -1,0 +1,508 @@
+/*
+ * fastd: command line and the master process. The master loads the
+ * configuration, holds the listening sockets, forks and supervises the
+ * workers, and turns signals into reloads and stops. It waits in
+ * sigsuspend(); signal handlers only set flags.
+ */
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "fd_core.h"
+#include "fd_connection.h"
+#include "fd_http.h"
+#include "fd_status.h"
+
+typedef struct {
+    pid_t pid;
+    unsigned slot;
+    unsigned index;
+    uint64_t generation;
+    int quitting;
+} worker_rec_t;
+
+static worker_rec_t workers[FD_MAX_WORKER_SLOTS];
+static volatile sig_atomic_t sig_child, sig_hup, sig_quit, sig_term,
+    sig_usr1;
+static fd_cycle_t *cycle;
+static fd_log_t master_log = {.fd = -1, .level = FD_LOG_NOTICE};
+static const char *conf_file = FD_CONF_PATH;
+static const char *profile_arg;
+static int foreground;
+
+static void notify(const char *msg)
+{
+    const char *path = getenv("NOTIFY_SOCKET");
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    size_t n;
+    int fd;
+
+    if (path == NULL || *path == '\0' ||
+        (n = strlen(path)) >= sizeof(sa.sun_path))
+        return;
+    memcpy(sa.sun_path, path, n);
+    if (sa.sun_path[0] == '@')
+        sa.sun_path[0] = '\0'; /* abstract namespace */
+    fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return;
+    if (sendto(fd, msg, strlen(msg), MSG_NOSIGNAL, (struct sockaddr *)&sa,
+               (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)) < 0)
+        fd_log_error(FD_LOG_WARN, errno, "notify \"%s\" failed", msg);
+    close(fd);
+}
+
+static void master_sig(int signo)
+{
+    switch (signo) {
+    case SIGCHLD: sig_child = 1; break;
+    case SIGHUP: sig_hup = 1; break;
+    case SIGQUIT: sig_quit = 1; break;
+    case SIGTERM:
+    case SIGINT: sig_term = 1; break;
+    case SIGUSR1: sig_usr1 = 1; break;
+    }
+}
+
+static uint64_t wall_msec(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static int free_slot(void)
+{
+    unsigned i;
+
+    for (i = 0; i < FD_MAX_WORKER_SLOTS; i++)
+        if (workers[i].pid == 0)
+            return (int)i;
+    return -1;
+}
+
+static int drop_privileges(const char *user)
+{
+    struct passwd *pw;
+
+    if (user == NULL || geteuid() != 0)
+        return FD_OK;
+    pw = getpwnam(user);
+    if (pw == NULL) {
+        fd_log_error(FD_LOG_EMERG, 0, "user \"%s\" not found", user);
+        return FD_ERROR;
+    }
+    if (setgroups(0, NULL) < 0 || initgroups(user, pw->pw_gid) < 0 ||
+        setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0) {
+        fd_log_error(FD_LOG_EMERG, errno, "dropping privileges to \"%s\" "
+                     "failed", user);
+        return FD_ERROR;
+    }
+    return FD_OK;
+}
+
+static pid_t spawn_worker(unsigned index)
+{
+    int slot = free_slot();
+    pid_t pid;
+    sigset_t none;
+
+    if (slot < 0) {
+        fd_log_error(FD_LOG_ALERT, 0, "no free worker slot");
+        return -1;
+    }
+    pid = fork();
+    if (pid < 0) {
+        fd_log_error(FD_LOG_ALERT, errno, "fork() failed");
+        return -1;
+    }
+    if (pid > 0) {
+        workers[slot].pid = pid;
+        workers[slot].slot = (unsigned)slot;
+        workers[slot].index = index;
+        workers[slot].generation = cycle->generation;
+        workers[slot].quitting = 0;
+        return pid;
+    }
+    /* the worker */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    signal(SIGCHLD, SIG_DFL);
+    fd_stats = fd_stats_slot((unsigned)slot);
+    memset(fd_stats, 0, fd_shm->slot_size);
+    fd_stats->pid = (uint64_t)getpid();
+    fd_stats->generation = cycle->generation;
+    fd_stats->started_msec = wall_msec();
+    fd_stats->alive = 1;
+    if (cycle->main.cpu_affinity) {
+        cpu_set_t set;
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        CPU_ZERO(&set);
+        CPU_SET(index % (unsigned)(ncpu > 0 ? ncpu : 1), &set);
+        if (sched_setaffinity(0, sizeof(set), &set) < 0)
+            fd_log_error(FD_LOG_WARN, errno, "sched_setaffinity() failed");
+    }
+    if (drop_privileges(cycle->main.user) != FD_OK)
+        _exit(2);
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    _exit(fd_worker_run(cycle, index, (unsigned)slot));
+}
+
+static int start_workers(void)
+{
+    unsigned i;
+
+    for (i = 0; i < (unsigned)cycle->nworkers; i++)
+        if (spawn_worker(i) < 0)
+            return FD_ERROR;
+    return FD_OK;
+}
+
+static void signal_workers(int signo, int only_old, uint64_t generation)
+{
+    unsigned i;
+
+    for (i = 0; i < FD_MAX_WORKER_SLOTS; i++) {
+        if (workers[i].pid <= 0)
+            continue;
+        if (only_old && workers[i].generation >= generation)
+            continue;
+        if (signo == SIGQUIT || signo == SIGTERM)
+            workers[i].quitting = 1;
+        kill(workers[i].pid, signo);
+    }
+}
+
+static unsigned live_workers(void)
+{
+    unsigned i, n = 0;
+
+    for (i = 0; i < FD_MAX_WORKER_SLOTS; i++)
+        n += workers[i].pid > 0;
+    return n;
+}
+
+static void reap(void)
+{
+    int status;
+    pid_t pid;
+    unsigned i;
+
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        for (i = 0; i < FD_MAX_WORKER_SLOTS; i++)
+            if (workers[i].pid == pid)
+                break;
+        if (i == FD_MAX_WORKER_SLOTS)
+            continue;
+        fd_stats_retire(workers[i].slot);
+        workers[i].pid = 0;
+        if (workers[i].quitting || sig_quit || sig_term)
+            continue;
+        if (WIFSIGNALED(status))
+            fd_log_error(FD_LOG_ALERT, 0, "worker %d exited on signal %d%s",
+                         (int)pid, WTERMSIG(status),
+                         WCOREDUMP(status) ? " (core dumped)" : "");
+        else
+            fd_log_error(FD_LOG_ALERT, 0, "worker %d exited with code %d",
+                         (int)pid, WEXITSTATUS(status));
+        if (workers[i].generation == cycle->generation) {
+            fd_log_error(FD_LOG_NOTICE, 0, "respawning worker %u",
+                         workers[i].index);
+            spawn_worker(workers[i].index);
+        }
+    }
+}
+
+static void reload(void)
+{
+    char err[1200];
+    fd_cycle_t *nc, *old = cycle;
+
+    notify("RELOADING=1");
+    fd_log_error(FD_LOG_NOTICE, 0, "reloading configuration");
+    nc = fd_cycle_load(conf_file, profile_arg, err, sizeof(err));
+    if (nc == NULL) {
+        fd_log_error(FD_LOG_ERR, 0, "reload failed, the old configuration "
+                     "keeps serving: %s", err);
+        notify("READY=1");
+        return;
+    }
+    if (fd_listening_open(nc, old) != FD_OK) {
+        fd_log_error(FD_LOG_ERR, 0, "reload failed (listening sockets), "
+                     "the old configuration keeps serving");
+        fd_cycle_free(nc);
+        notify("READY=1");
+        return;
+    }
+    nc->generation = old->generation + 1;
+    cycle = nc;
+    fd_shm->generation = nc->generation;
+    snprintf(fd_shm->profile, sizeof(fd_shm->profile), "%s",
+             nc->profile ? nc->profile : "");
+    if (start_workers() != FD_OK)
+        fd_log_error(FD_LOG_ALERT, 0, "not all new workers started");
+    /* the new workers accept on the same sockets; the old ones drain */
+    signal_workers(SIGQUIT, 1, nc->generation);
+    fd_listening_close_unused(nc, old);
+    fd_cycle_free(old);
+    fd_log_error(FD_LOG_NOTICE, 0, "configuration reloaded (generation "
+                 "%llu)", (unsigned long long)nc->generation);
+    notify("READY=1");
+}
+
+static int write_pid(const char *path)
+{
+    char buf[32];
+    int fd, n;
+
+    if (path == NULL || strcmp(path, "off") == 0)
+        return FD_OK;
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fd_log_error(FD_LOG_EMERG, errno, "open() \"%s\" failed", path);
+        return FD_ERROR;
+    }
+    n = snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
+    if (write(fd, buf, (size_t)n) != n) {
+        close(fd);
+        return FD_ERROR;
+    }
+    close(fd);
+    return FD_OK;
+}
+
+static int master_loop(void)
+{
+    sigset_t set, empty;
+    struct sigaction sa;
+    fd_msec_t stop_deadline = 0;
+    int stopping = 0;
+
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGQUIT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGUSR1);
+    sigaddset(&set, SIGALRM);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = master_sig;
+    sigaction(SIGCHLD, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    sigaction(SIGQUIT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGALRM, &sa, NULL);
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &sa, NULL);
+    sigemptyset(&empty);
+
+    if (start_workers() != FD_OK)
+        return 1;
+    notify("READY=1");
+    fd_log_error(FD_LOG_NOTICE, 0, "fastd %s started, %ld workers",
+                 FASTD_VERSION, (long)cycle->nworkers);
+
+    for (;;) {
+        if (sig_child) {
+            sig_child = 0;
+            reap();
+        }
+        if ((sig_quit || sig_term) && !stopping) {
+            stopping = 1;
+            notify("STOPPING=1");
+            fd_log_error(FD_LOG_NOTICE, 0, "%s",
+                         sig_term ? "fast stop" : "graceful stop");
+            signal_workers(sig_term ? SIGTERM : SIGQUIT, 0, 0);
+            stop_deadline = wall_msec() +
+                            (sig_term ? 5000 : cycle->main.shutdown_timeout +
+                                                   5000);
+        }
+        if (stopping && sig_term && sig_quit) {
+            /* a fast stop while draining: hurry the workers */
+            sig_quit = 0;
+            signal_workers(SIGTERM, 0, 0);
+        }
+        if (stopping) {
+            if (live_workers() == 0)
+                break;
+            if (wall_msec() > stop_deadline) {
+                signal_workers(SIGKILL, 0, 0);
+                stop_deadline = wall_msec() + 1000;
+            }
+            alarm(1);
+        }
+        if (sig_hup && !stopping) {
+            sig_hup = 0;
+            reload();
+        }
+        if (sig_usr1) {
+            sig_usr1 = 0;
+            fd_log_reopen(fd_log);
+            signal_workers(SIGUSR1, 0, 0);
+        }
+        if (!sig_child && !sig_hup && !(stopping && live_workers() == 0))
+            sigsuspend(&empty);
+    }
+    if (cycle->main.pid && strcmp(cycle->main.pid, "off") != 0)
+        unlink(cycle->main.pid);
+    fd_log_error(FD_LOG_NOTICE, 0, "exiting");
+    return 0;
+}
+
+static int send_signal(const char *name)
+{
+    static const struct {
+        const char *name;
+        int signo;
+    } sigs[] = {{"reload", SIGHUP}, {"quit", SIGQUIT}, {"stop", SIGTERM},
+                {"reopen", SIGUSR1}};
+    char buf[32];
+    FILE *fp;
+    long pid;
+    unsigned i;
+
+    for (i = 0; i < fd_nelems(sigs); i++)
+        if (strcmp(sigs[i].name, name) == 0)
+            break;
+    if (i == fd_nelems(sigs)) {
+        fprintf(stderr, "fastd: invalid signal \"%s\" (reload, quit, stop, "
+                "reopen)\n", name);
+        return 1;
+    }
+    fp = fopen(cycle->main.pid, "r");
+    if (fp == NULL || fgets(buf, sizeof(buf), fp) == NULL ||
+        (pid = strtol(buf, NULL, 10)) <= 0) {
+        fprintf(stderr, "fastd: cannot read pid file \"%s\": %s\n",
+                cycle->main.pid, strerror(errno));
+        if (fp)
+            fclose(fp);
+        return 1;
+    }
+    fclose(fp);
+    if (kill((pid_t)pid, sigs[i].signo) < 0) {
+        fprintf(stderr, "fastd: kill(%ld, %s) failed: %s\n", pid, name,
+                strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: fastd [-c FILE] [-p PROFILE] [-t] [-g] [-s SIGNAL] [-v]\n"
+            "  -c FILE     configuration file (default " FD_CONF_PATH ")\n"
+            "  -p PROFILE  apply [profile PROFILE] (overrides profile =)\n"
+            "  -t          test the configuration and exit\n"
+            "  -g          stay in the foreground (as daemon = off)\n"
+            "  -s SIGNAL   signal the running master: reload, quit, stop, "
+            "reopen\n"
+            "  -v          print the version\n");
+}
+
+int main(int argc, char **argv)
+{
+    char err[1200];
+    const char *sig = NULL;
+    int test = 0, opt;
+    unsigned i;
+
+    for (i = 0; fd_modules[i]; i++)
+        fd_modules[i]->index = i;
+    while ((opt = getopt(argc, argv, "c:p:ts:gvVh")) != -1) {
+        switch (opt) {
+        case 'c': conf_file = optarg; break;
+        case 'p': profile_arg = optarg; break;
+        case 't': test = 1; break;
+        case 's': sig = optarg; break;
+        case 'g': foreground = 1; break;
+        case 'v':
+        case 'V':
+            printf("fastd/%s\nconfigure arguments: %s\n", FASTD_VERSION,
+                   FD_CONFIGURE_ARGS);
+            return 0;
+        default:
+            usage();
+            return opt == 'h' ? 0 : 1;
+        }
+    }
+    if (optind < argc) {
+        usage();
+        return 1;
+    }
+    cycle = fd_cycle_load(conf_file, profile_arg, err, sizeof(err));
+    if (cycle == NULL) {
+        fprintf(stderr, "fastd: [emerg] %s\n", err);
+        if (test)
+            fprintf(stderr, "fastd: configuration file %s test failed\n",
+                    conf_file);
+        return 1;
+    }
+    if (test) {
+        fprintf(stderr, "fastd: configuration file %s test is successful\n",
+                conf_file);
+        return 0;
+    }
+    if (sig)
+        return send_signal(sig);
+
+    if (cycle->main.error_log && strcmp(cycle->main.error_log, "stderr") &&
+        fd_log_open(&master_log, cycle->main.error_log,
+                    cycle->main.error_log_level) != FD_OK) {
+        fprintf(stderr, "fastd: [emerg] cannot open error log \"%s\": %s\n",
+                cycle->main.error_log, strerror(errno));
+        return 1;
+    }
+    master_log.level = cycle->main.error_log_level;
+    fd_log = &master_log;
+    if (fd_shm_init() != FD_OK) {
+        fprintf(stderr, "fastd: [emerg] shared memory setup failed\n");
+        return 1;
+    }
+    fd_shm->started_msec = wall_msec();
+    fd_shm->generation = cycle->generation = 1;
+    snprintf(fd_shm->profile, sizeof(fd_shm->profile), "%s",
+             cycle->profile ? cycle->profile : "");
+    if (fd_listening_open(cycle, NULL) != FD_OK) {
+        fprintf(stderr, "fastd: [emerg] cannot open listening sockets "
+                "(see the error log)\n");
+        return 1;
+    }
+    if (cycle->main.daemon && !foreground) {
+        pid_t pid = fork();
+        int fd;
+        if (pid < 0) {
+            perror("fastd: fork");
+            return 1;
+        }
+        if (pid > 0)
+            _exit(0);
+        setsid();
+        fd = open("/dev/null", O_RDWR);
+        if (fd >= 0) {
+            dup2(fd, STDIN_FILENO);
+            dup2(fd, STDOUT_FILENO);
+            if (master_log.fd >= 0)
+                dup2(fd, STDERR_FILENO);
+            if (fd > STDERR_FILENO)
+                close(fd);
+        }
+    }
+    fd_shm->master_pid = (uint64_t)getpid();
+    if (write_pid(cycle->main.pid) != FD_OK)
+        return 1;
+    return master_loop();
+}

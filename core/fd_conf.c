@@ -1,0 +1,439 @@
+/*
+ * Reading and typed parsing of the INI configuration. See fd_conf.h for the
+ * three steps; fd_cycle.c applies the entries.
+ */
+#include <ctype.h>
+#include <glob.h>
+#include <ini.h>
+#include <libgen.h>
+
+#include "fd_core.h"
+#include "fd_conf.h"
+
+#define FD_CONF_MAX_INCLUDE_DEPTH 8
+
+int fd_conf_error(fd_conf_t *cf, const char *fmt, ...)
+{
+    va_list ap;
+    int n = 0;
+
+    if (cf->file)
+        n = snprintf(cf->err, sizeof(cf->err), "%s:%d: ", cf->file, cf->line);
+    va_start(ap, fmt);
+    vsnprintf(cf->err + n, sizeof(cf->err) - (size_t)n, fmt, ap);
+    va_end(ap);
+    return FD_ERROR;
+}
+
+char *fd_conf_path(fd_conf_t *cf, const char *path)
+{
+    size_t pl, n;
+    char *p;
+
+    if (path[0] == '/' || cf->prefix == NULL)
+        return fd_pstrdup(cf->pool, path, strlen(path));
+    pl = strlen(cf->prefix);
+    n = strlen(path);
+    p = fd_pnalloc(cf->pool, pl + n + 2);
+    if (p == NULL)
+        return NULL;
+    memcpy(p, cf->prefix, pl);
+    p[pl] = '/';
+    memcpy(p + pl + 1, path, n + 1);
+    return p;
+}
+
+/* --- values --- */
+
+int fd_conf_parse_flag(const char *s)
+{
+    if (!strcmp(s, "on") || !strcmp(s, "yes") || !strcmp(s, "true") ||
+        !strcmp(s, "1"))
+        return 1;
+    if (!strcmp(s, "off") || !strcmp(s, "no") || !strcmp(s, "false") ||
+        !strcmp(s, "0"))
+        return 0;
+    return -1;
+}
+
+static int64_t parse_number(const char *s, const char **end)
+{
+    int64_t v = 0;
+
+    if (!isdigit((unsigned char)*s))
+        return -1;
+    for (; isdigit((unsigned char)*s); s++) {
+        if (v > (INT64_MAX - 9) / 10)
+            return -1;
+        v = v * 10 + (*s - '0');
+    }
+    *end = s;
+    return v;
+}
+
+int64_t fd_conf_parse_size(const char *s)
+{
+    const char *e;
+    int64_t v = parse_number(s, &e), m = 1;
+
+    if (v < 0)
+        return -1;
+    switch (*e) {
+    case '\0': break;
+    case 'k': case 'K': m = 1024; e++; break;
+    case 'm': case 'M': m = 1024 * 1024; e++; break;
+    case 'g': case 'G': m = 1024 * 1024 * 1024; e++; break;
+    default: return -1;
+    }
+    if (*e != '\0' || v > INT64_MAX / m)
+        return -1;
+    return v * m;
+}
+
+/* "75s", "500ms", "2m", "1h", "1d", "1m30s"; a bare number is seconds. */
+int64_t fd_conf_parse_msec(const char *s)
+{
+    int64_t total = 0;
+
+    if (*s == '\0')
+        return -1;
+    while (*s) {
+        const char *e;
+        int64_t v = parse_number(s, &e), m;
+
+        if (v < 0)
+            return -1;
+        if (e[0] == 'm' && e[1] == 's') {
+            m = 1;
+            e += 2;
+        } else if (*e == 's' || *e == '\0') {
+            m = 1000;
+            e += *e == 's';
+        } else if (*e == 'm') {
+            m = 60000;
+            e++;
+        } else if (*e == 'h') {
+            m = 3600000;
+            e++;
+        } else if (*e == 'd') {
+            m = 86400000;
+            e++;
+        } else {
+            return -1;
+        }
+        if (v > INT64_MAX / m / 2)
+            return -1;
+        total += v * m;
+        s = e;
+    }
+    return total;
+}
+
+const fd_directive_t *fd_conf_find(const fd_directive_t *d, const char *key)
+{
+    for (; d && d->name; d++)
+        if (strcmp(d->name, key) == 0)
+            return d;
+    return NULL;
+}
+
+int fd_conf_set(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                const char *value)
+{
+    char *field = (char *)conf + d->offset;
+    int64_t v;
+    int f;
+    const fd_conf_enum_t *e;
+    fd_conf_list_t *l;
+    char **items;
+
+    switch (d->type) {
+    case FD_CONF_FLAG:
+        if ((f = fd_conf_parse_flag(value)) < 0)
+            return fd_conf_error(cf, "\"%s\" must be on or off, not \"%s\"",
+                                 d->name, value);
+        *(int *)field = f;
+        return FD_OK;
+    case FD_CONF_INT: {
+        const char *end;
+        v = parse_number(value, &end);
+        if (v < 0 || *end != '\0')
+            return fd_conf_error(cf, "\"%s\" needs a non-negative integer, "
+                                 "not \"%s\"", d->name, value);
+        *(fd_int_t *)field = (fd_int_t)v;
+        return FD_OK;
+    }
+    case FD_CONF_SIZE:
+        if ((v = fd_conf_parse_size(value)) < 0)
+            return fd_conf_error(cf, "\"%s\" needs a size (like 8k or 1m), "
+                                 "not \"%s\"", d->name, value);
+        *(size_t *)field = (size_t)v;
+        return FD_OK;
+    case FD_CONF_MSEC:
+        if ((v = fd_conf_parse_msec(value)) < 0)
+            return fd_conf_error(cf, "\"%s\" needs a duration (like 75s or "
+                                 "500ms), not \"%s\"", d->name, value);
+        *(fd_msec_t *)field = (fd_msec_t)v;
+        return FD_OK;
+    case FD_CONF_ENUM:
+        for (e = d->enums; e->name; e++) {
+            if (strcmp(e->name, value) == 0) {
+                *(int *)field = e->value;
+                return FD_OK;
+            }
+        }
+        {
+            char opts[256] = "";
+            size_t n = 0;
+            for (e = d->enums; e->name && n < sizeof(opts) - 32; e++)
+                n += (size_t)snprintf(opts + n, sizeof(opts) - n, "%s%s",
+                                      n ? " | " : "", e->name);
+            return fd_conf_error(cf, "\"%s\" must be one of %s, not \"%s\"",
+                                 d->name, opts, value);
+        }
+    case FD_CONF_STR:
+        *(char **)field = fd_pstrdup(cf->pool, value, strlen(value));
+        return FD_OK;
+    case FD_CONF_LIST:
+        l = (fd_conf_list_t *)field;
+        items = fd_palloc(cf->pool, (l->n + 1) * sizeof(char *));
+        if (items == NULL)
+            return fd_conf_error(cf, "out of memory");
+        if (l->n)
+            memcpy(items, l->items, l->n * sizeof(char *));
+        items[l->n++] = fd_pstrdup(cf->pool, value, strlen(value));
+        l->items = items;
+        return FD_OK;
+    case FD_CONF_CUSTOM:
+        return d->set(cf, d, conf, value);
+    }
+    return fd_conf_error(cf, "bad directive type for \"%s\"", d->name);
+}
+
+int fd_conf_defaults(fd_conf_t *cf, const fd_directive_t *d, void *conf)
+{
+    const char *file = cf->file;
+    int line = cf->line;
+
+    cf->file = NULL;
+    for (; d && d->name; d++) {
+        if (d->def && fd_conf_set(cf, d, conf, d->def) != FD_OK) {
+            cf->file = file;
+            return FD_ERROR;
+        }
+    }
+    cf->file = file;
+    cf->line = line;
+    return FD_OK;
+}
+
+/* --- reading: INI and includes into a flat list of entries --- */
+
+typedef struct {
+    fd_conf_t *cf;
+    FILE *fp;
+    const char *file;
+    int line;
+    char *section;        /* current section as the reader saw it */
+    unsigned seq;
+    fd_conf_entry_t **entries;
+    unsigned *n;
+    unsigned *cap;
+    unsigned *seq_counter;
+    int depth;
+    int failed;
+} reader_t;
+
+static int read_file(fd_conf_t *cf, const char *path, const char *section,
+                     unsigned seq, fd_conf_entry_t **entries, unsigned *n,
+                     unsigned *cap, unsigned *seq_counter, int depth);
+
+static char *trim(char *s)
+{
+    char *e;
+
+    while (isspace((unsigned char)*s))
+        s++;
+    e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = '\0';
+    return s;
+}
+
+/*
+ * inih hands us each line through this reader. Section headers are taken
+ * from the raw line here (inih cuts a header at the first ']', which a
+ * regex location may contain), and every header starts a new section
+ * instance, so two [server] in a row stay two servers.
+ */
+static char *conf_reader(char *str, int num, void *stream)
+{
+    reader_t *rd = stream;
+    char *s, *end;
+
+    if (fgets(str, num, rd->fp) == NULL)
+        return NULL;
+    rd->line++;
+    s = str;
+    while (isspace((unsigned char)*s))
+        s++;
+    if (*s == '[') {
+        char tmp[1024];
+        end = strrchr(s, ']');
+        if (end == NULL || (size_t)(end - s) >= sizeof(tmp)) {
+            if (!rd->failed) {
+                rd->cf->file = rd->file;
+                rd->cf->line = rd->line;
+                fd_conf_error(rd->cf, "section header without \"]\"");
+                rd->failed = 1;
+            }
+            return str;
+        }
+        memcpy(tmp, s + 1, (size_t)(end - s - 1));
+        tmp[end - s - 1] = '\0';
+        rd->section = fd_pstrdup(rd->cf->pool, trim(tmp), strlen(trim(tmp)));
+        rd->seq = ++*rd->seq_counter;
+        /* hand inih a header it cannot misread */
+        snprintf(str, (size_t)num, "[s]\n");
+    }
+    return str;
+}
+
+static int add_entry(reader_t *rd, const char *key, const char *value)
+{
+    fd_conf_entry_t *e;
+
+    if (*rd->n == *rd->cap) {
+        unsigned nc = *rd->cap ? *rd->cap * 2 : 64;
+        fd_conf_entry_t *ne = realloc(*rd->entries, nc * sizeof(*ne));
+        if (ne == NULL)
+            return fd_conf_error(rd->cf, "out of memory");
+        *rd->entries = ne;
+        *rd->cap = nc;
+    }
+    e = &(*rd->entries)[(*rd->n)++];
+    e->section = rd->section;
+    e->key = fd_pstrdup(rd->cf->pool, key, strlen(key));
+    e->value = fd_pstrdup(rd->cf->pool, value, strlen(value));
+    e->file = rd->file;
+    e->line = rd->line;
+    e->section_seq = rd->seq;
+    return FD_OK;
+}
+
+static int do_include(reader_t *rd, const char *pattern)
+{
+    char *path, *dir, *tmp;
+    glob_t g;
+    size_t i;
+    int rc;
+
+    if (pattern[0] == '/') {
+        path = fd_pstrdup(rd->cf->pool, pattern, strlen(pattern));
+    } else {
+        tmp = fd_pstrdup(rd->cf->pool, rd->file, strlen(rd->file));
+        dir = dirname(tmp);
+        path = fd_pnalloc(rd->cf->pool, strlen(dir) + strlen(pattern) + 2);
+        sprintf(path, "%s/%s", dir, pattern);
+    }
+    rc = glob(path, GLOB_ERR, NULL, &g);
+    if (rc == GLOB_NOMATCH) {
+        /* a pattern may match nothing (empty conf.d); a plain name must */
+        if (strpbrk(pattern, "*?[") == NULL)
+            return fd_conf_error(rd->cf, "include \"%s\": no such file",
+                                 path);
+        return FD_OK;
+    }
+    if (rc != 0)
+        return fd_conf_error(rd->cf, "include \"%s\" failed", path);
+    for (i = 0; i < g.gl_pathc; i++) {
+        char *f = fd_pstrdup(rd->cf->pool, g.gl_pathv[i],
+                             strlen(g.gl_pathv[i]));
+        if (read_file(rd->cf, f, rd->section, rd->seq, rd->entries, rd->n,
+                      rd->cap, rd->seq_counter, rd->depth + 1) != FD_OK) {
+            globfree(&g);
+            return FD_ERROR;
+        }
+    }
+    globfree(&g);
+    return FD_OK;
+}
+
+static int conf_handler(void *user, const char *section, const char *name,
+                        const char *value)
+{
+    reader_t *rd = user;
+
+    (void)section;
+    if (rd->failed)
+        return 0;
+    rd->cf->file = rd->file;
+    rd->cf->line = rd->line;
+    if (rd->section == NULL) {
+        fd_conf_error(rd->cf, "\"%s\" outside of any section", name);
+        rd->failed = 1;
+        return 0;
+    }
+    if (strcmp(name, "include") == 0) {
+        if (do_include(rd, value) != FD_OK) {
+            rd->failed = 1;
+            return 0;
+        }
+        return 1;
+    }
+    if (add_entry(rd, name, value) != FD_OK) {
+        rd->failed = 1;
+        return 0;
+    }
+    return 1;
+}
+
+static int read_file(fd_conf_t *cf, const char *path, const char *section,
+                     unsigned seq, fd_conf_entry_t **entries, unsigned *n,
+                     unsigned *cap, unsigned *seq_counter, int depth)
+{
+    reader_t rd = {
+        .cf = cf, .file = path, .section = (char *)section, .seq = seq,
+        .entries = entries, .n = n, .cap = cap, .seq_counter = seq_counter,
+        .depth = depth,
+    };
+    int rc;
+
+    if (depth > FD_CONF_MAX_INCLUDE_DEPTH)
+        return fd_conf_error(cf, "includes nested too deep at \"%s\"", path);
+    rd.fp = fopen(path, "r");
+    if (rd.fp == NULL) {
+        int err = errno;
+        if (depth == 0)
+            cf->file = NULL;
+        return fd_conf_error(cf, "cannot open \"%s\": %s", path,
+                             strerror(err));
+    }
+    rc = ini_parse_stream(conf_reader, &rd, conf_handler, &rd);
+    fclose(rd.fp);
+    if (rd.failed)
+        return FD_ERROR;
+    if (rc != 0) {
+        cf->file = path;
+        cf->line = rc > 0 ? rc : rd.line;
+        return fd_conf_error(cf, "syntax error (expected \"key = value\" "
+                             "or \"[section]\")");
+    }
+    return FD_OK;
+}
+
+int fd_conf_read(fd_conf_t *cf, const char *path, fd_conf_entry_t **entries,
+                 unsigned *n)
+{
+    unsigned cap = 0, seq = 0;
+
+    /* long lines (log formats, regexes) and no configparser continuations */
+    ini_use_stack = false;
+    ini_allow_realloc = true;
+    ini_max_line = 64 * 1024;
+    ini_allow_multiline = false;
+    ini_stop_on_first_error = true;
+    *entries = NULL;
+    *n = 0;
+    return read_file(cf, path, NULL, 0, entries, n, &cap, &seq, 0);
+}

@@ -1,0 +1,58 @@
+#ifndef FD_CONNECTION_H
+#define FD_CONNECTION_H
+
+#include <netinet/in.h>
+#include <signal.h>
+
+#include "fd_event.h"
+
+/* What a connection is doing; drives the timeout and the status gauges. */
+enum {
+    FD_CONN_FREE = 0,
+    FD_CONN_IDLE,      /* keep-alive, no buffers held */
+    FD_CONN_READING,   /* header or body in progress */
+    FD_CONN_BUSY,      /* a handler owns it (async), or output pending */
+    FD_CONN_LINGER     /* closing: draining what the peer still sends */
+};
+
+typedef struct fd_http_conn_s fd_http_conn_t;
+
+/*
+ * The part of a connection that lives while it is idle: kept small (an idle
+ * keep-alive connection costs this struct, nothing else). Everything a
+ * request needs lives in ->h, taken when data arrives.
+ */
+struct fd_connection_s {
+    fd_event_t ev;
+    fd_timer_t timer;
+    fd_msec_t deadline;        /* the real timeout; the timer may be early */
+    fd_listening_t *ls;
+    fd_http_conn_t *h;
+    uint32_t requests;
+    uint8_t state;
+    uint8_t eof:1;             /* the peer sent FIN (read 0 or RDHUP) */
+    uint8_t readable:1;        /* ET: data may be left in the socket */
+    uint8_t writable:1;        /* ET: the socket can take more output */
+    uint8_t nodelay:1;
+    uint8_t closing:1;         /* close once the output is written */
+    uint8_t error:1;
+    uint8_t epollout:1;        /* LT: EPOLLOUT is registered */
+    uint8_t family;
+    uint16_t port;
+    uint8_t addr[16];          /* peer address, v4 in the first 4 bytes */
+    uint64_t id;
+};
+
+void fd_connection_close(fd_connection_t *c);
+void fd_connection_set_timeout(fd_connection_t *c, fd_msec_t ms);
+void fd_connection_set_state(fd_connection_t *c, int state);
+/* Text of the peer address into buf (INET6_ADDRSTRLEN); returns length. */
+size_t fd_connection_addr_text(fd_connection_t *c, char *buf, size_t size);
+
+/* The worker's loop */
+int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot);
+void fd_worker_stop_accepting(void);
+
+extern volatile sig_atomic_t fd_sig_quit, fd_sig_terminate, fd_sig_reopen;
+
+#endif

@@ -1,0 +1,1043 @@
+/*
+ * A cycle is one loaded configuration: typed sections, servers with their
+ * locations, listening addresses and module sections. fd_cycle_load()
+ * reads the file, applies the profile and every entry, and checks the
+ * result; any error names file:line.
+ */
+#include <arpa/inet.h>
+#include <libgen.h>
+#include <limits.h>
+#include <sys/stat.h>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "fd_core.h"
+#include "fd_http.h"
+
+#define MAIN(f) offsetof(fd_main_conf_t, f)
+#define EVENTS(f) offsetof(fd_events_conf_t, f)
+#define HTTP(f) offsetof(fd_http_conf_t, f)
+#define OFFLOAD(f) offsetof(fd_offload_conf_t, f)
+#define LOC(f) offsetof(fd_http_loc_t, f)
+#define SRV(f) offsetof(fd_http_server_t, f)
+
+static int set_workers(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                       const char *v)
+{
+    fd_int_t *w = (fd_int_t *)((char *)conf + d->offset);
+    char *end;
+    long n;
+
+    if (strcmp(v, "auto") == 0) {
+        *w = 0;
+        return FD_OK;
+    }
+    n = strtol(v, &end, 10);
+    if (*end || end == v || n < 1 || n > FD_MAX_WORKER_SLOTS / 2)
+        return fd_conf_error(cf, "\"workers\" must be auto or 1..%d, not "
+                             "\"%s\"", FD_MAX_WORKER_SLOTS / 2, v);
+    *w = n;
+    return FD_OK;
+}
+
+static int set_level(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                     const char *v)
+{
+    int l = fd_log_level_parse(v);
+
+    if (l < 0)
+        return fd_conf_error(cf, "\"%s\" must be one of debug info notice "
+                             "warn error crit alert emerg", d->name);
+    *(int *)((char *)conf + d->offset) = l;
+    return FD_OK;
+}
+
+static int set_path(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                    const char *v)
+{
+    char **p = (char **)((char *)conf + d->offset);
+
+    *p = (*v == '\0' || strcmp(v, "off") == 0 || strcmp(v, "stderr") == 0)
+             ? fd_pstrdup(cf->pool, v, strlen(v))
+             : fd_conf_path(cf, v);
+    return FD_OK;
+}
+
+static const fd_directive_t main_directives[] = {
+    {.name = "daemon", .type = FD_CONF_FLAG, .offset = MAIN(daemon),
+     .def = "on", .doc = "off: stay in the foreground (as -g)"},
+    {.name = "workers", .type = FD_CONF_CUSTOM, .offset = MAIN(workers),
+     .def = "auto", .set = set_workers,
+     .doc = "number of worker processes, or auto (one per online CPU)"},
+    {.name = "cpu_affinity", .type = FD_CONF_FLAG,
+     .offset = MAIN(cpu_affinity), .def = "off",
+     .doc = "pin worker N to CPU N mod online CPUs"},
+    {.name = "user", .type = FD_CONF_STR, .offset = MAIN(user),
+     .doc = "user (and its group) the workers run as; needs root"},
+    {.name = "pid", .type = FD_CONF_CUSTOM, .offset = MAIN(pid),
+     .def = "logs/fastd.pid", .set = set_path,
+     .doc = "pid file of the master"},
+    {.name = "error_log", .type = FD_CONF_CUSTOM, .offset = MAIN(error_log),
+     .def = "logs/error.log", .set = set_path,
+     .doc = "error log path, or stderr"},
+    {.name = "error_log_level", .type = FD_CONF_CUSTOM,
+     .offset = MAIN(error_log_level), .def = "notice", .set = set_level,
+     .doc = "debug | info | notice | warn | error | crit | alert | emerg"},
+    {.name = "profile", .type = FD_CONF_STR, .offset = MAIN(profile),
+     .doc = "the [profile NAME] to apply (fastd -p NAME overrides)"},
+    {.name = "rlimit_nofile", .type = FD_CONF_INT,
+     .offset = MAIN(rlimit_nofile), .def = "0",
+     .doc = "RLIMIT_NOFILE for workers; 0: max_connections * 2 + 64"},
+    {.name = "shutdown_timeout", .type = FD_CONF_MSEC,
+     .offset = MAIN(shutdown_timeout), .def = "30s",
+     .doc = "graceful stop: longest wait for in-flight requests"},
+    FD_CONF_END};
+
+static const fd_conf_enum_t accept_enums[] = {
+    {"reuseport", FD_ACCEPT_REUSEPORT},
+    {"exclusive", FD_ACCEPT_EXCLUSIVE},
+    {"shared", FD_ACCEPT_SHARED},
+    {NULL, 0}};
+
+static const fd_directive_t events_directives[] = {
+    {.name = "max_connections", .type = FD_CONF_INT,
+     .offset = EVENTS(max_connections), .def = "65536",
+     .doc = "connections per worker; more are refused"},
+    {.name = "accept", .type = FD_CONF_ENUM, .offset = EVENTS(accept),
+     .def = "reuseport", .enums = accept_enums,
+     .doc = "reuseport: a socket per worker (kernel balances); exclusive: "
+            "one socket, EPOLLEXCLUSIVE; shared: one socket, all woken"},
+    {.name = "edge_triggered", .type = FD_CONF_FLAG,
+     .offset = EVENTS(edge_triggered), .def = "on",
+     .doc = "EPOLLET on connections (off: level-triggered)"},
+    {.name = "read_until_eagain", .type = FD_CONF_FLAG,
+     .offset = EVENTS(read_until_eagain), .def = "on",
+     .doc = "off: a short read ends the read (saves the EAGAIN read)"},
+    {.name = "backlog", .type = FD_CONF_INT, .offset = EVENTS(backlog),
+     .def = "4096", .doc = "listen() backlog"},
+    {.name = "max_events", .type = FD_CONF_INT, .offset = EVENTS(max_events),
+     .def = "512", .doc = "events taken per epoll_wait()"},
+    FD_CONF_END};
+
+static const fd_directive_t http_directives[] = {
+    {.name = "server_name", .type = FD_CONF_STR, .offset = HTTP(server_name),
+     .def = "fastd", .doc = "the Server: header value (empty: none)"},
+    {.name = "keepalive_timeout", .type = FD_CONF_MSEC,
+     .offset = HTTP(keepalive_timeout), .def = "75s",
+     .doc = "idle keep-alive connections are closed after it"},
+    {.name = "keepalive_requests", .type = FD_CONF_INT,
+     .offset = HTTP(keepalive_requests), .def = "1000",
+     .doc = "requests per connection; the last one gets Connection: close"},
+    {.name = "header_timeout", .type = FD_CONF_MSEC,
+     .offset = HTTP(header_timeout), .def = "60s",
+     .doc = "a request header must arrive within it (else 408, close)"},
+    {.name = "body_timeout", .type = FD_CONF_MSEC,
+     .offset = HTTP(body_timeout), .def = "60s",
+     .doc = "longest wait between two reads of a request body (408)"},
+    {.name = "send_timeout", .type = FD_CONF_MSEC,
+     .offset = HTTP(send_timeout), .def = "60s",
+     .doc = "longest wait between two writes to a client (close)"},
+    {.name = "max_header_size", .type = FD_CONF_SIZE,
+     .offset = HTTP(max_header_size), .def = "8k",
+     .doc = "request line + headers; over it: 414 (line) or 431"},
+    {.name = "max_headers", .type = FD_CONF_INT, .offset = HTTP(max_headers),
+     .def = "100", .doc = "header fields per request; over it: 431"},
+    {.name = "inline_completions", .type = FD_CONF_FLAG,
+     .offset = HTTP(inline_completions), .def = "on",
+     .doc = "off: thread-safe handlers run on the offload pool"},
+    FD_CONF_END};
+
+static const fd_directive_t offload_directives[] = {
+    {.name = "threads", .type = FD_CONF_INT, .offset = OFFLOAD(threads),
+     .def = "4", .doc = "pool threads started per worker"},
+    {.name = "max_threads", .type = FD_CONF_INT,
+     .offset = OFFLOAD(max_threads), .def = "64",
+     .doc = "upper bound of pool threads per worker"},
+    {.name = "idle_timeout", .type = FD_CONF_MSEC,
+     .offset = OFFLOAD(idle_timeout), .def = "60s",
+     .doc = "threads above `threads` exit after this idle time"},
+    {.name = "adaptive", .type = FD_CONF_FLAG, .offset = OFFLOAD(adaptive),
+     .def = "off", .doc = "grow and shrink the pool with the backlog"},
+    FD_CONF_END};
+
+static int set_root(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                    const char *v)
+{
+    fd_http_loc_t *loc = conf;
+    char real[PATH_MAX], *p = fd_conf_path(cf, v);
+    size_t n;
+
+    (void)d;
+    /* resolve once: the static module checks containment against it */
+    if (realpath(p, real) == NULL)
+        return fd_conf_error(cf, "root \"%s\": %s", p, strerror(errno));
+    n = strlen(real);
+    while (n > 1 && real[n - 1] == '/')
+        n--;
+    loc->root = fd_pstrdup(cf->pool, real, n);
+    loc->root_len = n;
+    return FD_OK;
+}
+
+static int set_handler(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                       const char *v)
+{
+    fd_http_loc_t *loc = conf;
+    const fd_module_t *m = fd_module_find(v);
+
+    (void)d;
+    if (m == NULL || m->handler == NULL)
+        return fd_conf_error(cf, "unknown handler \"%s\" (not a module "
+                             "built into this fastd)", v);
+    loc->handler = m;
+    return FD_OK;
+}
+
+/* Location keys: allowed in [http], [server] (defaults) and [location]. */
+const fd_directive_t fd_http_loc_directives[] = {
+    {.name = "handler", .type = FD_CONF_CUSTOM, .offset = 0,
+     .set = set_handler,
+     .doc = "the module that answers (static when not given)"},
+    {.name = "root", .type = FD_CONF_CUSTOM, .offset = 0,
+     .set = set_root, .doc = "document root for static files"},
+    {.name = "index", .type = FD_CONF_LIST, .offset = LOC(index),
+     .doc = "index file names, repeatable (default index.html)"},
+    {.name = "follow_symlinks", .type = FD_CONF_FLAG,
+     .offset = LOC(follow_symlinks), .def = "off",
+     .doc = "off: a symlink anywhere under root is refused with 403"},
+    {.name = "max_body_size", .type = FD_CONF_SIZE,
+     .offset = LOC(max_body_size), .def = "1m",
+     .doc = "largest request body; over it: 413"},
+    FD_CONF_END};
+
+const fd_directive_t fd_http_server_directives[] = {
+    {.name = "listen", .type = FD_CONF_LIST, .offset = SRV(listen),
+     .doc = "ADDR:PORT [default], repeatable; [::]:PORT for IPv6"},
+    {.name = "server_name", .type = FD_CONF_LIST, .offset = SRV(names),
+     .doc = "Host names this server answers (exact, *.suffix, prefix.*)"},
+    {.name = "error_page", .type = FD_CONF_LIST, .offset = 0,
+     .doc = "CODE... /file.html under the server's root, repeatable"},
+    FD_CONF_END};
+
+/* --- helpers --- */
+
+typedef struct {
+    fd_conf_t *cf;
+    fd_cycle_t *cycle;
+    fd_conf_entry_t *e;
+    unsigned n;
+    fd_conf_list_t http_loc;      /* indexes of [http] location keys */
+} load_t;
+
+static int is_named(const char *section, const char *type, const char **name)
+{
+    size_t n = strlen(type);
+
+    if (strncmp(section, type, n) != 0 || (section[n] != ' ' &&
+                                           section[n] != '\t'))
+        return 0;
+    section += n;
+    while (*section == ' ' || *section == '\t')
+        section++;
+    *name = section;
+    return 1;
+}
+
+static void at(load_t *ld, fd_conf_entry_t *e)
+{
+    ld->cf->file = e->file;
+    ld->cf->line = e->line;
+}
+
+/* Apply entries [from, to) of one section instance through a table. */
+static int apply_simple(load_t *ld, unsigned from, unsigned to,
+                        const fd_directive_t *dirs, void *conf)
+{
+    unsigned i, j;
+
+    for (i = from; i < to; i++) {
+        fd_conf_entry_t *e = &ld->e[i];
+        const fd_directive_t *d = fd_conf_find(dirs, e->key);
+
+        at(ld, e);
+        if (d == NULL)
+            return fd_conf_error(ld->cf, "unknown key \"%s\" in [%s]",
+                                 e->key, e->section);
+        if (d->type != FD_CONF_LIST)
+            for (j = from; j < i; j++)
+                if (strcmp(ld->e[j].key, e->key) == 0)
+                    return fd_conf_error(ld->cf, "duplicate key \"%s\" "
+                                         "(first at line %d)", e->key,
+                                         ld->e[j].line);
+        if (fd_conf_set(ld->cf, d, conf, e->value) != FD_OK)
+            return FD_ERROR;
+    }
+    return FD_OK;
+}
+
+/* Which table takes a location key: the core's or a module's. */
+static const fd_directive_t *find_loc_key(const char *key, unsigned *mod)
+{
+    const fd_directive_t *d = fd_conf_find(fd_http_loc_directives, key);
+    unsigned i;
+
+    *mod = UINT_MAX;
+    if (d)
+        return d;
+    for (i = 0; i < fd_nmodules; i++) {
+        d = fd_conf_find(fd_modules[i]->directives, key);
+        if (d) {
+            *mod = i;
+            return d;
+        }
+    }
+    return NULL;
+}
+
+static int apply_loc_entry(load_t *ld, fd_http_loc_t *loc, fd_conf_entry_t *e)
+{
+    unsigned mod;
+    const fd_directive_t *d = find_loc_key(e->key, &mod);
+
+    at(ld, e);
+    if (d == NULL)
+        return FD_DECLINED;
+    return fd_conf_set(ld->cf, d, mod == UINT_MAX ? (void *)loc
+                                                  : loc->mconf[mod],
+                       e->value);
+}
+
+static fd_http_loc_t *loc_create(load_t *ld, fd_http_server_t *srv,
+                                 const char *name)
+{
+    fd_conf_t *cf = ld->cf;
+    fd_http_loc_t *loc = fd_pcalloc(cf->pool, sizeof(*loc));
+    unsigned i;
+
+    if (loc == NULL)
+        return NULL;
+    loc->server = srv;
+    loc->name = fd_pstrdup(cf->pool, name, strlen(name));
+    loc->mconf = fd_pcalloc(cf->pool, (fd_nmodules + 1) * sizeof(void *));
+    if (fd_conf_defaults(cf, fd_http_loc_directives, loc) != FD_OK)
+        return NULL;
+    for (i = 0; i < fd_nmodules; i++) {
+        const fd_module_t *m = fd_modules[i];
+        loc->mconf[i] = fd_pcalloc(cf->pool, m->conf_size ? m->conf_size : 1);
+        if (fd_conf_defaults(cf, m->directives, loc->mconf[i]) != FD_OK)
+            return NULL;
+    }
+    /* [http] defaults, then the server's own, then the location's */
+    for (i = 0; i < ld->http_loc.n; i++) {
+        fd_conf_entry_t *e = &ld->e[(uintptr_t)ld->http_loc.items[i]];
+        if (apply_loc_entry(ld, loc, e) != FD_OK)
+            return NULL;
+    }
+    return loc;
+}
+
+static int loc_match_parse(load_t *ld, fd_http_loc_t *loc, const char *spec)
+{
+    fd_conf_t *cf = ld->cf;
+    const char *p = spec;
+    int caseless = 0;
+
+    while (*p == ' ')
+        p++;
+    if (p[0] == '=' && (p[1] == ' ' || p[1] == '/')) {
+        loc->kind = FD_LOC_EXACT;
+        p++;
+    } else if (p[0] == '~') {
+        loc->kind = FD_LOC_REGEX;
+        p++;
+        if (*p == '*') {
+            caseless = 1;
+            loc->kind = FD_LOC_REGEX_CASELESS;
+            p++;
+        }
+    } else {
+        loc->kind = FD_LOC_PREFIX;
+    }
+    while (*p == ' ')
+        p++;
+    if (*p == '\0')
+        return fd_conf_error(cf, "[location] needs a path or a regex");
+    loc->match.data = fd_pstrdup(cf->pool, p, strlen(p));
+    loc->match.len = strlen(p);
+    if (loc->kind == FD_LOC_EXACT || loc->kind == FD_LOC_PREFIX) {
+        if (*p != '/')
+            return fd_conf_error(cf, "location path \"%s\" must start with "
+                                 "\"/\" (use \"~ regex\" for a regex)", p);
+        return FD_OK;
+    }
+    {
+        int err;
+        PCRE2_SIZE off;
+        pcre2_code *re = pcre2_compile((PCRE2_SPTR)p, PCRE2_ZERO_TERMINATED,
+                                       caseless ? PCRE2_CASELESS : 0, &err,
+                                       &off, NULL);
+        if (re == NULL) {
+            PCRE2_UCHAR msg[256];
+            pcre2_get_error_message(err, msg, sizeof(msg));
+            return fd_conf_error(cf, "regex \"%s\" at offset %zu: %s", p,
+                                 (size_t)off, (char *)msg);
+        }
+        pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
+        fd_pool_cleanup_add(cf->pool, (void (*)(void *))pcre2_code_free, re);
+        loc->regex = re;
+    }
+    return FD_OK;
+}
+
+static void loc_link(fd_http_server_t *srv, fd_http_loc_t *loc)
+{
+    fd_http_loc_t **pp;
+
+    switch (loc->kind) {
+    case FD_LOC_EXACT:
+        loc->next = srv->exact;
+        srv->exact = loc;
+        return;
+    case FD_LOC_PREFIX:
+        /* longest first, so the first match is the longest */
+        for (pp = &srv->prefix; *pp && (*pp)->match.len >= loc->match.len;
+             pp = &(*pp)->next)
+            ;
+        loc->next = *pp;
+        *pp = loc;
+        return;
+    default:
+        for (pp = &srv->regex; *pp; pp = &(*pp)->next)
+            ;
+        loc->next = NULL;
+        *pp = loc;
+    }
+}
+
+static int loc_finish(load_t *ld, fd_http_loc_t *loc)
+{
+    unsigned i;
+
+    if (loc->handler == NULL) {
+        loc->handler = fd_module_find("static");
+        if (loc->handler == NULL)
+            return fd_conf_error(ld->cf, "%s has no handler", loc->name);
+    }
+    if (loc->root == NULL) {
+        /* default "html" under the prefix; missing is fine (404s) */
+        char real[PATH_MAX], *p = fd_conf_path(ld->cf, "html");
+        if (realpath(p, real))
+            p = fd_pstrdup(ld->cf->pool, real, strlen(real));
+        loc->root = p;
+        loc->root_len = strlen(p);
+    }
+    if (loc->index.n == 0) {
+        static char *def_index[] = {"index.html"};
+        loc->index.items = def_index;
+        loc->index.n = 1;
+    }
+    for (i = 0; i < fd_nmodules; i++) {
+        const fd_module_t *m = fd_modules[i];
+        if (m->init_conf && m->init_conf(ld->cf, loc, loc->mconf[i]) != FD_OK)
+            return FD_ERROR;
+    }
+    return FD_OK;
+}
+
+/* --- listening addresses --- */
+
+static int parse_addr(const char *text, struct sockaddr_storage *ss,
+                      socklen_t *len)
+{
+    char host[256];
+    const char *colon;
+    char *end;
+    long port;
+    struct sockaddr_in *sin = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)ss;
+
+    memset(ss, 0, sizeof(*ss));
+    if (text[0] == '[') {
+        const char *rb = strchr(text, ']');
+        if (rb == NULL || rb[1] != ':' || (size_t)(rb - text) >= sizeof(host))
+            return FD_ERROR;
+        memcpy(host, text + 1, (size_t)(rb - text - 1));
+        host[rb - text - 1] = '\0';
+        colon = rb + 1;
+    } else {
+        colon = strrchr(text, ':');
+        if (colon == NULL) {
+            strcpy(host, "0.0.0.0");
+            colon = text - 1;
+        } else {
+            if ((size_t)(colon - text) >= sizeof(host))
+                return FD_ERROR;
+            memcpy(host, text, (size_t)(colon - text));
+            host[colon - text] = '\0';
+            if (strcmp(host, "*") == 0 || host[0] == '\0')
+                strcpy(host, "0.0.0.0");
+        }
+    }
+    port = strtol(colon + 1, &end, 10);
+    if (*end || end == colon + 1 || port < 1 || port > 65535)
+        return FD_ERROR;
+    if (inet_pton(AF_INET, host, &sin->sin_addr) == 1) {
+        sin->sin_family = AF_INET;
+        sin->sin_port = htons((uint16_t)port);
+        *len = sizeof(*sin);
+        return FD_OK;
+    }
+    if (inet_pton(AF_INET6, host, &sin6->sin6_addr) == 1) {
+        sin6->sin6_family = AF_INET6;
+        sin6->sin6_port = htons((uint16_t)port);
+        *len = sizeof(*sin6);
+        return FD_OK;
+    }
+    if (strcmp(host, "localhost") == 0) {
+        sin->sin_family = AF_INET;
+        sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        sin->sin_port = htons((uint16_t)port);
+        *len = sizeof(*sin);
+        return FD_OK;
+    }
+    return FD_ERROR;
+}
+
+static int server_listen(load_t *ld, fd_http_server_t *srv)
+{
+    fd_conf_t *cf = ld->cf;
+    unsigned i;
+
+    if (srv->listen.n == 0) {
+        static char *def[] = {"0.0.0.0:8080"};
+        srv->listen.items = def;
+        srv->listen.n = 1;
+    }
+    for (i = 0; i < srv->listen.n; i++) {
+        char addr[300], opt[64] = "";
+        struct sockaddr_storage ss;
+        socklen_t len;
+        fd_listening_t *ls;
+        fd_http_server_t **servers;
+
+        if (sscanf(srv->listen.items[i], "%299s %63s", addr, opt) < 1 ||
+            parse_addr(addr, &ss, &len) != FD_OK)
+            return fd_conf_error(cf, "bad listen address \"%s\" (expected "
+                                 "ADDR:PORT, [IPv6]:PORT or PORT)",
+                                 srv->listen.items[i]);
+        if (opt[0] && strcmp(opt, "default") != 0)
+            return fd_conf_error(cf, "unknown listen option \"%s\"", opt);
+        for (ls = ld->cycle->listening; ls; ls = ls->next)
+            if (ls->addrlen == len && memcmp(&ls->addr, &ss, len) == 0)
+                break;
+        if (ls == NULL) {
+            ls = fd_pcalloc(cf->pool, sizeof(*ls));
+            ls->addr = ss;
+            ls->addrlen = len;
+            ls->text = fd_pstrdup(cf->pool, addr, strlen(addr));
+            ls->ev.fd = -1;
+            ls->next = ld->cycle->listening;
+            ld->cycle->listening = ls;
+        }
+        servers = fd_palloc(cf->pool, (ls->nservers + 1) * sizeof(*servers));
+        if (ls->nservers)
+            memcpy(servers, ls->servers, ls->nservers * sizeof(*servers));
+        if (opt[0]) { /* default server goes first */
+            memmove(servers + 1, servers, ls->nservers * sizeof(*servers));
+            servers[0] = srv;
+        } else {
+            servers[ls->nservers] = srv;
+        }
+        ls->servers = servers;
+        ls->nservers++;
+    }
+    return FD_OK;
+}
+
+/* --- error pages (read once per load) --- */
+
+static int server_error_pages(load_t *ld, fd_http_server_t *srv,
+                              fd_conf_entry_t *e)
+{
+    fd_conf_t *cf = ld->cf;
+    char *v = fd_pstrdup(cf->pool, e->value, strlen(e->value));
+    char *tok, *save, *uri = NULL, *path;
+    int codes[32], ncodes = 0, i;
+    FILE *fp;
+    long sz;
+    char *body;
+
+    for (tok = strtok_r(v, " \t", &save); tok; tok = strtok_r(NULL, " \t",
+                                                              &save)) {
+        if (*tok == '/') {
+            uri = tok;
+            break;
+        }
+        codes[ncodes] = atoi(tok);
+        if (codes[ncodes] < 300 || codes[ncodes] > 599 || ncodes == 31)
+            return fd_conf_error(cf, "error_page: bad status \"%s\"", tok);
+        ncodes++;
+    }
+    if (uri == NULL || ncodes == 0)
+        return fd_conf_error(cf, "error_page needs CODE... /file.html");
+    path = fd_pnalloc(cf->pool, srv->root_loc->root_len + strlen(uri) + 1);
+    sprintf(path, "%s%s", srv->root_loc->root, uri);
+    fp = fopen(path, "r");
+    if (fp == NULL)
+        return fd_conf_error(cf, "error_page \"%s\": %s", path,
+                             strerror(errno));
+    fseek(fp, 0, SEEK_END);
+    sz = ftell(fp);
+    rewind(fp);
+    if (sz < 0 || sz > 1024 * 1024) {
+        fclose(fp);
+        return fd_conf_error(cf, "error_page \"%s\": too large", path);
+    }
+    body = fd_pnalloc(cf->pool, (size_t)sz + 1);
+    sz = (long)fread(body, 1, (size_t)sz, fp);
+    fclose(fp);
+    for (i = 0; i < ncodes; i++) {
+        fd_error_page_t *ep = fd_palloc(cf->pool, sizeof(*ep));
+        ep->status = codes[i];
+        ep->body = body;
+        ep->len = (size_t)sz;
+        ep->next = srv->error_pages;
+        srv->error_pages = ep;
+    }
+    return FD_OK;
+}
+
+/* --- the load --- */
+
+static unsigned section_end(load_t *ld, unsigned i)
+{
+    unsigned seq = ld->e[i].section_seq, j = i;
+
+    while (j < ld->n && ld->e[j].section_seq == seq)
+        j++;
+    return j;
+}
+
+static int apply_profile(load_t *ld, const char *profile)
+{
+    fd_conf_t *cf = ld->cf;
+    unsigned i, j, found = 0, n = ld->n;
+    const char *name;
+
+    for (i = 0; i < n; i++) {
+        fd_conf_entry_t pe = ld->e[i];
+        char *dot, target[512];
+        int k = -1;
+
+        if (!is_named(pe.section, "profile", &name) || strcmp(name, profile))
+            continue;
+        found = 1;
+        at(ld, &pe);
+        dot = strrchr(pe.key, '.');
+        if (dot == NULL || dot == pe.key)
+            return fd_conf_error(cf, "profile key \"%s\" must be "
+                                 "section.key (like events.accept)", pe.key);
+        snprintf(target, sizeof(target), "%.*s", (int)(dot - pe.key),
+                 pe.key);
+        /* "queue.api" names [queue api] */
+        for (char *p = target; *p; p++)
+            if (*p == '.')
+                *p = ' ';
+        if (strcmp(target, "server") == 0 ||
+            strncmp(target, "location", 8) == 0 ||
+            strncmp(target, "profile", 7) == 0)
+            return fd_conf_error(cf, "a profile cannot override [%s] keys",
+                                 target);
+        for (j = 0; j < ld->n; j++)
+            if (strcmp(ld->e[j].section, target) == 0 &&
+                strcmp(ld->e[j].key, dot + 1) == 0)
+                k = (int)j;
+        if (k >= 0) {
+            ld->e[k].value = pe.value;
+            ld->e[k].file = pe.file;
+            ld->e[k].line = pe.line;
+            continue;
+        }
+        /* a new key: append to the section's instance, or a new one */
+        {
+            unsigned seq = 0;
+            fd_conf_entry_t *ne;
+            for (j = 0; j < ld->n; j++)
+                if (strcmp(ld->e[j].section, target) == 0)
+                    seq = ld->e[j].section_seq;
+            ne = realloc(ld->e, (ld->n + 1) * sizeof(*ne));
+            if (ne == NULL)
+                return fd_conf_error(cf, "out of memory");
+            ld->e = ne;
+            if (seq == 0) {
+                seq = 1000000 + ld->n;
+                j = ld->n;
+            } else {
+                /* insert after the last entry of that section instance */
+                for (j = ld->n; j > 0 && ld->e[j - 1].section_seq != seq; j--)
+                    ;
+                memmove(&ld->e[j + 1], &ld->e[j],
+                        (ld->n - j) * sizeof(*ne));
+                if (j <= i)
+                    i++;
+                n++;
+            }
+            ld->e[j] = pe;
+            ld->e[j].section = fd_pstrdup(cf->pool, target, strlen(target));
+            ld->e[j].key = dot + 1;
+            ld->e[j].section_seq = seq;
+            ld->n++;
+        }
+    }
+    if (!found) {
+        cf->file = ld->cycle->conf_file;
+        cf->line = 0;
+        for (i = 0; i < ld->n; i++)
+            if (strcmp(ld->e[i].section, "main") == 0 &&
+                strcmp(ld->e[i].key, "profile") == 0) {
+                at(ld, &ld->e[i]);
+                break;
+            }
+        if (cf->line == 0)
+            cf->file = NULL;
+        return fd_conf_error(cf, "profile \"%s\" not found (no [profile %s] "
+                             "section)", profile, profile);
+    }
+    return FD_OK;
+}
+
+static int apply_module_section(load_t *ld, unsigned from, unsigned to,
+                                const fd_module_t *m, const char *name)
+{
+    fd_conf_t *cf = ld->cf;
+    fd_conf_section_t *s;
+
+    for (s = ld->cycle->sections; s; s = s->next)
+        if (s->module == m && strcmp(s->name, name) == 0) {
+            at(ld, &ld->e[from]);
+            return fd_conf_error(cf, "duplicate [%s %s] (first at %s:%d)",
+                                 m->section, name, s->file, s->line);
+        }
+    s = fd_pcalloc(cf->pool, sizeof(*s));
+    s->module = m;
+    s->name = fd_pstrdup(cf->pool, name, strlen(name));
+    s->conf = fd_pcalloc(cf->pool, m->section_size ? m->section_size : 1);
+    s->file = ld->e[from].file;
+    s->line = ld->e[from].line;
+    if (fd_conf_defaults(cf, m->section_directives, s->conf) != FD_OK)
+        return FD_ERROR;
+    if (apply_simple(ld, from, to, m->section_directives, s->conf) != FD_OK)
+        return FD_ERROR;
+    at(ld, &ld->e[from]);
+    if (m->init_section && m->init_section(cf, s->name, s->conf) != FD_OK)
+        return FD_ERROR;
+    s->next = ld->cycle->sections;
+    ld->cycle->sections = s;
+    return FD_OK;
+}
+
+/* Pass 1: every section except [server] and [location]. */
+static int apply_globals(load_t *ld)
+{
+    fd_conf_t *cf = ld->cf;
+    fd_cycle_t *cy = ld->cycle;
+    unsigned i, j, k;
+    const char *name;
+    static const char *singletons[] = {"main", "events", "http", "offload"};
+    unsigned seen[4] = {0, 0, 0, 0};
+
+    for (i = 0; i < ld->n; i = j) {
+        fd_conf_entry_t *e = &ld->e[i];
+        j = section_end(ld, i);
+        at(ld, e);
+        for (k = 0; k < 4; k++) {
+            if (strcmp(e->section, singletons[k]) != 0)
+                continue;
+            if (seen[k] && seen[k] != e->section_seq) {
+                /* a second [http] continues the first, as in nginx */
+            }
+            seen[k] = e->section_seq;
+            break;
+        }
+        if (k == 0 && apply_simple(ld, i, j, main_directives, &cy->main))
+            return FD_ERROR;
+        if (k == 1 && apply_simple(ld, i, j, events_directives, &cy->events))
+            return FD_ERROR;
+        if (k == 3 &&
+            apply_simple(ld, i, j, offload_directives, &cy->offload))
+            return FD_ERROR;
+        if (k == 2) {
+            for (; i < j; i++) {
+                unsigned mod;
+                const fd_directive_t *d;
+                e = &ld->e[i];
+                at(ld, e);
+                d = fd_conf_find(http_directives, e->key);
+                if (d) {
+                    if (fd_conf_set(cf, d, &cy->http, e->value) != FD_OK)
+                        return FD_ERROR;
+                    continue;
+                }
+                if (find_loc_key(e->key, &mod) == NULL)
+                    return fd_conf_error(cf, "unknown key \"%s\" in [http]",
+                                         e->key);
+                {
+                    char **items = fd_palloc(cf->pool, (ld->http_loc.n + 1) *
+                                                           sizeof(char *));
+                    if (ld->http_loc.n)
+                        memcpy(items, ld->http_loc.items,
+                               ld->http_loc.n * sizeof(char *));
+                    items[ld->http_loc.n++] = (char *)(uintptr_t)i;
+                    ld->http_loc.items = items;
+                }
+            }
+        }
+        if (k < 4)
+            continue;
+        if (strcmp(e->section, "server") == 0 ||
+            is_named(e->section, "location", &name) ||
+            is_named(e->section, "profile", &name))
+            continue;
+        for (k = 0; k < fd_nmodules; k++) {
+            const fd_module_t *m = fd_modules[k];
+            if (m->section && is_named(e->section, m->section, &name)) {
+                if (apply_module_section(ld, i, j, m, name) != FD_OK)
+                    return FD_ERROR;
+                break;
+            }
+            if (m->section && strcmp(e->section, m->section) == 0)
+                return fd_conf_error(cf, "[%s] needs a name: [%s NAME]",
+                                     m->section, m->section);
+        }
+        if (k == fd_nmodules)
+            return fd_conf_error(cf, "unknown section [%s]", e->section);
+    }
+    return FD_OK;
+}
+
+/* Pass 2: servers and their locations, in file order. */
+static int apply_servers(load_t *ld)
+{
+    fd_conf_t *cf = ld->cf;
+    fd_cycle_t *cy = ld->cycle;
+    fd_http_server_t *srv = NULL, **last = &cy->servers;
+    unsigned i, j, k, srv_from = 0, srv_to = 0;
+    const char *name;
+
+    for (i = 0; i < ld->n; i = j) {
+        fd_conf_entry_t *e = &ld->e[i];
+        j = section_end(ld, i);
+        at(ld, e);
+        if (strcmp(e->section, "server") == 0) {
+            srv = fd_pcalloc(cf->pool, sizeof(*srv));
+            srv->seq = e->section_seq;
+            *last = srv;
+            last = &srv->next;
+            srv_from = i;
+            srv_to = j;
+            srv->root_loc = loc_create(ld, srv, "server");
+            if (srv->root_loc == NULL)
+                return FD_ERROR;
+            srv->root_loc->kind = FD_LOC_PREFIX;
+            srv->root_loc->match = fd_string("/");
+            for (k = i; k < j; k++) {
+                fd_conf_entry_t *se = &ld->e[k];
+                const fd_directive_t *d;
+                int rc;
+                at(ld, se);
+                if (strcmp(se->key, "error_page") == 0)
+                    continue; /* after root is known */
+                d = fd_conf_find(fd_http_server_directives, se->key);
+                if (d) {
+                    if (fd_conf_set(cf, d, srv, se->value) != FD_OK)
+                        return FD_ERROR;
+                    continue;
+                }
+                rc = apply_loc_entry(ld, srv->root_loc, se);
+                if (rc == FD_DECLINED)
+                    return fd_conf_error(cf, "unknown key \"%s\" in "
+                                         "[server]", se->key);
+                if (rc != FD_OK)
+                    return FD_ERROR;
+            }
+            for (k = i; k < j; k++)
+                if (strcmp(ld->e[k].key, "error_page") == 0) {
+                    at(ld, &ld->e[k]);
+                    if (server_error_pages(ld, srv, &ld->e[k]) != FD_OK)
+                        return FD_ERROR;
+                }
+            at(ld, e);
+            if (server_listen(ld, srv) != FD_OK)
+                return FD_ERROR;
+            continue;
+        }
+        if (!is_named(e->section, "location", &name))
+            continue;
+        if (srv == NULL)
+            return fd_conf_error(cf, "[%s] before any [server]", e->section);
+        {
+            fd_http_loc_t *loc = loc_create(ld, srv, e->section);
+            char tmp[64];
+            if (loc == NULL)
+                return FD_ERROR;
+            /* the server's location keys are this location's defaults */
+            for (k = srv_from; k < srv_to; k++)
+                if (fd_conf_find(fd_http_server_directives,
+                                 ld->e[k].key) == NULL &&
+                    apply_loc_entry(ld, loc, &ld->e[k]) != FD_OK)
+                    return FD_ERROR;
+            at(ld, e);
+            if (loc_match_parse(ld, loc, name) != FD_OK)
+                return FD_ERROR;
+            for (k = i; k < j; k++) {
+                int rc;
+                unsigned m;
+                fd_conf_entry_t *le = &ld->e[k];
+                const fd_directive_t *d = find_loc_key(le->key, &m);
+                if (d && d->type != FD_CONF_LIST) {
+                    unsigned q;
+                    for (q = i; q < k; q++)
+                        if (strcmp(ld->e[q].key, le->key) == 0) {
+                            at(ld, le);
+                            snprintf(tmp, sizeof(tmp), "%d", ld->e[q].line);
+                            return fd_conf_error(cf, "duplicate key \"%s\" "
+                                                 "(first at line %s)",
+                                                 le->key, tmp);
+                        }
+                }
+                rc = apply_loc_entry(ld, loc, le);
+                if (rc == FD_DECLINED)
+                    return fd_conf_error(cf, "unknown key \"%s\" in [%s]",
+                                         le->key, le->section);
+                if (rc != FD_OK)
+                    return FD_ERROR;
+            }
+            at(ld, e);
+            if (loc_finish(ld, loc) != FD_OK)
+                return FD_ERROR;
+            loc_link(srv, loc);
+        }
+    }
+    for (srv = cy->servers; srv; srv = srv->next) {
+        cf->file = NULL;
+        if (loc_finish(ld, srv->root_loc) != FD_OK)
+            return FD_ERROR;
+    }
+    return FD_OK;
+}
+
+static char *make_prefix(fd_pool_t *pool, const char *file)
+{
+    char real[PATH_MAX], *d;
+
+    if (realpath(file, real) == NULL)
+        return NULL;
+    d = dirname(real);      /* .../conf */
+    d = dirname(d);         /* ... */
+    return fd_pstrdup(pool, d, strlen(d));
+}
+
+fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
+                          size_t errlen)
+{
+    fd_pool_t *pool = fd_pool_create(16384);
+    fd_cycle_t *cy;
+    fd_conf_t cf = {0};
+    load_t ld = {0};
+    unsigned i;
+
+    if (pool == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    cy = fd_pcalloc(pool, sizeof(*cy));
+    cy->pool = pool;
+    cy->conf_file = fd_pstrdup(pool, file, strlen(file));
+    cf.pool = pool;
+    cf.cycle = cy;
+    cf.prefix = make_prefix(pool, file);
+    ld.cf = &cf;
+    ld.cycle = cy;
+
+    if (fd_conf_read(&cf, cy->conf_file, &ld.e, &ld.n) != FD_OK)
+        goto failed;
+    if (fd_conf_defaults(&cf, main_directives, &cy->main) != FD_OK ||
+        fd_conf_defaults(&cf, events_directives, &cy->events) != FD_OK ||
+        fd_conf_defaults(&cf, http_directives, &cy->http) != FD_OK ||
+        fd_conf_defaults(&cf, offload_directives, &cy->offload) != FD_OK)
+        goto failed;
+
+    /* the profile: -p wins over [main] profile = */
+    if (profile == NULL)
+        for (i = 0; i < ld.n; i++)
+            if (strcmp(ld.e[i].section, "main") == 0 &&
+                strcmp(ld.e[i].key, "profile") == 0)
+                profile = ld.e[i].value;
+    if (profile && *profile) {
+        if (apply_profile(&ld, profile) != FD_OK)
+            goto failed;
+        cy->profile = fd_pstrdup(pool, profile, strlen(profile));
+    }
+    if (apply_globals(&ld) != FD_OK || apply_servers(&ld) != FD_OK)
+        goto failed;
+
+    cf.file = NULL;
+    if (cy->servers == NULL) {
+        fd_conf_error(&cf, "%s: no [server] section", file);
+        goto failed;
+    }
+    if (cy->http.max_header_size < 256 ||
+        cy->http.max_header_size > 1024 * 1024) {
+        fd_conf_error(&cf, "max_header_size must be 256 .. 1m");
+        goto failed;
+    }
+    if (cy->events.max_connections < 1)
+        cy->events.max_connections = 1;
+    cy->nworkers = cy->main.workers ? cy->main.workers
+                                    : sysconf(_SC_NPROCESSORS_ONLN);
+    if (cy->nworkers < 1)
+        cy->nworkers = 1;
+    if (cy->offload.max_threads < cy->offload.threads)
+        cy->offload.max_threads = cy->offload.threads;
+    for (i = 0; i < fd_nmodules; i++) {
+        const fd_module_t *m = fd_modules[i];
+        if (m->init_cycle && m->init_cycle(&cf, cy) != FD_OK)
+            goto failed;
+    }
+    free(ld.e);
+    return cy;
+
+failed:
+    snprintf(err, errlen, "%s", cf.err);
+    free(ld.e);
+    fd_pool_destroy(pool);
+    return NULL;
+}
+
+void fd_cycle_free(fd_cycle_t *cycle)
+{
+    if (cycle)
+        fd_pool_destroy(cycle->pool);
+}
+
+void *fd_cycle_section(fd_cycle_t *cycle, const char *type, const char *name)
+{
+    fd_conf_section_t *s;
+
+    for (s = cycle->sections; s; s = s->next)
+        if (strcmp(s->module->section, type) == 0 &&
+            strcmp(s->name, name) == 0)
+            return s->conf;
+    return NULL;
+}
+
+const fd_module_t *fd_module_find(const char *name)
+{
+    unsigned i;
+
+    for (i = 0; i < fd_nmodules; i++)
+        if (strcmp(fd_modules[i]->name, name) == 0)
+            return fd_modules[i];
+    return NULL;
+}

@@ -1,0 +1,1443 @@
+/*
+ * The HTTP/1.1 engine: read -> parse -> route -> body -> handler -> filters
+ * -> write -> keep-alive or close.
+ *
+ * Pipelined requests are taken one after another from the read buffer and
+ * their responses appended to one output queue, which is written once per
+ * batch (writev/sendfile). An idle keep-alive connection gives its read
+ * buffer, output buffer and pool back (fd_http_release) and keeps only its
+ * fd_connection_t.
+ */
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "fd_core.h"
+#include "fd_connection.h"
+#include "fd_http.h"
+#include "fd_offload.h"
+
+#define OUT_HIGH_WATER (64 * 1024)   /* stop producing above it */
+#define OUT_COPY_MAX 4096            /* smaller bodies are copied */
+#define LINGER_MSEC 2000
+
+enum {
+    PH_HEADER = 0,    /* parsing the request header */
+    PH_BODY,          /* reading a buffered body */
+    PH_HANDLER,       /* the handler owns it (async or offloaded) */
+    PH_STREAM,        /* the handler pulls the body itself */
+    PH_RESPONSE       /* streaming the response (header sent) */
+};
+
+/* Output queue segment: bytes in obuf, a file range, or pool memory. */
+typedef struct seg_s {
+    struct seg_s *next;
+    int kind;
+    int fd;
+    size_t off;       /* obuf offset, or file position */
+    size_t len;
+    const char *mem;
+} seg_t;
+
+enum { SEG_OBUF, SEG_FILE, SEG_MEM };
+
+struct fd_http_conn_s {
+    fd_pool_t *pool;
+    char *rbuf;
+    size_t rpos;             /* start of unparsed input */
+    size_t rlast;            /* end of input */
+    fd_request_t *r;         /* the request in progress */
+    char *obuf;              /* output bytes */
+    size_t ocap, ohead, otail;
+    seg_t *segs, **segs_last, *seg_free;
+    size_t out_bytes;
+    fd_posted_t resume;
+    fd_connection_t *c;
+    fd_http_conn_t *next_free;
+};
+
+static fd_http_conn_t *hc_free;
+static unsigned hc_nfree;
+
+static void http_process(fd_connection_t *c);
+static int http_flush(fd_connection_t *c);
+static void http_after_io(fd_connection_t *c);
+static void request_finalize(fd_request_t *r, int rc);
+static void run_handler(fd_request_t *r);
+static void resume_handler(void *data);
+
+/* --- per-connection active state --- */
+
+static fd_http_conn_t *hc_get(fd_connection_t *c)
+{
+    fd_http_conn_t *h = hc_free;
+
+    if (h) {
+        hc_free = h->next_free;
+        hc_nfree--;
+    } else {
+        h = calloc(1, sizeof(*h));
+        if (h == NULL)
+            return NULL;
+        h->pool = fd_pool_create(4096);
+        if (h->pool == NULL) {
+            free(h);
+            return NULL;
+        }
+        h->resume.handler = resume_handler;
+    }
+    h->rbuf = fd_block_get(&fd_worker->rbufs);
+    if (h->rbuf == NULL) {
+        h->next_free = hc_free;
+        hc_free = h;
+        hc_nfree++;
+        return NULL;
+    }
+    h->rpos = h->rlast = 0;
+    h->r = NULL;
+    h->segs = NULL;
+    h->segs_last = &h->segs;
+    h->out_bytes = 0;
+    h->ohead = h->otail = 0;
+    h->c = c;
+    h->resume.data = h;
+    c->h = h;
+    return h;
+}
+
+void fd_http_release(fd_connection_t *c)
+{
+    fd_http_conn_t *h = c->h;
+    seg_t *s, *sn;
+
+    if (h == NULL)
+        return;
+    if (h->r && h->r->on_abort) {
+        void (*abort)(fd_request_t *) = h->r->on_abort;
+        h->r->on_abort = NULL;
+        abort(h->r);
+    }
+    fd_pool_reset(h->pool);
+    if (h->rbuf)
+        fd_block_put(&fd_worker->rbufs, h->rbuf);
+    if (h->obuf) {
+        if (h->ocap == fd_worker->wbufs.size)
+            fd_block_put(&fd_worker->wbufs, h->obuf);
+        else
+            free(h->obuf);
+    }
+    for (s = h->seg_free; s; s = sn) {
+        sn = s->next;
+        free(s);
+    }
+    for (s = h->segs; s; s = sn) {
+        sn = s->next;
+        free(s);
+    }
+    h->seg_free = NULL;
+    h->segs = NULL;
+    h->rbuf = NULL;
+    h->obuf = NULL;
+    h->ocap = 0;
+    h->r = NULL;
+    c->h = NULL;
+    if (hc_nfree < 1024) {
+        h->next_free = hc_free;
+        hc_free = h;
+        hc_nfree++;
+    } else {
+        fd_pool_destroy(h->pool);
+        free(h);
+    }
+}
+
+/* --- output queue --- */
+
+static seg_t *seg_new(fd_http_conn_t *h, int kind)
+{
+    seg_t *s = h->seg_free;
+
+    if (s)
+        h->seg_free = s->next;
+    else if ((s = malloc(sizeof(*s))) == NULL)
+        return NULL;
+    s->next = NULL;
+    s->kind = kind;
+    *h->segs_last = s;
+    h->segs_last = &s->next;
+    return s;
+}
+
+/* Room for n more bytes at the end of obuf; returns where to write. */
+static char *out_reserve(fd_http_conn_t *h, size_t n)
+{
+    if (h->obuf == NULL) {
+        h->ocap = fd_worker->wbufs.size;
+        h->obuf = fd_block_get(&fd_worker->wbufs);
+        if (h->obuf == NULL)
+            return NULL;
+        h->ohead = h->otail = 0;
+    }
+    if (h->otail + n <= h->ocap)
+        return h->obuf + h->otail;
+    if (h->ohead > 0) {
+        /* slide the unwritten bytes to the front; segments hold offsets */
+        seg_t *s;
+        memmove(h->obuf, h->obuf + h->ohead, h->otail - h->ohead);
+        for (s = h->segs; s; s = s->next)
+            if (s->kind == SEG_OBUF)
+                s->off -= h->ohead;
+        h->otail -= h->ohead;
+        h->ohead = 0;
+        if (h->otail + n <= h->ocap)
+            return h->obuf + h->otail;
+    }
+    {
+        size_t cap = h->ocap * 2;
+        char *nb;
+        while (cap < h->otail + n)
+            cap *= 2;
+        nb = malloc(cap);
+        if (nb == NULL)
+            return NULL;
+        memcpy(nb, h->obuf, h->otail);
+        if (h->ocap == fd_worker->wbufs.size)
+            fd_block_put(&fd_worker->wbufs, h->obuf);
+        else
+            free(h->obuf);
+        h->obuf = nb;
+        h->ocap = cap;
+    }
+    return h->obuf + h->otail;
+}
+
+static void out_commit(fd_http_conn_t *h, size_t n)
+{
+    seg_t *last = h->segs ? (seg_t *)((char *)h->segs_last -
+                                      offsetof(seg_t, next))
+                          : NULL;
+
+    if (n == 0)
+        return;
+    if (last && last->kind == SEG_OBUF && last->off + last->len == h->otail) {
+        last->len += n;
+    } else {
+        seg_t *s = seg_new(h, SEG_OBUF);
+        if (s == NULL)
+            return;
+        s->off = h->otail;
+        s->len = n;
+    }
+    h->otail += n;
+    h->out_bytes += n;
+}
+
+static int out_append(fd_http_conn_t *h, const void *data, size_t n)
+{
+    char *p = out_reserve(h, n);
+
+    if (p == NULL)
+        return FD_ERROR;
+    memcpy(p, data, n);
+    out_commit(h, n);
+    return FD_OK;
+}
+
+static int out_buf(fd_http_conn_t *h, fd_buf_t *b)
+{
+    seg_t *s;
+    size_t n = fd_buf_size(b);
+
+    if (n == 0)
+        return FD_OK;
+    if (b->file_fd < 0 && n <= OUT_COPY_MAX)
+        return out_append(h, b->pos, n);
+    s = seg_new(h, b->file_fd >= 0 ? SEG_FILE : SEG_MEM);
+    if (s == NULL)
+        return FD_ERROR;
+    s->len = n;
+    if (b->file_fd >= 0) {
+        s->fd = b->file_fd;
+        s->off = (size_t)b->file_pos;
+    } else {
+        s->mem = b->pos;
+    }
+    h->out_bytes += n;
+    return FD_OK;
+}
+
+static void seg_done(fd_http_conn_t *h)
+{
+    seg_t *s = h->segs;
+
+    h->segs = s->next;
+    if (h->segs == NULL) {
+        h->segs_last = &h->segs;
+        h->ohead = h->otail = 0;
+    }
+    s->next = h->seg_free;
+    h->seg_free = s;
+}
+
+/* Write what is queued: FD_OK when empty, FD_AGAIN, or FD_ERROR. */
+static int http_flush(fd_connection_t *c)
+{
+    fd_http_conn_t *h = c->h;
+
+    while (h->segs) {
+        seg_t *s = h->segs;
+        ssize_t n;
+
+        if (s->kind == SEG_FILE) {
+            off_t off = (off_t)s->off;
+            n = sendfile(c->ev.fd, s->fd, &off, fd_min(s->len, 1 << 20));
+            if (n == 0) {
+                fd_log_error(FD_LOG_ERR, 0, "file shrank while sent");
+                return FD_ERROR;
+            }
+        } else {
+            struct iovec iov[64];
+            int niov = 0;
+            seg_t *t;
+            for (t = s; t && t->kind != SEG_FILE && niov < 64; t = t->next) {
+                iov[niov].iov_base = (void *)(t->kind == SEG_OBUF
+                                                  ? h->obuf + t->off
+                                                  : t->mem);
+                iov[niov].iov_len = t->len;
+                niov++;
+            }
+            n = niov == 1 ? write(c->ev.fd, iov[0].iov_base, iov[0].iov_len)
+                          : writev(c->ev.fd, iov, niov);
+        }
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EINTR) {
+                c->writable = 0;
+                if (!c->epollout && !fd_worker->cycle->events.edge_triggered)
+                {
+                    fd_event_mod(&c->ev, EPOLLIN | EPOLLOUT | EPOLLRDHUP);
+                    c->epollout = 1;
+                }
+                fd_connection_set_timeout(c,
+                                          fd_worker->cycle->http.send_timeout);
+                return FD_AGAIN;
+            }
+            if (errno != EPIPE && errno != ECONNRESET)
+                fd_log_error(FD_LOG_INFO, errno, "write() failed");
+            return FD_ERROR;
+        }
+        fd_stats->bytes_out += (uint64_t)n;
+        h->out_bytes -= (size_t)n;
+        while (n > 0 && h->segs) {
+            s = h->segs;
+            if ((size_t)n < s->len) {
+                s->off += (size_t)n;
+                s->mem += s->kind == SEG_MEM ? n : 0;
+                s->len -= (size_t)n;
+                if (s->kind == SEG_OBUF)
+                    h->ohead = s->off;
+                break;
+            }
+            n -= (ssize_t)s->len;
+            if (s->kind == SEG_OBUF)
+                h->ohead = s->off + s->len;
+            seg_done(h);
+        }
+    }
+    if (c->epollout) {
+        fd_event_mod(&c->ev, EPOLLIN | EPOLLRDHUP);
+        c->epollout = 0;
+    }
+    return FD_OK;
+}
+
+/* --- response header --- */
+
+static const struct {
+    int code;
+    const char *line;
+} status_lines[] = {
+    {100, "100 Continue"}, {101, "101 Switching Protocols"},
+    {200, "200 OK"}, {201, "201 Created"}, {202, "202 Accepted"},
+    {204, "204 No Content"}, {206, "206 Partial Content"},
+    {301, "301 Moved Permanently"}, {302, "302 Found"},
+    {303, "303 See Other"}, {304, "304 Not Modified"},
+    {307, "307 Temporary Redirect"}, {308, "308 Permanent Redirect"},
+    {400, "400 Bad Request"}, {401, "401 Unauthorized"},
+    {403, "403 Forbidden"}, {404, "404 Not Found"},
+    {405, "405 Method Not Allowed"}, {406, "406 Not Acceptable"},
+    {408, "408 Request Timeout"}, {409, "409 Conflict"},
+    {410, "410 Gone"}, {411, "411 Length Required"},
+    {412, "412 Precondition Failed"}, {413, "413 Content Too Large"},
+    {414, "414 URI Too Long"}, {415, "415 Unsupported Media Type"},
+    {416, "416 Range Not Satisfiable"}, {417, "417 Expectation Failed"},
+    {421, "421 Misdirected Request"}, {426, "426 Upgrade Required"},
+    {429, "429 Too Many Requests"},
+    {431, "431 Request Header Fields Too Large"},
+    {500, "500 Internal Server Error"}, {501, "501 Not Implemented"},
+    {502, "502 Bad Gateway"}, {503, "503 Service Unavailable"},
+    {504, "504 Gateway Timeout"}, {505, "505 HTTP Version Not Supported"},
+};
+
+fd_str_t fd_http_status_line(int status)
+{
+    static char other[8];
+    unsigned i;
+
+    for (i = 0; i < fd_nelems(status_lines); i++)
+        if (status_lines[i].code == status)
+            return (fd_str_t){strlen(status_lines[i].line),
+                              status_lines[i].line};
+    snprintf(other, sizeof(other), "%03d ", status % 1000);
+    return (fd_str_t){4, other};
+}
+
+#define CPY(p, lit) (memcpy(p, lit, sizeof(lit) - 1), (p) + sizeof(lit) - 1)
+
+static int header_write(fd_request_t *r)
+{
+    fd_http_conn_t *h = r->c->h;
+    fd_http_conf_t *hc = &fd_worker->cycle->http;
+    fd_http_header_out_t *ho;
+    fd_str_t sl = fd_http_status_line(r->status);
+    size_t n = 128 + sl.len + strlen(hc->server_name) + r->content_type.len +
+               r->etag.len;
+    char *p, *start;
+    int no_body = r->status < 200 || r->status == 204 || r->status == 304;
+
+    for (ho = r->headers_out; ho; ho = ho->next)
+        n += ho->name.len + ho->value.len + 4;
+    start = p = out_reserve(h, n + 64);
+    if (p == NULL)
+        return FD_ERROR;
+    p = CPY(p, "HTTP/1.1 ");
+    memcpy(p, sl.data, sl.len);
+    p += sl.len;
+    *p++ = '\r';
+    *p++ = '\n';
+    if (hc->server_name[0]) {
+        p = CPY(p, "Server: ");
+        p = stpcpy(p, hc->server_name);
+        *p++ = '\r';
+        *p++ = '\n';
+    }
+    p = CPY(p, "Date: ");
+    memcpy(p, fd_http_date, sizeof(fd_http_date) - 1);
+    p += sizeof(fd_http_date) - 1;
+    *p++ = '\r';
+    *p++ = '\n';
+    if (r->content_type.len) {
+        p = CPY(p, "Content-Type: ");
+        memcpy(p, r->content_type.data, r->content_type.len);
+        p += r->content_type.len;
+        *p++ = '\r';
+        *p++ = '\n';
+    }
+    if (!no_body) {
+        if (r->content_length >= 0) {
+            p = CPY(p, "Content-Length: ");
+            p = fd_fmt_uint(p, (uint64_t)r->content_length);
+            *p++ = '\r';
+            *p++ = '\n';
+        } else if (r->chunked_out) {
+            p = CPY(p, "Transfer-Encoding: chunked\r\n");
+        }
+    }
+    if (r->last_modified >= 0) {
+        p = CPY(p, "Last-Modified: ");
+        p += fd_http_time(p, r->last_modified);
+        *p++ = '\r';
+        *p++ = '\n';
+    }
+    if (r->etag.len) {
+        p = CPY(p, "ETag: ");
+        memcpy(p, r->etag.data, r->etag.len);
+        p += r->etag.len;
+        *p++ = '\r';
+        *p++ = '\n';
+    }
+    for (ho = r->headers_out; ho; ho = ho->next) {
+        memcpy(p, ho->name.data, ho->name.len);
+        p += ho->name.len;
+        *p++ = ':';
+        *p++ = ' ';
+        memcpy(p, ho->value.data, ho->value.len);
+        p += ho->value.len;
+        *p++ = '\r';
+        *p++ = '\n';
+    }
+    if (r->status == 101) {
+        /* the module set Connection/Upgrade itself */
+    } else if (!r->keepalive) {
+        p = CPY(p, "Connection: close\r\n");
+    } else if (r->in.version == 10) {
+        p = CPY(p, "Connection: keep-alive\r\n");
+    }
+    *p++ = '\r';
+    *p++ = '\n';
+    out_commit(h, (size_t)(p - start));
+    r->header_sent = 1;
+    return FD_OK;
+}
+
+/* --- response API for handlers --- */
+
+int fd_http_header_add(fd_request_t *r, fd_str_t name, fd_str_t value)
+{
+    fd_http_header_out_t *ho = fd_palloc(r->pool, sizeof(*ho));
+
+    if (ho == NULL)
+        return FD_ERROR;
+    ho->name = name;
+    ho->value = value;
+    ho->next = NULL;
+    *r->headers_out_last = ho;
+    r->headers_out_last = &ho->next;
+    return FD_OK;
+}
+
+void fd_http_body_append(fd_request_t *r, fd_buf_t *b)
+{
+    b->next = NULL;
+    *r->out_last = b;
+    r->out_last = &b->next;
+}
+
+int fd_http_body_set(fd_request_t *r, const void *data, size_t len)
+{
+    fd_buf_t *b = fd_buf_wrap(r->pool, data, len);
+
+    if (b == NULL)
+        return FD_ERROR;
+    r->out = NULL;
+    r->out_last = &r->out;
+    fd_http_body_append(r, b);
+    r->content_length = (int64_t)len;
+    return FD_OK;
+}
+
+int fd_http_body_copy(fd_request_t *r, const void *data, size_t len)
+{
+    char *m = fd_pnalloc(r->pool, len ? len : 1);
+
+    if (m == NULL)
+        return FD_ERROR;
+    memcpy(m, data, len);
+    return fd_http_body_set(r, m, len);
+}
+
+void **fd_request_ctx(fd_request_t *r, const fd_module_t *m)
+{
+    if (r->mctx == NULL) {
+        r->mctx = fd_pcalloc(r->pool, fd_nmodules * sizeof(void *));
+        if (r->mctx == NULL)
+            return NULL;
+    }
+    return &r->mctx[m->index];
+}
+
+int fd_http_error_page(fd_request_t *r, int status)
+{
+    fd_error_page_t *ep;
+    fd_str_t sl = fd_http_status_line(status);
+    char *body;
+    int n;
+
+    r->status = status;
+    r->out = NULL;
+    r->out_last = &r->out;
+    r->headers_out = NULL;
+    r->headers_out_last = &r->headers_out;
+    r->last_modified = -1;
+    r->etag.len = 0;
+    r->content_type = fd_string("text/html");
+    if (status == 405)
+        fd_http_header_add(r, fd_string("Allow"),
+                           fd_string("GET, HEAD, POST, PUT, DELETE, OPTIONS,"
+                                     " PATCH"));
+    for (ep = r->server ? r->server->error_pages : NULL; ep; ep = ep->next)
+        if (ep->status == status)
+            return fd_http_body_set(r, ep->body, ep->len);
+    body = fd_pnalloc(r->pool, 256);
+    if (body == NULL)
+        return FD_ERROR;
+    n = snprintf(body, 256,
+                 "<html>\r\n<head><title>%.*s</title></head>\r\n<body>\r\n"
+                 "<center><h1>%.*s</h1></center>\r\n<hr><center>fastd"
+                 "</center>\r\n</body>\r\n</html>\r\n",
+                 (int)sl.len, sl.data, (int)sl.len, sl.data);
+    return fd_http_body_set(r, body, (size_t)n);
+}
+
+/* --- requests --- */
+
+static fd_request_t *request_new(fd_connection_t *c)
+{
+    fd_http_conn_t *h = c->h;
+    fd_request_t *r = fd_pcalloc(h->pool, sizeof(*r));
+
+    if (r == NULL)
+        return NULL;
+    r->c = c;
+    r->pool = h->pool;
+    r->start_msec = fd_current_msec;
+    r->content_length = -1;
+    r->last_modified = -1;
+    r->headers_out_last = &r->headers_out;
+    r->out_last = &r->out;
+    r->keepalive = 1;
+    fd_http_parse_init(&r->in, h->pool, fd_worker->cycle->http.max_header_size,
+                       (unsigned)fd_worker->cycle->http.max_headers);
+    r->in.version = 11;
+    return r;
+}
+
+/* Respond with an error page and close after it: framing is lost. */
+static void request_fail(fd_request_t *r, int status)
+{
+    r->keepalive = 0;
+    r->discard_body = 0;
+    request_finalize(r, status);
+}
+
+static fd_http_server_t *find_server(fd_request_t *r)
+{
+    fd_listening_t *ls = r->c->ls;
+    fd_str_t host = r->in.host;
+    unsigned i, j;
+
+    if (ls->nservers == 1 || host.len == 0)
+        return ls->servers[0];
+    /* strip the port; IPv6 literals keep their brackets */
+    for (i = host.len; i > 0; i--) {
+        if (host.data[i - 1] == ':') {
+            host.len = i - 1;
+            break;
+        }
+        if (host.data[i - 1] == ']' || host.data[i - 1] < '0' ||
+            host.data[i - 1] > '9')
+            break;
+    }
+    if (host.len && host.data[host.len - 1] == '.')
+        host.len--;
+    for (i = 0; i < ls->nservers; i++) {
+        fd_http_server_t *s = ls->servers[i];
+        for (j = 0; j < s->names.n; j++) {
+            const char *n = s->names.items[j];
+            size_t nl = strlen(n);
+            if (fd_str_caseeq(host, n, nl))
+                return s;
+            if (n[0] == '*' && n[1] == '.' && host.len > nl - 1 &&
+                strncasecmp(host.data + host.len - (nl - 1), n + 1,
+                            nl - 1) == 0)
+                return s;
+            if (nl > 2 && n[nl - 1] == '*' && n[nl - 2] == '.' &&
+                host.len > nl - 1 && strncasecmp(host.data, n, nl - 1) == 0)
+                return s;
+        }
+    }
+    return ls->servers[0];
+}
+
+fd_http_loc_t *fd_http_find_location(fd_request_t *r)
+{
+    fd_http_server_t *s = r->server;
+    fd_http_loc_t *loc;
+
+    for (loc = s->exact; loc; loc = loc->next)
+        if (r->path.len == loc->match.len &&
+            memcmp(r->path.data, loc->match.data, loc->match.len) == 0)
+            return loc;
+    /* longest prefix first; nginx checks regexes after the prefix match */
+    {
+        fd_http_loc_t *best = NULL;
+        for (loc = s->prefix; loc; loc = loc->next)
+            if (r->path.len >= loc->match.len &&
+                memcmp(r->path.data, loc->match.data, loc->match.len) == 0) {
+                best = loc;
+                break;
+            }
+        for (loc = s->regex; loc; loc = loc->next) {
+            pcre2_match_data *md =
+                pcre2_match_data_create_from_pattern(loc->regex, NULL);
+            int rc;
+            if (md == NULL)
+                continue;
+            rc = pcre2_match(loc->regex, (PCRE2_SPTR)r->path.data, r->path.len,
+                             0, 0, md, NULL);
+            if (rc > 0) {
+                PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+                r->ncaptures = rc;
+                r->captures = fd_palloc(r->pool, 2 * (size_t)rc *
+                                                     sizeof(size_t));
+                if (r->captures)
+                    for (int i = 0; i < 2 * rc; i++)
+                        r->captures[i] = ov[i];
+                pcre2_match_data_free(md);
+                return loc;
+            }
+            pcre2_match_data_free(md);
+        }
+        if (best)
+            return best;
+    }
+    return s->root_loc;
+}
+
+static int body_start(fd_request_t *r);
+
+/* Header parsed: decide keep-alive, normalise, route, then body/handler. */
+static void request_start(fd_request_t *r)
+{
+    fd_connection_t *c = r->c;
+    fd_http_conf_t *hc = &fd_worker->cycle->http;
+    char *path;
+    size_t plen;
+
+    fd_stats->requests++;
+    r->keepalive = r->in.version == 11 ? !r->in.conn_close
+                                       : r->in.conn_keepalive &&
+                                             !r->in.conn_close;
+    if (c->requests + 1 >= (uint32_t)hc->keepalive_requests ||
+        fd_worker->quitting)
+        r->keepalive = 0;
+    r->header_only = r->in.method_id == FD_HTTP_HEAD;
+    r->server = find_server(r);
+
+    if (r->in.method_id == FD_HTTP_TRACE || r->in.method_id == FD_HTTP_CONNECT)
+    {
+        request_fail(r, 405);
+        return;
+    }
+    if (r->in.path_raw.len == 1 && r->in.path_raw.data[0] == '*') {
+        /* OPTIONS * : the server's own capabilities */
+        r->status = 200;
+        fd_http_header_add(r, fd_string("Allow"),
+                           fd_string("GET, HEAD, POST, PUT, DELETE, OPTIONS,"
+                                     " PATCH"));
+        fd_http_body_set(r, "", 0);
+        if (r->in.content_length > 0 || r->in.chunked)
+            r->keepalive = 0;
+        request_finalize(r, FD_OK);
+        return;
+    }
+    path = fd_pnalloc(r->pool, r->in.path_raw.len + 2);
+    if (path == NULL ||
+        fd_http_normalize_path(r->in.path_raw, path, &plen) != FD_OK) {
+        request_fail(r, 400);
+        return;
+    }
+    r->path.data = path;
+    r->path.len = plen;
+    r->loc = fd_http_find_location(r);
+
+    if (r->in.content_length > 0 || r->in.chunked) {
+        if (r->in.content_length > (int64_t)r->loc->max_body_size) {
+            request_fail(r, 413);
+            return;
+        }
+        if (body_start(r) != FD_OK)
+            return;
+        if (r->phase == PH_BODY)
+            return; /* http_process() continues it */
+    }
+    run_handler(r);
+}
+
+/* --- request body --- */
+
+static void send_continue(fd_request_t *r)
+{
+    static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
+    if (r->in.expect_continue && r->in.version == 11 && !r->continue_sent) {
+        r->continue_sent = 1;
+        out_append(r->c->h, cont, sizeof(cont) - 1);
+        http_flush(r->c);
+    }
+}
+
+static int body_start(fd_request_t *r)
+{
+    fd_http_conn_t *h = r->c->h;
+
+    r->body_rest = r->in.chunked ? -1 : r->in.content_length;
+    if (r->loc->handler->flags & FD_MODULE_STREAM_BODY) {
+        r->phase = PH_STREAM;
+        if (h->rpos == h->rlast)
+            send_continue(r);
+        return FD_OK;
+    }
+    r->body_cap = r->in.chunked ? 4096 : (size_t)r->in.content_length;
+    r->body = fd_pnalloc(r->pool, r->body_cap ? r->body_cap : 1);
+    if (r->body == NULL) {
+        request_fail(r, 500);
+        return FD_ERROR;
+    }
+    r->phase = PH_BODY;
+    if (h->rpos == h->rlast)
+        send_continue(r);
+    return FD_OK;
+}
+
+/*
+ * Decode body bytes from the read buffer into dst (at most size): > 0
+ * bytes, 0 at the end, FD_AGAIN for more input, or an HTTP error status.
+ */
+static ssize_t body_decode(fd_request_t *r, char *dst, size_t size)
+{
+    fd_http_conn_t *h = r->c->h;
+    size_t got = 0;
+
+    if (!r->in.chunked) {
+        size_t n = fd_min((size_t)r->body_rest, h->rlast - h->rpos);
+        n = fd_min(n, size);
+        memcpy(dst, h->rbuf + h->rpos, n);
+        h->rpos += n;
+        r->body_rest -= (int64_t)n;
+        if (n)
+            return (ssize_t)n;
+        return r->body_rest == 0 ? 0 : FD_AGAIN;
+    }
+    while (got < size && r->body_rest != 0) {
+        const char *pos = h->rbuf + h->rpos, *data;
+        const char *last = h->rbuf + fd_min(h->rlast, h->rpos + size - got);
+        size_t len;
+        int rc;
+
+        /* never decode further into the buffer than dst can take: the
+         * chunk data slice must fit; framing bytes cost nothing */
+        last = h->rbuf + h->rlast;
+        rc = fd_http_parse_chunked(&r->ck, &pos, last, &data, &len);
+        if (rc == FD_OK && len > size - got) {
+            /* give back what does not fit */
+            size_t extra = len - (size - got);
+            r->ck.size += extra;
+            r->ck.state = 3; /* CK_DATA */
+            pos -= extra;
+            len = size - got;
+        }
+        h->rpos = (size_t)(pos - h->rbuf);
+        if (rc == FD_OK) {
+            memcpy(dst + got, data, len);
+            got += len;
+            continue;
+        }
+        if (rc == FD_DONE) {
+            r->body_rest = 0;
+            break;
+        }
+        if (rc == FD_AGAIN)
+            break;
+        return rc; /* 400 */
+    }
+    if (got)
+        return (ssize_t)got;
+    return r->body_rest == 0 ? 0 : FD_AGAIN;
+}
+
+/* Buffered body: FD_OK when complete, FD_AGAIN, or an error status. */
+static int body_read(fd_request_t *r)
+{
+    for (;;) {
+        ssize_t n;
+        if (r->body_len == r->body_cap) {
+            size_t cap;
+            char *nb;
+            if (!r->in.chunked) {
+                n = r->body_rest == 0 ? 0 : FD_AGAIN;
+                if (r->body_rest == 0)
+                    return FD_OK;
+            }
+            cap = r->body_cap * 2;
+            if (cap > r->loc->max_body_size)
+                cap = r->loc->max_body_size + 1;
+            if (r->body_len >= cap)
+                return 413;
+            nb = fd_pnalloc(r->pool, cap);
+            if (nb == NULL)
+                return 500;
+            memcpy(nb, r->body, r->body_len);
+            r->body = nb;
+            r->body_cap = cap;
+        }
+        n = body_decode(r, r->body + r->body_len, r->body_cap - r->body_len);
+        if (n == 0)
+            return FD_OK;
+        if (n == FD_AGAIN)
+            return FD_AGAIN;
+        if (n < 0)
+            return (int)n;
+        if (n >= 100 && 0)
+            return 0;
+        r->body_len += (size_t)n;
+        if (r->body_len > r->loc->max_body_size)
+            return 413;
+    }
+}
+
+ssize_t fd_http_body_pull(fd_request_t *r, char *buf, size_t size)
+{
+    ssize_t n;
+
+    if (r->body_rest == 0)
+        return 0;
+    n = body_decode(r, buf, size);
+    if (n >= 100 || n == 0 || n == FD_AGAIN) {
+        if (n == FD_AGAIN) {
+            /* reading may have stopped on a full buffer: resume it */
+            if (r->c->readable || fd_worker->cycle->events.edge_triggered == 0)
+                fd_event_post(&r->c->h->resume);
+            return FD_AGAIN;
+        }
+        if (n > 0)
+            return n;
+        return 0;
+    }
+    if (n > 0)
+        return n;
+    /* a framing error: the response is the handler's to give; the
+     * connection cannot be reused */
+    r->keepalive = 0;
+    return FD_ERROR;
+}
+
+/* --- handler --- */
+
+static void offload_work(fd_request_t *r)
+{
+    r->handler_rc = r->loc->handler->handler(r);
+}
+
+static void offload_done(fd_request_t *r)
+{
+    r->in_offload = 0;
+    if (r->handler_rc == FD_AGAIN)
+        return; /* the module finishes it with fd_request_finish() */
+    fd_request_finish(r, r->handler_rc);
+}
+
+static void run_handler(fd_request_t *r)
+{
+    const fd_module_t *m = r->loc->handler;
+    int rc;
+
+    r->phase = PH_HANDLER;
+    if (!fd_worker->cycle->http.inline_completions &&
+        (m->flags & FD_MODULE_THREAD_SAFE)) {
+        r->in_offload = 1;
+        r->async = 1;
+        if (fd_offload(r, offload_work, offload_done) == FD_OK)
+            return;
+        r->in_offload = 0;
+        r->async = 0;
+    }
+    rc = m->handler(r);
+    if (rc == FD_AGAIN) {
+        r->async = 1;
+        return;
+    }
+    request_finalize(r, rc);
+}
+
+static void access_count(fd_request_t *r)
+{
+    int cls = r->status / 100;
+
+    fd_stats->status[cls >= 1 && cls <= 5 ? cls : 0]++;
+}
+
+/* The response in r is complete (or rc is an error): queue it. */
+static void request_finalize(fd_request_t *r, int rc)
+{
+    fd_connection_t *c = r->c;
+    fd_http_conn_t *h = c->h;
+    fd_buf_t *b;
+    unsigned i;
+
+    if (rc == FD_DECLINED)
+        rc = 404;
+    else if (rc == FD_ERROR)
+        rc = 500;
+    if (rc >= 400 || (rc != FD_OK && rc != FD_DONE)) {
+        if (r->header_sent) {
+            /* too late for an error page: cut the connection */
+            c->closing = 1;
+            c->error = 1;
+            goto done;
+        }
+        fd_http_error_page(r, rc >= 100 ? rc : 500);
+    }
+    if (r->status == 0)
+        r->status = 200;
+    if (!r->header_sent) {
+        for (i = 0; i < fd_nmodules; i++)
+            if (fd_modules[i]->filter && fd_modules[i]->filter(r) != FD_OK) {
+                fd_http_error_page(r, 500);
+                break;
+            }
+        if (r->content_length < 0) {
+            int64_t len = 0;
+            for (b = r->out; b; b = b->next)
+                len += (int64_t)fd_buf_size(b);
+            r->content_length = len;
+        }
+        if (r->phase == PH_BODY || r->phase == PH_STREAM ||
+            (r->phase == PH_HEADER && (r->in.content_length > 0 ||
+                                       r->in.chunked)) ||
+            (r->phase == PH_HANDLER && r->body_rest != 0 &&
+             (r->in.content_length > 0 || r->in.chunked) && !r->body_len &&
+             r->body == NULL && r->body_rest != r->in.content_length))
+            r->keepalive = 0; /* an unread body: framing is lost */
+        if (r->phase == PH_STREAM && r->body_rest != 0)
+            r->keepalive = 0;
+        if (header_write(r) != FD_OK) {
+            c->closing = 1;
+            c->error = 1;
+            goto done;
+        }
+        if (!r->header_only && r->status >= 200 && r->status != 204 &&
+            r->status != 304)
+            for (b = r->out; b; b = b->next) {
+                r->bytes_sent += fd_buf_size(b);
+                out_buf(h, b);
+            }
+    }
+done:
+    access_count(r);
+    r->done = 1;
+    r->phase = PH_RESPONSE;
+    c->requests++;
+    if (!r->keepalive)
+        c->closing = 1;
+    if (h->r == r)
+        h->r = NULL;
+}
+
+void fd_request_finish(fd_request_t *r, int rc)
+{
+    fd_http_conn_t *h = r->c->h;
+
+    r->async = 0;
+    r->on_abort = NULL;
+    if (r->c->error && r->c->closing && h->r == r) {
+        /* the client went away while the module worked */
+        h->r = NULL;
+        fd_connection_close(r->c);
+        return;
+    }
+    if (!r->done)
+        request_finalize(r, rc);
+    fd_event_post(&h->resume);
+}
+
+static void resume_handler(void *data)
+{
+    fd_http_conn_t *h = data;
+    fd_connection_t *c = h->c;
+
+    if (c->h != h)
+        return;
+    fd_log_conn_id = c->id;
+    http_process(c);
+    if (c->h)
+        http_after_io(c);
+    fd_log_conn_id = 0;
+}
+
+/* --- streaming responses --- */
+
+int fd_http_send_header(fd_request_t *r)
+{
+    if (r->header_sent)
+        return FD_OK;
+    if (r->status == 0)
+        r->status = 200;
+    if (r->content_length < 0 && !r->header_only && r->status != 204 &&
+        r->status != 304 && r->status >= 200) {
+        if (r->in.version == 11)
+            r->chunked_out = 1;
+        else
+            r->keepalive = 0; /* close-delimited */
+    }
+    r->phase = r->phase == PH_STREAM ? PH_STREAM : PH_RESPONSE;
+    if (header_write(r) != FD_OK)
+        return FD_ERROR;
+    return http_flush(r->c) == FD_ERROR ? FD_ERROR : FD_OK;
+}
+
+int fd_http_output(fd_request_t *r, fd_buf_t *chain, int last)
+{
+    fd_connection_t *c = r->c;
+    fd_http_conn_t *h = c->h;
+    fd_buf_t *b;
+    int rc;
+
+    if (!r->header_sent && fd_http_send_header(r) != FD_OK)
+        return FD_ERROR;
+    if (!r->header_only)
+        for (b = chain; b; b = b->next) {
+            size_t n = fd_buf_size(b);
+            if (n == 0)
+                continue;
+            if (r->chunked_out) {
+                char hex[24];
+                int k = snprintf(hex, sizeof(hex), "%zx\r\n", n);
+                out_append(h, hex, (size_t)k);
+            }
+            if (b->file_fd >= 0)
+                out_buf(h, b);
+            else
+                out_append(h, b->pos, n); /* the caller reuses its buffer */
+            if (r->chunked_out)
+                out_append(h, "\r\n", 2);
+            r->bytes_sent += n;
+        }
+    if (last) {
+        if (r->chunked_out && !r->header_only)
+            out_append(h, "0\r\n\r\n", 5);
+        if (r->phase == PH_STREAM && r->body_rest != 0)
+            r->keepalive = 0;
+        r->on_drain = NULL;
+        r->on_abort = NULL;
+        r->async = 0;
+        access_count(r);
+        r->done = 1;
+        c->requests++;
+        if (!r->keepalive)
+            c->closing = 1;
+        if (h->r == r)
+            h->r = NULL;
+        fd_event_post(&h->resume);
+    }
+    rc = http_flush(c);
+    if (rc == FD_ERROR)
+        return FD_ERROR;
+    if (!last && h->out_bytes > OUT_HIGH_WATER)
+        return FD_AGAIN;
+    return FD_OK;
+}
+
+/* --- the connection state machine --- */
+
+void fd_http_init_connection(fd_connection_t *c)
+{
+    fd_connection_set_state(c, FD_CONN_READING);
+    fd_connection_set_timeout(c, fd_worker->cycle->http.header_timeout);
+    /* TCP_DEFER_ACCEPT: data is usually here already; try it now */
+    c->readable = 1;
+    fd_http_event(&c->ev, EPOLLIN);
+}
+
+/* Parse and run what the read buffer holds, in order. */
+static void http_process(fd_connection_t *c)
+{
+    fd_http_conn_t *h = c->h;
+
+    while (!c->closing && h->out_bytes <= OUT_HIGH_WATER) {
+        fd_request_t *r = h->r;
+        int rc;
+
+        if (r == NULL) {
+            if (h->rpos == h->rlast)
+                return;
+            r = h->r = request_new(c);
+            if (r == NULL) {
+                c->closing = 1;
+                c->error = 1;
+                return;
+            }
+            fd_connection_set_state(c, FD_CONN_READING);
+            fd_connection_set_timeout(c, fd_worker->cycle->http.header_timeout);
+        }
+        switch (r->phase) {
+        case PH_HEADER:
+            rc = fd_http_parse_request(&r->in, h->rbuf + h->rpos,
+                                       h->rlast - h->rpos);
+            if (rc == FD_AGAIN)
+                return;
+            if (rc != FD_OK) {
+                request_fail(r, rc);
+                return;
+            }
+            h->rpos += r->in.header_len;
+            fd_connection_set_state(c, FD_CONN_BUSY);
+            request_start(r);
+            continue;
+        case PH_BODY:
+            rc = body_read(r);
+            if (rc == FD_AGAIN) {
+                fd_connection_set_state(c, FD_CONN_READING);
+                fd_connection_set_timeout(c,
+                                          fd_worker->cycle->http.body_timeout);
+                return;
+            }
+            if (rc != FD_OK) {
+                request_fail(r, rc);
+                return;
+            }
+            fd_connection_set_state(c, FD_CONN_BUSY);
+            run_handler(r);
+            continue;
+        case PH_STREAM:
+            if (h->rpos < h->rlast && r->on_body)
+                r->on_body(r);
+            return;
+        default:
+            return; /* the handler owns the request */
+        }
+    }
+}
+
+static void http_read(fd_connection_t *c)
+{
+    fd_http_conn_t *h = c->h;
+    size_t size = fd_worker->rbufs.size;
+    int until_eagain = fd_worker->cycle->events.read_until_eagain;
+
+    for (;;) {
+        ssize_t n;
+        size_t space;
+
+        if (c->closing || c->h == NULL)
+            return;
+        h = c->h;
+        if (h->rpos == h->rlast && h->rpos) {
+            h->rpos = h->rlast = 0;
+        } else if (h->rlast == size && h->rpos > 0 &&
+                   (h->r == NULL || h->r->phase != PH_HEADER ||
+                    h->r->in.state == 0 || 1)) {
+            /* move the unparsed tail to the front */
+            memmove(h->rbuf, h->rbuf + h->rpos, h->rlast - h->rpos);
+            h->rlast -= h->rpos;
+            h->rpos = 0;
+            if (h->r && h->r->phase == PH_HEADER) {
+                /* slices pointed into the old place: parse again */
+                fd_http_parse_init(&h->r->in, h->pool,
+                                   fd_worker->cycle->http.max_header_size,
+                                   (unsigned)fd_worker->cycle->http
+                                       .max_headers);
+                h->r->in.version = 11;
+            }
+        }
+        space = size - h->rlast;
+        if (space == 0 || (h->r && h->r->phase >= PH_HANDLER &&
+                           h->r->phase != PH_STREAM) ||
+            h->out_bytes > OUT_HIGH_WATER) {
+            /* back-pressure: leave the rest in the socket */
+            c->readable = 1;
+            return;
+        }
+        n = recv(c->ev.fd, h->rbuf + h->rlast, space, 0);
+        if (n > 0) {
+            h->rlast += (size_t)n;
+            fd_stats->bytes_in += (uint64_t)n;
+            http_process(c);
+            if ((size_t)n < space && !until_eagain) {
+                /* a short read drained the socket (EPOLLET contract) */
+                c->readable = 0;
+                return;
+            }
+            continue;
+        }
+        if (n == 0) {
+            c->eof = 1;
+            c->readable = 0;
+            return;
+        }
+        if (errno == EAGAIN || errno == EINTR) {
+            c->readable = 0;
+            return;
+        }
+        if (errno != ECONNRESET)
+            fd_log_error(FD_LOG_INFO, errno, "recv() failed");
+        c->error = 1;
+        c->eof = 1;
+        c->readable = 0;
+        return;
+    }
+}
+
+static void linger_read(fd_connection_t *c)
+{
+    char buf[4096];
+
+    for (;;) {
+        ssize_t n = recv(c->ev.fd, buf, sizeof(buf), 0);
+        if (n > 0)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            return;
+        fd_connection_close(c);
+        return;
+    }
+}
+
+/*
+ * After reading/processing: write, then decide between waiting, going
+ * idle, lingering or closing.
+ */
+static void http_after_io(fd_connection_t *c)
+{
+    fd_http_conn_t *h = c->h;
+    int rc;
+
+    if (h->segs) {
+        rc = http_flush(c);
+        if (rc == FD_ERROR) {
+            fd_connection_close(c);
+            return;
+        }
+        if (rc == FD_AGAIN) {
+            fd_connection_set_state(c, FD_CONN_BUSY);
+            return;
+        }
+        if (h->r && h->r->on_drain && h->r->phase == PH_RESPONSE)
+            fd_event_post(&h->resume);
+    }
+    if (h->r && (h->r->phase == PH_HANDLER || h->r->phase == PH_RESPONSE ||
+                 h->r->phase == PH_STREAM)) {
+        if (c->eof && h->r->phase != PH_STREAM && !h->r->in_offload &&
+            h->r->on_abort == NULL && h->r->async) {
+            /* the peer left; the module will finish, then we close */
+            c->closing = 1;
+            c->error = 1;
+            return;
+        }
+        if (c->eof && h->r->on_abort) {
+            fd_connection_close(c);
+            return;
+        }
+        c->deadline = 0; /* the module's own timers rule */
+        fd_connection_set_state(c, FD_CONN_BUSY);
+        return;
+    }
+    if (c->closing) {
+        if (c->error || c->eof || h->rpos == h->rlast ||
+            h->r == NULL) {
+            if (!c->error && !c->eof) {
+                /* let the peer read the answer before the FIN/RST */
+                shutdown(c->ev.fd, SHUT_WR);
+                fd_http_release(c);
+                fd_connection_set_state(c, FD_CONN_LINGER);
+                fd_connection_set_timeout(c, LINGER_MSEC);
+                linger_read(c);
+                return;
+            }
+        }
+        fd_connection_close(c);
+        return;
+    }
+    if (h->r == NULL && h->rpos == h->rlast) {
+        if (c->eof) {
+            fd_connection_close(c);
+            return;
+        }
+        /* idle keep-alive: give everything back */
+        if (!c->nodelay) {
+            int one = 1;
+            setsockopt(c->ev.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+            c->nodelay = 1;
+        }
+        fd_http_release(c);
+        fd_connection_set_state(c, FD_CONN_IDLE);
+        fd_connection_set_timeout(c, fd_worker->cycle->http.keepalive_timeout);
+        return;
+    }
+    if (c->eof) {
+        /* a partial request and no more coming */
+        fd_connection_close(c);
+        return;
+    }
+    if (h->r == NULL)
+        return;
+    /* mid-request: reclaim pool memory of answered requests is not
+     * possible here; it is reset when the connection goes idle */
+}
+
+void fd_http_event(fd_event_t *ev, uint32_t events)
+{
+    fd_connection_t *c = (fd_connection_t *)ev;
+
+    fd_log_conn_id = c->id;
+    if (c->state == FD_CONN_LINGER) {
+        linger_read(c);
+        goto out;
+    }
+    if (events & (EPOLLERR)) {
+        c->error = 1;
+        c->eof = 1;
+    }
+    if (events & (EPOLLRDHUP | EPOLLHUP)) {
+        /* remembered: after a short read no further event would come */
+        c->eof = 1;
+    }
+    if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP))
+        c->readable = 1;
+    if (c->error && c->h && c->h->r && c->h->r->phase >= PH_HANDLER &&
+        c->h->r->on_abort == NULL && c->h->r->async) {
+        c->closing = 1;
+        goto out;
+    }
+    if (c->error) {
+        fd_connection_close(c);
+        goto out;
+    }
+    if (c->h == NULL) {
+        if (!(events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP)))
+            goto out;
+        if (hc_get(c) == NULL) {
+            fd_log_error(FD_LOG_ALERT, errno, "out of memory for connection");
+            fd_connection_close(c);
+            goto out;
+        }
+    }
+    if (events & EPOLLOUT)
+        c->writable = 1;
+    if (c->readable) {
+        int eof_before = c->eof;
+        c->eof = 0;
+        http_read(c);
+        if (c->h == NULL)
+            goto out;
+        c->eof |= eof_before;
+        if (c->eof)
+            http_process(c);
+    }
+    if (c->h)
+        http_after_io(c);
+    if (c->h && c->h->r && c->h->r->on_drain && c->h->out_bytes == 0 &&
+        c->h->r->phase == PH_RESPONSE) {
+        void (*drain)(fd_request_t *) = c->h->r->on_drain;
+        drain(c->h->r);
+    }
+out:
+    fd_log_conn_id = 0;
+}
+
+void fd_http_timeout(fd_connection_t *c)
+{
+    switch (c->state) {
+    case FD_CONN_READING:
+        if (c->h && c->h->r && c->h->rlast > 0) {
+            /* nginx logs it as 408 and closes; the client is told */
+            fd_log_error(FD_LOG_INFO, 0, "client timed out reading the "
+                         "request");
+            request_fail(c->h->r, 408);
+            c->error = 0;
+            http_after_io(c);
+            return;
+        }
+        break;
+    case FD_CONN_BUSY:
+        fd_log_error(FD_LOG_INFO, 0, "client timed out reading the response");
+        break;
+    default:
+        break;
+    }
+    fd_connection_close(c);
+}

@@ -1,0 +1,608 @@
+/*
+ * Strict HTTP/1.1 request parsing (RFC 9112). See fd_http_parse.h.
+ * Every rejection here closes the connection after the answer.
+ */
+#include "fd_core.h"
+#include "fd_http_parse.h"
+
+/* tchar = "!" / "#" / "$" / "%" / "&" / "'" / "*" / "+" / "-" / "." /
+ *         "^" / "_" / "`" / "|" / "~" / DIGIT / ALPHA */
+const uint8_t fd_http_tchar[256] = {
+    ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1,
+    ['*'] = 1, ['+'] = 1, ['-'] = 1, ['.'] = 1, ['^'] = 1, ['_'] = 1,
+    ['`'] = 1, ['|'] = 1, ['~'] = 1,
+    ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1,
+    ['6'] = 1, ['7'] = 1, ['8'] = 1, ['9'] = 1,
+    ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1,
+    ['G'] = 1, ['H'] = 1, ['I'] = 1, ['J'] = 1, ['K'] = 1, ['L'] = 1,
+    ['M'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1, ['Q'] = 1, ['R'] = 1,
+    ['S'] = 1, ['T'] = 1, ['U'] = 1, ['V'] = 1, ['W'] = 1, ['X'] = 1,
+    ['Y'] = 1, ['Z'] = 1,
+    ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1,
+    ['g'] = 1, ['h'] = 1, ['i'] = 1, ['j'] = 1, ['k'] = 1, ['l'] = 1,
+    ['m'] = 1, ['n'] = 1, ['o'] = 1, ['p'] = 1, ['q'] = 1, ['r'] = 1,
+    ['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1, ['w'] = 1, ['x'] = 1,
+    ['y'] = 1, ['z'] = 1,
+};
+
+/* TE parsing state kept in bits we do not expose */
+#define TE_CHUNKED_LAST 0x1
+#define TE_OTHER 0x2
+#define TE_CHUNKED_TWICE 0x4
+#define TE_CHUNKED_SEEN 0x8
+
+void fd_http_parse_init(fd_http_req_t *p, fd_pool_t *pool,
+                        size_t max_header_size, unsigned max_headers)
+{
+    memset(p, 0, sizeof(*p));
+    p->content_length = -1;
+    p->pool = pool;
+    p->max_header_size = max_header_size;
+    p->max_headers = max_headers;
+}
+
+static int parse_method(fd_http_req_t *p, const char *s, size_t n)
+{
+    size_t i;
+
+    if (n == 0 || n > 32)
+        return n > 32 ? 501 : 400;
+    for (i = 0; i < n; i++)
+        if (!fd_http_tchar[(uint8_t)s[i]])
+            return 400;
+    p->method.data = s;
+    p->method.len = n;
+    switch (n) {
+    case 3:
+        if (memcmp(s, "GET", 3) == 0)
+            p->method_id = FD_HTTP_GET;
+        else if (memcmp(s, "PUT", 3) == 0)
+            p->method_id = FD_HTTP_PUT;
+        break;
+    case 4:
+        if (memcmp(s, "HEAD", 4) == 0)
+            p->method_id = FD_HTTP_HEAD;
+        else if (memcmp(s, "POST", 4) == 0)
+            p->method_id = FD_HTTP_POST;
+        break;
+    case 5:
+        if (memcmp(s, "PATCH", 5) == 0)
+            p->method_id = FD_HTTP_PATCH;
+        else if (memcmp(s, "TRACE", 5) == 0)
+            p->method_id = FD_HTTP_TRACE;
+        break;
+    case 6:
+        if (memcmp(s, "DELETE", 6) == 0)
+            p->method_id = FD_HTTP_DELETE;
+        break;
+    case 7:
+        if (memcmp(s, "OPTIONS", 7) == 0)
+            p->method_id = FD_HTTP_OPTIONS;
+        else if (memcmp(s, "CONNECT", 7) == 0)
+            p->method_id = FD_HTTP_CONNECT;
+        break;
+    }
+    return FD_OK;
+}
+
+static int parse_target(fd_http_req_t *p, const char *s, size_t n)
+{
+    size_t i;
+    const char *q;
+
+    if (n == 0)
+        return 400;
+    for (i = 0; i < n; i++) {
+        uint8_t ch = (uint8_t)s[i];
+        if (ch <= 0x20 || ch == 0x7f || ch == '#')
+            return 400;
+    }
+    p->target.data = s;
+    p->target.len = n;
+    if (s[0] == '/') {
+        /* origin-form */
+    } else if (n == 1 && s[0] == '*') {
+        if (p->method_id != FD_HTTP_OPTIONS)
+            return 400;
+    } else if (n > 7 && (strncasecmp(s, "http://", 7) == 0 ||
+                         (n > 8 && strncasecmp(s, "https://", 8) == 0))) {
+        /* absolute-form: the authority replaces Host */
+        const char *h = s + (s[4] == ':' ? 7 : 8), *e = s + n, *slash;
+        slash = memchr(h, '/', (size_t)(e - h));
+        if (slash == NULL)
+            slash = e;
+        if (slash == h || memchr(h, '@', (size_t)(slash - h)))
+            return 400;
+        p->host.data = h;
+        p->host.len = (size_t)(slash - h);
+        p->host_seen = 1;
+        p->host_from_target = 1;
+        s = slash == e ? "/" : slash;
+        n = slash == e ? 1 : (size_t)(e - slash);
+    } else if (p->method_id == FD_HTTP_CONNECT) {
+        /* authority-form: accepted by the parser, refused by the engine */
+    } else {
+        return 400;
+    }
+    q = memchr(s, '?', n);
+    p->path_raw.data = s;
+    p->path_raw.len = q ? (size_t)(q - s) : n;
+    if (q) {
+        p->query.data = q + 1;
+        p->query.len = n - p->path_raw.len - 1;
+    }
+    return FD_OK;
+}
+
+static int parse_request_line(fd_http_req_t *p, const char *s, size_t n)
+{
+    const char *sp1, *sp2, *v;
+    int rc;
+
+    sp1 = memchr(s, ' ', n);
+    if (sp1 == NULL)
+        return 400;
+    if ((rc = parse_method(p, s, (size_t)(sp1 - s))) != FD_OK)
+        return rc;
+    sp2 = memchr(sp1 + 1, ' ', n - (size_t)(sp1 + 1 - s));
+    if (sp2 == NULL)
+        return 400; /* HTTP/0.9 "GET /" has no version: refused */
+    if ((rc = parse_target(p, sp1 + 1, (size_t)(sp2 - sp1 - 1))) != FD_OK)
+        return rc;
+    v = sp2 + 1;
+    if ((size_t)(s + n - v) != 8 || memcmp(v, "HTTP/", 5) != 0 ||
+        v[5] < '0' || v[5] > '9' || v[6] != '.' || v[7] < '0' || v[7] > '9')
+        return 400;
+    if (v[5] != '1')
+        return v[5] == '0' ? 400 : 505;
+    p->version = 10 + (v[7] - '0');
+    if (p->version > 11)
+        p->version = 11; /* HTTP/1.x, x > 1: answer as 1.1 (RFC 9110) */
+    return FD_OK;
+}
+
+/* Walk a comma-separated list; calls fn for each trimmed element. */
+#define LIST_EACH(val, el, body)                                             \
+    do {                                                                     \
+        const char *_s = (val).data, *_e = _s + (val).len;                   \
+        while (_s < _e) {                                                    \
+            const char *_c = memchr(_s, ',', (size_t)(_e - _s));             \
+            const char *_x = _c ? _c : _e;                                   \
+            fd_str_t el;                                                     \
+            while (_s < _x && (*_s == ' ' || *_s == '\t'))                   \
+                _s++;                                                        \
+            el.data = _s;                                                    \
+            el.len = (size_t)(_x - _s);                                      \
+            while (el.len && (el.data[el.len - 1] == ' ' ||                  \
+                              el.data[el.len - 1] == '\t'))                  \
+                el.len--;                                                    \
+            body;                                                            \
+            _s = _x + 1;                                                     \
+        }                                                                    \
+    } while (0)
+
+static int index_header(fd_http_req_t *p, fd_str_t name, fd_str_t value)
+{
+    switch (name.len) {
+    case 4:
+        if (fd_str_caseeq_lit(name, "host")) {
+            if (++p->host_headers > 1)
+                return 400; /* two Host fields */
+            if (value.len == 0 && p->version == 11)
+                return 400;
+            if (!p->host_from_target) /* absolute-form authority wins */
+                p->host = value;
+            p->host_seen = 1;
+        }
+        break;
+    case 5:
+        if (fd_str_caseeq_lit(name, "range"))
+            p->range = value;
+        break;
+    case 6:
+        if (fd_str_caseeq_lit(name, "expect")) {
+            if (!fd_str_caseeq_lit(value, "100-continue"))
+                return 417;
+            p->expect = value;
+            p->expect_continue = 1;
+        }
+        break;
+    case 7:
+        if (fd_str_caseeq_lit(name, "upgrade"))
+            p->upgrade = value;
+        else if (fd_str_caseeq_lit(name, "referer"))
+            p->referer = value;
+        break;
+    case 10:
+        if (fd_str_caseeq_lit(name, "connection")) {
+            p->connection = value;
+            LIST_EACH(value, el, {
+                if (fd_str_caseeq_lit(el, "close"))
+                    p->conn_close = 1;
+                else if (fd_str_caseeq_lit(el, "keep-alive"))
+                    p->conn_keepalive = 1;
+                else if (fd_str_caseeq_lit(el, "upgrade"))
+                    p->conn_upgrade = 1;
+            });
+        } else if (fd_str_caseeq_lit(name, "user-agent")) {
+            p->user_agent = value;
+        }
+        break;
+    case 12:
+        if (fd_str_caseeq_lit(name, "content-type"))
+            p->content_type = value;
+        break;
+    case 13:
+        if (fd_str_caseeq_lit(name, "if-none-match"))
+            p->if_none_match = value;
+        break;
+    case 14:
+        if (fd_str_caseeq_lit(name, "content-length")) {
+            int64_t v = 0;
+            size_t i;
+            if (p->content_length >= 0 || value.len == 0 || value.len > 18)
+                return 400; /* duplicate, empty, or beyond 10^18 */
+            for (i = 0; i < value.len; i++) {
+                if (value.data[i] < '0' || value.data[i] > '9')
+                    return 400;
+                v = v * 10 + (value.data[i] - '0');
+            }
+            p->content_length = v;
+        }
+        break;
+    case 15:
+        if (fd_str_caseeq_lit(name, "accept-encoding"))
+            p->accept_encoding = value;
+        break;
+    case 17:
+        if (fd_str_caseeq_lit(name, "transfer-encoding")) {
+            unsigned te = p->te_flags;
+            p->te_seen = 1;
+            LIST_EACH(value, el, {
+                if (el.len == 0)
+                    return 400;
+                if (fd_str_caseeq_lit(el, "chunked")) {
+                    if (te & TE_CHUNKED_SEEN)
+                        te |= TE_CHUNKED_TWICE;
+                    te |= TE_CHUNKED_SEEN | TE_CHUNKED_LAST;
+                } else {
+                    for (size_t i = 0; i < el.len; i++)
+                        if (!fd_http_tchar[(uint8_t)el.data[i]] &&
+                            el.data[i] != ';' && el.data[i] != '=' &&
+                            el.data[i] != ' ')
+                            return 400;
+                    te = (te & ~TE_CHUNKED_LAST) | TE_OTHER;
+                }
+            });
+            p->te_flags = te;
+        } else if (fd_str_caseeq_lit(name, "if-modified-since")) {
+            p->if_modified_since = value;
+        }
+        break;
+    }
+    return FD_OK;
+}
+
+static int parse_header_line(fd_http_req_t *p, const char *s, size_t n)
+{
+    const char *colon, *v, *e;
+    size_t i;
+    fd_str_t name, value;
+    int rc;
+
+    if (s[0] == ' ' || s[0] == '\t')
+        return 400; /* obs-fold */
+    colon = memchr(s, ':', n);
+    if (colon == NULL || colon == s)
+        return 400;
+    for (i = 0; i < (size_t)(colon - s); i++)
+        if (!fd_http_tchar[(uint8_t)s[i]])
+            return 400; /* includes whitespace before the colon */
+    v = colon + 1;
+    e = s + n;
+    while (v < e && (*v == ' ' || *v == '\t'))
+        v++;
+    while (e > v && (e[-1] == ' ' || e[-1] == '\t'))
+        e--;
+    for (i = 0; i < (size_t)(e - v); i++) {
+        uint8_t ch = (uint8_t)v[i];
+        if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+            return 400; /* NUL, bare CR, other controls */
+    }
+    name.data = s;
+    name.len = (size_t)(colon - s);
+    value.data = v;
+    value.len = (size_t)(e - v);
+    if (p->nheaders == p->headers_cap) {
+        unsigned cap = p->headers_cap ? p->headers_cap * 2 : 16;
+        fd_http_header_t *h;
+        if (p->nheaders >= p->max_headers)
+            return 431;
+        h = fd_palloc(p->pool, cap * sizeof(*h));
+        if (h == NULL)
+            return 500;
+        if (p->nheaders)
+            memcpy(h, p->headers, p->nheaders * sizeof(*h));
+        p->headers = h;
+        p->headers_cap = cap;
+    }
+    if (p->nheaders >= p->max_headers)
+        return 431;
+    p->headers[p->nheaders].name = name;
+    p->headers[p->nheaders].value = value;
+    if ((rc = index_header(p, name, value)) != FD_OK)
+        return rc;
+    p->nheaders++;
+    return FD_OK;
+}
+
+static int headers_done(fd_http_req_t *p)
+{
+    if (p->version == 11 && !p->host_seen)
+        return 400;
+    if (p->te_seen) {
+        unsigned te = p->te_flags;
+        if (p->version == 10 || p->content_length >= 0)
+            return 400;
+        if (te & TE_CHUNKED_TWICE)
+            return 400;
+        if (!(te & TE_CHUNKED_LAST))
+            return (te & TE_CHUNKED_SEEN) ? 400 : 501;
+        if (te & TE_OTHER)
+            return 501; /* gzip, chunked: we do not decode codings */
+        p->chunked = 1;
+    }
+    return FD_OK;
+}
+
+int fd_http_parse_request(fd_http_req_t *p, const char *start, size_t len)
+{
+    p->start = start;
+    for (;;) {
+        size_t from = fd_max(p->line_start, p->scanned);
+        const char *lf = memchr(start + from, '\n', len - from);
+        const char *ls = start + p->line_start;
+        size_t n;
+        int rc;
+
+        if (lf == NULL) {
+            p->scanned = len;
+            if (len >= p->max_header_size)
+                return p->state == 0 ? 414 : 431;
+            return FD_AGAIN;
+        }
+        if ((size_t)(lf - start) + 1 > p->max_header_size)
+            return p->state == 0 ? 414 : 431;
+        n = (size_t)(lf - ls);
+        if (n == 0 || ls[n - 1] != '\r')
+            return 400; /* bare LF */
+        n--;
+        p->line_start = (size_t)(lf - start) + 1;
+        p->scanned = p->line_start;
+
+        if (p->state == 0) {
+            if (n == 0 && p->line_start <= 4)
+                continue; /* RFC 9112 2.2: ignore a leading empty line */
+            if (memchr(ls, '\r', n) || memchr(ls, '\0', n))
+                return 400;
+            if ((rc = parse_request_line(p, ls, n)) != FD_OK)
+                return rc;
+            p->state = 1;
+            continue;
+        }
+        if (n == 0) {
+            if ((rc = headers_done(p)) != FD_OK)
+                return rc;
+            p->state = 2;
+            p->header_len = p->line_start;
+            return FD_OK;
+        }
+        if ((rc = parse_header_line(p, ls, n)) != FD_OK)
+            return rc;
+    }
+}
+
+/* --- chunked --- */
+
+enum {
+    CK_SIZE = 0,
+    CK_EXT,
+    CK_SIZE_LF,
+    CK_DATA,
+    CK_DATA_CR,
+    CK_DATA_LF,
+    CK_TRAILER,
+    CK_TRAILER_LINE,
+    CK_TRAILER_LF,
+    CK_FINAL_LF,
+    CK_DONE
+};
+
+static int hexval(uint8_t c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c |= 0x20;
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+int fd_http_parse_chunked(fd_http_chunked_t *ck, const char **pos,
+                          const char *last, const char **data, size_t *len)
+{
+    const char *p = *pos;
+    int h;
+
+    *data = NULL;
+    *len = 0;
+    while (p < last) {
+        uint8_t c = (uint8_t)*p;
+        switch (ck->state) {
+        case CK_SIZE:
+            if ((h = hexval(c)) >= 0) {
+                if (ck->size_digits >= 15)
+                    return 400; /* over 2^60: overflow or absurd */
+                ck->size = ck->size * 16 + (uint64_t)h;
+                ck->size_digits++;
+                p++;
+                break;
+            }
+            if (ck->size_digits == 0)
+                return 400;
+            if (c == ';' || c == ' ' || c == '\t') {
+                ck->state = CK_EXT;
+                p++;
+                break;
+            }
+            if (c != '\r')
+                return 400;
+            ck->state = CK_SIZE_LF;
+            p++;
+            break;
+        case CK_EXT:
+            /* chunk extensions are read and ignored, with a bound */
+            if (c == '\r') {
+                ck->state = CK_SIZE_LF;
+            } else if ((c < 0x20 && c != '\t') || c == 0x7f ||
+                       ++ck->ext_len > 4096) {
+                return 400;
+            }
+            p++;
+            break;
+        case CK_SIZE_LF:
+            if (c != '\n')
+                return 400;
+            p++;
+            ck->ext_len = 0;
+            ck->size_digits = 0;
+            ck->state = ck->size ? CK_DATA : CK_TRAILER;
+            break;
+        case CK_DATA: {
+            size_t n = (size_t)fd_min((uint64_t)(last - p), ck->size);
+            *data = p;
+            *len = n;
+            p += n;
+            ck->size -= n;
+            if (ck->size == 0)
+                ck->state = CK_DATA_CR;
+            *pos = p;
+            return FD_OK;
+        }
+        case CK_DATA_CR:
+            if (c != '\r')
+                return 400;
+            ck->state = CK_DATA_LF;
+            p++;
+            break;
+        case CK_DATA_LF:
+            if (c != '\n')
+                return 400;
+            ck->state = CK_SIZE;
+            p++;
+            break;
+        case CK_TRAILER:
+            if (c == '\r') {
+                ck->state = CK_FINAL_LF;
+                p++;
+                break;
+            }
+            ck->state = CK_TRAILER_LINE;
+            /* fall through */
+        case CK_TRAILER_LINE:
+            if (c == '\r') {
+                ck->state = CK_TRAILER_LF;
+            } else if ((c < 0x20 && c != '\t') || c == 0x7f ||
+                       ++ck->trailer_len > 8192) {
+                return 400;
+            }
+            p++;
+            break;
+        case CK_TRAILER_LF:
+            if (c != '\n')
+                return 400;
+            ck->state = CK_TRAILER;
+            p++;
+            break;
+        case CK_FINAL_LF:
+            if (c != '\n')
+                return 400;
+            p++;
+            ck->state = CK_DONE;
+            *pos = p;
+            return FD_DONE;
+        case CK_DONE:
+            *pos = p;
+            return FD_DONE;
+        }
+    }
+    *pos = p;
+    return ck->state == CK_DONE ? FD_DONE : FD_AGAIN;
+}
+
+/* --- path --- */
+
+int fd_http_normalize_path(fd_str_t src, char *dst, size_t *dst_len)
+{
+    const char *s = src.data, *e = src.data + src.len;
+    char *d = dst;
+
+    if (src.len == 0 || s[0] != '/')
+        return FD_ERROR;
+    /* decode first, then resolve segments: an encoded "/" or "." cannot
+     * smuggle a ".." past the check */
+    while (s < e) {
+        char ch = *s++;
+        if (ch == '%') {
+            int hi, lo;
+            if (e - s < 2 || (hi = hexval((uint8_t)s[0])) < 0 ||
+                (lo = hexval((uint8_t)s[1])) < 0)
+                return FD_ERROR;
+            ch = (char)(hi * 16 + lo);
+            s += 2;
+        }
+        if (ch == '\0')
+            return FD_ERROR;
+        *d++ = ch;
+    }
+    *d = '\0';
+    {
+        /* in place: segments */
+        char *r = dst, *w = dst, *end = d;
+        while (r < end) {
+            char *seg, *next;
+            size_t n;
+            while (r < end && *r == '/')
+                r++;
+            seg = r;
+            next = memchr(r, '/', (size_t)(end - r));
+            if (next == NULL)
+                next = end;
+            n = (size_t)(next - seg);
+            r = next;
+            if (n == 0)
+                break;
+            if (n == 1 && seg[0] == '.')
+                continue;
+            if (n == 2 && seg[0] == '.' && seg[1] == '.') {
+                if (w == dst)
+                    return FD_ERROR; /* escapes the root */
+                while (w > dst && w[-1] != '/')
+                    w--;
+                if (w > dst)
+                    w--;
+                continue;
+            }
+            *w++ = '/';
+            memmove(w, seg, n);
+            w += n;
+        }
+        /* keep a trailing slash: it means "directory" */
+        if (w == dst || (end > dst && end[-1] == '/') ||
+            (end - dst >= 2 && end[-1] == '.' && end[-2] == '/'))
+            *w++ = '/';
+        *w = '\0';
+        *dst_len = (size_t)(w - dst);
+    }
+    return FD_OK;
+}

@@ -1,0 +1,89 @@
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <time.h>
+
+#include "fd_core.h"
+
+static fd_log_t stderr_log = {.fd = -1, .level = FD_LOG_NOTICE};
+fd_log_t *fd_log = &stderr_log;
+uint64_t fd_log_conn_id;
+
+static const char *levels[] = {"emerg", "alert", "crit", "error",
+                               "warn",  "notice", "info", "debug"};
+
+int fd_log_level_parse(const char *name)
+{
+    unsigned i;
+
+    for (i = 0; i < fd_nelems(levels); i++)
+        if (strcmp(name, levels[i]) == 0)
+            return (int)i;
+    if (strcmp(name, "err") == 0)
+        return FD_LOG_ERR;
+    return -1;
+}
+
+int fd_log_open(fd_log_t *log, const char *path, int level)
+{
+    int fd = -1;
+
+    if (path && strcmp(path, "stderr") != 0) {
+        fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd < 0)
+            return FD_ERROR;
+    }
+    if (log->fd >= 0)
+        close(log->fd);
+    log->fd = fd;
+    log->level = level;
+    log->path = path;
+    return FD_OK;
+}
+
+int fd_log_reopen(fd_log_t *log)
+{
+    int fd;
+
+    if (log->path == NULL || log->fd < 0)
+        return FD_OK;
+    fd = open(log->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return FD_ERROR;
+    dup2(fd, log->fd); /* keeps the number other code may hold */
+    close(fd);
+    return FD_OK;
+}
+
+void fd_log_write(fd_log_t *log, int level, int err, const char *fmt, ...)
+{
+    char buf[2048];
+    size_t n;
+    int m;
+    va_list ap;
+    time_t now = time(NULL);
+    struct tm tm;
+
+    localtime_r(&now, &tm);
+    n = strftime(buf, sizeof(buf), "%Y/%m/%d %H:%M:%S", &tm);
+    m = snprintf(buf + n, sizeof(buf) - n, " [%s] %d#%ld: ", levels[level],
+                 (int)getpid(), (long)syscall(SYS_gettid));
+    n += (size_t)m;
+    if (fd_log_conn_id) {
+        m = snprintf(buf + n, sizeof(buf) - n, "*%llu ",
+                     (unsigned long long)fd_log_conn_id);
+        n += (size_t)m;
+    }
+    va_start(ap, fmt);
+    m = vsnprintf(buf + n, sizeof(buf) - n, fmt, ap);
+    va_end(ap);
+    n = m < 0 ? n : fd_min(n + (size_t)m, sizeof(buf) - 64);
+    if (err) {
+        m = snprintf(buf + n, sizeof(buf) - n, " (%d: %s)", err,
+                     strerror(err));
+        n += (size_t)m;
+    }
+    buf[n++] = '\n';
+    if (write(log->fd >= 0 ? log->fd : STDERR_FILENO, buf, n) < 0) {
+        /* nowhere left to report it */
+    }
+}

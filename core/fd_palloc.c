@@ -1,0 +1,163 @@
+#include "fd_core.h"
+
+#define FD_POOL_ALIGN 16
+
+fd_pool_t *fd_pool_create(size_t block_size)
+{
+    fd_pool_t *p;
+    fd_pool_block_t *b;
+
+    if (block_size < 256)
+        block_size = 256;
+    p = malloc(sizeof(fd_pool_t) + sizeof(fd_pool_block_t) + block_size);
+    if (p == NULL)
+        return NULL;
+    b = (fd_pool_block_t *)(p + 1);
+    b->next = NULL;
+    b->pos = (char *)(b + 1);
+    b->end = b->pos + block_size;
+    p->first = p->current = b;
+    p->large = NULL;
+    p->cleanup = NULL;
+    p->block_size = block_size;
+    return p;
+}
+
+static void pool_free_extra(fd_pool_t *p)
+{
+    fd_pool_cleanup_t *c;
+    fd_pool_large_t *l, *ln;
+    fd_pool_block_t *b, *bn;
+
+    for (c = p->cleanup; c; c = c->next)
+        c->handler(c->data);
+    p->cleanup = NULL;
+    for (l = p->large; l; l = ln) {
+        ln = l->next;
+        free(l);
+    }
+    p->large = NULL;
+    for (b = p->first->next; b; b = bn) {
+        bn = b->next;
+        free(b);
+    }
+}
+
+void fd_pool_destroy(fd_pool_t *p)
+{
+    if (p == NULL)
+        return;
+    pool_free_extra(p);
+    free(p);
+}
+
+void fd_pool_clear(fd_pool_t *p)
+{
+    fd_pool_cleanup_t *c;
+    fd_pool_large_t *l, *ln;
+    fd_pool_block_t *b;
+
+    for (c = p->cleanup; c; c = c->next)
+        c->handler(c->data);
+    p->cleanup = NULL;
+    for (l = p->large; l; l = ln) {
+        ln = l->next;
+        free(l);
+    }
+    p->large = NULL;
+    for (b = p->first; b; b = b->next)
+        b->pos = (char *)(b + 1);
+    p->current = p->first;
+}
+
+void fd_pool_reset(fd_pool_t *p)
+{
+    pool_free_extra(p);
+    p->first->next = NULL;
+    p->first->pos = (char *)(p->first + 1);
+    p->current = p->first;
+}
+
+static void *pool_large(fd_pool_t *p, size_t size)
+{
+    fd_pool_large_t *l = malloc(fd_align(sizeof(*l), FD_POOL_ALIGN) + size);
+
+    if (l == NULL)
+        return NULL;
+    l->next = p->large;
+    p->large = l;
+    return (char *)l + fd_align(sizeof(*l), FD_POOL_ALIGN);
+}
+
+static void *pool_alloc(fd_pool_t *p, size_t size, size_t align)
+{
+    fd_pool_block_t *b, *tail = p->current;
+    char *m;
+
+    if (size > p->block_size / 2)
+        return pool_large(p, size);
+    for (b = p->current; b; b = b->next) {
+        m = (char *)fd_align((uintptr_t)b->pos, align);
+        if (m + size <= b->end) {
+            b->pos = m + size;
+            p->current = b; /* earlier blocks count as full */
+            return m;
+        }
+        tail = b;
+    }
+    b = malloc(sizeof(fd_pool_block_t) + p->block_size);
+    if (b == NULL)
+        return NULL;
+    b->pos = (char *)(b + 1);
+    b->end = b->pos + p->block_size;
+    b->next = NULL;
+    tail->next = b;
+    p->current = b;
+    m = (char *)fd_align((uintptr_t)b->pos, align);
+    b->pos = m + size;
+    return m;
+}
+
+void *fd_palloc(fd_pool_t *p, size_t size)
+{
+    return pool_alloc(p, size, FD_POOL_ALIGN);
+}
+
+void *fd_pnalloc(fd_pool_t *p, size_t size)
+{
+    return pool_alloc(p, size, 1);
+}
+
+void *fd_pcalloc(fd_pool_t *p, size_t size)
+{
+    void *m = pool_alloc(p, size, FD_POOL_ALIGN);
+
+    if (m)
+        memset(m, 0, size);
+    return m;
+}
+
+char *fd_pstrdup(fd_pool_t *p, const char *s, size_t n)
+{
+    char *d = pool_alloc(p, n + 1, 1);
+
+    if (d == NULL)
+        return NULL;
+    memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}
+
+fd_pool_cleanup_t *fd_pool_cleanup_add(fd_pool_t *p, void (*handler)(void *),
+                                       void *data)
+{
+    fd_pool_cleanup_t *c = fd_palloc(p, sizeof(*c));
+
+    if (c == NULL)
+        return NULL;
+    c->handler = handler;
+    c->data = data;
+    c->next = p->cleanup;
+    p->cleanup = c;
+    return c;
+}

@@ -1,0 +1,86 @@
+#ifndef FD_STATUS_H
+#define FD_STATUS_H
+
+/*
+ * Status and metrics: the parts of the shared-memory stats that are not in
+ * fd_cycle.h (worker slot life cycle, retiring a dead worker's counters)
+ * and the metric writer through which modules describe their shm area.
+ *
+ * A module that reserves ->shm_size bytes of each worker slot reports them
+ * with two hooks in its fd_module_t (see FD_MODULE_HAS_STATUS):
+ *
+ *   void (*status)(fd_status_t *st, const void *area, unsigned worker);
+ *       Called by the status handler once per worker slot in use (worker =
+ *       the slot number) and once with worker = FD_STATUS_RETIRED for the
+ *       folded area of exited workers. It calls fd_status_counter() and
+ *       fd_status_gauge() for each figure; the writer sums them across
+ *       workers and keeps the per-worker detail. Gauges reported for
+ *       FD_STATUS_RETIRED are ignored. area is NULL when shm_size is 0.
+ *
+ *   void (*retire)(void *retired_area, const void *area);
+ *       Called by the master when a worker has exited: add the monotonic
+ *       counters of area into retired_area, so totals never go backwards.
+ *       Gauges are not retired. The slot is zeroed afterwards.
+ *
+ * Metric names: lowercase [a-z0-9_], without the "fastd_" prefix and
+ * without "_total" (the writer adds both for Prometheus). The part before
+ * the first '_' is the group, the rest the field, e.g. "upstream_requests"
+ * with labels "upstream=\"app\",server=\"10.0.0.1:80\"" becomes
+ *   Prometheus: fastd_upstream_requests_total{upstream="app",server="..."}
+ *   JSON:       "modules": {"upstream": [{"upstream": "app",
+ *                                          "server": "...", "requests": N}]}
+ * labels is NULL or `k="v"` pairs joined by ',', values escaped as
+ * Prometheus wants (\\, \", \n). Well-known groups the dashboard shows:
+ *   upstream: labels upstream, server; fields requests, fails, active,
+ *             healthy (gauge 1/0), ...
+ *   queue:    label queue; fields active, waiting, max_concurrent,
+ *             queue_limit, admitted, rejected, timeouts, ...
+ *   offload:  no labels; fields threads, busy, pending, completed, ...
+ */
+
+#include "fd_core.h"
+#include "fd_cycle.h"
+
+typedef struct fd_status_s fd_status_t;
+
+#define FD_STATUS_RETIRED ((unsigned)-1)
+
+void fd_status_counter(fd_status_t *st, const char *name, const char *help,
+                       const char *labels, uint64_t v);
+void fd_status_gauge(fd_status_t *st, const char *name, const char *help,
+                     const char *labels, uint64_t v);
+
+/* Wall-clock milliseconds (fd_stats_t.started_msec, uptime). */
+uint64_t fd_stats_wall_msec(void);
+
+/*
+ * Master, after fd_cycle_load() of each generation: copy the generation
+ * and the profile name into the shm header.
+ */
+void fd_shm_set_cycle(const fd_cycle_t *cycle);
+
+/*
+ * Worker, right after fork: take slot i as fd_stats (zeroed, pid,
+ * generation, started_msec, alive = 1).
+ */
+fd_stats_t *fd_stats_worker_init(unsigned i, uint64_t generation);
+
+/*
+ * Master, once the worker of slot i has been reaped: fold its monotonic
+ * counters (and the modules' ones, through ->retire) into the retired
+ * totals, then zero the slot for reuse.
+ */
+void fd_stats_retire(unsigned i);
+
+/*
+ * Readers (the status handler) work on a copy of the whole segment, taken
+ * consistently with fd_stats_retire() (a seqlock), so a counter never shows
+ * twice or not at all while a worker is being retired.
+ */
+size_t fd_shm_size(void);
+fd_shm_header_t *fd_shm_snapshot(void *dst); /* fd_shm_size() bytes */
+fd_stats_t *fd_shm_slot(fd_shm_header_t *shm, unsigned i);
+/* The modules' folded areas of exited workers, NULL when shm_size is 0. */
+void *fd_shm_retired_area(fd_shm_header_t *shm, const fd_module_t *m);
+
+#endif

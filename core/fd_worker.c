@@ -1,0 +1,408 @@
+/*
+ * The worker process: one epoll loop, its listening sockets, accepted
+ * connections and timers. The HTTP engine (fd_http.c) does the rest.
+ */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/tcp.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+
+#include "fd_core.h"
+#include "fd_connection.h"
+#include "fd_http.h"
+#include "fd_offload.h"
+
+fd_worker_t *fd_worker;
+static fd_worker_t worker;
+static fd_connection_t *conn_mem; /* indexed by fd, pages touched lazily */
+static fd_timer_t accept_timer;
+static int accept_paused;
+static uint64_t conn_ids;
+static fd_posted_t *posted;
+
+volatile sig_atomic_t fd_sig_quit, fd_sig_terminate, fd_sig_reopen;
+
+int fd_event_add(fd_event_t *ev, uint32_t events)
+{
+    struct epoll_event ee = {.events = events, .data.ptr = ev};
+
+    return epoll_ctl(fd_worker->epfd, EPOLL_CTL_ADD, ev->fd, &ee);
+}
+
+int fd_event_mod(fd_event_t *ev, uint32_t events)
+{
+    struct epoll_event ee = {.events = events, .data.ptr = ev};
+
+    return epoll_ctl(fd_worker->epfd, EPOLL_CTL_MOD, ev->fd, &ee);
+}
+
+int fd_event_del(fd_event_t *ev)
+{
+    return epoll_ctl(fd_worker->epfd, EPOLL_CTL_DEL, ev->fd, NULL);
+}
+
+void fd_event_post(fd_posted_t *p)
+{
+    p->next = posted;
+    posted = p;
+}
+
+static void run_posted(void)
+{
+    while (posted) {
+        fd_posted_t *p = posted;
+        posted = p->next;
+        p->next = NULL;
+        p->handler(p->data);
+    }
+}
+
+/* --- connections --- */
+
+void fd_connection_set_state(fd_connection_t *c, int state)
+{
+    static const size_t gauge[] = {
+        [FD_CONN_IDLE] = offsetof(fd_stats_t, conn_idle),
+        [FD_CONN_READING] = offsetof(fd_stats_t, conn_reading),
+        [FD_CONN_BUSY] = offsetof(fd_stats_t, conn_writing),
+        [FD_CONN_LINGER] = offsetof(fd_stats_t, conn_writing),
+    };
+
+    if (c->state == state)
+        return;
+    if (c->state != FD_CONN_FREE)
+        (*(uint64_t *)((char *)fd_stats + gauge[c->state]))--;
+    if (state != FD_CONN_FREE)
+        (*(uint64_t *)((char *)fd_stats + gauge[state]))++;
+    c->state = (uint8_t)state;
+}
+
+/*
+ * Timeouts are lazy: most requests push the deadline later, which is a
+ * store here; the heap is only touched when the deadline moves earlier or
+ * the timer fires before the deadline (then it is re-armed).
+ */
+void fd_connection_set_timeout(fd_connection_t *c, fd_msec_t ms)
+{
+    fd_msec_t when = fd_current_msec + ms;
+
+    c->deadline = when;
+    if (!fd_timer_armed(&c->timer) || c->timer.when > when)
+        fd_timer_add(&c->timer, ms);
+}
+
+static void conn_timer(fd_timer_t *t)
+{
+    fd_connection_t *c = (fd_connection_t *)((char *)t -
+                                             offsetof(fd_connection_t, timer));
+
+    if (c->deadline == 0)
+        return;
+    if (c->deadline > fd_current_msec) {
+        fd_timer_add(&c->timer, c->deadline - fd_current_msec);
+        return;
+    }
+    fd_log_conn_id = c->id;
+    fd_http_timeout(c);
+    fd_log_conn_id = 0;
+}
+
+void fd_connection_close(fd_connection_t *c)
+{
+    fd_timer_del(&c->timer);
+    c->deadline = 0;
+    fd_http_release(c);
+    fd_connection_set_state(c, FD_CONN_FREE);
+    /* close() removes the fd from epoll */
+    close(c->ev.fd);
+    c->ev.fd = -1;
+    fd_worker->nconns--;
+    fd_stats->conn_active--;
+    if (fd_worker->quitting && fd_worker->nconns == 0)
+        fd_sig_terminate = 1;
+}
+
+size_t fd_connection_addr_text(fd_connection_t *c, char *buf, size_t size)
+{
+    if (inet_ntop(c->family, c->addr, buf, (socklen_t)size) == NULL) {
+        buf[0] = '\0';
+        return 0;
+    }
+    return strlen(buf);
+}
+
+static void accept_resume(fd_timer_t *t)
+{
+    fd_listening_t *ls;
+
+    (void)t;
+    accept_paused = 0;
+    for (ls = fd_worker->cycle->listening; ls; ls = ls->next)
+        if (ls->ev.fd >= 0)
+            ls->ev.handler(&ls->ev, EPOLLIN);
+}
+
+static void accept_handler(fd_event_t *ev, uint32_t events)
+{
+    fd_listening_t *ls = (fd_listening_t *)ev;
+    fd_worker_t *w = fd_worker;
+    unsigned i;
+
+    (void)events;
+    if (accept_paused || w->quitting)
+        return;
+    for (i = 0; i < 64; i++) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        fd_connection_t *c;
+        int fd = accept4(ev->fd, (struct sockaddr *)&ss, &len,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+        if (fd < 0) {
+            if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
+                return;
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+                errno == ENOMEM) {
+                /* out of descriptors: stop accepting for a while instead
+                 * of spinning on a readable listening socket */
+                fd_log_error(FD_LOG_CRIT, errno, "accept4() failed, "
+                             "pausing accepts for 100ms");
+                accept_paused = 1;
+                fd_timer_add(&accept_timer, 100);
+                return;
+            }
+            fd_log_error(FD_LOG_ERR, errno, "accept4() failed");
+            return;
+        }
+        if ((unsigned)fd >= w->max_conns ||
+            w->nconns >= (unsigned)w->cycle->events.max_connections) {
+            fd_log_error(FD_LOG_WARN, 0, "max_connections %ld reached, "
+                         "closing new connection",
+                         (long)w->cycle->events.max_connections);
+            close(fd);
+            continue;
+        }
+        c = &conn_mem[fd];
+        memset(c, 0, sizeof(*c));
+        c->ev.fd = fd;
+        c->ev.handler = fd_http_event;
+        c->timer.handler = conn_timer;
+        c->ls = ls;
+        c->id = ++conn_ids;
+        c->family = (uint8_t)ss.ss_family;
+        if (ss.ss_family == AF_INET) {
+            struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+            memcpy(c->addr, &sin->sin_addr, 4);
+            c->port = ntohs(sin->sin_port);
+        } else if (ss.ss_family == AF_INET6) {
+            struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+            memcpy(c->addr, &sin6->sin6_addr, 16);
+            c->port = ntohs(sin6->sin6_port);
+        }
+        w->nconns++;
+        fd_stats->conn_active++;
+        fd_stats->conn_accepted++;
+        fd_stats->conn_handled++;
+        if (fd_event_add(&c->ev, w->cycle->events.edge_triggered
+                                     ? EPOLLIN | EPOLLOUT | EPOLLRDHUP |
+                                           EPOLLET
+                                     : EPOLLIN | EPOLLRDHUP) < 0) {
+            fd_log_error(FD_LOG_ALERT, errno, "epoll_ctl() failed");
+            fd_connection_close(c);
+            continue;
+        }
+        fd_log_conn_id = c->id;
+        fd_http_init_connection(c);
+        fd_log_conn_id = 0;
+        if (w->cycle->events.accept != FD_ACCEPT_REUSEPORT && i >= 8)
+            return; /* share a common socket with the other workers */
+    }
+}
+
+static int listen_start(fd_worker_t *w)
+{
+    fd_listening_t *ls;
+
+    for (ls = w->cycle->listening; ls; ls = ls->next) {
+        uint32_t ev = EPOLLIN;
+        ls->ev.fd = ls->fds[ls->nfds > 1 ? w->index % ls->nfds : 0];
+        ls->ev.handler = accept_handler;
+        if (w->cycle->events.accept == FD_ACCEPT_EXCLUSIVE)
+            ev |= EPOLLEXCLUSIVE;
+        if (fd_event_add(&ls->ev, ev) < 0) {
+            fd_log_error(FD_LOG_EMERG, errno, "epoll_ctl(%s) failed",
+                         ls->text);
+            return FD_ERROR;
+        }
+    }
+    return FD_OK;
+}
+
+void fd_worker_stop_accepting(void)
+{
+    fd_listening_t *ls;
+
+    for (ls = fd_worker->cycle->listening; ls; ls = ls->next) {
+        if (ls->ev.fd >= 0)
+            fd_event_del(&ls->ev);
+        ls->ev.fd = -1;
+    }
+    /* close the copies this process holds; the master keeps its own */
+    for (ls = fd_worker->cycle->listening; ls; ls = ls->next)
+        for (unsigned i = 0; i < ls->nfds; i++)
+            close(ls->fds[i]);
+}
+
+static void close_idle(void)
+{
+    unsigned fd;
+
+    for (fd = 0; fd < fd_worker->max_conns; fd++) {
+        fd_connection_t *c = &conn_mem[fd];
+        if (c->state == FD_CONN_IDLE && c->ev.fd >= 0)
+            fd_connection_close(c);
+    }
+}
+
+static void quit_timer_handler(fd_timer_t *t)
+{
+    (void)t;
+    fd_log_error(FD_LOG_NOTICE, 0, "shutdown_timeout expired with %u "
+                 "connections open", fd_worker->nconns);
+    fd_sig_terminate = 1;
+}
+
+static void worker_sig(int signo)
+{
+    switch (signo) {
+    case SIGQUIT: fd_sig_quit = 1; break;
+    case SIGTERM:
+    case SIGINT: fd_sig_terminate = 1; break;
+    case SIGUSR1: fd_sig_reopen = 1; break;
+    }
+}
+
+int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot)
+{
+    fd_worker_t *w = &worker;
+    struct epoll_event *events;
+    struct rlimit rl;
+    struct sigaction sa;
+    sigset_t set, waitset;
+    fd_timer_t quit_timer = {.handler = quit_timer_handler};
+    int nev, i, timeout;
+    unsigned m;
+
+    fd_worker = w;
+    w->cycle = cycle;
+    w->index = index;
+    w->slot = slot;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = worker_sig;
+    sigaction(SIGQUIT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    sigemptyset(&set);
+    sigaddset(&set, SIGQUIT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &set, &waitset);
+    sigdelset(&waitset, SIGQUIT);
+    sigdelset(&waitset, SIGTERM);
+    sigdelset(&waitset, SIGINT);
+    sigdelset(&waitset, SIGUSR1);
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rlim_t want = cycle->main.rlimit_nofile
+                          ? (rlim_t)cycle->main.rlimit_nofile
+                          : (rlim_t)cycle->events.max_connections * 2 + 64;
+        if (rl.rlim_cur < want) {
+            struct rlimit nl = {fd_min(want, rl.rlim_max), rl.rlim_max};
+            if (geteuid() == 0 && rl.rlim_max < want)
+                nl.rlim_cur = nl.rlim_max = want;
+            if (setrlimit(RLIMIT_NOFILE, &nl) == 0)
+                rl = nl;
+        }
+        w->max_conns = (unsigned)fd_min(rl.rlim_cur, (rlim_t)1 << 22);
+    } else {
+        w->max_conns = 65536;
+    }
+    conn_mem = mmap(NULL, (size_t)w->max_conns * sizeof(fd_connection_t),
+                    PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS |
+                    MAP_NORESERVE, -1, 0);
+    if (conn_mem == MAP_FAILED) {
+        fd_log_error(FD_LOG_EMERG, errno, "mmap() of connections failed");
+        return 1;
+    }
+    w->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (w->epfd < 0 || fd_timer_init() != FD_OK) {
+        fd_log_error(FD_LOG_EMERG, errno, "epoll_create1() failed");
+        return 1;
+    }
+    w->rbufs.size = cycle->http.max_header_size;
+    w->rbufs.keep = 1024;
+    w->wbufs.size = 16384;
+    w->wbufs.keep = 1024;
+    accept_timer.handler = accept_resume;
+    fd_time_update();
+
+    for (m = 0; m < fd_nmodules; m++)
+        if (fd_modules[m]->init_worker &&
+            fd_modules[m]->init_worker(w) != FD_OK)
+            return 1;
+    if (fd_offload_init_worker(w) != FD_OK || listen_start(w) != FD_OK)
+        return 1;
+
+    events = malloc(sizeof(*events) * (size_t)cycle->events.max_events);
+    for (;;) {
+        if (fd_sig_terminate)
+            break;
+        if (fd_sig_quit && !w->quitting) {
+            w->quitting = 1;
+            fd_worker_stop_accepting();
+            close_idle();
+            fd_timer_add(&quit_timer, cycle->main.shutdown_timeout);
+            if (w->nconns == 0)
+                break;
+        }
+        if (fd_sig_reopen) {
+            fd_sig_reopen = 0;
+            fd_log_reopen(fd_log);
+            for (m = 0; m < fd_nmodules; m++)
+                if (fd_modules[m]->exit_worker == NULL)
+                    continue; /* modules reopen their logs on their own */
+        }
+        timeout = fd_timer_expire();
+        if (posted)
+            timeout = 0;
+        nev = epoll_pwait(w->epfd, events, (int)cycle->events.max_events,
+                          timeout, &waitset);
+        fd_time_update();
+        if (nev < 0) {
+            if (errno == EINTR)
+                continue;
+            fd_log_error(FD_LOG_ALERT, errno, "epoll_pwait() failed");
+            break;
+        }
+        for (i = 0; i < nev; i++) {
+            fd_event_t *ev = events[i].data.ptr;
+            ev->handler(ev, events[i].events);
+        }
+        run_posted();
+    }
+    for (m = 0; m < fd_nmodules; m++)
+        if (fd_modules[m]->exit_worker)
+            fd_modules[m]->exit_worker(w);
+    fd_offload_exit_worker(w);
+    return 0;
+}

@@ -1,0 +1,1079 @@
+/*
+ * static: serves files under the location root.
+ *
+ * Index files, MIME types from an nginx-format mime.types, Last-Modified /
+ * If-Modified-Since, ETag / If-None-Match, single byte ranges (If-Range),
+ * and bodies as file buffers that the engine sends with sendfile.
+ *
+ * No path escapes the root: the engine hands us a decoded, normalised path
+ * (no "." or ".." segments, no NUL), and unless follow_symlinks is on the
+ * file is opened beneath a descriptor of the root with openat2()
+ * RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, or, on kernels without openat2,
+ * one component at a time with O_NOFOLLOW.
+ *
+ * The handler touches only the request and makes blocking file syscalls,
+ * so it may run on an offload thread.
+ */
+#include "fd_core.h"
+#include "fd_http.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
+
+#define MIME_DEFAULT_PATH "conf/mime.types"
+#define MIME_MAX_FILE (1024 * 1024)
+
+typedef struct {
+    fd_str_t ext;  /* lower case */
+    fd_str_t type;
+} mime_slot_t;
+
+/* Open-addressing hash table, extension -> type, in the config pool. */
+typedef struct {
+    mime_slot_t *slots;
+    size_t mask;
+    size_t n;
+} mime_table_t;
+
+typedef struct {
+    char *mime_types;
+    int etag;
+    const mime_table_t *types;
+} static_conf_t;
+
+static int static_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf);
+static int static_handler(fd_request_t *r);
+
+static const fd_directive_t static_directives[] = {
+    {.name = "mime_types",
+     .type = FD_CONF_STR,
+     .offset = offsetof(static_conf_t, mime_types),
+     .def = MIME_DEFAULT_PATH,
+     .doc = "nginx-format file mapping file extensions to Content-Type "
+            "(types { text/html html htm; ... }), relative to the prefix; "
+            "a file extension not listed is application/octet-stream. "
+            "When the default file is absent a built-in table is used"},
+    {.name = "etag",
+     .type = FD_CONF_FLAG,
+     .offset = offsetof(static_conf_t, etag),
+     .def = "on",
+     .doc = "send an ETag (\"mtime-size\" in hex, as nginx) with static "
+            "files and answer If-None-Match"},
+    FD_CONF_END};
+
+fd_module_t fd_static_module = {
+    .name = "static",
+    .directives = static_directives,
+    .conf_size = sizeof(static_conf_t),
+    .init_conf = static_init_conf,
+    .handler = static_handler,
+    .flags = FD_MODULE_THREAD_SAFE,
+};
+
+/* ---------------------------------------------------------------------- */
+/* MIME types                                                             */
+
+/* Used when conf/mime.types (the default) does not exist, e.g. for a
+ * config written outside the install tree. */
+static const char *const mime_builtin[][2] = {
+    {"html", "text/html"},
+    {"htm", "text/html"},
+    {"css", "text/css"},
+    {"xml", "text/xml"},
+    {"txt", "text/plain"},
+    {"js", "text/javascript"},
+    {"mjs", "text/javascript"},
+    {"json", "application/json"},
+    {"svg", "image/svg+xml"},
+    {"png", "image/png"},
+    {"jpg", "image/jpeg"},
+    {"jpeg", "image/jpeg"},
+    {"gif", "image/gif"},
+    {"webp", "image/webp"},
+    {"ico", "image/x-icon"},
+    {"woff", "font/woff"},
+    {"woff2", "font/woff2"},
+    {"pdf", "application/pdf"},
+    {"wasm", "application/wasm"},
+    {"zip", "application/zip"},
+    {"gz", "application/gzip"},
+    {"mp4", "video/mp4"},
+    {"webm", "video/webm"},
+};
+
+static uint32_t mime_hash(const char *s, size_t len)
+{
+    uint32_t h = 2166136261u;
+
+    for (size_t i = 0; i < len; i++) {
+        h ^= (uint8_t)fd_tolower(s[i]);
+        h *= 16777619u;
+    }
+    return h;
+}
+
+/* Insert or replace (a later line wins, as in nginx). */
+static void mime_insert(mime_table_t *t, fd_str_t ext, fd_str_t type)
+{
+    size_t i = mime_hash(ext.data, ext.len) & t->mask;
+
+    while (t->slots[i].ext.len) {
+        if (fd_str_caseeq(t->slots[i].ext, ext.data, ext.len)) {
+            t->slots[i].type = type;
+            return;
+        }
+        i = (i + 1) & t->mask;
+    }
+    t->slots[i].ext = ext;
+    t->slots[i].type = type;
+    t->n++;
+}
+
+static mime_table_t *mime_table_new(fd_pool_t *pool, size_t n)
+{
+    mime_table_t *t = fd_pcalloc(pool, sizeof(*t));
+    size_t size = 64;
+
+    if (t == NULL)
+        return NULL;
+    while (size < n * 2)
+        size <<= 1;
+    t->slots = fd_pcalloc(pool, size * sizeof(mime_slot_t));
+    if (t->slots == NULL)
+        return NULL;
+    t->mask = size - 1;
+    return t;
+}
+
+static fd_str_t mime_lookup(const mime_table_t *t, const char *ext,
+                            size_t len)
+{
+    static const fd_str_t def = fd_string("application/octet-stream");
+    size_t i;
+
+    if (t == NULL || len == 0)
+        return def;
+    i = mime_hash(ext, len) & t->mask;
+    while (t->slots[i].ext.len) {
+        if (fd_str_caseeq(t->slots[i].ext, ext, len))
+            return t->slots[i].type;
+        i = (i + 1) & t->mask;
+    }
+    return def;
+}
+
+typedef struct {
+    char *p;
+    char *end;
+    int line;
+} mime_lexer_t;
+
+/* Next word; "{", "}" and ";" are words of their own. 0 at the end. */
+static int mime_word(mime_lexer_t *lx, fd_str_t *w)
+{
+    char *p = lx->p;
+
+    for (;;) {
+        while (p < lx->end && (*p == ' ' || *p == '\t' || *p == '\r' ||
+                               *p == '\n'))
+            lx->line += *p++ == '\n';
+        if (p >= lx->end || *p != '#')
+            break;
+        while (p < lx->end && *p != '\n')
+            p++;
+    }
+    if (p >= lx->end) {
+        lx->p = p;
+        return 0;
+    }
+    w->data = p;
+    if (*p == '{' || *p == '}' || *p == ';') {
+        p++;
+    } else {
+        while (p < lx->end && !strchr(" \t\r\n{};#", *p))
+            p++;
+    }
+    w->len = (size_t)(p - w->data);
+    lx->p = p;
+    return 1;
+}
+
+static int mime_grow(fd_pool_t *pool, mime_table_t *t)
+{
+    size_t size = (t->mask + 1) * 2;
+    mime_slot_t *old = t->slots;
+    size_t oldsize = t->mask + 1;
+
+    t->slots = fd_pcalloc(pool, size * sizeof(mime_slot_t));
+    if (t->slots == NULL)
+        return FD_ERROR;
+    t->mask = size - 1;
+    t->n = 0;
+    for (size_t i = 0; i < oldsize; i++) {
+        if (old[i].ext.len)
+            mime_insert(t, old[i].ext, old[i].type);
+    }
+    return FD_OK;
+}
+
+/*
+ * Parse nginx's "types { type ext ...; ... }" blocks ('#' comments) from
+ * text, which lives in cf->pool: the table points into it.
+ */
+static int mime_parse(fd_conf_t *cf, const char *path, char *text, size_t len,
+                      mime_table_t **out)
+{
+    mime_lexer_t lx = {.p = text, .end = text + len, .line = 1};
+    mime_table_t *t = mime_table_new(cf->pool, 0);
+    fd_str_t w, type;
+
+    if (t == NULL)
+        goto nomem;
+    while (mime_word(&lx, &w)) {
+        if (!fd_str_eq_lit(w, "types"))
+            goto unexpected;
+        if (!mime_word(&lx, &w) || !fd_str_eq_lit(w, "{"))
+            return fd_conf_error(cf, "%s:%d: \"{\" expected after \"types\"",
+                                 path, lx.line);
+        for (;;) {
+            if (!mime_word(&lx, &type))
+                return fd_conf_error(cf, "%s:%d: unexpected end of file, "
+                                     "\"}\" expected", path, lx.line);
+            if (fd_str_eq_lit(type, "}"))
+                break;
+            if (fd_str_eq_lit(type, "{") || fd_str_eq_lit(type, ";")) {
+                w = type;
+                goto unexpected;
+            }
+            while (mime_word(&lx, &w) && !fd_str_eq_lit(w, ";")) {
+                if (fd_str_eq_lit(w, "{") || fd_str_eq_lit(w, "}"))
+                    goto unexpected;
+                for (size_t k = 0; k < w.len; k++)
+                    ((char *)w.data)[k] = fd_tolower(w.data[k]);
+                if ((t->n + 1) * 2 > t->mask + 1 &&
+                    mime_grow(cf->pool, t) != FD_OK)
+                    goto nomem;
+                mime_insert(t, w, type);
+            }
+            if (!fd_str_eq_lit(w, ";"))
+                return fd_conf_error(cf, "%s:%d: \";\" expected after "
+                                     "\"%.*s\"", path, lx.line,
+                                     (int)type.len, type.data);
+        }
+    }
+    *out = t;
+    return FD_OK;
+
+unexpected:
+    return fd_conf_error(cf, "%s:%d: unexpected \"%.*s\"", path, lx.line,
+                         (int)w.len, w.data);
+nomem:
+    return fd_conf_error(cf, "%s: out of memory", path);
+}
+
+static int mime_load_file(fd_conf_t *cf, const char *path, mime_table_t **out)
+{
+    struct stat st;
+    char *text;
+    size_t got = 0;
+    int fd, rc;
+
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd == -1)
+        return -errno;
+    if (fstat(fd, &st) == -1) {
+        rc = -errno;
+        close(fd);
+        return rc;
+    }
+    if (!S_ISREG(st.st_mode) || st.st_size > MIME_MAX_FILE) {
+        close(fd);
+        return -EINVAL;
+    }
+    text = fd_pnalloc(cf->pool, (size_t)st.st_size + 1);
+    if (text == NULL) {
+        close(fd);
+        return -ENOMEM;
+    }
+    while (got < (size_t)st.st_size) {
+        ssize_t n = read(fd, text + got, (size_t)st.st_size - got);
+
+        if (n == -1 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            rc = n == 0 ? -EIO : -errno;
+            close(fd);
+            return rc;
+        }
+        got += (size_t)n;
+    }
+    close(fd);
+    text[got] = '\0';
+
+    return mime_parse(cf, path, text, got, out) == FD_OK ? 0 : 1;
+}
+
+static mime_table_t *mime_builtin_table(fd_pool_t *pool)
+{
+    mime_table_t *t = mime_table_new(pool, fd_nelems(mime_builtin));
+
+    if (t == NULL)
+        return NULL;
+    for (size_t i = 0; i < fd_nelems(mime_builtin); i++) {
+        fd_str_t ext = {strlen(mime_builtin[i][0]), mime_builtin[i][0]};
+        fd_str_t type = {strlen(mime_builtin[i][1]), mime_builtin[i][1]};
+
+        mime_insert(t, ext, type);
+    }
+    return t;
+}
+
+/*
+ * Tables already loaded, by resolved path, for the configuration being
+ * loaded: every location shares one table per file. Entries die with the
+ * config pool (a cleanup unlinks them). Config loading is single-threaded.
+ */
+typedef struct mime_cache_s {
+    fd_pool_t *pool;
+    char *path;
+    mime_table_t *table;
+    struct mime_cache_s *next;
+} mime_cache_t;
+
+static mime_cache_t *mime_cache;
+
+static void mime_cache_drop(void *data)
+{
+    fd_pool_t *pool = data;
+    mime_cache_t **pp = &mime_cache;
+
+    while (*pp) {
+        if ((*pp)->pool == pool)
+            *pp = (*pp)->next;
+        else
+            pp = &(*pp)->next;
+    }
+}
+
+static const mime_table_t *mime_get(fd_conf_t *cf, const char *name)
+{
+    mime_cache_t *c;
+    mime_table_t *t = NULL;
+    int pool_known = 0, rc;
+    char *path = fd_conf_path(cf, name);
+
+    if (path == NULL) {
+        fd_conf_error(cf, "mime_types \"%s\": out of memory", name);
+        return NULL;
+    }
+    for (c = mime_cache; c; c = c->next) {
+        if (c->pool != cf->pool)
+            continue;
+        pool_known = 1;
+        if (strcmp(c->path, path) == 0)
+            return c->table;
+    }
+
+    rc = mime_load_file(cf, path, &t);
+    if (rc == 1)
+        return NULL; /* parse error, cf->err is set */
+    if (rc < 0) {
+        if (rc == -ENOENT && strcmp(name, MIME_DEFAULT_PATH) == 0) {
+            t = mime_builtin_table(cf->pool);
+        } else {
+            fd_conf_error(cf, "cannot read mime_types file \"%s\": %s", path,
+                          rc == -EINVAL ? "not a regular file or too large"
+                                        : strerror(-rc));
+            return NULL;
+        }
+        if (t == NULL) {
+            fd_conf_error(cf, "mime_types: out of memory");
+            return NULL;
+        }
+    }
+
+    c = fd_palloc(cf->pool, sizeof(*c));
+    if (c == NULL) {
+        fd_conf_error(cf, "mime_types: out of memory");
+        return NULL;
+    }
+    if (!pool_known &&
+        fd_pool_cleanup_add(cf->pool, mime_cache_drop, cf->pool) == NULL) {
+        fd_conf_error(cf, "mime_types: out of memory");
+        return NULL;
+    }
+    c->pool = cf->pool;
+    c->path = path;
+    c->table = t;
+    c->next = mime_cache;
+    mime_cache = c;
+    return t;
+}
+
+static int static_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
+{
+    static_conf_t *scf = conf;
+
+    /* A location served by another handler never looks types up. */
+    if (loc->handler != NULL && loc->handler != &fd_static_module)
+        return FD_OK;
+    scf->types = mime_get(cf, scf->mime_types ? scf->mime_types
+                                              : MIME_DEFAULT_PATH);
+    return scf->types ? FD_OK : FD_ERROR;
+}
+
+/* ---------------------------------------------------------------------- */
+/* HTTP dates (RFC 9110 5.6.7): IMF-fixdate, RFC 850 and asctime.         */
+
+static int parse_digits(const char **pp, const char *e, int n, int *v)
+{
+    const char *p = *pp;
+    int x = 0;
+
+    if (e - p < n)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return -1;
+        x = x * 10 + (p[i] - '0');
+    }
+    *pp = p + n;
+    *v = x;
+    return 0;
+}
+
+static int parse_month(const char **pp, const char *e)
+{
+    static const char months[] = "janfebmaraprmayjunjulaugsepoctnovdec";
+    const char *p = *pp;
+
+    if (e - p < 3)
+        return -1;
+    for (int m = 0; m < 12; m++) {
+        if (fd_tolower(p[0]) == months[m * 3] &&
+            fd_tolower(p[1]) == months[m * 3 + 1] &&
+            fd_tolower(p[2]) == months[m * 3 + 2]) {
+            *pp = p + 3;
+            return m + 1;
+        }
+    }
+    return -1;
+}
+
+static int parse_hms(const char **pp, const char *e, int *h, int *mi, int *s)
+{
+    if (parse_digits(pp, e, 2, h) || *pp >= e || *(*pp)++ != ':' ||
+        parse_digits(pp, e, 2, mi) || *pp >= e || *(*pp)++ != ':' ||
+        parse_digits(pp, e, 2, s))
+        return -1;
+    return 0;
+}
+
+static int64_t days_from_civil(int64_t y, int m, int d)
+{
+    int64_t era, yoe, doy, doe;
+
+    y -= m <= 2;
+    era = (y >= 0 ? y : y - 399) / 400;
+    yoe = y - era * 400;
+    doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+/* Seconds since the epoch, or -1 if the text is not an HTTP date. */
+static time_t parse_http_date(const char *p, size_t len)
+{
+    static const uint8_t mdays[] = {31, 29, 31, 30, 31, 30,
+                                    31, 31, 30, 31, 30, 31};
+    const char *e = p + len;
+    int day, mon, year, h, mi, s;
+
+    while (p < e && ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')))
+        p++;
+    if (p >= e)
+        return -1;
+
+    if (*p == ',') {
+        char sep;
+
+        /* "Sun, 06 Nov 1994 08:49:37 GMT" or "Sunday, 06-Nov-94 ..." */
+        if (++p >= e || *p++ != ' ' || parse_digits(&p, e, 2, &day) ||
+            p >= e)
+            return -1;
+        sep = *p++;
+        if ((sep != ' ' && sep != '-') || (mon = parse_month(&p, e)) < 0 ||
+            p >= e || *p++ != sep)
+            return -1;
+        if (sep == ' ') {
+            if (parse_digits(&p, e, 4, &year))
+                return -1;
+        } else {
+            if (parse_digits(&p, e, 2, &year))
+                return -1;
+            year += year < 70 ? 2000 : 1900;
+        }
+        if (p >= e || *p++ != ' ' || parse_hms(&p, e, &h, &mi, &s) ||
+            e - p < 4 || memcmp(p, " GMT", 4) != 0)
+            return -1;
+        p += 4;
+    } else if (*p == ' ') {
+        /* "Sun Nov  6 08:49:37 1994" */
+        p++;
+        if ((mon = parse_month(&p, e)) < 0 || p >= e || *p++ != ' ' ||
+            p >= e)
+            return -1;
+        if (*p == ' ') {
+            p++;
+            if (parse_digits(&p, e, 1, &day))
+                return -1;
+        } else if (parse_digits(&p, e, 2, &day)) {
+            return -1;
+        }
+        if (p >= e || *p++ != ' ' || parse_hms(&p, e, &h, &mi, &s) ||
+            p >= e || *p++ != ' ' || parse_digits(&p, e, 4, &year))
+            return -1;
+    } else {
+        return -1;
+    }
+
+    /* old browsers append "; length=N" */
+    if (p < e && *p != ';')
+        return -1;
+    if (day < 1 || day > mdays[mon - 1] || h > 23 || mi > 59 || s > 60 ||
+        year < 1970)
+        return -1;
+    if (mon == 2 && day == 29 &&
+        !((year % 4 == 0 && year % 100 != 0) || year % 400 == 0))
+        return -1;
+
+    return (time_t)(days_from_civil(year, mon, day) * 86400 + h * 3600 +
+                    mi * 60 + s);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Conditional requests and ranges                                        */
+
+static const char *skip_ows_comma(const char *p, const char *e)
+{
+    while (p < e && (*p == ' ' || *p == '\t' || *p == ','))
+        p++;
+    return p;
+}
+
+/* If-None-Match: "*" or a list of entity tags; weak comparison. */
+static int etag_list_match(fd_str_t list, fd_str_t etag)
+{
+    const char *p = list.data, *e = list.data + list.len;
+    const char *tag;
+
+    /* compare the opaque tags: our ETag is always strong ("...") */
+    for (;;) {
+        p = skip_ows_comma(p, e);
+        if (p >= e)
+            return 0;
+        if (*p == '*')
+            return 1;
+        if (e - p >= 2 && p[0] == 'W' && p[1] == '/')
+            p += 2;
+        if (p >= e || *p != '"')
+            return 0;
+        tag = p++;
+        while (p < e && *p != '"')
+            p++;
+        if (p >= e)
+            return 0;
+        p++;
+        if (etag.len && (size_t)(p - tag) == etag.len &&
+            memcmp(tag, etag.data, etag.len) == 0)
+            return 1;
+    }
+}
+
+static int list_has_star(fd_str_t list)
+{
+    const char *p = skip_ows_comma(list.data, list.data + list.len);
+
+    return p < list.data + list.len && *p == '*';
+}
+
+/* Non-negative decimal, saturating; -1 when there is no digit. */
+static int64_t parse_off(const char **pp, const char *e)
+{
+    const char *p = *pp;
+    int64_t v = 0;
+
+    if (p >= e || *p < '0' || *p > '9')
+        return -1;
+    while (p < e && *p >= '0' && *p <= '9') {
+        if (v > (INT64_MAX - 9) / 10)
+            v = INT64_MAX / 2; /* far beyond any file */
+        else
+            v = v * 10 + (*p - '0');
+        p++;
+    }
+    *pp = p;
+    return v;
+}
+
+enum { RANGE_NONE, RANGE_OK, RANGE_UNSATISFIABLE };
+
+/*
+ * One "bytes=" range against size: RANGE_OK with [*start, *end] inclusive,
+ * RANGE_UNSATISFIABLE, or RANGE_NONE (malformed or several ranges: send
+ * the whole file, as RFC 9110 14.2 allows).
+ */
+static int parse_range(fd_str_t h, int64_t size, int64_t *start,
+                       int64_t *end)
+{
+    const char *p = h.data, *e = h.data + h.len;
+    int64_t a, b;
+
+    if (h.len < 6 || !fd_str_caseeq((fd_str_t){5, p}, "bytes", 5))
+        return RANGE_NONE;
+    p += 5;
+    while (p < e && (*p == ' ' || *p == '\t'))
+        p++;
+    if (p >= e || *p++ != '=')
+        return RANGE_NONE;
+    while (p < e && (*p == ' ' || *p == '\t'))
+        p++;
+
+    if (p < e && *p == '-') {
+        p++;
+        if ((b = parse_off(&p, e)) < 0)
+            return RANGE_NONE;
+        a = -1;
+    } else {
+        if ((a = parse_off(&p, e)) < 0)
+            return RANGE_NONE;
+        while (p < e && (*p == ' ' || *p == '\t'))
+            p++;
+        if (p >= e || *p++ != '-')
+            return RANGE_NONE;
+        while (p < e && (*p == ' ' || *p == '\t'))
+            p++;
+        b = (p < e && *p >= '0' && *p <= '9') ? parse_off(&p, e) : -1;
+    }
+    while (p < e && (*p == ' ' || *p == '\t'))
+        p++;
+    if (p != e)
+        return RANGE_NONE; /* a list, or trailing junk */
+
+    if (a < 0) {
+        /* suffix: the last b bytes */
+        if (b == 0 || size == 0)
+            return RANGE_UNSATISFIABLE;
+        *start = b >= size ? 0 : size - b;
+        *end = size - 1;
+        return RANGE_OK;
+    }
+    if (b >= 0 && b < a)
+        return RANGE_NONE; /* invalid: ignored */
+    if (a >= size)
+        return RANGE_UNSATISFIABLE;
+    *start = a;
+    *end = (b < 0 || b >= size) ? size - 1 : b;
+    return RANGE_OK;
+}
+
+/* If-Range: an entity tag (strong comparison) or a date (exact match). */
+static int if_range_match(fd_str_t h, fd_str_t etag, time_t mtime)
+{
+    if (h.len && (h.data[0] == '"' || (h.len > 1 && h.data[0] == 'W'
+                                       && h.data[1] == '/'))) {
+        return h.data[0] == '"' && etag.len && h.len == etag.len &&
+               memcmp(h.data, etag.data, etag.len) == 0;
+    }
+    return parse_http_date(h.data, h.len) == mtime;
+}
+
+static fd_str_t request_header(fd_request_t *r, const char *name, size_t n)
+{
+    for (unsigned i = 0; i < r->in.nheaders; i++) {
+        if (fd_str_caseeq(r->in.headers[i].name, name, n))
+            return r->in.headers[i].value;
+    }
+    return fd_null_string;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Opening files beneath the root                                         */
+
+static int openat2_missing; /* set once the kernel said ENOSYS */
+
+static void close_fd(void *data)
+{
+    close((int)(intptr_t)data);
+}
+
+/* Component by component with O_NOFOLLOW: the fallback for old kernels. */
+static int open_walk(int rootfd, const char *rel, int flags)
+{
+    char name[NAME_MAX + 1];
+    const char *p = rel, *slash;
+    int dir = rootfd, fd;
+    struct stat st;
+
+    for (;;) {
+        size_t n;
+
+        slash = strchr(p, '/');
+        n = slash ? (size_t)(slash - p) : strlen(p);
+        if (n > NAME_MAX) {
+            fd = -1;
+            errno = ENAMETOOLONG;
+            break;
+        }
+        memcpy(name, p, n);
+        name[n] = '\0';
+
+        if (slash == NULL || slash[1] == '\0') {
+            /* last component; "dir/" must be a directory */
+            fd = openat(dir, n ? name : ".",
+                        flags | O_NOFOLLOW | (slash ? O_DIRECTORY : 0));
+            break;
+        }
+        fd = openat(dir, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        if (fd == -1)
+            break;
+        if (fstat(fd, &st) == -1 || S_ISLNK(st.st_mode) ||
+            !S_ISDIR(st.st_mode)) {
+            int err = S_ISLNK(st.st_mode) ? ELOOP : ENOTDIR;
+
+            close(fd);
+            fd = -1;
+            errno = err;
+            break;
+        }
+        if (dir != rootfd)
+            close(dir);
+        dir = fd;
+        p = slash + 1;
+    }
+
+    if (dir != rootfd) {
+        int err = errno;
+
+        close(dir);
+        errno = err;
+    }
+    return fd;
+}
+
+/*
+ * Open root + "/" + rel (rel has no leading '/', "" means the root itself).
+ * Returns the fd, or -1 with errno: ELOOP/EXDEV for a refused symlink.
+ */
+static int open_beneath(int rootfd, const char *rel, int flags)
+{
+    if (*rel == '\0')
+        rel = ".";
+    if (!__atomic_load_n(&openat2_missing, __ATOMIC_RELAXED)) {
+        struct open_how how = {
+            .flags = (uint64_t)flags,
+            .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+                       RESOLVE_NO_MAGICLINKS,
+        };
+        long fd = syscall(SYS_openat2, rootfd, rel, &how, sizeof(how));
+
+        if (fd >= 0 || errno != ENOSYS)
+            return (int)fd;
+        __atomic_store_n(&openat2_missing, 1, __ATOMIC_RELAXED);
+    }
+    return open_walk(rootfd, rel, flags);
+}
+
+static int open_error(fd_request_t *r, const char *path, int err)
+{
+    switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+    case ENAMETOOLONG:
+        return 404;
+    case EACCES:
+    case EPERM:
+    case ELOOP:
+    case EXDEV:
+    case EMLINK:
+        return 403;
+    default:
+        fd_log_error(FD_LOG_ERR, err, "open(\"%s\") failed (%s %.*s)", path,
+                     r->loc->name ? r->loc->name : "location",
+                     (int)r->path.len, r->path.data);
+        return 500;
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* The handler                                                            */
+
+static const char uri_safe[256] = {
+    /* unreserved, sub-delims, ':', '@', '/' (RFC 3986 pchar + '/') */
+    ['A' ... 'Z'] = 1, ['a' ... 'z'] = 1, ['0' ... '9'] = 1,
+    ['-'] = 1, ['.'] = 1, ['_'] = 1, ['~'] = 1, ['!'] = 1, ['$'] = 1,
+    ['&'] = 1, ['\''] = 1, ['('] = 1, [')'] = 1, ['*'] = 1, ['+'] = 1,
+    [','] = 1, [';'] = 1, ['='] = 1, [':'] = 1, ['@'] = 1, ['/'] = 1,
+};
+
+/* 301 to path + "/": the decoded path is re-encoded, so nothing decoded
+ * (CR, LF, spaces) reaches the header. */
+static int redirect_dir(fd_request_t *r)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = r->path.len * 3 + 2 + r->in.query.len + 1;
+    char *loc = fd_pnalloc(r->pool, n), *p = loc;
+
+    if (loc == NULL)
+        return 500;
+    for (size_t i = 0; i < r->path.len; i++) {
+        uint8_t ch = (uint8_t)r->path.data[i];
+
+        if (uri_safe[ch]) {
+            *p++ = (char)ch;
+        } else {
+            *p++ = '%';
+            *p++ = hex[ch >> 4];
+            *p++ = hex[ch & 15];
+        }
+    }
+    *p++ = '/';
+    if (r->in.query.len) {
+        *p++ = '?';
+        memcpy(p, r->in.query.data, r->in.query.len);
+        p += r->in.query.len;
+    }
+    if (fd_http_header_add(r, fd_string("Location"),
+                           (fd_str_t){(size_t)(p - loc), loc}) != FD_OK)
+        return 500;
+    r->status = 301;
+    r->content_length = 0;
+    return FD_OK;
+}
+
+static fd_str_t make_etag(fd_pool_t *pool, const struct stat *st)
+{
+    char *p = fd_pnalloc(pool, 2 + 16 + 1 + 16 + 1);
+    int n;
+
+    if (p == NULL)
+        return fd_null_string;
+    n = snprintf(p, 2 + 16 + 1 + 16 + 1, "\"%lx-%lx\"",
+                 (unsigned long)st->st_mtime, (unsigned long)st->st_size);
+    return (fd_str_t){(size_t)n, p};
+}
+
+static int not_modified(fd_request_t *r, const struct stat *st)
+{
+    fd_str_t inm = r->in.if_none_match;
+
+    /* RFC 9110 13.2.2: If-None-Match wins over If-Modified-Since; without
+     * an ETag of ours only "*" can match. */
+    if (inm.len && (r->etag.len || list_has_star(inm)))
+        return etag_list_match(inm, r->etag);
+    if (r->in.if_modified_since.len) {
+        time_t ims = parse_http_date(r->in.if_modified_since.data,
+                                     r->in.if_modified_since.len);
+
+        return ims != -1 && st->st_mtime <= ims;
+    }
+    return 0;
+}
+
+static int send_range(fd_request_t *r, int fd, const struct stat *st)
+{
+    int64_t size = st->st_size, start = 0, end = 0;
+    fd_str_t ifr;
+    char *v, *p;
+    int rc;
+
+    rc = parse_range(r->in.range, size, &start, &end);
+    if (rc == RANGE_NONE)
+        return FD_DECLINED;
+    ifr = request_header(r, "If-Range", 8);
+    if (ifr.len && !if_range_match(ifr, r->etag, st->st_mtime))
+        return FD_DECLINED;
+
+    v = fd_pnalloc(r->pool, sizeof("bytes -/") + 3 * 20);
+    if (v == NULL)
+        return 500;
+    p = v;
+    memcpy(p, "bytes ", 6);
+    p += 6;
+
+    if (rc == RANGE_UNSATISFIABLE) {
+        *p++ = '*';
+        *p++ = '/';
+        p = fd_fmt_uint(p, (uint64_t)size);
+        if (fd_http_error_page(r, 416) != FD_OK)
+            return 416;
+        if (fd_http_header_add(r, fd_string("Content-Range"),
+                               (fd_str_t){(size_t)(p - v), v}) != FD_OK)
+            return 500;
+        return FD_OK;
+    }
+
+    p = fd_fmt_uint(p, (uint64_t)start);
+    *p++ = '-';
+    p = fd_fmt_uint(p, (uint64_t)end);
+    *p++ = '/';
+    p = fd_fmt_uint(p, (uint64_t)size);
+    if (fd_http_header_add(r, fd_string("Content-Range"),
+                           (fd_str_t){(size_t)(p - v), v}) != FD_OK)
+        return 500;
+    r->status = 206;
+    r->content_length = end - start + 1;
+    fd_http_body_append(r, fd_buf_file(r->pool, fd, start, end + 1));
+    return FD_OK;
+}
+
+static int static_handler(fd_request_t *r)
+{
+    const fd_http_loc_t *loc = r->loc;
+    const static_conf_t *scf = fd_loc_conf(loc, &fd_static_module);
+    size_t root_len = loc->root_len, maxidx = 0, n;
+    const int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK;
+    char *full, *rel, *name, *dot;
+    int rootfd = -1, fd = -1, err = 0, rc;
+    struct stat st;
+
+    if (r->in.method_id != FD_HTTP_GET && r->in.method_id != FD_HTTP_HEAD) {
+        if (fd_http_error_page(r, 405) != FD_OK)
+            return 405;
+        if (fd_http_header_add(r, fd_string("Allow"),
+                               fd_string("GET, HEAD")) != FD_OK)
+            return 500;
+        return FD_OK;
+    }
+    if (loc->root == NULL)
+        return 404;
+
+    while (root_len > 1 && loc->root[root_len - 1] == '/')
+        root_len--;
+
+    /* root + path [+ index]: room for the longest index name */
+    if (r->path.data[r->path.len - 1] == '/') {
+        for (unsigned i = 0; i < loc->index.n; i++)
+            maxidx = fd_max(maxidx, strlen(loc->index.items[i]));
+        if (loc->index.n == 0)
+            maxidx = sizeof("index.html") - 1;
+    }
+    full = fd_pnalloc(r->pool, root_len + r->path.len + maxidx + 1);
+    if (full == NULL)
+        return 500;
+    memcpy(full, loc->root, root_len);
+    memcpy(full + root_len, r->path.data, r->path.len);
+    n = root_len + r->path.len;
+    full[n] = '\0';
+    if (root_len == 1)
+        root_len = 0; /* root "/" */
+    rel = full + root_len + 1;
+
+    if (!loc->follow_symlinks) {
+        char save = full[root_len];
+
+        full[root_len] = '\0';
+        rootfd = open(root_len ? full : "/",
+                      O_PATH | O_DIRECTORY | O_CLOEXEC);
+        err = errno;
+        full[root_len] = save;
+        if (rootfd == -1)
+            return open_error(r, loc->root, err);
+    }
+
+    if (full[n - 1] == '/') {
+        /* a directory: the first index file that exists */
+        static char *const def_index[] = {"index.html"};
+        char *const *items = loc->index.n ? loc->index.items : def_index;
+        unsigned nitems = loc->index.n ? loc->index.n : 1;
+
+        err = ENOENT;
+        for (unsigned i = 0; i < nitems; i++) {
+            const char *ix = items[i];
+            size_t il = strlen(ix);
+
+            if (il == 0 || ix[0] == '/' || strstr(ix, ".."))
+                continue;
+            memcpy(full + n, ix, il + 1);
+            fd = rootfd == -1 ? open(full, flags)
+                              : open_beneath(rootfd, rel, flags);
+            if (fd >= 0)
+                break;
+            err = errno;
+            if (err != ENOENT)
+                break;
+        }
+        if (fd == -1 && err == ENOENT) {
+            /* no index: 403 for an existing directory (no autoindex) */
+            full[n] = '\0';
+            fd = rootfd == -1 ? open(full, O_PATH | O_DIRECTORY | O_CLOEXEC)
+                              : open_beneath(rootfd, rel,
+                                             O_PATH | O_DIRECTORY | O_CLOEXEC);
+            err = fd == -1 ? errno : EACCES;
+            if (fd >= 0)
+                close(fd);
+            fd = -1;
+        }
+    } else {
+        fd = rootfd == -1 ? open(full, flags)
+                          : open_beneath(rootfd, rel, flags);
+        err = errno;
+    }
+    if (rootfd != -1)
+        close(rootfd);
+    if (fd == -1)
+        return open_error(r, full, err);
+
+    if (fd_pool_cleanup_add(r->pool, close_fd, (void *)(intptr_t)fd) ==
+        NULL) {
+        close(fd);
+        return 500;
+    }
+    if (fstat(fd, &st) == -1) {
+        fd_log_error(FD_LOG_ERR, errno, "fstat(\"%s\") failed", full);
+        return 500;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        if (full[n - 1] != '/')
+            return redirect_dir(r);
+        return 403; /* an index name that is a directory */
+    }
+    if (!S_ISREG(st.st_mode))
+        return 403;
+
+    /* the type comes from the file actually served (index files too) */
+    name = strrchr(full, '/');
+    dot = strrchr(name, '.');
+    r->content_type = dot ? mime_lookup(scf->types, dot + 1, strlen(dot + 1))
+                          : mime_lookup(scf->types, NULL, 0);
+    r->last_modified = st.st_mtime;
+    if (scf->etag)
+        r->etag = make_etag(r->pool, &st);
+
+    if (not_modified(r, &st)) {
+        /* keeps ETag and Last-Modified, as nginx */
+        r->status = 304;
+        r->content_type = fd_null_string;
+        r->content_length = -1;
+        return FD_OK;
+    }
+
+    if (fd_http_header_add(r, fd_string("Accept-Ranges"), fd_string("bytes"))
+        != FD_OK)
+        return 500;
+
+    /* RFC 9110 14.2: Range is defined for GET only */
+    if (r->in.range.len && r->in.method_id == FD_HTTP_GET) {
+        rc = send_range(r, fd, &st);
+        if (rc != FD_DECLINED)
+            return rc;
+    }
+
+    r->status = 200;
+    r->content_length = st.st_size;
+    if (st.st_size > 0 && r->in.method_id == FD_HTTP_GET)
+        fd_http_body_append(r, fd_buf_file(r->pool, fd, 0, st.st_size));
+    return FD_OK;
+}

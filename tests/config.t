@@ -1,0 +1,178 @@
+#!/usr/bin/perl
+# fastd -t: success message, file:line for every kind of error, include,
+# profiles, repeated keys.
+
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use FastdTest;
+use Test::More;
+
+my $t = FastdTest->new(conf => FastdTest::base_conf());
+my $dir = $t->dir;
+
+# Line number (1-based) of the first line of $text matching $re.
+sub line_of {
+    my ($text, $re) = @_;
+    my @l = split /\n/, $text;
+    for my $i (0 .. $#l) { return $i + 1 if $l[$i] =~ $re }
+    die "no line matches $re";
+}
+
+sub conf_test {
+    my ($file, @extra) = @_;
+    return FastdTest::run_fastd('-t', '-c', $file, @extra);
+}
+
+# --- a valid file ------------------------------------------------------------
+{
+    my $file = $t->conf_file;
+    my ($rc, $out) = conf_test($file);
+    is($rc, 0, '-t on a valid file exits 0') or diag($out);
+    like($out, qr/configuration file \Q$file\E test is successful/,
+         '-t prints "configuration file FILE test is successful"');
+    ok(!-e $t->pid_file, '-t does not write the pid file');
+    ok(!$t->port_open, '-t does not start a server');
+}
+
+# --- errors with file:line ----------------------------------------------------
+sub bad_conf {
+    my ($name, $text, $mark, %o) = @_;
+    my $file = $t->write_conf($text, 'bad.conf');
+    my $line = line_of($t->subst($text), $mark);
+    my ($rc, $out) = conf_test($file, @{ $o{args} || [] });
+    is($rc, 1, "$name: -t exits 1");
+    like($out, qr/\Q$file\E:$line\b/, "$name: names $file:$line")
+        or diag($out);
+    like($out, $o{also}, "$name: message mentions it") if $o{also};
+    unlike($out, qr/test is successful/, "$name: no success message");
+}
+
+bad_conf('unknown key in [http]',
+    FastdTest::base_conf(http => { no_such_key => 1 }),
+    qr/^no_such_key/, also => qr/no_such_key/);
+bad_conf('unknown key in [main]',
+    FastdTest::base_conf(main => { bogus => 'yes' }),
+    qr/^bogus/, also => qr/bogus/);
+bad_conf('unknown key in a location',
+    FastdTest::base_conf(locations => "[location /x]\nhandler = plaintext\nfrobnicate = 3\n"),
+    qr/^frobnicate/, also => qr/frobnicate/);
+bad_conf('unknown section',
+    FastdTest::base_conf(extra => "\n[nosuch]\nkey = value\n"),
+    qr/^\[nosuch\]/, also => qr/nosuch/);
+bad_conf('keepalive_timeout = abc',
+    FastdTest::base_conf(http => { keepalive_timeout => 'abc' }),
+    qr/^keepalive_timeout/, also => qr/keepalive_timeout|abc/);
+bad_conf('workers = -3',
+    FastdTest::base_conf(main => { workers => -3 }),
+    qr/^workers/, also => qr/workers|-3/);
+bad_conf('edge_triggered = maybe',
+    FastdTest::base_conf(events => { edge_triggered => 'maybe' }),
+    qr/^edge_triggered/, also => qr/edge_triggered|maybe/);
+bad_conf('max_header_size = 12q',
+    FastdTest::base_conf(http => { max_header_size => '12q' }),
+    qr/^max_header_size/);
+bad_conf('accept = sideways',
+    FastdTest::base_conf(events => { accept => 'sideways' }),
+    qr/^accept/);
+bad_conf('unknown handler',
+    FastdTest::base_conf(locations => "[location /x]\nhandler = nosuchhandler\n"),
+    qr/^handler = nosuchhandler/, also => qr/nosuchhandler/);
+
+# an error in an included file names that file and its line
+{
+    my $inc = $t->write_file('inc-bad.conf',
+        "; included\n[http]\nkeepalive_timeout = 5s\nnot_a_key = 1\n");
+    my $text = FastdTest::base_conf(main => { include => $inc });
+    my $file = $t->write_conf($text, 'main-inc.conf');
+    my ($rc, $out) = conf_test($file);
+    is($rc, 1, 'include with an error: exits 1');
+    like($out, qr/\Q$inc\E:4\b/, 'include with an error: names the included file:line')
+        or diag($out);
+}
+{
+    my $inc = $t->write_file('inc-good.conf', "[http]\nkeepalive_timeout = 5s\n");
+    my $file = $t->write_conf(FastdTest::base_conf(main => { include => $inc }),
+                              'main-inc-good.conf');
+    my ($rc, $out) = conf_test($file);
+    is($rc, 0, 'a valid include is accepted') or diag($out);
+}
+{
+    mkdir "$dir/conf.d";
+    FastdTest::spew("$dir/conf.d/a.conf", "[http]\nkeepalive_requests = 10\n");
+    FastdTest::spew("$dir/conf.d/b.conf", "[events]\n\nbad_events_key = 1\n");
+    my $file = $t->write_conf(FastdTest::base_conf(main => { include => "$dir/conf.d/*.conf" }),
+                              'main-glob.conf');
+    my ($rc, $out) = conf_test($file);
+    is($rc, 1, 'include glob with an error in the 2nd file: exits 1');
+    like($out, qr/\Q$dir\E\/conf\.d\/b\.conf:3\b/, '... names conf.d/b.conf:3')
+        or diag($out);
+    unlink "$dir/conf.d/b.conf";
+    ($rc, $out) = conf_test($file);
+    is($rc, 0, 'include glob of valid files is accepted') or diag($out);
+}
+
+# --- profiles -------------------------------------------------------------------
+{
+    my $text = FastdTest::base_conf(extra =>
+        "\n[profile bench]\nevents.read_until_eagain = off\nhttp.keepalive_requests = 5\n"
+      . "\n[profile broken]\nevents.no_such_key = 1\n");
+    my $file = $t->write_conf($text, 'prof.conf');
+    my ($rc, $out) = conf_test($file, '-p', 'bench');
+    is($rc, 0, '-p bench: accepted') or diag($out);
+    like($out, qr/test is successful/, '-p bench: success message');
+    ($rc, $out) = conf_test($file, '-p', 'nosuch');
+    is($rc, 1, '-p nosuch: fails');
+    like($out, qr/nosuch/, '-p nosuch: the message names the profile') or diag($out);
+    my $line = line_of($t->subst($text), qr/^events\.no_such_key/);
+    ($rc, $out) = conf_test($file, '-p', 'broken');
+    is($rc, 1, '-p broken (bad key in the profile): fails');
+    like($out, qr/\Q$file\E:$line\b/, "-p broken: names $file:$line") or diag($out);
+    ($rc, $out) = conf_test($file);
+    is($rc, 0, 'no profile selected: a broken unused profile is not applied')
+        or diag($out);
+
+    my $text2 = FastdTest::base_conf(main => { profile => 'bench' }, extra =>
+        "\n[profile bench]\nevents.read_until_eagain = off\n");
+    my $file2 = $t->write_conf($text2, 'prof2.conf');
+    ($rc, $out) = conf_test($file2);
+    is($rc, 0, 'profile = bench in [main]: accepted') or diag($out);
+    my $text3 = FastdTest::base_conf(main => { profile => 'missing' });
+    my $file3 = $t->write_conf($text3, 'prof3.conf');
+    ($rc, $out) = conf_test($file3);
+    is($rc, 1, 'profile = missing in [main]: fails');
+    like($out, qr/missing/, '... naming the profile');
+}
+
+# --- repeated keys are lists ------------------------------------------------------
+{
+    mkdir "$dir/www";
+    FastdTest::spew("$dir/www/b.html", "<p>second index</p>\n");
+    my $text = FastdTest::base_conf(server => {
+        root  => '%%DIR%%/www',
+        index => [ 'a.html', 'b.html' ],
+    });
+    like($text, qr/index = a\.html\nindex = b\.html/, 'the config repeats index');
+    $t->write_conf($text);
+    my ($rc, $out) = conf_test($t->conf_file);
+    is($rc, 0, 'repeated index key accepted') or diag($out);
+    $t->start;
+    my $r = $t->get('/');
+    is($r && $r->{status}, 200, 'GET / with index = a.html, b.html (only b exists)');
+    is($r && $r->{body}, "<p>second index</p>\n", '... serves the second index file');
+    $t->stop;
+    $t->no_alerts;
+}
+
+# --- misc -------------------------------------------------------------------------
+{
+    my ($rc, $out) = conf_test("$dir/does-not-exist.conf");
+    is($rc, 1, '-t on a missing file exits 1');
+    like($out, qr/does-not-exist\.conf/, '... naming the file');
+    ($rc, $out) = FastdTest::run_fastd('-v');
+    is($rc, 0, '-v exits 0');
+    like($out, qr/fastd/i, '-v prints the name/version');
+}
+
+done_testing;
