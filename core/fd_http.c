@@ -944,11 +944,16 @@ static void run_handler(fd_request_t *r)
     request_finalize(r, rc);
 }
 
+/* The request is over: counters and the modules' log hooks. */
 static void access_count(fd_request_t *r)
 {
     int cls = r->status / 100;
+    unsigned i;
 
     fd_stats->status[cls >= 1 && cls <= 5 ? cls : 0]++;
+    for (i = 0; i < fd_nmodules; i++)
+        if (fd_modules[i]->log)
+            fd_modules[i]->log(r);
 }
 
 /* The response in r is complete (or rc is an error): queue it. */

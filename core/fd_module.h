@@ -3,6 +3,9 @@
 
 #include "fd_conf.h"
 
+typedef struct fd_status_s fd_status_t;
+#define FD_MODULE_HAS_STATUS 1
+
 typedef int (*fd_handler_pt)(fd_request_t *r);
 /* Called for every response before its header is written; may rewrite
  * status, headers and a complete in-memory body (r->out). */
@@ -37,6 +40,12 @@ struct fd_module_s {
     int (*init_cycle)(fd_conf_t *cf, fd_cycle_t *cycle);
 
     size_t shm_size;                  /* bytes of each worker stats slot */
+    /* Report the module's figures of one worker slot (see fd_status.h). */
+    void (*status)(fd_status_t *st, const void *area, unsigned worker);
+    /* Master: fold an exited worker's monotonic counters into retired. */
+    void (*retire)(void *retired_area, const void *area);
+    /* Called on the loop once per finished request (access log). */
+    void (*log)(fd_request_t *r);
 
     unsigned index;                   /* set at startup: position in list */
 };

@@ -40,8 +40,8 @@
 
 #include "fd_core.h"
 #include "fd_cycle.h"
+#include "fd_module.h"
 
-typedef struct fd_status_s fd_status_t;
 
 #define FD_STATUS_RETIRED ((unsigned)-1)
 
