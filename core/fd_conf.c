@@ -248,6 +248,8 @@ static int read_file(fd_conf_t *cf, const char *path, const char *section,
                      unsigned seq, fd_conf_entry_t **entries, unsigned *n,
                      unsigned *cap, unsigned *seq_counter, int depth);
 
+static int add_entry(reader_t *rd, const char *key, const char *value);
+
 static char *trim(char *s)
 {
     char *e;
@@ -293,6 +295,10 @@ static char *conf_reader(char *str, int num, void *stream)
         tmp[end - s - 1] = '\0';
         rd->section = fd_pstrdup(rd->cf->pool, trim(tmp), strlen(trim(tmp)));
         rd->seq = ++*rd->seq_counter;
+        /* a marker entry (empty key): the section exists even without
+         * keys, and errors about it name its header line */
+        if (add_entry(rd, "", "") != FD_OK)
+            rd->failed = 1;
         /* hand inih a header it cannot misread */
         snprintf(str, (size_t)num, "[s]\n");
     }

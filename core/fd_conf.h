@@ -54,7 +54,8 @@ struct fd_directive_s {
 
 #define FD_CONF_END {.name = NULL}
 
-/* One key = value line as read, with where it came from. */
+/* One key = value line as read, with where it came from. Each section
+ * header also yields an entry with an empty key (the section marker). */
 typedef struct fd_conf_entry_s {
     char *section;
     char *key;

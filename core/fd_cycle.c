@@ -258,8 +258,11 @@ static int apply_simple(load_t *ld, unsigned from, unsigned to,
 
     for (i = from; i < to; i++) {
         fd_conf_entry_t *e = &ld->e[i];
-        const fd_directive_t *d = fd_conf_find(dirs, e->key);
+        const fd_directive_t *d;
 
+        if (e->key[0] == '\0')
+            continue; /* section marker */
+        d = fd_conf_find(dirs, e->key);
         at(ld, e);
         if (d == NULL)
             return fd_conf_error(ld->cf, "unknown key \"%s\" in [%s]",
@@ -298,7 +301,11 @@ static const fd_directive_t *find_loc_key(const char *key, unsigned *mod)
 static int apply_loc_entry(load_t *ld, fd_http_loc_t *loc, fd_conf_entry_t *e)
 {
     unsigned mod;
-    const fd_directive_t *d = find_loc_key(e->key, &mod);
+    const fd_directive_t *d;
+
+    if (e->key[0] == '\0')
+        return FD_OK; /* section marker */
+    d = find_loc_key(e->key, &mod);
 
     at(ld, e);
     if (d == NULL)
@@ -633,6 +640,8 @@ static int apply_profile(load_t *ld, const char *profile)
         if (!is_named(pe.section, "profile", &name) || strcmp(name, profile))
             continue;
         found = 1;
+        if (pe.key[0] == '\0')
+            continue;
         at(ld, &pe);
         dot = strrchr(pe.key, '.');
         if (dot == NULL || dot == pe.key)
@@ -772,6 +781,8 @@ static int apply_globals(load_t *ld)
                 unsigned mod;
                 const fd_directive_t *d;
                 e = &ld->e[i];
+                if (e->key[0] == '\0')
+                    continue;
                 at(ld, e);
                 d = fd_conf_find(http_directives, e->key);
                 if (d) {
@@ -845,6 +856,8 @@ static int apply_servers(load_t *ld)
                 fd_conf_entry_t *se = &ld->e[k];
                 const fd_directive_t *d;
                 int rc;
+                if (se->key[0] == '\0')
+                    continue;
                 at(ld, se);
                 if (strcmp(se->key, "error_page") == 0)
                     continue; /* after root is known */
@@ -883,7 +896,8 @@ static int apply_servers(load_t *ld)
                 return FD_ERROR;
             /* the server's location keys are this location's defaults */
             for (k = srv_from; k < srv_to; k++)
-                if (fd_conf_find(fd_http_server_directives,
+                if (ld->e[k].key[0] != '\0' &&
+                    fd_conf_find(fd_http_server_directives,
                                  ld->e[k].key) == NULL &&
                     apply_loc_entry(ld, loc, &ld->e[k]) != FD_OK)
                     return FD_ERROR;
@@ -894,7 +908,10 @@ static int apply_servers(load_t *ld)
                 int rc;
                 unsigned m;
                 fd_conf_entry_t *le = &ld->e[k];
-                const fd_directive_t *d = find_loc_key(le->key, &m);
+                const fd_directive_t *d;
+                if (le->key[0] == '\0')
+                    continue;
+                d = find_loc_key(le->key, &m);
                 if (d && d->type != FD_CONF_LIST) {
                     unsigned q;
                     for (q = i; q < k; q++)

@@ -25,6 +25,7 @@
 #define OUT_HIGH_WATER (64 * 1024)   /* stop producing above it */
 #define OUT_COPY_MAX 4096            /* smaller bodies are copied */
 #define LINGER_MSEC 2000
+#define FD_HTTP_ALLOW "GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH"
 
 enum {
     PH_HEADER = 0,    /* parsing the request header */
@@ -555,10 +556,6 @@ int fd_http_error_page(fd_request_t *r, int status)
     r->last_modified = -1;
     r->etag.len = 0;
     r->content_type = fd_string("text/html");
-    if (status == 405)
-        fd_http_header_add(r, fd_string("Allow"),
-                           fd_string("GET, HEAD, POST, PUT, DELETE, OPTIONS,"
-                                     " PATCH"));
     for (ep = r->server ? r->server->error_pages : NULL; ep; ep = ep->next)
         if (ep->status == status)
             return fd_http_body_set(r, ep->body, ep->len);
@@ -710,15 +707,16 @@ static void request_start(fd_request_t *r)
 
     if (r->in.method_id == FD_HTTP_TRACE || r->in.method_id == FD_HTTP_CONNECT)
     {
-        request_fail(r, 405);
+        r->keepalive = 0;
+        fd_http_error_page(r, 405);
+        fd_http_header_add(r, fd_string("Allow"), fd_string(FD_HTTP_ALLOW));
+        request_finalize(r, FD_OK);
         return;
     }
     if (r->in.path_raw.len == 1 && r->in.path_raw.data[0] == '*') {
         /* OPTIONS * : the server's own capabilities */
         r->status = 200;
-        fd_http_header_add(r, fd_string("Allow"),
-                           fd_string("GET, HEAD, POST, PUT, DELETE, OPTIONS,"
-                                     " PATCH"));
+        fd_http_header_add(r, fd_string("Allow"), fd_string(FD_HTTP_ALLOW));
         fd_http_body_set(r, "", 0);
         if (r->in.content_length > 0 || r->in.chunked)
             r->keepalive = 0;
@@ -734,6 +732,11 @@ static void request_start(fd_request_t *r)
     r->path.data = path;
     r->path.len = plen;
     r->loc = fd_http_find_location(r);
+    if (r->in.method_id == FD_HTTP_UNKNOWN &&
+        !(r->loc->handler->flags & FD_MODULE_ANY_METHOD)) {
+        request_fail(r, 501);
+        return;
+    }
 
     if (r->in.content_length > 0 || r->in.chunked) {
         if (r->in.content_length > (int64_t)r->loc->max_body_size) {
@@ -786,7 +789,8 @@ static int body_start(fd_request_t *r)
 
 /*
  * Decode body bytes from the read buffer into dst (at most size): > 0
- * bytes, 0 at the end, FD_AGAIN for more input, or an HTTP error status.
+ * bytes, 0 at the end of the body, FD_AGAIN for more input, or -400 on a
+ * chunked framing error.
  */
 static ssize_t body_decode(fd_request_t *r, char *dst, size_t size)
 {
@@ -805,19 +809,15 @@ static ssize_t body_decode(fd_request_t *r, char *dst, size_t size)
     }
     while (got < size && r->body_rest != 0) {
         const char *pos = h->rbuf + h->rpos, *data;
-        const char *last = h->rbuf + fd_min(h->rlast, h->rpos + size - got);
         size_t len;
-        int rc;
+        int rc = fd_http_parse_chunked(&r->ck, &pos, h->rbuf + h->rlast,
+                                       &data, &len);
 
-        /* never decode further into the buffer than dst can take: the
-         * chunk data slice must fit; framing bytes cost nothing */
-        last = h->rbuf + h->rlast;
-        rc = fd_http_parse_chunked(&r->ck, &pos, last, &data, &len);
         if (rc == FD_OK && len > size - got) {
-            /* give back what does not fit */
+            /* dst is full: leave the rest of this chunk in the buffer */
             size_t extra = len - (size - got);
             r->ck.size += extra;
-            r->ck.state = 3; /* CK_DATA */
+            r->ck.state = FD_HTTP_CK_DATA;
             pos -= extra;
             len = size - got;
         }
@@ -825,15 +825,13 @@ static ssize_t body_decode(fd_request_t *r, char *dst, size_t size)
         if (rc == FD_OK) {
             memcpy(dst + got, data, len);
             got += len;
-            continue;
-        }
-        if (rc == FD_DONE) {
+        } else if (rc == FD_DONE) {
             r->body_rest = 0;
+        } else if (rc == FD_AGAIN) {
             break;
+        } else {
+            return -400;
         }
-        if (rc == FD_AGAIN)
-            break;
-        return rc; /* 400 */
     }
     if (got)
         return (ssize_t)got;
@@ -843,21 +841,20 @@ static ssize_t body_decode(fd_request_t *r, char *dst, size_t size)
 /* Buffered body: FD_OK when complete, FD_AGAIN, or an error status. */
 static int body_read(fd_request_t *r)
 {
+    size_t max = r->loc->max_body_size;
+
     for (;;) {
         ssize_t n;
+
         if (r->body_len == r->body_cap) {
-            size_t cap;
+            /* only a chunked body grows; Content-Length was allocated */
+            size_t cap = r->body_cap * 2;
             char *nb;
-            if (!r->in.chunked) {
-                n = r->body_rest == 0 ? 0 : FD_AGAIN;
-                if (r->body_rest == 0)
-                    return FD_OK;
-            }
-            cap = r->body_cap * 2;
-            if (cap > r->loc->max_body_size)
-                cap = r->loc->max_body_size + 1;
-            if (r->body_len >= cap)
+            if (!r->in.chunked)
+                return r->body_rest == 0 ? FD_OK : 500;
+            if (r->body_len > max)
                 return 413;
+            cap = fd_min(cap, max + 1);
             nb = fd_pnalloc(r->pool, cap);
             if (nb == NULL)
                 return 500;
@@ -871,11 +868,9 @@ static int body_read(fd_request_t *r)
         if (n == FD_AGAIN)
             return FD_AGAIN;
         if (n < 0)
-            return (int)n;
-        if (n >= 100 && 0)
-            return 0;
+            return (int)-n;
         r->body_len += (size_t)n;
-        if (r->body_len > r->loc->max_body_size)
+        if (r->body_len > max)
             return 413;
     }
 }
@@ -887,21 +882,15 @@ ssize_t fd_http_body_pull(fd_request_t *r, char *buf, size_t size)
     if (r->body_rest == 0)
         return 0;
     n = body_decode(r, buf, size);
-    if (n >= 100 || n == 0 || n == FD_AGAIN) {
-        if (n == FD_AGAIN) {
-            /* reading may have stopped on a full buffer: resume it */
-            if (r->c->readable || fd_worker->cycle->events.edge_triggered == 0)
-                fd_event_post(&r->c->h->resume);
-            return FD_AGAIN;
-        }
-        if (n > 0)
-            return n;
-        return 0;
-    }
-    if (n > 0)
+    if (n >= 0)
         return n;
-    /* a framing error: the response is the handler's to give; the
-     * connection cannot be reused */
+    if (n == FD_AGAIN) {
+        /* reading may have stopped on a full buffer: resume it */
+        if (r->c->readable)
+            fd_event_post(&r->c->h->resume);
+        return FD_AGAIN;
+    }
+    /* a framing error: the connection cannot be reused */
     r->keepalive = 0;
     return FD_ERROR;
 }

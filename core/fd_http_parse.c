@@ -408,7 +408,7 @@ enum {
     CK_SIZE = 0,
     CK_EXT,
     CK_SIZE_LF,
-    CK_DATA,
+    CK_DATA = FD_HTTP_CK_DATA,
     CK_DATA_CR,
     CK_DATA_LF,
     CK_TRAILER,

@@ -87,6 +87,7 @@ void fd_http_parse_init(fd_http_req_t *p, fd_pool_t *pool,
 int fd_http_parse_request(fd_http_req_t *p, const char *start, size_t len);
 
 /* Chunked transfer coding decoder, resumable at any byte. */
+#define FD_HTTP_CK_DATA 3 /* state: inside chunk data (size bytes left) */
 typedef struct {
     unsigned state;
     uint64_t size;            /* bytes left in the current chunk */

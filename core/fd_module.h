@@ -14,6 +14,7 @@ typedef int (*fd_filter_pt)(fd_request_t *r);
 /* Module flags */
 #define FD_MODULE_THREAD_SAFE 0x1  /* handler may run on an offload thread */
 #define FD_MODULE_STREAM_BODY 0x2  /* handler pulls the request body itself */
+#define FD_MODULE_ANY_METHOD 0x4   /* takes unknown methods (else 501) */
 
 /*
  * A module is one file and one descriptor; the core never names a module.

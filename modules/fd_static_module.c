@@ -853,6 +853,25 @@ static int redirect_dir(fd_request_t *r)
     return FD_OK;
 }
 
+/* 405 with our own Allow (the error page may have added a generic one). */
+static int method_not_allowed(fd_request_t *r)
+{
+    static const fd_str_t allow = fd_string("GET, HEAD");
+    fd_http_header_out_t *h;
+
+    if (fd_http_error_page(r, 405) != FD_OK)
+        return 405;
+    for (h = r->headers_out; h; h = h->next) {
+        if (fd_str_caseeq_lit(h->name, "Allow")) {
+            h->value = allow;
+            return FD_OK;
+        }
+    }
+    if (fd_http_header_add(r, fd_string("Allow"), allow) != FD_OK)
+        return 500;
+    return FD_OK;
+}
+
 static fd_str_t make_etag(fd_pool_t *pool, const struct stat *st)
 {
     char *p = fd_pnalloc(pool, 2 + 16 + 1 + 16 + 1);
@@ -939,18 +958,13 @@ static int static_handler(fd_request_t *r)
     int rootfd = -1, fd = -1, err = 0, rc;
     struct stat st;
 
-    if (r->in.method_id != FD_HTTP_GET && r->in.method_id != FD_HTTP_HEAD) {
-        if (fd_http_error_page(r, 405) != FD_OK)
-            return 405;
-        if (fd_http_header_add(r, fd_string("Allow"),
-                               fd_string("GET, HEAD")) != FD_OK)
-            return 500;
-        return FD_OK;
-    }
+    if (r->in.method_id != FD_HTTP_GET && r->in.method_id != FD_HTTP_HEAD)
+        return method_not_allowed(r);
     if (loc->root == NULL)
         return 404;
 
-    while (root_len > 1 && loc->root[root_len - 1] == '/')
+    /* no trailing slash: root "/" becomes "" and paths keep their own */
+    while (root_len > 0 && loc->root[root_len - 1] == '/')
         root_len--;
 
     /* root + path [+ index]: room for the longest index name */
@@ -967,8 +981,6 @@ static int static_handler(fd_request_t *r)
     memcpy(full + root_len, r->path.data, r->path.len);
     n = root_len + r->path.len;
     full[n] = '\0';
-    if (root_len == 1)
-        root_len = 0; /* root "/" */
     rel = full + root_len + 1;
 
     if (!loc->follow_symlinks) {

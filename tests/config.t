@@ -61,6 +61,9 @@ bad_conf('unknown key in a location',
 bad_conf('unknown section',
     FastdTest::base_conf(extra => "\n[nosuch]\nkey = value\n"),
     qr/^\[nosuch\]/, also => qr/nosuch/);
+bad_conf('unknown section without keys',
+    FastdTest::base_conf(extra => "\n[nosuch2]\n"),
+    qr/^\[nosuch2\]/, also => qr/nosuch2/);
 bad_conf('keepalive_timeout = abc',
     FastdTest::base_conf(http => { keepalive_timeout => 'abc' }),
     qr/^keepalive_timeout/, also => qr/keepalive_timeout|abc/);

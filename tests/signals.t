@@ -57,7 +57,7 @@ is(status_of('/plaintext'), 200, 'SIGHUP: still serving /plaintext');
 {
     my $broken = FastdTest::base_conf(main => \%main,
         locations => "[location /new]\nhandler = plaintext\n"
-                   . "[location /newer]\nhandler = plaintext\nthis_is_not_a_key = 1\n");
+                   . "[location /other]\nhandler = plaintext\nthis_is_not_a_key = 1\n");
     my @l = split /\n/, $broken;
     my ($line) = grep { $l[$_ - 1] =~ /^this_is_not_a_key/ } 1 .. @l;
     my $file = $t->conf_file;
@@ -67,7 +67,7 @@ is(status_of('/plaintext'), 200, 'SIGHUP: still serving /plaintext');
        "broken reload: the error log names $file:$line")
         or diag($t->error_log);
     is(status_of('/new'), 200, 'broken reload: the old config keeps serving');
-    is(status_of('/newer'), 404, 'broken reload: nothing of the new config');
+    is(status_of('/other'), 404, 'broken reload: nothing of the new config');
     is_deeply([ $t->workers ], [ sort { $a <=> $b } @w1 ],
               'broken reload: the same workers');
     ok($t->running, 'broken reload: the master is still running');
@@ -109,11 +109,11 @@ my $victim = $w1[0];
 {
     my $log = $t->log_file;
     ok(-e $log, 'error.log exists');
-    rename $log, "$log.1" or die "rename: $!";
+    ok(rename($log, "$log.1"), 'error.log moved away') or diag("rename: $!");
     $t->signal('USR1');
     ok(FastdTest::wait_for(sub { status_of('/reopen-404'); -e $log }, 10, 0.1),
        'SIGUSR1: error.log is reopened (recreated)');
-    rename $log, "$log.2" or die "rename: $!";
+    ok(rename($log, "$log.2"), 'error.log moved away again') or diag("rename: $!");
     my ($rc, $out) = FastdTest::run_fastd('-s', 'reopen', '-c', $t->conf_file);
     is($rc, 0, '-s reopen exits 0') or diag($out);
     ok(FastdTest::wait_for(sub { status_of('/reopen-404'); -e $log }, 10, 0.1),

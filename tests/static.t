@@ -263,6 +263,24 @@ is(get('/f/in.txt')->body, $small, 'follow_symlinks = on: inside link');
 $t->no_alerts;
 $t->stop;
 
+# --- on the offload pool (static is thread-safe) ----------------------------------
+{
+    my $o = FastdTest->new(conf => FastdTest::base_conf(
+        http   => { inline_completions => 'off' },
+        server => { root => $www, mime_types => '%%CONF%%/mime.types' }));
+    $o->start;
+    my $r = $o->get('/big.PNG');
+    ok($r->status == 200 && $r->body eq $big, 'offload: 100 KB file');
+    $r = $o->get('/small.txt', Range => 'bytes=-5');
+    is($r->body, substr($small, -5), 'offload: range');
+    is($o->get('/small.txt', 'If-None-Match' => $etag_small)->status, 304,
+       'offload: 304');
+    is($o->get('/sub')->header('location'), '/sub/', 'offload: redirect');
+    is($o->get('/out.txt')->status, 403, 'offload: symlink refused');
+    is($o->get('/nope')->status, 404, 'offload: 404');
+    $o->no_alerts;
+}
+
 # --- configuration errors -------------------------------------------------------------
 {
     my $c = FastdTest->new(conf => FastdTest::base_conf(
