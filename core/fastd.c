@@ -245,6 +245,11 @@ static void reload(void)
     }
     nc->generation = old->generation + 1;
     cycle = nc;
+    if (nc->main.error_log && strcmp(nc->main.error_log, "stderr") &&
+        fd_log_open(&master_log, nc->main.error_log,
+                    nc->main.error_log_level) != FD_OK)
+        fd_log_error(FD_LOG_ALERT, errno, "cannot open error log \"%s\"",
+                     nc->main.error_log);
     fd_shm->generation = nc->generation;
     snprintf(fd_shm->profile, sizeof(fd_shm->profile), "%s",
              nc->profile ? nc->profile : "");

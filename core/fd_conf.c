@@ -195,6 +195,8 @@ int fd_conf_set(fd_conf_t *cf, const fd_directive_t *d, void *conf,
         *(char **)field = fd_pstrdup(cf->pool, value, strlen(value));
         return FD_OK;
     case FD_CONF_LIST:
+        if (d->set) /* a repeatable key the module parses itself */
+            return d->set(cf, d, conf, value);
         l = (fd_conf_list_t *)field;
         items = fd_palloc(cf->pool, (l->n + 1) * sizeof(char *));
         if (items == NULL)

@@ -24,7 +24,7 @@ typedef enum {
     FD_CONF_MSEC,     /* 75s, 500ms, 1m    -> fd_msec_t      */
     FD_CONF_ENUM,     /* one of .enums     -> int            */
     FD_CONF_STR,      /* any text          -> char *         */
-    FD_CONF_LIST,     /* repeatable text   -> fd_conf_list_t */
+    FD_CONF_LIST,     /* repeatable text   -> fd_conf_list_t, or .set() */
     FD_CONF_CUSTOM    /* .set() parses it                    */
 } fd_conf_type_t;
 
@@ -46,7 +46,8 @@ struct fd_directive_s {
     size_t offset;
     const char *def;              /* default, parsed like a value; NULL none */
     const fd_conf_enum_t *enums;  /* FD_CONF_ENUM */
-    /* FD_CONF_CUSTOM: return FD_OK or FD_ERROR after fd_conf_error() */
+    /* FD_CONF_CUSTOM, or FD_CONF_LIST parsed by the module (a repeatable
+     * key, one call per value): FD_OK or FD_ERROR after fd_conf_error() */
     int (*set)(fd_conf_t *cf, const fd_directive_t *d, void *conf,
                const char *value);
     const char *doc;

@@ -8,6 +8,7 @@
  * buffer, output buffer and pool back (fd_http_release) and keeps only its
  * fd_connection_t.
  */
+#include <fcntl.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/sendfile.h>
@@ -58,6 +59,7 @@ struct fd_http_conn_s {
     seg_t *segs, **segs_last, *seg_free;
     size_t out_bytes;
     fd_posted_t resume;
+    unsigned resume_posted;  /* resume is in the posted list */
     fd_connection_t *c;
     fd_http_conn_t *next_free;
 };
@@ -71,6 +73,16 @@ static void http_after_io(fd_connection_t *c);
 static void request_finalize(fd_request_t *r, int rc);
 static void run_handler(fd_request_t *r);
 static void resume_handler(void *data);
+
+/* Post the connection's resume once: a posted entry is a list node, and
+ * posting it twice in one turn would corrupt the list. */
+static void post_resume(fd_http_conn_t *h)
+{
+    if (h->resume_posted)
+        return;
+    h->resume_posted = 1;
+    fd_event_post(&h->resume);
+}
 
 /* --- per-connection active state --- */
 
@@ -111,6 +123,12 @@ static fd_http_conn_t *hc_get(fd_connection_t *c)
     return h;
 }
 
+/* Nothing received yet on this connection's current request? */
+int fd_http_conn_empty(fd_connection_t *c)
+{
+    return c->h == NULL || (c->h->r == NULL && c->h->rlast == c->h->rpos);
+}
+
 void fd_http_release(fd_connection_t *c)
 {
     fd_http_conn_t *h = c->h;
@@ -147,7 +165,7 @@ void fd_http_release(fd_connection_t *c)
     h->ocap = 0;
     h->r = NULL;
     c->h = NULL;
-    if (hc_nfree < 1024) {
+    if (hc_nfree < 1024 || h->resume_posted) { /* posted: must stay valid */
         h->next_free = hc_free;
         hc_free = h;
         hc_nfree++;
@@ -887,7 +905,7 @@ ssize_t fd_http_body_pull(fd_request_t *r, char *buf, size_t size)
     if (n == FD_AGAIN) {
         /* reading may have stopped on a full buffer: resume it */
         if (r->c->readable)
-            fd_event_post(&r->c->h->resume);
+            post_resume(r->c->h);
         return FD_AGAIN;
     }
     /* a framing error: the connection cannot be reused */
@@ -910,12 +928,12 @@ static void offload_done(fd_request_t *r)
     fd_request_finish(r, r->handler_rc);
 }
 
-static void run_handler(fd_request_t *r)
+void fd_http_run_handler(fd_request_t *r)
 {
     const fd_module_t *m = r->loc->handler;
+    int resumed = r->async; /* held by an access module until now */
     int rc;
 
-    r->phase = PH_HANDLER;
     if (!fd_worker->cycle->http.inline_completions &&
         (m->flags & FD_MODULE_THREAD_SAFE)) {
         r->in_offload = 1;
@@ -923,14 +941,39 @@ static void run_handler(fd_request_t *r)
         if (fd_offload(r, offload_work, offload_done) == FD_OK)
             return;
         r->in_offload = 0;
-        r->async = 0;
+        r->async = resumed;
     }
     rc = m->handler(r);
     if (rc == FD_AGAIN) {
         r->async = 1;
         return;
     }
-    request_finalize(r, rc);
+    if (resumed)
+        fd_request_finish(r, rc); /* outside http_process: resume it */
+    else
+        request_finalize(r, rc);
+}
+
+/* The access phase (queue limits), then the handler. */
+static void run_handler(fd_request_t *r)
+{
+    unsigned i;
+    int rc;
+
+    if (r->phase != PH_STREAM) /* the engine keeps reading the body */
+        r->phase = PH_HANDLER;
+    for (i = 0; i < fd_nmodules; i++) {
+        if (fd_modules[i]->access == NULL ||
+            (rc = fd_modules[i]->access(r)) == FD_OK)
+            continue;
+        if (rc == FD_AGAIN) {
+            r->async = 1;
+            return;
+        }
+        request_finalize(r, rc);
+        return;
+    }
+    fd_http_run_handler(r);
 }
 
 /* The request is over: counters and the modules' log hooks. */
@@ -1026,29 +1069,52 @@ void fd_request_finish(fd_request_t *r, int rc)
     }
     if (!r->done)
         request_finalize(r, rc);
-    fd_event_post(&h->resume);
+    post_resume(h);
 }
+
+/* A streaming handler waits for the output to drain: tell it. */
+static void stream_drain(fd_connection_t *c)
+{
+    fd_request_t *r = c->h ? c->h->r : NULL;
+
+    if (r && r->on_drain && c->h->out_bytes == 0 &&
+        (r->phase == PH_RESPONSE || r->phase == PH_STREAM)) {
+        void (*drain)(fd_request_t *) = r->on_drain;
+        drain(r);
+    }
+}
+
+static void http_read(fd_connection_t *c);
 
 static void resume_handler(void *data)
 {
     fd_http_conn_t *h = data;
     fd_connection_t *c = h->c;
 
-    if (c->h != h)
+    h->resume_posted = 0;
+    if (c == NULL || c->h != h)
         return;
     fd_log_conn_id = c->id;
     http_process(c);
+    /* a streamed body: reading may have stopped on a full buffer (with
+     * edge-triggered events no new one comes): read on */
+    if (c->h && c->readable && c->h->r && c->h->r->phase == PH_STREAM &&
+        !c->closing) {
+        http_read(c);
+        if (c->h && c->eof)
+            http_process(c);
+    }
     if (c->h)
         http_after_io(c);
+    stream_drain(c);
     fd_log_conn_id = 0;
 }
 
 /* --- streaming responses --- */
 
-int fd_http_send_header(fd_request_t *r)
+/* Queue the header of a streamed response (not written yet). */
+static int stream_header(fd_request_t *r)
 {
-    if (r->header_sent)
-        return FD_OK;
     if (r->status == 0)
         r->status = 200;
     if (r->content_length < 0 && !r->header_only && r->status != 204 &&
@@ -1059,7 +1125,14 @@ int fd_http_send_header(fd_request_t *r)
             r->keepalive = 0; /* close-delimited */
     }
     r->phase = r->phase == PH_STREAM ? PH_STREAM : PH_RESPONSE;
-    if (header_write(r) != FD_OK)
+    return header_write(r);
+}
+
+int fd_http_send_header(fd_request_t *r)
+{
+    if (r->header_sent)
+        return FD_OK;
+    if (stream_header(r) != FD_OK)
         return FD_ERROR;
     return http_flush(r->c) == FD_ERROR ? FD_ERROR : FD_OK;
 }
@@ -1071,7 +1144,7 @@ int fd_http_output(fd_request_t *r, fd_buf_t *chain, int last)
     fd_buf_t *b;
     int rc;
 
-    if (!r->header_sent && fd_http_send_header(r) != FD_OK)
+    if (!r->header_sent && stream_header(r) != FD_OK)
         return FD_ERROR;
     if (!r->header_only)
         for (b = chain; b; b = b->next) {
@@ -1106,7 +1179,7 @@ int fd_http_output(fd_request_t *r, fd_buf_t *chain, int last)
             c->closing = 1;
         if (h->r == r)
             h->r = NULL;
-        fd_event_post(&h->resume);
+        post_resume(h);
     }
     rc = http_flush(c);
     if (rc == FD_ERROR)
@@ -1114,6 +1187,48 @@ int fd_http_output(fd_request_t *r, fd_buf_t *chain, int last)
     if (!last && h->out_bytes > OUT_HIGH_WATER)
         return FD_AGAIN;
     return FD_OK;
+}
+
+/*
+ * A tunnel (101 Switching Protocols): once the header is written, the
+ * socket leaves the engine. See fd_http.h.
+ */
+int fd_http_detach(fd_request_t *r, char *buf, size_t size, size_t *n)
+{
+    fd_connection_t *c = r->c;
+    fd_http_conn_t *h = c->h;
+    size_t left;
+    int rc, fd;
+
+    if (!r->header_sent || h == NULL || h->r != r)
+        return FD_ERROR;
+    rc = http_flush(c);
+    if (rc != FD_OK)
+        return rc; /* FD_AGAIN: r->on_drain is called when it is written */
+    left = h->rlast - h->rpos;
+    if (left > size)
+        return FD_ERROR;
+    fd = fcntl(c->ev.fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) {
+        fd_log_error(FD_LOG_ERR, errno, "fcntl(F_DUPFD) failed");
+        return FD_ERROR;
+    }
+    /* the duplicate keeps the socket open: drop the engine's registration
+     * before its descriptor is closed */
+    fd_event_del(&c->ev);
+    memcpy(buf, h->rbuf + h->rpos, left);
+    *n = left;
+    h->rpos = h->rlast;
+    r->on_drain = NULL;
+    r->on_abort = NULL;
+    r->on_body = NULL;
+    r->async = 0;
+    access_count(r);
+    r->done = 1;
+    c->requests++;
+    h->r = NULL;
+    fd_connection_close(c);
+    return fd;
 }
 
 /* --- the connection state machine --- */
@@ -1290,8 +1405,9 @@ static void http_after_io(fd_connection_t *c)
             fd_connection_set_state(c, FD_CONN_BUSY);
             return;
         }
-        if (h->r && h->r->on_drain && h->r->phase == PH_RESPONSE)
-            fd_event_post(&h->resume);
+        if (h->r && h->r->on_drain &&
+            (h->r->phase == PH_RESPONSE || h->r->phase == PH_STREAM))
+            post_resume(h);
     }
     if (h->r && (h->r->phase == PH_HANDLER || h->r->phase == PH_RESPONSE ||
                  h->r->phase == PH_STREAM)) {
@@ -1404,11 +1520,7 @@ void fd_http_event(fd_event_t *ev, uint32_t events)
     }
     if (c->h)
         http_after_io(c);
-    if (c->h && c->h->r && c->h->r->on_drain && c->h->out_bytes == 0 &&
-        c->h->r->phase == PH_RESPONSE) {
-        void (*drain)(fd_request_t *) = c->h->r->on_drain;
-        drain(c->h->r);
-    }
+    stream_drain(c);
 out:
     fd_log_conn_id = 0;
 }

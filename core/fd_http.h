@@ -128,6 +128,10 @@ int fd_http_body_copy(fd_request_t *r, const void *data, size_t len);
 void fd_http_body_append(fd_request_t *r, fd_buf_t *b);
 void **fd_request_ctx(fd_request_t *r, const fd_module_t *m);
 
+/* Run the location's handler now (after the access phase); an access
+ * module that returned FD_AGAIN calls it from the loop to let r in. */
+void fd_http_run_handler(fd_request_t *r);
+
 /* Finish a request that returned FD_AGAIN: FD_OK (response set in r) or an
  * HTTP status >= 400 for an error page. Runs on the loop. */
 void fd_request_finish(fd_request_t *r, int rc);
@@ -141,6 +145,19 @@ void fd_request_finish(fd_request_t *r, int rc);
  */
 int fd_http_send_header(fd_request_t *r);
 int fd_http_output(fd_request_t *r, fd_buf_t *chain, int last);
+
+/*
+ * Tunnels (a 101 response, e.g. WebSocket): after fd_http_send_header()
+ * of the 101, take the client socket out of the engine. Returns a new
+ * descriptor of the socket (non-blocking, not registered with epoll; the
+ * caller owns and closes it), with the client's bytes already read past
+ * the request copied to buf (*n, at most size: FD_ERROR if more); or
+ * FD_AGAIN while the header is still being written (r->on_drain is called
+ * when it is), or FD_ERROR. On success the request is over (counted and
+ * logged) and the connection closed: r and its pool are gone. The tunnel
+ * is no longer counted in the connection figures.
+ */
+int fd_http_detach(fd_request_t *r, char *buf, size_t size, size_t *n);
 
 /*
  * Streaming request body (FD_MODULE_STREAM_BODY): copy up to size decoded
@@ -171,5 +188,6 @@ extern const fd_directive_t fd_http_server_directives[];
 void fd_http_event(fd_event_t *ev, uint32_t events);
 void fd_http_timeout(fd_connection_t *c);
 void fd_http_release(fd_connection_t *c);
+int fd_http_conn_empty(fd_connection_t *c);
 
 #endif

@@ -32,11 +32,18 @@ int fd_log_open(fd_log_t *log, const char *path, int level)
         if (fd < 0)
             return FD_ERROR;
     }
-    if (log->fd >= 0)
-        close(log->fd);
-    log->fd = fd;
+    if (log->fd >= 0 && fd >= 0) {
+        /* keep the descriptor number: children and dup2 users hold it */
+        dup2(fd, log->fd);
+        close(fd);
+    } else {
+        if (log->fd >= 0)
+            close(log->fd);
+        log->fd = fd;
+    }
     log->level = level;
-    log->path = path;
+    free((char *)log->path);
+    log->path = path ? strdup(path) : NULL;
     return FD_OK;
 }
 

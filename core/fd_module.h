@@ -47,6 +47,16 @@ struct fd_module_s {
     void (*retire)(void *retired_area, const void *area);
     /* Called on the loop once per finished request (access log). */
     void (*log)(fd_request_t *r);
+    /* Worker, on SIGUSR1 (fastd -s reopen): reopen the module's files. */
+    void (*reopen)(fd_worker_t *w);
+    /*
+     * Access phase: called for every request, in module order, before the
+     * location's handler runs. FD_OK: go on; FD_AGAIN: the module holds
+     * the request and later calls fd_http_run_handler(r) (or
+     * fd_request_finish() to answer it) from the loop; FD_DONE: the module
+     * set the response in r; an HTTP status >= 400: that error page.
+     */
+    int (*access)(fd_request_t *r);
 
     unsigned index;                   /* set at startup: position in list */
 };

@@ -1,88 +1,316 @@
 /*
- * The worker's offload pool: threads take work items from a queue guarded
- * by a mutex (held only to push/pop, never while work runs), and hand
- * finished items back through a second list and an eventfd that wakes the
- * worker's loop, where done() runs.
+ * The worker's offload pool: threads that run blocking work for the loop.
+ *
+ * Hand-off. The loop appends an item to the pending list under the pool
+ * mutex and, if a thread is idle, wakes exactly one: idle threads form a
+ * LIFO stack, each asleep on its own condition variable, so the most
+ * recently idle (warm) thread gets the work and the ones at the bottom stay
+ * asleep long enough to time out. The mutex is held only to push or pop,
+ * never while work runs. A thread that finishes takes the next pending item
+ * before going idle, so a burst costs no wake-ups. Idle threads sleep in
+ * pthread_cond_(timed)wait: an idle pool burns no CPU (no spinning).
+ *
+ * Completion. A thread pushes its finished item on a lock-free stack and
+ * writes the eventfd only when the stack was empty; the loop takes the whole
+ * stack at once, restores submission order and runs done() on the loop.
+ *
+ * Figures. Each thread slot counts its completed items and their queue
+ * wait in its own cache lines; readers sum the slots (a slot keeps its
+ * counts when its thread exits, so the sum never goes back). threads, busy
+ * and pending are gauges kept under the mutex. All are published to the
+ * area given by fd_offload_publish_to() (the "pool" module's part of the
+ * worker's status slot).
+ *
+ * Sizing ([offload]).
+ *   adaptive = off: exactly `threads` threads (at least 1), for stable
+ *     benchmarks; max_threads and idle_timeout are not used.
+ *   adaptive = on: between `threads` and `max_threads`, by hill-climbing on
+ *     the completion rate. Every TICK_MSEC while the pool has work, the loop
+ *     looks at the pending list. If work waits, it adds one thread (a
+ *     trial) and measures completions over the next window (at least as
+ *     many completions as threads, or TRIAL_MSEC). Rate up by 5% or more
+ *     over the rate before the step: the thread stays and, while work
+ *     still waits, the next one is tried at once. No rise: the thread is
+ *     retired again and no trial starts for HOLD_MSEC (CPU-bound work on
+ *     few cores stops growing there). A trial that saw no completions at
+ *     all, before and after, counts as a rise: blocked threads (sleeps,
+ *     disk, a database) are the reason this pool exists. Threads above
+ *     `threads` exit after idle_timeout without work. The timer runs only
+ *     while there is work, so an idle worker is not woken.
  */
 #include <pthread.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <time.h>
 
 #include "fd_core.h"
 #include "fd_http.h"
 #include "fd_offload.h"
+
+#define TICK_MSEC 50
+#define TRIAL_MSEC 1000
+#define HOLD_MSEC 2000
+#define STACK_SIZE (512 * 1024)
+#define ITEMS_KEEP 1024
 
 typedef struct item_s {
     struct item_s *next;
     fd_request_t *r;
     fd_offload_pt work;
     fd_offload_pt done;
+    uint64_t queued_usec;
 } item_t;
 
+/* One thread's place; counters first, on their own cache line. */
+typedef struct slot_s {
+    uint64_t completed;          /* written by its thread only */
+    uint64_t wait_usec;
+    char pad[FD_CACHELINE - 2 * sizeof(uint64_t)];
+    pthread_cond_t cond;         /* the rest is under the pool mutex */
+    struct slot_s *idle_next, *idle_prev;
+    int used;
+    int woken;
+    int idle;
+} __attribute__((aligned(FD_CACHELINE))) slot_t;
+
 typedef struct {
-    fd_event_t ev;               /* the eventfd */
+    fd_event_t ev;               /* the eventfd; first: pool_event's cast */
     pthread_mutex_t lock;
-    pthread_cond_t cond;
     item_t *head, **tail;        /* pending */
-    item_t *finished;            /* done, waiting for the loop */
-    unsigned threads, busy, pending;
-    uint64_t completed;
+    slot_t *idle_top;            /* LIFO of idle threads */
+    slot_t *slots;               /* [nslots] */
+    unsigned nslots;
+    unsigned threads, busy, pending, retire;
+    unsigned min, max;
+    fd_msec_t idle_timeout;
+    int adaptive;
     int stop;
+    fd_offload_stats_t *area;    /* published figures */
+
+    item_t *finished;            /* lock-free stack, threads -> loop */
+
+    /* loop only */
+    item_t *free_items;
+    unsigned nfree;
+    uint64_t done_count;
+    fd_timer_t tick;
+    int trial;
+    fd_msec_t trial_t0, hold_until, win_t0;
+    uint64_t trial_c0, win_c0;
+    double base_rate;
 } pool_t;
 
 static pool_t pool = {.ev.fd = -1};
+static fd_offload_stats_t private_area;
+static __thread int on_pool_thread;
+
+static uint64_t now_usec(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+#define STORE(f, v) __atomic_store_n(&pool.area->f, (uint64_t)(v), \
+                                     __ATOMIC_RELAXED)
+
+/* Under the lock. */
+static void publish_gauges(pool_t *p)
+{
+    STORE(threads, p->threads);
+    STORE(busy, p->busy);
+    STORE(pending, p->pending);
+}
+
+static void idle_push(pool_t *p, slot_t *s)
+{
+    s->idle_prev = NULL;
+    s->idle_next = p->idle_top;
+    if (p->idle_top)
+        p->idle_top->idle_prev = s;
+    p->idle_top = s;
+    s->idle = 1;
+}
+
+static void idle_remove(pool_t *p, slot_t *s)
+{
+    if (!s->idle)
+        return;
+    if (s->idle_prev)
+        s->idle_prev->idle_next = s->idle_next;
+    else
+        p->idle_top = s->idle_next;
+    if (s->idle_next)
+        s->idle_next->idle_prev = s->idle_prev;
+    s->idle = 0;
+}
+
+/* Under the lock: wake the most recently idle thread, if any. */
+static void wake_one(pool_t *p)
+{
+    slot_t *s = p->idle_top;
+
+    if (s == NULL)
+        return;
+    idle_remove(p, s);
+    s->woken = 1;
+    pthread_cond_signal(&s->cond);
+}
+
+static void finished_push(pool_t *p, item_t *it)
+{
+    item_t *old = __atomic_load_n(&p->finished, __ATOMIC_RELAXED);
+    uint64_t one = 1;
+
+    do {
+        it->next = old;
+    } while (!__atomic_compare_exchange_n(&p->finished, &old, it, 1,
+                                          __ATOMIC_RELEASE,
+                                          __ATOMIC_RELAXED));
+    /* the loop takes the whole stack: only the first item needs a wake */
+    if (old == NULL && write(p->ev.fd, &one, sizeof(one)) < 0) {
+        /* EAGAIN: the counter is saturated, the loop is awake anyway */
+    }
+}
 
 static void *thread_main(void *arg)
 {
-    pool_t *p = arg;
+    slot_t *s = arg;
+    pool_t *p = &pool;
+    struct timespec deadline;
+    item_t *it;
+    int rc, timed;
 
+    on_pool_thread = 1;
     pthread_mutex_lock(&p->lock);
     for (;;) {
-        item_t *it;
-        uint64_t one = 1;
-
-        while (p->head == NULL && !p->stop)
-            pthread_cond_wait(&p->cond, &p->lock);
         if (p->stop)
             break;
-        it = p->head;
-        p->head = it->next;
-        if (p->head == NULL)
-            p->tail = &p->head;
-        p->pending--;
-        p->busy++;
-        pthread_mutex_unlock(&p->lock);
-
-        it->work(it->r);
-
-        pthread_mutex_lock(&p->lock);
-        p->busy--;
-        p->completed++;
-        it->next = p->finished;
-        p->finished = it;
-        if (write(p->ev.fd, &one, sizeof(one)) < 0) {
-            /* the counter is saturated only if the loop is gone */
+        if (p->retire > 0) {
+            if (p->threads > p->min) {
+                p->retire--;
+                break;
+            }
+            p->retire = 0; /* idle_timeout got there first */
         }
+        if (p->head) {
+            it = p->head;
+            p->head = it->next;
+            if (p->head == NULL)
+                p->tail = &p->head;
+            p->pending--;
+            p->busy++;
+            publish_gauges(p);
+            pthread_mutex_unlock(&p->lock);
+
+            __atomic_store_n(&s->wait_usec,
+                             s->wait_usec + (now_usec() - it->queued_usec),
+                             __ATOMIC_RELAXED);
+            it->work(it->r);
+            __atomic_store_n(&s->completed, s->completed + 1,
+                             __ATOMIC_RELAXED);
+            finished_push(p, it);
+
+            pthread_mutex_lock(&p->lock);
+            p->busy--;
+            publish_gauges(p);
+            continue;
+        }
+
+        /* idle: threads above the minimum may time out */
+        timed = p->adaptive && p->idle_timeout > 0;
+        if (timed) {
+            clock_gettime(CLOCK_MONOTONIC, &deadline);
+            deadline.tv_sec += (time_t)(p->idle_timeout / 1000);
+            deadline.tv_nsec += (long)(p->idle_timeout % 1000) * 1000000;
+            if (deadline.tv_nsec >= 1000000000) {
+                deadline.tv_sec++;
+                deadline.tv_nsec -= 1000000000;
+            }
+        }
+        s->woken = 0;
+        idle_push(p, s);
+        rc = 0;
+        while (!s->woken && !p->stop && rc != ETIMEDOUT)
+            rc = timed ? pthread_cond_timedwait(&s->cond, &p->lock,
+                                                &deadline)
+                       : pthread_cond_wait(&s->cond, &p->lock);
+        idle_remove(p, s);
+        if (!s->woken && !p->stop && p->threads > p->min && p->head == NULL)
+            break; /* idle_timeout */
     }
     p->threads--;
+    s->used = 0;
+    publish_gauges(p);
     pthread_mutex_unlock(&p->lock);
     return NULL;
 }
 
+/* Under the lock. */
+static int start_thread(pool_t *p)
+{
+    pthread_attr_t attr;
+    sigset_t all, old;
+    pthread_t t;
+    slot_t *s = NULL;
+    unsigned i;
+    int rc;
+
+    for (i = 0; i < p->nslots; i++)
+        if (!p->slots[i].used) {
+            s = &p->slots[i];
+            break;
+        }
+    if (s == NULL)
+        return FD_ERROR;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, STACK_SIZE);
+    /* signals are the loop's business */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    rc = pthread_create(&t, &attr, thread_main, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        fd_log_error(FD_LOG_ERR, rc, "offload: pthread_create() failed");
+        return FD_ERROR;
+    }
+    s->used = 1;
+    s->woken = 0;
+    s->idle = 0;
+    p->threads++;
+    publish_gauges(p);
+    return FD_OK;
+}
+
+static void publish_counters(pool_t *p)
+{
+    fd_offload_stats_t st;
+
+    fd_offload_stats(&st);
+    STORE(completed, st.completed);
+    STORE(wait_usec_sum, st.wait_usec_sum);
+}
+
+/* The eventfd: run the done() of finished items, in submission order. */
 static void pool_event(fd_event_t *ev, uint32_t events)
 {
     pool_t *p = (pool_t *)ev;
-    uint64_t n;
     item_t *list, *rev = NULL, *it;
+    fd_request_t *r;
+    fd_offload_pt done;
+    uint64_t n;
 
     (void)events;
     if (read(ev->fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
-        fd_log_error(FD_LOG_ALERT, errno, "eventfd read() failed");
-    pthread_mutex_lock(&p->lock);
-    list = p->finished;
-    p->finished = NULL;
-    pthread_mutex_unlock(&p->lock);
-    while (list) { /* restore submission order */
+        fd_log_error(FD_LOG_ALERT, errno, "offload: eventfd read() failed");
+    list = __atomic_exchange_n(&p->finished, NULL, __ATOMIC_ACQUIRE);
+    if (list == NULL)
+        return;
+    while (list) {
         it = list;
         list = it->next;
         it->next = rev;
@@ -91,28 +319,83 @@ static void pool_event(fd_event_t *ev, uint32_t events)
     while (rev) {
         it = rev;
         rev = it->next;
-        it->done(it->r);
-        free(it);
+        r = it->r;
+        done = it->done;
+        if (p->nfree < ITEMS_KEEP) {
+            it->next = p->free_items;
+            p->free_items = it;
+            p->nfree++;
+        } else {
+            free(it);
+        }
+        p->done_count++;
+        done(r);
     }
+    publish_counters(p);
 }
 
-static int pool_start_thread(pool_t *p)
+/* Adaptive sizing (see the top of the file); on the loop. */
+static void pool_tick(fd_timer_t *t)
 {
-    pthread_t t;
-    pthread_attr_t attr;
-    int rc;
+    pool_t *p = &pool;
+    fd_msec_t now = fd_current_msec, elapsed;
+    uint64_t n;
+    unsigned threads, pending, busy;
+    double rate;
 
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 256 * 1024);
-    rc = pthread_create(&t, &attr, thread_main, p);
-    pthread_attr_destroy(&attr);
-    if (rc != 0) {
-        fd_log_error(FD_LOG_ALERT, rc, "pthread_create() failed");
-        return FD_ERROR;
+    (void)t;
+    pthread_mutex_lock(&p->lock);
+    threads = p->threads;
+    pending = p->pending;
+    busy = p->busy;
+    pthread_mutex_unlock(&p->lock);
+
+    if (p->trial) {
+        elapsed = now - p->trial_t0;
+        n = p->done_count - p->trial_c0;
+        if (n >= fd_max(threads, 2u) || elapsed >= TRIAL_MSEC) {
+            rate = (double)n * 1000.0 / (double)fd_max(elapsed, 1u);
+            p->trial = 0;
+            if (rate >= p->base_rate * 1.05 && (n > 0 || p->base_rate == 0)) {
+                p->base_rate = rate; /* climbed: keep the thread */
+            } else {
+                pthread_mutex_lock(&p->lock);
+                if (p->threads > p->min) {
+                    p->retire++;
+                    wake_one(p);
+                }
+                pthread_mutex_unlock(&p->lock);
+                p->hold_until = now + HOLD_MSEC;
+                fd_log_error(FD_LOG_DEBUG, 0, "offload: %u threads did not "
+                             "raise the rate (%.1f/s, before %.1f/s)",
+                             threads, rate, p->base_rate);
+            }
+            p->win_t0 = now;
+            p->win_c0 = p->done_count;
+        }
     }
-    p->threads++;
-    return FD_OK;
+    if (!p->trial && pending > 0 && threads < p->max && now >= p->hold_until)
+    {
+        elapsed = now - p->win_t0;
+        if (elapsed >= TICK_MSEC && p->base_rate == 0)
+            p->base_rate = (double)(p->done_count - p->win_c0) * 1000.0 /
+                           (double)elapsed;
+        pthread_mutex_lock(&p->lock);
+        if (start_thread(p) == FD_OK) {
+            p->trial = 1;
+            p->trial_t0 = now;
+            p->trial_c0 = p->done_count;
+        }
+        pthread_mutex_unlock(&p->lock);
+    }
+    if (pending || busy || p->trial) {
+        fd_timer_add(&p->tick, TICK_MSEC);
+    } else {
+        /* idle: start the next busy period from scratch */
+        p->base_rate = 0;
+        p->win_t0 = now;
+        p->win_c0 = p->done_count;
+    }
 }
 
 int fd_offload(fd_request_t *r, fd_offload_pt work, fd_offload_pt done)
@@ -120,65 +403,138 @@ int fd_offload(fd_request_t *r, fd_offload_pt work, fd_offload_pt done)
     pool_t *p = &pool;
     item_t *it;
 
-    if (p->ev.fd < 0)
+    if (p->ev.fd < 0 || on_pool_thread)
         return FD_ERROR;
-    it = malloc(sizeof(*it));
-    if (it == NULL)
+    it = p->free_items;
+    if (it) {
+        p->free_items = it->next;
+        p->nfree--;
+    } else if ((it = malloc(sizeof(*it))) == NULL) {
         return FD_ERROR;
+    }
     it->r = r;
     it->work = work;
     it->done = done;
     it->next = NULL;
+    it->queued_usec = now_usec();
+
     pthread_mutex_lock(&p->lock);
-    if (p->threads == 0 && pool_start_thread(p) != FD_OK) {
+    if (p->threads == 0 && start_thread(p) != FD_OK) {
         pthread_mutex_unlock(&p->lock);
-        free(it);
+        it->next = p->free_items;
+        p->free_items = it;
+        p->nfree++;
         return FD_ERROR;
     }
     *p->tail = it;
     p->tail = &it->next;
     p->pending++;
-    pthread_cond_signal(&p->cond);
+    publish_gauges(p);
+    wake_one(p);
     pthread_mutex_unlock(&p->lock);
+
+    if (p->adaptive && !fd_timer_armed(&p->tick))
+        fd_timer_add(&p->tick, TICK_MSEC);
     return FD_OK;
+}
+
+int fd_offload_on_pool_thread(void)
+{
+    return on_pool_thread;
+}
+
+void fd_offload_publish_to(fd_offload_stats_t *area)
+{
+    pool.area = area;
 }
 
 int fd_offload_init_worker(fd_worker_t *w)
 {
+    fd_offload_conf_t *oc = &w->cycle->offload;
+    pthread_condattr_t ca;
     pool_t *p = &pool;
-    fd_int_t i;
+    unsigned i;
 
+    p->adaptive = oc->adaptive;
+    p->idle_timeout = oc->idle_timeout;
+    p->min = (unsigned)fd_max(oc->threads, 0);
+    p->max = (unsigned)fd_max(oc->max_threads, oc->threads);
+    if (!p->adaptive || p->max < 1) {
+        p->min = fd_max(p->min, 1u);
+        p->max = p->adaptive ? fd_max(p->max, p->min) : p->min;
+    }
+    p->nslots = p->max;
+    if (p->area == NULL)
+        p->area = &private_area;
+    STORE(min_threads, p->min);
+    STORE(max_threads, p->max);
+
+    p->slots = aligned_alloc(FD_CACHELINE, p->nslots * sizeof(slot_t));
+    if (p->slots == NULL) {
+        fd_log_error(FD_LOG_EMERG, errno, "offload: out of memory");
+        return FD_ERROR;
+    }
+    memset(p->slots, 0, p->nslots * sizeof(slot_t));
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    for (i = 0; i < p->nslots; i++)
+        pthread_cond_init(&p->slots[i].cond, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_mutex_init(&p->lock, NULL);
-    pthread_cond_init(&p->cond, NULL);
     p->tail = &p->head;
+    p->tick.handler = pool_tick;
+    p->win_t0 = fd_current_msec;
+
     p->ev.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     p->ev.handler = pool_event;
     if (p->ev.fd < 0 || fd_event_add(&p->ev, EPOLLIN) < 0) {
-        fd_log_error(FD_LOG_EMERG, errno, "offload eventfd setup failed");
+        fd_log_error(FD_LOG_EMERG, errno, "offload: eventfd setup failed");
         return FD_ERROR;
     }
-    /* threads start on first use, so a worker that never offloads has none */
-    (void)i;
-    (void)w;
+    w->offload = p;
+
+    pthread_mutex_lock(&p->lock);
+    for (i = 0; i < p->min; i++)
+        if (start_thread(p) != FD_OK)
+            break;
+    pthread_mutex_unlock(&p->lock);
     return FD_OK;
 }
 
 void fd_offload_exit_worker(fd_worker_t *w)
 {
+    pool_t *p = &pool;
+    unsigned i;
+
     (void)w;
-    pthread_mutex_lock(&pool.lock);
-    pool.stop = 1;
-    pthread_cond_broadcast(&pool.cond);
-    pthread_mutex_unlock(&pool.lock);
+    if (p->slots == NULL)
+        return;
+    if (fd_timer_armed(&p->tick))
+        fd_timer_del(&p->tick);
+    pthread_mutex_lock(&p->lock);
+    p->stop = 1;
+    for (i = 0; i < p->nslots; i++)
+        pthread_cond_signal(&p->slots[i].cond);
+    pthread_mutex_unlock(&p->lock);
 }
 
 void fd_offload_stats(fd_offload_stats_t *st)
 {
-    pthread_mutex_lock(&pool.lock);
-    st->threads = pool.threads;
-    st->busy = pool.busy;
-    st->pending = pool.pending;
-    st->completed = pool.completed;
-    st->wait_usec_sum = 0;
-    pthread_mutex_unlock(&pool.lock);
+    pool_t *p = &pool;
+    unsigned i;
+
+    memset(st, 0, sizeof(*st));
+    for (i = 0; i < p->nslots; i++) {
+        st->completed += __atomic_load_n(&p->slots[i].completed,
+                                         __ATOMIC_RELAXED);
+        st->wait_usec_sum += __atomic_load_n(&p->slots[i].wait_usec,
+                                             __ATOMIC_RELAXED);
+    }
+    if (p->area) {
+        st->threads = __atomic_load_n(&p->area->threads, __ATOMIC_RELAXED);
+        st->busy = __atomic_load_n(&p->area->busy, __ATOMIC_RELAXED);
+        st->pending = __atomic_load_n(&p->area->pending, __ATOMIC_RELAXED);
+    }
+    st->min_threads = p->min;
+    st->max_threads = p->max;
 }

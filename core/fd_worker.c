@@ -257,14 +257,26 @@ void fd_worker_stop_accepting(void)
             close(ls->fds[i]);
 }
 
-static void close_idle(void)
+/*
+ * Graceful stop: an idle keep-alive connection is not cut at once (its
+ * client may be sending a request right now, and would see an error); it
+ * gets one more second, and a request that arrives is answered with
+ * "Connection: close".
+ */
+#define FD_QUIT_IDLE_MSEC 1000
+
+static void close_idle_soon(void)
 {
     unsigned fd;
 
     for (fd = 0; fd < fd_worker->max_conns; fd++) {
         fd_connection_t *c = &conn_mem[fd];
-        if (c->state == FD_CONN_IDLE && c->ev.fd >= 0)
-            fd_connection_close(c);
+        int idle = c->state == FD_CONN_IDLE ||
+                   (c->state == FD_CONN_READING &&
+                    (c->h == NULL || fd_http_conn_empty(c)));
+        if (idle && c->ev.fd >= 0 &&
+            c->deadline > fd_current_msec + FD_QUIT_IDLE_MSEC)
+            fd_connection_set_timeout(c, FD_QUIT_IDLE_MSEC);
     }
 }
 
@@ -370,7 +382,7 @@ int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot)
         if (fd_sig_quit && !w->quitting) {
             w->quitting = 1;
             fd_worker_stop_accepting();
-            close_idle();
+            close_idle_soon();
             fd_timer_add(&quit_timer, cycle->main.shutdown_timeout);
             if (w->nconns == 0)
                 break;
@@ -379,10 +391,12 @@ int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot)
             fd_sig_reopen = 0;
             fd_log_reopen(fd_log);
             for (m = 0; m < fd_nmodules; m++)
-                if (fd_modules[m]->exit_worker == NULL)
-                    continue; /* modules reopen their logs on their own */
+                if (fd_modules[m]->reopen)
+                    fd_modules[m]->reopen(w);
         }
         timeout = fd_timer_expire();
+        if (fd_sig_terminate)
+            continue; /* a timer closed the last connection of a drain */
         if (posted)
             timeout = 0;
         nev = epoll_pwait(w->epfd, events, (int)cycle->events.max_events,

@@ -20,7 +20,7 @@ my @w;
 FastdTest::wait_for(sub { @w = $t->workers; @w == 2 }, 10);
 is(scalar @w, 2, 'two workers');
 
-my $duration = 12;
+my $duration = 8;
 my $out = $t->dir . '/wrk.out';
 my $wpid = fork // die "fork: $!";
 if ($wpid == 0) {

@@ -113,7 +113,8 @@ my $victim = $w1[0];
     $t->signal('USR1');
     ok(FastdTest::wait_for(sub { status_of('/reopen-404'); -e $log }, 10, 0.1),
        'SIGUSR1: error.log is reopened (recreated)');
-    ok(rename($log, "$log.2"), 'error.log moved away again') or diag("rename: $!");
+    # (if SIGUSR1 failed to recreate it, -s reopen gets its own chance)
+    ok(rename($log, "$log.2"), 'error.log moved away again') if -e $log;
     my ($rc, $out) = FastdTest::run_fastd('-s', 'reopen', '-c', $t->conf_file);
     is($rc, 0, '-s reopen exits 0') or diag($out);
     ok(FastdTest::wait_for(sub { status_of('/reopen-404'); -e $log }, 10, 0.1),

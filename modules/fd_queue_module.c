@@ -1,0 +1,591 @@
+/*
+ * Request-queue limiting: [queue NAME] sections, and `queue = NAME` on any
+ * location (or [server]/[http] for all of them; `queue = off` for none).
+ *
+ * A request behind a queue takes one of `max_concurrent` slots before its
+ * handler runs, whatever the handler (static, proxy, offloaded ones), in
+ * the engine's access phase. With no free slot it waits in a queue of
+ * `queue_limit`; a full queue, or `queue_timeout` spent waiting, answers
+ * `reject_status` (with Retry-After when `retry_after` is set), and a
+ * rejected request never holds a slot. The slot is given back when the
+ * request ends, on every path: its response was produced (the log hook,
+ * also for errors and upstream failures), or the connection went away
+ * (a cleanup on the request's pool, which runs when the connection is
+ * released, covers aborts while the handler works, also in the offload
+ * pool). A client that leaves while waiting is taken out of the queue at
+ * once (r->on_abort, chained to whatever was there).
+ *
+ * order = fifo: the oldest waiter gets the next free slot; a newcomer to a
+ * full queue is rejected. order = lifo: the newest waiter gets it, and a
+ * newcomer to a full queue is queued while the oldest waiter is rejected
+ * (fresh requests are likelier to still have a client waiting; under
+ * sustained overload the oldest may never run).
+ *
+ * Admission is an atomic counter of the requests admitted or waiting:
+ * increment; above max_concurrent + queue_limit, decrement and reject; at or
+ * below max_concurrent a slot is free and the request goes on at once, with
+ * no lock and no list. A freed slot is handed straight to a waiter, which
+ * runs from the loop at the end of the turn.
+ *
+ * Limits count per worker: with workers = N a queue admits up to N times
+ * max_concurrent requests in all. The figures go to the worker's status
+ * slot, group "queue", label queue="NAME".
+ */
+#include <time.h>
+
+#include "fd_core.h"
+#include "fd_http.h"
+#include "fd_status.h"
+
+#define QUEUE_MAX 16       /* [queue] sections per configuration */
+#define QUEUE_NAME_MAX 32  /* name bytes, with the NUL */
+
+enum { ORDER_FIFO, ORDER_LIFO };
+enum { Q_WAITING = 1, Q_READY, Q_ACTIVE, Q_DONE };
+
+/* One queue's figures in the worker's status slot. */
+typedef struct {
+    char name[QUEUE_NAME_MAX];
+    uint64_t active;           /* gauges */
+    uint64_t waiting;
+    uint64_t max_concurrent;
+    uint64_t queue_limit;
+    uint64_t admitted;         /* counters */
+    uint64_t rejected_full;
+    uint64_t rejected_timeout;
+    uint64_t wait_usec_sum;
+} queue_shm_t;
+
+typedef struct queue_ctx_s queue_ctx_t;
+
+/* [queue NAME]: the conf, then this worker's state (the cycle is private
+ * to each worker after fork). */
+typedef struct {
+    fd_int_t max_concurrent;
+    fd_int_t queue_limit;
+    int order;
+    fd_msec_t queue_timeout;
+    fd_int_t reject_status;
+    fd_msec_t retry_after;
+
+    char *name;
+    unsigned index;            /* entry in the status area */
+    fd_str_t retry_after_text;
+
+    uint64_t total;            /* admitted + waiting: the admission count */
+    uint64_t active;           /* slots held (running or about to) */
+    uint64_t waiting;
+    queue_ctx_t *head, *tail;  /* waiting, oldest first */
+    queue_ctx_t *ready;        /* given a slot, handler not run yet */
+    queue_ctx_t **ready_last;
+    fd_posted_t dispatch;
+    int dispatch_posted;
+    queue_shm_t *shm;
+} queue_t;
+
+/* Per request behind a queue. */
+struct queue_ctx_s {
+    fd_request_t *r;
+    queue_t *q;
+    int state;
+    queue_ctx_t *prev, *next;
+    fd_timer_t timer;
+    uint64_t queued_usec;
+    void (*prev_abort)(fd_request_t *r);
+};
+
+/* The location key. */
+typedef struct {
+    char *name;
+    const char *file;
+    int line;
+    queue_t *queue;
+} queue_loc_t;
+
+fd_module_t fd_queue_module;
+
+#define QS(q, f, v) __atomic_store_n(&(q)->shm->f, (uint64_t)(v), \
+                                     __ATOMIC_RELAXED)
+#define QINC(q, f, v) QS(q, f, (q)->shm->f + (v))
+
+static uint64_t now_usec(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+static void publish(queue_t *q)
+{
+    QS(q, active, q->active);
+    QS(q, waiting, q->waiting);
+}
+
+/* --- configuration --- */
+
+static const fd_conf_enum_t order_enums[] = {
+    {"fifo", ORDER_FIFO}, {"lifo", ORDER_LIFO}, {NULL, 0}};
+
+#define QOFF(f) offsetof(queue_t, f)
+
+static const fd_directive_t queue_section_directives[] = {
+    {.name = "max_concurrent", .type = FD_CONF_INT,
+     .offset = QOFF(max_concurrent), .def = "100",
+     .doc = "requests running at once behind this queue, per worker"},
+    {.name = "queue_limit", .type = FD_CONF_INT, .offset = QOFF(queue_limit),
+     .def = "100",
+     .doc = "requests waiting for a slot, per worker; beyond: rejected"},
+    {.name = "order", .type = FD_CONF_ENUM, .offset = QOFF(order),
+     .def = "fifo", .enums = order_enums,
+     .doc = "fifo: oldest waiter first, a newcomer to a full queue is "
+            "rejected; lifo: newest first, the oldest waiter is rejected"},
+    {.name = "queue_timeout", .type = FD_CONF_MSEC,
+     .offset = QOFF(queue_timeout), .def = "0",
+     .doc = "longest wait for a slot, then reject_status; 0: no limit"},
+    {.name = "reject_status", .type = FD_CONF_INT,
+     .offset = QOFF(reject_status), .def = "503",
+     .doc = "status of a rejected request (400-599)"},
+    {.name = "retry_after", .type = FD_CONF_MSEC, .offset = QOFF(retry_after),
+     .def = "0",
+     .doc = "Retry-After (seconds, rounded up) on rejections; 0: none"},
+    FD_CONF_END};
+
+static int set_queue(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                     const char *value)
+{
+    queue_loc_t *lc = conf;
+
+    (void)d;
+    lc->name = fd_pstrdup(cf->pool, value, strlen(value));
+    if (lc->name == NULL)
+        return fd_conf_error(cf, "out of memory");
+    lc->file = cf->file;
+    lc->line = cf->line;
+    return FD_OK;
+}
+
+static const fd_directive_t queue_directives[] = {
+    {.name = "queue", .type = FD_CONF_CUSTOM, .set = set_queue,
+     .doc = "take a slot of [queue NAME] before the handler runs; off: none"},
+    FD_CONF_END};
+
+static int queue_init_section(fd_conf_t *cf, const char *name, void *conf)
+{
+    queue_t *q = conf;
+    size_t i, n = strlen(name);
+    char *text;
+
+    if (n == 0 || n >= QUEUE_NAME_MAX || strcmp(name, "off") == 0)
+        return fd_conf_error(cf, "[queue %s]: a name of 1 to %d characters "
+                             "(not \"off\") is needed", name,
+                             QUEUE_NAME_MAX - 1);
+    for (i = 0; i < n; i++)
+        if (!((name[i] >= 'a' && name[i] <= 'z') ||
+              (name[i] >= 'A' && name[i] <= 'Z') ||
+              (name[i] >= '0' && name[i] <= '9') || name[i] == '_' ||
+              name[i] == '-' || name[i] == '.'))
+            return fd_conf_error(cf, "[queue %s]: names take letters, "
+                                 "digits, '_', '-' and '.'", name);
+    if (q->max_concurrent < 1)
+        return fd_conf_error(cf, "[queue %s]: max_concurrent must be at "
+                             "least 1", name);
+    if (q->reject_status < 400 || q->reject_status > 599)
+        return fd_conf_error(cf, "[queue %s]: reject_status must be 400 .. "
+                             "599", name);
+    q->name = fd_pstrdup(cf->pool, name, n);
+    if (q->retry_after) {
+        text = fd_pnalloc(cf->pool, 24);
+        if (q->name == NULL || text == NULL)
+            return fd_conf_error(cf, "out of memory");
+        q->retry_after_text.len =
+            (size_t)(fd_fmt_uint(text, (q->retry_after + 999) / 1000) - text);
+        q->retry_after_text.data = text;
+    }
+    return FD_OK;
+}
+
+/* Number the queues (their entries in the status area). */
+static int queue_init_cycle(fd_conf_t *cf, fd_cycle_t *cycle)
+{
+    fd_conf_section_t *s;
+    unsigned n = 0;
+
+    for (s = cycle->sections; s; s = s->next) {
+        if (s->module != &fd_queue_module)
+            continue;
+        if (n == QUEUE_MAX) {
+            cf->file = s->file;
+            cf->line = s->line;
+            return fd_conf_error(cf, "more than %d [queue] sections",
+                                 QUEUE_MAX);
+        }
+        ((queue_t *)s->conf)->index = n++;
+    }
+    return FD_OK;
+}
+
+static int queue_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
+{
+    queue_loc_t *lc = conf;
+
+    (void)loc;
+    if (lc->name == NULL || strcmp(lc->name, "off") == 0)
+        return FD_OK;
+    lc->queue = fd_cycle_section(cf->cycle, "queue", lc->name);
+    if (lc->queue == NULL) {
+        cf->file = lc->file;
+        cf->line = lc->line;
+        return fd_conf_error(cf, "unknown queue \"%s\" (no [queue %s] "
+                             "section)", lc->name, lc->name);
+    }
+    return FD_OK;
+}
+
+static void queue_dispatch(void *data);
+
+static int queue_init_worker(fd_worker_t *w)
+{
+    queue_shm_t *area = fd_stats_area(fd_stats, &fd_queue_module);
+    fd_conf_section_t *s;
+    queue_t *q;
+
+    for (s = w->cycle->sections; s; s = s->next) {
+        if (s->module != &fd_queue_module)
+            continue;
+        q = s->conf;
+        q->shm = &area[q->index];
+        memset(q->shm, 0, sizeof(*q->shm));
+        snprintf(q->shm->name, sizeof(q->shm->name), "%s", q->name);
+        QS(q, max_concurrent, q->max_concurrent);
+        QS(q, queue_limit, q->queue_limit);
+        q->ready_last = &q->ready;
+        q->dispatch.handler = queue_dispatch;
+        q->dispatch.data = q;
+    }
+    return FD_OK;
+}
+
+/* --- the waiting list --- */
+
+static void wait_unlink(queue_t *q, queue_ctx_t *x)
+{
+    if (x->prev)
+        x->prev->next = x->next;
+    else
+        q->head = x->next;
+    if (x->next)
+        x->next->prev = x->prev;
+    else
+        q->tail = x->prev;
+    x->prev = x->next = NULL;
+    q->waiting--;
+    if (fd_timer_armed(&x->timer))
+        fd_timer_del(&x->timer);
+}
+
+static void ready_unlink(queue_t *q, queue_ctx_t *x)
+{
+    queue_ctx_t **pp;
+
+    for (pp = &q->ready; *pp; pp = &(*pp)->next)
+        if (*pp == x) {
+            *pp = x->next;
+            if (*pp == NULL)
+                q->ready_last = pp;
+            break;
+        }
+    x->next = NULL;
+}
+
+/* The rejection response: reject_status, Retry-After. */
+static int reject_response(fd_request_t *r, queue_t *q)
+{
+    if (fd_http_error_page(r, (int)q->reject_status) != FD_OK)
+        return 500;
+    if (q->retry_after_text.len &&
+        fd_http_header_add(r, fd_string("Retry-After"),
+                           q->retry_after_text) != FD_OK)
+        return 500;
+    return FD_DONE;
+}
+
+/* A waiter leaves the queue with reject_status (full under LIFO, or its
+ * queue_timeout). */
+static void reject_waiter(queue_ctx_t *x, int timeout)
+{
+    queue_t *q = x->q;
+    fd_request_t *r = x->r;
+
+    wait_unlink(q, x);
+    __atomic_sub_fetch(&q->total, 1, __ATOMIC_RELAXED);
+    x->state = Q_DONE;
+    if (timeout)
+        QINC(q, rejected_timeout, 1);
+    else
+        QINC(q, rejected_full, 1);
+    publish(q);
+    r->on_abort = x->prev_abort;
+    fd_request_finish(r, reject_response(r, q));
+}
+
+static void queue_timeout(fd_timer_t *t)
+{
+    queue_ctx_t *x = (queue_ctx_t *)((char *)t -
+                                     offsetof(queue_ctx_t, timer));
+
+    reject_waiter(x, 1);
+}
+
+/* A slot is free: hand it to a waiter, or give it back. */
+static void slot_release(queue_t *q)
+{
+    queue_ctx_t *x;
+
+    __atomic_sub_fetch(&q->total, 1, __ATOMIC_RELAXED);
+    if (q->waiting == 0) {
+        q->active--;
+        publish(q);
+        return;
+    }
+    x = q->order == ORDER_LIFO ? q->tail : q->head;
+    wait_unlink(q, x);
+    x->state = Q_READY;
+    *q->ready_last = x;
+    q->ready_last = &x->next;
+    QINC(q, admitted, 1);
+    QINC(q, wait_usec_sum, now_usec() - x->queued_usec);
+    publish(q);
+    if (!q->dispatch_posted) {
+        q->dispatch_posted = 1;
+        fd_event_post(&q->dispatch);
+    }
+}
+
+/* Run the handlers of the waiters that got a slot (end of a loop turn, so
+ * a handler never runs inside another request's end). */
+static void queue_dispatch(void *data)
+{
+    queue_t *q = data;
+    queue_ctx_t *x;
+    fd_request_t *r;
+
+    q->dispatch_posted = 0;
+    while ((x = q->ready) != NULL) {
+        q->ready = x->next;
+        if (q->ready == NULL)
+            q->ready_last = &q->ready;
+        x->next = NULL;
+        x->state = Q_ACTIVE;
+        r = x->r;
+        /* no on_abort of ours while the handler works: the engine keeps a
+         * request it cannot cancel (offloaded) until it ends */
+        r->on_abort = x->prev_abort;
+        fd_http_run_handler(r);
+    }
+}
+
+/* The request ends, one way or another: leave the queue or free the slot.
+ * Idempotent. */
+static void queue_end(queue_ctx_t *x)
+{
+    queue_t *q = x->q;
+
+    switch (x->state) {
+    case Q_WAITING:
+        wait_unlink(q, x);
+        __atomic_sub_fetch(&q->total, 1, __ATOMIC_RELAXED);
+        publish(q);
+        break;
+    case Q_READY:
+        ready_unlink(q, x);
+        slot_release(q);
+        break;
+    case Q_ACTIVE:
+        slot_release(q);
+        break;
+    default:
+        return;
+    }
+    x->state = Q_DONE;
+}
+
+static void queue_cleanup(void *data)
+{
+    queue_end(data);
+}
+
+static void queue_abort(fd_request_t *r)
+{
+    queue_ctx_t *x = r->mctx[fd_queue_module.index];
+    void (*prev)(fd_request_t *) = x->prev_abort;
+
+    queue_end(x);
+    if (prev)
+        prev(r);
+}
+
+static void queue_log(fd_request_t *r)
+{
+    queue_ctx_t *x;
+
+    if (r->mctx == NULL || (x = r->mctx[fd_queue_module.index]) == NULL)
+        return;
+    queue_end(x);
+}
+
+/* --- the access phase --- */
+
+static int queue_access(fd_request_t *r)
+{
+    queue_loc_t *lc = fd_loc_conf(r->loc, &fd_queue_module);
+    queue_t *q = lc->queue;
+    queue_ctx_t *x;
+    uint64_t n;
+    void **ctx;
+
+    if (q == NULL)
+        return FD_OK;
+    n = __atomic_add_fetch(&q->total, 1, __ATOMIC_RELAXED);
+    if (n > (uint64_t)(q->max_concurrent + q->queue_limit)) {
+        if (q->order == ORDER_FIFO || q->waiting == 0) {
+            __atomic_sub_fetch(&q->total, 1, __ATOMIC_RELAXED);
+            QINC(q, rejected_full, 1);
+            return reject_response(r, q);
+        }
+        /* LIFO: the oldest waiter gives its place to the newcomer */
+        reject_waiter(q->head, 0);
+    }
+
+    ctx = fd_request_ctx(r, &fd_queue_module);
+    x = ctx ? fd_pcalloc(r->pool, sizeof(*x)) : NULL;
+    if (x == NULL || fd_pool_cleanup_add(r->pool, queue_cleanup, x) == NULL) {
+        __atomic_sub_fetch(&q->total, 1, __ATOMIC_RELAXED);
+        return 500;
+    }
+    *ctx = x;
+    x->r = r;
+    x->q = q;
+
+    if (n <= (uint64_t)q->max_concurrent) {
+        /* a free slot (nobody can be waiting): straight in */
+        x->state = Q_ACTIVE;
+        q->active++;
+        QINC(q, admitted, 1);
+        publish(q);
+        return FD_OK;
+    }
+
+    x->state = Q_WAITING;
+    x->queued_usec = now_usec();
+    x->prev = q->tail;
+    if (q->tail)
+        q->tail->next = x;
+    else
+        q->head = x;
+    q->tail = x;
+    q->waiting++;
+    publish(q);
+    if (q->queue_timeout) {
+        x->timer.handler = queue_timeout;
+        fd_timer_add(&x->timer, q->queue_timeout);
+    }
+    x->prev_abort = r->on_abort;
+    r->on_abort = queue_abort;
+    return FD_AGAIN;
+}
+
+/* --- status --- */
+
+static void queue_status(fd_status_t *st, const void *area, unsigned worker)
+{
+    const queue_shm_t *e = area;
+    char labels[QUEUE_NAME_MAX + 16];
+    unsigned i;
+
+    if (e == NULL)
+        return;
+    for (i = 0; i < QUEUE_MAX; i++, e++) {
+        uint64_t full, timeout;
+
+        if (e->name[0] == '\0')
+            continue;
+        snprintf(labels, sizeof(labels), "queue=\"%.*s\"",
+                 QUEUE_NAME_MAX - 1, e->name);
+        if (worker != FD_STATUS_RETIRED) {
+            fd_status_gauge(st, "queue_active", "Requests holding a slot.",
+                            labels, e->active);
+            fd_status_gauge(st, "queue_waiting",
+                            "Requests waiting for a slot.", labels,
+                            e->waiting);
+            fd_status_gauge(st, "queue_max_concurrent",
+                            "Slots (per worker).", labels, e->max_concurrent);
+            fd_status_gauge(st, "queue_queue_limit",
+                            "Waiting places (per worker).", labels,
+                            e->queue_limit);
+        }
+        full = __atomic_load_n(&e->rejected_full, __ATOMIC_RELAXED);
+        timeout = __atomic_load_n(&e->rejected_timeout, __ATOMIC_RELAXED);
+        fd_status_counter(st, "queue_admitted",
+                          "Requests that got a slot.", labels, e->admitted);
+        fd_status_counter(st, "queue_rejected",
+                          "Requests rejected (full or timed out).", labels,
+                          full + timeout);
+        fd_status_counter(st, "queue_rejected_full",
+                          "Requests rejected because the queue was full.",
+                          labels, full);
+        fd_status_counter(st, "queue_rejected_timeout",
+                          "Requests rejected after queue_timeout.", labels,
+                          timeout);
+        fd_status_counter(st, "queue_wait_usec_sum",
+                          "Microseconds admitted requests waited.", labels,
+                          e->wait_usec_sum);
+    }
+}
+
+static void queue_retire(void *retired_area, const void *area)
+{
+    queue_shm_t *d = retired_area, *into;
+    const queue_shm_t *s = area;
+    unsigned i, j;
+
+    for (i = 0; i < QUEUE_MAX; i++, s++) {
+        if (s->name[0] == '\0')
+            continue;
+        into = NULL;
+        for (j = 0; j < QUEUE_MAX; j++) {
+            if (strcmp(d[j].name, s->name) == 0) {
+                into = &d[j];
+                break;
+            }
+            if (into == NULL && d[j].name[0] == '\0')
+                into = &d[j];
+        }
+        if (into == NULL)
+            continue; /* more names over time than entries: dropped */
+        if (into->name[0] == '\0')
+            memcpy(into->name, s->name, sizeof(into->name));
+        into->admitted += s->admitted;
+        into->rejected_full += s->rejected_full;
+        into->rejected_timeout += s->rejected_timeout;
+        into->wait_usec_sum += s->wait_usec_sum;
+    }
+}
+
+fd_module_t fd_queue_module = {
+    .name = "queue",
+    .directives = queue_directives,
+    .conf_size = sizeof(queue_loc_t),
+    .init_conf = queue_init_conf,
+    .init_worker = queue_init_worker,
+    .section = "queue",
+    .section_directives = queue_section_directives,
+    .section_size = sizeof(queue_t),
+    .init_section = queue_init_section,
+    .init_cycle = queue_init_cycle,
+    .shm_size = QUEUE_MAX * sizeof(queue_shm_t),
+    .status = queue_status,
+    .retire = queue_retire,
+    .log = queue_log,
+    .access = queue_access,
+};
