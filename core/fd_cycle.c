@@ -785,6 +785,12 @@ static int apply_globals(load_t *ld)
                     continue;
                 at(ld, e);
                 d = fd_conf_find(http_directives, e->key);
+                for (unsigned q = 0; q < i && d; q++)
+                    if (strcmp(ld->e[q].section, "http") == 0 &&
+                        strcmp(ld->e[q].key, e->key) == 0)
+                        return fd_conf_error(cf, "duplicate key \"%s\" "
+                                             "(first at line %d)", e->key,
+                                             ld->e[q].line);
                 if (d) {
                     if (fd_conf_set(cf, d, &cy->http, e->value) != FD_OK)
                         return FD_ERROR;

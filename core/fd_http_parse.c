@@ -599,7 +599,9 @@ int fd_http_normalize_path(fd_str_t src, char *dst, size_t *dst_len)
         }
         /* keep a trailing slash: it means "directory" */
         if (w == dst || (end > dst && end[-1] == '/') ||
-            (end - dst >= 2 && end[-1] == '.' && end[-2] == '/'))
+            (end - dst >= 2 && end[-1] == '.' && end[-2] == '/') ||
+            (end - dst >= 3 && end[-1] == '.' && end[-2] == '.' &&
+             end[-3] == '/'))
             *w++ = '/';
         *w = '\0';
         *dst_len = (size_t)(w - dst);

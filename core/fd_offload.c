@@ -286,7 +286,7 @@ static int start_thread(pool_t *p)
     return FD_OK;
 }
 
-static void publish_counters(pool_t *p)
+static void publish_counters(void)
 {
     fd_offload_stats_t st;
 
@@ -331,7 +331,7 @@ static void pool_event(fd_event_t *ev, uint32_t events)
         p->done_count++;
         done(r);
     }
-    publish_counters(p);
+    publish_counters();
 }
 
 /* Adaptive sizing (see the top of the file); on the loop. */

@@ -73,12 +73,14 @@ if (!defined $wrk_status) {
     fail('wrk overran its duration');
 }
 my $report = FastdTest::slurp($out) // '';
-diag($report);
-like($report, qr/Requests\/sec:\s+\d/, 'wrk produced a report');
+note($report);
+like($report, qr/Requests\/sec:\s+\d/, 'wrk produced a report') or diag($report);
 my ($reqs) = $report =~ /(\d+) requests in/;
 cmp_ok($reqs // 0, '>', 1000, 'wrk completed requests');
-unlike($report, qr/Socket errors/, 'no socket errors during the reloads');
-unlike($report, qr/Non-2xx/, 'no non-2xx responses during the reloads');
+unlike($report, qr/Socket errors/, 'no socket errors during the reloads')
+    or diag($report);
+unlike($report, qr/Non-2xx/, 'no non-2xx responses during the reloads')
+    or diag($report);
 
 # afterwards
 FastdTest::wait_for(sub { @w = $t->workers; @w == 2 }, 10);

@@ -1,0 +1,833 @@
+/*
+ * rewrite and return (PCRE2), run in the access phase before the handler.
+ *
+ *   return  = CODE [URL | TEXT]      3xx: Location; others: a text/plain
+ *                                    body; or return = URL (302)
+ *   rewrite = REGEX REPLACEMENT [last | break | redirect | permanent]
+ *
+ * Both are location keys, repeatable, run in the order written. As in
+ * nginx, the [http] and [server] ones run first, once per request, on the
+ * request's URI before the location's own; then the location's. The regex
+ * is matched against the decoded, normalised path; the replacement may
+ * use $1..$9, named captures ($name or ${name}) and the variables $host,
+ * $request_uri, $uri, $args, $is_args, $scheme, $remote_addr,
+ * $request_method and $http_NAME. A `return` sees the captures of the
+ * last regex that matched: a rewrite's, or the [location ~ regex]'s own.
+ *
+ * Flags: last: stop, route the new URI to its location (whose own rules
+ * then run); break: stop, keep the location; redirect (302) / permanent
+ * (301): answer with Location. No flag: go on with the next rule, and
+ * route the new URI at the end if it changed. A replacement starting with
+ * http://, https:// or $scheme redirects. New arguments (REPLACEMENT with
+ * "?") come before the request's own, unless it ends with "?". More than
+ * 10 routings of one request is a loop: 500.
+ */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "fd_core.h"
+#include "fd_connection.h"
+#include "fd_http.h"
+
+#define RW_MAX_CHANGES 10
+#define RW_OVECTOR 32
+
+enum { S_LIT, S_CAP, S_NAMED, S_VAR };
+
+enum {
+    V_HOST, V_REQUEST_URI, V_URI, V_ARGS, V_IS_ARGS, V_SCHEME,
+    V_REMOTE_ADDR, V_METHOD, V_HTTP
+};
+
+static const struct {
+    const char *name;
+    int id;
+    int raw; /* already URL-encoded: never escaped again */
+} vars[] = {
+    {"host", V_HOST, 0},
+    {"request_uri", V_REQUEST_URI, 1},
+    {"uri", V_URI, 0},
+    {"document_uri", V_URI, 0},
+    {"args", V_ARGS, 1},
+    {"query_string", V_ARGS, 1},
+    {"is_args", V_IS_ARGS, 1},
+    {"scheme", V_SCHEME, 1},
+    {"remote_addr", V_REMOTE_ADDR, 1},
+    {"request_method", V_METHOD, 1},
+    {"method", V_METHOD, 1},
+};
+
+typedef struct {
+    int kind;
+    int n;           /* capture number, variable id */
+    int raw;
+    fd_str_t text;   /* literal, capture name (NUL-ended), header name */
+} sop_t;
+
+typedef struct {
+    sop_t *ops;
+    unsigned n;
+} script_t;
+
+enum { F_NONE, F_LAST, F_BREAK, F_REDIRECT, F_PERMANENT };
+enum { OP_RETURN, OP_REWRITE };
+
+typedef struct {
+    int type;
+    int code;           /* return */
+    int flag;           /* rewrite */
+    int redirect;       /* rewrite to http://, https://, $scheme */
+    int has_args;       /* the replacement has "?" */
+    int keep_args;      /* ... not at its end: append the request's */
+    int has_text;
+    script_t text;      /* URL or body, or the replacement up to "?" */
+    script_t args;      /* the replacement after "?" */
+    pcre2_code *re;
+    const char *file;   /* where it was written, for errors at init_conf */
+    int line;
+} rw_op_t;
+
+typedef struct {
+    rw_op_t *ops;       /* [http] and [server] ones first, then own */
+    unsigned nops;
+    unsigned nsrv;      /* how many are [http]/[server] ones */
+} rw_conf_t;
+
+typedef struct {
+    const char *subj;   /* the string the captures index */
+    size_t *ov;
+    int n;              /* capture pairs */
+    const pcre2_code *re;
+    fd_http_loc_t *settled;
+    unsigned server_done:1;
+    unsigned changes;
+} rw_ctx_t;
+
+fd_module_t fd_rewrite_module;
+
+static pcre2_match_data *md; /* the worker's, reused by every match */
+
+/* --- configuration --- */
+
+static int is_name_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') || c == '_';
+}
+
+static int sop_add(fd_conf_t *cf, script_t *s, int kind, int n, int raw,
+                   const char *text, size_t len)
+{
+    sop_t *ops = fd_palloc(cf->pool, (s->n + 1) * sizeof(*ops));
+
+    if (ops == NULL)
+        return fd_conf_error(cf, "out of memory");
+    if (s->n)
+        memcpy(ops, s->ops, s->n * sizeof(*ops));
+    ops[s->n] = (sop_t){.kind = kind, .n = n, .raw = raw,
+                        .text = {len, fd_pstrdup(cf->pool, text, len)}};
+    s->ops = ops;
+    s->n++;
+    return FD_OK;
+}
+
+/*
+ * Compile [src, end) into a script. With qmark, stop at the first "?" of
+ * the literal text and return where it is (the arguments follow).
+ */
+static const char *script_compile(fd_conf_t *cf, script_t *s,
+                                  const char *src, const char *end,
+                                  int qmark)
+{
+    const char *p = src, *lit = src;
+
+    while (p < end) {
+        const char *name;
+        size_t n = 0;
+        int brace;
+        unsigned i;
+
+        if (qmark && *p == '?')
+            break;
+        if (*p != '$' || p + 1 == end ||
+            !(is_name_char(p[1]) || p[1] == '{')) {
+            p++;
+            continue;
+        }
+        if (p > lit && sop_add(cf, s, S_LIT, 0, 1, lit, (size_t)(p - lit)))
+            return NULL;
+        brace = p[1] == '{';
+        name = p + 1 + brace;
+        if (name < end && *name >= '0' && *name <= '9') {
+            n = 1; /* $1foo is $1 then "foo", as in nginx */
+        } else {
+            while (name + n < end && is_name_char(name[n]))
+                n++;
+        }
+        if (n == 0 || (brace && (name + n >= end || name[n] != '}'))) {
+            fd_conf_error(cf, "bad variable at \"%.*s\"",
+                          (int)fd_min((size_t)(end - p), 20), p);
+            return NULL;
+        }
+        p = name + n + brace;
+        lit = p;
+        if (*name >= '0' && *name <= '9') {
+            if (sop_add(cf, s, S_CAP, *name - '0', 0, name, 1))
+                return NULL;
+            continue;
+        }
+        for (i = 0; i < fd_nelems(vars); i++)
+            if (strlen(vars[i].name) == n &&
+                memcmp(vars[i].name, name, n) == 0)
+                break;
+        if (i < fd_nelems(vars)) {
+            if (sop_add(cf, s, S_VAR, vars[i].id, vars[i].raw, name, n))
+                return NULL;
+        } else if (n > 5 && memcmp(name, "http_", 5) == 0) {
+            if (sop_add(cf, s, S_VAR, V_HTTP, 0, name + 5, n - 5))
+                return NULL;
+        } else if (sop_add(cf, s, S_NAMED, 0, 0, name, n)) {
+            return NULL; /* a named capture: checked in init_conf */
+        }
+    }
+    if (p > lit && sop_add(cf, s, S_LIT, 0, 1, lit, (size_t)(p - lit)))
+        return NULL;
+    return p;
+}
+
+static rw_op_t *op_new(fd_conf_t *cf, rw_conf_t *rc)
+{
+    rw_op_t *ops = fd_palloc(cf->pool, (rc->nops + 1) * sizeof(*ops));
+
+    if (ops == NULL) {
+        fd_conf_error(cf, "out of memory");
+        return NULL;
+    }
+    if (rc->nops)
+        memcpy(ops, rc->ops, rc->nops * sizeof(*ops));
+    rc->ops = ops;
+    memset(&ops[rc->nops], 0, sizeof(*ops));
+    ops[rc->nops].file = cf->file;
+    ops[rc->nops].line = cf->line;
+    return &ops[rc->nops++];
+}
+
+static int is_redirect_code(int code)
+{
+    return code == 301 || code == 302 || code == 303 || code == 307 ||
+           code == 308;
+}
+
+static int starts_url(const char *s)
+{
+    return strncmp(s, "http://", 7) == 0 || strncmp(s, "https://", 8) == 0 ||
+           strncmp(s, "$scheme", 7) == 0 || strncmp(s, "${scheme}", 9) == 0;
+}
+
+static int set_return(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                      const char *v)
+{
+    rw_op_t *op;
+    const char *p, *end;
+    char *e;
+    long code;
+
+    (void)d;
+    while (*v == ' ' || *v == '\t')
+        v++;
+    if ((op = op_new(cf, conf)) == NULL)
+        return FD_ERROR;
+    op->type = OP_RETURN;
+    if (starts_url(v)) {
+        code = 302; /* return = URL */
+        p = v;
+    } else {
+        code = strtol(v, &e, 10);
+        if (e == v || (*e && *e != ' ' && *e != '\t') || code < 200 ||
+            code > 599)
+            return fd_conf_error(cf, "return needs a status 200..599 and "
+                                 "an optional URL or text, not \"%s\"", v);
+        p = e;
+    }
+    op->code = (int)code;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    end = p + strlen(p);
+    if (end - p >= 2 && *p == '"' && end[-1] == '"') {
+        p++;
+        end--;
+    }
+    op->has_text = p < end;
+    if (is_redirect_code(op->code) && !op->has_text)
+        return fd_conf_error(cf, "return %ld needs a URL", code);
+    if (op->has_text && script_compile(cf, &op->text, p, end, 0) == NULL)
+        return FD_ERROR;
+    return FD_OK;
+}
+
+static int set_rewrite(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                       const char *v)
+{
+    char *copy = fd_pstrdup(cf->pool, v, strlen(v)), *save;
+    char *re_src = strtok_r(copy, " \t", &save);
+    char *rep = strtok_r(NULL, " \t", &save);
+    char *flag = strtok_r(NULL, " \t", &save);
+    const char *q, *end;
+    rw_op_t *op;
+    PCRE2_SIZE off;
+    int err;
+
+    (void)d;
+    if (re_src == NULL || rep == NULL || strtok_r(NULL, " \t", &save))
+        return fd_conf_error(cf, "rewrite needs REGEX REPLACEMENT [last | "
+                             "break | redirect | permanent], not \"%s\"", v);
+    if ((op = op_new(cf, conf)) == NULL)
+        return FD_ERROR;
+    op->type = OP_REWRITE;
+    if (flag == NULL)
+        op->flag = F_NONE;
+    else if (strcmp(flag, "last") == 0)
+        op->flag = F_LAST;
+    else if (strcmp(flag, "break") == 0)
+        op->flag = F_BREAK;
+    else if (strcmp(flag, "redirect") == 0)
+        op->flag = F_REDIRECT;
+    else if (strcmp(flag, "permanent") == 0)
+        op->flag = F_PERMANENT;
+    else
+        return fd_conf_error(cf, "rewrite: unknown flag \"%s\" (last, "
+                             "break, redirect or permanent)", flag);
+    op->re = pcre2_compile((PCRE2_SPTR)re_src, PCRE2_ZERO_TERMINATED, 0,
+                           &err, &off, NULL);
+    if (op->re == NULL) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(err, msg, sizeof(msg));
+        return fd_conf_error(cf, "rewrite: regex \"%s\" at offset %zu: %s",
+                             re_src, (size_t)off, (char *)msg);
+    }
+    fd_pool_cleanup_add(cf->pool, (void (*)(void *))pcre2_code_free, op->re);
+    pcre2_jit_compile(op->re, PCRE2_JIT_COMPLETE); /* when available */
+    op->redirect = starts_url(rep) || op->flag == F_REDIRECT ||
+                   op->flag == F_PERMANENT;
+    if (!starts_url(rep) && rep[0] != '/' && rep[0] != '$')
+        return fd_conf_error(cf, "rewrite: replacement \"%s\" must start "
+                             "with /, http://, https:// or a variable",
+                             rep);
+    end = rep + strlen(rep);
+    q = script_compile(cf, &op->text, rep, end, 1);
+    if (q == NULL)
+        return FD_ERROR;
+    if (q < end) {
+        op->has_args = 1;
+        op->keep_args = q + 1 < end && end[-1] != '?';
+        if (script_compile(cf, &op->args, q + 1,
+                           end[-1] == '?' ? end - 1 : end, 0) == NULL)
+            return FD_ERROR;
+    }
+    return FD_OK;
+}
+
+static int name_in(const pcre2_code *re, const char *name)
+{
+    return re && pcre2_substring_number_from_name(re, (PCRE2_SPTR)name) > 0;
+}
+
+/* Every $name must be a named group of a regex that can match first. */
+static int check_names(fd_conf_t *cf, fd_http_loc_t *loc, rw_conf_t *rc,
+                       const rw_op_t *op, const script_t *s)
+{
+    unsigned i, j;
+
+    for (i = 0; i < s->n; i++) {
+        const char *name = s->ops[i].text.data;
+        int found = 0;
+        if (s->ops[i].kind != S_NAMED)
+            continue;
+        if (op->type == OP_REWRITE) {
+            found = name_in(op->re, name);
+        } else {
+            found = name_in(loc->regex, name);
+            for (j = 0; j < rc->nops && !found; j++)
+                found = name_in(rc->ops[j].re, name);
+        }
+        if (!found) {
+            cf->file = op->file;
+            cf->line = op->line;
+            return fd_conf_error(cf, "unknown variable \"$%s\" (not a "
+                                 "known variable nor a named capture)",
+                                 name);
+        }
+    }
+    return FD_OK;
+}
+
+static int rewrite_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
+{
+    rw_conf_t *rc = conf;
+    const char *file = cf->file;
+    int line = cf->line;
+    unsigned i;
+
+    /* the server's implicit location holds the [http] and [server] rules,
+     * already applied when its [location]s are loaded */
+    if (loc == loc->server->root_loc)
+        rc->nsrv = rc->nops;
+    else
+        rc->nsrv = ((rw_conf_t *)fd_loc_conf(loc->server->root_loc,
+                                             &fd_rewrite_module))
+                       ->nops;
+    for (i = 0; i < rc->nops; i++) {
+        rw_op_t *op = &rc->ops[i];
+        if (check_names(cf, loc, rc, op, &op->text) != FD_OK ||
+            check_names(cf, loc, rc, op, &op->args) != FD_OK)
+            return FD_ERROR;
+    }
+    cf->file = file;
+    cf->line = line;
+    return FD_OK;
+}
+
+static int rewrite_init_worker(fd_worker_t *w)
+{
+    (void)w;
+    md = pcre2_match_data_create(RW_OVECTOR, NULL);
+    if (md == NULL) {
+        fd_log_error(FD_LOG_ALERT, 0, "rewrite: out of memory");
+        return FD_ERROR;
+    }
+    return FD_OK;
+}
+
+static void rewrite_exit_worker(fd_worker_t *w)
+{
+    (void)w;
+    pcre2_match_data_free(md);
+    md = NULL;
+}
+
+/* --- scripts at run time --- */
+
+enum { ESC_NONE, ESC_PATH, ESC_ARGS, ESC_INTERNAL };
+
+static fd_str_t host_value(fd_request_t *r)
+{
+    fd_str_t h = r->in.host;
+    size_t i;
+
+    for (i = h.len; i > 0; i--) {
+        if (h.data[i - 1] == ':') {
+            h.len = i - 1;
+            break;
+        }
+        if (h.data[i - 1] < '0' || h.data[i - 1] > '9')
+            break;
+    }
+    if (h.len)
+        return h;
+    if (r->server && r->server->names.n)
+        return (fd_str_t){strlen(r->server->names.items[0]),
+                          r->server->names.items[0]};
+    return fd_string("localhost");
+}
+
+static fd_str_t header_value(fd_request_t *r, fd_str_t name)
+{
+    unsigned i;
+    size_t j;
+
+    for (i = 0; i < r->in.nheaders; i++) {
+        fd_str_t h = r->in.headers[i].name;
+        if (h.len != name.len)
+            continue;
+        for (j = 0; j < h.len; j++) {
+            char c = fd_tolower(h.data[j]);
+            if ((c == '-' ? '_' : c) != name.data[j])
+                break;
+        }
+        if (j == h.len)
+            return r->in.headers[i].value;
+    }
+    return fd_null_string;
+}
+
+static fd_str_t sop_value(fd_request_t *r, rw_ctx_t *x, const sop_t *op,
+                          char *tmp)
+{
+    int n;
+
+    switch (op->kind) {
+    case S_LIT:
+        return op->text;
+    case S_NAMED:
+        if (x->re == NULL)
+            return fd_null_string;
+        n = pcre2_substring_number_from_name(x->re,
+                                             (PCRE2_SPTR)op->text.data);
+        if (n <= 0)
+            return fd_null_string;
+        goto capture;
+    case S_CAP:
+        n = op->n;
+    capture:
+        if (n >= x->n || x->ov[2 * n] == PCRE2_UNSET)
+            return fd_null_string;
+        return (fd_str_t){x->ov[2 * n + 1] - x->ov[2 * n],
+                          x->subj + x->ov[2 * n]};
+    }
+    switch (op->n) {
+    case V_HOST:
+        return host_value(r);
+    case V_REQUEST_URI:
+        return r->in.target;
+    case V_URI:
+        return r->path;
+    case V_ARGS:
+        return r->in.query;
+    case V_IS_ARGS:
+        return r->in.query.len ? fd_string("?") : fd_null_string;
+    case V_SCHEME:
+        return fd_string("http");
+    case V_REMOTE_ADDR:
+        return (fd_str_t){fd_connection_addr_text(r->c, tmp, 64), tmp};
+    case V_METHOD:
+        return r->in.method;
+    case V_HTTP:
+        return header_value(r, op->text);
+    }
+    return fd_null_string;
+}
+
+static int must_escape(unsigned char c, int esc)
+{
+    if (esc == ESC_INTERNAL)
+        return c == '%';
+    if (c <= 0x20 || c >= 0x7f)
+        return 1;
+    switch (c) {
+    case '"': case '#': case '%': case '<': case '>': case '\\':
+    case '^': case '`': case '{': case '|': case '}': case '?':
+        return 1;
+    case '&': case '+':
+        return esc == ESC_ARGS;
+    }
+    return 0;
+}
+
+static const char hex[] = "0123456789ABCDEF";
+
+static size_t escaped_len(fd_str_t v, int esc)
+{
+    size_t j, len = v.len;
+
+    for (j = 0; j < v.len; j++)
+        len += must_escape((unsigned char)v.data[j], esc) ? 2 : 0;
+    return len;
+}
+
+static char *escape_to(char *p, fd_str_t v, int esc)
+{
+    size_t j;
+
+    for (j = 0; j < v.len; j++) {
+        unsigned char c = (unsigned char)v.data[j];
+        if (must_escape(c, esc)) {
+            *p++ = '%';
+            *p++ = hex[c >> 4];
+            *p++ = hex[c & 15];
+        } else {
+            *p++ = (char)c;
+        }
+    }
+    return p;
+}
+
+static int escape(fd_request_t *r, fd_str_t v, int esc, fd_str_t *out)
+{
+    char *p = fd_pnalloc(r->pool, escaped_len(v, esc) + 1);
+
+    if (p == NULL)
+        return FD_ERROR;
+    out->data = p;
+    p = escape_to(p, v, esc);
+    *p = '\0';
+    out->len = (size_t)(p - out->data);
+    return FD_OK;
+}
+
+/* Run a script into r->pool; values escaped as esc says. */
+static int script_run(fd_request_t *r, rw_ctx_t *x, const script_t *s,
+                      int esc, fd_str_t *out)
+{
+    char tmp[64];
+    size_t len = 0;
+    unsigned i;
+    char *p;
+
+    for (i = 0; i < s->n; i++) {
+        fd_str_t v = sop_value(r, x, &s->ops[i], tmp);
+        len += esc == ESC_NONE || s->ops[i].raw ? v.len : escaped_len(v, esc);
+    }
+    p = fd_pnalloc(r->pool, len + 1);
+    if (p == NULL)
+        return FD_ERROR;
+    out->data = p;
+    for (i = 0; i < s->n; i++) {
+        fd_str_t v = sop_value(r, x, &s->ops[i], tmp);
+        if (esc == ESC_NONE || s->ops[i].raw) {
+            memcpy(p, v.data, v.len);
+            p += v.len;
+        } else {
+            p = escape_to(p, v, esc);
+        }
+    }
+    *p = '\0';
+    out->len = (size_t)(p - out->data);
+    return FD_OK;
+}
+
+/* The arguments after a rewrite: new ones, then the request's own. */
+static int new_args(fd_request_t *r, rw_ctx_t *x, const rw_op_t *op,
+                    fd_str_t *args)
+{
+    fd_str_t a;
+    char *p;
+
+    if (!op->has_args) {
+        *args = r->in.query;
+        return FD_OK;
+    }
+    if (script_run(r, x, &op->args, ESC_ARGS, &a) != FD_OK)
+        return FD_ERROR;
+    if (!op->keep_args || r->in.query.len == 0) {
+        *args = a;
+        return FD_OK;
+    }
+    p = fd_pnalloc(r->pool, a.len + 1 + r->in.query.len);
+    if (p == NULL)
+        return FD_ERROR;
+    memcpy(p, a.data, a.len);
+    p[a.len] = '&';
+    memcpy(p + a.len + 1, r->in.query.data, r->in.query.len);
+    *args = (fd_str_t){a.len + 1 + r->in.query.len, p};
+    return FD_OK;
+}
+
+/* Answer with status and a Location; FD_DONE. */
+static int redirect(fd_request_t *r, int status, fd_str_t path,
+                    fd_str_t args)
+{
+    if (args.len) {
+        char *p = fd_pnalloc(r->pool, path.len + 1 + args.len);
+        if (p == NULL)
+            return 500;
+        memcpy(p, path.data, path.len);
+        p[path.len] = '?';
+        memcpy(p + path.len + 1, args.data, args.len);
+        path = (fd_str_t){path.len + 1 + args.len, p};
+    }
+    if (fd_http_error_page(r, status) != FD_OK ||
+        fd_http_header_add(r, fd_string("Location"), path) != FD_OK)
+        return 500;
+    return FD_DONE;
+}
+
+static int run_return(fd_request_t *r, rw_ctx_t *x, const rw_op_t *op)
+{
+    fd_str_t text;
+
+    if (is_redirect_code(op->code)) {
+        if (script_run(r, x, &op->text, ESC_PATH, &text) != FD_OK)
+            return 500;
+        /* the URL's own "?" and arguments are part of the text */
+        return redirect(r, op->code, text, fd_null_string);
+    }
+    if (!op->has_text) {
+        if (op->code >= 400)
+            return op->code; /* the engine's (or error_page) page */
+        r->status = op->code;
+        return fd_http_body_set(r, "", 0) == FD_OK ? FD_DONE : 500;
+    }
+    if (script_run(r, x, &op->text, ESC_NONE, &text) != FD_OK)
+        return 500;
+    r->status = op->code;
+    r->content_type = fd_string("text/plain");
+    return fd_http_body_set(r, text.data, text.len) == FD_OK ? FD_DONE : 500;
+}
+
+/* Set the request's URI to path?args (path built by a rewrite). */
+static int set_uri(fd_request_t *r, fd_str_t path, fd_str_t args)
+{
+    char *norm = fd_pnalloc(r->pool, path.len + 2);
+    size_t n;
+
+    if (norm == NULL)
+        return 500;
+    if (path.len == 0 || path.data[0] != '/' ||
+        fd_http_normalize_path(path, norm, &n) != FD_OK) {
+        fd_log_error(FD_LOG_ERR, 0, "rewrite: bad new URI \"%.*s\"",
+                     (int)fd_min(path.len, 256), path.data);
+        return 500;
+    }
+    norm[n] = '\0';
+    r->path = (fd_str_t){n, norm};
+    /* the encoded form too, for handlers that forward the URI */
+    if (escape(r, r->path, ESC_PATH, &r->in.path_raw) != FD_OK)
+        return 500;
+    r->in.query = args;
+    return FD_OK;
+}
+
+enum { RUN_END, RUN_LAST, RUN_BREAK };
+
+/*
+ * Run ops [from, to): an answer (FD_DONE or a status), or FD_OK with
+ * *how (RUN_END, RUN_LAST, RUN_BREAK) and *changed.
+ */
+static int run_ops(fd_request_t *r, rw_ctx_t *x, const rw_op_t *ops,
+                   unsigned n, int *how, int *changed)
+{
+    unsigned i;
+
+    *how = RUN_END;
+    for (i = 0; i < n; i++) {
+        const rw_op_t *op = &ops[i];
+        PCRE2_SIZE *ov;
+        fd_str_t path, args;
+        int rc, k;
+
+        if (op->type == OP_RETURN)
+            return run_return(r, x, op);
+        rc = pcre2_match(op->re, (PCRE2_SPTR)r->path.data, r->path.len, 0, 0,
+                         md, NULL);
+        if (rc == PCRE2_ERROR_NOMATCH)
+            continue;
+        if (rc < 0) {
+            fd_log_error(FD_LOG_ERR, 0, "rewrite: pcre2_match() failed: %d",
+                         rc);
+            return 500;
+        }
+        if (rc == 0)
+            rc = RW_OVECTOR; /* more groups than kept */
+        ov = pcre2_get_ovector_pointer(md);
+        x->ov = fd_palloc(r->pool, 2 * (size_t)rc * sizeof(size_t));
+        if (x->ov == NULL)
+            return 500;
+        for (k = 0; k < 2 * rc; k++)
+            x->ov[k] = ov[k];
+        x->n = rc;
+        x->subj = r->path.data;
+        x->re = op->re;
+        if (op->redirect) {
+            if (script_run(r, x, &op->text, ESC_PATH, &path) != FD_OK ||
+                new_args(r, x, op, &args) != FD_OK)
+                return 500;
+            return redirect(r, op->flag == F_PERMANENT ? 301 : 302, path,
+                            args);
+        }
+        if (script_run(r, x, &op->text, ESC_INTERNAL, &path) != FD_OK ||
+            new_args(r, x, op, &args) != FD_OK)
+            return 500;
+        if ((rc = set_uri(r, path, args)) != FD_OK)
+            return rc;
+        *changed = 1;
+        if (op->flag == F_LAST) {
+            *how = RUN_LAST;
+            return FD_OK;
+        }
+        if (op->flag == F_BREAK) {
+            *how = RUN_BREAK;
+            return FD_OK;
+        }
+    }
+    return FD_OK;
+}
+
+/* Route the (new) URI; its location's captures become the current. */
+static void reroute(fd_request_t *r, rw_ctx_t *x)
+{
+    r->ncaptures = 0;
+    r->captures = NULL;
+    r->loc = fd_http_find_location(r);
+    x->subj = r->path.data;
+    x->ov = r->captures;
+    x->n = r->ncaptures;
+    x->re = r->captures ? r->loc->regex : NULL;
+}
+
+static int rewrite_access(fd_request_t *r)
+{
+    rw_conf_t *rc = fd_loc_conf(r->loc, &fd_rewrite_module);
+    void **slot;
+    rw_ctx_t *x;
+    int how, changed, rv;
+
+    if (rc->nops == 0)
+        return FD_OK;
+    slot = fd_request_ctx(r, &fd_rewrite_module);
+    if (slot == NULL)
+        return 500;
+    x = *slot;
+    if (x == NULL) {
+        x = *slot = fd_pcalloc(r->pool, sizeof(*x));
+        if (x == NULL)
+            return 500;
+        x->subj = r->path.data;
+        x->ov = r->captures;
+        x->n = r->captures ? r->ncaptures : 0;
+        x->re = r->captures ? r->loc->regex : NULL;
+    }
+    if (x->settled == r->loc)
+        return FD_OK; /* called again after the location changed */
+    if (!x->server_done) {
+        /* the [http]/[server] rules, once, as nginx's server rewrites */
+        x->server_done = 1;
+        changed = 0;
+        rv = run_ops(r, x, rc->ops, rc->nsrv, &how, &changed);
+        if (rv != FD_OK)
+            return rv;
+        if (changed) {
+            reroute(r, x);
+            rc = fd_loc_conf(r->loc, &fd_rewrite_module);
+        }
+    }
+    for (;;) {
+        changed = 0;
+        rv = run_ops(r, x, rc->ops + rc->nsrv, rc->nops - rc->nsrv, &how,
+                     &changed);
+        if (rv != FD_OK)
+            return rv;
+        if (!changed || how == RUN_BREAK)
+            break;
+        if (++x->changes > RW_MAX_CHANGES) {
+            fd_log_error(FD_LOG_ERR, 0, "rewrite or internal redirection "
+                         "cycle while processing \"%.*s\"",
+                         (int)fd_min(r->path.len, 256), r->path.data);
+            return 500;
+        }
+        reroute(r, x);
+        rc = fd_loc_conf(r->loc, &fd_rewrite_module);
+    }
+    x->settled = r->loc;
+    return FD_OK;
+}
+
+static const fd_directive_t rewrite_directives[] = {
+    {.name = "return", .type = FD_CONF_LIST, .offset = 0, .set = set_return,
+     .doc = "CODE [URL | TEXT], or URL (302): answer at once; for 301, 302, "
+            "303, 307 and 308 the URL is the Location, otherwise TEXT is a "
+            "text/plain body; $variables and captures are expanded"},
+    {.name = "rewrite", .type = FD_CONF_LIST, .offset = 0,
+     .set = set_rewrite,
+     .doc = "REGEX REPLACEMENT [last | break | redirect | permanent], "
+            "repeatable, run in order; $1..$9 and named captures"},
+    FD_CONF_END};
+
+fd_module_t fd_rewrite_module = {
+    .name = "rewrite",
+    .directives = rewrite_directives,
+    .conf_size = sizeof(rw_conf_t),
+    .init_conf = rewrite_init_conf,
+    .init_worker = rewrite_init_worker,
+    .exit_worker = rewrite_exit_worker,
+    .access = rewrite_access,
+};

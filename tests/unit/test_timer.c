@@ -1,0 +1,56 @@
+/* Unit tests: the timer heap and the time caches. */
+#include "fd_core.h"
+#include "fd_event.h"
+#include "tap.h"
+
+static int fired[64], nfired;
+
+static void on_timer(fd_timer_t *t)
+{
+    fired[nfired++] = (int)t->when;
+}
+
+int main(void)
+{
+    fd_timer_t t[64];
+    unsigned i;
+    int prev, sorted = 1;
+    char buf[40];
+
+    fd_timer_init();
+    fd_current_msec = 1000;
+    for (i = 0; i < 64; i++) {
+        t[i].idx = 0;
+        t[i].handler = on_timer;
+        fd_timer_add(&t[i], (i * 37) % 64 + 1);
+    }
+    ok(fd_timer_armed(&t[5]), "armed");
+    fd_timer_del(&t[5]);
+    ok(!fd_timer_armed(&t[5]), "deleted");
+    fd_timer_add(&t[6], 500); /* move later */
+    fd_timer_add(&t[7], 0);   /* move earlier */
+    is_int(fd_timer_expire(), 1, "one due now; the next is 1ms away");
+    is_int(nfired, 1, "the timer moved earlier fired first");
+    fd_current_msec = 1100;
+    fd_timer_expire();
+    is_int(nfired, 62, "all but the deleted and the moved-later fired");
+    for (i = 1, prev = fired[0]; i < (unsigned)nfired; i++) {
+        if (fired[i] < prev)
+            sorted = 0;
+        prev = fired[i];
+    }
+    ok(sorted, "timers fire in expiry order");
+    is_int(fd_timer_expire(), 400, "next timer in 400ms");
+    fd_current_msec = 1500;
+    fd_timer_expire();
+    is_int(nfired, 63, "the moved-later timer fired at its new time");
+    is_int(fd_timer_expire(), -1, "heap empty");
+
+    is_int(fd_http_time(buf, 0), 29, "RFC 1123 length");
+    is_str(buf, "Thu, 01 Jan 1970 00:00:00 GMT", "epoch");
+    fd_http_time(buf, 1796030128);
+    is_str(buf, "Mon, 30 Nov 2026 09:15:28 GMT", "a known date");
+    fd_time_update();
+    ok(fd_http_date[0] && strlen(fd_http_date) == 29, "Date cache filled");
+    return done_testing();
+}
