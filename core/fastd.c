@@ -264,6 +264,22 @@ static void reload(void)
     notify("READY=1");
 }
 
+/* Make the directory that will hold path (logs/ in a fresh checkout). */
+static void make_parent_dir(const char *path)
+{
+    char dir[4096], *slash;
+
+    if (path == NULL || strlen(path) >= sizeof(dir))
+        return;
+    strcpy(dir, path);
+    slash = strrchr(dir, '/');
+    if (slash == NULL || slash == dir)
+        return;
+    *slash = '\0';
+    if (mkdir(dir, 0755) == 0)
+        fd_log_error(FD_LOG_NOTICE, 0, "created directory \"%s\"", dir);
+}
+
 static int write_pid(const char *path)
 {
     char buf[32];
@@ -415,6 +431,7 @@ static void usage(void)
             "  -g          stay in the foreground (as daemon = off)\n"
             "  -s SIGNAL   signal the running master: reload, quit, stop, "
             "reopen\n"
+            "  -k          list every configuration key (Markdown)\n"
             "  -v          print the version\n");
 }
 
@@ -427,8 +444,11 @@ int main(int argc, char **argv)
 
     for (i = 0; fd_modules[i]; i++)
         fd_modules[i]->index = i;
-    while ((opt = getopt(argc, argv, "c:p:ts:gvVh")) != -1) {
+    while ((opt = getopt(argc, argv, "c:p:ts:gkvVh")) != -1) {
         switch (opt) {
+        case 'k':
+            fd_conf_dump_keys(stdout);
+            return 0;
         case 'c': conf_file = optarg; break;
         case 'p': profile_arg = optarg; break;
         case 't': test = 1; break;
@@ -464,6 +484,10 @@ int main(int argc, char **argv)
     if (sig)
         return send_signal(sig);
 
+    if (cycle->main.error_log && strcmp(cycle->main.error_log, "stderr"))
+        make_parent_dir(cycle->main.error_log);
+    if (cycle->main.pid && strcmp(cycle->main.pid, "off"))
+        make_parent_dir(cycle->main.pid);
     if (cycle->main.error_log && strcmp(cycle->main.error_log, "stderr") &&
         fd_log_open(&master_log, cycle->main.error_log,
                     cycle->main.error_log_level) != FD_OK) {

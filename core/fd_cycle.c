@@ -1055,6 +1055,55 @@ void *fd_cycle_section(fd_cycle_t *cycle, const char *type, const char *name)
     return NULL;
 }
 
+static const char *type_name(const fd_directive_t *d)
+{
+    static const char *names[] = {"flag", "integer", "size", "duration",
+                                  "enum", "string", "list", "custom"};
+    return names[d->type];
+}
+
+static void dump_table(FILE *fp, const char *title, const fd_directive_t *d)
+{
+    if (d == NULL || d->name == NULL)
+        return;
+    fprintf(fp, "\n#### %s\n\n| key | type | default | meaning |\n"
+                "|---|---|---|---|\n", title);
+    for (; d->name; d++) {
+        const char *c;
+        fprintf(fp, "| `%s` | %s | %s%s%s | ", d->name, type_name(d),
+                d->def ? "`" : "", d->def ? d->def : "-", d->def ? "`" : "");
+        for (c = d->doc ? d->doc : ""; *c; c++)
+            fputs(*c == '|' ? "\\|" : (char[2]){*c, 0}, fp);
+        fputs(" |\n", fp);
+    }
+}
+
+/* fastd -k: every key with its type, default and documentation, as
+ * Markdown; README.md's reference is this output. */
+void fd_conf_dump_keys(FILE *fp)
+{
+    unsigned i;
+    char title[128];
+
+    dump_table(fp, "[main]", main_directives);
+    dump_table(fp, "[events]", events_directives);
+    dump_table(fp, "[http]", http_directives);
+    dump_table(fp, "[server]", fd_http_server_directives);
+    dump_table(fp, "[location] (also in [http] and [server] as defaults)",
+               fd_http_loc_directives);
+    dump_table(fp, "[offload]", offload_directives);
+    for (i = 0; i < fd_nmodules; i++) {
+        const fd_module_t *m = fd_modules[i];
+        snprintf(title, sizeof(title), "module %s: location keys", m->name);
+        dump_table(fp, title, m->directives);
+        if (m->section) {
+            snprintf(title, sizeof(title), "module %s: [%s NAME]", m->name,
+                     m->section);
+            dump_table(fp, title, m->section_directives);
+        }
+    }
+}
+
 const fd_module_t *fd_module_find(const char *name)
 {
     unsigned i;

@@ -99,6 +99,7 @@ struct fd_cycle_s {
 fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
                           size_t errlen);
 void fd_cycle_free(fd_cycle_t *cycle);
+void fd_conf_dump_keys(FILE *fp);
 /* Find a module-owned section by type and name, e.g. ("upstream", "app") */
 void *fd_cycle_section(fd_cycle_t *cycle, const char *type, const char *name);
 

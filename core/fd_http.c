@@ -957,15 +957,23 @@ void fd_http_run_handler(fd_request_t *r)
 /* The access phase (queue limits), then the handler. */
 static void run_handler(fd_request_t *r)
 {
+    fd_http_loc_t *loc;
     unsigned i;
     int rc;
 
     if (r->phase != PH_STREAM) /* the engine keeps reading the body */
         r->phase = PH_HANDLER;
+again:
+    loc = r->loc;
     for (i = 0; i < fd_nmodules; i++) {
-        if (fd_modules[i]->access == NULL ||
-            (rc = fd_modules[i]->access(r)) == FD_OK)
+        if (fd_modules[i]->access == NULL)
             continue;
+        if ((rc = fd_modules[i]->access(r)) == FD_OK) {
+            /* rewritten to another location: its checks, from the first */
+            if (r->loc != loc)
+                goto again;
+            continue;
+        }
         if (rc == FD_AGAIN) {
             r->async = 1;
             return;

@@ -459,7 +459,7 @@ static int queue_access(fd_request_t *r)
 
     ctx = fd_request_ctx(r, &fd_queue_module);
     x = ctx ? fd_pcalloc(r->pool, sizeof(*x)) : NULL;
-    if (x == NULL || fd_pool_cleanup_add(r->pool, queue_cleanup, x) == NULL) {
+    if (x == NULL) {
         __atomic_sub_fetch(&q->total, 1, __ATOMIC_RELAXED);
         return 500;
     }

@@ -1,0 +1,178 @@
+/*
+ * Access control by client address, in the access phase:
+ *
+ *   allow = CIDR | all
+ *   deny  = CIDR | all
+ *
+ * Repeatable, checked in the order written; the first rule that matches
+ * the client decides (nginx semantics); no match: allowed. A denied
+ * request gets 403. IPv4 (10.0.0.0/8, 127.0.0.1) and IPv6 (::1,
+ * 2001:db8::/32); an IPv4 rule also matches an IPv4-mapped IPv6 client
+ * (::ffff:10.1.2.3) of a [::] listener.
+ *
+ * A [location] with rules of its own uses only those; one without inherits
+ * the rules of [http] and [server] (which add up, [http]'s first).
+ */
+#include <arpa/inet.h>
+#include <sys/socket.h>
+
+#include "fd_core.h"
+#include "fd_connection.h"
+#include "fd_http.h"
+
+typedef struct {
+    uint8_t deny;
+    uint8_t family;     /* 0: all */
+    uint8_t bits;
+    uint8_t addr[16];
+} acl_rule_t;
+
+typedef struct {
+    acl_rule_t *rules;  /* as applied: [http], [server], then own */
+    unsigned n;
+    acl_rule_t *eff;    /* what this location checks (init_conf) */
+    unsigned neff;
+} acl_conf_t;
+
+fd_module_t fd_acl_module;
+
+static int set_rule(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                    const char *v)
+{
+    acl_conf_t *ac = conf;
+    acl_rule_t rule = {.deny = d->name[0] == 'd'}, *rules;
+    char text[INET6_ADDRSTRLEN + 8], *slash, *end;
+    unsigned max, i;
+    long bits;
+
+    while (*v == ' ' || *v == '\t')
+        v++;
+    if (strcmp(v, "all") != 0) {
+        if (strlen(v) >= sizeof(text))
+            return fd_conf_error(cf, "%s: bad address \"%s\"", d->name, v);
+        strcpy(text, v);
+        while (strlen(text) && (text[strlen(text) - 1] == ' ' ||
+                                text[strlen(text) - 1] == '\t'))
+            text[strlen(text) - 1] = '\0';
+        slash = strchr(text, '/');
+        if (slash)
+            *slash++ = '\0';
+        if (inet_pton(AF_INET, text, rule.addr) == 1) {
+            rule.family = AF_INET;
+            max = 32;
+        } else if (inet_pton(AF_INET6, text, rule.addr) == 1) {
+            rule.family = AF_INET6;
+            max = 128;
+        } else {
+            return fd_conf_error(cf, "%s: \"%s\" is not an address, CIDR or "
+                                 "all", d->name, v);
+        }
+        bits = max;
+        if (slash) {
+            bits = strtol(slash, &end, 10);
+            if (end == slash || *end || bits < 0 || bits > (long)max)
+                return fd_conf_error(cf, "%s: bad prefix length in \"%s\"",
+                                     d->name, v);
+        }
+        rule.bits = (uint8_t)bits;
+        /* host bits below the prefix mean nothing: clear them */
+        for (i = 0; i < max / 8; i++) {
+            unsigned keep = bits >= (long)(8 * (i + 1)) ? 8
+                            : bits > (long)(8 * i)      ? (unsigned)(bits - 8 * i)
+                                                        : 0;
+            rule.addr[i] &= (uint8_t)(0xff00 >> keep);
+        }
+    }
+    rules = fd_palloc(cf->pool, (ac->n + 1) * sizeof(*rules));
+    if (rules == NULL)
+        return fd_conf_error(cf, "out of memory");
+    if (ac->n)
+        memcpy(rules, ac->rules, ac->n * sizeof(*rules));
+    rules[ac->n++] = rule;
+    ac->rules = rules;
+    return FD_OK;
+}
+
+static int acl_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
+{
+    acl_conf_t *ac = conf;
+    unsigned inherited = ac->n;
+
+    (void)cf;
+    /* the server's implicit location holds the [http] and [server] rules,
+     * already applied when its [location]s are loaded */
+    if (loc != loc->server->root_loc)
+        inherited = ((acl_conf_t *)fd_loc_conf(loc->server->root_loc,
+                                               &fd_acl_module))
+                        ->n;
+    if (ac->n > inherited) {
+        ac->eff = ac->rules + inherited;
+        ac->neff = ac->n - inherited;
+    } else {
+        ac->eff = ac->rules;
+        ac->neff = ac->n;
+    }
+    return FD_OK;
+}
+
+static int prefix_match(const uint8_t *a, const uint8_t *net, unsigned bits)
+{
+    unsigned full = bits / 8, rest = bits % 8;
+
+    if (memcmp(a, net, full) != 0)
+        return 0;
+    return rest == 0 ||
+           ((a[full] ^ net[full]) & (uint8_t)(0xff00 >> rest)) == 0;
+}
+
+static int acl_access(fd_request_t *r)
+{
+    acl_conf_t *ac = fd_loc_conf(r->loc, &fd_acl_module);
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0,
+                                       0, 0, 0, 0, 0xff, 0xff};
+    const uint8_t *v4 = NULL;
+    fd_connection_t *c = r->c;
+    unsigned i;
+
+    if (ac->neff == 0)
+        return FD_OK;
+    if (c->family == AF_INET)
+        v4 = c->addr;
+    else if (c->family == AF_INET6 && memcmp(c->addr, mapped, 12) == 0)
+        v4 = c->addr + 12;
+    for (i = 0; i < ac->neff; i++) {
+        const acl_rule_t *rule = &ac->eff[i];
+        int match;
+        if (rule->family == 0)
+            match = 1;
+        else if (rule->family == AF_INET)
+            match = v4 && prefix_match(v4, rule->addr, rule->bits);
+        else
+            match = c->family == AF_INET6 &&
+                    prefix_match(c->addr, rule->addr, rule->bits);
+        if (match) {
+            if (!rule->deny)
+                return FD_OK;
+            fd_log_error(FD_LOG_INFO, 0, "access forbidden by rule, "
+                         "%s", r->loc->name);
+            return 403;
+        }
+    }
+    return FD_OK;
+}
+
+static const fd_directive_t acl_directives[] = {
+    {.name = "allow", .type = FD_CONF_LIST, .offset = 0, .set = set_rule,
+     .doc = "CIDR | all, repeatable: clients that may pass (IPv4 or IPv6); "
+            "rules are checked in order with deny, the first match wins"},
+    {.name = "deny", .type = FD_CONF_LIST, .offset = 0, .set = set_rule,
+     .doc = "CIDR | all, repeatable: clients that get 403"},
+    FD_CONF_END};
+
+fd_module_t fd_acl_module = {
+    .name = "acl",
+    .directives = acl_directives,
+    .conf_size = sizeof(acl_conf_t),
+    .init_conf = acl_init_conf,
+    .access = acl_access,
+};
