@@ -36,7 +36,8 @@ struct fd_connection_s {
     uint8_t nodelay:1;
     uint8_t closing:1;         /* close once the output is written */
     uint8_t error:1;
-    uint8_t epollout:1;        /* LT: EPOLLOUT is registered */
+    uint8_t lt_out:1;          /* level-triggered: EPOLLOUT registered */
+    uint8_t lt_noin:1;         /* level-triggered: EPOLLIN not registered */
     uint8_t family;
     uint16_t port;
     uint8_t addr[16];          /* peer address, v4 in the first 4 bytes */

@@ -64,6 +64,23 @@ struct fd_http_conn_s {
     fd_http_conn_t *next_free;
 };
 
+/*
+ * Level-triggered mode only: ask for exactly the events the connection can
+ * act on, or a readable socket whose request waits on a handler would wake
+ * the loop forever. (Edge-triggered connections register everything once.)
+ */
+static void lt_interest(fd_connection_t *c, int in, int out)
+{
+    uint32_t ev = (in ? EPOLLIN | EPOLLRDHUP : 0) | (out ? EPOLLOUT : 0);
+
+    if (fd_worker->cycle->events.edge_triggered ||
+        (c->lt_noin == !in && c->lt_out == !!out))
+        return;
+    fd_event_mod(&c->ev, ev);
+    c->lt_noin = !in;
+    c->lt_out = !!out;
+}
+
 static fd_http_conn_t *hc_free;
 static unsigned hc_nfree;
 
@@ -336,11 +353,7 @@ static int http_flush(fd_connection_t *c)
         if (n < 0) {
             if (errno == EAGAIN || errno == EINTR) {
                 c->writable = 0;
-                if (!c->epollout && !fd_worker->cycle->events.edge_triggered)
-                {
-                    fd_event_mod(&c->ev, EPOLLIN | EPOLLOUT | EPOLLRDHUP);
-                    c->epollout = 1;
-                }
+                lt_interest(c, !c->lt_noin, 1);
                 fd_connection_set_timeout(c,
                                           fd_worker->cycle->http.send_timeout);
                 return FD_AGAIN;
@@ -367,10 +380,7 @@ static int http_flush(fd_connection_t *c)
             seg_done(h);
         }
     }
-    if (c->epollout) {
-        fd_event_mod(&c->ev, EPOLLIN | EPOLLRDHUP);
-        c->epollout = 0;
-    }
+    lt_interest(c, !c->lt_noin, 0);
     return FD_OK;
 }
 
@@ -1432,8 +1442,11 @@ static void http_after_io(fd_connection_t *c)
         }
         c->deadline = 0; /* the module's own timers rule */
         fd_connection_set_state(c, FD_CONN_BUSY);
+        if (h->r->phase != PH_STREAM)
+            lt_interest(c, 0, h->segs != NULL);
         return;
     }
+    lt_interest(c, 1, h->segs != NULL);
     if (c->closing) {
         if (c->error || c->eof || h->rpos == h->rlast ||
             h->r == NULL) {
