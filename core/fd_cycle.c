@@ -211,11 +211,32 @@ const fd_directive_t fd_http_loc_directives[] = {
      .doc = "largest request body; over it: 413"},
     FD_CONF_END};
 
+/* server_name = a.example www.a.example: one list item per name */
+static int set_names(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                     const char *v)
+{
+    fd_directive_t one = *d;
+    char *copy = fd_pstrdup(cf->pool, v, strlen(v)), *tok, *save;
+
+    one.type = FD_CONF_LIST;
+    one.set = NULL;
+    for (tok = strtok_r(copy, " \t", &save); tok;
+         tok = strtok_r(NULL, " \t", &save)) {
+        for (char *c = tok; *c; c++)
+            *c = fd_tolower(*c);
+        if (fd_conf_set(cf, &one, conf, tok) != FD_OK)
+            return FD_ERROR;
+    }
+    return FD_OK;
+}
+
 const fd_directive_t fd_http_server_directives[] = {
     {.name = "listen", .type = FD_CONF_LIST, .offset = SRV(listen),
      .doc = "ADDR:PORT [default], repeatable; [::]:PORT for IPv6"},
-    {.name = "server_name", .type = FD_CONF_LIST, .offset = SRV(names),
-     .doc = "Host names this server answers (exact, *.suffix, prefix.*)"},
+    {.name = "server_name", .type = FD_CONF_CUSTOM, .offset = SRV(names),
+     .set = set_names,
+     .doc = "Host names this server answers, space-separated, repeatable "
+            "(exact, *.suffix, prefix.*)"},
     {.name = "error_page", .type = FD_CONF_LIST, .offset = 0,
      .doc = "CODE... /file.html under the server's root, repeatable"},
     FD_CONF_END};

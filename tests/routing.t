@@ -1,0 +1,137 @@
+#!/usr/bin/perl
+# Routing: [server] by listen address and Host (exact, *.suffix, prefix.*,
+# default), [location = /x], [location /prefix] (longest wins) and
+# [location ~ regex] in nginx's order: exact, then regexes in file order
+# over the longest prefix. Also every events.accept mode serves.
+
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use FastdTest;
+use Test::More;
+use File::Path qw(make_path);
+
+my $conf = <<'C';
+[main]
+daemon = off
+workers = 1
+pid = %%DIR%%/fastd.pid
+error_log = %%DIR%%/error.log
+error_log_level = info
+
+[server]
+listen = 127.0.0.1:%%PORT%%
+server_name = default.test
+root = %%DIR%%/default
+
+[location = /exact]
+root = %%DIR%%/exact
+
+[location /p]
+root = %%DIR%%/short
+
+[location /p/longer]
+root = %%DIR%%/long
+
+[location ~ \.txt$]
+root = %%DIR%%/regex1
+
+[location ~* \.TXT$]
+root = %%DIR%%/regex2
+
+[location = /plain]
+handler = plaintext
+
+[server]
+listen = 127.0.0.1:%%PORT%%
+server_name = a.test www.a.test
+root = %%DIR%%/a
+
+[server]
+listen = 127.0.0.1:%%PORT%%
+server_name = *.wild.test
+root = %%DIR%%/wild
+
+[server]
+listen = 127.0.0.1:%%PORT%%
+server_name = pre.*
+root = %%DIR%%/pre
+
+[server]
+listen = 127.0.0.1:%%PORT2%%
+root = %%DIR%%/second
+C
+
+my $t = FastdTest->new(conf => $conf);
+my $d = $t->dir;
+my %files = (
+    'default/who'          => 'default',
+    'default/p/x'          => 'default-p',
+    'exact/exact'          => 'exact',
+    'exact/exactly'        => 'exact-file-under-exact-root',
+    'default/exactly'      => 'default-exactly',
+    'short/p/x'            => 'short',
+    'long/p/longer/x'      => 'long',
+    'long/p/longer/y.txt'  => 'long-txt',
+    'regex1/p/longer/y.txt' => 'regex1',
+    'regex2/p/longer/Y.TXT' => 'regex2',
+    'a/who'                => 'a',
+    'wild/who'             => 'wild',
+    'pre/who'              => 'pre',
+    'second/who'           => 'second',
+);
+for my $f (keys %files) {
+    my ($dir) = $f =~ m{^(.*)/};
+    make_path("$d/$dir");
+    FastdTest::spew("$d/$f", $files{$f});
+}
+$t->start;
+
+sub body_of {
+    my ($path, $host, $port) = @_;
+    my $r = $t->http("GET $path HTTP/1.1\r\nHost: $host\r\nConnection: close\r\n\r\n",
+                     port => $port);
+    return $r ? ($r->{status} == 200 ? $r->{body} : $r->{status}) : 'none';
+}
+
+# locations
+is(body_of('/exact', 'default.test'), 'exact', '= /exact matches exactly');
+is(body_of('/exactly', 'default.test'), 'default-exactly',
+   '= /exact does not match a longer path');
+is(body_of('/p/x', 'default.test'), 'short', 'prefix /p');
+is(body_of('/p/longer/x', 'default.test'), 'long', 'the longest prefix wins');
+is(body_of('/p/longer/y.txt', 'default.test'), 'regex1',
+   'a regex beats the longest prefix');
+is(body_of('/p/longer/Y.TXT', 'default.test'), 'regex2',
+   '~ is case-sensitive, ~* is not');
+is(body_of('/plain', 'default.test'), 'Hello, World!', 'exact handler');
+is(body_of('/who', 'default.test'), 'default', 'no location: the server root');
+
+# servers by Host
+is(body_of('/who', 'a.test'), 'a', 'Host a.test');
+is(body_of('/who', 'A.TEST:8080'), 'a', 'Host is case-insensitive, port stripped');
+is(body_of('/who', 'www.a.test'), 'a', 'second server_name');
+is(body_of('/who', 'x.wild.test'), 'wild', '*.suffix');
+is(body_of('/who', 'pre.anything'), 'pre', 'prefix.*');
+is(body_of('/who', 'unknown.test'), 'default', 'unknown Host: the first server');
+is(body_of('/who', 'a.test', $t->port2), 'second',
+   'the listen address picks the server first');
+
+# every accept mode serves
+for my $mode (qw(reuseport exclusive shared)) {
+    my $u = FastdTest->new(conf => FastdTest::base_conf(
+        main => { workers => 2 }, events => { accept => $mode }));
+    $u->start;
+    my $ok = 0;
+    for (1 .. 20) {
+        my $r = $u->get('/plaintext');
+        $ok++ if $r && $r->{status} == 200;
+    }
+    is($ok, 20, "events.accept = $mode: 20 requests served by 2 workers");
+    $u->stop;
+    $u->no_alerts;
+}
+
+$t->no_alerts;
+done_testing();
