@@ -36,12 +36,14 @@ struct fd_connection_s {
     uint8_t nodelay:1;
     uint8_t closing:1;         /* close once the output is written */
     uint8_t error:1;
+    uint8_t linger:1;          /* drain the peer before closing */
+    uint8_t registered:1;      /* added to epoll (lazily, when it waits) */
     uint8_t lt_out:1;          /* level-triggered: EPOLLOUT registered */
     uint8_t lt_noin:1;         /* level-triggered: EPOLLIN not registered */
     uint8_t family;
     uint16_t port;
     uint8_t addr[16];          /* peer address, v4 in the first 4 bytes */
-    uint64_t id;
+    uint32_t id;               /* for log lines; wraps */
 };
 
 void fd_connection_close(fd_connection_t *c);

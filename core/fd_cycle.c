@@ -112,8 +112,10 @@ static const fd_directive_t events_directives[] = {
      .offset = EVENTS(edge_triggered), .def = "on",
      .doc = "EPOLLET on connections (off: level-triggered)"},
     {.name = "read_until_eagain", .type = FD_CONF_FLAG,
-     .offset = EVENTS(read_until_eagain), .def = "on",
-     .doc = "off: a short read ends the read (saves the EAGAIN read)"},
+     .offset = EVENTS(read_until_eagain), .def = "off",
+     .doc = "on: read until EAGAIN; off: a short read means drained (saves "
+            "a read per request; EPOLLRDHUP is remembered, so a peer's FIN "
+            "is never missed)"},
     {.name = "backlog", .type = FD_CONF_INT, .offset = EVENTS(backlog),
      .def = "4096", .doc = "listen() backlog"},
     {.name = "max_events", .type = FD_CONF_INT, .offset = EVENTS(max_events),

@@ -76,9 +76,34 @@ static void lt_interest(fd_connection_t *c, int in, int out)
     if (fd_worker->cycle->events.edge_triggered ||
         (c->lt_noin == !in && c->lt_out == !!out))
         return;
-    fd_event_mod(&c->ev, ev);
     c->lt_noin = !in;
     c->lt_out = !!out;
+    if (c->registered)
+        fd_event_mod(&c->ev, ev);
+}
+
+/*
+ * A connection joins epoll only when it first has to wait: with
+ * TCP_DEFER_ACCEPT the request is usually readable at accept time, and a
+ * "Connection: close" exchange then needs no epoll_ctl() at all. Adding a
+ * socket that is already ready queues an event at once, so nothing is
+ * missed between the EAGAIN and the add.
+ */
+static void conn_register(fd_connection_t *c)
+{
+    uint32_t ev;
+
+    if (fd_worker->cycle->events.edge_triggered)
+        ev = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+    else
+        ev = (c->lt_noin ? 0 : EPOLLIN | EPOLLRDHUP) |
+             (c->lt_out ? EPOLLOUT : 0);
+    if (fd_event_add(&c->ev, ev) < 0) {
+        fd_log_error(FD_LOG_ALERT, errno, "epoll_ctl() failed");
+        fd_connection_close(c);
+        return;
+    }
+    c->registered = 1;
 }
 
 static fd_http_conn_t *hc_free;
@@ -724,6 +749,7 @@ static void request_start(fd_request_t *r)
     size_t plen;
 
     fd_stats->requests++;
+    r->body_rest = r->in.chunked ? -1 : fd_max(r->in.content_length, 0);
     r->keepalive = r->in.version == 11 ? !r->in.conn_close
                                        : r->in.conn_keepalive &&
                                              !r->in.conn_close;
@@ -796,7 +822,6 @@ static int body_start(fd_request_t *r)
 {
     fd_http_conn_t *h = r->c->h;
 
-    r->body_rest = r->in.chunked ? -1 : r->in.content_length;
     if (r->loc->handler->flags & FD_MODULE_STREAM_BODY) {
         r->phase = PH_STREAM;
         if (h->rpos == h->rlast)
@@ -1041,15 +1066,12 @@ static void request_finalize(fd_request_t *r, int rc)
                 len += (int64_t)fd_buf_size(b);
             r->content_length = len;
         }
-        if (r->phase == PH_BODY || r->phase == PH_STREAM ||
-            (r->phase == PH_HEADER && (r->in.content_length > 0 ||
-                                       r->in.chunked)) ||
-            (r->phase == PH_HANDLER && r->body_rest != 0 &&
-             (r->in.content_length > 0 || r->in.chunked) && !r->body_len &&
-             r->body == NULL && r->body_rest != r->in.content_length))
-            r->keepalive = 0; /* an unread body: framing is lost */
-        if (r->phase == PH_STREAM && r->body_rest != 0)
+        if (r->body_rest != 0 || r->phase == PH_HEADER) {
+            /* an unread body (or an unparsed request): framing is lost;
+             * close, after letting the peer read the answer */
             r->keepalive = 0;
+            c->linger = 1;
+        }
         if (header_write(r) != FD_OK) {
             c->closing = 1;
             c->error = 1;
@@ -1292,6 +1314,8 @@ static void http_process(fd_connection_t *c)
                 return;
             }
             h->rpos += r->in.header_len;
+            r->phase = PH_HANDLER; /* the header is in; body_start may
+                                    * switch to reading the body */
             fd_connection_set_state(c, FD_CONN_BUSY);
             request_start(r);
             continue;
@@ -1448,17 +1472,16 @@ static void http_after_io(fd_connection_t *c)
     }
     lt_interest(c, 1, h->segs != NULL);
     if (c->closing) {
-        if (c->error || c->eof || h->rpos == h->rlast ||
-            h->r == NULL) {
-            if (!c->error && !c->eof) {
-                /* let the peer read the answer before the FIN/RST */
-                shutdown(c->ev.fd, SHUT_WR);
-                fd_http_release(c);
-                fd_connection_set_state(c, FD_CONN_LINGER);
-                fd_connection_set_timeout(c, LINGER_MSEC);
-                linger_read(c);
-                return;
-            }
+        if (c->linger && !c->error && !c->eof) {
+            /* the peer may still be sending (an unread body): closing now
+             * would reset the connection and could destroy the answer in
+             * flight; send FIN and drain for a while first */
+            shutdown(c->ev.fd, SHUT_WR);
+            fd_http_release(c);
+            fd_connection_set_state(c, FD_CONN_LINGER);
+            fd_connection_set_timeout(c, LINGER_MSEC);
+            linger_read(c);
+            return;
         }
         fd_connection_close(c);
         return;
@@ -1543,6 +1566,8 @@ void fd_http_event(fd_event_t *ev, uint32_t events)
         http_after_io(c);
     stream_drain(c);
 out:
+    if (!c->registered && c->ev.fd >= 0 && c->state != FD_CONN_FREE)
+        conn_register(c);
     fd_log_conn_id = 0;
 }
 

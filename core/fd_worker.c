@@ -21,7 +21,7 @@ static fd_worker_t worker;
 static fd_connection_t *conn_mem; /* indexed by fd, pages touched lazily */
 static fd_timer_t accept_timer;
 static int accept_paused;
-static uint64_t conn_ids;
+static uint32_t conn_ids;
 static fd_posted_t *posted;
 
 volatile sig_atomic_t fd_sig_quit, fd_sig_terminate, fd_sig_reopen;
@@ -207,14 +207,6 @@ static void accept_handler(fd_event_t *ev, uint32_t events)
         fd_stats->conn_active++;
         fd_stats->conn_accepted++;
         fd_stats->conn_handled++;
-        if (fd_event_add(&c->ev, w->cycle->events.edge_triggered
-                                     ? EPOLLIN | EPOLLOUT | EPOLLRDHUP |
-                                           EPOLLET
-                                     : EPOLLIN | EPOLLRDHUP) < 0) {
-            fd_log_error(FD_LOG_ALERT, errno, "epoll_ctl() failed");
-            fd_connection_close(c);
-            continue;
-        }
         fd_log_conn_id = c->id;
         fd_http_init_connection(c);
         fd_log_conn_id = 0;
