@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <libgen.h>
 #include <limits.h>
+#include <pwd.h>
 #include <sys/stat.h>
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -64,6 +65,15 @@ static int set_path(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     return FD_OK;
 }
 
+static int set_user(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                    const char *v)
+{
+    if (getpwnam(v) == NULL)
+        return fd_conf_error(cf, "user \"%s\" does not exist", v);
+    *(char **)((char *)conf + d->offset) = fd_pstrdup(cf->pool, v, strlen(v));
+    return FD_OK;
+}
+
 static const fd_directive_t main_directives[] = {
     {.name = "daemon", .type = FD_CONF_FLAG, .offset = MAIN(daemon),
      .def = "on", .doc = "off: stay in the foreground (as -g)"},
@@ -73,7 +83,8 @@ static const fd_directive_t main_directives[] = {
     {.name = "cpu_affinity", .type = FD_CONF_FLAG,
      .offset = MAIN(cpu_affinity), .def = "off",
      .doc = "pin worker N to CPU N mod online CPUs"},
-    {.name = "user", .type = FD_CONF_STR, .offset = MAIN(user),
+    {.name = "user", .type = FD_CONF_CUSTOM, .offset = MAIN(user),
+     .set = set_user,
      .doc = "user (and its group) the workers run as; needs root"},
     {.name = "pid", .type = FD_CONF_CUSTOM, .offset = MAIN(pid),
      .def = "logs/fastd.pid", .set = set_path,

@@ -1,0 +1,44 @@
+#!/usr/bin/perl
+# user = drops the workers' privileges; the master keeps root (for reloads
+# and binding). Needs root to start with.
+
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use FastdTest;
+use Test::More;
+
+plan skip_all => 'needs root' if $> != 0;
+my $nobody = getpwnam('nobody');
+plan skip_all => 'no user nobody' unless defined $nobody;
+
+my $t = FastdTest->new(conf => FastdTest::base_conf(
+    main => { user => 'nobody', workers => 2 }));
+chmod 0755, $t->dir;
+$t->start;
+
+my @w;
+FastdTest::wait_for(sub { @w = $t->workers; @w == 2 }, 10);
+is(scalar @w, 2, 'two workers');
+for my $pid (@w) {
+    my ($uid) = (FastdTest::slurp("/proc/$pid/status") // '') =~ /^Uid:\s+(\d+)/m;
+    is($uid, $nobody, "worker $pid runs as nobody");
+}
+my ($muid) = (FastdTest::slurp('/proc/' . $t->pid . '/status') // '') =~ /^Uid:\s+(\d+)/m;
+is($muid, 0, 'the master keeps root');
+is($t->get('/plaintext')->{status}, 200, 'workers serve');
+
+# a reload still works: the master (root) re-reads and forks
+$t->signal('HUP');
+FastdTest::wait_for(sub { my @n = $t->workers; @n == 2 && !grep { my $o = $_; grep { $_ == $o } @w } @n }, 10);
+is($t->get('/plaintext')->{status}, 200, 'served after a reload');
+
+# an unknown user is a startup error, not a silent root worker
+my $u = FastdTest->new(conf => FastdTest::base_conf(main => { user => 'no-such-user-xyz' }));
+my ($rc, $out) = FastdTest::run_fastd('-t', '-c', $u->conf_file);
+is($rc, 1, 'an unknown user is a configuration error');
+like($out, qr/fastd\.conf:\d+: user "no-such-user-xyz" does not exist/,
+     '... naming file:line');
+$t->no_alerts;
+done_testing();
