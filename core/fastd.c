@@ -214,6 +214,11 @@ static void reap(void)
         else
             fd_log_error(FD_LOG_ALERT, 0, "worker %d exited with code %d",
                          (int)pid, WEXITSTATUS(status));
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 2) {
+            fd_log_error(FD_LOG_ALERT, 0, "worker %d could not start, not "
+                         "respawning it", (int)pid);
+            continue;
+        }
         if (workers[i].generation == cycle->generation) {
             fd_log_error(FD_LOG_NOTICE, 0, "respawning worker %u",
                          workers[i].index);

@@ -24,6 +24,10 @@ static int accept_paused;
 static uint32_t conn_ids;
 static fd_posted_t *posted;
 
+/* Exit code of a worker that cannot start: the master does not respawn
+ * it (it would fail the same way, in a loop). */
+#define FD_WORKER_FATAL 2
+
 volatile sig_atomic_t fd_sig_quit, fd_sig_terminate, fd_sig_reopen;
 
 int fd_event_add(fd_event_t *ev, uint32_t events)
@@ -346,12 +350,12 @@ int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot)
                     MAP_NORESERVE, -1, 0);
     if (conn_mem == MAP_FAILED) {
         fd_log_error(FD_LOG_EMERG, errno, "mmap() of connections failed");
-        return 1;
+        return FD_WORKER_FATAL;
     }
     w->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (w->epfd < 0 || fd_timer_init() != FD_OK) {
         fd_log_error(FD_LOG_EMERG, errno, "epoll_create1() failed");
-        return 1;
+        return FD_WORKER_FATAL;
     }
     w->rbufs.size = cycle->http.max_header_size;
     w->rbufs.keep = 1024;
@@ -363,9 +367,9 @@ int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot)
     for (m = 0; m < fd_nmodules; m++)
         if (fd_modules[m]->init_worker &&
             fd_modules[m]->init_worker(w) != FD_OK)
-            return 1;
+            return FD_WORKER_FATAL;
     if (fd_offload_init_worker(w) != FD_OK || listen_start(w) != FD_OK)
-        return 1;
+        return FD_WORKER_FATAL;
 
     events = malloc(sizeof(*events) * (size_t)cycle->events.max_events);
     for (;;) {

@@ -25,14 +25,14 @@
 #include "fd_http.h"
 
 /*
- * The proxy module fills these in when it is built in (weak: absent
- * otherwise, and the variables print "-"). Each returns text in r->pool,
- * nginx style (several tries separated by ", "), or a zero length when the
- * request did not go upstream.
+ * The proxy module provides these when it is built in (weak: absent
+ * otherwise, and the variables print "-"). Each returns a NUL-terminated
+ * string in r->pool, nginx style (one entry per server tried, ", "
+ * between them), or NULL when the request was not proxied.
  */
-fd_str_t fd_proxy_upstream_addr(fd_request_t *r) __attribute__((weak));
-fd_str_t fd_proxy_upstream_status(fd_request_t *r) __attribute__((weak));
-fd_str_t fd_proxy_upstream_response_time(fd_request_t *r)
+const char *fd_proxy_upstream_addr(fd_request_t *r) __attribute__((weak));
+const char *fd_proxy_upstream_status(fd_request_t *r) __attribute__((weak));
+const char *fd_proxy_upstream_response_time(fd_request_t *r)
     __attribute__((weak));
 
 enum {
@@ -553,9 +553,12 @@ static fd_str_t msec_text(char *tmp, fd_msec_t ms)
     return (fd_str_t){(size_t)(p - tmp), tmp};
 }
 
-static fd_str_t upstream(fd_request_t *r, fd_str_t (*fn)(fd_request_t *))
+static fd_str_t upstream(fd_request_t *r,
+                         const char *(*fn)(fd_request_t *))
 {
-    return fn ? fn(r) : fd_null_string;
+    const char *v = fn ? fn(r) : NULL;
+
+    return v ? (fd_str_t){strlen(v), v} : fd_null_string;
 }
 
 /* The value of one variable; tmp (at least 64 bytes) holds numbers. */

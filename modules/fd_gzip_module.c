@@ -5,7 +5,8 @@
  * The filter runs before the header is written, on responses the engine
  * holds whole in r->out. It compresses into one buffer from r->pool with
  * the worker's single deflate stream (deflateReset per response, so the
- * ~256 KB of zlib state is allocated once per worker, not per request).
+ * ~256 KB of zlib state is allocated once per worker, on first use, not
+ * per request).
  * Files are read with pread() through a per-worker 64 KB buffer.
  *
  * Not compressed: a status other than 200, a Content-Encoding already set,
@@ -41,7 +42,7 @@ typedef struct {
 fd_module_t fd_gzip_module;
 
 static z_stream zs;           /* the worker's deflate stream */
-static int zs_ready;
+static int zs_ready;           /* 1: made; -1: failed, do not retry */
 static int zs_level;
 static char *rbuf;            /* file read buffer */
 
@@ -100,30 +101,35 @@ static int gzip_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
     return FD_OK;
 }
 
-static int gzip_init_worker(fd_worker_t *w)
+/* The stream and read buffer, made on the first response to compress so
+ * that a worker that never compresses holds none of it. */
+static int zs_init(void)
 {
-    (void)w;
+    if (zs_ready)
+        return FD_OK;
+    if (zs_ready < 0)
+        return FD_ERROR;
     memset(&zs, 0, sizeof(zs));
+    rbuf = malloc(GZIP_READ_SIZE);
     /* windowBits 15 + 16: the gzip wrapper; memLevel 8: zlib's default */
-    if (deflateInit2(&zs, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) !=
-        Z_OK) {
-        fd_log_error(FD_LOG_ALERT, 0, "gzip: deflateInit2() failed");
+    if (rbuf == NULL || deflateInit2(&zs, 1, Z_DEFLATED, 15 + 16, 8,
+                                     Z_DEFAULT_STRATEGY) != Z_OK) {
+        fd_log_error(FD_LOG_ALERT, 0, "gzip: deflateInit2() failed, "
+                     "responses go uncompressed");
+        free(rbuf);
+        rbuf = NULL;
+        zs_ready = -1;
         return FD_ERROR;
     }
     zs_ready = 1;
     zs_level = 1;
-    rbuf = malloc(GZIP_READ_SIZE);
-    if (rbuf == NULL) {
-        fd_log_error(FD_LOG_ALERT, errno, "gzip: out of memory");
-        return FD_ERROR;
-    }
     return FD_OK;
 }
 
 static void gzip_exit_worker(fd_worker_t *w)
 {
     (void)w;
-    if (zs_ready)
+    if (zs_ready > 0)
         deflateEnd(&zs);
     zs_ready = 0;
     free(rbuf);
@@ -372,8 +378,8 @@ static int gzip_filter(fd_request_t *r)
     /* from here on the response depends on Accept-Encoding */
     if (add_vary(r) != FD_OK)
         return FD_ERROR;
-    if (r->header_only || !zs_ready || total > GZIP_MAX_BODY ||
-        !accepts_gzip(r->in.accept_encoding))
+    if (r->header_only || total > GZIP_MAX_BODY ||
+        !accepts_gzip(r->in.accept_encoding) || zs_init() != FD_OK)
         return FD_OK;
     if (compress_body(r, gc, total, &out) != FD_OK) {
         /* the body is untouched: send it as it is */
@@ -426,7 +432,6 @@ fd_module_t fd_gzip_module = {
     .directives = gzip_directives,
     .conf_size = sizeof(gzip_conf_t),
     .init_conf = gzip_init_conf,
-    .init_worker = gzip_init_worker,
     .exit_worker = gzip_exit_worker,
     .filter = gzip_filter,
 };

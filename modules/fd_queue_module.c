@@ -444,7 +444,10 @@ static int queue_access(fd_request_t *r)
     uint64_t n;
     void **ctx;
 
-    if (q == NULL)
+    /* no queue, or this request already passed (a second access phase
+     * after a rewrite) */
+    if (q == NULL ||
+        (r->mctx != NULL && r->mctx[fd_queue_module.index] != NULL))
         return FD_OK;
     n = __atomic_add_fetch(&q->total, 1, __ATOMIC_RELAXED);
     if (n > (uint64_t)(q->max_concurrent + q->queue_limit)) {
@@ -459,7 +462,7 @@ static int queue_access(fd_request_t *r)
 
     ctx = fd_request_ctx(r, &fd_queue_module);
     x = ctx ? fd_pcalloc(r->pool, sizeof(*x)) : NULL;
-    if (x == NULL) {
+    if (x == NULL || fd_pool_cleanup_add(r->pool, queue_cleanup, x) == NULL) {
         __atomic_sub_fetch(&q->total, 1, __ATOMIC_RELAXED);
         return 500;
     }

@@ -573,6 +573,8 @@ static int script_run(fd_request_t *r, rw_ctx_t *x, const script_t *s,
     out->data = p;
     for (i = 0; i < s->n; i++) {
         fd_str_t v = sop_value(r, x, &s->ops[i], tmp);
+        if (v.len == 0)
+            continue;
         if (esc == ESC_NONE || s->ops[i].raw) {
             memcpy(p, v.data, v.len);
             p += v.len;

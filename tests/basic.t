@@ -141,6 +141,15 @@ is($r && $r->{status}, 200, 'GET / serves the index page');
 like($r ? ($r->header('content-type') // '') : '', qr{^text/html}i,
      'index page is text/html');
 
+# --- targets -------------------------------------------------------------------
+$r = $t->get('/plaintext?x=1&y=%41');
+is($r && $r->{status}, 200, 'a query string does not change the location');
+is($r && $r->{body}, 'Hello, World!', '... plaintext body');
+$r = $t->get('/plain%74ext');
+is($r && $r->{body}, 'Hello, World!', 'percent-encoded path is decoded before routing');
+$r = $t->get('/x/../plaintext');
+is($r && $r->{body}, 'Hello, World!', 'dot segments are normalised before routing');
+
 # The server keeps serving after all of the above
 is($t->get('/plaintext')->{status}, 200, 'still serving');
 

@@ -48,7 +48,9 @@ SKIP: {
 {
     my $fg = $t->start('-g');
     ok($t->running, '-g: the started process is still running (foreground)');
-    my $s = FastdTest::slurp($pidfile) // '';
+    # the port may accept before the pid file is written: poll for it
+    my $s;
+    FastdTest::wait_for(sub { $s = FastdTest::slurp($pidfile) // ''; $s =~ /^$fg\s*$/ }, 5);
     is($s =~ s/\s+$//r, $fg, '-g: the pid file holds our child\'s pid');
     is($t->get('/plaintext')->{status}, 200, '-g: serving');
     $t->stop;

@@ -190,6 +190,46 @@ answers('Content-Length: 0 POST, then a pipelined GET',
         "POST /plaintext HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n" . $json,
         200, 200);
 
+# --- buffers and boundaries (max_header_size = 1k, max_body_size = 1k) -------
+{
+    # a pipelined batch larger than max_header_size is not one huge header
+    my $n = 40;
+    my @r = answers("$n pipelined GETs (" . length($get x $n) . " bytes > max_header_size)",
+                    $get x $n, (200) x $n);
+}
+answers('body of exactly max_body_size, then a pipelined GET',
+        "POST /plaintext HTTP/1.1\r\nHost: x\r\nContent-Length: 1024\r\n\r\n"
+      . ('a' x 1024) . $json, 200, 200);
+reject('body of max_body_size + 1',
+       "POST /plaintext HTTP/1.1\r\nHost: x\r\nContent-Length: 1025\r\n\r\n", 413);
+{
+    # the chunked decoder resumes at any byte
+    my $req = "POST /plaintext HTTP/1.1\r\nHost: x\r\n"
+        . "Transfer-Encoding: chunked\r\n\r\n"
+        . "5;a=b\r\nhello\r\n10\r\n0123456789abcdef\r\n0\r\nX-T: 1\r\n\r\n" . $json;
+    my $c = $t->connect;
+    $c->sock->setsockopt(Socket::IPPROTO_TCP(), Socket::TCP_NODELAY(), 1);
+    $c->send_slowly($req, size => 1, delay => 0.002);
+    my @r = $c->read_responses(2, timeout => 5);
+    is_deeply([ map { $_->{status} } @r ], [200, 200],
+              'chunked request sent one byte at a time, then a pipelined GET');
+    $c->close;
+}
+{
+    # a header section split between CR and LF
+    my $c = $t->connect;
+    $c->send("GET /plaintext HTTP/1.1\r");
+    $c->wait_eof(0.1);
+    $c->send("\nHost: x\r");
+    $c->wait_eof(0.1);
+    $c->send("\n\r");
+    $c->wait_eof(0.1);
+    $c->send("\n");
+    my $r = $c->read_response(timeout => 5);
+    is($r && $r->{status}, 200, 'request split between every CR and LF: 200');
+    $c->close;
+}
+
 # --- Expect: 100-continue ------------------------------------------------------
 {
     my $c = $t->connect;
@@ -213,6 +253,29 @@ answers('Content-Length: 0 POST, then a pipelined GET',
            . "Expect: 100-continue\r\n\r\n");
     my $r1 = $c->read_response(timeout => 5);
     is($r1 && $r1->{status}, 413, 'Expect: 100-continue over max_body_size: 413, no 100');
+    $c->close;
+}
+
+{
+    # HTTP/1.0 clients never get a 100 (RFC 9110 10.1.1)
+    my $c = $t->connect;
+    $c->send("POST /plaintext HTTP/1.0\r\nContent-Length: 5\r\n"
+           . "Expect: 100-continue\r\n\r\n");
+    $c->wait_eof(0.5);
+    is($c->{raw}, '', 'Expect: 100-continue from HTTP/1.0: no 100 Continue');
+    $c->send('hello');
+    my $r = $c->read_response(timeout => 5);
+    is($r && $r->{status}, 200, '... and 200 after the body');
+    $c->close;
+}
+{
+    # the body already sent with the headers: a 100 is allowed, the 200 must come
+    my $c = $t->connect;
+    $c->send("POST /plaintext HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+           . "Expect: 100-continue\r\n\r\nhello" . $json);
+    my @r = grep { $_->{status} != 100 } $c->read_responses(3, timeout => 3);
+    is_deeply([ map { $_->{status} } @r ], [200, 200],
+              'Expect: 100-continue with the body already sent, then a GET');
     $c->close;
 }
 

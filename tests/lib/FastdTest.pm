@@ -295,9 +295,11 @@ sub start {
     my $pid = fork // die "fork: $!";
     if ($pid == 0) {
         open STDIN, '<', '/dev/null';
-        open STDOUT, '>>', $log or POSIX::_exit(126);
+        open STDOUT, '>>', $log
+            or do { print STDERR "harness: open $log: $!\n"; POSIX::_exit(126) };
         open STDERR, '>&', \*STDOUT or POSIX::_exit(126);
         { no warnings "exec"; exec { $BIN } $BIN, '-c', $conf, @extra; }
+        print STDERR "harness: exec $BIN: $!\n";
         POSIX::_exit(127);
     }
     $self->{pid}    = $pid;
