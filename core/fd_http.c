@@ -192,16 +192,15 @@ void fd_http_release(fd_connection_t *c)
         else
             free(h->obuf);
     }
-    for (s = h->seg_free; s; s = sn) {
-        sn = s->next;
-        free(s);
-    }
+    /* unwritten segments join the free ones; both stay with h, which is
+     * cached, so a keep-alive request costs no malloc for its segments */
     for (s = h->segs; s; s = sn) {
         sn = s->next;
-        free(s);
+        s->next = h->seg_free;
+        h->seg_free = s;
     }
-    h->seg_free = NULL;
     h->segs = NULL;
+    h->segs_last = &h->segs;
     h->rbuf = NULL;
     h->obuf = NULL;
     h->ocap = 0;
@@ -212,6 +211,10 @@ void fd_http_release(fd_connection_t *c)
         hc_free = h;
         hc_nfree++;
     } else {
+        for (s = h->seg_free; s; s = sn) {
+            sn = s->next;
+            free(s);
+        }
         fd_pool_destroy(h->pool);
         free(h);
     }
@@ -442,6 +445,8 @@ fd_str_t fd_http_status_line(int status)
     static char other[8];
     unsigned i;
 
+    if (status == 200)
+        return fd_string("200 OK");
     for (i = 0; i < fd_nelems(status_lines); i++)
         if (status_lines[i].code == status)
             return (fd_str_t){strlen(status_lines[i].line),

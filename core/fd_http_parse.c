@@ -549,6 +549,23 @@ int fd_http_normalize_path(fd_str_t src, char *dst, size_t *dst_len)
 
     if (src.len == 0 || s[0] != '/')
         return FD_ERROR;
+    {
+        /* fast path: no escapes, no "//", "/." or NUL: copy as is */
+        size_t i;
+        for (i = 0; i < src.len; i++) {
+            char ch = s[i];
+            if (ch == '%' || ch == '\0' ||
+                (ch == '/' && i + 1 < src.len &&
+                 (s[i + 1] == '/' || s[i + 1] == '.')))
+                break;
+        }
+        if (i == src.len) {
+            memcpy(dst, s, src.len);
+            dst[src.len] = '\0';
+            *dst_len = src.len;
+            return FD_OK;
+        }
+    }
     /* decode first, then resolve segments: an encoded "/" or "." cannot
      * smuggle a ".." past the check */
     while (s < e) {
