@@ -1349,6 +1349,24 @@ static void http_process(fd_connection_t *c)
     }
 }
 
+/*
+ * The read buffer is about to be reused while a parsed request lives on
+ * (its body is still coming): copy the header out and re-point the slices.
+ */
+static int request_pin(fd_request_t *r)
+{
+    const char *from = r->in.start;
+    size_t len = r->in.header_len;
+    char *to = fd_pnalloc(r->pool, len ? len : 1);
+
+    if (to == NULL)
+        return FD_ERROR;
+    memcpy(to, from, len);
+    fd_http_req_rebase(&r->in, from, len, to);
+    r->header_pinned = 1;
+    return FD_OK;
+}
+
 static void http_read(fd_connection_t *c)
 {
     fd_http_conn_t *h = c->h;
@@ -1362,6 +1380,13 @@ static void http_read(fd_connection_t *c)
         if (c->closing || c->h == NULL)
             return;
         h = c->h;
+        if (h->rpos > 0 && (h->rpos == h->rlast || h->rlast == size) &&
+            h->r && h->r->phase != PH_HEADER && !h->r->header_pinned &&
+            request_pin(h->r) != FD_OK) {
+            c->error = 1;
+            c->eof = 1;
+            return;
+        }
         if (h->rpos == h->rlast && h->rpos) {
             h->rpos = h->rlast = 0;
         } else if (h->rlast == size && h->rpos > 0 &&

@@ -100,6 +100,7 @@ struct fd_request_s {
     unsigned in_offload:1;
     unsigned continue_sent:1;
     unsigned body_read:1;      /* the request body was consumed entirely */
+    unsigned header_pinned:1;  /* r->in slices copied out of the buffer */
 
     uint64_t bytes_sent;       /* body bytes, for logs */
     void *ctx;                 /* the handler module's request state */

@@ -625,3 +625,35 @@ int fd_http_normalize_path(fd_str_t src, char *dst, size_t *dst_len)
     }
     return FD_OK;
 }
+
+/*
+ * Move every slice that points into [from, from + len) to the same place
+ * in to (the header was copied there), so the buffer it came from can be
+ * reused while the request lives on.
+ */
+void fd_http_req_rebase(fd_http_req_t *p, const char *from, size_t len,
+                        const char *to)
+{
+    fd_str_t *s[] = {
+        &p->method, &p->target, &p->path_raw, &p->query, &p->host,
+        &p->connection, &p->upgrade, &p->expect, &p->if_modified_since,
+        &p->if_none_match, &p->range, &p->accept_encoding, &p->user_agent,
+        &p->referer, &p->content_type,
+    };
+    unsigned i;
+
+#define REBASE(str)                                                          \
+    do {                                                                     \
+        if ((str)->data >= from && (str)->data < from + len)                 \
+            (str)->data = to + ((str)->data - from);                         \
+    } while (0)
+    for (i = 0; i < fd_nelems(s); i++)
+        REBASE(s[i]);
+    for (i = 0; i < p->nheaders; i++) {
+        REBASE(&p->headers[i].name);
+        REBASE(&p->headers[i].value);
+    }
+#undef REBASE
+    if (p->start >= from && p->start < from + len)
+        p->start = to + (p->start - from);
+}

@@ -86,6 +86,10 @@ void fd_http_parse_init(fd_http_req_t *p, fd_pool_t *pool,
  */
 int fd_http_parse_request(fd_http_req_t *p, const char *start, size_t len);
 
+/* Re-point slices from a copy of the header at from..from+len to to. */
+void fd_http_req_rebase(fd_http_req_t *p, const char *from, size_t len,
+                        const char *to);
+
 /* Chunked transfer coding decoder, resumable at any byte. */
 #define FD_HTTP_CK_DATA 3 /* state: inside chunk data (size bytes left) */
 typedef struct {

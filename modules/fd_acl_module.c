@@ -164,7 +164,8 @@ static int acl_access(fd_request_t *r)
 static const fd_directive_t acl_directives[] = {
     {.name = "allow", .type = FD_CONF_LIST, .offset = 0, .set = set_rule,
      .doc = "CIDR | all, repeatable: clients that may pass (IPv4 or IPv6); "
-            "rules are checked in order with deny, the first match wins"},
+            "rules are checked in order with deny, the first match wins; a "
+            "location with rules of its own ignores [http]/[server] ones"},
     {.name = "deny", .type = FD_CONF_LIST, .offset = 0, .set = set_rule,
      .doc = "CIDR | all, repeatable: clients that get 403"},
     FD_CONF_END};

@@ -417,7 +417,8 @@ static const fd_directive_t gzip_directives[] = {
     {.name = "gzip_types", .type = FD_CONF_LIST,
      .offset = offsetof(gzip_conf_t, types_in),
      .doc = "media types to compress, repeatable, several per line, * for "
-            "any (default text/html text/plain text/css application/json "
+            "any; [http], [server] and [location] lists add up (default "
+            "text/html text/plain text/css application/json "
             "application/javascript image/svg+xml)"},
     {.name = "gzip_min_length", .type = FD_CONF_SIZE,
      .offset = offsetof(gzip_conf_t, min_length), .def = "256",

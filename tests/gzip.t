@@ -1,0 +1,189 @@
+#!/usr/bin/perl
+# gzip: static files and in-memory bodies compressed and decompressed
+# equal; Accept-Encoding with q-values, "*", identity; Vary; small bodies,
+# HEAD, ranges, other types and statuses left alone; levels and types.
+
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use FastdTest;
+use File::Path qw(make_path);
+use IO::Uncompress::Gunzip qw(gunzip $GunzipError);
+use Test::More;
+
+my $long = join ' ', map { "word$_" } 1 .. 200;    # ~1.7 KB of text
+
+my $locations = <<"EOF";
+[location /mem]
+return = 200 $long
+
+[location /off/]
+gzip = off
+
+[location /l9/]
+gzip_level = 9
+
+[location /any/]
+gzip_types = *
+
+[location /tiny/]
+gzip_min_length = 1
+
+EOF
+
+my $t = FastdTest->new(conf => FastdTest::base_conf(
+    http      => { gzip => 'on' },
+    server    => { root => '%%DIR%%/www', mime_types => '%%CONF%%/mime.types' },
+    locations => $locations,
+));
+my $www = $t->dir . '/www';
+make_path("$www/off", "$www/l9", "$www/any", "$www/tiny");
+my $page = "<html><body>\n" . join('', map { "<p>line $_ of the page</p>\n" }
+                                        1 .. 400) . "</body></html>\n";
+my $big = join '', map { "row $_: " . ('x' x ($_ % 50)) . "\n" } 1 .. 60000;
+FastdTest::spew("$www/page.html", $page);
+FastdTest::spew("$www/big.txt", $big);
+FastdTest::spew("$www/small.txt", "tiny\n");
+FastdTest::spew("$www/pic.png", $page);
+FastdTest::spew("$www/$_/page.html", $page) for qw(off l9 any tiny);
+FastdTest::spew("$www/any/data.bin", $page);
+FastdTest::spew("$www/tiny/small.txt", "tiny\n");
+$t->start;
+
+sub get {
+    my ($path, %h) = @_;
+    my $method = delete $h{method} // 'GET';
+    my $req = "$method $path HTTP/1.1\r\nHost: localhost\r\n";
+    $req .= "$_: $h{$_}\r\n" for sort keys %h;
+    return $t->http("$req\r\n", timeout => 20);
+}
+
+sub gz { my ($path, %h) = @_; return get($path, 'Accept-Encoding' => 'gzip',
+                                         %h) }
+
+sub unzip {
+    my ($data) = @_;
+    my $out;
+    gunzip(\$data => \$out) or return "gunzip failed: $GunzipError";
+    return $out;
+}
+
+sub is_gzip {
+    my ($r, $want, $name, $any_size) = @_;
+    my $ok = $r && $r->status == 200
+        && ($r->header('content-encoding') // '') eq 'gzip'
+        && $r->header('content-length') == length($r->body)
+        && ($any_size || length($r->body) < length($want))
+        && unzip($r->body) eq $want;
+    ok($ok, $name) or diag($r ? "status $r->{status}, encoding "
+        . ($r->header('content-encoding') // 'none') . ", "
+        . length($r->body) . " bytes" : 'no response');
+}
+
+sub is_plain {
+    my ($r, $want, $name) = @_;
+    my $ok = $r && !defined $r->header('content-encoding')
+        && (!defined $want || $r->body eq $want);
+    ok($ok, $name) or diag($r ? "status $r->{status}, encoding "
+        . ($r->header('content-encoding') // 'none') : 'no response');
+}
+
+# --- compressed -------------------------------------------------------------
+my $r = gz('/page.html');
+is_gzip($r, $page, 'static file: compressed, decompresses equal');
+is($r->header('vary'), 'Accept-Encoding', 'Vary: Accept-Encoding');
+ok(!defined $r->header('accept-ranges'), 'no Accept-Ranges on a gzip body');
+like($r->header('etag') // '', qr{^W/"}, 'the ETag becomes weak');
+
+is_gzip(gz('/mem'), $long, 'in-memory body (return text): compressed');
+is_gzip(gz('/big.txt'), $big, 'a ' . int(length($big) / 1024)
+        . ' KB file: compressed through the read buffer');
+is_gzip(gz('/l9/page.html'), $page, 'gzip_level = 9');
+is_gzip(gz('/any/data.bin'), $page, 'gzip_types = * takes any type');
+is_gzip(gz('/tiny/small.txt'), "tiny\n", 'gzip_min_length = 1: even 5 '
+        . 'bytes', 1);
+
+for my $ae ('x-gzip', 'GZIP', '*', 'deflate, gzip;q=0.8', 'gzip; q=1.0',
+            'identity;q=0, gzip', 'br;q=1.0, gzip;q=0.5, *;q=0.1',
+            'gzip;q=0.5, identity;q=0.5') {
+    is_gzip(get('/page.html', 'Accept-Encoding' => $ae), $page,
+            "Accept-Encoding: $ae -> gzip");
+}
+
+# --- not compressed ---------------------------------------------------------
+for my $ae ('gzip;q=0', 'gzip; q=0.000', 'identity', 'deflate, br',
+            '*;q=0', 'gzip;q=0, *', 'gzip;q=0.5, identity;q=0.9',
+            'gzip;q=bogus') {
+    $r = get('/page.html', 'Accept-Encoding' => $ae);
+    is_plain($r, $page, "Accept-Encoding: $ae -> identity");
+    is($r->header('vary'), 'Accept-Encoding', "... with Vary ($ae)");
+}
+is_plain(get('/page.html'), $page, 'no Accept-Encoding: identity');
+
+$r = gz('/small.txt');
+is_plain($r, "tiny\n", 'a body under gzip_min_length is not compressed');
+ok(!defined $r->header('vary'), '... and does not vary');
+
+$r = gz('/page.html', method => 'HEAD');
+is($r->status, 200, 'HEAD: 200');
+is_plain($r, '', 'HEAD: not compressed');
+is($r->header('vary'), 'Accept-Encoding', 'HEAD: Vary present');
+is($r->header('content-length'), length $page, 'HEAD: identity length');
+
+$r = gz('/page.html', Range => 'bytes=0-99');
+is($r->status, 206, 'range: 206');
+is_plain($r, substr($page, 0, 100), 'range response not compressed');
+
+$r = gz('/pic.png');
+is_plain($r, $page, 'a type outside gzip_types is not compressed');
+ok(!defined $r->header('vary'), '... and does not vary');
+
+$r = gz('/missing.html');
+is($r->status, 404, 'a missing file: 404');
+is_plain($r, undef, 'a 404 page is not compressed');
+
+$r = gz('/off/page.html');
+is_plain($r, $page, 'gzip = off: not compressed');
+ok(!defined $r->header('vary'), 'gzip = off: no Vary');
+
+is_plain(gz('/plaintext'), 'Hello, World!', '/plaintext (13 bytes) stays '
+         . 'plain');
+
+{
+    # over the 16 MB bound: sent as it is (a sparse file, all zeros)
+    my $size = 17 * 1024 * 1024;
+    open my $fh, '>', "$www/huge.txt" or die "huge.txt: $!";
+    truncate $fh, $size or die "truncate: $!";
+    close $fh;
+    $r = gz('/huge.txt');
+    is($r && $r->status, 200, 'a 17 MB file: 200');
+    ok($r && !defined $r->header('content-encoding')
+       && length($r->body) == $size, 'a 17 MB file is not compressed');
+}
+
+# --- keep-alive: one connection, compressed and plain in turn -------------
+{
+    my $c = $t->connect;
+    $c->send("GET /page.html HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n\r\n"
+           . "GET /page.html HTTP/1.1\r\nHost: x\r\n\r\n"
+           . "GET /mem HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n\r\n");
+    my @r = $c->read_responses(3, timeout => 10);
+    is(scalar @r, 3, 'pipelined: three responses');
+    is_gzip($r[0], $page, 'pipelined 1: compressed');
+    is_plain($r[1], $page, 'pipelined 2: plain');
+    is_gzip($r[2], $long, 'pipelined 3: compressed again (stream reset)');
+    $c->close;
+}
+
+# --- config errors -------------------------------------------------------------
+my $path = $t->write_conf(FastdTest::base_conf(
+    locations => "[location /x]\ngzip_level = 10\n"), 'bad.conf');
+my ($rc, $out) = FastdTest::run_fastd('-t', '-c', $path);
+isnt($rc, 0, 'gzip_level = 10 is a config error');
+like($out, qr/bad\.conf:\d+: "gzip_level" must be 1\.\.9/, '... naming it')
+    or diag($out);
+
+$t->stop;
+$t->no_alerts;
+done_testing;
