@@ -389,6 +389,9 @@ static int loc_match_parse(load_t *ld, fd_http_loc_t *loc, const char *spec)
     if (p[0] == '=' && (p[1] == ' ' || p[1] == '/')) {
         loc->kind = FD_LOC_EXACT;
         p++;
+    } else if (p[0] == '^' && p[1] == '~') {
+        loc->kind = FD_LOC_PREFIX_STOP;
+        p += 2;
     } else if (p[0] == '~') {
         loc->kind = FD_LOC_REGEX;
         p++;
@@ -406,7 +409,8 @@ static int loc_match_parse(load_t *ld, fd_http_loc_t *loc, const char *spec)
         return fd_conf_error(cf, "[location] needs a path or a regex");
     loc->match.data = fd_pstrdup(cf->pool, p, strlen(p));
     loc->match.len = strlen(p);
-    if (loc->kind == FD_LOC_EXACT || loc->kind == FD_LOC_PREFIX) {
+    if (loc->kind == FD_LOC_EXACT || loc->kind == FD_LOC_PREFIX ||
+        loc->kind == FD_LOC_PREFIX_STOP) {
         if (*p != '/')
             return fd_conf_error(cf, "location path \"%s\" must start with "
                                  "\"/\" (use \"~ regex\" for a regex)", p);
@@ -441,6 +445,7 @@ static void loc_link(fd_http_server_t *srv, fd_http_loc_t *loc)
         srv->exact = loc;
         return;
     case FD_LOC_PREFIX:
+    case FD_LOC_PREFIX_STOP:
         /* longest first, so the first match is the longest */
         for (pp = &srv->prefix; *pp && (*pp)->match.len >= loc->match.len;
              pp = &(*pp)->next)

@@ -716,14 +716,19 @@ fd_http_loc_t *fd_http_find_location(fd_request_t *r)
                 best = loc;
                 break;
             }
+        if (best && best->kind == FD_LOC_PREFIX_STOP)
+            return best; /* ^~: no regex check */
         for (loc = s->regex; loc; loc = loc->next) {
-            pcre2_match_data *md =
-                pcre2_match_data_create_from_pattern(loc->regex, NULL);
+            /* one match block per thread, for every regex and request */
+            static __thread pcre2_match_data *md;
             int rc;
-            if (md == NULL)
-                continue;
+            if (md == NULL &&
+                (md = pcre2_match_data_create(32, NULL)) == NULL)
+                break;
             rc = pcre2_match(loc->regex, (PCRE2_SPTR)r->path.data, r->path.len,
                              0, 0, md, NULL);
+            if (rc == 0)
+                rc = 32; /* more groups than the block holds: keep 32 */
             if (rc > 0) {
                 PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
                 r->ncaptures = rc;
@@ -732,10 +737,8 @@ fd_http_loc_t *fd_http_find_location(fd_request_t *r)
                 if (r->captures)
                     for (int i = 0; i < 2 * rc; i++)
                         r->captures[i] = ov[i];
-                pcre2_match_data_free(md);
                 return loc;
             }
-            pcre2_match_data_free(md);
         }
         if (best)
             return best;

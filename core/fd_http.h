@@ -28,7 +28,13 @@ struct fd_http_server_s {
     unsigned seq;
 };
 
-enum { FD_LOC_EXACT, FD_LOC_PREFIX, FD_LOC_REGEX, FD_LOC_REGEX_CASELESS };
+enum {
+    FD_LOC_EXACT,          /* = /x */
+    FD_LOC_PREFIX,         /* /x */
+    FD_LOC_PREFIX_STOP,    /* ^~ /x: when it is the longest, no regexes */
+    FD_LOC_REGEX,          /* ~ re */
+    FD_LOC_REGEX_CASELESS  /* ~* re */
+};
 
 /* [location ...]: core keys plus one conf block per module */
 struct fd_http_loc_s {

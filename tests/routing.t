@@ -43,6 +43,9 @@ root = %%DIR%%/regex2
 [location = /plain]
 handler = plaintext
 
+[location ^~ /stop]
+root = %%DIR%%/stop
+
 [server]
 listen = 127.0.0.1:%%PORT%%
 server_name = a.test www.a.test
@@ -76,6 +79,8 @@ my %files = (
     'long/p/longer/y.txt'  => 'long-txt',
     'regex1/p/longer/y.txt' => 'regex1',
     'regex2/p/longer/Y.TXT' => 'regex2',
+    'stop/stop/y.txt'      => 'stop',
+    'regex1/stop/y.txt'    => 'regex-over-stop',
     'a/who'                => 'a',
     'wild/who'             => 'wild',
     'pre/who'              => 'pre',
@@ -106,6 +111,8 @@ is(body_of('/p/longer/y.txt', 'default.test'), 'regex1',
 is(body_of('/p/longer/Y.TXT', 'default.test'), 'regex2',
    '~ is case-sensitive, ~* is not');
 is(body_of('/plain', 'default.test'), 'Hello, World!', 'exact handler');
+is(body_of('/stop/y.txt', 'default.test'), 'stop',
+   '^~ prefix: regexes are not checked');
 is(body_of('/who', 'default.test'), 'default', 'no location: the server root');
 
 # servers by Host
