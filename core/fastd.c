@@ -114,7 +114,6 @@ static pid_t spawn_worker(unsigned index)
 {
     int slot = free_slot();
     pid_t pid;
-    sigset_t none;
 
     if (slot < 0) {
         fd_log_error(FD_LOG_ALERT, 0, "no free worker slot");
@@ -152,8 +151,8 @@ static pid_t spawn_worker(unsigned index)
     }
     if (drop_privileges(cycle->main.user) != FD_OK)
         _exit(2);
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
+    /* signals stay blocked (as in the master) until fd_worker_run() has
+     * its own handlers: one sent now waits instead of being lost */
     _exit(fd_worker_run(cycle, index, (unsigned)slot));
 }
 

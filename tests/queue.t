@@ -25,7 +25,7 @@ queue = fifo
 
 [location = /lifo]
 handler = delay
-delay = 400ms
+delay = 800ms
 queue = lifo
 
 [location = /short]
@@ -35,7 +35,7 @@ queue = short
 
 [location = /leave]
 handler = delay
-delay = 500ms
+delay = 1s
 queue = leave
 
 [location = /hammer]
@@ -219,7 +219,8 @@ sub collect {
     my $rc = $c->read_response(timeout => 5);
     is($rc && $rc->{status}, 503, 'leave: C finds the queue full');
     $b->close;
-    ok(wait_q('leave', sub { $_[0]{waiting} == 0 && $_[0]{active} == 1 }),
+    ok(wait_q('leave', sub { $_[0]{waiting} == 0 && $_[0]{active} == 1
+                             && $_[0]{admitted} == 1 }),
        'leave: B closed: its place is free, A still holds the slot');
     my $d = $t->connect;
     $d->send(req('/leave'));

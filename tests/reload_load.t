@@ -73,6 +73,8 @@ if (!defined $wrk_status) {
     fail('wrk overran its duration');
 }
 my $report = FastdTest::slurp($out) // '';
+ok(defined $wrk_status && $wrk_status == 0, 'wrk exited normally')
+    or diag('wrk wait status: ' . ($wrk_status // 'none') . "; output:\n$report");
 note($report);
 like($report, qr/Requests\/sec:\s+\d/, 'wrk produced a report') or diag($report);
 my ($reqs) = $report =~ /(\d+) requests in/;

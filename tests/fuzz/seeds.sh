@@ -1,0 +1,95 @@
+#!/bin/bash
+# Writes the fuzzers' seed corpora under DIR (default objs/fuzz/seeds):
+# DIR/fuzz_NAME/* for each harness in tests/fuzz/. Seeds are text written
+# here, not committed files; "make fuzz" runs this first.
+#
+# The request and chunked harnesses read 5 bytes before the message: one
+# byte of limits (bits 0-1: max_header_size 64/256/1k/8k; bit 2: 4 headers
+# at most) or output room, and a 4-byte seed for the random splits.
+set -eu
+
+cd "$(dirname "$0")/../.."
+dir=${1:-objs/fuzz/seeds}
+
+n=0
+# seed HARNESS PREFIX TEXT: TEXT is a printf format (\r \n \0 work)
+seed() {
+    n=$((n + 1))
+    mkdir -p "$dir/$1"
+    { printf -- "$2"; printf -- "$3"; } > "$dir/$1/seed-$n"
+}
+
+# --- requests -----------------------------------------------------------
+P='\003\001\002\003\004'    # max_header_size 8k, 100 headers
+S='\001\021\042\063\104'    # 256 bytes: limits are reached
+G='GET / HTTP/1.1\r\nHost: x\r\n\r\n'
+for r in \
+    "$G" \
+    "$G$G$G" \
+    'GET /plaintext HTTP/1.1\r\nHost: localhost\r\nUser-Agent: wrk\r\nAccept: */*\r\nConnection: keep-alive\r\n\r\n' \
+    'GET /a/b/../c/./d%%2e%%2e/e?x=1&y=%%20 HTTP/1.1\r\nHost: h:80\r\n\r\n' \
+    'GET http://example.com:8080/p?q HTTP/1.1\r\nHost: other\r\n\r\n' \
+    'OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n' \
+    'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n' \
+    'GET / HTTP/1.0\r\n\r\n' \
+    'GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /2 HTTP/1.0\r\n\r\n' \
+    'POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello'"$G" \
+    'POST /p HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n'"$G" \
+    'POST /p HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: CHUNKED\r\n\r\n5;a=b;c="d e"\r\nhello\r\n0\r\nT: 1\r\n\r\n' \
+    'POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n' \
+    'POST /p HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n' \
+    'POST /p HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n' \
+    'POST /p HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n' \
+    'POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello' \
+    'POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\nhello' \
+    'POST /p HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n' \
+    'GET / HTTP/1.1\r\nHost: x\r\nX: a\r\n b\r\n\r\n' \
+    'GET / HTTP/1.1\r\nHost : x\r\n\r\n' \
+    'GET / HTTP/1.1\nHost: x\n\n' \
+    'GET / HTTP/1.1\r\nHost: x\r\nX: a\rb\r\n\r\n' \
+    'GET / HTTP/1.1\r\nHost: x\r\nX: a\0b\r\n\r\n' \
+    'GET / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n' \
+    'GET / HTTP/2.0\r\nHost: x\r\n\r\n' \
+    'GET /\r\n' \
+    'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n' \
+    '\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n' \
+    'FOO-BAR /x HTTP/1.1\r\nHost: x\r\nIf-None-Match: "a"\r\nRange: bytes=0-1\r\nAccept-Encoding: gzip\r\nReferer: r\r\nContent-Type: t\r\nIf-Modified-Since: d\r\n\r\n'
+do
+    seed fuzz_http_parse "$P" "$r"
+done
+seed fuzz_http_parse "$S" "$G$G"
+seed fuzz_http_parse "$S" 'GET /aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa HTTP/1.1\r\nHost: x\r\n\r\n'
+seed fuzz_http_parse '\007\001\002\003\004' 'GET / HTTP/1.1\r\nHost: x\r\nA: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\nE: 5\r\n\r\n'
+
+# --- chunked bodies -------------------------------------------------------
+C='\010\001\002\003\004'    # output room 9 bytes
+for b in \
+    '0\r\n\r\n' \
+    '5\r\nhello\r\n0\r\n\r\n' \
+    '5\r\nhello\r\n6\r\n world\r\n0\r\n\r\nGET' \
+    'a;name=value\r\n0123456789\r\n0\r\n\r\n' \
+    '3;q="a \\" b";x\r\nabc\r\n0 ;last\r\nTrailer: v\r\nT2: w\r\n\r\n' \
+    'fffffffffffffffff\r\n' \
+    '5\r\nhelloXX0\r\n\r\n' \
+    '5\nhello\n0\n\n' \
+    '-5\r\nhello\r\n0\r\n\r\n' \
+    '0000000000000005\r\nhello\r\n0\r\n\r\n' \
+    '10\r\n0123456789abcdef\r\n0\r\n\r\n'
+do
+    seed fuzz_chunked "$C" "$b"
+done
+seed fuzz_chunked '\300\001\002\003\004' '40\r\n0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\r\n0\r\n\r\n'
+
+# --- configurations ---------------------------------------------------------
+mkdir -p "$dir/fuzz_conf"
+cp conf/fastd.conf "$dir/fuzz_conf/fastd.conf"
+for f in conf/profiles/*.conf; do
+    [ -f "$f" ] && cp "$f" "$dir/fuzz_conf/profile-${f##*/}"
+done
+seed fuzz_conf '' '[main]\ndaemon = off\nworkers = 2\npid = off\nerror_log = stderr\nrlimit_nofile = 1024\nshutdown_timeout = 1m30s\n[events]\nmax_connections = 100\naccept = exclusive\nedge_triggered = off\n[http]\nkeepalive_timeout = 75s\nmax_header_size = 8k\nmax_headers = 50\n[server]\nlisten = 127.0.0.1:8080 default\nserver_name = a.example *.b.example c.*\nroot = html\nindex = index.html\nerror_page = 404 /404.html\n[location = /x]\nhandler = plaintext\n[location /p]\nhandler = json\nmax_body_size = 1k\n[location ~ ^/r/(\\d+)$]\nhandler = plaintext\n[location ~* \\.JPG$]\nfollow_symlinks = on\n'
+seed fuzz_conf '' '[main]\npid = off\nprofile = fast\n[server]\nlisten = 127.0.0.1:1\n[location /api/]\nhandler = proxy\nupstream = app\nqueue = q\nnext_upstream = error timeout http_502\nconnect_timeout = 1s\nset_header = X-A: b\n[upstream app]\nserver = 127.0.0.1:3000 weight=2\nserver = 127.0.0.1:3001 max_fails=3 fail_timeout=10s backup\nbalance = least_conn\nkeepalive = 8\n[queue q]\nmax_concurrent = 2\nqueue_limit = 4\norder = lifo\nqueue_timeout = 1s\n[offload]\nthreads = 2\n[profile fast]\nevents.read_until_eagain = off\nqueue.q.max_concurrent = 10\nhttp.inline_completions = off\n'
+seed fuzz_conf '' '[main]\npid = off\n[server]\nlisten = 127.0.0.1:1\n[location /a]\nreturn = 301 http://x/$1\nrewrite = ^/a/(.*)$ /b/$1 last\nallow = 127.0.0.0/8\ndeny = all\ngzip = on\ngzip_types = text/plain application/json\naccess_log = off\n[location /b]\nhandler = proxy\npass = http://127.0.0.1:9/x\n[location /c]\nhandler = delay\ndelay = 10ms\n'
+seed fuzz_conf '' '[main]\npid = off\n[server]\nlisten = 127.0.0.1:1\n[server]\nlisten = [::1]:2\nunknown = 1\n'
+seed fuzz_conf '' '[main]\npid = off\n[server\nlisten 127.0.0.1:1\n'
+
+echo "seeds written to $dir ($n text seeds)"
