@@ -1,0 +1,88 @@
+#!/usr/bin/perl
+# The live dashboard in a real browser: headless Chromium (Debian's
+# chromium) loads /status.html from a fastd under load. The charts must
+# update (the request counter differs between polls and the rate chart
+# gets points), no console error may occur, and a screenshot is saved to
+# objs/dashboard.png.
+
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use FastdTest;
+use Test::More;
+use POSIX qw(_exit WNOHANG);
+use Time::HiRes qw(time sleep);
+
+my ($chromium) = grep { -x } qw(/usr/bin/chromium /usr/bin/chromium-browser);
+plan skip_all => 'chromium is not installed (apt-get install chromium)'
+    unless $chromium;
+
+my $t = FastdTest->new(conf => FastdTest::base_conf(
+    main => { workers => 2 },
+    locations => "[location = /status]\nhandler = status\n"));
+$t->start;
+my $port = $t->port;
+my $dir = $t->dir;
+
+# load: a child making plaintext requests until told to stop (bounded)
+my $load = fork // die "fork: $!";
+if ($load == 0) {
+    my $end = time + 40;
+    while (time < $end) {
+        my $r = eval { $t->get('/plaintext') };
+        sleep 0.005;
+    }
+    _exit(0);
+}
+
+my @flags = (qw(--headless --no-sandbox --disable-gpu --disable-quic
+                --no-first-run --disable-background-networking
+                --disable-component-update --disable-sync
+                --disable-default-apps --hide-scrollbars
+                --enable-logging=stderr --v=0),
+             "--user-data-dir=$dir/chromium");
+
+sub browse {
+    my (@args) = @_;
+    my $pid = open(my $fh, '-|') // die "fork: $!";
+    if ($pid == 0) {
+        open(STDERR, '>>', "$dir/console.log");
+        exec($chromium, @flags, @args) or _exit(127);
+    }
+    local $/;
+    my $out = <$fh>;
+    close $fh;
+    return $out // '';
+}
+
+my $url = "http://127.0.0.1:$port/status.html";
+my $dom = browse('--virtual-time-budget=6000', '--dump-dom', $url);
+my ($polls) = $dom =~ /data-polls="(\d+)"/;
+my ($seen) = $dom =~ /data-requests="([\d ]+)"/;
+my ($points) = $dom =~ /data-rate-points="(\d+)"/;
+ok(defined $polls && $polls >= 3, 'the page polled /status several times')
+    or diag(substr($dom, 0, 2000));
+my @v = split ' ', $seen // '';
+my %distinct = map { $_ => 1 } @v;
+ok(@v >= 3 && keys(%distinct) >= 2, "the request counter changes between polls (@v)");
+ok(@v && $v[-1] > $v[0], 'and grows');
+ok(defined $points && $points >= 2, 'the rate chart has points');
+unlike($dom, qr/<[^>]*id="state"[^>]*class="err"|<[^>]*class="err"[^>]*id="state"/,
+       'no fetch error shown on the page');
+
+mkdir 'objs' unless -d 'objs';
+my $png = FastdTest::root() . '/objs/dashboard.png';
+unlink $png;
+browse('--virtual-time-budget=4000', '--window-size=1280,1000',
+       "--screenshot=$png", $url);
+ok(-s $png, "screenshot saved to objs/dashboard.png");
+
+my $console = FastdTest::slurp("$dir/console.log") // '';
+my @errors = grep { /CONSOLE/ && /(Uncaught|Error|error)/ } split /\n/, $console;
+is(scalar @errors, 0, 'no console error') or diag(join "\n", @errors);
+
+kill 'TERM', $load;
+waitpid($load, 0);
+$t->no_alerts;
+done_testing();
