@@ -307,10 +307,30 @@ static char *conf_reader(char *str, int num, void *stream)
     return str;
 }
 
+/* The first control byte in s (a tab is fine), or -1. A CR or LF in a
+ * value would end a header line where it is sent (server_name, set_header,
+ * return): such a value is refused, never sent. */
+static int control_byte(const char *s)
+{
+    for (; *s; s++)
+        if (((unsigned char)*s < 0x20 && *s != '\t') || *s == 0x7f)
+            return (unsigned char)*s;
+    return -1;
+}
+
 static int add_entry(reader_t *rd, const char *key, const char *value)
 {
     fd_conf_entry_t *e;
+    int b;
 
+    if ((b = control_byte(rd->section)) >= 0 || (b = control_byte(key)) >= 0 ||
+        (b = control_byte(value)) >= 0) {
+        rd->cf->file = rd->file;
+        rd->cf->line = rd->line;
+        return fd_conf_error(rd->cf, "control character 0x%02x in %s%s%s",
+                             b, key[0] ? "\"" : "the section header",
+                             key, key[0] ? "\"" : "");
+    }
     if (*rd->n == *rd->cap) {
         unsigned nc = *rd->cap ? *rd->cap * 2 : 64;
         fd_conf_entry_t *ne = realloc(*rd->entries, nc * sizeof(*ne));

@@ -520,6 +520,17 @@ static int header_write(fd_request_t *r)
         *p++ = '\n';
     }
     for (ho = r->headers_out; ho; ho = ho->next) {
+        /* a CR or LF (say, a decoded %0d%0a a module copied from the
+         * request) would end the line and start a header of the client's
+         * choosing: such a field is dropped, never sent */
+        if (memchr(ho->value.data, '\n', ho->value.len) ||
+            memchr(ho->value.data, '\r', ho->value.len) ||
+            memchr(ho->name.data, '\n', ho->name.len) ||
+            memchr(ho->name.data, '\r', ho->name.len)) {
+            fd_log_error(FD_LOG_ERR, 0, "a response header holding CR or "
+                         "LF was dropped");
+            continue;
+        }
         memcpy(p, ho->name.data, ho->name.len);
         p += ho->name.len;
         *p++ = ':';
@@ -529,6 +540,10 @@ static int header_write(fd_request_t *r)
         *p++ = '\r';
         *p++ = '\n';
     }
+    /* a graceful stop: a request that was in flight when it began is the
+     * connection's last (its caller closes after a keepalive = 0 answer) */
+    if (fd_worker->quitting && r->status != 101)
+        r->keepalive = 0;
     if (r->status == 101) {
         /* the module set Connection/Upgrade itself */
     } else if (!r->keepalive) {
@@ -1532,7 +1547,14 @@ static void http_after_io(fd_connection_t *c)
         }
         fd_http_release(c);
         fd_connection_set_state(c, FD_CONN_IDLE);
-        fd_connection_set_timeout(c, fd_worker->cycle->http.keepalive_timeout);
+        /* idle during a graceful stop (a response begun before it): one
+         * more second, as the worker gives the others */
+        fd_connection_set_timeout(c, fd_worker->quitting
+                                         ? fd_min(fd_worker->cycle->http
+                                                      .keepalive_timeout,
+                                                  1000)
+                                         : fd_worker->cycle->http
+                                               .keepalive_timeout);
         return;
     }
     if (c->eof) {

@@ -169,8 +169,11 @@ int fd_http_detach(fd_request_t *r, char *buf, size_t size, size_t *n);
 /*
  * Streaming request body (FD_MODULE_STREAM_BODY): copy up to size decoded
  * body bytes into buf. Returns bytes (> 0), 0 at the end of the body,
- * FD_AGAIN (r->on_body is called when more arrives), or FD_ERROR (the
- * request failed; the engine answered 400/408/413).
+ * FD_AGAIN (r->on_body is called when more arrives), or FD_ERROR (bad
+ * chunked framing: the handler answers 400; the connection will close).
+ * The engine reads the body while the request is in this phase, but
+ * applies no body timeout and no max_body_size to a chunked body: the
+ * handler does (the proxy: body_timeout while it waits, 413).
  */
 ssize_t fd_http_body_pull(fd_request_t *r, char *buf, size_t size);
 

@@ -24,21 +24,30 @@
  * Sizing ([offload]).
  *   adaptive = off: exactly `threads` threads (at least 1), for stable
  *     benchmarks; max_threads and idle_timeout are not used.
- *   adaptive = on: between `threads` and `max_threads`, by hill-climbing on
- *     the completion rate. Every TICK_MSEC while the pool has work, the loop
- *     looks at the pending list. If work waits, it adds one thread (a
- *     trial) and measures completions over the next window (at least as
- *     many completions as threads, or TRIAL_MSEC). Rate up by 5% or more
- *     over the rate before the step: the thread stays and, while work
- *     still waits, the next one is tried at once. No rise: the thread is
- *     retired again and no trial starts for HOLD_MSEC (CPU-bound work on
- *     few cores stops growing there). A trial that saw no completions at
- *     all, before and after, counts as a rise: blocked threads (sleeps,
- *     disk, a database) are the reason this pool exists. Threads above
- *     `threads` exit after idle_timeout without work. The timer runs only
- *     while there is work, so an idle worker is not woken.
+ *   adaptive = on: between `threads` and `max_threads`, decided on the
+ *     loop every TICK_MSEC while the pool has work, and only while items
+ *     wait in the queue:
+ *     - blocked threads: when the process used less CPU over the tick than
+ *       half of min(busy threads, CPUs it may run on), and most busy
+ *       threads are asleep in the kernel (state S or D in
+ *       /proc/self/task/TID/stat, not R: waiting for a CPU is not
+ *       blocking), the work waits on sleeps, disks or a database: a thread
+ *       is added at once, every tick. This is what the pool is for.
+ *     - otherwise hill-climbing on the completion rate: the rate at the
+ *       current size (over at least WINDOW_MSEC) is the base and one thread
+ *       is added (a trial). After at least WINDOW_MSEC and as many
+ *       completions as threads (or TRIAL_MSEC) the trial's rate is
+ *       compared: up by 5% or more, the thread stays, its rate is the next
+ *       base and the next thread is tried at once; otherwise it is retired
+ *       again and no trial starts for HOLD_MSEC (CPU-bound work stops
+ *       growing there, re-probing every ~2 s under load).
+ *     Threads above `threads` exit after idle_timeout without work (idle
+ *     threads are woken newest first, so the surplus ones really idle).
+ *     The timer runs only while there is work: an idle worker sleeps.
  */
+#include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -49,6 +58,7 @@
 #include "fd_offload.h"
 
 #define TICK_MSEC 50
+#define WINDOW_MSEC 200
 #define TRIAL_MSEC 1000
 #define HOLD_MSEC 2000
 #define STACK_SIZE (512 * 1024)
@@ -69,6 +79,8 @@ typedef struct slot_s {
     char pad[FD_CACHELINE - 2 * sizeof(uint64_t)];
     pthread_cond_t cond;         /* the rest is under the pool mutex */
     struct slot_s *idle_next, *idle_prev;
+    pid_t tid;
+    int busy;
     int used;
     int woken;
     int idle;
@@ -91,11 +103,17 @@ typedef struct {
     item_t *finished;            /* lock-free stack, threads -> loop */
 
     /* loop only */
+    fd_posted_t kick;            /* wake threads once per loop turn */
+    int kick_posted;
+    unsigned unkicked;           /* items queued since the last kick */
     item_t *free_items;
     unsigned nfree;
     uint64_t done_count;
     fd_timer_t tick;
-    int trial;
+    int trial, have_base;
+    unsigned ncpu;               /* CPUs the threads may run on */
+    fd_msec_t tick_t0;           /* previous tick, and the CPU time then */
+    uint64_t tick_cpu;
     fd_msec_t trial_t0, hold_until, win_t0;
     uint64_t trial_c0, win_c0;
     double base_rate;
@@ -104,6 +122,14 @@ typedef struct {
 static pool_t pool = {.ev.fd = -1};
 static fd_offload_stats_t private_area;
 static __thread int on_pool_thread;
+
+static uint64_t cpu_usec(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
 
 static uint64_t now_usec(void)
 {
@@ -185,6 +211,7 @@ static void *thread_main(void *arg)
 
     on_pool_thread = 1;
     pthread_mutex_lock(&p->lock);
+    s->tid = gettid();
     for (;;) {
         if (p->stop)
             break;
@@ -202,6 +229,7 @@ static void *thread_main(void *arg)
                 p->tail = &p->head;
             p->pending--;
             p->busy++;
+            s->busy = 1;
             publish_gauges(p);
             pthread_mutex_unlock(&p->lock);
 
@@ -215,6 +243,7 @@ static void *thread_main(void *arg)
 
             pthread_mutex_lock(&p->lock);
             p->busy--;
+            s->busy = 0;
             publish_gauges(p);
             continue;
         }
@@ -334,13 +363,45 @@ static void pool_event(fd_event_t *ev, uint32_t events)
     publish_counters();
 }
 
+/* Are most busy threads asleep in the kernel (not running or runnable)? */
+static int threads_asleep(pool_t *p)
+{
+    pid_t tids[32];
+    unsigned i, n = 0, asleep = 0;
+    char path[64], buf[256], *st;
+    ssize_t len;
+    int fd;
+
+    pthread_mutex_lock(&p->lock);
+    for (i = 0; i < p->nslots && n < fd_nelems(tids); i++)
+        if (p->slots[i].used && p->slots[i].busy && p->slots[i].tid > 0)
+            tids[n++] = p->slots[i].tid;
+    pthread_mutex_unlock(&p->lock);
+    for (i = 0; i < n; i++) {
+        snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tids[i]);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        len = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (len <= 0)
+            continue;
+        buf[len] = '\0';
+        st = strrchr(buf, ')');
+        if (st && (st[2] == 'S' || st[2] == 'D'))
+            asleep++;
+    }
+    return n > 0 && asleep * 2 > n;
+}
+
 /* Adaptive sizing (see the top of the file); on the loop. */
 static void pool_tick(fd_timer_t *t)
 {
     pool_t *p = &pool;
     fd_msec_t now = fd_current_msec, elapsed;
-    uint64_t n;
+    uint64_t n, cpu, wall;
     unsigned threads, pending, busy;
+    int blocked;
     double rate;
 
     (void)t;
@@ -350,14 +411,36 @@ static void pool_tick(fd_timer_t *t)
     busy = p->busy;
     pthread_mutex_unlock(&p->lock);
 
+    cpu = cpu_usec();
+    wall = (now - p->tick_t0) * 1000;
+    blocked = busy > 0 && wall > 0 &&
+              (cpu - p->tick_cpu) * 2 < wall * fd_min(busy, p->ncpu);
+    p->tick_t0 = now;
+    p->tick_cpu = cpu;
+    if (blocked && pending > 0 && !p->trial && threads < p->max &&
+        threads_asleep(p)) {
+        pthread_mutex_lock(&p->lock);
+        start_thread(p);
+        pthread_mutex_unlock(&p->lock);
+        p->have_base = 0;
+        p->hold_until = 0;
+        p->win_t0 = now;
+        p->win_c0 = p->done_count;
+        fd_timer_add(&p->tick, TICK_MSEC);
+        return;
+    }
+
     if (p->trial) {
         elapsed = now - p->trial_t0;
         n = p->done_count - p->trial_c0;
-        if (n >= fd_max(threads, 2u) || elapsed >= TRIAL_MSEC) {
-            rate = (double)n * 1000.0 / (double)fd_max(elapsed, 1u);
+        if ((elapsed >= WINDOW_MSEC && n >= threads) ||
+            elapsed >= TRIAL_MSEC) {
+            rate = (double)n * 1000.0 / (double)elapsed;
             p->trial = 0;
             if (rate >= p->base_rate * 1.05 && (n > 0 || p->base_rate == 0)) {
-                p->base_rate = rate; /* climbed: keep the thread */
+                /* climbed: keep the thread; its rate is the next base */
+                p->base_rate = rate;
+                p->have_base = 1;
             } else {
                 pthread_mutex_lock(&p->lock);
                 if (p->threads > p->min) {
@@ -366,8 +449,9 @@ static void pool_tick(fd_timer_t *t)
                 }
                 pthread_mutex_unlock(&p->lock);
                 p->hold_until = now + HOLD_MSEC;
+                p->have_base = 0;
                 fd_log_error(FD_LOG_DEBUG, 0, "offload: %u threads did not "
-                             "raise the rate (%.1f/s, before %.1f/s)",
+                             "raise the rate (%.0f/s, before %.0f/s)",
                              threads, rate, p->base_rate);
             }
             p->win_t0 = now;
@@ -377,25 +461,27 @@ static void pool_tick(fd_timer_t *t)
     if (!p->trial && pending > 0 && threads < p->max && now >= p->hold_until)
     {
         elapsed = now - p->win_t0;
-        if (elapsed >= TICK_MSEC && p->base_rate == 0)
+        if (!p->have_base && elapsed >= WINDOW_MSEC) {
+            /* the rate at the current size, before the step */
             p->base_rate = (double)(p->done_count - p->win_c0) * 1000.0 /
                            (double)elapsed;
-        pthread_mutex_lock(&p->lock);
-        if (start_thread(p) == FD_OK) {
-            p->trial = 1;
-            p->trial_t0 = now;
-            p->trial_c0 = p->done_count;
+            p->have_base = 1;
         }
-        pthread_mutex_unlock(&p->lock);
+        if (p->have_base) {
+            pthread_mutex_lock(&p->lock);
+            if (start_thread(p) == FD_OK) {
+                p->trial = 1;
+                p->trial_t0 = now;
+                p->trial_c0 = p->done_count;
+                p->have_base = 0;
+            }
+            pthread_mutex_unlock(&p->lock);
+        }
     }
-    if (pending || busy || p->trial) {
+    /* no work: no timer (an idle worker is not woken); fd_offload() arms
+     * it again and starts a new measuring window */
+    if (pending || busy || p->trial)
         fd_timer_add(&p->tick, TICK_MSEC);
-    } else {
-        /* idle: start the next busy period from scratch */
-        p->base_rate = 0;
-        p->win_t0 = now;
-        p->win_c0 = p->done_count;
-    }
 }
 
 int fd_offload(fd_request_t *r, fd_offload_pt work, fd_offload_pt done)
@@ -430,12 +516,41 @@ int fd_offload(fd_request_t *r, fd_offload_pt work, fd_offload_pt done)
     p->tail = &it->next;
     p->pending++;
     publish_gauges(p);
-    wake_one(p);
     pthread_mutex_unlock(&p->lock);
 
-    if (p->adaptive && !fd_timer_armed(&p->tick))
+    /* wake threads at the end of this loop turn, once for the whole batch
+     * (a thread woken per item would ping-pong with the loop) */
+    p->unkicked++;
+    if (!p->kick_posted) {
+        p->kick_posted = 1;
+        fd_event_post(&p->kick);
+    }
+
+    if (p->adaptive && !fd_timer_armed(&p->tick)) {
+        /* a busy period starts: measure it from here */
+        p->win_t0 = p->tick_t0 = fd_current_msec;
+        p->win_c0 = p->done_count;
+        p->tick_cpu = cpu_usec();
+        p->have_base = 0;
         fd_timer_add(&p->tick, TICK_MSEC);
+    }
     return FD_OK;
+}
+
+/* End of a loop turn: one idle thread per item queued in it (busy threads
+ * take more before they go idle). */
+static void pool_kick(void *data)
+{
+    pool_t *p = data;
+    unsigned n = p->unkicked;
+
+    p->kick_posted = 0;
+    p->unkicked = 0;
+    pthread_mutex_lock(&p->lock);
+    n = fd_min(n, p->pending);
+    while (n-- > 0 && p->idle_top)
+        wake_one(p);
+    pthread_mutex_unlock(&p->lock);
 }
 
 int fd_offload_on_pool_thread(void)
@@ -483,7 +598,15 @@ int fd_offload_init_worker(fd_worker_t *w)
     pthread_mutex_init(&p->lock, NULL);
     p->tail = &p->head;
     p->tick.handler = pool_tick;
-    p->win_t0 = fd_current_msec;
+    p->kick.handler = pool_kick;
+    p->kick.data = p;
+    {
+        cpu_set_t set;
+        p->ncpu = sched_getaffinity(0, sizeof(set), &set) == 0
+                      ? (unsigned)CPU_COUNT(&set)
+                      : (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
+        p->ncpu = fd_max(p->ncpu, 1u);
+    }
 
     p->ev.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     p->ev.handler = pool_event;

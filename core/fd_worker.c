@@ -139,14 +139,43 @@ size_t fd_connection_addr_text(fd_connection_t *c, char *buf, size_t size)
     return strlen(buf);
 }
 
+/*
+ * Listening sockets leave epoll while accepts are paused: they stay
+ * readable (the backlog is full of connections we cannot take), and a
+ * level-triggered socket would wake the loop at once, every turn.
+ */
+static void accept_events(int on)
+{
+    fd_listening_t *ls;
+
+    for (ls = fd_worker->cycle->listening; ls; ls = ls->next) {
+        if (ls->ev.fd < 0)
+            continue;
+        if (!on)
+            fd_event_del(&ls->ev);
+        else if (fd_event_add(&ls->ev, EPOLLIN |
+                              (fd_worker->cycle->events.accept ==
+                                       FD_ACCEPT_EXCLUSIVE
+                                   ? EPOLLEXCLUSIVE
+                                   : 0)) < 0)
+            fd_log_error(FD_LOG_ALERT, errno, "epoll_ctl(%s) failed",
+                         ls->text);
+    }
+}
+
 static void accept_resume(fd_timer_t *t)
 {
     fd_listening_t *ls;
 
     (void)t;
+    if (!accept_paused)
+        return;
     accept_paused = 0;
+    if (fd_worker->quitting)
+        return;
+    accept_events(1);
     for (ls = fd_worker->cycle->listening; ls; ls = ls->next)
-        if (ls->ev.fd >= 0)
+        if (ls->ev.fd >= 0 && !accept_paused)
             ls->ev.handler(&ls->ev, EPOLLIN);
 }
 
@@ -176,6 +205,7 @@ static void accept_handler(fd_event_t *ev, uint32_t events)
                 fd_log_error(FD_LOG_CRIT, errno, "accept4() failed, "
                              "pausing accepts for 100ms");
                 accept_paused = 1;
+                accept_events(0);
                 fd_timer_add(&accept_timer, 100);
                 return;
             }
@@ -334,7 +364,10 @@ int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot)
         rlim_t want = cycle->main.rlimit_nofile
                           ? (rlim_t)cycle->main.rlimit_nofile
                           : (rlim_t)cycle->events.max_connections * 2 + 64;
-        if (rl.rlim_cur < want) {
+        /* an explicit rlimit_nofile is the limit, lower or higher; the
+         * default only ever raises it */
+        if (rl.rlim_cur < want ||
+            (cycle->main.rlimit_nofile && rl.rlim_cur > want)) {
             struct rlimit nl = {fd_min(want, rl.rlim_max), rl.rlim_max};
             if (geteuid() == 0 && rl.rlim_max < want)
                 nl.rlim_cur = nl.rlim_max = want;

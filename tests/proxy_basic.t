@@ -12,7 +12,10 @@ use FastdTest;
 use Backend;
 use JSON::PP;
 use Test::More;
-use Time::HiRes qw(sleep);
+use IO::Socket::UNIX;
+use POSIX ();
+use Socket qw(SOCK_STREAM);
+use Time::HiRes qw(sleep time);
 
 my $be = Backend->new(handler => sub {
     my ($req, $c) = @_;
@@ -45,6 +48,13 @@ my $be = Backend->new(handler => sub {
         return "HTTP/1.1 100 Continue\r\n\r\n"
              . "HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok";
     }
+    if ($p eq '/close-now') {
+        # answers as if the connection stayed open, closes it, and says so
+        $c->write(Backend::response(200, "n=$req->{n}"));
+        $c->close;
+        $req->{backend}->logit("closed $$");
+        return undef;
+    }
     if ($p eq '/close-after') {
         # answers as if the connection stayed open, then closes it a
         # moment later: the proxy's pooled connection dies under it
@@ -55,6 +65,26 @@ my $be = Backend->new(handler => sub {
     return Backend::echo($req);
 });
 my $bp = $be->port;
+
+# a backend on a unix socket: one fixed answer per connection
+my $sock_path = "/tmp/fastd-proxy-test-$$.sock";
+unlink $sock_path;
+my $us = IO::Socket::UNIX->new(Type => SOCK_STREAM, Local => $sock_path, Listen => 16)
+    or die "unix socket: $!";
+my $upid = fork // die;
+if ($upid == 0) {
+    while (my $c = $us->accept) {
+        my $req = '';
+        sysread($c, $req, 65536, length $req) until $req =~ /\r\n\r\n/;
+        my ($path) = $req =~ /^GET (\S+)/;
+        syswrite($c, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: "
+                 . length("unix $path") . "\r\n\r\nunix $path");
+        close $c;
+    }
+    POSIX::_exit(0);
+}
+close $us;
+END { kill 'KILL', $upid if $upid; unlink $sock_path if $sock_path }
 
 my $t = FastdTest->new(conf => FastdTest::base_conf(
     locations => <<"L",
@@ -77,6 +107,14 @@ pass = http://be/ignored/
 handler = proxy
 pass = http://127.0.0.1:$bp/other
 
+[location /unix/]
+handler = proxy
+upstream = unix
+
+[location /kr/]
+handler = proxy
+upstream = kr
+
 [location /host/]
 handler = proxy
 upstream = be
@@ -86,7 +124,10 @@ set_header = User-Agent:
 set_header = X-Real-IP: 9.9.9.9
 
 L
-    extra => "[upstream be]\nserver = 127.0.0.1:$bp\nkeepalive = 4\n"));
+    extra => "[upstream be]\nserver = 127.0.0.1:$bp\nkeepalive = 4\n\n"
+           . "[upstream unix]\nserver = unix:$sock_path\n\n"
+           . "[upstream kr]\nserver = 127.0.0.1:$bp\nkeepalive = 2\n"
+           . "keepalive_requests = 10\nkeepalive_timeout = 1s\n"));
 $t->start;
 
 sub req {
@@ -205,6 +246,22 @@ $r = req('GET', '/continue');
 ok($r && $r->status == 201 && $r->body eq 'ok' && !@{ $r->{interim} },
    "the backend's 100 Continue is not forwarded");
 
+# --- pipelining --------------------------------------------------------------------------------
+{
+    my $c = $t->connect(timeout => 10);
+    $c->send("GET /p1 HTTP/1.1\r\nHost: x\r\n\r\n"
+             . "POST /echo-body HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nabcde"
+             . "GET /p3 HTTP/1.1\r\nHost: x\r\n\r\n"
+             . "POST /echo-body HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+             . "3\r\nxyz\r\n0\r\n\r\n"
+             . "GET /p5 HTTP/1.1\r\nHost: x\r\n\r\n");
+    my @r = $c->read_responses(5, timeout => 10);
+    is(scalar @r, 5, 'five pipelined requests, five responses');
+    ok(@r == 5 && $r[0]->body =~ m{^GET /p1 } && $r[1]->body eq 'abcde'
+       && $r[2]->body =~ m{^GET /p3 } && $r[3]->body eq 'xyz'
+       && $r[4]->body =~ m{^GET /p5 }, 'in order, with their bodies');
+}
+
 # --- keep-alive reuse ------------------------------------------------------------------------
 $be->reset_log;
 my $ok = 0;
@@ -222,6 +279,16 @@ is($be->requests, 1000, 'the backend saw 1000 requests');
 my $conns = $be->connections;
 ok($conns >= 1 && $conns <= 4, "they used at most keepalive = 4 upstream connections ($conns)");
 
+# Sockets on local port $port that closed first and wait for the peer's
+# FIN (FIN_WAIT1/2), from /proc/net/tcp.
+sub half_closed {
+    my ($port) = @_;
+    my $hex = sprintf '%04X', $port;
+    open my $fh, '<', '/proc/net/tcp' or return 0;
+    my $n = grep { /^\s*\d+: [0-9A-F]{8}:$hex [0-9A-F]{8}:[0-9A-F]{4} 0[45] / } <$fh>;
+    return $n;
+}
+
 # a backend that closes each connection right after answering
 $ok = 0;
 {
@@ -235,6 +302,40 @@ $ok = 0;
 }
 is($ok, 60, 'a pooled connection the backend closed is never used for a request');
 
+# POSTs cannot be retried once sent: a connection closed while pooled must
+# be noticed before one is written to it
+$ok = 0;
+{
+    my $c = $t->connect(timeout => 10);
+    for my $i (1 .. 30) {
+        $c->send("POST /close-now HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc");
+        my $res = $c->read_response(timeout => 10) or last;
+        $ok++ if $res->status == 200;
+        # the backend closed that connection: wait until fastd has seen it
+        # (no backend socket left half-closed, waiting for fastd's FIN)
+        FastdTest::wait_for(sub { grep({ /^closed / } $be->log_lines) >= $i
+                                  && !half_closed($bp) }, 5);
+    }
+}
+is($ok, 30, 'POSTs never go to a pooled connection the backend closed');
+
+# keepalive_requests, keepalive_timeout
+$be->reset_log;
+{
+    my $c = $t->connect(timeout => 10);
+    for my $i (1 .. 50) {
+        $c->send("GET /kr/$i HTTP/1.1\r\nHost: x\r\n\r\n");
+        $c->read_response(timeout => 10) or last;
+    }
+}
+is($be->connections, 5, 'keepalive_requests = 10: 50 requests on 5 upstream connections');
+ok(FastdTest::wait_for(sub { $be->closed >= 5 }, 4),
+   'keepalive_timeout = 1s: the idle upstream connection is closed');
+
+# --- unix sockets ----------------------------------------------------------------------------
+$r = req('GET', '/unix/x');
+ok($r && $r->status == 200 && $r->body eq 'unix /unix/x', 'server = unix:/path');
+
 # --- status -----------------------------------------------------------------------------------
 my $st = FastdTest::wait_for(sub {
     my $res = $t->get('/status');
@@ -247,6 +348,24 @@ ok($st, 'status: modules.upstream has the server of "be" with its requests');
 is($st && $st->{server}, "127.0.0.1:$bp", 'status: labelled by server address');
 is($st && $st->{healthy}, 1, 'status: healthy');
 ok($st && defined $st->{fails} && defined $st->{active}, 'status: fails and active reported');
+
+# a worker that dies: its counters are kept (retired), the new one counts on
+{
+    my ($w) = $t->workers;
+    my $before = $st ? $st->{requests} : 0;
+    kill 'KILL', $w;
+    ok(FastdTest::wait_for(sub { my ($n) = $t->workers; $n && $n != $w && $t->port_open }, 10),
+       'a killed worker is replaced');
+    req('GET', '/after-kill');
+    my $st2 = FastdTest::wait_for(sub {
+        my $res = $t->get('/status');
+        my $j = $res && eval { decode_json($res->body) } or return undef;
+        my ($u) = grep { $_->{upstream} eq 'be' } @{ $j->{modules}{upstream} || [] };
+        return $u && $u->{requests} > $before ? $u : undef;
+    }, 5);
+    ok($st2, "status: the dead worker's upstream requests still count ("
+       . ($st2 ? $st2->{requests} : '-') . " > $before)");
+}
 
 # --- config errors ----------------------------------------------------------------------------
 sub bad {
@@ -280,5 +399,5 @@ bad('bad next_upstream',
     qr/^next_upstream/, qr/sometimes/);
 
 $t->stop;
-$t->no_alerts;
+$t->no_alerts(allow => qr/exited on signal 9|signal 9/);
 done_testing;

@@ -13,6 +13,7 @@ use FastdTest;
 use Backend;
 use File::Temp ();
 use IO::Select;
+use JSON::PP;
 use Test::More;
 use Time::HiRes qw(sleep time);
 
@@ -34,9 +35,11 @@ my %bad = (
                     . "Content-Length: 2\r\n\r\nok",
     '/space-colon' => "HTTP/1.1 200 OK\r\nX-A : 1\r\nContent-Length: 2\r\n\r\nok",
     '/bare-lf'     => "HTTP/1.1 200 OK\nContent-Length: 2\n\nok",
+    '/te-gzip'     => "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+                    . "0\r\n\r\n",
 );
 
-my $main = Backend->new(handler => sub {
+my $main = Backend->new(stream_body => sub { $_[0]{path} =~ /noread/ }, handler => sub {
     my ($req, $c) = @_;
     my $p = $req->{path};
     $p =~ s{^/[a-z]+(?=/)}{};
@@ -52,6 +55,10 @@ my $main = Backend->new(handler => sub {
         sleep 0.3;
         $c->write("zz\r\n");
         sleep 0.3;
+        return undef;
+    }
+    if ($p eq '/noread') {
+        sleep 30; # the body stays unread
         return undef;
     }
     if ($p eq '/hang') {
@@ -87,16 +94,46 @@ my $victim = Backend->new();
 my $dead1 = FastdTest::free_port();
 my $dead2 = FastdTest::free_port();
 my $dead3 = FastdTest::free_port();
+# a listener that never accepts, its backlog full: a connect() to it hangs
+my $stuck = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
+                                  Listen => 0, Proto => 'tcp') or die;
+my $stuck_port = $stuck->sockport;
+my @fillers;
+for (1 .. 8) {
+    my $f = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $stuck_port,
+                                  Proto => 'tcp', Timeout => 0.3, Blocking => 1) or last;
+    push @fillers, $f;
+}
 my $rec = Backend->new();
 my $rec_port = $rec->port;
 $rec->stop;
 
 my $t = FastdTest->new(conf => FastdTest::base_conf(
+    http => { body_timeout => '1s', log_format => 'up $uri|$status|$upstream_addr|$upstream_status|$upstream_response_time' },
     locations => <<"L",
 [location /main/]
 handler = proxy
 upstream = main
 read_timeout = 1s
+
+[location = /status]
+handler = status
+
+[location /stuck/]
+handler = proxy
+pass = http://127.0.0.1:$stuck_port
+connect_timeout = 1s
+
+[location /body/]
+handler = proxy
+upstream = main
+send_timeout = 1s
+max_body_size = 100m
+
+[location /small/]
+handler = proxy
+upstream = main
+max_body_size = 1k
 
 [location /pair/]
 handler = proxy
@@ -105,6 +142,7 @@ upstream = pair
 [location /postfail/]
 handler = proxy
 upstream = postfail
+access_log = %%DIR%%/up.log format=up buffer=0
 
 [location /dead/]
 handler = proxy
@@ -200,6 +238,15 @@ sub get {
     $ok += (get("/postfail/g$_") // {status => 0})->status == 200 for 1 .. 6;
     is($ok, 6, 'GETs to the same group are retried on the other server');
     ok(scalar(grep { /GET/ } $closer->log_lines) >= 2, '(some of them went to the dropping server first)');
+    my $cp = $closer->port;
+    my $op = $ok_be->port;
+    my @l;
+    FastdTest::wait_for(sub {
+        @l = split /\n/, FastdTest::slurp($t->dir . '/up.log') // ''; @l >= 7 }, 5);
+    like($l[0] // '', qr{^/postfail/p\|502\|127\.0\.0\.1:$cp\|502\|\d+\.\d{3}$},
+         'access log: $upstream_addr, $upstream_status, $upstream_response_time');
+    ok((grep { m{^/postfail/g\d\|200\|127\.0\.0\.1:$cp, 127\.0\.0\.1:$op\|502, 200\|\d+\.\d{3}, \d+\.\d{3}$} } @l),
+       'access log: every server tried, in order') or diag(join "\n", @l);
 }
 
 # --- everything down ---------------------------------------------------------------------
@@ -239,6 +286,51 @@ sub get {
     ok($dt >= 0.9 && $dt < 5, "after read_timeout = 1s ($dt)");
     like($t->error_log, qr/upstream "main" server .*timed out reading the response header \(110: Connection timed out\)/,
          'the timeout is logged');
+}
+
+# --- connect_timeout, send_timeout, the client's body ---------------------------------------
+SKIP: {
+    skip 'no hanging connect() on this kernel', 2 unless @fillers >= 1;
+    my $t0 = time;
+    my $r = get('/stuck/x', timeout => 10);
+    my $dt = time - $t0;
+    is($r && $r->status, 504, 'connect() that never completes: 504');
+    ok($dt >= 0.9 && $dt < 5, "after connect_timeout = 1s ($dt)");
+}
+{
+    # the backend never reads the body: it fills the socket buffers
+    my $c = $t->connect(timeout => 10);
+    my $size = 64 << 20;
+    $c->send("POST /body/noread HTTP/1.1\r\nHost: x\r\nContent-Length: $size\r\n\r\n");
+    my $t0 = time;
+    my $piece = 'x' x 65536;
+    for (1 .. $size / 65536) {
+        $c->send($piece, timeout => 0.2) or last;
+        last if time - $t0 > 8;
+    }
+    my $r = $c->read_response(timeout => 10);
+    my $dt = time - $t0;
+    is($r && $r->status, 504, 'a backend that does not read the body: 504');
+    ok($dt < 8, "after send_timeout = 1s ($dt)");
+    like($t->error_log, qr/upstream "main" server .*timed out sending the request/,
+         'the send timeout is logged');
+}
+{
+    my $c = $t->connect(timeout => 10);
+    my $t0 = time;
+    $c->send("POST /main/late HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789");
+    my $r = $c->read_response(timeout => 10);
+    my $dt = time - $t0;
+    is($r && $r->status, 408, 'a client body that stops coming: 408');
+    ok($dt >= 0.9 && $dt < 5, "after body_timeout = 1s ($dt)");
+    ok($c->wait_eof(3), 'and the connection closes');
+}
+{
+    my $c = $t->connect(timeout => 10);
+    my $body = join '', map { sprintf("%x\r\n%s\r\n", 100, 'y' x 100) } 1 .. 30;
+    $c->send("POST /small/x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n$body");
+    my $r = $c->read_response(timeout => 10);
+    is($r && $r->status, 413, 'a chunked body over max_body_size: 413');
 }
 
 # --- malformed responses ---------------------------------------------------------------------
@@ -282,6 +374,21 @@ for my $p (sort keys %bad) {
     $c->close;
     ok(FastdTest::wait_for(sub { -s $hold_log }, 5),
        'a client that leaves: its upstream connection is closed');
+}
+
+# --- nothing leaked: every server's active count is back to 0 ---------------------------------
+{
+    my $busy;
+    my $ok = FastdTest::wait_for(sub {
+        my $r = $t->get('/status');
+        my $j = $r && eval { decode_json($r->body) } or return 0;
+        my @u = @{ $j->{modules}{upstream} || [] };
+        $busy = join ', ', map { "$_->{upstream}/$_->{server}=$_->{active}" }
+                           grep { $_->{active} } @u;
+        return @u && !$busy;
+    }, 5);
+    ok($ok, 'after all that, no request is counted active on any server')
+        or diag($busy);
 }
 
 $t->stop;

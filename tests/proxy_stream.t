@@ -175,7 +175,7 @@ sub stream_get {
                 if ($cstate eq 'size') {
                     my $i = index($buf, "\r\n");
                     last if $i < 0;
-                    $csize = hex substr($buf, 0, $i + 2, '');
+                    $csize = hex substr(substr($buf, 0, $i + 2, ''), 0, $i);
                     $cstate = $csize ? 'data' : 'done';
                 } elsif ($cstate eq 'data') {
                     last if length $buf < $csize + 2;

@@ -80,7 +80,8 @@ static void decode_split(const char *d, size_t n, size_t room, char *out,
         if (rc == FD_AGAIN) {
             if (have == n)
                 break;
-            have = fd_min(n, have + 1 + rng() % (rng() & 1 ? 4 : n));
+            size_t step = 1 + rng() % (rng() & 1 ? 4 : n);
+            have = fd_min(n, have + step); /* a macro: no rng() in it */
         }
         while (got < room) {
             pos = d + rpos;

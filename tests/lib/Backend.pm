@@ -8,6 +8,7 @@ package Backend;
 #   my $b = Backend->new(handler => sub {
 #       my ($req, $c) = @_;   # $req: method path target version headers
 #                             #       (lc name => value) hlist body conn n
+#                             #       backend (this object: ->logit)
 #       return Backend::response(200, "hi", 'X-A' => 1);  # bytes to send
 #       # or undef: close without answering; or '' after writing with $c
 #   });
@@ -109,6 +110,7 @@ sub log_lines {
 
 sub connections { scalar grep { /^conn / } $_[0]->log_lines }
 sub requests    { scalar grep { /^req / } $_[0]->log_lines }
+sub closed      { scalar grep { /^end / } $_[0]->log_lines }
 sub reset_log   { open my $fh, '>', $_[0]{log}; close $fh }
 
 sub logit {
@@ -206,7 +208,9 @@ sub serve {
     $self->logit("conn $$");
     while (1) {
         while (index($c->{buf}, "\r\n\r\n") < 0) {
-            $c->fill or return;
+            next if $c->fill;
+            $self->logit("end $$"); # the peer closed between requests
+            return;
         }
         my $end = index($c->{buf}, "\r\n\r\n");
         my $head = substr($c->{buf}, 0, $end);
@@ -223,7 +227,7 @@ sub serve {
         my $req = {
             method => $method, target => $target, version => $version,
             headers => \%h, hlist => \@hl, body => '', conn => $$,
-            n => ++$n, port => $self->{port}, c => $c,
+            n => ++$n, port => $self->{port}, c => $c, backend => $self,
         };
         ($req->{path}) = $target =~ m{^([^?]*)};
         $self->logit("req $$ $method $target");
