@@ -40,6 +40,7 @@ struct fd_connection_s {
     uint8_t registered:1;      /* added to epoll (lazily, when it waits) */
     uint8_t lt_out:1;          /* level-triggered: EPOLLOUT registered */
     uint8_t lt_noin:1;         /* level-triggered: EPOLLIN not registered */
+    uint8_t lt_hup:1;          /* level-triggered: only EPOLLRDHUP */
     uint8_t family;
     uint16_t port;
     uint8_t addr[16];          /* peer address, v4 in the first 4 bytes */

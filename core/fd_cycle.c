@@ -163,15 +163,19 @@ static const fd_directive_t http_directives[] = {
 
 static const fd_directive_t offload_directives[] = {
     {.name = "threads", .type = FD_CONF_INT, .offset = OFFLOAD(threads),
-     .def = "4", .doc = "pool threads started per worker"},
+     .def = "4", .doc = "pool threads per worker (adaptive = off: exactly "
+                        "this many; on: the minimum)"},
     {.name = "max_threads", .type = FD_CONF_INT,
      .offset = OFFLOAD(max_threads), .def = "64",
-     .doc = "upper bound of pool threads per worker"},
+     .doc = "adaptive = on: upper bound of pool threads per worker"},
     {.name = "idle_timeout", .type = FD_CONF_MSEC,
      .offset = OFFLOAD(idle_timeout), .def = "60s",
-     .doc = "threads above `threads` exit after this idle time"},
+     .doc = "adaptive = on: threads above `threads` exit after this idle "
+            "time (0: never)"},
     {.name = "adaptive", .type = FD_CONF_FLAG, .offset = OFFLOAD(adaptive),
-     .def = "off", .doc = "grow and shrink the pool with the backlog"},
+     .def = "off", .doc = "on: add threads while blocked work waits, "
+                          "hill-climb on the completion rate otherwise; "
+                          "off: a fixed pool, for stable benchmarks"},
     FD_CONF_END};
 
 static int set_root(fd_conf_t *cf, const fd_directive_t *d, void *conf,
@@ -222,6 +226,11 @@ const fd_directive_t fd_http_loc_directives[] = {
     {.name = "max_body_size", .type = FD_CONF_SIZE,
      .offset = LOC(max_body_size), .def = "1m",
      .doc = "largest request body; over it: 413"},
+    {.name = "offload", .type = FD_CONF_FLAG, .offset = LOC(offload),
+     .def = "off",
+     .doc = "on: this location's handler runs on the worker's offload pool "
+            "(static: open/stat on slow disks), whatever inline_completions "
+            "says; only for thread-safe handlers"},
     FD_CONF_END};
 
 /* server_name = a.example www.a.example: one list item per name */

@@ -68,18 +68,28 @@ struct fd_http_conn_s {
  * Level-triggered mode only: ask for exactly the events the connection can
  * act on, or a readable socket whose request waits on a handler would wake
  * the loop forever. (Edge-triggered connections register everything once.)
+ * in: LT_IN reading, LT_HUP only the peer's close (a waiting request that
+ * can be aborted), LT_NONE nothing.
  */
+enum { LT_NONE = 0, LT_IN = 1, LT_HUP = 2 };
+
+static uint32_t lt_events(int in, int out)
+{
+    return (in == LT_IN ? EPOLLIN | EPOLLRDHUP : in == LT_HUP ? EPOLLRDHUP : 0)
+           | (out ? EPOLLOUT : 0);
+}
+
 static void lt_interest(fd_connection_t *c, int in, int out)
 {
-    uint32_t ev = (in ? EPOLLIN | EPOLLRDHUP : 0) | (out ? EPOLLOUT : 0);
-
     if (fd_worker->cycle->events.edge_triggered ||
-        (c->lt_noin == !in && c->lt_out == !!out))
+        (c->lt_noin == (in != LT_IN) && c->lt_hup == (in == LT_HUP) &&
+         c->lt_out == !!out))
         return;
-    c->lt_noin = !in;
+    c->lt_noin = in != LT_IN;
+    c->lt_hup = in == LT_HUP;
     c->lt_out = !!out;
     if (c->registered)
-        fd_event_mod(&c->ev, ev);
+        fd_event_mod(&c->ev, lt_events(in, out));
 }
 
 /*
@@ -96,8 +106,8 @@ static void conn_register(fd_connection_t *c)
     if (fd_worker->cycle->events.edge_triggered)
         ev = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
     else
-        ev = (c->lt_noin ? 0 : EPOLLIN | EPOLLRDHUP) |
-             (c->lt_out ? EPOLLOUT : 0);
+        ev = lt_events(c->lt_noin ? (c->lt_hup ? LT_HUP : LT_NONE) : LT_IN,
+                       c->lt_out);
     if (fd_event_add(&c->ev, ev) < 0) {
         fd_log_error(FD_LOG_ALERT, errno, "epoll_ctl() failed");
         fd_connection_close(c);
@@ -381,7 +391,8 @@ static int http_flush(fd_connection_t *c)
         if (n < 0) {
             if (errno == EAGAIN || errno == EINTR) {
                 c->writable = 0;
-                lt_interest(c, !c->lt_noin, 1);
+                lt_interest(c, c->lt_noin ? (c->lt_hup ? LT_HUP : LT_NONE)
+                                          : LT_IN, 1);
                 fd_connection_set_timeout(c,
                                           fd_worker->cycle->http.send_timeout);
                 return FD_AGAIN;
@@ -408,7 +419,7 @@ static int http_flush(fd_connection_t *c)
             seg_done(h);
         }
     }
-    lt_interest(c, !c->lt_noin, 0);
+    lt_interest(c, c->lt_noin ? (c->lt_hup ? LT_HUP : LT_NONE) : LT_IN, 0);
     return FD_OK;
 }
 
@@ -992,7 +1003,7 @@ void fd_http_run_handler(fd_request_t *r)
     int resumed = r->async; /* held by an access module until now */
     int rc;
 
-    if (!fd_worker->cycle->http.inline_completions &&
+    if ((!fd_worker->cycle->http.inline_completions || r->loc->offload) &&
         (m->flags & FD_MODULE_THREAD_SAFE)) {
         r->in_offload = 1;
         r->async = 1;
@@ -1515,10 +1526,12 @@ static void http_after_io(fd_connection_t *c)
         c->deadline = 0; /* the module's own timers rule */
         fd_connection_set_state(c, FD_CONN_BUSY);
         if (h->r->phase != PH_STREAM)
-            lt_interest(c, 0, h->segs != NULL);
+            /* an abortable wait (a queue) still hears the peer leave */
+            lt_interest(c, h->r->on_abort ? LT_HUP : LT_NONE,
+                        h->segs != NULL);
         return;
     }
-    lt_interest(c, 1, h->segs != NULL);
+    lt_interest(c, LT_IN, h->segs != NULL);
     if (c->closing) {
         if (c->linger && !c->error && !c->eof) {
             /* the peer may still be sending (an unread body): closing now

@@ -49,6 +49,7 @@ struct fd_http_loc_s {
     fd_conf_list_t index;
     int follow_symlinks;
     size_t max_body_size;
+    int offload;               /* run a thread-safe handler on the pool */
     char *name;                /* "location /x" for logs */
     void **mconf;              /* [fd_nmodules] */
     fd_http_loc_t *next;

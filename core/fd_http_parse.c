@@ -25,6 +25,27 @@ const uint8_t fd_http_tchar[256] = {
     ['y'] = 1, ['z'] = 1,
 };
 
+/*
+ * Bytes a Host value (or an absolute-form authority) may hold: RFC 3986
+ * reg-name, IP-literal and port characters, and obs-text. A "/", "\\",
+ * "@", "?", "#", quote or space would let an application that builds URLs
+ * or routes from Host be told a different story than the one we routed.
+ */
+static int host_valid(const char *s, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        uint8_t c = (uint8_t)s[i];
+        if (c >= 0x80 || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+            (c >= '0' && c <= '9'))
+            continue;
+        if (!strchr("-._~!$&'()*+,;=:[]%", c) || c == '\0')
+            return 0;
+    }
+    return 1;
+}
+
 /* TE parsing state kept in bits we do not expose */
 #define TE_CHUNKED_LAST 0x1
 #define TE_OTHER 0x2
@@ -111,8 +132,8 @@ static int parse_target(fd_http_req_t *p, const char *s, size_t n)
         slash = memchr(h, '/', (size_t)(e - h));
         if (slash == NULL)
             slash = e;
-        if (slash == h || memchr(h, '@', (size_t)(slash - h)))
-            return 400;
+        if (slash == h || !host_valid(h, (size_t)(slash - h)))
+            return 400; /* empty, userinfo ('@' is not a host byte), ... */
         p->host.data = h;
         p->host.len = (size_t)(slash - h);
         p->host_seen = 1;
@@ -188,7 +209,8 @@ static int index_header(fd_http_req_t *p, fd_str_t name, fd_str_t value)
         if (fd_str_caseeq_lit(name, "host")) {
             if (++p->host_headers > 1)
                 return 400; /* two Host fields */
-            if (value.len == 0 && p->version == 11)
+            if ((value.len == 0 && p->version == 11) ||
+                !host_valid(value.data, value.len))
                 return 400;
             if (!p->host_from_target) /* absolute-form authority wins */
                 p->host = value;
@@ -338,7 +360,9 @@ static int parse_header_line(fd_http_req_t *p, const char *s, size_t n)
 
 static int headers_done(fd_http_req_t *p)
 {
-    if (p->version == 11 && !p->host_seen)
+    /* RFC 9112 3.2: an HTTP/1.1 request needs a Host field, even when
+     * its target is in absolute-form (whose authority then wins) */
+    if (p->version == 11 && p->host_headers == 0)
         return 400;
     if (p->te_seen) {
         unsigned te = p->te_flags;

@@ -100,7 +100,8 @@ typedef struct {
     int stop;
     fd_offload_stats_t *area;    /* published figures */
 
-    item_t *finished;            /* lock-free stack, threads -> loop */
+    /* lock-free stack, threads -> loop; its own cache line */
+    item_t *finished __attribute__((aligned(FD_CACHELINE)));
 
     /* loop only */
     fd_posted_t kick;            /* wake threads once per loop turn */

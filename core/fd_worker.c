@@ -405,6 +405,10 @@ int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot)
         return FD_WORKER_FATAL;
 
     events = malloc(sizeof(*events) * (size_t)cycle->events.max_events);
+    if (events == NULL) {
+        fd_log_error(FD_LOG_EMERG, errno, "malloc() of events failed");
+        return FD_WORKER_FATAL;
+    }
     for (;;) {
         if (fd_sig_terminate)
             break;
@@ -447,5 +451,6 @@ int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot)
         if (fd_modules[m]->exit_worker)
             fd_modules[m]->exit_worker(w);
     fd_offload_exit_worker(w);
+    free(events);
     return 0;
 }

@@ -221,4 +221,28 @@ sub all_ok {
     $t->no_alerts;
 }
 
+# --- offload = on: a static location reads its files on the pool -----------------
+{
+    my $t = FastdTest->new(conf => FastdTest::base_conf(
+        locations => "[location = /status]\nhandler = status\n\n"
+                   . "[location /files/]\nroot = %%DIR%%\noffload = on\n",
+        extra     => "[offload]\nthreads = 1\nadaptive = off\n"));
+    mkdir $t->dir . '/files';
+    FastdTest::spew($t->dir . '/files/a.txt', 'x' x 5000);
+    $t->start;
+    my $p0 = wait_pool($t, sub { 1 });
+    my $c0 = $p0 ? $p0->{completed} : 0;
+    my $ok = 0;
+    for (1 .. 10) {
+        my $r = $t->get('/files/a.txt');
+        $ok++ if $r && $r->status == 200 && length($r->body) == 5000;
+    }
+    is($ok, 10, 'offload = on: static files served');
+    ok(wait_pool($t, sub { $_[0]{completed} >= $c0 + 10 }),
+       'offload = on: each static request went through the pool');
+    is($t->get('/plaintext')->status, 200, 'other locations stay inline');
+    $t->stop;
+    $t->no_alerts;
+}
+
 done_testing;

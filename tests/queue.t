@@ -9,12 +9,27 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use FastdTest;
+use Backend;
 use IO::Select;
 use JSON::PP;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
+# a slow backend for the proxy behind a queue
+my $be = Backend->new(handler => sub {
+    my ($req) = @_;
+    return undef if $req->{path} eq '/px/fail';   # close: 502
+    Time::HiRes::sleep(0.6);
+    return Backend::response(200, "proxied $req->{path}");
+});
+my $bp = $be->port;
+
 my $locations = <<'END';
+[location /px/]
+handler = proxy
+upstream = be
+queue = px
+
 [location = /status]
 handler = status
 
@@ -49,7 +64,11 @@ queue = hammer
 
 END
 
-my $extra = <<'END';
+my $extra = "[upstream be]\nserver = 127.0.0.1:$bp\n\n" . <<'END';
+[queue px]
+max_concurrent = 1
+queue_limit = 1
+
 [offload]
 threads = 16
 
@@ -174,7 +193,7 @@ sub collect {
               'lifo: the oldest waiter (B) is rejected for the newcomer D');
     is(join('', map { $names[$_] } @$order), 'BADC',
        'lifo: B rejected first, then A, then the newest (D) before C');
-    ok($when->{1} < 0.3, 'lifo: B is rejected at once, not after a wait')
+    ok($when->{1} < 0.5, 'lifo: B is rejected at once, not after a wait')
         or diag("B after $when->{1} s");
     $_->close for values %c;
     my $q = wait_q('lifo', sub { $_[0]{active} == 0 && $_[0]{waiting} == 0 });
@@ -248,6 +267,38 @@ sub collect {
     is($r && $r->{status}, 200, 'abort: the next request gets the slot');
 }
 
+# --- the proxy behind a queue: waiting, client abort, upstream error --------
+{
+    my $a = $t->connect;
+    $a->send(req('/px/a'));
+    ok(wait_q('px', sub { $_[0]{active} == 1 }), 'proxy: A holds the slot');
+    my $b = $t->connect;
+    $b->send(req('/px/b'));
+    ok(wait_q('px', sub { $_[0]{waiting} == 1 }), 'proxy: B waits');
+    my $rc = $t->http(req('/px/c'), timeout => 5);
+    is($rc && $rc->{status}, 503, 'proxy: C is rejected (full)');
+    my $ra = $a->read_response(timeout => 5);
+    my $rb = $b->read_response(timeout => 5);
+    is($ra && $ra->{body}, 'proxied /px/a', 'proxy: A answered by the backend');
+    is($rb && $rb->{body}, 'proxied /px/b', 'proxy: B answered after A');
+    $_->close for $a, $b;
+
+    # the client leaves while the proxy waits on the upstream
+    $a = $t->connect;
+    $a->send(req('/px/slow'));
+    ok(wait_q('px', sub { $_[0]{active} == 1 }), 'proxy abort: A is proxied');
+    $a->close;
+    ok(wait_q('px', sub { $_[0]{active} == 0 }, 3),
+       'proxy abort: the slot is back as soon as the client left');
+
+    # an upstream error ends the request: 502, and the slot is back
+    my $rf = $t->http(req('/px/fail'), timeout => 5);
+    is($rf && $rf->{status}, 502, 'proxy error: 502');
+    my $q = wait_q('px', sub { $_[0]{active} == 0 && $_[0]{waiting} == 0 });
+    ok($q && $q->{admitted} == 4, 'proxy: admitted 4, none left holding a slot')
+        or diag(explain $q);
+}
+
 # --- hammer: random aborts, sync and offloaded handlers, LIFO evictions ------
 {
     srand(4);
@@ -309,7 +360,7 @@ sub collect {
     my $r = $t->get('/status');
     my $s = $r && eval { decode_json($r->body) };
     my %names = map { $_->{queue} => 1 } @{ $s->{modules}{queue} || [] };
-    is_deeply(\%names, {map { $_ => 1 } qw(fifo lifo short leave hammer)},
+    is_deeply(\%names, {map { $_ => 1 } qw(fifo lifo short leave hammer px)},
               'status: modules.queue lists every [queue]');
     my ($w) = @{ $s->{workers} || [] };
     ok($w && grep({ ($_->{queue} // '') eq 'fifo' && $_->{admitted} == 4 }
