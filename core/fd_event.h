@@ -9,6 +9,10 @@
  */
 struct fd_event_s {
     int fd;
+    /* flipped each time the struct is reused for a new fd: an event that
+     * epoll returned for the previous user in the same batch is dropped
+     * (the low bit of data.ptr carries it) */
+    unsigned instance;
     void (*handler)(fd_event_t *ev, uint32_t events);
 };
 

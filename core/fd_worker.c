@@ -30,16 +30,18 @@ static fd_posted_t *posted;
 
 volatile sig_atomic_t fd_sig_quit, fd_sig_terminate, fd_sig_reopen;
 
+#define EV_PTR(ev) ((void *)((uintptr_t)(ev) | ((ev)->instance & 1)))
+
 int fd_event_add(fd_event_t *ev, uint32_t events)
 {
-    struct epoll_event ee = {.events = events, .data.ptr = ev};
+    struct epoll_event ee = {.events = events, .data.ptr = EV_PTR(ev)};
 
     return epoll_ctl(fd_worker->epfd, EPOLL_CTL_ADD, ev->fd, &ee);
 }
 
 int fd_event_mod(fd_event_t *ev, uint32_t events)
 {
-    struct epoll_event ee = {.events = events, .data.ptr = ev};
+    struct epoll_event ee = {.events = events, .data.ptr = EV_PTR(ev)};
 
     return epoll_ctl(fd_worker->epfd, EPOLL_CTL_MOD, ev->fd, &ee);
 }
@@ -117,6 +119,11 @@ static void conn_timer(fd_timer_t *t)
 
 void fd_connection_close(fd_connection_t *c)
 {
+    if (c->ev.fd < 0) {
+        /* a second close would corrupt the connection count */
+        fd_log_error(FD_LOG_ALERT, 0, "connection closed twice");
+        return;
+    }
     fd_timer_del(&c->timer);
     c->deadline = 0;
     fd_http_release(c);
@@ -221,7 +228,11 @@ static void accept_handler(fd_event_t *ev, uint32_t events)
             continue;
         }
         c = &conn_mem[fd];
-        memset(c, 0, sizeof(*c));
+        {
+            unsigned instance = c->ev.instance;
+            memset(c, 0, sizeof(*c));
+            c->ev.instance = !instance;
+        }
         c->ev.fd = fd;
         c->ev.handler = fd_http_event;
         c->timer.handler = conn_timer;
@@ -442,7 +453,11 @@ int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot)
             break;
         }
         for (i = 0; i < nev; i++) {
-            fd_event_t *ev = events[i].data.ptr;
+            uintptr_t p = (uintptr_t)events[i].data.ptr;
+            fd_event_t *ev = (fd_event_t *)(p & ~(uintptr_t)1);
+            /* closed earlier in this batch, or closed and reused */
+            if (ev->fd < 0 || (ev->instance & 1) != (p & 1))
+                continue;
             ev->handler(ev, events[i].events);
         }
         run_posted();

@@ -177,7 +177,9 @@ sub base_conf {
             error_log      => '%%DIR%%/error.log',
             $LOG_LEVEL_KEY => 'info',
         ] ],
-        [ events => [ max_connections => 1024 ] ],
+        # FASTD_TEST_LT=1: the same test with level-triggered events
+        [ events => [ max_connections => 1024,
+                      $ENV{FASTD_TEST_LT} ? (edge_triggered => 'off') : () ] ],
         [ http   => [ access_log_supported() ? (access_log => 'off') : () ] ],
         [ server => [ listen => '127.0.0.1:%%PORT%%', root => '%%HTML%%' ] ],
     );
