@@ -4,6 +4,8 @@
  */
 #include "fd_core.h"
 #include "fd_http_parse.h"
+#undef fd_str_caseeq_lit
+#define fd_str_caseeq_lit(a, lit) fd_str_caseeq_lower(a, lit, sizeof(lit) - 1)
 
 /* tchar = "!" / "#" / "$" / "%" / "&" / "'" / "*" / "+" / "-" / "." /
  *         "^" / "_" / "`" / "|" / "~" / DIGIT / ALPHA */
@@ -326,7 +328,23 @@ static int parse_header_line(fd_http_req_t *p, const char *s, size_t n)
         v++;
     while (e > v && (e[-1] == ' ' || e[-1] == '\t'))
         e--;
-    for (i = 0; i < (size_t)(e - v); i++) {
+    i = 0;
+    /* 8 bytes at a time: any byte < 0x20 or == 0x7f sends the word to
+     * the exact per-byte check (tab is allowed) */
+    for (; i + 8 <= (size_t)(e - v); i += 8) {
+        uint64_t x, y;
+        memcpy(&x, v + i, 8);
+        y = x ^ 0x7f7f7f7f7f7f7f7fULL;
+        if ((((x - 0x2020202020202020ULL) & ~x)
+             | ((y - 0x0101010101010101ULL) & ~y)) & 0x8080808080808080ULL) {
+            for (size_t j = i; j < i + 8; j++) {
+                uint8_t ch = (uint8_t)v[j];
+                if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+                    return 400;
+            }
+        }
+    }
+    for (; i < (size_t)(e - v); i++) {
         uint8_t ch = (uint8_t)v[i];
         if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
             return 400; /* NUL, bare CR, other controls */
