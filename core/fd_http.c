@@ -193,7 +193,18 @@ void fd_http_release(fd_connection_t *c)
         h->r->on_abort = NULL;
         abort(h->r);
     }
-    fd_pool_reset(h->pool);
+    /* keep a few blocks with the cached state (a pipelined batch needs
+     * them again); a pool that grew large gives its extra blocks back */
+    {
+        unsigned nblocks = 0;
+        fd_pool_block_t *b;
+        for (b = h->pool->first; b && nblocks <= 4; b = b->next)
+            nblocks++;
+        if (nblocks <= 4)
+            fd_pool_clear(h->pool);
+        else
+            fd_pool_reset(h->pool);
+    }
     if (h->rbuf)
         fd_block_put(&fd_worker->rbufs, h->rbuf);
     if (h->obuf) {
@@ -1023,7 +1034,32 @@ void fd_http_run_handler(fd_request_t *r)
         request_finalize(r, rc);
 }
 
-/* The access phase (queue limits), then the handler. */
+/*
+ * The modules that have each hook, in module order, found once: the
+ * request path walks only these instead of every module.
+ */
+static struct {
+    unsigned ready, naccess, nfilter, nlog;
+    const fd_module_t *access[64], *filter[64], *log[64];
+} hooks;
+
+static void hooks_init(void)
+{
+    unsigned i;
+
+    for (i = 0; i < fd_nmodules && i < 64; i++) {
+        const fd_module_t *m = fd_modules[i];
+        if (m->access)
+            hooks.access[hooks.naccess++] = m;
+        if (m->filter)
+            hooks.filter[hooks.nfilter++] = m;
+        if (m->log)
+            hooks.log[hooks.nlog++] = m;
+    }
+    hooks.ready = 1;
+}
+
+/* The access phase (acl, rewrite, queue limits), then the handler. */
 static void run_handler(fd_request_t *r)
 {
     fd_http_loc_t *loc;
@@ -1032,12 +1068,12 @@ static void run_handler(fd_request_t *r)
 
     if (r->phase != PH_STREAM) /* the engine keeps reading the body */
         r->phase = PH_HANDLER;
+    if (fd_unlikely(!hooks.ready))
+        hooks_init();
 again:
     loc = r->loc;
-    for (i = 0; i < fd_nmodules; i++) {
-        if (fd_modules[i]->access == NULL)
-            continue;
-        if ((rc = fd_modules[i]->access(r)) == FD_OK) {
+    for (i = 0; i < hooks.naccess; i++) {
+        if ((rc = hooks.access[i]->access(r)) == FD_OK) {
             /* rewritten to another location: its checks, from the first */
             if (r->loc != loc)
                 goto again;
@@ -1060,9 +1096,10 @@ static void access_count(fd_request_t *r)
     unsigned i;
 
     fd_stats->status[cls >= 1 && cls <= 5 ? cls : 0]++;
-    for (i = 0; i < fd_nmodules; i++)
-        if (fd_modules[i]->log)
-            fd_modules[i]->log(r);
+    if (fd_unlikely(!hooks.ready))
+        hooks_init();
+    for (i = 0; i < hooks.nlog; i++)
+        hooks.log[i]->log(r);
 }
 
 /* The response in r is complete (or rc is an error): queue it. */
@@ -1089,8 +1126,10 @@ static void request_finalize(fd_request_t *r, int rc)
     if (r->status == 0)
         r->status = 200;
     if (!r->header_sent) {
-        for (i = 0; i < fd_nmodules; i++)
-            if (fd_modules[i]->filter && fd_modules[i]->filter(r) != FD_OK) {
+        if (fd_unlikely(!hooks.ready))
+            hooks_init();
+        for (i = 0; i < hooks.nfilter; i++)
+            if (hooks.filter[i]->filter(r) != FD_OK) {
                 fd_http_error_page(r, 500);
                 break;
             }
