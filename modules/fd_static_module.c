@@ -41,6 +41,12 @@ typedef struct {
     char *mime_types;
     int etag;
     const mime_table_t *types;
+    /* this worker's descriptor of the root (O_PATH), opened on first use
+     * and kept: files open beneath it without a path walk of the root per
+     * request. 0: not yet (the conf is zeroed), else fd + 1. The root was
+     * resolved with realpath() at load, so caching changes nothing a
+     * reload would not. */
+    int rootfd1;
 } static_conf_t;
 
 static int static_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf);
@@ -984,15 +990,30 @@ static int static_handler(fd_request_t *r)
     rel = full + root_len + 1;
 
     if (!loc->follow_symlinks) {
-        char save = full[root_len];
+        static_conf_t *mcf = (static_conf_t *)scf;
+        int cached = __atomic_load_n(&mcf->rootfd1, __ATOMIC_ACQUIRE);
 
-        full[root_len] = '\0';
-        rootfd = open(root_len ? full : "/",
-                      O_PATH | O_DIRECTORY | O_CLOEXEC);
-        err = errno;
-        full[root_len] = save;
-        if (rootfd == -1)
-            return open_error(r, loc->root, err);
+        if (cached) {
+            rootfd = cached - 1;
+        } else {
+            char save = full[root_len];
+            int expect = 0;
+
+            full[root_len] = '\0';
+            rootfd = open(root_len ? full : "/",
+                          O_PATH | O_DIRECTORY | O_CLOEXEC);
+            err = errno;
+            full[root_len] = save;
+            if (rootfd == -1)
+                return open_error(r, loc->root, err);
+            /* pool threads may race here: one descriptor wins */
+            if (!__atomic_compare_exchange_n(&mcf->rootfd1, &expect,
+                                             rootfd + 1, 0, __ATOMIC_ACQ_REL,
+                                             __ATOMIC_ACQUIRE)) {
+                close(rootfd);
+                rootfd = expect - 1;
+            }
+        }
     }
 
     if (full[n - 1] == '/') {
@@ -1033,8 +1054,6 @@ static int static_handler(fd_request_t *r)
                           : open_beneath(rootfd, rel, flags);
         err = errno;
     }
-    if (rootfd != -1)
-        close(rootfd);
     if (fd == -1)
         return open_error(r, full, err);
 
