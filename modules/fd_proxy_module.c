@@ -1244,10 +1244,11 @@ static void keepalive_put(uconn_t *uc)
  * An idle connection the upstream closed (or sent bytes on) is closed when
  * that event arrives. One whose FIN arrived after this loop turn's
  * epoll_wait is caught by peeking before reuse: always for a request that
- * could not be retried, else when it has been idle since an earlier
- * millisecond (under load a connection is reused within the same one, and
- * the peek would be a syscall per request; a GET on a connection that dies
- * under it is retried on a new one).
+ * could not be retried once sent, else when it has been idle for a second
+ * or more, long enough for an upstream's idle timeout to be near (under
+ * load connections are reused sooner, and a peek per request would cost a
+ * syscall in five). A GET on a connection that dies under it is retried on
+ * a new one anyway.
  */
 static uconn_t *keepalive_get(peer_t *p, int careful)
 {
@@ -1258,7 +1259,7 @@ static uconn_t *keepalive_get(peer_t *p, int careful)
         ssize_t n = -1;
         idle_unlink(uc);
         errno = EAGAIN;
-        if (careful || uc->idle_since != fd_current_msec)
+        if (careful || fd_current_msec - uc->idle_since >= 1000)
             n = recv(uc->ev.fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT);
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             uc->reused = 1;

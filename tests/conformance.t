@@ -188,8 +188,8 @@ my @cases = (
     # --- request line --------------------------------------------------------
     ['absolute-form', "GET http://x/plaintext HTTP/1.1\r\nHost: y\r\n\r\n" . $NEXT,
      200, 'keep'],
-    ['absolute-form, https and no path', "GET https://x HTTP/1.1\r\n$H\r\n" . $NEXT,
-     [200, 301, 302, 403, 404], 'keep'],
+    ['absolute-form, https and no path (the path is "/")',
+     "GET https://x HTTP/1.1\r\n$H\r\n" . $NEXT, 200, 'keep'],
     ['absolute-form with userinfo', "GET http://user\@x/plaintext HTTP/1.1\r\n$H\r\n",
      400, 'close'],
     ['absolute-form with an empty authority', "GET http:///plaintext HTTP/1.1\r\n$H\r\n",
@@ -228,6 +228,17 @@ my @cases = (
     # --- Host and Expect -------------------------------------------------------
     ['Host with an empty value in HTTP/1.1', "GET /plaintext HTTP/1.1\r\nHost:\r\n\r\n",
      400, 'close'],
+    ['absolute-form without a Host field (RFC 9112 3.2)',
+     "GET http://x/plaintext HTTP/1.1\r\n\r\n", 400, 'close'],
+    ['Host with a slash', "GET /plaintext HTTP/1.1\r\nHost: x/y\r\n\r\n", 400, 'close'],
+    ['Host with a backslash', "GET /plaintext HTTP/1.1\r\nHost: x\\y\r\n\r\n", 400, 'close'],
+    ['Host with a space inside', "GET /plaintext HTTP/1.1\r\nHost: x y\r\n\r\n", 400, 'close'],
+    ['Host with userinfo', "GET /plaintext HTTP/1.1\r\nHost: u\@x\r\n\r\n", 400, 'close'],
+    ['Host with a quote', "GET /plaintext HTTP/1.1\r\nHost: x\"y\r\n\r\n", 400, 'close'],
+    ['Host: IPv6 literal with a port', "GET /plaintext HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n"
+     . $NEXT, 200, 'keep'],
+    ['Host: reg-name with "_" and a trailing dot',
+     "GET /plaintext HTTP/1.1\r\nHost: a_b.example.:80\r\n\r\n" . $NEXT, 200, 'keep'],
     ['unknown Expect', "GET /plaintext HTTP/1.1\r\n${H}Expect: 200-ok\r\n\r\n",
      417, 'close'],
 );

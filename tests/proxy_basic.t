@@ -60,6 +60,8 @@ my $be = Backend->new(handler => sub {
         # moment later: the proxy's pooled connection dies under it
         $c->write(Backend::response(200, "n=$req->{n}"));
         sleep(rand(0.004));
+        $c->close;
+        $req->{backend}->logit("closed $$");
         return undef;
     }
     return Backend::echo($req);
@@ -305,7 +307,10 @@ is($ok, 60, 'a pooled connection the backend closed is never used for a request'
 # POSTs cannot be retried once sent: a connection closed while pooled must
 # be noticed before one is written to it
 $ok = 0;
+sub closes { scalar grep { /^closed / } $be->log_lines }
+FastdTest::wait_for(sub { closes() >= 60 && !half_closed($bp) }, 5);
 {
+    my $base = closes();
     my $c = $t->connect(timeout => 10);
     for my $i (1 .. 30) {
         $c->send("POST /close-now HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc");
@@ -313,8 +318,8 @@ $ok = 0;
         $ok++ if $res->status == 200;
         # the backend closed that connection: wait until fastd has seen it
         # (no backend socket left half-closed, waiting for fastd's FIN)
-        FastdTest::wait_for(sub { grep({ /^closed / } $be->log_lines) >= $i
-                                  && !half_closed($bp) }, 5);
+        FastdTest::wait_for(sub { closes() >= $base + $i && !half_closed($bp) },
+                            5);
     }
 }
 is($ok, 30, 'POSTs never go to a pooled connection the backend closed');

@@ -13,12 +13,14 @@
  * addresses only, and skips inputs that would create SQLite databases.
  */
 #include <dlfcn.h>
+#include <ftw.h>
 #include <glob.h>
 #include <netdb.h>
 #include <sys/stat.h>
 
 #include "fd_core.h"
 #include "fd_cycle.h"
+#include "fd_module.h"
 
 static char dir[] = "/dev/shm/fd-fuzz-conf-XXXXXX"; /* tmpfs: no disk I/O */
 static char conf_path[sizeof(dir) + 32];
@@ -89,12 +91,33 @@ static void put(const char *name, const char *text)
     fclose(fp);
 }
 
+static int remove_one(const char *path, const struct stat *st, int flag,
+                      struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+/* libFuzzer ends with exit(): leave nothing in /dev/shm */
+static void cleanup(void)
+{
+    nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 static void setup(void)
 {
     char path[sizeof(dir) + 16];
+    unsigned i;
+
+    /* as main() does: fd_loc_conf() finds a module's conf by its index */
+    for (i = 0; i < fd_nmodules; i++)
+        fd_modules[i]->index = i;
 
     if (mkdtemp(dir) == NULL)
         abort();
+    atexit(cleanup);
     snprintf(path, sizeof(path), "%s/conf", dir);
     mkdir(path, 0755);
     snprintf(path, sizeof(path), "%s/html", dir);

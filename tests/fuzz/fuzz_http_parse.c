@@ -116,7 +116,9 @@ static void check_accepted(const fd_http_req_t *p, const char *start,
     else
         assert(p->content_length == -1);
     if (p->version == 11)
-        assert(p->host_seen);
+        assert(p->host_seen && host_fields == 1);
+    for (i = 0; i < p->host.len; i++) /* routing and upstreams see it */
+        assert(!strchr(" \t/\\@?#\"<>{}|^`", p->host.data[i]));
 
     if (p->path_raw.len && p->path_raw.data[0] == '/') {
         /* normalise into exactly src + 1 bytes: ASan sees any overrun */
