@@ -1209,10 +1209,11 @@ static void resume_handler(void *data)
         return;
     fd_log_conn_id = c->id;
     http_process(c);
-    /* a streamed body: reading may have stopped on a full buffer (with
-     * edge-triggered events no new one comes): read on */
-    if (c->h && c->readable && c->h->r && c->h->r->phase == PH_STREAM &&
-        !c->closing) {
+    /* reading may have stopped on a full buffer or behind a handler (a
+     * streamed body, a pipeline behind an async request); with
+     * edge-triggered events no new event comes for bytes already in the
+     * socket: read on (http_read() stops again if still blocked) */
+    if (c->h && c->readable && !c->closing) {
         http_read(c);
         if (c->h && c->eof)
             http_process(c);

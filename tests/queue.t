@@ -302,7 +302,7 @@ sub collect {
 # --- hammer: random aborts, sync and offloaded handlers, LIFO evictions ------
 {
     srand(4);
-    my $end = time + 3;
+    my $end = time + 10;
     my (@open, %seen, $sent);
     while (time < $end) {
         while (@open < 24) {

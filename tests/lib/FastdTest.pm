@@ -180,7 +180,10 @@ sub base_conf {
         # FASTD_TEST_LT=1: the same test with level-triggered events
         [ events => [ max_connections => 1024,
                       $ENV{FASTD_TEST_LT} ? (edge_triggered => 'off') : () ] ],
-        [ http   => [ access_log_supported() ? (access_log => 'off') : () ] ],
+        # FASTD_TEST_INLINE_OFF=1: handlers dispatched through the pool
+        [ http   => [ access_log_supported() ? (access_log => 'off') : (),
+                      $ENV{FASTD_TEST_INLINE_OFF}
+                          ? (inline_completions => 'off') : () ] ],
         [ server => [ listen => '127.0.0.1:%%PORT%%', root => '%%HTML%%' ] ],
     );
     my $text = '';
