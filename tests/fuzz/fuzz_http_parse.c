@@ -56,12 +56,38 @@ static void in_header(const char *start, size_t hl, fd_str_t s)
     assert(s.data >= start && s.data + s.len <= start + hl);
 }
 
+/* Reference list walk with plain strncasecmp: does the comma-separated
+ * value hold the token (after trimming SP/HT)? Counts the elements and
+ * how many equal the token. */
+static void list_ref(fd_str_t v, const char *tok, unsigned *nel, unsigned *nhit,
+                     int *last_hit)
+{
+    size_t i = 0, tl = strlen(tok);
+
+    while (i < v.len) {
+        size_t s = i, e;
+        while (i < v.len && v.data[i] != ',')
+            i++;
+        e = i;
+        while (s < e && (v.data[s] == ' ' || v.data[s] == '\t'))
+            s++;
+        while (e > s && (v.data[e - 1] == ' ' || v.data[e - 1] == '\t'))
+            e--;
+        (*nel)++;
+        *last_hit = e - s == tl && strncasecmp(v.data + s, tok, tl) == 0;
+        *nhit += *last_hit;
+        i++;
+    }
+}
+
 /* What an accepted request must satisfy. */
 static void check_accepted(const fd_http_req_t *p, const char *start,
                            size_t window, unsigned max_headers)
 {
     size_t hl = p->header_len, i, j;
     unsigned cl_fields = 0, te_fields = 0, host_fields = 0;
+    unsigned te_el = 0, te_chunked = 0, conn_close = 0, expect = 0;
+    int te_last = 0;
 
     assert(hl >= 4 && hl <= window);
     assert(memcmp(start + hl - 4, "\r\n\r\n", 4) == 0);
@@ -94,13 +120,27 @@ static void check_accepted(const fd_http_req_t *p, const char *start,
             assert(v.data[0] != ' ' && v.data[0] != '\t');
             assert(v.data[v.len - 1] != ' ' && v.data[v.len - 1] != '\t');
         }
-        if (fd_str_caseeq_lit(n, "content-length"))
+        /* plain strncasecmp: a reference for the parser's word-wise fold */
+        if (n.len == 14 && strncasecmp(n.data, "content-length", 14) == 0)
             cl_fields++;
-        else if (fd_str_caseeq_lit(n, "transfer-encoding"))
+        else if (n.len == 17 &&
+                 strncasecmp(n.data, "transfer-encoding", 17) == 0) {
             te_fields++;
-        else if (fd_str_caseeq_lit(n, "host"))
+            list_ref(v, "chunked", &te_el, &te_chunked, &te_last);
+        } else if (n.len == 4 && strncasecmp(n.data, "host", 4) == 0)
             host_fields++;
+        else if (n.len == 10 && strncasecmp(n.data, "connection", 10) == 0) {
+            unsigned a = 0, b = 0;
+            int l = 0;
+            list_ref(v, "close", &a, &b, &l);
+            conn_close |= b > 0;
+        } else if (n.len == 6 && strncasecmp(n.data, "expect", 6) == 0)
+            expect |= v.len == 12 && strncasecmp(v.data, "100-continue", 12) == 0;
     }
+    assert(p->conn_close == conn_close);
+    assert(p->expect_continue == expect);
+    if (p->chunked) /* exactly one coding, chunked, in one or more fields */
+        assert(te_el == 1 && te_chunked == 1 && te_last);
     /* one framing, never two */
     assert(cl_fields <= 1);
     assert(host_fields <= 1);
