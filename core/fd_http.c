@@ -626,6 +626,26 @@ int fd_http_body_copy(fd_request_t *r, const void *data, size_t len)
     return fd_http_body_set(r, m, len);
 }
 
+fd_str_t fd_http_var_header(fd_request_t *r, fd_str_t name)
+{
+    unsigned i;
+    size_t j;
+
+    for (i = 0; i < r->in.nheaders; i++) {
+        fd_str_t h = r->in.headers[i].name;
+        if (h.len != name.len)
+            continue;
+        for (j = 0; j < h.len; j++) {
+            char c = fd_tolower(h.data[j]);
+            if ((c == '-' ? '_' : c) != name.data[j])
+                break;
+        }
+        if (j == h.len)
+            return r->in.headers[i].value;
+    }
+    return fd_null_string;
+}
+
 void **fd_request_ctx(fd_request_t *r, const fd_module_t *m)
 {
     if (r->mctx == NULL) {

@@ -135,6 +135,9 @@ int fd_http_body_set(fd_request_t *r, const void *data, size_t len); /* no copy 
 int fd_http_body_copy(fd_request_t *r, const void *data, size_t len);
 void fd_http_body_append(fd_request_t *r, fd_buf_t *b);
 void **fd_request_ctx(fd_request_t *r, const fd_module_t *m);
+/* $http_NAME: the first request header named NAME (lower case, '_' for
+ * '-'), or a NULL slice */
+fd_str_t fd_http_var_header(fd_request_t *r, fd_str_t name);
 
 /* Run the location's handler now (after the access phase); an access
  * module that returned FD_AGAIN calls it from the loop to let r in. */

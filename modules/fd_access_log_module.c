@@ -496,29 +496,6 @@ static void access_log_exit_worker(fd_worker_t *w)
 
 /* --- one line --- */
 
-static fd_str_t header_value(fd_request_t *r, fd_str_t name)
-{
-    unsigned i;
-    size_t j;
-
-    /* $http_x_forwarded_for names X-Forwarded-For */
-    for (i = 0; i < r->in.nheaders; i++) {
-        fd_str_t h = r->in.headers[i].name;
-        if (h.len != name.len)
-            continue;
-        for (j = 0; j < h.len; j++) {
-            char c = fd_tolower(h.data[j]);
-            if (c == '-')
-                c = '_';
-            if (c != name.data[j])
-                break;
-        }
-        if (j == h.len)
-            return r->in.headers[i].value;
-    }
-    return fd_null_string;
-}
-
 static fd_str_t host_value(fd_request_t *r, char *tmp, size_t size)
 {
     fd_str_t h = r->in.host;
@@ -619,7 +596,7 @@ static fd_str_t var_value(fd_request_t *r, const al_op_t *op, char *tmp,
     case V_CONNECTION:
         return (fd_str_t){(size_t)(fd_fmt_uint(tmp, r->c->id) - tmp), tmp};
     case V_HTTP_HEADER:
-        return header_value(r, (fd_str_t){op->text.len - 5,
+        return fd_http_var_header(r, (fd_str_t){op->text.len - 5,
                                           op->text.data + 5});
     }
     return fd_null_string;

@@ -430,26 +430,6 @@ static fd_str_t host_value(fd_request_t *r)
     return fd_string("localhost");
 }
 
-static fd_str_t header_value(fd_request_t *r, fd_str_t name)
-{
-    unsigned i;
-    size_t j;
-
-    for (i = 0; i < r->in.nheaders; i++) {
-        fd_str_t h = r->in.headers[i].name;
-        if (h.len != name.len)
-            continue;
-        for (j = 0; j < h.len; j++) {
-            char c = fd_tolower(h.data[j]);
-            if ((c == '-' ? '_' : c) != name.data[j])
-                break;
-        }
-        if (j == h.len)
-            return r->in.headers[i].value;
-    }
-    return fd_null_string;
-}
-
 static fd_str_t sop_value(fd_request_t *r, rw_ctx_t *x, const sop_t *op,
                           char *tmp)
 {
@@ -492,7 +472,7 @@ static fd_str_t sop_value(fd_request_t *r, rw_ctx_t *x, const sop_t *op,
     case V_METHOD:
         return r->in.method;
     case V_HTTP:
-        return header_value(r, op->text);
+        return fd_http_var_header(r, op->text);
     }
     return fd_null_string;
 }
