@@ -136,6 +136,10 @@ static const fd_directive_t events_directives[] = {
 static const fd_directive_t http_directives[] = {
     {.name = "server_name", .type = FD_CONF_STR, .offset = HTTP(server_name),
      .def = "fastd", .doc = "the Server: header value (empty: none)"},
+    {.name = "server_tokens", .type = FD_CONF_FLAG,
+     .offset = HTTP(server_tokens), .def = "on",
+     .doc = "on: the default Server: value and error pages carry the "
+            "version (fastd/" FASTD_VERSION "); off: \"fastd\" alone"},
     {.name = "keepalive_timeout", .type = FD_CONF_MSEC,
      .offset = HTTP(keepalive_timeout), .def = "75s",
      .doc = "idle keep-alive connections are closed after it"},
@@ -1065,6 +1069,8 @@ fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
     }
     if (cy->events.max_connections < 1)
         cy->events.max_connections = 1;
+    if (cy->http.server_tokens && strcmp(cy->http.server_name, "fastd") == 0)
+        cy->http.server_name = "fastd/" FASTD_VERSION;
     cy->nworkers = cy->main.workers ? cy->main.workers
                                     : sysconf(_SC_NPROCESSORS_ONLN);
     if (cy->nworkers < 1)

@@ -38,6 +38,7 @@ typedef struct {
 /* [http]: the engine-wide settings (location keys live in fd_http_loc_t) */
 typedef struct {
     char *server_name;         /* Server: header value, "" to omit */
+    int server_tokens;         /* on: "fastd" becomes "fastd/VERSION" */
     fd_msec_t keepalive_timeout;
     fd_int_t keepalive_requests;
     fd_msec_t header_timeout;

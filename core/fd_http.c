@@ -679,9 +679,11 @@ int fd_http_error_page(fd_request_t *r, int status)
         return FD_ERROR;
     n = snprintf(body, 256,
                  "<html>\r\n<head><title>%.*s</title></head>\r\n<body>\r\n"
-                 "<center><h1>%.*s</h1></center>\r\n<hr><center>fastd"
+                 "<center><h1>%.*s</h1></center>\r\n<hr><center>%s"
                  "</center>\r\n</body>\r\n</html>\r\n",
-                 (int)sl.len, sl.data, (int)sl.len, sl.data);
+                 (int)sl.len, sl.data, (int)sl.len, sl.data,
+                 fd_worker->cycle->http.server_tokens ? "fastd/" FASTD_VERSION
+                                                      : "fastd");
     return fd_http_body_set(r, body, (size_t)n);
 }
 

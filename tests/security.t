@@ -31,17 +31,30 @@ for my $case (["server_name = fa\rstd", 'CR in a value', qr/:5: control characte
     is($rc, 0, 'a file with CRLF line ends loads') or diag($out);
 }
 
+# --- server_tokens: on (the default, as nginx) announces the version --------
+{
+    my $v = FastdTest->new(conf => FastdTest::base_conf());
+    $v->start;
+    my $r = $v->get('/plaintext');
+    like($r->header('server'), qr{^fastd/\d+\.\d+\.\d+$}, 'server_tokens on: Server: fastd/VERSION');
+    my $e = $v->get('/missing-page');
+    like($e->{body}, qr{<center>fastd/\d+\.\d+\.\d+</center>}, '... and error pages carry it');
+    $v->stop;
+}
+
 my $t = FastdTest->new(conf => FastdTest::base_conf(
+    http => { server_tokens => 'off' },
     locations => "[location /r/]\nreturn = 302 http://example.com\$uri\n\n",
 ));
 $t->start;
 
-# --- the version is not announced --------------------------------------------
+# --- server_tokens = off: the version is not announced ---------------------
 {
     my $r = $t->get('/plaintext');
-    is($r->header('server'), 'fastd', 'Server: fastd, without a version');
+    is($r->header('server'), 'fastd', 'server_tokens off: Server: fastd, without a version');
     my $e = $t->get('/missing-page');
-    unlike($e->{body}, qr/\d+\.\d+\.\d+/, 'error pages carry no version');
+    is($e->status, 404, '... a missing page is 404');
+    unlike($e->{body}, qr/\d+\.\d+\.\d+/, '... and error pages carry no version');
 }
 
 # --- request data cannot become a header ---------------------------------------
