@@ -699,3 +699,184 @@ void fd_http_req_rebase(fd_http_req_t *p, const char *from, size_t len,
     if (p->start >= from && p->start < from + len)
         p->start = to + (p->start - from);
 }
+
+/* --- response ---------------------------------------------------------- */
+
+int fd_http_parse_response_end(const char *buf, size_t len, size_t *scan,
+                               size_t *hlen, const char **err)
+{
+    size_t from = *scan > 3 ? *scan - 3 : 0;
+    const char *hit, *p;
+
+    hit = len >= 4 ? memmem(buf + from, len - from, "\r\n\r\n", 4) : NULL;
+    if (hit == NULL) {
+        /* a bare LF: invalid, and its CRLF CRLF may never come */
+        for (p = buf + *scan;
+             p < buf + len &&
+             (p = memchr(p, '\n', (size_t)(buf + len - p))) != NULL;
+             p++)
+            if (p == buf || p[-1] != '\r') {
+                *err = "sent a bare LF in the header";
+                return FD_ERROR;
+            }
+        *scan = len;
+        return FD_AGAIN;
+    }
+    *scan = 0;
+    *hlen = (size_t)(hit + 4 - buf);
+    return FD_OK;
+}
+
+/* Add the tokens of a Connection value (split at ',', SP and HTAB). */
+static void resp_tokens(fd_http_resp_t *rs, fd_str_t v)
+{
+    size_t k = 0;
+
+    while (k < v.len && rs->ntok < FD_HTTP_RESP_MAX_TOKENS) {
+        size_t s;
+        while (k < v.len &&
+               (v.data[k] == ',' || v.data[k] == ' ' || v.data[k] == '\t'))
+            k++;
+        s = k;
+        while (k < v.len && v.data[k] != ',' && v.data[k] != ' ' &&
+               v.data[k] != '\t')
+            k++;
+        if (k > s)
+            rs->conn_tok[rs->ntok++] = (fd_str_t){k - s, v.data + s};
+    }
+}
+
+/* Content-Length, Transfer-Encoding, Connection, Upgrade. */
+static int resp_framing(fd_http_resp_t *rs, const char **err)
+{
+    unsigned i, k, from;
+    int te = 0;
+
+    for (i = 0; i < rs->nfields; i++) {
+        fd_str_t n = rs->fields[i].name, v = rs->fields[i].value;
+        if (fd_str_caseeq_lit(n, "content-length")) {
+            int64_t x = 0;
+            if (v.len == 0 || v.len > 18) {
+                *err = "sent an invalid Content-Length";
+                return FD_ERROR;
+            }
+            for (k = 0; k < v.len; k++) {
+                if (v.data[k] < '0' || v.data[k] > '9') {
+                    *err = "sent an invalid Content-Length";
+                    return FD_ERROR;
+                }
+                x = x * 10 + (v.data[k] - '0');
+            }
+            if (rs->content_length >= 0 && rs->content_length != x) {
+                *err = "sent two different Content-Length";
+                return FD_ERROR;
+            }
+            rs->content_length = x;
+        } else if (fd_str_caseeq_lit(n, "transfer-encoding")) {
+            /* chunked alone, once: the only coding the engine can frame
+             * again (gzip, chunked would reach the client without its
+             * gzip) */
+            if (te || !fd_str_caseeq(v, "chunked", 7)) {
+                *err = "sent a Transfer-Encoding other than chunked";
+                return FD_ERROR;
+            }
+            te = 1;
+            rs->chunked = 1;
+        } else if (fd_str_caseeq_lit(n, "connection")) {
+            from = rs->ntok;
+            resp_tokens(rs, v);
+            for (k = from; k < rs->ntok; k++) {
+                if (fd_str_caseeq(rs->conn_tok[k], "close", 5))
+                    rs->conn_close = 1;
+                else if (fd_str_caseeq(rs->conn_tok[k], "keep-alive", 10))
+                    rs->conn_keepalive = 1;
+            }
+        } else if (fd_str_caseeq_lit(n, "upgrade")) {
+            rs->upgrade = v;
+        }
+    }
+    if (te && rs->content_length >= 0) {
+        *err = "sent both Content-Length and Transfer-Encoding";
+        return FD_ERROR;
+    }
+    return FD_OK;
+}
+
+int fd_http_parse_response(fd_http_resp_t *rs, const char *h, size_t hlen,
+                           const char **err)
+{
+    const char *p, *eol, *end;
+
+    rs->nfields = 0;
+    rs->version = 0;
+    rs->status = 0;
+    rs->content_length = -1;
+    rs->chunked = rs->conn_close = rs->conn_keepalive = 0;
+    rs->ntok = 0;
+    rs->upgrade = (fd_str_t){0, NULL};
+
+    if (hlen < 4 || memcmp(h + hlen - 4, "\r\n\r\n", 4) != 0) {
+        *err = "sent an incomplete header";
+        return FD_ERROR;
+    }
+    end = h + hlen - 2;
+
+    /* status line: HTTP/1.x SP 3DIGIT [SP reason] CRLF */
+    eol = memchr(h, '\n', (size_t)(end - h));
+    if (eol == NULL || eol - h < 13 || eol[-1] != '\r' ||
+        memcmp(h, "HTTP/1.", 7) != 0 || (h[7] != '0' && h[7] != '1') ||
+        h[8] != ' ' || h[9] < '1' || h[9] > '5' || h[10] < '0' ||
+        h[10] > '9' || h[11] < '0' || h[11] > '9' ||
+        (h[12] != ' ' && h[12] != '\r')) {
+        *err = "sent an invalid status line";
+        return FD_ERROR;
+    }
+    for (p = h + 12; p < eol - 1; p++)
+        if (((uint8_t)*p < 0x20 && *p != '\t') || *p == 0x7f) {
+            *err = "sent an invalid status line";
+            return FD_ERROR;
+        }
+    rs->version = h[7] == '1' ? 11 : 10;
+    rs->status = (h[9] - '0') * 100 + (h[10] - '0') * 10 + (h[11] - '0');
+
+    for (p = eol + 1; p < end; p = eol + 1) {
+        const char *colon, *v, *ve, *c;
+        eol = memchr(p, '\n', (size_t)(end - p) + 1);
+        if (eol == NULL || eol == p || eol[-1] != '\r') {
+            *err = "sent a bare LF in the header";
+            return FD_ERROR;
+        }
+        if (*p == ' ' || *p == '\t') {
+            *err = "sent an obsolete folded header line";
+            return FD_ERROR;
+        }
+        for (colon = p; colon < eol - 1 && fd_http_tchar[(uint8_t)*colon];
+             colon++)
+            ;
+        if (colon == p || *colon != ':') {
+            *err = "sent an invalid header name";
+            return FD_ERROR;
+        }
+        /* the line ends in CR: both loops stop before the LF */
+        for (v = colon + 1; *v == ' ' || *v == '\t'; v++)
+            ;
+        for (ve = eol - 1; ve > v && (ve[-1] == ' ' || ve[-1] == '\t'); ve--)
+            ;
+        for (c = v; c < ve; c++)
+            if (((uint8_t)*c < 0x20 && *c != '\t') || *c == 0x7f) {
+                *err = "sent a control character in a header";
+                return FD_ERROR;
+            }
+        if (rs->nfields == rs->max_fields) {
+            *err = "sent too many header lines";
+            return FD_ERROR;
+        }
+        rs->fields[rs->nfields].name = (fd_str_t){(size_t)(colon - p), p};
+        rs->fields[rs->nfields].value = (fd_str_t){(size_t)(ve - v), v};
+        rs->nfields++;
+    }
+
+    if (rs->status < 200 && rs->status != 101)
+        return FD_OK; /* interim: no body, its framing fields mean nothing */
+    return resp_framing(rs, err);
+}

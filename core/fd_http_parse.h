@@ -109,6 +109,46 @@ typedef struct {
 int fd_http_parse_chunked(fd_http_chunked_t *ck, const char **pos,
                           const char *last, const char **data, size_t *len);
 
+/*
+ * Upstream response header (RFC 9112), parsed whole once its blank line
+ * arrived. The caller sets fields and max_fields; the rest is filled in.
+ * Slices point into the header, which must outlive them.
+ */
+#define FD_HTTP_RESP_MAX_TOKENS 16
+typedef struct {
+    fd_http_header_t *fields; /* the caller's array */
+    unsigned max_fields;      /* more fields is an error */
+    unsigned nfields;
+    int version;              /* 10 or 11 */
+    int status;               /* 100..599 */
+    /* framing, left unset for an interim 1xx (not 101): it has no body */
+    int64_t content_length;   /* -1: none */
+    unsigned chunked:1;       /* Transfer-Encoding: chunked */
+    unsigned conn_close:1;
+    unsigned conn_keepalive:1;
+    /* tokens of every Connection field (names of hop-by-hop fields),
+     * the first FD_HTTP_RESP_MAX_TOKENS */
+    fd_str_t conn_tok[FD_HTTP_RESP_MAX_TOKENS];
+    unsigned ntok;
+    fd_str_t upgrade;         /* the last Upgrade value, or {0, NULL} */
+} fd_http_resp_t;
+
+/*
+ * Look for the end of a response header in buf[0, len), which grows
+ * between calls from the same buf (*scan, 0 at first, remembers how far
+ * it was checked). FD_OK with *hlen (through the blank line), FD_AGAIN,
+ * or FD_ERROR with *err when a bare LF came first.
+ */
+int fd_http_parse_response_end(const char *buf, size_t len, size_t *scan,
+                               size_t *hlen, const char **err);
+/*
+ * Parse the header h[0, hlen), which ends with its first CRLF CRLF (as
+ * found by fd_http_parse_response_end()). FD_OK, or FD_ERROR with *err
+ * telling what the upstream "sent ...", for the error log.
+ */
+int fd_http_parse_response(fd_http_resp_t *rs, const char *h, size_t hlen,
+                           const char **err);
+
 /* Decode %XX and normalise "." and ".." segments and "//" into dst (at
  * least src.len + 1 bytes); FD_ERROR if the path escapes "/" or holds NUL
  * or an encoded '/' that would change segments. */

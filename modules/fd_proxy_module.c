@@ -1971,11 +1971,6 @@ static void proxy_on_body(fd_request_t *r)
 
 /* --- 5. the response ----------------------------------------------------- */
 
-typedef struct {
-    fd_str_t name;
-    fd_str_t value;
-} hfield_t;
-
 static int proxy_invalid(proxy_req_t *px, const char *why)
 {
     peer_t *p = px->peer;
@@ -1989,142 +1984,50 @@ static int proxy_invalid(proxy_req_t *px, const char *why)
     return proxy_fail(px, 502);
 }
 
-/* Transfer-Encoding is chunked alone: the only coding the engine can
- * frame again (gzip, chunked would reach the client without its gzip). */
-static int te_chunked(fd_str_t v)
-{
-    return v.len == 7 && strncasecmp(v.data, "chunked", 7) == 0;
-}
-
 static int tunnel_begin(proxy_req_t *px, fd_str_t upgrade);
 static void tunnel_free(tunnel_t *t);
 
 /*
- * A complete response header at ibuf + ipos: check it strictly, then
- * either fail over (next_upstream http_5xx), or set the client's response
- * and the body framing. PX_OK (body follows), PX_WAIT (a new attempt or
- * a tunnel began), PX_DONE.
+ * The response header at ibuf + ipos, once complete: check it strictly
+ * (fd_http_parse_response), then either fail over (next_upstream
+ * http_5xx), or set the client's response and the body framing. PX_OK
+ * (body follows), PX_MORE (incomplete), PX_INTERIM (a 1xx was skipped),
+ * PX_WAIT (a new attempt or a tunnel began), PX_DONE.
  */
 static int resp_header(proxy_req_t *px)
 {
     fd_request_t *r = px->r;
-    char *buf = px->ibuf + px->ipos, *h, *p, *end, *eol;
-    size_t len = px->ilast - px->ipos, from, hlen;
-    hfield_t f[MAX_RESP_HEADERS];
-    fd_str_t conn_tok[16], upgrade = {0, NULL};
-    unsigned nf = 0, ntok = 0, i, ft;
-    int status, v11, te = 0, chunked = 0, close = 0, ka = 0;
-    int64_t cl = -1;
-    const char *hit;
+    const char *buf = px->ibuf + px->ipos, *err;
+    char *h;
+    size_t hlen;
+    fd_http_header_t f[MAX_RESP_HEADERS];
+    fd_http_resp_t rs = {.fields = f, .max_fields = MAX_RESP_HEADERS};
+    unsigned nf, ntok, i, ft;
+    int status;
 
-    from = px->hscan > 3 ? px->hscan - 3 : 0;
-    hit = len >= 4 ? memmem(buf + from, len - from, "\r\n\r\n", 4) : NULL;
-    if (hit == NULL) {
-        /* a bare LF: invalid, and its CRLF CRLF may never come */
-        for (p = buf + px->hscan;
-             p < buf + len &&
-             (p = memchr(p, '\n', (size_t)(buf + len - p))) != NULL;
-             p++)
-            if (p == buf || p[-1] != '\r')
-                return proxy_invalid(px, "sent a bare LF in the header");
-        px->hscan = len;
+    switch (fd_http_parse_response_end(buf, px->ilast - px->ipos, &px->hscan,
+                                       &hlen, &err)) {
+    case FD_AGAIN:
         return PX_MORE;
+    case FD_ERROR:
+        return proxy_invalid(px, err);
     }
-    px->hscan = 0;
-    hlen = (size_t)(hit + 4 - buf);
     /* the fields outlive the buffer, which the body reuses */
     h = fd_pnalloc(r->pool, hlen);
     if (h == NULL)
         return proxy_fail(px, 500);
     memcpy(h, buf, hlen);
-    end = h + hlen - 2;
-
-    /* status line: HTTP/1.x SP 3DIGIT [SP reason] CRLF */
-    eol = memchr(h, '\n', (size_t)(end - h));
-    if (eol == NULL || eol[-1] != '\r' || eol - h < 13 ||
-        memcmp(h, "HTTP/1.", 7) != 0 || (h[7] != '0' && h[7] != '1') ||
-        h[8] != ' ' || h[9] < '1' || h[9] > '5' || h[10] < '0' ||
-        h[10] > '9' || h[11] < '0' || h[11] > '9' ||
-        (h[12] != ' ' && h[12] != '\r'))
-        return proxy_invalid(px, "sent an invalid status line");
-    for (p = h + 12; p < eol - 1; p++)
-        if (((uint8_t)*p < 0x20 && *p != '\t') || *p == 0x7f)
-            return proxy_invalid(px, "sent an invalid status line");
-    v11 = h[7] == '1';
-    status = (h[9] - '0') * 100 + (h[10] - '0') * 10 + (h[11] - '0');
-
-    for (p = eol + 1; p < end; p = eol + 1) {
-        char *colon, *v, *ve;
-        eol = memchr(p, '\n', (size_t)(end - p) + 1);
-        if (eol == NULL || eol == p || eol[-1] != '\r')
-            return proxy_invalid(px, "sent a bare LF in the header");
-        if (*p == ' ' || *p == '\t')
-            return proxy_invalid(px, "sent an obsolete folded header line");
-        for (colon = p; colon < eol - 1 && fd_http_tchar[(uint8_t)*colon];
-             colon++)
-            ;
-        if (colon == p || *colon != ':')
-            return proxy_invalid(px, "sent an invalid header name");
-        for (v = colon + 1; *v == ' ' || *v == '\t'; v++)
-            ;
-        for (ve = eol - 1; ve > v && (ve[-1] == ' ' || ve[-1] == '\t'); ve--)
-            ;
-        for (char *c = v; c < ve; c++)
-            if (((uint8_t)*c < 0x20 && *c != '\t') || *c == 0x7f)
-                return proxy_invalid(px, "sent a control character in a "
-                                     "header");
-        if (nf == MAX_RESP_HEADERS)
-            return proxy_invalid(px, "sent too many header lines");
-        f[nf].name = (fd_str_t){(size_t)(colon - p), p};
-        f[nf].value = (fd_str_t){(size_t)(ve - v), v};
-        nf++;
-    }
+    if (fd_http_parse_response(&rs, h, hlen, &err) != FD_OK)
+        return proxy_invalid(px, err);
+    status = rs.status;
+    nf = rs.nfields;
+    ntok = rs.ntok;
 
     if (status >= 100 && status < 200 && status != 101) {
         /* 100 Continue, 102, 103: interim, not forwarded */
         px->ipos += hlen;
         return PX_INTERIM;
     }
-
-    for (i = 0; i < nf; i++) {
-        fd_str_t n = f[i].name, v = f[i].value;
-        if (fd_str_caseeq_lit(n, "content-length")) {
-            int64_t x = 0;
-            size_t k;
-            if (v.len == 0 || v.len > 18)
-                return proxy_invalid(px, "sent an invalid Content-Length");
-            for (k = 0; k < v.len; k++) {
-                if (v.data[k] < '0' || v.data[k] > '9')
-                    return proxy_invalid(px, "sent an invalid "
-                                         "Content-Length");
-                x = x * 10 + (v.data[k] - '0');
-            }
-            if (cl >= 0 && cl != x)
-                return proxy_invalid(px, "sent two different "
-                                     "Content-Length");
-            cl = x;
-        } else if (fd_str_caseeq_lit(n, "transfer-encoding")) {
-            if (te || !te_chunked(v))
-                return proxy_invalid(px, "sent a Transfer-Encoding other "
-                                     "than chunked");
-            te = 1;
-            chunked = 1;
-        } else if (fd_str_caseeq_lit(n, "connection")) {
-            unsigned from = ntok, k;
-            tokens_add(v, conn_tok, &ntok, fd_nelems(conn_tok));
-            for (k = from; k < ntok; k++) {
-                if (fd_str_caseeq_lit(conn_tok[k], "close"))
-                    close = 1;
-                else if (fd_str_caseeq_lit(conn_tok[k], "keep-alive"))
-                    ka = 1;
-            }
-        } else if (fd_str_caseeq_lit(n, "upgrade")) {
-            upgrade = v;
-        }
-    }
-    if (te && cl >= 0)
-        return proxy_invalid(px, "sent both Content-Length and "
-                             "Transfer-Encoding");
 
     if (px->nlog) {
         px->log[px->nlog - 1].status = status;
@@ -2170,11 +2073,12 @@ static int resp_header(proxy_req_t *px)
                 fd_str_caseeq_lit(n, "content-length") ||
                 fd_str_caseeq_lit(n, "server") ||
                 fd_str_caseeq_lit(n, "date") ||
-                named_in(n, conn_tok, ntok))
+                named_in(n, rs.conn_tok, ntok))
                 continue;
             fd_http_header_add(r, n, f[i].value);
         }
-        return tunnel_begin(px, upgrade.data ? upgrade : px->upgrade_value);
+        return tunnel_begin(px, rs.upgrade.data ? rs.upgrade
+                                                : px->upgrade_value);
     }
 
     r->status = status;
@@ -2223,24 +2127,28 @@ static int resp_header(proxy_req_t *px)
                 continue;
             break;
         }
-        if (ntok && named_in(n, conn_tok, ntok))
+        if (ntok && named_in(n, rs.conn_tok, ntok))
             continue;
         if (fd_http_header_add(r, n, f[i].value) != FD_OK)
             return proxy_fail(px, 500);
     }
     px->ipos += hlen;
-    px->keepalive = (v11 ? !close : ka && !close) && !px->upgrade;
+    px->keepalive = (rs.version == 11 ? !rs.conn_close
+                                      : rs.conn_keepalive && !rs.conn_close) &&
+                    !px->upgrade;
     if (r->header_only || status == 204 || status == 304) {
         px->framing = FR_NONE;
-        r->content_length = cl >= 0 && r->header_only ? cl : -1;
-    } else if (chunked) {
+        r->content_length = rs.content_length >= 0 && r->header_only
+                                ? rs.content_length
+                                : -1;
+    } else if (rs.chunked) {
         px->framing = FR_CHUNKED;
         memset(&px->ck, 0, sizeof(px->ck));
         r->content_length = -1;
-    } else if (cl >= 0) {
+    } else if (rs.content_length >= 0) {
         px->framing = FR_LENGTH;
-        px->rest = cl;
-        r->content_length = cl;
+        px->rest = rs.content_length;
+        r->content_length = rs.content_length;
     } else {
         px->framing = FR_CLOSE;
         px->keepalive = 0;
