@@ -1,4 +1,5 @@
-/* Unit tests: the request parser, the chunked decoder, path normalising. */
+/* Unit tests: the request parser, the upstream response parser, the chunked
+ * decoder, path normalising. */
 #include "fd_core.h"
 #include "fd_http_parse.h"
 #include "tap.h"
@@ -137,6 +138,177 @@ static void test_rejections(void)
     }
 }
 
+/* --- upstream responses --- */
+
+static fd_http_header_t resp_fields[8];
+
+/* Find the end of msg and parse the header; the error text, or NULL when
+ * accepted. Fed byte by byte, the end must be found at the same place, or
+ * a bare LF refused sooner (whole, the same LF is refused by the parse). */
+static const char *resp(const char *msg, fd_http_resp_t *rs)
+{
+    size_t n = strlen(msg), scan = 0, hlen = 0, hlen1 = 0, i;
+    const char *err = NULL, *err1 = NULL;
+    int rc, rc1 = FD_AGAIN;
+
+    *rs = (fd_http_resp_t){.fields = resp_fields,
+                           .max_fields = fd_nelems(resp_fields)};
+    rc = fd_http_parse_response_end(msg, n, &scan, &hlen, &err);
+    if (rc == FD_OK && fd_http_parse_response(rs, msg, hlen, &err) != FD_OK)
+        rc = FD_ERROR;
+    scan = 0;
+    for (i = 1; i <= n && rc1 == FD_AGAIN; i++)
+        rc1 = fd_http_parse_response_end(msg, i, &scan, &hlen1, &err1);
+    if ((rc1 == FD_ERROR && rc != FD_ERROR) ||
+        (rc1 == FD_OK && rc != FD_ERROR && hlen1 != hlen) ||
+        (rc1 == FD_AGAIN && rc != FD_AGAIN))
+        return "a different answer byte by byte";
+    if (rc == FD_AGAIN)
+        return "incomplete";
+    return rc == FD_OK ? NULL : err;
+}
+
+/* The end of a header that arrives a byte at a time. */
+static const char *resp_end_bytewise(const char *msg)
+{
+    size_t n = strlen(msg), scan = 0, hlen, i;
+    const char *err = NULL;
+    int rc = FD_AGAIN;
+
+    for (i = 1; i <= n && rc == FD_AGAIN; i++)
+        rc = fd_http_parse_response_end(msg, i, &scan, &hlen, &err);
+    return rc == FD_ERROR ? err : rc == FD_OK ? "found" : "incomplete";
+}
+
+static void resp_rejects(const char *msg, const char *why, const char *name)
+{
+    fd_http_resp_t rs;
+    const char *err = resp(msg, &rs);
+
+    is_str(err ? err : "accepted", why, "response: %s", name);
+}
+
+static void test_responses(void)
+{
+    fd_http_resp_t rs;
+    const char *ok200 = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                        "Content-Length:  12 \r\nConnection: x-a, close\r\n"
+                        "X-A: 1\r\n\r\nhello world\n";
+
+    ok(resp(ok200, &rs) == NULL, "response: 200 with a length");
+    is_int(rs.version, 11, "version 1.1");
+    is_int(rs.status, 200, "status");
+    is_int(rs.nfields, 4, "four fields");
+    is_strn(rs.fields[1].name.data, rs.fields[1].name.len, "Content-Length",
+            "field name");
+    is_strn(rs.fields[1].value.data, rs.fields[1].value.len, "12",
+            "field value without its spaces");
+    is_int(rs.content_length, 12, "Content-Length value");
+    ok(!rs.chunked && rs.conn_close && !rs.conn_keepalive, "close, no TE");
+    is_int(rs.ntok, 2, "two Connection tokens");
+    is_strn(rs.conn_tok[0].data, rs.conn_tok[0].len, "x-a", "first token");
+    is_int(rs.fields[3].value.data + 5 - ok200, strlen(ok200) - 12,
+           "the header ends after its blank line");
+
+    ok(resp("HTTP/1.0 404 Not Found\r\nConnection: Keep-Alive\r\n"
+            "Transfer-Encoding: CHUNKED\r\n\r\n", &rs) == NULL,
+       "response: 1.0, keep-alive, chunked (any case)");
+    ok(rs.version == 10 && rs.status == 404 && rs.chunked &&
+       rs.conn_keepalive && !rs.conn_close && rs.content_length == -1,
+       "1.0 response fields");
+    ok(resp("HTTP/1.1 204\r\n\r\n", &rs) == NULL && rs.status == 204 &&
+       rs.nfields == 0, "response: no reason phrase, no fields");
+    ok(resp("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+            "Connection: upgrade\r\n\r\n", &rs) == NULL,
+       "response: 101");
+    is_strn(rs.upgrade.data, rs.upgrade.len, "websocket", "Upgrade value");
+    ok(resp("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\n"
+            "\r\n", &rs) == NULL && rs.content_length == 5,
+       "response: the same Content-Length twice");
+    ok(resp("HTTP/1.1 100 Continue\r\nContent-Length: 1\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n", &rs) == NULL &&
+       rs.status == 100 && rs.content_length == -1 && !rs.chunked,
+       "response: interim 1xx, its framing fields ignored");
+    ok(resp("HTTP/1.1 200 OK\r\nX: a\tb\r\n\r\n", &rs) == NULL,
+       "response: tab in a value");
+    is_str(resp("HTTP/1.1 200 OK\r\nX: a\r\n", &rs), "incomplete",
+           "response: no blank line yet");
+
+    resp_rejects("HTTP/1.1 20 OK\r\n\r\n", "sent an invalid status line",
+                 "two-digit status");
+    resp_rejects("HTTP/1.1 600 X\r\n\r\n", "sent an invalid status line",
+                 "status 600");
+    resp_rejects("HTTP/1.1 099 X\r\n\r\n", "sent an invalid status line",
+                 "status 099");
+    resp_rejects("HTTP/2.0 200 OK\r\n\r\n", "sent an invalid status line",
+                 "HTTP/2.0");
+    resp_rejects("HTTP/1.2 200 OK\r\n\r\n", "sent an invalid status line",
+                 "HTTP/1.2");
+    resp_rejects("http/1.1 200 OK\r\n\r\n", "sent an invalid status line",
+                 "lower-case version");
+    resp_rejects("HTTP/1.1 200OK\r\n\r\n", "sent an invalid status line",
+                 "no space after the status");
+    resp_rejects("HTTP/1.1 200 O\x01K\r\n\r\n", "sent an invalid status line",
+                 "control character in the reason");
+    resp_rejects("\n\r\n\r\n", "sent an invalid status line", "LF first");
+    resp_rejects("HTTP/1.1 200 OK\nX: a\r\n\r\n",
+                 "sent an invalid status line", "bare LF in the status line");
+    is_str(resp_end_bytewise("HTTP/1.1 200 OK\nX: a\r\n\r\n"),
+           "sent a bare LF in the header",
+           "response: a bare LF is refused before the header's end");
+    is_str(resp_end_bytewise("\n"), "sent a bare LF in the header",
+           "response: a bare LF first");
+    is_str(resp_end_bytewise("HTTP/1.1 200 OK\r\nX: a\r\n\r"), "incomplete",
+           "response: CRLF CR is not the end");
+    is_str(resp_end_bytewise("HTTP/1.1 200 OK\r\nX: a\r\n\r\n"), "found",
+           "response: the end found byte by byte");
+    resp_rejects("HTTP/1.1 200 OK\r\nX: a\nY: b\r\n\r\n",
+                 "sent a bare LF in the header", "bare LF in a field");
+    resp_rejects("HTTP/1.1 200 OK\r\nX: a\r\n b\r\n\r\n",
+                 "sent an obsolete folded header line", "obs-fold");
+    resp_rejects("HTTP/1.1 200 OK\r\nX Y: a\r\n\r\n",
+                 "sent an invalid header name", "space in a name");
+    resp_rejects("HTTP/1.1 200 OK\r\nX : a\r\n\r\n",
+                 "sent an invalid header name", "space before the colon");
+    resp_rejects("HTTP/1.1 200 OK\r\n: a\r\n\r\n",
+                 "sent an invalid header name", "empty name");
+    resp_rejects("HTTP/1.1 200 OK\r\nX-A\r\n\r\n",
+                 "sent an invalid header name", "no colon");
+    resp_rejects("HTTP/1.1 200 OK\r\nX: a\rb\r\n\r\n",
+                 "sent a control character in a header", "bare CR");
+    resp_rejects("HTTP/1.1 200 OK\r\nX: a\x7f\r\n\r\n",
+                 "sent a control character in a header", "DEL");
+    resp_rejects("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n"
+                 "Content-Length: 2\r\n\r\n",
+                 "sent two different Content-Length", "two different CL");
+    resp_rejects("HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+                 "sent an invalid Content-Length", "negative CL");
+    resp_rejects("HTTP/1.1 200 OK\r\nContent-Length: \r\n\r\n",
+                 "sent an invalid Content-Length", "empty CL");
+    resp_rejects("HTTP/1.1 200 OK\r\nContent-Length: 1234567890123456789"
+                 "\r\n\r\n", "sent an invalid Content-Length", "CL over 10^18");
+    resp_rejects("HTTP/1.1 200 OK\r\nContent-Length: 3\r\n"
+                 "Transfer-Encoding: chunked\r\n\r\n",
+                 "sent both Content-Length and Transfer-Encoding", "CL and TE");
+    resp_rejects("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+                 "sent a Transfer-Encoding other than chunked", "gzip, chunked");
+    resp_rejects("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+                 "Transfer-Encoding: chunked\r\n\r\n",
+                 "sent a Transfer-Encoding other than chunked", "TE twice");
+    resp_rejects("HTTP/1.1 200 OK\r\nA: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\nE: 5\r\n"
+                 "F: 6\r\nG: 7\r\nH: 8\r\n\r\n", "accepted",
+                 "as many fields as the array holds");
+    resp_rejects("HTTP/1.1 200 OK\r\nA: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\nE: 5\r\n"
+                 "F: 6\r\nG: 7\r\nH: 8\r\nI: 9\r\n\r\n",
+                 "sent too many header lines", "one field too many");
+    {
+        const char *err = NULL;
+        ok(fd_http_parse_response(&rs, "HTTP/1.1 200 OK\r\n\r", 18, &err) ==
+           FD_ERROR && strcmp(err, "sent an incomplete header") == 0,
+           "response: a header without its blank line is refused");
+    }
+}
+
 static int chunked(const char *in, char *out, size_t *outlen)
 {
     fd_http_chunked_t ck = {0};
@@ -229,6 +401,7 @@ int main(void)
     pool = fd_pool_create(4096);
     test_requests();
     test_rejections();
+    test_responses();
     test_chunked();
     test_paths();
     fd_pool_destroy(pool);
