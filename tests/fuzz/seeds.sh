@@ -3,9 +3,11 @@
 # DIR/fuzz_NAME/* for each harness in tests/fuzz/. Seeds are text written
 # here, not committed files; "make fuzz" runs this first.
 #
-# The request and chunked harnesses read 5 bytes before the message: one
-# byte of limits (bits 0-1: max_header_size 64/256/1k/8k; bit 2: 4 headers
-# at most) or output room, and a 4-byte seed for the random splits.
+# The request, response and chunked harnesses read 5 bytes before the
+# message: one byte of limits (requests: bits 0-1 max_header_size
+# 64/256/1k/8k, bit 2 4 headers at most; responses: bit 0 4 fields at most,
+# bit 1 a HEAD request, bit 2 a 256-byte buffer) or output room (chunked),
+# and a 4-byte seed for the random splits.
 set -eu
 
 cd "$(dirname "$0")/../.."
@@ -60,6 +62,41 @@ done
 seed fuzz_http_parse "$S" "$G$G"
 seed fuzz_http_parse "$S" 'GET /aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa HTTP/1.1\r\nHost: x\r\n\r\n'
 seed fuzz_http_parse '\007\001\002\003\004' 'GET / HTTP/1.1\r\nHost: x\r\nA: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\nE: 5\r\n\r\n'
+
+# --- upstream responses -----------------------------------------------------
+R='\000\001\002\003\004'    # 128 fields, GET, 16k buffer
+O='HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello'
+for r in \
+    "$O" \
+    "$O$O$O" \
+    'HTTP/1.1 200 OK\r\nServer: up\r\nDate: d\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nokHTTP/1.1 204 No Content\r\n\r\n' \
+    'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6;x=y\r\n world\r\n0\r\nT: 1\r\n\r\n'"$O" \
+    'HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n'"$O" \
+    'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\201\005hello' \
+    'HTTP/1.0 200 OK\r\nContent-Type: text/html\r\n\r\n<html>up to the close</html>' \
+    'HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n'"$O" \
+    'HTTP/1.1 304 Not Modified\r\nETag: "a"\r\nContent-Length: 99\r\n\r\n'"$O" \
+    'HTTP/1.1 502 Bad Gateway\r\nConnection: close, x-hop\r\nX-Hop: 1\r\nContent-Length: 0\r\n\r\n' \
+    'HTTP/1.1 200\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello' \
+    'HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!' \
+    'HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n' \
+    'HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n' \
+    'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n' \
+    'HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n' \
+    'HTTP/1.1 200 OK\r\nX: a\r\n folded\r\n\r\n' \
+    'HTTP/1.1 200 OK\r\nX : a\r\n\r\n' \
+    'HTTP/1.1 200 OK\nX: a\n\n' \
+    'HTTP/1.1 200 OK\r\nX: a\rb\r\n\r\n' \
+    'HTTP/1.1 200 OK\r\nX: a\0b\r\n\r\n' \
+    'HTTP/1.1 600 Odd\r\n\r\n' \
+    'HTTP/2 200\r\n\r\n' \
+    'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffff\r\n'
+do
+    seed fuzz_http_response "$R" "$r"
+done
+seed fuzz_http_response '\002\001\002\003\004' 'HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n'
+seed fuzz_http_response '\005\001\002\003\004' 'HTTP/1.1 200 OK\r\nA: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\nE: 5\r\nContent-Length: 0\r\n\r\n'
+seed fuzz_http_response '\004\001\002\003\004' 'HTTP/1.1 200 OK\r\nX-Long: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n'
 
 # --- chunked bodies -------------------------------------------------------
 C='\010\001\002\003\004'    # output room 9 bytes
