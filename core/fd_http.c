@@ -1568,6 +1568,15 @@ static void http_after_io(fd_connection_t *c)
             fd_connection_set_state(c, FD_CONN_BUSY);
             return;
         }
+        if (h->r == NULL && !c->closing &&
+            (h->rpos < h->rlast || c->readable)) {
+            /* a pipeline stopped at the output high-water mark and the
+             * output is now all written: requests wait in the buffer or
+             * the socket, and with edge-triggered events nothing would
+             * say so. Go on at the end of this turn. */
+            post_resume(h);
+            return;
+        }
         if (h->r && h->r->on_drain &&
             (h->r->phase == PH_RESPONSE || h->r->phase == PH_STREAM))
             post_resume(h);

@@ -8,7 +8,10 @@ use lib "$FindBin::Bin/lib";
 use FastdTest;
 use Test::More;
 
-my $t = FastdTest->new(conf => FastdTest::base_conf());
+my $t = FastdTest->new(conf => FastdTest::base_conf(
+    server => { root => '%%DIR%%/www' }));
+mkdir $t->dir . '/www';
+$t->write_file('www/two-k.txt', 'y' x 2048);
 $t->start;
 
 my $plain = "GET /plaintext HTTP/1.1\r\nHost: localhost\r\n\r\n";
@@ -105,6 +108,23 @@ my $json  = "GET /json HTTP/1.1\r\nHost: localhost\r\n\r\n";
         !($r[$_] && $r[$_]{status} == 200 && $r[$_]{body} =~ $want)
     } 0 .. $n - 1;
     is($bad, 0, "$n pipelined requests: in order");
+    $c->close;
+}
+
+# A batch that fits in one read but whose answers pass the output
+# high-water mark (64 KB): the engine stops, writes, and must go on with
+# the requests still in its buffer although the socket holds nothing new
+# (edge-triggered: no event would come for them).
+{
+    my $n = 120;   # 120 x 2 KB of answers; the requests fit in one read
+    my $req = "GET /two-k.txt HTTP/1.1\r\nHost: x\r\n\r\n" x $n;
+    my $c = $t->connect;
+    $c->send($req);
+    my @r = $c->read_responses($n, timeout => 10);
+    is(scalar @r, $n, "$n pipelined requests for 2 KB each (" . length($req)
+                      . " bytes, one read): all answered past the high-water mark");
+    is(scalar(grep { $_->{status} == 200 && length $_->{body} == 2048 } @r), $n,
+       '... each whole');
     $c->close;
 }
 
