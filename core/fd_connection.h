@@ -25,11 +25,15 @@ typedef struct fd_http_conn_s fd_http_conn_t;
 struct fd_connection_s {
     fd_event_t ev;
     fd_timer_t timer;
-    fd_msec_t deadline;        /* the real timeout; the timer may be early */
-    fd_listening_t *ls;
     fd_http_conn_t *h;
+    uint32_t deadline;         /* the real timeout (fd_msec32_after), 0: none;
+                                * the timer may fire earlier */
     uint32_t requests;
+    uint32_t id;               /* for log lines; wraps */
+    uint16_t ls_index;         /* fd_conn_listening(c) */
+    uint16_t port;
     uint8_t state;
+    uint8_t family;
     uint8_t eof:1;             /* the peer sent FIN (read 0 or RDHUP) */
     uint8_t readable:1;        /* ET: data may be left in the socket */
     uint8_t writable:1;        /* ET: the socket can take more output */
@@ -41,15 +45,20 @@ struct fd_connection_s {
     uint8_t lt_out:1;          /* level-triggered: EPOLLOUT registered */
     uint8_t lt_noin:1;         /* level-triggered: EPOLLIN not registered */
     uint8_t lt_hup:1;          /* level-triggered: only EPOLLRDHUP */
-    uint8_t family;
-    uint16_t port;
+    uint8_t ip_counted:1;      /* in the worker's per-address count */
     uint8_t addr[16];          /* peer address, v4 in the first 4 bytes */
-    uint32_t id;               /* for log lines; wraps */
 };
+
+/* an idle keep-alive connection costs this much (issue: <= 100 bytes) */
+_Static_assert(sizeof(struct fd_connection_s) <= 80,
+               "fd_connection_t grew past 80 bytes");
 
 void fd_connection_close(fd_connection_t *c);
 void fd_connection_set_timeout(fd_connection_t *c, fd_msec_t ms);
 void fd_connection_set_state(fd_connection_t *c, int state);
+/* Open connections from c's address in this worker (max_conns_per_ip);
+ * 0 when they are not counted. */
+unsigned fd_connection_ip_count(fd_connection_t *c);
 /* Text of the peer address into buf (INET6_ADDRSTRLEN); returns length. */
 size_t fd_connection_addr_text(fd_connection_t *c, char *buf, size_t size);
 

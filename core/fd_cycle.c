@@ -265,6 +265,11 @@ const fd_directive_t fd_http_server_directives[] = {
             "(exact, *.suffix, prefix.*)"},
     {.name = "error_page", .type = FD_CONF_LIST, .offset = 0,
      .doc = "CODE... /file.html under the server's root, repeatable"},
+    {.name = "max_conns_per_ip", .type = FD_CONF_INT,
+     .offset = SRV(max_conns_per_ip), .def = "0",
+     .doc = "open connections one client address may hold in a worker; "
+            "a request on a connection beyond it gets 503 and the "
+            "connection is closed (0: no limit)"},
     FD_CONF_END};
 
 /* --- helpers --- */
@@ -596,6 +601,7 @@ static int server_listen(load_t *ld, fd_http_server_t *srv)
             ls->addrlen = len;
             ls->text = fd_pstrdup(cf->pool, addr, strlen(addr));
             ls->ev.fd = -1;
+            ls->index = ld->cycle->nlistening++;
             ls->next = ld->cycle->listening;
             ld->cycle->listening = ls;
         }
@@ -1061,6 +1067,24 @@ fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
     if (cy->servers == NULL) {
         fd_conf_error(&cf, "%s: no [server] section", file);
         goto failed;
+    }
+    if (cy->nlistening > UINT16_MAX) {
+        fd_conf_error(&cf, "more than %u listen addresses", UINT16_MAX);
+        goto failed;
+    }
+    cy->ls_array = fd_palloc(pool, cy->nlistening * sizeof(*cy->ls_array));
+    if (cy->ls_array == NULL) {
+        fd_conf_error(&cf, "out of memory");
+        goto failed;
+    }
+    {
+        fd_listening_t *ls;
+        fd_http_server_t *s;
+        for (ls = cy->listening; ls; ls = ls->next)
+            cy->ls_array[ls->index] = ls;
+        for (s = cy->servers; s; s = s->next)
+            if (s->max_conns_per_ip > 0)
+                cy->conns_per_ip = 1;
     }
     if (cy->http.max_header_size < 256 ||
         cy->http.max_header_size > 1024 * 1024) {

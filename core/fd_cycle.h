@@ -67,6 +67,7 @@ struct fd_listening_s {
     unsigned nfds;
     fd_http_server_t **servers; /* servers on this address, first = default */
     unsigned nservers;
+    unsigned index;            /* in cycle->ls_array (a connection's ls_index) */
     fd_listening_t *next;
 };
 
@@ -91,6 +92,9 @@ struct fd_cycle_s {
     fd_offload_conf_t offload;
     fd_http_server_t *servers;
     fd_listening_t *listening;
+    fd_listening_t **ls_array; /* the same, by index */
+    unsigned nlistening;
+    int conns_per_ip;          /* a server has max_conns_per_ip: count them */
     fd_conf_section_t *sections;
     fd_int_t nworkers;
     uint64_t generation;       /* incremented on each reload */
@@ -164,5 +168,8 @@ struct fd_worker_s {
 };
 
 extern fd_worker_t *fd_worker;
+
+/* The listening address a connection came in on. */
+#define fd_conn_listening(c) (fd_worker->cycle->ls_array[(c)->ls_index])
 
 #endif

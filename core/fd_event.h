@@ -24,12 +24,30 @@ struct fd_event_s {
  * fd_connection.c).
  */
 struct fd_timer_s {
-    fd_msec_t when;
-    unsigned idx; /* position in the heap + 1; 0 when not armed */
+    uint32_t when; /* fd_current_msec's low 32 bits: see fd_msec32_after */
+    unsigned idx;  /* position in the heap + 1; 0 when not armed */
     void (*handler)(fd_timer_t *t);
 };
 
+/*
+ * Deadlines kept in 32 bits (a timer is 16 bytes, an idle connection 80):
+ * the low 32 bits of fd_current_msec, compared as serial numbers, which is
+ * exact while the deadlines in use lie within 2^31 ms (24 days) of each
+ * other and of now. Timeouts are capped at FD_TIMER_MAX (12 days).
+ */
+#define FD_TIMER_MAX ((fd_msec_t)1 << 30)
+static inline int32_t fd_msec32_diff(uint32_t a, uint32_t b)
+{
+    return (int32_t)(a - b);
+}
+
 extern volatile fd_msec_t fd_current_msec; /* cached, per loop iteration */
+
+static inline uint32_t fd_msec32_after(fd_msec_t ms)
+{
+    return (uint32_t)(fd_current_msec + (ms < FD_TIMER_MAX ? ms
+                                                           : FD_TIMER_MAX));
+}
 
 void fd_timer_add(fd_timer_t *t, fd_msec_t after);
 void fd_timer_del(fd_timer_t *t);

@@ -720,7 +720,7 @@ static void request_fail(fd_request_t *r, int status)
 
 static fd_http_server_t *find_server(fd_request_t *r)
 {
-    fd_listening_t *ls = r->c->ls;
+    fd_listening_t *ls = fd_conn_listening(r->c);
     fd_str_t host = r->in.host;
     unsigned i, j;
 
@@ -825,6 +825,17 @@ static void request_start(fd_request_t *r)
         r->keepalive = 0;
     r->header_only = r->in.method_id == FD_HTTP_HEAD;
     r->server = find_server(r);
+    if (r->server->max_conns_per_ip &&
+        fd_connection_ip_count(c) > (unsigned)r->server->max_conns_per_ip) {
+        char addr[INET6_ADDRSTRLEN];
+        fd_connection_addr_text(c, addr, sizeof(addr));
+        fd_log_error(FD_LOG_WARN, 0, "limiting connections from %s: %u "
+                     "open, max_conns_per_ip %ld", addr,
+                     fd_connection_ip_count(c),
+                     (long)r->server->max_conns_per_ip);
+        request_fail(r, 503);
+        return;
+    }
 
     if (r->in.method_id == FD_HTTP_TRACE || r->in.method_id == FD_HTTP_CONNECT)
     {

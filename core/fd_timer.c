@@ -25,7 +25,7 @@ static void sift_up(unsigned i)
 
     while (i > 0) {
         unsigned parent = (i - 1) / 2;
-        if (heap[parent]->when <= t->when)
+        if (fd_msec32_diff(heap[parent]->when, t->when) <= 0)
             break;
         heap_set(i, heap[parent]);
         i = parent;
@@ -39,13 +39,13 @@ static void sift_down(unsigned i)
 
     for (;;) {
         unsigned l = 2 * i + 1, m = i;
-        fd_msec_t mw = t->when;
+        uint32_t mw = t->when;
 
-        if (l < nheap && heap[l]->when < mw) {
+        if (l < nheap && fd_msec32_diff(heap[l]->when, mw) < 0) {
             m = l;
             mw = heap[l]->when;
         }
-        if (l + 1 < nheap && heap[l + 1]->when < mw)
+        if (l + 1 < nheap && fd_msec32_diff(heap[l + 1]->when, mw) < 0)
             m = l + 1;
         if (m == i)
             break;
@@ -68,7 +68,7 @@ void fd_timer_del(fd_timer_t *t)
     if (i == nheap)
         return;
     heap_set(i, last);
-    if (i > 0 && heap[(i - 1) / 2]->when > last->when)
+    if (i > 0 && fd_msec32_diff(heap[(i - 1) / 2]->when, last->when) > 0)
         sift_up(i);
     else
         sift_down(i);
@@ -76,14 +76,14 @@ void fd_timer_del(fd_timer_t *t)
 
 void fd_timer_add(fd_timer_t *t, fd_msec_t after)
 {
-    fd_msec_t when = fd_current_msec + after;
+    uint32_t when = fd_msec32_after(after);
 
     if (t->idx) {
-        fd_msec_t old = t->when;
+        int32_t d = fd_msec32_diff(when, t->when);
         t->when = when;
-        if (when < old)
+        if (d < 0)
             sift_up(t->idx - 1);
-        else if (when > old)
+        else if (d > 0)
             sift_down(t->idx - 1);
         return;
     }
@@ -105,8 +105,9 @@ int fd_timer_expire(void)
 {
     while (nheap) {
         fd_timer_t *t = heap[0];
-        if (t->when > fd_current_msec)
-            return (int)fd_min(t->when - fd_current_msec, 60000);
+        int32_t left = fd_msec32_diff(t->when, (uint32_t)fd_current_msec);
+        if (left > 0)
+            return left < 60000 ? (int)left : 60000;
         fd_timer_del(t);
         t->handler(t);
     }

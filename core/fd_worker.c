@@ -94,10 +94,11 @@ void fd_connection_set_state(fd_connection_t *c, int state)
  */
 void fd_connection_set_timeout(fd_connection_t *c, fd_msec_t ms)
 {
-    fd_msec_t when = fd_current_msec + ms;
+    uint32_t when = fd_msec32_after(ms);
 
-    c->deadline = when;
-    if (!fd_timer_armed(&c->timer) || c->timer.when > when)
+    c->deadline = when ? when : 1; /* 0 is "none" */
+    if (!fd_timer_armed(&c->timer) ||
+        fd_msec32_diff(c->timer.when, when) > 0)
         fd_timer_add(&c->timer, ms);
 }
 
@@ -106,15 +107,99 @@ static void conn_timer(fd_timer_t *t)
     fd_connection_t *c = (fd_connection_t *)((char *)t -
                                              offsetof(fd_connection_t, timer));
 
+    int32_t left;
+
     if (c->deadline == 0)
         return;
-    if (c->deadline > fd_current_msec) {
-        fd_timer_add(&c->timer, c->deadline - fd_current_msec);
+    left = fd_msec32_diff(c->deadline, (uint32_t)fd_current_msec);
+    if (left > 0) {
+        fd_timer_add(&c->timer, (fd_msec_t)left);
         return;
     }
     fd_log_conn_id = c->id;
     fd_http_timeout(c);
     fd_log_conn_id = 0;
+}
+
+/*
+ * Open connections per client address (max_conns_per_ip): a chained hash
+ * table, kept only when some server sets the limit. A connection counts
+ * from accept to close, idle keep-alive included; the limit is checked
+ * per request against the server the request reached (fd_http.c).
+ */
+typedef struct ip_count_s {
+    struct ip_count_s *next;
+    uint32_t n;
+    uint8_t family;
+    uint8_t addr[16];
+} ip_count_t;
+
+#define IP_BUCKETS 4096
+static ip_count_t **ip_table;
+static ip_count_t *ip_free;
+
+static ip_count_t **ip_slot(const fd_connection_t *c)
+{
+    const uint8_t *a = c->addr;
+    uint32_t x, k = c->family == AF_INET6 ? 16 : 4, i;
+    ip_count_t **p;
+
+    x = 2166136261u;
+    for (i = 0; i < k; i++)
+        x = (x ^ a[i]) * 16777619u;
+    for (p = &ip_table[x & (IP_BUCKETS - 1)]; *p; p = &(*p)->next)
+        if ((*p)->family == c->family && memcmp((*p)->addr, a, k) == 0)
+            break;
+    return p;
+}
+
+static void ip_count_add(fd_connection_t *c)
+{
+    ip_count_t **p, *e;
+
+    if (ip_table == NULL) {
+        ip_table = calloc(IP_BUCKETS, sizeof(*ip_table));
+        if (ip_table == NULL)
+            return;
+    }
+    p = ip_slot(c);
+    if (*p == NULL) {
+        if (ip_free) {
+            e = ip_free;
+            ip_free = e->next;
+        } else if ((e = malloc(sizeof(*e))) == NULL) {
+            return; /* not counted: never limited */
+        }
+        e->next = NULL;
+        e->n = 0;
+        e->family = c->family;
+        memcpy(e->addr, c->addr, sizeof(e->addr));
+        *p = e;
+    }
+    (*p)->n++;
+    c->ip_counted = 1;
+}
+
+static void ip_count_del(fd_connection_t *c)
+{
+    ip_count_t **p = ip_slot(c), *e = *p;
+
+    c->ip_counted = 0;
+    if (e == NULL || --e->n > 0)
+        return;
+    *p = e->next;
+    e->next = ip_free;
+    ip_free = e;
+}
+
+unsigned fd_connection_ip_count(fd_connection_t *c)
+{
+    ip_count_t *e;
+
+    if (!c->ip_counted)
+        return 0;
+    e = *ip_slot(c);
+    return e ? e->n : 0;
 }
 
 void fd_connection_close(fd_connection_t *c)
@@ -128,6 +213,8 @@ void fd_connection_close(fd_connection_t *c)
     c->deadline = 0;
     fd_http_release(c);
     fd_connection_set_state(c, FD_CONN_FREE);
+    if (c->ip_counted)
+        ip_count_del(c);
     /* close() removes the fd from epoll */
     close(c->ev.fd);
     c->ev.fd = -1;
@@ -236,7 +323,7 @@ static void accept_handler(fd_event_t *ev, uint32_t events)
         c->ev.fd = fd;
         c->ev.handler = fd_http_event;
         c->timer.handler = conn_timer;
-        c->ls = ls;
+        c->ls_index = (uint16_t)ls->index;
         c->id = ++conn_ids;
         c->family = (uint8_t)ss.ss_family;
         if (ss.ss_family == AF_INET) {
@@ -248,6 +335,8 @@ static void accept_handler(fd_event_t *ev, uint32_t events)
             memcpy(c->addr, &sin6->sin6_addr, 16);
             c->port = ntohs(sin6->sin6_port);
         }
+        if (w->cycle->conns_per_ip)
+            ip_count_add(c);
         w->nconns++;
         fd_stats->conn_active++;
         fd_stats->conn_accepted++;
@@ -312,7 +401,9 @@ static void close_idle_soon(void)
                    (c->state == FD_CONN_READING &&
                     (c->h == NULL || fd_http_conn_empty(c)));
         if (idle && c->ev.fd >= 0 &&
-            c->deadline > fd_current_msec + FD_QUIT_IDLE_MSEC)
+            (c->deadline == 0 ||
+             fd_msec32_diff(c->deadline, (uint32_t)fd_current_msec) >
+                 FD_QUIT_IDLE_MSEC))
             fd_connection_set_timeout(c, FD_QUIT_IDLE_MSEC);
     }
 }

@@ -752,7 +752,7 @@ static void access_log_log(fd_request_t *r)
 
     if (loc == NULL) {
         /* failed before routing: the server's (or address') defaults */
-        fd_http_server_t *s = r->server ? r->server : r->c->ls->servers[0];
+        fd_http_server_t *s = r->server ? r->server : fd_conn_listening(r->c)->servers[0];
         loc = s->root_loc;
     }
     lc = fd_loc_conf(loc, &fd_access_log_module);

@@ -4,9 +4,11 @@
 #include "tap.h"
 
 static int fired[64], nfired;
+static fd_timer_t *order[64];
 
 static void on_timer(fd_timer_t *t)
 {
+    order[nfired] = t;
     fired[nfired++] = (int)t->when;
 }
 
@@ -45,6 +47,26 @@ int main(void)
     fd_timer_expire();
     is_int(nfired, 63, "the moved-later timer fired at its new time");
     is_int(fd_timer_expire(), -1, "heap empty");
+
+    /* deadlines are 32-bit serial numbers: across the wrap of the low 32
+     * bits of fd_current_msec the order still holds */
+    nfired = 0;
+    fd_current_msec = 0x1fffffff0ULL; /* 16 ms before a wrap */
+    for (i = 0; i < 8; i++)
+        fd_timer_add(&t[i], 40 - i * 5); /* 40, 35, .. 5: half past the wrap */
+    is_int(fd_timer_expire(), 5, "before the wrap: the nearest is 5ms away");
+    fd_current_msec += 20;
+    fd_timer_expire();
+    is_int(nfired, 4, "the four due by +20ms fired (two of them past the wrap)");
+    ok(nfired == 4 && order[0] == &t[7] && order[3] == &t[4],
+       "... in expiry order");
+    is_int(fd_timer_expire(), 5, "the next is 5ms away, past the wrap");
+    fd_current_msec += 100;
+    fd_timer_expire();
+    is_int(nfired, 8, "the rest fired");
+    fd_timer_add(&t[0], (fd_msec_t)1 << 40);
+    is_int(fd_timer_expire(), 60000, "a huge timeout is capped, not wrapped into the past");
+    fd_timer_del(&t[0]);
 
     is_int(fd_http_time(buf, 0), 29, "RFC 1123 length");
     is_str(buf, "Thu, 01 Jan 1970 00:00:00 GMT", "epoch");
