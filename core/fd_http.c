@@ -692,8 +692,22 @@ int fd_http_error_page(fd_request_t *r, int status)
 static fd_request_t *request_new(fd_connection_t *c)
 {
     fd_http_conn_t *h = c->h;
-    fd_request_t *r = fd_pcalloc(h->pool, sizeof(*r));
+    fd_request_t *r;
+    seg_t *s;
 
+    /*
+     * No request lives on this connection now. If what waits to be written
+     * is all copied into obuf (no body or file still pointing into the
+     * pool), nothing refers to the pool: reuse it from the start. A
+     * pipelined batch then runs in the same few (cache-warm) kilobytes
+     * instead of growing the pool by a block every few requests, to be
+     * freed when the connection goes idle.
+     */
+    for (s = h->segs; s && s->kind == SEG_OBUF; s = s->next)
+        ;
+    if (s == NULL)
+        fd_pool_clear(h->pool);
+    r = fd_pcalloc(h->pool, sizeof(*r));
     if (r == NULL)
         return NULL;
     r->c = c;
@@ -704,8 +718,9 @@ static fd_request_t *request_new(fd_connection_t *c)
     r->headers_out_last = &r->headers_out;
     r->out_last = &r->out;
     r->keepalive = 1;
-    fd_http_parse_init(&r->in, h->pool, fd_worker->cycle->http.max_header_size,
-                       (unsigned)fd_worker->cycle->http.max_headers);
+    fd_http_parse_init_zeroed(&r->in, h->pool,
+                              fd_worker->cycle->http.max_header_size,
+                              (unsigned)fd_worker->cycle->http.max_headers);
     r->in.version = 11;
     return r;
 }

@@ -33,18 +33,46 @@ const uint8_t fd_http_tchar[256] = {
  * "@", "?", "#", quote or space would let an application that builds URLs
  * or routes from Host be told a different story than the one we routed.
  */
+/*
+ * Byte classes for the per-byte checks of the request line and header
+ * values: one table load per byte instead of a chain of compares (and, for
+ * Host, a strchr() per punctuation byte). Filled once at startup.
+ */
+enum {
+    CH_HOST = 0x1,       /* reg-name / IP-literal / port bytes, and >= 0x80 */
+    CH_TARGET_BAD = 0x2, /* not in a request target: CTLs, SP, DEL, '#' */
+    CH_VALUE_BAD = 0x4,  /* not in a field value: CTLs but HTAB, DEL */
+    CH_PATH_SLOW = 0x8   /* the path fast path stops: '%', NUL, '/' */
+};
+static uint8_t ch_class[256];
+
+__attribute__((constructor)) static void ch_class_init(void)
+{
+    static const char host_punct[] = "-._~!$&'()*+,;=:[]%";
+    unsigned c;
+
+    for (c = 0; c < 256; c++) {
+        uint8_t k = 0;
+        if (c >= 0x80 || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+            (c >= '0' && c <= '9') || (c && strchr(host_punct, (int)c)))
+            k |= CH_HOST;
+        if (c <= 0x20 || c == 0x7f || c == '#')
+            k |= CH_TARGET_BAD;
+        if ((c < 0x20 && c != '\t') || c == 0x7f)
+            k |= CH_VALUE_BAD;
+        if (c == '%' || c == '\0' || c == '/')
+            k |= CH_PATH_SLOW;
+        ch_class[c] = k;
+    }
+}
+
 static int host_valid(const char *s, size_t n)
 {
     size_t i;
 
-    for (i = 0; i < n; i++) {
-        uint8_t c = (uint8_t)s[i];
-        if (c >= 0x80 || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-            (c >= '0' && c <= '9'))
-            continue;
-        if (!strchr("-._~!$&'()*+,;=:[]%", c) || c == '\0')
+    for (i = 0; i < n; i++)
+        if (!(ch_class[(uint8_t)s[i]] & CH_HOST))
             return 0;
-    }
     return 1;
 }
 
@@ -58,10 +86,7 @@ void fd_http_parse_init(fd_http_req_t *p, fd_pool_t *pool,
                         size_t max_header_size, unsigned max_headers)
 {
     memset(p, 0, sizeof(*p));
-    p->content_length = -1;
-    p->pool = pool;
-    p->max_header_size = max_header_size;
-    p->max_headers = max_headers;
+    fd_http_parse_init_zeroed(p, pool, max_header_size, max_headers);
 }
 
 static int parse_method(fd_http_req_t *p, const char *s, size_t n)
@@ -115,11 +140,9 @@ static int parse_target(fd_http_req_t *p, const char *s, size_t n)
 
     if (n == 0)
         return 400;
-    for (i = 0; i < n; i++) {
-        uint8_t ch = (uint8_t)s[i];
-        if (ch <= 0x20 || ch == 0x7f || ch == '#')
+    for (i = 0; i < n; i++)
+        if (ch_class[(uint8_t)s[i]] & CH_TARGET_BAD)
             return 400;
-    }
     p->target.data = s;
     p->target.len = n;
     if (s[0] == '/') {
@@ -337,18 +360,14 @@ static int parse_header_line(fd_http_req_t *p, const char *s, size_t n)
         y = x ^ 0x7f7f7f7f7f7f7f7fULL;
         if ((((x - 0x2020202020202020ULL) & ~x)
              | ((y - 0x0101010101010101ULL) & ~y)) & 0x8080808080808080ULL) {
-            for (size_t j = i; j < i + 8; j++) {
-                uint8_t ch = (uint8_t)v[j];
-                if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+            for (size_t j = i; j < i + 8; j++)
+                if (ch_class[(uint8_t)v[j]] & CH_VALUE_BAD)
                     return 400;
-            }
         }
     }
-    for (; i < (size_t)(e - v); i++) {
-        uint8_t ch = (uint8_t)v[i];
-        if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+    for (; i < (size_t)(e - v); i++)
+        if (ch_class[(uint8_t)v[i]] & CH_VALUE_BAD)
             return 400; /* NUL, bare CR, other controls */
-    }
     name.data = s;
     name.len = (size_t)(colon - s);
     value.data = v;
@@ -596,9 +615,9 @@ int fd_http_normalize_path(fd_str_t src, char *dst, size_t *dst_len)
         size_t i;
         for (i = 0; i < src.len; i++) {
             char ch = s[i];
-            if (ch == '%' || ch == '\0' ||
-                (ch == '/' && i + 1 < src.len &&
-                 (s[i + 1] == '/' || s[i + 1] == '.')))
+            if ((ch_class[(uint8_t)ch] & CH_PATH_SLOW) &&
+                (ch != '/' || (i + 1 < src.len &&
+                               (s[i + 1] == '/' || s[i + 1] == '.'))))
                 break;
         }
         if (i == src.len) {

@@ -79,6 +79,16 @@ typedef struct {
 
 void fd_http_parse_init(fd_http_req_t *p, fd_pool_t *pool,
                         size_t max_header_size, unsigned max_headers);
+/* The same for a p that is all zero already (a fresh fd_pcalloc()). */
+static inline void fd_http_parse_init_zeroed(fd_http_req_t *p, fd_pool_t *pool,
+                                             size_t max_header_size,
+                                             unsigned max_headers)
+{
+    p->content_length = -1;
+    p->pool = pool;
+    p->max_header_size = max_header_size;
+    p->max_headers = max_headers;
+}
 /*
  * Parse [start, start + len): FD_OK when the header section is complete
  * (p->header_len bytes), FD_AGAIN when more input is needed, or an HTTP
