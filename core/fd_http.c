@@ -1107,6 +1107,20 @@ static void hooks_init(void)
     hooks.ready = 1;
 }
 
+/* The header filters (gzip), in module order, on a complete or a streamed
+ * response whose header is about to be queued: FD_OK or FD_ERROR. */
+static inline int run_filters(fd_request_t *r)
+{
+    unsigned i;
+
+    if (fd_unlikely(!hooks.ready))
+        hooks_init();
+    for (i = 0; i < hooks.nfilter; i++)
+        if (hooks.filter[i]->filter(r) != FD_OK)
+            return FD_ERROR;
+    return FD_OK;
+}
+
 /* The access phase (acl, rewrite, queue limits), then the handler. */
 static void run_handler(fd_request_t *r)
 {
@@ -1156,7 +1170,6 @@ static void request_finalize(fd_request_t *r, int rc)
     fd_connection_t *c = r->c;
     fd_http_conn_t *h = c->h;
     fd_buf_t *b;
-    unsigned i;
 
     if (rc == FD_DECLINED)
         rc = 404;
@@ -1174,13 +1187,8 @@ static void request_finalize(fd_request_t *r, int rc)
     if (r->status == 0)
         r->status = 200;
     if (!r->header_sent) {
-        if (fd_unlikely(!hooks.ready))
-            hooks_init();
-        for (i = 0; i < hooks.nfilter; i++)
-            if (hooks.filter[i]->filter(r) != FD_OK) {
-                fd_http_error_page(r, 500);
-                break;
-            }
+        if (run_filters(r) != FD_OK)
+            fd_http_error_page(r, 500);
         if (r->content_length < 0) {
             int64_t len = 0;
             for (b = r->out; b; b = b->next)
@@ -1279,6 +1287,10 @@ static int stream_header(fd_request_t *r)
 {
     if (r->status == 0)
         r->status = 200;
+    /* a filter may take the length away (gzip): framing is chosen after */
+    r->streamed = 1;
+    if (run_filters(r) != FD_OK)
+        return FD_ERROR;
     if (r->content_length < 0 && !r->header_only && r->status != 204 &&
         r->status != 304 && r->status >= 200) {
         if (r->in.version == 11)
@@ -1299,33 +1311,50 @@ int fd_http_send_header(fd_request_t *r)
     return http_flush(r->c) == FD_ERROR ? FD_ERROR : FD_OK;
 }
 
+int fd_http_output_body(fd_request_t *r, fd_buf_t *chain)
+{
+    fd_http_conn_t *h = r->c->h;
+    fd_buf_t *b;
+
+    for (b = chain; b; b = b->next) {
+        size_t n = fd_buf_size(b);
+        if (n == 0)
+            continue;
+        if (r->chunked_out) {
+            char hex[24];
+            int k = snprintf(hex, sizeof(hex), "%zx\r\n", n);
+            if (out_append(h, hex, (size_t)k) != FD_OK)
+                return FD_ERROR;
+        }
+        if (b->file_fd >= 0)
+            out_buf(h, b);
+        else if (out_append(h, b->pos, n) != FD_OK) /* the caller reuses it */
+            return FD_ERROR;
+        if (r->chunked_out && out_append(h, "\r\n", 2) != FD_OK)
+            return FD_ERROR;
+        r->bytes_sent += n;
+    }
+    return FD_OK;
+}
+
 int fd_http_output(fd_request_t *r, fd_buf_t *chain, int last)
 {
     fd_connection_t *c = r->c;
     fd_http_conn_t *h = c->h;
-    fd_buf_t *b;
-    int rc;
+    int rc = FD_OK;
 
     if (!r->header_sent && stream_header(r) != FD_OK)
         return FD_ERROR;
     if (!r->header_only)
-        for (b = chain; b; b = b->next) {
-            size_t n = fd_buf_size(b);
-            if (n == 0)
-                continue;
-            if (r->chunked_out) {
-                char hex[24];
-                int k = snprintf(hex, sizeof(hex), "%zx\r\n", n);
-                out_append(h, hex, (size_t)k);
-            }
-            if (b->file_fd >= 0)
-                out_buf(h, b);
-            else
-                out_append(h, b->pos, n); /* the caller reuses its buffer */
-            if (r->chunked_out)
-                out_append(h, "\r\n", 2);
-            r->bytes_sent += n;
-        }
+        rc = r->body_filter ? r->body_filter(r, chain, last)
+                            : fd_http_output_body(r, chain);
+    if (rc != FD_OK) {
+        if (!last)
+            return FD_ERROR; /* the producer cuts the response */
+        /* the end, but not all of the body: the client must see that */
+        r->keepalive = 0;
+        r->chunked_out = 0;
+    }
     if (last) {
         if (r->chunked_out && !r->header_only)
             out_append(h, "0\r\n\r\n", 5);

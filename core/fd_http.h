@@ -102,6 +102,7 @@ struct fd_request_s {
     unsigned header_only:1;    /* HEAD, 204, 304 */
     unsigned header_sent:1;
     unsigned chunked_out:1;    /* stream: framing added by fd_http_output */
+    unsigned streamed:1;       /* the body follows the header in pieces */
     unsigned done:1;           /* response complete */
     unsigned async:1;          /* handler returned FD_AGAIN */
     unsigned discard_body:1;
@@ -121,6 +122,9 @@ struct fd_request_s {
     void (*on_abort)(fd_request_t *r);
     /* streaming request body: called when more body bytes are readable */
     void (*on_body)(fd_request_t *r);
+    /* streamed response: set by a header filter to transform the body
+     * (gzip); NULL passes it as it is (see fd_module.h) */
+    fd_body_filter_pt body_filter;
 
     /* engine-private */
     unsigned phase;
@@ -153,10 +157,18 @@ void fd_request_finish(fd_request_t *r, int rc);
  * Returns FD_OK, FD_AGAIN when the output is above the high-water mark
  * (r->on_drain is called later), or FD_ERROR when the client is gone.
  * last = 1 ends the response. With r->content_length = -1 the body is
- * chunk-encoded for HTTP/1.1 clients (or close-delimited for 1.0).
+ * chunk-encoded for HTTP/1.1 clients (or close-delimited for 1.0). The
+ * header filters run before the header is queued; a body filter they set
+ * sees each piece (and may drop r->content_length: gzip).
  */
 int fd_http_send_header(fd_request_t *r);
 int fd_http_output(fd_request_t *r, fd_buf_t *chain, int last);
+/*
+ * For body filters: frame (chunked) and queue the pieces of chain as body
+ * bytes, copying memory (the caller may reuse it at once). FD_OK or
+ * FD_ERROR. It does not write: fd_http_output() does, after the filter.
+ */
+int fd_http_output_body(fd_request_t *r, fd_buf_t *chain);
 
 /*
  * Tunnels (a 101 response, e.g. WebSocket): after fd_http_send_header()

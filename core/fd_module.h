@@ -7,9 +7,22 @@ typedef struct fd_status_s fd_status_t;
 #define FD_MODULE_HAS_STATUS 1
 
 typedef int (*fd_handler_pt)(fd_request_t *r);
-/* Called for every response before its header is written; may rewrite
- * status, headers and a complete in-memory body (r->out). */
+/*
+ * Header filter: called for every response before its header is written;
+ * may rewrite status and headers. A complete response (r->streamed = 0)
+ * holds its whole body in r->out, which the filter may replace. A streamed
+ * one (fd_http_send_header / fd_http_output) has no body yet: the filter
+ * may set r->body_filter to transform the pieces as they come.
+ */
 typedef int (*fd_filter_pt)(fd_request_t *r);
+/*
+ * Body filter of a streamed response (r->body_filter): takes each piece
+ * handed to fd_http_output() and queues what it makes of it with
+ * fd_http_output_body(); last = 1 ends the body. Every call is a flush
+ * point: what the producer gave must be on its way (queued) when the
+ * filter returns. FD_OK or FD_ERROR (the response is cut).
+ */
+typedef int (*fd_body_filter_pt)(fd_request_t *r, fd_buf_t *in, int last);
 
 /* Module flags */
 #define FD_MODULE_THREAD_SAFE 0x1  /* handler may run on an offload thread */
