@@ -66,6 +66,28 @@ __attribute__((constructor)) static void ch_class_init(void)
     }
 }
 
+/* A field value has no CTL but HTAB and no DEL. 8 bytes at a time: a
+ * word with any byte < 0x20 or == 0x7f gets the exact per-byte check. */
+static inline int value_valid(const char *v, size_t n)
+{
+    size_t i = 0;
+
+    for (; i + 8 <= n; i += 8) {
+        uint64_t x, y;
+        memcpy(&x, v + i, 8);
+        y = x ^ 0x7f7f7f7f7f7f7f7fULL;
+        if ((((x - 0x2020202020202020ULL) & ~x)
+             | ((y - 0x0101010101010101ULL) & ~y)) & 0x8080808080808080ULL)
+            for (size_t j = i; j < i + 8; j++)
+                if (ch_class[(uint8_t)v[j]] & CH_VALUE_BAD)
+                    return 0;
+    }
+    for (; i < n; i++)
+        if (ch_class[(uint8_t)v[i]] & CH_VALUE_BAD)
+            return 0;
+    return 1;
+}
+
 static int host_valid(const char *s, size_t n)
 {
     size_t i;
@@ -351,23 +373,8 @@ static int parse_header_line(fd_http_req_t *p, const char *s, size_t n)
         v++;
     while (e > v && (e[-1] == ' ' || e[-1] == '\t'))
         e--;
-    i = 0;
-    /* 8 bytes at a time: any byte < 0x20 or == 0x7f sends the word to
-     * the exact per-byte check (tab is allowed) */
-    for (; i + 8 <= (size_t)(e - v); i += 8) {
-        uint64_t x, y;
-        memcpy(&x, v + i, 8);
-        y = x ^ 0x7f7f7f7f7f7f7f7fULL;
-        if ((((x - 0x2020202020202020ULL) & ~x)
-             | ((y - 0x0101010101010101ULL) & ~y)) & 0x8080808080808080ULL) {
-            for (size_t j = i; j < i + 8; j++)
-                if (ch_class[(uint8_t)v[j]] & CH_VALUE_BAD)
-                    return 400;
-        }
-    }
-    for (; i < (size_t)(e - v); i++)
-        if (ch_class[(uint8_t)v[i]] & CH_VALUE_BAD)
-            return 400; /* NUL, bare CR, other controls */
+    if (!value_valid(v, (size_t)(e - v)))
+        return 400; /* NUL, bare CR, other controls */
     name.data = s;
     name.len = (size_t)(colon - s);
     value.data = v;
@@ -724,26 +731,29 @@ void fd_http_req_rebase(fd_http_req_t *p, const char *from, size_t len,
 int fd_http_parse_response_end(const char *buf, size_t len, size_t *scan,
                                size_t *hlen, const char **err)
 {
-    size_t from = *scan > 3 ? *scan - 3 : 0;
-    const char *hit, *p;
+    /* each LF must follow a CR; the header ends at the first CRLF that
+     * follows one. One memchr() per line: the header is a few lines */
+    const char *p = buf + *scan, *end = buf + len;
 
-    hit = len >= 4 ? memmem(buf + from, len - from, "\r\n\r\n", 4) : NULL;
-    if (hit == NULL) {
-        /* a bare LF: invalid, and its CRLF CRLF may never come */
-        for (p = buf + *scan;
-             p < buf + len &&
-             (p = memchr(p, '\n', (size_t)(buf + len - p))) != NULL;
-             p++)
-            if (p == buf || p[-1] != '\r') {
-                *err = "sent a bare LF in the header";
-                return FD_ERROR;
-            }
-        *scan = len;
-        return FD_AGAIN;
+    while (p < end && (p = memchr(p, '\n', (size_t)(end - p))) != NULL) {
+        if (p == buf || p[-1] != '\r') {
+            *err = "sent a bare LF in the header";
+            return FD_ERROR;
+        }
+        if (end - p < 3) {
+            /* what follows this line end is not all here: look again */
+            *scan = (size_t)(p - buf);
+            return FD_AGAIN;
+        }
+        if (p[1] == '\r' && p[2] == '\n') {
+            *scan = 0;
+            *hlen = (size_t)(p + 3 - buf);
+            return FD_OK;
+        }
+        p++;
     }
-    *scan = 0;
-    *hlen = (size_t)(hit + 4 - buf);
-    return FD_OK;
+    *scan = len;
+    return FD_AGAIN;
 }
 
 /* Add the tokens of a Connection value (split at ',', SP and HTAB). */
@@ -850,16 +860,15 @@ int fd_http_parse_response(fd_http_resp_t *rs, const char *h, size_t hlen,
         *err = "sent an invalid status line";
         return FD_ERROR;
     }
-    for (p = h + 12; p < eol - 1; p++)
-        if (((uint8_t)*p < 0x20 && *p != '\t') || *p == 0x7f) {
-            *err = "sent an invalid status line";
-            return FD_ERROR;
-        }
+    if (!value_valid(h + 12, (size_t)(eol - 1 - (h + 12)))) {
+        *err = "sent an invalid status line";
+        return FD_ERROR;
+    }
     rs->version = h[7] == '1' ? 11 : 10;
     rs->status = (h[9] - '0') * 100 + (h[10] - '0') * 10 + (h[11] - '0');
 
     for (p = eol + 1; p < end; p = eol + 1) {
-        const char *colon, *v, *ve, *c;
+        const char *colon, *v, *ve;
         eol = memchr(p, '\n', (size_t)(end - p) + 1);
         if (eol == NULL || eol == p || eol[-1] != '\r') {
             *err = "sent a bare LF in the header";
@@ -869,8 +878,8 @@ int fd_http_parse_response(fd_http_resp_t *rs, const char *h, size_t hlen,
             *err = "sent an obsolete folded header line";
             return FD_ERROR;
         }
-        for (colon = p; colon < eol - 1 && fd_http_tchar[(uint8_t)*colon];
-             colon++)
+        /* the line ends in CR, not a tchar: the scan stops by itself */
+        for (colon = p; fd_http_tchar[(uint8_t)*colon]; colon++)
             ;
         if (colon == p || *colon != ':') {
             *err = "sent an invalid header name";
@@ -881,11 +890,10 @@ int fd_http_parse_response(fd_http_resp_t *rs, const char *h, size_t hlen,
             ;
         for (ve = eol - 1; ve > v && (ve[-1] == ' ' || ve[-1] == '\t'); ve--)
             ;
-        for (c = v; c < ve; c++)
-            if (((uint8_t)*c < 0x20 && *c != '\t') || *c == 0x7f) {
-                *err = "sent a control character in a header";
-                return FD_ERROR;
-            }
+        if (!value_valid(v, (size_t)(ve - v))) {
+            *err = "sent a control character in a header";
+            return FD_ERROR;
+        }
         if (rs->nfields == rs->max_fields) {
             *err = "sent too many header lines";
             return FD_ERROR;

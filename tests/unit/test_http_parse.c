@@ -250,9 +250,9 @@ static void test_responses(void)
                  "no space after the status");
     resp_rejects("HTTP/1.1 200 O\x01K\r\n\r\n", "sent an invalid status line",
                  "control character in the reason");
-    resp_rejects("\n\r\n\r\n", "sent an invalid status line", "LF first");
+    resp_rejects("\n\r\n\r\n", "sent a bare LF in the header", "LF first");
     resp_rejects("HTTP/1.1 200 OK\nX: a\r\n\r\n",
-                 "sent an invalid status line", "bare LF in the status line");
+                 "sent a bare LF in the header", "bare LF in the status line");
     is_str(resp_end_bytewise("HTTP/1.1 200 OK\nX: a\r\n\r\n"),
            "sent a bare LF in the header",
            "response: a bare LF is refused before the header's end");
