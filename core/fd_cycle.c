@@ -506,6 +506,25 @@ static int loc_finish(load_t *ld, fd_http_loc_t *loc)
         if (m->init_conf && m->init_conf(ld->cf, loc, loc->mconf[i]) != FD_OK)
             return FD_ERROR;
     }
+    /* the hooks this location runs: a request pays only for those */
+    loc->access = fd_palloc(ld->cf->pool, (fd_nmodules + 1) * sizeof(void *));
+    loc->filter = fd_palloc(ld->cf->pool, (fd_nmodules + 1) * sizeof(void *));
+    if (loc->access == NULL || loc->filter == NULL)
+        return fd_conf_error(ld->cf, "out of memory");
+    {
+        unsigned na = 0, nf = 0;
+        for (i = 0; i < fd_nmodules; i++) {
+            const fd_module_t *m = fd_modules[i];
+            if (m->loc_active && !m->loc_active(loc))
+                continue;
+            if (m->access)
+                loc->access[na++] = m;
+            if (m->filter)
+                loc->filter[nf++] = m;
+        }
+        loc->access[na] = NULL;
+        loc->filter[nf] = NULL;
+    }
     return FD_OK;
 }
 

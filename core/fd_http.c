@@ -1086,9 +1086,11 @@ void fd_http_run_handler(fd_request_t *r)
  * The modules that have each hook, in module order, found once: the
  * request path walks only these instead of every module.
  */
+/* the log hooks; access and filter hooks are per location (loc->access,
+ * loc->filter: only the modules with work there) */
 static struct {
-    unsigned ready, naccess, nfilter, nlog;
-    const fd_module_t *access[64], *filter[64], *log[64];
+    unsigned ready, nlog;
+    const fd_module_t *log[64];
 } hooks;
 
 static void hooks_init(void)
@@ -1097,10 +1099,6 @@ static void hooks_init(void)
 
     for (i = 0; i < fd_nmodules && i < 64; i++) {
         const fd_module_t *m = fd_modules[i];
-        if (m->access)
-            hooks.access[hooks.naccess++] = m;
-        if (m->filter)
-            hooks.filter[hooks.nfilter++] = m;
         if (m->log)
             hooks.log[hooks.nlog++] = m;
     }
@@ -1111,12 +1109,12 @@ static void hooks_init(void)
  * response whose header is about to be queued: FD_OK or FD_ERROR. */
 static inline int run_filters(fd_request_t *r)
 {
-    unsigned i;
+    const fd_module_t **m;
 
-    if (fd_unlikely(!hooks.ready))
-        hooks_init();
-    for (i = 0; i < hooks.nfilter; i++)
-        if (hooks.filter[i]->filter(r) != FD_OK)
+    if (r->loc == NULL)
+        return FD_OK; /* refused before routing: nothing to filter */
+    for (m = r->loc->filter; *m; m++)
+        if ((*m)->filter(r) != FD_OK)
             return FD_ERROR;
     return FD_OK;
 }
@@ -1125,17 +1123,15 @@ static inline int run_filters(fd_request_t *r)
 static void run_handler(fd_request_t *r)
 {
     fd_http_loc_t *loc;
-    unsigned i;
+    const fd_module_t **m;
     int rc;
 
     if (r->phase != PH_STREAM) /* the engine keeps reading the body */
         r->phase = PH_HANDLER;
-    if (fd_unlikely(!hooks.ready))
-        hooks_init();
 again:
     loc = r->loc;
-    for (i = 0; i < hooks.naccess; i++) {
-        if ((rc = hooks.access[i]->access(r)) == FD_OK) {
+    for (m = loc->access; *m; m++) {
+        if ((rc = (*m)->access(r)) == FD_OK) {
             /* rewritten to another location: its checks, from the first */
             if (r->loc != loc)
                 goto again;

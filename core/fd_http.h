@@ -53,6 +53,9 @@ struct fd_http_loc_s {
     int offload;               /* run a thread-safe handler on the pool */
     char *name;                /* "location /x" for logs */
     void **mconf;              /* [fd_nmodules] */
+    /* the modules whose access / filter hook acts here, NULL-ended */
+    const fd_module_t **access;
+    const fd_module_t **filter;
     fd_http_loc_t *next;
 };
 

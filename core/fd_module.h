@@ -8,7 +8,8 @@ typedef struct fd_status_s fd_status_t;
 
 typedef int (*fd_handler_pt)(fd_request_t *r);
 /*
- * Header filter: called for every response before its header is written;
+ * Header filter: called for every response of a location where the module
+ * is active (loc_active) before its header is written;
  * may rewrite status and headers. A complete response (r->streamed = 0)
  * holds its whole body in r->out, which the filter may replace. A streamed
  * one (fd_http_send_header / fd_http_output) has no body yet: the filter
@@ -70,6 +71,12 @@ struct fd_module_s {
      * set the response in r; an HTTP status >= 400: that error page.
      */
     int (*access)(fd_request_t *r);
+    /*
+     * Whether the access and filter hooks have anything to do in a
+     * location (its conf after init_conf): the engine runs, per location,
+     * only the hooks of the modules that say so. NULL: always.
+     */
+    int (*loc_active)(const fd_http_loc_t *loc);
 
     unsigned index;                   /* set at startup: position in list */
 };

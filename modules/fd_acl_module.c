@@ -170,10 +170,16 @@ static const fd_directive_t acl_directives[] = {
      .doc = "CIDR | all, repeatable: clients that get 403"},
     FD_CONF_END};
 
+static int acl_loc_active(const fd_http_loc_t *loc)
+{
+    return ((acl_conf_t *)fd_loc_conf(loc, &fd_acl_module))->neff > 0;
+}
+
 fd_module_t fd_acl_module = {
     .name = "acl",
     .directives = acl_directives,
     .conf_size = sizeof(acl_conf_t),
     .init_conf = acl_init_conf,
     .access = acl_access,
+    .loc_active = acl_loc_active,
 };

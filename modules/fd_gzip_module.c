@@ -626,6 +626,11 @@ static const fd_directive_t gzip_directives[] = {
      .doc = "deflate level 1 (fastest) .. 9 (smallest)"},
     FD_CONF_END};
 
+static int gzip_loc_active(const fd_http_loc_t *loc)
+{
+    return ((gzip_conf_t *)fd_loc_conf(loc, &fd_gzip_module))->enable;
+}
+
 fd_module_t fd_gzip_module = {
     .name = "gzip",
     .directives = gzip_directives,
@@ -633,4 +638,5 @@ fd_module_t fd_gzip_module = {
     .init_conf = gzip_init_conf,
     .exit_worker = gzip_exit_worker,
     .filter = gzip_filter,
+    .loc_active = gzip_loc_active,
 };

@@ -575,6 +575,12 @@ static void queue_retire(void *retired_area, const void *area)
     }
 }
 
+/* the queue name is resolved later (init_cycle): its presence is enough */
+static int queue_loc_active(const fd_http_loc_t *loc)
+{
+    return ((queue_loc_t *)fd_loc_conf(loc, &fd_queue_module))->name != NULL;
+}
+
 fd_module_t fd_queue_module = {
     .name = "queue",
     .directives = queue_directives,
@@ -591,4 +597,5 @@ fd_module_t fd_queue_module = {
     .retire = queue_retire,
     .log = queue_log,
     .access = queue_access,
+    .loc_active = queue_loc_active,
 };

@@ -804,6 +804,11 @@ static const fd_directive_t rewrite_directives[] = {
             "repeatable, run in order; $1..$9 and named captures"},
     FD_CONF_END};
 
+static int rewrite_loc_active(const fd_http_loc_t *loc)
+{
+    return ((rw_conf_t *)fd_loc_conf(loc, &fd_rewrite_module))->nops > 0;
+}
+
 fd_module_t fd_rewrite_module = {
     .name = "rewrite",
     .directives = rewrite_directives,
@@ -812,4 +817,5 @@ fd_module_t fd_rewrite_module = {
     .init_worker = rewrite_init_worker,
     .exit_worker = rewrite_exit_worker,
     .access = rewrite_access,
+    .loc_active = rewrite_loc_active,
 };
