@@ -236,6 +236,7 @@ typedef struct {
     FILE *fp;
     const char *file;
     int line;
+    int partial;               /* the last fgets() ended mid-line */
     char *section;        /* current section as the reader saw it */
     unsigned seq;
     fd_conf_entry_t **entries;
@@ -275,8 +276,17 @@ static char *conf_reader(char *str, int num, void *stream)
     reader_t *rd = stream;
     char *s, *end;
 
+    size_t len;
+    int line_start = !rd->partial;
+
     if (fgets(str, num, rd->fp) == NULL)
         return NULL;
+    /* inih asks again, with a bigger buffer, for the rest of a line
+     * longer than its buffer: that is not a new line */
+    len = strlen(str);
+    rd->partial = len > 0 && str[len - 1] != '\n';
+    if (!line_start)
+        return str;
     rd->line++;
     s = str;
     while (isspace((unsigned char)*s))

@@ -76,6 +76,13 @@ bad_conf('edge_triggered = maybe',
 bad_conf('max_header_size = 12q',
     FastdTest::base_conf(http => { max_header_size => '12q' }),
     qr/^max_header_size/);
+bad_conf('server_name of 257 bytes',
+    FastdTest::base_conf(http => { server_name => 'x' x 257 }),
+    qr/^server_name/, also => qr/longer than 256 bytes/);
+bad_conf('a bad key after a 900-byte line (line numbers stay right)',
+    FastdTest::base_conf(server => { server_name => join(' ', map { "h$_.example" } 1 .. 80),
+                                     zzz_bogus => 1 }),
+    qr/^zzz_bogus/, also => qr/zzz_bogus/);
 bad_conf('accept = sideways',
     FastdTest::base_conf(events => { accept => 'sideways' }),
     qr/^accept/);
