@@ -133,9 +133,24 @@ static const fd_directive_t events_directives[] = {
      .def = "512", .doc = "events taken per epoll_wait()"},
     FD_CONF_END};
 
+/* the Server: value: a string of at most FD_SERVER_NAME_MAX bytes */
+static int set_server_header(fd_conf_t *cf, const fd_directive_t *d,
+                             void *conf, const char *v)
+{
+    fd_directive_t str = *d;
+
+    if (strlen(v) > FD_SERVER_NAME_MAX)
+        return fd_conf_error(cf, "\"server_name\" is longer than %d bytes",
+                             FD_SERVER_NAME_MAX);
+    str.type = FD_CONF_STR;
+    str.set = NULL;
+    return fd_conf_set(cf, &str, conf, v);
+}
+
 static const fd_directive_t http_directives[] = {
-    {.name = "server_name", .type = FD_CONF_STR, .offset = HTTP(server_name),
-     .def = "fastd", .doc = "the Server: header value (empty: none)"},
+    {.name = "server_name", .type = FD_CONF_CUSTOM, .offset = HTTP(server_name),
+     .set = set_server_header, .def = "fastd",
+     .doc = "the Server: header value (empty: none; at most 256 bytes)"},
     {.name = "server_tokens", .type = FD_CONF_FLAG,
      .offset = HTTP(server_tokens), .def = "on",
      .doc = "on: the default Server: value and error pages carry the "
@@ -1114,6 +1129,7 @@ fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
         cy->events.max_connections = 1;
     if (cy->http.server_tokens && strcmp(cy->http.server_name, "fastd") == 0)
         cy->http.server_name = "fastd/" FASTD_VERSION;
+
     cy->nworkers = cy->main.workers ? cy->main.workers
                                     : sysconf(_SC_NPROCESSORS_ONLN);
     if (cy->nworkers < 1)

@@ -35,6 +35,8 @@ typedef struct {
     fd_int_t max_events;
 } fd_events_conf_t;
 
+#define FD_SERVER_NAME_MAX 256 /* [http] server_name, the Server: value */
+
 /* [http]: the engine-wide settings (location keys live in fd_http_loc_t) */
 typedef struct {
     char *server_name;         /* Server: header value, "" to omit */

@@ -479,27 +479,26 @@ fd_str_t fd_http_status_line(int status)
 
 #define CPY(p, lit) (memcpy(p, lit, sizeof(lit) - 1), (p) + sizeof(lit) - 1)
 
-static int header_write(fd_request_t *r)
-{
-    fd_http_conn_t *h = r->c->h;
-    fd_http_conf_t *hc = &fd_worker->cycle->http;
-    fd_http_header_out_t *ho;
-    fd_str_t sl = fd_http_status_line(r->status);
-    size_t n = 128 + sl.len + strlen(hc->server_name) + r->content_type.len +
-               r->etag.len;
-    char *p, *start;
-    int no_body = r->status < 200 || r->status == 204 || r->status == 304;
+/*
+ * "HTTP/1.1 200 OK", Server and Date: the same bytes for every 200 in a
+ * second, so they are formatted once a second (or on a new cycle) and
+ * copied as one block; other statuses copy the Server/Date part.
+ */
+static struct {
+    char buf[sizeof("HTTP/1.1 200 OK\r\nServer: \r\nDate: \r\n") +
+             FD_SERVER_NAME_MAX + sizeof(fd_http_date)];
+    size_t len;                 /* all of it */
+    size_t common;              /* where "Server: " (or "Date: ") starts */
+    time_t sec;
+    const fd_cycle_t *cycle;
+} hdr_cache;
 
-    for (ho = r->headers_out; ho; ho = ho->next)
-        n += ho->name.len + ho->value.len + 4;
-    start = p = out_reserve(h, n + 64);
-    if (p == NULL)
-        return FD_ERROR;
-    p = CPY(p, "HTTP/1.1 ");
-    memcpy(p, sl.data, sl.len);
-    p += sl.len;
-    *p++ = '\r';
-    *p++ = '\n';
+static void hdr_cache_fill(const fd_http_conf_t *hc)
+{
+    char *p = hdr_cache.buf;
+
+    p = CPY(p, "HTTP/1.1 200 OK\r\n");
+    hdr_cache.common = (size_t)(p - hdr_cache.buf);
     if (hc->server_name[0]) {
         p = CPY(p, "Server: ");
         p = stpcpy(p, hc->server_name);
@@ -511,6 +510,42 @@ static int header_write(fd_request_t *r)
     p += sizeof(fd_http_date) - 1;
     *p++ = '\r';
     *p++ = '\n';
+    hdr_cache.len = (size_t)(p - hdr_cache.buf);
+    hdr_cache.sec = fd_current_sec;
+    hdr_cache.cycle = fd_worker->cycle;
+}
+
+static int header_write(fd_request_t *r)
+{
+    fd_http_conn_t *h = r->c->h;
+    fd_http_header_out_t *ho;
+    size_t n = sizeof(hdr_cache.buf) + 128 + r->content_type.len +
+               r->etag.len;
+    char *p, *start;
+    int no_body = r->status < 200 || r->status == 204 || r->status == 304;
+
+    if (fd_unlikely(hdr_cache.sec != fd_current_sec ||
+                    hdr_cache.cycle != fd_worker->cycle))
+        hdr_cache_fill(&fd_worker->cycle->http);
+    for (ho = r->headers_out; ho; ho = ho->next)
+        n += ho->name.len + ho->value.len + 4;
+    start = p = out_reserve(h, n + 64);
+    if (p == NULL)
+        return FD_ERROR;
+    if (r->status == 200) {
+        memcpy(p, hdr_cache.buf, hdr_cache.len);
+        p += hdr_cache.len;
+    } else {
+        fd_str_t sl = fd_http_status_line(r->status);
+        p = CPY(p, "HTTP/1.1 ");
+        memcpy(p, sl.data, sl.len);
+        p += sl.len;
+        *p++ = '\r';
+        *p++ = '\n';
+        memcpy(p, hdr_cache.buf + hdr_cache.common,
+               hdr_cache.len - hdr_cache.common);
+        p += hdr_cache.len - hdr_cache.common;
+    }
     if (r->content_type.len) {
         p = CPY(p, "Content-Type: ");
         memcpy(p, r->content_type.data, r->content_type.len);

@@ -1,15 +1,36 @@
 #include "fd_core.h"
 
+/* Digits counted first, then written from the end two at a time. */
 char *fd_fmt_uint(char *p, uint64_t v)
 {
-    char tmp[20];
-    size_t n = 0;
+    static const char pairs[] =
+        "00010203040506070809101112131415161718192021222324252627282930313233"
+        "34353637383940414243444546474849505152535455565758596061626364656667"
+        "68697071727374757677787980818283848586878889909192939495969798"
+        "99";
+    unsigned n = 1;
+    uint64_t t = 10;
+    char *e;
 
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    while (n)
-        *p++ = tmp[--n];
-    return p;
+    while (n < 20 && v >= t) {
+        n++;
+        t *= 10;
+    }
+    e = p + n;
+    p = e;
+    while (v >= 100) {
+        unsigned k = (unsigned)(v % 100) * 2;
+        v /= 100;
+        p -= 2;
+        p[0] = pairs[k];
+        p[1] = pairs[k + 1];
+    }
+    if (v >= 10) {
+        p -= 2;
+        p[0] = pairs[v * 2];
+        p[1] = pairs[v * 2 + 1];
+    } else {
+        *--p = (char)('0' + v);
+    }
+    return e;
 }

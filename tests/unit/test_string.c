@@ -44,5 +44,28 @@ int main(void)
     is_str(buf, "0", "fd_fmt_uint 0");
     *fd_fmt_uint(buf, UINT64_MAX) = '\0';
     is_str(buf, "18446744073709551615", "fd_fmt_uint max");
+    {
+        uint64_t v;
+        char want[32];
+        bad = 0;
+        for (v = 0; v < 200000; v++) {
+            *fd_fmt_uint(buf, v) = '\0';
+            snprintf(want, sizeof(want), "%llu", (unsigned long long)v);
+            if (strcmp(buf, want) != 0)
+                bad++;
+        }
+        for (v = 1; v < UINT64_MAX / 7; v = v * 7 + 3) {
+            uint64_t x;
+            for (x = v - 1; x <= v + 1; x++) {
+                *fd_fmt_uint(buf, x) = '\0';
+                snprintf(want, sizeof(want), "%llu", (unsigned long long)x);
+                if (strcmp(buf, want) != 0)
+                    bad++;
+            }
+        }
+        is_int((int)bad, 0, "fd_fmt_uint agrees with printf (0..199999, and around powers of 7)");
+        *fd_fmt_uint(buf, 10000000000000000000ULL) = '\0';
+        is_str(buf, "10000000000000000000", "fd_fmt_uint 10^19 (the 20-digit edge)");
+    }
     return done_testing();
 }
