@@ -2,7 +2,8 @@
  * libFuzzer harness: the configuration reader (fd_cycle_load: inih, the
  * typed keys, sections, profiles, includes, every module's keys).
  *
- * The input is written to DIR/conf/fuzz.conf in a private directory and
+ * The input is written to DIR/conf/fuzz.conf in a private directory on
+ * tmpfs (through a descriptor kept open: two system calls an input) and
  * loaded; a cycle that loads is freed again. It must never crash, hang or
  * leak (libFuzzer's leak check runs after every input), and a refusal must
  * come with an error message.
@@ -13,6 +14,7 @@
  * addresses only, and skips inputs that would create SQLite databases.
  */
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <glob.h>
 #include <netdb.h>
@@ -24,6 +26,7 @@
 
 static char dir[] = "/dev/shm/fd-fuzz-conf-XXXXXX"; /* tmpfs: no disk I/O */
 static char conf_path[sizeof(dir) + 32];
+static int conf_fd = -1;
 
 /* glob(): patterns outside the private directory match nothing */
 int glob(const char *pattern, int flags, int (*errfunc)(const char *, int),
@@ -129,6 +132,9 @@ static void setup(void)
     put("conf/conf.d/a.conf", "keepalive_timeout = 5s\n");
     put("conf/mime.types", "types {\n text/html html;\n text/plain txt;\n}\n");
     snprintf(conf_path, sizeof(conf_path), "%s/conf/fuzz.conf", dir);
+    conf_fd = open(conf_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (conf_fd == -1)
+        abort();
     fd_log->level = FD_LOG_EMERG; /* the fuzzer's output is its own */
 }
 
@@ -136,19 +142,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char err[1024];
     fd_cycle_t *cy;
-    FILE *fp;
 
     if (conf_path[0] == '\0')
         setup();
     /* SQLite files are created at load: not in a fuzzing loop */
     if (memmem(data, size, "fortunes", 8))
         return 0;
-    fp = fopen(conf_path, "w");
-    if (fp == NULL)
+    if ((size && pwrite(conf_fd, data, size, 0) != (ssize_t)size) ||
+        ftruncate(conf_fd, (off_t)size) == -1)
         abort();
-    if (size && fwrite(data, 1, size, fp) != size)
-        abort();
-    fclose(fp);
 
     err[0] = '\0';
     cy = fd_cycle_load(conf_path, NULL, err, sizeof(err));
