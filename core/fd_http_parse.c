@@ -361,12 +361,13 @@ static int parse_header_line(fd_http_req_t *p, const char *s, size_t n)
 
     if (s[0] == ' ' || s[0] == '\t')
         return 400; /* obs-fold */
-    colon = memchr(s, ':', n);
-    if (colon == NULL || colon == s)
+    /* the name: tchar up to the colon (the line ends in CR, not a tchar,
+     * so the scan stops inside it); whitespace before the colon is 400 */
+    for (i = 0; fd_http_tchar[(uint8_t)s[i]]; i++)
+        ;
+    if (i == 0 || i >= n || s[i] != ':')
         return 400;
-    for (i = 0; i < (size_t)(colon - s); i++)
-        if (!fd_http_tchar[(uint8_t)s[i]])
-            return 400; /* includes whitespace before the colon */
+    colon = s + i;
     v = colon + 1;
     e = s + n;
     while (v < e && (*v == ' ' || *v == '\t'))
@@ -451,8 +452,9 @@ int fd_http_parse_request(fd_http_req_t *p, const char *start, size_t len)
         if (p->state == 0) {
             if (n == 0 && p->line_start <= 4)
                 continue; /* RFC 9112 2.2: ignore a leading empty line */
-            if (memchr(ls, '\r', n) || memchr(ls, '\0', n))
-                return 400;
+            /* every byte of the line is checked there: the method as
+             * tchar, the target against CH_TARGET_BAD (CR, NUL, ...),
+             * the version byte for byte */
             if ((rc = parse_request_line(p, ls, n)) != FD_OK)
                 return rc;
             p->state = 1;
