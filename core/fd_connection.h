@@ -65,6 +65,10 @@ size_t fd_connection_addr_text(fd_connection_t *c, char *buf, size_t size);
 /* The worker's loop */
 int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot);
 void fd_worker_stop_accepting(void);
+/* A module took over (+1) or let go of (-1) a connection the engine no
+ * longer counts (a tunnel): a graceful stop waits for it, up to
+ * shutdown_timeout. */
+void fd_worker_hold(int delta);
 
 extern volatile sig_atomic_t fd_sig_quit, fd_sig_terminate, fd_sig_reopen;
 

@@ -163,6 +163,8 @@ struct fd_worker_s {
     fd_block_cache_t wbufs;    /* write buffers */
     fd_connection_t **conns;   /* by fd */
     unsigned nconns;
+    unsigned nheld;            /* connections modules took over (tunnels):
+                                * a graceful stop waits for them too */
     unsigned max_conns;
     int quitting;              /* graceful: stop accepting, drain */
     int terminating;           /* fast stop */

@@ -220,7 +220,14 @@ void fd_connection_close(fd_connection_t *c)
     c->ev.fd = -1;
     fd_worker->nconns--;
     fd_stats->conn_active--;
-    if (fd_worker->quitting && fd_worker->nconns == 0)
+    if (fd_worker->quitting && fd_worker->nconns + fd_worker->nheld == 0)
+        fd_sig_terminate = 1;
+}
+
+void fd_worker_hold(int delta)
+{
+    fd_worker->nheld += (unsigned)delta;
+    if (fd_worker->quitting && fd_worker->nconns + fd_worker->nheld == 0)
         fd_sig_terminate = 1;
 }
 
@@ -423,7 +430,8 @@ static void quit_timer_handler(fd_timer_t *t)
 {
     (void)t;
     fd_log_error(FD_LOG_NOTICE, 0, "shutdown_timeout expired with %u "
-                 "connections open", fd_worker->nconns);
+                 "connections and %u tunnels open", fd_worker->nconns,
+                 fd_worker->nheld);
     fd_sig_terminate = 1;
 }
 
@@ -530,7 +538,7 @@ int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot)
             fd_worker_stop_accepting();
             close_idle_soon();
             fd_timer_add(&quit_timer, cycle->main.shutdown_timeout);
-            if (w->nconns == 0)
+            if (w->nconns + w->nheld == 0)
                 break;
         }
         if (fd_sig_reopen) {

@@ -2632,6 +2632,8 @@ static void tunnel_free(tunnel_t *t)
     }
     if (t->peer)
         peer_active(t->peer, -1);
+    if (t->started)
+        fd_worker_hold(-1);
     t->free_post.handler = tunnel_release;
     t->free_post.data = t;
     fd_event_post(&t->free_post);
@@ -2725,6 +2727,7 @@ static int tunnel_detach(proxy_req_t *px)
         return PX_DONE;
     }
     t->started = 1;
+    fd_worker_hold(1); /* a graceful stop waits for the tunnel */
     t->deadline = fd_current_msec + t->idle;
     fd_timer_add(&t->timer, t->idle);
     tunnel_run(t);

@@ -369,6 +369,24 @@ sub ws_open {
     ok($r && $r->status == 200, 'the server still answers');
 }
 
-$t->stop;
+# --- a graceful stop (SIGQUIT) waits for an open tunnel ---------------------------------
+{
+    my $c = ws_open('/ws');
+    ok($c->wait_for_bytes(qr/\r\n\r\n/, 5), 'a tunnel open before SIGQUIT');
+    my $idle = $t->connect;
+    $idle->send("GET /idle HTTP/1.1\r\nHost: x\r\n\r\n");
+    ok($idle->read_response, 'and an idle keep-alive connection');
+    kill 'QUIT', $t->pid;
+    # the worker closes idle connections one second into a drain: once this
+    # one is gone, the stop is under way
+    ok($idle->wait_eof(10), 'SIGQUIT: the idle connection is closed');
+    $c->send('still there?');
+    ok($c->wait_for_bytes(qr/still there\?$/, 5), 'the tunnel still carries data during the drain');
+    ok($t->running, 'fastd waits for the tunnel');
+    shutdown($c->sock, 1);
+    ok($c->wait_eof(5), 'the client ends the tunnel');
+    is($t->wait_exit(10), 0, 'then fastd exits, cleanly');
+}
+
 $t->no_alerts;
 done_testing;
