@@ -89,7 +89,7 @@ static void *pool_large(fd_pool_t *p, size_t size)
     return (char *)l + fd_align(sizeof(*l), FD_POOL_ALIGN);
 }
 
-static void *pool_alloc(fd_pool_t *p, size_t size, size_t align)
+void *fd_palloc_slow(fd_pool_t *p, size_t size, size_t align)
 {
     fd_pool_block_t *b, *tail = p->current;
     char *m;
@@ -118,28 +118,9 @@ static void *pool_alloc(fd_pool_t *p, size_t size, size_t align)
     return m;
 }
 
-void *fd_palloc(fd_pool_t *p, size_t size)
-{
-    return pool_alloc(p, size, FD_POOL_ALIGN);
-}
-
-void *fd_pnalloc(fd_pool_t *p, size_t size)
-{
-    return pool_alloc(p, size, 1);
-}
-
-void *fd_pcalloc(fd_pool_t *p, size_t size)
-{
-    void *m = pool_alloc(p, size, FD_POOL_ALIGN);
-
-    if (m)
-        memset(m, 0, size);
-    return m;
-}
-
 char *fd_pstrdup(fd_pool_t *p, const char *s, size_t n)
 {
-    char *d = pool_alloc(p, n + 1, 1);
+    char *d = fd_pnalloc(p, n + 1);
 
     if (d == NULL)
         return NULL;

@@ -41,9 +41,43 @@ fd_pool_t *fd_pool_create(size_t block_size);
 void fd_pool_destroy(fd_pool_t *p);
 void fd_pool_reset(fd_pool_t *p);  /* frees all but the first block */
 void fd_pool_clear(fd_pool_t *p);  /* keeps every block for reuse */
-void *fd_palloc(fd_pool_t *p, size_t size);  /* aligned to 16 */
-void *fd_pcalloc(fd_pool_t *p, size_t size);
-void *fd_pnalloc(fd_pool_t *p, size_t size); /* unaligned, for strings */
+/* the general case: later blocks, a new block, a large allocation */
+void *fd_palloc_slow(fd_pool_t *p, size_t size, size_t align);
+
+/* Bump the current block's pointer, inline (a few per request). */
+static inline void *fd_palloc_align(fd_pool_t *p, size_t size, size_t align)
+{
+    fd_pool_block_t *b = p->current;
+    char *m = (char *)(((uintptr_t)b->pos + align - 1) & ~(uintptr_t)(align - 1));
+
+    if (__builtin_expect(size <= p->block_size / 2 && m + size <= b->end,
+                         1)) {
+        b->pos = m + size;
+        return m;
+    }
+    return fd_palloc_slow(p, size, align);
+}
+
+/* aligned to 16 */
+static inline void *fd_palloc(fd_pool_t *p, size_t size)
+{
+    return fd_palloc_align(p, size, 16);
+}
+
+/* unaligned, for strings */
+static inline void *fd_pnalloc(fd_pool_t *p, size_t size)
+{
+    return fd_palloc_align(p, size, 1);
+}
+
+static inline void *fd_pcalloc(fd_pool_t *p, size_t size)
+{
+    void *m = fd_palloc_align(p, size, 16);
+
+    if (m)
+        memset(m, 0, size);
+    return m;
+}
 char *fd_pstrdup(fd_pool_t *p, const char *s, size_t n);
 fd_pool_cleanup_t *fd_pool_cleanup_add(fd_pool_t *p,
                                        void (*handler)(void *), void *data);
