@@ -61,9 +61,33 @@ int fd_log_reopen(fd_log_t *log)
     return FD_OK;
 }
 
+/*
+ * Copy msg into dst (size bytes, at least 5) with control bytes and DEL as
+ * \xHH: a message may quote request data (a decoded path, a header), and
+ * a CR or LF in it must not start a line of the client's choosing.
+ */
+static size_t log_escape(char *dst, size_t size, const char *msg, size_t len)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = 0, i;
+
+    for (i = 0; i < len && n + 4 < size; i++) {
+        uint8_t c = (uint8_t)msg[i];
+        if (c < 0x20 || c == 0x7f) {
+            dst[n++] = '\\';
+            dst[n++] = 'x';
+            dst[n++] = hex[c >> 4];
+            dst[n++] = hex[c & 0xf];
+        } else {
+            dst[n++] = (char)c;
+        }
+    }
+    return n;
+}
+
 void fd_log_write(fd_log_t *log, int level, int err, const char *fmt, ...)
 {
-    char buf[2048];
+    char buf[2048], msg[1536];
     size_t n;
     int m;
     va_list ap;
@@ -81,9 +105,11 @@ void fd_log_write(fd_log_t *log, int level, int err, const char *fmt, ...)
         n += (size_t)m;
     }
     va_start(ap, fmt);
-    m = vsnprintf(buf + n, sizeof(buf) - n, fmt, ap);
+    m = vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    n = m < 0 ? n : fd_min(n + (size_t)m, sizeof(buf) - 64);
+    if (m > 0)
+        n += log_escape(buf + n, sizeof(buf) - 64 - n, msg,
+                        fd_min((size_t)m, sizeof(msg) - 1));
     if (err) {
         m = snprintf(buf + n, sizeof(buf) - n, " (%d: %s)", err,
                      strerror(err));
