@@ -108,9 +108,9 @@ static void check_accepted(const fd_http_resp_t *rs, const char *h,
         if (name_is(n, "content-length")) {
             int64_t x = 0;
             int valid = v.len > 0 && v.len <= 18;
-            for (j = 0; j < v.len; j++) {
-                valid &= v.data[j] >= '0' && v.data[j] <= '9';
-                x = x * 10 + (v.data[j] - '0');
+            for (j = 0; j < v.len && valid; j++) {
+                valid = v.data[j] >= '0' && v.data[j] <= '9';
+                x = x * 10 + (v.data[j] - '0'); /* 18 digits: no overflow */
             }
             assert(interim || (valid && (cl == -1 || cl == x)));
             cl = x;
