@@ -906,8 +906,13 @@ static void request_start(fd_request_t *r)
         return;
     }
     path = fd_pnalloc(r->pool, r->in.path_raw.len + 2);
-    if (path == NULL ||
-        fd_http_normalize_path(r->in.path_raw, path, &plen) != FD_OK) {
+    if (path && r->in.path_plain) {
+        /* the parser saw no escape, "//" or "/.": already normal */
+        plen = r->in.path_raw.len;
+        memcpy(path, r->in.path_raw.data, plen);
+        path[plen] = '\0';
+    } else if (path == NULL ||
+               fd_http_normalize_path(r->in.path_raw, path, &plen) != FD_OK) {
         request_fail(r, 400);
         return;
     }

@@ -42,7 +42,9 @@ enum {
     CH_HOST = 0x1,       /* reg-name / IP-literal / port bytes, and >= 0x80 */
     CH_TARGET_BAD = 0x2, /* not in a request target: CTLs, SP, DEL, '#' */
     CH_VALUE_BAD = 0x4,  /* not in a field value: CTLs but HTAB, DEL */
-    CH_PATH_SLOW = 0x8   /* the path fast path stops: '%', NUL, '/' */
+    CH_PATH_SLOW = 0x8,  /* the path fast path stops: '%', NUL, '/' */
+    CH_TARGET_NOTE = 0x10 /* a target byte parse_request_line looks at:
+                           * '?', '%', '/' */
 };
 static uint8_t ch_class[256];
 
@@ -62,6 +64,8 @@ __attribute__((constructor)) static void ch_class_init(void)
             k |= CH_VALUE_BAD;
         if (c == '%' || c == '\0' || c == '/')
             k |= CH_PATH_SLOW;
+        if (c == '?' || c == '%' || c == '/')
+            k |= CH_TARGET_NOTE;
         ch_class[c] = k;
     }
 }
@@ -155,20 +159,21 @@ static int parse_method(fd_http_req_t *p, const char *s, size_t n)
     return FD_OK;
 }
 
-static int parse_target(fd_http_req_t *p, const char *s, size_t n)
+/*
+ * The request target s[0..n), its bytes already checked by the caller,
+ * which also found its first '?' (q, or NULL) and whether the path before
+ * it is plain (no '%', "//" or "/.").
+ */
+static int parse_target(fd_http_req_t *p, const char *s, size_t n,
+                        const char *q, int plain)
 {
-    size_t i;
-    const char *q;
-
     if (n == 0)
         return 400;
-    for (i = 0; i < n; i++)
-        if (ch_class[(uint8_t)s[i]] & CH_TARGET_BAD)
-            return 400;
     p->target.data = s;
     p->target.len = n;
     if (s[0] == '/') {
         /* origin-form */
+        p->path_plain = plain;
     } else if (n == 1 && s[0] == '*') {
         if (p->method_id != FD_HTTP_OPTIONS)
             return 400;
@@ -187,12 +192,12 @@ static int parse_target(fd_http_req_t *p, const char *s, size_t n)
         p->host_from_target = 1;
         s = slash == e ? "/" : slash;
         n = slash == e ? 1 : (size_t)(e - slash);
+        q = memchr(s, '?', n); /* host_valid refused a '?' before it */
     } else if (p->method_id == FD_HTTP_CONNECT) {
         /* authority-form: accepted by the parser, refused by the engine */
     } else {
         return 400;
     }
-    q = memchr(s, '?', n);
     p->path_raw.data = s;
     p->path_raw.len = q ? (size_t)(q - s) : n;
     if (q) {
@@ -202,22 +207,42 @@ static int parse_target(fd_http_req_t *p, const char *s, size_t n)
     return FD_OK;
 }
 
+/*
+ * method SP request-target SP HTTP-version, in s[0..n); s[n] is the line's
+ * CR. The target is scanned once: its bytes checked, its end (the second
+ * SP), its first '?' and whether its path needs normalising.
+ */
 static int parse_request_line(fd_http_req_t *p, const char *s, size_t n)
 {
-    const char *sp1, *sp2, *v;
-    int rc;
+    const char *sp1, *t, *q = NULL, *v;
+    size_t j;
+    int rc, plain = 1;
 
     sp1 = memchr(s, ' ', n);
     if (sp1 == NULL)
         return 400;
     if ((rc = parse_method(p, s, (size_t)(sp1 - s))) != FD_OK)
         return rc;
-    sp2 = memchr(sp1 + 1, ' ', n - (size_t)(sp1 + 1 - s));
-    if (sp2 == NULL)
-        return 400; /* HTTP/0.9 "GET /" has no version: refused */
-    if ((rc = parse_target(p, sp1 + 1, (size_t)(sp2 - sp1 - 1))) != FD_OK)
+    t = sp1 + 1;
+    /* the CR at s[n] is CH_TARGET_BAD: the scan ends inside the line */
+    for (j = 0;; j++) {
+        uint8_t k = ch_class[(uint8_t)t[j]];
+        if (fd_likely(!(k & (CH_TARGET_BAD | CH_TARGET_NOTE))))
+            continue;
+        if (k & CH_TARGET_BAD)
+            break;
+        if (q)
+            continue; /* the query: not part of the path */
+        if (t[j] == '?')
+            q = t + j;
+        else if (t[j] == '%' || t[j + 1] == '/' || t[j + 1] == '.')
+            plain = 0; /* an escape, "//" or "/." */
+    }
+    if (t + j >= s + n || t[j] != ' ')
+        return 400; /* no version (HTTP/0.9), or a bad byte in the target */
+    if ((rc = parse_target(p, t, j, q, plain)) != FD_OK)
         return rc;
-    v = sp2 + 1;
+    v = t + j + 1;
     if ((size_t)(s + n - v) != 8 || memcmp(v, "HTTP/", 5) != 0 ||
         v[5] < '0' || v[5] > '9' || v[6] != '.' || v[7] < '0' || v[7] > '9')
         return 400;

@@ -63,6 +63,8 @@ typedef struct {
     unsigned expect_continue:1;
     unsigned host_seen:1;
     unsigned host_from_target:1;
+    unsigned path_plain:1;    /* path_raw is already normal: no '%', "//",
+                               * "/." (fd_http_normalize_path copies it) */
     unsigned host_headers;
     unsigned te_flags;
 

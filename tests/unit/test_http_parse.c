@@ -396,9 +396,58 @@ static void test_paths(void)
     norm("/%4", NULL);
 }
 
+/* The parser's path_plain promise: a plain path is its own normal form. */
+static void plain(const char *target, int want_plain, const char *path,
+                  const char *query)
+{
+    char msg[512], out[512];
+    fd_http_req_t p;
+    size_t n;
+    int rc;
+
+    snprintf(msg, sizeof(msg), "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", target);
+    rc = parse(msg, &p);
+    is_int(rc, FD_OK, "%s parsed", target);
+    if (rc != FD_OK)
+        return;
+    is_int(p.path_plain, want_plain, "%s: plain %d", target, want_plain);
+    is_strn(p.path_raw.data, p.path_raw.len, path, "%s: path %s", target, path);
+    if (query)
+        is_strn(p.query.data, p.query.len, query, "%s: query %s", target, query);
+    else
+        ok(p.query.data == NULL, "%s: no query", target);
+    if (p.path_plain)
+        ok(fd_http_normalize_path(p.path_raw, out, &n) == FD_OK &&
+               n == p.path_raw.len && memcmp(out, p.path_raw.data, n) == 0,
+           "%s: a plain path is already normal", target);
+}
+
+static void test_plain_paths(void)
+{
+    plain("/plaintext", 1, "/plaintext", NULL);
+    plain("/", 1, "/", NULL);
+    plain("/a/b/", 1, "/a/b/", NULL);
+    plain("/a/b?x=%2F//../y?z", 1, "/a/b", "x=%2F//../y?z");
+    plain("/?", 1, "/", "");
+    plain("/a//b", 0, "/a//b", NULL);
+    plain("/a/./b", 0, "/a/./b", NULL);
+    plain("/a/../b", 0, "/a/../b", NULL);
+    plain("/a/.hidden", 0, "/a/.hidden", NULL); /* conservative */
+    plain("/a%41", 0, "/a%41", NULL);
+    plain("/a.b/c.d", 1, "/a.b/c.d", NULL);
+    plain("http://h.example/a/b?q", 0, "/a/b", "q");
+    plain("http://h.example", 0, "/", NULL);
+    rejects("GET /a\x01b HTTP/1.1\r\nHost: x\r\n\r\n", 400, "a CTL in the target");
+    rejects("GET /a?b\x7f HTTP/1.1\r\nHost: x\r\n\r\n", 400, "DEL in the query");
+    rejects("GET /a#frag HTTP/1.1\r\nHost: x\r\n\r\n", 400, "a fragment");
+    rejects("GET /a\r\nHost: x\r\n\r\n", 400, "no version after the target");
+    rejects("GET /a  HTTP/1.1\r\nHost: x\r\n\r\n", 400, "two spaces after the target");
+}
+
 int main(void)
 {
     pool = fd_pool_create(4096);
+    test_plain_paths();
     test_requests();
     test_rejections();
     test_responses();
