@@ -515,12 +515,15 @@ static void hdr_cache_fill(const fd_http_conf_t *hc)
     hdr_cache.cycle = fd_worker->cycle;
 }
 
-static int header_write(fd_request_t *r)
+/* The header, and body (a small memory buffer, or NULL) right after it:
+ * one reservation and one commit for a small complete response. */
+static int header_write(fd_request_t *r, fd_buf_t *body)
 {
     fd_http_conn_t *h = r->c->h;
     fd_http_header_out_t *ho;
+    size_t blen = body ? fd_buf_size(body) : 0;
     size_t n = sizeof(hdr_cache.buf) + 128 + r->content_type.len +
-               r->etag.len;
+               r->etag.len + blen;
     char *p, *start;
     int no_body = r->status < 200 || r->status == 204 || r->status == 304;
 
@@ -610,6 +613,10 @@ static int header_write(fd_request_t *r)
     }
     *p++ = '\r';
     *p++ = '\n';
+    if (blen) {
+        memcpy(p, body->pos, blen);
+        p += blen;
+    }
     out_commit(h, (size_t)(p - start));
     r->header_sent = 1;
     return FD_OK;
@@ -1237,17 +1244,27 @@ static void request_finalize(fd_request_t *r, int rc)
             r->keepalive = 0;
             c->linger = 1;
         }
-        if (header_write(r) != FD_OK) {
-            c->closing = 1;
-            c->error = 1;
-            goto done;
-        }
-        if (!r->header_only && r->status >= 200 && r->status != 204 &&
-            r->status != 304)
-            for (b = r->out; b; b = b->next) {
-                r->bytes_sent += fd_buf_size(b);
-                out_buf(h, b);
+        {
+            int body = !r->header_only && r->status >= 200 &&
+                       r->status != 204 && r->status != 304;
+            /* one small memory buffer goes out with the header */
+            fd_buf_t *small = body && r->out && r->out->next == NULL &&
+                                      r->out->file_fd < 0 &&
+                                      fd_buf_size(r->out) <= OUT_COPY_MAX
+                                  ? r->out
+                                  : NULL;
+            if (header_write(r, small) != FD_OK) {
+                c->closing = 1;
+                c->error = 1;
+                goto done;
             }
+            if (body)
+                for (b = r->out; b; b = b->next) {
+                    r->bytes_sent += fd_buf_size(b);
+                    if (b != small)
+                        out_buf(h, b);
+                }
+        }
     }
 done:
     access_count(r);
@@ -1335,7 +1352,7 @@ static int stream_header(fd_request_t *r)
             r->keepalive = 0; /* close-delimited */
     }
     r->phase = r->phase == PH_STREAM ? PH_STREAM : PH_RESPONSE;
-    return header_write(r);
+    return header_write(r, NULL);
 }
 
 int fd_http_send_header(fd_request_t *r)
