@@ -86,6 +86,11 @@ static inline int value_valid(const char *v, size_t n)
                 if (ch_class[(uint8_t)v[j]] & CH_VALUE_BAD)
                     return 0;
     }
+    for (; i + 4 <= n; i += 4)
+        if ((ch_class[(uint8_t)v[i]] | ch_class[(uint8_t)v[i + 1]] |
+             ch_class[(uint8_t)v[i + 2]] | ch_class[(uint8_t)v[i + 3]]) &
+            CH_VALUE_BAD)
+            return 0;
     for (; i < n; i++)
         if (ch_class[(uint8_t)v[i]] & CH_VALUE_BAD)
             return 0;
@@ -94,9 +99,14 @@ static inline int value_valid(const char *v, size_t n)
 
 static int host_valid(const char *s, size_t n)
 {
-    size_t i;
+    size_t i = 0;
 
-    for (i = 0; i < n; i++)
+    for (; i + 4 <= n; i += 4)
+        if (!(ch_class[(uint8_t)s[i]] & ch_class[(uint8_t)s[i + 1]] &
+              ch_class[(uint8_t)s[i + 2]] & ch_class[(uint8_t)s[i + 3]] &
+              CH_HOST))
+            return 0;
+    for (; i < n; i++)
         if (!(ch_class[(uint8_t)s[i]] & CH_HOST))
             return 0;
     return 1;
