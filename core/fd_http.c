@@ -396,8 +396,18 @@ static int http_flush(fd_connection_t *c)
                 iov[niov].iov_len = t->len;
                 niov++;
             }
-            n = niov == 1 ? write(c->ev.fd, iov[0].iov_base, iov[0].iov_len)
-                          : writev(c->ev.fd, iov, niov);
+            if (t && t->kind == SEG_FILE) {
+                /* a file follows: the header rides with its first bytes
+                 * (MSG_MORE; nginx's tcp_nopush does it with TCP_CORK)
+                 * instead of leaving as a packet of its own */
+                struct msghdr msg = {.msg_iov = iov,
+                                     .msg_iovlen = (size_t)niov};
+                n = sendmsg(c->ev.fd, &msg, MSG_MORE | MSG_NOSIGNAL);
+            } else {
+                n = niov == 1
+                        ? write(c->ev.fd, iov[0].iov_base, iov[0].iov_len)
+                        : writev(c->ev.fd, iov, niov);
+            }
         }
         if (n < 0) {
             if (errno == EAGAIN || errno == EINTR) {
