@@ -97,21 +97,6 @@ static inline int value_valid(const char *v, size_t n)
     return 1;
 }
 
-/* The length of the run of tchar at s[0..n). Four table loads per
- * branch while four bytes remain. */
-static inline size_t tchar_run(const char *s, size_t n)
-{
-    const uint8_t *u = (const uint8_t *)s;
-    size_t i = 0;
-
-    while (i + 4 <= n && (fd_http_tchar[u[i]] & fd_http_tchar[u[i + 1]] &
-                          fd_http_tchar[u[i + 2]] & fd_http_tchar[u[i + 3]]))
-        i += 4;
-    while (i < n && fd_http_tchar[u[i]])
-        i++;
-    return i;
-}
-
 static int host_valid(const char *s, size_t n)
 {
     size_t i = 0;
@@ -411,8 +396,10 @@ static int parse_header_line(fd_http_req_t *p, const char *s, size_t n)
 
     if (s[0] == ' ' || s[0] == '\t')
         return 400; /* obs-fold */
-    /* the name: tchar up to the colon; whitespace before it is 400 */
-    i = tchar_run(s, n);
+    /* the name: tchar up to the colon (the line ends in CR, not a tchar,
+     * so the scan stops inside it); whitespace before the colon is 400 */
+    for (i = 0; fd_http_tchar[(uint8_t)s[i]]; i++)
+        ;
     if (i == 0 || i >= n || s[i] != ':')
         return 400;
     colon = s + i;
@@ -928,7 +915,9 @@ int fd_http_parse_response(fd_http_resp_t *rs, const char *h, size_t hlen,
             *err = "sent an obsolete folded header line";
             return FD_ERROR;
         }
-        colon = p + tchar_run(p, (size_t)(eol - 1 - p));
+        /* the line ends in CR, not a tchar: the scan stops by itself */
+        for (colon = p; fd_http_tchar[(uint8_t)*colon]; colon++)
+            ;
         if (colon == p || *colon != ':') {
             *err = "sent an invalid header name";
             return FD_ERROR;
