@@ -793,12 +793,11 @@ int fd_http_parse_response_end(const char *buf, size_t len, size_t *scan,
     return FD_AGAIN;
 }
 
-/* Add the tokens of a Connection value (split at ',', SP and HTAB). */
-static void resp_tokens(fd_http_resp_t *rs, fd_str_t v)
+void fd_http_tokens(fd_str_t v, fd_str_t *tok, unsigned *n, unsigned max)
 {
     size_t k = 0;
 
-    while (k < v.len && rs->ntok < FD_HTTP_RESP_MAX_TOKENS) {
+    while (k < v.len && *n < max) {
         size_t s;
         while (k < v.len &&
                (v.data[k] == ',' || v.data[k] == ' ' || v.data[k] == '\t'))
@@ -808,7 +807,7 @@ static void resp_tokens(fd_http_resp_t *rs, fd_str_t v)
                v.data[k] != '\t')
             k++;
         if (k > s)
-            rs->conn_tok[rs->ntok++] = (fd_str_t){k - s, v.data + s};
+            tok[(*n)++] = (fd_str_t){k - s, v.data + s};
     }
 }
 
@@ -850,7 +849,8 @@ static int resp_framing(fd_http_resp_t *rs, const char **err)
             rs->chunked = 1;
         } else if (fd_str_caseeq_lit(n, "connection")) {
             from = rs->ntok;
-            resp_tokens(rs, v);
+            fd_http_tokens(v, rs->conn_tok, &rs->ntok,
+                           FD_HTTP_RESP_MAX_TOKENS);
             for (k = from; k < rs->ntok; k++) {
                 if (fd_str_caseeq(rs->conn_tok[k], "close", 5))
                     rs->conn_close = 1;

@@ -1412,25 +1412,6 @@ static int header_kind(fd_str_t n)
     return H_PASS;
 }
 
-/* Add the comma-separated tokens of a field value to tok[*n] (max). */
-static void tokens_add(fd_str_t v, fd_str_t *tok, unsigned *n, unsigned max)
-{
-    size_t k = 0;
-
-    while (k < v.len && *n < max) {
-        size_t s;
-        while (k < v.len &&
-               (v.data[k] == ',' || v.data[k] == ' ' || v.data[k] == '\t'))
-            k++;
-        s = k;
-        while (k < v.len && v.data[k] != ',' && v.data[k] != ' ' &&
-               v.data[k] != '\t')
-            k++;
-        if (k > s)
-            tok[(*n)++] = (fd_str_t){k - s, v.data + s};
-    }
-}
-
 /* The tokens of every Connection header: the headers they name are
  * hop-by-hop too. */
 static unsigned connection_tokens(fd_request_t *r, fd_str_t *tok,
@@ -1440,7 +1421,7 @@ static unsigned connection_tokens(fd_request_t *r, fd_str_t *tok,
 
     for (i = 0; i < r->in.nheaders; i++)
         if (fd_str_caseeq_lit(r->in.headers[i].name, "connection"))
-            tokens_add(r->in.headers[i].value, tok, &n, max);
+            fd_http_tokens(r->in.headers[i].value, tok, &n, max);
     return n;
 }
 
