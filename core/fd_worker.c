@@ -106,7 +106,6 @@ static void conn_timer(fd_timer_t *t)
 {
     fd_connection_t *c = (fd_connection_t *)((char *)t -
                                              offsetof(fd_connection_t, timer));
-
     int32_t left;
 
     if (c->deadline == 0)
