@@ -175,6 +175,13 @@ static void check_accepted(const fd_http_req_t *p, const char *start,
             assert(!(dlen >= 3 && memcmp(dst + dlen - 3, "/..", 3) == 0));
             assert(!(dlen >= 2 && memcmp(dst + dlen - 2, "/.", 2) == 0));
         }
+        /* path_plain: the engine copies such a path without normalising
+         * it, so it must be its own normal form */
+        if (p->path_plain) {
+            assert(fd_http_normalize_path(p->path_raw, dst, &dlen) == FD_OK);
+            assert(dlen == p->path_raw.len &&
+                   memcmp(dst, p->path_raw.data, dlen) == 0);
+        }
         free(dst);
     }
 }
