@@ -121,15 +121,15 @@ typedef struct {
 int fd_http_parse_chunked(fd_http_chunked_t *ck, const char **pos,
                           const char *last, const char **data, size_t *len);
 
+/* Add the tokens of a list value such as Connection's (split at ',', SP
+ * and HTAB, empty ones skipped) to tok[*n], up to max in all. */
+void fd_http_tokens(fd_str_t v, fd_str_t *tok, unsigned *n, unsigned max);
+
 /*
  * Upstream response header (RFC 9112), parsed whole once its blank line
  * arrived. The caller sets fields and max_fields; the rest is filled in.
  * Slices point into the header, which must outlive them.
  */
-/* Add the tokens of a list value such as Connection's (split at ',', SP
- * and HTAB, empty ones skipped) to tok[*n], up to max in all. */
-void fd_http_tokens(fd_str_t v, fd_str_t *tok, unsigned *n, unsigned max);
-
 #define FD_HTTP_RESP_MAX_TOKENS 16
 typedef struct {
     fd_http_header_t *fields; /* the caller's array */
