@@ -16,18 +16,7 @@
 
 #include "fd_core.h"
 #include "fd_http_parse.h"
-
-static uint32_t rng_state;
-
-static uint32_t rng(void)
-{
-    uint32_t x = rng_state ? rng_state : 0x9e3779b9u;
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    rng_state = x;
-    return x;
-}
+#include "fuzz_rng.h"
 
 typedef struct {
     int rc;          /* FD_DONE, FD_AGAIN or 400 */

@@ -17,6 +17,7 @@
 
 #include "fd_core.h"
 #include "fd_http_parse.h"
+#include "fuzz_rng.h"
 
 #define MAX_REQS 32
 
@@ -30,19 +31,6 @@ typedef struct {
 } verdict_t;
 
 static fd_pool_t *pool;
-
-static uint32_t rng_state;
-
-static uint32_t rng(void)
-{
-    /* xorshift32: splits must be reproducible from the input alone */
-    uint32_t x = rng_state ? rng_state : 0x9e3779b9u;
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    rng_state = x;
-    return x;
-}
 
 static size_t off_of(const char *base, fd_str_t s)
 {

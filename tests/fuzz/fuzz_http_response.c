@@ -22,6 +22,7 @@
 
 #include "fd_core.h"
 #include "fd_http_parse.h"
+#include "fuzz_rng.h"
 
 #define MAX_RESPS 16
 
@@ -39,19 +40,6 @@ typedef struct {
     size_t body_len;  /* decoded or framed body bytes */
     size_t end;       /* stream offset after the response */
 } verdict_t;
-
-static uint32_t rng_state;
-
-static uint32_t rng(void)
-{
-    /* xorshift32: splits must be reproducible from the input alone */
-    uint32_t x = rng_state ? rng_state : 0x9e3779b9u;
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    rng_state = x;
-    return x;
-}
 
 static size_t step(size_t n)
 {
