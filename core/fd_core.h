@@ -93,26 +93,6 @@ static inline int fd_str_caseeq(fd_str_t a, const char *b, size_t n)
             return 0;
     return 1;
 }
-/* a (a header name or token, tchar only) against a lower-case literal of
- * letters, digits and '-': OR-ing 0x20 folds case, 8 bytes at a time */
-static inline int fd_str_caseeq_lower(fd_str_t a, const char *b, size_t n)
-{
-    size_t i = 0;
-    uint64_t x, y;
-
-    if (a.len != n)
-        return 0;
-    for (; i + 8 <= n; i += 8) {
-        memcpy(&x, a.data + i, 8);
-        memcpy(&y, b + i, 8);
-        if ((x | 0x2020202020202020ULL) != y)
-            return 0;
-    }
-    for (; i < n; i++)
-        if (((uint8_t)a.data[i] | 0x20) != (uint8_t)b[i])
-            return 0;
-    return 1;
-}
 #define fd_str_caseeq_lit(a, lit) fd_str_caseeq(a, lit, sizeof(lit) - 1)
 
 /* Decimal formatting without printf; returns the end of what was written. */

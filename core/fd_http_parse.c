@@ -4,8 +4,6 @@
  */
 #include "fd_core.h"
 #include "fd_http_parse.h"
-#undef fd_str_caseeq_lit
-#define fd_str_caseeq_lit(a, lit) fd_str_caseeq_lower(a, lit, sizeof(lit) - 1)
 
 /* tchar = "!" / "#" / "$" / "%" / "&" / "'" / "*" / "+" / "-" / "." /
  *         "^" / "_" / "`" / "|" / "~" / DIGIT / ALPHA */
