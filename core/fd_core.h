@@ -97,6 +97,8 @@ static inline int fd_str_caseeq(fd_str_t a, const char *b, size_t n)
 
 /* Decimal formatting without printf; returns the end of what was written. */
 char *fd_fmt_uint(char *p, uint64_t v);
+/* Lower-case hex without printf (chunk sizes); returns the end. */
+char *fd_fmt_hex(char *p, uint64_t v);
 
 typedef struct fd_pool_s fd_pool_t;
 typedef struct fd_buf_s fd_buf_t;

@@ -1402,9 +1402,10 @@ int fd_http_output_body(fd_request_t *r, fd_buf_t *chain)
         if (n == 0)
             continue;
         if (r->chunked_out) {
-            char hex[24];
-            int k = snprintf(hex, sizeof(hex), "%zx\r\n", n);
-            if (out_append(h, hex, (size_t)k) != FD_OK)
+            char hex[24], *e = fd_fmt_hex(hex, n);
+            *e++ = '\r';
+            *e++ = '\n';
+            if (out_append(h, hex, (size_t)(e - hex)) != FD_OK)
                 return FD_ERROR;
         }
         if (b->file_fd >= 0)

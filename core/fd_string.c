@@ -34,3 +34,19 @@ char *fd_fmt_uint(char *p, uint64_t v)
     }
     return e;
 }
+
+char *fd_fmt_hex(char *p, uint64_t v)
+{
+    static const char digits[] = "0123456789abcdef";
+    unsigned n = 1;
+    char *e;
+
+    while (n < 16 && (v >> (4 * n)) != 0)
+        n++;
+    e = p + n;
+    while (n--) {
+        p[n] = digits[v & 0xf];
+        v >>= 4;
+    }
+    return e;
+}

@@ -67,5 +67,19 @@ int main(void)
         *fd_fmt_uint(buf, 10000000000000000000ULL) = '\0';
         is_str(buf, "10000000000000000000", "fd_fmt_uint 10^19 (the 20-digit edge)");
     }
+    {
+        uint64_t v;
+        char want[32];
+        bad = 0;
+        for (v = 0; v < 70000; v++) {
+            *fd_fmt_hex(buf, v) = '\0';
+            snprintf(want, sizeof(want), "%llx", (unsigned long long)v);
+            if (strcmp(buf, want) != 0)
+                bad++;
+        }
+        *fd_fmt_hex(buf, UINT64_MAX) = '\0';
+        is_str(buf, "ffffffffffffffff", "fd_fmt_hex max");
+        is_int((int)bad, 0, "fd_fmt_hex agrees with printf for 0..69999");
+    }
     return done_testing();
 }
