@@ -3,7 +3,9 @@
  *
  * Index files, MIME types from an nginx-format mime.types, Last-Modified /
  * If-Modified-Since, ETag / If-None-Match, single byte ranges (If-Range),
- * and bodies as file buffers that the engine sends with sendfile.
+ * and bodies as file buffers that the engine sends with sendfile. Open
+ * descriptors are kept per worker for the next requests (the open file
+ * cache below).
  *
  * No path escapes the root: the engine hands us a decoded, normalised path
  * (no "." or ".." segments, no NUL), and unless follow_symlinks is on the
@@ -37,10 +39,15 @@ typedef struct {
     size_t n;
 } mime_table_t;
 
+typedef struct ofc_s ofc_t;
+
 typedef struct {
     char *mime_types;
     int etag;
+    fd_int_t open_file_cache;      /* entries per worker, 0: off */
+    fd_msec_t open_file_cache_valid;
     const mime_table_t *types;
+    ofc_t *cache; /* this worker's, made on first use (loop thread only) */
     /* this worker's descriptor of the root (O_PATH), opened on first use
      * and kept: files open beneath it without a path walk of the root per
      * request. 0: not yet (the conf is zeroed), else fd + 1. The root was
@@ -67,6 +74,23 @@ static const fd_directive_t static_directives[] = {
      .def = "on",
      .doc = "send an ETag (\"mtime-size\" in hex, as nginx) with static "
             "files and answer If-None-Match"},
+    {.name = "open_file_cache",
+     .type = FD_CONF_INT,
+     .offset = offsetof(static_conf_t, open_file_cache),
+     .def = "128",
+     .doc = "open descriptors each worker keeps per location, so that a "
+            "file served again costs one fstat() instead of open + fstat "
+            "+ close; every hit is checked with fstat() (size, mtime and "
+            "ETag are current; a deleted or renamed-over file is opened "
+            "again). 0: off"},
+    {.name = "open_file_cache_valid",
+     .type = FD_CONF_MSEC,
+     .offset = offsetof(static_conf_t, open_file_cache_valid),
+     .def = "1s",
+     .doc = "how long a cached descriptor is used before the path is "
+            "opened again (bounds what fstat() cannot see: a renamed "
+            "directory on the path, changed permissions); unused ones are "
+            "closed then"},
     FD_CONF_END};
 
 fd_module_t fd_static_module = {
@@ -425,6 +449,9 @@ static int static_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
     /* A location served by another handler never looks types up. */
     if (loc->handler != NULL && loc->handler != &fd_static_module)
         return FD_OK;
+    if (scf->open_file_cache > 65536)
+        return fd_conf_error(cf, "\"open_file_cache\" is at most 65536, "
+                             "not %ld", (long)scf->open_file_cache);
     scf->types = mime_get(cf, scf->mime_types ? scf->mime_types
                                               : MIME_DEFAULT_PATH);
     return scf->types ? FD_OK : FD_ERROR;
@@ -814,6 +841,186 @@ static int open_error(fd_request_t *r, const char *path, int err)
 }
 
 /* ---------------------------------------------------------------------- */
+/* Open file cache                                                        */
+
+/*
+ * Per worker and location: full path -> open descriptor, so that a file
+ * served again costs fstat() instead of openat2() + fstat() + close().
+ * Every hit is checked with fstat() on the cached descriptor, so size,
+ * mtime and ETag are those of the file now, and a file deleted or replaced
+ * by rename (its old inode has no link left) is opened again. What fstat()
+ * cannot see (a directory on the path renamed, permissions changed) is
+ * seen when the entry expires, open_file_cache_valid after it was opened;
+ * a timer closes expired entries, so an idle worker holds no descriptor
+ * (and no deleted file's blocks) for long. Only regular files are kept.
+ *
+ * The loop thread alone touches it: an offloaded handler opens and closes
+ * as without a cache. An entry is reference counted (the table's reference
+ * and one per response that sends from it), so eviction never closes a
+ * descriptor that a slow client's response still reads.
+ */
+typedef struct ofc_entry_s ofc_entry_t;
+
+struct ofc_entry_s {
+    ofc_entry_t *hnext;        /* hash chain */
+    ofc_entry_t *prev, *next;  /* in opening order: oldest first */
+    unsigned refs;
+    uint32_t hash;
+    uint32_t expires;          /* fd_msec32_after() */
+    int fd;
+    size_t len;
+    char path[];
+};
+
+struct ofc_s {
+    ofc_entry_t **buckets;
+    uint32_t mask;
+    unsigned n;
+    unsigned max;
+    fd_msec_t valid;
+    ofc_entry_t *oldest, *newest;
+    fd_timer_t timer;
+};
+
+static uint32_t ofc_hash(const char *s, size_t len)
+{
+    uint32_t h = 2166136261u;
+
+    for (size_t i = 0; i < len; i++) {
+        h ^= (uint8_t)s[i];
+        h *= 16777619u;
+    }
+    return h;
+}
+
+static void ofc_release(void *data)
+{
+    ofc_entry_t *e = data;
+
+    if (--e->refs == 0) {
+        close(e->fd);
+        free(e);
+    }
+}
+
+/* Out of the table; responses still holding it keep it open. */
+static void ofc_remove(ofc_t *c, ofc_entry_t *e)
+{
+    ofc_entry_t **pp = &c->buckets[e->hash & c->mask];
+
+    while (*pp != e)
+        pp = &(*pp)->hnext;
+    *pp = e->hnext;
+    if (e->prev)
+        e->prev->next = e->next;
+    else
+        c->oldest = e->next;
+    if (e->next)
+        e->next->prev = e->prev;
+    else
+        c->newest = e->prev;
+    c->n--;
+    ofc_release(e);
+}
+
+static void ofc_expire(fd_timer_t *t)
+{
+    ofc_t *c = (ofc_t *)(void *)((char *)t - offsetof(ofc_t, timer));
+
+    while (c->oldest &&
+           fd_msec32_diff(c->oldest->expires,
+                          (uint32_t)fd_current_msec) <= 0)
+        ofc_remove(c, c->oldest);
+    if (c->oldest)
+        fd_timer_add(&c->timer,
+                     (fd_msec_t)fd_msec32_diff(c->oldest->expires,
+                                               (uint32_t)fd_current_msec));
+}
+
+static ofc_t *ofc_get(static_conf_t *scf)
+{
+    ofc_t *c = scf->cache;
+    uint32_t size = 16;
+
+    if (c || scf->open_file_cache == 0)
+        return c;
+    while (size < (uint64_t)scf->open_file_cache * 2)
+        size <<= 1;
+    c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return NULL;
+    c->buckets = calloc(size, sizeof(*c->buckets));
+    if (c->buckets == NULL) {
+        free(c);
+        return NULL;
+    }
+    c->mask = size - 1;
+    c->max = (unsigned)scf->open_file_cache;
+    c->valid = scf->open_file_cache_valid ? scf->open_file_cache_valid : 1;
+    c->timer.handler = ofc_expire;
+    scf->cache = c;
+    return c;
+}
+
+/*
+ * The cached descriptor of path, checked with fstat() into *st, with a
+ * reference taken for the request; NULL when there is none usable.
+ */
+static ofc_entry_t *ofc_lookup(ofc_t *c, const char *path, size_t len,
+                               uint32_t hash, struct stat *st)
+{
+    ofc_entry_t *e;
+
+    for (e = c->buckets[hash & c->mask]; e; e = e->hnext) {
+        if (e->hash == hash && e->len == len &&
+            memcmp(e->path, path, len) == 0)
+            break;
+    }
+    if (e == NULL)
+        return NULL;
+    if (fd_msec32_diff(e->expires, (uint32_t)fd_current_msec) <= 0 ||
+        fstat(e->fd, st) == -1 || st->st_nlink == 0 ||
+        !S_ISREG(st->st_mode)) {
+        ofc_remove(c, e);
+        return NULL;
+    }
+    e->refs++;
+    return e;
+}
+
+/* Keep fd (a regular file the request holds) for the next requests; the
+ * request's reference is the entry's. NULL: not kept, fd stays the
+ * caller's. */
+static ofc_entry_t *ofc_insert(ofc_t *c, const char *path, size_t len,
+                               uint32_t hash, int fd)
+{
+    ofc_entry_t *e = malloc(sizeof(*e) + len);
+
+    if (e == NULL)
+        return NULL;
+    if (c->n >= c->max)
+        ofc_remove(c, c->oldest);
+    e->refs = 2;
+    e->hash = hash;
+    e->expires = fd_msec32_after(c->valid);
+    e->fd = fd;
+    e->len = len;
+    memcpy(e->path, path, len);
+    e->hnext = c->buckets[hash & c->mask];
+    c->buckets[hash & c->mask] = e;
+    e->next = NULL;
+    e->prev = c->newest;
+    if (c->newest)
+        c->newest->next = e;
+    else
+        c->oldest = e;
+    c->newest = e;
+    if (c->n++ == 0)
+        fd_timer_add(&c->timer, c->valid);
+    return e;
+}
+
+/* ---------------------------------------------------------------------- */
 /* The handler                                                            */
 
 static const char uri_safe[256] = {
@@ -962,6 +1169,10 @@ static int static_handler(fd_request_t *r)
     const int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK;
     char *full, *rel, *name, *dot;
     int rootfd = -1, fd = -1, err = 0, rc;
+    ofc_t *cache = NULL;
+    ofc_entry_t *e = NULL;
+    fd_pool_cleanup_t *cl;
+    uint32_t hash = 0;
     struct stat st;
 
     if (r->in.method_id != FD_HTTP_GET && r->in.method_id != FD_HTTP_HEAD)
@@ -1016,6 +1227,10 @@ static int static_handler(fd_request_t *r)
         }
     }
 
+    /* the cache is the loop's: an offloaded handler does without */
+    if (!r->in_offload)
+        cache = ofc_get((static_conf_t *)scf);
+
     if (full[n - 1] == '/') {
         /* a directory: the first index file that exists */
         static char *const def_index[] = {"index.html"};
@@ -1030,6 +1245,11 @@ static int static_handler(fd_request_t *r)
             if (il == 0 || ix[0] == '/' || strstr(ix, ".."))
                 continue;
             memcpy(full + n, ix, il + 1);
+            if (cache) {
+                hash = ofc_hash(full, n + il);
+                if ((e = ofc_lookup(cache, full, n + il, hash, &st)))
+                    break;
+            }
             fd = rootfd == -1 ? open(full, flags)
                               : open_beneath(rootfd, rel, flags);
             if (fd >= 0)
@@ -1050,29 +1270,48 @@ static int static_handler(fd_request_t *r)
             fd = -1;
         }
     } else {
-        fd = rootfd == -1 ? open(full, flags)
-                          : open_beneath(rootfd, rel, flags);
-        err = errno;
+        if (cache) {
+            hash = ofc_hash(full, n);
+            e = ofc_lookup(cache, full, n, hash, &st);
+        }
+        if (e == NULL) {
+            fd = rootfd == -1 ? open(full, flags)
+                              : open_beneath(rootfd, rel, flags);
+            err = errno;
+        }
     }
-    if (fd == -1)
-        return open_error(r, full, err);
 
-    if (fd_pool_cleanup_add(r->pool, close_fd, (void *)(intptr_t)fd) ==
-        NULL) {
-        close(fd);
-        return 500;
+    if (e) {
+        /* a cached descriptor, checked by ofc_lookup()'s fstat() */
+        fd = e->fd;
+        if (fd_pool_cleanup_add(r->pool, ofc_release, e) == NULL) {
+            ofc_release(e);
+            return 500;
+        }
+    } else {
+        if (fd == -1)
+            return open_error(r, full, err);
+        cl = fd_pool_cleanup_add(r->pool, close_fd, (void *)(intptr_t)fd);
+        if (cl == NULL) {
+            close(fd);
+            return 500;
+        }
+        if (fstat(fd, &st) == -1) {
+            fd_log_error(FD_LOG_ERR, errno, "fstat(\"%s\") failed", full);
+            return 500;
+        }
+        if (S_ISDIR(st.st_mode)) {
+            if (full[n - 1] != '/')
+                return redirect_dir(r);
+            return 403; /* an index name that is a directory */
+        }
+        if (!S_ISREG(st.st_mode))
+            return 403;
+        if (cache && (e = ofc_insert(cache, full, strlen(full), hash, fd))) {
+            cl->handler = ofc_release;
+            cl->data = e;
+        }
     }
-    if (fstat(fd, &st) == -1) {
-        fd_log_error(FD_LOG_ERR, errno, "fstat(\"%s\") failed", full);
-        return 500;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        if (full[n - 1] != '/')
-            return redirect_dir(r);
-        return 403; /* an index name that is a directory */
-    }
-    if (!S_ISREG(st.st_mode))
-        return 403;
 
     /* the type comes from the file actually served (index files too) */
     name = strrchr(full, '/');
