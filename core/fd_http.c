@@ -799,7 +799,6 @@ static fd_request_t *request_new(fd_connection_t *c)
 static void request_fail(fd_request_t *r, int status)
 {
     r->keepalive = 0;
-    r->discard_body = 0;
     request_finalize(r, status);
 }
 
@@ -965,10 +964,10 @@ static void request_start(fd_request_t *r)
             request_fail(r, 413);
             return;
         }
-        if (body_start(r) != FD_OK)
-            return;
-        if (r->phase == PH_BODY)
-            return; /* http_process() continues it */
+        /* the body is read once the access phase lets the request in (as
+         * nginx): a refused client is answered without uploading it, and
+         * one that sent "Expect: 100-continue" is never invited to */
+        r->body_wanted = 1;
     }
     run_handler(r);
 }
@@ -998,10 +997,8 @@ static int body_start(fd_request_t *r)
     }
     r->body_cap = r->in.chunked ? 4096 : (size_t)r->in.content_length;
     r->body = fd_pnalloc(r->pool, r->body_cap ? r->body_cap : 1);
-    if (r->body == NULL) {
-        request_fail(r, 500);
+    if (r->body == NULL)
         return FD_ERROR;
-    }
     r->phase = PH_BODY;
     if (h->rpos == h->rlast)
         send_continue(r);
@@ -1137,6 +1134,30 @@ void fd_http_run_handler(fd_request_t *r)
     int resumed = r->async; /* held by an access module until now */
     int rc;
 
+    if (r->body_wanted) {
+        /* past the access phase: now the body, for the final location
+         * (a rewrite may have moved the request) */
+        r->body_wanted = 0;
+        if (r->in.content_length > (int64_t)r->loc->max_body_size) {
+            r->keepalive = 0;
+            rc = 413;
+            goto finish;
+        }
+        if (body_start(r) != FD_OK) {
+            r->keepalive = 0;
+            rc = 500;
+            goto finish;
+        }
+        if (r->phase == PH_BODY) {
+            /* http_process() reads it, then comes back here */
+            if (resumed) {
+                r->async = 0;
+                post_resume(r->c->h);
+            }
+            return;
+        }
+    }
+
     if ((!fd_worker->cycle->http.inline_completions || r->loc->offload) &&
         (m->flags & FD_MODULE_THREAD_SAFE)) {
         r->in_offload = 1;
@@ -1151,6 +1172,7 @@ void fd_http_run_handler(fd_request_t *r)
         r->async = 1;
         return;
     }
+finish:
     if (resumed)
         fd_request_finish(r, rc); /* outside http_process: resume it */
     else
@@ -1194,15 +1216,15 @@ static inline int run_filters(fd_request_t *r)
     return FD_OK;
 }
 
-/* The access phase (acl, rewrite, queue limits), then the handler. */
+/* The access phase (acl, rewrite, queue limits), then the body and the
+ * handler (fd_http_run_handler). */
 static void run_handler(fd_request_t *r)
 {
     fd_http_loc_t *loc;
     const fd_module_t **m;
     int rc;
 
-    if (r->phase != PH_STREAM) /* the engine keeps reading the body */
-        r->phase = PH_HANDLER;
+    r->phase = PH_HANDLER; /* no reading while an access module holds it */
 again:
     loc = r->loc;
     for (m = loc->access; *m; m++) {
@@ -1265,6 +1287,14 @@ static void request_finalize(fd_request_t *r, int rc)
             for (b = r->out; b; b = b->next)
                 len += (int64_t)fd_buf_size(b);
             r->content_length = len;
+        }
+        if (r->body_rest > 0 && r->phase != PH_HEADER &&
+            h->rlast - h->rpos >= (uint64_t)r->body_rest) {
+            /* answered before its body was read (refused by the access
+             * phase, a redirect): what is already here is skipped, and
+             * the connection stays usable */
+            h->rpos += (size_t)r->body_rest;
+            r->body_rest = 0;
         }
         if (r->body_rest != 0 || r->phase == PH_HEADER) {
             /* an unread body (or an unparsed request): framing is lost;
@@ -1565,7 +1595,8 @@ static void http_process(fd_connection_t *c)
                 return;
             }
             fd_connection_set_state(c, FD_CONN_BUSY);
-            run_handler(r);
+            r->phase = PH_HANDLER;
+            fd_http_run_handler(r); /* the access phase ran before */
             continue;
         case PH_STREAM:
             if (h->rpos < h->rlast && r->on_body)

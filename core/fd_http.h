@@ -108,7 +108,7 @@ struct fd_request_s {
     unsigned streamed:1;       /* the body follows the header in pieces */
     unsigned done:1;           /* response complete */
     unsigned async:1;          /* handler returned FD_AGAIN */
-    unsigned discard_body:1;
+    unsigned body_wanted:1;    /* a buffered body, read after access */
     unsigned in_offload:1;
     unsigned continue_sent:1;
     unsigned body_read:1;      /* the request body was consumed entirely */
@@ -147,8 +147,9 @@ void **fd_request_ctx(fd_request_t *r, const fd_module_t *m);
  * '-'), or a NULL slice */
 fd_str_t fd_http_var_header(fd_request_t *r, fd_str_t name);
 
-/* Run the location's handler now (after the access phase); an access
- * module that returned FD_AGAIN calls it from the loop to let r in. */
+/* Run the location's handler now (after the access phase), reading a
+ * buffered request body first; an access module that returned FD_AGAIN
+ * calls it from the loop to let r in. */
 void fd_http_run_handler(fd_request_t *r);
 
 /* Finish a request that returned FD_AGAIN: FD_OK (response set in r) or an

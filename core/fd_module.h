@@ -65,10 +65,12 @@ struct fd_module_s {
     void (*reopen)(fd_worker_t *w);
     /*
      * Access phase: called for every request, in module order, before the
-     * location's handler runs. FD_OK: go on; FD_AGAIN: the module holds
-     * the request and later calls fd_http_run_handler(r) (or
-     * fd_request_finish() to answer it) from the loop; FD_DONE: the module
-     * set the response in r; an HTTP status >= 400: that error page.
+     * location's handler runs and before a buffered request body is read
+     * (fd_http_run_handler() reads it first). FD_OK: go on; FD_AGAIN:
+     * the module holds the request and later calls fd_http_run_handler(r)
+     * (or fd_request_finish() to answer it) from the loop; FD_DONE: the
+     * module set the response in r; an HTTP status >= 400: that error
+     * page.
      */
     int (*access)(fd_request_t *r);
     /*
