@@ -59,6 +59,12 @@ void fd_connection_set_state(fd_connection_t *c, int state);
 /* Open connections from c's address in this worker (max_conns_per_ip);
  * 0 when they are not counted. */
 unsigned fd_connection_ip_count(fd_connection_t *c);
+/* A connection handed to a module (a tunnel) keeps counting for its
+ * address: fd_connection_ip_take() moves c's place out of c (closing c
+ * then leaves the count alone) and fd_ip_release() gives it back when the
+ * module's connection ends. NULL (nothing to release) when not counted. */
+void *fd_connection_ip_take(fd_connection_t *c);
+void fd_ip_release(void *ref);
 /* Text of the peer address into buf (INET6_ADDRSTRLEN); returns length. */
 size_t fd_connection_addr_text(fd_connection_t *c, char *buf, size_t size);
 

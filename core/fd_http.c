@@ -1496,7 +1496,8 @@ int fd_http_output(fd_request_t *r, fd_buf_t *chain, int last)
  * A tunnel (101 Switching Protocols): once the header is written, the
  * socket leaves the engine. See fd_http.h.
  */
-int fd_http_detach(fd_request_t *r, char *buf, size_t size, size_t *n)
+int fd_http_detach(fd_request_t *r, char *buf, size_t size, size_t *n,
+                   void **ipref)
 {
     fd_connection_t *c = r->c;
     fd_http_conn_t *h = c->h;
@@ -1530,6 +1531,7 @@ int fd_http_detach(fd_request_t *r, char *buf, size_t size, size_t *n)
     r->done = 1;
     c->requests++;
     h->r = NULL;
+    *ipref = fd_connection_ip_take(c);
     fd_connection_close(c);
     return fd;
 }

@@ -183,9 +183,12 @@ int fd_http_output_body(fd_request_t *r, fd_buf_t *chain);
  * FD_AGAIN while the header is still being written (r->on_drain is called
  * when it is), or FD_ERROR. On success the request is over (counted and
  * logged) and the connection closed: r and its pool are gone. The tunnel
- * is no longer counted in the connection figures.
+ * is no longer counted in the connection figures, but still in its
+ * address's max_conns_per_ip count: *ipref, for fd_ip_release() when the
+ * tunnel ends.
  */
-int fd_http_detach(fd_request_t *r, char *buf, size_t size, size_t *n);
+int fd_http_detach(fd_request_t *r, char *buf, size_t size, size_t *n,
+                   void **ipref);
 
 /*
  * Streaming request body (FD_MODULE_STREAM_BODY): copy up to size decoded

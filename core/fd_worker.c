@@ -137,19 +137,23 @@ typedef struct ip_count_s {
 static ip_count_t **ip_table;
 static ip_count_t *ip_free;
 
-static ip_count_t **ip_slot(const fd_connection_t *c)
+static ip_count_t **ip_slot_of(unsigned family, const uint8_t *a)
 {
-    const uint8_t *a = c->addr;
-    uint32_t x, k = c->family == AF_INET6 ? 16 : 4, i;
+    uint32_t x, k = family == AF_INET6 ? 16 : 4, i;
     ip_count_t **p;
 
     x = 2166136261u;
     for (i = 0; i < k; i++)
         x = (x ^ a[i]) * 16777619u;
     for (p = &ip_table[x & (IP_BUCKETS - 1)]; *p; p = &(*p)->next)
-        if ((*p)->family == c->family && memcmp((*p)->addr, a, k) == 0)
+        if ((*p)->family == family && memcmp((*p)->addr, a, k) == 0)
             break;
     return p;
+}
+
+static ip_count_t **ip_slot(const fd_connection_t *c)
+{
+    return ip_slot_of(c->family, c->addr);
 }
 
 static void ip_count_add(fd_connection_t *c)
@@ -179,16 +183,37 @@ static void ip_count_add(fd_connection_t *c)
     c->ip_counted = 1;
 }
 
-static void ip_count_del(fd_connection_t *c)
+static void ip_count_drop(ip_count_t **p)
 {
-    ip_count_t **p = ip_slot(c), *e = *p;
+    ip_count_t *e = *p;
 
-    c->ip_counted = 0;
     if (e == NULL || --e->n > 0)
         return;
     *p = e->next;
     e->next = ip_free;
     ip_free = e;
+}
+
+static void ip_count_del(fd_connection_t *c)
+{
+    c->ip_counted = 0;
+    ip_count_drop(ip_slot(c));
+}
+
+void *fd_connection_ip_take(fd_connection_t *c)
+{
+    if (!c->ip_counted)
+        return NULL;
+    c->ip_counted = 0;
+    return *ip_slot(c); /* its count stays >= 1 until fd_ip_release() */
+}
+
+void fd_ip_release(void *ref)
+{
+    ip_count_t *e = ref;
+
+    if (e)
+        ip_count_drop(ip_slot_of(e->family, e->addr));
 }
 
 unsigned fd_connection_ip_count(fd_connection_t *c)

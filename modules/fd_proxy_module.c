@@ -2582,6 +2582,7 @@ struct tunnel_s {
     fd_msec_t idle;
     peer_t *peer;
     uint64_t conn_id;
+    void *ipref;               /* the client's place in max_conns_per_ip */
     fd_posted_t free_post;
     unsigned started:1;
     unsigned closed:1;
@@ -2615,6 +2616,8 @@ static void tunnel_free(tunnel_t *t)
         peer_active(t->peer, -1);
     if (t->started)
         fd_worker_hold(-1);
+    fd_ip_release(t->ipref);
+    t->ipref = NULL;
     t->free_post.handler = tunnel_release;
     t->free_post.data = t;
     fd_event_post(&t->free_post);
@@ -2685,7 +2688,7 @@ static int tunnel_detach(proxy_req_t *px)
     size_t n = 0;
     int fd;
 
-    fd = fd_http_detach(r, t->side[1].buf, BUF_SIZE, &n);
+    fd = fd_http_detach(r, t->side[1].buf, BUF_SIZE, &n, &t->ipref);
     if (fd == FD_AGAIN) {
         px->paused = 1;
         r->on_drain = proxy_drain;

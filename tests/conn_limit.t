@@ -1,14 +1,16 @@
 #!/usr/bin/perl
 # max_conns_per_ip: a server refuses requests (503, then close) on
 # connections beyond the limit from one address; closing one frees a
-# place; a server without the limit is not affected; a bad value is a
-# config error naming file:line.
+# place; a server without the limit is not affected; a WebSocket tunnel
+# keeps its place until it ends; a bad value is a config error naming
+# file:line.
 
 use strict;
 use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use FastdTest;
+use Backend;
 use Test::More;
 
 # --- config errors ------------------------------------------------------------
@@ -92,5 +94,57 @@ like($t->error_log, qr/limiting connections from 127\.0\.0\.1: 4 open, max_conns
      'the refusal is logged with the address and the figures');
 $t->no_alerts;
 $t->stop;
+
+# --- tunnels count: a WebSocket through the proxy keeps its place -------------
+{
+    my $be = Backend->new(handler => sub {
+        my ($req, $c) = @_;
+        return Backend::response(200, 'plain')
+            unless ($req->{headers}{upgrade} // '') eq 'websocket';
+        $c->write("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                  . "Connection: Upgrade\r\n\r\n");
+        while (1) {                       # echo until the client's FIN
+            my $n = sysread($c->sock, my $b, 65536);
+            last unless $n;
+            $c->write($b) or last;
+        }
+        return undef;
+    });
+    my $bp = $be->port;
+    my $tt = FastdTest->new(conf => FastdTest::base_conf(
+        server    => { max_conns_per_ip => 2 },
+        locations => "[location /ws]\nhandler = proxy\nupstream = be\n\n",
+        extra     => "[upstream be]\nserver = 127.0.0.1:$bp\n"));
+    $tt->start;
+    my @ws;
+    for my $i (1, 2) {
+        my $c = $tt->connect;
+        $c->send("GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                 . "Connection: Upgrade\r\n\r\n");
+        ok($c->wait_for_bytes(qr/^HTTP\/1\.1 101 .*?\r\n\r\n/s, 5),
+           "tunnel $i of 2 is up");
+        $c->send("ping$i");
+        ok($c->wait_for_bytes(qr/ping$i\z/, 5), "tunnel $i echoes");
+        push @ws, $c;
+    }
+    {
+        my $c = $tt->connect;
+        my $r = request_on($c);
+        is($r && $r->status, 503, 'two open tunnels fill max_conns_per_ip = 2: 503');
+    }
+    $ws[0]->shut_wr;
+    ok($ws[0]->wait_eof(5), 'one tunnel ends');
+    my $ok = FastdTest::wait_for(sub {
+        my $c = $tt->connect;
+        my $r = request_on($c);
+        $c->close;
+        return $r && $r->status == 200;
+    }, 10, 0.1);
+    ok($ok, 'its place is free again: served');
+    $_->close for @ws;
+    $tt->no_alerts;
+    $tt->stop;
+    $be->stop;
+}
 
 done_testing;
