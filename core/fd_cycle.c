@@ -282,9 +282,10 @@ const fd_directive_t fd_http_server_directives[] = {
      .doc = "CODE... /file.html under the server's root, repeatable"},
     {.name = "max_conns_per_ip", .type = FD_CONF_INT,
      .offset = SRV(max_conns_per_ip), .def = "0",
-     .doc = "open connections one client address may hold in a worker; "
-            "a request on a connection beyond it gets 503 and the "
-            "connection is closed (0: no limit)"},
+     .doc = "open connections one client address may hold in a worker "
+            "(idle keep-alive and WebSocket tunnels included); a request "
+            "on a connection beyond it gets 503 and the connection is "
+            "closed (0: no limit)"},
     FD_CONF_END};
 
 /* --- helpers --- */
