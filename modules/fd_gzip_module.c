@@ -30,7 +30,8 @@
  * stream whose client leaves (or whose producer fails) returns its state
  * through a cleanup of the request pool, which dies with the connection.
  *
- * Not compressed: a status other than 200, a Content-Encoding already set,
+ * Not compressed: a status other than 200, 403 and 404 (nginx's three), a
+ * Content-Encoding already set,
  * a range (206 or Content-Range), a HEAD (it still gets Vary, like the GET
  * would), a body (or a streamed response's Content-Length) below
  * gzip_min_length, a complete body above GZIP_MAX_BODY, a type not in
@@ -567,7 +568,9 @@ static int gzip_filter(fd_request_t *r)
     if (r->loc == NULL)
         return FD_OK;
     gc = fd_loc_conf(r->loc, &fd_gzip_module);
-    if (!gc->enable || r->status != 200 || r->content_type.len == 0 ||
+    if (!gc->enable ||
+        (r->status != 200 && r->status != 403 && r->status != 404) ||
+        r->content_type.len == 0 ||
         !type_matches(gc, r->content_type) ||
         header_find(r, "Content-Encoding", 16) ||
         header_find(r, "Content-Range", 13))

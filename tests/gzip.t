@@ -141,7 +141,11 @@ ok(!defined $r->header('vary'), '... and does not vary');
 
 $r = gz('/missing.html');
 is($r->status, 404, 'a missing file: 404');
-is_plain($r, undef, 'a 404 page is not compressed');
+is_plain($r, undef, 'its page, under gzip_min_length, is not compressed');
+$r = gz('/tiny/missing.html');
+ok($r && $r->status == 404 && ($r->header('content-encoding') // '') eq 'gzip'
+   && unzip($r->body) =~ /404/,
+   'a 404 page over gzip_min_length is compressed (200, 403, 404, as nginx)');
 
 $r = gz('/off/page.html');
 is_plain($r, $page, 'gzip = off: not compressed');

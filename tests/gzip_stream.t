@@ -88,6 +88,9 @@ my $be = Backend->new(handler => sub {
     if ($p eq '/notfound') {
         return Backend::response(404, body_of(10000), 'Content-Type' => $ct);
     }
+    if ($p eq '/gone') {
+        return Backend::response(410, body_of(10000), 'Content-Type' => $ct);
+    }
     if ($p eq '/sse') {
         $c->write("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                   . "Transfer-Encoding: chunked\r\n\r\n");
@@ -211,7 +214,12 @@ ok($r && ($r->header('content-encoding') // '') eq 'br'
    . 'passed as it is');
 $r = gz('/notfound');
 is($r && $r->status, 404, 'an upstream 404: passed');
-is_plain($r, body_of(10000), '... not compressed (only 200 is)');
+ok($r && ($r->header('content-encoding') // '') eq 'gzip'
+   && unzip($r->body) eq body_of(10000),
+   '... and compressed (200, 403 and 404 are, as nginx)');
+$r = gz('/gone');
+is($r && $r->status, 410, 'an upstream 410: passed');
+is_plain($r, body_of(10000), '... not compressed (not one of the three)');
 is_plain(gz('/off/chunked/5000'), body_of(5000), 'gzip off: identity');
 
 # --- HTTP/1.0: close-delimited --------------------------------------------------
