@@ -1644,11 +1644,8 @@ static void conn_release(proxy_req_t *px, int reuse)
     }
 }
 
-static void proxy_release(proxy_req_t *px, int reuse)
+static void bufs_release(proxy_req_t *px)
 {
-    fd_request_t *r = px->r;
-
-    conn_release(px, reuse);
     if (px->ibuf) {
         fd_block_put(&bufs, px->ibuf);
         px->ibuf = NULL;
@@ -1657,6 +1654,14 @@ static void proxy_release(proxy_req_t *px, int reuse)
         fd_block_put(&bufs, px->obuf);
         px->obuf = NULL;
     }
+}
+
+static void proxy_release(proxy_req_t *px, int reuse)
+{
+    fd_request_t *r = px->r;
+
+    conn_release(px, reuse);
+    bufs_release(px);
     r->on_abort = NULL;
     r->on_drain = NULL;
     r->on_body = NULL;
@@ -2668,6 +2673,7 @@ static int tunnel_begin(proxy_req_t *px, fd_str_t upgrade)
     t->peer = px->peer;
     px->peer = NULL;
     conn_release(px, 0);
+    bufs_release(px); /* what ibuf held past the 101 is in the tunnel */
     px->tunnel = t;
 
     fd_http_header_add(r, fd_string("Upgrade"), upgrade);

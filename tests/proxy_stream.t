@@ -364,6 +364,23 @@ sub ws_open {
     ok($dt > 0.8 && $dt < 3, sprintf('after the idle timeout (%.2f s)', $dt));
 }
 {
+    # tunnels one after another: the worker's memory stays flat (each
+    # used to keep the 16 KB buffer its 101 was read into)
+    my $before = rss_kb();
+    my $ok = 0;
+    for my $i (1 .. 300) {
+        my $c = ws_open('/ws');
+        $c->send("n$i.");
+        $ok++ if $c->wait_for_bytes(qr/n$i\.$/, 5);
+        shutdown($c->sock, 1);
+        $c->wait_eof(5);
+        $c->close;
+    }
+    is($ok, 300, '300 tunnels in a row echo');
+    my $grew = rss_kb() - $before;
+    ok($grew < 2048, "... and the worker's RSS grew by $grew kB (< 2 MB)");
+}
+{
     # the connection counts come back: nothing leaked
     my $r = $t->get('/after');
     ok($r && $r->status == 200, 'the server still answers');
