@@ -11,7 +11,6 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use FastdTest;
-use JSON::PP qw(decode_json);
 use Test::More;
 use Time::HiRes qw(time);
 
@@ -53,20 +52,7 @@ sub post {
     return "$req\r\n";
 }
 
-sub q_one {
-    my $r = $t->get('/status');
-    return undef unless $r && $r->status == 200;
-    my $s = eval { decode_json($r->body) } or return undef;
-    my ($q) = grep { ($_->{queue} // '') eq 'one' }
-              @{ $s->{modules}{queue} || [] };
-    return $q;
-}
-
-sub wait_q {
-    my ($cond) = @_;
-    return FastdTest::wait_for(sub { my $q = q_one(); $q && $cond->($q) },
-                               5, 0.01);
-}
+sub wait_q { $t->wait_queue('one', @_) }
 
 # --- refused before the body ------------------------------------------------
 {

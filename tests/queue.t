@@ -104,24 +104,8 @@ $t->start;
 
 sub req { "GET $_[0] HTTP/1.1\r\nHost: localhost\r\n\r\n" }
 
-# The queue entry NAME of the JSON status, or undef.
-sub q_status {
-    my ($name) = @_;
-    my $r = $t->get('/status');
-    return undef unless $r && $r->status == 200;
-    my $s = eval { decode_json($r->body) } or return undef;
-    my ($q) = grep { ($_->{queue} // '') eq $name }
-              @{ $s->{modules}{queue} || [] };
-    return $q;
-}
-
-sub wait_q {
-    my ($name, $cond, $timeout) = @_;
-    return FastdTest::wait_for(sub {
-        my $q = q_status($name);
-        return $q && $cond->($q) ? $q : undef;
-    }, $timeout // 5, 0.01);
-}
+sub q_status { $t->queue_status(@_) }
+sub wait_q { $t->wait_queue(@_) }
 
 # Read one response from each connection; returns the responses in
 # connection order, and the order in which they completed.

@@ -426,6 +426,27 @@ sub no_alerts {
     return $ok;
 }
 
+# The entry of [queue NAME] in the JSON a /status location gives, or undef;
+# wait_queue: until $cond->(entry) holds (or $timeout seconds, default 5).
+sub queue_status {
+    my ($self, $name) = @_;
+    my $r = $self->get('/status');
+    return undef unless $r && $r->status == 200;
+    require JSON::PP;
+    my $s = eval { JSON::PP::decode_json($r->body) } or return undef;
+    my ($q) = grep { ($_->{queue} // '') eq $name }
+              @{ $s->{modules}{queue} || [] };
+    return $q;
+}
+
+sub wait_queue {
+    my ($self, $name, $cond, $timeout) = @_;
+    return wait_for(sub {
+        my $q = $self->queue_status($name);
+        return $q && $cond->($q) ? $q : undef;
+    }, $timeout // 5, 0.01);
+}
+
 # ---------------------------------------------------------------------------
 # clients
 
