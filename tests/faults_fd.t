@@ -20,8 +20,14 @@ my $t = FastdTest->new(conf => FastdTest::base_conf(
 ));
 my $master = $t->start;
 my ($w) = Faults::children($master);
-ok($w, "worker $w");
-my $lim = (FastdTest::slurp("/proc/$w/limits") // '') =~ /Max open files\s+(\d+)/ ? $1 : 0;
+ok($w, 'worker ' . ($w // 'missing'));
+# the worker sets its limit first thing, but may not have yet
+my $lim = 0;
+FastdTest::wait_for(sub {
+    $lim = (FastdTest::slurp("/proc/$w/limits") // '') =~ /Max open files\s+(\d+)/
+        ? $1 : 0;
+    $lim == 64;
+}, 10, 0.01);
 is($lim, 64, 'rlimit_nofile lowers the worker\'s RLIMIT_NOFILE to 64');
 
 my $GET = "GET /plaintext HTTP/1.1\r\nHost: x\r\n\r\n";

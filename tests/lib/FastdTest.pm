@@ -326,6 +326,11 @@ sub start {
         $self->stop unless $self->{exited};
         die "fastd failed to start: $why\n";
     }
+    # the master listens before it forks: on a busy machine the port can
+    # be open before any worker exists. Wait for one (tests look workers
+    # up right after start); a run without workers just goes on.
+    wait_for(sub { $self->_reap || children_of($pid) > 0 },
+             $o{timeout} // 10, 0.01);
     return $pid;
 }
 
