@@ -87,7 +87,8 @@ FastdTest::spew("$www/c/a.txt.new", "renamed over\n");
 rename("$www/c/a.txt.new", "$www/c/a.txt") or die "rename: $!";
 $r = $t->get('/c/a.txt');
 is($r && $r->body, "renamed over\n", 'a file replaced by rename: the new one at once');
-ok(!grep(/deleted/, keys %{ held($worker) }),
+ok(FastdTest::wait_for(sub { !grep(/deleted/, keys %{ held($worker) }) },
+                       3, 0.01),
    'the replaced inode is not held');
 
 unlink "$www/c/a.txt" or die "unlink: $!";
