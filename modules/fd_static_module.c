@@ -1085,16 +1085,20 @@ static int method_not_allowed(fd_request_t *r)
     return FD_OK;
 }
 
+/* "mtime-size" in hex, as nginx; by hand: snprintf cost ~750
+ * instructions a request here */
 static fd_str_t make_etag(fd_pool_t *pool, const struct stat *st)
 {
-    char *p = fd_pnalloc(pool, 2 + 16 + 1 + 16 + 1);
-    int n;
+    char *p = fd_pnalloc(pool, 2 + 16 + 1 + 16), *e = p;
 
     if (p == NULL)
         return fd_null_string;
-    n = snprintf(p, 2 + 16 + 1 + 16 + 1, "\"%lx-%lx\"",
-                 (unsigned long)st->st_mtime, (unsigned long)st->st_size);
-    return (fd_str_t){(size_t)n, p};
+    *e++ = '"';
+    e = fd_fmt_hex(e, (uint64_t)(unsigned long)st->st_mtime);
+    *e++ = '-';
+    e = fd_fmt_hex(e, (uint64_t)(unsigned long)st->st_size);
+    *e++ = '"';
+    return (fd_str_t){(size_t)(e - p), p};
 }
 
 static int not_modified(fd_request_t *r, const struct stat *st)
