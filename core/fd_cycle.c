@@ -131,6 +131,11 @@ static const fd_directive_t events_directives[] = {
      .def = "4096", .doc = "listen() backlog"},
     {.name = "max_events", .type = FD_CONF_INT, .offset = EVENTS(max_events),
      .def = "512", .doc = "events taken per epoll_wait()"},
+    {.name = "batch_sends", .type = FD_CONF_FLAG,
+     .offset = EVENTS(batch_sends), .def = "on",
+     .doc = "on: the proxy's upstream requests of one loop turn leave in one "
+            "io_uring_enter() (a backend on the same CPU is woken once per "
+            "turn, not per request); off, or no io_uring: one send() each"},
     FD_CONF_END};
 
 /* the Server: value: a string of at most FD_SERVER_NAME_MAX bytes */

@@ -33,6 +33,7 @@ typedef struct {
     int read_until_eagain;
     fd_int_t backlog;
     fd_int_t max_events;
+    int batch_sends;
 } fd_events_conf_t;
 
 #define FD_SERVER_NAME_MAX 256 /* [http] server_name, the Server: value */

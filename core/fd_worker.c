@@ -15,6 +15,7 @@
 #include "fd_connection.h"
 #include "fd_http.h"
 #include "fd_offload.h"
+#include "fd_sendq.h"
 
 fd_worker_t *fd_worker;
 static fd_worker_t worker;
@@ -546,7 +547,8 @@ int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot)
         if (fd_modules[m]->init_worker &&
             fd_modules[m]->init_worker(w) != FD_OK)
             return FD_WORKER_FATAL;
-    if (fd_offload_init_worker(w) != FD_OK || listen_start(w) != FD_OK)
+    if (fd_sendq_init(cycle->events.batch_sends) != FD_OK ||
+        fd_offload_init_worker(w) != FD_OK || listen_start(w) != FD_OK)
         return FD_WORKER_FATAL;
 
     events = malloc(sizeof(*events) * (size_t)cycle->events.max_events);
@@ -572,7 +574,12 @@ int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot)
                 if (fd_modules[m]->reopen)
                     fd_modules[m]->reopen(w);
         }
-        timeout = fd_timer_expire();
+        /* the turn's batched sends, before the timers: their handlers
+         * arm timers, and a timer may queue a send (a retry) */
+        do {
+            fd_sendq_flush();
+            timeout = fd_timer_expire();
+        } while (fd_sendq_pending());
         if (fd_sig_terminate)
             continue; /* a timer closed the last connection of a drain */
         if (posted)
@@ -600,6 +607,7 @@ int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot)
         if (fd_modules[m]->exit_worker)
             fd_modules[m]->exit_worker(w);
     fd_offload_exit_worker(w);
+    fd_sendq_exit();
     free(events);
     return 0;
 }

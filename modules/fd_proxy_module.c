@@ -50,6 +50,7 @@
 #include "fd_core.h"
 #include "fd_connection.h"
 #include "fd_http.h"
+#include "fd_sendq.h"
 #include "fd_status.h"
 
 const char *fd_proxy_upstream_addr(fd_request_t *r);
@@ -325,6 +326,7 @@ struct proxy_req_s {
     char *obuf;                /* framed body bytes */
     size_t opos, olen;
     int64_t body_bytes;
+    fd_sendop_t sop;           /* the first write, batched (fd_sendq.h) */
 
     /* from the upstream */
     char *ibuf;
@@ -1630,6 +1632,7 @@ static void conn_release(proxy_req_t *px, int reuse)
 {
     uconn_t *uc = px->uc;
 
+    fd_sendq_cancel(&px->sop);
     if (uc) {
         px->uc = NULL;
         uc->px = NULL;
@@ -1889,9 +1892,33 @@ static int body_fill(proxy_req_t *px)
     return proxy_fail(px, 400); /* bad framing of the client's body */
 }
 
-/* Write the request (header, then body as the client sends it). */
+static void proxy_sent(fd_sendop_t *op);
+
+/* w bytes of the request left: first the header, then obuf */
+static void sent_bytes(proxy_req_t *px, size_t w)
+{
+    size_t k;
+
+    px->written = 1;
+    if (px->hdr_sent < px->hdr_len) {
+        k = fd_min(w, px->hdr_len - px->hdr_sent);
+        px->hdr_sent += k;
+        w -= k;
+    }
+    px->opos += w;
+    if (px->opos == px->olen && !px->body_kept)
+        px->opos = px->olen = 0;
+}
+
+/*
+ * Write the request (header, then body as the client sends it). An
+ * attempt's first write goes into the turn's batch when it can
+ * (events.batch_sends); proxy_sent() goes on from there.
+ */
 static int proxy_send(proxy_req_t *px)
 {
+    if (px->sop.slot)
+        return PX_OK; /* the batch has it */
     for (;;) {
         uconn_t *uc = px->uc;
         struct iovec iov[2];
@@ -1919,6 +1946,15 @@ static int proxy_send(proxy_req_t *px)
             proxy_arm(px);
             return PX_OK;
         }
+        if (px->hdr_sent == 0) {
+            px->sop.fd = uc->ev.fd;
+            px->sop.niov = niov;
+            px->sop.iov[0] = iov[0];
+            px->sop.iov[1] = iov[1];
+            px->sop.handler = proxy_sent;
+            if (fd_sendq_add(&px->sop) == FD_OK)
+                return PX_OK;
+        }
         w = niov == 1 ? send(uc->ev.fd, iov[0].iov_base, iov[0].iov_len,
                              MSG_NOSIGNAL)
                       : writev(uc->ev.fd, iov, niov);
@@ -1932,16 +1968,30 @@ static int proxy_send(proxy_req_t *px)
             }
             return proxy_next(px, NEXT_ERROR, errno, "send() failed");
         }
-        px->written = 1;
-        if (px->hdr_sent < px->hdr_len) {
-            size_t k = fd_min((size_t)w, px->hdr_len - px->hdr_sent);
-            px->hdr_sent += k;
-            w -= (ssize_t)k;
-        }
-        px->opos += (size_t)w;
-        if (px->opos == px->olen && !px->body_kept)
-            px->opos = px->olen = 0;
+        sent_bytes(px, (size_t)w);
     }
+}
+
+/* The batched first write was made: go on as proxy_send() would. */
+static void proxy_sent(fd_sendop_t *op)
+{
+    proxy_req_t *px = (proxy_req_t *)((char *)op -
+                                      offsetof(proxy_req_t, sop));
+    ssize_t w = op->res;
+
+    fd_log_conn_id = px->r->c->id;
+    if (w == -EAGAIN || w == -EWOULDBLOCK) {
+        px->uc->writable = 0;
+        proxy_arm(px);
+    } else if (w < 0) {
+        proxy_next(px, NEXT_ERROR, (int)-w, "send() failed");
+    } else {
+        sent_bytes(px, (size_t)w);
+        if (proxy_send(px) != PX_DONE && px->uc && px->uc->readable &&
+            !px->paused)
+            proxy_read(px);
+    }
+    fd_log_conn_id = 0;
 }
 
 /* r->on_body: more of the client's body arrived */
