@@ -140,9 +140,9 @@ int fd_sendq_active(void)
     return ring.fd >= 0;
 }
 
-int fd_sendq_pending(void)
+unsigned fd_sendq_pending(void)
 {
-    return nq != 0;
+    return nq;
 }
 
 int fd_sendq_add(fd_sendop_t *op)

@@ -31,13 +31,20 @@ struct fd_sendop_s {
     unsigned slot; /* queue index + 1; 0: not queued */
 };
 
+/*
+ * The loop flushes early, between two events, once this many wait: a
+ * backend on another CPU then starts on them while the turn goes on, and
+ * one wake-up per this many requests is still next to nothing.
+ */
+#define FD_SENDQ_EARLY 32
+
 int fd_sendq_init(int enabled); /* per worker; FD_OK even without io_uring */
 void fd_sendq_exit(void);
 int fd_sendq_add(fd_sendop_t *op);
 void fd_sendq_cancel(fd_sendop_t *op);
 /* Make every queued send and run the handlers (they may queue more). */
 void fd_sendq_flush(void);
-int fd_sendq_pending(void);
+unsigned fd_sendq_pending(void); /* sends queued */
 int fd_sendq_active(void); /* batching is on and io_uring works here */
 
 #endif

@@ -600,6 +600,8 @@ int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot)
             if (ev->fd < 0 || (ev->instance & 1) != (p & 1))
                 continue;
             ev->handler(ev, events[i].events);
+            if (fd_sendq_pending() >= FD_SENDQ_EARLY)
+                fd_sendq_flush();
         }
         run_posted();
     }

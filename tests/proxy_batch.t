@@ -84,6 +84,8 @@ sub burst {
 # --- on (the default) -------------------------------------------------------
 my $t = FastdTest->new(conf => FastdTest::base_conf(locations => $locations));
 $t->start;
+# a first answer through the proxy: the worker is past its start-up
+is($t->get('/p/first')->body, 'GET /p/first ', 'a first request');
 my @ring = ring_counts($t);
 SKIP: {
     if (!@ring) {
@@ -108,6 +110,7 @@ $t->stop;
 $t = FastdTest->new(conf => FastdTest::base_conf(
     events => { batch_sends => 'off' }, locations => $locations));
 $t->start;
+is($t->get('/p/first')->body, 'GET /p/first ', 'off: a first request');
 is(scalar(() = ring_counts($t)), 0, 'batch_sends = off: no io_uring');
 is(burst($t, 64, 4), 64, 'off: 64 clients at once, each got its own answer');
 $t->no_alerts;
