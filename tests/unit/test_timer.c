@@ -3,6 +3,8 @@
 #include "fd_event.h"
 #include "tap.h"
 
+#include <time.h>
+
 static int fired[64], nfired;
 static fd_timer_t *order[64];
 
@@ -72,6 +74,39 @@ int main(void)
     is_str(buf, "Thu, 01 Jan 1970 00:00:00 GMT", "epoch");
     fd_http_time(buf, 1796030128);
     is_str(buf, "Mon, 30 Nov 2026 09:15:28 GMT", "a known date");
+    {
+        /* against gmtime_r + strftime, 1900..2200, every 7 days and an
+         * hour and 7 s (every weekday, hour and minute come round) */
+        long long at, bad = 0, n = 0;
+        char want[64];
+        struct tm tm;
+        for (at = -2208988800LL; at < 7258118400LL; at += 608407, n++) {
+            time_t tt = (time_t)at;
+            gmtime_r(&tt, &tm);
+            strftime(want, sizeof(want), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+            fd_http_time(buf, tt);
+            if (strcmp(buf, want) != 0 && bad++ == 0)
+                diag("%lld: got %s, want %s", at, buf, want);
+        }
+        is_int(bad, 0, "the same as gmtime_r at %lld times", n);
+    }
+    fd_http_time(buf, 951782400);
+    is_str(buf, "Tue, 29 Feb 2000 00:00:00 GMT", "a leap day (400-year rule)");
+    fd_http_time(buf, 4107542399LL);
+    is_str(buf, "Sun, 28 Feb 2100 23:59:59 GMT", "2100 has no 29 February");
+    fd_http_time(buf, 4107542400LL);
+    is_str(buf, "Mon, 01 Mar 2100 00:00:00 GMT", "... the next day is 1 March");
+    fd_http_time(buf, -1);
+    is_str(buf, "Wed, 31 Dec 1969 23:59:59 GMT", "one second before the epoch");
+    fd_http_time(buf, (time_t)1 << 62);
+    is_str(buf, "Fri, 31 Dec 9999 23:59:59 GMT", "far future: clamped to 9999");
+    fd_http_time(buf, -((time_t)1 << 62));
+    is_str(buf, "Sat, 01 Jan 0000 00:00:00 GMT", "far past: clamped to year 0");
+    fd_http_time(buf, 0); /* the last value is kept: a repeat, then a new one */
+    fd_http_time(buf, 0);
+    is_str(buf, "Thu, 01 Jan 1970 00:00:00 GMT", "the same time twice");
+    fd_http_time(buf, 1796030128);
+    is_str(buf, "Mon, 30 Nov 2026 09:15:28 GMT", "then another");
     fd_time_update();
     ok(fd_http_date[0] && strlen(fd_http_date) == 29, "Date cache filled");
     return done_testing();
