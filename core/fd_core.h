@@ -99,6 +99,10 @@ static inline int fd_str_caseeq(fd_str_t a, const char *b, size_t n)
 char *fd_fmt_uint(char *p, uint64_t v);
 /* Lower-case hex without printf (chunk sizes); returns the end. */
 char *fd_fmt_hex(char *p, uint64_t v);
+/* FNV-1a over n bytes: the hash of the per-worker tables (cheap, and good
+ * for keys that differ in their last bytes; mix it for consistent
+ * hashing). */
+uint32_t fd_hash(const void *data, size_t n);
 
 typedef struct fd_pool_s fd_pool_t;
 typedef struct fd_buf_s fd_buf_t;

@@ -35,6 +35,16 @@ char *fd_fmt_uint(char *p, uint64_t v)
     return e;
 }
 
+uint32_t fd_hash(const void *data, size_t n)
+{
+    const uint8_t *p = data;
+    uint32_t h = 2166136261u;
+
+    while (n--)
+        h = (h ^ *p++) * 16777619u;
+    return h;
+}
+
 char *fd_fmt_hex(char *p, uint64_t v)
 {
     static const char digits[] = "0123456789abcdef";

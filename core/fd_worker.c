@@ -140,13 +140,11 @@ static ip_count_t *ip_free;
 
 static ip_count_t **ip_slot_of(unsigned family, const uint8_t *a)
 {
-    uint32_t x, k = family == AF_INET6 ? 16 : 4, i;
+    size_t k = family == AF_INET6 ? 16 : 4;
     ip_count_t **p;
 
-    x = 2166136261u;
-    for (i = 0; i < k; i++)
-        x = (x ^ a[i]) * 16777619u;
-    for (p = &ip_table[x & (IP_BUCKETS - 1)]; *p; p = &(*p)->next)
+    for (p = &ip_table[fd_hash(a, k) & (IP_BUCKETS - 1)]; *p;
+         p = &(*p)->next)
         if ((*p)->family == family && memcmp((*p)->addr, a, k) == 0)
             break;
     return p;

@@ -387,14 +387,8 @@ static shm_peer_t *peer_shm(peer_t *p)
 
 static uint32_t hash_bytes(const void *data, size_t n)
 {
-    const unsigned char *p = data;
-    uint32_t h = 2166136261u;
-    size_t i;
+    uint32_t h = fd_hash(data, n);
 
-    for (i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 16777619u;
-    }
     /* murmur3's finaliser: FNV alone clusters short similar keys */
     h ^= h >> 16;
     h *= 0x85ebca6bu;

@@ -882,17 +882,6 @@ struct ofc_s {
     fd_timer_t timer;
 };
 
-static uint32_t ofc_hash(const char *s, size_t len)
-{
-    uint32_t h = 2166136261u;
-
-    for (size_t i = 0; i < len; i++) {
-        h ^= (uint8_t)s[i];
-        h *= 16777619u;
-    }
-    return h;
-}
-
 static void ofc_release(void *data)
 {
     ofc_entry_t *e = data;
@@ -1177,6 +1166,7 @@ static int static_handler(fd_request_t *r)
     ofc_entry_t *e = NULL;
     fd_pool_cleanup_t *cl;
     uint32_t hash = 0;
+    size_t flen; /* of full: with the index name, once there is one */
     struct stat st;
 
     if (r->in.method_id != FD_HTTP_GET && r->in.method_id != FD_HTTP_HEAD)
@@ -1200,7 +1190,7 @@ static int static_handler(fd_request_t *r)
         return 500;
     memcpy(full, loc->root, root_len);
     memcpy(full + root_len, r->path.data, r->path.len);
-    n = root_len + r->path.len;
+    n = flen = root_len + r->path.len;
     full[n] = '\0';
     rel = full + root_len + 1;
 
@@ -1249,9 +1239,10 @@ static int static_handler(fd_request_t *r)
             if (il == 0 || ix[0] == '/' || strstr(ix, ".."))
                 continue;
             memcpy(full + n, ix, il + 1);
+            flen = n + il;
             if (cache) {
-                hash = ofc_hash(full, n + il);
-                if ((e = ofc_lookup(cache, full, n + il, hash, &st)))
+                hash = fd_hash(full, flen);
+                if ((e = ofc_lookup(cache, full, flen, hash, &st)))
                     break;
             }
             fd = rootfd == -1 ? open(full, flags)
@@ -1275,8 +1266,8 @@ static int static_handler(fd_request_t *r)
         }
     } else {
         if (cache) {
-            hash = ofc_hash(full, n);
-            e = ofc_lookup(cache, full, n, hash, &st);
+            hash = fd_hash(full, flen);
+            e = ofc_lookup(cache, full, flen, hash, &st);
         }
         if (e == NULL) {
             fd = rootfd == -1 ? open(full, flags)
@@ -1311,7 +1302,7 @@ static int static_handler(fd_request_t *r)
         }
         if (!S_ISREG(st.st_mode))
             return 403;
-        if (cache && (e = ofc_insert(cache, full, strlen(full), hash, fd))) {
+        if (cache && (e = ofc_insert(cache, full, flen, hash, fd))) {
             cl->handler = ofc_release;
             cl->data = e;
         }

@@ -1,4 +1,5 @@
-/* Unit tests: the string helpers (word-wise case folding, decimal). */
+/* Unit tests: the string helpers (word-wise case folding, decimal, hex,
+ * the table hash). */
 #include "fd_core.h"
 #include "tap.h"
 
@@ -81,5 +82,11 @@ int main(void)
         is_str(buf, "ffffffffffffffff", "fd_fmt_hex max");
         is_int((int)bad, 0, "fd_fmt_hex agrees with printf for 0..69999");
     }
+    /* fd_hash is FNV-1a 32 (its published test vectors) */
+    is_int(fd_hash("", 0), 0x811c9dc5, "fd_hash: empty");
+    is_int(fd_hash("a", 1), 0xe40c292c, "fd_hash: \"a\"");
+    is_int(fd_hash("foobar", 6), 0xbf9cf968, "fd_hash: \"foobar\"");
+    is_int(fd_hash("\x7f\0\0\x01", 4), 0xdaaf40ed,
+           "fd_hash: bytes with NUL (127.0.0.1)");
     return done_testing();
 }
