@@ -252,13 +252,9 @@ void fd_sendq_flush(void)
     while (nq) {
         unsigned n = nq, i, k = 0;
 
-        if (ring.fd >= 0) {
-            submit(n);
-        } else {
-            for (i = 0; i < n; i++)
-                if (queue[i])
-                    queue[i]->res = send_now(queue[i]);
-        }
+        /* nq > 0 means the ring was there when these were added; if
+         * submit() finds it broken, it sends them itself */
+        submit(n);
         for (i = 0; i < n; i++) {
             fd_sendop_t *op = queue[i];
             if (op == NULL)
