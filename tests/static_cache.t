@@ -55,11 +55,8 @@ make_path(map { "$www/$_" } qw(c short short/d one off pool));
 sub held {
     my ($worker) = @_;
     my %h;
-    opendir my $dh, "/proc/$worker/fd" or return {};
-    for my $fd (readdir $dh) {
-        my $l = readlink("/proc/$worker/fd/$fd") // next;
-        $h{$l}++ if index($l, $www) == 0;
-    }
+    $h{$_}++ for grep { index($_, $www) == 0 }
+                 values %{ FastdTest::fd_links($worker) };
     return \%h;
 }
 

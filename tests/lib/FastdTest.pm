@@ -86,6 +86,19 @@ sub pid_alive {
     return 1;
 }
 
+# What $pid's descriptors point at: { fd => readlink target }.
+sub fd_links {
+    my ($pid) = @_;
+    my %l;
+    opendir my $dh, "/proc/$pid/fd" or return {};
+    for my $fd (grep { /^\d+$/ } readdir $dh) {
+        my $t = readlink("/proc/$pid/fd/$fd");
+        $l{$fd} = $t if defined $t;
+    }
+    closedir $dh;
+    return \%l;
+}
+
 # Live (non-zombie) children of $ppid, sorted.
 sub children_of {
     my ($ppid) = @_;
