@@ -122,5 +122,6 @@ typedef struct fd_http_loc_s fd_http_loc_t;
 #include "fd_log.h"
 #include "fd_palloc.h"
 #include "fd_buf.h"
+#include "fd_sbuf.h"
 
 #endif
