@@ -64,6 +64,7 @@ extern fd_module_t fd_proxy_module;
 #define SHM_PEERS 64          /* servers with status counters, all groups */
 #define LOG_TRIES 8           /* servers remembered for the access log */
 #define MAX_RESP_HEADERS 128
+#define MAX_INTERIM 8         /* 1xx responses before a final one */
 
 enum { BALANCE_RR, BALANCE_LEAST_CONN, BALANCE_HASH };
 enum { KEY_REMOTE_ADDR, KEY_URI, KEY_REQUEST_URI, KEY_HOST, KEY_HEADER };
@@ -170,6 +171,7 @@ typedef struct {
     unsigned next_upstream;
     fd_int_t next_upstream_tries;
     fd_msec_t websocket_idle_timeout;
+    int websocket;
 
     /* built */
     upstream_t *up;
@@ -203,13 +205,15 @@ static const fd_conf_enum_t balance_enums[] = {
 static const fd_directive_t proxy_directives[] = {
     {.name = "upstream", .type = FD_CONF_CUSTOM, .set = set_upstream,
      .doc = "handler = proxy: the [upstream NAME] group requests go to; the "
-            "request URI is passed unchanged"},
+            "request URI is passed as the client sent it (after a rewrite: "
+            "the new URI, normalised and encoded)"},
     {.name = "pass", .type = FD_CONF_CUSTOM, .set = set_pass,
      .doc = "handler = proxy, as nginx's proxy_pass: http://NAME[/uri] where "
             "NAME is an [upstream NAME] or HOST[:PORT] (resolved at load). "
-            "With a /uri, the part of the path the location matched is "
-            "replaced by it (prefix and exact locations); a regex location "
-            "passes the request URI unchanged"},
+            "With a /uri, the part of the normalised path the location "
+            "matched is replaced by it and the rest sent encoded, so \"..\", "
+            "\"%2e%2e\" or \"//\" cannot leave the prefix (prefix and exact "
+            "locations); a regex location passes the request URI unchanged"},
     {.name = "proxy_host", .type = FD_CONF_ENUM, .offset = LOC(proxy_host),
      .def = "pass", .enums = host_enums,
      .doc = "Host header sent upstream: pass (the client's) or upstream "
@@ -247,10 +251,17 @@ static const fd_directive_t proxy_directives[] = {
     {.name = "next_upstream_tries", .type = FD_CONF_INT,
      .offset = LOC(next_upstream_tries), .def = "0",
      .doc = "at most this many servers per request; 0: no limit"},
+    {.name = "websocket", .type = FD_CONF_FLAG, .offset = LOC(websocket),
+     .def = "off",
+     .doc = "on: a GET with \"Upgrade: websocket\" is passed with its "
+            "Upgrade, and the upstream's 101 opens a tunnel. Off (as "
+            "nginx, where the Upgrade headers must be set by hand): the "
+            "tunnel's bytes escape every location rule, so a location "
+            "opts in. No other upgrade token (h2c, TLS/1.0) is ever passed"},
     {.name = "websocket_idle_timeout", .type = FD_CONF_MSEC,
      .offset = LOC(websocket_idle_timeout), .def = "1h",
-     .doc = "a tunnel (WebSocket, any 101 response) with no byte either "
-            "way for this long is closed"},
+     .doc = "a WebSocket tunnel with no byte either way for this long is "
+            "closed"},
     FD_CONF_END};
 
 #define UP(f) offsetof(upstream_t, f)
@@ -352,7 +363,7 @@ struct proxy_req_s {
     unsigned keepalive:1;      /* the response lets us reuse uc */
     unsigned timed_out:1;      /* the last failed try timed out */
     int rc;                    /* the handler's result when sync */
-    fd_str_t upgrade_value;    /* the client's Upgrade, copied */
+    unsigned ninterim;         /* 1xx responses skipped */
     tunnel_t *tunnel;          /* 101 waiting for its header to drain */
 
     try_log_t log[LOG_TRIES];
@@ -1441,174 +1452,125 @@ static int replaced_by_set_header(proxy_loc_conf_t *lc, fd_str_t name)
     return 0;
 }
 
-/* Characters a path segment may hold unescaped (RFC 3986 pchar, '/'). */
-static int path_char(unsigned char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-           (c >= '0' && c <= '9') || (c && strchr("-._~/!$&'()*+,;=:@", c));
-}
-
-/* The URI sent upstream (nginx's proxy_pass rules): the original one, or
- * the location's matched part replaced by pass's URI. */
-static fd_str_t request_uri(fd_request_t *r, proxy_loc_conf_t *lc)
+/*
+ * The URI sent upstream, as nginx's proxy_pass:
+ * - pass without a URI, request URI unchanged: the client's target as it
+ *   came (origin form; path and query of an absolute-form target);
+ * - pass with a URI: the location's matched part of the normalised path
+ *   replaced by it, the rest re-encoded. The client's raw bytes are never
+ *   pasted after the prefix, so "..", "%2e%2e", "//" or "%2f" cannot climb
+ *   out of it: they were resolved before the location matched;
+ * - a URI a rewrite changed: the new (normalised) path, encoded, whatever
+ *   pass holds, so a confinement written as a rewrite holds upstream too.
+ */
+static void request_uri(fd_sbuf_t *sb, fd_request_t *r, proxy_loc_conf_t *lc)
 {
     fd_http_loc_t *loc = r->loc;
-    fd_str_t raw = r->in.path_raw, rest, q = r->in.query;
-    size_t n, i;
-    char *p, *d;
-    int escape = 0;
+    fd_str_t q = r->in.query, path = r->path;
 
-    if (!lc->has_uri) {
-        if (r->in.target.len && r->in.target.data[0] == '/')
-            return r->in.target;
-        rest = raw; /* absolute-form: only the path and query go on */
-        n = rest.len + (q.data ? q.len + 1 : 0);
-        d = p = fd_pnalloc(r->pool, n + 1);
-        memcpy(d, rest.data, rest.len);
-        d += rest.len;
+    if (!r->uri_changed && !lc->has_uri) {
+        if (r->in.target.len && r->in.target.data[0] == '/') {
+            fd_sbuf_add_str(sb, r->in.target);
+            return;
+        }
+        fd_sbuf_add_str(sb, r->in.path_raw); /* absolute-form */
         goto query;
     }
-    if (loc->kind == FD_LOC_EXACT) {
-        rest = (fd_str_t){0, ""};
-    } else if (raw.len >= loc->match.len &&
-               memcmp(raw.data, loc->match.data, loc->match.len) == 0) {
-        rest = (fd_str_t){raw.len - loc->match.len, raw.data + loc->match.len};
-    } else {
-        /* matched only once decoded and normalised: use that form */
-        size_t m = fd_min(loc->match.len, r->path.len);
-        rest = (fd_str_t){r->path.len - m, r->path.data + m};
-        escape = 1;
+    if (!r->uri_changed) {
+        fd_sbuf_add_str(sb, lc->uri);
+        if (loc->kind == FD_LOC_EXACT)
+            path.len = 0;
+        else if (path.len >= loc->match.len)
+            path = (fd_str_t){path.len - loc->match.len,
+                              path.data + loc->match.len};
     }
-    n = lc->uri.len + rest.len * (escape ? 3 : 1) + (q.data ? q.len + 1 : 0);
-    d = p = fd_pnalloc(r->pool, n + 1);
-    memcpy(d, lc->uri.data, lc->uri.len);
-    d += lc->uri.len;
-    for (i = 0; i < rest.len; i++) {
-        unsigned char c = (unsigned char)rest.data[i];
-        if (escape && !path_char(c)) {
-            static const char hex[] = "0123456789ABCDEF";
-            *d++ = '%';
-            *d++ = hex[c >> 4];
-            *d++ = hex[c & 15];
-        } else {
-            *d++ = (char)c;
-        }
-    }
+    fd_sbuf_add_escaped_path(sb, path.data, path.len);
 query:
     if (q.data) {
-        *d++ = '?';
-        memcpy(d, q.data, q.len);
-        d += q.len;
+        fd_sbuf_addc(sb, '?');
+        fd_sbuf_add_str(sb, q);
     }
-    return (fd_str_t){(size_t)(d - p), p};
 }
-
-#define PUT(p, s, n) (memcpy(p, s, n), (p) += (n))
-#define PUTL(p, lit) PUT(p, lit, sizeof(lit) - 1)
-#define PUTS(p, str) PUT(p, (str).data, (str).len)
 
 /*
  * The upstream request header, built once (the client's header slices
  * point into its read buffer, which moves once the body streams). Every
- * attempt sends the same bytes.
+ * attempt sends the same bytes. The builder grows as it goes: the size
+ * below is only a first guess.
  */
 static int request_build(proxy_req_t *px)
 {
     fd_request_t *r = px->r;
     proxy_loc_conf_t *lc = px->lc;
     upstream_t *up = px->up;
-    fd_str_t uri = request_uri(r, lc), tok[16], host;
-    char addr[INET6_ADDRSTRLEN], *p;
-    size_t n, alen;
+    fd_str_t tok[16], host, a;
+    char addr[INET6_ADDRSTRLEN];
     unsigned ntok = connection_tokens(r, tok, fd_nelems(tok)), i;
     int keep_xff = !(lc->gen_replaced & GEN_XFF);
+    fd_sbuf_t sb;
 
-    alen = fd_connection_addr_text(r->c, addr, sizeof(addr));
+    a.len = fd_connection_addr_text(r->c, addr, sizeof(addr));
+    a.data = addr;
     if (lc->proxy_host == HOST_PASS && r->in.host.len)
         host = r->in.host;
     else
         host = (fd_str_t){strlen(up->name), up->name};
-    n = r->in.method.len + uri.len + 16 + host.len + 8 + 64 + 2 * alen +
-        host.len + 160 + r->in.upgrade.len;
-    for (i = 0; i < r->in.nheaders; i++)
-        n += r->in.headers[i].name.len + r->in.headers[i].value.len + 4;
-    for (i = 0; i < lc->nhdrs; i++)
-        n += lc->hdrs[i].name.len + lc->hdrs[i].value.len + 4;
-    p = px->hdr = fd_pnalloc(r->pool, n);
-    if (p == NULL)
+    if (fd_sbuf_init(&sb, r->pool, 512 + r->in.target.len) != FD_OK)
         return FD_ERROR;
 
-    PUTS(p, r->in.method);
-    *p++ = ' ';
-    PUTS(p, uri);
-    PUTL(p, " HTTP/1.1\r\n");
-    if (!(lc->gen_replaced & GEN_HOST)) {
-        PUTL(p, "Host: ");
-        PUTS(p, host);
-        PUTL(p, "\r\n");
-    }
+    fd_sbuf_add_str(&sb, r->in.method);
+    fd_sbuf_addc(&sb, ' ');
+    request_uri(&sb, r, lc);
+    fd_sbuf_add_lit(&sb, " HTTP/1.1\r\n");
+    if (!(lc->gen_replaced & GEN_HOST))
+        fd_sbuf_add_header(&sb, fd_string("Host"), host);
     for (i = 0; i < r->in.nheaders; i++) {
         fd_http_header_t *h = &r->in.headers[i];
-        int kind = header_kind(h->name);
-        if (kind != H_PASS || named_in(h->name, tok, ntok) ||
+        if (header_kind(h->name) != H_PASS || named_in(h->name, tok, ntok) ||
             replaced_by_set_header(lc, h->name))
             continue;
-        PUTS(p, h->name);
-        PUTL(p, ": ");
-        PUTS(p, h->value);
-        PUTL(p, "\r\n");
+        fd_sbuf_add_header(&sb, h->name, h->value);
     }
     if (keep_xff) {
         /* every X-Forwarded-For the client sent, joined, then the client */
-        PUTL(p, "X-Forwarded-For: ");
+        fd_sbuf_add_lit(&sb, "X-Forwarded-For: ");
         for (i = 0; i < r->in.nheaders; i++) {
             fd_http_header_t *h = &r->in.headers[i];
             if (header_kind(h->name) != H_XFF || h->value.len == 0)
                 continue;
-            PUTS(p, h->value);
-            PUTL(p, ", ");
+            fd_sbuf_add_str(&sb, h->value);
+            fd_sbuf_add_lit(&sb, ", ");
         }
-        PUT(p, addr, alen);
-        PUTL(p, "\r\n");
+        fd_sbuf_add_str(&sb, a);
+        fd_sbuf_add_crlf(&sb);
     }
-    if (!(lc->gen_replaced & GEN_XRIP)) {
-        PUTL(p, "X-Real-IP: ");
-        PUT(p, addr, alen);
-        PUTL(p, "\r\n");
-    }
+    if (!(lc->gen_replaced & GEN_XRIP))
+        fd_sbuf_add_header(&sb, fd_string("X-Real-IP"), a);
     if (!(lc->gen_replaced & GEN_XFP))
-        PUTL(p, "X-Forwarded-Proto: http\r\n");
-    if (!(lc->gen_replaced & GEN_XFH) && r->in.host.len) {
-        PUTL(p, "X-Forwarded-Host: ");
-        PUTS(p, r->in.host);
-        PUTL(p, "\r\n");
-    }
-    for (i = 0; i < lc->nhdrs; i++) {
-        if (lc->hdrs[i].value.len == 0)
-            continue;
-        PUTS(p, lc->hdrs[i].name);
-        PUTL(p, ": ");
-        PUTS(p, lc->hdrs[i].value);
-        PUTL(p, "\r\n");
-    }
+        fd_sbuf_add_lit(&sb, "X-Forwarded-Proto: http\r\n");
+    if (!(lc->gen_replaced & GEN_XFH) && r->in.host.len)
+        fd_sbuf_add_header(&sb, fd_string("X-Forwarded-Host"), r->in.host);
+    for (i = 0; i < lc->nhdrs; i++)
+        if (lc->hdrs[i].value.len)
+            fd_sbuf_add_header(&sb, lc->hdrs[i].name, lc->hdrs[i].value);
     if (r->in.chunked) {
-        PUTL(p, "Transfer-Encoding: chunked\r\n");
+        fd_sbuf_add_lit(&sb, "Transfer-Encoding: chunked\r\n");
     } else if (r->in.content_length >= 0) {
-        PUTL(p, "Content-Length: ");
-        p = fd_fmt_uint(p, (uint64_t)r->in.content_length);
-        PUTL(p, "\r\n");
+        fd_sbuf_add_lit(&sb, "Content-Length: ");
+        fd_sbuf_add_uint(&sb, (uint64_t)r->in.content_length);
+        fd_sbuf_add_crlf(&sb);
     }
-    if (px->upgrade) {
-        PUTL(p, "Connection: upgrade\r\nUpgrade: ");
-        PUTS(p, r->in.upgrade);
-        PUTL(p, "\r\n");
-    } else if (up->keepalive) {
-        PUTL(p, "Connection: keep-alive\r\n");
-    } else {
-        PUTL(p, "Connection: close\r\n");
-    }
-    PUTL(p, "\r\n");
-    px->hdr_len = (size_t)(p - px->hdr);
+    if (px->upgrade)
+        fd_sbuf_add_lit(&sb, "Connection: upgrade\r\nUpgrade: websocket\r\n");
+    else if (up->keepalive)
+        fd_sbuf_add_lit(&sb, "Connection: keep-alive\r\n");
+    else
+        fd_sbuf_add_lit(&sb, "Connection: close\r\n");
+    fd_sbuf_add_crlf(&sb);
+    if (fd_sbuf_failed(&sb))
+        return FD_ERROR;
+    px->hdr = sb.start;
+    px->hdr_len = fd_sbuf_len(&sb);
     return FD_OK;
 }
 
@@ -2054,7 +2016,10 @@ static int resp_header(proxy_req_t *px)
     ntok = rs.ntok;
 
     if (status >= 100 && status < 200 && status != 101) {
-        /* 100 Continue, 102, 103: interim, not forwarded */
+        /* 100 Continue, 102, 103: interim, not forwarded; each was copied
+         * into the request's pool, so an upstream gets a handful */
+        if (++px->ninterim > MAX_INTERIM)
+            return proxy_invalid(px, "sent too many 1xx responses");
         px->ipos += hlen;
         return PX_INTERIM;
     }
@@ -2092,6 +2057,9 @@ static int resp_header(proxy_req_t *px)
         if (!px->upgrade)
             return proxy_invalid(px, "sent 101 to a request without "
                                  "Upgrade");
+        if (rs.upgrade.data && !fd_str_caseeq_lit(rs.upgrade, "websocket"))
+            return proxy_invalid(px, "sent 101 switching to another "
+                                 "protocol than websocket");
         px->ipos += hlen;
         r->status = 101;
         for (i = 0; i < nf; i++) {
@@ -2107,8 +2075,7 @@ static int resp_header(proxy_req_t *px)
                 continue;
             fd_http_header_add(r, n, f[i].value);
         }
-        return tunnel_begin(px, rs.upgrade.data ? rs.upgrade
-                                                : px->upgrade_value);
+        return tunnel_begin(px, fd_string("websocket"));
     }
 
     r->status = status;
@@ -2587,12 +2554,11 @@ static int proxy_handler(fd_request_t *r)
     px->idempotent = m == FD_HTTP_GET || m == FD_HTTP_HEAD ||
                      m == FD_HTTP_PUT || m == FD_HTTP_DELETE ||
                      m == FD_HTTP_OPTIONS;
-    px->upgrade = r->in.upgrade.len && r->in.conn_upgrade &&
-                  r->in.version == 11 && m == FD_HTTP_GET;
-    if (px->upgrade) /* the client's header slices do not last */
-        px->upgrade_value = (fd_str_t){
-            r->in.upgrade.len,
-            fd_pstrdup(r->pool, r->in.upgrade.data, r->in.upgrade.len)};
+    /* only WebSocket, only where the location allows it: any other token
+     * (h2c above all) would open a tunnel past every location rule */
+    px->upgrade = lc->websocket && r->in.conn_upgrade &&
+                  r->in.version == 11 && m == FD_HTTP_GET &&
+                  fd_str_caseeq_lit(r->in.upgrade, "websocket");
     px->has_body = r->in.chunked || r->in.content_length > 0;
     px->chunked_body = r->in.chunked;
     px->body_kept = px->has_body && !px->chunked_body &&

@@ -656,6 +656,7 @@ static int set_uri(fd_request_t *r, fd_str_t path, fd_str_t args)
     if (escape(r, r->path, ESC_PATH, &r->in.path_raw) != FD_OK)
         return 500;
     r->in.query = args;
+    r->uri_changed = 1;
     return FD_OK;
 }
 

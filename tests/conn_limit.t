@@ -113,7 +113,7 @@ $t->stop;
     my $bp = $be->port;
     my $tt = FastdTest->new(conf => FastdTest::base_conf(
         server    => { max_conns_per_ip => 2 },
-        locations => "[location /ws]\nhandler = proxy\nupstream = be\n\n",
+        locations => "[location /ws]\nhandler = proxy\nupstream = be\nwebsocket = on\n\n",
         extra     => "[upstream be]\nserver = 127.0.0.1:$bp\n"));
     $tt->start;
     my @ws;

@@ -112,6 +112,7 @@ my $t = FastdTest->new(conf => FastdTest::base_conf(
 handler = proxy
 upstream = be
 max_body_size = 2g
+websocket = on
 
 [location /sse]
 handler = proxy
@@ -121,6 +122,7 @@ buffering = off
 [location /ws-idle]
 handler = proxy
 upstream = be
+websocket = on
 websocket_idle_timeout = 1s
 
 L
