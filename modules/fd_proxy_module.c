@@ -2956,60 +2956,55 @@ static proxy_req_t *request_px(fd_request_t *r)
     return r->ctx;
 }
 
-const char *fd_proxy_upstream_addr(fd_request_t *r)
+enum { TRY_ADDR, TRY_STATUS, TRY_TIME };
+
+/* One value per server tried, ", " between them (nginx's form), as a C
+ * string for the access log. */
+static const char *tries_text(fd_request_t *r, int what)
 {
     proxy_req_t *px = request_px(r);
-    size_t n = 0, i;
-    char *s, *p;
+    fd_sbuf_t sb;
+    unsigned i;
 
-    if (px == NULL || px->nlog == 0)
+    if (px == NULL || px->nlog == 0 ||
+        fd_sbuf_init(&sb, r->pool, px->nlog * 24) != FD_OK)
         return NULL;
-    for (i = 0; i < px->nlog; i++)
-        n += strlen(px->log[i].peer->name) + 2;
-    p = s = fd_pnalloc(r->pool, n + 1);
-    if (s == NULL)
-        return NULL;
-    for (i = 0; i < px->nlog; i++)
-        p += sprintf(p, "%s%s", i ? ", " : "", px->log[i].peer->name);
-    return s;
+    for (i = 0; i < px->nlog; i++) {
+        try_log_t *t = &px->log[i];
+        if (i)
+            fd_sbuf_add_lit(&sb, ", ");
+        if (what == TRY_ADDR) {
+            fd_sbuf_add(&sb, t->peer->name, strlen(t->peer->name));
+        } else if (what == TRY_STATUS) {
+            if (t->status)
+                fd_sbuf_add_uint(&sb, (uint64_t)t->status);
+            else
+                fd_sbuf_addc(&sb, '-');
+        } else {
+            fd_sbuf_add_uint(&sb, t->msec / 1000);
+            fd_sbuf_addc(&sb, '.');
+            fd_sbuf_addc(&sb, (char)('0' + t->msec % 1000 / 100));
+            fd_sbuf_addc(&sb, (char)('0' + t->msec % 100 / 10));
+            fd_sbuf_addc(&sb, (char)('0' + t->msec % 10));
+        }
+    }
+    fd_sbuf_addc(&sb, '\0');
+    return fd_sbuf_failed(&sb) ? NULL : sb.start;
+}
+
+const char *fd_proxy_upstream_addr(fd_request_t *r)
+{
+    return tries_text(r, TRY_ADDR);
 }
 
 const char *fd_proxy_upstream_status(fd_request_t *r)
 {
-    proxy_req_t *px = request_px(r);
-    char *s, *p;
-    size_t i;
-
-    if (px == NULL || px->nlog == 0)
-        return NULL;
-    p = s = fd_pnalloc(r->pool, px->nlog * 5 + 1);
-    if (s == NULL)
-        return NULL;
-    for (i = 0; i < px->nlog; i++) {
-        if (px->log[i].status)
-            p += sprintf(p, "%s%03d", i ? ", " : "", px->log[i].status);
-        else
-            p += sprintf(p, "%s-", i ? ", " : "");
-    }
-    return s;
+    return tries_text(r, TRY_STATUS);
 }
 
 const char *fd_proxy_upstream_response_time(fd_request_t *r)
 {
-    proxy_req_t *px = request_px(r);
-    char *s, *p;
-    size_t i;
-
-    if (px == NULL || px->nlog == 0)
-        return NULL;
-    p = s = fd_pnalloc(r->pool, px->nlog * 24 + 1);
-    if (s == NULL)
-        return NULL;
-    for (i = 0; i < px->nlog; i++)
-        p += sprintf(p, "%s%llu.%03llu", i ? ", " : "",
-                     (unsigned long long)(px->log[i].msec / 1000),
-                     (unsigned long long)(px->log[i].msec % 1000));
-    return s;
+    return tries_text(r, TRY_TIME);
 }
 
 fd_module_t fd_proxy_module = {
