@@ -1485,6 +1485,8 @@ static void request_uri(fd_sbuf_t *sb, fd_request_t *r, proxy_loc_conf_t *lc)
                               path.data + loc->match.len};
     }
     fd_sbuf_add_escaped_path(sb, path.data, path.len);
+    if (q.len == 0)
+        return; /* "/x?" from a rewrite that drops the arguments */
 query:
     if (q.data) {
         fd_sbuf_addc(sb, '?');

@@ -50,6 +50,7 @@ pass = http://127.0.0.1:$bp/other
 [location /rw/]
 handler = proxy
 upstream = be
+rewrite = ^/rw/noargs/(.*)\$ /bare/\$1? break
 rewrite = ^/rw/(.*)\$ /public/\$1 break
 
 [location /rwuri/]
@@ -136,6 +137,8 @@ isnt(upstream_line("GET /app/..%2fx HTTP/1.1\r\nHost: x\r\n\r\n"),
 # --- rewrite reaches the upstream ------------------------------------------
 is(upstream_line("GET /rw/x?q=1 HTTP/1.1\r\nHost: x\r\n\r\n"),
    'GET /public/x?q=1', 'rewrite ... break on a pass without a URI');
+is(upstream_line("GET /rw/noargs/z?drop=1 HTTP/1.1\r\nHost: x\r\n\r\n"),
+   'GET /bare/z', 'a rewrite that drops the arguments: no "?"');
 is(upstream_line("GET /rw/a%20b HTTP/1.1\r\nHost: x\r\n\r\n"),
    'GET /public/a%20b', 'the rewritten path is sent encoded');
 is(upstream_line("GET /rwuri/y HTTP/1.1\r\nHost: x\r\n\r\n"),
