@@ -148,6 +148,7 @@ struct upstream_s {
     int key;
     fd_str_t key_header;       /* $http_x_y: "x-y" */
     upstream_t *next_implicit; /* pass = http://host:port/ groups */
+    char *implicit_opts;       /* ... and the options pass gave them */
 
     /* per worker: every idle connection, newest first (eviction order) */
     uconn_t *lru_head, *lru_tail;
@@ -213,7 +214,9 @@ static const fd_directive_t proxy_directives[] = {
             "With a /uri, the part of the normalised path the location "
             "matched is replaced by it and the rest sent encoded, so \"..\", "
             "\"%2e%2e\" or \"//\" cannot leave the prefix (prefix and exact "
-            "locations); a regex location passes the request URI unchanged"},
+            "locations); a regex location passes the request URI unchanged. "
+            "HOST:PORT may be followed by max_fails=N and fail_timeout=T, as "
+            "on an [upstream] server line"},
     {.name = "proxy_host", .type = FD_CONF_ENUM, .offset = LOC(proxy_host),
      .def = "pass", .enums = host_enums,
      .doc = "Host header sent upstream: pass (the client's) or upstream "
@@ -272,7 +275,8 @@ static const fd_directive_t upstream_directives[] = {
             "[fail_timeout=T] [backup] [down], repeatable. A host name is "
             "resolved at load time (every address becomes a server). "
             "max_fails (1) failures within fail_timeout (10s) take the "
-            "server out for fail_timeout; max_fails=0 never does. backup "
+            "server out for fail_timeout; max_fails=0 never does, nor does "
+            "anything take out a group's only server (as nginx). backup "
             "servers are used only when no other is available"},
     {.name = "balance", .type = FD_CONF_ENUM, .offset = UP(balance),
      .def = "round_robin", .enums = balance_enums,
@@ -591,6 +595,39 @@ options:
 }
 
 /* "HOST:PORT [weight=N] [max_fails=N] [fail_timeout=T] [backup] [down]" */
+/* One server option (weight=, max_fails=, fail_timeout=, backup, down);
+ * the pass shorthand takes only the failure ones. */
+static int server_option(fd_conf_t *cf, const char *tok, peer_t *opt,
+                         int shorthand)
+{
+    if (strncmp(tok, "max_fails=", 10) == 0) {
+        if (parse_int(tok + 10, &opt->max_fails) != FD_OK ||
+            opt->max_fails < 0)
+            return fd_conf_error(cf, "bad \"%s\"", tok);
+    } else if (strncmp(tok, "fail_timeout=", 13) == 0) {
+        int64_t ms = fd_conf_parse_msec(tok + 13);
+        if (ms < 0)
+            return fd_conf_error(cf, "bad \"%s\" (a duration like 10s)", tok);
+        opt->fail_timeout = (fd_msec_t)ms;
+    } else if (shorthand) {
+        return fd_conf_error(cf, "\"pass\": unknown option \"%s\" "
+                             "(max_fails=, fail_timeout=; the others need an "
+                             "[upstream])", tok);
+    } else if (strncmp(tok, "weight=", 7) == 0) {
+        if (parse_int(tok + 7, &opt->weight) != FD_OK || opt->weight < 1 ||
+            opt->weight > 1000)
+            return fd_conf_error(cf, "bad \"%s\" (1..1000)", tok);
+    } else if (strcmp(tok, "backup") == 0) {
+        opt->backup = 1;
+    } else if (strcmp(tok, "down") == 0) {
+        opt->down = 1;
+    } else {
+        return fd_conf_error(cf, "unknown server option \"%s\" (weight=, "
+                             "max_fails=, fail_timeout=, backup, down)", tok);
+    }
+    return FD_OK;
+}
+
 static int parse_server(fd_conf_t *cf, upstream_t *up, const char *text)
 {
     char *s = fd_pstrdup(cf->pool, text, strlen(text)), *save, *tok, *addr;
@@ -599,31 +636,19 @@ static int parse_server(fd_conf_t *cf, upstream_t *up, const char *text)
     addr = strtok_r(s, " \t", &save);
     if (addr == NULL)
         return fd_conf_error(cf, "\"server\" needs an address");
-    while ((tok = strtok_r(NULL, " \t", &save)) != NULL) {
-        if (strncmp(tok, "weight=", 7) == 0) {
-            if (parse_int(tok + 7, &opt.weight) != FD_OK || opt.weight < 1 ||
-                opt.weight > 1000)
-                return fd_conf_error(cf, "bad \"%s\" (1..1000)", tok);
-        } else if (strncmp(tok, "max_fails=", 10) == 0) {
-            if (parse_int(tok + 10, &opt.max_fails) != FD_OK)
-                return fd_conf_error(cf, "bad \"%s\"", tok);
-        } else if (strncmp(tok, "fail_timeout=", 13) == 0) {
-            int64_t ms = fd_conf_parse_msec(tok + 13);
-            if (ms < 0)
-                return fd_conf_error(cf, "bad \"%s\" (a duration like 10s)",
-                                     tok);
-            opt.fail_timeout = (fd_msec_t)ms;
-        } else if (strcmp(tok, "backup") == 0) {
-            opt.backup = 1;
-        } else if (strcmp(tok, "down") == 0) {
-            opt.down = 1;
-        } else {
-            return fd_conf_error(cf, "unknown server option \"%s\" (weight=, "
-                                 "max_fails=, fail_timeout=, backup, down)",
-                                 tok);
-        }
-    }
+    while ((tok = strtok_r(NULL, " \t", &save)) != NULL)
+        if (server_option(cf, tok, &opt, 0) != FD_OK)
+            return FD_ERROR;
     return resolve_servers(cf, up, addr, &opt);
+}
+
+/* A group whose only server failed has nowhere else to send a request:
+ * as nginx, such a server is never taken out (its failures still count
+ * in the status figures). */
+static void upstream_finish(upstream_t *up)
+{
+    if (up->npeers == 1)
+        up->peers[0].max_fails = 0;
 }
 
 static int ring_cmp(const void *a, const void *b)
@@ -695,6 +720,7 @@ static int upstream_init_section(fd_conf_t *cf, const char *name, void *conf)
                              name);
     if (up->balance == BALANCE_HASH && ring_build(cf, up) != FD_OK)
         return FD_ERROR;
+    upstream_finish(up);
     return FD_OK;
 }
 
@@ -745,24 +771,35 @@ static void implicit_reset(void *data)
     implicit_list = NULL;
 }
 
-static upstream_t *implicit_upstream(fd_conf_t *cf, const char *hostport)
+/* pass = http://HOST:PORT[/uri] [max_fails=N] [fail_timeout=T]: a group of
+ * its own per address and options, shared by the locations naming both */
+static upstream_t *implicit_upstream(fd_conf_t *cf, const char *hostport,
+                                     const char *opts)
 {
     upstream_t *up;
     peer_t opt = {.weight = 1, .max_fails = 1, .fail_timeout = 10000};
+    char *s = fd_pstrdup(cf->pool, opts, strlen(opts)), *save, *tok;
 
     for (up = implicit_list; up; up = up->next_implicit)
-        if (strcmp(up->name, hostport) == 0)
+        if (strcmp(up->name, hostport) == 0 &&
+            strcmp(up->implicit_opts, opts) == 0)
             return up;
+    for (tok = strtok_r(s, " \t", &save); tok;
+         tok = strtok_r(NULL, " \t", &save))
+        if (server_option(cf, tok, &opt, 1) != FD_OK)
+            return NULL;
     up = fd_pcalloc(cf->pool, sizeof(*up));
     if (up == NULL)
         return NULL;
     if (fd_conf_defaults(cf, upstream_directives, up) != FD_OK)
         return NULL;
     up->name = fd_pstrdup(cf->pool, hostport, strlen(hostport));
+    up->implicit_opts = fd_pstrdup(cf->pool, opts, strlen(opts));
     up->file = cf->file;
     up->line = cf->line;
     if (resolve_servers(cf, up, hostport, &opt) != FD_OK)
         return NULL;
+    upstream_finish(up);
     if (implicit_list == NULL)
         fd_pool_cleanup_add(cf->pool, implicit_reset, NULL);
     up->next_implicit = implicit_list;
@@ -790,9 +827,9 @@ static int set_pass(fd_conf_t *cf, const fd_directive_t *d, void *conf,
                     const char *value)
 {
     proxy_loc_conf_t *lc = conf;
-    const char *auth, *slash;
+    const char *auth, *end, *slash, *opts;
     char name[256];
-    size_t n;
+    size_t n, ulen;
 
     (void)d;
     if (strncmp(value, "https://", 8) == 0)
@@ -802,21 +839,27 @@ static int set_pass(fd_conf_t *cf, const fd_directive_t *d, void *conf,
         return fd_conf_error(cf, "\"pass\" must be http://NAME[/uri], not "
                              "\"%s\"", value);
     auth = value + 7;
-    slash = strchr(auth, '/');
-    n = slash ? (size_t)(slash - auth) : strlen(auth);
+    end = auth + strcspn(auth, " \t");
+    for (opts = end; *opts == ' ' || *opts == '\t'; opts++)
+        ;
+    slash = memchr(auth, '/', (size_t)(end - auth));
+    n = (size_t)((slash ? slash : end) - auth);
     if (n == 0 || n >= sizeof(name))
         return fd_conf_error(cf, "\"pass\": bad host in \"%s\"", value);
     memcpy(name, auth, n);
     name[n] = '\0';
     lc->up = fd_cycle_section(cf->cycle, "upstream", name);
-    if (lc->up == NULL && (lc->up = implicit_upstream(cf, name)) == NULL)
+    if (lc->up && *opts)
+        return fd_conf_error(cf, "\"pass\": options for [upstream %s] go on "
+                             "its \"server\" lines", name);
+    if (lc->up == NULL && (lc->up = implicit_upstream(cf, name, opts)) == NULL)
         return FD_ERROR;
-    lc->pass = fd_pstrdup(cf->pool, value, strlen(value));
+    lc->pass = fd_pstrdup(cf->pool, value, (size_t)(end - value));
     lc->upstream_name = NULL;
     lc->has_uri = slash != NULL;
     if (slash) {
-        lc->uri.len = strlen(slash);
-        lc->uri.data = fd_pstrdup(cf->pool, slash, lc->uri.len);
+        ulen = (size_t)(end - slash);
+        lc->uri = (fd_str_t){ulen, fd_pstrdup(cf->pool, slash, ulen)};
     }
     return FD_OK;
 }

@@ -184,6 +184,31 @@ for my $case (['/nows/x', 'websocket', 'a location without websocket = on'],
     like($t->error_log, qr/too many 1xx/, 'logged');
 }
 
+# --- pass options: those of a server line, and only failure ones ---------------
+for my $case (['weight=2', qr/"pass": unknown option "weight=2"/],
+              ['max_fails=x', qr/bad "max_fails=x"/],
+              ['fail_timeout=-1', qr/bad "fail_timeout=-1"/]) {
+    my ($opt, $re) = @$case;
+    my $conf = FastdTest::base_conf(locations =>
+        "[location /p/]\nhandler = proxy\npass = http://127.0.0.1:1/ $opt\n");
+    my $f = $t->write_conf($conf, 'bad-pass.conf');
+    my $line = 0;
+    my @l = split /\n/, $conf;
+    for my $i (0 .. $#l) { $line = $i + 1 if $l[$i] =~ /^pass = / }
+    my ($rc, $out) = FastdTest::run_fastd('-t', '-c', $f);
+    isnt($rc, 0, "pass ... $opt: -t fails");
+    like($out, qr/\Q$f\E:$line: .*$re/, "pass ... $opt: named at file:line");
+}
+{
+    my $conf = FastdTest::base_conf(locations =>
+        "[location /p/]\nhandler = proxy\npass = http://be/ max_fails=3\n",
+        extra => "[upstream be]\nserver = 127.0.0.1:1\n");
+    my $f = $t->write_conf($conf, 'bad-pass.conf');
+    my ($rc, $out) = FastdTest::run_fastd('-t', '-c', $f);
+    like($out, qr/options for \[upstream be\] go on its "server" lines/,
+         'pass options on a named upstream: refused');
+}
+
 ok($t->running, 'still running');
 $t->stop;
 ok($t->no_alerts, 'no alerts');

@@ -107,6 +107,9 @@ for (1 .. 8) {
 my $rec = Backend->new();
 my $rec_port = $rec->port;
 $rec->stop;
+my $sole = Backend->new();
+my $sole_port = $sole->port;
+$sole->stop;
 
 my $t = FastdTest->new(conf => FastdTest::base_conf(
     http => { body_timeout => '1s', log_format => 'up $uri|$status|$upstream_addr|$upstream_status|$upstream_response_time' },
@@ -157,6 +160,14 @@ next_upstream_tries = 2
 handler = proxy
 upstream = rec
 
+[location /sole/]
+handler = proxy
+upstream = sole
+
+[location /soleps/]
+handler = proxy
+pass = http://127.0.0.1:$sole_port/ max_fails=1 fail_timeout=30s
+
 [location /n503/]
 handler = proxy
 upstream = n503
@@ -191,6 +202,10 @@ server = 127.0.0.1:$dead3
 
 [upstream rec]
 server = 127.0.0.1:$rec_port max_fails=1 fail_timeout=2s
+server = 127.0.0.1:$dead2 max_fails=1 fail_timeout=2s
+
+[upstream sole]
+server = 127.0.0.1:$sole_port max_fails=1 fail_timeout=30s
 
 [upstream n503]
 server = 127.0.0.1:${\ $u503->port}
@@ -276,6 +291,18 @@ sub get {
     ok($back, 'served again once fail_timeout passed');
     ok(time - $failed_at >= 1.9, 'not before fail_timeout') or diag(time - $failed_at);
 }
+
+# --- a group's only server is never taken out (as nginx) ----------------------------------
+for my $loc ('/sole/', '/soleps/') {
+    $sole->stop;
+    my $r = get("${loc}1");
+    is($r && $r->status, 502, "$loc: the only server refuses: 502");
+    $sole->start;
+    $r = get("${loc}2");
+    is($r && $r->status, 200, "$loc: served at once when it is back, though fail_timeout = 30s");
+}
+unlike($t->error_log, qr/server 127\.0\.0\.1:$sole_port temporarily disabled/,
+       'the only server is never disabled');
 
 # --- read_timeout ----------------------------------------------------------------------------
 {
