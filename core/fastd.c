@@ -257,11 +257,15 @@ static void reload(void)
     fd_shm->generation = nc->generation;
     snprintf(fd_shm->profile, sizeof(fd_shm->profile), "%s",
              nc->profile ? nc->profile : "");
+    /* before the fork: a new worker must not inherit a socket this cycle
+     * dropped (a reuseport socket kept open anywhere stays in the
+     * kernel's group and gets its share of new connections, which nobody
+     * accepts); the old workers close their own copies as they drain */
+    fd_listening_close_unused(nc, old);
     if (start_workers() != FD_OK)
         fd_log_error(FD_LOG_ALERT, 0, "not all new workers started");
     /* the new workers accept on the same sockets; the old ones drain */
     signal_workers(SIGQUIT, 1, nc->generation);
-    fd_listening_close_unused(nc, old);
     fd_cycle_free(old);
     fd_log_error(FD_LOG_NOTICE, 0, "configuration reloaded (generation "
                  "%llu)", (unsigned long long)nc->generation);
@@ -351,6 +355,10 @@ static int master_loop(void)
             fd_log_error(FD_LOG_NOTICE, 0, "%s",
                          sig_term ? "fast stop" : "graceful stop");
             signal_workers(sig_term ? SIGTERM : SIGQUIT, 0, 0);
+            /* as nginx: a new client is refused at once rather than
+             * queued in a backlog nobody will accept from; the workers
+             * closed theirs as they began to drain */
+            fd_listening_close(cycle);
             stop_deadline = wall_msec() +
                             (sig_term ? 5000 : cycle->main.shutdown_timeout +
                                                    5000);

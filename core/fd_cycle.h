@@ -114,6 +114,8 @@ void *fd_cycle_section(fd_cycle_t *cycle, const char *type, const char *name);
 /* Open (or take over from old) the listening sockets. */
 int fd_listening_open(fd_cycle_t *cycle, fd_cycle_t *old);
 void fd_listening_close_unused(fd_cycle_t *cycle, fd_cycle_t *old);
+/* A stop: close every listening socket of cycle now. */
+void fd_listening_close(fd_cycle_t *cycle);
 
 /*
  * Shared memory: one cache-line-aligned slot per worker, written only by

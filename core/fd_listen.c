@@ -112,3 +112,15 @@ void fd_listening_close_unused(fd_cycle_t *cycle, fd_cycle_t *old)
             if (!in_cycle(cycle, ol->fds[i]))
                 close(ol->fds[i]);
 }
+
+void fd_listening_close(fd_cycle_t *cycle)
+{
+    fd_listening_t *ls;
+    unsigned i;
+
+    for (ls = cycle->listening; ls; ls = ls->next) {
+        for (i = 0; i < ls->nfds; i++)
+            close(ls->fds[i]);
+        ls->nfds = 0;
+    }
+}
