@@ -45,6 +45,33 @@ static int open_one(fd_cycle_t *cycle, fd_listening_t *ls, int reuseport)
     return fd;
 }
 
+/*
+ * SO_REUSEPORT lets any process of the same user bind beside another, and
+ * the kernel would then split new connections between two servers. An
+ * address this master does not hold yet is first bound without it: that
+ * fails while anyone else listens there, as a plain bind would.
+ */
+static int address_free(fd_listening_t *ls)
+{
+    int fd, one = 1, rc, err;
+
+    fd = socket(ls->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 1; /* the real socket() will say why */
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (ls->addr.ss_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    rc = bind(fd, (struct sockaddr *)&ls->addr, ls->addrlen);
+    err = errno;
+    close(fd);
+    if (rc < 0 && err == EADDRINUSE) {
+        fd_log_error(FD_LOG_EMERG, err, "bind() to %s failed: another "
+                     "process listens there", ls->text);
+        return 0;
+    }
+    return 1;
+}
+
 static int in_cycle(fd_cycle_t *cycle, int fd)
 {
     fd_listening_t *ls;
@@ -54,6 +81,18 @@ static int in_cycle(fd_cycle_t *cycle, int fd)
         for (i = 0; i < ls->nfds; i++)
             if (ls->fds[i] == fd)
                 return 1;
+    return 0;
+}
+
+/* Does old listen on the address of ls (in either accept mode)? */
+static int held(fd_cycle_t *old, fd_listening_t *ls)
+{
+    fd_listening_t *ol;
+
+    for (ol = old ? old->listening : NULL; ol; ol = ol->next)
+        if (ol->nfds && ol->addrlen == ls->addrlen &&
+            memcmp(&ol->addr, &ls->addr, ls->addrlen) == 0)
+            return 1;
     return 0;
 }
 
@@ -80,6 +119,8 @@ int fd_listening_open(fd_cycle_t *cycle, fd_cycle_t *old)
                     break;
         for (i = 0; ol && i < ol->nfds && ls->nfds < want; i++)
             ls->fds[ls->nfds++] = ol->fds[i];
+        if (reuseport && ls->nfds == 0 && !held(old, ls) && !address_free(ls))
+            goto failed;
         while (ls->nfds < want) {
             int fd = open_one(cycle, ls, reuseport);
             if (fd < 0)
