@@ -480,6 +480,7 @@ int main(int argc, char **argv)
         usage();
         return 1;
     }
+    fd_conf_test = test || sig != NULL;
     cycle = fd_cycle_load(conf_file, profile_arg, err, sizeof(err));
     if (cycle == NULL) {
         fprintf(stderr, "fastd: [emerg] %s\n", err);

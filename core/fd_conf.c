@@ -10,6 +10,8 @@
 #include "fd_core.h"
 #include "fd_conf.h"
 
+int fd_conf_test;
+
 #define FD_CONF_MAX_INCLUDE_DEPTH 8
 
 int fd_conf_error(fd_conf_t *cf, const char *fmt, ...)

@@ -83,6 +83,11 @@ struct fd_conf_s {
  */
 char *fd_conf_path(fd_conf_t *cf, const char *path);
 
+/* fastd -t (and -s): the configuration is checked, and nothing is
+ * created or changed on disk (a module that would create a file at load
+ * checks that it could). */
+extern int fd_conf_test;
+
 int fd_conf_error(fd_conf_t *cf, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

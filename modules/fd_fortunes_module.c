@@ -151,6 +151,35 @@ failed:
     return FD_ERROR;
 }
 
+/* fastd -t: the file is missing; would the start create it? The nearest
+ * directory that exists must be writable (the start makes the rest). */
+static int could_create(fd_conf_t *cf, const char *path)
+{
+    char dir[4096], *slash;
+    struct stat sb;
+
+    if (strlen(path) >= sizeof(dir))
+        return fd_conf_error(cf, "fortunes_db \"%s\": path too long", path);
+    strcpy(dir, path);
+    for (;;) {
+        slash = strrchr(dir, '/');
+        if (slash == NULL)
+            strcpy(dir, ".");
+        else if (slash == dir)
+            dir[1] = '\0';
+        else
+            *slash = '\0';
+        if (access(dir, F_OK) == 0 || slash == NULL || slash == dir)
+            break;
+    }
+    if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        errno = ENOTDIR;
+    else if (access(dir, W_OK | X_OK) == 0)
+        return FD_OK;
+    return fd_conf_error(cf, "fortunes_db \"%s\": cannot be created (%s: "
+                         "%s)", path, dir, strerror(errno));
+}
+
 static int check(fd_conf_t *cf, const char *path)
 {
     sqlite3 *db = NULL;
@@ -184,9 +213,9 @@ static int fortunes_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
     fc->path = fd_conf_path(cf, fc->db);
     if (fc->path == NULL)
         return fd_conf_error(cf, "out of memory");
-    if (stat(fc->path, &sb) < 0 && errno == ENOENT &&
-        seed(cf, fc->path) != FD_OK)
-        return FD_ERROR;
+    if (stat(fc->path, &sb) < 0 && (errno == ENOENT || errno == ENOTDIR))
+        return fd_conf_test ? could_create(cf, fc->path)
+                            : seed(cf, fc->path);
     return check(cf, fc->path);
 }
 

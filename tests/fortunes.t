@@ -64,6 +64,19 @@ END
 my $t = FastdTest->new(conf => FastdTest::base_conf(locations => $locations));
 my $db = $t->dir . '/data/new/fortunes.db';
 ok(!-e $db, 'no database before the first start');
+{
+    # a configuration test has no side effect on disk
+    my ($rc, $out) = FastdTest::run_fastd('-t', '-c', $t->conf_file);
+    is($rc, 0, '-t with a missing database passes') or diag($out);
+    ok(!-e $t->dir . '/data', '-t created neither the database nor its directory');
+    my $path = $t->write_conf(FastdTest::base_conf(
+        locations => "[location = /f]\nhandler = fortunes\n"
+                   . "fortunes_db = /etc/passwd/fortunes.db\n"), 'nodir.conf');
+    ($rc, $out) = FastdTest::run_fastd('-t', '-c', $path);
+    isnt($rc, 0, '-t: a database that could not be created fails');
+    like($out, qr{nodir\.conf:\d+: fortunes_db "/etc/passwd/fortunes\.db": cannot be created \(/etc/passwd: Not a directory\)},
+         '... naming file:line and why');
+}
 $t->start;
 ok(-s $db, 'first start created the database (and its directory)');
 like($t->error_log . $t->stderr_log, qr/fortunes_db "\Q$db\E" created with 12 rows/,
