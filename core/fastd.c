@@ -19,6 +19,7 @@
 #include "fd_core.h"
 #include "fd_connection.h"
 #include "fd_http.h"
+#include "fd_proctitle.h"
 #include "fd_status.h"
 
 typedef struct {
@@ -149,6 +150,7 @@ static pid_t spawn_worker(unsigned index)
         if (sched_setaffinity(0, sizeof(set), &set) < 0)
             fd_log_error(FD_LOG_WARN, errno, "sched_setaffinity() failed");
     }
+    fd_proctitle_set("worker process");
     if (drop_privileges(cycle->main.user) != FD_OK)
         _exit(2);
     /* signals stay blocked (as in the master) until fd_worker_run() has
@@ -338,6 +340,7 @@ static int master_loop(void)
     sigaction(SIGPIPE, &sa, NULL);
     sigemptyset(&empty);
 
+    fd_proctitle_set("master process");
     if (start_workers() != FD_OK)
         return 1;
     notify("READY=1");
@@ -454,6 +457,10 @@ int main(int argc, char **argv)
     int test = 0, opt;
     unsigned i;
 
+    if (fd_proctitle_init(argc, argv) != FD_OK) {
+        fprintf(stderr, "fastd: [emerg] out of memory\n");
+        return 1;
+    }
     for (i = 0; fd_modules[i]; i++)
         fd_modules[i]->index = i;
     while ((opt = getopt(argc, argv, "c:p:ts:gkvVh")) != -1) {

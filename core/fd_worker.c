@@ -12,6 +12,7 @@
 #include <sys/resource.h>
 
 #include "fd_core.h"
+#include "fd_proctitle.h"
 #include "fd_connection.h"
 #include "fd_http.h"
 #include "fd_offload.h"
@@ -559,6 +560,7 @@ int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot)
             break;
         if (fd_sig_quit && !w->quitting) {
             w->quitting = 1;
+            fd_proctitle_set("worker process is shutting down");
             fd_worker_stop_accepting();
             close_idle_soon();
             fd_timer_add(&quit_timer, cycle->main.shutdown_timeout);
