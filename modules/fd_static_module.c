@@ -2,7 +2,7 @@
  * static: serves files under the location root.
  *
  * Index files, MIME types from an nginx-format mime.types, Last-Modified /
- * If-Modified-Since, ETag / If-None-Match, single byte ranges (If-Range),
+ * If-Modified-Since, ETag / If-None-Match, byte ranges (If-Range),
  * and bodies as file buffers that the engine sends with sendfile. Open
  * descriptors are kept per worker for the next requests (the open file
  * cache below).
@@ -46,6 +46,7 @@ typedef struct {
     int etag;
     fd_int_t open_file_cache;      /* entries per worker, 0: off */
     fd_msec_t open_file_cache_valid;
+    fd_int_t max_ranges;
     const mime_table_t *types;
     ofc_t *cache; /* this worker's, made on first use (loop thread only) */
     /* this worker's descriptor of the root (O_PATH), opened on first use
@@ -91,6 +92,13 @@ static const fd_directive_t static_directives[] = {
             "opened again (bounds what fstat() cannot see: a renamed "
             "directory on the path, changed permissions); unused ones are "
             "closed then"},
+    {.name = "max_ranges",
+     .type = FD_CONF_INT,
+     .offset = offsetof(static_conf_t, max_ranges),
+     .def = "16",
+     .doc = "ranges one request may ask for (several are sent as "
+            "multipart/byteranges); more, or ranges that add up to more "
+            "than the file, get the whole file with 200. 0: no ranges"},
     FD_CONF_END};
 
 fd_module_t fd_static_module = {
@@ -449,6 +457,9 @@ static int static_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
     /* A location served by another handler never looks types up. */
     if (loc->handler != NULL && loc->handler != &fd_static_module)
         return FD_OK;
+    if (scf->max_ranges < 0 || scf->max_ranges > 64)
+        return fd_conf_error(cf, "\"max_ranges\" is 0..64, not %ld",
+                             (long)scf->max_ranges);
     if (scf->open_file_cache > 65536)
         return fd_conf_error(cf, "\"open_file_cache\" is at most 65536, "
                              "not %ld", (long)scf->open_file_cache);
@@ -653,63 +664,85 @@ static int64_t parse_off(const char **pp, const char *e)
 
 enum { RANGE_NONE, RANGE_OK, RANGE_UNSATISFIABLE };
 
+typedef struct {
+    int64_t start, end; /* inclusive */
+} range_t;
+
+static const char *skip_ows(const char *p, const char *e)
+{
+    while (p < e && (*p == ' ' || *p == '\t'))
+        p++;
+    return p;
+}
+
 /*
- * One "bytes=" range against size: RANGE_OK with [*start, *end] inclusive,
- * RANGE_UNSATISFIABLE, or RANGE_NONE (malformed or several ranges: send
- * the whole file, as RFC 9110 14.2 allows).
+ * "bytes=" and a list of ranges against size (RFC 9110 14.1.2): RANGE_OK
+ * with the satisfiable ones in rg[0..*n), RANGE_UNSATISFIABLE (none is),
+ * or RANGE_NONE: malformed, more than max, or more bytes than the file
+ * (overlapping ranges that would make a small file a large answer). The
+ * whole file is then sent, as RFC 9110 14.2 allows.
  */
-static int parse_range(fd_str_t h, int64_t size, int64_t *start,
-                       int64_t *end)
+static int parse_ranges(fd_str_t h, int64_t size, range_t *rg, unsigned max,
+                        unsigned *n)
 {
     const char *p = h.data, *e = h.data + h.len;
-    int64_t a, b;
+    int64_t a, b, total = 0;
+    unsigned specs = 0;
 
+    *n = 0;
     if (h.len < 6 || !fd_str_caseeq((fd_str_t){5, p}, "bytes", 5))
         return RANGE_NONE;
-    p += 5;
-    while (p < e && (*p == ' ' || *p == '\t'))
-        p++;
+    p = skip_ows(p + 5, e);
     if (p >= e || *p++ != '=')
         return RANGE_NONE;
-    while (p < e && (*p == ' ' || *p == '\t'))
-        p++;
-
-    if (p < e && *p == '-') {
-        p++;
-        if ((b = parse_off(&p, e)) < 0)
-            return RANGE_NONE;
-        a = -1;
-    } else {
-        if ((a = parse_off(&p, e)) < 0)
-            return RANGE_NONE;
-        while (p < e && (*p == ' ' || *p == '\t'))
+    for (;;) {
+        p = skip_ows(p, e);
+        if (p < e && *p == ',') { /* an empty list element */
             p++;
-        if (p >= e || *p++ != '-')
+            continue;
+        }
+        if (p >= e)
+            break;
+        if (++specs > max)
             return RANGE_NONE;
-        while (p < e && (*p == ' ' || *p == '\t'))
+        if (*p == '-') {
             p++;
-        b = (p < e && *p >= '0' && *p <= '9') ? parse_off(&p, e) : -1;
+            if ((b = parse_off(&p, e)) < 0)
+                return RANGE_NONE;
+            a = -1;
+        } else {
+            if ((a = parse_off(&p, e)) < 0)
+                return RANGE_NONE;
+            p = skip_ows(p, e);
+            if (p >= e || *p++ != '-')
+                return RANGE_NONE;
+            p = skip_ows(p, e);
+            b = (p < e && *p >= '0' && *p <= '9') ? parse_off(&p, e) : -1;
+            if (b >= 0 && b < a)
+                return RANGE_NONE; /* invalid: the header is ignored */
+        }
+        p = skip_ows(p, e);
+        if (p < e && *p++ != ',')
+            return RANGE_NONE; /* trailing junk */
+        if (a < 0) { /* suffix: the last b bytes */
+            if (b == 0 || size == 0)
+                continue;
+            rg[*n].start = b >= size ? 0 : size - b;
+            rg[*n].end = size - 1;
+        } else {
+            if (a >= size)
+                continue;
+            rg[*n].start = a;
+            rg[*n].end = (b < 0 || b >= size) ? size - 1 : b;
+        }
+        total += rg[*n].end - rg[*n].start + 1;
+        if (total > size)
+            return RANGE_NONE;
+        (*n)++;
     }
-    while (p < e && (*p == ' ' || *p == '\t'))
-        p++;
-    if (p != e)
-        return RANGE_NONE; /* a list, or trailing junk */
-
-    if (a < 0) {
-        /* suffix: the last b bytes */
-        if (b == 0 || size == 0)
-            return RANGE_UNSATISFIABLE;
-        *start = b >= size ? 0 : size - b;
-        *end = size - 1;
-        return RANGE_OK;
-    }
-    if (b >= 0 && b < a)
-        return RANGE_NONE; /* invalid: ignored */
-    if (a >= size)
-        return RANGE_UNSATISFIABLE;
-    *start = a;
-    *end = (b < 0 || b >= size) ? size - 1 : b;
-    return RANGE_OK;
+    if (specs == 0)
+        return RANGE_NONE;
+    return *n ? RANGE_OK : RANGE_UNSATISFIABLE;
 }
 
 /* If-Range: an entity tag (strong comparison) or a date (exact match). */
@@ -1107,50 +1140,120 @@ static int not_modified(fd_request_t *r, const struct stat *st)
     return 0;
 }
 
+/* Content-Range: "bytes START-END/SIZE", or (start < 0) "bytes *" "/SIZE" */
+static fd_str_t content_range(fd_request_t *r, int64_t start, int64_t end,
+                              int64_t size)
+{
+    fd_sbuf_t sb;
+
+    if (fd_sbuf_init(&sb, r->pool, 64) != FD_OK)
+        return fd_null_string;
+    fd_sbuf_add_lit(&sb, "bytes ");
+    if (start < 0) {
+        fd_sbuf_addc(&sb, '*');
+    } else {
+        fd_sbuf_add_uint(&sb, (uint64_t)start);
+        fd_sbuf_addc(&sb, '-');
+        fd_sbuf_add_uint(&sb, (uint64_t)end);
+    }
+    fd_sbuf_addc(&sb, '/');
+    fd_sbuf_add_uint(&sb, (uint64_t)size);
+    return fd_sbuf_failed(&sb) ? fd_null_string : fd_sbuf_str(&sb);
+}
+
+/* Several ranges: one multipart/byteranges body (RFC 9110 14.6), each
+ * part a small header in memory and a range of the file. */
+static int send_multipart(fd_request_t *r, int fd, const range_t *rg,
+                          unsigned n, int64_t size)
+{
+    static uint64_t seq;
+    fd_str_t type = r->content_type;
+    int64_t total = 0;
+    char boundary[24], *b;
+    fd_sbuf_t sb;
+    fd_buf_t *m;
+    unsigned i;
+
+    if (seq == 0)
+        seq = ((uint64_t)getpid() << 32) ^ (uint64_t)fd_current_msec;
+    b = fd_fmt_hex(boundary, ++seq);
+    *b = '\0';
+    for (i = 0; i <= n; i++) {
+        if (fd_sbuf_init(&sb, r->pool, 128 + type.len) != FD_OK)
+            return 500;
+        fd_sbuf_add_lit(&sb, "\r\n--");
+        fd_sbuf_add(&sb, boundary, (size_t)(b - boundary));
+        if (i == n) {
+            fd_sbuf_add_lit(&sb, "--\r\n");
+        } else {
+            fd_sbuf_add_crlf(&sb);
+            if (type.len)
+                fd_sbuf_add_header(&sb, fd_string("Content-Type"), type);
+            fd_sbuf_add_header(&sb, fd_string("Content-Range"),
+                               content_range(r, rg[i].start, rg[i].end,
+                                             size));
+            fd_sbuf_add_crlf(&sb);
+        }
+        if (fd_sbuf_failed(&sb) ||
+            (m = fd_buf_wrap(r->pool, sb.start, fd_sbuf_len(&sb))) == NULL)
+            return 500;
+        fd_http_body_append(r, m);
+        total += (int64_t)fd_sbuf_len(&sb);
+        if (i == n)
+            break;
+        if ((m = fd_buf_file(r->pool, fd, rg[i].start, rg[i].end + 1)) == NULL)
+            return 500;
+        fd_http_body_append(r, m);
+        total += rg[i].end - rg[i].start + 1;
+    }
+    if (fd_sbuf_init(&sb, r->pool, 64) != FD_OK)
+        return 500;
+    fd_sbuf_add_lit(&sb, "multipart/byteranges; boundary=");
+    fd_sbuf_add(&sb, boundary, (size_t)(b - boundary));
+    if (fd_sbuf_failed(&sb))
+        return 500;
+    r->content_type = fd_sbuf_str(&sb);
+    r->status = 206;
+    r->content_length = total;
+    return FD_OK;
+}
+
 static int send_range(fd_request_t *r, int fd, const struct stat *st)
 {
-    int64_t size = st->st_size, start = 0, end = 0;
-    fd_str_t ifr;
-    char *v, *p;
+    const static_conf_t *scf = fd_loc_conf(r->loc, &fd_static_module);
+    int64_t size = st->st_size;
+    range_t rg[64];
+    unsigned n;
+    fd_str_t ifr, v;
     int rc;
 
-    rc = parse_range(r->in.range, size, &start, &end);
+    rc = parse_ranges(r->in.range, size, rg,
+                      (unsigned)fd_min(scf->max_ranges, (fd_int_t)64), &n);
     if (rc == RANGE_NONE)
         return FD_DECLINED;
     ifr = request_header(r, "If-Range", 8);
     if (ifr.len && !if_range_match(ifr, r->etag, st->st_mtime))
         return FD_DECLINED;
 
-    v = fd_pnalloc(r->pool, sizeof("bytes -/") + 3 * 20);
-    if (v == NULL)
-        return 500;
-    p = v;
-    memcpy(p, "bytes ", 6);
-    p += 6;
-
     if (rc == RANGE_UNSATISFIABLE) {
-        *p++ = '*';
-        *p++ = '/';
-        p = fd_fmt_uint(p, (uint64_t)size);
+        v = content_range(r, -1, 0, size);
         if (fd_http_error_page(r, 416) != FD_OK)
             return 416;
-        if (fd_http_header_add(r, fd_string("Content-Range"),
-                               (fd_str_t){(size_t)(p - v), v}) != FD_OK)
+        if (v.len == 0 ||
+            fd_http_header_add(r, fd_string("Content-Range"), v) != FD_OK)
             return 500;
         return FD_OK;
     }
-
-    p = fd_fmt_uint(p, (uint64_t)start);
-    *p++ = '-';
-    p = fd_fmt_uint(p, (uint64_t)end);
-    *p++ = '/';
-    p = fd_fmt_uint(p, (uint64_t)size);
-    if (fd_http_header_add(r, fd_string("Content-Range"),
-                           (fd_str_t){(size_t)(p - v), v}) != FD_OK)
+    if (n > 1)
+        return send_multipart(r, fd, rg, n, size);
+    v = content_range(r, rg[0].start, rg[0].end, size);
+    if (v.len == 0 ||
+        fd_http_header_add(r, fd_string("Content-Range"), v) != FD_OK)
         return 500;
     r->status = 206;
-    r->content_length = end - start + 1;
-    fd_http_body_append(r, fd_buf_file(r->pool, fd, start, end + 1));
+    r->content_length = rg[0].end - rg[0].start + 1;
+    fd_http_body_append(r, fd_buf_file(r->pool, fd, rg[0].start,
+                                       rg[0].end + 1));
     return FD_OK;
 }
 
@@ -1330,7 +1433,8 @@ static int static_handler(fd_request_t *r)
         return 500;
 
     /* RFC 9110 14.2: Range is defined for GET only */
-    if (r->in.range.len && r->in.method_id == FD_HTTP_GET) {
+    if (r->in.range.len && r->in.method_id == FD_HTTP_GET &&
+        scf->max_ranges > 0) {
         rc = send_range(r, fd, &st);
         if (rc != FD_DECLINED)
             return rc;

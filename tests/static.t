@@ -216,7 +216,40 @@ is(get('/small.txt', Range => 'bytes=1024-')->status, 416,
 is(get('/empty.txt', Range => 'bytes=-1')->status, 416,
    'suffix of an empty file: 416');
 
-for my $h ('bytes=0-1,5-6', 'bytes=abc', 'bytes=5-2', 'items=0-1', 'bytes=') {
+# several ranges: multipart/byteranges (RFC 9110 14.6)
+{
+    $r = get('/small.txt', Range => 'bytes=0-4,10-14');
+    is($r->status, 206, 'bytes=0-4,10-14: 206');
+    my ($bd) = ($r->header('content-type') // '')
+        =~ m{^multipart/byteranges; boundary=(\S+)$};
+    ok($bd, 'Content-Type: multipart/byteranges with a boundary')
+        or diag($r->header('content-type'));
+    $bd //= 'none';
+    my $want = "\r\n--$bd\r\nContent-Type: text/plain\r\n"
+             . "Content-Range: bytes 0-4/1024\r\n\r\n" . substr($small, 0, 5)
+             . "\r\n--$bd\r\nContent-Type: text/plain\r\n"
+             . "Content-Range: bytes 10-14/1024\r\n\r\n" . substr($small, 10, 5)
+             . "\r\n--$bd--\r\n";
+    is($r->body, $want, 'the two parts, each with its Content-Range');
+    is($r->header('content-length'), length $want, 'Content-Length of the whole');
+    ok(!defined $r->header('content-range'), 'no Content-Range on the whole');
+    $r = get('/small.txt', Range => 'bytes=0-4,5000-6000');
+    is($r->status . ' ' . ($r->header('content-range') // ''),
+       '206 bytes 0-4/1024', 'one satisfiable range of two: a single part');
+    $r = get('/small.txt', Range => 'bytes=5000-,6000-');
+    is($r->status, 416, 'none satisfiable: 416');
+    my $many = 'bytes=' . join(',', map { "$_-$_" } 0 .. 16);
+    $r = get('/small.txt', Range => $many);
+    is($r->status, 200, '17 ranges (over max_ranges = 16): 200, the whole file');
+    $r = get('/small.txt', Range => 'bytes=0-1023,0-1023');
+    is($r->status, 200, 'ranges adding up to more than the file: 200');
+    $many = 'bytes=' . join(',', map { "$_-$_" } 0 .. 15);
+    $r = get('/small.txt', Range => $many);
+    is($r->status, 206, '16 ranges: 206');
+    is(scalar(() = $r->body =~ /Content-Range: /g), 16, '... 16 parts');
+}
+
+for my $h ('bytes=0-1,x', 'bytes=abc', 'bytes=5-2', 'items=0-1', 'bytes=') {
     $r = get('/small.txt', Range => $h);
     is($r->status, 200, "Range '$h': ignored, 200");
     is(length $r->body, 1024, "Range '$h': whole file");
