@@ -2,6 +2,8 @@
  * Strict HTTP/1.1 request parsing (RFC 9112). See fd_http_parse.h.
  * Every rejection here closes the connection after the answer.
  */
+#include <arpa/inet.h>
+
 #include "fd_core.h"
 #include "fd_http_parse.h"
 
@@ -26,18 +28,12 @@ const uint8_t fd_http_tchar[256] = {
 };
 
 /*
- * Bytes a Host value (or an absolute-form authority) may hold: RFC 3986
- * reg-name, IP-literal and port characters, and obs-text. A "/", "\\",
- * "@", "?", "#", quote or space would let an application that builds URLs
- * or routes from Host be told a different story than the one we routed.
- */
-/*
  * Byte classes for the per-byte checks of the request line and header
  * values: one table load per byte instead of a chain of compares (and, for
  * Host, a strchr() per punctuation byte). Filled once at startup.
  */
 enum {
-    CH_HOST = 0x1,       /* reg-name / IP-literal / port bytes, and >= 0x80 */
+    CH_REG = 0x1,        /* reg-name bytes but '%': unreserved, sub-delims */
     CH_TARGET_BAD = 0x2, /* not in a request target: CTLs, SP, DEL, '#' */
     CH_VALUE_BAD = 0x4,  /* not in a field value: CTLs but HTAB, DEL */
     CH_PATH_SLOW = 0x8,  /* the path fast path stops: '%', NUL, '/' */
@@ -48,14 +44,14 @@ static uint8_t ch_class[256];
 
 __attribute__((constructor)) static void ch_class_init(void)
 {
-    static const char host_punct[] = "-._~!$&'()*+,;=:[]%";
+    static const char reg_punct[] = "-._~!$&'()*+,;=";
     unsigned c;
 
     for (c = 0; c < 256; c++) {
         uint8_t k = 0;
-        if (c >= 0x80 || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-            (c >= '0' && c <= '9') || (c && strchr(host_punct, (int)c)))
-            k |= CH_HOST;
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+            (c >= '0' && c <= '9') || (c && strchr(reg_punct, (int)c)))
+            k |= CH_REG;
         if (c <= 0x20 || c == 0x7f || c == '#')
             k |= CH_TARGET_BAD;
         if ((c < 0x20 && c != '\t') || c == 0x7f)
@@ -95,19 +91,156 @@ static inline int value_valid(const char *v, size_t n)
     return 1;
 }
 
-static int host_valid(const char *s, size_t n)
+static int hexval(uint8_t c)
 {
-    size_t i = 0;
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c |= 0x20;
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
 
-    for (; i + 4 <= n; i += 4)
-        if (!(ch_class[(uint8_t)s[i]] & ch_class[(uint8_t)s[i + 1]] &
-              ch_class[(uint8_t)s[i + 2]] & ch_class[(uint8_t)s[i + 3]] &
-              CH_HOST))
+/* --- host --- */
+
+/* IPv4address (RFC 3986 3.2.2): four dec-octets, none with a leading zero
+ * (which inet_aton() and browsers would read as octal). */
+static int ipv4_valid(const char *s, size_t n)
+{
+    unsigned parts = 0, v = 0, digits = 0;
+    size_t i;
+
+    for (i = 0; i <= n; i++) {
+        if (i == n || s[i] == '.') {
+            if (digits == 0 || (digits > 1 && s[i - digits] == '0') ||
+                v > 255)
+                return 0;
+            parts++;
+            v = digits = 0;
+        } else if (s[i] >= '0' && s[i] <= '9' && ++digits <= 3) {
+            v = v * 10 + (unsigned)(s[i] - '0');
+        } else {
             return 0;
-    for (; i < n; i++)
-        if (!(ch_class[(uint8_t)s[i]] & CH_HOST))
+        }
+    }
+    return parts == 4;
+}
+
+/*
+ * Does the name's last label read as a number (decimal, or 0x and hex)?
+ * The WHATWG URL parser then takes the whole name as an IPv4 address in
+ * one of its loose forms ("127.1", "0x7f.1", "2130706433"): a backend
+ * would route such a name to a different place than we did.
+ */
+static int ends_in_number(const char *s, size_t n)
+{
+    size_t i = n, k;
+
+    while (i > 0 && s[i - 1] != '.')
+        i--;
+    if (n - i >= 2 && s[i] == '0' && (s[i + 1] | 0x20) == 'x') {
+        for (k = i + 2; k < n && hexval((uint8_t)s[k]) >= 0; k++)
+            ;
+        return k == n;
+    }
+    for (k = i; k < n && s[k] >= '0' && s[k] <= '9'; k++)
+        ;
+    return k == n;
+}
+
+/* What is between "[" and "]": IPv6address, or
+ * IPvFuture = "v" 1*HEXDIG "." 1*( unreserved / sub-delims / ":" ). */
+static int ip_literal_valid(const char *s, size_t n)
+{
+    char a[INET6_ADDRSTRLEN];
+    struct in6_addr in6;
+    size_t i;
+
+    if (n > 0 && (s[0] | 0x20) == 'v') {
+        for (i = 1; i < n && hexval((uint8_t)s[i]) >= 0; i++)
+            ;
+        if (i == 1 || i + 1 >= n || s[i] != '.')
             return 0;
-    return 1;
+        for (i++; i < n; i++)
+            if (!(ch_class[(uint8_t)s[i]] & CH_REG) && s[i] != ':')
+                return 0;
+        return 1;
+    }
+    /* no zone ("%25eth0", RFC 6874): it means nothing past this host */
+    if (n == 0 || n >= sizeof(a))
+        return 0;
+    memcpy(a, s, n);
+    a[n] = '\0';
+    return inet_pton(AF_INET6, a, &in6) == 1;
+}
+
+int fd_http_parse_host(fd_str_t in, fd_str_t *out, fd_pool_t *pool)
+{
+    const char *s = in.data, *e = s + in.len, *h, *port;
+    size_t hl, label = 0, plen = 0;
+    unsigned v = 0;
+    int dot = 0;
+
+    if (in.len == 0)
+        return 400;
+    if (s[0] == '[') {
+        h = memchr(s, ']', in.len);
+        if (h == NULL || !ip_literal_valid(s + 1, (size_t)(h - s - 1)))
+            return 400;
+        hl = (size_t)(++h - s);
+    } else {
+        /* reg-name without pct-encoded (a name that needs decoding before
+         * it can be compared is refused, as nginx does), and no empty
+         * label but for one trailing dot */
+        for (h = s; h < e && (ch_class[(uint8_t)*h] & CH_REG); h++) {
+            if (*h != '.')
+                label++;
+            else if (label == 0)
+                return 400; /* a leading dot, or ".." */
+            else
+                label = 0;
+        }
+        hl = (size_t)(h - s);
+        if (hl == 0)
+            return 400;
+        if (label == 0) {
+            dot = 1; /* the absolute name "a.example." is "a.example" */
+            hl--;
+        }
+        if (ends_in_number(s, hl) && !ipv4_valid(s, hl))
+            return 400;
+    }
+    port = h;
+    if (port < e) {
+        /* port = *DIGIT: at most 5 digits, at most 65535; an empty one is
+         * dropped (RFC 3986 6.2.3) */
+        if (*port++ != ':' || (plen = (size_t)(e - port)) > 5)
+            return 400;
+        for (h = port; h < e; h++) {
+            if (*h < '0' || *h > '9')
+                return 400;
+            v = v * 10 + (unsigned)(*h - '0');
+        }
+        if (v > 65535)
+            return 400;
+    }
+    if (plen == 0) {
+        *out = (fd_str_t){hl, s}; /* a prefix of the value */
+    } else if (!dot) {
+        *out = in;
+    } else {
+        /* "a.example.:80": the one case that is no slice of the input */
+        fd_sbuf_t sb;
+        if (fd_sbuf_init(&sb, pool, hl + 1 + plen) != FD_OK)
+            return 500;
+        fd_sbuf_add(&sb, s, hl);
+        fd_sbuf_addc(&sb, ':');
+        fd_sbuf_add(&sb, port, plen);
+        if (fd_sbuf_failed(&sb))
+            return 500;
+        *out = fd_sbuf_str(&sb);
+    }
+    return FD_OK;
 }
 
 /* TE parsing state kept in bits we do not expose */
@@ -187,20 +320,30 @@ static int parse_target(fd_http_req_t *p, const char *s, size_t n,
             return 400;
     } else if (n > 7 && (strncasecmp(s, "http://", 7) == 0 ||
                          (n > 8 && strncasecmp(s, "https://", 8) == 0))) {
-        /* absolute-form: the authority replaces Host */
-        const char *h = s + (s[4] == ':' ? 7 : 8), *e = s + n, *slash;
-        slash = memchr(h, '/', (size_t)(e - h));
-        if (slash == NULL)
-            slash = e;
-        if (slash == h || !host_valid(h, (size_t)(slash - h)))
-            return 400; /* empty, userinfo ('@' is not a host byte), ... */
-        p->host.data = h;
-        p->host.len = (size_t)(slash - h);
+        /* absolute-form: the authority replaces Host. It ends at the
+         * first '/' or '?' (q, the target's first '?', is past a '/' or
+         * ends the authority); userinfo has an '@', which no host has */
+        const char *h = s + (s[4] == ':' ? 7 : 8), *e = s + n, *end;
+        int rc;
+        end = memchr(h, '/', (size_t)(e - h));
+        if (end == NULL || (q && q < end))
+            end = q ? q : e;
+        if ((rc = fd_http_parse_host((fd_str_t){(size_t)(end - h), h},
+                                     &p->host, p->pool)) != FD_OK)
+            return rc;
         p->host_seen = 1;
         p->host_from_target = 1;
-        s = slash == e ? "/" : slash;
-        n = slash == e ? 1 : (size_t)(e - slash);
-        q = memchr(s, '?', n); /* host_valid refused a '?' before it */
+        if (end == e || *end == '?') {
+            /* no path: it is "/" (RFC 9112 3.2.2), the query stays */
+            p->path_raw = fd_string("/");
+            if (q) {
+                p->query.data = q + 1;
+                p->query.len = (size_t)(e - q - 1);
+            }
+            return FD_OK;
+        }
+        s = end;
+        n = (size_t)(e - end);
     } else if (p->method_id == FD_HTTP_CONNECT) {
         /* authority-form: accepted by the parser, refused by the engine */
     } else {
@@ -289,11 +432,18 @@ static int index_header(fd_http_req_t *p, fd_str_t name, fd_str_t value)
         if (fd_str_caseeq_lit(name, "host")) {
             if (++p->host_headers > 1)
                 return 400; /* two Host fields */
-            if ((value.len == 0 && p->version == 11) ||
-                !host_valid(value.data, value.len))
+            if (value.len) {
+                /* checked even when the absolute-form authority wins
+                 * (RFC 9112 3.2.2), as nginx does */
+                fd_str_t h;
+                int rc = fd_http_parse_host(value, &h, p->pool);
+                if (rc != FD_OK)
+                    return rc;
+                if (!p->host_from_target)
+                    p->host = h;
+            } else if (p->version == 11) {
                 return 400;
-            if (!p->host_from_target) /* absolute-form authority wins */
-                p->host = value;
+            }
             p->host_seen = 1;
         }
         break;
@@ -520,16 +670,6 @@ enum {
     CK_FINAL_LF,
     CK_DONE
 };
-
-static int hexval(uint8_t c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c |= 0x20;
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1;
-}
 
 int fd_http_parse_chunked(fd_http_chunked_t *ck, const char **pos,
                           const char *last, const char **data, size_t *len)

@@ -165,6 +165,19 @@ int fd_http_parse_response_end(const char *buf, size_t len, size_t *scan,
 int fd_http_parse_response(fd_http_resp_t *rs, const char *h, size_t hlen,
                            const char **err);
 
+/*
+ * A Host field value or an absolute-form authority, as RFC 9110 7.2 and
+ * RFC 3986 3.2.2 define it: uri-host [ ":" port ], where uri-host is an
+ * IP-literal ("[" IPv6address or IPvFuture "]"), an IPv4address or a
+ * reg-name of unreserved and sub-delims characters (no pct-encoded, no
+ * empty label, and a name that ends in a number must be an IPv4address),
+ * and port is at most 5 digits, at most 65535. FD_OK with *out the
+ * normalised value: one trailing dot and an empty port removed, the case
+ * kept; a slice of in, or (only for "name.:port") a copy in pool. 400 for
+ * anything else, 500 when the pool is out of memory.
+ */
+int fd_http_parse_host(fd_str_t in, fd_str_t *out, fd_pool_t *pool);
+
 /* Decode %XX and normalise "." and ".." segments and "//" into dst (at
  * least src.len + 1 bytes); FD_ERROR if the path escapes "/" or holds NUL
  * or an encoded '/' that would change segments. */

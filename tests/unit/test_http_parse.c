@@ -444,6 +444,190 @@ static void test_plain_paths(void)
     rejects("GET /a  HTTP/1.1\r\nHost: x\r\n\r\n", 400, "two spaces after the target");
 }
 
+
+/* --- Host (RFC 9110 7.2, RFC 3986 3.2.2) --- */
+
+/* The Host field value h, and the same as an absolute-form authority: both
+ * accepted with want as the normalised host, or both 400 (want NULL). */
+static void host(const char *h, const char *want)
+{
+    char msg[512];
+    fd_http_req_t p;
+    int rc;
+
+    snprintf(msg, sizeof(msg), "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", h);
+    rc = parse(msg, &p);
+    is_int(rc, want ? FD_OK : 400, "Host: %s %s", h, want ? "valid" : "400");
+    if (want && rc == FD_OK)
+        is_strn(p.host.data, p.host.len, want, "Host: %s is %s", h, want);
+    is_int(parse_bytewise(msg, &p), want ? FD_OK : 400,
+           "Host: %s (byte by byte)", h);
+    if (want && rc == FD_OK)
+        is_strn(p.host.data, p.host.len, want, "Host: %s (byte by byte)", h);
+    snprintf(msg, sizeof(msg), "GET http://%s/p HTTP/1.1\r\nHost: x\r\n\r\n",
+             h);
+    rc = parse(msg, &p);
+    is_int(rc, want ? FD_OK : 400, "http://%s/p %s", h, want ? "valid" : "400");
+    if (want && rc == FD_OK) {
+        is_strn(p.host.data, p.host.len, want, "http://%s/p: host %s", h,
+                want);
+        is_strn(p.path_raw.data, p.path_raw.len, "/p", "http://%s/p: path", h);
+    }
+}
+
+static void test_hosts(void)
+{
+    fd_http_req_t p;
+
+    /* the bypasses of issue 14: none of these is admin.example */
+    host("admin.example:abc", NULL);
+    host("admin.example:80:80", NULL);
+    host("admin.example..", NULL);
+    host("[admin.example]", NULL);
+    host("admin.example%00", NULL);
+    host("admin%2eexample", NULL);
+    host("admin.example:99999", NULL);
+    /* ports: at most 5 digits, at most 65535, digits only */
+    host("a.example:65536", NULL);
+    host("a.example:000080", NULL);
+    host("a.example:+80", NULL);
+    host("a.example:-1", NULL);
+    host("a.example:8a", NULL);
+    host("a.example:65535", "a.example:65535");
+    host("a.example:00080", "a.example:00080");
+    host("a.example:0", "a.example:0");
+    host("a.example:", "a.example"); /* port = *DIGIT: empty is allowed */
+    /* reg-name: unreserved and sub-delims, no empty label */
+    host("a.example", "a.example");
+    host("A.Example", "A.Example"); /* case is the router's business */
+    host("a.example.", "a.example");
+    host("a.example.:8080", "a.example:8080");
+    host("a.example.:", "a.example");
+    host("a-b_c~d.example", "a-b_c~d.example");
+    host("x!$&'()*+,;=y", "x!$&'()*+,;=y");
+    host("localhost", "localhost");
+    host(".a.example", NULL);
+    host("a..example", NULL);
+    host(".", NULL);
+    host("..", NULL);
+    host(":80", NULL);
+    host("a.example%2e", NULL);
+    host("a\xc3\xa9.example", NULL); /* raw UTF-8: IDNs travel as punycode */
+    host("a.example]", NULL);
+    host("a[b]", NULL);
+    host("a:b:c", NULL);
+    /* IPv4, and names that end in a number (WHATWG reads them as IPv4) */
+    host("1.2.3.4", "1.2.3.4");
+    host("1.2.3.4:8080", "1.2.3.4:8080");
+    host("1.2.3.4.", "1.2.3.4");
+    host("0.0.0.0", "0.0.0.0");
+    host("255.255.255.255", "255.255.255.255");
+    host("1.2.3.256", NULL);
+    host("01.2.3.4", NULL);
+    host("1.2.3", NULL);
+    host("1.2.3.4.5", NULL);
+    host("127.1", NULL);
+    host("2130706433", NULL);
+    host("0x7f.1", NULL);
+    host("a.0x7F", NULL);
+    host("a.example.123", NULL);
+    host("1a.example", "1a.example");
+    host("a.1b", "a.1b");
+    host("0xg.example", "0xg.example");
+    /* IP-literal: IPv6 or IPvFuture */
+    host("[::1]", "[::1]");
+    host("[::1]:80", "[::1]:80");
+    host("[::1]:", "[::1]");
+    host("[2001:db8::a:b:c]", "[2001:db8::a:b:c]");
+    host("[::ffff:1.2.3.4]", "[::ffff:1.2.3.4]");
+    host("[1:2:3:4:5:6:7:8]", "[1:2:3:4:5:6:7:8]");
+    host("[v1.x]", "[v1.x]");
+    host("[vA.a:b!]:1", "[vA.a:b!]:1");
+    host("[v1.]", NULL);
+    host("[v.x]", NULL);
+    host("[vg.x]", NULL);
+    host("[::1", NULL);
+    host("::1", NULL);
+    host("[::1]x", NULL);
+    host("[::1]:99999", NULL);
+    host("[::g]", NULL);
+    host("[1:2:3:4:5:6:7:8:9]", NULL);
+    host("[1::2::3]", NULL);
+    host("[fe80::1%25eth0]", NULL); /* RFC 6874 zones: not on the wire */
+    host("[]", NULL);
+    host("[::1]]", NULL);
+    host("[[::1]]", NULL);
+    host("[::1.2.3.256]", NULL);
+    host("[::01.2.3.4]", NULL);
+
+    /* the absolute-form authority wins, but Host is checked all the same */
+    is_int(parse("GET http://a.example/ HTTP/1.1\r\nHost: b:abc\r\n\r\n", &p),
+           400, "an invalid Host beside a valid authority: 400");
+    is_int(parse("GET http://a.example./ HTTP/1.1\r\nHost: b\r\n\r\n", &p),
+           FD_OK, "authority with a trailing dot");
+    is_strn(p.host.data, p.host.len, "a.example", "the authority, normalised");
+    is_int(parse("GET http://a.example.:81/x HTTP/1.1\r\nHost: b\r\n\r\n", &p),
+           FD_OK, "authority with a trailing dot and a port");
+    is_strn(p.host.data, p.host.len, "a.example:81",
+            "the authority, normalised (a copy)");
+    is_int(parse_bytewise("GET / HTTP/1.1\r\nHost: a.example.:81\r\n\r\n", &p),
+           FD_OK, "Host with a trailing dot and a port, byte by byte");
+    is_strn(p.host.data, p.host.len, "a.example:81", "normalised byte by byte");
+    is_int(parse("GET / HTTP/1.0\r\nHost:\r\n\r\n", &p), FD_OK,
+           "HTTP/1.0: an empty Host is no Host");
+    is_int(p.host.len, 0, "HTTP/1.0: no host");
+    is_int(parse("GET / HTTP/1.1\r\nHost:\r\n\r\n", &p), 400,
+           "HTTP/1.1: an empty Host is 400");
+    is_int(parse("GET http:// HTTP/1.1\r\nHost: x\r\n\r\n", &p), 400,
+           "an empty authority");
+    is_int(parse("GET http://u@a.example/ HTTP/1.1\r\nHost: x\r\n\r\n", &p),
+           400, "userinfo in the authority");
+
+    /* absolute-form, no path, then a query: the path is "/" */
+    is_int(parse("GET http://a.example?x=1 HTTP/1.1\r\nHost: b\r\n\r\n", &p),
+           FD_OK, "http://host?x=1");
+    is_strn(p.host.data, p.host.len, "a.example", "http://host?x=1: host");
+    is_strn(p.path_raw.data, p.path_raw.len, "/", "http://host?x=1: path /");
+    is_strn(p.query.data, p.query.len, "x=1", "http://host?x=1: query");
+    is_int(parse("GET http://a.example:8080?x=1 HTTP/1.1\r\nHost: b\r\n\r\n",
+                 &p), FD_OK, "http://host:8080?x=1");
+    is_strn(p.host.data, p.host.len, "a.example:8080",
+            "http://host:8080?x=1: host");
+    is_strn(p.path_raw.data, p.path_raw.len, "/",
+            "http://host:8080?x=1: path /");
+    is_strn(p.query.data, p.query.len, "x=1", "http://host:8080?x=1: query");
+    is_int(parse("GET https://a.example.?/x HTTP/1.1\r\nHost: b\r\n\r\n", &p),
+           FD_OK, "https://host.?/x");
+    is_strn(p.host.data, p.host.len, "a.example", "https://host.?/x: host");
+    is_strn(p.path_raw.data, p.path_raw.len, "/", "https://host.?/x: path /");
+    is_strn(p.query.data, p.query.len, "/x", "https://host.?/x: query");
+    is_int(parse("GET http://a.example? HTTP/1.1\r\nHost: b\r\n\r\n", &p),
+           FD_OK, "http://host? (an empty query)");
+    is_strn(p.path_raw.data, p.path_raw.len, "/", "http://host?: path /");
+}
+
+static void test_methods(void)
+{
+    static const char *const tokens[] = {"M-SEARCH", "PROPFIND", "MKCOL",
+                                         "PROPPATCH", "X_Y.z~1!#$%&'*+^`|"};
+    fd_http_req_t p;
+    char msg[256];
+    unsigned i;
+
+    /* every RFC 9110 token is a method; the engine decides who takes it */
+    for (i = 0; i < fd_nelems(tokens); i++) {
+        snprintf(msg, sizeof(msg), "%s /x HTTP/1.1\r\nHost: a\r\n\r\n",
+                 tokens[i]);
+        is_int(parse(msg, &p), FD_OK, "method %s parses", tokens[i]);
+        is_int(p.method_id, FD_HTTP_UNKNOWN, "method %s: no id of its own",
+               tokens[i]);
+        is_strn(p.method.data, p.method.len, tokens[i], "method %s kept",
+                tokens[i]);
+    }
+    is_int(parse("PATCH /x HTTP/1.1\r\nHost: a\r\n\r\n", &p), FD_OK, "PATCH");
+    is_int(p.method_id, FD_HTTP_PATCH, "PATCH has its id");
+}
+
 int main(void)
 {
     pool = fd_pool_create(4096);
@@ -453,6 +637,8 @@ int main(void)
     test_responses();
     test_chunked();
     test_paths();
+    test_hosts();
+    test_methods();
     fd_pool_destroy(pool);
     return done_testing();
 }
