@@ -810,18 +810,16 @@ static fd_http_server_t *find_server(fd_request_t *r)
 
     if (ls->nservers == 1 || host.len == 0)
         return ls->servers[0];
-    /* strip the port; IPv6 literals keep their brackets */
+    /* strip the port; IPv6 literals keep their brackets. The parser
+     * checked the grammar and dropped a trailing dot (fd_http_parse_host) */
     for (i = host.len; i > 0; i--) {
         if (host.data[i - 1] == ':') {
             host.len = i - 1;
             break;
         }
-        if (host.data[i - 1] == ']' || host.data[i - 1] < '0' ||
-            host.data[i - 1] > '9')
+        if (host.data[i - 1] < '0' || host.data[i - 1] > '9')
             break;
     }
-    if (host.len && host.data[host.len - 1] == '.')
-        host.len--;
     for (i = 0; i < ls->nservers; i++) {
         fd_http_server_t *s = ls->servers[i];
         for (j = 0; j < s->names.n; j++) {
