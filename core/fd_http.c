@@ -951,11 +951,6 @@ static void request_start(fd_request_t *r)
     r->path.data = path;
     r->path.len = plen;
     r->loc = fd_http_find_location(r);
-    if (r->in.method_id == FD_HTTP_UNKNOWN &&
-        !(r->loc->handler->flags & FD_MODULE_ANY_METHOD)) {
-        request_fail(r, 501);
-        return;
-    }
 
     if (r->in.content_length > 0 || r->in.chunked) {
         if (r->in.content_length > (int64_t)r->loc->max_body_size) {
@@ -1126,12 +1121,57 @@ static void offload_done(fd_request_t *r)
     fd_request_finish(r, r->handler_rc);
 }
 
+/*
+ * The handler does not take this method: 501 for one fastd does not know,
+ * else a 405 whose Allow lists what the handler does take.
+ */
+static int method_refuse(fd_request_t *r, unsigned methods)
+{
+    static const struct {
+        int id;
+        fd_str_t name;
+    } names[] = {
+        {FD_HTTP_GET, fd_string("GET")},
+        {FD_HTTP_HEAD, fd_string("HEAD")},
+        {FD_HTTP_POST, fd_string("POST")},
+        {FD_HTTP_PUT, fd_string("PUT")},
+        {FD_HTTP_DELETE, fd_string("DELETE")},
+        {FD_HTTP_OPTIONS, fd_string("OPTIONS")},
+        {FD_HTTP_PATCH, fd_string("PATCH")},
+    };
+    fd_sbuf_t sb;
+    unsigned i;
+
+    if (r->in.method_id == FD_HTTP_UNKNOWN)
+        return 501;
+    if (fd_http_error_page(r, 405) != FD_OK ||
+        fd_sbuf_init(&sb, r->pool, 48) != FD_OK)
+        return 500;
+    for (i = 0; i < fd_nelems(names); i++) {
+        if (!(methods & FD_METHOD(names[i].id)))
+            continue;
+        if (fd_sbuf_len(&sb))
+            fd_sbuf_add_lit(&sb, ", ");
+        fd_sbuf_add_str(&sb, names[i].name);
+    }
+    if (fd_sbuf_failed(&sb) ||
+        fd_http_header_add(r, fd_string("Allow"), fd_sbuf_str(&sb)) != FD_OK)
+        return 500;
+    return FD_OK;
+}
+
 void fd_http_run_handler(fd_request_t *r)
 {
     const fd_module_t *m = r->loc->handler;
+    unsigned methods = m->methods ? m->methods : FD_METHODS_GET;
     int resumed = r->async; /* held by an access module until now */
     int rc;
 
+    if (!(methods & FD_METHOD(r->in.method_id))) {
+        /* before the body is read: a body already here is skipped */
+        rc = method_refuse(r, methods);
+        goto finish;
+    }
     if (r->body_wanted) {
         /* past the access phase: now the body, for the final location
          * (a rewrite may have moved the request) */

@@ -28,7 +28,24 @@ typedef int (*fd_body_filter_pt)(fd_request_t *r, fd_buf_t *in, int last);
 /* Module flags */
 #define FD_MODULE_THREAD_SAFE 0x1  /* handler may run on an offload thread */
 #define FD_MODULE_STREAM_BODY 0x2  /* handler pulls the request body itself */
-#define FD_MODULE_ANY_METHOD 0x4   /* takes unknown methods (else 501) */
+
+/*
+ * The methods a handler implements (fd_module_t.methods): one bit per
+ * method id of fd_http_parse.h, and FD_METHOD_OTHER for every other token
+ * method. The engine checks them after the access phase, for the final
+ * location, before the body is read: a method the handler does not take
+ * is answered for it, 405 with an Allow header listing the mask, or 501
+ * for a method fastd does not know (RFC 9110 15.5.6, 15.6.2). TRACE and
+ * CONNECT are 405 before routing whatever a handler says, as in nginx.
+ * 0 means FD_METHODS_GET.
+ */
+#define FD_METHOD(id) (1u << (id))
+#define FD_METHOD_OTHER FD_METHOD(FD_HTTP_UNKNOWN)
+#define FD_METHODS_GET (FD_METHOD(FD_HTTP_GET) | FD_METHOD(FD_HTTP_HEAD))
+#define FD_METHODS_ANY                                                       \
+    (FD_METHODS_GET | FD_METHOD(FD_HTTP_POST) | FD_METHOD(FD_HTTP_PUT) |     \
+     FD_METHOD(FD_HTTP_DELETE) | FD_METHOD(FD_HTTP_OPTIONS) |                \
+     FD_METHOD(FD_HTTP_PATCH) | FD_METHOD_OTHER)
 
 /*
  * A module is one file and one descriptor; the core never names a module.
@@ -46,6 +63,7 @@ struct fd_module_s {
     fd_handler_pt handler;            /* produces the response */
     fd_filter_pt filter;              /* optional: rewrites responses */
     unsigned flags;
+    unsigned methods;                 /* FD_METHOD() bits the handler takes */
 
     const char *section;              /* "upstream": owns [upstream NAME] */
     const fd_directive_t *section_directives;

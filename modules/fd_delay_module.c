@@ -66,4 +66,5 @@ fd_module_t fd_delay_module = {
     .directives = delay_directives,
     .conf_size = sizeof(delay_conf_t),
     .handler = delay_handler,
+    .methods = FD_METHODS_GET | FD_METHOD(FD_HTTP_POST),
 };

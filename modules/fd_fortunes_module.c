@@ -413,4 +413,5 @@ fd_module_t fd_fortunes_module = {
     .init_conf = fortunes_init_conf,
     .handler = fortunes_handler,
     .flags = FD_MODULE_THREAD_SAFE,
+    .methods = FD_METHODS_GET,
 };

@@ -37,4 +37,5 @@ fd_module_t fd_json_module = {
     .name = "json",
     .handler = json_handler,
     .flags = FD_MODULE_THREAD_SAFE,
+    .methods = FD_METHODS_GET | FD_METHOD(FD_HTTP_POST), /* a body sink */
 };

@@ -20,4 +20,5 @@ fd_module_t fd_plaintext_module = {
     .name = "plaintext",
     .handler = plaintext_handler,
     .flags = FD_MODULE_THREAD_SAFE,
+    .methods = FD_METHODS_GET | FD_METHOD(FD_HTTP_POST), /* a body sink */
 };

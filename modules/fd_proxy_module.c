@@ -3060,6 +3060,7 @@ fd_module_t fd_proxy_module = {
     .init_worker = proxy_init_worker,
     .handler = proxy_handler,
     .flags = FD_MODULE_STREAM_BODY,
+    .methods = FD_METHODS_ANY, /* the backend decides, but TRACE/CONNECT */
     .section = "upstream",
     .section_directives = upstream_directives,
     .section_size = sizeof(upstream_t),

@@ -108,6 +108,7 @@ fd_module_t fd_static_module = {
     .init_conf = static_init_conf,
     .handler = static_handler,
     .flags = FD_MODULE_THREAD_SAFE,
+    .methods = FD_METHODS_GET,
 };
 
 /* ---------------------------------------------------------------------- */

@@ -795,4 +795,5 @@ fd_module_t fd_status_module = {
     .name = "status",
     .handler = status_handler,
     .flags = FD_MODULE_THREAD_SAFE,
+    .methods = FD_METHODS_GET,
 };
