@@ -473,6 +473,14 @@ static void host(const char *h, const char *want)
                 want);
         is_strn(p.path_raw.data, p.path_raw.len, "/p", "http://%s/p: path", h);
     }
+    if (want) {
+        /* the normal form is a fixed point: what the upstream is sent
+         * parses to itself there */
+        fd_str_t out = {0, NULL};
+        is_int(fd_http_parse_host((fd_str_t){strlen(want), want}, &out, pool),
+               FD_OK, "%s parses", want);
+        is_strn(out.data, out.len, want, "%s is its own normal form", want);
+    }
 }
 
 static void test_hosts(void)
