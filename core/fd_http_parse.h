@@ -43,7 +43,8 @@ typedef struct {
     unsigned headers_cap;
 
     /* indexed while parsing */
-    fd_str_t host;
+    fd_str_t host;            /* the absolute-form authority, else Host:
+                               * valid and normal (fd_http_parse_host) */
     fd_str_t connection;
     fd_str_t upgrade;
     fd_str_t expect;
