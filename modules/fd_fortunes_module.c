@@ -393,8 +393,7 @@ static void fortunes_done(fd_request_t *r)
 
 static int fortunes_handler(fd_request_t *r)
 {
-    if (r->in.method_id != FD_HTTP_GET && r->in.method_id != FD_HTTP_HEAD)
-        return 405;
+    /* GET and HEAD only: the engine answers the others (.methods) */
     /* dispatched to the pool by the engine (inline_completions = off) */
     if (fd_offload_on_pool_thread())
         return fortunes_render(r);
