@@ -23,6 +23,22 @@ static fd_worker_t worker;
 static fd_connection_t *conn_mem; /* indexed by fd, pages touched lazily */
 static fd_timer_t accept_timer;
 static int accept_paused;
+/*
+ * An episode of accept4() failing for want of descriptors or memory: it
+ * is logged when it starts and when it ends, with the count, not at each
+ * retry (one every ACCEPT_RETRY_MSEC while it lasts). It ends when the
+ * backlog is empty (EAGAIN), not at the first accept that works: as
+ * connections close, the waiting ones take the descriptors again at once,
+ * and that is the same shortage.
+ */
+static struct {
+    unsigned long failures; /* 0: no episode */
+    fd_msec_t start;
+    fd_msec_t logged;       /* last line about it */
+} accept_episode;
+#define ACCEPT_RETRY_MSEC 100
+/* a long episode says it is still on this often */
+#define ACCEPT_REMIND_MSEC (60 * 1000)
 static uint32_t conn_ids;
 static fd_posted_t *posted;
 
@@ -299,6 +315,33 @@ static void accept_events(int on)
     }
 }
 
+static void accept_failed(int err)
+{
+    if (accept_episode.failures++ == 0) {
+        accept_episode.start = accept_episode.logged = fd_current_msec;
+        fd_log_error(FD_LOG_ERR, err, "accept4() failed, accepting paused");
+    } else if (fd_current_msec - accept_episode.logged >=
+               ACCEPT_REMIND_MSEC) {
+        accept_episode.logged = fd_current_msec;
+        fd_log_error(FD_LOG_ERR, err, "accept4() still failing: %lu "
+                     "failed calls over %lu ms, accepting paused",
+                     accept_episode.failures,
+                     (unsigned long)(fd_current_msec - accept_episode.start));
+    }
+}
+
+/* the backlog is empty: an episode is over */
+static void accept_episode_end(void)
+{
+    if (fd_likely(accept_episode.failures == 0))
+        return;
+    fd_log_error(FD_LOG_ERR, 0, "accepting resumed after %lu failed "
+                 "accept4() call%s over %lu ms", accept_episode.failures,
+                 accept_episode.failures == 1 ? "" : "s",
+                 (unsigned long)(fd_current_msec - accept_episode.start));
+    accept_episode.failures = 0;
+}
+
 static void accept_resume(fd_timer_t *t)
 {
     fd_listening_t *ls;
@@ -332,20 +375,22 @@ static void accept_handler(fd_event_t *ev, uint32_t events)
                          SOCK_NONBLOCK | SOCK_CLOEXEC);
 
         if (fd < 0) {
-            if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
-                return;
-            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
-                errno == ENOMEM) {
+            int err = errno;
+            if (err == EMFILE || err == ENFILE || err == ENOBUFS ||
+                err == ENOMEM) {
                 /* out of descriptors: stop accepting for a while instead
                  * of spinning on a readable listening socket */
-                fd_log_error(FD_LOG_CRIT, errno, "accept4() failed, "
-                             "pausing accepts for 100ms");
+                accept_failed(err);
                 accept_paused = 1;
                 accept_events(0);
-                fd_timer_add(&accept_timer, 100);
+                fd_timer_add(&accept_timer, ACCEPT_RETRY_MSEC);
                 return;
             }
-            fd_log_error(FD_LOG_ERR, errno, "accept4() failed");
+            if (err == EAGAIN)
+                accept_episode_end();
+            if (err == EAGAIN || err == EINTR || err == ECONNABORTED)
+                return;
+            fd_log_error(FD_LOG_ERR, err, "accept4() failed");
             return;
         }
         if ((unsigned)fd >= w->max_conns ||
