@@ -75,11 +75,16 @@ void fd_event_post(fd_posted_t *p)
     posted = p;
 }
 
+/* What is posted while these run waits for the next turn, after a look
+ * at epoll: work that posts itself again (a body fed in pieces) yields to
+ * the other connections instead of running on. */
 static void run_posted(void)
 {
-    while (posted) {
-        fd_posted_t *p = posted;
-        posted = p->next;
+    fd_posted_t *p = posted, *next;
+
+    posted = NULL;
+    for (; p; p = next) {
+        next = p->next;
         p->next = NULL;
         p->handler(p->data);
     }

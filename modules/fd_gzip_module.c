@@ -44,9 +44,10 @@
 #include "fd_core.h"
 #include "fd_http.h"
 
-/* Bodies above it are sent as they are: compressing them would hold the
- * loop for too long (~100 ms per 16 MB at level 1). */
-#define GZIP_MAX_BODY (16 * 1024 * 1024)
+/* Complete bodies up to this are compressed at once, before the header,
+ * and keep a Content-Length; longer ones go through the body filter in
+ * the engine's pieces (~1 ms of deflate each at level 1). */
+#define GZIP_WHOLE_MAX (32 * 1024)
 #define GZIP_READ_SIZE (64 * 1024)
 /* a streamed response's output is queued in pieces of at most this */
 #define GZIP_OUT_SIZE (16 * 1024)
@@ -72,6 +73,7 @@ typedef struct zstate_s {
 /* a streamed response's state, in r->pool */
 typedef struct {
     zstate_t *z;              /* NULL once given back */
+    unsigned complete:1;      /* a complete body fed by the engine */
 } gzip_ctx_t;
 
 fd_module_t fd_gzip_module;
@@ -489,7 +491,9 @@ static void stream_cleanup(void *data)
 }
 
 /* r->body_filter: each piece through deflate, then a sync flush (every
- * fd_http_output() call is a flush point); Z_FINISH on the last. */
+ * fd_http_output() call is a flush point); Z_FINISH on the last. The
+ * pieces of a complete body need no flush: nothing waits for them, and
+ * deflate compresses better across them. */
 static int gzip_body(fd_request_t *r, fd_buf_t *in, int last)
 {
     gzip_ctx_t *x = r->mctx[fd_gzip_module.index];
@@ -505,7 +509,7 @@ static int gzip_body(fd_request_t *r, fd_buf_t *in, int last)
         if (deflate_buf(r, &x->z->zs, b) != FD_OK)
             goto failed;
     }
-    if ((fed || last) &&
+    if ((last || (fed && !x->complete)) &&
         deflate_some(r, &x->z->zs, NULL, 0, last ? Z_FINISH : Z_SYNC_FLUSH)
             != FD_OK)
         goto failed;
@@ -525,13 +529,34 @@ failed:
     return FD_ERROR;
 }
 
-/* A streamed response: a known length below gzip_min_length is left
- * alone, an unknown one (chunked) is compressed. */
-static int stream_start(fd_request_t *r, const gzip_conf_t *gc)
+/* Compress the body as it goes through r->body_filter: a streamed one,
+ * or a complete one the engine feeds in pieces. */
+static int filter_start(fd_request_t *r, const gzip_conf_t *gc, int complete)
 {
     gzip_ctx_t *x;
     void **slot;
 
+    slot = fd_request_ctx(r, &fd_gzip_module);
+    x = fd_pcalloc(r->pool, sizeof(*x));
+    if (slot == NULL || x == NULL)
+        return FD_ERROR;
+    if (fd_pool_cleanup_add(r->pool, stream_cleanup, x) == NULL)
+        return FD_ERROR;
+    if ((x->z = zstate_get((int)gc->level)) == NULL)
+        return FD_OK; /* uncompressed */
+    x->complete = (unsigned)complete;
+    *slot = x;
+    if (set_encoded(r) != FD_OK)
+        return FD_ERROR; /* the cleanup gives the state back */
+    r->content_length = -1;
+    r->body_filter = gzip_body;
+    return FD_OK;
+}
+
+/* A streamed response: a known length below gzip_min_length is left
+ * alone, an unknown one (chunked) is compressed. */
+static int stream_start(fd_request_t *r, const gzip_conf_t *gc)
+{
     if (r->content_length >= 0 && (size_t)r->content_length < gc->min_length)
         return FD_OK;
     if (add_vary(r) != FD_OK)
@@ -540,19 +565,7 @@ static int stream_start(fd_request_t *r, const gzip_conf_t *gc)
     if (r->header_only || r->body_filter ||
         !accepts_gzip(r->in.accept_encoding))
         return FD_OK;
-    slot = fd_request_ctx(r, &fd_gzip_module);
-    x = fd_palloc(r->pool, sizeof(*x));
-    if (slot == NULL || x == NULL)
-        return FD_ERROR;
-    x->z = NULL;
-    if (fd_pool_cleanup_add(r->pool, stream_cleanup, x) == NULL)
-        return FD_ERROR;
-    if ((x->z = zstate_get((int)gc->level)) == NULL)
-        return FD_OK; /* uncompressed */
-    *slot = x;
-    r->body_filter = gzip_body;
-    r->content_length = -1;
-    return set_encoded(r);
+    return filter_start(r, gc, 0);
 }
 
 /* --- the filter --- */
@@ -589,9 +602,12 @@ static int gzip_filter(fd_request_t *r)
     /* from here on the response depends on Accept-Encoding */
     if (add_vary(r) != FD_OK)
         return FD_ERROR;
-    if (r->header_only || total > GZIP_MAX_BODY ||
-        !accepts_gzip(r->in.accept_encoding) ||
-        (z = zstate_get((int)gc->level)) == NULL)
+    if (r->header_only || r->body_filter ||
+        !accepts_gzip(r->in.accept_encoding))
+        return FD_OK;
+    if (total > GZIP_WHOLE_MAX)
+        return filter_start(r, gc, 1);
+    if ((z = zstate_get((int)gc->level)) == NULL)
         return FD_OK;
     rc = compress_body(r, &z->zs, total, &out);
     zstate_put(z);

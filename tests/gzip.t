@@ -2,6 +2,9 @@
 # gzip: static files and in-memory bodies compressed and decompressed
 # equal; Accept-Encoding with q-values, "*", identity; Vary; small bodies,
 # HEAD, ranges, other types and statuses left alone; levels and types.
+# Bodies up to 32 KB are compressed at once and keep a Content-Length;
+# longer ones are compressed in pieces as they are sent: chunked (or
+# close-delimited for HTTP/1.0), any size, and the connection goes on.
 
 use strict;
 use warnings;
@@ -30,6 +33,9 @@ gzip_types = *
 [location /tiny/]
 gzip_min_length = 1
 
+[location /min/]
+gzip_min_length = 64k
+
 EOF
 
 my $t = FastdTest->new(conf => FastdTest::base_conf(
@@ -38,7 +44,7 @@ my $t = FastdTest->new(conf => FastdTest::base_conf(
     locations => $locations,
 ));
 my $www = $t->dir . '/www';
-make_path("$www/off", "$www/l9", "$www/any", "$www/tiny");
+make_path("$www/off", "$www/l9", "$www/any", "$www/tiny", "$www/min");
 my $page = "<html><body>\n" . join('', map { "<p>line $_ of the page</p>\n" }
                                         1 .. 400) . "</body></html>\n";
 my $big = join '', map { "row $_: " . ('x' x ($_ % 50)) . "\n" } 1 .. 60000;
@@ -49,6 +55,12 @@ FastdTest::spew("$www/pic.png", $page);
 FastdTest::spew("$www/$_/page.html", $page) for qw(off l9 any tiny);
 FastdTest::spew("$www/any/data.bin", $page);
 FastdTest::spew("$www/tiny/small.txt", "tiny\n");
+# just over and just under the 32 KB compressed at once
+my $over = substr($big, 0, 32 * 1024 + 1);
+my $under = substr($big, 0, 32 * 1024);
+FastdTest::spew("$www/over.txt", $over);
+FastdTest::spew("$www/under.txt", $under);
+FastdTest::spew("$www/min/$_.txt", substr($big, 0, $_ * 1024)) for 40, 64;
 $t->start;
 
 sub get {
@@ -69,15 +81,23 @@ sub unzip {
     return $out;
 }
 
+# compressed and equal; up to 32 KB with a Content-Length, above chunked
 sub is_gzip {
     my ($r, $want, $name, $any_size) = @_;
+    my $framed = !$r ? 0 : length($want) <= 32 * 1024
+        ? ($r->header('content-length') // -1) == length($r->body)
+          && !defined $r->header('transfer-encoding')
+        : !defined $r->header('content-length')
+          && ($r->header('transfer-encoding') // '') eq 'chunked';
     my $ok = $r && $r->status == 200
         && ($r->header('content-encoding') // '') eq 'gzip'
-        && $r->header('content-length') == length($r->body)
+        && $framed
         && ($any_size || length($r->body) < length($want))
         && unzip($r->body) eq $want;
     ok($ok, $name) or diag($r ? "status $r->{status}, encoding "
-        . ($r->header('content-encoding') // 'none') . ", "
+        . ($r->header('content-encoding') // 'none') . ", length "
+        . ($r->header('content-length') // 'none') . ", transfer "
+        . ($r->header('transfer-encoding') // 'none') . ", "
         . length($r->body) . " bytes" : 'no response');
 }
 
@@ -98,7 +118,25 @@ like($r->header('etag') // '', qr{^W/"}, 'the ETag becomes weak');
 
 is_gzip(gz('/mem'), $long, 'in-memory body (return text): compressed');
 is_gzip(gz('/big.txt'), $big, 'a ' . int(length($big) / 1024)
-        . ' KB file: compressed through the read buffer');
+        . ' KB file: compressed in pieces, chunked');
+is_gzip(gz('/under.txt'), $under, 'a 32 KB file: at once, Content-Length');
+is_gzip(gz('/over.txt'), $over, '32 KB + 1: in pieces, chunked');
+{
+    # HTTP/1.0: no chunked; the end of the body is the close
+    my $c = $t->connect;
+    $c->send("GET /big.txt HTTP/1.0\r\nHost: x\r\nAccept-Encoding: gzip\r\n"
+           . "Connection: keep-alive\r\n\r\n");
+    my $ok = $c->wait_eof(20);
+    my ($r10) = FastdTest::parse_responses($c->{raw});
+    ok($ok && $r10 && $r10->status == 200
+       && ($r10->header('content-encoding') // '') eq 'gzip'
+       && !defined $r10->header('content-length')
+       && !defined $r10->header('transfer-encoding')
+       && ($r10->header('connection') // '') eq 'close'
+       && unzip($r10->body) eq $big,
+       'HTTP/1.0: a long body compressed, close-delimited');
+    $c->close;
+}
 is_gzip(gz('/l9/page.html'), $page, 'gzip_level = 9');
 is_gzip(gz('/any/data.bin'), $page, 'gzip_types = * takes any type');
 is_gzip(gz('/tiny/small.txt'), "tiny\n", 'gzip_min_length = 1: even 5 '
@@ -134,6 +172,33 @@ is($r->header('content-length'), length $page, 'HEAD: identity length');
 $r = gz('/page.html', Range => 'bytes=0-99');
 is($r->status, 206, 'range: 206');
 is_plain($r, substr($page, 0, 100), 'range response not compressed');
+$r = gz('/big.txt', Range => 'bytes=100000-299999');
+ok($r && $r->status == 206 && !defined $r->header('content-encoding')
+   && $r->header('content-length') == 200000
+   && $r->body eq substr($big, 100000, 200000),
+   'a range of a long file: 206, not compressed (as nginx)');
+
+$r = gz('/big.txt', method => 'HEAD');
+ok($r && $r->status == 200 && !defined $r->header('content-encoding')
+   && $r->header('content-length') == length $big && $r->body eq '',
+   'HEAD of a long file: the identity length, no body');
+
+# conditional: the weak ETag and Last-Modified of the gzip response
+$r = gz('/big.txt');
+my ($etag, $lm) = ($r->header('etag'), $r->header('last-modified'));
+like($etag // '', qr{^W/"}, 'a long gzip body has a weak ETag');
+$r = gz('/big.txt', 'If-None-Match' => $etag);
+ok($r && $r->status == 304 && $r->body eq ''
+   && !defined $r->header('transfer-encoding'),
+   'If-None-Match with it: 304, no body');
+$r = gz('/big.txt', 'If-Modified-Since' => $lm);
+ok($r && $r->status == 304 && $r->body eq '', 'If-Modified-Since: 304');
+
+# gzip_min_length goes by the body's size, under or over the 32 KB
+is_plain(gz('/min/40.txt'), substr($big, 0, 40 * 1024),
+         'gzip_min_length = 64k: a 40 KB file is not compressed');
+is_gzip(gz('/min/64.txt'), substr($big, 0, 64 * 1024),
+        'gzip_min_length = 64k: a 64 KB file is');
 
 $r = gz('/pic.png');
 is_plain($r, $page, 'a type outside gzip_types is not compressed');
@@ -155,15 +220,16 @@ is_plain(gz('/plaintext'), 'Hello, World!', '/plaintext (13 bytes) stays '
          . 'plain');
 
 {
-    # over the 16 MB bound: sent as it is (a sparse file, all zeros)
+    # no upper bound: a 17 MB file (sparse, all zeros) is compressed too
     my $size = 17 * 1024 * 1024;
     open my $fh, '>', "$www/huge.txt" or die "huge.txt: $!";
     truncate $fh, $size or die "truncate: $!";
     close $fh;
     $r = gz('/huge.txt');
     is($r && $r->status, 200, 'a 17 MB file: 200');
-    ok($r && !defined $r->header('content-encoding')
-       && length($r->body) == $size, 'a 17 MB file is not compressed');
+    ok($r && ($r->header('content-encoding') // '') eq 'gzip'
+       && length($r->body) < $size / 100 && unzip($r->body) eq "\0" x $size,
+       'a 17 MB file is compressed (' . length($r->body) . ' bytes)');
 }
 
 # --- keep-alive: one connection, compressed and plain in turn -------------
@@ -178,6 +244,29 @@ is_plain(gz('/plaintext'), 'Hello, World!', '/plaintext (13 bytes) stays '
     is_plain($r[1], $page, 'pipelined 2: plain');
     is_gzip($r[2], $long, 'pipelined 3: compressed again (stream reset)');
     $c->close;
+}
+{
+    # the same after long bodies, compressed in pieces
+    my $c = $t->connect;
+    $c->send("GET /big.txt HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n\r\n"
+           . "GET /page.html HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n\r\n"
+           . "GET /big.txt HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n\r\n"
+           . "GET /big.txt HTTP/1.1\r\nHost: x\r\n\r\n");
+    my @r = $c->read_responses(4, timeout => 20);
+    is(scalar @r, 4, 'pipelined behind long gzip bodies: four responses');
+    is_gzip($r[0], $big, 'pipelined 1: long, chunked');
+    is_gzip($r[1], $page, 'pipelined 2: short, Content-Length');
+    is_gzip($r[2], $big, 'pipelined 3: long again');
+    is_plain($r[3], $big, 'pipelined 4: plain');
+    $c->close;
+}
+{
+    # a client that leaves part way through a long body: the worker goes on
+    my $c = $t->connect;
+    $c->send("GET /huge.txt HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n\r\n");
+    $c->wait_for_bytes(qr/\r\n\r\n/, 10);
+    $c->close;
+    is_gzip(gz('/big.txt'), $big, 'after a client left mid-body: served');
 }
 
 # --- config errors -------------------------------------------------------------
