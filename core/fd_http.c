@@ -25,8 +25,9 @@
 
 #define OUT_HIGH_WATER (64 * 1024)   /* stop producing above it */
 /* a complete body through a body filter goes in pieces of at most this,
- * one a loop turn: ~1 ms of deflate at level 1 on a loaded core */
-#define FEED_PIECE (32 * 1024)
+ * FEED_TURN bytes a loop turn over all such bodies (see feedq) */
+#define FEED_PIECE (16 * 1024)
+#define FEED_TURN (32 * 1024)
 #define OUT_COPY_MAX 4096            /* smaller bodies are copied */
 #define LINGER_MSEC 2000
 #define FD_HTTP_ALLOW "GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH"
@@ -65,6 +66,9 @@ struct fd_http_conn_s {
     unsigned resume_posted;  /* resume is in the posted list */
     fd_connection_t *c;
     fd_http_conn_t *next_free;
+    /* in feedq: a complete body waits for its next piece */
+    fd_http_conn_t *feed_next, **feed_prev;
+    unsigned feed_queued;
 };
 
 /*
@@ -127,6 +131,7 @@ static int http_flush(fd_connection_t *c);
 static void http_after_io(fd_connection_t *c);
 static void request_finalize(fd_request_t *r, int rc);
 static int feed_start(fd_request_t *r);
+static void feed_unlink(fd_http_conn_t *h);
 static void run_handler(fd_request_t *r);
 static void resume_handler(void *data);
 
@@ -209,6 +214,8 @@ void fd_http_release(fd_connection_t *c)
         else
             fd_pool_reset(h->pool);
     }
+    if (h->feed_queued)
+        feed_unlink(h);
     if (h->rbuf)
         fd_block_put(&fd_worker->rbufs, h->rbuf);
     if (h->obuf) {
@@ -1472,6 +1479,53 @@ static int stream_header(fd_request_t *r)
     return header_write(r, NULL);
 }
 
+/*
+ * Complete responses whose header filter set a body filter (gzip) wait in
+ * this FIFO for their next piece. One posted run a loop turn serves it
+ * FEED_TURN bytes in order, so that however many such bodies are under
+ * way, a turn spends a bounded time on them (~1 ms of deflate at level 1
+ * on a loaded core) and the other connections are served in between; a
+ * body is never transformed in one burst, nor held transformed.
+ */
+static void feed_run(void *data);
+
+static struct {
+    fd_http_conn_t *head, **tail;
+    fd_posted_t post;
+    unsigned posted;
+} feedq = {.tail = &feedq.head, .post = {.handler = feed_run}};
+
+static void feed_queue(fd_http_conn_t *h)
+{
+    if (h->feed_queued)
+        return;
+    h->feed_queued = 1;
+    h->feed_next = NULL;
+    h->feed_prev = feedq.tail;
+    *feedq.tail = h;
+    feedq.tail = &h->feed_next;
+    if (!feedq.posted) {
+        feedq.posted = 1;
+        fd_event_post(&feedq.post);
+    }
+}
+
+static void feed_unlink(fd_http_conn_t *h)
+{
+    *h->feed_prev = h->feed_next;
+    if (h->feed_next)
+        h->feed_next->feed_prev = h->feed_prev;
+    else
+        feedq.tail = h->feed_prev;
+    h->feed_queued = 0;
+}
+
+/* r->on_drain: the output is written, the next piece may come */
+static void feed_drain(fd_request_t *r)
+{
+    feed_queue(r->c->h);
+}
+
 static int chain_empty(const fd_buf_t *b)
 {
     for (; b; b = b->next)
@@ -1480,14 +1534,10 @@ static int chain_empty(const fd_buf_t *b)
     return 1;
 }
 
-/*
- * r->on_drain of a complete response whose header filter set a body
- * filter: the next FEED_PIECE of r->out through it (fd_http_output), then
- * the rest on a later turn, or once the output drained below the
- * high-water mark. A long body is never transformed in one burst of the
- * loop, nor held transformed in memory.
- */
-static void feed_body(fd_request_t *r)
+/* The next FEED_PIECE of r->out through the body filter (fd_http_output);
+ * back in the queue unless the output is above the high-water mark (then
+ * feed_drain) or the body is done. Returns the bytes fed. */
+static size_t feed_body(fd_request_t *r)
 {
     fd_http_conn_t *h = r->c->h;
     fd_buf_t piece, *b;
@@ -1498,7 +1548,7 @@ static void feed_body(fd_request_t *r)
         r->out = b->next;
     if (b == NULL) {
         fd_http_output(r, NULL, 1);
-        return;
+        return 0;
     }
     piece = *b;
     piece.next = NULL;
@@ -1512,22 +1562,43 @@ static void feed_body(fd_request_t *r)
     }
     if (chain_empty(b)) {
         fd_http_output(r, &piece, 1); /* it ends the request either way */
-        return;
+        return n;
     }
     rc = fd_http_output(r, &piece, 0);
     if (rc == FD_ERROR) {
         /* cut (the header is out); closed after this turn's events */
         request_finalize(r, FD_ERROR);
         post_resume(h);
-        return;
+    } else if (rc == FD_OK) {
+        feed_queue(h);
     }
-    if (rc == FD_OK)
-        post_resume(h); /* the next piece next turn: others go first */
-    /* FD_AGAIN: called again when the output is written */
+    return n;
+}
+
+static void feed_run(void *data)
+{
+    size_t spent = 0;
+
+    (void)data;
+    feedq.posted = 0;
+    while (feedq.head && spent < FEED_TURN) {
+        fd_http_conn_t *h = feedq.head;
+        feed_unlink(h);
+        if (h->r == NULL || h->r->on_drain != feed_drain)
+            continue; /* cannot be: such a request is in no queue */
+        fd_log_conn_id = h->c->id;
+        spent += feed_body(h->r);
+    }
+    fd_log_conn_id = 0;
+    if (feedq.head && !feedq.posted) {
+        /* the rest next turn, after a look at epoll */
+        feedq.posted = 1;
+        fd_event_post(&feedq.post);
+    }
 }
 
 /* The header of a complete response whose body goes through a body
- * filter, then its first piece. */
+ * filter; its pieces follow from feedq. */
 static int feed_start(fd_request_t *r)
 {
     r->streamed = 1;
@@ -1536,8 +1607,8 @@ static int feed_start(fd_request_t *r)
     r->phase = PH_RESPONSE;
     if (header_write(r, NULL) != FD_OK)
         return FD_ERROR;
-    r->on_drain = feed_body;
-    feed_body(r);
+    r->on_drain = feed_drain;
+    feed_queue(r->c->h);
     return FD_OK;
 }
 

@@ -11,17 +11,22 @@ typedef int (*fd_handler_pt)(fd_request_t *r);
  * Header filter: called for every response of a location where the module
  * is active (loc_active) before its header is written;
  * may rewrite status and headers. A complete response (r->streamed = 0)
- * holds its whole body in r->out, which the filter may replace. A streamed
- * one (fd_http_send_header / fd_http_output) has no body yet: the filter
- * may set r->body_filter to transform the pieces as they come.
+ * holds its whole body in r->out, which the filter may replace, or hand
+ * to a body filter (r->body_filter, with r->content_length = -1): the
+ * engine then sends it as a streamed one, chunked (close-delimited for
+ * HTTP/1.0), and feeds r->out through the filter in pieces as the output
+ * drains, a bounded amount a loop turn over all such responses. A
+ * streamed one (fd_http_send_header / fd_http_output) has no body yet:
+ * the filter may set r->body_filter to transform the pieces as they come.
  */
 typedef int (*fd_filter_pt)(fd_request_t *r);
 /*
- * Body filter of a streamed response (r->body_filter): takes each piece
- * handed to fd_http_output() and queues what it makes of it with
- * fd_http_output_body(); last = 1 ends the body. Every call is a flush
- * point: what the producer gave must be on its way (queued) when the
- * filter returns. FD_OK or FD_ERROR (the response is cut).
+ * Body filter (r->body_filter): takes each piece handed to
+ * fd_http_output() (or fed by the engine from a complete body) and queues
+ * what it makes of it with fd_http_output_body(); last = 1 ends the body.
+ * A streamed response's every call is a flush point: what the producer
+ * gave must be on its way (queued) when the filter returns; the pieces of
+ * a complete body need not be. FD_OK or FD_ERROR (the response is cut).
  */
 typedef int (*fd_body_filter_pt)(fd_request_t *r, fd_buf_t *in, int last);
 

@@ -4,10 +4,16 @@
  * (the proxy's, chunked or of a known length from the upstream) as they
  * flow.
  *
- * Complete responses: the header filter, run before the header is
- * written, compresses the body the engine holds whole in r->out into one
- * buffer from r->pool (Content-Length becomes the compressed size). Files
- * are read with pread() through a per-worker 64 KB buffer.
+ * Complete responses up to GZIP_WHOLE_MAX: the header filter, run before
+ * the header is written, compresses the body the engine holds whole in
+ * r->out into one buffer from r->pool (Content-Length becomes the
+ * compressed size). Longer ones: the filter sets r->body_filter, and the
+ * engine feeds r->out through it in pieces as the client takes the
+ * output, a bounded amount a loop turn (fd_module.h); no piece is a flush
+ * point, and the body goes chunked (close-delimited for HTTP/1.0). So a
+ * large file costs one deflate state and the output queue's high-water
+ * mark, whatever its size, and never holds the loop. Files are read with
+ * pread() through a per-worker 64 KB buffer.
  *
  * Streamed responses (fd_http_send_header / fd_http_output): the header
  * filter drops Content-Length (the engine then chunk-encodes for HTTP/1.1
@@ -24,19 +30,18 @@
  * and 7% with 1 KB (level 1 or 6 alike).
  *
  * Deflate state: ~260 KB each (zlib's default window and memLevel). A
- * complete response uses one while it is compressed, a streamed one until
- * its last piece. Given back, they stay on a per-worker free list of up to
+ * short complete response uses one while it is compressed, a long or
+ * streamed one until its last piece. Given back, they stay on a per-worker free list of up to
  * GZIP_KEEP (deflateReset on reuse), so a steady load allocates none. A
  * stream whose client leaves (or whose producer fails) returns its state
  * through a cleanup of the request pool, which dies with the connection.
  *
  * Not compressed: a status other than 200, 403 and 404 (nginx's three), a
- * Content-Encoding already set,
- * a range (206 or Content-Range), a HEAD (it still gets Vary, like the GET
+ * Content-Encoding already set, a range (206 or Content-Range), a HEAD (it still gets Vary, like the GET
  * would), a body (or a streamed response's Content-Length) below
- * gzip_min_length, a complete body above GZIP_MAX_BODY, a type not in
- * gzip_types, a client whose Accept-Encoding refuses gzip. A streamed
- * response of unknown length is compressed whatever its size.
+ * gzip_min_length, a type not in gzip_types, a client whose
+ * Accept-Encoding refuses gzip. A streamed response of unknown length is
+ * compressed whatever its size.
  */
 #include <strings.h>
 #include <zlib.h>
@@ -70,7 +75,7 @@ typedef struct zstate_s {
     struct zstate_s *next;    /* on the free list */
 } zstate_t;
 
-/* a streamed response's state, in r->pool */
+/* a response compressed through r->body_filter, in r->pool */
 typedef struct {
     zstate_t *z;              /* NULL once given back */
     unsigned complete:1;      /* a complete body fed by the engine */
