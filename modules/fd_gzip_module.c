@@ -31,17 +31,18 @@
  *
  * Deflate state: ~260 KB each (zlib's default window and memLevel). A
  * short complete response uses one while it is compressed, a long or
- * streamed one until its last piece. Given back, they stay on a per-worker free list of up to
- * GZIP_KEEP (deflateReset on reuse), so a steady load allocates none. A
- * stream whose client leaves (or whose producer fails) returns its state
- * through a cleanup of the request pool, which dies with the connection.
+ * streamed one until its last piece. Given back, they stay on a
+ * per-worker free list of up to GZIP_KEEP (deflateReset on reuse), so a
+ * steady load allocates none. A response whose client leaves (or whose
+ * producer fails) returns its state through a cleanup of the request
+ * pool, which dies with the connection.
  *
  * Not compressed: a status other than 200, 403 and 404 (nginx's three), a
- * Content-Encoding already set, a range (206 or Content-Range), a HEAD (it still gets Vary, like the GET
- * would), a body (or a streamed response's Content-Length) below
- * gzip_min_length, a type not in gzip_types, a client whose
- * Accept-Encoding refuses gzip. A streamed response of unknown length is
- * compressed whatever its size.
+ * Content-Encoding already set, a range (206 or Content-Range), a HEAD
+ * (it still gets Vary, like the GET would), a body (or a streamed
+ * response's Content-Length) below gzip_min_length, a type not in
+ * gzip_types, a client whose Accept-Encoding refuses gzip. A streamed
+ * response of unknown length is compressed whatever its size.
  */
 #include <strings.h>
 #include <zlib.h>
