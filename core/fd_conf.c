@@ -14,6 +14,14 @@ int fd_conf_test;
 
 #define FD_CONF_MAX_INCLUDE_DEPTH 8
 
+struct fd_conf_pos_s {
+    const void *conf;
+    const char *key;
+    const char *file;
+    int line;
+    fd_conf_pos_t *next;
+};
+
 int fd_conf_error(fd_conf_t *cf, const char *fmt, ...)
 {
     va_list ap;
@@ -21,10 +29,44 @@ int fd_conf_error(fd_conf_t *cf, const char *fmt, ...)
 
     if (cf->file)
         n = snprintf(cf->err, sizeof(cf->err), "%s:%d: ", cf->file, cf->line);
+    else if (cf->main_file)
+        n = snprintf(cf->err, sizeof(cf->err), "%s: ", cf->main_file);
+    if (n < 0 || (size_t)n >= sizeof(cf->err))
+        n = 0;
     va_start(ap, fmt);
     vsnprintf(cf->err + n, sizeof(cf->err) - (size_t)n, fmt, ap);
     va_end(ap);
     return FD_ERROR;
+}
+
+int fd_conf_at_key(fd_conf_t *cf, const void *conf, const char *key)
+{
+    const fd_conf_pos_t *p;
+
+    for (p = cf->set; p; p = p->next)
+        if (p->conf == conf && strcmp(p->key, key) == 0) {
+            cf->file = p->file;
+            cf->line = p->line;
+            return 1;
+        }
+    return 0;
+}
+
+static void remember(fd_conf_t *cf, const fd_directive_t *d, const void *conf)
+{
+    fd_conf_pos_t *p;
+
+    if (cf->file == NULL || cf->pool == NULL)
+        return; /* a default: nothing in the file to point at */
+    p = fd_palloc(cf->pool, sizeof(*p));
+    if (p == NULL)
+        return; /* only a less precise position for a later error */
+    p->conf = conf;
+    p->key = d->name;
+    p->file = cf->file;
+    p->line = cf->line;
+    p->next = cf->set;
+    cf->set = p;
 }
 
 char *fd_conf_path(fd_conf_t *cf, const char *path)
@@ -58,14 +100,15 @@ int fd_conf_parse_flag(const char *s)
     return -1;
 }
 
-static int64_t parse_number(const char *s, const char **end)
+/* Leading digits of s, at most max; -1 without a digit or past max. */
+static int64_t parse_number(const char *s, const char **end, int64_t max)
 {
     int64_t v = 0;
 
     if (!isdigit((unsigned char)*s))
         return -1;
     for (; isdigit((unsigned char)*s); s++) {
-        if (v > (INT64_MAX - 9) / 10)
+        if (v > (max - (*s - '0')) / 10)
             return -1;
         v = v * 10 + (*s - '0');
     }
@@ -73,10 +116,18 @@ static int64_t parse_number(const char *s, const char **end)
     return v;
 }
 
+int64_t fd_conf_parse_uint(const char *s, int64_t max)
+{
+    const char *e;
+    int64_t v = parse_number(s, &e, max);
+
+    return v < 0 || *e != '\0' ? -1 : v;
+}
+
 int64_t fd_conf_parse_size(const char *s)
 {
     const char *e;
-    int64_t v = parse_number(s, &e), m = 1;
+    int64_t v = parse_number(s, &e, FD_CONF_VALUE_MAX), m = 1;
 
     if (v < 0)
         return -1;
@@ -87,7 +138,7 @@ int64_t fd_conf_parse_size(const char *s)
     case 'g': case 'G': m = 1024 * 1024 * 1024; e++; break;
     default: return -1;
     }
-    if (*e != '\0' || v > INT64_MAX / m)
+    if (*e != '\0' || v > FD_CONF_VALUE_MAX / m)
         return -1;
     return v * m;
 }
@@ -101,7 +152,7 @@ int64_t fd_conf_parse_msec(const char *s)
         return -1;
     while (*s) {
         const char *e;
-        int64_t v = parse_number(s, &e), m;
+        int64_t v = parse_number(s, &e, FD_CONF_VALUE_MAX), m;
 
         if (v < 0)
             return -1;
@@ -123,7 +174,9 @@ int64_t fd_conf_parse_msec(const char *s)
         } else {
             return -1;
         }
-        if (v > INT64_MAX / m / 2)
+        /* the total, not only each part, stays within the bound: three
+         * parts each just under it would overflow the sum */
+        if (v > (FD_CONF_VALUE_MAX - total) / m)
             return -1;
         total += v * m;
         s = e;
@@ -139,8 +192,49 @@ const fd_directive_t *fd_conf_find(const fd_directive_t *d, const char *key)
     return NULL;
 }
 
-int fd_conf_set(fd_conf_t *cf, const fd_directive_t *d, void *conf,
-                const char *value)
+/* A bound as the user would write it: 1m rather than 1048576. */
+static void fmt_bound(char *buf, size_t n, fd_conf_type_t type, int64_t v)
+{
+    static const struct {
+        int64_t m;
+        const char *unit;
+    } size[] = {{1024 * 1024 * 1024, "g"}, {1024 * 1024, "m"}, {1024, "k"}},
+      msec[] = {{86400000, "d"}, {3600000, "h"}, {60000, "m"}, {1000, "s"}};
+    unsigned i;
+
+    if (v > 0 && type == FD_CONF_SIZE)
+        for (i = 0; i < fd_nelems(size); i++)
+            if (v % size[i].m == 0) {
+                snprintf(buf, n, "%lld%s", (long long)(v / size[i].m),
+                         size[i].unit);
+                return;
+            }
+    if (v > 0 && type == FD_CONF_MSEC)
+        for (i = 0; i < fd_nelems(msec); i++)
+            if (v % msec[i].m == 0) {
+                snprintf(buf, n, "%lld%s", (long long)(v / msec[i].m),
+                         msec[i].unit);
+                return;
+            }
+    snprintf(buf, n, "%lld%s", (long long)v,
+             type == FD_CONF_MSEC ? "ms" : "");
+}
+
+static int check_range(fd_conf_t *cf, const fd_directive_t *d, int64_t v,
+                       const char *value)
+{
+    char lo[32], hi[32];
+
+    if ((d->min == 0 && d->max == 0) || (v >= d->min && v <= d->max))
+        return FD_OK;
+    fmt_bound(lo, sizeof(lo), d->type, d->min);
+    fmt_bound(hi, sizeof(hi), d->type, d->max);
+    return fd_conf_error(cf, "\"%s\" must be %s .. %s, not \"%s\"", d->name,
+                         lo, hi, value);
+}
+
+static int set_value(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                     const char *value)
 {
     char *field = (char *)conf + d->offset;
     int64_t v;
@@ -149,6 +243,10 @@ int fd_conf_set(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     fd_conf_list_t *l;
     char **items;
 
+    if (d->renamed)
+        return fd_conf_error(cf, "\"%s\" is not a key here any more: use "
+                             "\"%s\" (%s)", d->name, d->renamed,
+                             d->doc ? d->doc : "renamed");
     switch (d->type) {
     case FD_CONF_FLAG:
         if ((f = fd_conf_parse_flag(value)) < 0)
@@ -156,43 +254,54 @@ int fd_conf_set(fd_conf_t *cf, const fd_directive_t *d, void *conf,
                                  d->name, value);
         *(int *)field = f;
         return FD_OK;
-    case FD_CONF_INT: {
-        const char *end;
-        v = parse_number(value, &end);
-        if (v < 0 || *end != '\0')
+    case FD_CONF_INT:
+        v = fd_conf_parse_uint(value, INTPTR_MAX);
+        if (v < 0)
             return fd_conf_error(cf, "\"%s\" needs a non-negative integer, "
                                  "not \"%s\"", d->name, value);
+        if (check_range(cf, d, v, value) != FD_OK)
+            return FD_ERROR;
         *(fd_int_t *)field = (fd_int_t)v;
         return FD_OK;
-    }
     case FD_CONF_SIZE:
         if ((v = fd_conf_parse_size(value)) < 0)
             return fd_conf_error(cf, "\"%s\" needs a size (like 8k or 1m), "
                                  "not \"%s\"", d->name, value);
+        if (check_range(cf, d, v, value) != FD_OK)
+            return FD_ERROR;
         *(size_t *)field = (size_t)v;
         return FD_OK;
     case FD_CONF_MSEC:
         if ((v = fd_conf_parse_msec(value)) < 0)
             return fd_conf_error(cf, "\"%s\" needs a duration (like 75s or "
                                  "500ms), not \"%s\"", d->name, value);
+        if (check_range(cf, d, v, value) != FD_OK)
+            return FD_ERROR;
         *(fd_msec_t *)field = (fd_msec_t)v;
         return FD_OK;
-    case FD_CONF_ENUM:
+    case FD_CONF_ENUM: {
+        char opts[256] = "";
+        size_t n = 0;
+        fd_conf_near_t nr;
+        const char *best;
+
+        fd_conf_near_init(&nr, value);
         for (e = d->enums; e->name; e++) {
             if (strcmp(e->name, value) == 0) {
                 *(int *)field = e->value;
                 return FD_OK;
             }
+            fd_conf_near_add(&nr, e->name);
         }
-        {
-            char opts[256] = "";
-            size_t n = 0;
-            for (e = d->enums; e->name && n < sizeof(opts) - 32; e++)
-                n += (size_t)snprintf(opts + n, sizeof(opts) - n, "%s%s",
-                                      n ? " | " : "", e->name);
-            return fd_conf_error(cf, "\"%s\" must be one of %s, not \"%s\"",
-                                 d->name, opts, value);
-        }
+        for (e = d->enums; e->name && n < sizeof(opts) - 32; e++)
+            n += (size_t)snprintf(opts + n, sizeof(opts) - n, "%s%s",
+                                  n ? " | " : "", e->name);
+        best = fd_conf_near_best(&nr);
+        return fd_conf_error(cf, "\"%s\" must be one of %s, not \"%s\"%s%s%s",
+                             d->name, opts, value,
+                             best ? " (did you mean \"" : "",
+                             best ? best : "", best ? "\"?)" : "");
+    }
     case FD_CONF_STR:
         *(char **)field = fd_pstrdup(cf->pool, value, strlen(value));
         return FD_OK;
@@ -212,6 +321,120 @@ int fd_conf_set(fd_conf_t *cf, const fd_directive_t *d, void *conf,
         return d->set(cf, d, conf, value);
     }
     return fd_conf_error(cf, "bad directive type for \"%s\"", d->name);
+}
+
+int fd_conf_set(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                const char *value)
+{
+    if (set_value(cf, d, conf, value) != FD_OK)
+        return FD_ERROR;
+    remember(cf, d, conf);
+    return FD_OK;
+}
+
+/* --- did you mean --- */
+
+#define NEAR_MAX_LEN 64
+
+/* Optimal string alignment distance (Levenshtein plus the swap of two
+ * neighbours), three rows; names longer than NEAR_MAX_LEN are far. */
+unsigned fd_conf_distance(const char *a, const char *b)
+{
+    unsigned rows[3][NEAR_MAX_LEN + 1], *pp, *p, *c;
+    size_t la = strlen(a), lb = strlen(b), i, j;
+
+    if (la > NEAR_MAX_LEN || lb > NEAR_MAX_LEN)
+        return UINT32_MAX;
+    pp = rows[0];
+    p = rows[1];
+    c = rows[2];
+    for (j = 0; j <= lb; j++)
+        p[j] = (unsigned)j;
+    for (i = 1; i <= la; i++) {
+        unsigned *t;
+        c[0] = (unsigned)i;
+        for (j = 1; j <= lb; j++) {
+            unsigned cost = a[i - 1] != b[j - 1], v = p[j - 1] + cost;
+            if (p[j] + 1 < v)
+                v = p[j] + 1;
+            if (c[j - 1] + 1 < v)
+                v = c[j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] &&
+                a[i - 2] == b[j - 1] && pp[j - 2] + 1 < v)
+                v = pp[j - 2] + 1;
+            c[j] = v;
+        }
+        t = pp;
+        pp = p;
+        p = c;
+        c = t;
+    }
+    return p[lb];
+}
+
+void fd_conf_near_init(fd_conf_near_t *nr, const char *name)
+{
+    nr->name = name;
+    nr->best = NULL;
+    nr->dist = UINT32_MAX;
+}
+
+void fd_conf_near_add(fd_conf_near_t *nr, const char *candidate)
+{
+    unsigned d = fd_conf_distance(nr->name, candidate);
+
+    if (d < nr->dist) {
+        nr->dist = d;
+        nr->best = candidate;
+    }
+}
+
+void fd_conf_near_table(fd_conf_near_t *nr, const fd_directive_t *d)
+{
+    for (; d && d->name; d++)
+        if (d->renamed == NULL)
+            fd_conf_near_add(nr, d->name);
+}
+
+const char *fd_conf_near_best(const fd_conf_near_t *nr)
+{
+    size_t n = strlen(nr->name);
+
+    /* two edits in a long name are a typo; in "ab" they are another word */
+    if (nr->best == NULL || nr->dist == 0 || nr->dist > 2 ||
+        (n < 5 && nr->dist > 1) || n < 3)
+        return NULL;
+    return nr->best;
+}
+
+/* --- one name, one meaning --- */
+
+int fd_conf_check_levels(const fd_conf_level_t *levels, unsigned n,
+                         char *err, size_t errlen)
+{
+    unsigned li, ti, lj, tj;
+
+    for (li = 0; li < n; li++)
+        for (ti = 0; levels[li].tables[ti]; ti++)
+            for (const fd_directive_t *d = levels[li].tables[ti]; d->name;
+                 d++) {
+                if (d->renamed)
+                    continue;
+                for (lj = li; lj < n; lj++)
+                    for (tj = 0; levels[lj].tables[tj]; tj++)
+                        for (const fd_directive_t *e = levels[lj].tables[tj];
+                             e->name; e++) {
+                            if (e == d || e->renamed ||
+                                strcmp(d->name, e->name) != 0)
+                                continue;
+                            snprintf(err, errlen, "key \"%s\" is declared "
+                                     "twice, with two meanings: in %s and "
+                                     "in %s", d->name, levels[li].level,
+                                     levels[lj].level);
+                            return FD_ERROR;
+                        }
+            }
+    return FD_OK;
 }
 
 int fd_conf_defaults(fd_conf_t *cf, const fd_directive_t *d, void *conf)
@@ -475,5 +698,7 @@ int fd_conf_read(fd_conf_t *cf, const char *path, fd_conf_entry_t **entries,
     ini_stop_on_first_error = true;
     *entries = NULL;
     *n = 0;
+    if (cf->main_file == NULL)
+        cf->main_file = path;
     return read_file(cf, path, NULL, 0, entries, n, &cap, &seq, 0);
 }

@@ -50,6 +50,14 @@ struct fd_directive_s {
      * key, one call per value): FD_OK or FD_ERROR after fd_conf_error() */
     int (*set)(fd_conf_t *cf, const fd_directive_t *d, void *conf,
                const char *value);
+    /* FD_CONF_INT, SIZE, MSEC: the value must be within min .. max (both
+     * 0: unbounded); checked where the key is read, so the error names
+     * its file:line and a module needs no code for it */
+    int64_t min, max;
+    /* A key that no longer exists here: using it is an error that names
+     * the key to use instead (and the doc says why). It has no meaning,
+     * so it clashes with nothing (fd_conf_check_levels). */
+    const char *renamed;
     const char *doc;
 };
 
@@ -66,11 +74,15 @@ typedef struct fd_conf_entry_s {
     unsigned section_seq; /* which section instance (two [server] differ) */
 } fd_conf_entry_t;
 
+typedef struct fd_conf_pos_s fd_conf_pos_t;
+
 struct fd_conf_s {
     fd_pool_t *pool;       /* lives as long as the loaded configuration */
     fd_cycle_t *cycle;
     const char *file;      /* position of the entry being applied */
     int line;
+    const char *main_file; /* for errors about the file as a whole */
+    fd_conf_pos_t *set;    /* where each key was set, newest first */
     const char *prefix;    /* relative paths resolve against it */
     char err[1024];        /* "file:line: message" after an error */
 };
@@ -88,8 +100,21 @@ char *fd_conf_path(fd_conf_t *cf, const char *path);
  * checks that it could). */
 extern int fd_conf_test;
 
+/*
+ * Every configuration error goes through here: it is prefixed with
+ * cf->file:cf->line, the position of the entry being applied (the loader
+ * keeps it set while directive handlers and module hooks run). Without one
+ * (an error about the file as a whole) it names the main file.
+ */
 int fd_conf_error(fd_conf_t *cf, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/*
+ * Move cf's position to where key was last set in the conf block conf
+ * (fd_conf_set records it), for checks made later than the key was read
+ * (init_conf). 1 if found; else the position stays (the section header).
+ */
+int fd_conf_at_key(fd_conf_t *cf, const void *conf, const char *key);
 
 /* Parse one value of directive d into conf; FD_OK or FD_ERROR. */
 int fd_conf_set(fd_conf_t *cf, const fd_directive_t *d, void *conf,
@@ -98,10 +123,49 @@ int fd_conf_set(fd_conf_t *cf, const fd_directive_t *d, void *conf,
 int fd_conf_defaults(fd_conf_t *cf, const fd_directive_t *d, void *conf);
 const fd_directive_t *fd_conf_find(const fd_directive_t *d, const char *key);
 
-/* Value parsers shared with modules; -1 on a bad value. */
+/* Value parsers shared with modules; -1 on a bad value. A size or a
+ * duration is at most FD_CONF_VALUE_MAX (in bytes or milliseconds): a
+ * bound on the running total, so no sum of parts can overflow, and room
+ * for the caller to add it to a clock. */
+#define FD_CONF_VALUE_MAX (INT64_MAX / 4)
 int64_t fd_conf_parse_size(const char *s);
 int64_t fd_conf_parse_msec(const char *s);
 int fd_conf_parse_flag(const char *s);
+/* Digits only (no sign, no space), at most max; -1 otherwise. */
+int64_t fd_conf_parse_uint(const char *s, int64_t max);
+
+/*
+ * "Did you mean": feed the names valid where an unknown one was written;
+ * fd_conf_near_best() is the closest by edit distance (Damerau: a swap of
+ * two neighbours counts one), or NULL when none is close enough to be a
+ * typo of it.
+ */
+typedef struct {
+    const char *name;
+    const char *best;
+    unsigned dist;
+} fd_conf_near_t;
+
+void fd_conf_near_init(fd_conf_near_t *nr, const char *name);
+void fd_conf_near_add(fd_conf_near_t *nr, const char *candidate);
+void fd_conf_near_table(fd_conf_near_t *nr, const fd_directive_t *d);
+const char *fd_conf_near_best(const fd_conf_near_t *nr);
+unsigned fd_conf_distance(const char *a, const char *b);
+
+/*
+ * The directive tables that one level of the configuration accepts ([http]
+ * takes its own keys and every location key as defaults; [server] its own
+ * and the location keys). A key name must mean one thing in all of them:
+ * the same declaration, reached from several levels, is fine; two
+ * declarations of one name is a clash. FD_OK, or FD_ERROR with err set.
+ */
+typedef struct {
+    const char *level;                 /* "[http]" */
+    const fd_directive_t *const *tables; /* NULL-ended */
+} fd_conf_level_t;
+
+int fd_conf_check_levels(const fd_conf_level_t *levels, unsigned n,
+                         char *err, size_t errlen);
 
 /* Read a file (and its includes) into entries; used by fd_cycle_load. */
 int fd_conf_read(fd_conf_t *cf, const char *path, fd_conf_entry_t **entries,
