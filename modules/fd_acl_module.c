@@ -36,53 +36,80 @@ typedef struct {
 
 fd_module_t fd_acl_module;
 
+/*
+ * ADDR or ADDR/BITS, nothing else: inet_pton() for the address (it takes
+ * no spaces, no leading zeros in IPv4) and digits only for the prefix
+ * length, so "/-0", "/+8", "/ 8" and "1.2.3.4/" are errors, not rules. A
+ * rule is a security boundary: "10.1.2.3/8" is refused rather than read
+ * as 10.0.0.0/8 (nginx warns and widens it), since it is as likely a host
+ * with a mistyped length.
+ */
+static int parse_rule(fd_conf_t *cf, const fd_directive_t *d, const char *v,
+                      acl_rule_t *rule)
+{
+    char text[INET6_ADDRSTRLEN + 8], net[INET6_ADDRSTRLEN], *slash;
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0,
+                                       0, 0, 0, 0, 0xff, 0xff};
+    unsigned max, i;
+    int64_t bits;
+    uint8_t masked[16];
+
+    if (strcmp(v, "all") == 0)
+        return FD_OK; /* family 0 */
+    if (strlen(v) >= sizeof(text))
+        return fd_conf_error(cf, "%s: bad address \"%s\"", d->name, v);
+    strcpy(text, v);
+    slash = strchr(text, '/');
+    if (slash)
+        *slash++ = '\0';
+    if (inet_pton(AF_INET, text, rule->addr) == 1) {
+        rule->family = AF_INET;
+        max = 32;
+    } else if (inet_pton(AF_INET6, text, rule->addr) == 1) {
+        rule->family = AF_INET6;
+        max = 128;
+    } else {
+        return fd_conf_error(cf, "%s: \"%s\" is not an address, CIDR or "
+                             "all", d->name, v);
+    }
+    bits = max;
+    if (slash && (bits = fd_conf_parse_uint(slash, max)) < 0)
+        return fd_conf_error(cf, "%s: bad prefix length in \"%s\" (digits, "
+                             "0 .. %u)", d->name, v, max);
+    rule->bits = (uint8_t)bits;
+    for (i = 0; i < max / 8; i++) {
+        unsigned keep = bits >= 8 * (i + 1) ? 8
+                        : bits > 8 * i      ? (unsigned)(bits - 8 * i)
+                                            : 0;
+        masked[i] = rule->addr[i] & (uint8_t)(0xff00 >> keep);
+    }
+    if (memcmp(masked, rule->addr, max / 8) != 0) {
+        inet_ntop(rule->family, masked, net, sizeof(net));
+        return fd_conf_error(cf, "%s: \"%s\" has bits set below the prefix "
+                             "length: write %s/%u for the network or %s "
+                             "for the one address", d->name, v, net,
+                             rule->bits, text);
+    }
+    /* ::ffff:10.0.0.0/104 is the IPv4 rule 10.0.0.0/8: it then matches
+     * the client of an IPv4 listener too */
+    if (rule->family == AF_INET6 && rule->bits >= 96 &&
+        memcmp(rule->addr, mapped, 12) == 0) {
+        memmove(rule->addr, rule->addr + 12, 4);
+        memset(rule->addr + 4, 0, 12);
+        rule->family = AF_INET;
+        rule->bits -= 96;
+    }
+    return FD_OK;
+}
+
 static int set_rule(fd_conf_t *cf, const fd_directive_t *d, void *conf,
                     const char *v)
 {
     acl_conf_t *ac = conf;
     acl_rule_t rule = {.deny = d->name[0] == 'd'}, *rules;
-    char text[INET6_ADDRSTRLEN + 8], *slash, *end;
-    unsigned max, i;
-    long bits;
 
-    while (*v == ' ' || *v == '\t')
-        v++;
-    if (strcmp(v, "all") != 0) {
-        if (strlen(v) >= sizeof(text))
-            return fd_conf_error(cf, "%s: bad address \"%s\"", d->name, v);
-        strcpy(text, v);
-        while (strlen(text) && (text[strlen(text) - 1] == ' ' ||
-                                text[strlen(text) - 1] == '\t'))
-            text[strlen(text) - 1] = '\0';
-        slash = strchr(text, '/');
-        if (slash)
-            *slash++ = '\0';
-        if (inet_pton(AF_INET, text, rule.addr) == 1) {
-            rule.family = AF_INET;
-            max = 32;
-        } else if (inet_pton(AF_INET6, text, rule.addr) == 1) {
-            rule.family = AF_INET6;
-            max = 128;
-        } else {
-            return fd_conf_error(cf, "%s: \"%s\" is not an address, CIDR or "
-                                 "all", d->name, v);
-        }
-        bits = max;
-        if (slash) {
-            bits = strtol(slash, &end, 10);
-            if (end == slash || *end || bits < 0 || bits > (long)max)
-                return fd_conf_error(cf, "%s: bad prefix length in \"%s\"",
-                                     d->name, v);
-        }
-        rule.bits = (uint8_t)bits;
-        /* host bits below the prefix mean nothing: clear them */
-        for (i = 0; i < max / 8; i++) {
-            unsigned keep = bits >= (long)(8 * (i + 1)) ? 8
-                            : bits > (long)(8 * i)      ? (unsigned)(bits - 8 * i)
-                                                        : 0;
-            rule.addr[i] &= (uint8_t)(0xff00 >> keep);
-        }
-    }
+    if (parse_rule(cf, d, v, &rule) != FD_OK)
+        return FD_ERROR;
     rules = fd_palloc(cf->pool, (ac->n + 1) * sizeof(*rules));
     if (rules == NULL)
         return fd_conf_error(cf, "out of memory");

@@ -2,6 +2,8 @@
 # allow/deny: deny all, allow 127.0.0.1, first match wins, CIDR, IPv6
 # rules (not matching an IPv4 client), inheritance from [server], a
 # location's own rules replacing it, and rewrite into a denied location.
+# A malformed rule (a signed or spaced prefix length, host bits below the
+# prefix) is a config error naming file:line, never a rule that allows.
 
 use strict;
 use warnings;
@@ -37,7 +39,12 @@ deny = all
 
 [location /cidr]
 handler = plaintext
-allow = 127.1.2.3/8
+allow = 127.0.0.0/8
+deny = all
+
+[location /mapped]
+handler = plaintext
+allow = ::ffff:127.0.0.0/104
 deny = all
 
 [location /v6]
@@ -73,7 +80,8 @@ is(st('/mine'), 200, 'allow = 127.0.0.1 before deny all: 200');
 is(st('/order-deny-first'), 403, 'first match wins: deny 127/8 then allow');
 is(st('/order-allow-first'), 200, 'first match wins: allow 127/8 then deny');
 is(st('/other-net'), 403, 'a client outside the allowed net: 403');
-is(st('/cidr'), 200, 'host bits below the prefix are ignored');
+is(st('/cidr'), 200, 'allow = 127.0.0.0/8 lets 127.0.0.1 in');
+is(st('/mapped'), 200, 'an IPv4-mapped IPv6 rule matches an IPv4 client');
 is(st('/v6'), 403, 'IPv6 rules do not match an IPv4 client');
 is(st('/v6-deny'), 200, 'deny ::/0 does not match an IPv4 client');
 is(st('/inherit'), 200, '[server] rules inherited (not matching: 200)');
@@ -127,13 +135,61 @@ SKIP: {
     $t3->no_alerts;
 }
 
+# --- the typo that allowed everyone ------------------------------------------
+# allow = 10.0.0.0/-0 was read as 10.0.0.0/0 (strtol takes the sign), so
+# "deny = all" after it denied nobody. It must not start, and no client of
+# an outside network may get through.
+{
+    my $conf = FastdTest::base_conf(locations =>
+        "[location /private]\nhandler = plaintext\nallow = 10.0.0.0/-0\n"
+      . "deny = all\n\n");
+    my $t4 = FastdTest->new(conf => $conf);
+    my ($rc, $out) = FastdTest::run_fastd('-t', '-c', $t4->conf_file);
+    isnt($rc, 0, 'allow = 10.0.0.0/-0: fastd -t fails');
+    my $line = 0;
+    my @l = split /\n/, $t4->subst($conf);
+    for my $i (0 .. $#l) { $line = $i + 1 if $l[$i] =~ m{^allow = 10\.0\.0\.0/-0} }
+    like($out, qr/\Q${\ $t4->conf_file}\E:$line: allow: bad prefix length/,
+         '... naming file:line') or diag($out);
+    # and if it starts anyway (it must not), a client outside 10/8 is denied
+    if ($rc == 0) {
+        $t4->start;
+        is($t4->get('/private')->status, 403,
+           '127.0.0.1 is not in 10.0.0.0/8: 403');
+        $t4->stop;
+    }
+}
+
 # --- config errors -----------------------------------------------------------
-for my $bad ('10.0.0.0/33', 'not-an-ip', '::1/129', '10.0.0.1/x') {
+# each value is refused by -t with file:line; none becomes a rule
+for my $bad ('10.0.0.0/33', 'not-an-ip', '::1/129', '10.0.0.1/x',
+             '10.0.0.0/-0', '10.0.0.0/+8', '10.0.0.0/ 8', '10.0.0.0 /8',
+             '10.0.0.0/8 x', '1.2.3.4/', '/8', '10.0.0.0/8/8', '10.0.0.0//8',
+             '010.0.0.0/8', '10.0.0/8', '10.0.0.0/0x8', '10.0.0.0/99999999999',
+             '::/-0', '2001:db8::/ 32', '10.1.2.3/8', '10.0.0.1/0',
+             '2001:db8::1/32', 'ALL', 'all 10.0.0.0/8', '"10.0.0.0/8"') {
     my $path = $t->write_conf(FastdTest::base_conf(
-        locations => "[location /x]\ndeny = $bad\n"), 'bad.conf');
+        locations => "[location /x]\n\ndeny = $bad\n"), 'bad.conf');
+    my $line = 0;
+    my @l = split /\n/, $t->subst(FastdTest::base_conf(
+        locations => "[location /x]\n\ndeny = $bad\n"));
+    for my $i (0 .. $#l) { $line = $i + 1 if $l[$i] eq "deny = $bad" }
     my ($rc, $out) = FastdTest::run_fastd('-t', '-c', $path);
     isnt($rc, 0, "deny = $bad is a config error");
-    like($out, qr/bad\.conf:\d+: deny: /, '... naming file:line') or diag($out);
+    like($out, qr/bad\.conf:$line: deny: /, '... naming file:line')
+        or diag($out);
+}
+like((FastdTest::run_fastd('-t', '-c', $t->write_conf(FastdTest::base_conf(
+        locations => "[location /x]\nallow = 10.1.2.3/8\n"), 'bad.conf')))[1],
+     qr{write 10\.0\.0\.0/8 for the network or 10\.1\.2\.3 for the one},
+     'host bits below the prefix: the error says what to write');
+# the forms that are fine stay fine
+for my $good ('10.0.0.0/8', '10.0.0.0/08', '0.0.0.0/0', '10.1.2.3/32',
+              '10.1.2.3', '::/0', '::1', '2001:db8::/32', 'all', ' 10.0.0.0/8 ') {
+    my $path = $t->write_conf(FastdTest::base_conf(
+        locations => "[location /x]\ndeny = $good\n"), 'good.conf');
+    my ($rc, $out) = FastdTest::run_fastd('-t', '-c', $path);
+    is($rc, 0, "deny = $good is accepted") or diag($out);
 }
 
 $t->stop;
