@@ -497,6 +497,15 @@ int main(int argc, char **argv)
         return 1;
     }
     if (test) {
+        /* every profile, not only today's: switching to one must not be
+         * the moment its typo is found */
+        if (fd_cycle_test_profiles(conf_file, cycle->profile, err,
+                                   sizeof(err)) != FD_OK) {
+            fprintf(stderr, "fastd: [emerg] %s\n", err);
+            fprintf(stderr, "fastd: configuration file %s test failed\n",
+                    conf_file);
+            return 1;
+        }
         fprintf(stderr, "fastd: configuration file %s test is successful\n",
                 conf_file);
         return 0;

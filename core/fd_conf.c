@@ -229,6 +229,9 @@ static int check_range(fd_conf_t *cf, const fd_directive_t *d, int64_t v,
         return FD_OK;
     fmt_bound(lo, sizeof(lo), d->type, d->min);
     fmt_bound(hi, sizeof(hi), d->type, d->max);
+    if (d->min == 0)
+        return fd_conf_error(cf, "\"%s\" is at most %s, not \"%s\"",
+                             d->name, hi, value);
     return fd_conf_error(cf, "\"%s\" must be %s .. %s, not \"%s\"", d->name,
                          lo, hi, value);
 }

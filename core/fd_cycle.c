@@ -27,18 +27,17 @@ static int set_workers(fd_conf_t *cf, const fd_directive_t *d, void *conf,
                        const char *v)
 {
     fd_int_t *w = (fd_int_t *)((char *)conf + d->offset);
-    char *end;
-    long n;
+    int64_t n;
 
     if (strcmp(v, "auto") == 0) {
         *w = 0;
         return FD_OK;
     }
-    n = strtol(v, &end, 10);
-    if (*end || end == v || n < 1 || n > FD_MAX_WORKER_SLOTS / 2)
+    n = fd_conf_parse_uint(v, FD_MAX_WORKER_SLOTS);
+    if (n < 1 || n > FD_MAX_WORKER_SLOTS / 2)
         return fd_conf_error(cf, "\"workers\" must be auto or 1..%d, not "
                              "\"%s\"", FD_MAX_WORKER_SLOTS / 2, v);
-    *w = n;
+    *w = (fd_int_t)n;
     return FD_OK;
 }
 
@@ -138,24 +137,30 @@ static const fd_directive_t events_directives[] = {
             "turn, not per request); off, or no io_uring: one send() each"},
     FD_CONF_END};
 
-/* the Server: value: a string of at most FD_SERVER_NAME_MAX bytes */
+/* the Server: value: a string of at most FD_SERVER_HEADER_MAX bytes */
 static int set_server_header(fd_conf_t *cf, const fd_directive_t *d,
                              void *conf, const char *v)
 {
     fd_directive_t str = *d;
 
-    if (strlen(v) > FD_SERVER_NAME_MAX)
-        return fd_conf_error(cf, "\"server_name\" is longer than %d bytes",
-                             FD_SERVER_NAME_MAX);
+    if (strlen(v) > FD_SERVER_HEADER_MAX)
+        return fd_conf_error(cf, "\"%s\" is longer than %d bytes", d->name,
+                             FD_SERVER_HEADER_MAX);
     str.type = FD_CONF_STR;
     str.set = NULL;
     return fd_conf_set(cf, &str, conf, v);
 }
 
 static const fd_directive_t http_directives[] = {
-    {.name = "server_name", .type = FD_CONF_CUSTOM, .offset = HTTP(server_name),
-     .set = set_server_header, .def = "fastd",
+    /* named for what it sets: [server] server_name is the host names */
+    {.name = "server_header", .type = FD_CONF_CUSTOM,
+     .offset = HTTP(server_header), .set = set_server_header, .def = "fastd",
      .doc = "the Server: header value (empty: none; at most 256 bytes)"},
+    /* the key's name before 0.2: refused, so that no file that sets it is
+     * read as meaning something else */
+    {.name = "server_name", .renamed = "server_header",
+     .doc = "the Server: response header is [http] server_header; host "
+            "names are [server] server_name"},
     {.name = "server_tokens", .type = FD_CONF_FLAG,
      .offset = HTTP(server_tokens), .def = "on",
      .doc = "on: the default Server: value and error pages carry the "
@@ -176,7 +181,8 @@ static const fd_directive_t http_directives[] = {
      .offset = HTTP(send_timeout), .def = "60s",
      .doc = "longest wait between two writes to a client (close)"},
     {.name = "max_header_size", .type = FD_CONF_SIZE,
-     .offset = HTTP(max_header_size), .def = "8k",
+     .offset = HTTP(max_header_size), .def = "8k", .min = 256,
+     .max = 1024 * 1024,
      .doc = "request line + headers; over it: 414 (line) or 431"},
     {.name = "max_headers", .type = FD_CONF_INT, .offset = HTTP(max_headers),
      .def = "100", .doc = "header fields per request; over it: 431"},
@@ -228,9 +234,21 @@ static int set_handler(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     const fd_module_t *m = fd_module_find(v);
 
     (void)d;
-    if (m == NULL || m->handler == NULL)
+    if (m == NULL || m->handler == NULL) {
+        fd_conf_near_t nr;
+        const char *best;
+        unsigned i;
+
+        fd_conf_near_init(&nr, v);
+        for (i = 0; i < fd_nmodules; i++)
+            if (fd_modules[i]->handler)
+                fd_conf_near_add(&nr, fd_modules[i]->name);
+        best = fd_conf_near_best(&nr);
         return fd_conf_error(cf, "unknown handler \"%s\" (not a module "
-                             "built into this fastd)", v);
+                             "built into this fastd)%s%s%s", v,
+                             best ? "; did you mean \"" : "",
+                             best ? best : "", best ? "\"?" : "");
+    }
     loc->handler = m;
     return FD_OK;
 }
@@ -276,8 +294,34 @@ static int set_names(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     return FD_OK;
 }
 
+static int parse_addr(const char *text, struct sockaddr_storage *ss,
+                      socklen_t *len);
+
+/* "ADDR:PORT [default]": checked here, so that an error names its line */
+static int set_listen(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                      const char *v)
+{
+    fd_directive_t list = *d;
+    char addr[300], opt[64] = "", extra[2];
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int n = sscanf(v, "%299s %63s %1s", addr, opt, extra);
+
+    if (n < 1 || parse_addr(addr, &ss, &len) != FD_OK)
+        return fd_conf_error(cf, "bad listen address \"%s\" (expected "
+                             "ADDR:PORT, [IPv6]:PORT or PORT)", v);
+    if (opt[0] && strcmp(opt, "default") != 0)
+        return fd_conf_error(cf, "unknown listen option \"%s\" (only "
+                             "default)", opt);
+    if (n == 3)
+        return fd_conf_error(cf, "listen \"%s\": one option at most", v);
+    list.set = NULL;
+    return fd_conf_set(cf, &list, conf, v);
+}
+
 const fd_directive_t fd_http_server_directives[] = {
     {.name = "listen", .type = FD_CONF_LIST, .offset = SRV(listen),
+     .set = set_listen,
      .doc = "ADDR:PORT [default], repeatable; [::]:PORT for IPv6"},
     {.name = "server_name", .type = FD_CONF_CUSTOM, .offset = SRV(names),
      .set = set_names,
@@ -302,6 +346,9 @@ typedef struct {
     unsigned n;
     fd_conf_list_t http_loc;      /* indexes of [http] location keys */
 } load_t;
+
+static int unknown_key(load_t *ld, const fd_conf_entry_t *e,
+                       const fd_directive_t *own, int loc_keys);
 
 static int is_named(const char *section, const char *type, const char **name)
 {
@@ -338,8 +385,7 @@ static int apply_simple(load_t *ld, unsigned from, unsigned to,
         d = fd_conf_find(dirs, e->key);
         at(ld, e);
         if (d == NULL)
-            return fd_conf_error(ld->cf, "unknown key \"%s\" in [%s]",
-                                 e->key, e->section);
+            return unknown_key(ld, e, dirs, 0);
         if (d->type != FD_CONF_LIST)
             for (j = from; j < i; j++)
                 if (strcmp(ld->e[j].key, e->key) == 0)
@@ -369,6 +415,64 @@ static const fd_directive_t *find_loc_key(const char *key, unsigned *mod)
         }
     }
     return NULL;
+}
+
+/* Where a key is valid, for an error about it used elsewhere. */
+static const char *key_home(const char *key, char *buf, size_t n)
+{
+    static const struct {
+        const char *level;
+        const fd_directive_t *d;
+    } homes[] = {{"[main]", main_directives},
+                 {"[events]", events_directives},
+                 {"[http]", http_directives},
+                 {"[offload]", offload_directives},
+                 {"[server]", fd_http_server_directives}};
+    unsigned i, mod;
+    const fd_directive_t *d;
+
+    for (i = 0; i < fd_nelems(homes); i++)
+        if ((d = fd_conf_find(homes[i].d, key)) && d->renamed == NULL)
+            return homes[i].level;
+    if (find_loc_key(key, &mod))
+        return "[location] (or [http] and [server] as defaults)";
+    for (i = 0; i < fd_nmodules; i++)
+        if (fd_modules[i]->section &&
+            fd_conf_find(fd_modules[i]->section_directives, key)) {
+            snprintf(buf, n, "[%s NAME]", fd_modules[i]->section);
+            return buf;
+        }
+    return NULL;
+}
+
+/*
+ * An unknown key: say where it belongs if it is valid elsewhere, else the
+ * nearest key valid here (own, and every location key with loc_keys).
+ */
+static int unknown_key(load_t *ld, const fd_conf_entry_t *e,
+                       const fd_directive_t *own, int loc_keys)
+{
+    fd_conf_near_t nr;
+    const char *home, *best;
+    char buf[80];
+    unsigned i;
+
+    at(ld, (fd_conf_entry_t *)e);
+    home = key_home(e->key, buf, sizeof(buf));
+    if (home)
+        return fd_conf_error(ld->cf, "unknown key \"%s\" in [%s]: it "
+                             "belongs in %s", e->key, e->section, home);
+    fd_conf_near_init(&nr, e->key);
+    fd_conf_near_table(&nr, own);
+    if (loc_keys) {
+        fd_conf_near_table(&nr, fd_http_loc_directives);
+        for (i = 0; i < fd_nmodules; i++)
+            fd_conf_near_table(&nr, fd_modules[i]->directives);
+    }
+    best = fd_conf_near_best(&nr);
+    return fd_conf_error(ld->cf, "unknown key \"%s\" in [%s]%s%s%s", e->key,
+                         e->section, best ? "; did you mean \"" : "",
+                         best ? best : "", best ? "\"?" : "");
 }
 
 static int apply_loc_entry(load_t *ld, fd_http_loc_t *loc, fd_conf_entry_t *e)
@@ -502,6 +606,8 @@ static void loc_link(fd_http_server_t *srv, fd_http_loc_t *loc)
 
 static int loc_finish(load_t *ld, fd_http_loc_t *loc)
 {
+    const char *file = ld->cf->file;
+    int line = ld->cf->line;
     unsigned i;
 
     if (loc->handler == NULL) {
@@ -524,6 +630,10 @@ static int loc_finish(load_t *ld, fd_http_loc_t *loc)
     }
     for (i = 0; i < fd_nmodules; i++) {
         const fd_module_t *m = fd_modules[i];
+        /* each module starts from the section's position; it may move it
+         * to its key with fd_conf_at_key() */
+        ld->cf->file = file;
+        ld->cf->line = line;
         if (m->init_conf && m->init_conf(ld->cf, loc, loc->mconf[i]) != FD_OK)
             return FD_ERROR;
     }
@@ -556,8 +666,7 @@ static int parse_addr(const char *text, struct sockaddr_storage *ss,
 {
     char host[256];
     const char *colon;
-    char *end;
-    long port;
+    int64_t port;
     struct sockaddr_in *sin = (struct sockaddr_in *)ss;
     struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)ss;
 
@@ -583,8 +692,8 @@ static int parse_addr(const char *text, struct sockaddr_storage *ss,
                 strcpy(host, "0.0.0.0");
         }
     }
-    port = strtol(colon + 1, &end, 10);
-    if (*end || end == colon + 1 || port < 1 || port > 65535)
+    port = fd_conf_parse_uint(colon + 1, 65535);
+    if (port < 1)
         return FD_ERROR;
     if (inet_pton(AF_INET, host, &sin->sin_addr) == 1) {
         sin->sin_family = AF_INET;
@@ -679,7 +788,7 @@ static int server_error_pages(load_t *ld, fd_http_server_t *srv,
             uri = tok;
             break;
         }
-        codes[ncodes] = atoi(tok);
+        codes[ncodes] = (int)fd_conf_parse_uint(tok, 999);
         if (codes[ncodes] < 300 || codes[ncodes] > 599 || ncodes == 31)
             return fd_conf_error(cf, "error_page: bad status \"%s\"", tok);
         ncodes++;
@@ -852,21 +961,15 @@ static int apply_globals(load_t *ld)
     unsigned i, j, k;
     const char *name;
     static const char *singletons[] = {"main", "events", "http", "offload"};
-    unsigned seen[4] = {0, 0, 0, 0};
 
     for (i = 0; i < ld->n; i = j) {
         fd_conf_entry_t *e = &ld->e[i];
         j = section_end(ld, i);
         at(ld, e);
-        for (k = 0; k < 4; k++) {
-            if (strcmp(e->section, singletons[k]) != 0)
-                continue;
-            if (seen[k] && seen[k] != e->section_seq) {
-                /* a second [http] continues the first, as in nginx */
-            }
-            seen[k] = e->section_seq;
-            break;
-        }
+        /* a second [http] continues the first, as in nginx */
+        for (k = 0; k < 4; k++)
+            if (strcmp(e->section, singletons[k]) == 0)
+                break;
         if (k == 0 && apply_simple(ld, i, j, main_directives, &cy->main))
             return FD_ERROR;
         if (k == 1 && apply_simple(ld, i, j, events_directives, &cy->events))
@@ -895,8 +998,7 @@ static int apply_globals(load_t *ld)
                     continue;
                 }
                 if (find_loc_key(e->key, &mod) == NULL)
-                    return fd_conf_error(cf, "unknown key \"%s\" in [http]",
-                                         e->key);
+                    return unknown_key(ld, e, http_directives, 1);
                 {
                     char **items = fd_palloc(cf->pool, (ld->http_loc.n + 1) *
                                                            sizeof(char *));
@@ -925,8 +1027,28 @@ static int apply_globals(load_t *ld)
                 return fd_conf_error(cf, "[%s] needs a name: [%s NAME]",
                                      m->section, m->section);
         }
-        if (k == fd_nmodules)
-            return fd_conf_error(cf, "unknown section [%s]", e->section);
+        if (k == fd_nmodules) {
+            fd_conf_near_t nr;
+            const char *best;
+            char type[64];
+            static const char *const known[] = {
+                "main", "events", "http", "offload", "server", "location",
+                "profile"};
+
+            /* [locaton /x]: the type is the word to correct */
+            snprintf(type, sizeof(type), "%.*s",
+                     (int)strcspn(e->section, " \t"), e->section);
+            fd_conf_near_init(&nr, type);
+            for (k = 0; k < fd_nelems(known); k++)
+                fd_conf_near_add(&nr, known[k]);
+            for (k = 0; k < fd_nmodules; k++)
+                if (fd_modules[k]->section)
+                    fd_conf_near_add(&nr, fd_modules[k]->section);
+            best = fd_conf_near_best(&nr);
+            return fd_conf_error(cf, "unknown section [%s]%s%s%s",
+                                 e->section, best ? "; did you mean [" : "",
+                                 best ? best : "", best ? "]?" : "");
+        }
     }
     return FD_OK;
 }
@@ -973,8 +1095,7 @@ static int apply_servers(load_t *ld)
                 }
                 rc = apply_loc_entry(ld, srv->root_loc, se);
                 if (rc == FD_DECLINED)
-                    return fd_conf_error(cf, "unknown key \"%s\" in "
-                                         "[server]", se->key);
+                    return unknown_key(ld, se, fd_http_server_directives, 1);
                 if (rc != FD_OK)
                     return FD_ERROR;
             }
@@ -1029,8 +1150,7 @@ static int apply_servers(load_t *ld)
                 }
                 rc = apply_loc_entry(ld, loc, le);
                 if (rc == FD_DECLINED)
-                    return fd_conf_error(cf, "unknown key \"%s\" in [%s]",
-                                         le->key, le->section);
+                    return unknown_key(ld, le, NULL, 1);
                 if (rc != FD_OK)
                     return FD_ERROR;
             }
@@ -1041,7 +1161,12 @@ static int apply_servers(load_t *ld)
         }
     }
     for (srv = cy->servers; srv; srv = srv->next) {
-        cf->file = NULL;
+        /* the implicit location's checks name its [server] header */
+        for (i = 0; i < ld->n; i++)
+            if (ld->e[i].section_seq == srv->seq) {
+                at(ld, &ld->e[i]);
+                break;
+            }
         if (loc_finish(ld, srv->root_loc) != FD_OK)
             return FD_ERROR;
     }
@@ -1062,6 +1187,7 @@ static char *make_prefix(fd_pool_t *pool, const char *file)
 fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
                           size_t errlen)
 {
+    static int keys_checked;
     fd_pool_t *pool = fd_pool_create(16384);
     fd_cycle_t *cy;
     fd_conf_t cf = {0};
@@ -1071,6 +1197,14 @@ fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
     if (pool == NULL) {
         snprintf(err, errlen, "out of memory");
         return NULL;
+    }
+    /* the tables are constant: once a process (startup, -t, tests) */
+    if (!keys_checked) {
+        if (fd_cycle_check_keys(err, errlen) != FD_OK) {
+            fd_pool_destroy(pool);
+            return NULL;
+        }
+        keys_checked = 1;
     }
     cy = fd_pcalloc(pool, sizeof(*cy));
     cy->pool = pool;
@@ -1103,9 +1237,10 @@ fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
     if (apply_globals(&ld) != FD_OK || apply_servers(&ld) != FD_OK)
         goto failed;
 
+    /* from here on errors are about the file as a whole */
     cf.file = NULL;
     if (cy->servers == NULL) {
-        fd_conf_error(&cf, "%s: no [server] section", file);
+        fd_conf_error(&cf, "no [server] section");
         goto failed;
     }
     if (cy->nlistening > UINT16_MAX) {
@@ -1126,15 +1261,10 @@ fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
             if (s->max_conns_per_ip > 0)
                 cy->conns_per_ip = 1;
     }
-    if (cy->http.max_header_size < 256 ||
-        cy->http.max_header_size > 1024 * 1024) {
-        fd_conf_error(&cf, "max_header_size must be 256 .. 1m");
-        goto failed;
-    }
     if (cy->events.max_connections < 1)
         cy->events.max_connections = 1;
-    if (cy->http.server_tokens && strcmp(cy->http.server_name, "fastd") == 0)
-        cy->http.server_name = "fastd/" FASTD_VERSION;
+    if (cy->http.server_tokens && strcmp(cy->http.server_header, "fastd") == 0)
+        cy->http.server_header = "fastd/" FASTD_VERSION;
 
     cy->nworkers = cy->main.workers ? cy->main.workers
                                     : sysconf(_SC_NPROCESSORS_ONLN);
@@ -1144,6 +1274,7 @@ fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
         cy->offload.max_threads = cy->offload.threads;
     for (i = 0; i < fd_nmodules; i++) {
         const fd_module_t *m = fd_modules[i];
+        cf.file = NULL;
         if (m->init_cycle && m->init_cycle(&cf, cy) != FD_OK)
             goto failed;
     }
@@ -1155,6 +1286,99 @@ failed:
     free(ld.e);
     fd_pool_destroy(pool);
     return NULL;
+}
+
+int fd_cycle_test_profiles(const char *file, const char *skip, char *err,
+                           size_t errlen)
+{
+    fd_pool_t *pool = fd_pool_create(4096);
+    fd_conf_t cf = {0};
+    fd_conf_entry_t *e = NULL;
+    unsigned n = 0, i, j;
+    const char *name, *other;
+    int rc = FD_OK;
+
+    if (pool == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return FD_ERROR;
+    }
+    cf.pool = pool;
+    if (fd_conf_read(&cf, file, &e, &n) != FD_OK) {
+        snprintf(err, errlen, "%s", cf.err);
+        rc = FD_ERROR;
+        goto done;
+    }
+    for (i = 0; i < n && rc == FD_OK; i++) {
+        fd_cycle_t *cy;
+
+        /* each profile once: at its first header */
+        if (e[i].key[0] != '\0' || !is_named(e[i].section, "profile", &name))
+            continue;
+        if (skip && strcmp(name, skip) == 0)
+            continue;
+        for (j = 0; j < i; j++)
+            if (e[j].key[0] == '\0' &&
+                is_named(e[j].section, "profile", &other) &&
+                strcmp(name, other) == 0)
+                break;
+        if (j < i)
+            continue;
+        cy = fd_cycle_load(file, name, err, errlen);
+        if (cy == NULL) {
+            size_t l = strlen(err);
+            snprintf(err + l, errlen > l ? errlen - l : 0,
+                     " (with [profile %s])", name);
+            rc = FD_ERROR;
+        }
+        fd_cycle_free(cy);
+    }
+done:
+    free(e);
+    fd_pool_destroy(pool);
+    return rc;
+}
+
+int fd_cycle_check_keys(char *err, size_t errlen)
+{
+    unsigned n = 3 + fd_nmodules, i;
+    fd_conf_level_t *lv = calloc(n, sizeof(*lv));
+    const fd_directive_t **tabs = calloc(n * 2, sizeof(*tabs));
+    char (*names)[64] = calloc(n, sizeof(*names));
+    int rc;
+
+    if (lv == NULL || tabs == NULL || names == NULL) {
+        snprintf(err, errlen, "out of memory");
+        rc = FD_ERROR;
+        goto done;
+    }
+    /* the levels that inherit from each other: [http] keys are defaults
+     * of [server] and [location] keys, so one name there must be one
+     * declaration; [main], [events], [offload] and module sections are
+     * their own (a profile names them section.key) */
+    tabs[0] = http_directives;
+    tabs[2] = fd_http_server_directives;
+    tabs[4] = fd_http_loc_directives;
+    lv[0].level = "[http]";
+    lv[1].level = "[server]";
+    lv[2].level = "[location]";
+    for (i = 0; i < fd_nmodules; i++) {
+        snprintf(names[3 + i], sizeof(names[0]), "[location] (module %s)",
+                 fd_modules[i]->name);
+        lv[3 + i].level = names[3 + i];
+        tabs[2 * (3 + i)] = fd_modules[i]->directives;
+    }
+    for (i = 0; i < n; i++) {
+        static const fd_directive_t none[] = {FD_CONF_END};
+        if (tabs[2 * i] == NULL)
+            tabs[2 * i] = none;
+        lv[i].tables = &tabs[2 * i];
+    }
+    rc = fd_conf_check_levels(lv, n, err, errlen);
+done:
+    free(lv);
+    free(tabs);
+    free(names);
+    return rc;
 }
 
 void fd_cycle_free(fd_cycle_t *cycle)
@@ -1189,6 +1413,8 @@ static void dump_table(FILE *fp, const char *title, const fd_directive_t *d)
                 "|---|---|---|---|\n", title);
     for (; d->name; d++) {
         const char *c;
+        if (d->renamed)
+            continue; /* not a key: README.md says what it became */
         fprintf(fp, "| `%s` | %s | %s%s%s | ", d->name, type_name(d),
                 d->def ? "`" : "", d->def ? d->def : "-", d->def ? "`" : "");
         for (c = d->doc ? d->doc : ""; *c; c++)

@@ -36,11 +36,11 @@ typedef struct {
     int batch_sends;
 } fd_events_conf_t;
 
-#define FD_SERVER_NAME_MAX 256 /* [http] server_name, the Server: value */
+#define FD_SERVER_HEADER_MAX 256 /* [http] server_header, the Server: value */
 
 /* [http]: the engine-wide settings (location keys live in fd_http_loc_t) */
 typedef struct {
-    char *server_name;         /* Server: header value, "" to omit */
+    char *server_header;       /* Server: header value, "" to omit */
     int server_tokens;         /* on: "fastd" becomes "fastd/VERSION" */
     fd_msec_t keepalive_timeout;
     fd_int_t keepalive_requests;
@@ -106,6 +106,16 @@ struct fd_cycle_s {
 /* Load and validate a configuration; NULL with cf->err set on error. */
 fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
                           size_t errlen);
+/*
+ * fastd -t: load file once with each [profile NAME] it declares, other
+ * than the one already checked (skip, may be NULL), so that an error in a
+ * profile not selected today is found before the day it is. FD_OK, or
+ * FD_ERROR with err naming the file:line and the profile.
+ */
+int fd_cycle_test_profiles(const char *file, const char *skip, char *err,
+                           size_t errlen);
+/* Every key name means one thing at every level that accepts it. */
+int fd_cycle_check_keys(char *err, size_t errlen);
 void fd_cycle_free(fd_cycle_t *cycle);
 void fd_conf_dump_keys(FILE *fp);
 /* Find a module-owned section by type and name, e.g. ("upstream", "app") */

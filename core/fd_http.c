@@ -527,7 +527,7 @@ static inline int has_cr_lf(const char *s, size_t n)
  */
 static struct {
     char buf[sizeof("HTTP/1.1 200 OK\r\nServer: \r\nDate: \r\n") +
-             FD_SERVER_NAME_MAX + sizeof(fd_http_date)];
+             FD_SERVER_HEADER_MAX + sizeof(fd_http_date)];
     size_t len;                 /* all of it */
     size_t common;              /* where "Server: " (or "Date: ") starts */
     time_t sec;
@@ -540,9 +540,9 @@ static void hdr_cache_fill(const fd_http_conf_t *hc)
 
     p = CPY(p, "HTTP/1.1 200 OK\r\n");
     hdr_cache.common = (size_t)(p - hdr_cache.buf);
-    if (hc->server_name[0]) {
+    if (hc->server_header[0]) {
         p = CPY(p, "Server: ");
-        p = stpcpy(p, hc->server_name);
+        p = stpcpy(p, hc->server_header);
         *p++ = '\r';
         *p++ = '\n';
     }

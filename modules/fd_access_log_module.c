@@ -352,9 +352,11 @@ static int access_log_init_conf(fd_conf_t *cf, fd_http_loc_t *loc,
         src = combined_src;
     else if (strcmp(lc->format_name, "json") == 0)
         src = json_src;
-    else
+    else {
+        fd_conf_at_key(cf, conf, "access_log"); /* its line, not [section] */
         return fd_conf_error(cf, "access_log \"%s\": unknown log_format "
                              "\"%s\"", lc->file->path, lc->format_name);
+    }
     f = fd_pcalloc(cf->pool, sizeof(*f));
     if (f == NULL)
         return fd_conf_error(cf, "out of memory");

@@ -192,7 +192,9 @@ static const fd_directive_t acl_directives[] = {
     {.name = "allow", .type = FD_CONF_LIST, .offset = 0, .set = set_rule,
      .doc = "CIDR | all, repeatable: clients that may pass (IPv4 or IPv6); "
             "rules are checked in order with deny, the first match wins; a "
-            "location with rules of its own ignores [http]/[server] ones"},
+            "location with rules of its own ignores [http]/[server] ones. "
+            "ADDR or ADDR/BITS: BITS is digits, 0..32 (IPv4) or 0..128, and "
+            "ADDR has no bits set below it (10.0.0.0/8, not 10.1.2.3/8)"},
     {.name = "deny", .type = FD_CONF_LIST, .offset = 0, .set = set_rule,
      .doc = "CIDR | all, repeatable: clients that get 403"},
     FD_CONF_END};

@@ -234,11 +234,14 @@ static const fd_directive_t proxy_directives[] = {
     {.name = "connect_timeout", .type = FD_CONF_MSEC,
      .offset = LOC(connect_timeout), .def = "60s",
      .doc = "connecting to an upstream server; 504 on expiry"},
-    {.name = "send_timeout", .type = FD_CONF_MSEC,
+    {.name = "proxy_send_timeout", .type = FD_CONF_MSEC,
      .offset = LOC(send_timeout), .def = "60s",
-     .doc = "in a location: between two writes of the request to the "
-            "upstream; 504 on expiry (in [http] the key is the client's "
-            "send timeout)"},
+     .doc = "between two writes of the request to the upstream; 504 on "
+            "expiry"},
+    /* its name before 0.2, which [http] send_timeout (the client's) shares */
+    {.name = "send_timeout", .renamed = "proxy_send_timeout",
+     .doc = "the upstream's is proxy_send_timeout; the client's is [http] "
+            "send_timeout"},
     {.name = "read_timeout", .type = FD_CONF_MSEC,
      .offset = LOC(read_timeout), .def = "60s",
      .doc = "between two reads of the response from the upstream; 504 on "

@@ -78,7 +78,7 @@ static const fd_directive_t static_directives[] = {
     {.name = "open_file_cache",
      .type = FD_CONF_INT,
      .offset = offsetof(static_conf_t, open_file_cache),
-     .def = "128",
+     .def = "128", .max = 65536,
      .doc = "open descriptors each worker keeps per location, so that a "
             "file served again costs one fstat() instead of open + fstat "
             "+ close; every hit is checked with fstat() (size, mtime and "
@@ -95,7 +95,7 @@ static const fd_directive_t static_directives[] = {
     {.name = "max_ranges",
      .type = FD_CONF_INT,
      .offset = offsetof(static_conf_t, max_ranges),
-     .def = "16",
+     .def = "16", .max = 64,
      .doc = "ranges one request may ask for (several are sent as "
             "multipart/byteranges); more, or ranges that add up to more "
             "than the file, get the whole file with 200. 0: no ranges"},
@@ -458,12 +458,6 @@ static int static_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
     /* A location served by another handler never looks types up. */
     if (loc->handler != NULL && loc->handler != &fd_static_module)
         return FD_OK;
-    if (scf->max_ranges < 0 || scf->max_ranges > 64)
-        return fd_conf_error(cf, "\"max_ranges\" is 0..64, not %ld",
-                             (long)scf->max_ranges);
-    if (scf->open_file_cache > 65536)
-        return fd_conf_error(cf, "\"open_file_cache\" is at most 65536, "
-                             "not %ld", (long)scf->open_file_cache);
     scf->types = mime_get(cf, scf->mime_types ? scf->mime_types
                                               : MIME_DEFAULT_PATH);
     return scf->types ? FD_OK : FD_ERROR;

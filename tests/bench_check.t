@@ -79,7 +79,7 @@ for my $name (@names) {
 # The check catches a wrong server: no Server header.
 {
     my ($rc, $out) = run_cmd(60, $runner, 'plaintext', '--check', '--bin',
-                             $bin, '--set', 'http.server_name=');
+                             $bin, '--set', 'http.server_header=');
     is($rc, 1, 'check fails when Server is missing') or diag($out);
     like($out, qr/no Server header/, 'and says why');
 }

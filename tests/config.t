@@ -1,6 +1,8 @@
 #!/usr/bin/perl
-# fastd -t: success message, file:line for every kind of error, include,
-# profiles, repeated keys.
+# fastd -t: success message, file:line for every kind of error (range
+# checks, overflowing values, module checks made after the key was read),
+# include, profiles (every one is checked), repeated keys, the renamed
+# Server header key, and "did you mean" for unknown names.
 
 use strict;
 use warnings;
@@ -76,9 +78,69 @@ bad_conf('edge_triggered = maybe',
 bad_conf('max_header_size = 12q',
     FastdTest::base_conf(http => { max_header_size => '12q' }),
     qr/^max_header_size/);
-bad_conf('server_name of 257 bytes',
-    FastdTest::base_conf(http => { server_name => 'x' x 257 }),
-    qr/^server_name/, also => qr/longer than 256 bytes/);
+bad_conf('server_header of 257 bytes',
+    FastdTest::base_conf(http => { server_header => 'x' x 257 }),
+    qr/^server_header/, also => qr/"server_header" is longer than 256 bytes/);
+bad_conf('max_header_size = 100 (below its range)',
+    FastdTest::base_conf(http => { max_header_size => '100' }),
+    qr/^max_header_size/, also => qr/"max_header_size" must be 256 \.\. 1m/);
+bad_conf('max_header_size = 2m (above its range)',
+    FastdTest::base_conf(http => { max_header_size => '2m' }),
+    qr/^max_header_size/);
+bad_conf('open_file_cache = 70000 in [server]',
+    FastdTest::base_conf(server => { open_file_cache => 70000 }),
+    qr/^open_file_cache/, also => qr/open_file_cache.*65536/);
+bad_conf('open_file_cache = 70000 in a location (the key\'s line, not the header)',
+    FastdTest::base_conf(locations => "[location /x]\n\nopen_file_cache = 70000\n"),
+    qr/^open_file_cache/);
+bad_conf('a duration that overflows',
+    FastdTest::base_conf(http => { keepalive_timeout =>
+        '4611686018427387s4611686018427387s4611686018427387s' }),
+    qr/^keepalive_timeout/, also => qr/needs a duration/);
+bad_conf('a duration over the bound (two parts)',
+    FastdTest::base_conf(http => { keepalive_timeout =>
+        '4611686018427387s4611686018427387s' }),
+    qr/^keepalive_timeout/);
+bad_conf('a size that overflows',
+    FastdTest::base_conf(http => { max_body_size => '99999999999999999999k' }),
+    qr/^max_body_size/);
+bad_conf('listen port with a sign',
+    FastdTest::base_conf(server => { listen => '127.0.0.1:+%%PORT%%' }),
+    qr/^listen/, also => qr/bad listen address/);
+bad_conf('workers = +2',
+    FastdTest::base_conf(main => { workers => '+2' }),
+    qr/^workers/);
+if (FastdTest::access_log_supported()) {
+    bad_conf('access_log with an unknown format in [server]',
+        FastdTest::base_conf(server => { access_log => '%%DIR%%/a.log format=nosuch' }),
+        qr/^access_log = .*nosuch/, also => qr/unknown log_format "nosuch"/);
+    bad_conf('access_log with an unknown format in a location',
+        FastdTest::base_conf(locations => "[location /x]\nhandler = plaintext\n\n"
+                                        . "access_log = %%DIR%%/a.log format=nosuch\n"),
+        qr/^access_log = .*nosuch/, also => qr/unknown log_format "nosuch"/);
+}
+bad_conf('[http] server_name: the old name of the Server header key',
+    FastdTest::base_conf(http => { server_name => 'fastd' }),
+    qr/^server_name/, also => qr/use "server_header"/);
+bad_conf('send_timeout in a location: the old proxy key',
+    FastdTest::base_conf(locations => "[location /x]\nhandler = proxy\n"
+                                    . "send_timeout = 1s\n"),
+    qr/^send_timeout/, also => qr/use "proxy_send_timeout"/);
+bad_conf('unknown handler, one letter off',
+    FastdTest::base_conf(locations => "[location /x]\nhandler = plaintxt\n"),
+    qr/^handler = plaintxt/, also => qr/did you mean "plaintext"\?/);
+bad_conf('unknown key, two letters swapped',
+    FastdTest::base_conf(locations => "[location /x]\nhanlder = plaintext\n"),
+    qr/^hanlder/, also => qr/did you mean "handler"\?/);
+bad_conf('unknown [http] key, a letter missing',
+    FastdTest::base_conf(http => { keepalive_timout => '5s' }),
+    qr/^keepalive_timout/, also => qr/did you mean "keepalive_timeout"\?/);
+bad_conf('a [server] key in a location',
+    FastdTest::base_conf(locations => "[location /x]\nserver_name = a.example\n"),
+    qr/^server_name = a/, also => qr/belongs in \[server\]/);
+bad_conf('an unknown section, misspelt',
+    FastdTest::base_conf(extra => "\n[sever]\nlisten = 1\n"),
+    qr/^\[sever\]/, also => qr/did you mean \[server\]\?/);
 bad_conf('a bad key after a 900-byte line (line numbers stay right)',
     FastdTest::base_conf(server => { server_name => join(' ', map { "h$_.example" } 1 .. 80),
                                      zzz_bogus => 1 }),
@@ -129,9 +191,14 @@ bad_conf('unknown handler',
         "\n[profile bench]\nevents.read_until_eagain = off\nhttp.keepalive_requests = 5\n"
       . "\n[profile broken]\nevents.no_such_key = 1\n");
     my $file = $t->write_conf($text, 'prof.conf');
-    my ($rc, $out) = conf_test($file, '-p', 'bench');
+    my $okfile = $t->write_conf(FastdTest::base_conf(extra =>
+        "\n[profile bench]\nevents.read_until_eagain = off\n"
+      . "http.keepalive_requests = 5\n"), 'prof-ok.conf');
+    my ($rc, $out) = conf_test($okfile, '-p', 'bench');
     is($rc, 0, '-p bench: accepted') or diag($out);
     like($out, qr/test is successful/, '-p bench: success message');
+    ($rc, $out) = conf_test($okfile);
+    is($rc, 0, 'no -p: the same file is accepted') or diag($out);
     ($rc, $out) = conf_test($file, '-p', 'nosuch');
     is($rc, 1, '-p nosuch: fails');
     like($out, qr/nosuch/, '-p nosuch: the message names the profile') or diag($out);
@@ -140,8 +207,28 @@ bad_conf('unknown handler',
     is($rc, 1, '-p broken (bad key in the profile): fails');
     like($out, qr/\Q$file\E:$line\b/, "-p broken: names $file:$line") or diag($out);
     ($rc, $out) = conf_test($file);
-    is($rc, 0, 'no profile selected: a broken unused profile is not applied')
-        or diag($out);
+    is($rc, 1, 'no profile selected: -t still checks [profile broken]');
+    like($out, qr/\Q$file\E:$line\b.*\[profile broken\]/,
+         "... naming $file:$line and the profile") or diag($out);
+    ($rc, $out) = conf_test($file, '-p', 'bench');
+    is($rc, 1, '-p bench: -t checks the other profiles too');
+    like($out, qr/\Q$file\E:$line\b/, "... naming $file:$line") or diag($out);
+
+    # an error a profile brings into a section it extends (a value, not a
+    # key name) is found as well
+    my $text4 = FastdTest::base_conf(extra =>
+        "\n[profile fast]\nhttp.keepalive_timeout = 5s\n"
+      . "\n[profile slow]\nhttp.max_header_size = 64\n");
+    my $file4 = $t->write_conf($text4, 'prof4.conf');
+    my $line4 = line_of($t->subst($text4), qr/^http\.max_header_size/);
+    ($rc, $out) = conf_test($file4);
+    is($rc, 1, 'a bad value in an unselected profile: -t fails');
+    like($out, qr/\Q$file4\E:$line4\b/, "... naming $file4:$line4") or diag($out);
+    my $text5 = FastdTest::base_conf(extra =>
+        "\n[profile fast]\nhttp.keepalive_timeout = 5s\n"
+      . "\n[profile slow]\nhttp.keepalive_timeout = 90s\n");
+    ($rc, $out) = conf_test($t->write_conf($text5, 'prof5.conf'));
+    is($rc, 0, 'every profile valid: -t passes') or diag($out);
 
     my $text2 = FastdTest::base_conf(main => { profile => 'bench' }, extra =>
         "\n[profile bench]\nevents.read_until_eagain = off\n");

@@ -130,7 +130,7 @@ connect_timeout = 1s
 [location /body/]
 handler = proxy
 upstream = main
-send_timeout = 1s
+proxy_send_timeout = 1s
 max_body_size = 100m
 
 [location /small/]

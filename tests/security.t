@@ -12,8 +12,8 @@ use FastdTest;
 use Test::More;
 
 # --- configuration values with control characters ---------------------------
-for my $case (["server_name = fa\rstd", 'CR in a value', qr/:5: control character 0x0d in "server_name"/],
-              ["server_name = a\x01b", 'a control byte in a value', qr/:5: control character 0x01/],
+for my $case (["server_header = fa\rstd", 'CR in a value', qr/:5: control character 0x0d in "server_header"/],
+              ["server_header = a\x01b", 'a control byte in a value', qr/:5: control character 0x01/],
               ["[location /a\x01b]", 'a control byte in a section header',
                qr/:5: control character 0x01 in the section header/]) {
     my ($line, $name, $want) = @$case;
@@ -26,7 +26,7 @@ for my $case (["server_name = fa\rstd", 'CR in a value', qr/:5: control characte
 {
     # CRLF line ends are not control characters in a value
     my $u = FastdTest->new(conf => "[main]\r\ndaemon = off\r\npid = off\r\n[http]\r\n"
-                                 . "server_name = crlf\r\n[server]\r\nlisten = 127.0.0.1:1\r\n");
+                                 . "server_header = crlf\r\n[server]\r\nlisten = 127.0.0.1:1\r\n");
     my ($rc, $out) = FastdTest::run_fastd('-t', '-c', $u->conf_file);
     is($rc, 0, 'a file with CRLF line ends loads') or diag($out);
 }
