@@ -458,6 +458,7 @@ static int static_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
     /* A location served by another handler never looks types up. */
     if (loc->handler != NULL && loc->handler != &fd_static_module)
         return FD_OK;
+    fd_conf_at_key(cf, conf, "mime_types"); /* errors name its line */
     scf->types = mime_get(cf, scf->mime_types ? scf->mime_types
                                               : MIME_DEFAULT_PATH);
     return scf->types ? FD_OK : FD_ERROR;

@@ -93,6 +93,12 @@ bad_conf('open_file_cache = 70000 in [server]',
 bad_conf('open_file_cache = 70000 in a location (the key\'s line, not the header)',
     FastdTest::base_conf(locations => "[location /x]\n\nopen_file_cache = 70000\n"),
     qr/^open_file_cache/);
+bad_conf('mime_types that cannot be read, in [server] (checked after the key)',
+    FastdTest::base_conf(server => { mime_types => '/nonexistent/mime.types' }),
+    qr/^mime_types/, also => qr/cannot read mime_types/);
+bad_conf('mime_types that cannot be read, in a location: the key\'s line',
+    FastdTest::base_conf(locations => "[location /x]\n\nmime_types = /nonexistent/m\n"),
+    qr/^mime_types/, also => qr/cannot read mime_types/);
 bad_conf('a duration that overflows',
     FastdTest::base_conf(http => { keepalive_timeout =>
         '4611686018427387s4611686018427387s4611686018427387s' }),
