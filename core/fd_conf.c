@@ -56,9 +56,9 @@ static void remember(fd_conf_t *cf, const fd_directive_t *d, const void *conf)
 {
     fd_conf_pos_t *p;
 
-    if (cf->file == NULL || cf->pool == NULL)
+    if (cf->file == NULL || cf->temp == NULL)
         return; /* a default: nothing in the file to point at */
-    p = fd_palloc(cf->pool, sizeof(*p));
+    p = fd_palloc(cf->temp, sizeof(*p));
     if (p == NULL)
         return; /* only a less precise position for a later error */
     p->conf = conf;
@@ -286,7 +286,7 @@ static int set_value(fd_conf_t *cf, const fd_directive_t *d, void *conf,
         char opts[256] = "";
         size_t n = 0;
         fd_conf_near_t nr;
-        const char *best;
+        char hint[96];
 
         fd_conf_near_init(&nr, value);
         for (e = d->enums; e->name; e++) {
@@ -299,11 +299,9 @@ static int set_value(fd_conf_t *cf, const fd_directive_t *d, void *conf,
         for (e = d->enums; e->name && n < sizeof(opts) - 32; e++)
             n += (size_t)snprintf(opts + n, sizeof(opts) - n, "%s%s",
                                   n ? " | " : "", e->name);
-        best = fd_conf_near_best(&nr);
-        return fd_conf_error(cf, "\"%s\" must be one of %s, not \"%s\"%s%s%s",
+        return fd_conf_error(cf, "\"%s\" must be one of %s, not \"%s\"%s",
                              d->name, opts, value,
-                             best ? " (did you mean \"" : "",
-                             best ? best : "", best ? "\"?)" : "");
+                             fd_conf_near_hint(&nr, hint, sizeof(hint)));
     }
     case FD_CONF_STR:
         *(char **)field = fd_pstrdup(cf->pool, value, strlen(value));
@@ -408,6 +406,16 @@ const char *fd_conf_near_best(const fd_conf_near_t *nr)
         (n < 5 && nr->dist > 1) || n < 3)
         return NULL;
     return nr->best;
+}
+
+const char *fd_conf_near_hint(const fd_conf_near_t *nr, char *buf, size_t n)
+{
+    const char *best = fd_conf_near_best(nr);
+
+    if (best == NULL || n == 0)
+        return "";
+    snprintf(buf, n, "; did you mean \"%s\"?", best);
+    return buf;
 }
 
 /* --- one name, one meaning --- */

@@ -82,7 +82,8 @@ struct fd_conf_s {
     const char *file;      /* position of the entry being applied */
     int line;
     const char *main_file; /* for errors about the file as a whole */
-    fd_conf_pos_t *set;    /* where each key was set, newest first */
+    fd_pool_t *temp;       /* freed after the load */
+    fd_conf_pos_t *set;    /* where each key was set, newest first (temp) */
     const char *prefix;    /* relative paths resolve against it */
     char err[1024];        /* "file:line: message" after an error */
 };
@@ -150,6 +151,8 @@ void fd_conf_near_init(fd_conf_near_t *nr, const char *name);
 void fd_conf_near_add(fd_conf_near_t *nr, const char *candidate);
 void fd_conf_near_table(fd_conf_near_t *nr, const fd_directive_t *d);
 const char *fd_conf_near_best(const fd_conf_near_t *nr);
+/* "; did you mean \"NAME\"?" for an error message, or "" */
+const char *fd_conf_near_hint(const fd_conf_near_t *nr, char *buf, size_t n);
 unsigned fd_conf_distance(const char *a, const char *b);
 
 /*

@@ -156,8 +156,8 @@ static const fd_directive_t http_directives[] = {
     {.name = "server_header", .type = FD_CONF_CUSTOM,
      .offset = HTTP(server_header), .set = set_server_header, .def = "fastd",
      .doc = "the Server: header value (empty: none; at most 256 bytes)"},
-    /* the key's name before 0.2: refused, so that no file that sets it is
-     * read as meaning something else */
+    /* the key's old name: refused, so that no file that sets it is read
+     * as meaning something else */
     {.name = "server_name", .renamed = "server_header",
      .doc = "the Server: response header is [http] server_header; host "
             "names are [server] server_name"},
@@ -236,18 +236,16 @@ static int set_handler(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     (void)d;
     if (m == NULL || m->handler == NULL) {
         fd_conf_near_t nr;
-        const char *best;
+        char hint[96];
         unsigned i;
 
         fd_conf_near_init(&nr, v);
         for (i = 0; i < fd_nmodules; i++)
             if (fd_modules[i]->handler)
                 fd_conf_near_add(&nr, fd_modules[i]->name);
-        best = fd_conf_near_best(&nr);
         return fd_conf_error(cf, "unknown handler \"%s\" (not a module "
-                             "built into this fastd)%s%s%s", v,
-                             best ? "; did you mean \"" : "",
-                             best ? best : "", best ? "\"?" : "");
+                             "built into this fastd)%s", v,
+                             fd_conf_near_hint(&nr, hint, sizeof(hint)));
     }
     loc->handler = m;
     return FD_OK;
@@ -453,8 +451,8 @@ static int unknown_key(load_t *ld, const fd_conf_entry_t *e,
                        const fd_directive_t *own, int loc_keys)
 {
     fd_conf_near_t nr;
-    const char *home, *best;
-    char buf[80];
+    const char *home;
+    char buf[80], hint[96];
     unsigned i;
 
     at(ld, (fd_conf_entry_t *)e);
@@ -469,10 +467,9 @@ static int unknown_key(load_t *ld, const fd_conf_entry_t *e,
         for (i = 0; i < fd_nmodules; i++)
             fd_conf_near_table(&nr, fd_modules[i]->directives);
     }
-    best = fd_conf_near_best(&nr);
-    return fd_conf_error(ld->cf, "unknown key \"%s\" in [%s]%s%s%s", e->key,
-                         e->section, best ? "; did you mean \"" : "",
-                         best ? best : "", best ? "\"?" : "");
+    return fd_conf_error(ld->cf, "unknown key \"%s\" in [%s]%s", e->key,
+                         e->section,
+                         fd_conf_near_hint(&nr, hint, sizeof(hint)));
 }
 
 static int apply_loc_entry(load_t *ld, fd_http_loc_t *loc, fd_conf_entry_t *e)
@@ -1210,6 +1207,7 @@ fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
     cy->pool = pool;
     cy->conf_file = fd_pstrdup(pool, file, strlen(file));
     cf.pool = pool;
+    cf.temp = fd_pool_create(16384);
     cf.cycle = cy;
     cf.prefix = make_prefix(pool, file);
     ld.cf = &cf;
@@ -1279,11 +1277,15 @@ fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
             goto failed;
     }
     free(ld.e);
+    if (cf.temp)
+        fd_pool_destroy(cf.temp);
     return cy;
 
 failed:
     snprintf(err, errlen, "%s", cf.err);
     free(ld.e);
+    if (cf.temp)
+        fd_pool_destroy(cf.temp);
     fd_pool_destroy(pool);
     return NULL;
 }

@@ -238,7 +238,7 @@ static const fd_directive_t proxy_directives[] = {
      .offset = LOC(send_timeout), .def = "60s",
      .doc = "between two writes of the request to the upstream; 504 on "
             "expiry"},
-    /* its name before 0.2, which [http] send_timeout (the client's) shares */
+    /* its old name, which [http] send_timeout (the client's) shares */
     {.name = "send_timeout", .renamed = "proxy_send_timeout",
      .doc = "the upstream's is proxy_send_timeout; the client's is [http] "
             "send_timeout"},

@@ -264,7 +264,7 @@ static void test_load(void)
     error_at(BASE "[locaton /x]\n", "did you mean [location]?",
              "section suggestion, named");
     error_at(BASE "[events]\naccept = resueport\n",
-             "did you mean \"reuseport\"?", "enum suggestion");
+             "; did you mean \"reuseport\"?", "enum suggestion");
     {
         fd_cycle_t *c2 = load(BASE "[location /x]\nzzqqxx = 1\n", NULL, err);
         ok(c2 == NULL && strstr(err, "did you mean") == NULL,
