@@ -678,8 +678,10 @@ static int read_file(fd_conf_t *cf, const char *path, const char *section,
     rd.fp = fopen(path, "r");
     if (rd.fp == NULL) {
         int err = errno;
-        if (depth == 0)
+        if (depth == 0) { /* the main file: its name is the prefix */
             cf->file = NULL;
+            return fd_conf_error(cf, "cannot open: %s", strerror(err));
+        }
         return fd_conf_error(cf, "cannot open \"%s\": %s", path,
                              strerror(err));
     }

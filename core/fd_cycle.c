@@ -601,6 +601,17 @@ static void loc_link(fd_http_server_t *srv, fd_http_loc_t *loc)
     }
 }
 
+/* default "html" under the prefix; missing is fine (404s) */
+static void loc_default_root(load_t *ld, fd_http_loc_t *loc)
+{
+    char real[PATH_MAX], *p = fd_conf_path(ld->cf, "html");
+
+    if (realpath(p, real))
+        p = fd_pstrdup(ld->cf->pool, real, strlen(real));
+    loc->root = p;
+    loc->root_len = strlen(p);
+}
+
 static int loc_finish(load_t *ld, fd_http_loc_t *loc)
 {
     const char *file = ld->cf->file;
@@ -612,14 +623,8 @@ static int loc_finish(load_t *ld, fd_http_loc_t *loc)
         if (loc->handler == NULL)
             return fd_conf_error(ld->cf, "%s has no handler", loc->name);
     }
-    if (loc->root == NULL) {
-        /* default "html" under the prefix; missing is fine (404s) */
-        char real[PATH_MAX], *p = fd_conf_path(ld->cf, "html");
-        if (realpath(p, real))
-            p = fd_pstrdup(ld->cf->pool, real, strlen(real));
-        loc->root = p;
-        loc->root_len = strlen(p);
-    }
+    if (loc->root == NULL)
+        loc_default_root(ld, loc);
     if (loc->index.n == 0) {
         static char *def_index[] = {"index.html"};
         loc->index.items = def_index;
@@ -792,6 +797,8 @@ static int server_error_pages(load_t *ld, fd_http_server_t *srv,
     }
     if (uri == NULL || ncodes == 0)
         return fd_conf_error(cf, "error_page needs CODE... /file.html");
+    if (srv->root_loc->root == NULL) /* no root key: the default one */
+        loc_default_root(ld, srv->root_loc);
     path = fd_pnalloc(cf->pool, srv->root_loc->root_len + strlen(uri) + 1);
     sprintf(path, "%s%s", srv->root_loc->root, uri);
     fp = fopen(path, "r");

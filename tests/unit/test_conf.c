@@ -197,6 +197,14 @@ static void test_load(void)
              "handler", "unknown handler");
     error_at(BASE "this is not ini\n", "t.conf:6:", "syntax error");
     error_at("[main]\npid = off\n", "t.conf: no [server]", "no server");
+    {
+        char e2[1200];
+        fd_cycle_t *c2 = fd_cycle_load("/nonexistent-fd/x.conf", NULL, e2,
+                                       sizeof(e2));
+        ok(c2 == NULL && !strcmp(e2, "/nonexistent-fd/x.conf: cannot open: "
+                                     "No such file or directory"),
+           "a missing main file is named once: %s", e2);
+    }
 
     /* ranges are checked where the key is read: file:line of the key */
     error_at(BASE "[http]\nmax_header_size = 100\n",
@@ -223,6 +231,16 @@ static void test_load(void)
              "listen option", "listen option");
     error_at(BASE "error_page = 404x /e.html\n", "t.conf:6: error_page: "
              "bad status", "error_page status with junk");
+    {
+        /* without a root key the server's default root is the base, as
+         * for its files ("(null)/x.html" before) */
+        fd_cycle_t *c2 = load(BASE "error_page = 404 /nonexist.html\n", NULL,
+                              err);
+        ok(c2 == NULL && strstr(err, "t.conf:6: error_page \"") &&
+           strstr(err, "(null)") == NULL && strstr(err, "/html/nonexist"),
+           "error_page without root: the default root (%s)", err);
+        fd_cycle_free(c2);
+    }
     error_at("[main]\nworkers = +2\n[server]\n", "t.conf:2:",
              "workers with a sign");
     error_at(BASE "access_log = /tmp/x.log format=nosuch\n",
