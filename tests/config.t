@@ -93,6 +93,9 @@ bad_conf('open_file_cache = 70000 in [server]',
 bad_conf('open_file_cache = 70000 in a location (the key\'s line, not the header)',
     FastdTest::base_conf(locations => "[location /x]\n\nopen_file_cache = 70000\n"),
     qr/^open_file_cache/);
+bad_conf('max_ranges = 65 in a location (the key\'s line, not the header)',
+    FastdTest::base_conf(locations => "[location /x]\n\nmax_ranges = 65\n"),
+    qr/^max_ranges/, also => qr/"max_ranges" is at most 64/);
 bad_conf('mime_types that cannot be read, in [server] (checked after the key)',
     FastdTest::base_conf(server => { mime_types => '/nonexistent/mime.types' }),
     qr/^mime_types/, also => qr/cannot read mime_types/);
