@@ -1333,7 +1333,8 @@ static void request_finalize(fd_request_t *r, int rc)
             r->body_filter = NULL;
             fd_http_error_page(r, 500);
         }
-        if (r->content_length < 0 && r->body_filter == NULL) {
+        if (r->content_length < 0 && r->body_filter == NULL &&
+            !r->length_unknown) {
             int64_t len = 0;
             for (b = r->out; b; b = b->next)
                 len += (int64_t)fd_buf_size(b);

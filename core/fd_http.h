@@ -113,6 +113,7 @@ struct fd_request_s {
     unsigned continue_sent:1;
     unsigned body_read:1;      /* the request body was consumed entirely */
     unsigned header_pinned:1;  /* r->in slices copied out of the buffer */
+    unsigned length_unknown:1; /* HEAD of an encoded body: no length */
     unsigned uri_changed:1;    /* a rewrite set path, path_raw and query:
                                   in.target is no longer what is served */
 

@@ -38,11 +38,13 @@
  * pool, which dies with the connection.
  *
  * Not compressed: a status other than 200, 403 and 404 (nginx's three), a
- * Content-Encoding already set, a range (206 or Content-Range), a HEAD
- * (it still gets Vary, like the GET would), a body (or a streamed
+ * Content-Encoding already set, a range (206 or Content-Range), a body
+ * (or a streamed
  * response's Content-Length) below gzip_min_length, a type not in
  * gzip_types, a client whose Accept-Encoding refuses gzip. A streamed
- * response of unknown length is compressed whatever its size.
+ * response of unknown length is compressed whatever its size. A HEAD gets
+ * the header its GET would (Content-Encoding, Vary, the weak ETag), with
+ * no length: that is known only once compressed.
  */
 #include <strings.h>
 #include <zlib.h>
@@ -109,30 +111,25 @@ static int set_level(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     return FD_OK;
 }
 
+/* The types: the default list, then every gzip_types line inherited and
+ * this level's (the README's "lists add up": a location that names one
+ * more type keeps the defaults). */
 static int gzip_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
 {
     gzip_conf_t *gc = conf;
-    unsigned i, n = 0;
+    unsigned i, n = fd_nelems(default_types);
     char *tok, *save, *copy;
 
     (void)loc;
-    if (gc->types_in.n == 0) {
-        gc->types = fd_palloc(cf->pool, sizeof(default_types) /
-                                            sizeof(default_types[0]) *
-                                            sizeof(fd_str_t));
-        if (gc->types == NULL)
-            return fd_conf_error(cf, "out of memory");
-        for (i = 0; i < fd_nelems(default_types); i++)
-            gc->types[i] = (fd_str_t){strlen(default_types[i]),
-                                      default_types[i]};
-        gc->ntypes = fd_nelems(default_types);
-        return FD_OK;
-    }
     for (i = 0; i < gc->types_in.n; i++)
         n += (unsigned)strlen(gc->types_in.items[i]) / 2 + 1;
     gc->types = fd_palloc(cf->pool, n * sizeof(fd_str_t));
     if (gc->types == NULL)
         return fd_conf_error(cf, "out of memory");
+    gc->ntypes = 0;
+    for (i = 0; i < fd_nelems(default_types); i++)
+        gc->types[gc->ntypes++] = (fd_str_t){strlen(default_types[i]),
+                                             default_types[i]};
     for (i = 0; i < gc->types_in.n; i++) {
         copy = fd_pstrdup(cf->pool, gc->types_in.items[i],
                           strlen(gc->types_in.items[i]));
@@ -608,9 +605,15 @@ static int gzip_filter(fd_request_t *r)
     /* from here on the response depends on Accept-Encoding */
     if (add_vary(r) != FD_OK)
         return FD_ERROR;
-    if (r->header_only || r->body_filter ||
-        !accepts_gzip(r->in.accept_encoding))
+    if (r->body_filter || !accepts_gzip(r->in.accept_encoding))
         return FD_OK;
+    if (r->header_only) {
+        /* the GET's header: encoded, of a length known only once
+         * compressed, so none is sent (as nginx) */
+        r->content_length = -1;
+        r->length_unknown = 1;
+        return set_encoded(r);
+    }
     if (total > GZIP_WHOLE_MAX)
         return filter_start(r, gc, 1);
     if ((z = zstate_get((int)gc->level)) == NULL)
@@ -637,10 +640,11 @@ static const fd_directive_t gzip_directives[] = {
             "ones and streamed ones (proxied) as they flow"},
     {.name = "gzip_types", .type = FD_CONF_LIST,
      .offset = offsetof(gzip_conf_t, types_in),
-     .doc = "media types to compress, repeatable, several per line, * for "
-            "any; [http], [server] and [location] lists add up (default "
-            "text/html text/plain text/css application/json "
-            "application/javascript image/svg+xml)"},
+     .doc = "media types to compress besides the defaults (text/html "
+            "text/plain text/css application/json application/javascript "
+            "image/svg+xml), repeatable, several per line, * for any; the "
+            "[http], [server] and [location] lists add up, so a location "
+            "that adds one keeps the others (gzip = off turns it off)"},
     {.name = "gzip_min_length", .type = FD_CONF_SIZE,
      .offset = offsetof(gzip_conf_t, min_length), .def = "256",
      .doc = "bodies shorter than this are sent uncompressed; a streamed "
