@@ -39,9 +39,8 @@
  *
  * Not compressed: a status other than 200, 403 and 404 (nginx's three), a
  * Content-Encoding already set, a range (206 or Content-Range), a body
- * (or a streamed
- * response's Content-Length) below gzip_min_length, a type not in
- * gzip_types, a client whose Accept-Encoding refuses gzip. A streamed
+ * (or a streamed response's Content-Length) below gzip_min_length, a type
+ * not in gzip_types, a client whose Accept-Encoding refuses gzip. A streamed
  * response of unknown length is compressed whatever its size. A HEAD gets
  * the header its GET would (Content-Encoding, Vary, the weak ETag), with
  * no length: that is known only once compressed.
