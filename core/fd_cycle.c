@@ -284,8 +284,12 @@ static int set_names(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     one.set = NULL;
     for (tok = strtok_r(copy, " \t", &save); tok;
          tok = strtok_r(NULL, " \t", &save)) {
+        size_t n = strlen(tok);
         for (char *c = tok; *c; c++)
             *c = fd_tolower(*c);
+        /* as a request's Host: one trailing dot means the same name */
+        if (n > 1 && tok[n - 1] == '.')
+            tok[n - 1] = '\0';
         if (fd_conf_set(cf, &one, conf, tok) != FD_OK)
             return FD_ERROR;
     }
@@ -324,7 +328,10 @@ const fd_directive_t fd_http_server_directives[] = {
     {.name = "server_name", .type = FD_CONF_CUSTOM, .offset = SRV(names),
      .set = set_names,
      .doc = "Host names this server answers, space-separated, repeatable "
-            "(exact, *.suffix, prefix.*)"},
+            "(exact, *.suffix, prefix.*; case and one trailing dot do not "
+            "matter). A [server] on the same address with a name (or no "
+            "name) an earlier one has is never chosen: a warning names "
+            "both"},
     {.name = "error_page", .type = FD_CONF_LIST, .offset = 0,
      .doc = "CODE... /file.html under the server's root, repeatable"},
     {.name = "max_conns_per_ip", .type = FD_CONF_INT,
@@ -719,6 +726,53 @@ static int parse_addr(const char *text, struct sockaddr_storage *ss,
     return FD_ERROR;
 }
 
+/* The host name a.b.example, or "" for a server without server_name. */
+static int shares_name(const fd_http_server_t *a, const fd_http_server_t *b,
+                       const char **name)
+{
+    unsigned i, j;
+
+    if (a->names.n == 0 && b->names.n == 0) {
+        *name = "";
+        return 1;
+    }
+    for (i = 0; i < a->names.n; i++)
+        for (j = 0; j < b->names.n; j++)
+            if (strcmp(a->names.items[i], b->names.items[j]) == 0) {
+                *name = a->names.items[i];
+                return 1;
+            }
+    return 0;
+}
+
+/*
+ * Another [server] on this address with the same name (or, like srv, no
+ * name) is chosen first: srv can then never be reached under that name.
+ * As nginx ("conflicting server name"), a warning naming both, not an
+ * error: the configuration still works as it did.
+ */
+static void shadowed_names(const fd_listening_t *ls,
+                           const fd_http_server_t *srv, int first)
+{
+    const fd_http_server_t *lost, *won;
+    const char *name;
+    unsigned i;
+
+    for (i = 0; i < ls->nservers; i++) {
+        const fd_http_server_t *o = ls->servers[i];
+        if (o == srv || !shares_name(o, srv, &name))
+            continue;
+        /* a "default" one goes before the others */
+        lost = first ? o : srv;
+        won = first ? srv : o;
+        fd_log_error(FD_LOG_WARN, 0, "%s:%d: [server] on %s %s%s%s is "
+                     "never chosen: the one at %s:%d takes it first",
+                     lost->file, lost->line, ls->text,
+                     *name ? "with server_name \"" : "without server_name",
+                     name, *name ? "\"" : "", won->file, won->line);
+    }
+}
+
 static int server_listen(load_t *ld, fd_http_server_t *srv)
 {
     fd_conf_t *cf = ld->cf;
@@ -756,6 +810,7 @@ static int server_listen(load_t *ld, fd_http_server_t *srv)
             ls->next = ld->cycle->listening;
             ld->cycle->listening = ls;
         }
+        shadowed_names(ls, srv, opt[0] != 0);
         servers = fd_palloc(cf->pool, (ls->nservers + 1) * sizeof(*servers));
         if (ls->nservers)
             memcpy(servers, ls->servers, ls->nservers * sizeof(*servers));
@@ -1073,6 +1128,8 @@ static int apply_servers(load_t *ld)
         if (strcmp(e->section, "server") == 0) {
             srv = fd_pcalloc(cf->pool, sizeof(*srv));
             srv->seq = e->section_seq;
+            srv->file = cf->file;
+            srv->line = cf->line;
             *last = srv;
             last = &srv->next;
             srv_from = i;

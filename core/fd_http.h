@@ -27,6 +27,8 @@ struct fd_http_server_s {
     fd_int_t max_conns_per_ip; /* 0: no limit */
     fd_http_server_t *next;
     unsigned seq;
+    const char *file;          /* where its [server] line is */
+    int line;
 };
 
 enum {

@@ -48,7 +48,7 @@ root = %%DIR%%/stop
 
 [server]
 listen = 127.0.0.1:%%PORT%%
-server_name = a.test www.a.test
+server_name = a.test www.a.test dot.test.
 root = %%DIR%%/a
 
 [server]
@@ -124,6 +124,35 @@ is(body_of('/who', 'pre.anything'), 'pre', 'prefix.*');
 is(body_of('/who', 'unknown.test'), 'default', 'unknown Host: the first server');
 is(body_of('/who', 'a.test', $t->port2), 'second',
    'the listen address picks the server first');
+is(body_of('/who', 'dot.test'), 'a', 'server_name dot.test. (a trailing dot) is dot.test');
+is(body_of('/who', 'dot.test.'), 'a', '... and so is Host: dot.test.');
+unlike($t->error_log, qr/never chosen/, 'distinct names: no warning');
+
+# a [server] another one always takes first: a warning naming both
+{
+    my $dup = <<"C";
+[main]
+daemon = off
+error_log = %%DIR%%/dup.log
+[server]
+listen = 127.0.0.1:%%PORT%%
+server_name = same.test
+[server]
+listen = 127.0.0.1:%%PORT%%
+server_name = other.test SAME.test.
+[server]
+listen = 127.0.0.1:%%PORT2%%
+[server]
+listen = 127.0.0.1:%%PORT2%% default
+C
+    my $f = $t->write_conf($dup, 'dup.conf');
+    my ($rc, $out) = FastdTest::run_fastd('-t', '-c', $f);
+    is($rc, 0, 'a shadowed [server] is a warning, not an error') or diag($out);
+    like($out, qr/\[warn\].*\Qdup.conf:7: [server] on 127.0.0.1:\E\d+ with server_name "same\.test" is never chosen: the one at \S+dup\.conf:4 takes it first/,
+         'the same server_name twice: both file:lines');
+    like($out, qr/\[warn\].*\Qdup.conf:10: [server] on 127.0.0.1:\E\d+ without server_name is never chosen: the one at \S+dup\.conf:12 takes it first/,
+         'two without server_name, the second "default": the first is the one lost');
+}
 
 # every accept mode serves
 for my $mode (qw(reuseport exclusive shared)) {
