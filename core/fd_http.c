@@ -556,88 +556,66 @@ static void hdr_cache_fill(const fd_http_conf_t *hc)
     hdr_cache.cycle = fd_worker->cycle;
 }
 
-/* The header, and body (a small memory buffer, or NULL) right after it:
- * one reservation and one commit for a small complete response. */
-static int header_write(fd_request_t *r, fd_buf_t *body)
-{
-    fd_http_conn_t *h = r->c->h;
-    fd_http_header_out_t *ho;
-    size_t blen = body ? fd_buf_size(body) : 0;
-    size_t n = sizeof(hdr_cache.buf) + 128 + r->content_type.len +
-               r->etag.len + blen;
-    char *p, *start;
-    int no_body = r->status < 200 || r->status == 204 || r->status == 304;
+/* Most headers (and the small body after them) fit in this much; the
+ * builder may use all the room the output area has, this is a minimum. */
+#define HDR_RESERVE (sizeof(hdr_cache.buf) + 256)
 
-    if (fd_unlikely(hdr_cache.sec != fd_current_sec ||
-                    hdr_cache.cycle != fd_worker->cycle))
-        hdr_cache_fill(&fd_worker->cycle->http);
-    for (ho = r->headers_out; ho; ho = ho->next)
-        n += ho->name.len + ho->value.len + 4;
-    start = p = out_reserve(h, n + 64);
-    if (p == NULL)
-        return FD_ERROR;
+/* The header, then body (a small memory buffer, or NULL), into sb. Runs
+ * again on a growing builder when the first one ran out of room, so its
+ * only side effects are idempotent; log says whether to report. */
+static void header_build(fd_request_t *r, fd_sbuf_t *sb, fd_buf_t *body,
+                         int log)
+{
+    fd_http_header_out_t *ho;
+    int no_body = r->status < 200 || r->status == 204 || r->status == 304;
+    char *p;
+
     if (r->status == 200) {
-        memcpy(p, hdr_cache.buf, hdr_cache.len);
-        p += hdr_cache.len;
+        fd_sbuf_add(sb, hdr_cache.buf, hdr_cache.len);
     } else {
-        fd_str_t sl = fd_http_status_line(r->status);
-        p = CPY(p, "HTTP/1.1 ");
-        memcpy(p, sl.data, sl.len);
-        p += sl.len;
-        *p++ = '\r';
-        *p++ = '\n';
-        memcpy(p, hdr_cache.buf + hdr_cache.common,
-               hdr_cache.len - hdr_cache.common);
-        p += hdr_cache.len - hdr_cache.common;
+        fd_sbuf_add_lit(sb, "HTTP/1.1 ");
+        fd_sbuf_add_str(sb, fd_http_status_line(r->status));
+        fd_sbuf_add_crlf(sb);
+        fd_sbuf_add(sb, hdr_cache.buf + hdr_cache.common,
+                    hdr_cache.len - hdr_cache.common);
     }
-    if (r->content_type.len) {
-        p = CPY(p, "Content-Type: ");
-        memcpy(p, r->content_type.data, r->content_type.len);
-        p += r->content_type.len;
-        *p++ = '\r';
-        *p++ = '\n';
-    }
+    if (r->content_type.len)
+        fd_sbuf_add_header(sb, fd_string("Content-Type"), r->content_type);
     if (!no_body) {
         if (r->content_length >= 0) {
-            p = CPY(p, "Content-Length: ");
-            p = fd_fmt_uint(p, (uint64_t)r->content_length);
-            *p++ = '\r';
-            *p++ = '\n';
+            p = fd_sbuf_reserve(sb, sizeof("Content-Length: \r\n") + 20);
+            if (p) {
+                p = CPY(p, "Content-Length: ");
+                p = fd_fmt_uint(p, (uint64_t)r->content_length);
+                fd_sbuf_commit(sb, CPY(p, "\r\n"));
+            }
         } else if (r->chunked_out) {
-            p = CPY(p, "Transfer-Encoding: chunked\r\n");
+            fd_sbuf_add_lit(sb, "Transfer-Encoding: chunked\r\n");
         }
     }
     if (r->last_modified >= 0) {
-        p = CPY(p, "Last-Modified: ");
-        p += fd_http_time(p, r->last_modified);
-        *p++ = '\r';
-        *p++ = '\n';
+        p = fd_sbuf_reserve(sb, sizeof("Last-Modified: \r\n") +
+                                    sizeof(fd_http_date));
+        if (p) {
+            p = CPY(p, "Last-Modified: ");
+            p += fd_http_time(p, r->last_modified);
+            fd_sbuf_commit(sb, CPY(p, "\r\n"));
+        }
     }
-    if (r->etag.len) {
-        p = CPY(p, "ETag: ");
-        memcpy(p, r->etag.data, r->etag.len);
-        p += r->etag.len;
-        *p++ = '\r';
-        *p++ = '\n';
-    }
+    if (r->etag.len)
+        fd_sbuf_add_header(sb, fd_string("ETag"), r->etag);
     for (ho = r->headers_out; ho; ho = ho->next) {
         /* a CR or LF (say, a decoded %0d%0a a module copied from the
          * request) would end the line and start a header of the client's
          * choosing: such a field is dropped, never sent */
         if (has_cr_lf(ho->value.data, ho->value.len) ||
             has_cr_lf(ho->name.data, ho->name.len)) {
-            fd_log_error(FD_LOG_ERR, 0, "a response header holding CR or "
-                         "LF was dropped");
+            if (log)
+                fd_log_error(FD_LOG_ERR, 0, "a response header holding CR "
+                             "or LF was dropped");
             continue;
         }
-        memcpy(p, ho->name.data, ho->name.len);
-        p += ho->name.len;
-        *p++ = ':';
-        *p++ = ' ';
-        memcpy(p, ho->value.data, ho->value.len);
-        p += ho->value.len;
-        *p++ = '\r';
-        *p++ = '\n';
+        fd_sbuf_add_header(sb, ho->name, ho->value);
     }
     /* a graceful stop: a request that was in flight when it began is the
      * connection's last (its caller closes after a keepalive = 0 answer) */
@@ -646,17 +624,44 @@ static int header_write(fd_request_t *r, fd_buf_t *body)
     if (r->status == 101) {
         /* the module set Connection/Upgrade itself */
     } else if (!r->keepalive) {
-        p = CPY(p, "Connection: close\r\n");
+        fd_sbuf_add_lit(sb, "Connection: close\r\n");
     } else if (r->in.version == 10) {
-        p = CPY(p, "Connection: keep-alive\r\n");
+        fd_sbuf_add_lit(sb, "Connection: keep-alive\r\n");
     }
-    *p++ = '\r';
-    *p++ = '\n';
-    if (blen) {
-        memcpy(p, body->pos, blen);
-        p += blen;
+    fd_sbuf_add_crlf(sb);
+    if (body)
+        fd_sbuf_add(sb, body->pos, fd_buf_size(body));
+}
+
+/* The header, and body (a small memory buffer, or NULL) right after it:
+ * built in place in the output area, one commit for a small complete
+ * response. A header larger than the room there is built again in the
+ * request's pool and copied: complete either way, never past the end. */
+static int header_write(fd_request_t *r, fd_buf_t *body)
+{
+    fd_http_conn_t *h = r->c->h;
+    size_t blen = body ? fd_buf_size(body) : 0;
+    fd_sbuf_t sb;
+    char *p;
+
+    if (fd_unlikely(hdr_cache.sec != fd_current_sec ||
+                    hdr_cache.cycle != fd_worker->cycle))
+        hdr_cache_fill(&fd_worker->cycle->http);
+    p = out_reserve(h, HDR_RESERVE + blen);
+    if (p == NULL)
+        return FD_ERROR;
+    fd_sbuf_init_fixed(&sb, p, h->ocap - h->otail);
+    header_build(r, &sb, body, 1);
+    if (fd_likely(!fd_sbuf_failed(&sb))) {
+        out_commit(h, fd_sbuf_len(&sb));
+    } else {
+        if (fd_sbuf_init(&sb, r->pool, 2 * (h->ocap - h->otail)) != FD_OK)
+            return FD_ERROR;
+        header_build(r, &sb, body, 0);
+        if (fd_sbuf_failed(&sb) ||
+            out_append(h, sb.start, fd_sbuf_len(&sb)) != FD_OK)
+            return FD_ERROR;
     }
-    out_commit(h, (size_t)(p - start));
     r->header_sent = 1;
     return FD_OK;
 }
@@ -741,8 +746,7 @@ int fd_http_error_page(fd_request_t *r, int status)
 {
     fd_error_page_t *ep;
     fd_str_t sl = fd_http_status_line(status);
-    char *body;
-    int n;
+    fd_sbuf_t sb;
 
     r->status = status;
     r->out = NULL;
@@ -755,17 +759,21 @@ int fd_http_error_page(fd_request_t *r, int status)
     for (ep = r->server ? r->server->error_pages : NULL; ep; ep = ep->next)
         if (ep->status == status)
             return fd_http_body_set(r, ep->body, ep->len);
-    body = fd_pnalloc(r->pool, 256);
-    if (body == NULL)
+    if (fd_sbuf_init(&sb, r->pool, 256) != FD_OK)
         return FD_ERROR;
-    n = snprintf(body, 256,
-                 "<html>\r\n<head><title>%.*s</title></head>\r\n<body>\r\n"
-                 "<center><h1>%.*s</h1></center>\r\n<hr><center>%s"
-                 "</center>\r\n</body>\r\n</html>\r\n",
-                 (int)sl.len, sl.data, (int)sl.len, sl.data,
-                 fd_worker->cycle->http.server_tokens ? "fastd/" FASTD_VERSION
-                                                      : "fastd");
-    return fd_http_body_set(r, body, (size_t)n);
+    fd_sbuf_add_lit(&sb, "<html>\r\n<head><title>");
+    fd_sbuf_add_str(&sb, sl);
+    fd_sbuf_add_lit(&sb, "</title></head>\r\n<body>\r\n<center><h1>");
+    fd_sbuf_add_str(&sb, sl);
+    fd_sbuf_add_lit(&sb, "</h1></center>\r\n<hr><center>");
+    if (fd_worker->cycle->http.server_tokens)
+        fd_sbuf_add_lit(&sb, "fastd/" FASTD_VERSION);
+    else
+        fd_sbuf_add_lit(&sb, "fastd");
+    fd_sbuf_add_lit(&sb, "</center>\r\n</body>\r\n</html>\r\n");
+    if (fd_sbuf_failed(&sb))
+        return FD_ERROR;
+    return fd_http_body_set(r, sb.start, fd_sbuf_len(&sb));
 }
 
 /* --- requests --- */
@@ -1632,10 +1640,13 @@ int fd_http_output_body(fd_request_t *r, fd_buf_t *chain)
         if (n == 0)
             continue;
         if (r->chunked_out) {
-            char hex[24], *e = fd_fmt_hex(hex, n);
-            *e++ = '\r';
-            *e++ = '\n';
-            if (out_append(h, hex, (size_t)(e - hex)) != FD_OK)
+            char size[24];
+            fd_sbuf_t sb;
+            fd_sbuf_init_fixed(&sb, size, sizeof(size));
+            fd_sbuf_add_hex(&sb, n);
+            fd_sbuf_add_crlf(&sb);
+            if (fd_sbuf_failed(&sb) ||
+                out_append(h, sb.start, fd_sbuf_len(&sb)) != FD_OK)
                 return FD_ERROR;
         }
         if (b->file_fd >= 0)
