@@ -1861,9 +1861,7 @@ static void http_read(fd_connection_t *c)
         }
         if (h->rpos == h->rlast && h->rpos) {
             h->rpos = h->rlast = 0;
-        } else if (h->rlast == size && h->rpos > 0 &&
-                   (h->r == NULL || h->r->phase != PH_HEADER ||
-                    h->r->in.state == 0 || 1)) {
+        } else if (h->rlast == size && h->rpos > 0) {
             /* move the unparsed tail to the front */
             memmove(h->rbuf, h->rbuf + h->rpos, h->rlast - h->rpos);
             h->rlast -= h->rpos;
@@ -2027,10 +2025,6 @@ static void http_after_io(fd_connection_t *c)
         fd_connection_close(c);
         return;
     }
-    if (h->r == NULL)
-        return;
-    /* mid-request: reclaim pool memory of answered requests is not
-     * possible here; it is reset when the connection goes idle */
 }
 
 void fd_http_event(fd_event_t *ev, uint32_t events)
