@@ -14,17 +14,6 @@ int fd_sbuf_init(fd_sbuf_t *sb, fd_pool_t *p, size_t cap)
     return sb->failed ? FD_ERROR : FD_OK;
 }
 
-void fd_sbuf_init_fixed(fd_sbuf_t *sb, char *buf, size_t cap)
-{
-    sb->start = sb->pos = buf;
-    sb->end = buf + cap;
-    sb->pool = NULL;
-    sb->failed = 0;
-#if FD_DEBUG
-    sb->reserved = buf;
-#endif
-}
-
 void fd_sbuf_overrun(const fd_sbuf_t *sb, const char *last)
 {
     fd_log_error(FD_LOG_ALERT, 0,
@@ -44,22 +33,24 @@ int fd_sbuf_grow(fd_sbuf_t *sb, size_t n)
         return FD_ERROR;
     if ((size_t)(sb->end - sb->pos) >= n)
         return FD_OK;
-    if (sb->pool == NULL || n > SIZE_MAX / 4 - used) {
-        sb->failed = 1;
-        return FD_ERROR;
-    }
+    if (sb->pool == NULL || n > SIZE_MAX / 4 - used)
+        goto failed;
     cap = fd_max(cap * 2, used + n);
     m = fd_pnalloc(sb->pool, cap);
-    if (m == NULL) {
-        sb->failed = 1;
-        return FD_ERROR;
-    }
+    if (m == NULL)
+        goto failed;
     if (used)
         memcpy(m, sb->start, used);
     sb->start = m;
     sb->pos = m + used;
     sb->end = m + cap;
     return FD_OK;
+
+failed:
+    /* no room left: fd_sbuf_room() sends every later append here */
+    sb->failed = 1;
+    sb->end = sb->pos;
+    return FD_ERROR;
 }
 
 void fd_sbuf_printf(fd_sbuf_t *sb, const char *fmt, ...)
@@ -74,6 +65,7 @@ void fd_sbuf_printf(fd_sbuf_t *sb, const char *fmt, ...)
     va_end(ap);
     if (n < 0) {
         sb->failed = 1;
+        sb->end = sb->pos;
         return;
     }
     if ((size_t)n >= (size_t)(sb->end - sb->pos)) {

@@ -36,8 +36,6 @@ void fd_sbuf_overrun(const fd_sbuf_t *sb, const char *last)
 
 /* A growing builder in pool p, first capacity cap (a hint). */
 int fd_sbuf_init(fd_sbuf_t *sb, fd_pool_t *p, size_t cap);
-/* A fixed builder over buf[0..cap). */
-void fd_sbuf_init_fixed(fd_sbuf_t *sb, char *buf, size_t cap);
 /* Slow path of every append: make room for n more bytes, or fail. */
 int fd_sbuf_grow(fd_sbuf_t *sb, size_t n);
 /* printf-style append (config-time and cold paths only). */
@@ -48,6 +46,19 @@ void fd_sbuf_printf(fd_sbuf_t *sb, const char *fmt, ...)
 void fd_sbuf_add_escaped_path(fd_sbuf_t *sb, const char *s, size_t n);
 /* JSON string contents (no quotes): '"', '\\' and controls escaped. */
 void fd_sbuf_add_json(fd_sbuf_t *sb, const char *s, size_t n);
+
+/* A fixed builder over buf[0..cap) (inline: the response header's is set
+ * up once per request). */
+static inline void fd_sbuf_init_fixed(fd_sbuf_t *sb, char *buf, size_t cap)
+{
+    sb->start = sb->pos = buf;
+    sb->end = buf + cap;
+    sb->pool = NULL;
+    sb->failed = 0;
+#if FD_DEBUG
+    sb->reserved = buf;
+#endif
+}
 
 static inline int fd_sbuf_failed(const fd_sbuf_t *sb)
 {
@@ -64,9 +75,11 @@ static inline fd_str_t fd_sbuf_str(const fd_sbuf_t *sb)
     return (fd_str_t){fd_sbuf_len(sb), sb->start};
 }
 
+/* A failure also sets end = pos, so the fast path need not test failed:
+ * the next append that adds a byte reaches fd_sbuf_grow(), which fails. */
 static inline int fd_sbuf_room(fd_sbuf_t *sb, size_t n)
 {
-    if (fd_likely(!sb->failed && (size_t)(sb->end - sb->pos) >= n))
+    if (fd_likely((size_t)(sb->end - sb->pos) >= n))
         return 1;
     return fd_sbuf_grow(sb, n) == FD_OK;
 }
