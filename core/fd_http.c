@@ -560,11 +560,28 @@ static void hdr_cache_fill(const fd_http_conf_t *hc)
  * builder may use all the room the output area has, this is a minimum. */
 #define HDR_RESERVE (sizeof(hdr_cache.buf) + 256)
 
+/* "Name: value\r\n" for a literal name: one room check, and the name is
+ * a move of known size rather than a memcpy() call (the hot path). */
+#define HDR_LIT(sb, name, v) hdr_lit(sb, name ": ", sizeof(name ": ") - 1, v)
+
+static inline __attribute__((always_inline)) void
+hdr_lit(fd_sbuf_t *sb, const char *name, size_t nlen, fd_str_t v)
+{
+    char *p = fd_sbuf_reserve(sb, nlen + v.len + 2);
+
+    if (p) {
+        memcpy(p, name, nlen);
+        memcpy(p + nlen, v.data, v.len);
+        p += nlen + v.len;
+        fd_sbuf_commit(sb, CPY(p, "\r\n"));
+    }
+}
+
 /* The header, then body (a small memory buffer, or NULL), into sb. Runs
  * again on a growing builder when the first one ran out of room, so its
  * only side effects are idempotent; log says whether to report. */
-static void header_build(fd_request_t *r, fd_sbuf_t *sb, fd_buf_t *body,
-                         int log)
+static inline __attribute__((always_inline)) void
+header_build(fd_request_t *r, fd_sbuf_t *sb, fd_buf_t *body, int log)
 {
     fd_http_header_out_t *ho;
     int no_body = r->status < 200 || r->status == 204 || r->status == 304;
@@ -580,7 +597,7 @@ static void header_build(fd_request_t *r, fd_sbuf_t *sb, fd_buf_t *body,
                     hdr_cache.len - hdr_cache.common);
     }
     if (r->content_type.len)
-        fd_sbuf_add_header(sb, fd_string("Content-Type"), r->content_type);
+        HDR_LIT(sb, "Content-Type", r->content_type);
     if (!no_body) {
         if (r->content_length >= 0) {
             p = fd_sbuf_reserve(sb, sizeof("Content-Length: \r\n") + 20);
@@ -603,7 +620,7 @@ static void header_build(fd_request_t *r, fd_sbuf_t *sb, fd_buf_t *body,
         }
     }
     if (r->etag.len)
-        fd_sbuf_add_header(sb, fd_string("ETag"), r->etag);
+        HDR_LIT(sb, "ETag", r->etag);
     for (ho = r->headers_out; ho; ho = ho->next) {
         /* a CR or LF (say, a decoded %0d%0a a module copied from the
          * request) would end the line and start a header of the client's
@@ -633,10 +650,25 @@ static void header_build(fd_request_t *r, fd_sbuf_t *sb, fd_buf_t *body,
         fd_sbuf_add(sb, body->pos, fd_buf_size(body));
 }
 
+/* A header larger than the room in the output area: built again in the
+ * request's pool, then copied there (rare: a long Location, many
+ * cookies). */
+static __attribute__((noinline, cold)) int header_write_large(
+    fd_request_t *r, fd_buf_t *body, size_t tried)
+{
+    fd_sbuf_t sb;
+
+    if (fd_sbuf_init(&sb, r->pool, 2 * tried) != FD_OK)
+        return FD_ERROR;
+    header_build(r, &sb, body, 0);
+    if (fd_sbuf_failed(&sb))
+        return FD_ERROR;
+    return out_append(r->c->h, sb.start, fd_sbuf_len(&sb));
+}
+
 /* The header, and body (a small memory buffer, or NULL) right after it:
  * built in place in the output area, one commit for a small complete
- * response. A header larger than the room there is built again in the
- * request's pool and copied: complete either way, never past the end. */
+ * response; complete either way, never past the end. */
 static int header_write(fd_request_t *r, fd_buf_t *body)
 {
     fd_http_conn_t *h = r->c->h;
@@ -652,16 +684,10 @@ static int header_write(fd_request_t *r, fd_buf_t *body)
         return FD_ERROR;
     fd_sbuf_init_fixed(&sb, p, h->ocap - h->otail);
     header_build(r, &sb, body, 1);
-    if (fd_likely(!fd_sbuf_failed(&sb))) {
+    if (fd_likely(!fd_sbuf_failed(&sb)))
         out_commit(h, fd_sbuf_len(&sb));
-    } else {
-        if (fd_sbuf_init(&sb, r->pool, 2 * (h->ocap - h->otail)) != FD_OK)
-            return FD_ERROR;
-        header_build(r, &sb, body, 0);
-        if (fd_sbuf_failed(&sb) ||
-            out_append(h, sb.start, fd_sbuf_len(&sb)) != FD_OK)
-            return FD_ERROR;
-    }
+    else if (header_write_large(r, body, h->ocap - h->otail) != FD_OK)
+        return FD_ERROR;
     r->header_sent = 1;
     return FD_OK;
 }
