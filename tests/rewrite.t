@@ -70,6 +70,21 @@ rewrite = ^/enc/(.*)$ /e/$1 redirect
 rewrite = ^/ret-after/(\w+)$ /x/$1
 return = 200 now=$uri cap=$1
 
+[location /long/]
+return = 301 http://$host$request_uri
+
+[location /pct/]
+rewrite = ^/pct/(.*)$ http://$host/x/$1/$1/$1$uri redirect
+
+[location /caps/]
+rewrite = ^/caps/(.)(.)(.)(.)(.)(.)(.)(.)(.)(?<ten>.*)$ /b/$9$8$7$6$5$4$3$2$1-${ten}-$0 last
+
+[location /intl/]
+rewrite = ^/intl/(.*)$ /b/$1$1 last
+
+[location /hdr/]
+return = 302 http://$host/$http_x_long?h=$http_x_long
+
 EOF
 
 my $t = FastdTest->new(conf => FastdTest::base_conf(
@@ -164,6 +179,82 @@ is(req('/chain/one')->body, 'b:/b/three?',
 $r = req('/ret-after/abc');
 is($r->body, 'now=/x/abc cap=abc',
    'return after a rewrite sees the new $uri and its captures');
+
+# --- hostile input: long values, many captures, bytes to escape --------------
+# Every expansion is built by a growing builder; the response header goes
+# through its in-place builder, and one larger than the output area (16k)
+# through the rebuild in the request pool. The exact bytes are checked.
+
+# the escaping of a Location (ESC_PATH): controls, space, DEL and up, and
+# "#%<>?\^`{|} as %XX
+sub esc_path {
+    my ($s) = @_;
+    $s =~ s{([\x00-\x20\x7f-\xff"#%<>?\\^`{|}])}{sprintf('%%%02X', ord $1)}ge;
+    return $s;
+}
+
+my $host = 'h' x 7000;
+$r = req('/long/x?q=1', host => $host);
+is($r->status, 301, 'a 7000-byte Host: 301');
+is($r->header('location'), "http://$host/long/x?q=1",
+   '... the whole Host in the Location');
+
+# a path of 2000 "%"s: each $1 and $uri escaped back to %25 (6000 bytes
+# each), a Location of 24k, larger than the output area
+my $pcts = '%' x 2000;
+$r = req('/pct/' . ('%25' x 2000));
+is($r->status, 302, 'a path of 2000 %25: 302');
+my $e = esc_path($pcts);
+is(length($r->header('location') // ''), 19 + 4 * 6000 + 7,
+   '... a 24k Location');
+is($r->header('location'), "http://localhost/x/$e/$e/$e/pct/$e",
+   '... every capture and $uri escaped, nothing cut');
+
+$r = req('/caps/abcdefghijKLM');
+is($r->body, 'b:/b/ihgfedcba-jKLM-/caps/abcdefghijKLM?',
+   'nine numbered captures, a named tenth and $0');
+my $zs = 'z' x 5000;
+$r = req("/caps/abcdefghi$zs");
+is($r->body, "b:/b/ihgfedcba-$zs-/caps/abcdefghi$zs?",
+   '... with a 5000-byte tenth');
+
+$r = req('/intl/' . ('%25' x 2500));
+is($r->status, 200, 'an internal rewrite to 5000 "%"s: 200');
+is($r->body, 'b:/b/' . ('%' x 5000) . '?',
+   '... $1$1 kept literal through the new URI');
+
+my $v = 'v"<>' x 1500;
+$r = req('/hdr/', 'X-Long' => $v);
+is($r->status, 302, 'a 6000-byte header in a return: 302');
+$e = esc_path($v);
+is($r->header('location'), "http://localhost/$e?h=$e",
+   '... escaped (30k), in full');
+
+$r = req('/enc/%01%0d%09%7f%ff%20%22');
+is($r->header('location'), '/e/%01%0D%09%7F%FF%20%22',
+   'CR, controls and high bytes in a capture: escaped in the Location');
+$r = req('/hdr/', 'X-Long' => "a\x80\xff\tb");
+is($r->header('location'), 'http://localhost/a%80%FF%09b?h=a%80%FF%09b',
+   'a header value\'s high bytes and tab: escaped in the Location');
+$r = req('/text/%01%0d%0a%7f');
+is($r->body, "uri=/text/\x01\r\n\x7f args=",
+   'a text return carries the decoded bytes as they are');
+
+# a large header between two small ones on one connection: each whole,
+# in order (the rebuilt header is queued where the in-place one would be)
+{
+    my $big = '/pct/' . ('%25' x 2000);
+    my $raw = $t->raw("GET /plaintext HTTP/1.1\r\nHost: a\r\n\r\n"
+                      . "GET $big HTTP/1.1\r\nHost: a\r\n\r\n"
+                      . "GET /plaintext HTTP/1.1\r\nHost: a\r\n"
+                      . "Connection: close\r\n\r\n");
+    my @rs = FastdTest::parse_responses($raw, eof => 1);
+    is(scalar @rs, 3, 'pipelined: three responses');
+    is(join(' ', map { $_->status } @rs), '200 302 200', '... in order');
+    is($rs[1] && length($rs[1]->header('location') // ''), 11 + 4 * 6000 + 7,
+       '... the large one whole');
+    is($rs[2] && $rs[2]->body, 'Hello, World!', '... and the next intact');
+}
 
 # --- [server] rules ----------------------------------------------------------
 $r = req('/srv/thing');
