@@ -493,45 +493,46 @@ static int must_escape(unsigned char c, int esc)
     return 0;
 }
 
-static const char hex[] = "0123456789ABCDEF";
-
-static size_t escaped_len(fd_str_t v, int esc)
+/* v into sb, the bytes esc says escaped as %XX */
+static void escape_add(fd_sbuf_t *sb, fd_str_t v, int esc)
 {
-    size_t j, len = v.len;
-
-    for (j = 0; j < v.len; j++)
-        len += must_escape((unsigned char)v.data[j], esc) ? 2 : 0;
-    return len;
-}
-
-static char *escape_to(char *p, fd_str_t v, int esc)
-{
+    static const char hex[] = "0123456789ABCDEF";
     size_t j;
 
     for (j = 0; j < v.len; j++) {
         unsigned char c = (unsigned char)v.data[j];
-        if (must_escape(c, esc)) {
-            *p++ = '%';
-            *p++ = hex[c >> 4];
-            *p++ = hex[c & 15];
-        } else {
-            *p++ = (char)c;
+        char *p;
+        if (!must_escape(c, esc)) {
+            fd_sbuf_addc(sb, (char)c);
+            continue;
         }
+        if ((p = fd_sbuf_reserve(sb, 3)) == NULL)
+            return;
+        p[0] = '%';
+        p[1] = hex[c >> 4];
+        p[2] = hex[c & 15];
+        fd_sbuf_commit(sb, p + 3);
     }
-    return p;
+}
+
+/* The builder's bytes, NUL-ended, as *out; FD_ERROR if it failed. */
+static int sbuf_done(fd_sbuf_t *sb, fd_str_t *out)
+{
+    fd_sbuf_addc(sb, '\0');
+    if (fd_sbuf_failed(sb))
+        return FD_ERROR;
+    *out = (fd_str_t){fd_sbuf_len(sb) - 1, sb->start};
+    return FD_OK;
 }
 
 static int escape(fd_request_t *r, fd_str_t v, int esc, fd_str_t *out)
 {
-    char *p = fd_pnalloc(r->pool, escaped_len(v, esc) + 1);
+    fd_sbuf_t sb;
 
-    if (p == NULL)
+    if (fd_sbuf_init(&sb, r->pool, v.len + 1) != FD_OK)
         return FD_ERROR;
-    out->data = p;
-    p = escape_to(p, v, esc);
-    *p = '\0';
-    out->len = (size_t)(p - out->data);
-    return FD_OK;
+    escape_add(&sb, v, esc);
+    return sbuf_done(&sb, out);
 }
 
 /* Run a script into r->pool; values escaped as esc says. */
@@ -539,32 +540,19 @@ static int script_run(fd_request_t *r, rw_ctx_t *x, const script_t *s,
                       int esc, fd_str_t *out)
 {
     char tmp[64];
-    size_t len = 0;
+    fd_sbuf_t sb;
     unsigned i;
-    char *p;
 
-    for (i = 0; i < s->n; i++) {
-        fd_str_t v = sop_value(r, x, &s->ops[i], tmp);
-        len += esc == ESC_NONE || s->ops[i].raw ? v.len : escaped_len(v, esc);
-    }
-    p = fd_pnalloc(r->pool, len + 1);
-    if (p == NULL)
+    if (fd_sbuf_init(&sb, r->pool, 128) != FD_OK)
         return FD_ERROR;
-    out->data = p;
     for (i = 0; i < s->n; i++) {
         fd_str_t v = sop_value(r, x, &s->ops[i], tmp);
-        if (v.len == 0)
-            continue;
-        if (esc == ESC_NONE || s->ops[i].raw) {
-            memcpy(p, v.data, v.len);
-            p += v.len;
-        } else {
-            p = escape_to(p, v, esc);
-        }
+        if (esc == ESC_NONE || s->ops[i].raw)
+            fd_sbuf_add_str(&sb, v);
+        else
+            escape_add(&sb, v, esc);
     }
-    *p = '\0';
-    out->len = (size_t)(p - out->data);
-    return FD_OK;
+    return sbuf_done(&sb, out);
 }
 
 /* The arguments after a rewrite: new ones, then the request's own. */
@@ -572,7 +560,7 @@ static int new_args(fd_request_t *r, rw_ctx_t *x, const rw_op_t *op,
                     fd_str_t *args)
 {
     fd_str_t a;
-    char *p;
+    fd_sbuf_t sb;
 
     if (!op->has_args) {
         *args = r->in.query;
@@ -584,13 +572,14 @@ static int new_args(fd_request_t *r, rw_ctx_t *x, const rw_op_t *op,
         *args = a;
         return FD_OK;
     }
-    p = fd_pnalloc(r->pool, a.len + 1 + r->in.query.len);
-    if (p == NULL)
+    if (fd_sbuf_init(&sb, r->pool, a.len + 1 + r->in.query.len) != FD_OK)
         return FD_ERROR;
-    memcpy(p, a.data, a.len);
-    p[a.len] = '&';
-    memcpy(p + a.len + 1, r->in.query.data, r->in.query.len);
-    *args = (fd_str_t){a.len + 1 + r->in.query.len, p};
+    fd_sbuf_add_str(&sb, a);
+    fd_sbuf_addc(&sb, '&');
+    fd_sbuf_add_str(&sb, r->in.query);
+    if (fd_sbuf_failed(&sb))
+        return FD_ERROR;
+    *args = fd_sbuf_str(&sb);
     return FD_OK;
 }
 
@@ -599,13 +588,15 @@ static int redirect(fd_request_t *r, int status, fd_str_t path,
                     fd_str_t args)
 {
     if (args.len) {
-        char *p = fd_pnalloc(r->pool, path.len + 1 + args.len);
-        if (p == NULL)
+        fd_sbuf_t sb;
+        if (fd_sbuf_init(&sb, r->pool, path.len + 1 + args.len) != FD_OK)
             return 500;
-        memcpy(p, path.data, path.len);
-        p[path.len] = '?';
-        memcpy(p + path.len + 1, args.data, args.len);
-        path = (fd_str_t){path.len + 1 + args.len, p};
+        fd_sbuf_add_str(&sb, path);
+        fd_sbuf_addc(&sb, '?');
+        fd_sbuf_add_str(&sb, args);
+        if (fd_sbuf_failed(&sb))
+            return 500;
+        path = fd_sbuf_str(&sb);
     }
     if (fd_http_error_page(r, status) != FD_OK ||
         fd_http_header_add(r, fd_string("Location"), path) != FD_OK)
