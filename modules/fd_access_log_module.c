@@ -127,8 +127,6 @@ typedef struct {
 fd_module_t fd_access_log_module;
 
 static al_file_t *wfiles;    /* this worker's open files (owners) */
-static char *line;           /* this worker's line scratch */
-static size_t line_cap;
 
 static const char combined_src[] =
     "$remote_addr - - [$time_local] \"$request\" $status $body_bytes_sent "
@@ -491,14 +489,12 @@ static void access_log_exit_worker(fd_worker_t *w)
         f->buf = NULL;
     }
     wfiles = NULL;
-    free(line);
-    line = NULL;
-    line_cap = 0;
 }
 
 /* --- one line --- */
 
-static fd_str_t host_value(fd_request_t *r, char *tmp, size_t size)
+/* $host without the port; written lowercased (see line_build()) */
+static fd_str_t host_value(fd_request_t *r)
 {
     fd_str_t h = r->in.host;
     size_t i;
@@ -514,10 +510,6 @@ static fd_str_t host_value(fd_request_t *r, char *tmp, size_t size)
     if (h.len == 0 && r->server && r->server->names.n)
         return (fd_str_t){strlen(r->server->names.items[0]),
                           r->server->names.items[0]};
-    h.len = fd_min(h.len, size);
-    for (i = 0; i < h.len; i++)
-        tmp[i] = fd_tolower(h.data[i]);
-    h.data = tmp;
     return h;
 }
 
@@ -573,7 +565,7 @@ static fd_str_t var_value(fd_request_t *r, const al_op_t *op, char *tmp,
     case V_UPSTREAM_RESPONSE_TIME:
         return upstream(r, fd_proxy_upstream_response_time);
     case V_HOST:
-        return host_value(r, tmp, tmpsize);
+        return host_value(r);
     case V_URI:
         return r->path;
     case V_ARGS:
@@ -604,64 +596,55 @@ static fd_str_t var_value(fd_request_t *r, const al_op_t *op, char *tmp,
     return fd_null_string;
 }
 
-static int line_reserve(size_t need)
-{
-    size_t cap = line_cap ? line_cap : 1024;
-    char *n;
-
-    if (need <= line_cap)
-        return FD_OK;
-    while (cap < need)
-        cap *= 2;
-    n = realloc(line, cap);
-    if (n == NULL)
-        return FD_ERROR;
-    line = n;
-    line_cap = cap;
-    return FD_OK;
-}
-
 static const char hex[] = "0123456789ABCDEF";
 
-/* nginx's escaping: ", \ and bytes outside printable ASCII as \xHH. */
-static char *escape_text(char *p, fd_str_t v)
+/* nginx's escaping: ", \ and bytes outside printable ASCII as \xHH;
+ * lower: ASCII letters lowercased ($host) */
+static void escape_text(fd_sbuf_t *sb, fd_str_t v, int lower)
 {
     size_t i;
 
     for (i = 0; i < v.len; i++) {
         unsigned char c = (unsigned char)v.data[i];
-        if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') {
-            *p++ = '\\';
-            *p++ = 'x';
-            *p++ = hex[c >> 4];
-            *p++ = hex[c & 15];
-        } else {
-            *p++ = (char)c;
+        char *p;
+        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+            fd_sbuf_addc(sb, lower ? fd_tolower((char)c) : (char)c);
+            continue;
         }
+        if ((p = fd_sbuf_reserve(sb, 4)) == NULL)
+            return;
+        p[0] = '\\';
+        p[1] = 'x';
+        p[2] = hex[c >> 4];
+        p[3] = hex[c & 15];
+        fd_sbuf_commit(sb, p + 4);
     }
-    return p;
 }
 
 /* JSON string content; bytes >= 0x80 as \u00XX so every line is valid. */
-static char *escape_json(char *p, fd_str_t v)
+static void escape_json(fd_sbuf_t *sb, fd_str_t v, int lower)
 {
     size_t i;
 
     for (i = 0; i < v.len; i++) {
         unsigned char c = (unsigned char)v.data[i];
+        char *p;
         if (c == '"' || c == '\\') {
-            *p++ = '\\';
-            *p++ = (char)c;
-        } else if (c < 0x20 || c >= 0x7f) {
-            memcpy(p, "\\u00", 4);
-            p[4] = hex[c >> 4];
-            p[5] = hex[c & 15];
-            p += 6;
-        } else {
-            *p++ = (char)c;
+            fd_sbuf_addc(sb, '\\');
+            fd_sbuf_addc(sb, (char)c);
+            continue;
         }
+        if (c >= 0x20 && c < 0x7f) {
+            fd_sbuf_addc(sb, lower ? fd_tolower((char)c) : (char)c);
+            continue;
+        }
+        if ((p = fd_sbuf_reserve(sb, 6)) == NULL)
+            return;
+        memcpy(p, "\\u00", 4);
+        p[4] = hex[c >> 4];
+        p[5] = hex[c & 15];
+        fd_sbuf_commit(sb, p + 6);
     }
-    return p;
 }
 
 /* The value of a variable as up to 4 pieces (the request line is 4). */
@@ -687,62 +670,50 @@ static unsigned var_parts(fd_request_t *r, const al_op_t *op, char *tmp,
     return v[0].len ? 1 : 0;
 }
 
-/* Build the line into the worker's scratch; its length or 0. */
-static size_t line_build(fd_request_t *r, const al_format_t *f)
+/* The line for r, appended to sb (which may run out: the caller checks). */
+static void line_build(fd_request_t *r, const al_format_t *f, fd_sbuf_t *sb)
 {
-    char tmp[256];
-    size_t len = 0, vlen;
+    char tmp[64];
     unsigned i, k, nv;
     fd_str_t v[4];
 
     for (i = 0; i < f->nops; i++) {
         const al_op_t *op = &f->ops[i];
-        char *p;
+        int lower = op->var == V_HOST;
+        size_t vlen;
 
         nv = var_parts(r, op, tmp, sizeof(tmp), v);
         for (k = 0, vlen = 0; k < nv; k++)
             vlen += v[k].len;
         if (nv && vlen == 0)
             nv = 0;
-        /* worst case: the key, 6 bytes per value byte, the framing */
-        if (line_reserve(len + op->text.len + 6 * vlen + 16) != FD_OK)
-            return 0;
-        p = line + len;
         if (f->json) {
-            *p++ = i ? ',' : '{';
-            *p++ = '"';
-            memcpy(p, op->text.data, op->text.len);
-            p += op->text.len;
-            *p++ = '"';
-            *p++ = ':';
+            fd_sbuf_addc(sb, i ? ',' : '{');
+            fd_sbuf_addc(sb, '"');
+            fd_sbuf_add_str(sb, op->text);
+            fd_sbuf_add_lit(sb, "\":");
             if (op->number && nv) {
-                memcpy(p, v[0].data, v[0].len);
-                p += v[0].len;
+                fd_sbuf_add_str(sb, v[0]);
             } else {
-                *p++ = '"';
+                fd_sbuf_addc(sb, '"');
                 if (nv == 0)
-                    *p++ = '-';
+                    fd_sbuf_addc(sb, '-');
                 for (k = 0; k < nv; k++)
-                    p = escape_json(p, v[k]);
-                *p++ = '"';
+                    escape_json(sb, v[k], lower);
+                fd_sbuf_addc(sb, '"');
             }
         } else if (op->var == V_LITERAL) {
-            memcpy(p, v[0].data, v[0].len);
-            p += v[0].len;
+            fd_sbuf_add_str(sb, v[0]);
         } else if (nv == 0) {
-            *p++ = '-';
+            fd_sbuf_addc(sb, '-');
         } else {
             for (k = 0; k < nv; k++)
-                p = escape_text(p, v[k]);
+                escape_text(sb, v[k], lower);
         }
-        len = (size_t)(p - line);
     }
-    if (line_reserve(len + 2) != FD_OK)
-        return 0;
     if (f->json)
-        line[len++] = '}';
-    line[len++] = '\n';
-    return len;
+        fd_sbuf_addc(sb, '}');
+    fd_sbuf_addc(sb, '\n');
 }
 
 static void access_log_log(fd_request_t *r)
@@ -750,7 +721,8 @@ static void access_log_log(fd_request_t *r)
     fd_http_loc_t *loc = r->loc;
     al_conf_t *lc;
     al_file_t *f;
-    size_t n;
+    fd_sbuf_t sb;
+    char *keep;
 
     if (loc == NULL) {
         /* failed before routing: the server's (or address') defaults */
@@ -760,25 +732,38 @@ static void access_log_log(fd_request_t *r)
     lc = fd_loc_conf(loc, &fd_access_log_module);
     if (lc->file == NULL || (f = lc->file->owner) == NULL || f->fd < 0)
         return;
-    n = line_build(r, lc->format);
-    if (n == 0)
-        return;
-    if (f->len + n > f->buffer) {
-        file_flush(f);
-        if (n > f->buffer) {
-            /* larger than the buffer (or unbuffered): write it alone */
-            char *keep = f->buf;
-            f->buf = line;
-            f->len = n;
+    if (f->buf) {
+        /* straight into the buffer's free end; a line that does not fit
+         * leaves nothing there (len is not moved): flush, try again */
+        fd_sbuf_init_fixed(&sb, f->buf + f->len, f->buffer - f->len);
+        line_build(r, lc->format, &sb);
+        if (fd_sbuf_failed(&sb) && f->len) {
             file_flush(f);
-            f->buf = keep;
+            fd_sbuf_init_fixed(&sb, f->buf, f->buffer);
+            line_build(r, lc->format, &sb);
+        }
+        if (!fd_sbuf_failed(&sb)) {
+            f->len += fd_sbuf_len(&sb);
+            if (!f->timer.idx)
+                fd_timer_add(&f->timer, f->flush);
             return;
         }
     }
-    memcpy(f->buf + f->len, line, n);
-    f->len += n;
-    if (!f->timer.idx)
-        fd_timer_add(&f->timer, f->flush);
+    /* larger than the buffer (or unbuffered): built in the request's
+     * pool and written alone */
+    if (fd_sbuf_init(&sb, r->pool, 1024) != FD_OK)
+        return;
+    line_build(r, lc->format, &sb);
+    if (fd_sbuf_failed(&sb)) {
+        fd_log_error(FD_LOG_ERR, 0, "no memory for an access log line");
+        return;
+    }
+    file_flush(f);
+    keep = f->buf;
+    f->buf = sb.start;
+    f->len = fd_sbuf_len(&sb);
+    file_flush(f);
+    f->buf = keep;
 }
 
 static const fd_directive_t access_log_directives[] = {

@@ -56,11 +56,21 @@ access_log = off
 handler = plaintext
 access_log = %%DIR%%/late.log format=mine buffer=0
 
+[location /h/]
+handler = plaintext
+access_log = %%DIR%%/hostile.log format=hostile buffer=4k flush=1h
+
+[location /hj/]
+handler = plaintext
+access_log = %%DIR%%/hostile.json format=hostilej buffer=0
+
 EOF
 my $t = FastdTest->new(conf => FastdTest::base_conf(
-    http => { log_format =>
+    http => { log_format => [
         'mine $status|$method|$uri|$args|$http_x_test|$request_time|'
-        . '$upstream_addr|$host|$body_bytes_sent' },
+        . '$upstream_addr|$host|$body_bytes_sent',
+        'hostile $host|$request|$uri|$http_user_agent|$status',
+        'hostilej json $host $request $uri $http_user_agent' ] },
     server => { access_log => '%%DIR%%/access.log flush=1s' },
     locations => $locations,
 ));
@@ -117,6 +127,72 @@ $t->http("POST /custom/p?x=1 HTTP/1.1\r\nHost: Some.Host:99\r\n"
 @l = lines("$dir/custom.log");
 like($l[0] // '', qr{^200\|POST\|/custom/p\|x=1\|hello\|\d+\.\d{3}\|-\|some\.host\|13$},
      'custom log_format with $http_x_test and $host') or diag($l[0]);
+
+# --- hostile input -------------------------------------------------------------
+# Long values (a 7000-byte Host, a target near the header limit whose
+# decoded $uri escapes to 10k) and bytes to escape, checked byte for byte;
+# lines larger than the 4k buffer are written alone, in order.
+sub esc_text {
+    my ($s) = @_;
+    $s =~ s{([\x00-\x1f\x7f-\xff"\\])}{sprintf('\\x%02X', ord $1)}ge;
+    return $s;
+}
+sub esc_json {
+    my ($s) = @_;
+    $s =~ s{(["\\])}{\\$1}g;
+    $s =~ s{([\x00-\x1f\x7f-\xff])}{sprintf('\\u00%02X', ord $1)}ge;
+    return $s;
+}
+{
+    my $host = 'H' x 7000;
+    my $dels = '%7f' x 2500;
+    my $ua = "ua\t\x80\xff\"\\";
+    my @req = (["/h/$dels", 'a'], ["/h/x%01%22%5c%0d?q=%0a", 'b.example'],
+               ["/h/y", $host]);
+    for my $q (@req) {
+        my $r = $t->http("GET $q->[0] HTTP/1.1\r\nHost: $q->[1]\r\n"
+                         . "User-Agent: $ua\r\n\r\n");
+        is($r && $r->status, 200, "hostile request " . length($q->[0]));
+    }
+    my @want = (
+        "a|GET /h/$dels HTTP/1.1|/h/" . esc_text("\x7f" x 2500) . '|'
+            . esc_text($ua) . '|200',
+        'b.example|GET /h/x%01%22%5c%0d?q=%0a HTTP/1.1|'
+            . esc_text("/h/x\x01\"\\\r") . '|' . esc_text($ua) . '|200',
+        lc($host) . '|GET /h/y HTTP/1.1|/h/y|' . esc_text($ua) . '|200',
+    );
+    $t->signal('USR1'); # reopen: flushes the buffered lines
+    my @got;
+    FastdTest::wait_for(sub { @got = lines("$dir/hostile.log"); @got >= 3 },
+                        5);
+    is(scalar @got, 3, 'three hostile lines');
+    for my $i (0 .. 2) {
+        is(length($got[$i] // ''), length($want[$i]),
+           "line $i: length " . length($want[$i]));
+        ok(($got[$i] // '') eq $want[$i], "line $i: the exact bytes")
+            or diag(substr($got[$i] // '', 0, 300));
+    }
+
+    for my $q (@req) {
+        my $path = '/hj' . substr($q->[0], 2);
+        $t->http("GET $path HTTP/1.1\r\nHost: $q->[1]\r\n"
+                 . "User-Agent: $ua\r\n\r\n");
+    }
+    @got = lines("$dir/hostile.json");
+    is(scalar @got, 3, 'three hostile JSON lines');
+    my @uri = ('/hj/' . ("\x7f" x 2500), "/hj/x\x01\"\\\r", '/hj/y');
+    my @host = ('a', 'b.example', lc $host);
+    for my $i (0 .. 2) {
+        my $want = '{"host":"' . esc_json($host[$i]) . '","request":"'
+            . esc_json('GET /hj' . substr($req[$i][0], 2) . ' HTTP/1.1')
+            . '","uri":"'
+            . esc_json($uri[$i]) . '","http_user_agent":"' . esc_json($ua)
+            . '"}';
+        ok(($got[$i] // '') eq $want, "json line $i: the exact bytes")
+            or diag(substr($got[$i] // '', 0, 300));
+        ok(eval { JSON::PP->new->decode($got[$i]) }, "json line $i decodes");
+    }
+}
 
 # --- flushed at exit --------------------------------------------------------
 {
