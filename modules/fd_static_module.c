@@ -1041,43 +1041,24 @@ static ofc_entry_t *ofc_insert(ofc_t *c, const char *path, size_t len,
 /* ---------------------------------------------------------------------- */
 /* The handler                                                            */
 
-static const char uri_safe[256] = {
-    /* unreserved, sub-delims, ':', '@', '/' (RFC 3986 pchar + '/') */
-    ['A' ... 'Z'] = 1, ['a' ... 'z'] = 1, ['0' ... '9'] = 1,
-    ['-'] = 1, ['.'] = 1, ['_'] = 1, ['~'] = 1, ['!'] = 1, ['$'] = 1,
-    ['&'] = 1, ['\''] = 1, ['('] = 1, [')'] = 1, ['*'] = 1, ['+'] = 1,
-    [','] = 1, [';'] = 1, ['='] = 1, [':'] = 1, ['@'] = 1, ['/'] = 1,
-};
-
 /* 301 to path + "/": the decoded path is re-encoded, so nothing decoded
  * (CR, LF, spaces) reaches the header. */
 static int redirect_dir(fd_request_t *r)
 {
-    static const char hex[] = "0123456789ABCDEF";
-    size_t n = r->path.len * 3 + 2 + r->in.query.len + 1;
-    char *loc = fd_pnalloc(r->pool, n), *p = loc;
+    fd_sbuf_t sb;
 
-    if (loc == NULL)
+    if (fd_sbuf_init(&sb, r->pool, r->path.len + 2 + r->in.query.len) !=
+        FD_OK)
         return 500;
-    for (size_t i = 0; i < r->path.len; i++) {
-        uint8_t ch = (uint8_t)r->path.data[i];
-
-        if (uri_safe[ch]) {
-            *p++ = (char)ch;
-        } else {
-            *p++ = '%';
-            *p++ = hex[ch >> 4];
-            *p++ = hex[ch & 15];
-        }
-    }
-    *p++ = '/';
+    fd_sbuf_add_escaped_path(&sb, r->path.data, r->path.len);
+    fd_sbuf_addc(&sb, '/');
     if (r->in.query.len) {
-        *p++ = '?';
-        memcpy(p, r->in.query.data, r->in.query.len);
-        p += r->in.query.len;
+        fd_sbuf_addc(&sb, '?');
+        fd_sbuf_add_str(&sb, r->in.query);
     }
-    if (fd_http_header_add(r, fd_string("Location"),
-                           (fd_str_t){(size_t)(p - loc), loc}) != FD_OK)
+    if (fd_sbuf_failed(&sb) ||
+        fd_http_header_add(r, fd_string("Location"), fd_sbuf_str(&sb)) !=
+            FD_OK)
         return 500;
     r->status = 301;
     r->content_length = 0;

@@ -38,7 +38,7 @@ my $www = "$dir/www";
 
 # --- the tree ---------------------------------------------------------------
 make_path("$www/sub", "$www/emptydir", "$www/f", "$www/noetag", "$www/idx",
-          "$www/d d");
+          "$www/d d", "$www/p%\"<\x01\xff" . ('L' x 200));
 my $small = join '', map { chr(32 + $_ % 95) } 0 .. 1023;            # 1 KB
 my $big   = join '', map { chr(($_ * 7 + ($_ >> 8)) % 256) } 0 .. 102399; # 100 KB
 my $huge  = join '', map { pack('N', $_) } 0 .. (4 * 1024 * 1024 / 4 - 1); # 4 MB
@@ -111,6 +111,11 @@ is($r->header('location'), '/sub/', 'Location: /sub/');
 is(get('/sub?a=1&b=2')->header('location'), '/sub/?a=1&b=2',
    'redirect keeps the query');
 is(get('/d%20d')->header('location'), '/d%20d/', 'redirect re-encodes');
+my $q = 'q=' . ('%0d%0a' x 1000);
+is(get('/p%25%22%3c%01%ff' . ('L' x 200) . "?$q")->header('location'),
+   '/p%25%22%3C%01%FF' . ('L' x 200) . "/?$q",
+   'redirect: %, quote, <, controls and high bytes escaped; a 6k query '
+   . 'kept as sent');
 
 is(get('/emptydir/')->status, 403, 'directory without index: 403');
 is(get('/emptydir')->status, 301, 'directory without index, no slash: 301');
