@@ -1,4 +1,7 @@
 /* Unit tests: the bounds-checked builder (fd_sbuf). */
+#include <signal.h>
+#include <sys/wait.h>
+
 #include "fd_core.h"
 #include "tap.h"
 
@@ -60,6 +63,55 @@ int main(void)
     for (i = 0; i < 1000; i++)
         fd_sbuf_add_header(&sb, fd_string("X-A"), fd_string("b"));
     ok(!fd_sbuf_failed(&sb) && fd_sbuf_len(&sb) == 8000, "headers");
+
+    /* a failed builder has no room left: nothing after a failure is
+     * written, whatever its size (the fast path tests only the room) */
+    fd_sbuf_init_fixed(&sb, fixed, 8);
+    fd_sbuf_add_lit(&sb, "123456789");
+    ok(fd_sbuf_failed(&sb) && sb.end == sb.pos, "fixed: failed, no room");
+    fd_sbuf_add(&sb, "", 0);
+    fd_sbuf_add_uint(&sb, 1);
+    fd_sbuf_printf(&sb, "%d", 2);
+    fd_sbuf_add_escaped_path(&sb, "a", 1);
+    fd_sbuf_add_json(&sb, "a", 1);
+    ok(fd_sbuf_failed(&sb) && fd_sbuf_len(&sb) == 0,
+       "fixed: no append of any kind after the failure");
+
+    /* exactly full is not a failure */
+    fd_sbuf_init_fixed(&sb, fixed, 8);
+    fd_sbuf_add_lit(&sb, "12345678");
+    ok(!fd_sbuf_failed(&sb) && fd_sbuf_len(&sb) == 8, "fixed: exactly full");
+    fd_sbuf_add(&sb, "", 0);
+    ok(!fd_sbuf_failed(&sb), "fixed: full, an empty append is fine");
+    fd_sbuf_addc(&sb, 'x');
+    ok(fd_sbuf_failed(&sb) && fd_sbuf_len(&sb) == 8, "fixed: one more fails");
+
+    /* a pool builder that cannot grow (a size no pool gives) fails too */
+    fd_sbuf_init(&sb, p, 8);
+    fd_sbuf_add_lit(&sb, "abc");
+    ok(fd_sbuf_reserve(&sb, SIZE_MAX / 2) == NULL && fd_sbuf_failed(&sb) &&
+           fd_sbuf_len(&sb) == 3,
+       "pool: an impossible reservation fails, the bytes stay");
+    fd_sbuf_addc(&sb, 'd');
+    is_int((int)fd_sbuf_len(&sb), 3, "pool: the failure is sticky");
+
+#if FD_DEBUG
+    {
+        /* a writer that goes past its reservation is stopped, not trusted */
+        pid_t pid = fork();
+        int st = 0;
+        if (pid == 0) {
+            char *w;
+            fd_sbuf_init_fixed(&sb, big, sizeof(big));
+            w = fd_sbuf_reserve(&sb, 4);
+            fd_sbuf_commit(&sb, w + 5);
+            _exit(0);
+        }
+        waitpid(pid, &st, 0);
+        ok(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT,
+           "debug: a commit past the reservation aborts");
+    }
+#endif
     fd_pool_destroy(p);
     return done_testing();
 }
