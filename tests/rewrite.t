@@ -199,6 +199,15 @@ is($r->status, 301, 'a 7000-byte Host: 301');
 is($r->header('location'), "http://$host/long/x?q=1",
    '... the whole Host in the Location');
 
+# a target that fills the request head to the byte (max_header_size 8k:
+# "GET " TARGET " HTTP/1.1\r\nHost: localhost\r\n\r\n" is 8192 bytes)
+my $fill = '/long/%25' . ('u' x (8192 - 34 - 9));
+$r = req($fill);
+is($r->status, 301, 'a request head of exactly 8k: 301');
+is($r->header('location'), "http://localhost$fill",
+   '... its whole target in the Location');
+is(req("${fill}u")->status, 431, 'one byte more: 431');
+
 # a path of 2000 "%"s: each $1 and $uri escaped back to %25 (6000 bytes
 # each), a Location of 24k, larger than the output area
 my $pcts = '%' x 2000;
