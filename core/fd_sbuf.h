@@ -75,6 +75,14 @@ static inline fd_str_t fd_sbuf_str(const fd_sbuf_t *sb)
     return (fd_str_t){fd_sbuf_len(sb), sb->start};
 }
 
+/* Bytes that fit without growing (0 once failed): lets a writer size one
+ * reservation for a run, e.g. an escaper taking as many input bytes as
+ * surely fit at their worst-case width. */
+static inline size_t fd_sbuf_avail(const fd_sbuf_t *sb)
+{
+    return (size_t)(sb->end - sb->pos);
+}
+
 /* A failure also sets end = pos, so the fast path need not test failed:
  * the next append that adds a byte reaches fd_sbuf_grow(), which fails. */
 static inline int fd_sbuf_room(fd_sbuf_t *sb, size_t n)
