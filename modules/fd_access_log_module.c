@@ -600,51 +600,113 @@ static const char hex[] = "0123456789ABCDEF";
 
 /* nginx's escaping: ", \ and bytes outside printable ASCII as \xHH;
  * lower: ASCII letters lowercased ($host) */
-static void escape_text(fd_sbuf_t *sb, fd_str_t v, int lower)
+static inline size_t text_width(unsigned char c)
 {
-    size_t i;
+    return c >= 0x20 && c < 0x7f && c != '"' && c != '\\' ? 1 : 4;
+}
 
-    for (i = 0; i < v.len; i++) {
-        unsigned char c = (unsigned char)v.data[i];
-        char *p;
-        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
-            fd_sbuf_addc(sb, lower ? fd_tolower((char)c) : (char)c);
-            continue;
-        }
-        if ((p = fd_sbuf_reserve(sb, 4)) == NULL)
-            return;
-        p[0] = '\\';
-        p[1] = 'x';
-        p[2] = hex[c >> 4];
-        p[3] = hex[c & 15];
-        fd_sbuf_commit(sb, p + 4);
+static inline char *text_byte(char *q, unsigned char c, int lower)
+{
+    if (text_width(c) == 1) {
+        *q++ = lower ? fd_tolower((char)c) : (char)c;
+        return q;
     }
+    q[0] = '\\';
+    q[1] = 'x';
+    q[2] = hex[c >> 4];
+    q[3] = hex[c & 15];
+    return q + 4;
 }
 
 /* JSON string content; bytes >= 0x80 as \u00XX so every line is valid. */
+static inline size_t json_width(unsigned char c)
+{
+    return c == '"' || c == '\\' ? 2 : c >= 0x20 && c < 0x7f ? 1 : 6;
+}
+
+static inline char *json_byte(char *q, unsigned char c, int lower)
+{
+    switch (json_width(c)) {
+    case 1:
+        *q++ = lower ? fd_tolower((char)c) : (char)c;
+        return q;
+    case 2:
+        q[0] = '\\';
+        q[1] = (char)c;
+        return q + 2;
+    }
+    memcpy(q, "\\u00", 4);
+    q[4] = hex[c >> 4];
+    q[5] = hex[c & 15];
+    return q + 6;
+}
+
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+/* Does any of the 8 bytes in x need escaping (a control, '"', '\', DEL or
+ * a byte over 0x7f; the same set for both formats)? The classic word-wise
+ * tests: each is exact about whether such a byte is there. */
+static inline int special8(uint64_t x)
+{
+    uint64_t q = x ^ (ONES * '"'), b = x ^ (ONES * '\\'),
+             d = x ^ (ONES * 0x7f);
+
+    return ((x | ((x - ONES * 0x20) & ~x) | ((q - ONES) & ~q) |
+             ((b - ONES) & ~b) | ((d - ONES) & ~d)) &
+            HIGHS) != 0;
+}
+
+/*
+ * v escaped into sb. A byte becomes at most max bytes: as many as surely
+ * fit at that width are written under one reservation, 8 at a time when
+ * none of them needs escaping (the usual case); near the end of a fixed
+ * builder, or before a growth, one byte at its exact width, so a line
+ * that fits is never refused. Inlined into each caller, so width() and
+ * byte() are direct.
+ */
+static inline __attribute__((always_inline)) void
+escape_run(fd_sbuf_t *sb, fd_str_t v, int lower, size_t max,
+           size_t (*width)(unsigned char),
+           char *(*byte)(char *, unsigned char, int))
+{
+    const unsigned char *s = (const unsigned char *)v.data;
+    size_t i = 0, n;
+    char *q;
+
+    while (i < v.len) {
+        n = fd_min(v.len - i, fd_sbuf_avail(sb) / max);
+        if (n == 0) {
+            if ((q = fd_sbuf_reserve(sb, width(s[i]))) == NULL)
+                return;
+            fd_sbuf_commit(sb, byte(q, s[i++], lower));
+            continue;
+        }
+        if ((q = fd_sbuf_reserve(sb, max * n)) == NULL)
+            return;
+        n += i;
+        for (; !lower && i + 8 <= n; i += 8) {
+            uint64_t x;
+            memcpy(&x, s + i, 8);
+            if (special8(x))
+                break;
+            memcpy(q, &x, 8);
+            q += 8;
+        }
+        for (; i < n; i++)
+            q = byte(q, s[i], lower);
+        fd_sbuf_commit(sb, q);
+    }
+}
+
+static void escape_text(fd_sbuf_t *sb, fd_str_t v, int lower)
+{
+    escape_run(sb, v, lower, 4, text_width, text_byte);
+}
+
 static void escape_json(fd_sbuf_t *sb, fd_str_t v, int lower)
 {
-    size_t i;
-
-    for (i = 0; i < v.len; i++) {
-        unsigned char c = (unsigned char)v.data[i];
-        char *p;
-        if (c == '"' || c == '\\') {
-            fd_sbuf_addc(sb, '\\');
-            fd_sbuf_addc(sb, (char)c);
-            continue;
-        }
-        if (c >= 0x20 && c < 0x7f) {
-            fd_sbuf_addc(sb, lower ? fd_tolower((char)c) : (char)c);
-            continue;
-        }
-        if ((p = fd_sbuf_reserve(sb, 6)) == NULL)
-            return;
-        memcpy(p, "\\u00", 4);
-        p[4] = hex[c >> 4];
-        p[5] = hex[c & 15];
-        fd_sbuf_commit(sb, p + 6);
-    }
+    escape_run(sb, v, lower, 6, json_width, json_byte);
 }
 
 /* The value of a variable as up to 4 pieces (the request line is 4). */

@@ -145,52 +145,74 @@ sub esc_json {
 }
 {
     my $host = 'H' x 7000;
-    my $dels = '%7f' x 2500;
-    my $ua = "ua\t\x80\xff\"\\";
-    my @req = (["/h/$dels", 'a'], ["/h/x%01%22%5c%0d?q=%0a", 'b.example'],
-               ["/h/y", $host]);
+    my $ua = "ua\t\x80\xff\"\\" . join("", map { chr } 0x20 .. 0x7e, 0x80 .. 0xff);
+    # every byte but NUL and '/', percent-encoded, at every alignment
+    my @all = grep { $_ != 0x2f } 1 .. 255;
+    my $allq = join('', map { sprintf('%%%02x', $_) } @all);
+    my $all = join('', map { chr } @all);
+    # [target after /h, Host, the decoded $uri after /h, the logged $host]
+    my @req = (['/' . ('%7f' x 2500), 'a', '/' . ("\x7f" x 2500), 'a'],
+               ['/x%01%22%5c%0d?q=%0a', 'b.example', "/x\x01\"\\\r",
+                'b.example'],
+               ['/y', $host, '/y', lc $host],
+               ["/z$allq", 'Mixed.Case:8080', "/z$all", 'mixed.case'],
+               ["/$allq$allq", 'c', "/$all$all", 'c']);
     for my $q (@req) {
-        my $r = $t->http("GET $q->[0] HTTP/1.1\r\nHost: $q->[1]\r\n"
+        my $r = $t->http("GET /h$q->[0] HTTP/1.1\r\nHost: $q->[1]\r\n"
                          . "User-Agent: $ua\r\n\r\n");
-        is($r && $r->status, 200, "hostile request " . length($q->[0]));
+        is($r && $r->status, 200, 'hostile request ' . length($q->[0]));
     }
-    my @want = (
-        "a|GET /h/$dels HTTP/1.1|/h/" . esc_text("\x7f" x 2500) . '|'
-            . esc_text($ua) . '|200',
-        'b.example|GET /h/x%01%22%5c%0d?q=%0a HTTP/1.1|'
-            . esc_text("/h/x\x01\"\\\r") . '|' . esc_text($ua) . '|200',
-        lc($host) . '|GET /h/y HTTP/1.1|/h/y|' . esc_text($ua) . '|200',
-    );
     $t->signal('USR1'); # reopen: flushes the buffered lines
     my @got;
-    FastdTest::wait_for(sub { @got = lines("$dir/hostile.log"); @got >= 3 },
-                        5);
-    is(scalar @got, 3, 'three hostile lines');
-    for my $i (0 .. 2) {
-        is(length($got[$i] // ''), length($want[$i]),
-           "line $i: length " . length($want[$i]));
-        ok(($got[$i] // '') eq $want[$i], "line $i: the exact bytes")
+    FastdTest::wait_for(sub { @got = lines("$dir/hostile.log");
+                              @got >= @req }, 5);
+    is(scalar @got, scalar @req, 'a line for each hostile request');
+    for my $i (0 .. $#req) {
+        my $q = $req[$i];
+        my $want = esc_text($q->[3]) . "|GET /h$q->[0] HTTP/1.1|"
+            . esc_text("/h$q->[2]") . '|' . esc_text($ua) . '|200';
+        is(length($got[$i] // ''), length($want),
+           "line $i: length " . length($want));
+        ok(($got[$i] // '') eq $want, "line $i: the exact bytes")
             or diag(substr($got[$i] // '', 0, 300));
     }
 
+    # lines of every length over a range, through the 4k buffer: the
+    # buffer's end falls at every place in a line, escaped or not
+    my $before = () = lines("$dir/hostile.log");
+    my @many;
+    for my $k (1 .. 60) {
+        my $path = '/m' . ('%22' x $k) . ('u' x ($k % 7));
+        $t->http("GET /h$path HTTP/1.1\r\nHost: m\r\n"
+                 . "User-Agent: $ua\r\n\r\n");
+        push @many, "m|GET /h$path HTTP/1.1|"
+            . esc_text("/h/m" . ('"' x $k) . ('u' x ($k % 7))) . '|'
+            . esc_text($ua) . '|200';
+    }
+    $t->signal('USR1');
+    FastdTest::wait_for(sub { @got = lines("$dir/hostile.log");
+                              @got >= $before + 60 }, 5);
+    my @mine = @got[$before .. $#got];
+    is(scalar @mine, 60, '60 lines of growing length');
+    is(scalar(grep { ($mine[$_] // '') ne $many[$_] } 0 .. 59), 0,
+       '... each exact, wherever the buffer filled');
+
     for my $q (@req) {
-        my $path = '/hj' . substr($q->[0], 2);
-        $t->http("GET $path HTTP/1.1\r\nHost: $q->[1]\r\n"
+        $t->http("GET /hj$q->[0] HTTP/1.1\r\nHost: $q->[1]\r\n"
                  . "User-Agent: $ua\r\n\r\n");
     }
     @got = lines("$dir/hostile.json");
-    is(scalar @got, 3, 'three hostile JSON lines');
-    my @uri = ('/hj/' . ("\x7f" x 2500), "/hj/x\x01\"\\\r", '/hj/y');
-    my @host = ('a', 'b.example', lc $host);
-    for my $i (0 .. 2) {
-        my $want = '{"host":"' . esc_json($host[$i]) . '","request":"'
-            . esc_json('GET /hj' . substr($req[$i][0], 2) . ' HTTP/1.1')
-            . '","uri":"'
-            . esc_json($uri[$i]) . '","http_user_agent":"' . esc_json($ua)
-            . '"}';
+    is(scalar @got, scalar @req, 'a JSON line for each hostile request');
+    for my $i (0 .. $#req) {
+        my $q = $req[$i];
+        my $want = '{"host":"' . esc_json($q->[3]) . '","request":"'
+            . esc_json("GET /hj$q->[0] HTTP/1.1") . '","uri":"'
+            . esc_json("/hj$q->[2]") . '","http_user_agent":"'
+            . esc_json($ua) . '"}';
         ok(($got[$i] // '') eq $want, "json line $i: the exact bytes")
             or diag(substr($got[$i] // '', 0, 300));
-        ok(eval { JSON::PP->new->decode($got[$i]) }, "json line $i decodes");
+        my $o = eval { JSON::PP->new->decode($got[$i]) };
+        is($o && $o->{uri}, "/hj$q->[2]", "json line $i decodes to \$uri");
     }
 }
 
