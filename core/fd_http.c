@@ -585,6 +585,7 @@ header_build(fd_request_t *r, fd_sbuf_t *sb, fd_buf_t *body, int log)
 {
     fd_http_header_out_t *ho;
     int no_body = r->status < 200 || r->status == 204 || r->status == 304;
+    size_t blen;
     char *p;
 
     if (r->status == 200) {
@@ -645,9 +646,14 @@ header_build(fd_request_t *r, fd_sbuf_t *sb, fd_buf_t *body, int log)
     } else if (r->in.version == 10) {
         fd_sbuf_add_lit(sb, "Connection: keep-alive\r\n");
     }
-    fd_sbuf_add_crlf(sb);
-    if (body)
-        fd_sbuf_add(sb, body->pos, fd_buf_size(body));
+    /* the blank line and the body: one room check */
+    blen = body ? fd_buf_size(body) : 0;
+    if ((p = fd_sbuf_reserve(sb, 2 + blen)) != NULL) {
+        p = CPY(p, "\r\n");
+        if (blen)
+            memcpy(p, body->pos, blen);
+        fd_sbuf_commit(sb, p + blen);
+    }
 }
 
 /* A header larger than the room in the output area: built again in the
