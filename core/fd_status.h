@@ -7,7 +7,7 @@
  * and the metric writer through which modules describe their shm area.
  *
  * A module that reserves ->shm_size bytes of each worker slot reports them
- * with two hooks in its fd_module_t (see FD_MODULE_HAS_STATUS):
+ * with two hooks in its fd_module_t:
  *
  *   void (*status)(fd_status_t *st, const void *area, unsigned worker);
  *       Called by the status handler once per worker slot in use (worker =
@@ -45,10 +45,48 @@
 
 #define FD_STATUS_RETIRED ((unsigned)-1)
 
+/*
+ * The metric writer lives in core (core/fd_status.c), not in the status
+ * module: every module's status hook calls it, and each module must build
+ * and link whether or not the status handler is compiled in. The status
+ * handler (or any other reader) sets one up with fd_status_init(), runs the
+ * hooks, then renders st->metrics.
+ */
+typedef struct fd_status_sample_s {
+    unsigned worker;
+    uint64_t v;
+    struct fd_status_sample_s *next;
+} fd_status_sample_t;
+
+typedef struct fd_status_metric_s {
+    const char *name;
+    const char *help;
+    const char *labels; /* "" when none */
+    int gauge;
+    int core;           /* a core figure: not under JSON "modules" */
+    uint64_t total;     /* every worker, exited ones included */
+    fd_status_sample_t *samples; /* per live worker, in report order */
+    fd_status_sample_t **samples_last;
+    struct fd_status_metric_s *next;
+} fd_status_metric_t;
+
+struct fd_status_s {
+    fd_pool_t *pool;
+    fd_status_metric_t *metrics; /* in the order first reported */
+    fd_status_metric_t **last;
+    unsigned worker;             /* the slot being reported, or RETIRED */
+    int core;                    /* set while the core reports its own */
+    int failed;                  /* out of memory: the figures are partial */
+};
+
+void fd_status_init(fd_status_t *st, fd_pool_t *pool);
 void fd_status_counter(fd_status_t *st, const char *name, const char *help,
                        const char *labels, uint64_t v);
 void fd_status_gauge(fd_status_t *st, const char *name, const char *help,
                      const char *labels, uint64_t v);
+/* The figure of metric m for one worker slot: 1 and *v, or 0 if none. */
+int fd_status_worker_value(const fd_status_metric_t *m, unsigned worker,
+                           uint64_t *v);
 
 /* Wall-clock milliseconds (fd_stats_t.started_msec, uptime). */
 uint64_t fd_stats_wall_msec(void);

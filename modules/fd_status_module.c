@@ -35,135 +35,8 @@
 #include "fd_http.h"
 #include "fd_status.h"
 
-typedef struct status_sample_s {
-    unsigned worker;
-    uint64_t v;
-    struct status_sample_s *next;
-} status_sample_t;
-
-typedef struct status_metric_s {
-    const char *name;
-    const char *help;
-    const char *labels;        /* "" when none */
-    int gauge;
-    int core;                  /* a core figure: not under JSON "modules" */
-    uint64_t total;
-    status_sample_t *samples;
-    status_sample_t **samples_last;
-    struct status_metric_s *next;
-} status_metric_t;
-
-struct fd_status_s {
-    fd_pool_t *pool;
-    status_metric_t *metrics;
-    status_metric_t **last;
-    unsigned worker;           /* the slot being reported, or RETIRED */
-    int core;
-    int failed;                /* out of memory: answer 500 */
-};
-
 static const char *const classes[6] = {"other", "1xx", "2xx",
                                        "3xx",   "4xx", "5xx"};
-
-/* Metric writer */
-
-static status_metric_t *metric_get(fd_status_t *st, const char *name,
-                                   const char *help, const char *labels,
-                                   int gauge)
-{
-    status_metric_t *m;
-
-    if (labels == NULL) {
-        labels = "";
-    }
-    for (m = st->metrics; m != NULL; m = m->next) {
-        if (strcmp(m->name, name) == 0 && strcmp(m->labels, labels) == 0) {
-            return m;
-        }
-    }
-
-    m = fd_pcalloc(st->pool, sizeof(status_metric_t));
-    if (m == NULL) {
-        st->failed = 1;
-        return NULL;
-    }
-    m->name = fd_pstrdup(st->pool, name, strlen(name));
-    m->help = fd_pstrdup(st->pool, help ? help : "", help ? strlen(help) : 0);
-    m->labels = fd_pstrdup(st->pool, labels, strlen(labels));
-    if (m->name == NULL || m->help == NULL || m->labels == NULL) {
-        st->failed = 1;
-        return NULL;
-    }
-    m->gauge = gauge;
-    m->core = st->core;
-    m->samples_last = &m->samples;
-    *st->last = m;
-    st->last = &m->next;
-    return m;
-}
-
-static void metric_add(fd_status_t *st, const char *name, const char *help,
-                       const char *labels, uint64_t v, int gauge)
-{
-    status_metric_t *m;
-    status_sample_t *s;
-
-    /* an exited worker's gauges mean nothing any more */
-    if (gauge && st->worker == FD_STATUS_RETIRED) {
-        return;
-    }
-    m = metric_get(st, name, help, labels, gauge);
-    if (m == NULL) {
-        return;
-    }
-    m->total += v;
-    if (st->worker == FD_STATUS_RETIRED) {
-        return;
-    }
-
-    for (s = m->samples; s != NULL; s = s->next) {
-        if (s->worker == st->worker) {
-            s->v += v;
-            return;
-        }
-    }
-    s = fd_palloc(st->pool, sizeof(status_sample_t));
-    if (s == NULL) {
-        st->failed = 1;
-        return;
-    }
-    s->worker = st->worker;
-    s->v = v;
-    s->next = NULL;
-    *m->samples_last = s;
-    m->samples_last = &s->next;
-}
-
-void fd_status_counter(fd_status_t *st, const char *name, const char *help,
-                       const char *labels, uint64_t v)
-{
-    metric_add(st, name, help, labels, v, 0);
-}
-
-void fd_status_gauge(fd_status_t *st, const char *name, const char *help,
-                     const char *labels, uint64_t v)
-{
-    metric_add(st, name, help, labels, v, 1);
-}
-
-static int metric_worker_value(const status_metric_t *m, unsigned worker,
-                               uint64_t *v)
-{
-    const status_sample_t *s;
-
-    for (s = m->samples; s != NULL; s = s->next) {
-        if (s->worker == worker) {
-            *v = s->v;
-            return 1;
-        }
-    }
-    return 0;
-}
 
 /* Gathering from a snapshot of the segment */
 
@@ -372,7 +245,7 @@ static json_t *json_modules(fd_status_t *st, unsigned worker)
 {
     json_t *modules = json_object(), *group;
     status_entity_t *entities = NULL, *e;
-    status_metric_t *m;
+    fd_status_metric_t *m;
     const char *us, *field;
     char gname[64];
     size_t glen;
@@ -384,7 +257,7 @@ static json_t *json_modules(fd_status_t *st, unsigned worker)
         }
         if (worker == FD_STATUS_RETIRED) {
             v = m->total;
-        } else if (!metric_worker_value(m, worker, &v)) {
+        } else if (!fd_status_worker_value(m, worker, &v)) {
             continue;
         }
 
@@ -565,10 +438,10 @@ static void text_help(status_text_t *t, const char *name, const char *help,
 
 /* One family: the metrics named like m (all label sets), totals or per
  * worker. */
-static void text_family(status_text_t *t, status_metric_t *m, int per_worker)
+static void text_family(status_text_t *t, fd_status_metric_t *m, int per_worker)
 {
-    status_metric_t *e;
-    status_sample_t *s;
+    fd_status_metric_t *e;
+    fd_status_sample_t *s;
     char name[256];
 
     snprintf(name, sizeof(name), "%s%s%s",
@@ -599,7 +472,7 @@ static int render_prometheus(fd_request_t *r, fd_status_t *st,
                              status_view_t *v)
 {
     status_text_t t = {.pool = r->pool, .cap = 16384};
-    status_metric_t *m, *e;
+    fd_status_metric_t *m, *e;
     char profile[2 * sizeof(v->shm->profile)];
     unsigned i, n = 0;
     int per_worker, seen;
@@ -749,7 +622,7 @@ static int want_prometheus(fd_request_t *r)
 
 static int status_handler(fd_request_t *r)
 {
-    fd_status_t st = {.pool = r->pool};
+    fd_status_t st;
     status_view_t v = {.now = 0};
     void *copy;
     int rc;
@@ -768,7 +641,7 @@ static int status_handler(fd_request_t *r)
     v.shm = fd_shm_snapshot(copy);
     v.shm->profile[sizeof(v.shm->profile) - 1] = '\0'; /* torn by a reload */
     v.now = fd_stats_wall_msec();
-    st.last = &st.metrics;
+    fd_status_init(&st, r->pool);
 
     gather(&st, &v);
     if (st.failed) {
