@@ -4,7 +4,6 @@
 #include "fd_conf.h"
 
 typedef struct fd_status_s fd_status_t;
-#define FD_MODULE_HAS_STATUS 1
 
 typedef int (*fd_handler_pt)(fd_request_t *r);
 /*

@@ -189,7 +189,6 @@ void fd_stats_retire(unsigned i)
     fold(&d->bytes_in, &s->bytes_in);
     fold(&d->bytes_out, &s->bytes_out);
 
-#ifdef FD_MODULE_HAS_STATUS
     for (k = 0; fd_modules[k] != NULL; k++) {
         const fd_module_t *m = fd_modules[k];
 
@@ -197,7 +196,6 @@ void fd_stats_retire(unsigned i)
             m->retire(fd_shm_retired_area(fd_shm, m), fd_stats_area(s, m));
         }
     }
-#endif
 
     memset(s, 0, fd_shm->slot_size);
 

@@ -129,7 +129,6 @@ static void gather(fd_status_t *st, status_view_t *v)
 
         st->worker = i;
         core_metrics(st, s, s->alive != 0);
-#ifdef FD_MODULE_HAS_STATUS
         for (unsigned k = 0; fd_modules[k] != NULL; k++) {
             const fd_module_t *m = fd_modules[k];
 
@@ -137,13 +136,11 @@ static void gather(fd_status_t *st, status_view_t *v)
                 m->status(st, fd_stats_area(s, m), i);
             }
         }
-#endif
     }
 
     add_stats(&v->total, &v->shm->retired, 1, 0);
     st->worker = FD_STATUS_RETIRED;
     core_metrics(st, &v->shm->retired, 0);
-#ifdef FD_MODULE_HAS_STATUS
     for (unsigned k = 0; fd_modules[k] != NULL; k++) {
         const fd_module_t *m = fd_modules[k];
 
@@ -151,7 +148,6 @@ static void gather(fd_status_t *st, status_view_t *v)
             m->status(st, fd_shm_retired_area(v->shm, m), FD_STATUS_RETIRED);
         }
     }
-#endif
 }
 
 /* JSON */
