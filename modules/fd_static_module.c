@@ -1258,12 +1258,11 @@ static int static_handler(fd_request_t *r)
     while (root_len > 0 && loc->root[root_len - 1] == '/')
         root_len--;
 
-    /* root + path [+ index]: room for the longest index name */
+    /* root + path [+ index]: room for the longest index name (the core
+     * gives every location at least one, index.html by default) */
     if (r->path.data[r->path.len - 1] == '/') {
         for (unsigned i = 0; i < loc->index.n; i++)
             maxidx = fd_max(maxidx, strlen(loc->index.items[i]));
-        if (loc->index.n == 0)
-            maxidx = sizeof("index.html") - 1;
     }
     full = fd_pnalloc(r->pool, root_len + r->path.len + maxidx + 1);
     if (full == NULL)
@@ -1307,13 +1306,9 @@ static int static_handler(fd_request_t *r)
 
     if (full[n - 1] == '/') {
         /* a directory: the first index file that exists */
-        static char *const def_index[] = {"index.html"};
-        char *const *items = loc->index.n ? loc->index.items : def_index;
-        unsigned nitems = loc->index.n ? loc->index.n : 1;
-
         err = ENOENT;
-        for (unsigned i = 0; i < nitems; i++) {
-            const char *ix = items[i];
+        for (unsigned i = 0; i < loc->index.n; i++) {
+            const char *ix = loc->index.items[i];
             size_t il = strlen(ix);
 
             if (il == 0 || ix[0] == '/' || strstr(ix, ".."))
