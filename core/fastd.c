@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "fd_core.h"
+#include "fd_build.h" /* FD_CONFIGURE_ARGS */
 #include "fd_connection.h"
 #include "fd_http.h"
 #include "fd_proctitle.h"
