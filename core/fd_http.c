@@ -19,6 +19,7 @@
 #include <pcre2.h>
 
 #include "fd_core.h"
+#include "fd_build.h" /* FD_NMODULES */
 #include "fd_connection.h"
 #include "fd_http.h"
 #include "fd_offload.h"
@@ -1276,14 +1277,14 @@ finish:
  * loc->filter: only the modules with work there) */
 static struct {
     unsigned ready, nlog;
-    const fd_module_t *log[64];
+    const fd_module_t *log[FD_NMODULES + 1]; /* room for every module */
 } hooks;
 
 static void hooks_init(void)
 {
     unsigned i;
 
-    for (i = 0; i < fd_nmodules && i < 64; i++) {
+    for (i = 0; i < fd_nmodules; i++) {
         const fd_module_t *m = fd_modules[i];
         if (m->log)
             hooks.log[hooks.nlog++] = m;
