@@ -28,7 +28,6 @@
  * fastd_worker_NAME{worker="SLOT"}; the totals include exited workers.
  */
 
-#include <jansson.h>
 #include <strings.h>
 
 #include "fd_core.h"
@@ -150,101 +149,220 @@ static void gather(fd_status_t *st, status_view_t *v)
     }
 }
 
-/* JSON */
+/*
+ * JSON, written straight into an fd_sbuf in the request pool, laid out as
+ * one member per line with one space of indent per level. The writer keeps
+ * only the depth and whether the open object or array has a member yet.
+ */
 
-static json_t *jint(uint64_t v)
+typedef struct {
+    fd_sbuf_t *sb;
+    unsigned depth;
+    int empty; /* the innermost open object or array has no member yet */
+} json_w_t;
+
+static void jw_indent(json_w_t *w)
 {
-    return json_integer((json_int_t)v);
+    char *p = fd_sbuf_reserve(w->sb, w->depth + 1);
+
+    if (p == NULL) {
+        return;
+    }
+    *p = '\n';
+    memset(p + 1, ' ', w->depth);
+    fd_sbuf_commit(w->sb, p + 1 + w->depth);
 }
 
-static json_t *json_conns(const fd_stats_t *s)
+/* Before a member or an element: the comma, the new line and the indent. */
+static void jw_next(json_w_t *w)
 {
-    return json_pack("{s:o,s:o,s:o,s:o,s:o,s:o}",
-                     "active", jint(s->conn_active),
-                     "reading", jint(s->conn_reading),
-                     "writing", jint(s->conn_writing),
-                     "idle", jint(s->conn_idle),
-                     "accepted", jint(s->conn_accepted),
-                     "handled", jint(s->conn_handled));
+    if (!w->empty) {
+        fd_sbuf_addc(w->sb, ',');
+    }
+    w->empty = 0;
+    jw_indent(w);
 }
 
-static json_t *json_responses(const fd_stats_t *s)
+static void jw_key_n(json_w_t *w, const char *k, size_t n)
 {
-    json_t *o = json_object();
+    jw_next(w);
+    fd_sbuf_addc(w->sb, '"');
+    fd_sbuf_add_json(w->sb, k, n);
+    fd_sbuf_add_lit(w->sb, "\": ");
+}
+
+static void jw_key(json_w_t *w, const char *k)
+{
+    jw_key_n(w, k, strlen(k));
+}
+
+static void jw_open(json_w_t *w, char c)
+{
+    fd_sbuf_addc(w->sb, c);
+    w->depth++;
+    w->empty = 1;
+}
+
+static void jw_close(json_w_t *w, char c)
+{
+    w->depth--;
+    if (!w->empty) {
+        jw_indent(w);
+    }
+    fd_sbuf_addc(w->sb, c);
+    w->empty = 0;
+}
+
+static void jw_uint(json_w_t *w, const char *k, uint64_t v)
+{
+    jw_key(w, k);
+    fd_sbuf_add_uint(w->sb, v);
+}
+
+static void jw_string(json_w_t *w, const char *k, const char *s)
+{
+    jw_key(w, k);
+    fd_sbuf_addc(w->sb, '"');
+    fd_sbuf_add_json(w->sb, s, strlen(s));
+    fd_sbuf_addc(w->sb, '"');
+}
+
+static void json_stats(json_w_t *w, const fd_stats_t *s)
+{
     unsigned k;
 
+    jw_key(w, "connections");
+    jw_open(w, '{');
+    jw_uint(w, "active", s->conn_active);
+    jw_uint(w, "reading", s->conn_reading);
+    jw_uint(w, "writing", s->conn_writing);
+    jw_uint(w, "idle", s->conn_idle);
+    jw_uint(w, "accepted", s->conn_accepted);
+    jw_uint(w, "handled", s->conn_handled);
+    jw_close(w, '}');
+
+    jw_uint(w, "requests", s->requests);
+
+    /* 1xx .. 5xx, then other */
+    jw_key(w, "responses");
+    jw_open(w, '{');
     for (k = 1; k <= 6; k++) {
-        json_object_set_new(o, classes[k % 6], jint(s->status[k % 6]));
+        jw_uint(w, classes[k % 6], s->status[k % 6]);
     }
-    return o;
+    jw_close(w, '}');
+
+    jw_key(w, "bytes");
+    jw_open(w, '{');
+    jw_uint(w, "in", s->bytes_in);
+    jw_uint(w, "out", s->bytes_out);
+    jw_close(w, '}');
 }
 
-static json_t *json_bytes(const fd_stats_t *s)
+/*
+ * Labels `k="v",k2="v2"` (values escaped as Prometheus wants: \\, \", \n):
+ * the length of the first value's text up to its closing quote, or -1 if
+ * p does not start a well-formed pair. *key and *klen give the key.
+ */
+static ssize_t label_pair(const char *p, const char **key, size_t *klen)
 {
-    return json_pack("{s:o,s:o}", "in", jint(s->bytes_in), "out",
-                     jint(s->bytes_out));
+    const char *q = p, *v;
+
+    while (*q != '=' && *q != '\0' && *q != '"' && *q != ',') {
+        q++;
+    }
+    if (q == p || q[0] != '=' || q[1] != '"') {
+        return -1;
+    }
+    *key = p;
+    *klen = (size_t)(q - p);
+    for (v = q + 2; *v != '"'; v++) {
+        if (*v == '\0' || (*v == '\\' && *++v == '\0')) {
+            return -1;
+        }
+    }
+    return v - (q + 2);
 }
 
-/* Parse `k="v",k2="v2"` into string members of o; FD_ERROR if malformed. */
-static int json_labels(json_t *o, const char *p)
+static int labels_valid(const char *p)
 {
-    char key[128], val[512];
-    size_t kn, vn;
+    const char *k;
+    size_t kn;
+    ssize_t vn;
 
     while (*p != '\0') {
-        for (kn = 0; *p != '=' && *p != '\0' && kn < sizeof(key) - 1; p++) {
-            key[kn++] = *p;
+        if ((vn = label_pair(p, &k, &kn)) < 0) {
+            return 0;
         }
-        key[kn] = '\0';
-        if (p[0] != '=' || p[1] != '"' || kn == 0) {
-            return FD_ERROR;
+        p = k + kn + 2 + vn + 1;
+        if (*p == ',') {
+            p++;
+        } else if (*p != '\0') {
+            return 0;
         }
-        for (p += 2, vn = 0; *p != '"' && vn < sizeof(val) - 1; p++) {
-            if (*p == '\0') {
-                return FD_ERROR;
+    }
+    return 1;
+}
+
+/* The labels of a well-formed set as string members. */
+static void json_labels(json_w_t *w, const char *p)
+{
+    const char *k, *v, *end;
+    size_t kn;
+    ssize_t vn;
+
+    while (*p != '\0' && (vn = label_pair(p, &k, &kn)) >= 0) {
+        jw_key_n(w, k, kn);
+        fd_sbuf_addc(w->sb, '"');
+        for (v = k + kn + 2, end = v + vn; v < end; v++) {
+            char c = *v;
+
+            if (c == '\\') {
+                c = *++v == 'n' ? '\n' : *v;
             }
-            if (*p == '\\' && p[1] != '\0') {
-                p++;
-                val[vn++] = (*p == 'n') ? '\n' : *p;
-            } else {
-                val[vn++] = *p;
-            }
+            fd_sbuf_add_json(w->sb, &c, 1);
         }
-        val[vn] = '\0';
-        if (*p != '"') {
-            return FD_ERROR;
-        }
-        json_object_set_new(o, key, json_string(val));
-        p++;
+        fd_sbuf_addc(w->sb, '"');
+        p = end + 1;
         if (*p == ',') {
             p++;
         }
     }
-    return FD_OK;
 }
 
-/* One entity of the JSON "modules" view: a group and a label set. */
+/*
+ * The modules' view, {GROUP: [entity, ...]}: one entity per group and
+ * label set, in the order first reported, with the labels as strings and
+ * the fields as numbers. Built as lists in the pool, then written.
+ */
+typedef struct status_field_s {
+    const char *name;
+    uint64_t v;
+    struct status_field_s *next;
+} status_field_t;
+
 typedef struct status_entity_s {
-    const char *group;         /* the metric name; group is glen bytes */
-    size_t glen;
     const char *labels;
-    json_t *obj;
+    status_field_t *fields, **fields_last;
     struct status_entity_s *next;
 } status_entity_t;
 
-/*
- * The modules' figures as {GROUP: [entity, ...]}: one entity per label
- * set, with the labels as strings and the fields as numbers. worker is a
- * slot for the per-worker detail, or FD_STATUS_RETIRED for the totals.
- */
-static json_t *json_modules(fd_status_t *st, unsigned worker)
+typedef struct status_group_s {
+    const char *name;          /* the metric name; the group is len bytes */
+    size_t len;
+    status_entity_t *entities, **entities_last;
+    struct status_group_s *next;
+} status_group_t;
+
+/* worker: a slot for the per-worker detail, or FD_STATUS_RETIRED for the
+ * totals. */
+static void json_modules(json_w_t *w, fd_status_t *st, unsigned worker)
 {
-    json_t *modules = json_object(), *group;
-    status_entity_t *entities = NULL, *e;
+    status_group_t *groups = NULL, **groups_last = &groups, *g;
+    status_entity_t *e;
+    status_field_t *f;
     fd_status_metric_t *m;
-    const char *us, *field;
-    char gname[64];
-    size_t glen;
+    const char *us;
+    size_t len;
     uint64_t v;
 
     for (m = st->metrics; m != NULL; m = m->next) {
@@ -258,208 +376,241 @@ static json_t *json_modules(fd_status_t *st, unsigned worker)
         }
 
         us = strchr(m->name, '_');
-        glen = fd_min(us ? (size_t)(us - m->name) : strlen(m->name),
-                      sizeof(gname) - 1);
-        field = us ? us + 1 : "value";
+        len = us ? (size_t)(us - m->name) : strlen(m->name);
 
-        for (e = entities; e != NULL; e = e->next) {
-            if (e->glen == glen && memcmp(e->group, m->name, glen) == 0
-                && strcmp(e->labels, m->labels) == 0)
-            {
+        for (g = groups; g != NULL; g = g->next) {
+            if (g->len == len && memcmp(g->name, m->name, len) == 0) {
                 break;
             }
         }
+        if (g == NULL) {
+            g = fd_pcalloc(st->pool, sizeof(status_group_t));
+            if (g == NULL) {
+                goto failed;
+            }
+            g->name = m->name;
+            g->len = len;
+            g->entities_last = &g->entities;
+            *groups_last = g;
+            groups_last = &g->next;
+        }
 
+        for (e = g->entities; e != NULL; e = e->next) {
+            if (strcmp(e->labels, m->labels) == 0) {
+                break;
+            }
+        }
         if (e == NULL) {
-            e = fd_palloc(st->pool, sizeof(status_entity_t));
+            e = fd_pcalloc(st->pool, sizeof(status_entity_t));
             if (e == NULL) {
-                break;
+                goto failed;
             }
-            memcpy(gname, m->name, glen);
-            gname[glen] = '\0';
-            group = json_object_get(modules, gname);
-            if (group == NULL) {
-                group = json_array();
-                json_object_set_new(modules, gname, group);
-            }
-            e->group = m->name;
-            e->glen = glen;
             e->labels = m->labels;
-            e->obj = json_object();
-            if (json_labels(e->obj, m->labels) != FD_OK) {
-                json_object_set_new(e->obj, "labels",
-                                    json_string(m->labels));
-            }
-            json_array_append_new(group, e->obj);
-            e->next = entities;
-            entities = e;
+            e->fields_last = &e->fields;
+            *g->entities_last = e;
+            g->entities_last = &e->next;
         }
-        json_object_set_new(e->obj, field, jint(v));
+
+        f = fd_palloc(st->pool, sizeof(status_field_t));
+        if (f == NULL) {
+            goto failed;
+        }
+        f->name = us ? us + 1 : "value";
+        f->v = v;
+        f->next = NULL;
+        *e->fields_last = f;
+        e->fields_last = &f->next;
     }
 
-    return modules;
+    jw_key(w, "modules");
+    jw_open(w, '{');
+    for (g = groups; g != NULL; g = g->next) {
+        jw_key_n(w, g->name, g->len);
+        jw_open(w, '[');
+        for (e = g->entities; e != NULL; e = e->next) {
+            jw_next(w);
+            jw_open(w, '{');
+            if (labels_valid(e->labels)) {
+                json_labels(w, e->labels);
+            } else {
+                jw_string(w, "labels", e->labels);
+            }
+            for (f = e->fields; f != NULL; f = f->next) {
+                jw_uint(w, f->name, f->v);
+            }
+            jw_close(w, '}');
+        }
+        jw_close(w, ']');
+    }
+    jw_close(w, '}');
+    return;
+
+failed:
+    w->sb->failed = 1;
 }
 
-static json_t *json_worker(fd_status_t *st, status_view_t *v, unsigned i)
+static void json_worker(json_w_t *w, fd_status_t *st, status_view_t *v,
+                        unsigned i)
 {
     fd_stats_t *s = fd_shm_slot(v->shm, i);
     uint64_t up = v->now > s->started_msec ? v->now - s->started_msec : 0;
 
-    return json_pack("{s:i,s:o,s:o,s:b,s:o,s:o,s:o,s:o,s:o,s:o}",
-                     "slot", (int)i,
-                     "pid", jint(s->pid),
-                     "generation", jint(s->generation),
-                     "alive", s->alive != 0,
-                     "uptime_s", jint(up / 1000),
-                     "connections", json_conns(s),
-                     "requests", jint(s->requests),
-                     "responses", json_responses(s),
-                     "bytes", json_bytes(s),
-                     "modules", json_modules(st, i));
+    jw_next(w);
+    jw_open(w, '{');
+    jw_uint(w, "slot", i);
+    jw_uint(w, "pid", s->pid);
+    jw_uint(w, "generation", s->generation);
+    jw_key(w, "alive");
+    if (s->alive != 0) {
+        fd_sbuf_add_lit(w->sb, "true");
+    } else {
+        fd_sbuf_add_lit(w->sb, "false");
+    }
+    jw_uint(w, "uptime_s", up / 1000);
+    json_stats(w, s);
+    json_modules(w, st, i);
+    jw_close(w, '}');
 }
 
 static int render_json(fd_request_t *r, fd_status_t *st, status_view_t *v)
 {
-    json_t *root, *workers;
+    fd_sbuf_t sb;
+    json_w_t w = {.sb = &sb};
     uint64_t up;
-    size_t len;
     unsigned i;
-    char *p;
 
-    workers = json_array();
+    if (fd_sbuf_init(&sb, r->pool, 16384) != FD_OK) {
+        return FD_ERROR;
+    }
+    up = v->now > v->shm->started_msec ? v->now - v->shm->started_msec : 0;
+
+    jw_open(&w, '{');
+    jw_string(&w, "version", FASTD_VERSION);
+    jw_uint(&w, "pid", v->shm->master_pid);
+    jw_uint(&w, "time_msec", v->now);
+    jw_uint(&w, "uptime_s", up / 1000);
+    jw_uint(&w, "generation", v->generation);
+    if (v->shm->profile[0] != '\0') {
+        jw_string(&w, "profile", v->shm->profile);
+    } else {
+        jw_key(&w, "profile");
+        fd_sbuf_add_lit(&sb, "null");
+    }
+    json_stats(&w, &v->total);
+
+    jw_key(&w, "workers");
+    jw_open(&w, '[');
     for (i = 0; i < FD_MAX_WORKER_SLOTS; i++) {
         if (fd_shm_slot(v->shm, i)->pid != 0) {
-            json_array_append_new(workers, json_worker(st, v, i));
+            json_worker(&w, st, v, i);
         }
     }
+    jw_close(&w, ']');
 
-    up = v->now > v->shm->started_msec ? v->now - v->shm->started_msec : 0;
-    root = json_pack("{s:s,s:o,s:o,s:o,s:o,s:s?,s:o,s:o,s:o,s:o,s:o,s:o}",
-                     "version", FASTD_VERSION,
-                     "pid", jint(v->shm->master_pid),
-                     "time_msec", jint(v->now),
-                     "uptime_s", jint(up / 1000),
-                     "generation", jint(v->generation),
-                     "profile",
-                     v->shm->profile[0] ? v->shm->profile : NULL,
-                     "connections", json_conns(&v->total),
-                     "requests", jint(v->total.requests),
-                     "responses", json_responses(&v->total),
-                     "bytes", json_bytes(&v->total),
-                     "workers", workers,
-                     "modules", json_modules(st, FD_STATUS_RETIRED));
-    if (root == NULL) {
+    json_modules(&w, st, FD_STATUS_RETIRED);
+    jw_close(&w, '}');
+    fd_sbuf_addc(&sb, '\n');
+
+    if (fd_sbuf_failed(&sb)) {
         return FD_ERROR;
     }
-
-    len = json_dumpb(root, NULL, 0, JSON_INDENT(1));
-    p = len ? fd_pnalloc(r->pool, len + 1) : NULL;
-    if (p == NULL || json_dumpb(root, p, len, JSON_INDENT(1)) != len) {
-        json_decref(root);
-        return FD_ERROR;
-    }
-    json_decref(root);
-    p[len++] = '\n';
-
     r->content_type = fd_string("application/json");
-    return fd_http_body_set(r, p, len);
+    return fd_http_body_set(r, sb.start, fd_sbuf_len(&sb));
 }
 
-/* Prometheus text exposition 0.0.4 */
+/* Prometheus text exposition 0.0.4, into an fd_sbuf in the request pool */
 
-typedef struct {
-    fd_pool_t *pool;
-    char *data;
-    size_t len;
-    size_t cap;
-    int failed;
-} status_text_t;
-
-static void text_printf(status_text_t *t, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void text_printf(status_text_t *t, const char *fmt, ...)
+/* s with '\\' and newlines escaped (HELP text); also '"' for a label value */
+static void prom_escape(fd_sbuf_t *sb, const char *s, int label)
 {
-    va_list ap;
-    size_t cap;
-    char *p;
-    int n;
-
-    for (;;) {
-        if (t->failed) {
-            return;
+    for (; *s != '\0'; s++) {
+        if (*s == '\\' || (label && *s == '"')) {
+            fd_sbuf_addc(sb, '\\');
+            fd_sbuf_addc(sb, *s);
+        } else if (*s == '\n') {
+            fd_sbuf_add_lit(sb, "\\n");
+        } else {
+            fd_sbuf_addc(sb, *s);
         }
-        va_start(ap, fmt);
-        n = vsnprintf(t->data + t->len, t->cap - t->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            t->failed = 1;
-            return;
-        }
-        if ((size_t)n < t->cap - t->len) {
-            t->len += (size_t)n;
-            return;
-        }
-        /* grow in the pool; the old block dies with the request */
-        cap = fd_max(t->cap * 2, t->len + (size_t)n + 1);
-        p = fd_pnalloc(t->pool, cap);
-        if (p == NULL) {
-            t->failed = 1;
-            return;
-        }
-        memcpy(p, t->data, t->len);
-        t->data = p;
-        t->cap = cap;
     }
 }
 
-static void text_help(status_text_t *t, const char *name, const char *help,
-                      const char *note)
+static void prom_name(fd_sbuf_t *sb, const fd_status_metric_t *m,
+                      int per_worker)
 {
-    const char *p, *from;
-
-    text_printf(t, "# HELP %s ", name);
-    for (p = from = help;; p++) {
-        if (*p == '\\' || *p == '\n' || *p == '\0') {
-            text_printf(t, "%.*s%s", (int)(p - from), from,
-                        *p == '\\' ? "\\\\" : *p == '\n' ? "\\n" : "");
-            from = p + 1;
-        }
-        if (*p == '\0') {
-            break;
-        }
+    if (per_worker) {
+        fd_sbuf_add_lit(sb, "fastd_worker_");
+    } else {
+        fd_sbuf_add_lit(sb, "fastd_");
     }
-    text_printf(t, "%s\n", note);
+    fd_sbuf_add(sb, m->name, strlen(m->name));
+    if (!m->gauge) {
+        fd_sbuf_add_lit(sb, "_total");
+    }
+}
+
+/* A family without labels, from a core figure of the segment. */
+static void prom_gauge(fd_sbuf_t *sb, const char *name, const char *help,
+                       uint64_t v)
+{
+    fd_sbuf_printf(sb, "# HELP %s %s\n# TYPE %s gauge\n%s ", name, help, name,
+                   name);
+    fd_sbuf_add_uint(sb, v);
+    fd_sbuf_addc(sb, '\n');
 }
 
 /* One family: the metrics named like m (all label sets), totals or per
  * worker. */
-static void text_family(status_text_t *t, fd_status_metric_t *m, int per_worker)
+static void prom_family(fd_sbuf_t *sb, fd_status_metric_t *m, int per_worker)
 {
     fd_status_metric_t *e;
     fd_status_sample_t *s;
-    char name[256];
 
-    snprintf(name, sizeof(name), "%s%s%s",
-             per_worker ? "fastd_worker_" : "fastd_", m->name,
-             m->gauge ? "" : "_total");
-    text_help(t, name, m->help, per_worker ? " (per worker)" : "");
-    text_printf(t, "# TYPE %s %s\n", name, m->gauge ? "gauge" : "counter");
+    fd_sbuf_add_lit(sb, "# HELP ");
+    prom_name(sb, m, per_worker);
+    fd_sbuf_addc(sb, ' ');
+    prom_escape(sb, m->help, 0);
+    if (per_worker) {
+        fd_sbuf_add_lit(sb, " (per worker)");
+    }
+    fd_sbuf_add_lit(sb, "\n# TYPE ");
+    prom_name(sb, m, per_worker);
+    if (m->gauge) {
+        fd_sbuf_add_lit(sb, " gauge\n");
+    } else {
+        fd_sbuf_add_lit(sb, " counter\n");
+    }
 
     for (e = m; e != NULL; e = e->next) {
+        size_t ln = strlen(e->labels);
+
         if (strcmp(e->name, m->name) != 0) {
             continue;
         }
         if (!per_worker) {
-            text_printf(t, "%s%s%s%s %llu\n", name, *e->labels ? "{" : "",
-                        e->labels, *e->labels ? "}" : "",
-                        (unsigned long long)e->total);
+            prom_name(sb, e, 0);
+            if (ln) {
+                fd_sbuf_addc(sb, '{');
+                fd_sbuf_add(sb, e->labels, ln);
+                fd_sbuf_addc(sb, '}');
+            }
+            fd_sbuf_addc(sb, ' ');
+            fd_sbuf_add_uint(sb, e->total);
+            fd_sbuf_addc(sb, '\n');
             continue;
         }
         for (s = e->samples; s != NULL; s = s->next) {
-            text_printf(t, "%s{worker=\"%u\"%s%s} %llu\n", name, s->worker,
-                        *e->labels ? "," : "", e->labels,
-                        (unsigned long long)s->v);
+            prom_name(sb, e, 1);
+            fd_sbuf_add_lit(sb, "{worker=\"");
+            fd_sbuf_add_uint(sb, s->worker);
+            fd_sbuf_addc(sb, '"');
+            if (ln) {
+                fd_sbuf_addc(sb, ',');
+                fd_sbuf_add(sb, e->labels, ln);
+            }
+            fd_sbuf_add_lit(sb, "} ");
+            fd_sbuf_add_uint(sb, s->v);
+            fd_sbuf_addc(sb, '\n');
         }
     }
 }
@@ -467,15 +618,12 @@ static void text_family(status_text_t *t, fd_status_metric_t *m, int per_worker)
 static int render_prometheus(fd_request_t *r, fd_status_t *st,
                              status_view_t *v)
 {
-    status_text_t t = {.pool = r->pool, .cap = 16384};
     fd_status_metric_t *m, *e;
-    char profile[2 * sizeof(v->shm->profile)];
     unsigned i, n = 0;
-    int per_worker, seen;
-    const char *p;
+    int per_worker;
+    fd_sbuf_t sb;
 
-    t.data = fd_pnalloc(r->pool, t.cap);
-    if (t.data == NULL) {
+    if (fd_sbuf_init(&sb, r->pool, 16384) != FD_OK) {
         return FD_ERROR;
     }
 
@@ -484,64 +632,44 @@ static int render_prometheus(fd_request_t *r, fd_status_t *st,
         n += s->pid != 0 && s->alive != 0;
     }
 
-    for (i = 0, p = v->shm->profile; *p != '\0' && i < sizeof(profile) - 2;
-         p++) {
-        if (*p == '\\' || *p == '"') {
-            profile[i++] = '\\';
-        }
-        profile[i++] = (*p == '\n') ? ' ' : *p;
-    }
-    profile[i] = '\0';
-
-    text_printf(&t, "# HELP fastd_info Build and configuration.\n"
-                    "# TYPE fastd_info gauge\n"
-                    "fastd_info{version=\"%s\",profile=\"%s\"} 1\n",
-                FASTD_VERSION, profile);
-    text_printf(&t, "# HELP fastd_start_time_seconds Master start time.\n"
-                    "# TYPE fastd_start_time_seconds gauge\n"
-                    "fastd_start_time_seconds %llu\n",
-                (unsigned long long)(v->shm->started_msec / 1000));
-    text_printf(&t, "# HELP fastd_uptime_seconds Seconds since start.\n"
-                    "# TYPE fastd_uptime_seconds gauge\n"
-                    "fastd_uptime_seconds %llu\n",
-                (unsigned long long)(v->now > v->shm->started_msec
-                                         ? (v->now - v->shm->started_msec)
-                                               / 1000
-                                         : 0));
-    text_printf(&t, "# HELP fastd_master_pid Process id of the master.\n"
-                    "# TYPE fastd_master_pid gauge\n"
-                    "fastd_master_pid %llu\n",
-                (unsigned long long)v->shm->master_pid);
-    text_printf(&t, "# HELP fastd_generation Configuration generation, "
-                    "incremented on each reload.\n"
-                    "# TYPE fastd_generation gauge\n"
-                    "fastd_generation %llu\n",
-                (unsigned long long)v->generation);
-    text_printf(&t, "# HELP fastd_workers Worker processes running.\n"
-                    "# TYPE fastd_workers gauge\n"
-                    "fastd_workers %u\n", n);
+    fd_sbuf_add_lit(&sb, "# HELP fastd_info Build and configuration.\n"
+                         "# TYPE fastd_info gauge\n"
+                         "fastd_info{version=\"" FASTD_VERSION
+                         "\",profile=\"");
+    prom_escape(&sb, v->shm->profile, 1);
+    fd_sbuf_add_lit(&sb, "\"} 1\n");
+    prom_gauge(&sb, "fastd_start_time_seconds", "Master start time.",
+               v->shm->started_msec / 1000);
+    prom_gauge(&sb, "fastd_uptime_seconds", "Seconds since start.",
+               v->now > v->shm->started_msec
+                   ? (v->now - v->shm->started_msec) / 1000
+                   : 0);
+    prom_gauge(&sb, "fastd_master_pid", "Process id of the master.",
+               v->shm->master_pid);
+    prom_gauge(&sb, "fastd_generation",
+               "Configuration generation, incremented on each reload.",
+               v->generation);
+    prom_gauge(&sb, "fastd_workers", "Worker processes running.", n);
 
     /* the totals, then the per-worker families; each family once */
     for (per_worker = 0; per_worker <= 1; per_worker++) {
         for (m = st->metrics; m != NULL; m = m->next) {
-            seen = 0;
             for (e = st->metrics; e != m; e = e->next) {
                 if (strcmp(e->name, m->name) == 0) {
-                    seen = 1;
                     break;
                 }
             }
-            if (!seen) {
-                text_family(&t, m, per_worker);
+            if (e == m) {
+                prom_family(&sb, m, per_worker);
             }
         }
     }
 
-    if (t.failed) {
+    if (fd_sbuf_failed(&sb)) {
         return FD_ERROR;
     }
     r->content_type = fd_string("text/plain; version=0.0.4; charset=utf-8");
-    return fd_http_body_set(r, t.data, t.len);
+    return fd_http_body_set(r, sb.start, fd_sbuf_len(&sb));
 }
 
 /* The handler */

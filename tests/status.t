@@ -13,10 +13,20 @@ use Test::More;
 
 my $N = 25;
 
+# 50 upstreams with long names (the proxy keeps the first 31 bytes of a
+# name for its counters): the documents must stay whole and well-formed
+my $NUP = 50;
+my @up = map { sprintf 'upstream_with_a_long_name_%02d', $_ } 1 .. $NUP;
+my $ups = join '', map {
+    "[upstream $up[$_]]\nserver = 127.0.0.1:" . (20001 + $_) . "\n\n"
+} 0 .. $#up;
+
 my $t = FastdTest->new(conf => FastdTest::base_conf(
     main      => { workers => 2 },
     server    => { mime_types => '%%CONF%%/mime.types' },
-    locations => "[location = /status]\nhandler = status\n\n",
+    locations => "[location = /status]\nhandler = status\n\n"
+                 . "[location /up/]\nhandler = proxy\nupstream = $up[-1]\n\n",
+    extra     => $ups,
 ));
 $t->start;
 my $master = $t->pid;
@@ -89,6 +99,17 @@ my $sum = 0;
 $sum += $_->{requests} for @{ $s->{workers} };
 is($sum, $s->{requests}, 'per-worker requests add up to the total');
 
+# the modules' view: every upstream server, its labels as strings
+my @ent = @{ $s->{modules}{upstream} || [] };
+is(scalar @ent, $NUP, "modules.upstream: $NUP servers");
+is_deeply([sort map { $_->{upstream} // '' } @ent], [sort @up],
+          'every upstream name whole');
+ok(!(grep { !defined $_->{server} || !defined $_->{requests}
+            || exists $_->{labels} } @ent),
+   'each with its server and counters, no raw labels');
+is(scalar(grep { @{ $_->{modules}{upstream} || [] } == $NUP } alive($s)), 2,
+   'and again per worker');
+
 $r = $t->http("HEAD /status HTTP/1.1\r\nHost: localhost\r\n\r\n");
 is($r->status, 200, 'HEAD /status: 200');
 is($r->body, '', 'HEAD /status: no body');
@@ -130,6 +151,8 @@ sub check_prometheus {
         }
     }
     ok(!@bad, "$what: valid text exposition 0.0.4") or diag(join "\n", @bad);
+    my @srv = $text =~ /^fastd_upstream_requests_total\{upstream="([^"]+)",/mg;
+    is_deeply([sort @srv], [sort @up], "$what: every upstream, name whole");
     return $text;
 }
 

@@ -1,0 +1,120 @@
+/*
+ * Unit tests: the status documents (JSON and Prometheus) for figures no
+ * fixed buffer holds: long metric names, long and escaped label values, a
+ * thousand label sets, a profile name with quotes. Nothing may be cut or
+ * fall back to the raw label text.
+ */
+#define fd_status_module fd_status_module_unit
+#include "../../modules/fd_status_module.c"
+#undef fd_status_module
+
+#include "tap.h"
+
+/* The body of r as one NUL-terminated string. */
+static char *body(fd_request_t *r)
+{
+    size_t n = 0;
+    fd_buf_t *b;
+    char *s, *p;
+
+    for (b = r->out; b; b = b->next)
+        n += (size_t)(b->last - b->pos);
+    s = p = fd_pnalloc(r->pool, n + 1);
+    for (b = r->out; b; b = b->next) {
+        memcpy(p, b->pos, (size_t)(b->last - b->pos));
+        p += b->last - b->pos;
+    }
+    *p = '\0';
+    return s;
+}
+
+static char *repeat(fd_pool_t *p, char c, size_t n)
+{
+    char *s = fd_pnalloc(p, n + 1);
+
+    memset(s, c, n);
+    s[n] = '\0';
+    return s;
+}
+
+int main(void)
+{
+    fd_pool_t *p = fd_pool_create(4096);
+    fd_request_t r = {.pool = p};
+    status_view_t v = {.now = 0};
+    fd_status_t st;
+    char *up = repeat(p, 'u', 300), *srv = repeat(p, 's', 600);
+    char *group = repeat(p, 'g', 300), *labels, *name, *doc, *want;
+    unsigned i, n;
+    size_t len;
+
+    if (fd_shm_init() != FD_OK)
+        return 1;
+    v.shm = fd_shm_snapshot(fd_palloc(p, fd_shm_size()));
+    snprintf(v.shm->profile, sizeof(v.shm->profile), "a\"b\\c");
+    v.now = fd_stats_wall_msec();
+
+    fd_status_init(&st, p);
+    st.worker = 0;
+    labels = fd_pnalloc(p, 1024);
+    snprintf(labels, 1024, "upstream=\"%s\",server=\"%s\"", up, srv);
+    fd_status_counter(&st, "upstream_requests", "Requests.", labels, 7);
+    fd_status_counter(&st, "upstream_fails", "Fails.", "upstream=\"q\\\"x\","
+                      "server=\"b\\\\s\\nl\"", 3);
+    name = fd_pnalloc(p, 512);
+    snprintf(name, 512, "%s_field", group);
+    fd_status_gauge(&st, name, "A long name.", NULL, 5);
+    for (i = 0; i < 1000; i++) {
+        char l[64];
+
+        snprintf(l, sizeof(l), "queue=\"q%u\"", i);
+        fd_status_counter(&st, "queue_admitted", "Admitted.", l, i);
+    }
+    ok(!st.failed, "1003 figures reported");
+
+    /* JSON */
+    is_int(render_json(&r, &st, &v), FD_OK, "JSON rendered");
+    doc = body(&r);
+    want = fd_pnalloc(p, 2048);
+    snprintf(want, 2048, "\"upstream\": \"%s\"", up);
+    ok(strstr(doc, want) != NULL, "JSON: a 300-byte label value whole");
+    snprintf(want, 2048, "\"server\": \"%s\"", srv);
+    ok(strstr(doc, want) != NULL, "JSON: a 600-byte label value whole");
+    ok(strstr(doc, "\"labels\"") == NULL, "JSON: no raw-labels fallback");
+    ok(strstr(doc, "\"upstream\": \"q\\\"x\"") != NULL
+       && (strstr(doc, "\"server\": \"b\\\\s\\nl\"") != NULL
+           || strstr(doc, "\"server\": \"b\\\\s\\u000al\"") != NULL),
+       "JSON: escaped label values, re-escaped for JSON");
+    snprintf(want, 2048, "\"%s\": [", group);
+    ok(strstr(doc, want) != NULL, "JSON: a 300-byte group name whole");
+    ok(strstr(doc, "\"queue\": \"q999\"") != NULL, "JSON: the 1000th queue");
+    ok(strstr(doc, "\"profile\": \"a\\\"b\\\\c\"") != NULL,
+       "JSON: the profile escaped");
+    len = strlen(doc);
+    ok(len > 0 && doc[len - 1] == '\n', "JSON: ends in a newline");
+    is_int((int)r.content_length, (int)len, "JSON: Content-Length");
+
+    /* Prometheus */
+    r.out = NULL;
+    is_int(render_prometheus(&r, &st, &v), FD_OK, "Prometheus rendered");
+    doc = body(&r);
+    snprintf(want, 2048,
+             "\nfastd_upstream_requests_total{upstream=\"%s\",server=\"%s\"}"
+             " 7\n", up, srv);
+    ok(strstr(doc, want) != NULL, "Prometheus: the long labels whole");
+    snprintf(want, 2048, "\n# TYPE fastd_%s_field gauge\nfastd_%s_field 5\n",
+             group, group);
+    ok(strstr(doc, want) != NULL, "Prometheus: a 306-byte name whole");
+    snprintf(want, 2048, "\nfastd_worker_%s_field{worker=\"0\"} 5\n", group);
+    ok(strstr(doc, want) != NULL, "Prometheus: per worker, whole");
+    ok(strstr(doc, "\nfastd_queue_admitted_total{queue=\"q999\"} 999\n")
+       != NULL, "Prometheus: the 1000th queue");
+    ok(strstr(doc, "fastd_info{version=\"" FASTD_VERSION
+                   "\",profile=\"a\\\"b\\\\c\"} 1\n") != NULL,
+       "Prometheus: the profile escaped");
+    for (n = 0, i = 0; doc[i]; i++)
+        n += doc[i] == '\n';
+    ok(n > 2000, "Prometheus: every sample (%u lines)", n);
+
+    return done_testing();
+}
