@@ -8,8 +8,11 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use FastdTest;
+use IO::Select;
+use IO::Socket::INET;
 use JSON::PP;
 use Test::More;
+use Time::HiRes qw(time);
 
 my $N = 25;
 
@@ -219,4 +222,65 @@ SKIP: {
 
 $t->no_alerts(allow => qr/signal 9|exited on signal/);
 $t->stop;
+
+# --- the shipped conf/fastd.conf: /status and the dashboard loopback only --------
+# It runs as shipped from a prefix of its own (conf/, logs/, html/), only
+# the port changed; it listens on 0.0.0.0, so a client can come from
+# 127.0.0.2, which the rules do not allow, as well as from 127.0.0.1.
+{
+    my $d = FastdTest->new;
+    my $dir = $d->dir;
+    my $text = FastdTest::slurp(FastdTest::root() . '/conf/fastd.conf');
+    my $port = $d->port;
+    ok($text =~ s/^listen = 0\.0\.0\.0:8080\b/listen = 0.0.0.0:$port/m,
+       'conf/fastd.conf listens on 0.0.0.0:8080');
+    mkdir "$dir/$_" for qw(conf logs);
+    symlink(FastdTest::root() . '/html', "$dir/html") or die "symlink: $!";
+    my $conf = "$dir/conf/fastd.conf";
+    FastdTest::spew($conf, $text);
+
+    # each status location: allow loopback, deny the rest
+    for my $loc ('/status', '/status.html') {
+        my ($sec) = $text =~ /^\[location = \Q$loc\E\][^\n]*\n((?:[^[\n][^\n]*\n|\n)*)/m;
+        my @rules = grep { /^(?:allow|deny)\b/ } split /\n/, $sec // '';
+        s/\s*;.*// for @rules;
+        is_deeply(\@rules, ['allow = 127.0.0.1', 'allow = ::1', 'deny = all'],
+                  "conf/fastd.conf: [location = $loc] allows loopback only");
+    }
+
+    my $out = `'${\FastdTest::bin()}' -t -c '$conf' 2>&1`;
+    is($?, 0, 'fastd -t accepts conf/fastd.conf') or diag($out);
+
+    $d->start('-c', $conf); # the last -c is the file loaded
+    # One request from a given source address; the status code, or 0.
+    my $from = sub {
+        my ($src, $path) = @_;
+        my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                      PeerPort => $port, LocalAddr => $src,
+                                      Proto => 'tcp', Timeout => 5)
+            or return 0;
+        print $s "GET $path HTTP/1.1\r\nHost: localhost\r\n"
+                 . "Connection: close\r\n\r\n";
+        # read to the close (Connection: close), 10 s at most
+        my ($resp, $end) = ('', time + 10);
+        my $sel = IO::Select->new($s);
+        while (time < $end && $sel->can_read($end - time)) {
+            last unless sysread($s, $resp, 4096, length $resp);
+        }
+        return $resp =~ m{^HTTP/1\.1 (\d{3}) } ? $1 : 0;
+    };
+    is($from->('127.0.0.1', '/status'), 200, '/status from 127.0.0.1: 200');
+    is($from->('127.0.0.1', '/status.html'), 200,
+       '/status.html from 127.0.0.1: 200');
+    is($from->('127.0.0.2', '/status'), 403, '/status from 127.0.0.2: 403');
+    is($from->('127.0.0.2', '/status.html'), 403,
+       '/status.html from 127.0.0.2: 403');
+    is($from->('127.0.0.2', '/plaintext'), 200,
+       'the rest stays open: /plaintext from 127.0.0.2: 200');
+    $d->stop;
+    my $log = FastdTest::slurp("$dir/logs/error.log") // '';
+    my @bad = grep { /\[(?:alert|emerg|crit)\]/ } split /\n/, $log;
+    ok(!@bad, 'no alerts in its error log') or diag(join "\n", @bad);
+}
+
 done_testing();
