@@ -70,7 +70,8 @@ int main(void)
         snprintf(l, sizeof(l), "queue=\"q%u\"", i);
         fd_status_counter(&st, "queue_admitted", "Admitted.", l, i);
     }
-    ok(!st.failed, "1003 figures reported");
+    fd_status_counter(&st, "odd_count", "Malformed labels.", "no quotes", 1);
+    ok(!st.failed, "1004 figures reported");
 
     /* JSON */
     is_int(render_json(&r, &st, &v), FD_OK, "JSON rendered");
@@ -80,7 +81,8 @@ int main(void)
     ok(strstr(doc, want) != NULL, "JSON: a 300-byte label value whole");
     snprintf(want, 2048, "\"server\": \"%s\"", srv);
     ok(strstr(doc, want) != NULL, "JSON: a 600-byte label value whole");
-    ok(strstr(doc, "\"labels\"") == NULL, "JSON: no raw-labels fallback");
+    snprintf(want, 2048, "\"labels\": \"upstream=");
+    ok(strstr(doc, want) == NULL, "JSON: no raw-labels fallback");
     ok(strstr(doc, "\"upstream\": \"q\\\"x\"") != NULL
        && (strstr(doc, "\"server\": \"b\\\\s\\nl\"") != NULL
            || strstr(doc, "\"server\": \"b\\\\s\\u000al\"") != NULL),
@@ -90,6 +92,9 @@ int main(void)
     ok(strstr(doc, "\"queue\": \"q999\"") != NULL, "JSON: the 1000th queue");
     ok(strstr(doc, "\"profile\": \"a\\\"b\\\\c\"") != NULL,
        "JSON: the profile escaped");
+    ok(strstr(doc, "\"labels\": \"no quotes\",") != NULL
+       && strstr(doc, "\"count\": 1") != NULL,
+       "JSON: malformed labels kept as one string");
     len = strlen(doc);
     ok(len > 0 && doc[len - 1] == '\n', "JSON: ends in a newline");
     is_int((int)r.content_length, (int)len, "JSON: Content-Length");
