@@ -44,7 +44,8 @@ int main(void)
     status_view_t v = {.now = 0};
     fd_status_t st;
     char *up = repeat(p, 'u', 300), *srv = repeat(p, 's', 600);
-    char *group = repeat(p, 'g', 300), *labels, *name, *doc, *want;
+    char *group = repeat(p, 'g', 300), *doc;
+    static char labels[1024], name[512], want[2048];
     unsigned i, n;
     size_t len;
 
@@ -56,13 +57,11 @@ int main(void)
 
     fd_status_init(&st, p);
     st.worker = 0;
-    labels = fd_pnalloc(p, 1024);
-    snprintf(labels, 1024, "upstream=\"%s\",server=\"%s\"", up, srv);
+    snprintf(labels, sizeof(labels), "upstream=\"%s\",server=\"%s\"", up, srv);
     fd_status_counter(&st, "upstream_requests", "Requests.", labels, 7);
     fd_status_counter(&st, "upstream_fails", "Fails.", "upstream=\"q\\\"x\","
                       "server=\"b\\\\s\\nl\"", 3);
-    name = fd_pnalloc(p, 512);
-    snprintf(name, 512, "%s_field", group);
+    snprintf(name, sizeof(name), "%s_field", group);
     fd_status_gauge(&st, name, "A long name.", NULL, 5);
     for (i = 0; i < 1000; i++) {
         char l[64];
@@ -76,18 +75,17 @@ int main(void)
     /* JSON */
     is_int(render_json(&r, &st, &v), FD_OK, "JSON rendered");
     doc = body(&r);
-    want = fd_pnalloc(p, 2048);
-    snprintf(want, 2048, "\"upstream\": \"%s\"", up);
+    snprintf(want, sizeof(want), "\"upstream\": \"%s\"", up);
     ok(strstr(doc, want) != NULL, "JSON: a 300-byte label value whole");
-    snprintf(want, 2048, "\"server\": \"%s\"", srv);
+    snprintf(want, sizeof(want), "\"server\": \"%s\"", srv);
     ok(strstr(doc, want) != NULL, "JSON: a 600-byte label value whole");
-    snprintf(want, 2048, "\"labels\": \"upstream=");
+    snprintf(want, sizeof(want), "\"labels\": \"upstream=");
     ok(strstr(doc, want) == NULL, "JSON: no raw-labels fallback");
     ok(strstr(doc, "\"upstream\": \"q\\\"x\"") != NULL
        && (strstr(doc, "\"server\": \"b\\\\s\\nl\"") != NULL
            || strstr(doc, "\"server\": \"b\\\\s\\u000al\"") != NULL),
        "JSON: escaped label values, re-escaped for JSON");
-    snprintf(want, 2048, "\"%s\": [", group);
+    snprintf(want, sizeof(want), "\"%s\": [", group);
     ok(strstr(doc, want) != NULL, "JSON: a 300-byte group name whole");
     ok(strstr(doc, "\"queue\": \"q999\"") != NULL, "JSON: the 1000th queue");
     ok(strstr(doc, "\"profile\": \"a\\\"b\\\\c\"") != NULL,
@@ -103,14 +101,14 @@ int main(void)
     r.out = NULL;
     is_int(render_prometheus(&r, &st, &v), FD_OK, "Prometheus rendered");
     doc = body(&r);
-    snprintf(want, 2048,
+    snprintf(want, sizeof(want),
              "\nfastd_upstream_requests_total{upstream=\"%s\",server=\"%s\"}"
              " 7\n", up, srv);
     ok(strstr(doc, want) != NULL, "Prometheus: the long labels whole");
-    snprintf(want, 2048, "\n# TYPE fastd_%s_field gauge\nfastd_%s_field 5\n",
+    snprintf(want, sizeof(want), "\n# TYPE fastd_%s_field gauge\nfastd_%s_field 5\n",
              group, group);
     ok(strstr(doc, want) != NULL, "Prometheus: a 306-byte name whole");
-    snprintf(want, 2048, "\nfastd_worker_%s_field{worker=\"0\"} 5\n", group);
+    snprintf(want, sizeof(want), "\nfastd_worker_%s_field{worker=\"0\"} 5\n", group);
     ok(strstr(doc, want) != NULL, "Prometheus: per worker, whole");
     ok(strstr(doc, "\nfastd_queue_admitted_total{queue=\"q999\"} 999\n")
        != NULL, "Prometheus: the 1000th queue");
@@ -121,5 +119,6 @@ int main(void)
         n += doc[i] == '\n';
     ok(n > 2000, "Prometheus: every sample (%u lines)", n);
 
+    fd_pool_destroy(p);
     return done_testing();
 }
