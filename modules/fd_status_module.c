@@ -3,7 +3,7 @@
  * the shared-memory segment (plus the folded counters of exited workers),
  * with per-worker detail. GET or HEAD only; never cached.
  *
- * JSON (jansson, the default):
+ * JSON (the default; written with fd_sbuf like every document here):
  *   {
  *     "version": "0.1.0", "pid": MASTER_PID, "time_msec": NOW,
  *     "uptime_s": N, "generation": N, "profile": "name" | null,

@@ -223,7 +223,7 @@ SKIP: {
 $t->no_alerts(allow => qr/signal 9|exited on signal/);
 $t->stop;
 
-# --- the shipped conf/fastd.conf: /status and the dashboard loopback only --------
+# --- the shipped conf/fastd.conf: /status and the dashboard, loopback only -----
 # It runs as shipped from a prefix of its own (conf/, logs/, html/), only
 # the port changed; it listens on 0.0.0.0, so a client can come from
 # 127.0.0.2, which the rules do not allow, as well as from 127.0.0.1.
@@ -241,7 +241,9 @@ $t->stop;
 
     # each status location: allow loopback, deny the rest
     for my $loc ('/status', '/status.html') {
-        my ($sec) = $text =~ /^\[location = \Q$loc\E\][^\n]*\n((?:[^[\n][^\n]*\n|\n)*)/m;
+        # the section's lines, up to the next [section]
+        my ($sec) = $text =~ /^\[location\ =\ \Q$loc\E\][^\n]*\n
+                              ((?:[^[\n][^\n]*\n|\n)*)/mx;
         my @rules = grep { /^(?:allow|deny)\b/ } split /\n/, $sec // '';
         s/\s*;.*// for @rules;
         is_deeply(\@rules, ['allow = 127.0.0.1', 'allow = ::1', 'deny = all'],

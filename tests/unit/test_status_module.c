@@ -105,10 +105,12 @@ int main(void)
              "\nfastd_upstream_requests_total{upstream=\"%s\",server=\"%s\"}"
              " 7\n", up, srv);
     ok(strstr(doc, want) != NULL, "Prometheus: the long labels whole");
-    snprintf(want, sizeof(want), "\n# TYPE fastd_%s_field gauge\nfastd_%s_field 5\n",
-             group, group);
+    snprintf(want, sizeof(want),
+             "\n# TYPE fastd_%s_field gauge\nfastd_%s_field 5\n", group,
+             group);
     ok(strstr(doc, want) != NULL, "Prometheus: a 306-byte name whole");
-    snprintf(want, sizeof(want), "\nfastd_worker_%s_field{worker=\"0\"} 5\n", group);
+    snprintf(want, sizeof(want), "\nfastd_worker_%s_field{worker=\"0\"} 5\n",
+             group);
     ok(strstr(doc, want) != NULL, "Prometheus: per worker, whole");
     ok(strstr(doc, "\nfastd_queue_admitted_total{queue=\"q999\"} 999\n")
        != NULL, "Prometheus: the 1000th queue");
