@@ -751,9 +751,7 @@ static int status_handler(fd_request_t *r)
     void *copy;
     int rc;
 
-    if (r->in.method_id != FD_HTTP_GET && r->in.method_id != FD_HTTP_HEAD) {
-        return 405;
-    }
+    /* GET and HEAD only: the engine answers the others (.methods) */
     if (fd_shm == NULL) {
         return 503;
     }
