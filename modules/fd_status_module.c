@@ -159,6 +159,7 @@ typedef struct {
     fd_sbuf_t *sb;
     unsigned depth;
     int empty; /* the innermost open object or array has no member yet */
+    int failed; /* out of pool memory outside the builder */
 } json_w_t;
 
 static void jw_indent(json_w_t *w)
@@ -446,7 +447,7 @@ static void json_modules(json_w_t *w, fd_status_t *st, unsigned worker)
     return;
 
 failed:
-    w->sb->failed = 1;
+    w->failed = 1;
 }
 
 static void json_worker(json_w_t *w, fd_status_t *st, status_view_t *v,
@@ -511,7 +512,7 @@ static int render_json(fd_request_t *r, fd_status_t *st, status_view_t *v)
     jw_close(&w, '}');
     fd_sbuf_addc(&sb, '\n');
 
-    if (fd_sbuf_failed(&sb)) {
+    if (fd_sbuf_failed(&sb) || w.failed) {
         return FD_ERROR;
     }
     r->content_type = fd_string("application/json");
