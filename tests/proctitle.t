@@ -44,8 +44,10 @@ ok(FastdTest::wait_for(sub {
                 grep { $old{$_} } $t->workers;
     @draining > 0 }, 5, 0.02),
    'an old worker with a request in flight: "worker process is shutting down"');
-my @new = grep { !$old{$_} } $t->workers;
-ok(@new && !grep({ title($_) ne 'fastd: worker process' } @new),
+# a worker just forked shows the master's title until it sets its own
+ok(FastdTest::wait_for(sub {
+    my @new = grep { !$old{$_} } $t->workers;
+    @new == 2 && !grep { title($_) ne 'fastd: worker process' } @new }, 5, 0.02),
    'the new generation: "fastd: worker process"');
 like(title($master), qr/^fastd: master process /, 'the master keeps its title');
 for (@slow) {
