@@ -148,7 +148,9 @@ sub is_gzip_stream {
         && ($r->header('content-encoding') // '') eq 'gzip'
         && ($r->header('transfer-encoding') // '') eq 'chunked'
         && !defined $r->header('content-length')
-        && length($r->body) < length($want)
+        # smaller, where that can be told: 100 bytes that arrive in two
+        # reads leave as two sync-flushed pieces, which may outweigh them
+        && (length($want) < 1000 || length($r->body) < length($want))
         && unzip($r->body) eq $want;
     ok($ok, $name) or diag($r ? "status $r->{status}, encoding "
         . ($r->header('content-encoding') // 'none') . ", "
