@@ -19,7 +19,8 @@
  * Input: byte 0 the proxy location (match kind, pass form, proxy_host,
  * buffering, a rewrite), byte 1 its headers and filters (set_header,
  * gzip, access log), byte 2 the upstream group and the engine's options,
- * byte 3 how the bytes travel (pieces, FINs), bytes 4-7 seed the pieces;
+ * byte 3 how the bytes travel (pieces, FINs), byte 4 bit 0 websocket = on,
+ * bytes 4-7 seed the pieces;
  * then the client's bytes, "\n--UPSTREAM--\n", and the bytes the upstream
  * answers each connection with.
  *
@@ -70,7 +71,7 @@ static unsigned client_port, up_port, refused_port;
 #define CACHE_USES 64
 
 typedef struct {
-    uint8_t key[4];
+    uint8_t key[5];
     fd_cycle_t *cycle;
     unsigned uses;
     uint64_t used;   /* when, for the least recently used */
@@ -295,6 +296,8 @@ static void config(text_t *t, const uint8_t *k)
                "non_idempotent\n");
     if (k[2] & 0x80)
         add(t, "queue = q\n");
+    if (k[4] & 1)
+        add(t, "websocket = on\n");
     add(t, "max_body_size = 4k\n");
 
     /* what a request may reach besides the proxy */
@@ -560,10 +563,10 @@ static cached_t *cycle_get(const uint8_t *k)
      * the load), which are freed with the other: a use after free on
      * reload, reported. Only one such configuration lives at a time. */
     for (c = cache; c < cache + CACHE && implicit(k); c++)
-        if (c->cycle && implicit(c->key) && memcmp(c->key, k, 4) != 0)
+        if (c->cycle && implicit(c->key) && memcmp(c->key, k, 5) != 0)
             cycle_drop(c);
     for (c = cache; c < cache + CACHE; c++) {
-        if (c->cycle && memcmp(c->key, k, 4) == 0) {
+        if (c->cycle && memcmp(c->key, k, 5) == 0) {
             if (c->uses++ < CACHE_USES) {
                 c->used = now;
                 return c;
@@ -576,7 +579,7 @@ static cached_t *cycle_get(const uint8_t *k)
     }
     if (pick->cycle)
         cycle_drop(pick);
-    memcpy(pick->key, k, 4);
+    memcpy(pick->key, k, 5);
     pick->cycle = load(k);
     pick->uses = 1;
     pick->used = now;
