@@ -20,21 +20,20 @@
  * buffering, a rewrite), byte 1 its headers and filters (set_header,
  * gzip, access log), byte 2 the upstream group and the engine's options,
  * byte 3 how the bytes travel (pieces, FINs), byte 4 bit 0 websocket = on,
- * bytes 4-7 seed the pieces;
- * then the client's bytes, "\n--UPSTREAM--\n", and the bytes the upstream
- * answers each connection with.
+ * bytes 4-7 seed the pieces; then the client's bytes, "\n--UPSTREAM--\n",
+ * and the bytes the upstream answers each connection with.
  *
  * Everything runs with timeouts far longer than an input takes: no timer
- * fires, and an input runs the same way each time.
+ * fires, and an input runs the same way each time (but see the cache).
  */
 #include <dlfcn.h>
-#include <stdarg.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
