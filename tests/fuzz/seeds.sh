@@ -122,9 +122,9 @@ seed fuzz_chunked '\300\001\002\003\004' '40\r\n0123456789abcdef0123456789abcdef
 # configuration (see tests/fuzz/fuzz_request.c), one for how the bytes
 # travel, one more bit of configuration (websocket) and the pieces' seed; then "\n--UPSTREAM--\n" and what
 # the upstream answers. The configurations here are each proxy form with
-# the defaults (proxy_host = pass), one with proxy_host = upstream, and a
-# few with headers, gzip, the access log, keep-alive and retries; the
-# requests are ordinary ones, origin-form and absolute-form.
+# the defaults (proxy_host = pass), proxy_host = upstream, and a few with
+# headers, gzip, the access log, keep-alive and retries; the requests are
+# ordinary ones, origin-form and absolute-form.
 U='\n--UPSTREAM--\n'
 OK='HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello'
 rq() { # CONFIG(4 bytes: the last is how the bytes travel) BYTE4 REQUEST RESPONSE
@@ -140,6 +140,7 @@ rq '\040\000\000\000' '\000' 'GET /up/x HTTP/1.1\r\nHost: a.example\r\n\r\n' "$O
 rq '\040\017\000\001' '\000' 'GET /up/a/b HTTP/1.1\r\nHost: a.example\r\nX-Forwarded-For: 10.1.1.1\r\nConnection: x-hop\r\nX-Hop: 1\r\n\r\n' "$OK"
 rq '\000\000\000\000' '\000' 'GET http://a.example/up/x HTTP/1.1\r\nHost: a.example\r\n\r\n' "$OK"
 rq '\004\000\000\000' '\000' 'GET http://a.example:8080/up/x?y=1 HTTP/1.1\r\nHost: b\r\n\r\n' "$OK"
+rq '\040\000\000\000' '\000' 'GET http://a.example/up/x HTTP/1.1\r\nHost: a.example\r\n\r\n' "$OK"
 rq '\000\000\000\005' '\000' 'POST /up/p HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello' "$OK"
 rq '\010\000\001\004' '\000' 'POST /up/p HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\nGET /up/2 HTTP/1.1\r\nHost: a\r\n\r\n' "$OK$OK"
 rq '\010\000\022\000' '\000' 'PUT /up/p HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nabc' 'HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n'
