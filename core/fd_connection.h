@@ -71,6 +71,11 @@ size_t fd_connection_addr_text(fd_connection_t *c, char *buf, size_t size);
 /* The worker's loop */
 int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot);
 void fd_worker_stop_accepting(void);
+#ifdef FD_FUZZ
+/* tests/fuzz/fuzz_request.c drives the loop in its own process */
+int fd_worker_fuzz_cycle(fd_cycle_t *cycle);
+int fd_worker_fuzz_turn(int max_wait);
+#endif
 /* A module took over (+1) or let go of (-1) a connection the engine no
  * longer counts (a tunnel): a graceful stop waits for it, up to
  * shutdown_timeout. */

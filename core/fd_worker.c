@@ -519,15 +519,115 @@ static void worker_sig(int signo)
     }
 }
 
+/*
+ * What the loop needs before its first turn: the descriptor limit, the
+ * connection table, epoll, timers, buffers, the modules, batched sends and
+ * the offload pool (listening comes after, in listen_start()).
+ */
+static int worker_init(fd_worker_t *w, fd_cycle_t *cycle)
+{
+    struct rlimit rl;
+    unsigned m;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rlim_t want = cycle->main.rlimit_nofile
+                          ? (rlim_t)cycle->main.rlimit_nofile
+                          : (rlim_t)cycle->events.max_connections * 2 + 64;
+        /* an explicit rlimit_nofile is the limit, lower or higher; the
+         * default only ever raises it */
+        if (rl.rlim_cur < want ||
+            (cycle->main.rlimit_nofile && rl.rlim_cur > want)) {
+            struct rlimit nl = {fd_min(want, rl.rlim_max), rl.rlim_max};
+            if (geteuid() == 0 && rl.rlim_max < want)
+                nl.rlim_cur = nl.rlim_max = want;
+            if (setrlimit(RLIMIT_NOFILE, &nl) == 0)
+                rl = nl;
+        }
+        w->max_conns = (unsigned)fd_min(rl.rlim_cur, (rlim_t)1 << 22);
+    } else {
+        w->max_conns = 65536;
+    }
+    conn_mem = mmap(NULL, (size_t)w->max_conns * sizeof(fd_connection_t),
+                    PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS |
+                    MAP_NORESERVE, -1, 0);
+    if (conn_mem == MAP_FAILED) {
+        fd_log_error(FD_LOG_EMERG, errno, "mmap() of connections failed");
+        return FD_ERROR;
+    }
+    w->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (w->epfd < 0 || fd_timer_init() != FD_OK) {
+        fd_log_error(FD_LOG_EMERG, errno, "epoll_create1() failed");
+        return FD_ERROR;
+    }
+    w->rbufs.size = cycle->http.max_header_size;
+    w->rbufs.keep = 1024;
+    w->wbufs.size = 16384;
+    w->wbufs.keep = 1024;
+    accept_timer.handler = accept_resume;
+    fd_time_update();
+
+    for (m = 0; m < fd_nmodules; m++)
+        if (fd_modules[m]->init_worker &&
+            fd_modules[m]->init_worker(w) != FD_OK)
+            return FD_ERROR;
+    if (fd_sendq_init(cycle->events.batch_sends) != FD_OK ||
+        fd_offload_init_worker(w) != FD_OK)
+        return FD_ERROR;
+    return FD_OK;
+}
+
+/*
+ * One turn of the loop: the batched sends and the timers, one wait of at
+ * most the next timer (and at most max_wait ms when that is >= 0), the
+ * events (nevents at most), then what was posted. FD_ERROR when epoll
+ * fails.
+ */
+static int worker_turn(fd_worker_t *w, struct epoll_event *events,
+                       int nevents, const sigset_t *waitset, int max_wait)
+{
+    int nev, i, timeout;
+
+    /* the turn's batched sends, before the timers: their handlers
+     * arm timers, and a timer may queue a send (a retry) */
+    do {
+        fd_sendq_flush();
+        timeout = fd_timer_expire();
+    } while (fd_sendq_pending());
+    if (fd_sig_terminate)
+        return FD_OK; /* a timer closed the last connection of a drain */
+    if (posted)
+        timeout = 0;
+    if (max_wait >= 0 && (timeout < 0 || timeout > max_wait))
+        timeout = max_wait;
+    nev = epoll_pwait(w->epfd, events, nevents, timeout, waitset);
+    fd_time_update();
+    if (nev < 0) {
+        if (errno == EINTR)
+            return FD_OK;
+        fd_log_error(FD_LOG_ALERT, errno, "epoll_pwait() failed");
+        return FD_ERROR;
+    }
+    for (i = 0; i < nev; i++) {
+        uintptr_t p = (uintptr_t)events[i].data.ptr;
+        fd_event_t *ev = (fd_event_t *)(p & ~(uintptr_t)1);
+        /* closed earlier in this batch, or closed and reused */
+        if (ev->fd < 0 || (ev->instance & 1) != (p & 1))
+            continue;
+        ev->handler(ev, events[i].events);
+        if (fd_sendq_pending() >= FD_SENDQ_EARLY)
+            fd_sendq_flush();
+    }
+    run_posted();
+    return FD_OK;
+}
+
 int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot)
 {
     fd_worker_t *w = &worker;
     struct epoll_event *events;
-    struct rlimit rl;
     struct sigaction sa;
     sigset_t set, waitset;
     fd_timer_t quit_timer = {.handler = quit_timer_handler};
-    int nev, i, timeout;
     unsigned m;
 
     fd_worker = w;
@@ -555,49 +655,7 @@ int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot)
     sigdelset(&waitset, SIGINT);
     sigdelset(&waitset, SIGUSR1);
 
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-        rlim_t want = cycle->main.rlimit_nofile
-                          ? (rlim_t)cycle->main.rlimit_nofile
-                          : (rlim_t)cycle->events.max_connections * 2 + 64;
-        /* an explicit rlimit_nofile is the limit, lower or higher; the
-         * default only ever raises it */
-        if (rl.rlim_cur < want ||
-            (cycle->main.rlimit_nofile && rl.rlim_cur > want)) {
-            struct rlimit nl = {fd_min(want, rl.rlim_max), rl.rlim_max};
-            if (geteuid() == 0 && rl.rlim_max < want)
-                nl.rlim_cur = nl.rlim_max = want;
-            if (setrlimit(RLIMIT_NOFILE, &nl) == 0)
-                rl = nl;
-        }
-        w->max_conns = (unsigned)fd_min(rl.rlim_cur, (rlim_t)1 << 22);
-    } else {
-        w->max_conns = 65536;
-    }
-    conn_mem = mmap(NULL, (size_t)w->max_conns * sizeof(fd_connection_t),
-                    PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS |
-                    MAP_NORESERVE, -1, 0);
-    if (conn_mem == MAP_FAILED) {
-        fd_log_error(FD_LOG_EMERG, errno, "mmap() of connections failed");
-        return FD_WORKER_FATAL;
-    }
-    w->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (w->epfd < 0 || fd_timer_init() != FD_OK) {
-        fd_log_error(FD_LOG_EMERG, errno, "epoll_create1() failed");
-        return FD_WORKER_FATAL;
-    }
-    w->rbufs.size = cycle->http.max_header_size;
-    w->rbufs.keep = 1024;
-    w->wbufs.size = 16384;
-    w->wbufs.keep = 1024;
-    accept_timer.handler = accept_resume;
-    fd_time_update();
-
-    for (m = 0; m < fd_nmodules; m++)
-        if (fd_modules[m]->init_worker &&
-            fd_modules[m]->init_worker(w) != FD_OK)
-            return FD_WORKER_FATAL;
-    if (fd_sendq_init(cycle->events.batch_sends) != FD_OK ||
-        fd_offload_init_worker(w) != FD_OK || listen_start(w) != FD_OK)
+    if (worker_init(w, cycle) != FD_OK || listen_start(w) != FD_OK)
         return FD_WORKER_FATAL;
 
     events = malloc(sizeof(*events) * (size_t)cycle->events.max_events);
@@ -624,36 +682,9 @@ int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot)
                 if (fd_modules[m]->reopen)
                     fd_modules[m]->reopen(w);
         }
-        /* the turn's batched sends, before the timers: their handlers
-         * arm timers, and a timer may queue a send (a retry) */
-        do {
-            fd_sendq_flush();
-            timeout = fd_timer_expire();
-        } while (fd_sendq_pending());
-        if (fd_sig_terminate)
-            continue; /* a timer closed the last connection of a drain */
-        if (posted)
-            timeout = 0;
-        nev = epoll_pwait(w->epfd, events, (int)cycle->events.max_events,
-                          timeout, &waitset);
-        fd_time_update();
-        if (nev < 0) {
-            if (errno == EINTR)
-                continue;
-            fd_log_error(FD_LOG_ALERT, errno, "epoll_pwait() failed");
+        if (worker_turn(w, events, (int)cycle->events.max_events, &waitset,
+                        -1) != FD_OK)
             break;
-        }
-        for (i = 0; i < nev; i++) {
-            uintptr_t p = (uintptr_t)events[i].data.ptr;
-            fd_event_t *ev = (fd_event_t *)(p & ~(uintptr_t)1);
-            /* closed earlier in this batch, or closed and reused */
-            if (ev->fd < 0 || (ev->instance & 1) != (p & 1))
-                continue;
-            ev->handler(ev, events[i].events);
-            if (fd_sendq_pending() >= FD_SENDQ_EARLY)
-                fd_sendq_flush();
-        }
-        run_posted();
     }
     for (m = 0; m < fd_nmodules; m++)
         if (fd_modules[m]->exit_worker)
@@ -663,3 +694,47 @@ int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot)
     free(events);
     return 0;
 }
+
+#ifdef FD_FUZZ
+/*
+ * For tests/fuzz/fuzz_request.c, which runs this loop inside the fuzzer's
+ * process, one configuration after another and one turn at a time. The
+ * first call sets the worker up as fd_worker_run() does (no signals);
+ * later ones start the modules' work for cycle and listen on its
+ * sockets, or (NULL) end the modules' work for the current one, before
+ * it is freed.
+ */
+int fd_worker_fuzz_cycle(fd_cycle_t *cycle)
+{
+    fd_worker_t *w = &worker;
+    unsigned m;
+
+    if (fd_worker == NULL) {
+        fd_worker = w;
+        w->cycle = cycle;
+        return worker_init(w, cycle) == FD_OK ? listen_start(w) : FD_ERROR;
+    }
+    if (cycle == NULL) {
+        accept_events(0);
+        for (m = 0; m < fd_nmodules; m++)
+            if (fd_modules[m]->exit_worker)
+                fd_modules[m]->exit_worker(w);
+        return FD_OK;
+    }
+    w->cycle = cycle;
+    for (m = 0; m < fd_nmodules; m++)
+        if (fd_modules[m]->init_worker &&
+            fd_modules[m]->init_worker(w) != FD_OK)
+            return FD_ERROR;
+    return listen_start(w);
+}
+
+/* One turn, waiting at most max_wait ms. */
+int fd_worker_fuzz_turn(int max_wait)
+{
+    static struct epoll_event events[64];
+
+    return worker_turn(&worker, events, (int)fd_nelems(events), NULL,
+                       max_wait);
+}
+#endif

@@ -241,8 +241,12 @@ static int parse_q(const char *s, const char *end)
  */
 static int accepts_gzip(fd_str_t ae)
 {
-    const char *p = ae.data, *end = ae.data + ae.len;
+    const char *p = ae.data, *end;
     int q_gzip = -1, q_star = -1, q_identity = -1;
+
+    if (ae.len == 0)
+        return 0; /* no header: ae.data may be NULL, and NULL + 0 is UB */
+    end = ae.data + ae.len;
 
     while (p < end) {
         const char *tok, *tok_end, *item_end;

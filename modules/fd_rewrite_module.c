@@ -766,6 +766,8 @@ static int rewrite_access(fd_request_t *r)
     }
     for (;;) {
         changed = 0;
+        if (rc->nops == rc->nsrv)
+            break; /* no rules of the location's own: ops may be NULL */
         rv = run_ops(r, x, rc->ops + rc->nsrv, rc->nops - rc->nsrv, &how,
                      &changed);
         if (rv != FD_OK)

@@ -678,9 +678,11 @@ static int render_prometheus(fd_request_t *r, fd_status_t *st,
 static int has_param(fd_str_t q, const char *param)
 {
     size_t n = strlen(param);
-    const char *p = q.data, *end = q.data + q.len, *amp;
+    const char *p = q.data, *end, *amp;
 
-    while (p < end) {
+    if (q.len == 0)
+        return 0; /* no query: q.data may be NULL, and NULL + 0 is UB */
+    for (end = q.data + q.len; p < end;) {
         amp = memchr(p, '&', (size_t)(end - p));
         if (amp == NULL) {
             amp = end;

@@ -117,6 +117,46 @@ do
 done
 seed fuzz_chunked '\300\001\002\003\004' '40\r\n0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\r\n0\r\n\r\n'
 
+# --- the whole request path ----------------------------------------------------
+# fuzz_request reads 8 bytes before the client's bytes: 3 that choose the
+# configuration (see tests/fuzz/fuzz_request.c), one for how the bytes
+# travel, one more bit of configuration (websocket) and the pieces' seed; then "\n--UPSTREAM--\n" and what
+# the upstream answers. The configurations here are each proxy form with
+# the defaults (proxy_host = pass), proxy_host = upstream, and a few with
+# headers, gzip, the access log, keep-alive and retries; the requests are
+# ordinary ones, origin-form and absolute-form.
+U='\n--UPSTREAM--\n'
+OK='HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello'
+rq() { # CONFIG(4 bytes: the last is how the bytes travel) BYTE4 REQUEST RESPONSE
+    n=$((n + 1))
+    mkdir -p "$dir/fuzz_request"
+    { printf -- "$1$2\001\002\003"; printf -- "$3"; printf -- "$U"; printf -- "$4"; } \
+        > "$dir/fuzz_request/seed-$n"
+}
+for c in '\000' '\004' '\010' '\014' '\020' '\024' '\030' '\034' '\001' '\102' '\203'; do
+    rq "$c"'\000\000\000' '\000' 'GET /up/x?q=1 HTTP/1.1\r\nHost: a.example\r\nUser-Agent: t\r\n\r\n' "$OK"
+done
+rq '\040\000\000\000' '\000' 'GET /up/x HTTP/1.1\r\nHost: a.example\r\n\r\n' "$OK"
+rq '\040\017\000\001' '\000' 'GET /up/a/b HTTP/1.1\r\nHost: a.example\r\nX-Forwarded-For: 10.1.1.1\r\nConnection: x-hop\r\nX-Hop: 1\r\n\r\n' "$OK"
+rq '\000\000\000\000' '\000' 'GET http://a.example/up/x HTTP/1.1\r\nHost: a.example\r\n\r\n' "$OK"
+rq '\004\000\000\000' '\000' 'GET http://a.example:8080/up/x?y=1 HTTP/1.1\r\nHost: b\r\n\r\n' "$OK"
+rq '\040\000\000\000' '\000' 'GET http://a.example/up/x HTTP/1.1\r\nHost: a.example\r\n\r\n' "$OK"
+rq '\000\000\000\005' '\000' 'POST /up/p HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello' "$OK"
+rq '\010\000\001\004' '\000' 'POST /up/p HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\nGET /up/2 HTTP/1.1\r\nHost: a\r\n\r\n' "$OK$OK"
+rq '\010\000\022\000' '\000' 'PUT /up/p HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nabc' 'HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n'
+rq '\000\000\000\000' '\001' 'GET /up/ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\201\005hello' 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\201\002ok'
+rq '\000\060\000\001' '\000' 'GET /up/big HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\n\r\n' 'HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n1a\r\nabcdefghijklmnopqrstuvwxyz\r\n1a\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\n\r\n'
+rq '\000\240\000\001' '\000' 'HEAD /up/h HTTP/1.1\r\nHost: a\r\n\r\nGET /up/2 HTTP/1.0\r\n\r\n' 'HTTP/1.0 200 OK\r\nContent-Type: text/html\r\n\r\n<p>up to the close</p>'
+rq '\000\000\001\020' '\000' 'GET /up/k HTTP/1.1\r\nHost: a\r\n\r\nGET /up/k2 HTTP/1.1\r\nHost: a\r\n\r\n' 'HTTP/1.1 304 Not Modified\r\nETag: "a"\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n'
+rq '\000\000\000\000' '\000' 'GET /up/bad HTTP/1.1\r\nHost: a\r\n\r\n' 'HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n'
+rq '\000\000\000\000' '\000' 'GET /up/e HTTP/1.1\r\nHost: a\r\n\r\n' 'HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n'
+rq '\010\000\006\000' '\000' 'DELETE /up/d HTTP/1.1\r\nHost: a\r\nX-Key: k\r\n\r\n' "$OK"
+rq '\000\000\200\000' '\000' 'GET /up/q HTTP/1.1\r\nHost: a\r\n\r\n' "$OK"
+rq '\000\000\000\000' '\000' 'GET /rw/x?q=1 HTTP/1.1\r\nHost: a\r\n\r\n' "$OK"
+rq '\000\060\000\000' '\000' 'GET /ret/x?a=b HTTP/1.1\r\nHost: a.example\r\n\r\nGET /rx/abc/12 HTTP/1.1\r\nHost: a\r\n\r\nGET /text?a=b HTTP/1.1\r\nHost: h\r\n\r\n' ''
+rq '\000\160\000\000' '\000' 'GET /static/a.txt HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\n\r\nGET /static/ HTTP/1.1\r\nHost: a\r\nRange: bytes=0-3\r\n\r\nGET /static/nope HTTP/1.1\r\nHost: a\r\n\r\n' ''
+rq '\000\040\000\000' '\000' 'GET /plaintext HTTP/1.1\r\nHost: a\r\n\r\nGET /json HTTP/1.1\r\nHost: a\r\n\r\nGET /status HTTP/1.1\r\nHost: a\r\nAccept: application/json\r\n\r\nGET /deny HTTP/1.1\r\nHost: a\r\n\r\n' ''
+
 # --- configurations ---------------------------------------------------------
 mkdir -p "$dir/fuzz_conf"
 cp conf/fastd.conf "$dir/fuzz_conf/fastd.conf"
