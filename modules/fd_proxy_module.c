@@ -764,14 +764,18 @@ static int set_hash_key(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     return FD_OK;
 }
 
-/* pass = http://HOST:PORT/ makes a group of its own, shared by the
- * locations that name the same HOST:PORT in this configuration */
+/* The groups pass = http://HOST:PORT made for the configuration being
+ * loaded into implicit_pool. A reload loads the new one while the old one
+ * lives: its groups must not be found (they die with the old pool). */
 static upstream_t *implicit_list;
+static fd_pool_t *implicit_pool;
 
 static void implicit_reset(void *data)
 {
-    (void)data;
-    implicit_list = NULL;
+    if (data == implicit_pool) {
+        implicit_list = NULL;
+        implicit_pool = NULL;
+    }
 }
 
 /* pass = http://HOST:PORT[/uri] [max_fails=N] [fail_timeout=T]: a group of
@@ -783,6 +787,11 @@ static upstream_t *implicit_upstream(fd_conf_t *cf, const char *hostport,
     peer_t opt = {.weight = 1, .max_fails = 1, .fail_timeout = 10000};
     char *s = fd_pstrdup(cf->pool, opts, strlen(opts)), *save, *tok;
 
+    if (implicit_pool != cf->pool) {
+        implicit_list = NULL;
+        implicit_pool = cf->pool;
+        fd_pool_cleanup_add(cf->pool, implicit_reset, cf->pool);
+    }
     for (up = implicit_list; up; up = up->next_implicit)
         if (strcmp(up->name, hostport) == 0 &&
             strcmp(up->implicit_opts, opts) == 0)
@@ -803,8 +812,6 @@ static upstream_t *implicit_upstream(fd_conf_t *cf, const char *hostport,
     if (resolve_servers(cf, up, hostport, &opt) != FD_OK)
         return NULL;
     upstream_finish(up);
-    if (implicit_list == NULL)
-        fd_pool_cleanup_add(cf->pool, implicit_reset, NULL);
     up->next_implicit = implicit_list;
     implicit_list = up;
     return up;
