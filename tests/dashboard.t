@@ -14,7 +14,7 @@ use Test::More;
 use POSIX qw(_exit WNOHANG);
 use Time::HiRes qw(time sleep);
 
-my ($chromium) = grep { -x } qw(/usr/bin/chromium /usr/bin/chromium-browser);
+my $chromium = FastdTest::chromium();
 plan skip_all => 'chromium is not installed (apt-get install chromium)'
     unless $chromium;
 
@@ -36,25 +36,7 @@ if ($load == 0) {
     _exit(0);
 }
 
-my @flags = (qw(--headless --no-sandbox --disable-gpu --disable-quic
-                --no-first-run --disable-background-networking
-                --disable-component-update --disable-sync
-                --disable-default-apps --hide-scrollbars
-                --enable-logging=stderr --v=0),
-             "--user-data-dir=$dir/chromium");
-
-sub browse {
-    my (@args) = @_;
-    my $pid = open(my $fh, '-|') // die "fork: $!";
-    if ($pid == 0) {
-        open(STDERR, '>>', "$dir/console.log");
-        exec($chromium, @flags, @args) or _exit(127);
-    }
-    local $/;
-    my $out = <$fh>;
-    close $fh;
-    return $out // '';
-}
+sub browse { FastdTest::browse($dir, @_) }
 
 my $url = "http://127.0.0.1:$port/status.html";
 my $dom = browse('--virtual-time-budget=6000', '--dump-dom', $url);

@@ -12,9 +12,9 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use FastdTest;
 use Test::More;
-use POSIX qw(_exit);
 
-my ($chromium) = grep { -x } qw(/usr/bin/chromium /usr/bin/chromium-browser);
+
+my $chromium = FastdTest::chromium();
 plan skip_all => 'chromium is not installed (apt-get install chromium)'
     unless $chromium;
 
@@ -59,25 +59,7 @@ my $port = $t->port;
 # some traffic, so the tables have failures and times in them
 $t->get("/u$_/x") for 1 .. 6;
 
-my @flags = (qw(--headless --no-sandbox --disable-gpu --disable-quic
-                --no-first-run --disable-background-networking
-                --disable-component-update --disable-sync
-                --disable-default-apps --hide-scrollbars
-                --enable-logging=stderr --v=0),
-             "--user-data-dir=$dir/chromium");
-
-sub browse {
-    my (@args) = @_;
-    my $pid = open(my $fh, '-|') // die "fork: $!";
-    if ($pid == 0) {
-        open(STDERR, '>>', "$dir/console.log");
-        exec($chromium, @flags, @args) or _exit(127);
-    }
-    local $/;
-    my $out = <$fh>;
-    close $fh;
-    return $out // '';
-}
+sub browse { FastdTest::browse($dir, @_) }
 
 mkdir FastdTest::root() . '/objs' unless -d FastdTest::root() . '/objs';
 for my $size ('1280,800', '1200,900', '390,844') {

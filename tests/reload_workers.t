@@ -10,13 +10,11 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use FastdTest;
-use POSIX qw(:sys_wait_h);
+use Faults;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-my $wrk = (grep { -x "$_/wrk" } split /:/, $ENV{PATH})[0];
-plan skip_all => 'wrk not installed' unless $wrk;
-$wrk .= '/wrk';
+plan skip_all => 'wrk not installed' unless Faults::wrk_path();
 
 # LISTEN sockets on our port, whoever holds them
 sub listeners {
@@ -44,17 +42,9 @@ for my $mode ('reuseport', 'exclusive') {
     my $want = sub { $mode eq 'reuseport' ? $_[0] : 1 };
     is(listeners($t->port), $want->(2), "$mode: listening sockets at start");
 
-    my $out = $t->dir . '/wrk.out';
-    my $wpid = fork // die "fork: $!";
-    if ($wpid == 0) {
-        open STDIN, '<', '/dev/null';
-        open STDOUT, '>', $out or POSIX::_exit(126);
-        open STDERR, '>&', \*STDOUT;
-        no warnings 'exec';
-        exec $wrk, '-t1', '-c8', '-d60s', '--timeout', '3s',
-            'http://127.0.0.1:' . $t->port . '/plaintext';
-        POSIX::_exit(127);
-    }
+    my $wrk = Faults::wrk_start(url => 'http://127.0.0.1:' . $t->port
+                                . '/plaintext', conns => 8, duration => 60,
+                                timeout => 3);
     sleep 0.3;
 
     for my $n (3, 2, 1, 3, 2) {
@@ -78,12 +68,9 @@ for my $mode ('reuseport', 'exclusive') {
         is($fail, 0, "$mode: workers = $n: 30 new connections answered");
     }
 
-    kill 'INT', $wpid;
-    my $done = FastdTest::wait_for(sub { waitpid($wpid, WNOHANG) == $wpid },
-                                   10, 0.05);
-    unless ($done) { kill 'KILL', $wpid; waitpid($wpid, 0) }
-    my $report = FastdTest::slurp($out) // '';
-    my ($reqs) = $report =~ /(\d+) requests in/;
+    my $w = $wrk->stop;
+    my $report = $w->{text};
+    my $reqs = $w->{requests};
     cmp_ok($reqs // 0, '>', 100, "$mode: wrk completed requests")
         or diag($report);
     unlike($report, qr/Socket errors/, "$mode: no socket errors or "

@@ -225,6 +225,32 @@ sub base_conf {
     return $text;
 }
 
+# Headless Chromium (Debian's chromium), or undef; browse(DIR, ARGS...):
+# run it with the flags a closed network needs and a profile under DIR
+# (its stderr goes to DIR/console.log); returns what it printed.
+sub chromium { (grep { -x } qw(/usr/bin/chromium /usr/bin/chromium-browser))[0] }
+
+sub browse {
+    my ($dir, @args) = @_;
+    my @flags = (qw(--headless --no-sandbox --disable-gpu --disable-quic
+                    --no-first-run --disable-background-networking
+                    --disable-component-update --disable-sync
+                    --disable-default-apps --hide-scrollbars
+                    --enable-logging=stderr --v=0),
+                 "--user-data-dir=$dir/chromium");
+    my $bin = chromium() or return '';
+    my $pid = open(my $fh, '-|') // die "fork: $!";
+    if ($pid == 0) {
+        open(STDERR, '>>', "$dir/console.log");
+        { no warnings 'exec'; exec($bin, @flags, @args); }
+        POSIX::_exit(127);
+    }
+    local $/;
+    my $out = <$fh>;
+    close $fh;
+    return $out // '';
+}
+
 # ---------------------------------------------------------------------------
 # the server under test
 

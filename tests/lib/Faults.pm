@@ -148,6 +148,13 @@ sub running {
 }
 
 # Wait for wrk to end (its duration plus $slack seconds), then parse.
+# End a run before its duration: wrk stops on SIGINT and still reports.
+sub stop {
+    my ($self) = @_;
+    kill 'INT', $self->{pid} if $self->running;
+    return $self->finish(-$self->{duration} + (time - $self->{t0}) + 10);
+}
+
 sub finish {
     my ($self, $slack) = @_;
     my $deadline = $self->{t0} + $self->{duration} + ($slack // 15);
