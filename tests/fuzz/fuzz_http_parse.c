@@ -28,6 +28,7 @@ typedef struct {
     int64_t content_length;
     unsigned chunked, nheaders, host_seen;
     size_t host_off, host_len, path_off, path_len, query_off, query_len;
+    uint32_t host_hash;
 } verdict_t;
 
 static fd_pool_t *pool;
@@ -188,8 +189,14 @@ static void record(verdict_t *v, const fd_http_req_t *p, const char *start,
     v->chunked = p->chunked;
     v->nheaders = p->nheaders;
     v->host_seen = p->host_seen;
-    v->host_off = off_of(start, p->host);
+    /* a normalised host ("name.:80" without its dot) may be a copy in
+     * the pool: compared by its bytes, not where it lies */
+    v->host_off = p->host.data >= start &&
+                          p->host.data < start + p->header_len
+                      ? off_of(start, p->host)
+                      : (size_t)-2;
     v->host_len = p->host.len;
+    v->host_hash = p->host.len ? fd_hash(p->host.data, p->host.len) : 0;
     v->path_off = off_of(start, p->path_raw);
     v->path_len = p->path_raw.len;
     v->query_off = off_of(start, p->query);
