@@ -1,0 +1,132 @@
+#ifndef FD_STREAM_H
+#define FD_STREAM_H
+
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "fd_core.h"
+#include "fd_event.h"
+
+/*
+ * A stream: one socket's event, deadline, readiness flags and transport.
+ * Client connections, upstream connections and tunnel sides are streams;
+ * what they carry (HTTP/1.1, later HTTP/2, a tunnel) is the protocol on
+ * top. A stream moves bytes; it does not know what they mean.
+ *
+ * The transport is how bytes cross the socket: plain TCP (recv, writev,
+ * sendfile) or TLS (OpenSSL over the same socket: fd_ssl.c). Protocols
+ * call fd_stream_recv(), fd_stream_send() and fd_stream_sendfile() and
+ * never the socket, so TLS, and later an io_uring backend, sit under them
+ * with no special case above.
+ *
+ * Calls return the bytes moved (recv: 0 is the peer's end of stream),
+ * FD_AGAIN (the socket would block: the stream's readable or writable flag
+ * is cleared and an event will say when to try again), or FD_ERROR (the
+ * stream's error flag is set; errno says why when the socket said so).
+ *
+ * The struct starts with the event, so an fd_event_t * from the loop is
+ * an fd_stream_t * and, for a client connection, an fd_connection_t *.
+ */
+typedef struct fd_stream_s fd_stream_t;
+
+typedef struct fd_transport_s {
+    const char *name; /* "tcp", "tls" */
+    ssize_t (*recv)(fd_stream_t *s, char *buf, size_t size);
+    /* more: further bytes follow at once (MSG_MORE) */
+    ssize_t (*send)(fd_stream_t *s, const struct iovec *iov, int niov,
+                    int more);
+    ssize_t (*sendfile)(fd_stream_t *s, int fd, off_t off, size_t len);
+    /* Before the protocol starts (TLS: the handshake): FD_OK when done,
+     * FD_AGAIN, FD_ERROR. NULL: nothing to do. */
+    int (*handshake)(fd_stream_t *s);
+    /* The end of the stream's use: best-effort close_notify, free the
+     * transport's state. The socket itself is closed by the owner. */
+    void (*close)(fd_stream_t *s);
+    /* An idle stream gives back what it can (TLS buffers). */
+    void (*idle)(fd_stream_t *s);
+    /* recv() leaves no buffered data behind it when it reads less than
+     * asked (plain TCP: the socket is drained). TLS may hold decrypted
+     * bytes, so a short read says nothing there. */
+    unsigned short_read_drains:1;
+} fd_transport_t;
+
+extern const fd_transport_t fd_transport_tcp;
+
+struct fd_stream_s {
+    fd_event_t ev;             /* first: the loop's pointer is the stream */
+    fd_timer_t timer;
+    const fd_transport_t *tp;
+    void *tls;                 /* the transport's state (SSL *), or NULL */
+    uint32_t deadline;         /* the real timeout (fd_msec32_after), 0:
+                                * none; the timer may fire earlier */
+    uint8_t eof:1;             /* the peer sent FIN (read 0 or RDHUP) */
+    uint8_t readable:1;        /* ET: data may be left in the socket */
+    uint8_t writable:1;        /* ET: the socket can take more output */
+    uint8_t error:1;
+    uint8_t registered:1;      /* added to epoll (lazily, when it waits) */
+    uint8_t nodelay:1;         /* TCP_NODELAY set */
+    uint8_t lt_out:1;          /* level-triggered: EPOLLOUT registered */
+    uint8_t lt_noin:1;         /* level-triggered: EPOLLIN not registered */
+    uint8_t lt_hup:1;          /* level-triggered: only EPOLLRDHUP */
+    uint8_t et:1;              /* registered edge-triggered whatever
+                                * [events] says (TLS: the transport may
+                                * need to read to write, and back) */
+    uint8_t handshaken:1;      /* the transport's handshake is done */
+};
+
+static inline ssize_t fd_stream_recv(fd_stream_t *s, char *buf, size_t size)
+{
+    return s->tp->recv(s, buf, size);
+}
+
+static inline ssize_t fd_stream_send(fd_stream_t *s, const struct iovec *iov,
+                                     int niov, int more)
+{
+    return s->tp->send(s, iov, niov, more);
+}
+
+static inline ssize_t fd_stream_sendfile(fd_stream_t *s, int fd, off_t off,
+                                         size_t len)
+{
+    return s->tp->sendfile(s, fd, off, len);
+}
+
+/* Run the transport's handshake, if any: FD_OK, FD_AGAIN, FD_ERROR. */
+int fd_stream_handshake(fd_stream_t *s);
+/* Let the transport go (TLS close_notify and free); the fd stays open. */
+void fd_stream_close_transport(fd_stream_t *s);
+/* Pending readiness into the flags (from epoll's mask). */
+void fd_stream_events(fd_stream_t *s, uint32_t events);
+
+/*
+ * The output queue: what a stream still has to send, in order. Bytes
+ * copied into its buffer (headers, small bodies), memory that stays put
+ * until sent (a module's body), and file ranges (sent with sendfile, or
+ * read and encrypted in bounded pieces under TLS). Held only while there
+ * is something to send: an idle connection has none.
+ */
+typedef struct fd_outseg_s fd_outseg_t;
+typedef struct {
+    char *buf;                 /* copied bytes */
+    size_t cap, head, tail;
+    fd_outseg_t *segs, **last, *free;
+    size_t bytes;              /* queued, not yet sent */
+} fd_outq_t;
+
+void fd_outq_init(fd_outq_t *q);
+/* Room for n more copied bytes: write there, then fd_outq_commit(). */
+char *fd_outq_reserve(fd_outq_t *q, size_t n);
+void fd_outq_commit(fd_outq_t *q, size_t n);
+int fd_outq_append(fd_outq_t *q, const void *data, size_t n);
+/* Memory that stays valid until sent (copied when small). */
+int fd_outq_mem(fd_outq_t *q, const void *data, size_t n);
+int fd_outq_file(fd_outq_t *q, int fd, off_t off, size_t n);
+static inline int fd_outq_empty(const fd_outq_t *q) { return q->segs == NULL; }
+/* Send what is queued: FD_OK when empty, FD_AGAIN, FD_ERROR. */
+int fd_outq_flush(fd_outq_t *q, fd_stream_t *s);
+/* Drop what is queued and give the buffer back; segments are kept. */
+void fd_outq_clear(fd_outq_t *q);
+/* Free everything (the owner goes away). */
+void fd_outq_free(fd_outq_t *q);
+
+#endif
