@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include "fd_event.h"
+#include "fd_stream.h"
 
 /* What a connection is doing; drives the timeout and the status gauges. */
 enum {
@@ -18,40 +19,46 @@ enum {
 typedef struct fd_http_conn_s fd_http_conn_t;
 
 /*
- * The part of a connection that lives while it is idle: kept small (an idle
- * keep-alive connection costs this struct, nothing else). Everything a
- * request needs lives in ->h, taken when data arrives.
+ * A client connection: a stream (event, deadline, readiness, transport)
+ * and what the protocol on it needs while it is idle. Kept small: an idle
+ * keep-alive connection costs this struct (and, under TLS, its SSL
+ * object), nothing else. Everything a request needs lives in ->h, taken
+ * when data arrives.
  */
 struct fd_connection_s {
-    fd_event_t ev;
-    fd_timer_t timer;
+    fd_stream_t s;             /* first: the loop's event is the connection */
     fd_http_conn_t *h;
-    uint32_t deadline;         /* the real timeout (fd_msec32_after), 0: none;
-                                * the timer may fire earlier */
     uint32_t requests;
     uint32_t id;               /* for log lines; wraps */
     uint16_t ls_index;         /* fd_conn_listening(c) */
     uint16_t port;
     uint8_t state;
     uint8_t family;
-    uint8_t eof:1;             /* the peer sent FIN (read 0 or RDHUP) */
-    uint8_t readable:1;        /* ET: data may be left in the socket */
-    uint8_t writable:1;        /* ET: the socket can take more output */
-    uint8_t nodelay:1;
     uint8_t closing:1;         /* close once the output is written */
-    uint8_t error:1;
     uint8_t linger:1;          /* drain the peer before closing */
-    uint8_t registered:1;      /* added to epoll (lazily, when it waits) */
-    uint8_t lt_out:1;          /* level-triggered: EPOLLOUT registered */
-    uint8_t lt_noin:1;         /* level-triggered: EPOLLIN not registered */
-    uint8_t lt_hup:1;          /* level-triggered: only EPOLLRDHUP */
     uint8_t ip_counted:1;      /* in the worker's per-address count */
+    uint8_t plain_on_tls:1;    /* a plain HTTP request on a TLS port */
     uint8_t addr[16];          /* peer address, v4 in the first 4 bytes */
 };
 
 /* an idle keep-alive connection costs this much (issue: <= 100 bytes) */
-_Static_assert(sizeof(struct fd_connection_s) <= 80,
-               "fd_connection_t grew past 80 bytes");
+_Static_assert(sizeof(struct fd_connection_s) <= 96,
+               "fd_connection_t grew past 96 bytes");
+
+/*
+ * What a listening address speaks: the protocol that takes the
+ * connections accepted on it (HTTP/1.1 today). The worker's loop knows
+ * connections only through these.
+ */
+typedef struct fd_proto_s {
+    const char *name;
+    void (*init)(fd_connection_t *c);     /* accepted (transport ready to
+                                           * start its handshake) */
+    void (*timeout)(fd_connection_t *c);  /* the deadline passed */
+    void (*release)(fd_connection_t *c);  /* give back per-request state */
+    /* nothing in progress: a graceful stop may close it now */
+    int (*idle)(fd_connection_t *c);
+} fd_proto_t;
 
 void fd_connection_close(fd_connection_t *c);
 void fd_connection_set_timeout(fd_connection_t *c, fd_msec_t ms);

@@ -806,6 +806,7 @@ static int server_listen(load_t *ld, fd_http_server_t *srv)
             ls->addrlen = len;
             ls->text = fd_pstrdup(cf->pool, addr, strlen(addr));
             ls->ev.fd = -1;
+            ls->proto = &fd_http_proto;
             ls->index = ld->cycle->nlistening++;
             ls->next = ld->cycle->listening;
             ld->cycle->listening = ls;

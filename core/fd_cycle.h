@@ -71,6 +71,7 @@ struct fd_listening_s {
     fd_http_server_t **servers; /* servers on this address, first = default */
     unsigned nservers;
     unsigned index;            /* in cycle->ls_array (a connection's ls_index) */
+    const struct fd_proto_s *proto; /* what its connections speak */
     fd_listening_t *next;
 };
 

@@ -1,6 +1,7 @@
 #ifndef FD_EVENT_H
 #define FD_EVENT_H
 
+#include <signal.h>
 #include <stdint.h>
 
 /*
@@ -65,7 +66,8 @@ size_t fd_http_time(char *buf, time_t t);
 /* 28/Sep/1970:12:00:00 +0000 style for logs (27 bytes) */
 extern char fd_log_time[sizeof("28/Sep/1970:12:00:00 +0000")];
 
-/* epoll registration of the current worker's loop */
+/* epoll registration of the current worker's loop (fd_event.c) */
+int fd_event_init(void); /* the worker's epoll */
 int fd_event_add(fd_event_t *ev, uint32_t events);
 int fd_event_mod(fd_event_t *ev, uint32_t events);
 int fd_event_del(fd_event_t *ev);
@@ -77,5 +79,15 @@ typedef struct fd_posted_s {
     struct fd_posted_s *next;
 } fd_posted_t;
 void fd_event_post(fd_posted_t *p);
+
+/*
+ * One turn of the loop: the batched sends and the timers, one wait of at
+ * most the next timer (and at most max_wait ms when that is >= 0), the
+ * events (nevents at most), then what was posted. FD_ERROR when epoll
+ * fails.
+ */
+struct epoll_event;
+int fd_event_turn(struct epoll_event *events, int nevents,
+                  const sigset_t *waitset, int max_wait);
 
 #endif

@@ -2,10 +2,13 @@
  * The HTTP/1.1 engine: read -> parse -> route -> body -> handler -> filters
  * -> write -> keep-alive or close.
  *
- * Pipelined requests are taken one after another from the read buffer and
- * their responses appended to one output queue, which is written once per
- * batch (writev/sendfile). An idle keep-alive connection gives its read
- * buffer, output buffer and pool back (fd_http_release) and keeps only its
+ * The connection is a stream (fd_stream.h): every byte goes through its
+ * transport, plain TCP or TLS, and the engine never touches the socket's
+ * data itself. Pipelined requests are taken one after another from the
+ * read buffer and their responses appended to one output queue
+ * (fd_outq_t), which is written once per batch (writev/sendfile, or one
+ * SSL_write). An idle keep-alive connection gives its read
+ * buffer, output buffer and pool back (http_release) and keeps only its
  * fd_connection_t.
  */
 #include <fcntl.h>
@@ -29,7 +32,8 @@
  * FEED_TURN bytes a loop turn over all such bodies (see feedq) */
 #define FEED_PIECE (16 * 1024)
 #define FEED_TURN (32 * 1024)
-#define OUT_COPY_MAX 4096            /* smaller bodies are copied */
+#define OUT_COPY_MAX 4096            /* a body this small leaves with
+                                      * the header */
 #define LINGER_MSEC 2000
 #define FD_HTTP_ALLOW "GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH"
 
@@ -41,28 +45,13 @@ enum {
     PH_RESPONSE       /* streaming the response (header sent) */
 };
 
-/* Output queue segment: bytes in obuf, a file range, or pool memory. */
-typedef struct seg_s {
-    struct seg_s *next;
-    int kind;
-    int fd;
-    size_t off;       /* obuf offset, or file position */
-    size_t len;
-    const char *mem;
-} seg_t;
-
-enum { SEG_OBUF, SEG_FILE, SEG_MEM };
-
 struct fd_http_conn_s {
     fd_pool_t *pool;
     char *rbuf;
     size_t rpos;             /* start of unparsed input */
     size_t rlast;            /* end of input */
     fd_request_t *r;         /* the request in progress */
-    char *obuf;              /* output bytes */
-    size_t ocap, ohead, otail;
-    seg_t *segs, **segs_last, *seg_free;
-    size_t out_bytes;
+    fd_outq_t out;
     fd_posted_t resume;
     unsigned resume_posted;  /* resume is in the posted list */
     fd_connection_t *c;
@@ -89,15 +78,15 @@ static uint32_t lt_events(int in, int out)
 
 static void lt_interest(fd_connection_t *c, int in, int out)
 {
-    if (fd_worker->cycle->events.edge_triggered ||
-        (c->lt_noin == (in != LT_IN) && c->lt_hup == (in == LT_HUP) &&
-         c->lt_out == !!out))
+    if (c->s.et ||
+        (c->s.lt_noin == (in != LT_IN) && c->s.lt_hup == (in == LT_HUP) &&
+         c->s.lt_out == !!out))
         return;
-    c->lt_noin = in != LT_IN;
-    c->lt_hup = in == LT_HUP;
-    c->lt_out = !!out;
-    if (c->registered)
-        fd_event_mod(&c->ev, lt_events(in, out));
+    c->s.lt_noin = in != LT_IN;
+    c->s.lt_hup = in == LT_HUP;
+    c->s.lt_out = !!out;
+    if (c->s.registered)
+        fd_event_mod(&c->s.ev, lt_events(in, out));
 }
 
 /*
@@ -111,17 +100,17 @@ static void conn_register(fd_connection_t *c)
 {
     uint32_t ev;
 
-    if (fd_worker->cycle->events.edge_triggered)
+    if (c->s.et)
         ev = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
     else
-        ev = lt_events(c->lt_noin ? (c->lt_hup ? LT_HUP : LT_NONE) : LT_IN,
-                       c->lt_out);
-    if (fd_event_add(&c->ev, ev) < 0) {
+        ev = lt_events(c->s.lt_noin ? (c->s.lt_hup ? LT_HUP : LT_NONE) : LT_IN,
+                       c->s.lt_out);
+    if (fd_event_add(&c->s.ev, ev) < 0) {
         fd_log_error(FD_LOG_ALERT, errno, "epoll_ctl() failed");
         fd_connection_close(c);
         return;
     }
-    c->registered = 1;
+    c->s.registered = 1;
 }
 
 static fd_http_conn_t *hc_free;
@@ -165,6 +154,7 @@ static fd_http_conn_t *hc_get(fd_connection_t *c)
             return NULL;
         }
         h->resume.handler = resume_handler;
+        fd_outq_init(&h->out);
     }
     h->rbuf = fd_block_get(&fd_worker->rbufs);
     if (h->rbuf == NULL) {
@@ -175,10 +165,6 @@ static fd_http_conn_t *hc_get(fd_connection_t *c)
     }
     h->rpos = h->rlast = 0;
     h->r = NULL;
-    h->segs = NULL;
-    h->segs_last = &h->segs;
-    h->out_bytes = 0;
-    h->ohead = h->otail = 0;
     h->c = c;
     h->resume.data = h;
     c->h = h;
@@ -186,15 +172,14 @@ static fd_http_conn_t *hc_get(fd_connection_t *c)
 }
 
 /* Nothing received yet on this connection's current request? */
-int fd_http_conn_empty(fd_connection_t *c)
+static int http_idle(fd_connection_t *c)
 {
     return c->h == NULL || (c->h->r == NULL && c->h->rlast == c->h->rpos);
 }
 
-void fd_http_release(fd_connection_t *c)
+static void http_release(fd_connection_t *c)
 {
     fd_http_conn_t *h = c->h;
-    seg_t *s, *sn;
 
     if (h == NULL)
         return;
@@ -219,24 +204,8 @@ void fd_http_release(fd_connection_t *c)
         feed_unlink(h);
     if (h->rbuf)
         fd_block_put(&fd_worker->rbufs, h->rbuf);
-    if (h->obuf) {
-        if (h->ocap == fd_worker->wbufs.size)
-            fd_block_put(&fd_worker->wbufs, h->obuf);
-        else
-            free(h->obuf);
-    }
-    /* unwritten segments join the free ones; both stay with h, which is
-     * cached, so a keep-alive request costs no malloc for its segments */
-    for (s = h->segs; s; s = sn) {
-        sn = s->next;
-        s->next = h->seg_free;
-        h->seg_free = s;
-    }
-    h->segs = NULL;
-    h->segs_last = &h->segs;
+    fd_outq_clear(&h->out);
     h->rbuf = NULL;
-    h->obuf = NULL;
-    h->ocap = 0;
     h->r = NULL;
     c->h = NULL;
     if (hc_nfree < 1024 || h->resume_posted) { /* posted: must stay valid */
@@ -244,216 +213,40 @@ void fd_http_release(fd_connection_t *c)
         hc_free = h;
         hc_nfree++;
     } else {
-        for (s = h->seg_free; s; s = sn) {
-            sn = s->next;
-            free(s);
-        }
+        fd_outq_free(&h->out);
         fd_pool_destroy(h->pool);
         free(h);
     }
 }
 
-/* --- output queue --- */
-
-static seg_t *seg_new(fd_http_conn_t *h, int kind)
-{
-    seg_t *s = h->seg_free;
-
-    if (s)
-        h->seg_free = s->next;
-    else if ((s = malloc(sizeof(*s))) == NULL)
-        return NULL;
-    s->next = NULL;
-    s->kind = kind;
-    *h->segs_last = s;
-    h->segs_last = &s->next;
-    return s;
-}
-
-/* Room for n more bytes at the end of obuf; returns where to write. */
-static char *out_reserve(fd_http_conn_t *h, size_t n)
-{
-    if (h->obuf == NULL) {
-        h->ocap = fd_worker->wbufs.size;
-        h->obuf = fd_block_get(&fd_worker->wbufs);
-        if (h->obuf == NULL)
-            return NULL;
-        h->ohead = h->otail = 0;
-    }
-    if (h->otail + n <= h->ocap)
-        return h->obuf + h->otail;
-    if (h->ohead > 0) {
-        /* slide the unwritten bytes to the front; segments hold offsets */
-        seg_t *s;
-        memmove(h->obuf, h->obuf + h->ohead, h->otail - h->ohead);
-        for (s = h->segs; s; s = s->next)
-            if (s->kind == SEG_OBUF)
-                s->off -= h->ohead;
-        h->otail -= h->ohead;
-        h->ohead = 0;
-        if (h->otail + n <= h->ocap)
-            return h->obuf + h->otail;
-    }
-    {
-        size_t cap = h->ocap * 2;
-        char *nb;
-        while (cap < h->otail + n)
-            cap *= 2;
-        nb = malloc(cap);
-        if (nb == NULL)
-            return NULL;
-        memcpy(nb, h->obuf, h->otail);
-        if (h->ocap == fd_worker->wbufs.size)
-            fd_block_put(&fd_worker->wbufs, h->obuf);
-        else
-            free(h->obuf);
-        h->obuf = nb;
-        h->ocap = cap;
-    }
-    return h->obuf + h->otail;
-}
-
-static void out_commit(fd_http_conn_t *h, size_t n)
-{
-    seg_t *last = h->segs ? (seg_t *)((char *)h->segs_last -
-                                      offsetof(seg_t, next))
-                          : NULL;
-
-    if (n == 0)
-        return;
-    if (last && last->kind == SEG_OBUF && last->off + last->len == h->otail) {
-        last->len += n;
-    } else {
-        seg_t *s = seg_new(h, SEG_OBUF);
-        if (s == NULL)
-            return;
-        s->off = h->otail;
-        s->len = n;
-    }
-    h->otail += n;
-    h->out_bytes += n;
-}
+/* --- output --- */
 
 static int out_append(fd_http_conn_t *h, const void *data, size_t n)
 {
-    char *p = out_reserve(h, n);
-
-    if (p == NULL)
-        return FD_ERROR;
-    memcpy(p, data, n);
-    out_commit(h, n);
-    return FD_OK;
+    return fd_outq_append(&h->out, data, n);
 }
 
 static int out_buf(fd_http_conn_t *h, fd_buf_t *b)
 {
-    seg_t *s;
     size_t n = fd_buf_size(b);
 
-    if (n == 0)
-        return FD_OK;
-    if (b->file_fd < 0 && n <= OUT_COPY_MAX)
-        return out_append(h, b->pos, n);
-    s = seg_new(h, b->file_fd >= 0 ? SEG_FILE : SEG_MEM);
-    if (s == NULL)
-        return FD_ERROR;
-    s->len = n;
-    if (b->file_fd >= 0) {
-        s->fd = b->file_fd;
-        s->off = (size_t)b->file_pos;
-    } else {
-        s->mem = b->pos;
-    }
-    h->out_bytes += n;
-    return FD_OK;
-}
-
-static void seg_done(fd_http_conn_t *h)
-{
-    seg_t *s = h->segs;
-
-    h->segs = s->next;
-    if (h->segs == NULL) {
-        h->segs_last = &h->segs;
-        h->ohead = h->otail = 0;
-    }
-    s->next = h->seg_free;
-    h->seg_free = s;
+    return b->file_fd >= 0 ? fd_outq_file(&h->out, b->file_fd, b->file_pos, n)
+                           : fd_outq_mem(&h->out, b->pos, n);
 }
 
 /* Write what is queued: FD_OK when empty, FD_AGAIN, or FD_ERROR. */
 static int http_flush(fd_connection_t *c)
 {
-    fd_http_conn_t *h = c->h;
+    int rc = fd_outq_flush(&c->h->out, &c->s);
+    int in = c->s.lt_noin ? (c->s.lt_hup ? LT_HUP : LT_NONE) : LT_IN;
 
-    while (h->segs) {
-        seg_t *s = h->segs;
-        ssize_t n;
-
-        if (s->kind == SEG_FILE) {
-            off_t off = (off_t)s->off;
-            n = sendfile(c->ev.fd, s->fd, &off, fd_min(s->len, 1 << 20));
-            if (n == 0) {
-                fd_log_error(FD_LOG_ERR, 0, "file shrank while sent");
-                return FD_ERROR;
-            }
-        } else {
-            struct iovec iov[64];
-            int niov = 0;
-            seg_t *t;
-            for (t = s; t && t->kind != SEG_FILE && niov < 64; t = t->next) {
-                iov[niov].iov_base = (void *)(t->kind == SEG_OBUF
-                                                  ? h->obuf + t->off
-                                                  : t->mem);
-                iov[niov].iov_len = t->len;
-                niov++;
-            }
-            if (t && t->kind == SEG_FILE) {
-                /* a file follows: the header rides with its first bytes
-                 * (MSG_MORE; nginx's tcp_nopush does it with TCP_CORK)
-                 * instead of leaving as a packet of its own */
-                struct msghdr msg = {.msg_iov = iov,
-                                     .msg_iovlen = (size_t)niov};
-                n = sendmsg(c->ev.fd, &msg, MSG_MORE | MSG_NOSIGNAL);
-            } else {
-                n = niov == 1
-                        ? write(c->ev.fd, iov[0].iov_base, iov[0].iov_len)
-                        : writev(c->ev.fd, iov, niov);
-            }
-        }
-        if (n < 0) {
-            if (errno == EAGAIN || errno == EINTR) {
-                c->writable = 0;
-                lt_interest(c, c->lt_noin ? (c->lt_hup ? LT_HUP : LT_NONE)
-                                          : LT_IN, 1);
-                fd_connection_set_timeout(c,
-                                          fd_worker->cycle->http.send_timeout);
-                return FD_AGAIN;
-            }
-            if (errno != EPIPE && errno != ECONNRESET)
-                fd_log_error(FD_LOG_INFO, errno, "write() failed");
-            return FD_ERROR;
-        }
-        fd_stats->bytes_out += (uint64_t)n;
-        h->out_bytes -= (size_t)n;
-        while (n > 0 && h->segs) {
-            s = h->segs;
-            if ((size_t)n < s->len) {
-                s->off += (size_t)n;
-                s->mem += s->kind == SEG_MEM ? n : 0;
-                s->len -= (size_t)n;
-                if (s->kind == SEG_OBUF)
-                    h->ohead = s->off;
-                break;
-            }
-            n -= (ssize_t)s->len;
-            if (s->kind == SEG_OBUF)
-                h->ohead = s->off + s->len;
-            seg_done(h);
-        }
+    if (rc == FD_AGAIN) {
+        lt_interest(c, in, 1);
+        fd_connection_set_timeout(c, fd_worker->cycle->http.send_timeout);
+    } else if (rc == FD_OK) {
+        lt_interest(c, in, 0);
     }
-    lt_interest(c, c->lt_noin ? (c->lt_hup ? LT_HUP : LT_NONE) : LT_IN, 0);
-    return FD_OK;
+    return rc;
 }
 
 /* --- response header --- */
@@ -686,14 +479,14 @@ static int header_write(fd_request_t *r, fd_buf_t *body)
     if (fd_unlikely(hdr_cache.sec != fd_current_sec ||
                     hdr_cache.cycle != fd_worker->cycle))
         hdr_cache_fill(&fd_worker->cycle->http);
-    p = out_reserve(h, HDR_RESERVE + blen);
+    p = fd_outq_reserve(&h->out, HDR_RESERVE + blen);
     if (p == NULL)
         return FD_ERROR;
-    fd_sbuf_init_fixed(&sb, p, h->ocap - h->otail);
+    fd_sbuf_init_fixed(&sb, p, h->out.cap - h->out.tail);
     header_build(r, &sb, body, 1);
     if (fd_likely(!fd_sbuf_failed(&sb)))
-        out_commit(h, fd_sbuf_len(&sb));
-    else if (header_write_large(r, body, h->ocap - h->otail) != FD_OK)
+        fd_outq_commit(&h->out, fd_sbuf_len(&sb));
+    else if (header_write_large(r, body, h->out.cap - h->out.tail) != FD_OK)
         return FD_ERROR;
     r->header_sent = 1;
     return FD_OK;
@@ -775,7 +568,7 @@ void **fd_request_ctx(fd_request_t *r, const fd_module_t *m)
     return &r->mctx[m->index];
 }
 
-int fd_http_error_page(fd_request_t *r, int status)
+static int error_page(fd_request_t *r, int status, const char *detail)
 {
     fd_error_page_t *ep;
     fd_str_t sl = fd_http_status_line(status);
@@ -798,7 +591,13 @@ int fd_http_error_page(fd_request_t *r, int status)
     fd_sbuf_add_str(&sb, sl);
     fd_sbuf_add_lit(&sb, "</title></head>\r\n<body>\r\n<center><h1>");
     fd_sbuf_add_str(&sb, sl);
-    fd_sbuf_add_lit(&sb, "</h1></center>\r\n<hr><center>");
+    fd_sbuf_add_lit(&sb, "</h1></center>\r\n");
+    if (detail) {
+        fd_sbuf_add_lit(&sb, "<center>");
+        fd_sbuf_add(&sb, detail, strlen(detail));
+        fd_sbuf_add_lit(&sb, "</center>\r\n");
+    }
+    fd_sbuf_add_lit(&sb, "<hr><center>");
     if (fd_worker->cycle->http.server_tokens)
         fd_sbuf_add_lit(&sb, "fastd/" FASTD_VERSION);
     else
@@ -809,25 +608,27 @@ int fd_http_error_page(fd_request_t *r, int status)
     return fd_http_body_set(r, sb.start, fd_sbuf_len(&sb));
 }
 
+int fd_http_error_page(fd_request_t *r, int status)
+{
+    return error_page(r, status, NULL);
+}
+
 /* --- requests --- */
 
 static fd_request_t *request_new(fd_connection_t *c)
 {
     fd_http_conn_t *h = c->h;
     fd_request_t *r;
-    seg_t *s;
 
     /*
      * No request lives on this connection now. If what waits to be written
-     * is all copied into obuf (no body or file still pointing into the
+     * is all copied bytes (no body or file still pointing into the
      * pool), nothing refers to the pool: reuse it from the start. A
      * pipelined batch then runs in the same few (cache-warm) kilobytes
      * instead of growing the pool by a block every few requests, to be
      * freed when the connection goes idle.
      */
-    for (s = h->segs; s && s->kind == SEG_OBUF; s = s->next)
-        ;
-    if (s == NULL)
+    if (fd_outq_copied(&h->out))
         fd_pool_clear(h->pool);
     r = fd_pcalloc(h->pool, sizeof(*r));
     if (r == NULL)
@@ -959,6 +760,14 @@ static void request_start(fd_request_t *r)
         r->keepalive = 0;
     r->header_only = r->in.method_id == FD_HTTP_HEAD;
     r->server = find_server(r);
+    if (c->plain_on_tls) {
+        fd_log_error(FD_LOG_INFO, 0, "client sent plain HTTP request to "
+                     "HTTPS port");
+        r->keepalive = 0;
+        error_page(r, 400, "The plain HTTP request was sent to HTTPS port");
+        request_finalize(r, FD_OK);
+        return;
+    }
     if (r->server->max_conns_per_ip &&
         fd_connection_ip_count(c) > (unsigned)r->server->max_conns_per_ip) {
         char addr[INET6_ADDRSTRLEN];
@@ -1149,7 +958,7 @@ ssize_t fd_http_body_pull(fd_request_t *r, char *buf, size_t size)
         return n;
     if (n == FD_AGAIN) {
         /* reading may have stopped on a full buffer: resume it */
-        if (r->c->readable)
+        if (r->c->s.readable)
             post_resume(r->c->h);
         return FD_AGAIN;
     }
@@ -1362,7 +1171,7 @@ static void request_finalize(fd_request_t *r, int rc)
         if (r->header_sent) {
             /* too late for an error page: cut the connection */
             c->closing = 1;
-            c->error = 1;
+            c->s.error = 1;
             goto done;
         }
         fd_http_error_page(r, rc >= 100 ? rc : 500);
@@ -1404,7 +1213,7 @@ static void request_finalize(fd_request_t *r, int rc)
                 if (feed_start(r) == FD_OK)
                     return;
                 c->closing = 1;
-                c->error = 1;
+                c->s.error = 1;
                 goto done;
             }
             /* one small memory buffer goes out with the header */
@@ -1415,7 +1224,7 @@ static void request_finalize(fd_request_t *r, int rc)
                                   : NULL;
             if (header_write(r, small) != FD_OK) {
                 c->closing = 1;
-                c->error = 1;
+                c->s.error = 1;
                 goto done;
             }
             if (body)
@@ -1443,7 +1252,7 @@ void fd_request_finish(fd_request_t *r, int rc)
 
     r->async = 0;
     r->on_abort = NULL;
-    if (r->c->error && r->c->closing && h->r == r) {
+    if (r->c->s.error && r->c->closing && h->r == r) {
         /* the client went away while the module worked */
         h->r = NULL;
         fd_connection_close(r->c);
@@ -1459,7 +1268,7 @@ static void stream_drain(fd_connection_t *c)
 {
     fd_request_t *r = c->h ? c->h->r : NULL;
 
-    if (r && r->on_drain && c->h->out_bytes == 0 &&
+    if (r && r->on_drain && c->h->out.bytes == 0 &&
         (r->phase == PH_RESPONSE || r->phase == PH_STREAM)) {
         void (*drain)(fd_request_t *) = r->on_drain;
         drain(r);
@@ -1482,9 +1291,9 @@ static void resume_handler(void *data)
      * streamed body, a pipeline behind an async request); with
      * edge-triggered events no new event comes for bytes already in the
      * socket: read on (http_read() stops again if still blocked) */
-    if (c->h && c->readable && !c->closing) {
+    if (c->h && c->s.readable && !c->closing) {
         http_read(c);
-        if (c->h && c->eof)
+        if (c->h && c->s.eof)
             http_process(c);
     }
     if (c->h)
@@ -1731,7 +1540,7 @@ int fd_http_output(fd_request_t *r, fd_buf_t *chain, int last)
     rc = http_flush(c);
     if (rc == FD_ERROR)
         return FD_ERROR;
-    if (!last && h->out_bytes > OUT_HIGH_WATER)
+    if (!last && h->out.bytes > OUT_HIGH_WATER)
         return FD_AGAIN;
     return FD_OK;
 }
@@ -1756,14 +1565,14 @@ int fd_http_detach(fd_request_t *r, char *buf, size_t size, size_t *n,
     left = h->rlast - h->rpos;
     if (left > size)
         return FD_ERROR;
-    fd = fcntl(c->ev.fd, F_DUPFD_CLOEXEC, 0);
+    fd = fcntl(c->s.ev.fd, F_DUPFD_CLOEXEC, 0);
     if (fd < 0) {
         fd_log_error(FD_LOG_ERR, errno, "fcntl(F_DUPFD) failed");
         return FD_ERROR;
     }
     /* the duplicate keeps the socket open: drop the engine's registration
      * before its descriptor is closed */
-    fd_event_del(&c->ev);
+    fd_event_del(&c->s.ev);
     memcpy(buf, h->rbuf + h->rpos, left);
     *n = left;
     h->rpos = h->rlast;
@@ -1782,13 +1591,56 @@ int fd_http_detach(fd_request_t *r, char *buf, size_t size, size_t *n,
 
 /* --- the connection state machine --- */
 
-void fd_http_init_connection(fd_connection_t *c)
+static void http_event(fd_event_t *ev, uint32_t events);
+
+/* The transport is ready: read the first request. */
+static void http_start(fd_connection_t *c)
 {
+    c->s.ev.handler = http_event;
     fd_connection_set_state(c, FD_CONN_READING);
     fd_connection_set_timeout(c, fd_worker->cycle->http.header_timeout);
     /* TCP_DEFER_ACCEPT: data is usually here already; try it now */
-    c->readable = 1;
-    fd_http_event(&c->ev, EPOLLIN);
+    c->s.readable = 1;
+    http_event(&c->s.ev, EPOLLIN);
+}
+
+/*
+ * The transport's handshake (TLS) before the first request, bounded by
+ * the connection's deadline. A plain HTTP request on a TLS port is read
+ * and answered 400, as nginx does (fd_ssl.h: FD_DECLINED).
+ */
+static void handshake_event(fd_event_t *ev, uint32_t events)
+{
+    fd_connection_t *c = (fd_connection_t *)ev;
+    int rc;
+
+    fd_log_conn_id = c->id;
+    fd_stream_events(&c->s, events);
+    rc = c->s.error ? FD_ERROR : fd_stream_handshake(&c->s);
+    if (rc == FD_OK || rc == FD_DECLINED) {
+        c->plain_on_tls = rc == FD_DECLINED;
+        http_start(c);
+    } else if (rc == FD_AGAIN) {
+        if (!c->s.registered)
+            conn_register(c);
+    } else {
+        fd_connection_close(c);
+    }
+    fd_log_conn_id = 0;
+}
+
+static void http_init(fd_connection_t *c)
+{
+    if (c->s.tp->handshake == NULL) {
+        http_start(c);
+        return;
+    }
+    c->s.ev.handler = handshake_event;
+    fd_connection_set_state(c, FD_CONN_READING);
+    fd_connection_set_timeout(c, fd_worker->cycle->http.header_timeout);
+    c->s.readable = 1;
+    c->s.writable = 1;
+    handshake_event(&c->s.ev, 0);
 }
 
 /* Parse and run what the read buffer holds, in order. */
@@ -1796,7 +1648,7 @@ static void http_process(fd_connection_t *c)
 {
     fd_http_conn_t *h = c->h;
 
-    while (!c->closing && h->out_bytes <= OUT_HIGH_WATER) {
+    while (!c->closing && h->out.bytes <= OUT_HIGH_WATER) {
         fd_request_t *r = h->r;
         int rc;
 
@@ -1806,7 +1658,7 @@ static void http_process(fd_connection_t *c)
             r = h->r = request_new(c);
             if (r == NULL) {
                 c->closing = 1;
-                c->error = 1;
+                c->s.error = 1;
                 return;
             }
             fd_connection_set_state(c, FD_CONN_READING);
@@ -1888,8 +1740,8 @@ static void http_read(fd_connection_t *c)
         if (h->rpos > 0 && (h->rpos == h->rlast || h->rlast == size) &&
             h->r && h->r->phase != PH_HEADER && !h->r->header_pinned &&
             request_pin(h->r) != FD_OK) {
-            c->error = 1;
-            c->eof = 1;
+            c->s.error = 1;
+            c->s.eof = 1;
             return;
         }
         if (h->rpos == h->rlast && h->rpos) {
@@ -1911,37 +1763,27 @@ static void http_read(fd_connection_t *c)
         space = size - h->rlast;
         if (space == 0 || (h->r && h->r->phase >= PH_HANDLER &&
                            h->r->phase != PH_STREAM) ||
-            h->out_bytes > OUT_HIGH_WATER) {
+            h->out.bytes > OUT_HIGH_WATER) {
             /* back-pressure: leave the rest in the socket */
-            c->readable = 1;
+            c->s.readable = 1;
             return;
         }
-        n = recv(c->ev.fd, h->rbuf + h->rlast, space, 0);
+        n = fd_stream_recv(&c->s, h->rbuf + h->rlast, space);
         if (n > 0) {
             h->rlast += (size_t)n;
             fd_stats->bytes_in += (uint64_t)n;
             http_process(c);
-            if ((size_t)n < space && !until_eagain) {
+            if ((size_t)n < space && !until_eagain &&
+                c->s.tp->short_read_drains) {
                 /* a short read drained the socket (EPOLLET contract) */
-                c->readable = 0;
+                c->s.readable = 0;
                 return;
             }
             continue;
         }
-        if (n == 0) {
-            c->eof = 1;
-            c->readable = 0;
-            return;
-        }
-        if (errno == EAGAIN || errno == EINTR) {
-            c->readable = 0;
-            return;
-        }
-        if (errno != ECONNRESET)
-            fd_log_error(FD_LOG_INFO, errno, "recv() failed");
-        c->error = 1;
-        c->eof = 1;
-        c->readable = 0;
+        /* the end, the socket empty (FD_AGAIN) or an error: the stream's
+         * flags say which */
+        c->s.readable = 0;
         return;
     }
 }
@@ -1951,7 +1793,7 @@ static void linger_read(fd_connection_t *c)
     char buf[4096];
 
     for (;;) {
-        ssize_t n = recv(c->ev.fd, buf, sizeof(buf), 0);
+        ssize_t n = recv(c->s.ev.fd, buf, sizeof(buf), 0);
         if (n > 0)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
@@ -1970,7 +1812,7 @@ static void http_after_io(fd_connection_t *c)
     fd_http_conn_t *h = c->h;
     int rc;
 
-    if (h->segs) {
+    if (!fd_outq_empty(&h->out)) {
         rc = http_flush(c);
         if (rc == FD_ERROR) {
             fd_connection_close(c);
@@ -1981,7 +1823,7 @@ static void http_after_io(fd_connection_t *c)
             return;
         }
         if (h->r == NULL && !c->closing &&
-            (h->rpos < h->rlast || c->readable)) {
+            (h->rpos < h->rlast || c->s.readable)) {
             /* a pipeline stopped at the output high-water mark and the
              * output is now all written: requests wait in the buffer or
              * the socket, and with edge-triggered events nothing would
@@ -1995,33 +1837,34 @@ static void http_after_io(fd_connection_t *c)
     }
     if (h->r && (h->r->phase == PH_HANDLER || h->r->phase == PH_RESPONSE ||
                  h->r->phase == PH_STREAM)) {
-        if (c->eof && h->r->phase != PH_STREAM && !h->r->in_offload &&
+        if (c->s.eof && h->r->phase != PH_STREAM && !h->r->in_offload &&
             h->r->on_abort == NULL && h->r->async) {
             /* the peer left; the module will finish, then we close */
             c->closing = 1;
-            c->error = 1;
+            c->s.error = 1;
             return;
         }
-        if (c->eof && h->r->on_abort) {
+        if (c->s.eof && h->r->on_abort) {
             fd_connection_close(c);
             return;
         }
-        c->deadline = 0; /* the module's own timers rule */
+        c->s.deadline = 0; /* the module's own timers rule */
         fd_connection_set_state(c, FD_CONN_BUSY);
         if (h->r->phase != PH_STREAM)
             /* an abortable wait (a queue) still hears the peer leave */
             lt_interest(c, h->r->on_abort ? LT_HUP : LT_NONE,
-                        h->segs != NULL);
+                        !fd_outq_empty(&h->out));
         return;
     }
-    lt_interest(c, LT_IN, h->segs != NULL);
+    lt_interest(c, LT_IN, !fd_outq_empty(&h->out));
     if (c->closing) {
-        if (c->linger && !c->error && !c->eof) {
+        if (c->linger && !c->s.error && !c->s.eof) {
             /* the peer may still be sending (an unread body): closing now
              * would reset the connection and could destroy the answer in
              * flight; send FIN and drain for a while first */
-            shutdown(c->ev.fd, SHUT_WR);
-            fd_http_release(c);
+            fd_stream_close_transport(&c->s); /* TLS: close_notify */
+            shutdown(c->s.ev.fd, SHUT_WR);
+            http_release(c);
             fd_connection_set_state(c, FD_CONN_LINGER);
             fd_connection_set_timeout(c, LINGER_MSEC);
             linger_read(c);
@@ -2031,17 +1874,19 @@ static void http_after_io(fd_connection_t *c)
         return;
     }
     if (h->r == NULL && h->rpos == h->rlast) {
-        if (c->eof) {
+        if (c->s.eof) {
             fd_connection_close(c);
             return;
         }
         /* idle keep-alive: give everything back */
-        if (!c->nodelay) {
+        if (!c->s.nodelay) {
             int one = 1;
-            setsockopt(c->ev.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-            c->nodelay = 1;
+            setsockopt(c->s.ev.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+            c->s.nodelay = 1;
         }
-        fd_http_release(c);
+        http_release(c);
+        if (c->s.tp->idle)
+            c->s.tp->idle(&c->s);
         fd_connection_set_state(c, FD_CONN_IDLE);
         /* idle during a graceful stop (a response begun before it): one
          * more second, as the worker gives the others */
@@ -2053,14 +1898,14 @@ static void http_after_io(fd_connection_t *c)
                                                .keepalive_timeout);
         return;
     }
-    if (c->eof) {
+    if (c->s.eof) {
         /* a partial request and no more coming */
         fd_connection_close(c);
         return;
     }
 }
 
-void fd_http_event(fd_event_t *ev, uint32_t events)
+static void http_event(fd_event_t *ev, uint32_t events)
 {
     fd_connection_t *c = (fd_connection_t *)ev;
 
@@ -2069,22 +1914,13 @@ void fd_http_event(fd_event_t *ev, uint32_t events)
         linger_read(c);
         goto out;
     }
-    if (events & (EPOLLERR)) {
-        c->error = 1;
-        c->eof = 1;
-    }
-    if (events & (EPOLLRDHUP | EPOLLHUP)) {
-        /* remembered: after a short read no further event would come */
-        c->eof = 1;
-    }
-    if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP))
-        c->readable = 1;
-    if (c->error && c->h && c->h->r && c->h->r->phase >= PH_HANDLER &&
+    fd_stream_events(&c->s, events);
+    if (c->s.error && c->h && c->h->r && c->h->r->phase >= PH_HANDLER &&
         c->h->r->on_abort == NULL && c->h->r->async) {
         c->closing = 1;
         goto out;
     }
-    if (c->error) {
+    if (c->s.error) {
         fd_connection_close(c);
         goto out;
     }
@@ -2097,28 +1933,26 @@ void fd_http_event(fd_event_t *ev, uint32_t events)
             goto out;
         }
     }
-    if (events & EPOLLOUT)
-        c->writable = 1;
-    if (c->readable) {
-        int eof_before = c->eof;
-        c->eof = 0;
+    if (c->s.readable) {
+        int eof_before = c->s.eof;
+        c->s.eof = 0;
         http_read(c);
         if (c->h == NULL)
             goto out;
-        c->eof |= eof_before;
-        if (c->eof)
+        c->s.eof |= eof_before;
+        if (c->s.eof)
             http_process(c);
     }
     if (c->h)
         http_after_io(c);
     stream_drain(c);
 out:
-    if (!c->registered && c->ev.fd >= 0 && c->state != FD_CONN_FREE)
+    if (!c->s.registered && c->s.ev.fd >= 0 && c->state != FD_CONN_FREE)
         conn_register(c);
     fd_log_conn_id = 0;
 }
 
-void fd_http_timeout(fd_connection_t *c)
+static void http_timeout(fd_connection_t *c)
 {
     switch (c->state) {
     case FD_CONN_READING:
@@ -2127,7 +1961,7 @@ void fd_http_timeout(fd_connection_t *c)
             fd_log_error(FD_LOG_INFO, 0, "client timed out reading the "
                          "request");
             request_fail(c->h->r, 408);
-            c->error = 0;
+            c->s.error = 0;
             http_after_io(c);
             return;
         }
@@ -2140,3 +1974,11 @@ void fd_http_timeout(fd_connection_t *c)
     }
     fd_connection_close(c);
 }
+
+const fd_proto_t fd_http_proto = {
+    .name = "http/1.1",
+    .init = http_init,
+    .timeout = http_timeout,
+    .release = http_release,
+    .idle = http_idle,
+};

@@ -216,17 +216,13 @@ fd_str_t fd_http_map_path(fd_request_t *r, fd_str_t uri);
 /* Routing */
 fd_http_loc_t *fd_http_find_location(fd_request_t *r);
 
-/* Connection entry point (from accept) */
-void fd_http_init_connection(fd_connection_t *c);
-
 /* Used by the cycle: core http keys */
 extern const fd_directive_t fd_http_loc_directives[];
 extern const fd_directive_t fd_http_server_directives[];
 
-/* Engine entry points used by the worker loop (fd_worker.c). */
-void fd_http_event(fd_event_t *ev, uint32_t events);
-void fd_http_timeout(fd_connection_t *c);
-void fd_http_release(fd_connection_t *c);
-int fd_http_conn_empty(fd_connection_t *c);
+/* The protocol of HTTP listening addresses (fd_connection.h): the
+ * worker's loop reaches the engine only through it. */
+struct fd_proto_s;
+extern const struct fd_proto_s fd_http_proto;
 
 #endif

@@ -122,6 +122,9 @@ int fd_outq_append(fd_outq_t *q, const void *data, size_t n);
 int fd_outq_mem(fd_outq_t *q, const void *data, size_t n);
 int fd_outq_file(fd_outq_t *q, int fd, off_t off, size_t n);
 static inline int fd_outq_empty(const fd_outq_t *q) { return q->segs == NULL; }
+/* Everything queued is copied bytes: nothing points into the caller's
+ * memory (its pool may be reused). */
+int fd_outq_copied(const fd_outq_t *q);
 /* Send what is queued: FD_OK when empty, FD_AGAIN, FD_ERROR. */
 int fd_outq_flush(fd_outq_t *q, fd_stream_t *s);
 /* Drop what is queued and give the buffer back; segments are kept. */

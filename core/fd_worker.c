@@ -1,6 +1,7 @@
 /*
  * The worker process: one epoll loop, its listening sockets, accepted
- * connections and timers. The HTTP engine (fd_http.c) does the rest.
+ * connections and timers. The protocol of each listening address (an
+ * fd_proto_t: HTTP/1.1, fd_http.c) does the rest.
  */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -14,7 +15,8 @@
 #include "fd_core.h"
 #include "fd_proctitle.h"
 #include "fd_connection.h"
-#include "fd_http.h"
+#include "fd_cycle.h"
+#include "fd_module.h"
 #include "fd_offload.h"
 #include "fd_sendq.h"
 
@@ -40,55 +42,12 @@ static struct {
 /* a long episode says it is still on this often */
 #define ACCEPT_REMIND_MSEC (60 * 1000)
 static uint32_t conn_ids;
-static fd_posted_t *posted;
 
 /* Exit code of a worker that cannot start: the master does not respawn
  * it (it would fail the same way, in a loop). */
 #define FD_WORKER_FATAL 2
 
 volatile sig_atomic_t fd_sig_quit, fd_sig_terminate, fd_sig_reopen;
-
-#define EV_PTR(ev) ((void *)((uintptr_t)(ev) | ((ev)->instance & 1)))
-
-int fd_event_add(fd_event_t *ev, uint32_t events)
-{
-    struct epoll_event ee = {.events = events, .data.ptr = EV_PTR(ev)};
-
-    return epoll_ctl(fd_worker->epfd, EPOLL_CTL_ADD, ev->fd, &ee);
-}
-
-int fd_event_mod(fd_event_t *ev, uint32_t events)
-{
-    struct epoll_event ee = {.events = events, .data.ptr = EV_PTR(ev)};
-
-    return epoll_ctl(fd_worker->epfd, EPOLL_CTL_MOD, ev->fd, &ee);
-}
-
-int fd_event_del(fd_event_t *ev)
-{
-    return epoll_ctl(fd_worker->epfd, EPOLL_CTL_DEL, ev->fd, NULL);
-}
-
-void fd_event_post(fd_posted_t *p)
-{
-    p->next = posted;
-    posted = p;
-}
-
-/* What is posted while these run waits for the next turn, after a look
- * at epoll: work that posts itself again (a body fed in pieces) yields to
- * the other connections instead of running on. */
-static void run_posted(void)
-{
-    fd_posted_t *p = posted, *next;
-
-    posted = NULL;
-    for (; p; p = next) {
-        next = p->next;
-        p->next = NULL;
-        p->handler(p->data);
-    }
-}
 
 /* --- connections --- */
 
@@ -119,27 +78,27 @@ void fd_connection_set_timeout(fd_connection_t *c, fd_msec_t ms)
 {
     uint32_t when = fd_msec32_after(ms);
 
-    c->deadline = when ? when : 1; /* 0 is "none" */
-    if (!fd_timer_armed(&c->timer) ||
-        fd_msec32_diff(c->timer.when, when) > 0)
-        fd_timer_add(&c->timer, ms);
+    c->s.deadline = when ? when : 1; /* 0 is "none" */
+    if (!fd_timer_armed(&c->s.timer) ||
+        fd_msec32_diff(c->s.timer.when, when) > 0)
+        fd_timer_add(&c->s.timer, ms);
 }
 
 static void conn_timer(fd_timer_t *t)
 {
     fd_connection_t *c = (fd_connection_t *)((char *)t -
-                                             offsetof(fd_connection_t, timer));
+                                             offsetof(fd_connection_t, s.timer));
     int32_t left;
 
-    if (c->deadline == 0)
+    if (c->s.deadline == 0)
         return;
-    left = fd_msec32_diff(c->deadline, (uint32_t)fd_current_msec);
+    left = fd_msec32_diff(c->s.deadline, (uint32_t)fd_current_msec);
     if (left > 0) {
-        fd_timer_add(&c->timer, (fd_msec_t)left);
+        fd_timer_add(&c->s.timer, (fd_msec_t)left);
         return;
     }
     fd_log_conn_id = c->id;
-    fd_http_timeout(c);
+    fd_conn_listening(c)->proto->timeout(c);
     fd_log_conn_id = 0;
 }
 
@@ -249,20 +208,21 @@ unsigned fd_connection_ip_count(fd_connection_t *c)
 
 void fd_connection_close(fd_connection_t *c)
 {
-    if (c->ev.fd < 0) {
+    if (c->s.ev.fd < 0) {
         /* a second close would corrupt the connection count */
         fd_log_error(FD_LOG_ALERT, 0, "connection closed twice");
         return;
     }
-    fd_timer_del(&c->timer);
-    c->deadline = 0;
-    fd_http_release(c);
+    fd_timer_del(&c->s.timer);
+    c->s.deadline = 0;
+    fd_conn_listening(c)->proto->release(c);
     fd_connection_set_state(c, FD_CONN_FREE);
     if (c->ip_counted)
         ip_count_del(c);
+    fd_stream_close_transport(&c->s);
     /* close() removes the fd from epoll */
-    close(c->ev.fd);
-    c->ev.fd = -1;
+    close(c->s.ev.fd);
+    c->s.ev.fd = -1;
     fd_worker->nconns--;
     fd_stats->conn_active--;
     if (fd_worker->quitting && fd_worker->nconns + fd_worker->nheld == 0)
@@ -408,13 +368,14 @@ static void accept_handler(fd_event_t *ev, uint32_t events)
         }
         c = &conn_mem[fd];
         {
-            unsigned instance = c->ev.instance;
+            unsigned instance = c->s.ev.instance;
             memset(c, 0, sizeof(*c));
-            c->ev.instance = !instance;
+            c->s.ev.instance = !instance;
         }
-        c->ev.fd = fd;
-        c->ev.handler = fd_http_event;
-        c->timer.handler = conn_timer;
+        c->s.ev.fd = fd;
+        c->s.tp = &fd_transport_tcp;
+        c->s.et = w->cycle->events.edge_triggered != 0;
+        c->s.timer.handler = conn_timer;
         c->ls_index = (uint16_t)ls->index;
         c->id = ++conn_ids;
         c->family = (uint8_t)ss.ss_family;
@@ -434,7 +395,7 @@ static void accept_handler(fd_event_t *ev, uint32_t events)
         fd_stats->conn_accepted++;
         fd_stats->conn_handled++;
         fd_log_conn_id = c->id;
-        fd_http_init_connection(c);
+        ls->proto->init(c);
         fd_log_conn_id = 0;
         if (w->cycle->events.accept != FD_ACCEPT_REUSEPORT && i >= 8)
             return; /* share a common socket with the other workers */
@@ -491,10 +452,10 @@ static void close_idle_soon(void)
         fd_connection_t *c = &conn_mem[fd];
         int idle = c->state == FD_CONN_IDLE ||
                    (c->state == FD_CONN_READING &&
-                    (c->h == NULL || fd_http_conn_empty(c)));
-        if (idle && c->ev.fd >= 0 &&
-            (c->deadline == 0 ||
-             fd_msec32_diff(c->deadline, (uint32_t)fd_current_msec) >
+                    fd_conn_listening(c)->proto->idle(c));
+        if (idle && c->s.ev.fd >= 0 &&
+            (c->s.deadline == 0 ||
+             fd_msec32_diff(c->s.deadline, (uint32_t)fd_current_msec) >
                  FD_QUIT_IDLE_MSEC))
             fd_connection_set_timeout(c, FD_QUIT_IDLE_MSEC);
     }
@@ -554,8 +515,7 @@ static int worker_init(fd_worker_t *w, fd_cycle_t *cycle)
         fd_log_error(FD_LOG_EMERG, errno, "mmap() of connections failed");
         return FD_ERROR;
     }
-    w->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (w->epfd < 0 || fd_timer_init() != FD_OK) {
+    if (fd_event_init() != FD_OK || fd_timer_init() != FD_OK) {
         fd_log_error(FD_LOG_EMERG, errno, "epoll_create1() failed");
         return FD_ERROR;
     }
@@ -573,51 +533,6 @@ static int worker_init(fd_worker_t *w, fd_cycle_t *cycle)
     if (fd_sendq_init(cycle->events.batch_sends) != FD_OK ||
         fd_offload_init_worker(w) != FD_OK)
         return FD_ERROR;
-    return FD_OK;
-}
-
-/*
- * One turn of the loop: the batched sends and the timers, one wait of at
- * most the next timer (and at most max_wait ms when that is >= 0), the
- * events (nevents at most), then what was posted. FD_ERROR when epoll
- * fails.
- */
-static int worker_turn(fd_worker_t *w, struct epoll_event *events,
-                       int nevents, const sigset_t *waitset, int max_wait)
-{
-    int nev, i, timeout;
-
-    /* the turn's batched sends, before the timers: their handlers
-     * arm timers, and a timer may queue a send (a retry) */
-    do {
-        fd_sendq_flush();
-        timeout = fd_timer_expire();
-    } while (fd_sendq_pending());
-    if (fd_sig_terminate)
-        return FD_OK; /* a timer closed the last connection of a drain */
-    if (posted)
-        timeout = 0;
-    if (max_wait >= 0 && (timeout < 0 || timeout > max_wait))
-        timeout = max_wait;
-    nev = epoll_pwait(w->epfd, events, nevents, timeout, waitset);
-    fd_time_update();
-    if (nev < 0) {
-        if (errno == EINTR)
-            return FD_OK;
-        fd_log_error(FD_LOG_ALERT, errno, "epoll_pwait() failed");
-        return FD_ERROR;
-    }
-    for (i = 0; i < nev; i++) {
-        uintptr_t p = (uintptr_t)events[i].data.ptr;
-        fd_event_t *ev = (fd_event_t *)(p & ~(uintptr_t)1);
-        /* closed earlier in this batch, or closed and reused */
-        if (ev->fd < 0 || (ev->instance & 1) != (p & 1))
-            continue;
-        ev->handler(ev, events[i].events);
-        if (fd_sendq_pending() >= FD_SENDQ_EARLY)
-            fd_sendq_flush();
-    }
-    run_posted();
     return FD_OK;
 }
 
@@ -682,8 +597,8 @@ int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot)
                 if (fd_modules[m]->reopen)
                     fd_modules[m]->reopen(w);
         }
-        if (worker_turn(w, events, (int)cycle->events.max_events, &waitset,
-                        -1) != FD_OK)
+        if (fd_event_turn(events, (int)cycle->events.max_events, &waitset,
+                          -1) != FD_OK)
             break;
     }
     for (m = 0; m < fd_nmodules; m++)
@@ -734,7 +649,6 @@ int fd_worker_fuzz_turn(int max_wait)
 {
     static struct epoll_event events[64];
 
-    return worker_turn(&worker, events, (int)fd_nelems(events), NULL,
-                       max_wait);
+    return fd_event_turn(events, (int)fd_nelems(events), NULL, max_wait);
 }
 #endif

@@ -2207,10 +2207,10 @@ static int resp_header(proxy_req_t *px)
         r->content_length = -1;
     }
     px->rstate = RS_BODY;
-    if (!px->lc->buffering && !r->c->nodelay) {
+    if (!px->lc->buffering && !r->c->s.nodelay) {
         int one = 1;
-        setsockopt(r->c->ev.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        r->c->nodelay = 1;
+        setsockopt(r->c->s.ev.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        r->c->s.nodelay = 1;
     }
     return PX_OK;
 }

@@ -1,0 +1,378 @@
+/*
+ * Streams: the plain TCP transport and the output queue (fd_stream.h).
+ */
+#include <sys/epoll.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+
+#include "fd_core.h"
+#include "fd_cycle.h"
+#include "fd_stream.h"
+
+#define OUTQ_COPY_MAX 4096 /* smaller memory pieces are copied */
+#define OUTQ_MAX_IOV 64
+#define SENDFILE_MAX (1 << 20)
+
+/* --- plain TCP --- */
+
+static ssize_t tcp_fail(fd_stream_t *s, const char *what)
+{
+    if (errno == EAGAIN || errno == EINTR)
+        return FD_AGAIN;
+    if (errno != EPIPE && errno != ECONNRESET)
+        fd_log_error(FD_LOG_INFO, errno, "%s failed", what);
+    s->error = 1;
+    return FD_ERROR;
+}
+
+static ssize_t tcp_recv(fd_stream_t *s, char *buf, size_t size)
+{
+    ssize_t n = recv(s->ev.fd, buf, size, 0);
+
+    if (n >= 0) {
+        if (n == 0)
+            s->eof = 1;
+        return n;
+    }
+    n = tcp_fail(s, "recv()");
+    if (n == FD_AGAIN)
+        s->readable = 0;
+    else
+        s->eof = 1;
+    return n;
+}
+
+static ssize_t tcp_send(fd_stream_t *s, const struct iovec *iov, int niov,
+                        int more)
+{
+    ssize_t n;
+
+    if (more) {
+        /* a file follows: the header rides with its first bytes
+         * (MSG_MORE; nginx's tcp_nopush does it with TCP_CORK) instead of
+         * leaving as a packet of its own */
+        struct msghdr msg = {.msg_iov = (struct iovec *)iov,
+                             .msg_iovlen = (size_t)niov};
+        n = sendmsg(s->ev.fd, &msg, MSG_MORE | MSG_NOSIGNAL);
+    } else {
+        n = niov == 1 ? write(s->ev.fd, iov[0].iov_base, iov[0].iov_len)
+                      : writev(s->ev.fd, iov, niov);
+    }
+    if (n >= 0)
+        return n;
+    n = tcp_fail(s, "write()");
+    if (n == FD_AGAIN)
+        s->writable = 0;
+    return n;
+}
+
+static ssize_t tcp_sendfile(fd_stream_t *s, int fd, off_t off, size_t len)
+{
+    ssize_t n = sendfile(s->ev.fd, fd, &off, fd_min(len, SENDFILE_MAX));
+
+    if (n > 0)
+        return n;
+    if (n == 0) {
+        fd_log_error(FD_LOG_ERR, 0, "file shrank while sent");
+        s->error = 1;
+        return FD_ERROR;
+    }
+    n = tcp_fail(s, "sendfile()");
+    if (n == FD_AGAIN)
+        s->writable = 0;
+    return n;
+}
+
+const fd_transport_t fd_transport_tcp = {
+    .name = "tcp",
+    .recv = tcp_recv,
+    .send = tcp_send,
+    .sendfile = tcp_sendfile,
+    .short_read_drains = 1,
+};
+
+int fd_stream_handshake(fd_stream_t *s)
+{
+    int rc;
+
+    if (s->handshaken || s->tp->handshake == NULL) {
+        s->handshaken = 1;
+        return FD_OK;
+    }
+    rc = s->tp->handshake(s);
+    if (rc == FD_OK)
+        s->handshaken = 1;
+    return rc;
+}
+
+void fd_stream_close_transport(fd_stream_t *s)
+{
+    if (s->tp && s->tp->close)
+        s->tp->close(s);
+    s->tp = &fd_transport_tcp;
+    s->tls = NULL;
+}
+
+void fd_stream_events(fd_stream_t *s, uint32_t events)
+{
+    if (events & EPOLLERR) {
+        s->error = 1;
+        s->eof = 1;
+    }
+    /* remembered: after a short read no further event would come */
+    if (events & (EPOLLRDHUP | EPOLLHUP))
+        s->eof = 1;
+    if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP))
+        s->readable = 1;
+    if (events & EPOLLOUT)
+        s->writable = 1;
+}
+
+/* --- the output queue --- */
+
+struct fd_outseg_s {
+    fd_outseg_t *next;
+    int kind;
+    int fd;
+    size_t off;       /* buf offset, or file position */
+    size_t len;
+    const char *mem;
+};
+
+enum { SEG_BUF, SEG_FILE, SEG_MEM };
+
+void fd_outq_init(fd_outq_t *q)
+{
+    memset(q, 0, sizeof(*q));
+    q->last = &q->segs;
+}
+
+static fd_outseg_t *seg_new(fd_outq_t *q, int kind)
+{
+    fd_outseg_t *s = q->free;
+
+    if (s)
+        q->free = s->next;
+    else if ((s = malloc(sizeof(*s))) == NULL)
+        return NULL;
+    s->next = NULL;
+    s->kind = kind;
+    *q->last = s;
+    q->last = &s->next;
+    return s;
+}
+
+static void buf_put(fd_outq_t *q)
+{
+    if (q->buf == NULL)
+        return;
+    if (q->cap == fd_worker->wbufs.size)
+        fd_block_put(&fd_worker->wbufs, q->buf);
+    else
+        free(q->buf);
+    q->buf = NULL;
+    q->cap = q->head = q->tail = 0;
+}
+
+char *fd_outq_reserve(fd_outq_t *q, size_t n)
+{
+    if (q->buf == NULL) {
+        q->buf = fd_block_get(&fd_worker->wbufs);
+        if (q->buf == NULL)
+            return NULL;
+        q->cap = fd_worker->wbufs.size;
+        q->head = q->tail = 0;
+    }
+    if (q->tail + n <= q->cap)
+        return q->buf + q->tail;
+    if (q->head > 0) {
+        /* slide the unsent bytes to the front; segments hold offsets */
+        fd_outseg_t *s;
+        memmove(q->buf, q->buf + q->head, q->tail - q->head);
+        for (s = q->segs; s; s = s->next)
+            if (s->kind == SEG_BUF)
+                s->off -= q->head;
+        q->tail -= q->head;
+        q->head = 0;
+        if (q->tail + n <= q->cap)
+            return q->buf + q->tail;
+    }
+    {
+        size_t cap = q->cap * 2, head = q->head, tail = q->tail;
+        char *nb;
+        while (cap < q->tail + n)
+            cap *= 2;
+        nb = malloc(cap);
+        if (nb == NULL)
+            return NULL;
+        memcpy(nb, q->buf, q->tail);
+        buf_put(q);
+        q->buf = nb;
+        q->cap = cap;
+        q->head = head;
+        q->tail = tail;
+    }
+    return q->buf + q->tail;
+}
+
+void fd_outq_commit(fd_outq_t *q, size_t n)
+{
+    fd_outseg_t *last = q->segs ? (fd_outseg_t *)((char *)q->last -
+                                                  offsetof(fd_outseg_t, next))
+                                : NULL;
+
+    if (n == 0)
+        return;
+    if (last && last->kind == SEG_BUF && last->off + last->len == q->tail) {
+        last->len += n;
+    } else {
+        fd_outseg_t *s = seg_new(q, SEG_BUF);
+        if (s == NULL)
+            return;
+        s->off = q->tail;
+        s->len = n;
+    }
+    q->tail += n;
+    q->bytes += n;
+}
+
+int fd_outq_append(fd_outq_t *q, const void *data, size_t n)
+{
+    char *p;
+
+    if (n == 0)
+        return FD_OK;
+    p = fd_outq_reserve(q, n);
+    if (p == NULL)
+        return FD_ERROR;
+    memcpy(p, data, n);
+    fd_outq_commit(q, n);
+    return FD_OK;
+}
+
+int fd_outq_mem(fd_outq_t *q, const void *data, size_t n)
+{
+    fd_outseg_t *s;
+
+    if (n <= OUTQ_COPY_MAX)
+        return fd_outq_append(q, data, n);
+    s = seg_new(q, SEG_MEM);
+    if (s == NULL)
+        return FD_ERROR;
+    s->mem = data;
+    s->len = n;
+    q->bytes += n;
+    return FD_OK;
+}
+
+int fd_outq_file(fd_outq_t *q, int fd, off_t off, size_t n)
+{
+    fd_outseg_t *s;
+
+    if (n == 0)
+        return FD_OK;
+    s = seg_new(q, SEG_FILE);
+    if (s == NULL)
+        return FD_ERROR;
+    s->fd = fd;
+    s->off = (size_t)off;
+    s->len = n;
+    q->bytes += n;
+    return FD_OK;
+}
+
+int fd_outq_copied(const fd_outq_t *q)
+{
+    const fd_outseg_t *s;
+
+    for (s = q->segs; s && s->kind == SEG_BUF; s = s->next)
+        ;
+    return s == NULL;
+}
+
+static void seg_done(fd_outq_t *q)
+{
+    fd_outseg_t *s = q->segs;
+
+    q->segs = s->next;
+    if (q->segs == NULL) {
+        q->last = &q->segs;
+        q->head = q->tail = 0;
+    }
+    s->next = q->free;
+    q->free = s;
+}
+
+int fd_outq_flush(fd_outq_t *q, fd_stream_t *st)
+{
+    while (q->segs) {
+        fd_outseg_t *s = q->segs;
+        ssize_t n;
+
+        if (s->kind == SEG_FILE) {
+            n = fd_stream_sendfile(st, s->fd, (off_t)s->off, s->len);
+        } else {
+            struct iovec iov[OUTQ_MAX_IOV];
+            int niov = 0;
+            fd_outseg_t *t;
+            for (t = s; t && t->kind != SEG_FILE && niov < OUTQ_MAX_IOV;
+                 t = t->next) {
+                iov[niov].iov_base = (void *)(t->kind == SEG_BUF
+                                                  ? q->buf + t->off
+                                                  : t->mem);
+                iov[niov].iov_len = t->len;
+                niov++;
+            }
+            n = fd_stream_send(st, iov, niov, t && t->kind == SEG_FILE);
+        }
+        if (n < 0)
+            return (int)n;
+        fd_stats->bytes_out += (uint64_t)n;
+        q->bytes -= (size_t)n;
+        while (n > 0 && q->segs) {
+            s = q->segs;
+            if ((size_t)n < s->len) {
+                s->off += (size_t)n;
+                s->mem += s->kind == SEG_MEM ? n : 0;
+                s->len -= (size_t)n;
+                if (s->kind == SEG_BUF)
+                    q->head = s->off;
+                break;
+            }
+            n -= (ssize_t)s->len;
+            if (s->kind == SEG_BUF)
+                q->head = s->off + s->len;
+            seg_done(q);
+        }
+    }
+    return FD_OK;
+}
+
+void fd_outq_clear(fd_outq_t *q)
+{
+    fd_outseg_t *s, *sn;
+
+    /* unsent segments join the free ones: a keep-alive request then
+     * costs no malloc for its segments */
+    for (s = q->segs; s; s = sn) {
+        sn = s->next;
+        s->next = q->free;
+        q->free = s;
+    }
+    q->segs = NULL;
+    q->last = &q->segs;
+    q->bytes = 0;
+    buf_put(q);
+}
+
+void fd_outq_free(fd_outq_t *q)
+{
+    fd_outseg_t *s, *sn;
+
+    fd_outq_clear(q);
+    for (s = q->free; s; s = sn) {
+        sn = s->next;
+        free(s);
+    }
+    q->free = NULL;
+}
