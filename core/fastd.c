@@ -21,6 +21,7 @@
 #include "fd_connection.h"
 #include "fd_http.h"
 #include "fd_proctitle.h"
+#include "fd_ssl.h"
 #include "fd_status.h"
 
 typedef struct {
@@ -390,6 +391,10 @@ static int master_loop(void)
             fd_log_reopen(fd_log);
             signal_workers(SIGUSR1, 0, 0);
         }
+        /* the session ticket key's rotation is the master's only clock
+         * (SIGALRM wakes it); a stop has its own alarm above */
+        if (!stopping)
+            alarm(fd_ssl_ticket_rotate(cycle));
         if (!sig_child && !sig_hup && !(stopping && live_workers() == 0))
             sigsuspend(&empty);
     }
@@ -527,7 +532,7 @@ int main(int argc, char **argv)
     }
     master_log.level = cycle->main.error_log_level;
     fd_log = &master_log;
-    if (fd_shm_init() != FD_OK) {
+    if (fd_shm_init() != FD_OK || fd_ssl_shm_init() != FD_OK) {
         fprintf(stderr, "fastd: [emerg] shared memory setup failed\n");
         return 1;
     }

@@ -8,6 +8,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <pwd.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -15,6 +16,7 @@
 
 #include "fd_core.h"
 #include "fd_http.h"
+#include "fd_ssl.h"
 
 #define MAIN(f) offsetof(fd_main_conf_t, f)
 #define EVENTS(f) offsetof(fd_events_conf_t, f)
@@ -189,6 +191,13 @@ static const fd_directive_t http_directives[] = {
     {.name = "inline_completions", .type = FD_CONF_FLAG,
      .offset = HTTP(inline_completions), .def = "on",
      .doc = "off: thread-safe handlers run on the offload pool"},
+    {.name = "ssl_session_ticket_rotate", .type = FD_CONF_MSEC,
+     .offset = HTTP(ssl_session_ticket_rotate), .def = "1h", .min = 1000,
+     .max = 7 * 86400000LL,
+     .doc = "the master replaces the session ticket key this often; the "
+            "key before it still decrypts, so a ticket lives one to two "
+            "periods (and never longer than ssl_session_timeout). The "
+            "keys are shared by every worker and outlive reloads"},
     FD_CONF_END};
 
 static const fd_directive_t offload_directives[] = {
@@ -299,24 +308,54 @@ static int set_names(fd_conf_t *cf, const fd_directive_t *d, void *conf,
 static int parse_addr(const char *text, struct sockaddr_storage *ss,
                       socklen_t *len);
 
-/* "ADDR:PORT [default]": checked here, so that an error names its line */
+enum { LISTEN_DEFAULT = 1, LISTEN_SSL = 2 };
+
+/* "ADDR:PORT [default] [ssl]", the options in any order, each once:
+ * FD_OK with the address and the LISTEN_* bits, or FD_ERROR. */
+static int listen_parse(fd_conf_t *cf, const char *v,
+                        struct sockaddr_storage *ss, socklen_t *len,
+                        char addr[300], unsigned *opts)
+{
+    char opt[2][64], extra[2];
+    int n = sscanf(v, "%299s %63s %63s %1s", addr, opt[0], opt[1], extra);
+    unsigned bit;
+    int i;
+
+    if (n < 1 || parse_addr(addr, ss, len) != FD_OK)
+        return fd_conf_error(cf, "bad listen address \"%s\" (expected "
+                             "ADDR:PORT, [IPv6]:PORT or PORT)", v);
+    if (n == 4)
+        return fd_conf_error(cf, "listen \"%s\": two options at most "
+                             "(default, ssl)", v);
+    *opts = 0;
+    for (i = 0; i < n - 1; i++) {
+        if (strcmp(opt[i], "default") == 0)
+            bit = LISTEN_DEFAULT;
+        else if (strcmp(opt[i], "ssl") == 0)
+            bit = LISTEN_SSL;
+        else
+            return fd_conf_error(cf, "unknown listen option \"%s\" "
+                                 "(default, ssl)", opt[i]);
+        if (*opts & bit)
+            return fd_conf_error(cf, "listen \"%s\": \"%s\" twice", v,
+                                 opt[i]);
+        *opts |= bit;
+    }
+    return FD_OK;
+}
+
+/* Checked here, so that an error names its line */
 static int set_listen(fd_conf_t *cf, const fd_directive_t *d, void *conf,
                       const char *v)
 {
     fd_directive_t list = *d;
-    char addr[300], opt[64] = "", extra[2];
+    char addr[300];
     struct sockaddr_storage ss;
     socklen_t len;
-    int n = sscanf(v, "%299s %63s %1s", addr, opt, extra);
+    unsigned opts;
 
-    if (n < 1 || parse_addr(addr, &ss, &len) != FD_OK)
-        return fd_conf_error(cf, "bad listen address \"%s\" (expected "
-                             "ADDR:PORT, [IPv6]:PORT or PORT)", v);
-    if (opt[0] && strcmp(opt, "default") != 0)
-        return fd_conf_error(cf, "unknown listen option \"%s\" (only "
-                             "default)", opt);
-    if (n == 3)
-        return fd_conf_error(cf, "listen \"%s\": one option at most", v);
+    if (listen_parse(cf, v, &ss, &len, addr, &opts) != FD_OK)
+        return FD_ERROR;
     list.set = NULL;
     return fd_conf_set(cf, &list, conf, v);
 }
@@ -324,7 +363,9 @@ static int set_listen(fd_conf_t *cf, const fd_directive_t *d, void *conf,
 const fd_directive_t fd_http_server_directives[] = {
     {.name = "listen", .type = FD_CONF_LIST, .offset = SRV(listen),
      .set = set_listen,
-     .doc = "ADDR:PORT [default], repeatable; [::]:PORT for IPv6"},
+     .doc = "ADDR:PORT [default] [ssl], repeatable; [::]:PORT for IPv6. "
+            "ssl: TLS on that address (every [server] on it says ssl, "
+            "and has an ssl_certificate)"},
     {.name = "server_name", .type = FD_CONF_CUSTOM, .offset = SRV(names),
      .set = set_names,
      .doc = "Host names this server answers, space-separated, repeatable "
@@ -432,7 +473,8 @@ static const char *key_home(const char *key, char *buf, size_t n)
                  {"[events]", events_directives},
                  {"[http]", http_directives},
                  {"[offload]", offload_directives},
-                 {"[server]", fd_http_server_directives}};
+                 {"[server]", fd_http_server_directives},
+                 {"[server]", fd_ssl_server_directives}};
     unsigned i, mod;
     const fd_directive_t *d;
 
@@ -469,6 +511,8 @@ static int unknown_key(load_t *ld, const fd_conf_entry_t *e,
                              "belongs in %s", e->key, e->section, home);
     fd_conf_near_init(&nr, e->key);
     fd_conf_near_table(&nr, own);
+    if (own == fd_http_server_directives)
+        fd_conf_near_table(&nr, fd_ssl_server_directives);
     if (loc_keys) {
         fd_conf_near_table(&nr, fd_http_loc_directives);
         for (i = 0; i < fd_nmodules; i++)
@@ -773,10 +817,43 @@ static void shadowed_names(const fd_listening_t *ls,
     }
 }
 
-static int server_listen(load_t *ld, fd_http_server_t *srv)
+/*
+ * server_name matching, for Host and SNI alike: per server in order, any
+ * of its names, exact (any case), "*.suffix" or "prefix.*". One trailing
+ * dot of name means the same name.
+ */
+fd_http_server_t *fd_listening_server(const fd_listening_t *ls,
+                                      fd_str_t name)
+{
+    unsigned i, j;
+
+    if (name.len > 1 && name.data[name.len - 1] == '.')
+        name.len--;
+    for (i = 0; i < ls->nservers; i++) {
+        fd_http_server_t *s = ls->servers[i];
+        for (j = 0; j < s->names.n; j++) {
+            const char *n = s->names.items[j];
+            size_t nl = strlen(n);
+            if (fd_str_caseeq(name, n, nl))
+                return s;
+            if (n[0] == '*' && n[1] == '.' && name.len > nl - 1 &&
+                strncasecmp(name.data + name.len - (nl - 1), n + 1,
+                            nl - 1) == 0)
+                return s;
+            if (nl > 2 && n[nl - 1] == '*' && n[nl - 2] == '.' &&
+                name.len > nl - 1 && strncasecmp(name.data, n, nl - 1) == 0)
+                return s;
+        }
+    }
+    return NULL;
+}
+
+/* The listen = lines of a [server] (entries [from, to)), in order. */
+static int server_listen(load_t *ld, fd_http_server_t *srv, unsigned from,
+                         unsigned to)
 {
     fd_conf_t *cf = ld->cf;
-    unsigned i;
+    unsigned i, k = from;
 
     if (srv->listen.n == 0) {
         static char *def[] = {"0.0.0.0:8080"};
@@ -784,19 +861,22 @@ static int server_listen(load_t *ld, fd_http_server_t *srv)
         srv->listen.n = 1;
     }
     for (i = 0; i < srv->listen.n; i++) {
-        char addr[300], opt[64] = "";
+        char addr[300];
         struct sockaddr_storage ss;
         socklen_t len;
+        unsigned opts;
         fd_listening_t *ls;
         fd_http_server_t **servers;
 
-        if (sscanf(srv->listen.items[i], "%299s %63s", addr, opt) < 1 ||
-            parse_addr(addr, &ss, &len) != FD_OK)
-            return fd_conf_error(cf, "bad listen address \"%s\" (expected "
-                                 "ADDR:PORT, [IPv6]:PORT or PORT)",
-                                 srv->listen.items[i]);
-        if (opt[0] && strcmp(opt, "default") != 0)
-            return fd_conf_error(cf, "unknown listen option \"%s\"", opt);
+        /* errors name the line of this listen (the implicit one: the
+         * [server] header) */
+        while (k < to && strcmp(ld->e[k].key, "listen") != 0)
+            k++;
+        if (k < to)
+            at(ld, &ld->e[k++]);
+        if (listen_parse(cf, srv->listen.items[i], &ss, &len, addr,
+                         &opts) != FD_OK)
+            return FD_ERROR;
         for (ls = ld->cycle->listening; ls; ls = ls->next)
             if (ls->addrlen == len && memcmp(&ls->addr, &ss, len) == 0)
                 break;
@@ -807,15 +887,23 @@ static int server_listen(load_t *ld, fd_http_server_t *srv)
             ls->text = fd_pstrdup(cf->pool, addr, strlen(addr));
             ls->ev.fd = -1;
             ls->proto = &fd_http_proto;
+            ls->ssl = (opts & LISTEN_SSL) != 0;
             ls->index = ld->cycle->nlistening++;
             ls->next = ld->cycle->listening;
             ld->cycle->listening = ls;
+        } else if (ls->ssl != ((opts & LISTEN_SSL) != 0)) {
+            /* one socket speaks one thing */
+            const fd_http_server_t *o = ls->servers[0];
+            return fd_conf_error(cf, "listen %s %s ssl, but the [server] "
+                                 "at %s:%d listens on it %s ssl", addr,
+                                 ls->ssl ? "without" : "with", o->file,
+                                 o->line, ls->ssl ? "with" : "without");
         }
-        shadowed_names(ls, srv, opt[0] != 0);
+        shadowed_names(ls, srv, (opts & LISTEN_DEFAULT) != 0);
         servers = fd_palloc(cf->pool, (ls->nservers + 1) * sizeof(*servers));
         if (ls->nservers)
             memcpy(servers, ls->servers, ls->nservers * sizeof(*servers));
-        if (opt[0]) { /* default server goes first */
+        if (opts & LISTEN_DEFAULT) { /* default server goes first */
             memmove(servers + 1, servers, ls->nservers * sizeof(*servers));
             servers[0] = srv;
         } else {
@@ -1136,7 +1224,8 @@ static int apply_servers(load_t *ld)
             srv_from = i;
             srv_to = j;
             srv->root_loc = loc_create(ld, srv, "server");
-            if (srv->root_loc == NULL)
+            srv->ssl = fd_ssl_conf_create(cf);
+            if (srv->root_loc == NULL || srv->ssl == NULL)
                 return FD_ERROR;
             srv->root_loc->kind = FD_LOC_PREFIX;
             srv->root_loc->match = fd_string("/");
@@ -1155,6 +1244,12 @@ static int apply_servers(load_t *ld)
                         return FD_ERROR;
                     continue;
                 }
+                d = fd_conf_find(fd_ssl_server_directives, se->key);
+                if (d) {
+                    if (fd_conf_set(cf, d, srv->ssl, se->value) != FD_OK)
+                        return FD_ERROR;
+                    continue;
+                }
                 rc = apply_loc_entry(ld, srv->root_loc, se);
                 if (rc == FD_DECLINED)
                     return unknown_key(ld, se, fd_http_server_directives, 1);
@@ -1168,7 +1263,7 @@ static int apply_servers(load_t *ld)
                         return FD_ERROR;
                 }
             at(ld, e);
-            if (server_listen(ld, srv) != FD_OK)
+            if (server_listen(ld, srv, i, j) != FD_OK)
                 return FD_ERROR;
             continue;
         }
@@ -1185,6 +1280,8 @@ static int apply_servers(load_t *ld)
             for (k = srv_from; k < srv_to; k++)
                 if (ld->e[k].key[0] != '\0' &&
                     fd_conf_find(fd_http_server_directives,
+                                 ld->e[k].key) == NULL &&
+                    fd_conf_find(fd_ssl_server_directives,
                                  ld->e[k].key) == NULL &&
                     apply_loc_entry(ld, loc, &ld->e[k]) != FD_OK)
                     return FD_ERROR;
@@ -1341,6 +1438,10 @@ fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
         if (m->init_cycle && m->init_cycle(&cf, cy) != FD_OK)
             goto failed;
     }
+    /* certificates and keys: read now, so that -t and a reload that
+     * would fail to serve them fail here */
+    if (fd_ssl_init_cycle(cy, cf.err, sizeof(cf.err)) != FD_OK)
+        goto failed;
     free(ld.e);
     if (cf.temp)
         fd_pool_destroy(cf.temp);
@@ -1351,6 +1452,7 @@ failed:
     free(ld.e);
     if (cf.temp)
         fd_pool_destroy(cf.temp);
+    fd_ssl_free_cycle(cy);
     fd_pool_destroy(pool);
     return NULL;
 }
@@ -1409,7 +1511,7 @@ int fd_cycle_check_keys(char *err, size_t errlen)
 {
     unsigned n = 3 + fd_nmodules, i;
     fd_conf_level_t *lv = calloc(n, sizeof(*lv));
-    const fd_directive_t **tabs = calloc(n * 2, sizeof(*tabs));
+    const fd_directive_t **tabs = calloc(n * 3, sizeof(*tabs));
     char (*names)[64] = calloc(n, sizeof(*names));
     int rc;
 
@@ -1423,8 +1525,9 @@ int fd_cycle_check_keys(char *err, size_t errlen)
      * declaration; [main], [events], [offload] and module sections are
      * their own (a profile names them section.key) */
     tabs[0] = http_directives;
-    tabs[2] = fd_http_server_directives;
-    tabs[4] = fd_http_loc_directives;
+    tabs[3] = fd_http_server_directives;
+    tabs[4] = fd_ssl_server_directives;
+    tabs[6] = fd_http_loc_directives;
     lv[0].level = "[http]";
     lv[1].level = "[server]";
     lv[2].level = "[location]";
@@ -1432,13 +1535,14 @@ int fd_cycle_check_keys(char *err, size_t errlen)
         snprintf(names[3 + i], sizeof(names[0]), "[location] (module %s)",
                  fd_modules[i]->name);
         lv[3 + i].level = names[3 + i];
-        tabs[2 * (3 + i)] = fd_modules[i]->directives;
+        tabs[3 * (3 + i)] = fd_modules[i]->directives;
     }
+    /* each level's tables, NULL-ended: three slots a level */
     for (i = 0; i < n; i++) {
         static const fd_directive_t none[] = {FD_CONF_END};
-        if (tabs[2 * i] == NULL)
-            tabs[2 * i] = none;
-        lv[i].tables = &tabs[2 * i];
+        if (tabs[3 * i] == NULL)
+            tabs[3 * i] = none;
+        lv[i].tables = &tabs[3 * i];
     }
     rc = fd_conf_check_levels(lv, n, err, errlen);
 done:
@@ -1450,8 +1554,10 @@ done:
 
 void fd_cycle_free(fd_cycle_t *cycle)
 {
-    if (cycle)
+    if (cycle) {
+        fd_ssl_free_cycle(cycle);
         fd_pool_destroy(cycle->pool);
+    }
 }
 
 void *fd_cycle_section(fd_cycle_t *cycle, const char *type, const char *name)
@@ -1501,6 +1607,8 @@ void fd_conf_dump_keys(FILE *fp)
     dump_table(fp, "[events]", events_directives);
     dump_table(fp, "[http]", http_directives);
     dump_table(fp, "[server]", fd_http_server_directives);
+    dump_table(fp, "[server] TLS (on listen ... ssl addresses)",
+               fd_ssl_server_directives);
     dump_table(fp, "[location] (also in [http] and [server] as defaults)",
                fd_http_loc_directives);
     dump_table(fp, "[offload]", offload_directives);

@@ -50,6 +50,7 @@ typedef struct {
     size_t max_header_size;
     int inline_completions;
     fd_int_t max_headers;
+    fd_msec_t ssl_session_ticket_rotate;
 } fd_http_conf_t;
 
 /* [offload]: the per-worker thread pool */
@@ -72,8 +73,15 @@ struct fd_listening_s {
     unsigned nservers;
     unsigned index;            /* in cycle->ls_array (a connection's ls_index) */
     const struct fd_proto_s *proto; /* what its connections speak */
+    unsigned ssl;              /* listen ... ssl: TLS (fd_ssl.c) */
+    fd_msec_t ssl_handshake_timeout; /* the default server's */
     fd_listening_t *next;
 };
+
+/* The server on ls that a host name (a Host without its port, an SNI
+ * name) chooses by its server_name, NULL when none matches it. */
+fd_http_server_t *fd_listening_server(const fd_listening_t *ls,
+                                      fd_str_t name);
 
 /* A [NAME value] section owned by a module (upstream, queue, ...). */
 typedef struct fd_conf_section_s {
@@ -128,6 +136,18 @@ void fd_listening_close_unused(fd_cycle_t *cycle, fd_cycle_t *old);
 /* A stop: close every listening socket of cycle now. */
 void fd_listening_close(fd_cycle_t *cycle);
 
+/* Why a TLS handshake failed (fd_stats_t.ssl_failed) */
+enum {
+    FD_SSL_FAIL_PROTOCOL,      /* no common version, or not TLS at all */
+    FD_SSL_FAIL_CIPHER,        /* no shared cipher, group or signature */
+    FD_SSL_FAIL_CLIENT_CERT,   /* ssl_verify_client = on refused it */
+    FD_SSL_FAIL_PLAIN_HTTP,    /* an HTTP request on the TLS port */
+    FD_SSL_FAIL_CLOSED,        /* the client went away */
+    FD_SSL_FAIL_TIMEOUT,       /* ssl_handshake_timeout */
+    FD_SSL_FAIL_OTHER,
+    FD_SSL_FAIL_N
+};
+
 /*
  * Shared memory: one cache-line-aligned slot per worker, written only by
  * that worker, read by the status handler of any worker. Modules reserve a
@@ -147,6 +167,11 @@ typedef struct {
     uint64_t status[6];        /* [1..5]: 1xx..5xx; [0]: other */
     uint64_t bytes_in;
     uint64_t bytes_out;
+    uint64_t ssl_handshakes;   /* completed */
+    uint64_t ssl_resumed;      /* of those, resumed sessions */
+    uint64_t ssl_tls12;        /* completed, by protocol version */
+    uint64_t ssl_tls13;
+    uint64_t ssl_failed[FD_SSL_FAIL_N];
     uint64_t alive;            /* 1 while the worker runs */
 } fd_stats_t;
 

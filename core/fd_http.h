@@ -25,6 +25,7 @@ struct fd_http_server_s {
     fd_http_loc_t *root_loc;   /* implicit location for [server] keys */
     fd_error_page_t *error_pages;
     fd_int_t max_conns_per_ip; /* 0: no limit */
+    void *ssl;                 /* the ssl_* keys and context (fd_ssl.c) */
     fd_http_server_t *next;
     unsigned seq;
     const char *file;          /* where its [server] line is */

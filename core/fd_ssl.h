@@ -2,6 +2,7 @@
 #define FD_SSL_H
 
 #include "fd_core.h"
+#include "fd_conf.h"
 #include "fd_stream.h"
 
 /*
@@ -13,10 +14,27 @@
  * served by the new workers); the workers inherit them.
  */
 
+/* The [server] ssl_* keys (fd_cycle.c applies them to srv->ssl, which
+ * fd_ssl_conf_create() makes, with the defaults, for every server). */
+extern const fd_directive_t fd_ssl_server_directives[];
+void *fd_ssl_conf_create(fd_conf_t *cf);
+
 /* Load time, in the master: the contexts of every server that listens on
- * an "ssl" address. FD_OK, or FD_ERROR with err naming file:line. */
+ * an "ssl" address. FD_OK, or FD_ERROR with err naming file:line. Part of
+ * fd_cycle_load(), so -t and a reload check the files too. */
 int fd_ssl_init_cycle(fd_cycle_t *cycle, char *err, size_t errlen);
 void fd_ssl_free_cycle(fd_cycle_t *cycle);
+
+/*
+ * Session ticket keys: a shared mapping the master makes once, before the
+ * first fork (it outlives reloads, so a ticket resumes with the next
+ * generation's workers). fd_ssl_ticket_rotate() is the master's clock: it
+ * rotates when [http] ssl_session_ticket_rotate has passed (the previous
+ * key still decrypts) and returns the seconds until the next rotation,
+ * 0 when the cycle has no ssl address (nothing to wake up for).
+ */
+int fd_ssl_shm_init(void);
+unsigned fd_ssl_ticket_rotate(const fd_cycle_t *cycle);
 
 /*
  * A connection accepted on an "ssl" listening address (worker): s->tp
@@ -24,9 +42,12 @@ void fd_ssl_free_cycle(fd_cycle_t *cycle);
  * handshake runs from fd_stream_handshake(): FD_OK, FD_AGAIN, FD_ERROR,
  * or FD_DECLINED when the first bytes are a plain HTTP request (the
  * transport is then plain TCP again, so that the protocol can answer 400
- * "The plain HTTP request was sent to HTTPS port" and close).
+ * "The plain HTTP request was sent to HTTPS port" and close). The bound
+ * on the handshake is ls->ssl_handshake_timeout; when it passes, call
+ * fd_ssl_handshake_timeout() (it counts the failure) and close.
  */
 int fd_ssl_accept(fd_stream_t *s, fd_listening_t *ls);
+void fd_ssl_handshake_timeout(fd_stream_t *s);
 extern const fd_transport_t fd_transport_tls;
 
 /* After the handshake: the server the client's SNI name chose (NULL: no
@@ -39,5 +60,8 @@ int fd_ssl_session_reused(fd_stream_t *s);
 /* mTLS: "SUCCESS", "FAILED:reason", "NONE"; the subject DN (RFC 2253) */
 fd_str_t fd_ssl_client_verify(fd_stream_t *s, fd_pool_t *pool);
 fd_str_t fd_ssl_client_s_dn(fd_stream_t *s, fd_pool_t *pool);
+
+/* fd_stats_t.ssl_failed[] by FD_SSL_FAIL_*: "protocol", ... */
+extern const char *const fd_ssl_failure_names[];
 
 #endif

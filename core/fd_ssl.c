@@ -1,0 +1,1153 @@
+/*
+ * TLS with OpenSSL 3 (fd_ssl.h): the [server] ssl_* keys, one SSL_CTX per
+ * server built by the master at load, SNI, the session ticket keys every
+ * worker shares, and the TLS transport under fd_stream_t.
+ *
+ * Settings that OpenSSL applies before it has read the SNI name (the
+ * protocol versions, the TLS 1.2 cipher list and preference, the session
+ * cache, timeout and tickets, the handshake timeout) are those of the
+ * address's default server; the certificate, OCSP response and client
+ * verification follow the server that SNI chose.
+ */
+#include <limits.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/ocsp.h>
+#include <openssl/rand.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include "fd_core.h"
+#include "fd_http.h"
+#include "fd_ssl.h"
+
+/* One TLS record's plaintext: a send is at most one record */
+#define SSL_SCRATCH 16384
+#define OCSP_MAX (64 * 1024)
+
+enum { VERIFY_OFF, VERIFY_ON, VERIFY_OPTIONAL };
+
+/* A path from the configuration, with where it was set. */
+typedef struct {
+    char *path;
+    const char *file;
+    int line;
+} ssl_path_t;
+
+typedef struct {
+    ssl_path_t *items;
+    unsigned n;
+} ssl_paths_t;
+
+/* The ssl_* keys of one [server], and what the master built from them. */
+typedef struct {
+    ssl_paths_t certs;            /* ssl_certificate, in order */
+    ssl_paths_t keys;             /* ssl_certificate_key, paired */
+    int min_version, max_version; /* ssl_protocols */
+    char *ciphers;
+    int prefer_server_ciphers;
+    int session_tickets;
+    fd_msec_t session_timeout;
+    fd_int_t session_cache;       /* entries per worker, 0: off */
+    ssl_paths_t stapling;         /* at most one */
+    ssl_paths_t client_ca;        /* at most one */
+    int verify;
+    const char *verify_file;      /* where ssl_verify_client was set */
+    int verify_line;
+    fd_msec_t handshake_timeout;
+
+    SSL_CTX *ctx;
+    unsigned char *ocsp;          /* the DER response, in the cycle pool */
+    size_t ocsp_len;
+} ssl_conf_t;
+
+#define SSL_OFF(f) offsetof(ssl_conf_t, f)
+
+/* --- configuration --- */
+
+static int add_path(fd_conf_t *cf, ssl_paths_t *l, const char *value)
+{
+    ssl_path_t *items = fd_palloc(cf->pool, (l->n + 1) * sizeof(*items));
+
+    if (items == NULL)
+        return fd_conf_error(cf, "out of memory");
+    if (l->n)
+        memcpy(items, l->items, l->n * sizeof(*items));
+    items[l->n].path = fd_conf_path(cf, value);
+    items[l->n].file = cf->file;
+    items[l->n].line = cf->line;
+    if (items[l->n].path == NULL)
+        return fd_conf_error(cf, "out of memory");
+    l->items = items;
+    l->n++;
+    return FD_OK;
+}
+
+/* ssl_certificate, ssl_certificate_key: repeatable */
+static int set_paths(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                     const char *v)
+{
+    return add_path(cf, (ssl_paths_t *)((char *)conf + d->offset), v);
+}
+
+/* ssl_stapling_file, ssl_client_certificate: one file, the last wins */
+static int set_path(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                    const char *v)
+{
+    ssl_paths_t *l = (ssl_paths_t *)((char *)conf + d->offset);
+
+    l->n = 0;
+    return add_path(cf, l, v);
+}
+
+static int set_protocols(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                         const char *v)
+{
+    ssl_conf_t *sc = conf;
+    char *copy = fd_pstrdup(cf->pool, v, strlen(v)), *tok, *save;
+    int min = 0, max = 0, ver;
+
+    (void)d;
+    if (copy == NULL)
+        return fd_conf_error(cf, "out of memory");
+    for (tok = strtok_r(copy, " \t", &save); tok;
+         tok = strtok_r(NULL, " \t", &save)) {
+        if (strcmp(tok, "TLSv1.2") == 0)
+            ver = TLS1_2_VERSION;
+        else if (strcmp(tok, "TLSv1.3") == 0)
+            ver = TLS1_3_VERSION;
+        else if (strcmp(tok, "SSLv2") == 0 || strcmp(tok, "SSLv3") == 0 ||
+                 strcmp(tok, "TLSv1") == 0 || strcmp(tok, "TLSv1.1") == 0)
+            return fd_conf_error(cf, "ssl_protocols: %s is not supported "
+                                 "(deprecated as insecure, RFC 8996): use "
+                                 "TLSv1.2 and TLSv1.3", tok);
+        else
+            return fd_conf_error(cf, "ssl_protocols: unknown protocol "
+                                 "\"%s\" (TLSv1.2, TLSv1.3)", tok);
+        if (min == 0 || ver < min)
+            min = ver;
+        if (ver > max)
+            max = ver;
+    }
+    if (min == 0)
+        return fd_conf_error(cf, "ssl_protocols needs TLSv1.2, TLSv1.3 or "
+                             "both");
+    sc->min_version = min;
+    sc->max_version = max;
+    return FD_OK;
+}
+
+static int set_cache(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                     const char *v)
+{
+    int64_t n = strcmp(v, "off") == 0 ? 0 : fd_conf_parse_uint(v, 1 << 20);
+
+    if (n < 0 || (n == 0 && strcmp(v, "off") != 0))
+        return fd_conf_error(cf, "\"%s\" must be off or 1 .. 1048576 "
+                             "sessions, not \"%s\"", d->name, v);
+    *(fd_int_t *)((char *)conf + d->offset) = (fd_int_t)n;
+    return FD_OK;
+}
+
+static int set_verify(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                      const char *v)
+{
+    ssl_conf_t *sc = conf;
+
+    if (strcmp(v, "off") == 0)
+        sc->verify = VERIFY_OFF;
+    else if (strcmp(v, "on") == 0)
+        sc->verify = VERIFY_ON;
+    else if (strcmp(v, "optional") == 0)
+        sc->verify = VERIFY_OPTIONAL;
+    else
+        return fd_conf_error(cf, "\"%s\" must be one of on | optional | "
+                             "off, not \"%s\"", d->name, v);
+    sc->verify_file = cf->file;
+    sc->verify_line = cf->line;
+    return FD_OK;
+}
+
+/* Checked where it is read: a list that selects nothing is an error. */
+static int set_ciphers(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                       const char *v)
+{
+    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    int ok;
+
+    if (ctx == NULL)
+        return fd_conf_error(cf, "SSL_CTX_new() failed");
+    ok = SSL_CTX_set_cipher_list(ctx, v);
+    SSL_CTX_free(ctx);
+    ERR_clear_error();
+    if (!ok)
+        return fd_conf_error(cf, "ssl_ciphers \"%s\" selects no cipher", v);
+    *(char **)((char *)conf + d->offset) = fd_pstrdup(cf->pool, v, strlen(v));
+    return FD_OK;
+}
+
+const fd_directive_t fd_ssl_server_directives[] = {
+    {.name = "ssl_certificate", .type = FD_CONF_LIST,
+     .offset = SSL_OFF(certs), .set = set_paths,
+     .doc = "PEM certificate (then its chain) served on a listen ... ssl "
+            "address; repeatable, paired in order with "
+            "ssl_certificate_key: an ECDSA and an RSA pair side by side, "
+            "OpenSSL picks by the client's signature algorithms"},
+    {.name = "ssl_certificate_key", .type = FD_CONF_LIST,
+     .offset = SSL_OFF(keys), .set = set_paths,
+     .doc = "PEM private key of the ssl_certificate of the same rank; a "
+            "key that does not match is a configuration error. Read by "
+            "the master before privileges drop, again on reload"},
+    {.name = "ssl_protocols", .type = FD_CONF_CUSTOM, .offset = 0,
+     .set = set_protocols, .def = "TLSv1.2 TLSv1.3",
+     .doc = "TLSv1.2 and/or TLSv1.3, space-separated (TLSv1 and TLSv1.1 "
+            "are refused). The default server's of an address applies"},
+    {.name = "ssl_ciphers", .type = FD_CONF_CUSTOM,
+     .offset = SSL_OFF(ciphers), .set = set_ciphers,
+     .def = "ECDHE+AESGCM:ECDHE+CHACHA20",
+     .doc = "TLS 1.2 cipher list, OpenSSL syntax (TLS 1.3 suites are "
+            "OpenSSL's defaults, all AEAD); the default is forward-secret "
+            "AEAD only. The default server's of an address applies"},
+    {.name = "ssl_prefer_server_ciphers", .type = FD_CONF_FLAG,
+     .offset = SSL_OFF(prefer_server_ciphers), .def = "off",
+     .doc = "on: the server's order of ssl_ciphers wins over the "
+            "client's"},
+    {.name = "ssl_session_tickets", .type = FD_CONF_FLAG,
+     .offset = SSL_OFF(session_tickets), .def = "on",
+     .doc = "resumption by session tickets, with keys the master makes "
+            "and every worker shares (so a session resumes on any worker "
+            "and after a reload); see [http] ssl_session_ticket_rotate"},
+    {.name = "ssl_session_timeout", .type = FD_CONF_MSEC,
+     .offset = SSL_OFF(session_timeout), .def = "5m", .min = 1000,
+     .max = 86400000,
+     .doc = "how long a session (ticket or cache entry) can be resumed"},
+    {.name = "ssl_session_cache", .type = FD_CONF_CUSTOM,
+     .offset = SSL_OFF(session_cache), .set = set_cache, .def = "off",
+     .doc = "off, or a server-side session cache of N sessions in each "
+            "worker (a client resumes from it only on the worker that "
+            "made its session: tickets are the shared way)"},
+    {.name = "ssl_stapling_file", .type = FD_CONF_CUSTOM,
+     .offset = SSL_OFF(stapling), .set = set_path,
+     .doc = "a DER OCSP response (openssl ocsp -respout) stapled as is to "
+            "handshakes that ask for it; read at load and reload"},
+    {.name = "ssl_client_certificate", .type = FD_CONF_CUSTOM,
+     .offset = SSL_OFF(client_ca), .set = set_path,
+     .doc = "PEM CA certificates that client certificates are verified "
+            "against (their names are sent as acceptable CAs)"},
+    {.name = "ssl_verify_client", .type = FD_CONF_CUSTOM, .offset = 0,
+     .set = set_verify, .def = "off",
+     .doc = "on: a client certificate that verifies is required (the "
+            "handshake fails without one); optional: asked for, and "
+            "$ssl_client_verify says SUCCESS, FAILED:reason or NONE; off"},
+    {.name = "ssl_handshake_timeout", .type = FD_CONF_MSEC,
+     .offset = SSL_OFF(handshake_timeout), .def = "60s", .min = 1,
+     .max = 3600000,
+     .doc = "the whole TLS handshake, from accept (as nginx's "
+            "client_header_timeout bounds a request's header); the "
+            "default server's of an address applies"},
+    FD_CONF_END};
+
+void *fd_ssl_conf_create(fd_conf_t *cf)
+{
+    ssl_conf_t *sc = fd_pcalloc(cf->pool, sizeof(*sc));
+
+    if (sc == NULL) {
+        fd_conf_error(cf, "out of memory");
+        return NULL;
+    }
+    if (fd_conf_defaults(cf, fd_ssl_server_directives, sc) != FD_OK)
+        return NULL;
+    return sc;
+}
+
+/* --- the session ticket keys, shared by every worker --- */
+
+/* One key: 16 bytes of name (sent in the ticket), AES-256, HMAC-SHA256. */
+typedef struct {
+    unsigned char name[16];
+    unsigned char aes[32];
+    unsigned char hmac[32];
+} ticket_key_t;
+
+/*
+ * The master writes (a rotation) under a seqlock: seq is odd while it
+ * does; a worker copies both keys and copies again if seq moved.
+ */
+typedef struct {
+    uint64_t seq;
+    uint64_t keys[2 * sizeof(ticket_key_t) / sizeof(uint64_t)];
+} ticket_shm_t;
+
+static ticket_shm_t *tickets;
+static fd_msec_t tickets_rotated; /* master: monotonic ms of the last one */
+
+static fd_msec_t mono_msec(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (fd_msec_t)ts.tv_sec * 1000 + (fd_msec_t)ts.tv_nsec / 1000000;
+}
+
+static int key_new(ticket_key_t *k)
+{
+    return RAND_bytes((unsigned char *)k, sizeof(*k)) == 1 ? FD_OK
+                                                           : FD_ERROR;
+}
+
+int fd_ssl_shm_init(void)
+{
+    ticket_key_t k[2];
+
+    if (tickets)
+        return FD_OK;
+    tickets = mmap(NULL, sizeof(*tickets), PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (tickets == MAP_FAILED) {
+        tickets = NULL;
+        fd_log_error(FD_LOG_EMERG, errno, "mmap(%zu) failed",
+                     sizeof(*tickets));
+        return FD_ERROR;
+    }
+    /* the previous key too: a random name that no ticket carries */
+    if (key_new(&k[0]) != FD_OK || key_new(&k[1]) != FD_OK) {
+        fd_log_error(FD_LOG_EMERG, 0, "RAND_bytes() failed");
+        return FD_ERROR;
+    }
+    memcpy(tickets->keys, k, sizeof(k));
+    OPENSSL_cleanse(k, sizeof(k));
+    tickets_rotated = mono_msec();
+    return FD_OK;
+}
+
+static void tickets_store(const ticket_key_t k[2])
+{
+    const uint64_t *src = (const uint64_t *)k;
+    uint64_t seq = tickets->seq;
+    unsigned i;
+
+    __atomic_store_n(&tickets->seq, seq + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    for (i = 0; i < fd_nelems(tickets->keys); i++)
+        __atomic_store_n(&tickets->keys[i], src[i], __ATOMIC_RELAXED);
+    __atomic_store_n(&tickets->seq, seq + 2, __ATOMIC_RELEASE);
+}
+
+static void tickets_load(ticket_key_t k[2])
+{
+    uint64_t *dst = (uint64_t *)k, seq;
+    unsigned i;
+
+    for (;;) {
+        seq = __atomic_load_n(&tickets->seq, __ATOMIC_ACQUIRE);
+        if (seq & 1) {
+            sched_yield(); /* the master is half way through a rotation */
+            continue;
+        }
+        for (i = 0; i < fd_nelems(tickets->keys); i++)
+            dst[i] = __atomic_load_n(&tickets->keys[i], __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&tickets->seq, __ATOMIC_RELAXED) == seq)
+            return;
+    }
+}
+
+static int cycle_has_ssl(const fd_cycle_t *cycle)
+{
+    const fd_listening_t *ls;
+
+    for (ls = cycle->listening; ls; ls = ls->next)
+        if (ls->ssl)
+            return 1;
+    return 0;
+}
+
+unsigned fd_ssl_ticket_rotate(const fd_cycle_t *cycle)
+{
+    fd_msec_t every = cycle->http.ssl_session_ticket_rotate, now, left;
+    ticket_key_t k[2];
+
+    if (tickets == NULL || !cycle_has_ssl(cycle))
+        return 0;
+    now = mono_msec();
+    if (now - tickets_rotated >= every) {
+        tickets_load(k);
+        k[1] = k[0];
+        if (key_new(&k[0]) == FD_OK) {
+            tickets_store(k);
+            tickets_rotated = now;
+            fd_log_error(FD_LOG_INFO, 0, "session ticket key rotated");
+        } else {
+            fd_log_error(FD_LOG_ALERT, 0, "RAND_bytes() failed: the session "
+                         "ticket key is not rotated");
+        }
+        OPENSSL_cleanse(k, sizeof(k));
+    }
+    left = every - (now - tickets_rotated);
+    return (unsigned)fd_min((left + 999) / 1000, UINT_MAX);
+}
+
+/*
+ * OpenSSL asks for a key to encrypt a new ticket (enc = 1) or the key
+ * that a ticket's name says (enc = 0): 1 found, 2 found but old (issue a
+ * new ticket), 0 unknown (a full handshake), -1 error.
+ */
+static int ticket_cb(SSL *ssl, unsigned char name[16], unsigned char *iv,
+                     EVP_CIPHER_CTX *ectx, EVP_MAC_CTX *hctx, int enc)
+{
+    ticket_key_t k[2];
+    OSSL_PARAM params[3];
+    int i, rc = -1;
+
+    (void)ssl;
+    tickets_load(k);
+    if (enc) {
+        i = 0;
+        if (RAND_bytes(iv, EVP_MAX_IV_LENGTH) != 1)
+            goto done;
+        memcpy(name, k[0].name, sizeof(k[0].name));
+        if (EVP_EncryptInit_ex(ectx, EVP_aes_256_cbc(), NULL, k[0].aes,
+                               iv) != 1)
+            goto done;
+    } else {
+        for (i = 0; i < 2; i++)
+            if (memcmp(name, k[i].name, sizeof(k[i].name)) == 0)
+                break;
+        if (i == 2) {
+            rc = 0;
+            goto done;
+        }
+        if (EVP_DecryptInit_ex(ectx, EVP_aes_256_cbc(), NULL, k[i].aes,
+                               iv) != 1)
+            goto done;
+    }
+    params[0] = OSSL_PARAM_construct_octet_string("key", k[i].hmac,
+                                                  sizeof(k[i].hmac));
+    params[1] = OSSL_PARAM_construct_utf8_string("digest", "SHA256", 0);
+    params[2] = OSSL_PARAM_construct_end();
+    if (EVP_MAC_CTX_set_params(hctx, params) != 1)
+        goto done;
+    rc = i == 0 ? 1 : 2;
+done:
+    OPENSSL_cleanse(k, sizeof(k));
+    return rc;
+}
+
+/* --- contexts --- */
+
+static int ex_listening = -1; /* SSL ex_data: the fd_listening_t */
+static int ex_server = -1;    /* SSL ex_data: the server SNI chose */
+
+/* "file:line: " and the message, with OpenSSL's reason appended. */
+static int ssl_conf_error(char *err, size_t errlen, const char *file,
+                          int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static int ssl_conf_error(char *err, size_t errlen, const char *file,
+                          int line, const char *fmt, ...)
+{
+    unsigned long e = ERR_peek_last_error();
+    va_list ap;
+    int n = snprintf(err, errlen, "%s:%d: ", file, line);
+
+    if (n < 0 || (size_t)n >= errlen)
+        n = 0;
+    va_start(ap, fmt);
+    n += vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+    va_end(ap);
+    if (e && (size_t)n < errlen)
+        snprintf(err + n, errlen - (size_t)n, " (%s)",
+                 ERR_reason_error_string(e) ? ERR_reason_error_string(e)
+                                            : "OpenSSL error");
+    ERR_clear_error();
+    return FD_ERROR;
+}
+
+/* SNI: the [server] of this address that the name chooses. */
+static int servername_cb(SSL *ssl, int *ad, void *arg)
+{
+    const char *name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+    fd_listening_t *ls = SSL_get_ex_data(ssl, ex_listening);
+    fd_http_server_t *srv;
+    ssl_conf_t *sc;
+    fd_str_t n;
+
+    (void)ad;
+    (void)arg;
+    if (name == NULL || ls == NULL)
+        return SSL_TLSEXT_ERR_NOACK;
+    n.data = name;
+    n.len = strlen(name);
+    srv = fd_listening_server(ls, n);
+    if (srv == NULL)
+        return SSL_TLSEXT_ERR_OK; /* the default server's certificate */
+    SSL_set_ex_data(ssl, ex_server, srv);
+    sc = srv->ssl;
+    if (sc->ctx != SSL_get_SSL_CTX(ssl)) {
+        SSL_set_SSL_CTX(ssl, sc->ctx);
+        /* verification is per server: SSL_set_SSL_CTX keeps the first
+         * context's on the SSL */
+        SSL_set_verify(ssl, SSL_CTX_get_verify_mode(sc->ctx),
+                       SSL_CTX_get_verify_callback(sc->ctx));
+    }
+    return SSL_TLSEXT_ERR_OK;
+}
+
+/* HTTP/1.1 is all fastd speaks: say so when the client offers it. */
+static int alpn_cb(SSL *ssl, const unsigned char **out, unsigned char *outlen,
+                   const unsigned char *in, unsigned inlen, void *arg)
+{
+    static const unsigned char h1[] = "\x08http/1.1";
+    unsigned char *sel;
+
+    (void)ssl;
+    (void)arg;
+    if (SSL_select_next_proto(&sel, outlen, h1, sizeof(h1) - 1, in,
+                              inlen) != OPENSSL_NPN_NEGOTIATED)
+        return SSL_TLSEXT_ERR_NOACK;
+    *out = sel;
+    return SSL_TLSEXT_ERR_OK;
+}
+
+/* The response of the server SNI chose; OpenSSL frees what it is given. */
+static int status_cb(SSL *ssl, void *arg)
+{
+    ssl_conf_t *sc = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
+    unsigned char *copy;
+
+    (void)arg;
+    if (sc == NULL || sc->ocsp == NULL)
+        return SSL_TLSEXT_ERR_NOACK;
+    copy = OPENSSL_memdup(sc->ocsp, sc->ocsp_len);
+    if (copy == NULL)
+        return SSL_TLSEXT_ERR_NOACK;
+    if (!SSL_set_tlsext_status_ocsp_resp(ssl, copy, (long)sc->ocsp_len)) {
+        OPENSSL_free(copy);
+        return SSL_TLSEXT_ERR_NOACK;
+    }
+    return SSL_TLSEXT_ERR_OK;
+}
+
+/* ssl_verify_client = optional: ask, accept whatever comes; the result is
+ * $ssl_client_verify's */
+static int verify_optional(int ok, X509_STORE_CTX *x)
+{
+    (void)ok;
+    (void)x;
+    return 1;
+}
+
+static int load_ocsp(fd_cycle_t *cycle, ssl_conf_t *sc, char *err,
+                     size_t errlen)
+{
+    const ssl_path_t *p = &sc->stapling.items[0];
+    const unsigned char *q;
+    OCSP_RESPONSE *resp;
+    FILE *fp = fopen(p->path, "rb");
+    size_t n;
+
+    if (fp == NULL)
+        return ssl_conf_error(err, errlen, p->file, p->line,
+                              "ssl_stapling_file \"%s\": %s", p->path,
+                              strerror(errno));
+    sc->ocsp = fd_palloc(cycle->pool, OCSP_MAX);
+    n = sc->ocsp ? fread(sc->ocsp, 1, OCSP_MAX, fp) : 0;
+    fclose(fp);
+    if (sc->ocsp == NULL)
+        return ssl_conf_error(err, errlen, p->file, p->line,
+                              "out of memory");
+    if (n == OCSP_MAX)
+        return ssl_conf_error(err, errlen, p->file, p->line,
+                              "ssl_stapling_file \"%s\": over %d bytes",
+                              p->path, OCSP_MAX);
+    q = sc->ocsp;
+    resp = d2i_OCSP_RESPONSE(NULL, &q, (long)n);
+    if (resp == NULL || q != sc->ocsp + n) {
+        OCSP_RESPONSE_free(resp);
+        return ssl_conf_error(err, errlen, p->file, p->line,
+                              "ssl_stapling_file \"%s\" is not a DER OCSP "
+                              "response", p->path);
+    }
+    OCSP_RESPONSE_free(resp);
+    sc->ocsp_len = n;
+    return FD_OK;
+}
+
+/*
+ * The session id context: a session resumes only on the server it was
+ * made for (another server may verify clients, or not). From what names
+ * the server and what it serves, so it is the same in every worker and
+ * after a reload of the same configuration.
+ */
+static int set_sid_ctx(SSL_CTX *ctx, const fd_http_server_t *srv,
+                       const ssl_conf_t *sc)
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned mdlen, i;
+    EVP_MD_CTX *m = EVP_MD_CTX_new();
+    int ok = m && EVP_DigestInit_ex(m, EVP_sha256(), NULL);
+
+    for (i = 0; ok && i < srv->names.n; i++)
+        ok = EVP_DigestUpdate(m, srv->names.items[i],
+                              strlen(srv->names.items[i]) + 1);
+    for (i = 0; ok && i < sc->certs.n; i++)
+        ok = EVP_DigestUpdate(m, sc->certs.items[i].path,
+                              strlen(sc->certs.items[i].path) + 1);
+    ok = ok && EVP_DigestUpdate(m, &sc->verify, sizeof(sc->verify));
+    for (i = 0; ok && i < sc->client_ca.n; i++)
+        ok = EVP_DigestUpdate(m, sc->client_ca.items[i].path,
+                              strlen(sc->client_ca.items[i].path));
+    ok = ok && EVP_DigestFinal_ex(m, md, &mdlen);
+    EVP_MD_CTX_free(m);
+    return ok && SSL_CTX_set_session_id_context(
+                     ctx, md, fd_min(mdlen, SSL_MAX_SID_CTX_LENGTH));
+}
+
+/* A file that cannot be read: say why (OpenSSL would say "system lib"). */
+static int unreadable(const ssl_path_t *p, const char *key, char *err,
+                      size_t errlen)
+{
+    if (access(p->path, R_OK) == 0)
+        return 0;
+    snprintf(err, errlen, "%s:%d: %s \"%s\": %s", p->file, p->line, key,
+             p->path, strerror(errno));
+    return 1;
+}
+
+static int ctx_build(fd_cycle_t *cycle, fd_http_server_t *srv,
+                     const fd_listening_t *ls, char *err, size_t errlen)
+{
+    ssl_conf_t *sc = srv->ssl;
+    SSL_CTX *ctx;
+    uint64_t opts;
+    unsigned i;
+
+    if (sc->certs.n == 0)
+        return ssl_conf_error(err, errlen, srv->file, srv->line,
+                              "[server] listens on %s ssl but has no "
+                              "ssl_certificate", ls->text);
+    if (sc->keys.n != sc->certs.n) {
+        const ssl_paths_t *more = sc->keys.n > sc->certs.n ? &sc->keys
+                                                            : &sc->certs;
+        const ssl_path_t *p = &more->items[fd_min(sc->keys.n,
+                                                  sc->certs.n)];
+        return ssl_conf_error(err, errlen, p->file, p->line,
+                              "%s \"%s\" has no %s to pair with (one "
+                              "ssl_certificate_key per ssl_certificate, "
+                              "in order)", more == &sc->keys
+                                               ? "ssl_certificate_key"
+                                               : "ssl_certificate",
+                              p->path, more == &sc->keys
+                                           ? "ssl_certificate"
+                                           : "ssl_certificate_key");
+    }
+    if (sc->verify != VERIFY_OFF && sc->client_ca.n == 0)
+        return ssl_conf_error(err, errlen, sc->verify_file, sc->verify_line,
+                              "ssl_verify_client needs "
+                              "ssl_client_certificate");
+
+    ctx = SSL_CTX_new(TLS_server_method());
+    if (ctx == NULL)
+        return ssl_conf_error(err, errlen, srv->file, srv->line,
+                              "SSL_CTX_new() failed");
+    sc->ctx = ctx; /* freed with the cycle from now on */
+    if (!SSL_CTX_set_app_data(ctx, sc))
+        return ssl_conf_error(err, errlen, srv->file, srv->line,
+                              "SSL_CTX_set_app_data() failed");
+
+    opts = SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION |
+           SSL_OP_IGNORE_UNEXPECTED_EOF;
+    if (sc->prefer_server_ciphers)
+        opts |= SSL_OP_CIPHER_SERVER_PREFERENCE;
+    if (!sc->session_tickets)
+        opts |= SSL_OP_NO_TICKET;
+    SSL_CTX_set_options(ctx, opts);
+    SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS |
+                              SSL_MODE_ENABLE_PARTIAL_WRITE |
+                              SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    /* a record and what follows it in one recv(), not its header first */
+    SSL_CTX_set_read_ahead(ctx, 1);
+    if (!SSL_CTX_set_min_proto_version(ctx, sc->min_version) ||
+        !SSL_CTX_set_max_proto_version(ctx, sc->max_version) ||
+        !SSL_CTX_set_cipher_list(ctx, sc->ciphers))
+        return ssl_conf_error(err, errlen, srv->file, srv->line,
+                              "ssl_protocols or ssl_ciphers rejected");
+
+    for (i = 0; i < sc->certs.n; i++) {
+        const ssl_path_t *c = &sc->certs.items[i], *k = &sc->keys.items[i];
+
+        if (unreadable(c, "ssl_certificate", err, errlen) ||
+            unreadable(k, "ssl_certificate_key", err, errlen))
+            return FD_ERROR;
+        if (!SSL_CTX_use_certificate_chain_file(ctx, c->path))
+            return ssl_conf_error(err, errlen, c->file, c->line,
+                                  "ssl_certificate \"%s\" cannot be "
+                                  "loaded", c->path);
+        if (!SSL_CTX_use_PrivateKey_file(ctx, k->path, SSL_FILETYPE_PEM) ||
+            !SSL_CTX_check_private_key(ctx))
+            return ssl_conf_error(err, errlen, k->file, k->line,
+                                  "ssl_certificate_key \"%s\" cannot be "
+                                  "loaded or does not match "
+                                  "ssl_certificate \"%s\" (%s:%d)", k->path,
+                                  c->path, c->file, c->line);
+    }
+
+    SSL_CTX_set_timeout(ctx, (long)(sc->session_timeout / 1000));
+    if (sc->session_cache) {
+        SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
+        SSL_CTX_sess_set_cache_size(ctx, sc->session_cache);
+    } else {
+        SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+    }
+    if (sc->session_tickets &&
+        !SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, ticket_cb))
+        return ssl_conf_error(err, errlen, srv->file, srv->line,
+                              "SSL_CTX_set_tlsext_ticket_key_evp_cb() "
+                              "failed");
+    if (!set_sid_ctx(ctx, srv, sc))
+        return ssl_conf_error(err, errlen, srv->file, srv->line,
+                              "SSL_CTX_set_session_id_context() failed");
+    SSL_CTX_set_tlsext_servername_callback(ctx, servername_cb);
+    SSL_CTX_set_alpn_select_cb(ctx, alpn_cb, NULL);
+
+    if (sc->stapling.n) {
+        if (load_ocsp(cycle, sc, err, errlen) != FD_OK)
+            return FD_ERROR;
+        SSL_CTX_set_tlsext_status_cb(ctx, status_cb);
+    }
+    if (sc->client_ca.n) {
+        const ssl_path_t *p = &sc->client_ca.items[0];
+        STACK_OF(X509_NAME) *names;
+
+        if (unreadable(p, "ssl_client_certificate", err, errlen))
+            return FD_ERROR;
+        if (!SSL_CTX_load_verify_locations(ctx, p->path, NULL) ||
+            (names = SSL_load_client_CA_file(p->path)) == NULL)
+            return ssl_conf_error(err, errlen, p->file, p->line,
+                                  "ssl_client_certificate \"%s\" cannot be "
+                                  "loaded", p->path);
+        SSL_CTX_set_client_CA_list(ctx, names);
+    }
+    if (sc->verify == VERIFY_ON)
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER |
+                                    SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
+                           NULL);
+    else if (sc->verify == VERIFY_OPTIONAL)
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, verify_optional);
+    return FD_OK;
+}
+
+int fd_ssl_init_cycle(fd_cycle_t *cycle, char *err, size_t errlen)
+{
+    fd_listening_t *ls;
+    unsigned i;
+
+    if (ex_listening < 0) {
+        ex_listening = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL);
+        ex_server = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL);
+        if (ex_listening < 0 || ex_server < 0) {
+            snprintf(err, errlen, "SSL_get_ex_new_index() failed");
+            return FD_ERROR;
+        }
+    }
+    for (ls = cycle->listening; ls; ls = ls->next) {
+        if (!ls->ssl)
+            continue;
+        for (i = 0; i < ls->nservers; i++) {
+            ssl_conf_t *sc = ls->servers[i]->ssl;
+            if (sc->ctx == NULL &&
+                ctx_build(cycle, ls->servers[i], ls, err, errlen) != FD_OK)
+                return FD_ERROR;
+        }
+        ls->ssl_handshake_timeout =
+            ((ssl_conf_t *)ls->servers[0]->ssl)->handshake_timeout;
+    }
+    return FD_OK;
+}
+
+void fd_ssl_free_cycle(fd_cycle_t *cycle)
+{
+    fd_http_server_t *srv;
+
+    for (srv = cycle->servers; srv; srv = srv->next) {
+        ssl_conf_t *sc = srv->ssl;
+        if (sc && sc->ctx) {
+            SSL_CTX_free(sc->ctx);
+            sc->ctx = NULL;
+        }
+    }
+}
+
+/* --- counting --- */
+
+const char *const fd_ssl_failure_names[FD_SSL_FAIL_N] = {
+    [FD_SSL_FAIL_PROTOCOL] = "protocol",
+    [FD_SSL_FAIL_CIPHER] = "no_shared_cipher",
+    [FD_SSL_FAIL_CLIENT_CERT] = "client_certificate",
+    [FD_SSL_FAIL_PLAIN_HTTP] = "plain_http",
+    [FD_SSL_FAIL_CLOSED] = "closed",
+    [FD_SSL_FAIL_TIMEOUT] = "timeout",
+    [FD_SSL_FAIL_OTHER] = "other"};
+
+static void count_failure(unsigned reason)
+{
+    if (fd_stats)
+        fd_stats->ssl_failed[reason]++;
+}
+
+void fd_ssl_handshake_timeout(fd_stream_t *s)
+{
+    (void)s;
+    count_failure(FD_SSL_FAIL_TIMEOUT);
+}
+
+static void count_handshake(SSL *ssl)
+{
+    if (fd_stats == NULL)
+        return;
+    fd_stats->ssl_handshakes++;
+    if (SSL_session_reused(ssl))
+        fd_stats->ssl_resumed++;
+    if (SSL_version(ssl) == TLS1_3_VERSION)
+        fd_stats->ssl_tls13++;
+    else
+        fd_stats->ssl_tls12++;
+}
+
+/* Why a handshake failed, from OpenSSL's error queue. */
+static unsigned failure_reason(int sslerr)
+{
+    unsigned long e = ERR_peek_last_error();
+
+    if (sslerr == SSL_ERROR_SYSCALL || sslerr == SSL_ERROR_ZERO_RETURN)
+        return FD_SSL_FAIL_CLOSED;
+    if (ERR_GET_LIB(e) != ERR_LIB_SSL)
+        return FD_SSL_FAIL_OTHER;
+    switch (ERR_GET_REASON(e)) {
+    case SSL_R_UNSUPPORTED_PROTOCOL:
+    case SSL_R_WRONG_VERSION_NUMBER:
+    case SSL_R_VERSION_TOO_LOW:
+    case SSL_R_UNKNOWN_PROTOCOL:
+    case SSL_R_HTTP_REQUEST:
+    case SSL_R_HTTPS_PROXY_REQUEST:
+        return FD_SSL_FAIL_PROTOCOL;
+    case SSL_R_NO_SHARED_CIPHER:
+    case SSL_R_NO_SHARED_GROUPS:
+    case SSL_R_NO_SUITABLE_SIGNATURE_ALGORITHM:
+        return FD_SSL_FAIL_CIPHER;
+    case SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE:
+    case SSL_R_CERTIFICATE_VERIFY_FAILED:
+        return FD_SSL_FAIL_CLIENT_CERT;
+    case SSL_R_UNEXPECTED_EOF_WHILE_READING:
+        return FD_SSL_FAIL_CLOSED;
+    }
+    return FD_SSL_FAIL_OTHER;
+}
+
+/* --- the transport --- */
+
+static char scratch[SSL_SCRATCH]; /* the worker's: one loop, one user */
+
+/*
+ * A failed SSL call: FD_AGAIN with the flag the wait is for cleared,
+ * 0 at the peer's end of stream (its close_notify, or a plain FIN:
+ * SSL_OP_IGNORE_UNEXPECTED_EOF makes both a clean end, as for TCP), or
+ * FD_ERROR. The error queue is left empty for the next call.
+ */
+static ssize_t tls_fail(fd_stream_t *s, int rc, const char *what)
+{
+    int e = SSL_get_error(s->tls, rc);
+    unsigned long q;
+
+    switch (e) {
+    case SSL_ERROR_WANT_READ:
+        s->readable = 0;
+        return FD_AGAIN;
+    case SSL_ERROR_WANT_WRITE:
+        s->writable = 0;
+        return FD_AGAIN;
+    case SSL_ERROR_ZERO_RETURN:
+        s->eof = 1;
+        return 0;
+    case SSL_ERROR_SYSCALL:
+        if (errno != EPIPE && errno != ECONNRESET && errno != 0)
+            fd_log_error(FD_LOG_INFO, errno, "%s failed", what);
+        break;
+    default:
+        q = ERR_peek_last_error();
+        fd_log_error(FD_LOG_INFO, 0, "%s failed (%s)", what,
+                     ERR_reason_error_string(q) ? ERR_reason_error_string(q)
+                                                : "OpenSSL error");
+        break;
+    }
+    ERR_clear_error();
+    s->error = 1;
+    s->eof = 1;
+    return FD_ERROR;
+}
+
+static ssize_t tls_recv(fd_stream_t *s, char *buf, size_t size)
+{
+    int n = SSL_read(s->tls, buf, (int)fd_min(size, INT_MAX));
+
+    return n > 0 ? n : tls_fail(s, n, "SSL_read()");
+}
+
+static ssize_t tls_write(fd_stream_t *s, const void *p, size_t n)
+{
+    int rc;
+
+    if (n == 0)
+        return 0;
+    rc = SSL_write(s->tls, p, (int)fd_min(n, INT_MAX));
+    if (rc > 0)
+        return rc;
+    rc = (int)tls_fail(s, rc, "SSL_write()");
+    if (rc == 0) { /* the peer closed its side while we write */
+        s->error = 1;
+        return FD_ERROR;
+    }
+    return rc;
+}
+
+/*
+ * Several pieces go as one record from the scratch buffer (pipelined
+ * responses leave in one SSL_write). A retry after FD_AGAIN sees the same
+ * leading bytes (the queue's head stays until bytes are reported sent), at
+ * the same length or more: what SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER asks.
+ * No MSG_MORE through OpenSSL's socket BIO: the record is written as a
+ * whole anyway.
+ */
+static ssize_t tls_send(fd_stream_t *s, const struct iovec *iov, int niov,
+                        int more)
+{
+    size_t n = 0, k;
+    int i;
+
+    (void)more;
+    if (niov == 1 || iov[0].iov_len >= SSL_SCRATCH)
+        return tls_write(s, iov[0].iov_base, iov[0].iov_len);
+    for (i = 0; i < niov && n < SSL_SCRATCH; i++) {
+        k = fd_min(iov[i].iov_len, SSL_SCRATCH - n);
+        memcpy(scratch + n, iov[i].iov_base, k);
+        n += k;
+    }
+    return tls_write(s, scratch, n);
+}
+
+/* No kernel TLS here: read a record's worth and encrypt it. */
+static ssize_t tls_sendfile(fd_stream_t *s, int fd, off_t off, size_t len)
+{
+    ssize_t n = pread(fd, scratch, fd_min(len, SSL_SCRATCH), off);
+
+    if (n <= 0) {
+        if (n < 0)
+            fd_log_error(FD_LOG_ERR, errno, "pread() failed");
+        else
+            fd_log_error(FD_LOG_ERR, 0, "file shrank while sent");
+        s->error = 1;
+        return FD_ERROR;
+    }
+    return tls_write(s, scratch, (size_t)n);
+}
+
+static int tls_handshake(fd_stream_t *s)
+{
+    SSL *ssl = s->tls;
+    unsigned reason;
+    unsigned long q;
+    int rc, e;
+
+    if (SSL_in_before(ssl)) {
+        /* a TLS connection starts with a handshake record (22); a
+         * letter is an HTTP request sent to the wrong port */
+        unsigned char c;
+        ssize_t n = recv(s->ev.fd, &c, 1, MSG_PEEK);
+
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+            s->readable = 0;
+            return FD_AGAIN;
+        }
+        if (n <= 0) {
+            count_failure(FD_SSL_FAIL_CLOSED);
+            s->error = 1;
+            s->eof = 1;
+            return FD_ERROR;
+        }
+        if (c != 0x16 && ((c | 0x20) >= 'a' && (c | 0x20) <= 'z')) {
+            count_failure(FD_SSL_FAIL_PLAIN_HTTP);
+            SSL_free(ssl);
+            s->tls = NULL;
+            s->tp = &fd_transport_tcp;
+            return FD_DECLINED;
+        }
+    }
+    rc = SSL_do_handshake(ssl);
+    if (rc == 1) {
+        count_handshake(ssl);
+        return FD_OK;
+    }
+    e = SSL_get_error(ssl, rc);
+    if (e == SSL_ERROR_WANT_READ) {
+        s->readable = 0;
+        return FD_AGAIN;
+    }
+    if (e == SSL_ERROR_WANT_WRITE) {
+        s->writable = 0;
+        return FD_AGAIN;
+    }
+    reason = failure_reason(e);
+    count_failure(reason);
+    q = ERR_peek_last_error();
+    if (reason != FD_SSL_FAIL_CLOSED)
+        fd_log_error(FD_LOG_INFO, 0, "SSL_do_handshake() failed (%s)",
+                     ERR_reason_error_string(q) ? ERR_reason_error_string(q)
+                                                : "OpenSSL error");
+    ERR_clear_error();
+    s->error = 1;
+    s->eof = 1;
+    return FD_ERROR;
+}
+
+static void tls_close(fd_stream_t *s)
+{
+    SSL *ssl = s->tls;
+
+    if (ssl == NULL)
+        return;
+    /* close_notify once, without waiting for the peer's */
+    if (SSL_is_init_finished(ssl) && !s->error) {
+        SSL_set_quiet_shutdown(ssl, 0);
+        SSL_shutdown(ssl);
+        ERR_clear_error();
+    }
+    SSL_free(ssl);
+    s->tls = NULL;
+}
+
+/* RELEASE_BUFFERS already gives empty buffers back; this is for the
+ * read-ahead one holding nothing but a spent record. */
+static void tls_idle(fd_stream_t *s)
+{
+    if (s->tls)
+        SSL_free_buffers(s->tls);
+}
+
+const fd_transport_t fd_transport_tls = {
+    .name = "tls",
+    .recv = tls_recv,
+    .send = tls_send,
+    .sendfile = tls_sendfile,
+    .handshake = tls_handshake,
+    .close = tls_close,
+    .idle = tls_idle,
+    .short_read_drains = 0,
+};
+
+int fd_ssl_accept(fd_stream_t *s, fd_listening_t *ls)
+{
+    ssl_conf_t *sc = ls->servers[0]->ssl;
+    SSL *ssl = SSL_new(sc->ctx);
+
+    if (ssl == NULL || !SSL_set_fd(ssl, s->ev.fd) ||
+        !SSL_set_ex_data(ssl, ex_listening, ls)) {
+        fd_log_error(FD_LOG_ALERT, 0, "SSL_new() or SSL_set_fd() failed");
+        ERR_clear_error();
+        SSL_free(ssl);
+        return FD_ERROR;
+    }
+    SSL_set_accept_state(ssl);
+    s->tls = ssl;
+    s->tp = &fd_transport_tls;
+    s->et = 1;
+    return FD_OK;
+}
+
+/* --- the connection's facts --- */
+
+static fd_str_t cstr(const char *p)
+{
+    return p ? (fd_str_t){strlen(p), p} : fd_string("");
+}
+
+fd_http_server_t *fd_ssl_server(fd_stream_t *s)
+{
+    return s->tls ? SSL_get_ex_data(s->tls, ex_server) : NULL;
+}
+
+fd_str_t fd_ssl_protocol(fd_stream_t *s)
+{
+    return s->tls ? cstr(SSL_get_version(s->tls)) : fd_string("");
+}
+
+fd_str_t fd_ssl_cipher(fd_stream_t *s)
+{
+    return s->tls ? cstr(SSL_get_cipher_name(s->tls)) : fd_string("");
+}
+
+fd_str_t fd_ssl_server_name(fd_stream_t *s)
+{
+    return s->tls ? cstr(SSL_get_servername(s->tls,
+                                            TLSEXT_NAMETYPE_host_name))
+                  : fd_string("");
+}
+
+int fd_ssl_session_reused(fd_stream_t *s)
+{
+    return s->tls ? SSL_session_reused(s->tls) : 0;
+}
+
+static fd_str_t pool_str(fd_pool_t *pool, const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = b ? strlen(b) : 0;
+    char *p = fd_pnalloc(pool, la + lb + 1);
+
+    if (p == NULL)
+        return fd_string("");
+    memcpy(p, a, la);
+    if (lb)
+        memcpy(p + la, b, lb);
+    p[la + lb] = '\0';
+    return (fd_str_t){la + lb, p};
+}
+
+fd_str_t fd_ssl_client_verify(fd_stream_t *s, fd_pool_t *pool)
+{
+    long rc;
+
+    if (s->tls == NULL || SSL_get0_peer_certificate(s->tls) == NULL)
+        return fd_string("NONE");
+    rc = SSL_get_verify_result(s->tls);
+    if (rc == X509_V_OK)
+        return fd_string("SUCCESS");
+    return pool_str(pool, "FAILED:", X509_verify_cert_error_string(rc));
+}
+
+fd_str_t fd_ssl_client_s_dn(fd_stream_t *s, fd_pool_t *pool)
+{
+    X509 *x = s->tls ? SSL_get0_peer_certificate(s->tls) : NULL;
+    BIO *b;
+    char *p;
+    long n;
+    fd_str_t r = fd_string("");
+
+    if (x == NULL || (b = BIO_new(BIO_s_mem())) == NULL)
+        return r;
+    if (X509_NAME_print_ex(b, X509_get_subject_name(x), 0,
+                           XN_FLAG_RFC2253) >= 0 &&
+        (n = BIO_get_mem_data(b, &p)) > 0) {
+        char *d = fd_pnalloc(pool, (size_t)n);
+        if (d) {
+            memcpy(d, p, (size_t)n);
+            r = (fd_str_t){(size_t)n, d};
+        }
+    }
+    BIO_free(b);
+    ERR_clear_error();
+    return r;
+}
