@@ -3,11 +3,10 @@
  * server built by the master at load, SNI, the session ticket keys every
  * worker shares, and the TLS transport under fd_stream_t.
  *
- * Settings that OpenSSL applies before it has read the SNI name (the
- * protocol versions, the TLS 1.2 cipher list and preference, the session
- * cache, timeout and tickets, the handshake timeout) are those of the
- * address's default server; the certificate, OCSP response and client
- * verification follow the server that SNI chose.
+ * SNI chooses the server at the ClientHello, so its certificates,
+ * protocols, ciphers, tickets and client verification apply; the session
+ * cache and timeout and the handshake timeout are the address's default
+ * server's (OpenSSL keeps sessions in the first context).
  */
 #include <limits.h>
 #include <sched.h>
@@ -206,13 +205,13 @@ const fd_directive_t fd_ssl_server_directives[] = {
     {.name = "ssl_protocols", .type = FD_CONF_CUSTOM, .offset = 0,
      .set = set_protocols, .def = "TLSv1.2 TLSv1.3",
      .doc = "TLSv1.2 and/or TLSv1.3, space-separated (TLSv1 and TLSv1.1 "
-            "are refused). The default server's of an address applies"},
+            "are refused)"},
     {.name = "ssl_ciphers", .type = FD_CONF_CUSTOM,
      .offset = SSL_OFF(ciphers), .set = set_ciphers,
      .def = "ECDHE+AESGCM:ECDHE+CHACHA20",
      .doc = "TLS 1.2 cipher list, OpenSSL syntax (TLS 1.3 suites are "
             "OpenSSL's defaults, all AEAD); the default is forward-secret "
-            "AEAD only. The default server's of an address applies"},
+            "AEAD only"},
     {.name = "ssl_prefer_server_ciphers", .type = FD_CONF_FLAG,
      .offset = SSL_OFF(prefer_server_ciphers), .def = "off",
      .doc = "on: the server's order of ssl_ciphers wins over the "
@@ -225,12 +224,14 @@ const fd_directive_t fd_ssl_server_directives[] = {
     {.name = "ssl_session_timeout", .type = FD_CONF_MSEC,
      .offset = SSL_OFF(session_timeout), .def = "5m", .min = 1000,
      .max = 86400000,
-     .doc = "how long a session (ticket or cache entry) can be resumed"},
+     .doc = "how long a session (ticket or cache entry) can be resumed; "
+            "the default server's of an address applies"},
     {.name = "ssl_session_cache", .type = FD_CONF_CUSTOM,
      .offset = SSL_OFF(session_cache), .set = set_cache, .def = "off",
      .doc = "off, or a server-side session cache of N sessions in each "
             "worker (a client resumes from it only on the worker that "
-            "made its session: tickets are the shared way)"},
+            "made its session: tickets are the shared way); the default "
+            "server's of an address applies"},
     {.name = "ssl_stapling_file", .type = FD_CONF_CUSTOM,
      .offset = SSL_OFF(stapling), .set = set_path,
      .doc = "a DER OCSP response (openssl ocsp -respout) stapled as is to "
@@ -468,34 +469,66 @@ static int ssl_conf_error(char *err, size_t errlen, const char *file,
     return FD_ERROR;
 }
 
-/* SNI: the [server] of this address that the name chooses. */
-static int servername_cb(SSL *ssl, int *ad, void *arg)
+/* The host_name of a server_name extension (RFC 6066 3), or 0. */
+static int sni_name(SSL *ssl, fd_str_t *name)
 {
-    const char *name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
-    fd_listening_t *ls = SSL_get_ex_data(ssl, ex_listening);
-    fd_http_server_t *srv;
-    ssl_conf_t *sc;
-    fd_str_t n;
+    const unsigned char *p;
+    size_t len, n;
 
-    (void)ad;
+    if (!SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_server_name, &p, &len) ||
+        len < 5 || (size_t)(p[0] << 8 | p[1]) != len - 2 ||
+        p[2] != TLSEXT_NAMETYPE_host_name)
+        return 0;
+    n = (size_t)(p[3] << 8 | p[4]);
+    if (n == 0 || n > len - 5)
+        return 0;
+    name->data = (const char *)p + 5;
+    name->len = n;
+    return 1;
+}
+
+/*
+ * SNI: the [server] of this address that the name chooses, and its
+ * context. Done at the ClientHello, before OpenSSL picks the version, the
+ * cipher or a session to resume (whose context must be the chosen
+ * server's: a servername callback would come after that), so the chosen
+ * server's protocols, ciphers and verification apply.
+ */
+static int client_hello_cb(SSL *ssl, int *al, void *arg)
+{
+    fd_listening_t *ls = SSL_get_ex_data(ssl, ex_listening);
+    SSL_CTX *ctx;
+    fd_http_server_t *srv;
+    ssl_conf_t *sc, *cur;
+    fd_str_t name;
+
     (void)arg;
-    if (name == NULL || ls == NULL)
-        return SSL_TLSEXT_ERR_NOACK;
-    n.data = name;
-    n.len = strlen(name);
-    srv = fd_listening_server(ls, n);
-    if (srv == NULL)
-        return SSL_TLSEXT_ERR_OK; /* the default server's certificate */
+    if (ls == NULL || !sni_name(ssl, &name) ||
+        (srv = fd_listening_server(ls, name)) == NULL)
+        return SSL_CLIENT_HELLO_SUCCESS; /* the default server's */
     SSL_set_ex_data(ssl, ex_server, srv);
     sc = srv->ssl;
-    if (sc->ctx != SSL_get_SSL_CTX(ssl)) {
-        SSL_set_SSL_CTX(ssl, sc->ctx);
-        /* verification is per server: SSL_set_SSL_CTX keeps the first
-         * context's on the SSL */
-        SSL_set_verify(ssl, SSL_CTX_get_verify_mode(sc->ctx),
-                       SSL_CTX_get_verify_callback(sc->ctx));
+    ctx = SSL_get_SSL_CTX(ssl);
+    if (sc->ctx == ctx)
+        return SSL_CLIENT_HELLO_SUCCESS;
+    cur = SSL_CTX_get_app_data(ctx);
+    /* SSL_set_SSL_CTX takes the certificates and the session id
+     * context; the rest the SSL copied from the first context at
+     * SSL_new() */
+    if (SSL_set_SSL_CTX(ssl, sc->ctx) == NULL ||
+        !SSL_set_min_proto_version(ssl, sc->min_version) ||
+        !SSL_set_max_proto_version(ssl, sc->max_version) ||
+        (strcmp(cur->ciphers, sc->ciphers) != 0 &&
+         !SSL_set_cipher_list(ssl, sc->ciphers))) {
+        *al = SSL_AD_INTERNAL_ERROR;
+        return SSL_CLIENT_HELLO_ERROR;
     }
-    return SSL_TLSEXT_ERR_OK;
+    SSL_clear_options(ssl,
+                      SSL_get_options(ssl) & ~SSL_CTX_get_options(sc->ctx));
+    SSL_set_options(ssl, SSL_CTX_get_options(sc->ctx));
+    SSL_set_verify(ssl, SSL_CTX_get_verify_mode(sc->ctx),
+                   SSL_CTX_get_verify_callback(sc->ctx));
+    return SSL_CLIENT_HELLO_SUCCESS;
 }
 
 /* HTTP/1.1 is all fastd speaks: say so when the client offers it. */
@@ -712,7 +745,7 @@ static int ctx_build(fd_cycle_t *cycle, fd_http_server_t *srv,
     if (!set_sid_ctx(ctx, srv, sc))
         return ssl_conf_error(err, errlen, srv->file, srv->line,
                               "SSL_CTX_set_session_id_context() failed");
-    SSL_CTX_set_tlsext_servername_callback(ctx, servername_cb);
+    SSL_CTX_set_client_hello_cb(ctx, client_hello_cb, NULL);
     SSL_CTX_set_alpn_select_cb(ctx, alpn_cb, NULL);
 
     if (sc->stapling.n) {
