@@ -167,10 +167,9 @@ typedef struct {
     uint64_t status[6];        /* [1..5]: 1xx..5xx; [0]: other */
     uint64_t bytes_in;
     uint64_t bytes_out;
-    uint64_t ssl_handshakes;   /* completed */
-    uint64_t ssl_resumed;      /* of those, resumed sessions */
-    uint64_t ssl_tls12;        /* completed, by protocol version */
+    uint64_t ssl_tls12;        /* TLS handshakes completed, by version */
     uint64_t ssl_tls13;
+    uint64_t ssl_resumed;      /* of those, resumed sessions */
     uint64_t ssl_failed[FD_SSL_FAIL_N];
     uint64_t alive;            /* 1 while the worker runs */
 } fd_stats_t;

@@ -843,7 +843,6 @@ static void count_handshake(SSL *ssl)
 {
     if (fd_stats == NULL)
         return;
-    fd_stats->ssl_handshakes++;
     if (SSL_session_reused(ssl))
         fd_stats->ssl_resumed++;
     if (SSL_version(ssl) == TLS1_3_VERSION)

@@ -188,6 +188,12 @@ void fd_stats_retire(unsigned i)
     }
     fold(&d->bytes_in, &s->bytes_in);
     fold(&d->bytes_out, &s->bytes_out);
+    fold(&d->ssl_resumed, &s->ssl_resumed);
+    fold(&d->ssl_tls12, &s->ssl_tls12);
+    fold(&d->ssl_tls13, &s->ssl_tls13);
+    for (k = 0; k < FD_SSL_FAIL_N; k++) {
+        fold(&d->ssl_failed[k], &s->ssl_failed[k]);
+    }
 
     for (k = 0; fd_modules[k] != NULL; k++) {
         const fd_module_t *m = fd_modules[k];

@@ -12,9 +12,14 @@
  *     "requests": N,
  *     "responses": {"1xx", "2xx", "3xx", "4xx", "5xx", "other"},
  *     "bytes": {"in": N, "out": N},
+ *     "tls": {"handshakes", "resumed",
+ *             "protocols": {"TLSv1.2", "TLSv1.3"},
+ *             "failures": {"protocol", "no_shared_cipher",
+ *                          "client_certificate", "plain_http", "closed",
+ *                          "timeout", "other"}},
  *     "workers": [{"slot", "pid", "generation", "alive", "uptime_s",
  *                  "connections": {...}, "requests",
- *                  "responses": {...}, "bytes": {...},
+ *                  "responses": {...}, "bytes": {...}, "tls": {...},
  *                  "modules": {...}}],
  *     "modules": {GROUP: [{LABEL: "value", ..., FIELD: N, ...}]}
  *   }
@@ -32,6 +37,7 @@
 
 #include "fd_core.h"
 #include "fd_http.h"
+#include "fd_ssl.h"
 #include "fd_status.h"
 
 static const char *const classes[6] = {"other", "1xx", "2xx",
@@ -83,6 +89,24 @@ static void core_metrics(fd_status_t *st, const fd_stats_t *s, int alive)
                       s->bytes_in);
     fd_status_counter(st, "sent_bytes", "Bytes written to clients.", NULL,
                       s->bytes_out);
+    fd_status_counter(st, "tls_handshakes",
+                      "TLS handshakes completed, by protocol version.",
+                      "protocol=\"TLSv1.2\"", s->ssl_tls12);
+    fd_status_counter(st, "tls_handshakes",
+                      "TLS handshakes completed, by protocol version.",
+                      "protocol=\"TLSv1.3\"", s->ssl_tls13);
+    fd_status_counter(st, "tls_resumed",
+                      "TLS handshakes that resumed a session.", NULL,
+                      s->ssl_resumed);
+    for (k = 0; k < FD_SSL_FAIL_N; k++) {
+        char label[64];
+
+        snprintf(label, sizeof(label), "reason=\"%s\"",
+                 fd_ssl_failure_names[k]);
+        fd_status_counter(st, "tls_failures",
+                          "TLS handshakes that failed, by reason.", label,
+                          s->ssl_failed[k]);
+    }
     st->core = 0;
 }
 
@@ -100,6 +124,12 @@ static void add_stats(fd_stats_t *d, const fd_stats_t *s, int counters,
         }
         d->bytes_in += s->bytes_in;
         d->bytes_out += s->bytes_out;
+        d->ssl_resumed += s->ssl_resumed;
+        d->ssl_tls12 += s->ssl_tls12;
+        d->ssl_tls13 += s->ssl_tls13;
+        for (k = 0; k < FD_SSL_FAIL_N; k++) {
+            d->ssl_failed[k] += s->ssl_failed[k];
+        }
     }
     if (gauges) {
         d->conn_active += s->conn_active;
@@ -256,6 +286,23 @@ static void json_stats(json_w_t *w, const fd_stats_t *s)
     jw_open(w, '{');
     jw_uint(w, "in", s->bytes_in);
     jw_uint(w, "out", s->bytes_out);
+    jw_close(w, '}');
+
+    jw_key(w, "tls");
+    jw_open(w, '{');
+    jw_uint(w, "handshakes", s->ssl_tls12 + s->ssl_tls13);
+    jw_uint(w, "resumed", s->ssl_resumed);
+    jw_key(w, "protocols");
+    jw_open(w, '{');
+    jw_uint(w, "TLSv1.2", s->ssl_tls12);
+    jw_uint(w, "TLSv1.3", s->ssl_tls13);
+    jw_close(w, '}');
+    jw_key(w, "failures");
+    jw_open(w, '{');
+    for (k = 0; k < FD_SSL_FAIL_N; k++) {
+        jw_uint(w, fd_ssl_failure_names[k], s->ssl_failed[k]);
+    }
+    jw_close(w, '}');
     jw_close(w, '}');
 }
 

@@ -377,7 +377,6 @@ static void test_connections(fd_cycle_t *cy)
     conn_close();
     (void)r;
 
-    is_int(stats.ssl_handshakes, 3, "3 handshakes counted");
     is_int(stats.ssl_resumed, 1, "1 resumed");
     is_int(stats.ssl_tls13, 3, "all TLSv1.3");
     is_int(stats.ssl_failed[FD_SSL_FAIL_PLAIN_HTTP], 1, "1 plain HTTP");
