@@ -575,6 +575,15 @@ static int verify_optional(int ok, X509_STORE_CTX *x)
     return 1;
 }
 
+/* OpenSSL's own verdict. Set rather than left NULL: SSL_set_verify() with
+ * a NULL callback keeps the SSL's, and SNI may come from an optional
+ * server to one that requires a certificate. */
+static int verify_strict(int ok, X509_STORE_CTX *x)
+{
+    (void)x;
+    return ok;
+}
+
 static int load_ocsp(fd_cycle_t *cycle, ssl_conf_t *sc, char *err,
                      size_t errlen)
 {
@@ -766,12 +775,13 @@ static int ctx_build(fd_cycle_t *cycle, fd_http_server_t *srv,
                                   "loaded", p->path);
         SSL_CTX_set_client_CA_list(ctx, names);
     }
-    if (sc->verify == VERIFY_ON)
-        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER |
-                                    SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
-                           NULL);
-    else if (sc->verify == VERIFY_OPTIONAL)
-        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, verify_optional);
+    SSL_CTX_set_verify(ctx,
+                       sc->verify == VERIFY_ON
+                           ? SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT
+                       : sc->verify == VERIFY_OPTIONAL ? SSL_VERIFY_PEER
+                                                       : SSL_VERIFY_NONE,
+                       sc->verify == VERIFY_OPTIONAL ? verify_optional
+                                                     : verify_strict);
     return FD_OK;
 }
 

@@ -388,6 +388,75 @@ static void test_connections(fd_cycle_t *cy)
     SSL_CTX_free(cli_ctx);
 }
 
+/* Client certificates: a.crt is its own CA; b.crt is not trusted */
+static void test_client_certs(void)
+{
+    char err[1200], text[4096];
+    fd_stats_t stats = {0};
+    fd_cycle_t *cy;
+    fd_listening_t *ls;
+    fd_str_t v;
+
+    snprintf(text, sizeof(text),
+             CONF_HEAD "[server]\nlisten = 127.0.0.1:1 ssl\n"
+             "ssl_certificate = %s/a.crt\nssl_certificate_key = %s/a.key\n"
+             "ssl_client_certificate = %s/a.crt\n"
+             "ssl_verify_client = optional\n"
+             "[server]\nlisten = 127.0.0.1:1 ssl\nserver_name = on.test\n"
+             "ssl_certificate = %s/a.crt\nssl_certificate_key = %s/a.key\n"
+             "ssl_client_certificate = %s/a.crt\nssl_verify_client = on\n",
+             dir, dir, dir, dir, dir, dir);
+    cy = load(text, err);
+    if (!ok(cy != NULL, "ssl_verify_client optional and on load"))
+        diag("%s", err);
+    if (cy == NULL)
+        return;
+    ls = cy->listening;
+    fd_stats = &stats;
+    cli_ctx = SSL_CTX_new(TLS_client_method());
+
+    conn_open(ls, NULL, NULL);
+    is_int(handshake(), FD_OK, "optional: no certificate, handshake done");
+    ok(fd_str_eq_lit(fd_ssl_client_verify(&srv_s, cy->pool), "NONE"),
+       "optional, none sent: NONE");
+    conn_close();
+
+    SSL_CTX_use_certificate_file(cli_ctx, path_of("a.crt"), SSL_FILETYPE_PEM);
+    SSL_CTX_use_PrivateKey_file(cli_ctx, path_of("a.key"), SSL_FILETYPE_PEM);
+    conn_open(ls, NULL, NULL);
+    is_int(handshake(), FD_OK, "optional: a trusted certificate");
+    ok(fd_str_eq_lit(fd_ssl_client_verify(&srv_s, cy->pool), "SUCCESS"),
+       "$ssl_client_verify SUCCESS");
+    v = fd_ssl_client_s_dn(&srv_s, cy->pool);
+    ok(fd_str_eq_lit(v, "CN=a.test"), "$ssl_client_s_dn CN=a.test");
+    conn_close();
+
+    SSL_CTX_use_certificate_file(cli_ctx, path_of("b.crt"), SSL_FILETYPE_PEM);
+    SSL_CTX_use_PrivateKey_file(cli_ctx, path_of("b.key"), SSL_FILETYPE_PEM);
+    conn_open(ls, NULL, NULL);
+    is_int(handshake(), FD_OK, "optional: an untrusted certificate");
+    v = fd_ssl_client_verify(&srv_s, cy->pool);
+    ok(v.len > 7 && memcmp(v.data, "FAILED:", 7) == 0,
+       "$ssl_client_verify FAILED:reason");
+    conn_close();
+
+    /* on: the SNI server that requires one refuses the untrusted one */
+    conn_open(ls, "on.test", NULL);
+    is_int(handshake(), FD_ERROR, "on: an untrusted certificate fails");
+    conn_close();
+    SSL_CTX_free(cli_ctx);
+    cli_ctx = SSL_CTX_new(TLS_client_method());
+    conn_open(ls, "on.test", NULL);
+    is_int(handshake(), FD_ERROR, "on: no certificate fails");
+    conn_close();
+    is_int(stats.ssl_failed[FD_SSL_FAIL_CLIENT_CERT], 2,
+           "both counted as client_certificate");
+
+    fd_stats = NULL;
+    SSL_CTX_free(cli_ctx);
+    fd_cycle_free(cy);
+}
+
 int main(void)
 {
     char err[1200];
@@ -408,6 +477,7 @@ int main(void)
         test_connections(cy);
         fd_cycle_free(cy);
     }
+    test_client_certs();
 
     {
         char cmd[300];
