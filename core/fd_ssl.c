@@ -172,20 +172,25 @@ static int set_verify(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     return FD_OK;
 }
 
-/* Checked where it is read: a list that selects nothing is an error. */
+/* Checked where it is read: a list that selects nothing is an error (the
+ * default, set for every server, is known to select some). */
 static int set_ciphers(fd_conf_t *cf, const fd_directive_t *d, void *conf,
                        const char *v)
 {
-    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    SSL_CTX *ctx;
     int ok;
 
-    if (ctx == NULL)
-        return fd_conf_error(cf, "SSL_CTX_new() failed");
-    ok = SSL_CTX_set_cipher_list(ctx, v);
-    SSL_CTX_free(ctx);
-    ERR_clear_error();
-    if (!ok)
-        return fd_conf_error(cf, "ssl_ciphers \"%s\" selects no cipher", v);
+    if (v != d->def) {
+        ctx = SSL_CTX_new(TLS_server_method());
+        if (ctx == NULL)
+            return fd_conf_error(cf, "SSL_CTX_new() failed");
+        ok = SSL_CTX_set_cipher_list(ctx, v);
+        SSL_CTX_free(ctx);
+        ERR_clear_error();
+        if (!ok)
+            return fd_conf_error(cf, "ssl_ciphers \"%s\" selects no cipher",
+                                 v);
+    }
     *(char **)((char *)conf + d->offset) = fd_pstrdup(cf->pool, v, strlen(v));
     return FD_OK;
 }
@@ -1064,7 +1069,6 @@ static void tls_close(fd_stream_t *s)
         return;
     /* close_notify once, without waiting for the peer's */
     if (SSL_is_init_finished(ssl) && !s->error) {
-        SSL_set_quiet_shutdown(ssl, 0);
         SSL_shutdown(ssl);
         ERR_clear_error();
     }
