@@ -26,6 +26,7 @@
 #include "fd_connection.h"
 #include "fd_http.h"
 #include "fd_offload.h"
+#include "fd_sendq.h"
 
 #define OUT_HIGH_WATER (64 * 1024)   /* stop producing above it */
 /* a complete body through a body filter goes in pieces of at most this,
@@ -113,6 +114,17 @@ static void conn_register(fd_connection_t *c)
     c->s.registered = 1;
 }
 
+static void http_event(fd_event_t *ev, uint32_t events);
+
+/* A batched send left (fd_outq_t): go on as after a writable event. */
+static void http_sent(fd_outq_t *q)
+{
+    fd_http_conn_t *h = (fd_http_conn_t *)((char *)q -
+                                           offsetof(fd_http_conn_t, out));
+
+    http_event(&h->c->s.ev, 0);
+}
+
 static fd_http_conn_t *hc_free;
 static unsigned hc_nfree;
 
@@ -155,6 +167,8 @@ static fd_http_conn_t *hc_get(fd_connection_t *c)
         }
         h->resume.handler = resume_handler;
         fd_outq_init(&h->out);
+        if (fd_sendq_active())
+            h->out.sent = http_sent;
     }
     h->rbuf = fd_block_get(&fd_worker->rbufs);
     if (h->rbuf == NULL) {
@@ -241,7 +255,9 @@ static int http_flush(fd_connection_t *c)
     int in = c->s.lt_noin ? (c->s.lt_hup ? LT_HUP : LT_NONE) : LT_IN;
 
     if (rc == FD_AGAIN) {
-        lt_interest(c, in, 1);
+        /* a full socket waits for EPOLLOUT; a batched send for the end of
+         * the turn (http_sent) */
+        lt_interest(c, in, !fd_outq_batched(&c->h->out));
         fd_connection_set_timeout(c, fd_worker->cycle->http.send_timeout);
     } else if (rc == FD_OK) {
         lt_interest(c, in, 0);
@@ -1590,8 +1606,6 @@ int fd_http_detach(fd_request_t *r, char *buf, size_t size, size_t *n,
 }
 
 /* --- the connection state machine --- */
-
-static void http_event(fd_event_t *ev, uint32_t events);
 
 /* The transport is ready: read the first request. */
 static void http_start(fd_connection_t *c)

@@ -141,10 +141,13 @@ struct fd_outseg_s {
 
 enum { SEG_BUF, SEG_FILE, SEG_MEM };
 
+static void outq_sent(fd_sendop_t *op);
+
 void fd_outq_init(fd_outq_t *q)
 {
     memset(q, 0, sizeof(*q));
     q->last = &q->segs;
+    q->op.handler = outq_sent;
 }
 
 static fd_outseg_t *seg_new(fd_outq_t *q, int kind)
@@ -174,7 +177,48 @@ static void buf_put(fd_outq_t *q)
     q->cap = q->head = q->tail = 0;
 }
 
+static int outq_batch(fd_outq_t *q, fd_stream_t *st, const struct iovec *iov,
+                      int niov);
+
+/*
+ * A batched send points into buf: before buf moves, it leaves the batch,
+ * and joins it again (at the end) with the new addresses. It has not been
+ * submitted yet: the batch is made at the end of the turn.
+ */
+static void outq_rebatch(fd_outq_t *q)
+{
+    struct iovec iov[2];
+    fd_outseg_t *s;
+    int niov = 0;
+
+    for (s = q->segs; s && niov < 2; s = s->next) {
+        if (s->kind == SEG_FILE)
+            return; /* not batched: the caller's flush sends it */
+        iov[niov].iov_base = (void *)(s->kind == SEG_BUF ? q->buf + s->off
+                                                         : s->mem);
+        iov[niov++].iov_len = s->len;
+    }
+    if (niov && s == NULL)
+        outq_batch(q, q->stream, iov, niov);
+}
+
+static char *outq_move(fd_outq_t *q, size_t n);
+
 char *fd_outq_reserve(fd_outq_t *q, size_t n)
+{
+    if (q->buf && q->tail + n <= q->cap)
+        return q->buf + q->tail;
+    if (q->op.slot) {
+        char *p;
+        fd_sendq_cancel(&q->op);
+        p = outq_move(q, n);
+        outq_rebatch(q);
+        return p;
+    }
+    return outq_move(q, n);
+}
+
+static char *outq_move(fd_outq_t *q, size_t n)
 {
     if (q->buf == NULL) {
         q->buf = fd_block_get(&fd_worker->wbufs);
@@ -303,8 +347,68 @@ static void seg_done(fd_outq_t *q)
     q->free = s;
 }
 
+/* n bytes have left: drop them from the front. */
+static void outq_consume(fd_outq_t *q, size_t n)
+{
+    fd_stats->bytes_out += (uint64_t)n;
+    q->bytes -= n;
+    while (n > 0 && q->segs) {
+        fd_outseg_t *s = q->segs;
+        if (n < s->len) {
+            s->off += n;
+            s->mem += s->kind == SEG_MEM ? n : 0;
+            s->len -= n;
+            if (s->kind == SEG_BUF)
+                q->head = s->off;
+            break;
+        }
+        n -= s->len;
+        if (s->kind == SEG_BUF)
+            q->head = s->off + s->len;
+        seg_done(q);
+    }
+}
+
+static void outq_sent(fd_sendop_t *op)
+{
+    fd_outq_t *q = (fd_outq_t *)((char *)op - offsetof(fd_outq_t, op));
+    fd_stream_t *st = q->stream;
+
+    if (op->res >= 0) {
+        size_t asked = op->iov[0].iov_len +
+                       (op->niov == 2 ? op->iov[1].iov_len : 0);
+        if ((size_t)op->res < asked)
+            st->writable = 0; /* full: the rest waits for EPOLLOUT */
+        outq_consume(q, (size_t)op->res);
+    } else if (op->res == -EAGAIN) {
+        st->writable = 0; /* the next flush writes itself and waits */
+    } else {
+        if (op->res != -EPIPE && op->res != -ECONNRESET)
+            fd_log_error(FD_LOG_INFO, (int)-op->res, "send() failed");
+        st->error = 1;
+    }
+    q->sent(q);
+}
+
+/* The first bytes into the turn's batch: FD_OK when queued. */
+static int outq_batch(fd_outq_t *q, fd_stream_t *st, const struct iovec *iov,
+                      int niov)
+{
+    if (niov > 2 || !st->writable || st->tp != &fd_transport_tcp)
+        return FD_DECLINED;
+    q->op.fd = st->ev.fd;
+    q->op.niov = niov;
+    q->op.iov[0] = iov[0];
+    if (niov == 2)
+        q->op.iov[1] = iov[1];
+    q->stream = st;
+    return fd_sendq_add(&q->op);
+}
+
 int fd_outq_flush(fd_outq_t *q, fd_stream_t *st)
 {
+    if (q->op.slot)
+        return FD_AGAIN; /* in the batch: ->sent() follows */
     while (q->segs) {
         fd_outseg_t *s = q->segs;
         ssize_t n;
@@ -323,27 +427,13 @@ int fd_outq_flush(fd_outq_t *q, fd_stream_t *st)
                 iov[niov].iov_len = t->len;
                 niov++;
             }
+            if (q->sent && t == NULL && outq_batch(q, st, iov, niov) == FD_OK)
+                return FD_AGAIN;
             n = fd_stream_send(st, iov, niov, t && t->kind == SEG_FILE);
         }
         if (n < 0)
             return (int)n;
-        fd_stats->bytes_out += (uint64_t)n;
-        q->bytes -= (size_t)n;
-        while (n > 0 && q->segs) {
-            s = q->segs;
-            if ((size_t)n < s->len) {
-                s->off += (size_t)n;
-                s->mem += s->kind == SEG_MEM ? n : 0;
-                s->len -= (size_t)n;
-                if (s->kind == SEG_BUF)
-                    q->head = s->off;
-                break;
-            }
-            n -= (ssize_t)s->len;
-            if (s->kind == SEG_BUF)
-                q->head = s->off + s->len;
-            seg_done(q);
-        }
+        outq_consume(q, (size_t)n);
     }
     return FD_OK;
 }
@@ -352,6 +442,7 @@ void fd_outq_clear(fd_outq_t *q)
 {
     fd_outseg_t *s, *sn;
 
+    fd_sendq_cancel(&q->op); /* its buffers go now */
     /* unsent segments join the free ones: a keep-alive request then
      * costs no malloc for its segments */
     for (s = q->segs; s; s = sn) {

@@ -6,6 +6,7 @@
 
 #include "fd_core.h"
 #include "fd_event.h"
+#include "fd_sendq.h"
 
 /*
  * A stream: one socket's event, deadline, readiness flags and transport.
@@ -106,12 +107,23 @@ void fd_stream_events(fd_stream_t *s, uint32_t events);
  * is something to send: an idle connection has none.
  */
 typedef struct fd_outseg_s fd_outseg_t;
-typedef struct {
+typedef struct fd_outq_s fd_outq_t;
+struct fd_outq_s {
     char *buf;                 /* copied bytes */
     size_t cap, head, tail;
     fd_outseg_t *segs, **last, *free;
     size_t bytes;              /* queued, not yet sent */
-} fd_outq_t;
+    /*
+     * Batched sends ([events] batch_sends, fd_sendq.h): with ->sent set,
+     * a flush over plain TCP queues its first bytes in the loop turn's
+     * batch (one io_uring_enter for all of them) and returns FD_AGAIN;
+     * ->sent(q) runs when they have left, and the owner goes on as after
+     * a writable event.
+     */
+    void (*sent)(fd_outq_t *q);
+    fd_stream_t *stream;       /* of the batched send */
+    fd_sendop_t op;
+};
 
 void fd_outq_init(fd_outq_t *q);
 /* Room for n more copied bytes: write there, then fd_outq_commit(). */
@@ -122,10 +134,12 @@ int fd_outq_append(fd_outq_t *q, const void *data, size_t n);
 int fd_outq_mem(fd_outq_t *q, const void *data, size_t n);
 int fd_outq_file(fd_outq_t *q, int fd, off_t off, size_t n);
 static inline int fd_outq_empty(const fd_outq_t *q) { return q->segs == NULL; }
+static inline int fd_outq_batched(const fd_outq_t *q) { return q->op.slot != 0; }
 /* Everything queued is copied bytes: nothing points into the caller's
  * memory (its pool may be reused). */
 int fd_outq_copied(const fd_outq_t *q);
-/* Send what is queued: FD_OK when empty, FD_AGAIN, FD_ERROR. */
+/* Send what is queued: FD_OK when empty, FD_AGAIN (the socket is full,
+ * or the bytes wait in the turn's batch: fd_outq_batched()), FD_ERROR. */
 int fd_outq_flush(fd_outq_t *q, fd_stream_t *s);
 /* Drop what is queued and give the buffer back; segments are kept. */
 void fd_outq_clear(fd_outq_t *q);

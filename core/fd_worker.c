@@ -375,6 +375,7 @@ static void accept_handler(fd_event_t *ev, uint32_t events)
         c->s.ev.fd = fd;
         c->s.tp = &fd_transport_tcp;
         c->s.et = w->cycle->events.edge_triggered != 0;
+        c->s.writable = 1; /* a new socket takes output */
         c->s.timer.handler = conn_timer;
         c->ls_index = (uint16_t)ls->index;
         c->id = ++conn_ids;
