@@ -27,6 +27,7 @@
 #include "fd_http.h"
 #include "fd_offload.h"
 #include "fd_sendq.h"
+#include "fd_ssl.h"
 
 #define OUT_HIGH_WATER (64 * 1024)   /* stop producing above it */
 /* a complete body through a body filter goes in pieces of at most this,
@@ -629,6 +630,66 @@ int fd_http_error_page(fd_request_t *r, int status)
     return error_page(r, status, NULL);
 }
 
+/* --- connection variables --- */
+
+enum {
+    CV_SCHEME = 1, CV_HTTPS, CV_SSL_PROTOCOL, CV_SSL_CIPHER,
+    CV_SSL_SERVER_NAME, CV_SSL_SESSION_REUSED, CV_SSL_CLIENT_VERIFY,
+    CV_SSL_CLIENT_S_DN
+};
+
+static const struct {
+    const char *name;
+    int id;
+} conn_vars[] = {
+    {"scheme", CV_SCHEME},
+    {"https", CV_HTTPS},
+    {"ssl_protocol", CV_SSL_PROTOCOL},
+    {"ssl_cipher", CV_SSL_CIPHER},
+    {"ssl_server_name", CV_SSL_SERVER_NAME},
+    {"ssl_session_reused", CV_SSL_SESSION_REUSED},
+    {"ssl_client_verify", CV_SSL_CLIENT_VERIFY},
+    {"ssl_client_s_dn", CV_SSL_CLIENT_S_DN},
+};
+
+int fd_http_conn_var_id(const char *name, size_t len)
+{
+    unsigned i;
+
+    for (i = 0; i < fd_nelems(conn_vars); i++)
+        if (strlen(conn_vars[i].name) == len &&
+            memcmp(conn_vars[i].name, name, len) == 0)
+            return conn_vars[i].id;
+    return 0;
+}
+
+fd_str_t fd_http_conn_var(fd_request_t *r, int id)
+{
+    fd_stream_t *s = &r->c->s;
+
+    if (id == CV_SCHEME)
+        return s->tls ? fd_string("https") : fd_string("http");
+    if (s->tls == NULL)
+        return fd_null_string;
+    switch (id) {
+    case CV_HTTPS:
+        return fd_string("on");
+    case CV_SSL_PROTOCOL:
+        return fd_ssl_protocol(s);
+    case CV_SSL_CIPHER:
+        return fd_ssl_cipher(s);
+    case CV_SSL_SERVER_NAME:
+        return fd_ssl_server_name(s);
+    case CV_SSL_SESSION_REUSED:
+        return fd_ssl_session_reused(s) ? fd_string("r") : fd_string(".");
+    case CV_SSL_CLIENT_VERIFY:
+        return fd_ssl_client_verify(s, r->pool);
+    case CV_SSL_CLIENT_S_DN:
+        return fd_ssl_client_s_dn(s, r->pool);
+    }
+    return fd_null_string;
+}
+
 /* --- requests --- */
 
 static fd_request_t *request_new(fd_connection_t *c)
@@ -671,14 +732,24 @@ static void request_fail(fd_request_t *r, int status)
     request_finalize(r, status);
 }
 
-static fd_http_server_t *find_server(fd_request_t *r)
+/*
+ * The [server] for the request: by Host among those on the address, or
+ * the address's default. Over TLS the client's SNI name chose a server at
+ * the handshake (its certificate, its protocols): a Host with no server
+ * of its own stays there, and one that names another server gets 421
+ * (RFC 9110, 7.4: this connection is not authoritative for it).
+ */
+static fd_http_server_t *find_server(fd_request_t *r, int *misdirected)
 {
     fd_listening_t *ls = fd_conn_listening(r->c);
+    fd_http_server_t *sni = r->c->s.tls ? fd_ssl_server(&r->c->s) : NULL;
+    fd_http_server_t *s;
     fd_str_t host = r->in.host;
-    unsigned i, j;
+    unsigned i;
 
-    if (ls->nservers == 1 || host.len == 0)
-        return ls->servers[0];
+    *misdirected = 0;
+    if (host.len == 0 || (ls->nservers == 1 && sni == NULL))
+        return sni ? sni : ls->servers[0];
     /* strip the port; IPv6 literals keep their brackets. The parser
      * checked the grammar and dropped a trailing dot (fd_http_parse_host) */
     for (i = host.len; i > 0; i--) {
@@ -689,23 +760,12 @@ static fd_http_server_t *find_server(fd_request_t *r)
         if (host.data[i - 1] < '0' || host.data[i - 1] > '9')
             break;
     }
-    for (i = 0; i < ls->nservers; i++) {
-        fd_http_server_t *s = ls->servers[i];
-        for (j = 0; j < s->names.n; j++) {
-            const char *n = s->names.items[j];
-            size_t nl = strlen(n);
-            if (fd_str_caseeq(host, n, nl))
-                return s;
-            if (n[0] == '*' && n[1] == '.' && host.len > nl - 1 &&
-                strncasecmp(host.data + host.len - (nl - 1), n + 1,
-                            nl - 1) == 0)
-                return s;
-            if (nl > 2 && n[nl - 1] == '*' && n[nl - 2] == '.' &&
-                host.len > nl - 1 && strncasecmp(host.data, n, nl - 1) == 0)
-                return s;
-        }
+    s = fd_listening_server(ls, host);
+    if (sni && s && s != sni) {
+        *misdirected = 1;
+        return sni;
     }
-    return ls->servers[0];
+    return s ? s : sni ? sni : ls->servers[0];
 }
 
 fd_http_loc_t *fd_http_find_location(fd_request_t *r)
@@ -765,6 +825,7 @@ static void request_start(fd_request_t *r)
     fd_http_conf_t *hc = &fd_worker->cycle->http;
     char *path;
     size_t plen;
+    int misdirected;
 
     fd_stats->requests++;
     r->body_rest = r->in.chunked ? -1 : fd_max(r->in.content_length, 0);
@@ -775,13 +836,20 @@ static void request_start(fd_request_t *r)
         fd_worker->quitting)
         r->keepalive = 0;
     r->header_only = r->in.method_id == FD_HTTP_HEAD;
-    r->server = find_server(r);
+    r->server = find_server(r, &misdirected);
     if (c->plain_on_tls) {
         fd_log_error(FD_LOG_INFO, 0, "client sent plain HTTP request to "
                      "HTTPS port");
         r->keepalive = 0;
         error_page(r, 400, "The plain HTTP request was sent to HTTPS port");
         request_finalize(r, FD_OK);
+        return;
+    }
+    if (misdirected) {
+        fd_log_error(FD_LOG_INFO, 0, "client sent Host \"%.*s\" on a TLS "
+                     "connection for another server",
+                     (int)fd_min(r->in.host.len, 256), r->in.host.data);
+        request_fail(r, 421);
         return;
     }
     if (r->server->max_conns_per_ip &&
@@ -1651,7 +1719,7 @@ static void http_init(fd_connection_t *c)
     }
     c->s.ev.handler = handshake_event;
     fd_connection_set_state(c, FD_CONN_READING);
-    fd_connection_set_timeout(c, fd_worker->cycle->http.header_timeout);
+    fd_connection_set_timeout(c, fd_conn_listening(c)->ssl_handshake_timeout);
     c->s.readable = 1;
     c->s.writable = 1;
     handshake_event(&c->s.ev, 0);
@@ -1968,6 +2036,11 @@ out:
 
 static void http_timeout(fd_connection_t *c)
 {
+    if (!c->s.handshaken && c->s.tls) {
+        fd_ssl_handshake_timeout(&c->s); /* counted, logged at info */
+        fd_connection_close(c);
+        return;
+    }
     switch (c->state) {
     case FD_CONN_READING:
         if (c->h && c->h->r && c->h->rlast > 0) {

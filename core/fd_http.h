@@ -214,6 +214,16 @@ fd_str_t fd_http_status_line(int status);
 /* Resolve "file" relative to the location root; NUL-terminated in pool. */
 fd_str_t fd_http_map_path(fd_request_t *r, fd_str_t uri);
 
+/*
+ * The connection's variables, one table for every module that expands
+ * $names (access_log, rewrite/return): $scheme, $https and the TLS facts.
+ * fd_http_conn_var_id() at load time (0: not one of them), then
+ * fd_http_conn_var() per request ("" when the connection is not TLS;
+ * pool: room for values made on demand, such as the client's DN).
+ */
+int fd_http_conn_var_id(const char *name, size_t len);
+fd_str_t fd_http_conn_var(fd_request_t *r, int id);
+
 /* Routing */
 fd_http_loc_t *fd_http_find_location(fd_request_t *r);
 

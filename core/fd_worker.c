@@ -19,6 +19,7 @@
 #include "fd_module.h"
 #include "fd_offload.h"
 #include "fd_sendq.h"
+#include "fd_ssl.h"
 
 fd_worker_t *fd_worker;
 static fd_worker_t worker;
@@ -396,7 +397,11 @@ static void accept_handler(fd_event_t *ev, uint32_t events)
         fd_stats->conn_accepted++;
         fd_stats->conn_handled++;
         fd_log_conn_id = c->id;
-        ls->proto->init(c);
+        /* the transport, then what it carries */
+        if (ls->ssl && fd_ssl_accept(&c->s, ls) != FD_OK)
+            fd_connection_close(c);
+        else
+            ls->proto->init(c);
         fd_log_conn_id = 0;
         if (w->cycle->events.accept != FD_ACCEPT_REUSEPORT && i >= 8)
             return; /* share a common socket with the other workers */

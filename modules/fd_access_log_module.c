@@ -53,11 +53,11 @@ enum {
     V_ARGS,
     V_METHOD,
     V_REQUEST_URI,
-    V_SCHEME,
     V_SERVER_PROTOCOL,
     V_MSEC,
     V_CONNECTION,
-    V_HTTP_HEADER /* $http_NAME: any request header */
+    V_HTTP_HEADER, /* $http_NAME: any request header */
+    V_CONN         /* fd_http_conn_var(): $scheme, $https, $ssl_* */
 };
 
 static const struct {
@@ -83,7 +83,6 @@ static const struct {
     {"method", V_METHOD, 0},
     {"request_method", V_METHOD, 0},
     {"request_uri", V_REQUEST_URI, 0},
-    {"scheme", V_SCHEME, 0},
     {"server_protocol", V_SERVER_PROTOCOL, 0},
     {"msec", V_MSEC, 1},
     {"connection", V_CONNECTION, 1},
@@ -92,6 +91,7 @@ static const struct {
 typedef struct {
     int var;
     int number;
+    int conn;      /* V_CONN: fd_http_conn_var_id() */
     fd_str_t text; /* literal, JSON key, or header name for $http_* */
 } al_op_t;
 
@@ -183,6 +183,12 @@ static int var_parse(fd_conf_t *cf, al_format_t *f, const char *s,
             return op_add(cf, f, vars[i].id, vars[i].number, name, n);
     if (n > 5 && memcmp(name, "http_", 5) == 0)
         return op_add(cf, f, V_HTTP_HEADER, 0, name, n);
+    if ((i = (unsigned)fd_http_conn_var_id(name, n)) != 0) {
+        if (op_add(cf, f, V_CONN, 0, name, n) != FD_OK)
+            return FD_ERROR;
+        f->ops[f->nops - 1].conn = (int)i;
+        return FD_OK;
+    }
     return fd_conf_error(cf, "log_format: unknown variable \"$%.*s\"",
                          (int)n, name);
 }
@@ -574,8 +580,6 @@ static fd_str_t var_value(fd_request_t *r, const al_op_t *op, char *tmp,
         return r->in.method;
     case V_REQUEST_URI:
         return r->in.target;
-    case V_SCHEME:
-        return fd_string("http");
     case V_SERVER_PROTOCOL:
         if (r->in.method.len == 0)
             return fd_null_string;
@@ -592,6 +596,8 @@ static fd_str_t var_value(fd_request_t *r, const al_op_t *op, char *tmp,
     case V_HTTP_HEADER:
         return fd_http_var_header(r, (fd_str_t){op->text.len - 5,
                                           op->text.data + 5});
+    case V_CONN:
+        return fd_http_conn_var(r, op->conn);
     }
     return fd_null_string;
 }

@@ -35,8 +35,9 @@
 enum { S_LIT, S_CAP, S_NAMED, S_VAR };
 
 enum {
-    V_HOST, V_REQUEST_URI, V_URI, V_ARGS, V_IS_ARGS, V_SCHEME,
-    V_REMOTE_ADDR, V_METHOD, V_HTTP
+    V_HOST, V_REQUEST_URI, V_URI, V_ARGS, V_IS_ARGS,
+    V_REMOTE_ADDR, V_METHOD, V_HTTP,
+    V_CONN /* fd_http_conn_var(): $scheme, $https, $ssl_*; + its id */
 };
 
 static const struct {
@@ -51,7 +52,6 @@ static const struct {
     {"args", V_ARGS, 1},
     {"query_string", V_ARGS, 1},
     {"is_args", V_IS_ARGS, 1},
-    {"scheme", V_SCHEME, 1},
     {"remote_addr", V_REMOTE_ADDR, 1},
     {"request_method", V_METHOD, 1},
     {"method", V_METHOD, 1},
@@ -146,6 +146,7 @@ static const char *script_compile(fd_conf_t *cf, script_t *s,
         size_t n = 0;
         int brace;
         unsigned i;
+        int cv;
 
         if (qmark && *p == '?')
             break;
@@ -185,6 +186,13 @@ static const char *script_compile(fd_conf_t *cf, script_t *s,
                 return NULL;
         } else if (n > 5 && memcmp(name, "http_", 5) == 0) {
             if (sop_add(cf, s, S_VAR, V_HTTP, 0, name + 5, n - 5))
+                return NULL;
+        } else if ((cv = fd_http_conn_var_id(name, n)) != 0) {
+            /* $scheme and $https are URL-safe; a DN or an SNI name is
+             * escaped like any other value */
+            int raw = (n == 6 && memcmp(name, "scheme", 6) == 0) ||
+                      (n == 5 && memcmp(name, "https", 5) == 0);
+            if (sop_add(cf, s, S_VAR, V_CONN + cv, raw, name, n))
                 return NULL;
         } else if (sop_add(cf, s, S_NAMED, 0, 0, name, n)) {
             return NULL; /* a named capture: checked in init_conf */
@@ -465,8 +473,6 @@ static fd_str_t sop_value(fd_request_t *r, rw_ctx_t *x, const sop_t *op,
         return r->in.query;
     case V_IS_ARGS:
         return r->in.query.len ? fd_string("?") : fd_null_string;
-    case V_SCHEME:
-        return fd_string("http");
     case V_REMOTE_ADDR:
         return (fd_str_t){fd_connection_addr_text(r->c, tmp, 64), tmp};
     case V_METHOD:
@@ -474,6 +480,8 @@ static fd_str_t sop_value(fd_request_t *r, rw_ctx_t *x, const sop_t *op,
     case V_HTTP:
         return fd_http_var_header(r, op->text);
     }
+    if (op->n > V_CONN)
+        return fd_http_conn_var(r, op->n - V_CONN);
     return fd_null_string;
 }
 
