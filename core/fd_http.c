@@ -1855,9 +1855,11 @@ static void http_read(fd_connection_t *c)
             h->rlast += (size_t)n;
             fd_stats->bytes_in += (uint64_t)n;
             http_process(c);
-            if ((size_t)n < space && !until_eagain &&
-                c->s.tp->short_read_drains) {
-                /* a short read drained the socket (EPOLLET contract) */
+            if (!until_eagain &&
+                (((size_t)n < space && c->s.tp->short_read_drains) ||
+                 !c->s.readable)) {
+                /* a short read drained the socket (EPOLLET contract;
+                 * the TLS transport knows it from below OpenSSL) */
                 c->s.readable = 0;
                 return;
             }

@@ -47,7 +47,8 @@ typedef struct fd_transport_s {
     void (*idle)(fd_stream_t *s);
     /* recv() leaves no buffered data behind it when it reads less than
      * asked (plain TCP: the socket is drained). TLS may hold decrypted
-     * bytes, so a short read says nothing there. */
+     * bytes, so a short read says nothing there; it clears the stream's
+     * readable flag itself when it knows the socket is empty. */
     unsigned short_read_drains:1;
 } fd_transport_t;
 
@@ -73,6 +74,8 @@ struct fd_stream_s {
                                 * [events] says (TLS: the transport may
                                 * need to read to write, and back) */
     uint8_t handshaken:1;      /* the transport's handshake is done */
+    uint8_t drained:1;         /* the transport's last socket read was
+                                * short: nothing is left in the socket */
 };
 
 static inline ssize_t fd_stream_recv(fd_stream_t *s, char *buf, size_t size)
