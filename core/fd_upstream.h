@@ -1,0 +1,233 @@
+#ifndef FD_UPSTREAM_H
+#define FD_UPSTREAM_H
+
+#include <sys/socket.h>
+
+#include "fd_core.h"
+#include "fd_module.h"
+#include "fd_event.h"
+
+/*
+ * Upstream groups: the servers a request may go to, how one is picked,
+ * which are healthy, and the idle connections kept to them. What a
+ * connection carries (an HTTP request, a tunnel) is its user's business:
+ * the proxy module is one.
+ *
+ *   configuration: an [upstream NAME] section is parsed through
+ *       fd_upstream_directives and fd_upstream_init_section (a module
+ *       names them in its descriptor: it owns the section type), and
+ *       pass = http://HOST:PORT makes an implicit group with
+ *       fd_upstream_implicit(). Servers are resolved at load time; the
+ *       hash ring is built once.
+ *   balancing: smooth weighted round robin, least connections (per
+ *       weight), consistent hashing; backups only when no primary is
+ *       usable. A request's tried set is a bitmap over up->peers.
+ *   passive health: max_fails failures within fail_timeout take a
+ *       server out for fail_timeout; a group's only server never.
+ *   keep-alive pool: idle connections per server, bounded per group
+ *       (least recently used out first), each with its idle timer; an
+ *       idle one that turns readable is closed.
+ *   status: per server counters in the worker's stats slot (the owning
+ *       module's shm area), reported by fd_upstream_status().
+ *
+ * Everything runs on the worker's loop thread. The configuration's
+ * fields marked "per worker" are written by each worker in its own copy.
+ */
+
+enum { FD_UPSTREAM_RR, FD_UPSTREAM_LEAST_CONN, FD_UPSTREAM_HASH };
+/* balance = hash: what the key is (the user computes it) */
+enum {
+    FD_UPSTREAM_KEY_REMOTE_ADDR,
+    FD_UPSTREAM_KEY_URI,
+    FD_UPSTREAM_KEY_REQUEST_URI,
+    FD_UPSTREAM_KEY_HOST,
+    FD_UPSTREAM_KEY_HEADER
+};
+
+typedef struct fd_upstream_s fd_upstream_t;
+typedef struct fd_upstream_peer_s fd_upstream_peer_t;
+typedef struct fd_upstream_conn_s fd_upstream_conn_t;
+
+struct fd_upstream_peer_s {
+    char *name;                /* "127.0.0.1:3000", "[::1]:80", "unix:/x" */
+    struct sockaddr_storage sa;
+    socklen_t salen;
+    fd_int_t weight;
+    fd_int_t max_fails;
+    fd_msec_t fail_timeout;
+    unsigned backup:1;
+    unsigned down:1;
+    unsigned index;            /* in up->peers */
+    int shm;                   /* status entry, -1: none */
+    fd_upstream_t *up;
+    /* per worker */
+    int64_t current;           /* smooth weighted round robin */
+    unsigned fails;            /* in the current fail_timeout window */
+    fd_msec_t checked;         /* time of the last failure */
+    unsigned active;           /* requests (and tunnels) using it */
+    fd_upstream_conn_t *idle;  /* keep-alive connections, newest first */
+};
+
+typedef struct {
+    uint32_t point;
+    fd_upstream_peer_t *peer;
+} fd_upstream_point_t;
+
+struct fd_upstream_s {
+    /* keys of [upstream NAME] */
+    fd_conf_list_t server;
+    int balance;
+    char *hash_key;
+    fd_int_t keepalive;
+    fd_msec_t keepalive_timeout;
+    fd_int_t keepalive_requests;
+
+    char *name;
+    const char *file;
+    int line;
+    fd_upstream_peer_t *peers;
+    unsigned npeers;
+    fd_upstream_point_t *ring;
+    unsigned nring;
+    int key;                   /* FD_UPSTREAM_KEY_* */
+    fd_str_t key_header;       /* $http_x_y: "x-y" */
+    fd_upstream_t *next_implicit; /* pass = http://host:port/ groups */
+    char *implicit_opts;       /* ... and the options pass gave them */
+
+    /* per worker: every idle connection, newest first (eviction order) */
+    fd_upstream_conn_t *lru_head, *lru_tail;
+    unsigned nidle;
+};
+
+/* --- configuration --- */
+
+/* The keys of an [upstream NAME] section (conf: an fd_upstream_t). */
+extern const fd_directive_t fd_upstream_directives[];
+int fd_upstream_init_section(fd_conf_t *cf, const char *name, void *conf);
+/* pass = http://HOST:PORT [max_fails=N] [fail_timeout=T]: the group of
+ * that address and options in the configuration being loaded, made on
+ * first use; NULL after fd_conf_error(). */
+fd_upstream_t *fd_upstream_implicit(fd_conf_t *cf, const char *hostport,
+                                    const char *opts);
+
+/* --- balancing and passive health --- */
+
+/* A request's tried set: one bit per server, words of 64. */
+#define fd_upstream_tried_words(up) (((up)->npeers + 63) / 64)
+
+static inline int fd_upstream_tried(const uint64_t *tried,
+                                    const fd_upstream_peer_t *p)
+{
+    return (tried[p->index / 64] >> (p->index % 64)) & 1;
+}
+
+static inline void fd_upstream_set_tried(uint64_t *tried,
+                                         const fd_upstream_peer_t *p, int on)
+{
+    if (on)
+        tried[p->index / 64] |= 1ull << (p->index % 64);
+    else
+        tried[p->index / 64] &= ~(1ull << (p->index % 64));
+}
+
+/* The key hash for balance = hash (FNV, mixed: a ring needs spread). */
+uint32_t fd_upstream_hash(const void *data, size_t n);
+/* The next server for a request that tried those in tried; hash is the
+ * key's for balance = hash. NULL: none is usable. */
+fd_upstream_peer_t *fd_upstream_pick(fd_upstream_t *up, const uint64_t *tried,
+                                     uint32_t hash);
+/* Whether a server not yet tried is usable (a retry has somewhere to go). */
+int fd_upstream_has_candidate(const fd_upstream_t *up, const uint64_t *tried);
+int fd_upstream_peer_usable(const fd_upstream_peer_t *p);
+void fd_upstream_peer_failed(fd_upstream_peer_t *p);
+void fd_upstream_peer_ok(fd_upstream_peer_t *p);
+
+/* A request (or tunnel) starts using p, and stops; a response header
+ * came after msec. They count in p's status entry too. */
+void fd_upstream_peer_acquire(fd_upstream_peer_t *p);
+void fd_upstream_peer_release(fd_upstream_peer_t *p);
+void fd_upstream_peer_response(fd_upstream_peer_t *p, fd_msec_t msec);
+
+/* --- connections and the keep-alive pool --- */
+
+/*
+ * An upstream connection: a non-blocking socket on the worker's epoll
+ * (edge-triggered, registered once) and one timer. While a user holds it
+ * (data != NULL), events and the deadline go to its callbacks; idle in
+ * the pool, the pool handles them (an event or the keepalive_timeout
+ * closes it). A user that takes the socket away (a tunnel) sets ev.fd to
+ * -1 before it lets the connection go.
+ */
+typedef void (*fd_upstream_conn_pt)(fd_upstream_conn_t *uc);
+
+struct fd_upstream_conn_s {
+    fd_event_t ev;             /* first: epoll's data.ptr */
+    fd_timer_t timer;
+    fd_msec_t deadline;        /* 0: none; the timer may fire early */
+    fd_msec_t idle_since;
+    fd_upstream_peer_t *peer;
+    void *data;                /* the user's; NULL while idle */
+    fd_upstream_conn_pt on_event;   /* the flags below changed */
+    fd_upstream_conn_pt on_timeout; /* the deadline passed */
+    fd_upstream_conn_t *pnext, *pprev; /* the server's idle list */
+    fd_upstream_conn_t *lnext, *lprev; /* the group's idle LRU; free lists */
+    unsigned requests;         /* the user counts what it sent on it */
+    unsigned idle:1;
+    unsigned connecting:1;
+    unsigned readable:1;       /* edge-triggered: data may be waiting */
+    unsigned writable:1;
+    unsigned eof:1;            /* the upstream closed (or failed) */
+    unsigned reused:1;         /* came from the keep-alive pool */
+};
+
+/* A new connection to p: connecting, or connected; NULL with errno set. */
+fd_upstream_conn_t *fd_upstream_conn_open(fd_upstream_peer_t *p);
+/* fd, a socket connected (or connecting) to p, as a connection registered
+ * with the loop; NULL with errno set, fd closed. */
+fd_upstream_conn_t *fd_upstream_conn_add(fd_upstream_peer_t *p, int fd,
+                                         int connecting);
+/* Close it (out of the pool if idle); its memory is reused a turn later. */
+void fd_upstream_conn_close(fd_upstream_conn_t *uc);
+/* Move its deadline to ms from now (the heap is touched only when that
+ * is earlier than the armed timer). */
+void fd_upstream_conn_deadline(fd_upstream_conn_t *uc, fd_msec_t ms);
+
+/* Into the pool, or closed (no keepalive, eof, keepalive_requests, the
+ * worker stops); a full pool closes its least recently used first. */
+void fd_upstream_keepalive_put(fd_upstream_conn_t *uc);
+/* An idle connection to p, newest first; careful: peek at each first (a
+ * request that cannot be retried once sent). NULL: none. */
+fd_upstream_conn_t *fd_upstream_keepalive_get(fd_upstream_peer_t *p,
+                                              int careful);
+/* Close p's idle connections (one died: its siblings likely too). */
+void fd_upstream_keepalive_close_peer(fd_upstream_peer_t *p);
+
+/* --- status --- */
+
+#define FD_UPSTREAM_SHM_PEERS 64 /* servers with counters, all groups */
+
+typedef struct {
+    char upstream[32];
+    char server[48];
+    uint64_t healthy;          /* gauge */
+    uint64_t active;           /* gauge */
+    uint64_t requests;
+    uint64_t fails;
+    uint64_t responses;        /* response headers received */
+    uint64_t response_msec;    /* sum of their times */
+} fd_upstream_shm_peer_t;
+
+/* The status area of one worker slot (the owning module's shm_size). */
+typedef struct {
+    fd_upstream_shm_peer_t peer[FD_UPSTREAM_SHM_PEERS];
+} fd_upstream_shm_t;
+
+/* Worker start: the groups of the configuration, in the order their
+ * servers get status entries, and this worker's area (NULL: none). */
+void fd_upstream_init_worker(fd_upstream_t **ups, unsigned n,
+                             fd_upstream_shm_t *area);
+/* The module hooks of fd_status.h for an fd_upstream_shm_t area. */
+void fd_upstream_status(fd_status_t *st, const void *area, unsigned worker);
+void fd_upstream_retire(void *retired_area, const void *area);
+
+#endif

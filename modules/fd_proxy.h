@@ -1,0 +1,162 @@
+/*
+ * The proxy module's own header: what its files (fd_proxy_module.c: the
+ * request, the response, retries; fd_proxy_conf.c: the location keys;
+ * fd_proxy_tunnel.c: the tunnel after a 101) share. Upstream groups,
+ * balancing, health and the keep-alive pool are core/fd_upstream.h.
+ */
+#ifndef FD_PROXY_H
+#define FD_PROXY_H
+
+#include "fd_core.h"
+#include "fd_http.h"
+#include "fd_sendq.h"
+#include "fd_upstream.h"
+
+extern fd_module_t fd_proxy_module;
+
+#define BUF_SIZE 16384        /* response header limit, streaming piece */
+#define LOG_TRIES 8           /* servers remembered for the access log */
+
+enum { HOST_PASS, HOST_UPSTREAM };
+
+/* next_upstream */
+#define NEXT_ERROR 0x01
+#define NEXT_TIMEOUT 0x02
+#define NEXT_502 0x04
+#define NEXT_503 0x08
+#define NEXT_504 0x10
+#define NEXT_NON_IDEMPOTENT 0x20
+
+/* request headers the proxy generates, which a set_header replaces */
+#define GEN_HOST 0x01
+#define GEN_XFF 0x02
+#define GEN_XRIP 0x04
+#define GEN_XFP 0x08
+#define GEN_XFH 0x10
+
+/*
+ * Results of the steps of a request. PX_DONE: it is over (r may be gone),
+ * touch nothing. PX_WAIT: stop here, an event resumes it (a new attempt
+ * began, or the client's output is full). The response header parser
+ * also says PX_MORE (incomplete) and PX_INTERIM (a 1xx was skipped).
+ */
+enum { PX_OK = 0, PX_WAIT, PX_DONE, PX_MORE, PX_INTERIM };
+
+enum { RS_HEADER, RS_BODY };
+enum { FR_NONE, FR_LENGTH, FR_CHUNKED, FR_CLOSE };
+
+typedef struct proxy_req_s proxy_req_t;
+typedef struct tunnel_s tunnel_t;
+
+/* --- configuration (fd_proxy_conf.c) --- */
+
+typedef struct {
+    fd_str_t name;
+    fd_str_t value;            /* empty: the header is not sent */
+} set_header_t;
+
+typedef struct {
+    char *upstream_name;       /* upstream = NAME */
+    char *pass;                /* pass = http://NAME/uri */
+    int proxy_host;
+    fd_conf_list_t set_header;
+    int buffering;
+    fd_msec_t connect_timeout;
+    fd_msec_t send_timeout;
+    fd_msec_t read_timeout;
+    unsigned next_upstream;
+    fd_int_t next_upstream_tries;
+    fd_msec_t websocket_idle_timeout;
+    int websocket;
+
+    /* built */
+    fd_upstream_t *up;
+    fd_str_t uri;              /* the URI part of pass, if any */
+    unsigned has_uri:1;
+    set_header_t *hdrs;
+    unsigned nhdrs;
+    unsigned gen_replaced;     /* GEN_* a set_header replaces */
+} proxy_loc_conf_t;
+
+extern const fd_directive_t fd_proxy_directives[];
+int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf);
+/* Every group of cy: [upstream] sections in file order, then the implicit
+ * ones of pass = (found through the locations); at most max. */
+unsigned fd_proxy_upstreams(fd_cycle_t *cy, fd_upstream_t **out,
+                            unsigned max);
+
+/* --- a request --- */
+
+typedef struct {
+    fd_upstream_peer_t *peer;
+    int status;                /* 0: no response header */
+    fd_msec_t msec;
+} try_log_t;
+
+struct proxy_req_s {
+    fd_request_t *r;
+    proxy_loc_conf_t *lc;
+    fd_upstream_t *up;
+    fd_upstream_conn_t *uc;
+    fd_upstream_peer_t *peer;  /* of uc, counted active */
+    uint64_t *tried;           /* bitmap over up->peers */
+    uint32_t hash;
+    unsigned tries;
+
+    /* to the upstream */
+    char *hdr;
+    size_t hdr_len, hdr_sent;
+    char *obuf;                /* framed body bytes */
+    size_t opos, olen;
+    int64_t body_bytes;
+    fd_sendop_t sop;           /* the first write, batched (fd_sendq.h) */
+
+    /* from the upstream */
+    char *ibuf;
+    size_t ipos, ilast, hscan;
+    int rstate, framing;
+    int64_t rest;
+    fd_http_chunked_t ck;
+    fd_msec_t start;
+
+    unsigned sync:1;           /* inside the handler */
+    unsigned done:1;
+    unsigned paused:1;         /* the client's output is above high water */
+    unsigned wait_body:1;      /* the client's body is late */
+    unsigned has_body:1;
+    unsigned chunked_body:1;
+    unsigned body_done:1;      /* all of the body is framed in obuf */
+    unsigned body_kept:1;      /* obuf holds all the body pulled so far */
+    unsigned req_sent:1;       /* this attempt wrote all of the request */
+    unsigned written:1;        /* some attempt wrote some of it */
+    unsigned pulled:1;         /* body bytes were taken from the client */
+    unsigned idempotent:1;
+    unsigned upgrade:1;        /* a tunnel was asked for */
+    unsigned keepalive:1;      /* the response lets us reuse uc */
+    unsigned timed_out:1;      /* the last failed try timed out */
+    int rc;                    /* the handler's result when sync */
+    unsigned ninterim;         /* 1xx responses skipped */
+    tunnel_t *tunnel;          /* 101 waiting for its header to drain */
+
+    try_log_t log[LOG_TRIES];
+    unsigned nlog;
+};
+
+/* fd_proxy_module.c, for the tunnel */
+int fd_proxy_fail(proxy_req_t *px, int status);
+void fd_proxy_conn_release(proxy_req_t *px, int reuse);
+void fd_proxy_bufs_release(proxy_req_t *px);
+void fd_proxy_drain(fd_request_t *r);
+
+/* --- the tunnel after a 101 (fd_proxy_tunnel.c) --- */
+
+/* Take the upstream socket into a tunnel and send the 101 (its headers
+ * are set): PX_WAIT (the client's output drains first) or PX_DONE. */
+int fd_proxy_tunnel_begin(proxy_req_t *px, fd_str_t upgrade);
+/* The 101 left: take the client's socket out of the engine (PX_WAIT
+ * while it has not yet left, PX_DONE). */
+int fd_proxy_tunnel_detach(proxy_req_t *px);
+/* Close both sides; the memory goes at the end of the turn. */
+void fd_proxy_tunnel_free(tunnel_t *t);
+
+#endif

@@ -1,0 +1,273 @@
+/*
+ * handler = proxy: the location keys (upstream, pass, set_header, the
+ * timeouts, next_upstream, websocket), checked and built at load. The
+ * [upstream NAME] keys are core/fd_upstream.c's.
+ */
+#include "fd_core.h"
+#include "fd_cycle.h"
+#include "fd_http.h"
+#include "fd_proxy.h"
+
+static int set_upstream(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                        const char *value);
+static int set_pass(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                    const char *value);
+static int set_next_upstream(fd_conf_t *cf, const fd_directive_t *d,
+                             void *conf, const char *value);
+
+static const fd_conf_enum_t host_enums[] = {
+    {"pass", HOST_PASS}, {"upstream", HOST_UPSTREAM}, {NULL, 0}};
+
+#define LOC(f) offsetof(proxy_loc_conf_t, f)
+
+const fd_directive_t fd_proxy_directives[] = {
+    {.name = "upstream", .type = FD_CONF_CUSTOM, .set = set_upstream,
+     .doc = "handler = proxy: the [upstream NAME] group requests go to; the "
+            "request URI is passed as the client sent it (after a rewrite: "
+            "the new URI, normalised and encoded)"},
+    {.name = "pass", .type = FD_CONF_CUSTOM, .set = set_pass,
+     .doc = "handler = proxy, as nginx's proxy_pass: http://NAME[/uri] where "
+            "NAME is an [upstream NAME] or HOST[:PORT] (resolved at load). "
+            "With a /uri, the part of the normalised path the location "
+            "matched is replaced by it and the rest sent encoded, so \"..\", "
+            "\"%2e%2e\" or \"//\" cannot leave the prefix (prefix and exact "
+            "locations); a regex location passes the request URI unchanged. "
+            "HOST:PORT may be followed by max_fails=N and fail_timeout=T, as "
+            "on an [upstream] server line"},
+    {.name = "proxy_host", .type = FD_CONF_ENUM, .offset = LOC(proxy_host),
+     .def = "pass", .enums = host_enums,
+     .doc = "Host header sent upstream: pass (the client's) or upstream "
+            "(the upstream's name, or HOST:PORT of pass)"},
+    {.name = "set_header", .type = FD_CONF_LIST, .offset = LOC(set_header),
+     .doc = "\"Name: value\", repeatable: sent upstream instead of the "
+            "client's header of that name (also replaces Host, "
+            "X-Forwarded-*, X-Real-IP); an empty value removes it"},
+    {.name = "buffering", .type = FD_CONF_FLAG, .offset = LOC(buffering),
+     .def = "on",
+     .doc = "on: the response body is read in pieces of up to 16k as fast "
+            "as the client takes it (memory stays bounded; no temp files); "
+            "off: each piece leaves as soon as it arrives (server-sent "
+            "events, long polling)"},
+    {.name = "connect_timeout", .type = FD_CONF_MSEC,
+     .offset = LOC(connect_timeout), .def = "60s",
+     .doc = "connecting to an upstream server; 504 on expiry"},
+    {.name = "proxy_send_timeout", .type = FD_CONF_MSEC,
+     .offset = LOC(send_timeout), .def = "60s",
+     .doc = "between two writes of the request to the upstream; 504 on "
+            "expiry"},
+    /* its old name, which [http] send_timeout (the client's) shares */
+    {.name = "send_timeout", .renamed = "proxy_send_timeout",
+     .doc = "the upstream's is proxy_send_timeout; the client's is [http] "
+            "send_timeout"},
+    {.name = "read_timeout", .type = FD_CONF_MSEC,
+     .offset = LOC(read_timeout), .def = "60s",
+     .doc = "between two reads of the response from the upstream; 504 on "
+            "expiry before the response header"},
+    {.name = "next_upstream", .type = FD_CONF_CUSTOM,
+     .offset = LOC(next_upstream), .def = "error timeout",
+     .set = set_next_upstream,
+     .doc = "when to try the next server: any of error timeout http_502 "
+            "http_503 http_504 non_idempotent, or off. A request whose "
+            "method is not idempotent is retried only if no byte of it was "
+            "sent (or with non_idempotent), and never once its body was "
+            "read from the client"},
+    {.name = "next_upstream_tries", .type = FD_CONF_INT,
+     .offset = LOC(next_upstream_tries), .def = "0",
+     .doc = "at most this many servers per request; 0: no limit"},
+    {.name = "websocket", .type = FD_CONF_FLAG, .offset = LOC(websocket),
+     .def = "off",
+     .doc = "on: a GET with \"Upgrade: websocket\" is passed with its "
+            "Upgrade, and the upstream's 101 opens a tunnel. Off (as "
+            "nginx, where the Upgrade headers must be set by hand): the "
+            "tunnel's bytes escape every location rule, so a location "
+            "opts in. No other upgrade token (h2c, TLS/1.0) is ever passed"},
+    {.name = "websocket_idle_timeout", .type = FD_CONF_MSEC,
+     .offset = LOC(websocket_idle_timeout), .def = "1h",
+     .doc = "a WebSocket tunnel with no byte either way for this long is "
+            "closed"},
+    FD_CONF_END};
+
+
+static int set_upstream(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                        const char *value)
+{
+    proxy_loc_conf_t *lc = conf;
+
+    (void)d;
+    lc->up = fd_cycle_section(cf->cycle, "upstream", value);
+    if (lc->up == NULL)
+        return fd_conf_error(cf, "unknown upstream \"%s\" (no [upstream %s] "
+                             "section)", value, value);
+    lc->upstream_name = fd_pstrdup(cf->pool, value, strlen(value));
+    lc->pass = NULL;
+    lc->has_uri = 0;
+    return FD_OK;
+}
+
+static int set_pass(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                    const char *value)
+{
+    proxy_loc_conf_t *lc = conf;
+    const char *auth, *end, *slash, *opts;
+    char name[256];
+    size_t n, ulen;
+
+    (void)d;
+    if (strncmp(value, "https://", 8) == 0)
+        return fd_conf_error(cf, "\"pass\": https upstreams are not "
+                             "supported");
+    if (strncmp(value, "http://", 7) != 0)
+        return fd_conf_error(cf, "\"pass\" must be http://NAME[/uri], not "
+                             "\"%s\"", value);
+    auth = value + 7;
+    end = auth + strcspn(auth, " \t");
+    for (opts = end; *opts == ' ' || *opts == '\t'; opts++)
+        ;
+    slash = memchr(auth, '/', (size_t)(end - auth));
+    n = (size_t)((slash ? slash : end) - auth);
+    if (n == 0 || n >= sizeof(name))
+        return fd_conf_error(cf, "\"pass\": bad host in \"%s\"", value);
+    memcpy(name, auth, n);
+    name[n] = '\0';
+    lc->up = fd_cycle_section(cf->cycle, "upstream", name);
+    if (lc->up && *opts)
+        return fd_conf_error(cf, "\"pass\": options for [upstream %s] go on "
+                             "its \"server\" lines", name);
+    if (lc->up == NULL &&
+        (lc->up = fd_upstream_implicit(cf, name, opts)) == NULL)
+        return FD_ERROR;
+    lc->pass = fd_pstrdup(cf->pool, value, (size_t)(end - value));
+    lc->upstream_name = NULL;
+    lc->has_uri = slash != NULL;
+    if (slash) {
+        ulen = (size_t)(end - slash);
+        lc->uri = (fd_str_t){ulen, fd_pstrdup(cf->pool, slash, ulen)};
+    }
+    return FD_OK;
+}
+
+static int set_next_upstream(fd_conf_t *cf, const fd_directive_t *d,
+                             void *conf, const char *value)
+{
+    static const struct {
+        const char *name;
+        unsigned flag;
+    } flags[] = {{"error", NEXT_ERROR},       {"timeout", NEXT_TIMEOUT},
+                 {"http_502", NEXT_502},      {"http_503", NEXT_503},
+                 {"http_504", NEXT_504},
+                 {"non_idempotent", NEXT_NON_IDEMPOTENT}};
+    unsigned *mask = (unsigned *)((char *)conf + d->offset), i, m = 0;
+    char *s = fd_pstrdup(cf->pool, value, strlen(value)), *save, *tok;
+
+    for (tok = strtok_r(s, " \t", &save); tok;
+         tok = strtok_r(NULL, " \t", &save)) {
+        if (strcmp(tok, "off") == 0) {
+            m = 0;
+            continue;
+        }
+        for (i = 0; i < fd_nelems(flags); i++)
+            if (strcmp(tok, flags[i].name) == 0)
+                break;
+        if (i == fd_nelems(flags))
+            return fd_conf_error(cf, "\"next_upstream\": unknown \"%s\" "
+                                 "(error timeout http_502 http_503 http_504 "
+                                 "non_idempotent off)", tok);
+        m |= flags[i].flag;
+    }
+    *mask = m;
+    return FD_OK;
+}
+
+int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
+{
+    proxy_loc_conf_t *lc = conf;
+    unsigned i;
+
+    if (loc->handler != &fd_proxy_module)
+        return FD_OK;
+    if (lc->up == NULL)
+        return fd_conf_error(cf, "%s: handler = proxy needs \"upstream = "
+                             "NAME\" or \"pass = http://NAME/\"", loc->name);
+    if (loc->kind == FD_LOC_REGEX || loc->kind == FD_LOC_REGEX_CASELESS)
+        lc->has_uri = 0; /* documented: a regex location passes the URI */
+    lc->nhdrs = lc->set_header.n;
+    lc->hdrs = fd_pcalloc(cf->pool, (lc->nhdrs + 1) * sizeof(set_header_t));
+    for (i = 0; i < lc->nhdrs; i++) {
+        const char *s = lc->set_header.items[i], *colon = strchr(s, ':');
+        const char *v;
+        size_t n, k;
+        set_header_t *h = &lc->hdrs[i];
+
+        n = colon ? (size_t)(colon - s) : 0;
+        for (k = 0; k < n; k++)
+            if (!fd_http_tchar[(uint8_t)s[k]])
+                break;
+        if (n == 0 || k < n)
+            return fd_conf_error(cf, "\"set_header\" must be \"Name: "
+                                 "value\", not \"%s\"", s);
+        for (v = colon + 1; *v == ' ' || *v == '\t'; v++)
+            ;
+        h->name = (fd_str_t){n, s};
+        h->value = (fd_str_t){strlen(v), v};
+        while (h->value.len && (v[h->value.len - 1] == ' ' ||
+                                v[h->value.len - 1] == '\t'))
+            h->value.len--;
+        for (k = 0; k < h->value.len; k++)
+            if ((uint8_t)v[k] < 0x20 && v[k] != '\t')
+                return fd_conf_error(cf, "\"set_header\": control character "
+                                     "in \"%s\"", s);
+        if (fd_str_caseeq_lit(h->name, "connection") ||
+            fd_str_caseeq_lit(h->name, "transfer-encoding") ||
+            fd_str_caseeq_lit(h->name, "content-length") ||
+            fd_str_caseeq_lit(h->name, "upgrade") ||
+            fd_str_caseeq_lit(h->name, "te") ||
+            fd_str_caseeq_lit(h->name, "keep-alive"))
+            return fd_conf_error(cf, "\"set_header\": %.*s is the proxy's to "
+                                 "set (framing and hop-by-hop)", (int)n, s);
+        if (fd_str_caseeq_lit(h->name, "host"))
+            lc->gen_replaced |= GEN_HOST;
+        else if (fd_str_caseeq_lit(h->name, "x-forwarded-for"))
+            lc->gen_replaced |= GEN_XFF;
+        else if (fd_str_caseeq_lit(h->name, "x-real-ip"))
+            lc->gen_replaced |= GEN_XRIP;
+        else if (fd_str_caseeq_lit(h->name, "x-forwarded-proto"))
+            lc->gen_replaced |= GEN_XFP;
+        else if (fd_str_caseeq_lit(h->name, "x-forwarded-host"))
+            lc->gen_replaced |= GEN_XFH;
+    }
+    return FD_OK;
+}
+
+unsigned fd_proxy_upstreams(fd_cycle_t *cy, fd_upstream_t **out,
+                            unsigned max)
+{
+    fd_conf_section_t *s;
+    fd_http_server_t *srv;
+    unsigned n = 0, i, j;
+
+    for (s = cy->sections; s; s = s->next)
+        if (s->module == &fd_proxy_module && n < max)
+            out[n++] = s->conf;
+    for (i = 0; i < n / 2; i++) { /* the list is newest first */
+        fd_upstream_t *t = out[i];
+        out[i] = out[n - 1 - i];
+        out[n - 1 - i] = t;
+    }
+    for (srv = cy->servers; srv; srv = srv->next) {
+        fd_http_loc_t *lists[4] = {srv->exact, srv->prefix, srv->regex,
+                                   srv->root_loc};
+        for (j = 0; j < 4; j++) {
+            fd_http_loc_t *loc;
+            for (loc = lists[j]; loc; loc = j == 3 ? NULL : loc->next) {
+                proxy_loc_conf_t *lc = fd_loc_conf(loc, &fd_proxy_module);
+                if (lc == NULL || lc->up == NULL)
+                    continue;
+                for (i = 0; i < n && out[i] != lc->up; i++)
+                    ;
+                if (i == n && n < max)
+                    out[n++] = lc->up;
+            }
+        }
+    }
+    return n;
+}
