@@ -272,7 +272,9 @@ static int request_build(proxy_req_t *px)
     if (!(lc->gen_replaced & GEN_XRIP))
         fd_sbuf_add_header(&sb, fd_string("X-Real-IP"), a);
     if (!(lc->gen_replaced & GEN_XFP))
-        fd_sbuf_add_lit(&sb, "X-Forwarded-Proto: http\r\n");
+        fd_sbuf_add_header(&sb, fd_string("X-Forwarded-Proto"),
+                           r->c->s.tls ? fd_string("https")
+                                       : fd_string("http"));
     if (!(lc->gen_replaced & GEN_XFH) && r->in.host.len)
         fd_sbuf_add_header(&sb, fd_string("X-Forwarded-Host"), r->in.host);
     for (i = 0; i < lc->nhdrs; i++)
