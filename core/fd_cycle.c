@@ -134,9 +134,10 @@ static const fd_directive_t events_directives[] = {
      .def = "512", .doc = "events taken per epoll_wait()"},
     {.name = "batch_sends", .type = FD_CONF_FLAG,
      .offset = EVENTS(batch_sends), .def = "on",
-     .doc = "on: the proxy's upstream requests of one loop turn leave in one "
-            "io_uring_enter() (a backend on the same CPU is woken once per "
-            "turn, not per request); off, or no io_uring: one send() each"},
+     .doc = "on: the first write of every client response and upstream "
+            "request of one loop turn leaves in one io_uring_enter() (one "
+            "syscall per turn, not per response; a backend on the same CPU "
+            "is woken once per turn); off, or no io_uring: one send() each"},
     FD_CONF_END};
 
 /* the Server: value: a string of at most FD_SERVER_HEADER_MAX bytes */
