@@ -1,0 +1,130 @@
+#!/usr/bin/perl
+# Session resumption with tickets, two workers: a session saved by
+# openssl s_client -sess_out resumes (-sess_in shows "Reused") also when
+# the second connection lands on the other worker (seen in /proc: which
+# worker holds the server side of the connection), and still after a
+# reload (the ticket keys live in the master and survive it). With
+# ssl_session_tickets = off a session does not resume across workers.
+# /status counts the handshakes and the resumptions.
+
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use FastdTest;
+use JSON::PP;
+use TLS;
+use Test::More;
+
+plan skip_all => 'the openssl CLI is not installed' unless TLS::openssl();
+
+my $t = FastdTest->new;
+my $pki = TLS->new($t->dir);
+my $cert = $pki->server('a.test');
+my $port3 = FastdTest::free_port();
+$port3 = FastdTest::free_port() while $port3 == $t->port || $port3 == $t->port2;
+
+# port: TLS with tickets; port2: plain HTTP for /status; port3: TLS
+# without tickets
+my $conf = TLS::conf(
+    main => { workers => 2 }, certs => [$cert], names => 'a.test',
+    extra => "[server]\nlisten = 127.0.0.1:%%PORT2%%\n\n"
+           . "[location = /status]\nhandler = status\n\n"
+           . "[server]\n"
+           . TLS::server_keys(port => $port3, certs => [$cert],
+                              names => 'a.test',
+                              more => "ssl_session_tickets = off\n"));
+$t->write_conf($conf);
+$t->start;
+my $port = $t->port;
+
+# One connection: -sess_out FILE or -sess_in FILE; a request with
+# Connection: close (a TLS 1.3 ticket comes after the handshake: the
+# response comes after it). Returns { reused, new, worker, status }.
+my $n = 0;
+sub conn {
+    my ($p, @args) = @_;
+    my $c = $pki->connect(port => $p, name => 'a.test', quiet => 0,
+                          args => \@args);
+    my $how = $c->wait_for_bytes(qr/^(New|Reused), TLSv1\.\d/m, 10);
+    my $w = $c->worker($t);
+    $c->send("GET /plaintext?" . ++$n . " HTTP/1.1\r\nHost: a.test\r\n"
+           . "Connection: close\r\n\r\n");
+    $c->wait_eof(10);
+    $c->close;
+    my ($status) = $c->{raw} =~ m{^HTTP/1\.1 (\d\d\d) }m;
+    return { how => $how // '', worker => $w, status => $status // 0,
+             out => $c->{raw} . $c->stderr };
+}
+
+my $sess = $t->dir . '/sess.pem';
+my (%workers, $cross, $reused, $tries);
+for my $i (1 .. 20) {
+    $tries = $i;
+    unlink $sess;
+    my $first = conn($port, '-sess_out', $sess);
+    is($first->{how}, 'New', "try $i: a new session") or diag($first->{out})
+        if $i == 1;
+    last unless -s $sess && $first->{status} == 200;
+    my $second = conn($port, '-sess_in', $sess);
+    $workers{$_}++ for grep { defined } $first->{worker}, $second->{worker};
+    unless ($second->{how} eq 'Reused' && $second->{status} == 200) {
+        diag("try $i: the session was not resumed\n$second->{out}");
+        $reused = 0;
+        last;
+    }
+    $reused = 1;
+    if (defined $first->{worker} && defined $second->{worker}
+        && $first->{worker} != $second->{worker}) {
+        $cross = 1;
+        last;
+    }
+}
+ok(-s $sess, 's_client -sess_out saved a session ticket');
+ok($reused, 'every -sess_in connection shows "Reused" and is served');
+# the kernel spreads connections over the workers' reuseport sockets by a
+# hash of the client's port: twenty pairs all on one worker would be a
+# 2^-20 chance, or a worker that never accepts
+ok($cross, "a session resumed on the other worker ($tries tries, workers "
+   . join(' ', sort keys %workers) . ")");
+
+# --- across a reload --------------------------------------------------------
+unlink $sess;
+my $before = conn($port, '-sess_out', $sess);
+is($before->{status}, 200, 'a session before the reload');
+my %old = map { $_ => 1 } $t->workers;
+$t->signal('HUP');
+ok(FastdTest::wait_for(sub {
+    my @w = $t->workers;
+    @w == 2 && !grep { $old{$_} } @w;
+}, 15), 'the reload replaced both workers');
+my $after = conn($port, '-sess_in', $sess);
+is($after->{status}, 200, 'after the reload: served');
+is($after->{how}, 'Reused', 'a ticket from before the reload still resumes')
+    or diag($after->{out});
+ok(defined $after->{worker} && !$old{ $after->{worker} },
+   'on a worker of the new generation');
+
+# --- tickets off --------------------------------------------------------------
+my $off_reused = 0;
+for my $i (1 .. 4) {
+    unlink $sess;
+    my $first = conn($port3, '-sess_out', $sess);
+    next unless -s $sess;
+    my $second = conn($port3, '-sess_in', $sess);
+    $off_reused++ if $second->{how} eq 'Reused'
+        && ($second->{worker} // 0) != ($first->{worker} // 0);
+}
+is($off_reused, 0, 'ssl_session_tickets = off: no session resumes on another worker');
+
+# --- /status ------------------------------------------------------------------
+my $r = $t->http("GET /status HTTP/1.1\r\nHost: x\r\n\r\n", port => $t->port2);
+my $st = $r && $r->status == 200 ? eval { decode_json($r->body) } : undef;
+my $tls = $st && $st->{tls};
+ok($tls, '/status has a tls object') or diag($r && $r->body);
+cmp_ok($tls->{handshakes} // 0, '>=', 10, 'it counts the handshakes');
+cmp_ok($tls->{resumptions} // 0, '>=', 2, 'and the resumptions');
+
+ok($t->running, 'fastd still running');
+$t->no_alerts;
+done_testing();
