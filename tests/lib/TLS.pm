@@ -17,13 +17,11 @@ package TLS;
 use strict;
 use warnings;
 
-use Errno qw(EAGAIN EINTR EWOULDBLOCK);
 use File::Temp ();
-use IO::Handle;
 use IO::Socket::INET;
 use IO::Select;
 use POSIX qw(:sys_wait_h);
-use Time::HiRes qw(time sleep);
+use Time::HiRes qw(time);
 use FastdTest;
 
 sub openssl { (grep { -x } qw(/usr/bin/openssl /usr/local/bin/openssl))[0] }
@@ -180,9 +178,12 @@ sub conf {
 
 # One s_client run to completion: the bytes of $o{in} are sent, then
 # s_client waits for the server to close (-ign_eof). %o: port, name
-# (-servername; undef: -noservername), ca (verification is required),
-# cert/key (client certificate), args (more s_client options), in,
-# timeout. Returns (exit code, everything s_client printed).
+# (-servername; undef: -noservername), ca (default the test CA: the
+# server's certificate must verify), noverify (it need not), cert (a
+# client certificate: { crt, key }), args (more s_client options),
+# commands (no -ign_eof: s_client's R and Q commands work, and it quits
+# at the end of its input), in, timeout. Returns (exit code, everything
+# s_client printed).
 sub s_client {
     my ($self, %o) = @_;
     return run([ openssl(), 's_client', s_client_args($self, %o) ],
@@ -213,11 +214,12 @@ sub peer_cert {
     return ($cn, defined $serial ? hex $serial : undef);
 }
 
-# curl over https with the CA: name resolves to 127.0.0.1. %o: port, name
-# (default localhost), ca, args (more curl options); $path may be a list of
-# paths, fetched in one curl run (one connection). Returns { code (the last status),
-# codes, connects (new connections made), headers, bodies, body (the
-# last), err (curl's stderr) }.
+# curl over https, verifying against the CA; name resolves to 127.0.0.1.
+# $path may be a list of paths, fetched in one curl run (one connection
+# when the server keeps it alive). %o: port, name (default localhost), ca,
+# args (more curl options). Returns { rc, code (the last status), codes,
+# connects (new connections made), headers, bodies, body (the last), err
+# (curl's stderr) }.
 sub curl_get {
     my ($self, $path, %o) = @_;
     my $name = $o{name} // 'localhost';
@@ -333,10 +335,7 @@ package TLS::Conn;
 
 our @ISA = ('FastdTest::Conn');
 
-use Errno qw(EAGAIN EINTR EWOULDBLOCK EPIPE);
-use IO::Select;
 use POSIX qw(:sys_wait_h);
-use Time::HiRes qw(time);
 
 sub new {
     my ($class, $pki, %o) = @_;
