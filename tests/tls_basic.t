@@ -2,7 +2,8 @@
 # TLS basics with real clients: curl --cacert GETs plaintext, json, a
 # static file with Range and a proxied location over https; the variables
 # ($scheme $https $ssl_protocol $ssl_cipher $ssl_server_name) and the
-# proxy's X-Forwarded-Proto; many keep-alive requests on one connection;
+# proxy's X-Forwarded-Proto, over https and (empty, http) over a plain
+# server of the same fastd; many keep-alive requests on one connection;
 # requests pipelined in one write over one TLS connection come back all
 # and in order; a several-MB static file arrives byte-exact.
 
@@ -49,6 +50,16 @@ return = 200 \$scheme|\$https|\$ssl_protocol|\$ssl_cipher|\$ssl_server_name|
 handler = proxy
 upstream = be
 
+[server]
+listen = 127.0.0.1:%%PORT2%%
+
+[location /vars]
+return = 200 \$scheme|\$https|\$ssl_protocol|\$ssl_cipher|\$ssl_server_name|
+
+[location /be/]
+handler = proxy
+upstream = be
+
 [upstream be]
 server = 127.0.0.1:${\ $be->port}
 
@@ -83,6 +94,12 @@ is($r->{code}, 200, 'GET /vars') or diag($r->{err});
 like($r->{body}, qr/^https\|on\|TLSv1\.3\|TLS_[A-Z0-9_]+\|a\.test\|$/,
      '$scheme $https $ssl_protocol $ssl_cipher $ssl_server_name')
     or diag($r->{body});
+
+# the same on a plain HTTP server of the same fastd
+my $plain = $t->http("GET /vars HTTP/1.1\r\nHost: a.test\r\n\r\n", port => $t->port2);
+is($plain && $plain->body, 'http|||||', 'over plain HTTP: $scheme http, the TLS ones empty');
+$plain = $t->http("GET /be/y HTTP/1.1\r\nHost: a.test\r\n\r\n", port => $t->port2);
+is($plain && $plain->body, 'backend /be/y proto=http', 'and X-Forwarded-Proto: http');
 
 # --- keep-alive: 50 requests on one connection -----------------------------
 $r = get([ map { "/plaintext?n=$_" } 1 .. 50 ]);
