@@ -96,8 +96,8 @@ sub serial_now {
     my ($rc, $out) = $pki->s_client(port => $port, name => 'a.test',
         in => "GET /plaintext HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n");
     my (undef, $serial) = $pki->peer_cert($out);
-    my ($st) = $out =~ m{^HTTP/1\.1 (\d\d\d) }m;
-    return ($serial // 0, $st // 0);
+    my $r = TLS::response($out);
+    return ($serial // 0, $r ? $r->status : 0);
 }
 
 my ($serial, $st) = serial_now();

@@ -29,7 +29,7 @@ $t->write_conf(TLS::conf(
            . TLS::server_keys(port => '%%PORT2%%', certs => [$cert],
                               names => 'a.test',
                               more => "ssl_protocols = TLSv1.3\n")
-           . "\n[server]\n"
+           . "\n" . $vars . "[server]\n"
            . TLS::server_keys(port => $port3, certs => [$cert],
                               names => 'a.test',
                               more => "ssl_protocols = TLSv1.2\n"

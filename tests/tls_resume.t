@@ -52,8 +52,8 @@ sub conn {
            . "Connection: close\r\n\r\n");
     $c->wait_eof(10);
     $c->close;
-    my ($status) = $c->{raw} =~ m{^HTTP/1\.1 (\d\d\d) }m;
-    return { how => $how // '', worker => $w, status => $status // 0,
+    my $r = TLS::response($c->{raw});
+    return { how => $how // '', worker => $w, status => $r ? $r->status : 0,
              out => $c->{raw} . $c->stderr };
 }
 

@@ -176,17 +176,17 @@ sub conf {
 # ---------------------------------------------------------------------------
 # clients
 
-# One s_client run to completion: the bytes of $o{in} are sent, then
-# s_client waits for the server to close (-ign_eof). %o: port, name
+# One s_client run to completion: with $o{in}, its bytes are sent and
+# s_client waits for the server to close (-ign_eof); without, it ends
+# after the handshake. %o: port, name
 # (-servername; undef: -noservername), ca (default the test CA: the
 # server's certificate must verify), noverify (it need not), cert (a
-# client certificate: { crt, key }), args (more s_client options),
-# commands (no -ign_eof: s_client's R and Q commands work, and it quits
-# at the end of its input), in, timeout. Returns (exit code, everything
-# s_client printed).
+# client certificate: { crt, key }), args (more s_client options), in,
+# timeout. Returns (exit code, everything s_client printed).
 sub s_client {
     my ($self, %o) = @_;
-    return run([ openssl(), 's_client', s_client_args($self, %o) ],
+    return run([ openssl(), 's_client', s_client_args($self, %o),
+                 defined $o{in} ? '-ign_eof' : () ],
                in => $o{in}, timeout => $o{timeout} // 10);
 }
 
@@ -197,9 +197,19 @@ sub s_client_args {
     push @a, '-CAfile', $o{ca} // $self->ca;
     push @a, '-verify_return_error' unless $o{noverify};
     push @a, '-cert', $o{cert}{crt}, '-key', $o{cert}{key} if $o{cert};
-    push @a, '-ign_eof' unless $o{commands};
     push @a, @{ $o{args} || [] };
     return @a;
+}
+
+# The first HTTP response in what s_client printed (its report of a TLS
+# 1.3 session ticket may come just before it, on the same line), or undef.
+sub response {
+    my ($out) = @_;
+    my $at = index($out, 'HTTP/1.');
+    return undef if $at < 0;
+    my $buf = substr($out, $at);
+    my ($r) = FastdTest::parse_one(\$buf);
+    return $r && !$r->{error} ? $r : undef;
 }
 
 # The peer certificate s_client printed: (subject CN, serial), via x509.
@@ -251,7 +261,8 @@ sub curl_get {
 
 # A connection kept open: s_client with pipes, the test writes requests
 # and reads responses (FastdTest's parser). %o as s_client; quiet (default
-# 1: only the application's bytes on stdout).
+# 1: only the application's bytes on stdout), commands (s_client's R and
+# Q commands on).
 sub connect {
     my ($self, %o) = @_;
     return TLS::Conn->new($self, %o);
@@ -340,7 +351,10 @@ use POSIX qw(:sys_wait_h);
 sub new {
     my ($class, $pki, %o) = @_;
     my @args = TLS::s_client_args($pki, %o);
-    unshift @args, '-quiet' if $o{quiet} // 1;
+    # -quiet: no report on stdout, and s_client's commands off (it implies
+    # -ign_eof); commands: R and Q work (and the end of input quits)
+    push @args, '-quiet' if $o{quiet} // 1;
+    push @args, '-ign_eof' unless $o{commands};
     pipe(my $in_r, my $in_w) or die "pipe: $!";
     pipe(my $out_r, my $out_w) or die "pipe: $!";
     my $err = "$pki->{dir}/s_client." . ++$pki->{conns} . '.err';
