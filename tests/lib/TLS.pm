@@ -269,17 +269,17 @@ sub connect {
 }
 
 # Which worker (of the fastd $t) holds the server side of the TCP
-# connection whose client side is local port $cport: its socket inode in
+# connection from local port $cport to $sport: its socket inode in
 # /proc/net/tcp, then the process with that inode among its fds.
 sub worker_of {
-    my ($t, $cport) = @_;
+    my ($t, $cport, $sport) = @_;
     my $inode;
     for my $l (split /\n/, FastdTest::slurp('/proc/net/tcp') // '') {
         my @f = split ' ', $l;
         next unless @f > 9 && $f[1] =~ /:([0-9A-F]{4})$/;
         my $lport = hex $1;
         my ($rport) = $f[2] =~ /:([0-9A-F]{4})$/ or next;
-        next unless $lport == $t->port || $lport == $t->port2;
+        next unless $lport == $sport;
         if (hex $rport == $cport && $f[3] eq '01') {   # ESTABLISHED
             $inode = $f[9];
             last;
@@ -412,7 +412,7 @@ sub worker {
     my $w;
     FastdTest::wait_for(sub {
         my $p = $self->local_port or return 0;
-        $w = TLS::worker_of($t, $p);
+        $w = TLS::worker_of($t, $p, $self->{port});
     }, 5, 0.01);
     return $w;
 }
