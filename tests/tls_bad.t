@@ -165,10 +165,10 @@ served('after a renegotiation attempt');
 # --- the handshake timeout -----------------------------------------------------------
 {
     my $c = $t->connect(port => $t->port2);
-    ok($c->wait_eof(15), 'ssl_handshake_timeout = 1s: a silent connection is closed');
+    ok($c->wait_eof(10), 'ssl_handshake_timeout = 1s: a silent connection is closed');
     $c = $t->connect(port => $t->port2);
     $c->send(substr($hello, 0, 20));
-    ok($c->wait_eof(15), 'and one that stopped halfway through its ClientHello');
+    ok($c->wait_eof(10), 'and one that stopped halfway through its ClientHello');
     $c->close;
 }
 {
@@ -176,7 +176,7 @@ served('after a renegotiation attempt');
     # ones are gone (the timeout is the server's, not something else)
     my $c = $t->connect(port => $port);
     my $d = $t->connect(port => $t->port2);
-    ok($d->wait_eof(15), 'a 1 s connection closes');
+    ok($d->wait_eof(10), 'a 1 s connection closes');
     ok(!$c->{eof} && !defined($c->_fill(time + 0.1)),
        'while a silent one on the 60 s port is still open');
     $c->close;
