@@ -12,6 +12,7 @@ package TLS;
 #   my $r = $pki->server('a.test', type => 'rsa');  # RSA 2048
 #   my $c = $pki->client('client.test');            # clientAuth, same CA
 #   my $m = $pki->mismatch('bad.test');             # crt and another key
+#   my $der = $pki->ocsp($a);                       # an OCSP response
 #   $a->{crt}, $a->{key}, $a->{serial}; $pki->ca
 
 use strict;
@@ -138,6 +139,28 @@ sub mismatch {
     $self->newkey('ec', "$self->{dir}/$cn-other.key");
     $c->{key} = "$self->{dir}/$cn-other.key";
     return $c;
+}
+
+# A DER OCSP response for $c signed by the CA (status good, valid a day),
+# as `openssl ocsp -respout` writes it for ssl_stapling_file; its path.
+sub ocsp {
+    my ($self, $c) = @_;
+    my $d = $self->{dir};
+    my $end = $self->ossl('x509', '-in', $c->{crt}, '-noout', '-enddate');
+    $end =~ s/^notAfter=//;
+    chomp $end;
+    my ($rc, $when) = run([ 'date', '-u', '-d', $end, '+%y%m%d%H%M%SZ' ]);
+    chomp $when;
+    # the CA database "openssl ocsp -index" answers from
+    FastdTest::spew("$d/index.txt", sprintf("V\t%s\t\t%X\tunknown\t/O=fastd tests/CN=%s\n",
+                                            $when, $c->{serial}, $c->{cn}));
+    my $base = $c->{crt} =~ s/\.crt$//r;
+    $self->ossl(qw(ocsp -no_nonce -issuer), $self->ca, '-cert', $c->{crt},
+                '-reqout', "$base.ocspreq");
+    $self->ossl(qw(ocsp -ndays 1 -index), "$d/index.txt", '-rsigner',
+                $self->ca, '-rkey', "$d/ca.key", '-CA', $self->ca,
+                '-reqin', "$base.ocspreq", '-respout', "$base.ocsp");
+    return "$base.ocsp";
 }
 
 # ---------------------------------------------------------------------------
