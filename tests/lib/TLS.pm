@@ -149,10 +149,10 @@ sub ocsp {
     my $end = $self->ossl('x509', '-in', $c->{crt}, '-noout', '-enddate');
     $end =~ s/^notAfter=//;
     chomp $end;
-    my ($rc, $when) = run([ 'date', '-u', '-d', $end, '+%y%m%d%H%M%SZ' ]);
+    my (undef, $when) = run([ 'date', '-u', '-d', $end, '+%y%m%d%H%M%SZ' ]);
     chomp $when;
     # the CA database "openssl ocsp -index" answers from
-    FastdTest::spew("$d/index.txt", sprintf("V\t%s\t\t%X\tunknown\t/O=fastd tests/CN=%s\n",
+    FastdTest::spew("$d/index.txt", sprintf("V\t%s\t\t%04X\tunknown\t/O=fastd tests/CN=%s\n",
                                             $when, $c->{serial}, $c->{cn}));
     my $base = $c->{crt} =~ s/\.crt$//r;
     $self->ossl(qw(ocsp -no_nonce -issuer), $self->ca, '-cert', $c->{crt},
