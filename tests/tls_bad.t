@@ -156,7 +156,8 @@ served('after clients that closed mid-handshake');
     # no_renegotiation, and the client gives up
     $c->wait_eof(10);
     $c->close;
-    my $hellos = () = $c->{raw} =~ /^<<< TLS 1\.2, Handshake \[length [0-9a-f]+\], ServerHello$/mg;
+    my $hellos = () = $c->{raw}
+        =~ /^<<< TLS 1\.2, Handshake \[length [0-9a-f]+\], ServerHello$/mg;
     is($hellos, 1, 'a renegotiation attempt gets no second ServerHello')
         or diag($c->{raw});
 }

@@ -97,7 +97,8 @@ like($r->{body}, qr/^https\|on\|TLSv1\.3\|TLS_[A-Z0-9_]+\|a\.test\|$/,
 
 # the same on a plain HTTP server of the same fastd
 my $plain = $t->http("GET /vars HTTP/1.1\r\nHost: a.test\r\n\r\n", port => $t->port2);
-is($plain && $plain->body, 'http|||||', 'over plain HTTP: $scheme http, the TLS ones empty');
+is($plain && $plain->body, 'http|||||',
+   'over plain HTTP: $scheme http, the TLS ones empty');
 $plain = $t->http("GET /be/y HTTP/1.1\r\nHost: a.test\r\n\r\n", port => $t->port2);
 is($plain && $plain->body, 'backend /be/y proto=http', 'and X-Forwarded-Proto: http');
 

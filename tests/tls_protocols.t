@@ -53,17 +53,20 @@ sub try {
 my ($rc, $out, $body) = try($port, '-tls1_3');
 is($rc, 0, 'TLS 1.3 handshake');
 like($out, qr/^New, TLSv1\.3, Cipher is TLS_/m, 's_client: TLSv1.3');
-like($body // '', qr/^TLSv1\.3 TLS_(AES_128_GCM_SHA256|AES_256_GCM_SHA384|CHACHA20_POLY1305_SHA256)$/,
+like($body // '',
+     qr/^TLSv1\.3 TLS_(AES_128_GCM|AES_256_GCM|CHACHA20_POLY1305)_SHA(256|384)$/,
      '$ssl_protocol TLSv1.3 and a TLS 1.3 $ssl_cipher') or diag($out);
 
 ($rc, $out, $body) = try($port, '-tls1_2');
 is($rc, 0, 'TLS 1.2 handshake');
-like($out, qr/^New, TLSv1\.2, Cipher is ECDHE-ECDSA-/m, 's_client: TLSv1.2, an ECDHE suite');
+like($out, qr/^New, TLSv1\.2, Cipher is ECDHE-ECDSA-/m,
+     's_client: TLSv1.2, an ECDHE suite');
 like($body // '', qr/^TLSv1\.2 ECDHE-ECDSA-\S+$/, '$ssl_protocol TLSv1.2 and its suite')
     or diag($out);
 
 # a weak TLS 1.2 suite is not on by default
-($rc, $out) = try($port, '-tls1_2', '-cipher', 'ECDHE-ECDSA-AES128-SHA:AES128-SHA:DES-CBC3-SHA@SECLEVEL=0');
+($rc, $out) = try($port, '-tls1_2', '-cipher',
+                  'ECDHE-ECDSA-AES128-SHA:AES128-SHA:DES-CBC3-SHA@SECLEVEL=0');
 isnt($rc, 0, 'TLS 1.2 offering only CBC-SHA1/3DES suites: refused');
 
 # the old versions: offered for real (security level 0 lets the client)
@@ -83,7 +86,8 @@ like($body // '', qr/^TLSv1\.3 /, 'and a TLS 1.3 client served') or diag($out);
 ($rc, $out, $body) = try($port3);
 like($body // '', qr/^TLSv1\.2 ECDHE-ECDSA-AES128-GCM-SHA256$/,
      'ssl_protocols = TLSv1.2 with ssl_ciphers: that suite') or diag($out);
-($rc, $out, $body) = try($port3, '-cipher', 'ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-ECDSA-AES128-GCM-SHA256');
+($rc, $out, $body) = try($port3, '-cipher',
+    'ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-ECDSA-AES128-GCM-SHA256');
 like($body // '', qr/ECDHE-ECDSA-AES128-GCM-SHA256$/,
      'ssl_prefer_server_ciphers: the server\'s choice among the client\'s');
 ($rc, $out) = try($port3, '-cipher', 'ECDHE-ECDSA-CHACHA20-POLY1305');

@@ -46,7 +46,8 @@ like($out, qr/^\s*Serial Number: 0*\Q${\ sprintf('%X', $cert->{serial})}\E$/m,
 $out = hello($t->port);
 unlike($out, qr/OCSP Response Status/, 'no -status: nothing stapled');
 $out = hello($t->port2, '-status');
-like($out, qr/OCSP response: no response sent/, 'a server without ssl_stapling_file: none sent')
+like($out, qr/OCSP response: no response sent/,
+     'a server without ssl_stapling_file: none sent')
     or diag($out);
 
 # a file that is not a DER OCSP response

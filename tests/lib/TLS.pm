@@ -152,8 +152,9 @@ sub ocsp {
     my (undef, $when) = run([ 'date', '-u', '-d', $end, '+%y%m%d%H%M%SZ' ]);
     chomp $when;
     # the CA database "openssl ocsp -index" answers from
-    FastdTest::spew("$d/index.txt", sprintf("V\t%s\t\t%04X\tunknown\t/O=fastd tests/CN=%s\n",
-                                            $when, $c->{serial}, $c->{cn}));
+    FastdTest::spew("$d/index.txt",
+        sprintf("V\t%s\t\t%04X\tunknown\t/O=fastd tests/CN=%s\n",
+                $when, $c->{serial}, $c->{cn}));
     my $base = $c->{crt} =~ s/\.crt$//r;
     $self->ossl(qw(ocsp -no_nonce -issuer), $self->ca, '-cert', $c->{crt},
                 '-reqout', "$base.ocspreq");
@@ -238,8 +239,8 @@ sub response {
 # The peer certificate s_client printed: (subject CN, serial), via x509.
 sub peer_cert {
     my ($self, $out) = @_;
-    my ($pem) = $out =~ /(-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----)/s
-        or return ();
+    my $pem_re = qr/-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----/s;
+    my ($pem) = $out =~ /($pem_re)/ or return ();
     my ($rc, $x) = run([ openssl(), qw(x509 -noout -subject -serial
                                        -nameopt RFC2253) ], in => "$pem\n");
     my ($cn) = $x =~ /^subject=.*?CN=([^,\n]+)/m;
