@@ -1694,10 +1694,15 @@ static void http_start(fd_connection_t *c)
 static void handshake_event(fd_event_t *ev, uint32_t events)
 {
     fd_connection_t *c = (fd_connection_t *)ev;
-    int rc;
+    int was_full = !c->s.writable, rc;
 
-    fd_log_conn_id = c->id;
     fd_stream_events(&c->s, events);
+    /* waiting for the client's next flight, the EPOLLOUT that an
+     * edge-triggered registration reports at once says nothing new */
+    if (events && !c->s.error && !c->s.readable &&
+        !(was_full && c->s.writable))
+        return;
+    fd_log_conn_id = c->id;
     rc = c->s.error ? FD_ERROR : fd_stream_handshake(&c->s);
     if (rc == FD_OK || rc == FD_DECLINED) {
         c->plain_on_tls = rc == FD_DECLINED;

@@ -447,6 +447,7 @@ done:
 /* --- contexts --- */
 
 static int ex_listening = -1; /* SSL ex_data: the fd_listening_t */
+static int ex_pending = -1;   /* SSL ex_data: taken, not yet sent (wire_flush) */
 static int ex_server = -1;    /* SSL ex_data: the server SNI chose */
 
 /* "file:line: " and the message, with OpenSSL's reason appended. */
@@ -744,6 +745,10 @@ static int ctx_build(fd_cycle_t *cycle, fd_http_server_t *srv,
                                   c->path, c->file, c->line);
     }
 
+    /* one TLS 1.3 ticket per full handshake, not OpenSSL's two: the
+     * second serves a client that opens a parallel connection before its
+     * first resumes, and costs every handshake an encryption and a record */
+    SSL_CTX_set_num_tickets(ctx, 1);
     SSL_CTX_set_timeout(ctx, (long)(sc->session_timeout / 1000));
     if (sc->session_cache) {
         SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
@@ -798,7 +803,8 @@ int fd_ssl_init_cycle(fd_cycle_t *cycle, char *err, size_t errlen)
     if (ex_listening < 0) {
         ex_listening = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL);
         ex_server = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL);
-        if (ex_listening < 0 || ex_server < 0) {
+        ex_pending = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL);
+        if (ex_listening < 0 || ex_server < 0 || ex_pending < 0) {
             snprintf(err, errlen, "SSL_get_ex_new_index() failed");
             return FD_ERROR;
         }
@@ -970,20 +976,102 @@ static ssize_t tls_recv(fd_stream_t *s, char *buf, size_t size)
     return n;
 }
 
-static ssize_t tls_write(fd_stream_t *s, const void *p, size_t n)
+/*
+ * The wire queue. A server connection's records are written into a
+ * memory BIO and leave in one write() when the engine flushes, not one
+ * write() per record: the session ticket that ends a handshake goes with
+ * the first response, and a response's records go together. (OpenSSL's
+ * socket BIO writes each record, and each flight, as it makes it.)
+ *
+ * What the caller gave is taken when its bytes are encrypted; it is
+ * reported sent (the return value) only when their records have left, so
+ * the caller's queue holds the bytes until then, as with plain TCP. The
+ * count in between is kept in the SSL (ex_pending): a retry, which passes
+ * the same leading bytes again, only writes out the rest.
+ */
+static size_t plain_pending(SSL *ssl)
 {
-    int rc;
+    return (size_t)(uintptr_t)SSL_get_ex_data(ssl, ex_pending);
+}
 
-    if (n == 0)
-        return 0;
-    rc = SSL_write(s->tls, p, (int)fd_min(n, INT_MAX));
-    if (rc > 0)
-        return rc;
-    rc = (int)tls_fail(s, rc, "SSL_write()");
-    if (rc == 0) { /* the peer closed its side while we write */
+static void plain_pending_set(SSL *ssl, size_t n)
+{
+    SSL_set_ex_data(ssl, ex_pending, (void *)(uintptr_t)n);
+}
+
+static int wire_queued(SSL *ssl)
+{
+    BIO *w = SSL_get_wbio(ssl);
+
+    return w && BIO_method_type(w) == BIO_TYPE_MEM && BIO_ctrl_pending(w);
+}
+
+/* Write out the wire queue: FD_OK when it is empty, FD_AGAIN, FD_ERROR. */
+static int wire_flush(fd_stream_t *s)
+{
+    BIO *w = SSL_get_wbio(s->tls);
+    char *p;
+    long n;
+    ssize_t k;
+
+    if (w == NULL || BIO_method_type(w) != BIO_TYPE_MEM)
+        return FD_OK;
+    while ((n = BIO_get_mem_data(w, &p)) > 0) {
+        k = send(s->ev.fd, p, (size_t)n, MSG_NOSIGNAL);
+        if (k == n) {
+            (void)BIO_reset(w);
+            return FD_OK;
+        }
+        if (k > 0) {
+            /* a part left: drop it from the front (rare: a full socket) */
+            while (k > 0) {
+                int d = BIO_read(w, scratch, (int)fd_min((size_t)k,
+                                                         SSL_SCRATCH));
+                if (d <= 0)
+                    break;
+                k -= d;
+            }
+            continue;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN) {
+            s->writable = 0;
+            return FD_AGAIN;
+        }
+        if (errno != EPIPE && errno != ECONNRESET)
+            fd_log_error(FD_LOG_INFO, errno, "send() failed");
         s->error = 1;
         return FD_ERROR;
     }
+    return FD_OK;
+}
+
+static ssize_t tls_write(fd_stream_t *s, const void *p, size_t n)
+{
+    size_t done = plain_pending(s->tls);
+    int rc;
+
+    if (n == 0 && done == 0)
+        return 0;
+    if (done == 0) {
+        rc = SSL_write(s->tls, p, (int)fd_min(n, INT_MAX));
+        if (rc <= 0) {
+            rc = (int)tls_fail(s, rc, "SSL_write()");
+            if (rc == 0) { /* the peer closed its side while we write */
+                s->error = 1;
+                return FD_ERROR;
+            }
+            return rc;
+        }
+        done = (size_t)rc;
+    }
+    rc = wire_flush(s);
+    if (rc == FD_OK) {
+        plain_pending_set(s->tls, 0);
+        return (ssize_t)done;
+    }
+    plain_pending_set(s->tls, done);
     return rc;
 }
 
@@ -1002,6 +1090,8 @@ static ssize_t tls_send(fd_stream_t *s, const struct iovec *iov, int niov,
     int i;
 
     (void)more;
+    if (plain_pending(s->tls))
+        return tls_write(s, NULL, 0); /* its records wait to leave */
     if (niov == 1 || iov[0].iov_len >= SSL_SCRATCH)
         return tls_write(s, iov[0].iov_base, iov[0].iov_len);
     for (i = 0; i < niov && n < SSL_SCRATCH; i++) {
@@ -1015,7 +1105,11 @@ static ssize_t tls_send(fd_stream_t *s, const struct iovec *iov, int niov,
 /* No kernel TLS here: read a record's worth and encrypt it. */
 static ssize_t tls_sendfile(fd_stream_t *s, int fd, off_t off, size_t len)
 {
-    ssize_t n = pread(fd, scratch, fd_min(len, SSL_SCRATCH), off);
+    ssize_t n;
+
+    if (plain_pending(s->tls))
+        return tls_write(s, NULL, 0); /* its records wait to leave */
+    n = pread(fd, scratch, fd_min(len, SSL_SCRATCH), off);
 
     if (n <= 0) {
         if (n < 0)
@@ -1035,6 +1129,12 @@ static int tls_handshake(fd_stream_t *s)
     unsigned long q;
     int rc, e;
 
+    if (wire_queued(ssl)) {
+        /* the last flight did not all leave: the rest first */
+        int f = wire_flush(s);
+        if (f != FD_OK)
+            return f;
+    }
     if (SSL_in_before(ssl)) {
         /* a TLS connection starts with a handshake record (22); a
          * letter is an HTTP request sent to the wrong port */
@@ -1061,11 +1161,26 @@ static int tls_handshake(fd_stream_t *s)
     }
     rc = SSL_do_handshake(ssl);
     if (rc == 1) {
+        /* TLS 1.3: what is queued now is the session ticket, and it
+         * leaves with the first response; TLS 1.2: the server's Finished,
+         * which the client waits for */
+        if (SSL_version(ssl) != TLS1_3_VERSION) {
+            int f = wire_flush(s);
+            if (f != FD_OK)
+                return f; /* the next call flushes and finds it done */
+        }
         count_handshake(ssl);
         return FD_OK;
     }
     e = SSL_get_error(ssl, rc);
     if (e == SSL_ERROR_WANT_READ) {
+        /* the flight the client waits for leaves now */
+        int f = wire_flush(s);
+        if (f == FD_ERROR) {
+            count_failure(FD_SSL_FAIL_CLOSED);
+            s->eof = 1;
+            return FD_ERROR;
+        }
         s->readable = 0;
         return FD_AGAIN;
     }
@@ -1096,6 +1211,7 @@ static void tls_close(fd_stream_t *s)
     if (SSL_is_init_finished(ssl) && !s->error) {
         SSL_shutdown(ssl);
         ERR_clear_error();
+        (void)wire_flush(s); /* best effort, as the socket BIO's was */
     }
     SSL_free(ssl);
     s->tls = NULL;
@@ -1105,8 +1221,19 @@ static void tls_close(fd_stream_t *s)
  * read-ahead one holding nothing but a spent record. */
 static void tls_idle(fd_stream_t *s)
 {
-    if (s->tls)
-        SSL_free_buffers(s->tls);
+    BIO *w;
+
+    if (s->tls == NULL)
+        return;
+    SSL_free_buffers(s->tls);
+    /* an emptied memory BIO keeps its buffer: an idle connection holds
+     * none (the next response makes a new one) */
+    w = SSL_get_wbio(s->tls);
+    if (w && BIO_method_type(w) == BIO_TYPE_MEM && !BIO_ctrl_pending(w)) {
+        BIO *nw = BIO_new(BIO_s_mem());
+        if (nw)
+            SSL_set0_wbio(s->tls, nw);
+    }
 }
 
 const fd_transport_t fd_transport_tls = {
@@ -1124,10 +1251,19 @@ int fd_ssl_accept(fd_stream_t *s, fd_listening_t *ls)
 {
     ssl_conf_t *sc = ls->servers[0]->ssl;
     SSL *ssl = SSL_new(sc->ctx);
+    /* read from the socket, write into the wire queue (wire_flush) */
+    BIO *rb = BIO_new_socket(s->ev.fd, BIO_NOCLOSE);
+    BIO *wb = BIO_new(BIO_s_mem());
 
-    if (ssl == NULL || !SSL_set_fd(ssl, s->ev.fd) ||
+    if (ssl && rb && wb) {
+        SSL_set_bio(ssl, rb, wb); /* the SSL owns them now */
+        rb = wb = NULL;
+    }
+    BIO_free(rb);
+    BIO_free(wb);
+    if (ssl == NULL || SSL_get_wbio(ssl) == NULL ||
         !SSL_set_ex_data(ssl, ex_listening, ls)) {
-        fd_log_error(FD_LOG_ALERT, 0, "SSL_new() or SSL_set_fd() failed");
+        fd_log_error(FD_LOG_ALERT, 0, "SSL_new() or BIO_new() failed");
         ERR_clear_error();
         SSL_free(ssl);
         return FD_ERROR;
