@@ -1633,13 +1633,13 @@ int fd_http_output(fd_request_t *r, fd_buf_t *chain, int last)
  * A tunnel (101 Switching Protocols): once the header is written, the
  * socket leaves the engine. See fd_http.h.
  */
-int fd_http_detach(fd_request_t *r, char *buf, size_t size, size_t *n,
-                   void **ipref)
+int fd_http_detach(fd_request_t *r, fd_stream_t *to, char *buf, size_t size,
+                   size_t *n, void **ipref)
 {
     fd_connection_t *c = r->c;
     fd_http_conn_t *h = c->h;
     size_t left;
-    int rc, fd;
+    int rc, dup;
 
     if (!r->header_sent || h == NULL || h->r != r)
         return FD_ERROR;
@@ -1649,14 +1649,19 @@ int fd_http_detach(fd_request_t *r, char *buf, size_t size, size_t *n,
     left = h->rlast - h->rpos;
     if (left > size)
         return FD_ERROR;
-    fd = fcntl(c->s.ev.fd, F_DUPFD_CLOEXEC, 0);
-    if (fd < 0) {
+    /* the connection closes a duplicate: the descriptor itself, which
+     * the TLS state is bound to, goes with the transport */
+    dup = fcntl(c->s.ev.fd, F_DUPFD_CLOEXEC, 0);
+    if (dup < 0) {
         fd_log_error(FD_LOG_ERR, errno, "fcntl(F_DUPFD) failed");
         return FD_ERROR;
     }
     /* the duplicate keeps the socket open: drop the engine's registration
      * before its descriptor is closed */
     fd_event_del(&c->s.ev);
+    c->s.registered = 0;
+    fd_stream_move(to, &c->s);
+    c->s.ev.fd = dup;
     memcpy(buf, h->rbuf + h->rpos, left);
     *n = left;
     h->rpos = h->rlast;
@@ -1670,7 +1675,7 @@ int fd_http_detach(fd_request_t *r, char *buf, size_t size, size_t *n,
     h->r = NULL;
     *ipref = fd_connection_ip_take(c);
     fd_connection_close(c);
-    return fd;
+    return FD_OK;
 }
 
 /* --- the connection state machine --- */

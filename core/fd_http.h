@@ -6,6 +6,7 @@
 #include "fd_cycle.h"
 #include "fd_module.h"
 #include "fd_http_parse.h"
+#include "fd_stream.h"
 
 typedef struct fd_error_page_s {
     int status;
@@ -182,19 +183,20 @@ int fd_http_output_body(fd_request_t *r, fd_buf_t *chain);
 
 /*
  * Tunnels (a 101 response, e.g. WebSocket): after fd_http_send_header()
- * of the 101, take the client socket out of the engine. Returns a new
- * descriptor of the socket (non-blocking, not registered with epoll; the
- * caller owns and closes it), with the client's bytes already read past
- * the request copied to buf (*n, at most size: FD_ERROR if more); or
- * FD_AGAIN while the header is still being written (r->on_drain is called
- * when it is), or FD_ERROR. On success the request is over (counted and
- * logged) and the connection closed: r and its pool are gone. The tunnel
- * is no longer counted in the connection figures, but still in its
- * address's max_conns_per_ip count: *ipref, for fd_ip_release() when the
- * tunnel ends.
+ * of the 101, take the client's socket out of the engine. FD_OK: *to has
+ * the socket and its transport (fd_stream_move(): under TLS the SSL
+ * state, which the caller now closes with fd_stream_close_transport();
+ * not registered with epoll; the caller closes the descriptor), and the
+ * client's bytes already read past the request are copied to buf (*n, at
+ * most size: FD_ERROR if more). FD_AGAIN while the header is still being
+ * written (r->on_drain is called when it is), or FD_ERROR. On success the
+ * request is over (counted and logged) and the connection closed: r and
+ * its pool are gone. The tunnel is no longer counted in the connection
+ * figures, but still in its address's max_conns_per_ip count: *ipref, for
+ * fd_ip_release() when the tunnel ends.
  */
-int fd_http_detach(fd_request_t *r, char *buf, size_t size, size_t *n,
-                   void **ipref);
+int fd_http_detach(fd_request_t *r, fd_stream_t *to, char *buf, size_t size,
+                   size_t *n, void **ipref);
 
 /*
  * Streaming request body (FD_MODULE_STREAM_BODY): copy up to size decoded

@@ -1217,6 +1217,23 @@ static void tls_close(fd_stream_t *s)
     s->tls = NULL;
 }
 
+/* A half-close: close_notify now; OpenSSL reads on after it (what the
+ * peer still sends, up to its own close_notify). */
+static void tls_shutdown(fd_stream_t *s)
+{
+    if (s->tls && SSL_is_init_finished(s->tls) && !s->error) {
+        SSL_shutdown(s->tls);
+        ERR_clear_error();
+    }
+}
+
+/* The socket BIO's callback marks the stream it belongs to (rbio_cb). */
+static void tls_move(fd_stream_t *s)
+{
+    if (s->tls)
+        BIO_set_callback_arg(SSL_get_rbio(s->tls), (char *)s);
+}
+
 /* RELEASE_BUFFERS already gives empty buffers back; this is for the
  * read-ahead one holding nothing but a spent record. */
 static void tls_idle(fd_stream_t *s)
@@ -1244,6 +1261,8 @@ const fd_transport_t fd_transport_tls = {
     .handshake = tls_handshake,
     .close = tls_close,
     .idle = tls_idle,
+    .shutdown = tls_shutdown,
+    .move = tls_move,
     .short_read_drains = 0,
 };
 

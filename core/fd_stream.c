@@ -1,5 +1,6 @@
 /*
- * Streams: the plain TCP transport and the output queue (fd_stream.h).
+ * Streams: the plain TCP transport, splices and the output queue
+ * (fd_stream.h).
  */
 #include <sys/epoll.h>
 #include <sys/sendfile.h>
@@ -126,6 +127,235 @@ void fd_stream_events(fd_stream_t *s, uint32_t events)
         s->readable = 1;
     if (events & EPOLLOUT)
         s->writable = 1;
+}
+
+void fd_stream_shutdown(fd_stream_t *s)
+{
+    if (s->tp->shutdown)
+        s->tp->shutdown(s);
+    if (shutdown(s->ev.fd, SHUT_WR) < 0 && errno != ENOTCONN)
+        fd_log_error(FD_LOG_INFO, errno, "shutdown() failed");
+}
+
+void fd_stream_move(fd_stream_t *to, fd_stream_t *from)
+{
+    to->ev.fd = from->ev.fd;
+    to->tp = from->tp;
+    to->tls = from->tls;
+    to->eof = from->eof;
+    to->readable = from->readable;
+    to->writable = from->writable;
+    to->error = from->error;
+    to->registered = from->registered;
+    to->nodelay = from->nodelay;
+    to->et = from->et;
+    to->handshaken = from->handshaken;
+    to->drained = from->drained;
+    from->ev.fd = -1;
+    from->tp = &fd_transport_tcp;
+    from->tls = NULL;
+    from->registered = 0;
+    if (to->tp->move)
+        to->tp->move(to);
+}
+
+/* --- splices --- */
+
+static void splice_event(fd_event_t *ev, uint32_t events);
+static void splice_timer(fd_timer_t *tm);
+
+void fd_splice_init(fd_splice_t *sp, char *buf0, char *buf1, size_t size)
+{
+    unsigned i;
+
+    memset(sp, 0, sizeof(*sp));
+    sp->side[0].buf = buf0;
+    sp->side[1].buf = buf1;
+    for (i = 0; i < 2; i++) {
+        sp->side[i].s.ev.fd = -1;
+        sp->side[i].s.ev.handler = splice_event;
+        sp->side[i].s.tp = &fd_transport_tcp;
+        sp->side[i].sp = sp;
+    }
+    sp->size = size;
+    sp->timer.handler = splice_timer;
+}
+
+int fd_splice_watch(fd_splice_t *sp, unsigned i)
+{
+    fd_splice_side_t *d = &sp->side[i];
+    /* edge-triggered whatever the transport: the pump runs each side
+     * until it would block, and TLS may read to write */
+    uint32_t mask = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+
+    if (d->watched)
+        return FD_OK;
+    if ((d->s.registered ? fd_event_mod(&d->s.ev, mask)
+                         : fd_event_add(&d->s.ev, mask)) < 0)
+        return FD_ERROR;
+    d->s.registered = 1;
+    d->watched = 1;
+    return FD_OK;
+}
+
+void fd_splice_close(fd_splice_t *sp)
+{
+    unsigned i;
+
+    fd_timer_del(&sp->timer);
+    for (i = 0; i < 2; i++) {
+        fd_stream_t *s = &sp->side[i].s;
+        if (s->ev.fd < 0)
+            continue;
+        fd_stream_close_transport(s);
+        /* close() removes it from epoll */
+        close(s->ev.fd);
+        s->ev.fd = -1;
+    }
+}
+
+static void splice_over(fd_splice_t *sp, int reason)
+{
+    if (sp->over)
+        return;
+    sp->over = 1;
+    sp->reason = reason;
+    fd_splice_close(sp);
+    sp->done(sp);
+}
+
+/*
+ * Bytes from one side to the other until a socket would block: 1 when
+ * some moved, 0 when none, FD_ERROR. The buffer towards `to` is refilled
+ * only once it is empty: while `to` cannot take more, `from` is not read.
+ */
+static int splice_pump(fd_splice_t *sp, fd_splice_side_t *from,
+                       fd_splice_side_t *to)
+{
+    int moved = 0;
+    ssize_t n;
+
+    for (;;) {
+        if (to->pos < to->len) {
+            struct iovec iov = {.iov_base = to->buf + to->pos,
+                                .iov_len = to->len - to->pos};
+            if (!to->s.writable)
+                return moved;
+            n = fd_stream_send(&to->s, &iov, 1, 0);
+            if (n == FD_AGAIN)
+                return moved;
+            if (n < 0)
+                return FD_ERROR;
+            to->pos += (size_t)n;
+            to->sent += (uint64_t)n;
+            moved = 1;
+            if (to->pos == to->len)
+                to->pos = to->len = 0;
+            continue;
+        }
+        if (from->ended) {
+            if (!to->shut) {
+                fd_stream_shutdown(&to->s);
+                to->shut = 1;
+            }
+            return moved;
+        }
+        if (!from->s.readable)
+            return moved;
+        n = fd_stream_recv(&from->s, to->buf, sp->size);
+        if (n == FD_AGAIN)
+            return moved;
+        if (n < 0)
+            return FD_ERROR;
+        if (n == 0) {
+            from->ended = 1;
+            continue;
+        }
+        to->len = (size_t)n;
+        moved = 1;
+        /* a FIN seen with the data (RDHUP) has no edge of its own left:
+         * read on until the end of stream shows; without one, a short
+         * read over TCP drained the socket */
+        if (from->s.eof)
+            from->s.readable = 1;
+        else if ((size_t)n < sp->size && from->s.tp->short_read_drains)
+            from->s.readable = 0;
+    }
+}
+
+static void splice_run(fd_splice_t *sp)
+{
+    fd_splice_side_t *a = &sp->side[0], *b = &sp->side[1];
+    int ab, ba;
+
+    if (a->s.error || b->s.error) {
+        splice_over(sp, FD_SPLICE_ERROR);
+        return;
+    }
+    ab = splice_pump(sp, a, b);
+    ba = splice_pump(sp, b, a);
+    if (ab == FD_ERROR || ba == FD_ERROR)
+        splice_over(sp, FD_SPLICE_ERROR);
+    else if (a->shut && b->shut)
+        splice_over(sp, FD_SPLICE_END);
+    else if (ab || ba)
+        sp->deadline = fd_msec32_after(sp->idle);
+}
+
+static void splice_event(fd_event_t *ev, uint32_t events)
+{
+    fd_splice_side_t *d = (fd_splice_side_t *)ev;
+    fd_splice_t *sp = d->sp;
+
+    fd_stream_events(&d->s, events);
+    /* EPOLLHUP: both halves are down, a write fails at once */
+    if (events & EPOLLHUP)
+        d->s.writable = 1;
+    if (!sp->started)
+        return;
+    fd_log_conn_id = sp->log_id;
+    splice_run(sp);
+    fd_log_conn_id = 0;
+}
+
+static void splice_timer(fd_timer_t *tm)
+{
+    fd_splice_t *sp = (fd_splice_t *)((char *)tm -
+                                      offsetof(fd_splice_t, timer));
+    int32_t left = fd_msec32_diff(sp->deadline, (uint32_t)fd_current_msec);
+
+    /* bytes moved since it was armed: the deadline moved on */
+    if (left > 0) {
+        fd_timer_add(&sp->timer, (fd_msec_t)left);
+        return;
+    }
+    fd_log_conn_id = sp->log_id;
+    splice_over(sp, FD_SPLICE_TIMEOUT);
+    fd_log_conn_id = 0;
+}
+
+void fd_stream_splice(fd_splice_t *sp)
+{
+    unsigned i;
+
+    fd_log_conn_id = sp->log_id;
+    sp->started = 1;
+    for (i = 0; i < 2; i++) {
+        /* each side is tried once: an edge may have passed unwatched */
+        sp->side[i].s.readable = 1;
+        sp->side[i].s.writable = 1;
+        if (fd_splice_watch(sp, i) != FD_OK)
+            break;
+    }
+    if (i < 2) {
+        fd_log_error(FD_LOG_ERR, errno, "epoll_ctl() failed");
+        splice_over(sp, FD_SPLICE_ERROR);
+    } else {
+        sp->deadline = fd_msec32_after(sp->idle);
+        fd_timer_add(&sp->timer, sp->idle);
+        splice_run(sp);
+    }
+    fd_log_conn_id = 0;
 }
 
 /* --- the output queue --- */

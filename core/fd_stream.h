@@ -45,6 +45,12 @@ typedef struct fd_transport_s {
     void (*close)(fd_stream_t *s);
     /* An idle stream gives back what it can (TLS buffers). */
     void (*idle)(fd_stream_t *s);
+    /* Half-close: no more output (TLS: close_notify); reading goes on.
+     * The socket's own shutdown(SHUT_WR) follows. NULL: nothing to add. */
+    void (*shutdown)(fd_stream_t *s);
+    /* The stream struct was copied to s (fd_stream_move): the transport's
+     * state that points at the stream follows it. NULL: none does. */
+    void (*move)(fd_stream_t *s);
     /* recv() leaves no buffered data behind it when it reads less than
      * asked (plain TCP: the socket is drained). TLS may hold decrypted
      * bytes, so a short read says nothing there; it clears the stream's
@@ -101,6 +107,77 @@ int fd_stream_handshake(fd_stream_t *s);
 void fd_stream_close_transport(fd_stream_t *s);
 /* Pending readiness into the flags (from epoll's mask). */
 void fd_stream_events(fd_stream_t *s, uint32_t events);
+/* No more output: the transport's end (TLS close_notify), then FIN. */
+void fd_stream_shutdown(fd_stream_t *s);
+/*
+ * Hand a stream's socket and transport to another struct (a connection's
+ * to a tunnel): to takes from's descriptor, transport state and readiness
+ * flags (registered too: the descriptor may still be in epoll under from's
+ * pointer, for the new owner to fd_event_mod); from is left with no
+ * descriptor (-1) and plain TCP, so closing it frees nothing of to's.
+ * Neither timer moves: to's is left unarmed.
+ */
+void fd_stream_move(fd_stream_t *to, fd_stream_t *from);
+
+/*
+ * A splice: two streams joined, each one's bytes sent on to the other
+ * (a tunnel after a 101). Each side has its own transport (a TLS client,
+ * a plain upstream); each direction one bounded buffer, and a side is read
+ * only while the buffer towards its peer is empty, so a slow reader stops
+ * its writer instead of growing memory. One side's end of stream becomes
+ * a half-close of the other (fd_stream_shutdown) while the other direction
+ * goes on. The splice is over when both directions ended, when a side
+ * fails, or when idle passed with no byte moved; then both streams are
+ * closed (transports and descriptors) and done() runs, once.
+ *
+ * fd_splice_init(), then give each side a socket (fd_stream_move() or
+ * s.ev.fd and s.tp), optionally bytes already owed to it (side[i].buf,
+ * len), then fd_stream_splice(). The struct must stay until the end of
+ * the loop turn in which done() ran: an event for a side may still be in
+ * that turn's batch (fd_event_post() a free).
+ */
+typedef struct fd_splice_s fd_splice_t;
+
+enum { FD_SPLICE_END = 1, FD_SPLICE_ERROR, FD_SPLICE_TIMEOUT };
+
+typedef struct {
+    fd_stream_t s;             /* first: the loop's event is the side */
+    fd_splice_t *sp;
+    char *buf;                 /* from the other side, to be sent here */
+    size_t pos, len;
+    uint64_t sent;             /* bytes sent to this side */
+    unsigned ended:1;          /* its end of stream was read */
+    unsigned shut:1;           /* its write half is shut */
+    unsigned watched:1;        /* registered with the splice's handler */
+} fd_splice_side_t;
+
+struct fd_splice_s {
+    fd_splice_side_t side[2];
+    size_t size;               /* of each side's buf */
+    fd_msec_t idle;            /* > 0 */
+    fd_timer_t timer;
+    uint32_t deadline;         /* fd_msec32_after(idle) at the last byte */
+    void (*done)(fd_splice_t *sp);
+    void *data;                /* the owner's */
+    uint64_t log_id;           /* fd_log_conn_id while it runs */
+    int reason;                /* FD_SPLICE_*: why it is over */
+    unsigned started:1;
+    unsigned over:1;
+};
+
+/* Empty sides (no descriptor, plain TCP), buf[0] and buf[1] of size bytes
+ * each for the bytes owed to side 0 and side 1. */
+void fd_splice_init(fd_splice_t *sp, char *buf0, char *buf1, size_t size);
+/* Register side i with the loop before the splice starts (its socket is
+ * in the splice, the other side is not there yet): its events are
+ * remembered until then. FD_OK, or FD_ERROR (errno). */
+int fd_splice_watch(fd_splice_t *sp, unsigned i);
+/* Start pumping. From here the splice owns both streams and done() runs
+ * once when it is over, maybe before this returns (a side had failed). */
+void fd_stream_splice(fd_splice_t *sp);
+/* Close both sides now (a splice that is not to start, or not to go on);
+ * done() does not run. */
+void fd_splice_close(fd_splice_t *sp);
 
 /*
  * The output queue: what a stream still has to send, in order. Bytes
