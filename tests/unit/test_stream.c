@@ -1,0 +1,324 @@
+/*
+ * Unit tests: splices (core/fd_stream.c) over socketpairs on a real epoll.
+ * Each test joins two pairs: the test holds one end of each (a, b), the
+ * splice the other two, so what is written on a must come out of b and
+ * back. Bytes both ways, bytes owed before the start, a large transfer
+ * into a reader that stops (back-pressure), half-close, the idle timeout,
+ * a side that resets, and fd_stream_move().
+ */
+#include "fd_core.h"
+#include "fd_cycle.h"
+#include "fd_stream.h"
+#include "tap.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define SIZE 4096 /* each direction's buffer */
+
+static fd_worker_t worker;
+
+typedef struct {
+    fd_splice_t sp;
+    int a, b;        /* the test's ends: a talks to side 0, b to side 1 */
+    int ndone;
+    char mem[2][SIZE];
+} pair_t;
+
+static void on_done(fd_splice_t *sp)
+{
+    ((pair_t *)sp->data)->ndone++;
+}
+
+static void nonblock(int fd)
+{
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+/* Two socketpairs, the splice's ends non-blocking; 0 when it failed. */
+static int pair_open(pair_t *p, fd_msec_t idle)
+{
+    int x[2], y[2];
+
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, x) < 0 ||
+        socketpair(AF_UNIX, SOCK_STREAM, 0, y) < 0) {
+        diag("socketpair(): %s", strerror(errno));
+        return 0;
+    }
+    memset(p, 0, sizeof(*p));
+    fd_splice_init(&p->sp, p->mem[0], p->mem[1], SIZE);
+    p->sp.idle = idle;
+    p->sp.done = on_done;
+    p->sp.data = p;
+    p->a = x[0];
+    p->b = y[0];
+    p->sp.side[0].s.ev.fd = x[1];
+    p->sp.side[1].s.ev.fd = y[1];
+    nonblock(x[1]);
+    nonblock(y[1]);
+    return 1;
+}
+
+static void pair_close(pair_t *p)
+{
+    if (!p->sp.over)
+        fd_splice_close(&p->sp);
+    close(p->a);
+    close(p->b);
+}
+
+/* The loop's epoll turns until nothing more happens. */
+static void settle(void)
+{
+    struct epoll_event ev[16];
+    int n, i;
+
+    while ((n = epoll_wait(worker.epfd, ev, 16, 0)) > 0) {
+        for (i = 0; i < n; i++) {
+            fd_event_t *e = (fd_event_t *)((uintptr_t)ev[i].data.ptr &
+                                           ~(uintptr_t)1);
+            if (e->fd >= 0)
+                e->handler(e, ev[i].events);
+        }
+    }
+}
+
+static void put(int fd, const char *s)
+{
+    if (write(fd, s, strlen(s)) != (ssize_t)strlen(s))
+        diag("write(): %s", strerror(errno));
+}
+
+/* What fd holds now, up to size (the test's ends block: poll first). */
+static ssize_t take(int fd, char *buf, size_t size)
+{
+    ssize_t n = recv(fd, buf, size, MSG_DONTWAIT);
+
+    return n < 0 && errno == EAGAIN ? FD_AGAIN : n;
+}
+
+static void test_both_ways(void)
+{
+    pair_t p;
+    char buf[64];
+    ssize_t n;
+
+    if (!pair_open(&p, 60000))
+        return;
+    /* owed before the start: the rest of a 101 for a, a request's tail
+     * for b */
+    memcpy(p.sp.side[0].buf, "owed-a", 6);
+    p.sp.side[0].len = 6;
+    memcpy(p.sp.side[1].buf, "owed-b", 6);
+    p.sp.side[1].len = 6;
+    fd_stream_splice(&p.sp);
+    settle();
+    n = take(p.a, buf, sizeof(buf));
+    is_strn(buf, n > 0 ? n : 0, "owed-a", "the bytes owed to side 0 first");
+    n = take(p.b, buf, sizeof(buf));
+    is_strn(buf, n > 0 ? n : 0, "owed-b", "the bytes owed to side 1 first");
+
+    put(p.a, "ping");
+    settle();
+    n = take(p.b, buf, sizeof(buf));
+    is_strn(buf, n > 0 ? n : 0, "ping", "a to b");
+    put(p.b, "pong!");
+    settle();
+    n = take(p.a, buf, sizeof(buf));
+    is_strn(buf, n > 0 ? n : 0, "pong!", "b to a");
+    is_int(p.sp.side[1].sent, 10, "counted: 10 bytes sent to side 1");
+    is_int(p.sp.side[0].sent, 11, "counted: 11 bytes sent to side 0");
+    is_int(p.ndone, 0, "not over while both are open");
+    pair_close(&p);
+}
+
+static unsigned char pattern(uint64_t i)
+{
+    return (unsigned char)(i * 7 + (i >> 11));
+}
+
+/*
+ * 8 MiB into a, while b reads nothing at first: the splice stops taking
+ * from a once b's socket is full, so a's writer blocks with most of the
+ * bytes unsent (memory stays at one buffer). Then b reads in small bites
+ * while a writes on, and every byte arrives, in order.
+ */
+static void test_back_pressure(void)
+{
+    const uint64_t total = 8u << 20;
+    uint64_t wrote = 0, got = 0, bad = 0;
+    unsigned char out[16384], in[1000];
+    int small = 16384, blocked, turns = 0;
+    pair_t p;
+    ssize_t n;
+
+    if (!pair_open(&p, 60000))
+        return;
+    setsockopt(p.b, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    setsockopt(p.sp.side[1].s.ev.fd, SOL_SOCKET, SO_SNDBUF, &small,
+               sizeof(small));
+    nonblock(p.a);
+    fd_stream_splice(&p.sp);
+
+    for (blocked = 0; !blocked && wrote < total;) {
+        size_t k = (size_t)fd_min(sizeof(out), total - wrote), i;
+        for (i = 0; i < k; i++)
+            out[i] = pattern(wrote + i);
+        n = write(p.a, out, k);
+        if (n > 0)
+            wrote += (uint64_t)n;
+        settle();
+        /* a full write after the splice settled: still taking */
+        blocked = n < 0 && errno == EAGAIN;
+    }
+    ok(blocked && wrote < total / 4,
+       "a's writer blocks while b does not read (%llu of %llu bytes in)",
+       (unsigned long long)wrote, (unsigned long long)total);
+    ok(p.sp.side[1].len <= SIZE, "the splice holds at most one buffer");
+
+    while (got < total && turns++ < 1000000) {
+        if (wrote < total) {
+            size_t k = (size_t)fd_min(sizeof(out), total - wrote), i;
+            for (i = 0; i < k; i++)
+                out[i] = pattern(wrote + i);
+            n = write(p.a, out, k);
+            if (n > 0)
+                wrote += (uint64_t)n;
+        }
+        settle();
+        n = take(p.b, (char *)in, sizeof(in));
+        if (n > 0) {
+            ssize_t i;
+            for (i = 0; i < n; i++)
+                bad += in[i] != pattern(got + (uint64_t)i);
+            got += (uint64_t)n;
+        } else if (n == 0) {
+            break;
+        }
+    }
+    is_int(got, total, "every byte reached the slow reader");
+    is_int(bad, 0, "in order, unchanged");
+    is_int(p.ndone, 0, "and the splice goes on");
+    pair_close(&p);
+}
+
+static void test_half_close(void)
+{
+    pair_t p;
+    char buf[64];
+    ssize_t n;
+
+    if (!pair_open(&p, 60000))
+        return;
+    fd_stream_splice(&p.sp);
+    put(p.a, "last");
+    shutdown(p.a, SHUT_WR);
+    settle();
+    n = take(p.b, buf, sizeof(buf));
+    is_strn(buf, n > 0 ? n : 0, "last", "a's last bytes reach b");
+    is_int(take(p.b, buf, sizeof(buf)), 0, "then a's FIN: b reads the end");
+    is_int(p.ndone, 0, "half-closed: not over");
+
+    put(p.b, "reply");
+    settle();
+    n = take(p.a, buf, sizeof(buf));
+    is_strn(buf, n > 0 ? n : 0, "reply", "b still talks to a");
+    shutdown(p.b, SHUT_WR);
+    settle();
+    is_int(take(p.a, buf, sizeof(buf)), 0, "b's FIN reaches a");
+    is_int(p.ndone, 1, "both ended: done once");
+    is_int(p.sp.reason, FD_SPLICE_END, "as an end, not an error");
+    ok(p.sp.side[0].s.ev.fd < 0 && p.sp.side[1].s.ev.fd < 0,
+       "both sides closed");
+    pair_close(&p);
+}
+
+static void test_timeout(void)
+{
+    pair_t p;
+    char buf[64];
+
+    if (!pair_open(&p, 100))
+        return;
+    fd_current_msec = 10000;
+    fd_stream_splice(&p.sp);
+    fd_current_msec += 60;
+    put(p.a, "x");
+    settle();
+    take(p.b, buf, sizeof(buf));
+    fd_current_msec += 60; /* 120 after the start, 60 after the byte */
+    fd_timer_expire();
+    is_int(p.ndone, 0, "a byte 60ms ago: not idle yet");
+    fd_current_msec += 50;
+    fd_timer_expire();
+    is_int(p.ndone, 1, "idle 110ms past a 100ms timeout: over");
+    is_int(p.sp.reason, FD_SPLICE_TIMEOUT, "for the timeout");
+    is_int(take(p.a, buf, sizeof(buf)), 0, "a sees the close");
+    is_int(take(p.b, buf, sizeof(buf)), 0, "b sees the close");
+    pair_close(&p);
+}
+
+/* A Unix socket closed with unread data resets its peer (ECONNRESET). */
+static void test_reset(void)
+{
+    pair_t p;
+    char buf[64];
+
+    if (!pair_open(&p, 60000))
+        return;
+    fd_stream_splice(&p.sp);
+    put(p.b, "unread");
+    settle();
+    close(p.a);
+    p.a = -1;
+    settle();
+    is_int(p.ndone, 1, "a reset side ends the splice");
+    is_int(p.sp.reason, FD_SPLICE_ERROR, "as an error");
+    is_int(take(p.b, buf, sizeof(buf)), 0, "the other side is closed");
+    pair_close(&p);
+}
+
+static void test_move(void)
+{
+    fd_stream_t from, to;
+
+    memset(&from, 0, sizeof(from));
+    memset(&to, 0, sizeof(to));
+    from.ev.fd = 42;
+    from.tp = &fd_transport_tcp;
+    from.readable = 1;
+    from.eof = 1;
+    from.registered = 1;
+    fd_timer_add(&from.timer, 1000);
+    fd_stream_move(&to, &from);
+    ok(to.ev.fd == 42 && to.tp == &fd_transport_tcp && to.readable &&
+           to.eof && to.registered,
+       "move: the descriptor, transport and flags go");
+    ok(from.ev.fd == -1 && from.tls == NULL && !from.registered,
+       "move: nothing is left to close twice");
+    ok(!fd_timer_armed(&to.timer), "move: the timer stays behind");
+    fd_timer_del(&from.timer);
+}
+
+int main(void)
+{
+    worker.epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (worker.epfd < 0 || fd_timer_init() != FD_OK) {
+        perror("setup");
+        return 1;
+    }
+    fd_worker = &worker;
+    fd_current_msec = 1000;
+    signal(SIGPIPE, SIG_IGN); /* as in the worker: a reset is EPIPE */
+
+    test_both_ways();
+    test_back_pressure();
+    test_half_close();
+    test_timeout();
+    test_reset();
+    test_move();
+    return done_testing();
+}
