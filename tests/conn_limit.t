@@ -101,14 +101,7 @@ $t->stop;
         my ($req, $c) = @_;
         return Backend::response(200, 'plain')
             unless ($req->{headers}{upgrade} // '') eq 'websocket';
-        $c->write("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
-                  . "Connection: Upgrade\r\n\r\n");
-        while (1) {                       # echo until the client's FIN
-            my $n = sysread($c->sock, my $b, 65536);
-            last unless $n;
-            $c->write($b) or last;
-        }
-        return undef;
+        return Backend::websocket_echo($c);
     });
     my $bp = $be->port;
     my $tt = FastdTest->new(conf => FastdTest::base_conf(

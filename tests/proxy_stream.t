@@ -87,21 +87,8 @@ my $be = Backend->new(stream_body => $stream_body, handler => sub {
         $c->write("e\r\ndata: second\n\n\r\n0\r\n\r\n");
         return '';
     }
-    if (($req->{headers}{upgrade} // '') eq 'websocket') {
-        $c->write("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
-                  . "Connection: Upgrade\r\nSec-WebSocket-Accept: x\r\n\r\n");
-        # a raw echo: every byte back, until the client's FIN
-        $c->write($c->{buf}) if length $c->{buf};
-        $c->{buf} = '';
-        while (1) {
-            my $n = sysread($c->sock, my $b, 65536);
-            last unless $n;
-            $c->write($b) or last;
-        }
-        shutdown($c->sock, 1);
-        sleep 0.2;
-        return undef;
-    }
+    return Backend::websocket_echo($c, 'Sec-WebSocket-Accept: x')
+        if ($req->{headers}{upgrade} // '') eq 'websocket';
     return Backend::echo($req);
 });
 my $bp = $be->port;

@@ -15,16 +15,7 @@ use Test::More;
 my $t = FastdTest->new(conf => FastdTest::base_conf());
 my $dir = $t->dir;
 
-# a self-signed P-256 certificate NAME.crt and its key NAME.key in $dir
-sub make_cert {
-    my ($name) = @_;
-    system("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
-         . "-nodes -days 2 -subj /CN=$name -keyout '$dir/$name.key' "
-         . "-out '$dir/$name.crt' 2>/dev/null") == 0
-        or die "openssl req failed";
-}
-make_cert('a');
-make_cert('b');
+FastdTest::self_signed("$dir/$_", $_) for qw(a b);
 
 sub line_of {
     my ($text, $re) = @_;

@@ -239,10 +239,7 @@ $t->stop;
     # the certificate of its 8443 ssl address, as README's first command
     # makes it; that port changed too
     mkdir "$dir/conf/cert";
-    system("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
-         . "-nodes -days 2 -subj /CN=localhost -keyout '$dir/conf/cert/fastd.key' "
-         . "-out '$dir/conf/cert/fastd.crt' 2>/dev/null") == 0
-        or die "openssl req failed";
+    FastdTest::self_signed("$dir/conf/cert/fastd", 'localhost');
     my $tls_port = FastdTest::free_port();
     ok($text =~ s/^listen = 0\.0\.0\.0:8443 ssl\b/listen = 127.0.0.1:$tls_port ssl/m,
        'conf/fastd.conf listens on 0.0.0.0:8443 ssl');

@@ -144,6 +144,25 @@ sub echo {
     return response(200, $b, 'X-Backend-Port' => $req->{port});
 }
 
+# A handler's answer to an Upgrade: websocket request: 101 (with the
+# extra header lines given), then a raw echo, every byte back (those sent
+# with the request first) until the client's FIN, then a FIN back.
+sub websocket_echo {
+    my ($c, @headers) = @_;
+    $c->write("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+              . "Connection: Upgrade\r\n" . join('', map { "$_\r\n" } @headers)
+              . "\r\n");
+    $c->write($c->{buf}) if length $c->{buf};
+    $c->{buf} = '';
+    while (1) {
+        my $n = sysread($c->sock, my $b, 65536);
+        last unless $n;
+        $c->write($b) or last;
+    }
+    shutdown($c->sock, 1);
+    return undef;
+}
+
 # --- the connection child ---------------------------------------------------
 
 package Backend::Conn;

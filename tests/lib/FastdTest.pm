@@ -75,6 +75,16 @@ sub spew {
     close $fh or die "close $path: $!";
 }
 
+# A self-signed ECDSA P-256 certificate for $name (subject and DNS name)
+# as README's first command makes one: $path.crt and its key $path.key.
+sub self_signed {
+    my ($path, $name) = @_;
+    system("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
+         . "-nodes -days 2 -subj /CN=$name -addext subjectAltName=DNS:$name "
+         . "-keyout '$path.key' -out '$path.crt' 2>/dev/null") == 0
+        or die "openssl req failed";
+}
+
 # Is a process alive (and not a zombie)?
 sub pid_alive {
     my ($pid) = @_;
