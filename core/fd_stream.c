@@ -139,18 +139,15 @@ void fd_stream_shutdown(fd_stream_t *s)
 
 void fd_stream_move(fd_stream_t *to, fd_stream_t *from)
 {
-    to->ev.fd = from->ev.fd;
-    to->tp = from->tp;
-    to->tls = from->tls;
-    to->eof = from->eof;
-    to->readable = from->readable;
-    to->writable = from->writable;
-    to->error = from->error;
-    to->registered = from->registered;
-    to->nodelay = from->nodelay;
-    to->et = from->et;
-    to->handshaken = from->handshaken;
-    to->drained = from->drained;
+    fd_event_t ev = to->ev;
+    fd_timer_t timer = to->timer;
+
+    *to = *from;
+    /* the handler, the instance and the timer stay the new owner's */
+    ev.fd = from->ev.fd;
+    to->ev = ev;
+    to->timer = timer;
+    to->deadline = 0;
     from->ev.fd = -1;
     from->tp = &fd_transport_tcp;
     from->tls = NULL;

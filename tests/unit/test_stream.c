@@ -62,6 +62,15 @@ static int pair_open(pair_t *p, fd_msec_t idle)
     return 1;
 }
 
+/* pair_open(), and the splice started at once */
+static int pair_start(pair_t *p, fd_msec_t idle)
+{
+    if (!pair_open(p, idle))
+        return 0;
+    fd_stream_splice(&p->sp);
+    return 1;
+}
+
 static void pair_close(pair_t *p)
 {
     if (!p->sp.over)
@@ -100,11 +109,27 @@ static ssize_t take(int fd, char *buf, size_t size)
     return n < 0 && errno == EAGAIN ? FD_AGAIN : n;
 }
 
+/* The splice is over, once, for reason, with both its sides closed. */
+static void is_over(pair_t *p, int reason, const char *what)
+{
+    is_int(p->ndone, 1, "%s: over, once", what);
+    is_int(p->sp.reason, reason, "%s: for the reason", what);
+    ok(p->sp.side[0].s.ev.fd < 0 && p->sp.side[1].s.ev.fd < 0,
+       "%s: both sides closed", what);
+}
+
+/* fd holds exp now, nothing more, nothing less */
+static void is_read(int fd, const char *exp, const char *what)
+{
+    char buf[64];
+    ssize_t n = take(fd, buf, sizeof(buf));
+
+    is_strn(buf, n > 0 ? n : 0, exp, "%s", what);
+}
+
 static void test_both_ways(void)
 {
     pair_t p;
-    char buf[64];
-    ssize_t n;
 
     if (!pair_open(&p, 60000))
         return;
@@ -116,19 +141,15 @@ static void test_both_ways(void)
     p.sp.side[1].len = 6;
     fd_stream_splice(&p.sp);
     settle();
-    n = take(p.a, buf, sizeof(buf));
-    is_strn(buf, n > 0 ? n : 0, "owed-a", "the bytes owed to side 0 first");
-    n = take(p.b, buf, sizeof(buf));
-    is_strn(buf, n > 0 ? n : 0, "owed-b", "the bytes owed to side 1 first");
+    is_read(p.a, "owed-a", "the bytes owed to side 0 first");
+    is_read(p.b, "owed-b", "the bytes owed to side 1 first");
 
     put(p.a, "ping");
     settle();
-    n = take(p.b, buf, sizeof(buf));
-    is_strn(buf, n > 0 ? n : 0, "ping", "a to b");
+    is_read(p.b, "ping", "a to b");
     put(p.b, "pong!");
     settle();
-    n = take(p.a, buf, sizeof(buf));
-    is_strn(buf, n > 0 ? n : 0, "pong!", "b to a");
+    is_read(p.a, "pong!", "b to a");
     is_int(p.sp.side[1].sent, 10, "counted: 10 bytes sent to side 1");
     is_int(p.sp.side[0].sent, 11, "counted: 11 bytes sent to side 0");
     is_int(p.ndone, 0, "not over while both are open");
@@ -209,30 +230,23 @@ static void test_half_close(void)
 {
     pair_t p;
     char buf[64];
-    ssize_t n;
 
-    if (!pair_open(&p, 60000))
+    if (!pair_start(&p, 60000))
         return;
-    fd_stream_splice(&p.sp);
     put(p.a, "last");
     shutdown(p.a, SHUT_WR);
     settle();
-    n = take(p.b, buf, sizeof(buf));
-    is_strn(buf, n > 0 ? n : 0, "last", "a's last bytes reach b");
+    is_read(p.b, "last", "a's last bytes reach b");
     is_int(take(p.b, buf, sizeof(buf)), 0, "then a's FIN: b reads the end");
     is_int(p.ndone, 0, "half-closed: not over");
 
     put(p.b, "reply");
     settle();
-    n = take(p.a, buf, sizeof(buf));
-    is_strn(buf, n > 0 ? n : 0, "reply", "b still talks to a");
+    is_read(p.a, "reply", "b still talks to a");
     shutdown(p.b, SHUT_WR);
     settle();
     is_int(take(p.a, buf, sizeof(buf)), 0, "b's FIN reaches a");
-    is_int(p.ndone, 1, "both ended: done once");
-    is_int(p.sp.reason, FD_SPLICE_END, "as an end, not an error");
-    ok(p.sp.side[0].s.ev.fd < 0 && p.sp.side[1].s.ev.fd < 0,
-       "both sides closed");
+    is_over(&p, FD_SPLICE_END, "both ended");
     pair_close(&p);
 }
 
@@ -241,10 +255,9 @@ static void test_timeout(void)
     pair_t p;
     char buf[64];
 
-    if (!pair_open(&p, 100))
-        return;
     fd_current_msec = 10000;
-    fd_stream_splice(&p.sp);
+    if (!pair_start(&p, 100))
+        return;
     fd_current_msec += 60;
     put(p.a, "x");
     settle();
@@ -254,8 +267,7 @@ static void test_timeout(void)
     is_int(p.ndone, 0, "a byte 60ms ago: not idle yet");
     fd_current_msec += 50;
     fd_timer_expire();
-    is_int(p.ndone, 1, "idle 110ms past a 100ms timeout: over");
-    is_int(p.sp.reason, FD_SPLICE_TIMEOUT, "for the timeout");
+    is_over(&p, FD_SPLICE_TIMEOUT, "idle 110ms past a 100ms timeout");
     is_int(take(p.a, buf, sizeof(buf)), 0, "a sees the close");
     is_int(take(p.b, buf, sizeof(buf)), 0, "b sees the close");
     pair_close(&p);
@@ -267,16 +279,14 @@ static void test_reset(void)
     pair_t p;
     char buf[64];
 
-    if (!pair_open(&p, 60000))
+    if (!pair_start(&p, 60000))
         return;
-    fd_stream_splice(&p.sp);
     put(p.b, "unread");
     settle();
     close(p.a);
     p.a = -1;
     settle();
-    is_int(p.ndone, 1, "a reset side ends the splice");
-    is_int(p.sp.reason, FD_SPLICE_ERROR, "as an error");
+    is_over(&p, FD_SPLICE_ERROR, "a side reset");
     is_int(take(p.b, buf, sizeof(buf)), 0, "the other side is closed");
     pair_close(&p);
 }
