@@ -127,6 +127,22 @@ static void is_read(int fd, const char *exp, const char *what)
     is_strn(buf, n > 0 ? n : 0, exp, "%s", what);
 }
 
+/* str written on one end comes out of the other */
+static void relay(int from, int to, const char *str, const char *what)
+{
+    put(from, str);
+    settle();
+    is_read(to, str, what);
+}
+
+/* fd is at its end: the splice sent a FIN or closed */
+static void is_eof(int fd, const char *what)
+{
+    char buf[8];
+
+    is_int(take(fd, buf, sizeof(buf)), 0, "%s", what);
+}
+
 static void test_both_ways(void)
 {
     pair_t p;
@@ -144,12 +160,8 @@ static void test_both_ways(void)
     is_read(p.a, "owed-a", "the bytes owed to side 0 first");
     is_read(p.b, "owed-b", "the bytes owed to side 1 first");
 
-    put(p.a, "ping");
-    settle();
-    is_read(p.b, "ping", "a to b");
-    put(p.b, "pong!");
-    settle();
-    is_read(p.a, "pong!", "b to a");
+    relay(p.a, p.b, "ping", "a to b");
+    relay(p.b, p.a, "pong!", "b to a");
     is_int(p.sp.side[1].sent, 10, "counted: 10 bytes sent to side 1");
     is_int(p.sp.side[0].sent, 11, "counted: 11 bytes sent to side 0");
     is_int(p.ndone, 0, "not over while both are open");
@@ -229,7 +241,6 @@ static void test_back_pressure(void)
 static void test_half_close(void)
 {
     pair_t p;
-    char buf[64];
 
     if (!pair_start(&p, 60000))
         return;
@@ -237,15 +248,13 @@ static void test_half_close(void)
     shutdown(p.a, SHUT_WR);
     settle();
     is_read(p.b, "last", "a's last bytes reach b");
-    is_int(take(p.b, buf, sizeof(buf)), 0, "then a's FIN: b reads the end");
+    is_eof(p.b, "then a's FIN: b reads the end");
     is_int(p.ndone, 0, "half-closed: not over");
 
-    put(p.b, "reply");
-    settle();
-    is_read(p.a, "reply", "b still talks to a");
+    relay(p.b, p.a, "reply", "b still talks to a");
     shutdown(p.b, SHUT_WR);
     settle();
-    is_int(take(p.a, buf, sizeof(buf)), 0, "b's FIN reaches a");
+    is_eof(p.a, "b's FIN reaches a");
     is_over(&p, FD_SPLICE_END, "both ended");
     pair_close(&p);
 }
@@ -253,23 +262,20 @@ static void test_half_close(void)
 static void test_timeout(void)
 {
     pair_t p;
-    char buf[64];
 
     fd_current_msec = 10000;
     if (!pair_start(&p, 100))
         return;
     fd_current_msec += 60;
-    put(p.a, "x");
-    settle();
-    take(p.b, buf, sizeof(buf));
+    relay(p.a, p.b, "x", "a byte through");
     fd_current_msec += 60; /* 120 after the start, 60 after the byte */
     fd_timer_expire();
     is_int(p.ndone, 0, "a byte 60ms ago: not idle yet");
     fd_current_msec += 50;
     fd_timer_expire();
     is_over(&p, FD_SPLICE_TIMEOUT, "idle 110ms past a 100ms timeout");
-    is_int(take(p.a, buf, sizeof(buf)), 0, "a sees the close");
-    is_int(take(p.b, buf, sizeof(buf)), 0, "b sees the close");
+    is_eof(p.a, "a sees the close");
+    is_eof(p.b, "b sees the close");
     pair_close(&p);
 }
 
@@ -277,7 +283,6 @@ static void test_timeout(void)
 static void test_reset(void)
 {
     pair_t p;
-    char buf[64];
 
     if (!pair_start(&p, 60000))
         return;
@@ -287,7 +292,7 @@ static void test_reset(void)
     p.a = -1;
     settle();
     is_over(&p, FD_SPLICE_ERROR, "a side reset");
-    is_int(take(p.b, buf, sizeof(buf)), 0, "the other side is closed");
+    is_eof(p.b, "the other side is closed");
     pair_close(&p);
 }
 
