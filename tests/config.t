@@ -14,14 +14,6 @@ use Test::More;
 my $t = FastdTest->new(conf => FastdTest::base_conf());
 my $dir = $t->dir;
 
-# Line number (1-based) of the first line of $text matching $re.
-sub line_of {
-    my ($text, $re) = @_;
-    my @l = split /\n/, $text;
-    for my $i (0 .. $#l) { return $i + 1 if $l[$i] =~ $re }
-    die "no line matches $re";
-}
-
 sub conf_test {
     my ($file, @extra) = @_;
     return FastdTest::run_fastd('-t', '-c', $file, @extra);
@@ -42,7 +34,7 @@ sub conf_test {
 sub bad_conf {
     my ($name, $text, $mark, %o) = @_;
     my $file = $t->write_conf($text, 'bad.conf');
-    my $line = line_of($t->subst($text), $mark);
+    my $line = FastdTest::line_of($t->subst($text), $mark);
     my ($rc, $out) = conf_test($file, @{ $o{args} || [] });
     is($rc, 1, "$name: -t exits 1");
     like($out, qr/\Q$file\E:$line\b/, "$name: names $file:$line")
@@ -211,7 +203,7 @@ bad_conf('unknown handler',
     ($rc, $out) = conf_test($file, '-p', 'nosuch');
     is($rc, 1, '-p nosuch: fails');
     like($out, qr/nosuch/, '-p nosuch: the message names the profile') or diag($out);
-    my $line = line_of($t->subst($text), qr/^events\.no_such_key/);
+    my $line = FastdTest::line_of($t->subst($text), qr/^events\.no_such_key/);
     ($rc, $out) = conf_test($file, '-p', 'broken');
     is($rc, 1, '-p broken (bad key in the profile): fails');
     like($out, qr/\Q$file\E:$line\b/, "-p broken: names $file:$line") or diag($out);
@@ -229,7 +221,7 @@ bad_conf('unknown handler',
         "\n[profile fast]\nhttp.keepalive_timeout = 5s\n"
       . "\n[profile slow]\nhttp.max_header_size = 64\n");
     my $file4 = $t->write_conf($text4, 'prof4.conf');
-    my $line4 = line_of($t->subst($text4), qr/^http\.max_header_size/);
+    my $line4 = FastdTest::line_of($t->subst($text4), qr/^http\.max_header_size/);
     ($rc, $out) = conf_test($file4);
     is($rc, 1, 'a bad value in an unselected profile: -t fails');
     like($out, qr/\Q$file4\E:$line4\b/, "... naming $file4:$line4") or diag($out);

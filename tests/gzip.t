@@ -12,7 +12,6 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use FastdTest;
 use File::Path qw(make_path);
-use IO::Uncompress::Gunzip qw(gunzip $GunzipError);
 use Test::More;
 
 my $long = join ' ', map { "word$_" } 1 .. 200;    # ~1.7 KB of text
@@ -79,13 +78,6 @@ sub get {
 sub gz { my ($path, %h) = @_; return get($path, 'Accept-Encoding' => 'gzip',
                                          %h) }
 
-sub unzip {
-    my ($data) = @_;
-    my $out;
-    gunzip(\$data => \$out) or return "gunzip failed: $GunzipError";
-    return $out;
-}
-
 # compressed and equal; up to 32 KB with a Content-Length, above chunked
 sub is_gzip {
     my ($r, $want, $name, $any_size) = @_;
@@ -98,7 +90,7 @@ sub is_gzip {
         && ($r->header('content-encoding') // '') eq 'gzip'
         && $framed
         && ($any_size || length($r->body) < length($want))
-        && unzip($r->body) eq $want;
+        && FastdTest::unzip($r->body) eq $want;
     ok($ok, $name) or diag($r ? "status $r->{status}, encoding "
         . ($r->header('content-encoding') // 'none') . ", length "
         . ($r->header('content-length') // 'none') . ", transfer "
@@ -138,7 +130,7 @@ is_gzip(gz('/over.txt'), $over, '32 KB + 1: in pieces, chunked');
        && !defined $r10->header('content-length')
        && !defined $r10->header('transfer-encoding')
        && ($r10->header('connection') // '') eq 'close'
-       && unzip($r10->body) eq $big,
+       && FastdTest::unzip($r10->body) eq $big,
        'HTTP/1.0: a long body compressed, close-delimited');
     $c->close;
 }
@@ -235,7 +227,7 @@ is($r->status, 404, 'a missing file: 404');
 is_plain($r, undef, 'its page, under gzip_min_length, is not compressed');
 $r = gz('/tiny/missing.html');
 ok($r && $r->status == 404 && ($r->header('content-encoding') // '') eq 'gzip'
-   && unzip($r->body) =~ /404/,
+   && FastdTest::unzip($r->body) =~ /404/,
    'a 404 page over gzip_min_length is compressed (200, 403, 404, as nginx)');
 
 $r = gz('/off/page.html');
@@ -254,7 +246,7 @@ is_plain(gz('/plaintext'), 'Hello, World!', '/plaintext (13 bytes) stays '
     $r = gz('/huge.txt');
     is($r && $r->status, 200, 'a 17 MB file: 200');
     ok($r && ($r->header('content-encoding') // '') eq 'gzip'
-       && length($r->body) < $size / 100 && unzip($r->body) eq "\0" x $size,
+       && length($r->body) < $size / 100 && FastdTest::unzip($r->body) eq "\0" x $size,
        'a 17 MB file is compressed (' . length($r->body) . ' bytes)');
 }
 

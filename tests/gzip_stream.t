@@ -15,7 +15,6 @@ use Backend;
 use Compress::Raw::Zlib;
 use Digest::MD5 qw(md5_hex);
 use IO::Select;
-use IO::Uncompress::Gunzip qw(gunzip $GunzipError);
 use Test::More;
 use Time::HiRes qw(sleep time);
 
@@ -91,14 +90,7 @@ my $be = Backend->new(handler => sub {
     if ($p eq '/gone') {
         return Backend::response(410, body_of(10000), 'Content-Type' => $ct);
     }
-    if ($p eq '/sse') {
-        $c->write("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                  . "Transfer-Encoding: chunked\r\n\r\n");
-        $c->write("d\r\ndata: first\n\n\r\n");
-        sleep 1;
-        $c->write("e\r\ndata: second\n\n\r\n0\r\n\r\n");
-        return '';
-    }
+    return Backend::sse($c) if $p eq '/sse';
     return Backend::echo($req);
 });
 my $bp = $be->port;
@@ -135,13 +127,6 @@ sub get {
 
 sub gz { my ($path, %h) = @_; get($path, 'Accept-Encoding' => 'gzip', %h) }
 
-sub unzip {
-    my ($data) = @_;
-    my $out;
-    gunzip(\$data => \$out) or return "gunzip failed: $GunzipError";
-    return $out;
-}
-
 sub is_gzip_stream {
     my ($r, $want, $name) = @_;
     my $ok = $r && $r->status == 200
@@ -151,7 +136,7 @@ sub is_gzip_stream {
         # smaller, where that can be told: 100 bytes that arrive in two
         # reads leave as two sync-flushed pieces, which may outweigh them
         && (length($want) < 1000 || length($r->body) < length($want))
-        && unzip($r->body) eq $want;
+        && FastdTest::unzip($r->body) eq $want;
     ok($ok, $name) or diag($r ? "status $r->{status}, encoding "
         . ($r->header('content-encoding') // 'none') . ", "
         . length($r->body) . " bytes" : 'no response');
@@ -217,7 +202,7 @@ ok($r && ($r->header('content-encoding') // '') eq 'br'
 $r = gz('/notfound');
 is($r && $r->status, 404, 'an upstream 404: passed');
 ok($r && ($r->header('content-encoding') // '') eq 'gzip'
-   && unzip($r->body) eq body_of(10000),
+   && FastdTest::unzip($r->body) eq body_of(10000),
    '... and compressed (200, 403 and 404 are, as nginx)');
 $r = gz('/gone');
 is($r && $r->status, 410, 'an upstream 410: passed');
@@ -232,7 +217,7 @@ is_plain(gz('/off/chunked/5000'), body_of(5000), 'gzip off: identity');
     ok($eof && $resp && ($resp->header('content-encoding') // '') eq 'gzip'
        && !defined $resp->header('content-length')
        && !defined $resp->header('transfer-encoding')
-       && unzip($resp->body) eq body_of(50000),
+       && FastdTest::unzip($resp->body) eq body_of(50000),
        'HTTP/1.0: compressed, close-delimited, decompresses equal');
 }
 
@@ -244,10 +229,10 @@ is_plain(gz('/off/chunked/5000'), body_of(5000), 'gzip off: identity');
              . "GET /length/70000 HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n\r\n");
     my @r = $c->read_responses(3, timeout => 20);
     is(scalar @r, 3, 'pipelined on one connection: three responses');
-    ok(@r == 3 && unzip($r[0]->body) eq body_of(70000)
+    ok(@r == 3 && FastdTest::unzip($r[0]->body) eq body_of(70000)
        && !defined $r[1]->header('content-encoding')
        && $r[1]->body eq body_of(70000)
-       && unzip($r[2]->body) eq body_of(70000),
+       && FastdTest::unzip($r[2]->body) eq body_of(70000),
        '... compressed, plain, compressed: each equal');
     $c->close;
 }

@@ -17,14 +17,7 @@ use File::Path qw(make_path);
 my $be = Backend->new;   # echoes the request it got
 my $bp = $be->port;
 
-my $conf = <<"C";
-[main]
-daemon = off
-workers = 1
-pid = %%DIR%%/fastd.pid
-error_log = %%DIR%%/error.log
-error_log_level = info
-
+my $conf = FastdTest::main_section() . <<"C";
 [server]
 listen = 127.0.0.1:%%PORT%%
 server_name = default.example

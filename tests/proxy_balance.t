@@ -44,28 +44,7 @@ sub upstreams {
     return $s;
 }
 
-my $locations = <<"L";
-[location /rr/]
-handler = proxy
-upstream = rr
-
-[location /lc/]
-handler = proxy
-upstream = lc
-
-[location /hash/]
-handler = proxy
-upstream = hash
-
-[location /hh/]
-handler = proxy
-upstream = hh
-
-[location /bk/]
-handler = proxy
-upstream = bk
-
-L
+my $locations = FastdTest::proxy_locations(qw(rr lc hash hh bk));
 
 my $t = FastdTest->new(conf => FastdTest::base_conf(
     locations => $locations, extra => upstreams()));

@@ -89,7 +89,7 @@ close $us;
 END { kill 'KILL', $upid if $upid; unlink $sock_path if $sock_path }
 
 my $t = FastdTest->new(conf => FastdTest::base_conf(
-    locations => <<"L",
+    locations => FastdTest::proxy_locations(qw(unix kr)) . <<"L",
 [location = /status]
 handler = status
 
@@ -108,14 +108,6 @@ pass = http://be/ignored/
 [location = /exact]
 handler = proxy
 pass = http://127.0.0.1:$bp/other
-
-[location /unix/]
-handler = proxy
-upstream = unix
-
-[location /kr/]
-handler = proxy
-upstream = kr
 
 [location /host/]
 handler = proxy

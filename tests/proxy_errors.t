@@ -113,7 +113,8 @@ $sole->stop;
 
 my $t = FastdTest->new(conf => FastdTest::base_conf(
     http => { body_timeout => '1s', log_format => 'up $uri|$status|$upstream_addr|$upstream_status|$upstream_response_time' },
-    locations => <<"L",
+    locations => FastdTest::proxy_locations(qw(pair dead rec sole p503))
+               . <<"L",
 [location /main/]
 handler = proxy
 upstream = main
@@ -138,31 +139,15 @@ handler = proxy
 upstream = main
 max_body_size = 1k
 
-[location /pair/]
-handler = proxy
-upstream = pair
-
 [location /postfail/]
 handler = proxy
 upstream = postfail
 access_log = %%DIR%%/up.log format=up buffer=0
 
-[location /dead/]
-handler = proxy
-upstream = dead
-
 [location /tries/]
 handler = proxy
 upstream = tries
 next_upstream_tries = 2
-
-[location /rec/]
-handler = proxy
-upstream = rec
-
-[location /sole/]
-handler = proxy
-upstream = sole
 
 [location /soleps/]
 handler = proxy
@@ -172,10 +157,6 @@ pass = http://127.0.0.1:$sole_port/ max_fails=1 fail_timeout=30s
 handler = proxy
 upstream = n503
 next_upstream = error timeout http_503
-
-[location /p503/]
-handler = proxy
-upstream = p503
 
 L
     extra => <<"U"));

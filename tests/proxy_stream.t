@@ -79,14 +79,7 @@ my $be = Backend->new(stream_body => $stream_body, handler => sub {
         }
         return Backend::response(200, "got $n " . ($n <= 3_000_000 ? $md5->hexdigest : ''));
     }
-    if ($p eq '/sse') {
-        $c->write("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                  . "Transfer-Encoding: chunked\r\n\r\n");
-        $c->write("d\r\ndata: first\n\n\r\n");
-        sleep 1;
-        $c->write("e\r\ndata: second\n\n\r\n0\r\n\r\n");
-        return '';
-    }
+    return Backend::sse($c) if $p eq '/sse';
     return Backend::websocket_echo($c, 'Sec-WebSocket-Accept: x')
         if ($req->{headers}{upgrade} // '') eq 'websocket';
     return Backend::echo($req);

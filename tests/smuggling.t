@@ -154,19 +154,7 @@ END { local $?; victim_stop($_) for grep { $_ && $_->{pid} } values %v }
 
 my $t = FastdTest->new(conf => FastdTest::base_conf(
     http => { max_body_size => '64k' },
-    locations => <<"L",
-[location /cl/]
-handler = proxy
-upstream = cl
-
-[location /te/]
-handler = proxy
-upstream = te
-
-[location /resp/]
-handler = proxy
-upstream = resp
-
+    locations => FastdTest::proxy_locations(qw(cl te resp)) . <<"L",
 [upstream resp]
 server = ${\ $rb->addr } max_fails=0
 keepalive = 4

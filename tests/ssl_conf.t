@@ -17,13 +17,6 @@ my $dir = $t->dir;
 
 FastdTest::self_signed("$dir/$_", $_) for qw(a b);
 
-sub line_of {
-    my ($text, $re) = @_;
-    my @l = split /\n/, $text;
-    for my $i (0 .. $#l) { return $i + 1 if $l[$i] =~ $re }
-    die "no line matches $re";
-}
-
 sub ssl_conf {
     my (%o) = @_;
     my $extra = $o{extra} // '';
@@ -45,7 +38,7 @@ sub ssl_conf {
 sub bad_conf {
     my ($name, $text, $mark, $also) = @_;
     my $file = $t->write_conf($text, 'bad.conf');
-    my $line = line_of($t->subst($text), $mark);
+    my $line = FastdTest::line_of($t->subst($text), $mark);
     my ($rc, $out) = FastdTest::run_fastd('-t', '-c', $file);
     is($rc, 1, "$name: -t exits 1");
     like($out, qr/\Q$file\E:$line: /, "$name: names $file:$line") or diag($out);
@@ -71,7 +64,7 @@ bad_conf('ssl and plain on one address',
     $r->start;
     my @before = $r->workers;
     my $conf = $r->conf_file;
-    my $line = line_of($r->subst(ssl_conf()), qr/^ssl_certificate_key/);
+    my $line = FastdTest::line_of($r->subst(ssl_conf()), qr/^ssl_certificate_key/);
     FastdTest::spew("$dir/a.key", FastdTest::slurp("$dir/b.key"));
     $r->signal('HUP');
     ok(FastdTest::wait_for(sub { $r->error_log =~ /reload failed/ }),

@@ -144,6 +144,18 @@ sub echo {
     return response(200, $b, 'X-Backend-Port' => $req->{port});
 }
 
+# A handler's answer as a stream of server-sent events: a first event at
+# once, a second one a second later, chunked.
+sub sse {
+    my ($c) = @_;
+    $c->write("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+              . "Transfer-Encoding: chunked\r\n\r\n");
+    $c->write("d\r\ndata: first\n\n\r\n");
+    Time::HiRes::sleep(1);
+    $c->write("e\r\ndata: second\n\n\r\n0\r\n\r\n");
+    return '';
+}
+
 # A handler's answer to an Upgrade: websocket request: 101 (with the
 # extra header lines given), then a raw echo, every byte back (those sent
 # with the request first) until the client's FIN, then a FIN back.

@@ -235,6 +235,37 @@ sub base_conf {
     return $text;
 }
 
+# The [main] section of a configuration written by hand (tests with
+# several [server] sections): one worker, the error log in the test's
+# directory at level info.
+sub main_section {
+    return "[main]\ndaemon = off\nworkers = 1\npid = %%DIR%%/fastd.pid\n"
+         . "error_log = %%DIR%%/error.log\n$LOG_LEVEL_KEY = info\n\n";
+}
+
+# Line number (1-based) of the first line of $text matching $re.
+sub line_of {
+    my ($text, $re) = @_;
+    my @l = split /\n/, $text;
+    for my $i (0 .. $#l) { return $i + 1 if $l[$i] =~ $re }
+    die "no line matches $re";
+}
+
+# A gzip body's text, or what went wrong.
+sub unzip {
+    my ($data) = @_;
+    require IO::Uncompress::Gunzip;
+    my $out;
+    IO::Uncompress::Gunzip::gunzip(\$data => \$out)
+        or return "gunzip failed: $IO::Uncompress::Gunzip::GunzipError";
+    return $out;
+}
+
+# [location /NAME/] handing its requests to [upstream NAME], for each name.
+sub proxy_locations {
+    return join '', map { "[location /$_/]\nhandler = proxy\nupstream = $_\n\n" } @_;
+}
+
 # Headless Chromium (Debian's chromium), or undef; browse(DIR, ARGS...):
 # run it with the flags a closed network needs and a profile under DIR
 # (its stderr goes to DIR/console.log); returns what it printed.
