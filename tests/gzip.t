@@ -67,13 +67,7 @@ FastdTest::spew("$www/under.txt", $under);
 FastdTest::spew("$www/min/$_.txt", substr($big, 0, $_ * 1024)) for 40, 64;
 $t->start;
 
-sub get {
-    my ($path, %h) = @_;
-    my $method = delete $h{method} // 'GET';
-    my $req = "$method $path HTTP/1.1\r\nHost: localhost\r\n";
-    $req .= "$_: $h{$_}\r\n" for sort keys %h;
-    return $t->http("$req\r\n", timeout => 20);
-}
+sub get { $t->get(@_, timeout => 20) }
 
 sub gz { my ($path, %h) = @_; return get($path, 'Accept-Encoding' => 'gzip',
                                          %h) }
@@ -96,14 +90,6 @@ sub is_gzip {
         . ($r->header('content-length') // 'none') . ", transfer "
         . ($r->header('transfer-encoding') // 'none') . ", "
         . length($r->body) . " bytes" : 'no response');
-}
-
-sub is_plain {
-    my ($r, $want, $name) = @_;
-    my $ok = $r && !defined $r->header('content-encoding')
-        && (!defined $want || $r->body eq $want);
-    ok($ok, $name) or diag($r ? "status $r->{status}, encoding "
-        . ($r->header('content-encoding') // 'none') : 'no response');
 }
 
 # --- compressed -------------------------------------------------------------
@@ -151,13 +137,13 @@ for my $ae ('gzip;q=0', 'gzip; q=0.000', 'identity', 'deflate, br',
             '*;q=0', 'gzip;q=0, *', 'gzip;q=0.5, identity;q=0.9',
             'gzip;q=bogus') {
     $r = get('/page.html', 'Accept-Encoding' => $ae);
-    is_plain($r, $page, "Accept-Encoding: $ae -> identity");
+    FastdTest::is_plain($r, $page, "Accept-Encoding: $ae -> identity");
     is($r->header('vary'), 'Accept-Encoding', "... with Vary ($ae)");
 }
-is_plain(get('/page.html'), $page, 'no Accept-Encoding: identity');
+FastdTest::is_plain(get('/page.html'), $page, 'no Accept-Encoding: identity');
 
 $r = gz('/small.txt');
-is_plain($r, "tiny\n", 'a body under gzip_min_length is not compressed');
+FastdTest::is_plain($r, "tiny\n", 'a body under gzip_min_length is not compressed');
 ok(!defined $r->header('vary'), '... and does not vary');
 
 # a HEAD's header is the GET's: encoded, its length unknown until
@@ -189,7 +175,7 @@ is_gzip(gz('/plus/page.html'), $page, '... and text/html, a default, still is');
 
 $r = gz('/page.html', Range => 'bytes=0-99');
 is($r->status, 206, 'range: 206');
-is_plain($r, substr($page, 0, 100), 'range response not compressed');
+FastdTest::is_plain($r, substr($page, 0, 100), 'range response not compressed');
 $r = gz('/big.txt', Range => 'bytes=100000-299999');
 ok($r && $r->status == 206 && !defined $r->header('content-encoding')
    && $r->header('content-length') == 200000
@@ -213,28 +199,28 @@ $r = gz('/big.txt', 'If-Modified-Since' => $lm);
 ok($r && $r->status == 304 && $r->body eq '', 'If-Modified-Since: 304');
 
 # gzip_min_length goes by the body's size, under or over the 32 KB
-is_plain(gz('/min/40.txt'), substr($big, 0, 40 * 1024),
+FastdTest::is_plain(gz('/min/40.txt'), substr($big, 0, 40 * 1024),
          'gzip_min_length = 64k: a 40 KB file is not compressed');
 is_gzip(gz('/min/64.txt'), substr($big, 0, 64 * 1024),
         'gzip_min_length = 64k: a 64 KB file is');
 
 $r = gz('/pic.png');
-is_plain($r, $page, 'a type outside gzip_types is not compressed');
+FastdTest::is_plain($r, $page, 'a type outside gzip_types is not compressed');
 ok(!defined $r->header('vary'), '... and does not vary');
 
 $r = gz('/missing.html');
 is($r->status, 404, 'a missing file: 404');
-is_plain($r, undef, 'its page, under gzip_min_length, is not compressed');
+FastdTest::is_plain($r, undef, 'its page, under gzip_min_length, is not compressed');
 $r = gz('/tiny/missing.html');
 ok($r && $r->status == 404 && ($r->header('content-encoding') // '') eq 'gzip'
    && FastdTest::unzip($r->body) =~ /404/,
    'a 404 page over gzip_min_length is compressed (200, 403, 404, as nginx)');
 
 $r = gz('/off/page.html');
-is_plain($r, $page, 'gzip = off: not compressed');
+FastdTest::is_plain($r, $page, 'gzip = off: not compressed');
 ok(!defined $r->header('vary'), 'gzip = off: no Vary');
 
-is_plain(gz('/plaintext'), 'Hello, World!', '/plaintext (13 bytes) stays '
+FastdTest::is_plain(gz('/plaintext'), 'Hello, World!', '/plaintext (13 bytes) stays '
          . 'plain');
 
 {
@@ -259,7 +245,7 @@ is_plain(gz('/plaintext'), 'Hello, World!', '/plaintext (13 bytes) stays '
     my @r = $c->read_responses(3, timeout => 10);
     is(scalar @r, 3, 'pipelined: three responses');
     is_gzip($r[0], $page, 'pipelined 1: compressed');
-    is_plain($r[1], $page, 'pipelined 2: plain');
+    FastdTest::is_plain($r[1], $page, 'pipelined 2: plain');
     is_gzip($r[2], $long, 'pipelined 3: compressed again (stream reset)');
     $c->close;
 }
@@ -275,7 +261,7 @@ is_plain(gz('/plaintext'), 'Hello, World!', '/plaintext (13 bytes) stays '
     is_gzip($r[0], $big, 'pipelined 1: long, chunked');
     is_gzip($r[1], $page, 'pipelined 2: short, Content-Length');
     is_gzip($r[2], $big, 'pipelined 3: long again');
-    is_plain($r[3], $big, 'pipelined 4: plain');
+    FastdTest::is_plain($r[3], $big, 'pipelined 4: plain');
     $c->close;
 }
 {

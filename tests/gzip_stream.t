@@ -117,13 +117,7 @@ L
 $t->start;
 my ($worker) = $t->workers;
 
-sub get {
-    my ($path, %h) = @_;
-    my $method = delete $h{method} // 'GET';
-    my $req = "$method $path HTTP/1.1\r\nHost: localhost\r\n";
-    $req .= "$_: $h{$_}\r\n" for sort keys %h;
-    return $t->http("$req\r\n", timeout => 20);
-}
+sub get { $t->get(@_, timeout => 20) }
 
 sub gz { my ($path, %h) = @_; get($path, 'Accept-Encoding' => 'gzip', %h) }
 
@@ -143,18 +137,6 @@ sub is_gzip_stream {
     is($r && $r->header('vary'), 'Accept-Encoding', "... with Vary ($name)");
 }
 
-sub is_plain {
-    my ($r, $want, $name) = @_;
-    my $ok = $r && !defined $r->header('content-encoding')
-        && (!defined $want || $r->body eq $want);
-    ok($ok, $name) or diag($r ? "status $r->{status}, encoding "
-        . ($r->header('content-encoding') // 'none') : 'no response');
-}
-
-sub rss_kb {
-    my $s = FastdTest::slurp("/proc/$worker/status") // '';
-    return $s =~ /^VmRSS:\s+(\d+)/m ? $1 : 0;
-}
 
 sub log_errors {
     return grep { /\[(error|crit|alert|emerg)\]/ } split /\n/, $t->error_log;
@@ -177,24 +159,24 @@ is_gzip_stream(gz('/length/1000', 'Accept-Encoding' => 'br;q=1, gzip;q=0.5'),
 # --- not compressed -----------------------------------------------------------
 for my $ae ('gzip;q=0', 'identity', 'gzip;q=0.5, identity;q=0.9') {
     $r = get('/chunked/5000', 'Accept-Encoding' => $ae);
-    is_plain($r, body_of(5000), "Accept-Encoding: $ae -> identity");
+    FastdTest::is_plain($r, body_of(5000), "Accept-Encoding: $ae -> identity");
     is($r && $r->header('vary'), 'Accept-Encoding', "... with Vary ($ae)");
 }
-is_plain(get('/length/5000'), body_of(5000), 'no Accept-Encoding: identity');
+FastdTest::is_plain(get('/length/5000'), body_of(5000), 'no Accept-Encoding: identity');
 
 $r = gz('/length/200');
-is_plain($r, body_of(200), 'Content-Length 200 (under gzip_min_length): '
+FastdTest::is_plain($r, body_of(200), 'Content-Length 200 (under gzip_min_length): '
          . 'not compressed');
 is($r && $r->header('content-length'), 200, '... its length as it was');
 ok($r && !defined $r->header('vary'), '... and no Vary');
 
 $r = gz('/length/5000', method => 'HEAD');
 is($r && $r->status, 200, 'HEAD through the proxy: 200');
-is_plain($r, '', 'HEAD: not compressed');
+FastdTest::is_plain($r, '', 'HEAD: not compressed');
 is($r && $r->header('content-length'), 5000, "HEAD: the upstream's length");
 is($r && $r->header('vary'), 'Accept-Encoding', 'HEAD: Vary, as the GET has');
 
-is_plain(gz('/binary'), body_of(10000), 'a type outside gzip_types: identity');
+FastdTest::is_plain(gz('/binary'), body_of(10000), 'a type outside gzip_types: identity');
 $r = gz('/encoded');
 ok($r && ($r->header('content-encoding') // '') eq 'br'
    && $r->body eq body_of(10000), 'an upstream body already encoded (br): '
@@ -206,8 +188,8 @@ ok($r && ($r->header('content-encoding') // '') eq 'gzip'
    '... and compressed (200, 403 and 404 are, as nginx)');
 $r = gz('/gone');
 is($r && $r->status, 410, 'an upstream 410: passed');
-is_plain($r, body_of(10000), '... not compressed (not one of the three)');
-is_plain(gz('/off/chunked/5000'), body_of(5000), 'gzip off: identity');
+FastdTest::is_plain($r, body_of(10000), '... not compressed (not one of the three)');
+FastdTest::is_plain(gz('/off/chunked/5000'), body_of(5000), 'gzip off: identity');
 
 # --- HTTP/1.0: close-delimited --------------------------------------------------
 {
@@ -295,7 +277,7 @@ sub gunzip_stream {
             my $t0 = time;
             while (time - $t0 < $o{pause}) {
                 sleep 0.1;
-                my $r = rss_kb();
+                my $r = FastdTest::rss_kb($worker);
                 $peak = $r if $r > $peak;
             }
         }
@@ -337,7 +319,7 @@ sub gunzip_stream {
             }
         }
         if ($res{n} - $sampled >= (4 << 20)) {
-            my $r = rss_kb();
+            my $r = FastdTest::rss_kb($worker);
             $peak = $r if $r > $peak;
             $sampled = $res{n};
         }
@@ -356,7 +338,7 @@ for (1 .. 2) {
     die 'warm-up failed' unless $res->{end} && $res->{n} == 3_000_000;
     $c->close;
 }
-my $base = rss_kb();
+my $base = FastdTest::rss_kb($worker);
 ok($base > 0, "worker RSS readable ($base kB)");
 
 # --- 100 MB streamed, compressed, with a client that pauses ----------------------
@@ -389,7 +371,7 @@ ok($base > 0, "worker RSS readable ($base kB)");
 # --- clients that leave mid-stream ----------------------------------------------
 {
     my @before = log_errors();
-    my $b0 = rss_kb();
+    my $b0 = FastdTest::rss_kb($worker);
     $peak = $b0;
     for my $i (1 .. 30) {
         my $c = $t->connect(timeout => 30);
@@ -403,7 +385,7 @@ ok($base > 0, "worker RSS readable ($base kB)");
     $r = gz('/chunked/300000');
     is_gzip_stream($r, body_of(300000), 'after 30 clients left mid-stream: '
                    . 'the next request is compressed and equal');
-    my $r2 = rss_kb();
+    my $r2 = FastdTest::rss_kb($worker);
     $peak = $r2 if $r2 > $peak;
     my $grow = $peak - $b0;
     # a deflate state that was not given back is ~260 kB: 30 would show

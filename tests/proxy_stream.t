@@ -110,17 +110,13 @@ L
 $t->start;
 my ($worker) = $t->workers;
 
-sub rss_kb {
-    my $s = FastdTest::slurp("/proc/$worker/status") // '';
-    return $s =~ /^VmRSS:\s+(\d+)/m ? $1 : 0;
-}
 
 # warm up: buffers and caches the steady state uses anyway
 for (1 .. 3) {
     my $r = $t->get('/down/1000000');
     die 'warm-up failed' unless $r && length $r->body == 1_000_000;
 }
-my $base = rss_kb();
+my $base = FastdTest::rss_kb($worker);
 my $peak = $base;
 ok($base > 0, "worker RSS readable ($base kB)");
 
@@ -172,7 +168,7 @@ sub stream_get {
             last if $cstate eq 'done' && index($buf, "\r\n") >= 0;
         }
         if ($n - $last_sample > (8 << 20)) {
-            my $r = rss_kb();
+            my $r = FastdTest::rss_kb($worker);
             $peak = $r if $r > $peak;
             $last_sample = $n;
         }
@@ -197,7 +193,7 @@ sub stream_get {
 # --- chunked down ------------------------------------------------------------------------------
 {
     my $c = $t->connect(timeout => 60);
-    $peak = rss_kb();
+    $peak = FastdTest::rss_kb($worker);
     my $b0 = $peak;
     $c->send("GET /chunked/268435456 HTTP/1.1\r\nHost: x\r\n\r\n");
     my ($head, $n) = stream_get($c);
@@ -213,7 +209,7 @@ sub stream_get {
 # --- a slow client --------------------------------------------------------------------------------
 {
     my $c = $t->connect(timeout => 60);
-    $peak = rss_kb();
+    $peak = FastdTest::rss_kb($worker);
     my $b0 = $peak;
     my $size = 64 << 20;
     $c->send("GET /down/$size HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -228,7 +224,7 @@ sub stream_get {
         my $n = sysread($s, my $x, 16384) // 0;
         $first .= $x if length $first < 4096;
         $got += $n;
-        my $r = rss_kb();
+        my $r = FastdTest::rss_kb($worker);
         $peak = $r if $r > $peak;
     }
     ok($got < (8 << 20), "the slow client read little ($got bytes)");
@@ -248,7 +244,7 @@ sub stream_get {
 sub upload {
     my ($path, $size, %o) = @_;
     my $c = $t->connect(timeout => 60);
-    $peak = rss_kb();
+    $peak = FastdTest::rss_kb($worker);
     my $b0 = $peak;
     my $head = "POST $path HTTP/1.1\r\nHost: x\r\n"
              . ($o{chunked} ? "Transfer-Encoding: chunked\r\n" : "Content-Length: $size\r\n")
@@ -262,7 +258,7 @@ sub upload {
         $c->send($data, timeout => 30) or last;
         $sent += $k;
         if ($sent >= $next_sample) {
-            my $r = rss_kb();
+            my $r = FastdTest::rss_kb($worker);
             $peak = $r if $r > $peak;
             $next_sample += 8 << 20;
         }
@@ -348,7 +344,7 @@ sub ws_open {
 {
     # tunnels one after another: the worker's memory stays flat (each
     # used to keep the 16 KB buffer its 101 was read into)
-    my $before = rss_kb();
+    my $before = FastdTest::rss_kb($worker);
     my $ok = 0;
     for my $i (1 .. 300) {
         my $c = ws_open('/ws');
@@ -359,7 +355,7 @@ sub ws_open {
         $c->close;
     }
     is($ok, 300, '300 tunnels in a row echo');
-    my $grew = rss_kb() - $before;
+    my $grew = FastdTest::rss_kb($worker) - $before;
     SKIP: {
         # AddressSanitizer keeps freed memory in quarantine
         skip 'RSS is not meaningful under AddressSanitizer', 1

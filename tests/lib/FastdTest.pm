@@ -251,6 +251,22 @@ sub line_of {
     die "no line matches $re";
 }
 
+# A response not content-encoded, with the body $want (when defined).
+sub is_plain {
+    my ($r, $want, $name) = @_;
+    my $ok = $r && !defined $r->header('content-encoding')
+        && (!defined $want || $r->body eq $want);
+    ok($ok, $name) or diag($r ? "status $r->{status}, encoding "
+        . ($r->header('content-encoding') // 'none') : 'no response');
+}
+
+# A process's resident memory in kB (0 when it is gone).
+sub rss_kb {
+    my ($pid) = @_;
+    my $s = slurp("/proc/$pid/status") // '';
+    return $s =~ /^VmRSS:\s+(\d+)/m ? $1 : 0;
+}
+
 # A gzip body's text, or what went wrong.
 sub unzip {
     my ($data) = @_;
@@ -562,11 +578,15 @@ sub http {
     }
 }
 
+# One request, its response: %h are headers, but for method => (GET)
+# and timeout => (http()'s).
 sub get {
     my ($self, $path, %h) = @_;
-    my $req = "GET $path HTTP/1.1\r\nHost: localhost\r\n";
+    my $method = delete $h{method} // 'GET';
+    my %o = exists $h{timeout} ? (timeout => delete $h{timeout}) : ();
+    my $req = "$method $path HTTP/1.1\r\nHost: localhost\r\n";
     $req .= "$_: $h{$_}\r\n" for sort keys %h;
-    return $self->http("$req\r\n");
+    return $self->http("$req\r\n", %o);
 }
 
 # Send bytes (a string, or a list of pieces with $o{delay} seconds between
