@@ -62,21 +62,24 @@ static int pair_open(pair_t *p, fd_msec_t idle)
     return 1;
 }
 
-/* pair_open(), and the splice started at once */
-static int pair_start(pair_t *p, fd_msec_t idle)
-{
-    if (!pair_open(p, idle))
-        return 0;
-    fd_stream_splice(&p->sp);
-    return 1;
-}
-
 static void pair_close(pair_t *p)
 {
     if (!p->sp.over)
         fd_splice_close(&p->sp);
     close(p->a);
     close(p->b);
+}
+
+/* test() on a splice started at once with this idle timeout */
+static void run(void (*test)(pair_t *p), fd_msec_t idle)
+{
+    pair_t p;
+
+    if (!pair_open(&p, idle))
+        return;
+    fd_stream_splice(&p.sp);
+    test(&p);
+    pair_close(&p);
 }
 
 /* The loop's epoll turns until nothing more happens. */
@@ -173,6 +176,22 @@ static unsigned char pattern(uint64_t i)
     return (unsigned char)(i * 7 + (i >> 11));
 }
 
+/* The pattern's next piece (from *wrote, up to total) written into fd:
+ * write()'s result, and *wrote moved on */
+static ssize_t feed(int fd, uint64_t *wrote, uint64_t total)
+{
+    unsigned char out[16384];
+    size_t k = (size_t)fd_min(sizeof(out), total - *wrote), i;
+    ssize_t n;
+
+    for (i = 0; i < k; i++)
+        out[i] = pattern(*wrote + i);
+    n = write(fd, out, k);
+    if (n > 0)
+        *wrote += (uint64_t)n;
+    return n;
+}
+
 /*
  * 8 MiB into a, while b reads nothing at first: the splice stops taking
  * from a once b's socket is full, so a's writer blocks with most of the
@@ -183,7 +202,7 @@ static void test_back_pressure(void)
 {
     const uint64_t total = 8u << 20;
     uint64_t wrote = 0, got = 0, bad = 0;
-    unsigned char out[16384], in[1000];
+    unsigned char in[1000];
     int small = 16384, blocked, turns = 0;
     pair_t p;
     ssize_t n;
@@ -197,12 +216,7 @@ static void test_back_pressure(void)
     fd_stream_splice(&p.sp);
 
     for (blocked = 0; !blocked && wrote < total;) {
-        size_t k = (size_t)fd_min(sizeof(out), total - wrote), i;
-        for (i = 0; i < k; i++)
-            out[i] = pattern(wrote + i);
-        n = write(p.a, out, k);
-        if (n > 0)
-            wrote += (uint64_t)n;
+        n = feed(p.a, &wrote, total);
         settle();
         /* a full write after the splice settled: still taking */
         blocked = n < 0 && errno == EAGAIN;
@@ -213,14 +227,8 @@ static void test_back_pressure(void)
     ok(p.sp.side[1].len <= SIZE, "the splice holds at most one buffer");
 
     while (got < total && turns++ < 1000000) {
-        if (wrote < total) {
-            size_t k = (size_t)fd_min(sizeof(out), total - wrote), i;
-            for (i = 0; i < k; i++)
-                out[i] = pattern(wrote + i);
-            n = write(p.a, out, k);
-            if (n > 0)
-                wrote += (uint64_t)n;
-        }
+        if (wrote < total)
+            feed(p.a, &wrote, total);
         settle();
         n = take(p.b, (char *)in, sizeof(in));
         if (n > 0) {
@@ -238,62 +246,46 @@ static void test_back_pressure(void)
     pair_close(&p);
 }
 
-static void test_half_close(void)
+static void test_half_close(pair_t *p)
 {
-    pair_t p;
-
-    if (!pair_start(&p, 60000))
-        return;
-    put(p.a, "last");
-    shutdown(p.a, SHUT_WR);
+    put(p->a, "last");
+    shutdown(p->a, SHUT_WR);
     settle();
-    is_read(p.b, "last", "a's last bytes reach b");
-    is_eof(p.b, "then a's FIN: b reads the end");
-    is_int(p.ndone, 0, "half-closed: not over");
+    is_read(p->b, "last", "a's last bytes reach b");
+    is_eof(p->b, "then a's FIN: b reads the end");
+    is_int(p->ndone, 0, "half-closed: not over");
 
-    relay(p.b, p.a, "reply", "b still talks to a");
-    shutdown(p.b, SHUT_WR);
+    relay(p->b, p->a, "reply", "b still talks to a");
+    shutdown(p->b, SHUT_WR);
     settle();
-    is_eof(p.a, "b's FIN reaches a");
-    is_over(&p, FD_SPLICE_END, "both ended");
-    pair_close(&p);
+    is_eof(p->a, "b's FIN reaches a");
+    is_over(p, FD_SPLICE_END, "both ended");
 }
 
-static void test_timeout(void)
+static void test_timeout(pair_t *p)
 {
-    pair_t p;
-
-    fd_current_msec = 10000;
-    if (!pair_start(&p, 100))
-        return;
     fd_current_msec += 60;
-    relay(p.a, p.b, "x", "a byte through");
+    relay(p->a, p->b, "x", "a byte through");
     fd_current_msec += 60; /* 120 after the start, 60 after the byte */
     fd_timer_expire();
-    is_int(p.ndone, 0, "a byte 60ms ago: not idle yet");
+    is_int(p->ndone, 0, "a byte 60ms ago: not idle yet");
     fd_current_msec += 50;
     fd_timer_expire();
-    is_over(&p, FD_SPLICE_TIMEOUT, "idle 110ms past a 100ms timeout");
-    is_eof(p.a, "a sees the close");
-    is_eof(p.b, "b sees the close");
-    pair_close(&p);
+    is_over(p, FD_SPLICE_TIMEOUT, "idle 110ms past a 100ms timeout");
+    is_eof(p->a, "a sees the close");
+    is_eof(p->b, "b sees the close");
 }
 
 /* A Unix socket closed with unread data resets its peer (ECONNRESET). */
-static void test_reset(void)
+static void test_reset(pair_t *p)
 {
-    pair_t p;
-
-    if (!pair_start(&p, 60000))
-        return;
-    put(p.b, "unread");
+    put(p->b, "unread");
     settle();
-    close(p.a);
-    p.a = -1;
+    close(p->a);
+    p->a = -1;
     settle();
-    is_over(&p, FD_SPLICE_ERROR, "a side reset");
-    is_eof(p.b, "the other side is closed");
-    pair_close(&p);
+    is_over(p, FD_SPLICE_ERROR, "a side reset");
+    is_eof(p->b, "the other side is closed");
 }
 
 static void test_move(void)
@@ -331,9 +323,9 @@ int main(void)
 
     test_both_ways();
     test_back_pressure();
-    test_half_close();
-    test_timeout();
-    test_reset();
+    run(test_half_close, 60000);
+    run(test_timeout, 100);
+    run(test_reset, 60000);
     test_move();
     return done_testing();
 }

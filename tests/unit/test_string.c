@@ -3,6 +3,18 @@
 #include "fd_core.h"
 #include "tap.h"
 
+/* 1 when fmt (fd_fmt_uint, fd_fmt_hex) writes v otherwise than printf's
+ * format pf does */
+static unsigned fmt_differs(char *(*fmt)(char *, uint64_t), const char *pf,
+                            uint64_t v)
+{
+    char got[32], want[32];
+
+    *fmt(got, v) = '\0';
+    snprintf(want, sizeof(want), pf, (unsigned long long)v);
+    return strcmp(got, want) != 0;
+}
+
 int main(void)
 {
     unsigned c, d, bad = 0;
@@ -47,22 +59,13 @@ int main(void)
     is_str(buf, "18446744073709551615", "fd_fmt_uint max");
     {
         uint64_t v;
-        char want[32];
         bad = 0;
-        for (v = 0; v < 200000; v++) {
-            *fd_fmt_uint(buf, v) = '\0';
-            snprintf(want, sizeof(want), "%llu", (unsigned long long)v);
-            if (strcmp(buf, want) != 0)
-                bad++;
-        }
+        for (v = 0; v < 200000; v++)
+            bad += fmt_differs(fd_fmt_uint, "%llu", v);
         for (v = 1; v < UINT64_MAX / 7; v = v * 7 + 3) {
             uint64_t x;
-            for (x = v - 1; x <= v + 1; x++) {
-                *fd_fmt_uint(buf, x) = '\0';
-                snprintf(want, sizeof(want), "%llu", (unsigned long long)x);
-                if (strcmp(buf, want) != 0)
-                    bad++;
-            }
+            for (x = v - 1; x <= v + 1; x++)
+                bad += fmt_differs(fd_fmt_uint, "%llu", x);
         }
         is_int((int)bad, 0, "fd_fmt_uint agrees with printf (0..199999, and around powers of 7)");
         *fd_fmt_uint(buf, 10000000000000000000ULL) = '\0';
@@ -70,14 +73,9 @@ int main(void)
     }
     {
         uint64_t v;
-        char want[32];
         bad = 0;
-        for (v = 0; v < 70000; v++) {
-            *fd_fmt_hex(buf, v) = '\0';
-            snprintf(want, sizeof(want), "%llx", (unsigned long long)v);
-            if (strcmp(buf, want) != 0)
-                bad++;
-        }
+        for (v = 0; v < 70000; v++)
+            bad += fmt_differs(fd_fmt_hex, "%llx", v);
         *fd_fmt_hex(buf, UINT64_MAX) = '\0';
         is_str(buf, "ffffffffffffffff", "fd_fmt_hex max");
         is_int((int)bad, 0, "fd_fmt_hex agrees with printf for 0..69999");
