@@ -1217,13 +1217,15 @@ static void tls_close(fd_stream_t *s)
     s->tls = NULL;
 }
 
-/* A half-close: close_notify now; OpenSSL reads on after it (what the
- * peer still sends, up to its own close_notify). */
+/* A half-close: close_notify now, out of the wire queue before the FIN
+ * (best effort: the socket took the last bytes just before); OpenSSL
+ * reads on after it (what the peer still sends, up to its own). */
 static void tls_shutdown(fd_stream_t *s)
 {
     if (s->tls && SSL_is_init_finished(s->tls) && !s->error) {
         SSL_shutdown(s->tls);
         ERR_clear_error();
+        (void)wire_flush(s);
     }
 }
 
