@@ -32,13 +32,6 @@ my $be = Backend->new(handler => sub {
 my $held = "[location /held]\nhandler = proxy\nupstream = be\n\n"
          . "[upstream be]\nserver = 127.0.0.1:${\ $be->port}\n\n";
 
-sub line_of {
-    my ($text, $re) = @_;
-    my @l = split /\n/, $text;
-    for my $i (0 .. $#l) { return $i + 1 if $l[$i] =~ $re }
-    die "no line matches $re";
-}
-
 # -t on $text: (exit code, output, file, the text as written)
 sub conf_test {
     my ($text) = @_;
@@ -57,7 +50,7 @@ sub conf_test {
 sub bad {
     my ($name, $text, $re, $also) = @_;
     my ($rc, $out, $file, $written) = conf_test($text);
-    my @lines = map { line_of($written, $_) } ref $re eq 'ARRAY' ? @$re : ($re);
+    my @lines = map { FastdTest::line_of($written, $_) } ref $re eq 'ARRAY' ? @$re : ($re);
     my $lines = join '|', @lines;
     is($rc, 1, "$name: -t fails");
     like($out, qr/\Q$file\E:($lines)\b/, "$name: names $file:" . join(' or ', @lines))
@@ -113,7 +106,7 @@ for my $case ([ 'a mismatched key', [$bad],
     my @before = $t->workers;
     my $text = TLS::conf(certs => $certs, names => 'a.test', extra => $held);
     $t->write_conf($text);
-    my $lines = join '|', map { line_of($t->subst($text), $_) } @re;
+    my $lines = join '|', map { FastdTest::line_of($t->subst($text), $_) } @re;
     my $file = $t->conf_file;
     $t->signal('HUP');
     ok(FastdTest::wait_for(sub { $t->error_log =~ /\Q$file\E:($lines)\b/ }, 10),

@@ -21,8 +21,7 @@ plan skip_all => 'the openssl CLI is not installed' unless TLS::openssl();
 my $t = FastdTest->new;
 my $pki = TLS->new($t->dir);
 my $cert = $pki->server('a.test');
-my $port3 = FastdTest::free_port();
-$port3 = FastdTest::free_port() while $port3 == $t->port || $port3 == $t->port2;
+my $port3 = $t->another_port;
 
 # port: TLS with tickets; port2: plain HTTP for /status; port3: TLS
 # without tickets

@@ -332,6 +332,14 @@ sub new {
 sub dir       { $_[0]{dir} }
 sub port      { $_[0]{port} }
 sub port2     { $_[0]{port2} }
+# a free port besides port and port2 (a new one each call), for a test
+# that listens on one more address
+sub another_port {
+    my ($self) = @_;
+    my $p = free_port();
+    $p = free_port() while $p == $self->{port} || $p == $self->{port2};
+    return $p;
+}
 sub pid       { $_[0]{pid} }
 sub conf_file { "$_[0]{dir}/fastd.conf" }
 sub pid_file  { "$_[0]{dir}/fastd.pid" }
