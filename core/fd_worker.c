@@ -324,16 +324,29 @@ static void accept_resume(fd_timer_t *t)
             ls->ev.handler(&ls->ev, EPOLLIN);
 }
 
+static void accept_some(fd_listening_t *ls, unsigned max);
+
 static void accept_handler(fd_event_t *ev, uint32_t events)
 {
-    fd_listening_t *ls = (fd_listening_t *)ev;
+    (void)events;
+    if (accept_paused || fd_worker->quitting)
+        return;
+    accept_some((fd_listening_t *)ev, 64);
+}
+
+/* What waits in a socket's backlog as this worker stops (bounded). */
+static void accept_drain(fd_listening_t *ls)
+{
+    accept_some(ls, 1024);
+}
+
+static void accept_some(fd_listening_t *ls, unsigned max)
+{
+    fd_event_t *ev = &ls->ev;
     fd_worker_t *w = fd_worker;
     unsigned i;
 
-    (void)events;
-    if (accept_paused || w->quitting)
-        return;
-    for (i = 0; i < 64; i++) {
+    for (i = 0; i < max; i++) {
         struct sockaddr_storage ss;
         socklen_t len = sizeof(ss);
         fd_connection_t *c;
@@ -431,6 +444,17 @@ void fd_worker_stop_accepting(void)
 {
     fd_listening_t *ls;
 
+    /*
+     * With reuseport this socket is this worker's alone: closing it resets
+     * the connections still in its backlog (the kernel does not move them
+     * to the other sockets of the group unless net.ipv4.tcp_migrate_req
+     * is on). Take them first; they are answered with Connection: close.
+     */
+    if (fd_worker->cycle->events.accept == FD_ACCEPT_REUSEPORT &&
+        !accept_paused)
+        for (ls = fd_worker->cycle->listening; ls; ls = ls->next)
+            if (ls->ev.fd >= 0)
+                accept_drain(ls);
     for (ls = fd_worker->cycle->listening; ls; ls = ls->next) {
         if (ls->ev.fd >= 0)
             fd_event_del(&ls->ev);
