@@ -1,13 +1,15 @@
 /*
  * TLS with OpenSSL 3 (fd_ssl.h): the [server] ssl_* keys, one SSL_CTX per
  * server built by the master at load, SNI, the session ticket keys every
- * worker shares, and the TLS transport under fd_stream_t.
+ * worker shares, and the TLS transport under fd_stream_t; then the client
+ * side, to upstreams: contexts, verification and session reuse.
  *
  * SNI chooses the server at the ClientHello, so its certificates,
  * protocols, ciphers, tickets and client verification apply; the session
  * cache and timeout and the handshake timeout are the address's default
  * server's (OpenSSL keeps sessions in the first context).
  */
+#include <arpa/inet.h>
 #include <limits.h>
 #include <sched.h>
 #include <sys/mman.h>
@@ -31,15 +33,8 @@
 
 enum { VERIFY_OFF, VERIFY_ON, VERIFY_OPTIONAL };
 
-/* A path from the configuration, with where it was set. */
 typedef struct {
-    char *path;
-    const char *file;
-    int line;
-} ssl_path_t;
-
-typedef struct {
-    ssl_path_t *items;
+    fd_ssl_path_t *items;
     unsigned n;
 } ssl_paths_t;
 
@@ -47,7 +42,7 @@ typedef struct {
 typedef struct {
     ssl_paths_t certs;            /* ssl_certificate, in order */
     ssl_paths_t keys;             /* ssl_certificate_key, paired */
-    int min_version, max_version; /* ssl_protocols */
+    fd_ssl_protocols_t protocols;
     char *ciphers;
     int prefer_server_ciphers;
     int session_tickets;
@@ -69,15 +64,17 @@ typedef struct {
 
 /* --- configuration --- */
 
-static int add_path(fd_conf_t *cf, ssl_paths_t *l, const char *value)
+static int add_path(fd_conf_t *cf, const fd_directive_t *d, ssl_paths_t *l,
+                    const char *value)
 {
-    ssl_path_t *items = fd_palloc(cf->pool, (l->n + 1) * sizeof(*items));
+    fd_ssl_path_t *items = fd_palloc(cf->pool, (l->n + 1) * sizeof(*items));
 
     if (items == NULL)
         return fd_conf_error(cf, "out of memory");
     if (l->n)
         memcpy(items, l->items, l->n * sizeof(*items));
     items[l->n].path = fd_conf_path(cf, value);
+    items[l->n].key = d->name;
     items[l->n].file = cf->file;
     items[l->n].line = cf->line;
     if (items[l->n].path == NULL)
@@ -91,7 +88,7 @@ static int add_path(fd_conf_t *cf, ssl_paths_t *l, const char *value)
 static int set_paths(fd_conf_t *cf, const fd_directive_t *d, void *conf,
                      const char *v)
 {
-    return add_path(cf, (ssl_paths_t *)((char *)conf + d->offset), v);
+    return add_path(cf, d, (ssl_paths_t *)((char *)conf + d->offset), v);
 }
 
 /* ssl_stapling_file, ssl_client_certificate: one file, the last wins */
@@ -101,17 +98,16 @@ static int set_path(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     ssl_paths_t *l = (ssl_paths_t *)((char *)conf + d->offset);
 
     l->n = 0;
-    return add_path(cf, l, v);
+    return add_path(cf, d, l, v);
 }
 
-static int set_protocols(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+int fd_ssl_set_protocols(fd_conf_t *cf, const fd_directive_t *d, void *conf,
                          const char *v)
 {
-    ssl_conf_t *sc = conf;
+    fd_ssl_protocols_t *pr = (fd_ssl_protocols_t *)((char *)conf + d->offset);
     char *copy = fd_pstrdup(cf->pool, v, strlen(v)), *tok, *save;
     int min = 0, max = 0, ver;
 
-    (void)d;
     if (copy == NULL)
         return fd_conf_error(cf, "out of memory");
     for (tok = strtok_r(copy, " \t", &save); tok;
@@ -122,22 +118,22 @@ static int set_protocols(fd_conf_t *cf, const fd_directive_t *d, void *conf,
             ver = TLS1_3_VERSION;
         else if (strcmp(tok, "SSLv2") == 0 || strcmp(tok, "SSLv3") == 0 ||
                  strcmp(tok, "TLSv1") == 0 || strcmp(tok, "TLSv1.1") == 0)
-            return fd_conf_error(cf, "ssl_protocols: %s is not supported "
+            return fd_conf_error(cf, "%s: %s is not supported "
                                  "(deprecated as insecure, RFC 8996): use "
-                                 "TLSv1.2 and TLSv1.3", tok);
+                                 "TLSv1.2 and TLSv1.3", d->name, tok);
         else
-            return fd_conf_error(cf, "ssl_protocols: unknown protocol "
-                                 "\"%s\" (TLSv1.2, TLSv1.3)", tok);
+            return fd_conf_error(cf, "%s: unknown protocol \"%s\" "
+                                 "(TLSv1.2, TLSv1.3)", d->name, tok);
         if (min == 0 || ver < min)
             min = ver;
         if (ver > max)
             max = ver;
     }
     if (min == 0)
-        return fd_conf_error(cf, "ssl_protocols needs TLSv1.2, TLSv1.3 or "
-                             "both");
-    sc->min_version = min;
-    sc->max_version = max;
+        return fd_conf_error(cf, "%s needs TLSv1.2, TLSv1.3 or both",
+                             d->name);
+    pr->min = min;
+    pr->max = max;
     return FD_OK;
 }
 
@@ -173,8 +169,8 @@ static int set_verify(fd_conf_t *cf, const fd_directive_t *d, void *conf,
 }
 
 /* Checked where it is read: a list that selects nothing is an error (the
- * default, set for every server, is known to select some). */
-static int set_ciphers(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+ * default, set for every server or location, is known to select some). */
+int fd_ssl_set_ciphers(fd_conf_t *cf, const fd_directive_t *d, void *conf,
                        const char *v)
 {
     SSL_CTX *ctx;
@@ -188,11 +184,23 @@ static int set_ciphers(fd_conf_t *cf, const fd_directive_t *d, void *conf,
         SSL_CTX_free(ctx);
         ERR_clear_error();
         if (!ok)
-            return fd_conf_error(cf, "ssl_ciphers \"%s\" selects no cipher",
-                                 v);
+            return fd_conf_error(cf, "%s \"%s\" selects no cipher",
+                                 d->name, v);
     }
     *(char **)((char *)conf + d->offset) = fd_pstrdup(cf->pool, v, strlen(v));
     return FD_OK;
+}
+
+int fd_ssl_set_path(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                    const char *v)
+{
+    fd_ssl_path_t *p = (fd_ssl_path_t *)((char *)conf + d->offset);
+
+    p->path = fd_conf_path(cf, v);
+    p->key = d->name;
+    p->file = cf->file;
+    p->line = cf->line;
+    return p->path ? FD_OK : fd_conf_error(cf, "out of memory");
 }
 
 const fd_directive_t fd_ssl_server_directives[] = {
@@ -207,12 +215,13 @@ const fd_directive_t fd_ssl_server_directives[] = {
      .doc = "PEM private key of the ssl_certificate of the same rank; a "
             "key that does not match is a configuration error. Read by "
             "the master before privileges drop, again on reload"},
-    {.name = "ssl_protocols", .type = FD_CONF_CUSTOM, .offset = 0,
-     .set = set_protocols, .def = "TLSv1.2 TLSv1.3",
+    {.name = "ssl_protocols", .type = FD_CONF_CUSTOM,
+     .offset = SSL_OFF(protocols), .set = fd_ssl_set_protocols,
+     .def = "TLSv1.2 TLSv1.3",
      .doc = "TLSv1.2 and/or TLSv1.3, space-separated (TLSv1 and TLSv1.1 "
             "are refused)"},
     {.name = "ssl_ciphers", .type = FD_CONF_CUSTOM,
-     .offset = SSL_OFF(ciphers), .set = set_ciphers,
+     .offset = SSL_OFF(ciphers), .set = fd_ssl_set_ciphers,
      .def = "ECDHE+AESGCM:ECDHE+CHACHA20",
      .doc = "TLS 1.2 cipher list, OpenSSL syntax (TLS 1.3 suites are "
             "OpenSSL's defaults, all AEAD); the default is forward-secret "
@@ -522,8 +531,8 @@ static int client_hello_cb(SSL *ssl, int *al, void *arg)
      * context; the rest the SSL copied from the first context at
      * SSL_new() */
     if (SSL_set_SSL_CTX(ssl, sc->ctx) == NULL ||
-        !SSL_set_min_proto_version(ssl, sc->min_version) ||
-        !SSL_set_max_proto_version(ssl, sc->max_version) ||
+        !SSL_set_min_proto_version(ssl, sc->protocols.min) ||
+        !SSL_set_max_proto_version(ssl, sc->protocols.max) ||
         (strcmp(cur->ciphers, sc->ciphers) != 0 &&
          !SSL_set_cipher_list(ssl, sc->ciphers))) {
         *al = SSL_AD_INTERNAL_ERROR;
@@ -593,7 +602,7 @@ static int verify_strict(int ok, X509_STORE_CTX *x)
 static int load_ocsp(fd_cycle_t *cycle, ssl_conf_t *sc, char *err,
                      size_t errlen)
 {
-    const ssl_path_t *p = &sc->stapling.items[0];
+    const fd_ssl_path_t *p = &sc->stapling.items[0];
     const unsigned char *q;
     OCSP_RESPONSE *resp;
     FILE *fp = fopen(p->path, "rb");
@@ -657,12 +666,11 @@ static int set_sid_ctx(SSL_CTX *ctx, const fd_http_server_t *srv,
 }
 
 /* A file that cannot be read: say why (OpenSSL would say "system lib"). */
-static int unreadable(const ssl_path_t *p, const char *key, char *err,
-                      size_t errlen)
+static int unreadable(const fd_ssl_path_t *p, char *err, size_t errlen)
 {
     if (access(p->path, R_OK) == 0)
         return 0;
-    snprintf(err, errlen, "%s:%d: %s \"%s\": %s", p->file, p->line, key,
+    snprintf(err, errlen, "%s:%d: %s \"%s\": %s", p->file, p->line, p->key,
              p->path, strerror(errno));
     return 1;
 }
@@ -682,7 +690,7 @@ static int ctx_build(fd_cycle_t *cycle, fd_http_server_t *srv,
     if (sc->keys.n != sc->certs.n) {
         const ssl_paths_t *more = sc->keys.n > sc->certs.n ? &sc->keys
                                                             : &sc->certs;
-        const ssl_path_t *p = &more->items[fd_min(sc->keys.n,
+        const fd_ssl_path_t *p = &more->items[fd_min(sc->keys.n,
                                                   sc->certs.n)];
         return ssl_conf_error(err, errlen, p->file, p->line,
                               "%s \"%s\" has no %s to pair with (one "
@@ -720,17 +728,16 @@ static int ctx_build(fd_cycle_t *cycle, fd_http_server_t *srv,
                               SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
     /* a record and what follows it in one recv(), not its header first */
     SSL_CTX_set_read_ahead(ctx, 1);
-    if (!SSL_CTX_set_min_proto_version(ctx, sc->min_version) ||
-        !SSL_CTX_set_max_proto_version(ctx, sc->max_version) ||
+    if (!SSL_CTX_set_min_proto_version(ctx, sc->protocols.min) ||
+        !SSL_CTX_set_max_proto_version(ctx, sc->protocols.max) ||
         !SSL_CTX_set_cipher_list(ctx, sc->ciphers))
         return ssl_conf_error(err, errlen, srv->file, srv->line,
                               "ssl_protocols or ssl_ciphers rejected");
 
     for (i = 0; i < sc->certs.n; i++) {
-        const ssl_path_t *c = &sc->certs.items[i], *k = &sc->keys.items[i];
+        const fd_ssl_path_t *c = &sc->certs.items[i], *k = &sc->keys.items[i];
 
-        if (unreadable(c, "ssl_certificate", err, errlen) ||
-            unreadable(k, "ssl_certificate_key", err, errlen))
+        if (unreadable(c, err, errlen) || unreadable(k, err, errlen))
             return FD_ERROR;
         if (!SSL_CTX_use_certificate_chain_file(ctx, c->path))
             return ssl_conf_error(err, errlen, c->file, c->line,
@@ -773,10 +780,10 @@ static int ctx_build(fd_cycle_t *cycle, fd_http_server_t *srv,
         SSL_CTX_set_tlsext_status_cb(ctx, status_cb);
     }
     if (sc->client_ca.n) {
-        const ssl_path_t *p = &sc->client_ca.items[0];
+        const fd_ssl_path_t *p = &sc->client_ca.items[0];
         STACK_OF(X509_NAME) *names;
 
-        if (unreadable(p, "ssl_client_certificate", err, errlen))
+        if (unreadable(p, err, errlen))
             return FD_ERROR;
         if (!SSL_CTX_load_verify_locations(ctx, p->path, NULL) ||
             (names = SSL_load_client_CA_file(p->path)) == NULL)
@@ -1296,6 +1303,384 @@ int fd_ssl_accept(fd_stream_t *s, fd_listening_t *ls)
     s->tp = &fd_transport_tls;
     s->et = 1;
     return FD_OK;
+}
+
+/* --- TLS to upstreams --- */
+
+/*
+ * A client context and the settings it was built from: locations with the
+ * same settings share it, so the system's CA store is loaded once, not per
+ * location. Its clients are the names it connects to.
+ */
+typedef struct client_ctx_s client_ctx_t;
+struct client_ctx_s {
+    fd_ssl_client_conf_t conf;
+    SSL_CTX *ctx;
+    fd_ssl_client_t *clients;
+    client_ctx_t *next;
+};
+
+struct fd_ssl_client_s {
+    client_ctx_t *cc;
+    char *name;
+    unsigned sni:1;            /* a host name, and SNI is on */
+    fd_ssl_client_t *next;
+};
+
+static client_ctx_t *client_ctxs; /* of the configuration being loaded */
+static fd_pool_t *client_pool;
+
+/* A peer's session slot (fd_ssl_connect's *session): the session and the
+ * client it was made by. A resumed handshake does not verify again, so
+ * only that client (its context, trust and name) may offer it. */
+typedef struct {
+    SSL_SESSION *sess;
+    const fd_ssl_client_t *cl;
+} client_session_t;
+
+/* An upstream connection's own state: SSL ex_data, freed with the SSL. */
+typedef struct {
+    const fd_ssl_client_t *cl;
+    void **slot;               /* NULL: session_reuse off */
+    int sslerr;                /* the failed handshake's SSL_get_error() */
+    int syserr;                /* errno then */
+    unsigned long lib;         /* OpenSSL's error then */
+} client_conn_t;
+
+static int ex_client = -1;
+
+static void client_conn_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad,
+                             int idx, long argl, void *argp)
+{
+    (void)parent;
+    (void)ad;
+    (void)idx;
+    (void)argl;
+    (void)argp;
+    OPENSSL_free(ptr);
+}
+
+static void client_ctx_free(void *data)
+{
+    SSL_CTX_free(data);
+}
+
+static void client_ctxs_reset(void *data)
+{
+    if (data == client_pool) {
+        client_ctxs = NULL;
+        client_pool = NULL;
+    }
+}
+
+static int same_str(const char *a, const char *b)
+{
+    return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+static int same_client_conf(const fd_ssl_client_conf_t *a,
+                            const fd_ssl_client_conf_t *b)
+{
+    return a->verify == b->verify && a->server_name == b->server_name &&
+           a->session_reuse == b->session_reuse &&
+           a->protocols.min == b->protocols.min &&
+           a->protocols.max == b->protocols.max &&
+           same_str(a->ciphers, b->ciphers) &&
+           same_str(a->trusted.path, b->trusted.path) &&
+           same_str(a->certificate.path, b->certificate.path) &&
+           same_str(a->certificate_key.path, b->certificate_key.path);
+}
+
+/* A file of the configuration failed: its file:line and why. */
+static void *client_error(fd_conf_t *cf, const fd_ssl_path_t *p,
+                          const char *what)
+{
+    const char *why = ERR_reason_error_string(ERR_peek_last_error());
+
+    ERR_clear_error();
+    if (access(p->path, R_OK) != 0)
+        why = strerror(errno);
+    cf->file = p->file;
+    cf->line = p->line;
+    fd_conf_error(cf, "%s \"%s\" %s (%s)", p->key, p->path, what,
+                  why ? why : "OpenSSL error");
+    return NULL;
+}
+
+/*
+ * OpenSSL has a session the peer can resume: a TLS 1.2 one at the end of
+ * the handshake, a TLS 1.3 ticket whenever it comes after it (even while
+ * the connection waits in the keep-alive pool). It goes into the slot,
+ * which keeps the reference (1).
+ */
+static int client_new_session(SSL *ssl, SSL_SESSION *sess)
+{
+    client_conn_t *c = SSL_get_ex_data(ssl, ex_client);
+    client_session_t *cs;
+
+    if (c == NULL || c->slot == NULL)
+        return 0;
+    cs = *c->slot;
+    if (cs == NULL) {
+        cs = OPENSSL_zalloc(sizeof(*cs));
+        if (cs == NULL)
+            return 0;
+        *c->slot = cs;
+    }
+    SSL_SESSION_free(cs->sess);
+    cs->sess = sess;
+    cs->cl = c->cl;
+    return 1;
+}
+
+void fd_ssl_session_free(void **session)
+{
+    client_session_t *cs = *session;
+
+    if (cs) {
+        SSL_SESSION_free(cs->sess);
+        OPENSSL_free(cs);
+        *session = NULL;
+    }
+}
+
+static SSL_CTX *client_ctx_build(fd_conf_t *cf,
+                                 const fd_ssl_client_conf_t *conf)
+{
+    const fd_ssl_path_t *cert = &conf->certificate;
+    const fd_ssl_path_t *key = &conf->certificate_key;
+    SSL_CTX *ctx;
+
+    if ((cert->path == NULL) != (key->path == NULL)) {
+        const fd_ssl_path_t *p = cert->path ? cert : key;
+        cf->file = p->file;
+        cf->line = p->line;
+        fd_conf_error(cf, "%s needs both a certificate and its key", p->key);
+        return NULL;
+    }
+    ctx = SSL_CTX_new(TLS_client_method());
+    if (ctx == NULL ||
+        fd_pool_cleanup_add(cf->pool, client_ctx_free, ctx) == NULL) {
+        SSL_CTX_free(ctx);
+        ERR_clear_error();
+        fd_conf_error(cf, "SSL_CTX_new() failed");
+        return NULL;
+    }
+    SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION |
+                                 SSL_OP_IGNORE_UNEXPECTED_EOF);
+    /* the transport's send and idle are the server side's */
+    SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS |
+                              SSL_MODE_ENABLE_PARTIAL_WRITE |
+                              SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    SSL_CTX_set_read_ahead(ctx, 1);
+    if (!SSL_CTX_set_min_proto_version(ctx, conf->protocols.min) ||
+        !SSL_CTX_set_max_proto_version(ctx, conf->protocols.max) ||
+        !SSL_CTX_set_cipher_list(ctx, conf->ciphers)) {
+        ERR_clear_error();
+        fd_conf_error(cf, "the TLS protocols or ciphers to upstreams are "
+                      "rejected");
+        return NULL;
+    }
+    if (conf->verify && conf->trusted.path &&
+        !SSL_CTX_load_verify_locations(ctx, conf->trusted.path, NULL))
+        return client_error(cf, &conf->trusted, "cannot be loaded");
+    if (conf->verify && conf->trusted.path == NULL &&
+        !SSL_CTX_set_default_verify_paths(ctx)) {
+        ERR_clear_error();
+        fd_conf_error(cf, "the system's CA certificates cannot be loaded");
+        return NULL;
+    }
+    SSL_CTX_set_verify(ctx, conf->verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE,
+                       NULL);
+    if (cert->path) {
+        if (!SSL_CTX_use_certificate_chain_file(ctx, cert->path))
+            return client_error(cf, cert, "cannot be loaded");
+        if (!SSL_CTX_use_PrivateKey_file(ctx, key->path, SSL_FILETYPE_PEM) ||
+            !SSL_CTX_check_private_key(ctx))
+            return client_error(cf, key, "cannot be loaded or does not "
+                                "match the certificate");
+    }
+    if (conf->session_reuse) {
+        /* sessions go to the peers' slots, none to OpenSSL's cache */
+        SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT |
+                                                SSL_SESS_CACHE_NO_INTERNAL);
+        SSL_CTX_sess_set_new_cb(ctx, client_new_session);
+    } else {
+        SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+        SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
+    }
+    return ctx;
+}
+
+/* An IP address is checked against the certificate's, and is no SNI
+ * name (RFC 6066 3). */
+static int is_ip(const char *name)
+{
+    unsigned char a[16];
+
+    return inet_pton(AF_INET, name, a) == 1 ||
+           inet_pton(AF_INET6, name, a) == 1;
+}
+
+fd_ssl_client_t *fd_ssl_client(fd_conf_t *cf,
+                               const fd_ssl_client_conf_t *conf,
+                               const char *name)
+{
+    client_ctx_t *cc;
+    fd_ssl_client_t *cl;
+
+    if (ex_client < 0) {
+        ex_client = SSL_get_ex_new_index(0, NULL, NULL, NULL,
+                                         client_conn_free);
+        if (ex_client < 0) {
+            fd_conf_error(cf, "SSL_get_ex_new_index() failed");
+            return NULL;
+        }
+    }
+    if (client_pool != cf->pool) {
+        if (fd_pool_cleanup_add(cf->pool, client_ctxs_reset, cf->pool) ==
+            NULL) {
+            fd_conf_error(cf, "out of memory");
+            return NULL;
+        }
+        client_ctxs = NULL;
+        client_pool = cf->pool;
+    }
+    for (cc = client_ctxs; cc; cc = cc->next)
+        if (same_client_conf(&cc->conf, conf))
+            break;
+    if (cc == NULL) {
+        cc = fd_pcalloc(cf->pool, sizeof(*cc));
+        if (cc == NULL) {
+            fd_conf_error(cf, "out of memory");
+            return NULL;
+        }
+        if ((cc->ctx = client_ctx_build(cf, conf)) == NULL)
+            return NULL;
+        cc->conf = *conf;
+        cc->next = client_ctxs;
+        client_ctxs = cc;
+    }
+    for (cl = cc->clients; cl; cl = cl->next)
+        if (strcmp(cl->name, name) == 0)
+            return cl;
+    cl = fd_pcalloc(cf->pool, sizeof(*cl));
+    if (cl == NULL ||
+        (cl->name = fd_pstrdup(cf->pool, name, strlen(name))) == NULL) {
+        fd_conf_error(cf, "out of memory");
+        return NULL;
+    }
+    cl->cc = cc;
+    cl->sni = conf->server_name && !is_ip(name);
+    cl->next = cc->clients;
+    cc->clients = cl;
+    return cl;
+}
+
+static int client_handshake(fd_stream_t *s)
+{
+    SSL *ssl = s->tls;
+    client_conn_t *c;
+    int rc = SSL_do_handshake(ssl), e;
+
+    if (rc == 1)
+        return FD_OK;
+    e = SSL_get_error(ssl, rc);
+    if (e == SSL_ERROR_WANT_READ) {
+        s->readable = 0;
+        return FD_AGAIN;
+    }
+    if (e == SSL_ERROR_WANT_WRITE) {
+        s->writable = 0;
+        return FD_AGAIN;
+    }
+    c = SSL_get_ex_data(ssl, ex_client);
+    c->sslerr = e;
+    c->syserr = errno;
+    c->lib = ERR_peek_last_error();
+    ERR_clear_error();
+    s->error = 1;
+    s->eof = 1;
+    return FD_ERROR;
+}
+
+const char *fd_ssl_connect_error(fd_stream_t *s)
+{
+    static char buf[160];
+    client_conn_t *c = s->tls ? SSL_get_ex_data(s->tls, ex_client) : NULL;
+    const char *why;
+    long v;
+
+    if (c == NULL)
+        return "no TLS connection";
+    if (c->sslerr == SSL_ERROR_SYSCALL)
+        return c->syserr ? strerror(c->syserr)
+                         : "the upstream closed the connection";
+    if (c->sslerr == SSL_ERROR_ZERO_RETURN)
+        return "the upstream closed the connection";
+    if (ERR_GET_LIB(c->lib) == ERR_LIB_SSL &&
+        ERR_GET_REASON(c->lib) == SSL_R_CERTIFICATE_VERIFY_FAILED &&
+        (v = SSL_get_verify_result(s->tls)) != X509_V_OK) {
+        snprintf(buf, sizeof(buf), "certificate verify failed: %s",
+                 X509_verify_cert_error_string(v));
+        return buf;
+    }
+    why = ERR_reason_error_string(c->lib);
+    return why ? why : "OpenSSL error";
+}
+
+const fd_transport_t fd_transport_tls_client = {
+    .name = "tls",
+    .recv = tls_recv,
+    .send = tls_send,
+    .sendfile = tls_sendfile,
+    .handshake = client_handshake,
+    .close = tls_close,
+    .idle = tls_idle,
+    .short_read_drains = 0,
+};
+
+int fd_ssl_connect(fd_stream_t *s, fd_ssl_client_t *cl, void **session)
+{
+    const fd_ssl_client_conf_t *conf = &cl->cc->conf;
+    client_session_t *cs = *session;
+    SSL *ssl = SSL_new(cl->cc->ctx);
+    client_conn_t *c = OPENSSL_zalloc(sizeof(*c));
+
+    if (ssl == NULL || c == NULL)
+        goto failed;
+    c->cl = cl;
+    if (conf->session_reuse)
+        c->slot = session;
+    if (!SSL_set_ex_data(ssl, ex_client, c))
+        goto failed;
+    c = NULL; /* freed with the SSL from here on */
+    if (!SSL_set_fd(ssl, s->ev.fd) ||
+        (cl->sni && !SSL_set_tlsext_host_name(ssl, cl->name)))
+        goto failed;
+    if (conf->verify) {
+        SSL_set_hostflags(ssl, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+        if (!SSL_set1_host(ssl, cl->name))
+            goto failed;
+    }
+    if (conf->session_reuse && cs && cs->cl == cl &&
+        SSL_SESSION_is_resumable(cs->sess) && !SSL_set_session(ssl, cs->sess))
+        goto failed;
+    SSL_set_connect_state(ssl);
+    BIO_set_callback_ex(SSL_get_rbio(ssl), rbio_cb);
+    BIO_set_callback_arg(SSL_get_rbio(ssl), (char *)s);
+    s->tls = ssl;
+    s->tp = &fd_transport_tls_client;
+    s->et = 1;
+    return FD_OK;
+
+failed:
+    fd_log_error(FD_LOG_ALERT, 0, "TLS to upstream \"%s\": SSL_new() or "
+                 "its settings failed", cl->name);
+    ERR_clear_error();
+    OPENSSL_free(c);
+    SSL_free(ssl);
+    return FD_ERROR;
 }
 
 /* --- the connection's facts --- */

@@ -14,6 +14,31 @@
  * served by the new workers); the workers inherit them.
  */
 
+/* A file named in the configuration, with where: errors found when it is
+ * read name that file:line. */
+typedef struct {
+    char *path;
+    const char *key;           /* the directive's name */
+    const char *file;
+    int line;
+} fd_ssl_path_t;
+
+typedef struct {
+    int min, max;              /* TLS1_2_VERSION, TLS1_3_VERSION */
+} fd_ssl_protocols_t;
+
+/* Directive setters for keys of those types, for the tables of fd_ssl.c
+ * and of modules (d->offset locates the field; errors name d->name):
+ * "TLSv1.2 TLSv1.3" into an fd_ssl_protocols_t; an OpenSSL cipher list
+ * that selects something into a char *; a path resolved against the
+ * prefix into an fd_ssl_path_t. */
+int fd_ssl_set_protocols(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                         const char *v);
+int fd_ssl_set_ciphers(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                       const char *v);
+int fd_ssl_set_path(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                    const char *v);
+
 /* The [server] ssl_* keys (fd_cycle.c applies them to srv->ssl, which
  * fd_ssl_conf_create() makes, with the defaults, for every server). */
 extern const fd_directive_t fd_ssl_server_directives[];
@@ -60,6 +85,52 @@ int fd_ssl_session_reused(fd_stream_t *s);
 /* mTLS: "SUCCESS", "FAILED:reason", "NONE"; the subject DN (RFC 2253) */
 fd_str_t fd_ssl_client_verify(fd_stream_t *s, fd_pool_t *pool);
 fd_str_t fd_ssl_client_s_dn(fd_stream_t *s, fd_pool_t *pool);
+
+/*
+ * TLS to upstreams, the client side. A module keeps an
+ * fd_ssl_client_conf_t in its location conf, fills it with its own keys
+ * (the proxy's proxy_ssl_*, through the setters above) and, at
+ * init_conf, asks for the client of those settings and the name the
+ * upstream's certificate must be valid for (a host name, then also sent
+ * as SNI, or an IP address). Locations with the same settings share one
+ * SSL_CTX, and with the same name one client: a pointer that says what a
+ * connection was made for (a pooled one is reused only by the same).
+ * Both live as long as the configuration (freed with cf->pool).
+ */
+typedef struct {
+    int verify;                /* the peer's certificate and name */
+    fd_ssl_path_t trusted;     /* CA certificates; no path: the system's */
+    fd_ssl_path_t certificate; /* a client certificate, and its key */
+    fd_ssl_path_t certificate_key;
+    fd_ssl_protocols_t protocols;
+    char *ciphers;
+    int server_name;           /* send SNI */
+    int session_reuse;         /* offer the last session of a peer */
+} fd_ssl_client_conf_t;
+
+typedef struct fd_ssl_client_s fd_ssl_client_t;
+
+/* NULL after fd_conf_error() (file:line of the key whose file failed). */
+fd_ssl_client_t *fd_ssl_client(fd_conf_t *cf,
+                               const fd_ssl_client_conf_t *conf,
+                               const char *name);
+
+/*
+ * A TCP connection to an upstream becomes TLS (worker): s->tp is
+ * fd_transport_tls_client, s->tls its SSL in connect state, s->et set;
+ * the handshake runs from fd_stream_handshake(), bounded by the caller.
+ * *session is the caller's slot for the peer's session (NULL at first;
+ * it outlives the connections and is released with
+ * fd_ssl_session_free()): offered when the same client made it, replaced
+ * by each new one the peer sends. FD_OK or FD_ERROR (logged).
+ */
+int fd_ssl_connect(fd_stream_t *s, fd_ssl_client_t *cl, void **session);
+void fd_ssl_session_free(void **session);
+extern const fd_transport_t fd_transport_tls_client;
+/* Why the handshake failed, after FD_ERROR and before the transport is
+ * closed: "certificate verify failed: hostname mismatch", OpenSSL's
+ * reason, or the socket's error. Valid until the next call. */
+const char *fd_ssl_connect_error(fd_stream_t *s);
 
 /* fd_stats_t.ssl_failed[] by FD_SSL_FAIL_*: "protocol", ... */
 extern const char *const fd_ssl_failure_names[];
