@@ -695,14 +695,14 @@ static void conn_event(fd_event_t *ev, uint32_t events)
 {
     fd_upstream_conn_t *uc = (fd_upstream_conn_t *)ev;
 
-    if (uc->ev.fd < 0)
+    if (uc->s.ev.fd < 0)
         return; /* closed earlier in this turn */
     if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
-        uc->eof = 1;
+        uc->s.eof = 1;
     if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
-        uc->readable = 1;
+        uc->s.readable = 1;
     if (events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
-        uc->writable = 1;
+        uc->s.writable = 1;
     if (uc->data == NULL) {
         /* idle: the upstream closed it, or sent what nobody asked for */
         if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
@@ -716,12 +716,14 @@ static void conn_timer(fd_timer_t *t)
 {
     fd_upstream_conn_t *uc = (fd_upstream_conn_t *)((char *)t -
                                                     offsetof(fd_upstream_conn_t,
-                                                             timer));
+                                                             s.timer));
+    int32_t left;
 
-    if (uc->ev.fd < 0 || uc->deadline == 0)
+    if (uc->s.ev.fd < 0 || uc->s.deadline == 0)
         return;
-    if (uc->deadline > fd_current_msec) {
-        fd_timer_add(&uc->timer, uc->deadline - fd_current_msec);
+    left = fd_msec32_diff(uc->s.deadline, (uint32_t)fd_current_msec);
+    if (left > 0) {
+        fd_timer_add(&uc->s.timer, (fd_msec_t)left);
         return;
     }
     if (uc->data == NULL) {
@@ -740,9 +742,11 @@ static fd_upstream_conn_t *conn_alloc(void)
     else if ((uc = malloc(sizeof(*uc))) == NULL)
         return NULL;
     memset(uc, 0, sizeof(*uc));
-    uc->ev.fd = -1;
-    uc->ev.handler = conn_event;
-    uc->timer.handler = conn_timer;
+    uc->s.ev.fd = -1;
+    uc->s.tp = &fd_transport_tcp;
+    uc->s.et = 1;
+    uc->s.ev.handler = conn_event;
+    uc->s.timer.handler = conn_timer;
     return uc;
 }
 
@@ -774,10 +778,12 @@ void fd_upstream_conn_close(fd_upstream_conn_t *uc)
 {
     if (uc->idle)
         idle_unlink(uc);
-    fd_timer_del(&uc->timer);
-    if (uc->ev.fd >= 0)
-        close(uc->ev.fd); /* also leaves epoll */
-    uc->ev.fd = -1;
+    fd_timer_del(&uc->s.timer);
+    if (uc->s.ev.fd >= 0) {
+        fd_stream_close_transport(&uc->s); /* TLS: close_notify, free */
+        close(uc->s.ev.fd); /* also leaves epoll */
+    }
+    uc->s.ev.fd = -1;
     uc->data = NULL;
     uc->lnext = conn_zombies;
     conn_zombies = uc;
@@ -791,11 +797,12 @@ void fd_upstream_conn_close(fd_upstream_conn_t *uc)
  * new one is earlier than the armed timer (it re-arms when early). */
 void fd_upstream_conn_deadline(fd_upstream_conn_t *uc, fd_msec_t ms)
 {
-    fd_msec_t when = fd_current_msec + ms;
+    uint32_t when = fd_msec32_after(ms);
 
-    uc->deadline = when;
-    if (!fd_timer_armed(&uc->timer) || uc->timer.when > when)
-        fd_timer_add(&uc->timer, ms);
+    uc->s.deadline = when ? when : 1; /* 0 is "none" */
+    if (!fd_timer_armed(&uc->s.timer) ||
+        fd_msec32_diff(uc->s.timer.when, when) > 0)
+        fd_timer_add(&uc->s.timer, ms);
 }
 
 void fd_upstream_keepalive_close_peer(fd_upstream_peer_t *p)
@@ -810,8 +817,8 @@ void fd_upstream_keepalive_put(fd_upstream_conn_t *uc)
     fd_upstream_t *up = p->up;
 
     uc->data = NULL;
-    uc->deadline = 0;
-    if (up->keepalive == 0 || uc->eof || fd_worker->quitting ||
+    uc->s.deadline = 0;
+    if (up->keepalive == 0 || uc->s.eof || fd_worker->quitting ||
         uc->requests >= (unsigned)up->keepalive_requests) {
         fd_upstream_conn_close(uc);
         return;
@@ -831,6 +838,8 @@ void fd_upstream_keepalive_put(fd_upstream_conn_t *uc)
     up->nidle++;
     uc->idle = 1;
     uc->idle_since = fd_current_msec;
+    if (uc->s.tp->idle)
+        uc->s.tp->idle(&uc->s); /* TLS: its buffers go back */
     fd_upstream_conn_deadline(uc, up->keepalive_timeout);
 }
 
@@ -845,21 +854,24 @@ void fd_upstream_keepalive_put(fd_upstream_conn_t *uc)
  * a new one anyway.
  */
 fd_upstream_conn_t *fd_upstream_keepalive_get(fd_upstream_peer_t *p,
-                                              int careful)
+                                              const void *key, int careful)
 {
-    fd_upstream_conn_t *uc;
+    fd_upstream_conn_t *uc, *next;
     char ch;
 
-    while ((uc = p->idle) != NULL) {
+    for (uc = p->idle; uc; uc = next) {
         ssize_t n = -1;
+        next = uc->pnext;
+        if (uc->key != key)
+            continue;
         idle_unlink(uc);
         errno = EAGAIN;
         if (careful || fd_current_msec - uc->idle_since >= 1000)
-            n = recv(uc->ev.fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT);
+            n = recv(uc->s.ev.fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT);
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             uc->reused = 1;
-            uc->deadline = 0;
-            uc->readable = 0;
+            uc->s.deadline = 0;
+            uc->s.readable = 0;
             return uc;
         }
         fd_upstream_conn_close(uc);
@@ -878,11 +890,11 @@ fd_upstream_conn_t *fd_upstream_conn_add(fd_upstream_peer_t *p, int fd,
         errno = ENOMEM;
         return NULL;
     }
-    uc->ev.fd = fd;
+    uc->s.ev.fd = fd;
     uc->peer = p;
     uc->connecting = connecting != 0;
-    uc->writable = !connecting;
-    if (fd_event_add(&uc->ev, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET) < 0) {
+    uc->s.writable = !connecting;
+    if (fd_event_add(&uc->s.ev, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET) < 0) {
         err = errno;
         fd_upstream_conn_close(uc);
         errno = err;

@@ -6,6 +6,7 @@
 #include "fd_core.h"
 #include "fd_module.h"
 #include "fd_event.h"
+#include "fd_stream.h"
 
 /*
  * Upstream groups: the servers a request may go to, how one is picked,
@@ -66,6 +67,7 @@ struct fd_upstream_peer_s {
     fd_msec_t checked;         /* time of the last failure */
     unsigned active;           /* requests (and tunnels) using it */
     fd_upstream_conn_t *idle;  /* keep-alive connections, newest first */
+    void *ssl_session;         /* TLS: the last session (fd_ssl.h) */
 };
 
 typedef struct {
@@ -161,12 +163,17 @@ void fd_upstream_peer_response(fd_upstream_peer_t *p, fd_msec_t msec);
 typedef void (*fd_upstream_conn_pt)(fd_upstream_conn_t *uc);
 
 struct fd_upstream_conn_s {
-    fd_event_t ev;             /* first: epoll's data.ptr */
-    fd_timer_t timer;
-    fd_msec_t deadline;        /* 0: none; the timer may fire early */
+    fd_stream_t s;             /* first: epoll's data.ptr; the event, the
+                                * deadline (0: none; the timer may fire
+                                * early), readable, writable, eof (the
+                                * upstream closed, or failed) and the
+                                * transport (TCP, or TLS to the upstream) */
     fd_msec_t idle_since;
     fd_upstream_peer_t *peer;
     void *data;                /* the user's; NULL while idle */
+    const void *key;           /* what the user set it up for (the proxy:
+                                * its TLS client, NULL for plain TCP): the
+                                * pool gives it back only for the same */
     fd_upstream_conn_pt on_event;   /* the flags below changed */
     fd_upstream_conn_pt on_timeout; /* the deadline passed */
     fd_upstream_conn_t *pnext, *pprev; /* the server's idle list */
@@ -174,9 +181,6 @@ struct fd_upstream_conn_s {
     unsigned requests;         /* the user counts what it sent on it */
     unsigned idle:1;
     unsigned connecting:1;
-    unsigned readable:1;       /* edge-triggered: data may be waiting */
-    unsigned writable:1;
-    unsigned eof:1;            /* the upstream closed (or failed) */
     unsigned reused:1;         /* came from the keep-alive pool */
 };
 
@@ -195,10 +199,10 @@ void fd_upstream_conn_deadline(fd_upstream_conn_t *uc, fd_msec_t ms);
 /* Into the pool, or closed (no keepalive, eof, keepalive_requests, the
  * worker stops); a full pool closes its least recently used first. */
 void fd_upstream_keepalive_put(fd_upstream_conn_t *uc);
-/* An idle connection to p, newest first; careful: peek at each first (a
- * request that cannot be retried once sent). NULL: none. */
+/* An idle connection to p made for key, newest first; careful: peek at
+ * each first (a request that cannot be retried once sent). NULL: none. */
 fd_upstream_conn_t *fd_upstream_keepalive_get(fd_upstream_peer_t *p,
-                                              int careful);
+                                              const void *key, int careful);
 /* Close p's idle connections (one died: its siblings likely too). */
 void fd_upstream_keepalive_close_peer(fd_upstream_peer_t *p);
 

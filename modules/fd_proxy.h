@@ -10,6 +10,7 @@
 #include "fd_core.h"
 #include "fd_http.h"
 #include "fd_sendq.h"
+#include "fd_ssl.h"
 #include "fd_upstream.h"
 
 extern fd_module_t fd_proxy_module;
@@ -57,7 +58,7 @@ typedef struct {
 
 typedef struct {
     char *upstream_name;       /* upstream = NAME */
-    char *pass;                /* pass = http://NAME/uri */
+    char *pass;                /* pass = http[s]://NAME/uri */
     int proxy_host;
     fd_conf_list_t set_header;
     int buffering;
@@ -68,11 +69,16 @@ typedef struct {
     fd_int_t next_upstream_tries;
     fd_msec_t websocket_idle_timeout;
     int websocket;
+    fd_ssl_client_conf_t ssl;  /* proxy_ssl_* */
+    char *ssl_name;
 
     /* built */
     fd_upstream_t *up;
+    char *pass_host;           /* HOST of pass, or the group's NAME */
+    fd_ssl_client_t *ssl_client; /* pass = https://: TLS to the upstream */
     fd_str_t uri;              /* the URI part of pass, if any */
     unsigned has_uri:1;
+    unsigned https:1;
     set_header_t *hdrs;
     unsigned nhdrs;
     unsigned gen_replaced;     /* GEN_* a set_header replaces */

@@ -33,7 +33,8 @@ const fd_directive_t fd_proxy_directives[] = {
             "\"%2e%2e\" or \"//\" cannot leave the prefix (prefix and exact "
             "locations); a regex location passes the request URI unchanged. "
             "HOST:PORT may be followed by max_fails=N and fail_timeout=T, as "
-            "on an [upstream] server line"},
+            "on an [upstream] server line. https://NAME[/uri]: TLS to the "
+            "upstream (HOST's port defaults to 443; see proxy_ssl_*)"},
     {.name = "proxy_host", .type = FD_CONF_ENUM, .offset = LOC(proxy_host),
      .def = "pass", .enums = host_enums,
      .doc = "Host header sent upstream: pass (the client's) or upstream "
@@ -85,6 +86,50 @@ const fd_directive_t fd_proxy_directives[] = {
      .offset = LOC(websocket_idle_timeout), .def = "1h",
      .doc = "a WebSocket tunnel with no byte either way for this long is "
             "closed"},
+    {.name = "proxy_ssl_verify", .type = FD_CONF_FLAG,
+     .offset = LOC(ssl.verify), .def = "on",
+     .doc = "pass = https://: the upstream's certificate must verify "
+            "against proxy_ssl_trusted_certificate and be valid for "
+            "proxy_ssl_name; a failure is the server's error (the next "
+            "server, then 502) with the reason in the error log. off: any "
+            "certificate is taken"},
+    {.name = "proxy_ssl_trusted_certificate", .type = FD_CONF_CUSTOM,
+     .offset = LOC(ssl.trusted), .set = fd_ssl_set_path,
+     .doc = "PEM CA certificates the upstream's certificate is verified "
+            "against; default: the system's store (OpenSSL's default "
+            "paths: /etc/ssl/certs on Debian)"},
+    {.name = "proxy_ssl_name", .type = FD_CONF_STR, .offset = LOC(ssl_name),
+     .doc = "the name the upstream's certificate must be valid for, also "
+            "sent as SNI; default: the HOST of pass (for an [upstream "
+            "NAME], NAME). An IP address is matched against the "
+            "certificate's IP addresses and sends no SNI"},
+    {.name = "proxy_ssl_server_name", .type = FD_CONF_FLAG,
+     .offset = LOC(ssl.server_name), .def = "on",
+     .doc = "send proxy_ssl_name as SNI (RFC 6066). On by default, unlike "
+            "nginx: an upstream behind a name-based TLS front needs it"},
+    {.name = "proxy_ssl_certificate", .type = FD_CONF_CUSTOM,
+     .offset = LOC(ssl.certificate), .set = fd_ssl_set_path,
+     .doc = "a PEM client certificate (then its chain) for upstreams that "
+            "ask for one; with proxy_ssl_certificate_key"},
+    {.name = "proxy_ssl_certificate_key", .type = FD_CONF_CUSTOM,
+     .offset = LOC(ssl.certificate_key), .set = fd_ssl_set_path,
+     .doc = "the PEM private key of proxy_ssl_certificate; both are read by "
+            "the master before privileges drop, again on reload"},
+    {.name = "proxy_ssl_protocols", .type = FD_CONF_CUSTOM,
+     .offset = LOC(ssl.protocols), .set = fd_ssl_set_protocols,
+     .def = "TLSv1.2 TLSv1.3",
+     .doc = "TLSv1.2 and/or TLSv1.3 to upstreams (older ones are refused)"},
+    {.name = "proxy_ssl_ciphers", .type = FD_CONF_CUSTOM,
+     .offset = LOC(ssl.ciphers), .set = fd_ssl_set_ciphers, .def = "DEFAULT",
+     .doc = "TLS 1.2 cipher list to upstreams, OpenSSL syntax; DEFAULT is "
+            "OpenSSL's (as nginx: an internal upstream may be older than "
+            "the clients a server faces)"},
+    {.name = "proxy_ssl_session_reuse", .type = FD_CONF_FLAG,
+     .offset = LOC(ssl.session_reuse), .def = "on",
+     .doc = "offer an upstream server the last TLS session it gave this "
+            "worker when connecting to it again (an abbreviated handshake); "
+            "only the location settings and name that verified a session "
+            "reuse it"},
     FD_CONF_END};
 
 
@@ -101,7 +146,31 @@ static int set_upstream(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     lc->upstream_name = fd_pstrdup(cf->pool, value, strlen(value));
     lc->pass = NULL;
     lc->has_uri = 0;
+    lc->https = 0;
     return FD_OK;
+}
+
+/* HOST[:PORT] or [IPv6][:PORT]: whether a port is given */
+static int has_port(const char *name)
+{
+    const char *end = name[0] == '[' ? strchr(name, ']') : name;
+
+    return end && strchr(end, ':') != NULL;
+}
+
+/* The name TLS checks the upstream's certificate for by default: the
+ * group's name, or the HOST of HOST:PORT (no brackets around IPv6). */
+static char *pass_host(fd_conf_t *cf, const char *name, int group)
+{
+    const char *end;
+
+    if (group)
+        return fd_pstrdup(cf->pool, name, strlen(name));
+    if (name[0] == '[' && (end = strchr(name, ']')) != NULL)
+        return fd_pstrdup(cf->pool, name + 1, (size_t)(end - name - 1));
+    end = strchr(name, ':');
+    return fd_pstrdup(cf->pool, name, end ? (size_t)(end - name)
+                                          : strlen(name));
 }
 
 static int set_pass(fd_conf_t *cf, const fd_directive_t *d, void *conf,
@@ -113,19 +182,17 @@ static int set_pass(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     size_t n, ulen;
 
     (void)d;
-    if (strncmp(value, "https://", 8) == 0)
-        return fd_conf_error(cf, "\"pass\": https upstreams are not "
-                             "supported");
-    if (strncmp(value, "http://", 7) != 0)
-        return fd_conf_error(cf, "\"pass\" must be http://NAME[/uri], not "
-                             "\"%s\"", value);
-    auth = value + 7;
+    lc->https = strncmp(value, "https://", 8) == 0;
+    if (!lc->https && strncmp(value, "http://", 7) != 0)
+        return fd_conf_error(cf, "\"pass\" must be http[s]://NAME[/uri], "
+                             "not \"%s\"", value);
+    auth = value + (lc->https ? 8 : 7);
     end = auth + strcspn(auth, " \t");
     for (opts = end; *opts == ' ' || *opts == '\t'; opts++)
         ;
     slash = memchr(auth, '/', (size_t)(end - auth));
     n = (size_t)((slash ? slash : end) - auth);
-    if (n == 0 || n >= sizeof(name))
+    if (n == 0 || n + 4 >= sizeof(name)) /* room for ":443" */
         return fd_conf_error(cf, "\"pass\": bad host in \"%s\"", value);
     memcpy(name, auth, n);
     name[n] = '\0';
@@ -133,6 +200,11 @@ static int set_pass(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     if (lc->up && *opts)
         return fd_conf_error(cf, "\"pass\": options for [upstream %s] go on "
                              "its \"server\" lines", name);
+    lc->pass_host = pass_host(cf, name, lc->up != NULL);
+    if (lc->pass_host == NULL)
+        return fd_conf_error(cf, "out of memory");
+    if (lc->up == NULL && lc->https && !has_port(name))
+        memcpy(name + n, ":443", 5);
     if (lc->up == NULL &&
         (lc->up = fd_upstream_implicit(cf, name, opts)) == NULL)
         return FD_ERROR;
@@ -190,6 +262,19 @@ int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
                              "NAME\" or \"pass = http://NAME/\"", loc->name);
     if (loc->kind == FD_LOC_REGEX || loc->kind == FD_LOC_REGEX_CASELESS)
         lc->has_uri = 0; /* documented: a regex location passes the URI */
+    if (lc->https) {
+        if (lc->websocket) {
+            fd_conf_at_key(cf, conf, "websocket");
+            return fd_conf_error(cf, "%s: websocket tunnels to an https "
+                                 "upstream are not supported", loc->name);
+        }
+        fd_conf_at_key(cf, conf, "pass");
+        lc->ssl_client = fd_ssl_client(cf, &lc->ssl, lc->ssl_name
+                                                         ? lc->ssl_name
+                                                         : lc->pass_host);
+        if (lc->ssl_client == NULL)
+            return FD_ERROR;
+    }
     lc->nhdrs = lc->set_header.n;
     lc->hdrs = fd_pcalloc(cf->pool, (lc->nhdrs + 1) * sizeof(set_header_t));
     for (i = 0; i < lc->nhdrs; i++) {

@@ -69,6 +69,7 @@ static int proxy_init_worker(fd_worker_t *w)
 /* --- 2. the request ------------------------------------------------------ */
 
 static int proxy_connect(proxy_req_t *px);
+static int proxy_handshake(proxy_req_t *px);
 static int proxy_send(proxy_req_t *px);
 static int proxy_read(proxy_req_t *px);
 static void proxy_arm(proxy_req_t *px);
@@ -435,7 +436,9 @@ static int proxy_next(proxy_req_t *px, unsigned ft, int err, const char *what)
 static int proxy_connect(proxy_req_t *px)
 {
     fd_upstream_peer_t *p = fd_upstream_pick(px->up, px->tried, px->hash);
+    proxy_loc_conf_t *lc = px->lc;
     fd_upstream_conn_t *uc;
+    int rc;
 
     if (p == NULL) {
         if (px->tries == 0) /* else the last failure was logged */
@@ -461,11 +464,20 @@ static int proxy_connect(proxy_req_t *px)
         px->body_done = 0;
     }
 
-    uc = fd_upstream_keepalive_get(p, !px->idempotent || px->upgrade);
-    if (uc == NULL)
+    uc = fd_upstream_keepalive_get(p, lc->ssl_client,
+                                   !px->idempotent || px->upgrade);
+    if (uc == NULL) {
         uc = fd_upstream_conn_open(p); /* errno set when NULL */
-    if (uc == NULL)
-        return proxy_next(px, NEXT_ERROR, errno, "connect() failed");
+        if (uc == NULL)
+            return proxy_next(px, NEXT_ERROR, errno, "connect() failed");
+        uc->key = lc->ssl_client;
+        if (lc->ssl_client &&
+            fd_ssl_connect(&uc->s, lc->ssl_client, &p->ssl_session) !=
+                FD_OK) {
+            fd_upstream_conn_close(uc);
+            return proxy_next(px, NEXT_ERROR, 0, "SSL_new() failed");
+        }
+    }
     uc->data = px;
     uc->on_event = conn_event;
     uc->on_timeout = conn_timeout;
@@ -474,6 +486,9 @@ static int proxy_connect(proxy_req_t *px)
     proxy_arm(px);
     if (uc->connecting)
         return PX_OK;
+    rc = proxy_handshake(px);
+    if (rc != PX_OK)
+        return rc == PX_DONE ? PX_DONE : PX_OK;
     return proxy_send(px);
 }
 
@@ -487,11 +502,11 @@ static void proxy_arm(proxy_req_t *px)
     if (uc == NULL)
         return;
     if (px->paused) {
-        uc->deadline = 0; /* the client's send timeout rules */
+        uc->s.deadline = 0; /* the client's send timeout rules */
         return;
     }
-    if (uc->connecting)
-        ms = lc->connect_timeout;
+    if (uc->connecting || !uc->s.handshaken)
+        ms = lc->connect_timeout; /* the TLS handshake too, as nginx */
     else if (px->rstate == RS_BODY || px->req_sent)
         ms = lc->read_timeout;
     else if (px->wait_body)
@@ -499,6 +514,30 @@ static void proxy_arm(proxy_req_t *px)
     else
         ms = lc->send_timeout;
     fd_upstream_conn_deadline(uc, ms);
+}
+
+/*
+ * A new connection's transport handshake (TLS to an https upstream; none
+ * for TCP), under connect_timeout. PX_OK: done, the request can go;
+ * PX_WAIT: an event goes on with it; PX_DONE: it failed and the request
+ * went on to the next server or the error page (px->uc is another).
+ */
+static int proxy_handshake(proxy_req_t *px)
+{
+    fd_upstream_conn_t *uc = px->uc;
+    char why[200];
+    int rc;
+
+    if (uc->s.handshaken)
+        return PX_OK;
+    rc = fd_stream_handshake(&uc->s);
+    if (rc == FD_OK)
+        return PX_OK;
+    if (rc == FD_AGAIN)
+        return PX_WAIT;
+    snprintf(why, sizeof(why), "SSL handshake failed: %s",
+             fd_ssl_connect_error(&uc->s));
+    return proxy_next(px, NEXT_ERROR, 0, why) == PX_DONE ? PX_DONE : PX_WAIT;
 }
 
 /* Refill obuf from the client's body: PX_OK, PX_WAIT (none yet), PX_DONE */
@@ -618,8 +657,8 @@ static int proxy_send(proxy_req_t *px)
             proxy_arm(px);
             return PX_OK;
         }
-        if (px->hdr_sent == 0) {
-            px->sop.fd = uc->ev.fd;
+        if (px->hdr_sent == 0 && uc->s.tp == &fd_transport_tcp) {
+            px->sop.fd = uc->s.ev.fd;
             px->sop.niov = niov;
             px->sop.iov[0] = iov[0];
             px->sop.iov[1] = iov[1];
@@ -627,19 +666,13 @@ static int proxy_send(proxy_req_t *px)
             if (fd_sendq_add(&px->sop) == FD_OK)
                 return PX_OK;
         }
-        w = niov == 1 ? send(uc->ev.fd, iov[0].iov_base, iov[0].iov_len,
-                             MSG_NOSIGNAL)
-                      : writev(uc->ev.fd, iov, niov);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                uc->writable = 0;
-                proxy_arm(px);
-                return PX_OK;
-            }
-            return proxy_next(px, NEXT_ERROR, errno, "send() failed");
+        w = fd_stream_send(&uc->s, iov, niov, 0);
+        if (w == FD_AGAIN) { /* the transport cleared the flag to wait on */
+            proxy_arm(px);
+            return PX_OK;
         }
+        if (w < 0)
+            return proxy_next(px, NEXT_ERROR, errno, "send() failed");
         sent_bytes(px, (size_t)w);
     }
 }
@@ -653,13 +686,13 @@ static void proxy_sent(fd_sendop_t *op)
 
     fd_log_conn_id = px->r->c->id;
     if (w == -EAGAIN || w == -EWOULDBLOCK) {
-        px->uc->writable = 0;
+        px->uc->s.writable = 0;
         proxy_arm(px);
     } else if (w < 0) {
         proxy_next(px, NEXT_ERROR, (int)-w, "send() failed");
     } else {
         sent_bytes(px, (size_t)w);
-        if (proxy_send(px) != PX_DONE && px->uc && px->uc->readable &&
+        if (proxy_send(px) != PX_DONE && px->uc && px->uc->s.readable &&
             !px->paused)
             proxy_read(px);
     }
@@ -672,7 +705,7 @@ static void proxy_on_body(fd_request_t *r)
     proxy_req_t *px = r->ctx;
 
     if (px == NULL || px->done || px->uc == NULL || px->uc->connecting ||
-        px->req_sent || !px->uc->writable)
+        !px->uc->s.handshaken || px->req_sent || !px->uc->s.writable)
         return;
     proxy_send(px);
 }
@@ -1023,7 +1056,7 @@ static int resp_eof(proxy_req_t *px, int err)
 /* Read what the upstream sent, as long as the client keeps up. */
 static int proxy_read(proxy_req_t *px)
 {
-    int pending = 0, rc;
+    int pending = 0, rc, err;
 
     for (;;) {
         fd_upstream_conn_t *uc = px->uc;
@@ -1051,7 +1084,7 @@ static int proxy_read(proxy_req_t *px)
             px->ipos = 0;
         }
         room = BUF_SIZE - px->ilast;
-        n = recv(uc->ev.fd, px->ibuf + px->ilast, room, 0);
+        n = fd_stream_recv(&uc->s, px->ibuf + px->ilast, room);
         if (n > 0) {
             px->ilast += (size_t)n;
             /* buffering on: gather what is there before handing it on
@@ -1070,8 +1103,8 @@ static int proxy_read(proxy_req_t *px)
             continue;
         }
         if (n == 0) {
-            uc->eof = 1;
-            uc->readable = 0;
+            uc->s.eof = 1;
+            uc->s.readable = 0;
             if (pending && px->framing != FR_CLOSE) {
                 rc = resp_process(px, 0);
                 if (rc != PX_OK)
@@ -1079,10 +1112,7 @@ static int proxy_read(proxy_req_t *px)
             }
             return resp_eof(px, 0);
         }
-        if (errno == EINTR)
-            continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            uc->readable = 0;
+        if (n == FD_AGAIN) { /* the transport cleared the flag to wait on */
             if (pending) {
                 rc = resp_process(px, 0);
                 if (rc != PX_OK)
@@ -1091,14 +1121,16 @@ static int proxy_read(proxy_req_t *px)
             proxy_arm(px);
             return PX_OK;
         }
-        uc->eof = 1;
-        uc->readable = 0;
+        /* FD_ERROR; TLS logged its reason, and errno is not it */
+        err = uc->s.tls ? EPROTO : errno ? errno : ECONNRESET;
+        uc->s.eof = 1;
+        uc->s.readable = 0;
         if (pending && px->rstate == RS_BODY) {
             rc = resp_process(px, 0);
             if (rc != PX_OK)
                 return rc;
         }
-        return resp_eof(px, errno ? errno : ECONNRESET);
+        return resp_eof(px, err);
     }
 }
 
@@ -1117,7 +1149,7 @@ void fd_proxy_drain(fd_request_t *r)
         return;
     }
     proxy_arm(px);
-    if (px->uc->readable || px->uc->eof)
+    if (px->uc->s.readable || px->uc->s.eof)
         proxy_read(px);
 }
 
@@ -1147,11 +1179,11 @@ static void proxy_run(proxy_req_t *px)
     if (uc->connecting) {
         int err = 0;
         socklen_t len = sizeof(err);
-        if (!uc->writable && !uc->eof)
+        if (!uc->s.writable && !uc->s.eof)
             return;
-        if (getsockopt(uc->ev.fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+        if (getsockopt(uc->s.ev.fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
             err = errno;
-        if (err == 0 && !uc->writable)
+        if (err == 0 && !uc->s.writable)
             return;
         if (err) {
             proxy_next(px, NEXT_ERROR, err, "connect() failed");
@@ -1160,7 +1192,9 @@ static void proxy_run(proxy_req_t *px)
         uc->connecting = 0;
         proxy_arm(px);
     }
-    if (!px->req_sent && uc->writable &&
+    if (proxy_handshake(px) != PX_OK)
+        return;
+    if (!px->req_sent && uc->s.writable &&
         (!px->wait_body || px->hdr_sent < px->hdr_len ||
          px->opos < px->olen)) {
         if (proxy_send(px) == PX_DONE)
@@ -1168,7 +1202,7 @@ static void proxy_run(proxy_req_t *px)
         if (px->uc != uc) /* failed over to another server */
             return;
     }
-    if (uc->readable && !px->paused)
+    if (uc->s.readable && !px->paused)
         proxy_read(px);
 }
 
@@ -1188,6 +1222,8 @@ static void proxy_timeout(proxy_req_t *px)
 
     if (uc->connecting) {
         proxy_next(px, NEXT_TIMEOUT, ETIMEDOUT, "connect() timed out");
+    } else if (!uc->s.handshaken) {
+        proxy_next(px, NEXT_TIMEOUT, ETIMEDOUT, "SSL handshake timed out");
     } else if (px->rstate == RS_BODY) {
         fd_log_error(FD_LOG_ERR, ETIMEDOUT, "upstream \"%s\" server %s: "
                      "timed out reading the response body", px->up->name,

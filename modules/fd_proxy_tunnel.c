@@ -91,9 +91,9 @@ int fd_proxy_tunnel_begin(proxy_req_t *px, fd_str_t upgrade)
     /* the upstream socket moves into the tunnel; its events are the
      * tunnel's from now, while the 101 is written */
     us = &t->sp.side[UPSTREAM];
-    us->s.ev.fd = uc->ev.fd;
+    us->s.ev.fd = uc->s.ev.fd;
     us->s.registered = 1;
-    uc->ev.fd = -1;
+    uc->s.ev.fd = -1;
     if (fd_splice_watch(&t->sp, UPSTREAM) != FD_OK) {
         fd_log_error(FD_LOG_ERR, errno, "epoll_ctl() failed");
         fd_proxy_tunnel_free(t);

@@ -388,12 +388,21 @@ static void test_keepalive(void)
     fd_upstream_keepalive_put(a);
     ok(p->idle == a && up->nidle == 1 && a->data == NULL,
        "put: idle in the pool");
-    ok(fd_upstream_keepalive_get(q, 1) == NULL, "get: none to another "
-       "server");
-    ok(fd_upstream_keepalive_get(p, 1) == a && a->reused && !a->idle,
+    ok(fd_upstream_keepalive_get(q, NULL, 1) == NULL, "get: none to "
+       "another server");
+    ok(fd_upstream_keepalive_get(p, NULL, 1) == a && a->reused && !a->idle,
        "get: the same connection back, marked reused");
     ok(p->idle == NULL && up->nidle == 0, "get: out of the pool");
-    ok(fd_upstream_keepalive_get(p, 1) == NULL, "get: then none");
+    ok(fd_upstream_keepalive_get(p, NULL, 1) == NULL, "get: then none");
+
+    /* made for another user (a TLS client): not given for plain TCP */
+    a->data = p;
+    a->key = up;
+    fd_upstream_keepalive_put(a);
+    ok(fd_upstream_keepalive_get(p, NULL, 1) == NULL && up->nidle == 1,
+       "get: none made for another key");
+    ok(fd_upstream_keepalive_get(p, up, 1) == a, "get: the one of its key");
+    a->key = NULL;
 
     /* the upstream closes an idle connection: the event closes it */
     a->data = p;
@@ -406,13 +415,13 @@ static void test_keepalive(void)
     a = conn(p, &fa);
     fd_upstream_keepalive_put(a);
     close(fa);
-    ok(fd_upstream_keepalive_get(p, 1) == NULL && up->nidle == 0,
+    ok(fd_upstream_keepalive_get(p, NULL, 1) == NULL && up->nidle == 0,
        "get: a careful get peeks and drops a closed one");
     a = conn(p, &fa);
     fd_upstream_keepalive_put(a);
     close(fa);
-    ok(fd_upstream_keepalive_get(p, 0) == a, "get: a connection idle under "
-       "a second is not peeked at unless careful");
+    ok(fd_upstream_keepalive_get(p, NULL, 0) == a, "get: a connection idle "
+       "under a second is not peeked at unless careful");
     fd_upstream_conn_close(a);
 
     /* bytes nobody asked for close it too */
@@ -459,7 +468,7 @@ static void test_keepalive(void)
     ok(up->nidle == 0 && closed_at(fa), "keepalive_requests reached: closed");
     close(fa);
     a = conn(p, &fa);
-    a->eof = 1;
+    a->s.eof = 1;
     fd_upstream_keepalive_put(a);
     ok(up->nidle == 0 && closed_at(fa), "the upstream's end seen: closed");
     close(fa);

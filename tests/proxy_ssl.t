@@ -1,0 +1,292 @@
+#!/usr/bin/perl
+# proxy: TLS to upstreams (pass = https://). A throw-away CA made with the
+# openssl CLI signs the backends' certificate (up.test, 127.0.0.1) and a
+# client certificate; the backends are python's ssl under http.server,
+# answering with what the TLS connection was (its number, whether its
+# session was resumed, SNI, the client certificate's CN). Checked: GET and
+# POST over https with verification, SNI from proxy_ssl_name, a wrong name
+# and an untrusted CA (502, the reason in the error log), verify off,
+# keep-alive over TLS (several requests on one connection), session reuse
+# on reconnect (and not with proxy_ssl_session_reuse = off), a client
+# certificate the backend requires, and file:line for a bad CA file.
+
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use FastdTest;
+use POSIX ();
+use Test::More;
+
+my $openssl = (grep { -x } qw(/usr/bin/openssl /usr/local/bin/openssl))[0];
+my $python = (grep { -x } qw(/usr/bin/python3 /usr/local/bin/python3))[0];
+plan skip_all => 'needs the openssl CLI and python3' unless $openssl && $python;
+
+my $t = FastdTest->new;
+my $d = $t->dir;
+
+sub ossl {
+    my @args = @_;
+    my $pid = fork // die "fork: $!";
+    if ($pid == 0) {
+        open STDOUT, '>', '/dev/null';
+        open STDERR, '>', "$d/openssl.err";
+        { no warnings 'exec'; exec $openssl, @args; }
+        POSIX::_exit(127);
+    }
+    waitpid($pid, 0);
+    die "openssl @args failed:\n" . (FastdTest::slurp("$d/openssl.err") // '')
+        if $?;
+}
+
+# CA NAME: ca-like, self-signed; CERT NAME CN EXT: signed by "ca"
+sub ca {
+    my ($name) = @_;
+    ossl(qw(req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes
+            -sha256 -days 2 -subj), "/CN=$name test CA",
+         '-addext', 'basicConstraints=critical,CA:TRUE',
+         '-addext', 'keyUsage=critical,keyCertSign,cRLSign',
+         '-keyout', "$d/$name.key", '-out', "$d/$name.crt");
+}
+
+sub cert {
+    my ($name, $cn, $ext) = @_;
+    FastdTest::spew("$d/$name.ext", "basicConstraints = CA:FALSE\n$ext\n");
+    ossl(qw(req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes
+            -subj), "/CN=$cn", '-keyout', "$d/$name.key",
+         '-out', "$d/$name.csr");
+    ossl(qw(x509 -req -sha256 -days 2 -CAcreateserial), '-in', "$d/$name.csr",
+         '-CA', "$d/ca.crt", '-CAkey', "$d/ca.key", '-extfile', "$d/$name.ext",
+         '-out', "$d/$name.crt");
+}
+
+ca('ca');
+ca('other');
+cert('up', 'up.test', "extendedKeyUsage = serverAuth\n"
+     . "subjectAltName = DNS:up.test, IP:127.0.0.1");
+cert('client', 'client.test', "extendedKeyUsage = clientAuth");
+
+FastdTest::spew("$d/backend.py", <<'PY');
+import http.server, os, ssl, sys, threading
+
+cert, key, portfile, logfile = sys.argv[1:5]
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(cert, key)
+if len(sys.argv) > 5:
+    ctx.load_verify_locations(sys.argv[5])
+    ctx.verify_mode = ssl.CERT_REQUIRED
+names = {}
+ctx.sni_callback = lambda sock, name, c: names.__setitem__(id(sock), name)
+lock = threading.Lock()
+conns = [0]
+
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = 'HTTP/1.1'
+    def setup(self):
+        super().setup()
+        with lock:
+            conns[0] += 1
+            self.conn_no = conns[0]
+    def answer(self):
+        s = self.connection
+        n = int(self.headers.get('Content-Length') or 0)
+        body = self.rfile.read(n) if n else b''
+        cn = ''.join(v for rdn in (s.getpeercert() or {}).get('subject', ())
+                     for k, v in rdn if k == 'commonName')
+        info = 'conn=%d reused=%d sni=%s client=%s %s %s' % (
+            self.conn_no, s.session_reused, names.get(id(s)) or '-',
+            cn or '-', self.command, self.path)
+        with lock, open(logfile, 'a') as f:
+            f.write(info + '\n')
+        out = (info + '\n').encode() + body
+        self.send_response(200)
+        self.send_header('Content-Length', str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+    do_GET = do_POST = answer
+    def log_message(self, *a):
+        pass
+
+srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), H)
+srv.daemon_threads = True
+# the handshake in the connection's thread: one that fails stops no other
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True,
+                             do_handshake_on_connect=False)
+with open(portfile + '.tmp', 'w') as f:
+    f.write(str(srv.server_address[1]))
+os.rename(portfile + '.tmp', portfile)
+srv.serve_forever()
+PY
+
+my @backends;
+
+# A backend; its port once it listens
+sub backend {
+    my ($name, @ca) = @_;
+    my $pid = fork // die "fork: $!";
+    if ($pid == 0) {
+        open STDIN, '<', '/dev/null';
+        open STDOUT, '>', "$d/$name.out";
+        open STDERR, '>&', \*STDOUT;
+        { no warnings 'exec';
+          exec $python, "$d/backend.py", "$d/up.crt", "$d/up.key",
+               "$d/$name.port", "$d/$name.log", @ca; }
+        POSIX::_exit(127);
+    }
+    push @backends, $pid;
+    FastdTest::wait_for(sub { -s "$d/$name.port" }, 10, 0.02)
+        or die "backend $name did not start:\n"
+               . (FastdTest::slurp("$d/$name.out") // '');
+    return FastdTest::slurp("$d/$name.port");
+}
+
+END {
+    local $?; # the test's exit status, not the backends'
+    kill 'TERM', $_ for @backends;
+    waitpid($_, 0) for @backends;
+}
+
+my $pa = backend('a');
+my $pm = backend('m', "$d/ca.crt");
+
+my $ca = "proxy_ssl_trusted_certificate = $d/ca.crt\n";
+$t->write_conf(FastdTest::base_conf(extra => <<"CONF"));
+[upstream tls]
+server = 127.0.0.1:$pa
+keepalive = 4
+
+[location /v/]
+handler = proxy
+pass = https://127.0.0.1:$pa/
+$ca
+[location /sni/]
+handler = proxy
+pass = https://127.0.0.1:$pa/
+proxy_ssl_name = up.test
+$ca
+[location /ka/]
+handler = proxy
+pass = https://tls/
+proxy_ssl_name = up.test
+$ca
+[location /badname/]
+handler = proxy
+pass = https://127.0.0.1:$pa/
+proxy_ssl_name = wrong.test
+$ca
+[location /badca/]
+handler = proxy
+pass = https://127.0.0.1:$pa/
+proxy_ssl_trusted_certificate = $d/other.crt
+
+[location /noverify/]
+handler = proxy
+pass = https://127.0.0.1:$pa/
+proxy_ssl_trusted_certificate = $d/other.crt
+proxy_ssl_name = wrong.test
+proxy_ssl_verify = off
+
+[location /noreuse/]
+handler = proxy
+pass = https://127.0.0.1:$pa/
+proxy_ssl_name = up.test
+proxy_ssl_session_reuse = off
+$ca
+[location /mtls/]
+handler = proxy
+pass = https://127.0.0.1:$pm/
+proxy_ssl_name = up.test
+proxy_ssl_certificate = $d/client.crt
+proxy_ssl_certificate_key = $d/client.key
+$ca
+[location /mtls-none/]
+handler = proxy
+pass = https://127.0.0.1:$pm/
+proxy_ssl_name = up.test
+$ca
+CONF
+$t->start;
+
+# GET PATH: status and the backend's line about its connection
+sub fetch {
+    my ($path, $body) = @_;
+    my $req = defined $body
+        ? "POST $path HTTP/1.1\r\nHost: localhost\r\nContent-Length: "
+          . length($body) . "\r\n\r\n$body"
+        : "GET $path HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    my $r = $t->http($req);
+    return $r ? ($r->status, $r->body) : (0, '');
+}
+
+sub info { my ($body) = @_; my %h = $body =~ /(\w+)=(\S+)/g; return \%h }
+
+my ($st, $b) = fetch('/v/x');
+is($st, 200, 'GET over https, verified against the IP address SAN');
+my $i = info($b);
+like($b, qr{ GET /x\n}, 'the backend answered /x');
+is($i->{sni}, '-', 'no SNI for an IP address');
+is($i->{reused}, 0, 'a full handshake first');
+($st, $b) = fetch('/v/post', 'a body over TLS');
+is($st, 200, 'POST over https');
+like($b, qr{ POST /post\na body over TLS$}, 'its body arrived');
+is(info($b)->{reused}, 1, 'the next connection resumed the session');
+isnt(info($b)->{conn}, $i->{conn}, 'on a new connection (keepalive = 0)');
+
+($st, $b) = fetch('/sni/y');
+is($st, 200, 'proxy_ssl_name up.test: verified');
+is(info($b)->{sni}, 'up.test', 'and sent as SNI');
+is(info($b)->{reused}, 0, "127.0.0.1's session is not offered for up.test");
+($st, $b) = fetch('/sni/y');
+is(info($b)->{reused}, 1, "up.test's own is");
+
+($st, $b) = fetch('/noreuse/z');
+is($st, 200, 'proxy_ssl_session_reuse = off');
+($st, $b) = fetch('/noreuse/z');
+is(info($b)->{reused}, 0, 'no session is offered');
+
+my @conns;
+for my $n (1 .. 3) {
+    ($st, $b) = fetch("/ka/$n");
+    is($st, 200, "keep-alive group over TLS: request $n");
+    push @conns, info($b)->{conn};
+}
+is(scalar(keys %{ { map { $_ => 1 } @conns } }), 1,
+   'all three on one TLS connection to the backend');
+
+($st, $b) = fetch('/badname/q');
+is($st, 502, 'a certificate not valid for proxy_ssl_name: 502');
+ok(FastdTest::wait_for(sub { $t->error_log =~ /\[error\].*SSL handshake failed: certificate verify failed: hostname mismatch/ }, 5, 0.02),
+   'the reason in the error log at [error]');
+($st, $b) = fetch('/badca/q');
+is($st, 502, 'an untrusted CA: 502');
+ok(FastdTest::wait_for(sub { $t->error_log =~ /\[error\].*SSL handshake failed: certificate verify failed: unable to get local issuer certificate/ }, 5, 0.02),
+   'the reason in the error log');
+
+($st, $b) = fetch('/noverify/q');
+is($st, 200, 'proxy_ssl_verify = off: any certificate, any name');
+is(info($b)->{sni}, 'wrong.test', 'SNI is still proxy_ssl_name');
+
+($st, $b) = fetch('/mtls/c');
+is($st, 200, 'a backend that requires a client certificate');
+is(info($b)->{client}, 'client.test', 'it saw proxy_ssl_certificate');
+($st, $b) = fetch('/mtls-none/c');
+is($st, 502, 'without one: 502');
+like($t->error_log, qr/alert certificate required/,
+     "the backend's alert in the error log");
+
+$t->no_alerts;
+$t->stop;
+
+# a CA file that is not there: fastd -t names its file:line
+my $conf = FastdTest::base_conf(extra => "[location /p/]\nhandler = proxy\n"
+    . "pass = https://127.0.0.1:$pa/\n"
+    . "proxy_ssl_trusted_certificate = $d/none.crt\n");
+my $path = $t->write_conf($conf, 'bad.conf');
+my ($rc, $out) = FastdTest::run_fastd('-t', '-c', $path);
+my @lines = split /\n/, FastdTest::slurp($path);
+my ($line) = grep { $lines[$_ - 1] =~ /none\.crt/ } 1 .. @lines;
+isnt($rc, 0, 'fastd -t fails on a missing proxy_ssl_trusted_certificate');
+like($out, qr{\Q$path\E:$line: proxy_ssl_trusted_certificate .*No such file},
+     'naming its file:line and why');
+
+done_testing();
