@@ -1529,6 +1529,11 @@ fd_ssl_client_t *fd_ssl_client(fd_conf_t *cf,
     client_ctx_t *cc;
     fd_ssl_client_t *cl;
 
+    if (*name == '\0') {
+        /* SSL_set1_host("") would check no name at all */
+        fd_conf_error(cf, "an empty name for the upstream's certificate");
+        return NULL;
+    }
     if (ex_client < 0) {
         ex_client = SSL_get_ex_new_index(0, NULL, NULL, NULL,
                                          client_conn_free);

@@ -894,7 +894,8 @@ fd_upstream_conn_t *fd_upstream_conn_add(fd_upstream_peer_t *p, int fd,
     uc->peer = p;
     uc->connecting = connecting != 0;
     uc->s.writable = !connecting;
-    if (fd_event_add(&uc->s.ev, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET) < 0) {
+    if (fd_event_add(&uc->s.ev,
+                     EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET) < 0) {
         err = errno;
         fd_upstream_conn_close(uc);
         errno = err;

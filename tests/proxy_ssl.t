@@ -277,16 +277,29 @@ like($t->error_log, qr/alert certificate required/,
 $t->no_alerts;
 $t->stop;
 
-# a CA file that is not there: fastd -t names its file:line
-my $conf = FastdTest::base_conf(extra => "[location /p/]\nhandler = proxy\n"
-    . "pass = https://127.0.0.1:$pa/\n"
-    . "proxy_ssl_trusted_certificate = $d/none.crt\n");
-my $path = $t->write_conf($conf, 'bad.conf');
-my ($rc, $out) = FastdTest::run_fastd('-t', '-c', $path);
-my @lines = split /\n/, FastdTest::slurp($path);
-my ($line) = grep { $lines[$_ - 1] =~ /none\.crt/ } 1 .. @lines;
-isnt($rc, 0, 'fastd -t fails on a missing proxy_ssl_trusted_certificate');
-like($out, qr{\Q$path\E:$line: proxy_ssl_trusted_certificate .*No such file},
-     'naming its file:line and why');
+# bad settings: fastd -t fails, naming the line (the last one here) and why
+for my $case (
+    [ "proxy_ssl_trusted_certificate = $d/none.crt",
+      qr/proxy_ssl_trusted_certificate .*No such file/, 'a missing CA file' ],
+    [ "proxy_ssl_certificate = $d/client.crt\n"
+      . "proxy_ssl_certificate_key = $d/up.key",
+      qr/proxy_ssl_certificate_key .*does not match/,
+      'a client key that does not match its certificate' ],
+    [ "proxy_ssl_protocols = TLSv1.1", qr/proxy_ssl_protocols: TLSv1\.1 is not/,
+      'TLSv1.1' ],
+    [ "proxy_ssl_name =", qr/empty name/, 'an empty proxy_ssl_name' ],
+    [ "websocket = on", qr/websocket tunnels to an https upstream/,
+      'websocket = on' ],
+) {
+    my ($keys, $why, $name) = @$case;
+    my $path = $t->write_conf(FastdTest::base_conf(
+        extra => "[location /p/]\nhandler = proxy\n"
+               . "pass = https://127.0.0.1:$pa/\n$keys\n"), 'bad.conf');
+    my ($rc, $out) = FastdTest::run_fastd('-t', '-c', $path);
+    my $line = () = FastdTest::slurp($path) =~ /\n/g;
+    isnt($rc, 0, "fastd -t: $name");
+    like($out, qr/\Q$path\E:$line: .*$why/, '... with file:line and why')
+        or diag($out);
+}
 
 done_testing();
