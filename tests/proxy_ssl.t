@@ -8,13 +8,16 @@
 # and an untrusted CA (502, the reason in the error log), verify off,
 # keep-alive over TLS (several requests on one connection), session reuse
 # on reconnect (and not with proxy_ssl_session_reuse = off), a client
-# certificate the backend requires, and file:line for a bad CA file.
+# certificate the backend requires, an HTTP server behind https:// (502,
+# and the next server of a group), a handshake that never ends (504 after
+# connect_timeout), and fastd -t on bad settings (file:line and why).
 
 use strict;
 use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use FastdTest;
+use IO::Socket::INET;
 use POSIX ();
 use Test::More;
 
@@ -148,12 +151,35 @@ END {
 
 my $pa = backend('a');
 my $pm = backend('m', "$d/ca.crt");
+# an HTTP server: answers 400 to the ClientHello, as one would
+my $plain = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
+                                  Listen => 8, Proto => 'tcp')
+    or die "listen: $!";
+my $hpid = fork // die "fork: $!";
+if ($hpid == 0) {
+    while (my $c = $plain->accept) {
+        print $c "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n"
+               . "Connection: close\r\n\r\n";
+        close $c;
+    }
+    POSIX::_exit(0);
+}
+push @backends, $hpid;
+# connects (the kernel's backlog), then never answers
+my $silent = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
+                                   Listen => 8, Proto => 'tcp')
+    or die "listen: $!";
+my ($pp, $ps) = ($plain->sockport, $silent->sockport);
 
 my $ca = "proxy_ssl_trusted_certificate = $d/ca.crt\n";
 $t->write_conf(FastdTest::base_conf(extra => <<"CONF"));
 [upstream tls]
 server = 127.0.0.1:$pa
 keepalive = 4
+
+[upstream mixed]
+server = 127.0.0.1:$pp
+server = 127.0.0.1:$pa
 
 [location /v/]
 handler = proxy
@@ -203,6 +229,20 @@ $ca
 handler = proxy
 pass = https://127.0.0.1:$pm/
 proxy_ssl_name = up.test
+$ca
+[location /plain/]
+handler = proxy
+pass = https://127.0.0.1:$pp/
+$ca
+[location /mixed/]
+handler = proxy
+pass = https://mixed/
+proxy_ssl_name = up.test
+$ca
+[location /silent/]
+handler = proxy
+pass = https://127.0.0.1:$ps/
+connect_timeout = 1s
 $ca
 CONF
 $t->start;
@@ -273,6 +313,20 @@ is(info($b)->{client}, 'client.test', 'it saw proxy_ssl_certificate');
 is($st, 502, 'without one: 502');
 like($t->error_log, qr/alert certificate required/,
      "the backend's alert in the error log");
+
+($st, $b) = fetch('/plain/p');
+is($st, 502, 'an upstream that does not speak TLS: 502');
+like($t->error_log, qr/\[error\].*127\.0\.0\.1:$pp: SSL handshake failed: /,
+     'its handshake failure logged');
+for my $n (1 .. 2) {
+    ($st, $b) = fetch("/mixed/$n");
+    is($st, 200, "a group with a plain server first: request $n goes on to "
+       . "the TLS one");
+}
+($st, $b) = fetch('/silent/s');
+is($st, 504, 'a handshake that never ends: 504 after connect_timeout');
+like($t->error_log, qr/\[error\].*:$ps: SSL handshake timed out/,
+     'logged as such');
 
 $t->no_alerts;
 $t->stop;
