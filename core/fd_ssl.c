@@ -1642,6 +1642,8 @@ const fd_transport_t fd_transport_tls_client = {
     .handshake = client_handshake,
     .close = tls_close,
     .idle = tls_idle,
+    .shutdown = tls_shutdown,
+    .move = tls_move,
     .short_read_drains = 0,
 };
 

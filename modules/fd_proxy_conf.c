@@ -263,11 +263,6 @@ int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
     if (loc->kind == FD_LOC_REGEX || loc->kind == FD_LOC_REGEX_CASELESS)
         lc->has_uri = 0; /* documented: a regex location passes the URI */
     if (lc->https) {
-        if (lc->websocket) {
-            fd_conf_at_key(cf, conf, "websocket");
-            return fd_conf_error(cf, "%s: websocket tunnels to an https "
-                                 "upstream are not supported", loc->name);
-        }
         fd_conf_at_key(cf, conf, lc->ssl_name ? "proxy_ssl_name" : "pass");
         lc->ssl_client = fd_ssl_client(cf, &lc->ssl, lc->ssl_name
                                                          ? lc->ssl_name

@@ -1,8 +1,8 @@
 /*
  * handler = proxy, after the upstream's 101 (WebSocket): a tunnel is a
  * splice (fd_stream.h) of the client's stream, taken out of the engine
- * with its transport (TLS stays TLS), and the upstream's socket, taken out
- * of its connection. The splice moves the bytes until both sides ended,
+ * with its transport (TLS stays TLS), and the upstream's stream, taken out
+ * of its connection with its transport too (TLS to an https upstream). The splice moves the bytes until both sides ended,
  * one failed, or websocket_idle_timeout passed with no byte; the proxy
  * only starts it and accounts for it. Memory: two 16k buffers, whatever
  * the traffic.
@@ -88,12 +88,11 @@ int fd_proxy_tunnel_begin(proxy_req_t *px, fd_str_t upgrade)
         left = BUF_SIZE;
     memcpy(t->sp.side[CLIENT].buf, px->ibuf + px->ipos, left);
     t->sp.side[CLIENT].len = left;
-    /* the upstream socket moves into the tunnel; its events are the
-     * tunnel's from now, while the 101 is written */
+    /* the upstream stream moves into the tunnel with its transport; its
+     * events are the tunnel's from now, while the 101 is written */
     us = &t->sp.side[UPSTREAM];
-    us->s.ev.fd = uc->s.ev.fd;
+    fd_stream_move(&us->s, &uc->s);
     us->s.registered = 1;
-    uc->s.ev.fd = -1;
     if (fd_splice_watch(&t->sp, UPSTREAM) != FD_OK) {
         fd_log_error(FD_LOG_ERR, errno, "epoll_ctl() failed");
         fd_proxy_tunnel_free(t);
