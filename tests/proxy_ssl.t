@@ -1,7 +1,7 @@
 #!/usr/bin/perl
-# proxy: TLS to upstreams (pass = https://). A throw-away CA made with the
-# openssl CLI signs the backends' certificate (up.test, 127.0.0.1) and a
-# client certificate; the backends are python's ssl under http.server,
+# proxy: TLS to upstreams (pass = https://). A throw-away CA (TLS.pm)
+# signs the backends' certificate (up.test, 127.0.0.1) and a client
+# certificate; the backends are python's ssl under http.server,
 # answering with what the TLS connection was (its number, whether its
 # session was resumed, SNI, the client certificate's CN). Checked: GET and
 # POST over https with verification, SNI from proxy_ssl_name, a wrong name
@@ -18,57 +18,26 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use FastdTest;
+use TLS;
 use IO::Socket::INET;
 use POSIX ();
 use Test::More;
 
-my $openssl = (grep { -x } qw(/usr/bin/openssl /usr/local/bin/openssl))[0];
 my $python = (grep { -x } qw(/usr/bin/python3 /usr/local/bin/python3))[0];
-plan skip_all => 'needs the openssl CLI and python3' unless $openssl && $python;
+plan skip_all => 'needs the openssl CLI and python3'
+    unless TLS::openssl() && $python;
 
 my $t = FastdTest->new;
 my $d = $t->dir;
 
-sub ossl {
-    my @args = @_;
-    my $pid = fork // die "fork: $!";
-    if ($pid == 0) {
-        open STDOUT, '>', '/dev/null';
-        open STDERR, '>', "$d/openssl.err";
-        { no warnings 'exec'; exec $openssl, @args; }
-        POSIX::_exit(127);
-    }
-    waitpid($pid, 0);
-    die "openssl @args failed:\n" . (FastdTest::slurp("$d/openssl.err") // '')
-        if $?;
-}
-
-# CA NAME: ca-like, self-signed; CERT NAME CN EXT: signed by "ca"
-sub ca {
-    my ($name) = @_;
-    ossl(qw(req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes
-            -sha256 -days 2 -subj), "/CN=$name test CA",
-         '-addext', 'basicConstraints=critical,CA:TRUE',
-         '-addext', 'keyUsage=critical,keyCertSign,cRLSign',
-         '-keyout', "$d/$name.key", '-out', "$d/$name.crt");
-}
-
-sub cert {
-    my ($name, $cn, $ext) = @_;
-    FastdTest::spew("$d/$name.ext", "basicConstraints = CA:FALSE\n$ext\n");
-    ossl(qw(req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes
-            -subj), "/CN=$cn", '-keyout', "$d/$name.key",
-         '-out', "$d/$name.csr");
-    ossl(qw(x509 -req -sha256 -days 2 -CAcreateserial), '-in', "$d/$name.csr",
-         '-CA', "$d/ca.crt", '-CAkey', "$d/ca.key", '-extfile', "$d/$name.ext",
-         '-out', "$d/$name.crt");
-}
-
-ca('ca');
-ca('other');
-cert('up', 'up.test', "extendedKeyUsage = serverAuth\n"
-     . "subjectAltName = DNS:up.test, IP:127.0.0.1");
-cert('client', 'client.test', "extendedKeyUsage = clientAuth");
+# the CA, the backends' certificate (up.test and IP 127.0.0.1), a client
+# certificate; another CA that signed none of them
+my $pki = TLS->new($d);
+my $up = $pki->server('up.test');
+my $client = $pki->client('client.test');
+mkdir "$d/other" or die "mkdir: $!";
+my $other = TLS->new("$d/other")->ca;
+my $cafile = $pki->ca;
 
 FastdTest::spew("$d/backend.py", <<'PY');
 import http.server, os, ssl, sys, threading
@@ -147,7 +116,7 @@ sub backend {
         open STDOUT, '>', "$d/$name.out";
         open STDERR, '>&', \*STDOUT;
         { no warnings 'exec';
-          exec $python, "$d/backend.py", "$d/up.crt", "$d/up.key",
+          exec $python, "$d/backend.py", $up->{crt}, $up->{key},
                "$d/$name.port", "$d/$name.log", @ca; }
         POSIX::_exit(127);
     }
@@ -165,7 +134,7 @@ END {
 }
 
 my $pa = backend('a');
-my $pm = backend('m', "$d/ca.crt");
+my $pm = backend('m', $cafile);
 # an HTTP server: answers 400 to the ClientHello, as one would
 my $plain = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
                                   Listen => 8, Proto => 'tcp')
@@ -186,7 +155,7 @@ my $silent = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
     or die "listen: $!";
 my ($pp, $ps) = ($plain->sockport, $silent->sockport);
 
-my $ca = "proxy_ssl_trusted_certificate = $d/ca.crt\n";
+my $ca = "proxy_ssl_trusted_certificate = $cafile\n";
 $t->write_conf(FastdTest::base_conf(extra => <<"CONF"));
 [upstream tls]
 server = 127.0.0.1:$pa
@@ -218,12 +187,12 @@ $ca
 [location /badca/]
 handler = proxy
 pass = https://127.0.0.1:$pa/
-proxy_ssl_trusted_certificate = $d/other.crt
+proxy_ssl_trusted_certificate = $other
 
 [location /noverify/]
 handler = proxy
 pass = https://127.0.0.1:$pa/
-proxy_ssl_trusted_certificate = $d/other.crt
+proxy_ssl_trusted_certificate = $other
 proxy_ssl_name = wrong.test
 proxy_ssl_verify = off
 
@@ -237,8 +206,8 @@ $ca
 handler = proxy
 pass = https://127.0.0.1:$pm/
 proxy_ssl_name = up.test
-proxy_ssl_certificate = $d/client.crt
-proxy_ssl_certificate_key = $d/client.key
+proxy_ssl_certificate = $client->{crt}
+proxy_ssl_certificate_key = $client->{key}
 $ca
 [location /mtls-none/]
 handler = proxy
@@ -372,8 +341,8 @@ $t->stop;
 for my $case (
     [ "proxy_ssl_trusted_certificate = $d/none.crt",
       qr/proxy_ssl_trusted_certificate .*No such file/, 'a missing CA file' ],
-    [ "proxy_ssl_certificate = $d/client.crt\n"
-      . "proxy_ssl_certificate_key = $d/up.key",
+    [ "proxy_ssl_certificate = $client->{crt}\n"
+      . "proxy_ssl_certificate_key = $up->{key}",
       qr/proxy_ssl_certificate_key .*does not match/,
       'a client key that does not match its certificate' ],
     [ "proxy_ssl_protocols = TLSv1.1", qr/proxy_ssl_protocols: TLSv1\.1 is not/,
