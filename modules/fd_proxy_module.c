@@ -66,6 +66,18 @@ static int proxy_init_worker(fd_worker_t *w)
     return FD_OK;
 }
 
+/* The TLS sessions the worker kept for its upstream servers. */
+static void proxy_exit_worker(fd_worker_t *w)
+{
+    fd_upstream_t *ups[256];
+    unsigned n, i, k;
+
+    n = fd_proxy_upstreams(w->cycle, ups, fd_nelems(ups));
+    for (i = 0; i < n; i++)
+        for (k = 0; k < ups[i]->npeers; k++)
+            fd_ssl_session_free(&ups[i]->peers[k].ssl_session);
+}
+
 /* --- 2. the request ------------------------------------------------------ */
 
 static int proxy_connect(proxy_req_t *px);
@@ -1363,6 +1375,7 @@ fd_module_t fd_proxy_module = {
     .conf_size = sizeof(proxy_loc_conf_t),
     .init_conf = fd_proxy_init_conf,
     .init_worker = proxy_init_worker,
+    .exit_worker = proxy_exit_worker,
     .handler = proxy_handler,
     .flags = FD_MODULE_STREAM_BODY,
     .methods = FD_METHODS_ANY, /* the backend decides, but TRACE/CONNECT */
