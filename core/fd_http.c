@@ -2041,7 +2041,11 @@ static void http_event(fd_event_t *ev, uint32_t events)
         http_after_io(c);
     stream_drain(c);
 out:
-    if (!c->s.registered && c->s.ev.fd >= 0 && c->state != FD_CONN_FREE)
+    /* a response in the turn's batch comes back through http_sent(),
+     * which registers then if the connection lives on: a Connection:
+     * close exchange needs no epoll_ctl() at all */
+    if (!c->s.registered && c->s.ev.fd >= 0 && c->state != FD_CONN_FREE &&
+        !(c->h && fd_outq_batched(&c->h->out)))
         conn_register(c);
     fd_log_conn_id = 0;
 }
