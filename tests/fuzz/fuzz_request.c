@@ -32,6 +32,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <sys/socket.h>
@@ -48,31 +49,38 @@
 #define MAX_UCONNS 8   /* upstream connections one input may open */
 #define MAX_STEPS 400  /* turns of the loop per phase, a bound on work */
 #define IDLE_STEPS 2   /* turns in a row with nothing moving: settled */
-#define MAX_FDS 32     /* descriptors checked for leaks */
+#define MAX_FDS 1024   /* descriptors checked for leaks, at most */
+#define FD_SLACK 64    /* and above the highest open at the last check */
 
 static char dir[] = "/dev/shm/fd-fuzz-req-XXXXXX"; /* tmpfs: no disk I/O */
 static char conf_path[sizeof(dir) + 32];
 static int conf_fd = -1, client_ls = -1, up_ls = -1, refused = -1;
 static unsigned client_port, up_port, refused_port;
+static unsigned nfds = MAX_FDS; /* descriptors checked */
 
 /*
- * Loading a configuration costs some 1 ms under the sanitizers, three
- * times the rest of an input: loaded ones are kept, by the bytes that
- * chose them, and reused up to CACHE_USES times. A cycle keeps a little
- * state from one request to the next (the round robin's position; no
- * server is taken out: an implicit group has one server, which never is,
- * and [upstream backend]'s have max_fails=0), so FUZZ_REQUEST_FRESH=1 in
- * the environment loads every input's afresh, to replay a crash exactly.
+ * Loading a configuration costs some 2 ms under the sanitizers, several
+ * times the rest of an input: loaded ones are kept, by their text (many
+ * header bytes choose the same one), the least recently used dropped.
+ * Each input still gets a connection, a request and the modules' worker
+ * state of its own; the cycle keeps only a little state from one request
+ * to the next (the round robin's position; no server is taken out: an
+ * implicit group has one server, which never is, and [upstream
+ * backend]'s have max_fails=0), so FUZZ_REQUEST_FRESH=1 in the
+ * environment loads every input's afresh, to replay a crash exactly.
  * FUZZ_REQUEST_TRACE=1 prints the configuration and the bytes each peer
  * received.
  */
-#define CACHE 32
-#define CACHE_USES 64
+#define CACHE 256
 
 typedef struct {
-    uint8_t key[5];
+    char buf[8192];
+    size_t len;
+} text_t;
+
+typedef struct {
+    text_t text;
     fd_cycle_t *cycle;
-    unsigned uses;
     uint64_t used;   /* when, for the least recently used */
     /* directories a worker keeps open for the rest of its life, opened
      * on first use (static's root): closed with the cycle here */
@@ -208,11 +216,6 @@ static void setup(void)
 
 /* --- the configuration ----------------------------------------------------- */
 
-typedef struct {
-    char buf[8192];
-    size_t len;
-} text_t;
-
 static void add(text_t *t, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
@@ -330,6 +333,7 @@ typedef struct {
     size_t sent;          /* of the response */
     unsigned checked:1;   /* the header was checked */
     unsigned fin:1;
+    unsigned eof:1;       /* the proxy closed (or reset) it */
 } uconn_t;
 
 typedef struct {
@@ -339,6 +343,7 @@ typedef struct {
     unsigned req_pieces, resp_pieces;
     int client;
     int client_fin;
+    int client_eof;
     uconn_t up[MAX_UCONNS];
     unsigned nup;
     unsigned fin_up:1;
@@ -405,13 +410,26 @@ static void reset_close(int fd)
     close(fd);
 }
 
+/* Read what fd has for the harness, at most a buffer: 0 if nothing, -1
+ * at its end (or a reset). */
+static ssize_t take(int fd, char *buf, size_t size)
+{
+    ssize_t n = recv(fd, buf, size, MSG_DONTWAIT);
+
+    if (n > 0)
+        return n;
+    return n == 0 || (errno != EAGAIN && errno != EINTR) ? -1 : 0;
+}
+
 /* Move what can move between the harness and the worker; returns
- * whether anything did. */
+ * whether anything did. One poll() says which sockets have something to
+ * read: an idle turn costs one system call, not one per socket. */
 static int pump(run_t *x, int answer)
 {
+    struct pollfd p[MAX_UCONNS + 2];
     char buf[16384];
     int moved = 0;
-    unsigned i;
+    unsigned i, np = 0;
     ssize_t n;
 
     /* the client's bytes, in pieces over the turns */
@@ -429,36 +447,58 @@ static int pump(run_t *x, int answer)
         x->client_fin = 1;
         moved = 1;
     }
+
+    /* p[0] the client, p[1] the upstream's listener, p[2 + i] up[i];
+     * a negative fd is left out */
+    p[np++] = (struct pollfd){
+        .fd = x->client >= 0 && !x->client_eof ? x->client : -1,
+        .events = POLLIN};
+    p[np++] = (struct pollfd){.fd = x->nup < MAX_UCONNS ? up_ls : -1,
+                              .events = POLLIN};
+    for (i = 0; i < x->nup; i++)
+        p[np++] = (struct pollfd){
+            .fd = x->up[i].fd >= 0 && !x->up[i].eof ? x->up[i].fd : -1,
+            .events = POLLIN};
+    if (poll(p, np, 0) < 0)
+        abort();
+
     /* whatever the client is sent, read and dropped */
-    while (x->client >= 0 &&
-           (n = recv(x->client, buf, sizeof(buf), MSG_DONTWAIT)) > 0) {
-        if (trace)
+    if (p[0].revents) {
+        n = take(x->client, buf, sizeof(buf));
+        if (n > 0 && trace)
             fprintf(stderr, "--- client got:\n%.*s\n", (int)n, buf);
-        moved = 1;
+        if (n < 0)
+            x->client_eof = 1;
+        moved |= n > 0;
     }
 
     /* the upstream's side */
-    while (x->nup < MAX_UCONNS) {
+    if (p[1].revents) {
         int fd = accept4(up_ls, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
-            break;
-        memset(&x->up[x->nup], 0, sizeof(x->up[0]));
-        x->up[x->nup++].fd = fd;
-        moved = 1;
+        if (fd >= 0) {
+            memset(&x->up[x->nup], 0, sizeof(x->up[0]));
+            x->up[x->nup++].fd = fd;
+            moved = 1;
+        }
     }
     for (i = 0; i < x->nup; i++) {
         uconn_t *u = &x->up[i];
         if (u->fd < 0)
             continue;
-        while ((n = recv(u->fd, buf, sizeof(buf), 0)) > 0) {
-            size_t keep = fd_min((size_t)n, sizeof(u->head) - u->hlen);
-            memcpy(u->head + u->hlen, buf, keep);
-            u->hlen += keep;
-            u->got += (size_t)n;
-            moved = 1;
-            if (trace)
-                fprintf(stderr, "--- upstream %u got:\n%.*s\n", i, (int)n,
-                        buf);
+        if (2 + i < np && p[2 + i].revents) {
+            n = take(u->fd, buf, sizeof(buf));
+            if (n > 0) {
+                size_t keep = fd_min((size_t)n, sizeof(u->head) - u->hlen);
+                memcpy(u->head + u->hlen, buf, keep);
+                u->hlen += keep;
+                u->got += (size_t)n;
+                moved = 1;
+                if (trace)
+                    fprintf(stderr, "--- upstream %u got:\n%.*s\n", i,
+                            (int)n, buf);
+            }
+            if (n < 0)
+                u->eof = 1;
         }
         if (!u->checked && (memmem(u->head, u->hlen, "\r\n\r\n", 4) ||
                             u->hlen == sizeof(u->head))) {
@@ -497,32 +537,40 @@ static void settle(run_t *x, int answer)
     }
 }
 
-static void open_fds(uint8_t *open)
+/* Which of the first nfds descriptors are open, in one poll() (a closed
+ * one is POLLNVAL, not a system call each); returns the highest + 1. */
+static unsigned open_fds(uint8_t *open)
 {
-    int fd;
+    struct pollfd p[MAX_FDS];
+    unsigned fd, hi = 0;
 
-    for (fd = 0; fd < MAX_FDS; fd++)
-        open[fd] = fcntl(fd, F_GETFD) != -1;
+    for (fd = 0; fd < nfds; fd++)
+        p[fd] = (struct pollfd){.fd = (int)fd, .events = 0};
+    if (poll(p, nfds, 0) < 0)
+        abort();
+    for (fd = 0; fd < nfds; fd++) {
+        open[fd] = !(p[fd].revents & POLLNVAL);
+        if (open[fd])
+            hi = fd + 1;
+    }
+    return hi;
 }
 
 /* --- configurations -------------------------------------------------------- */
 
-static fd_cycle_t *load(const uint8_t *k)
+static fd_cycle_t *load(const text_t *t)
 {
     char err[1200];
-    text_t t = {.len = 0};
     fd_cycle_t *cy;
 
-    config(&t, k);
-    if (trace)
-        fprintf(stderr, "--- configuration:\n%s", t.buf);
-    if (pwrite(conf_fd, t.buf, t.len, 0) != (ssize_t)t.len ||
-        ftruncate(conf_fd, (off_t)t.len) == -1)
+    if (pwrite(conf_fd, t->buf, t->len, 0) != (ssize_t)t->len ||
+        ftruncate(conf_fd, (off_t)t->len) == -1)
         abort();
     cy = fd_cycle_load(conf_path, NULL, err, sizeof(err));
     if (cy == NULL) {
         /* the templates must load: a refusal is the harness's bug */
-        fprintf(stderr, "fuzz_request: config refused: %s\n%s", err, t.buf);
+        fprintf(stderr, "fuzz_request: config refused: %s\n%s", err,
+                t->buf);
         abort();
     }
     /* the harness's listening socket stands in for the master's */
@@ -540,44 +588,29 @@ static void cycle_drop(cached_t *c)
     c->cycle = NULL;
 }
 
-/* pass = http://HOST:PORT, not an [upstream]: a group of its own */
-static int implicit(const uint8_t *k)
-{
-    unsigned pass = (k[0] >> 2) & 7;
-
-    return pass != 2 && pass != 3 && pass != 4;
-}
-
 /* The configuration chosen by k: a cached one, or one loaded now. */
 static cached_t *cycle_get(const uint8_t *k)
 {
+    text_t t = {.len = 0};
     cached_t *c, *pick = &cache[0];
 
+    config(&t, k);
+    if (trace)
+        fprintf(stderr, "--- configuration:\n%s", t.buf);
     now++;
-    /* A configuration loaded while another lives takes the other's
-     * implicit groups for its own (the proxy's implicit_list outlives
-     * the load), which are freed with the other: a use after free on
-     * reload, reported. Only one such configuration lives at a time. */
-    for (c = cache; c < cache + CACHE && implicit(k); c++)
-        if (c->cycle && implicit(c->key) && memcmp(c->key, k, 5) != 0)
-            cycle_drop(c);
     for (c = cache; c < cache + CACHE; c++) {
-        if (c->cycle && memcmp(c->key, k, 5) == 0) {
-            if (c->uses++ < CACHE_USES) {
-                c->used = now;
-                return c;
-            }
-            pick = c;
-            break;
+        if (c->cycle && c->text.len == t.len &&
+            memcmp(c->text.buf, t.buf, t.len) == 0) {
+            c->used = now;
+            return c;
         }
         if (pick->cycle && (c->cycle == NULL || c->used < pick->used))
             pick = c;
     }
     if (pick->cycle)
         cycle_drop(pick);
-    memcpy(pick->key, k, 5);
-    pick->cycle = load(k);
-    pick->uses = 1;
+    pick->text = t;
+    pick->cycle = load(&t);
     pick->used = now;
     return pick;
 }
@@ -594,7 +627,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const uint8_t *sep;
     run_t x;
     uint32_t seed;
-    unsigned i, steps, idle;
+    unsigned i, steps, idle, hi;
     int batch;
 
     if (conf_path[0] == '\0')
@@ -671,8 +704,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 "reset and the modules' work ended\n");
         abort();
     }
-    open_fds(after);
-    for (i = 0; i < MAX_FDS; i++) {
+    /* A descriptor opened in an input takes the lowest free number: one
+     * above the highest open before, plus FD_SLACK, would need FD_SLACK
+     * open at once. The cached cycles' directories make the range. */
+    hi = open_fds(after);
+    for (i = 0; i < nfds; i++) {
         struct stat st;
         if (!after[i] || before[i])
             continue;
@@ -684,6 +720,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fprintf(stderr, "fuzz_request: descriptor %u leaked\n", i);
         abort();
     }
+    nfds = fd_min(hi + FD_SLACK, MAX_FDS);
     if (fresh)
         cycle_drop(c);
     return 0;
