@@ -459,8 +459,9 @@ static int pump(run_t *x, int answer)
         p[np++] = (struct pollfd){
             .fd = x->up[i].fd >= 0 && !x->up[i].eof ? x->up[i].fd : -1,
             .events = POLLIN};
-    if (poll(p, np, 0) < 0)
-        abort();
+    while (poll(p, np, 0) < 0)
+        if (errno != EINTR) /* libFuzzer's SIGALRM, for -timeout */
+            abort();
 
     /* whatever the client is sent, read and dropped */
     if (p[0].revents) {
@@ -546,8 +547,9 @@ static unsigned open_fds(uint8_t *open)
 
     for (fd = 0; fd < nfds; fd++)
         p[fd] = (struct pollfd){.fd = (int)fd, .events = 0};
-    if (poll(p, nfds, 0) < 0)
-        abort();
+    while (poll(p, nfds, 0) < 0)
+        if (errno != EINTR)
+            abort();
     for (fd = 0; fd < nfds; fd++) {
         open[fd] = !(p[fd].revents & POLLNVAL);
         if (open[fd])
