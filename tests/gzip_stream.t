@@ -16,6 +16,8 @@ use Compress::Raw::Zlib;
 use Digest::MD5 qw(md5_hex);
 use IO::Select;
 use Test::More;
+
+my $asan = `$FastdTest::BIN -v 2>&1` =~ /--with-sanitizers/;
 use Time::HiRes qw(sleep time);
 
 # 1 MB of pseudo-random words: compressible (about 3:1), not trivially
@@ -389,8 +391,13 @@ ok($base > 0, "worker RSS readable ($base kB)");
     $peak = $r2 if $r2 > $peak;
     my $grow = $peak - $b0;
     # a deflate state that was not given back is ~260 kB: 30 would show
-    ok($grow < 4096, "30 clients that left: worker RSS grew by $grow kB "
-       . '(deflate states given back)');
+    SKIP: {
+        # AddressSanitizer keeps freed memory in quarantine: RSS says
+        # nothing then (faults_slowread.t skips its figures too)
+        skip 'RSS is not meaningful under AddressSanitizer', 1 if $asan;
+        ok($grow < 4096, "30 clients that left: worker RSS grew by $grow kB "
+           . '(deflate states given back)');
+    }
     my @after = log_errors();
     is(scalar @after, scalar @before, 'clients that leave log no error')
         or diag(join "\n", @after[scalar @before .. $#after]);

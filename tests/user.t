@@ -21,9 +21,13 @@ $t->start;
 my @w;
 FastdTest::wait_for(sub { @w = $t->workers; @w == 2 }, 10);
 is(scalar @w, 2, 'two workers');
+sub uid_of { (FastdTest::slurp("/proc/$_[0]/status") // '') =~ /^Uid:\s+(\d+)/m; $1 }
 for my $pid (@w) {
-    my ($uid) = (FastdTest::slurp("/proc/$pid/status") // '') =~ /^Uid:\s+(\d+)/m;
-    is($uid, $nobody, "worker $pid runs as nobody");
+    # a worker drops them right after fork(), before its loop starts; a
+    # slow initgroups() (a sanitizer build) can show it still root for a
+    # moment after it appears
+    FastdTest::wait_for(sub { (uid_of($pid) // -1) == $nobody }, 10);
+    is(uid_of($pid), $nobody, "worker $pid runs as nobody");
 }
 my ($muid) = (FastdTest::slurp('/proc/' . $t->pid . '/status') // '') =~ /^Uid:\s+(\d+)/m;
 is($muid, 0, 'the master keeps root');
