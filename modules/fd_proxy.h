@@ -2,7 +2,7 @@
  * The proxy module's own header: what its files (fd_proxy_module.c: the
  * request, the response, retries; fd_proxy_conf.c: the location keys;
  * fd_proxy_tunnel.c: the tunnel after a 101) share. Upstream groups,
- * balancing, health and the keep-alive pool are core/fd_upstream.h.
+ * balancing, health and the keep-alive pool are core/http/fd_upstream.h.
  */
 #ifndef FD_PROXY_H
 #define FD_PROXY_H

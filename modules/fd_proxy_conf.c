@@ -1,7 +1,7 @@
 /*
  * handler = proxy: the location keys (upstream, pass, set_header, the
  * timeouts, next_upstream, websocket), checked and built at load. The
- * [upstream NAME] keys are core/fd_upstream.c's.
+ * [upstream NAME] keys are core/http/fd_upstream.c's.
  */
 #include "fd_core.h"
 #include "fd_cycle.h"

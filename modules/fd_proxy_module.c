@@ -1,5 +1,5 @@
 /*
- * handler = proxy: a reverse proxy to upstream groups (core/fd_upstream.c
+ * handler = proxy: a reverse proxy to upstream groups (core/http/fd_upstream.c
  * picks the server, keeps its health and the idle connections to it).
  *
  * The file reads in the order a request goes through it:

@@ -24,7 +24,7 @@
  *     "modules": {GROUP: [{LABEL: "value", ..., FIELD: N, ...}]}
  *   }
  * "modules" holds what the modules report through their status hook (see
- * core/fd_status.h): metric "queue_waiting" with labels queue="api" is
+ * core/http/fd_status.h): metric "queue_waiting" with labels queue="api" is
  * modules.queue[{"queue": "api", "waiting": N}].
  *
  * Prometheus text exposition 0.0.4, for ?format=prometheus or an Accept

@@ -49,7 +49,7 @@ static void decode_whole(const char *d, size_t n, char *out, result_t *res)
 }
 
 /*
- * Random prefixes and a bounded destination, as core/fd_http.c
+ * Random prefixes and a bounded destination, as core/http/fd_http.c
  * body_decode() does: when a slice does not fit, the rest of the chunk is
  * left in the input by winding the decoder back.
  */

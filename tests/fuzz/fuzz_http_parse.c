@@ -1,5 +1,5 @@
 /*
- * libFuzzer harness: the request parser (core/fd_http_parse.c).
+ * libFuzzer harness: the request parser (core/http/fd_http_parse.c).
  *
  * The input is a byte stream as a client would send it on one connection:
  * pipelined requests with Content-Length or chunked bodies. It is parsed

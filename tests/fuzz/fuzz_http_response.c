@@ -1,6 +1,6 @@
 /*
  * libFuzzer harness: the upstream response parser (fd_http_parse_response
- * and fd_http_parse_response_end in core/fd_http_parse.c), as the proxy's
+ * and fd_http_parse_response_end in core/http/fd_http_parse.c), as the proxy's
  * resp_header() and resp_body() use them.
  *
  * The input is what an upstream sends on one connection: responses, each

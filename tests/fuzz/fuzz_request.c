@@ -2,7 +2,7 @@
  * libFuzzer harness: the whole request path, in one process. A
  * configuration chosen by the input's first bytes is loaded through the
  * real reader (fd_cycle_load), the worker's loop runs it
- * (fd_worker_fuzz_cycle, fd_worker_fuzz_turn: core/fd_worker.c, FD_FUZZ
+ * (fd_worker_fuzz_cycle, fd_worker_fuzz_turn: core/event/fd_worker.c, FD_FUZZ
  * builds only), a client connects over loopback TCP and sends the input's
  * request bytes, and the harness plays the upstream on a listening socket
  * of its own: it reads what the proxy sends and answers with the input's

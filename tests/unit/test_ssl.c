@@ -1,5 +1,5 @@
 /*
- * Unit tests: TLS (core/fd_ssl.c) without the worker's loop. Certificates
+ * Unit tests: TLS (core/event/fd_ssl.c) without the worker's loop. Certificates
  * are made here with OpenSSL; a configuration is loaded as the master
  * does; each connection is a socketpair with fastd's transport on one end
  * and an OpenSSL client on the other, both non-blocking, driven in turns.

@@ -1,7 +1,7 @@
 /*
- * Unit tests: splices (core/fd_stream.c) over socketpairs on a real epoll.
- * Each test joins two pairs: the test holds one end of each (a, b), the
- * splice the other two, so what is written on a must come out of b and
+ * Unit tests: splices (core/event/fd_stream.c) over socketpairs on a real
+ * epoll. Each test joins two pairs: the test holds one end of each (a, b),
+ * the splice the other two, so what is written on a must come out of b and
  * back. Bytes both ways, bytes owed before the start, a large transfer
  * into a reader that stops (back-pressure), half-close, the idle timeout,
  * a side that resets, and fd_stream_move().

@@ -1,5 +1,5 @@
 /*
- * Unit tests: upstream groups (core/fd_upstream.c) without the proxy:
+ * Unit tests: upstream groups (core/http/fd_upstream.c) without the proxy:
  * groups parsed through the [upstream] keys, the balancers and their
  * distribution, backups, consistent hashing, passive health, the status
  * counters, and the keep-alive pool over socketpairs on a real epoll.

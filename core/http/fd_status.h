@@ -46,7 +46,7 @@
 #define FD_STATUS_RETIRED ((unsigned)-1)
 
 /*
- * The metric writer lives in core (core/fd_status.c), not in the status
+ * The metric writer lives in core (core/http/fd_status.c), not in the status
  * module: every module's status hook calls it, and each module must build
  * and link whether or not the status handler is compiled in. The status
  * handler (or any other reader) sets one up with fd_status_init(), runs the
