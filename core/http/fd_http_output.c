@@ -1,0 +1,737 @@
+/*
+ * The response side of the HTTP engine: status lines, the header writer,
+ * the body and error pages handlers set, the end of a request (filters,
+ * framing, queueing, the log hooks), and streamed responses: chunked
+ * framing and the queue that feeds a complete body through a body filter
+ * (gzip). The request side and the connection state machine are
+ * fd_http.c; what both share is fd_http_int.h.
+ */
+#include "fd_core.h"
+#include "fd_build.h" /* FD_NMODULES */
+#include "fd_http_int.h"
+
+/* a complete body through a body filter goes in pieces of at most this,
+ * FEED_TURN bytes a loop turn over all such bodies (see feedq) */
+#define FEED_PIECE (16 * 1024)
+#define FEED_TURN (32 * 1024)
+#define OUT_COPY_MAX 4096            /* a body this small leaves with
+                                      * the header */
+
+static int feed_start(fd_request_t *r);
+
+/* A buffer into the output queue as it is: memory that stays valid until
+ * sent, or a file range. */
+static int out_buf(fd_http_conn_t *h, fd_buf_t *b)
+{
+    size_t n = fd_buf_size(b);
+
+    return b->file_fd >= 0 ? fd_outq_file(&h->out, b->file_fd, b->file_pos, n)
+                           : fd_outq_mem(&h->out, b->pos, n);
+}
+
+/* --- response header --- */
+
+static const struct {
+    int code;
+    const char *line;
+} status_lines[] = {
+    {100, "100 Continue"}, {101, "101 Switching Protocols"},
+    {200, "200 OK"}, {201, "201 Created"}, {202, "202 Accepted"},
+    {204, "204 No Content"}, {206, "206 Partial Content"},
+    {301, "301 Moved Permanently"}, {302, "302 Found"},
+    {303, "303 See Other"}, {304, "304 Not Modified"},
+    {307, "307 Temporary Redirect"}, {308, "308 Permanent Redirect"},
+    {400, "400 Bad Request"}, {401, "401 Unauthorized"},
+    {403, "403 Forbidden"}, {404, "404 Not Found"},
+    {405, "405 Method Not Allowed"}, {406, "406 Not Acceptable"},
+    {408, "408 Request Timeout"}, {409, "409 Conflict"},
+    {410, "410 Gone"}, {411, "411 Length Required"},
+    {412, "412 Precondition Failed"}, {413, "413 Content Too Large"},
+    {414, "414 URI Too Long"}, {415, "415 Unsupported Media Type"},
+    {416, "416 Range Not Satisfiable"}, {417, "417 Expectation Failed"},
+    {421, "421 Misdirected Request"}, {426, "426 Upgrade Required"},
+    {429, "429 Too Many Requests"},
+    {431, "431 Request Header Fields Too Large"},
+    {500, "500 Internal Server Error"}, {501, "501 Not Implemented"},
+    {502, "502 Bad Gateway"}, {503, "503 Service Unavailable"},
+    {504, "504 Gateway Timeout"}, {505, "505 HTTP Version Not Supported"},
+};
+
+fd_str_t fd_http_status_line(int status)
+{
+    static char other[8];
+    unsigned i;
+
+    if (status == 200)
+        return fd_string("200 OK");
+    for (i = 0; i < fd_nelems(status_lines); i++)
+        if (status_lines[i].code == status)
+            return (fd_str_t){strlen(status_lines[i].line),
+                              status_lines[i].line};
+    snprintf(other, sizeof(other), "%03d ", status % 1000);
+    return (fd_str_t){4, other};
+}
+
+#define CPY(p, lit) (memcpy(p, lit, sizeof(lit) - 1), (p) + sizeof(lit) - 1)
+
+/* Any CR or LF in s[0..n)? 8 bytes at a time: only a word with a byte
+ * below 0x20 is looked at byte by byte. */
+static inline int has_cr_lf(const char *s, size_t n)
+{
+    size_t i = 0, j;
+
+    for (; i + 8 <= n; i += 8) {
+        uint64_t x;
+        memcpy(&x, s + i, 8);
+        if (((x - 0x2020202020202020ULL) & ~x) & 0x8080808080808080ULL)
+            for (j = i; j < i + 8; j++)
+                if (s[j] == '\r' || s[j] == '\n')
+                    return 1;
+    }
+    for (; i < n; i++)
+        if (s[i] == '\r' || s[i] == '\n')
+            return 1;
+    return 0;
+}
+
+/*
+ * "HTTP/1.1 200 OK", Server and Date: the same bytes for every 200 in a
+ * second, so they are formatted once a second (or on a new cycle) and
+ * copied as one block; other statuses copy the Server/Date part.
+ */
+static struct {
+    char buf[sizeof("HTTP/1.1 200 OK\r\nServer: \r\nDate: \r\n") +
+             FD_SERVER_HEADER_MAX + sizeof(fd_http_date)];
+    size_t len;                 /* all of it */
+    size_t common;              /* where "Server: " (or "Date: ") starts */
+    time_t sec;
+    const fd_cycle_t *cycle;
+} hdr_cache;
+
+static void hdr_cache_fill(const fd_http_conf_t *hc)
+{
+    char *p = hdr_cache.buf;
+
+    p = CPY(p, "HTTP/1.1 200 OK\r\n");
+    hdr_cache.common = (size_t)(p - hdr_cache.buf);
+    if (hc->server_header[0]) {
+        p = CPY(p, "Server: ");
+        p = stpcpy(p, hc->server_header);
+        *p++ = '\r';
+        *p++ = '\n';
+    }
+    p = CPY(p, "Date: ");
+    memcpy(p, fd_http_date, sizeof(fd_http_date) - 1);
+    p += sizeof(fd_http_date) - 1;
+    *p++ = '\r';
+    *p++ = '\n';
+    hdr_cache.len = (size_t)(p - hdr_cache.buf);
+    hdr_cache.sec = fd_current_sec;
+    hdr_cache.cycle = fd_worker->cycle;
+}
+
+/* Most headers (and the small body after them) fit in this much; the
+ * builder may use all the room the output area has, this is a minimum. */
+#define HDR_RESERVE (sizeof(hdr_cache.buf) + 256)
+
+/* "Name: value\r\n" for a literal name: one room check, and the name is
+ * a move of known size rather than a memcpy() call (the hot path). */
+#define HDR_LIT(sb, name, v) hdr_lit(sb, name ": ", sizeof(name ": ") - 1, v)
+
+static inline __attribute__((always_inline)) void
+hdr_lit(fd_sbuf_t *sb, const char *name, size_t nlen, fd_str_t v)
+{
+    char *p = fd_sbuf_reserve(sb, nlen + v.len + 2);
+
+    if (p) {
+        memcpy(p, name, nlen);
+        memcpy(p + nlen, v.data, v.len);
+        p += nlen + v.len;
+        fd_sbuf_commit(sb, CPY(p, "\r\n"));
+    }
+}
+
+/* The header, then body (a small memory buffer, or NULL), into sb. Runs
+ * again on a growing builder when the first one ran out of room, so its
+ * only side effects are idempotent; log says whether to report. */
+static inline __attribute__((always_inline)) void
+header_build(fd_request_t *r, fd_sbuf_t *sb, fd_buf_t *body, int log)
+{
+    fd_http_header_out_t *ho;
+    int no_body = r->status < 200 || r->status == 204 || r->status == 304;
+    size_t blen;
+    char *p;
+
+    if (r->status == 200) {
+        fd_sbuf_add(sb, hdr_cache.buf, hdr_cache.len);
+    } else {
+        fd_sbuf_add_lit(sb, "HTTP/1.1 ");
+        fd_sbuf_add_str(sb, fd_http_status_line(r->status));
+        fd_sbuf_add_crlf(sb);
+        fd_sbuf_add(sb, hdr_cache.buf + hdr_cache.common,
+                    hdr_cache.len - hdr_cache.common);
+    }
+    if (r->content_type.len)
+        HDR_LIT(sb, "Content-Type", r->content_type);
+    if (!no_body) {
+        if (r->content_length >= 0) {
+            p = fd_sbuf_reserve(sb, sizeof("Content-Length: \r\n") + 20);
+            if (p) {
+                p = CPY(p, "Content-Length: ");
+                p = fd_fmt_uint(p, (uint64_t)r->content_length);
+                fd_sbuf_commit(sb, CPY(p, "\r\n"));
+            }
+        } else if (r->chunked_out) {
+            fd_sbuf_add_lit(sb, "Transfer-Encoding: chunked\r\n");
+        }
+    }
+    if (r->last_modified >= 0) {
+        p = fd_sbuf_reserve(sb, sizeof("Last-Modified: \r\n") +
+                                    sizeof(fd_http_date));
+        if (p) {
+            p = CPY(p, "Last-Modified: ");
+            p += fd_http_time(p, r->last_modified);
+            fd_sbuf_commit(sb, CPY(p, "\r\n"));
+        }
+    }
+    if (r->etag.len)
+        HDR_LIT(sb, "ETag", r->etag);
+    for (ho = r->headers_out; ho; ho = ho->next) {
+        /* a CR or LF (say, a decoded %0d%0a a module copied from the
+         * request) would end the line and start a header of the client's
+         * choosing: such a field is dropped, never sent */
+        if (has_cr_lf(ho->value.data, ho->value.len) ||
+            has_cr_lf(ho->name.data, ho->name.len)) {
+            if (log)
+                fd_log_error(FD_LOG_ERR, 0, "a response header holding CR "
+                             "or LF was dropped");
+            continue;
+        }
+        fd_sbuf_add_header(sb, ho->name, ho->value);
+    }
+    /* a graceful stop: a request that was in flight when it began is the
+     * connection's last (its caller closes after a keepalive = 0 answer) */
+    if (fd_worker->quitting && r->status != 101)
+        r->keepalive = 0;
+    if (r->status == 101) {
+        /* the module set Connection/Upgrade itself */
+    } else if (!r->keepalive) {
+        fd_sbuf_add_lit(sb, "Connection: close\r\n");
+    } else if (r->in.version == 10) {
+        fd_sbuf_add_lit(sb, "Connection: keep-alive\r\n");
+    }
+    /* the blank line and the body: one room check */
+    blen = body ? fd_buf_size(body) : 0;
+    if ((p = fd_sbuf_reserve(sb, 2 + blen)) != NULL) {
+        p = CPY(p, "\r\n");
+        if (blen)
+            memcpy(p, body->pos, blen);
+        fd_sbuf_commit(sb, p + blen);
+    }
+}
+
+/* A header larger than the room in the output area: built again in the
+ * request's pool, then copied there (rare: a long Location, many
+ * cookies). */
+static __attribute__((noinline, cold)) int header_write_large(
+    fd_request_t *r, fd_buf_t *body, size_t tried)
+{
+    fd_sbuf_t sb;
+
+    if (fd_sbuf_init(&sb, r->pool, 2 * tried) != FD_OK)
+        return FD_ERROR;
+    header_build(r, &sb, body, 0);
+    if (fd_sbuf_failed(&sb))
+        return FD_ERROR;
+    return out_append(r->c->h, sb.start, fd_sbuf_len(&sb));
+}
+
+/* The header, and body (a small memory buffer, or NULL) right after it:
+ * built in place in the output area, one commit for a small complete
+ * response; complete either way, never past the end. */
+static int header_write(fd_request_t *r, fd_buf_t *body)
+{
+    fd_http_conn_t *h = r->c->h;
+    size_t blen = body ? fd_buf_size(body) : 0;
+    fd_sbuf_t sb;
+    char *p;
+
+    if (fd_unlikely(hdr_cache.sec != fd_current_sec ||
+                    hdr_cache.cycle != fd_worker->cycle))
+        hdr_cache_fill(&fd_worker->cycle->http);
+    p = fd_outq_reserve(&h->out, HDR_RESERVE + blen);
+    if (p == NULL)
+        return FD_ERROR;
+    fd_sbuf_init_fixed(&sb, p, h->out.cap - h->out.tail);
+    header_build(r, &sb, body, 1);
+    if (fd_likely(!fd_sbuf_failed(&sb)))
+        fd_outq_commit(&h->out, fd_sbuf_len(&sb));
+    else if (header_write_large(r, body, h->out.cap - h->out.tail) != FD_OK)
+        return FD_ERROR;
+    r->header_sent = 1;
+    return FD_OK;
+}
+
+/* --- response API for handlers --- */
+
+int fd_http_header_add(fd_request_t *r, fd_str_t name, fd_str_t value)
+{
+    fd_http_header_out_t *ho = fd_palloc(r->pool, sizeof(*ho));
+
+    if (ho == NULL)
+        return FD_ERROR;
+    ho->name = name;
+    ho->value = value;
+    ho->next = NULL;
+    *r->headers_out_last = ho;
+    r->headers_out_last = &ho->next;
+    return FD_OK;
+}
+
+void fd_http_body_append(fd_request_t *r, fd_buf_t *b)
+{
+    b->next = NULL;
+    *r->out_last = b;
+    r->out_last = &b->next;
+}
+
+int fd_http_body_set(fd_request_t *r, const void *data, size_t len)
+{
+    fd_buf_t *b = fd_buf_wrap(r->pool, data, len);
+
+    if (b == NULL)
+        return FD_ERROR;
+    r->out = NULL;
+    r->out_last = &r->out;
+    fd_http_body_append(r, b);
+    r->content_length = (int64_t)len;
+    return FD_OK;
+}
+
+int fd_http_body_copy(fd_request_t *r, const void *data, size_t len)
+{
+    char *m = fd_pnalloc(r->pool, len ? len : 1);
+
+    if (m == NULL)
+        return FD_ERROR;
+    memcpy(m, data, len);
+    return fd_http_body_set(r, m, len);
+}
+
+int fd_http_error_detail(fd_request_t *r, int status, const char *detail)
+{
+    fd_error_page_t *ep;
+    fd_str_t sl = fd_http_status_line(status);
+    fd_sbuf_t sb;
+
+    r->status = status;
+    r->out = NULL;
+    r->out_last = &r->out;
+    r->headers_out = NULL;
+    r->headers_out_last = &r->headers_out;
+    r->last_modified = -1;
+    r->etag.len = 0;
+    r->content_type = fd_string("text/html");
+    for (ep = r->server ? r->server->error_pages : NULL; ep; ep = ep->next)
+        if (ep->status == status)
+            return fd_http_body_set(r, ep->body, ep->len);
+    if (fd_sbuf_init(&sb, r->pool, 256) != FD_OK)
+        return FD_ERROR;
+    fd_sbuf_add_lit(&sb, "<html>\r\n<head><title>");
+    fd_sbuf_add_str(&sb, sl);
+    fd_sbuf_add_lit(&sb, "</title></head>\r\n<body>\r\n<center><h1>");
+    fd_sbuf_add_str(&sb, sl);
+    fd_sbuf_add_lit(&sb, "</h1></center>\r\n");
+    if (detail) {
+        fd_sbuf_add_lit(&sb, "<center>");
+        fd_sbuf_add(&sb, detail, strlen(detail));
+        fd_sbuf_add_lit(&sb, "</center>\r\n");
+    }
+    fd_sbuf_add_lit(&sb, "<hr><center>");
+    if (fd_worker->cycle->http.server_tokens)
+        fd_sbuf_add_lit(&sb, "fastd/" FASTD_VERSION);
+    else
+        fd_sbuf_add_lit(&sb, "fastd");
+    fd_sbuf_add_lit(&sb, "</center>\r\n</body>\r\n</html>\r\n");
+    if (fd_sbuf_failed(&sb))
+        return FD_ERROR;
+    return fd_http_body_set(r, sb.start, fd_sbuf_len(&sb));
+}
+
+int fd_http_error_page(fd_request_t *r, int status)
+{
+    return fd_http_error_detail(r, status, NULL);
+}
+
+/* --- the end of a request --- */
+
+/*
+ * The modules that have each hook, in module order, found once: the
+ * request path walks only these instead of every module.
+ */
+/* the log hooks; access and filter hooks are per location (loc->access,
+ * loc->filter: only the modules with work there) */
+static struct {
+    unsigned ready, nlog;
+    const fd_module_t *log[FD_NMODULES + 1]; /* room for every module */
+} hooks;
+
+static void hooks_init(void)
+{
+    unsigned i;
+
+    for (i = 0; i < fd_nmodules; i++) {
+        const fd_module_t *m = fd_modules[i];
+        if (m->log)
+            hooks.log[hooks.nlog++] = m;
+    }
+    hooks.ready = 1;
+}
+
+/* The header filters (gzip), in module order, on a complete or a streamed
+ * response whose header is about to be queued: FD_OK or FD_ERROR. */
+static inline int run_filters(fd_request_t *r)
+{
+    const fd_module_t **m;
+
+    if (r->loc == NULL)
+        return FD_OK; /* refused before routing: nothing to filter */
+    for (m = r->loc->filter; *m; m++)
+        if ((*m)->filter(r) != FD_OK)
+            return FD_ERROR;
+    return FD_OK;
+}
+
+/* The request is over: counters and the modules' log hooks. */
+void fd_http_access_count(fd_request_t *r)
+{
+    int cls = r->status / 100;
+    unsigned i;
+
+    fd_stats->status[cls >= 1 && cls <= 5 ? cls : 0]++;
+    if (fd_unlikely(!hooks.ready))
+        hooks_init();
+    for (i = 0; i < hooks.nlog; i++)
+        hooks.log[i]->log(r);
+}
+
+/* The response in r is complete (or rc is an error): queue it. */
+void fd_http_finalize(fd_request_t *r, int rc)
+{
+    fd_connection_t *c = r->c;
+    fd_http_conn_t *h = c->h;
+    fd_buf_t *b;
+
+    if (rc == FD_DECLINED)
+        rc = 404;
+    else if (rc == FD_ERROR)
+        rc = 500;
+    if (rc >= 400 || (rc != FD_OK && rc != FD_DONE)) {
+        if (r->header_sent) {
+            /* too late for an error page: cut the connection */
+            c->closing = 1;
+            c->s.error = 1;
+            goto done;
+        }
+        fd_http_error_page(r, rc >= 100 ? rc : 500);
+    }
+    if (r->status == 0)
+        r->status = 200;
+    if (!r->header_sent) {
+        if (run_filters(r) != FD_OK) {
+            r->body_filter = NULL;
+            fd_http_error_page(r, 500);
+        }
+        if (r->content_length < 0 && r->body_filter == NULL &&
+            !r->length_unknown) {
+            int64_t len = 0;
+            for (b = r->out; b; b = b->next)
+                len += (int64_t)fd_buf_size(b);
+            r->content_length = len;
+        }
+        if (r->body_rest > 0 && r->phase != PH_HEADER &&
+            h->rlast - h->rpos >= (uint64_t)r->body_rest) {
+            /* answered before its body was read (refused by the access
+             * phase, a redirect): what is already here is skipped, and
+             * the connection stays usable */
+            h->rpos += (size_t)r->body_rest;
+            r->body_rest = 0;
+        }
+        if (r->body_rest != 0 || r->phase == PH_HEADER) {
+            /* an unread body (or an unparsed request): framing is lost;
+             * close, after letting the peer read the answer */
+            r->keepalive = 0;
+            c->linger = 1;
+        }
+        {
+            int body = !r->header_only && r->status >= 200 &&
+                       r->status != 204 && r->status != 304;
+            if (r->body_filter && body && h->r == r) {
+                /* a filter transforms the body (gzip): it is fed in
+                 * pieces as the output drains, never in one go */
+                if (feed_start(r) == FD_OK)
+                    return;
+                c->closing = 1;
+                c->s.error = 1;
+                goto done;
+            }
+            /* one small memory buffer goes out with the header */
+            fd_buf_t *small = body && r->out && r->out->next == NULL &&
+                                      r->out->file_fd < 0 &&
+                                      fd_buf_size(r->out) <= OUT_COPY_MAX
+                                  ? r->out
+                                  : NULL;
+            if (header_write(r, small) != FD_OK) {
+                c->closing = 1;
+                c->s.error = 1;
+                goto done;
+            }
+            if (body)
+                for (b = r->out; b; b = b->next) {
+                    r->bytes_sent += fd_buf_size(b);
+                    if (b != small)
+                        out_buf(h, b);
+                }
+        }
+    }
+done:
+    r->phase = PH_RESPONSE;
+    request_done(c, h, r);
+}
+
+/* --- streaming responses --- */
+
+/* A streamed body of unknown length: chunked, or close-delimited. */
+static void stream_framing(fd_request_t *r)
+{
+    if (r->content_length < 0 && !r->header_only && r->status != 204 &&
+        r->status != 304 && r->status >= 200) {
+        if (r->in.version == 11)
+            r->chunked_out = 1;
+        else
+            r->keepalive = 0; /* close-delimited */
+    }
+}
+
+/* Queue the header of a streamed response (not written yet). */
+static int stream_header(fd_request_t *r)
+{
+    if (r->status == 0)
+        r->status = 200;
+    /* a filter may take the length away (gzip): framing is chosen after */
+    r->streamed = 1;
+    if (run_filters(r) != FD_OK)
+        return FD_ERROR;
+    stream_framing(r);
+    r->phase = r->phase == PH_STREAM ? PH_STREAM : PH_RESPONSE;
+    return header_write(r, NULL);
+}
+
+/*
+ * Complete responses whose header filter set a body filter (gzip) wait in
+ * this FIFO for their next piece. One posted run a loop turn serves it
+ * FEED_TURN bytes in order, so that however many such bodies are under
+ * way, a turn spends a bounded time on them (~1 ms of deflate at level 1
+ * on a loaded core) and the other connections are served in between; a
+ * body is never transformed in one burst, nor held transformed.
+ */
+static void feed_run(void *data);
+
+static struct {
+    fd_http_conn_t *head, **tail;
+    fd_posted_t post;
+    unsigned posted;
+} feedq = {.tail = &feedq.head, .post = {.handler = feed_run}};
+
+static void feed_queue(fd_http_conn_t *h)
+{
+    if (h->feed_queued)
+        return;
+    h->feed_queued = 1;
+    h->feed_next = NULL;
+    h->feed_prev = feedq.tail;
+    *feedq.tail = h;
+    feedq.tail = &h->feed_next;
+    if (!feedq.posted) {
+        feedq.posted = 1;
+        fd_event_post(&feedq.post);
+    }
+}
+
+void fd_http_feed_unlink(fd_http_conn_t *h)
+{
+    *h->feed_prev = h->feed_next;
+    if (h->feed_next)
+        h->feed_next->feed_prev = h->feed_prev;
+    else
+        feedq.tail = h->feed_prev;
+    h->feed_queued = 0;
+}
+
+/* r->on_drain: the output is written, the next piece may come */
+static void feed_drain(fd_request_t *r)
+{
+    feed_queue(r->c->h);
+}
+
+static int chain_empty(const fd_buf_t *b)
+{
+    for (; b; b = b->next)
+        if (fd_buf_size(b))
+            return 0;
+    return 1;
+}
+
+/* The next FEED_PIECE of r->out through the body filter (fd_http_output);
+ * back in the queue unless the output is above the high-water mark (then
+ * feed_drain) or the body is done. Returns the bytes fed. */
+static size_t feed_body(fd_request_t *r)
+{
+    fd_http_conn_t *h = r->c->h;
+    fd_buf_t piece, *b;
+    size_t n;
+    int rc;
+
+    while ((b = r->out) && fd_buf_size(b) == 0)
+        r->out = b->next;
+    if (b == NULL) {
+        fd_http_output(r, NULL, 1);
+        return 0;
+    }
+    piece = *b;
+    piece.next = NULL;
+    n = fd_min(fd_buf_size(b), (size_t)FEED_PIECE);
+    if (b->file_fd >= 0) {
+        piece.file_last = piece.file_pos + (off_t)n;
+        b->file_pos += (off_t)n;
+    } else {
+        piece.last = piece.pos + n;
+        b->pos += n;
+    }
+    if (chain_empty(b)) {
+        fd_http_output(r, &piece, 1); /* it ends the request either way */
+        return n;
+    }
+    rc = fd_http_output(r, &piece, 0);
+    if (rc == FD_ERROR) {
+        /* cut (the header is out); closed after this turn's events */
+        fd_http_finalize(r, FD_ERROR);
+        post_resume(h);
+    } else if (rc == FD_OK) {
+        feed_queue(h);
+    }
+    return n;
+}
+
+static void feed_run(void *data)
+{
+    size_t spent = 0;
+
+    (void)data;
+    feedq.posted = 0;
+    while (feedq.head && spent < FEED_TURN) {
+        fd_http_conn_t *h = feedq.head;
+        fd_http_feed_unlink(h);
+        if (h->r == NULL || h->r->on_drain != feed_drain)
+            continue; /* cannot be: such a request is in no queue */
+        fd_log_conn_id = h->c->id;
+        spent += feed_body(h->r);
+    }
+    fd_log_conn_id = 0;
+    if (feedq.head && !feedq.posted) {
+        /* the rest next turn, after a look at epoll */
+        feedq.posted = 1;
+        fd_event_post(&feedq.post);
+    }
+}
+
+/* The header of a complete response whose body goes through a body
+ * filter; its pieces follow from feedq. */
+static int feed_start(fd_request_t *r)
+{
+    r->streamed = 1;
+    r->content_length = -1; /* the filter changes it: not known */
+    stream_framing(r);
+    r->phase = PH_RESPONSE;
+    if (header_write(r, NULL) != FD_OK)
+        return FD_ERROR;
+    r->on_drain = feed_drain;
+    feed_queue(r->c->h);
+    return FD_OK;
+}
+
+int fd_http_send_header(fd_request_t *r)
+{
+    if (r->header_sent)
+        return FD_OK;
+    if (stream_header(r) != FD_OK)
+        return FD_ERROR;
+    return fd_http_flush(r->c) == FD_ERROR ? FD_ERROR : FD_OK;
+}
+
+int fd_http_output_body(fd_request_t *r, fd_buf_t *chain)
+{
+    fd_http_conn_t *h = r->c->h;
+    fd_buf_t *b;
+
+    for (b = chain; b; b = b->next) {
+        size_t n = fd_buf_size(b);
+        if (n == 0)
+            continue;
+        if (r->chunked_out) {
+            char size[24];
+            fd_sbuf_t sb;
+            fd_sbuf_init_fixed(&sb, size, sizeof(size));
+            fd_sbuf_add_hex(&sb, n);
+            fd_sbuf_add_crlf(&sb);
+            if (fd_sbuf_failed(&sb) ||
+                out_append(h, sb.start, fd_sbuf_len(&sb)) != FD_OK)
+                return FD_ERROR;
+        }
+        if (b->file_fd >= 0)
+            out_buf(h, b);
+        else if (out_append(h, b->pos, n) != FD_OK) /* the caller reuses it */
+            return FD_ERROR;
+        if (r->chunked_out && out_append(h, "\r\n", 2) != FD_OK)
+            return FD_ERROR;
+        r->bytes_sent += n;
+    }
+    return FD_OK;
+}
+
+int fd_http_output(fd_request_t *r, fd_buf_t *chain, int last)
+{
+    fd_connection_t *c = r->c;
+    fd_http_conn_t *h = c->h;
+    int rc = FD_OK;
+
+    if (!r->header_sent && stream_header(r) != FD_OK)
+        return FD_ERROR;
+    if (!r->header_only)
+        rc = r->body_filter ? r->body_filter(r, chain, last)
+                            : fd_http_output_body(r, chain);
+    if (rc != FD_OK) {
+        if (!last)
+            return FD_ERROR; /* the producer cuts the response */
+        /* the end, but not all of the body: the client must see that */
+        r->keepalive = 0;
+        r->chunked_out = 0;
+    }
+    if (last) {
+        if (r->chunked_out && !r->header_only)
+            out_append(h, "0\r\n\r\n", 5);
+        if (r->phase == PH_STREAM && r->body_rest != 0)
+            r->keepalive = 0;
+        r->on_drain = NULL;
+        r->on_abort = NULL;
+        r->async = 0;
+        request_done(c, h, r);
+        post_resume(h);
+    }
+    rc = fd_http_flush(c);
+    if (rc == FD_ERROR)
+        return FD_ERROR;
+    if (!last && h->out.bytes > OUT_HIGH_WATER)
+        return FD_AGAIN;
+    return FD_OK;
+}
