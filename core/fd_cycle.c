@@ -2,12 +2,11 @@
  * A cycle is one loaded configuration: typed sections, servers with their
  * locations, listening addresses and module sections. fd_cycle_load()
  * reads the file, applies the profile and every entry, and checks the
- * result; any error names file:line.
+ * result; any error names file:line. The keys it reads the core's
+ * sections through are fd_cycle_keys.c's.
  */
-#include <arpa/inet.h>
 #include <libgen.h>
 #include <limits.h>
-#include <pwd.h>
 #include <strings.h>
 #include <sys/stat.h>
 
@@ -17,372 +16,6 @@
 #include "fd_core.h"
 #include "fd_http.h"
 #include "fd_ssl.h"
-
-#define MAIN(f) offsetof(fd_main_conf_t, f)
-#define EVENTS(f) offsetof(fd_events_conf_t, f)
-#define HTTP(f) offsetof(fd_http_conf_t, f)
-#define OFFLOAD(f) offsetof(fd_offload_conf_t, f)
-#define LOC(f) offsetof(fd_http_loc_t, f)
-#define SRV(f) offsetof(fd_http_server_t, f)
-
-static int set_workers(fd_conf_t *cf, const fd_directive_t *d, void *conf,
-                       const char *v)
-{
-    fd_int_t *w = (fd_int_t *)((char *)conf + d->offset);
-    int64_t n;
-
-    if (strcmp(v, "auto") == 0) {
-        *w = 0;
-        return FD_OK;
-    }
-    n = fd_conf_parse_uint(v, FD_MAX_WORKER_SLOTS);
-    if (n < 1 || n > FD_MAX_WORKER_SLOTS / 2)
-        return fd_conf_error(cf, "\"workers\" must be auto or 1..%d, not "
-                             "\"%s\"", FD_MAX_WORKER_SLOTS / 2, v);
-    *w = (fd_int_t)n;
-    return FD_OK;
-}
-
-static int set_level(fd_conf_t *cf, const fd_directive_t *d, void *conf,
-                     const char *v)
-{
-    int l = fd_log_level_parse(v);
-
-    if (l < 0)
-        return fd_conf_error(cf, "\"%s\" must be one of debug info notice "
-                             "warn error crit alert emerg", d->name);
-    *(int *)((char *)conf + d->offset) = l;
-    return FD_OK;
-}
-
-static int set_path(fd_conf_t *cf, const fd_directive_t *d, void *conf,
-                    const char *v)
-{
-    char **p = (char **)((char *)conf + d->offset);
-
-    *p = (*v == '\0' || strcmp(v, "off") == 0 || strcmp(v, "stderr") == 0)
-             ? fd_pstrdup(cf->pool, v, strlen(v))
-             : fd_conf_path(cf, v);
-    return FD_OK;
-}
-
-static int set_user(fd_conf_t *cf, const fd_directive_t *d, void *conf,
-                    const char *v)
-{
-    if (getpwnam(v) == NULL)
-        return fd_conf_error(cf, "user \"%s\" does not exist", v);
-    *(char **)((char *)conf + d->offset) = fd_pstrdup(cf->pool, v, strlen(v));
-    return FD_OK;
-}
-
-static const fd_directive_t main_directives[] = {
-    {.name = "daemon", .type = FD_CONF_FLAG, .offset = MAIN(daemon),
-     .def = "on", .doc = "off: stay in the foreground (as -g)"},
-    {.name = "workers", .type = FD_CONF_CUSTOM, .offset = MAIN(workers),
-     .def = "auto", .set = set_workers,
-     .doc = "number of worker processes, or auto (one per online CPU)"},
-    {.name = "cpu_affinity", .type = FD_CONF_FLAG,
-     .offset = MAIN(cpu_affinity), .def = "off",
-     .doc = "pin worker N to CPU N mod online CPUs"},
-    {.name = "user", .type = FD_CONF_CUSTOM, .offset = MAIN(user),
-     .set = set_user,
-     .doc = "user (and its group) the workers run as; needs root"},
-    {.name = "pid", .type = FD_CONF_CUSTOM, .offset = MAIN(pid),
-     .def = "logs/fastd.pid", .set = set_path,
-     .doc = "pid file of the master"},
-    {.name = "error_log", .type = FD_CONF_CUSTOM, .offset = MAIN(error_log),
-     .def = "logs/error.log", .set = set_path,
-     .doc = "error log path, or stderr"},
-    {.name = "error_log_level", .type = FD_CONF_CUSTOM,
-     .offset = MAIN(error_log_level), .def = "notice", .set = set_level,
-     .doc = "debug | info | notice | warn | error | crit | alert | emerg"},
-    {.name = "profile", .type = FD_CONF_STR, .offset = MAIN(profile),
-     .doc = "the [profile NAME] to apply (fastd -p NAME overrides)"},
-    {.name = "rlimit_nofile", .type = FD_CONF_INT,
-     .offset = MAIN(rlimit_nofile), .def = "0",
-     .doc = "RLIMIT_NOFILE for workers; 0: max_connections * 2 + 64"},
-    {.name = "shutdown_timeout", .type = FD_CONF_MSEC,
-     .offset = MAIN(shutdown_timeout), .def = "30s",
-     .doc = "graceful stop: longest wait for in-flight requests"},
-    FD_CONF_END};
-
-static const fd_conf_enum_t accept_enums[] = {
-    {"reuseport", FD_ACCEPT_REUSEPORT},
-    {"exclusive", FD_ACCEPT_EXCLUSIVE},
-    {"shared", FD_ACCEPT_SHARED},
-    {NULL, 0}};
-
-static const fd_directive_t events_directives[] = {
-    {.name = "max_connections", .type = FD_CONF_INT,
-     .offset = EVENTS(max_connections), .def = "65536",
-     .doc = "connections per worker; more are refused"},
-    {.name = "accept", .type = FD_CONF_ENUM, .offset = EVENTS(accept),
-     .def = "reuseport", .enums = accept_enums,
-     .doc = "reuseport: a socket per worker (kernel balances); exclusive: "
-            "one socket, EPOLLEXCLUSIVE; shared: one socket, all woken"},
-    {.name = "edge_triggered", .type = FD_CONF_FLAG,
-     .offset = EVENTS(edge_triggered), .def = "on",
-     .doc = "EPOLLET on connections (off: level-triggered)"},
-    {.name = "read_until_eagain", .type = FD_CONF_FLAG,
-     .offset = EVENTS(read_until_eagain), .def = "off",
-     .doc = "on: read until EAGAIN; off: a short read means drained (saves "
-            "a read per request; EPOLLRDHUP is remembered, so a peer's FIN "
-            "is never missed)"},
-    {.name = "backlog", .type = FD_CONF_INT, .offset = EVENTS(backlog),
-     .def = "4096", .doc = "listen() backlog"},
-    {.name = "max_events", .type = FD_CONF_INT, .offset = EVENTS(max_events),
-     .def = "512", .doc = "events taken per epoll_wait()"},
-    {.name = "batch_sends", .type = FD_CONF_FLAG,
-     .offset = EVENTS(batch_sends), .def = "on",
-     .doc = "on: the first write of every client response and upstream "
-            "request of one loop turn leaves in one io_uring_enter() (one "
-            "syscall per turn, not per response; a backend on the same CPU "
-            "is woken once per turn); off, or no io_uring: one send() each"},
-    FD_CONF_END};
-
-/* the Server: value: a string of at most FD_SERVER_HEADER_MAX bytes */
-static int set_server_header(fd_conf_t *cf, const fd_directive_t *d,
-                             void *conf, const char *v)
-{
-    fd_directive_t str = *d;
-
-    if (strlen(v) > FD_SERVER_HEADER_MAX)
-        return fd_conf_error(cf, "\"%s\" is longer than %d bytes", d->name,
-                             FD_SERVER_HEADER_MAX);
-    str.type = FD_CONF_STR;
-    str.set = NULL;
-    return fd_conf_set(cf, &str, conf, v);
-}
-
-static const fd_directive_t http_directives[] = {
-    /* named for what it sets: [server] server_name is the host names */
-    {.name = "server_header", .type = FD_CONF_CUSTOM,
-     .offset = HTTP(server_header), .set = set_server_header, .def = "fastd",
-     .doc = "the Server: header value (empty: none; at most 256 bytes)"},
-    /* the key's old name: refused, so that no file that sets it is read
-     * as meaning something else */
-    {.name = "server_name", .renamed = "server_header",
-     .doc = "the Server: response header is [http] server_header; host "
-            "names are [server] server_name"},
-    {.name = "server_tokens", .type = FD_CONF_FLAG,
-     .offset = HTTP(server_tokens), .def = "on",
-     .doc = "on: the default Server: value and error pages carry the "
-            "version (fastd/" FASTD_VERSION "); off: \"fastd\" alone"},
-    {.name = "keepalive_timeout", .type = FD_CONF_MSEC,
-     .offset = HTTP(keepalive_timeout), .def = "75s",
-     .doc = "idle keep-alive connections are closed after it"},
-    {.name = "keepalive_requests", .type = FD_CONF_INT,
-     .offset = HTTP(keepalive_requests), .def = "1000",
-     .doc = "requests per connection; the last one gets Connection: close"},
-    {.name = "header_timeout", .type = FD_CONF_MSEC,
-     .offset = HTTP(header_timeout), .def = "60s",
-     .doc = "a request header must arrive within it (else 408, close)"},
-    {.name = "body_timeout", .type = FD_CONF_MSEC,
-     .offset = HTTP(body_timeout), .def = "60s",
-     .doc = "longest wait between two reads of a request body (408)"},
-    {.name = "send_timeout", .type = FD_CONF_MSEC,
-     .offset = HTTP(send_timeout), .def = "60s",
-     .doc = "longest wait between two writes to a client (close)"},
-    {.name = "max_header_size", .type = FD_CONF_SIZE,
-     .offset = HTTP(max_header_size), .def = "8k", .min = 256,
-     .max = 1024 * 1024,
-     .doc = "request line + headers; over it: 414 (line) or 431"},
-    {.name = "max_headers", .type = FD_CONF_INT, .offset = HTTP(max_headers),
-     .def = "100", .doc = "header fields per request; over it: 431"},
-    {.name = "inline_completions", .type = FD_CONF_FLAG,
-     .offset = HTTP(inline_completions), .def = "on",
-     .doc = "off: thread-safe handlers run on the offload pool"},
-    {.name = "ssl_session_ticket_rotate", .type = FD_CONF_MSEC,
-     .offset = HTTP(ssl_session_ticket_rotate), .def = "1h", .min = 1000,
-     .max = 7 * 86400000LL,
-     .doc = "the master replaces the session ticket key this often; the "
-            "key before it still decrypts, so a ticket lives one to two "
-            "periods (and never longer than ssl_session_timeout). The "
-            "keys are shared by every worker and outlive reloads"},
-    FD_CONF_END};
-
-static const fd_directive_t offload_directives[] = {
-    {.name = "threads", .type = FD_CONF_INT, .offset = OFFLOAD(threads),
-     .def = "4", .doc = "pool threads per worker (adaptive = off: exactly "
-                        "this many; on: the minimum)"},
-    {.name = "max_threads", .type = FD_CONF_INT,
-     .offset = OFFLOAD(max_threads), .def = "64",
-     .doc = "adaptive = on: upper bound of pool threads per worker"},
-    {.name = "idle_timeout", .type = FD_CONF_MSEC,
-     .offset = OFFLOAD(idle_timeout), .def = "60s",
-     .doc = "adaptive = on: threads above `threads` exit after this idle "
-            "time (0: never)"},
-    {.name = "adaptive", .type = FD_CONF_FLAG, .offset = OFFLOAD(adaptive),
-     .def = "off", .doc = "on: add threads while blocked work waits, "
-                          "hill-climb on the completion rate otherwise; "
-                          "off: a fixed pool, for stable benchmarks"},
-    FD_CONF_END};
-
-static int set_root(fd_conf_t *cf, const fd_directive_t *d, void *conf,
-                    const char *v)
-{
-    fd_http_loc_t *loc = conf;
-    char real[PATH_MAX], *p = fd_conf_path(cf, v);
-    size_t n;
-
-    (void)d;
-    /* resolve once: the static module checks containment against it */
-    if (realpath(p, real) == NULL)
-        return fd_conf_error(cf, "root \"%s\": %s", p, strerror(errno));
-    n = strlen(real);
-    while (n > 1 && real[n - 1] == '/')
-        n--;
-    loc->root = fd_pstrdup(cf->pool, real, n);
-    loc->root_len = n;
-    return FD_OK;
-}
-
-static int set_handler(fd_conf_t *cf, const fd_directive_t *d, void *conf,
-                       const char *v)
-{
-    fd_http_loc_t *loc = conf;
-    const fd_module_t *m = fd_module_find(v);
-
-    (void)d;
-    if (m == NULL || m->handler == NULL) {
-        fd_conf_near_t nr;
-        char hint[96];
-        unsigned i;
-
-        fd_conf_near_init(&nr, v);
-        for (i = 0; i < fd_nmodules; i++)
-            if (fd_modules[i]->handler)
-                fd_conf_near_add(&nr, fd_modules[i]->name);
-        return fd_conf_error(cf, "unknown handler \"%s\" (not a module "
-                             "built into this fastd)%s", v,
-                             fd_conf_near_hint(&nr, hint, sizeof(hint)));
-    }
-    loc->handler = m;
-    return FD_OK;
-}
-
-/* Location keys: allowed in [http], [server] (defaults) and [location]. */
-const fd_directive_t fd_http_loc_directives[] = {
-    {.name = "handler", .type = FD_CONF_CUSTOM, .offset = 0,
-     .set = set_handler,
-     .doc = "the module that answers (static when not given)"},
-    {.name = "root", .type = FD_CONF_CUSTOM, .offset = 0,
-     .set = set_root, .doc = "document root for static files"},
-    {.name = "index", .type = FD_CONF_LIST, .offset = LOC(index),
-     .doc = "index file names, repeatable (default index.html)"},
-    {.name = "follow_symlinks", .type = FD_CONF_FLAG,
-     .offset = LOC(follow_symlinks), .def = "off",
-     .doc = "off: a symlink anywhere under root is refused with 403"},
-    {.name = "max_body_size", .type = FD_CONF_SIZE,
-     .offset = LOC(max_body_size), .def = "1m",
-     .doc = "largest request body; over it: 413"},
-    {.name = "offload", .type = FD_CONF_FLAG, .offset = LOC(offload),
-     .def = "off",
-     .doc = "on: this location's handler runs on the worker's offload pool "
-            "(static: open/stat on slow disks), whatever inline_completions "
-            "says; only for thread-safe handlers"},
-    FD_CONF_END};
-
-/* server_name = a.example www.a.example: one list item per name */
-static int set_names(fd_conf_t *cf, const fd_directive_t *d, void *conf,
-                     const char *v)
-{
-    fd_directive_t one = *d;
-    char *copy = fd_pstrdup(cf->pool, v, strlen(v)), *tok, *save;
-
-    one.type = FD_CONF_LIST;
-    one.set = NULL;
-    for (tok = strtok_r(copy, " \t", &save); tok;
-         tok = strtok_r(NULL, " \t", &save)) {
-        size_t n = strlen(tok);
-        for (char *c = tok; *c; c++)
-            *c = fd_tolower(*c);
-        /* as a request's Host: one trailing dot means the same name */
-        if (n > 1 && tok[n - 1] == '.')
-            tok[n - 1] = '\0';
-        if (fd_conf_set(cf, &one, conf, tok) != FD_OK)
-            return FD_ERROR;
-    }
-    return FD_OK;
-}
-
-static int parse_addr(const char *text, struct sockaddr_storage *ss,
-                      socklen_t *len);
-
-enum { LISTEN_DEFAULT = 1, LISTEN_SSL = 2 };
-
-/* "ADDR:PORT [default] [ssl]", the options in any order, each once:
- * FD_OK with the address and the LISTEN_* bits, or FD_ERROR. */
-static int listen_parse(fd_conf_t *cf, const char *v,
-                        struct sockaddr_storage *ss, socklen_t *len,
-                        char addr[300], unsigned *opts)
-{
-    char opt[2][64], extra[2];
-    int n = sscanf(v, "%299s %63s %63s %1s", addr, opt[0], opt[1], extra);
-    unsigned bit;
-    int i;
-
-    if (n < 1 || parse_addr(addr, ss, len) != FD_OK)
-        return fd_conf_error(cf, "bad listen address \"%s\" (expected "
-                             "ADDR:PORT, [IPv6]:PORT or PORT)", v);
-    if (n == 4)
-        return fd_conf_error(cf, "listen \"%s\": two options at most "
-                             "(default, ssl)", v);
-    *opts = 0;
-    for (i = 0; i < n - 1; i++) {
-        if (strcmp(opt[i], "default") == 0)
-            bit = LISTEN_DEFAULT;
-        else if (strcmp(opt[i], "ssl") == 0)
-            bit = LISTEN_SSL;
-        else
-            return fd_conf_error(cf, "unknown listen option \"%s\" "
-                                 "(default, ssl)", opt[i]);
-        if (*opts & bit)
-            return fd_conf_error(cf, "listen \"%s\": \"%s\" twice", v,
-                                 opt[i]);
-        *opts |= bit;
-    }
-    return FD_OK;
-}
-
-/* Checked here, so that an error names its line */
-static int set_listen(fd_conf_t *cf, const fd_directive_t *d, void *conf,
-                      const char *v)
-{
-    fd_directive_t list = *d;
-    char addr[300];
-    struct sockaddr_storage ss;
-    socklen_t len;
-    unsigned opts;
-
-    if (listen_parse(cf, v, &ss, &len, addr, &opts) != FD_OK)
-        return FD_ERROR;
-    list.set = NULL;
-    return fd_conf_set(cf, &list, conf, v);
-}
-
-const fd_directive_t fd_http_server_directives[] = {
-    {.name = "listen", .type = FD_CONF_LIST, .offset = SRV(listen),
-     .set = set_listen,
-     .doc = "ADDR:PORT [default] [ssl], repeatable; [::]:PORT for IPv6. "
-            "ssl: TLS on that address (every [server] on it says ssl, "
-            "and has an ssl_certificate)"},
-    {.name = "server_name", .type = FD_CONF_CUSTOM, .offset = SRV(names),
-     .set = set_names,
-     .doc = "Host names this server answers, space-separated, repeatable "
-            "(exact, *.suffix, prefix.*; case and one trailing dot do not "
-            "matter). A [server] on the same address with a name (or no "
-            "name) an earlier one has is never chosen: a warning names "
-            "both"},
-    {.name = "error_page", .type = FD_CONF_LIST, .offset = 0,
-     .doc = "CODE... /file.html under the server's root, repeatable"},
-    {.name = "max_conns_per_ip", .type = FD_CONF_INT,
-     .offset = SRV(max_conns_per_ip), .def = "0",
-     .doc = "open connections one client address may hold in a worker "
-            "(idle keep-alive and WebSocket tunnels included); a request "
-            "on a connection beyond it gets 503 and the connection is "
-            "closed (0: no limit)"},
-    FD_CONF_END};
 
 /* --- helpers --- */
 
@@ -470,10 +103,10 @@ static const char *key_home(const char *key, char *buf, size_t n)
     static const struct {
         const char *level;
         const fd_directive_t *d;
-    } homes[] = {{"[main]", main_directives},
-                 {"[events]", events_directives},
-                 {"[http]", http_directives},
-                 {"[offload]", offload_directives},
+    } homes[] = {{"[main]", fd_main_directives},
+                 {"[events]", fd_events_directives},
+                 {"[http]", fd_http_directives},
+                 {"[offload]", fd_offload_directives},
                  {"[server]", fd_http_server_directives},
                  {"[server]", fd_ssl_server_directives}};
     unsigned i, mod;
@@ -713,64 +346,6 @@ static int loc_finish(load_t *ld, fd_http_loc_t *loc)
     return FD_OK;
 }
 
-/* --- listening addresses --- */
-
-static int parse_addr(const char *text, struct sockaddr_storage *ss,
-                      socklen_t *len)
-{
-    char host[256];
-    const char *colon;
-    int64_t port;
-    struct sockaddr_in *sin = (struct sockaddr_in *)ss;
-    struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)ss;
-
-    memset(ss, 0, sizeof(*ss));
-    if (text[0] == '[') {
-        const char *rb = strchr(text, ']');
-        if (rb == NULL || rb[1] != ':' || (size_t)(rb - text) >= sizeof(host))
-            return FD_ERROR;
-        memcpy(host, text + 1, (size_t)(rb - text - 1));
-        host[rb - text - 1] = '\0';
-        colon = rb + 1;
-    } else {
-        colon = strrchr(text, ':');
-        if (colon == NULL) {
-            strcpy(host, "0.0.0.0");
-            colon = text - 1;
-        } else {
-            if ((size_t)(colon - text) >= sizeof(host))
-                return FD_ERROR;
-            memcpy(host, text, (size_t)(colon - text));
-            host[colon - text] = '\0';
-            if (strcmp(host, "*") == 0 || host[0] == '\0')
-                strcpy(host, "0.0.0.0");
-        }
-    }
-    port = fd_conf_parse_uint(colon + 1, 65535);
-    if (port < 1)
-        return FD_ERROR;
-    if (inet_pton(AF_INET, host, &sin->sin_addr) == 1) {
-        sin->sin_family = AF_INET;
-        sin->sin_port = htons((uint16_t)port);
-        *len = sizeof(*sin);
-        return FD_OK;
-    }
-    if (inet_pton(AF_INET6, host, &sin6->sin6_addr) == 1) {
-        sin6->sin6_family = AF_INET6;
-        sin6->sin6_port = htons((uint16_t)port);
-        *len = sizeof(*sin6);
-        return FD_OK;
-    }
-    if (strcmp(host, "localhost") == 0) {
-        sin->sin_family = AF_INET;
-        sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        sin->sin_port = htons((uint16_t)port);
-        *len = sizeof(*sin);
-        return FD_OK;
-    }
-    return FD_ERROR;
-}
-
 /* The host name a.b.example, or "" for a server without server_name. */
 static int shares_name(const fd_http_server_t *a, const fd_http_server_t *b,
                        const char **name)
@@ -875,8 +450,8 @@ static int server_listen(load_t *ld, fd_http_server_t *srv, unsigned from,
             k++;
         if (k < to)
             at(ld, &ld->e[k++]);
-        if (listen_parse(cf, srv->listen.items[i], &ss, &len, addr,
-                         &opts) != FD_OK)
+        if (fd_cycle_listen_parse(cf, srv->listen.items[i], &ss, &len,
+                                  addr, &opts) != FD_OK)
             return FD_ERROR;
         for (ls = ld->cycle->listening; ls; ls = ls->next)
             if (ls->addrlen == len && memcmp(&ls->addr, &ss, len) == 0)
@@ -888,11 +463,11 @@ static int server_listen(load_t *ld, fd_http_server_t *srv, unsigned from,
             ls->text = fd_pstrdup(cf->pool, addr, strlen(addr));
             ls->ev.fd = -1;
             ls->proto = &fd_http_proto;
-            ls->ssl = (opts & LISTEN_SSL) != 0;
+            ls->ssl = (opts & FD_LISTEN_SSL) != 0;
             ls->index = ld->cycle->nlistening++;
             ls->next = ld->cycle->listening;
             ld->cycle->listening = ls;
-        } else if (ls->ssl != ((opts & LISTEN_SSL) != 0)) {
+        } else if (ls->ssl != ((opts & FD_LISTEN_SSL) != 0)) {
             /* one socket speaks one thing */
             const fd_http_server_t *o = ls->servers[0];
             return fd_conf_error(cf, "listen %s %s ssl, but the [server] "
@@ -900,11 +475,11 @@ static int server_listen(load_t *ld, fd_http_server_t *srv, unsigned from,
                                  ls->ssl ? "without" : "with", o->file,
                                  o->line, ls->ssl ? "with" : "without");
         }
-        shadowed_names(ls, srv, (opts & LISTEN_DEFAULT) != 0);
+        shadowed_names(ls, srv, (opts & FD_LISTEN_DEFAULT) != 0);
         servers = fd_palloc(cf->pool, (ls->nservers + 1) * sizeof(*servers));
         if (ls->nservers)
             memcpy(servers, ls->servers, ls->nservers * sizeof(*servers));
-        if (opts & LISTEN_DEFAULT) { /* default server goes first */
+        if (opts & FD_LISTEN_DEFAULT) { /* default server goes first */
             memmove(servers + 1, servers, ls->nservers * sizeof(*servers));
             servers[0] = srv;
         } else {
@@ -1119,12 +694,12 @@ static int apply_globals(load_t *ld)
         for (k = 0; k < 4; k++)
             if (strcmp(e->section, singletons[k]) == 0)
                 break;
-        if (k == 0 && apply_simple(ld, i, j, main_directives, &cy->main))
+        if (k == 0 && apply_simple(ld, i, j, fd_main_directives, &cy->main))
             return FD_ERROR;
-        if (k == 1 && apply_simple(ld, i, j, events_directives, &cy->events))
+        if (k == 1 && apply_simple(ld, i, j, fd_events_directives, &cy->events))
             return FD_ERROR;
         if (k == 3 &&
-            apply_simple(ld, i, j, offload_directives, &cy->offload))
+            apply_simple(ld, i, j, fd_offload_directives, &cy->offload))
             return FD_ERROR;
         if (k == 2) {
             for (; i < j; i++) {
@@ -1134,7 +709,7 @@ static int apply_globals(load_t *ld)
                 if (e->key[0] == '\0')
                     continue;
                 at(ld, e);
-                d = fd_conf_find(http_directives, e->key);
+                d = fd_conf_find(fd_http_directives, e->key);
                 for (unsigned q = 0; q < i && d; q++)
                     if (strcmp(ld->e[q].section, "http") == 0 &&
                         strcmp(ld->e[q].key, e->key) == 0)
@@ -1147,7 +722,7 @@ static int apply_globals(load_t *ld)
                     continue;
                 }
                 if (find_loc_key(e->key, &mod) == NULL)
-                    return unknown_key(ld, e, http_directives, 1);
+                    return unknown_key(ld, e, fd_http_directives, 1);
                 {
                     char **items = fd_palloc(cf->pool, (ld->http_loc.n + 1) *
                                                            sizeof(char *));
@@ -1378,10 +953,10 @@ fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
 
     if (fd_conf_read(&cf, cy->conf_file, &ld.e, &ld.n) != FD_OK)
         goto failed;
-    if (fd_conf_defaults(&cf, main_directives, &cy->main) != FD_OK ||
-        fd_conf_defaults(&cf, events_directives, &cy->events) != FD_OK ||
-        fd_conf_defaults(&cf, http_directives, &cy->http) != FD_OK ||
-        fd_conf_defaults(&cf, offload_directives, &cy->offload) != FD_OK)
+    if (fd_conf_defaults(&cf, fd_main_directives, &cy->main) != FD_OK ||
+        fd_conf_defaults(&cf, fd_events_directives, &cy->events) != FD_OK ||
+        fd_conf_defaults(&cf, fd_http_directives, &cy->http) != FD_OK ||
+        fd_conf_defaults(&cf, fd_offload_directives, &cy->offload) != FD_OK)
         goto failed;
 
     /* the profile: -p wins over [main] profile = */
@@ -1525,7 +1100,7 @@ int fd_cycle_check_keys(char *err, size_t errlen)
      * of [server] and [location] keys, so one name there must be one
      * declaration; [main], [events], [offload] and module sections are
      * their own (a profile names them section.key) */
-    tabs[0] = http_directives;
+    tabs[0] = fd_http_directives;
     tabs[3] = fd_http_server_directives;
     tabs[4] = fd_ssl_server_directives;
     tabs[6] = fd_http_loc_directives;
@@ -1604,15 +1179,15 @@ void fd_conf_dump_keys(FILE *fp)
     unsigned i;
     char title[128];
 
-    dump_table(fp, "[main]", main_directives);
-    dump_table(fp, "[events]", events_directives);
-    dump_table(fp, "[http]", http_directives);
+    dump_table(fp, "[main]", fd_main_directives);
+    dump_table(fp, "[events]", fd_events_directives);
+    dump_table(fp, "[http]", fd_http_directives);
     dump_table(fp, "[server]", fd_http_server_directives);
     dump_table(fp, "[server] TLS (on listen ... ssl addresses)",
                fd_ssl_server_directives);
     dump_table(fp, "[location] (also in [http] and [server] as defaults)",
                fd_http_loc_directives);
-    dump_table(fp, "[offload]", offload_directives);
+    dump_table(fp, "[offload]", fd_offload_directives);
     for (i = 0; i < fd_nmodules; i++) {
         const fd_module_t *m = fd_modules[i];
         snprintf(title, sizeof(title), "module %s: location keys", m->name);

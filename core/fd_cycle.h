@@ -127,6 +127,19 @@ int fd_cycle_test_profiles(const char *file, const char *skip, char *err,
 int fd_cycle_check_keys(char *err, size_t errlen);
 void fd_cycle_free(fd_cycle_t *cycle);
 void fd_conf_dump_keys(FILE *fp);
+
+/* The core's keys (fd_cycle_keys.c); [server] and [location] are
+ * fd_http.h's */
+extern const fd_directive_t fd_main_directives[];
+extern const fd_directive_t fd_events_directives[];
+extern const fd_directive_t fd_http_directives[];
+extern const fd_directive_t fd_offload_directives[];
+/* A [server] listen value, "ADDR:PORT [default] [ssl]": FD_OK with the
+ * address and the FD_LISTEN_* bits, or FD_ERROR (said through cf). */
+enum { FD_LISTEN_DEFAULT = 1, FD_LISTEN_SSL = 2 };
+int fd_cycle_listen_parse(fd_conf_t *cf, const char *v,
+                          struct sockaddr_storage *ss, socklen_t *len,
+                          char addr[300], unsigned *opts);
 /* Find a module-owned section by type and name, e.g. ("upstream", "app") */
 void *fd_cycle_section(fd_cycle_t *cycle, const char *type, const char *name);
 
