@@ -1,7 +1,7 @@
 /*
- * Unit tests: TLS to upstreams (the client side of core/event/fd_ssl.c).
- * A throw-away CA signs the upstream's certificate (up.test, 127.0.0.1)
- * and a client certificate; a second CA trusts nothing here. Each connection
+ * Unit tests: TLS to upstreams (core/event/fd_ssl_client.c). A
+ * throw-away CA signs the upstream's certificate (up.test, 127.0.0.1) and
+ * a client certificate; a second CA trusts nothing here. Each connection
  * is a socketpair: fastd's stream connects on one end, an OpenSSL server
  * answers on the other, both non-blocking, driven in turns.
  * Checked: file:line for bad files, shared clients, a verified handshake
