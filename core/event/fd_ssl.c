@@ -31,6 +31,7 @@
 /* One TLS record's plaintext: a send is at most one record */
 #define SSL_SCRATCH 16384
 #define OCSP_MAX (64 * 1024)
+#define WIRE_IDLE_MAX 1024 /* wire queue buffer an idle connection keeps */
 
 enum { VERIFY_OFF, VERIFY_ON, VERIFY_OPTIONAL };
 
@@ -1305,12 +1306,16 @@ static void tls_idle(fd_stream_t *s)
     if (s->tls == NULL)
         return;
     SSL_free_buffers(s->tls);
-    /* an emptied memory BIO keeps its buffer: an idle connection holds
-     * none (the next response makes a new one) */
+    /* an emptied memory BIO keeps its buffer: one that a large response
+     * grew is replaced, so an idle connection holds at most a small one;
+     * a small one stays (replacing it would be three mallocs and frees per
+     * keep-alive request) */
     w = SSL_get_wbio(s->tls);
     if (w && BIO_method_type(w) == BIO_TYPE_MEM && !BIO_ctrl_pending(w)) {
-        BIO *nw = BIO_new(BIO_s_mem());
-        if (nw)
+        BUF_MEM *bm = NULL;
+        BIO *nw;
+        BIO_get_mem_ptr(w, &bm);
+        if (bm && bm->max > WIRE_IDLE_MAX && (nw = BIO_new(BIO_s_mem())))
             SSL_set0_wbio(s->tls, nw);
     }
 }
