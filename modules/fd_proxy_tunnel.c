@@ -49,14 +49,20 @@ static void tunnel_done(fd_splice_t *sp)
     unsigned long long up = sp->side[UPSTREAM].sent,
                        down = sp->side[CLIENT].sent;
 
+    static const char *const side[] = {"the client", "the upstream"};
+    static const char *const op[] = {"on", "reading from", "sending to"};
+
     if (sp->reason == FD_SPLICE_TIMEOUT)
         fd_log_error(FD_LOG_INFO, 0, "tunnel idle for %llums, closed "
                      "(%llu bytes up, %llu down)",
                      (unsigned long long)sp->idle, up, down);
+    else if (sp->reason == FD_SPLICE_END)
+        fd_log_error(FD_LOG_INFO, 0, "tunnel closed by both sides (%llu "
+                     "bytes up, %llu down)", up, down);
     else
-        fd_log_error(FD_LOG_INFO, 0, "tunnel closed %s (%llu bytes up, "
-                     "%llu down)", sp->reason == FD_SPLICE_END
-                     ? "by both sides" : "on an error", up, down);
+        fd_log_error(FD_LOG_INFO, sp->err, "tunnel closed on an error %s "
+                     "%s (%llu bytes up, %llu down)", op[sp->err_op],
+                     side[sp->err_side], up, down);
     fd_worker_hold(-1);
     tunnel_release(t);
 }

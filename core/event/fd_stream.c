@@ -226,6 +226,21 @@ static void splice_over(fd_splice_t *sp, int reason)
  * some moved, 0 when none, FD_ERROR. The buffer towards `to` is refilled
  * only once it is empty: while `to` cannot take more, `from` is not read.
  */
+/* What failed, for the owner's log line: an error event's errno is the
+ * socket's pending error, a call's is errno. */
+static int splice_failed(fd_splice_t *sp, fd_splice_side_t *d, int op)
+{
+    socklen_t len = sizeof(sp->err);
+
+    sp->err = errno;
+    if (op == FD_SPLICE_OP_SOCKET &&
+        getsockopt(d->s.ev.fd, SOL_SOCKET, SO_ERROR, &sp->err, &len) < 0)
+        sp->err = 0;
+    sp->err_side = (unsigned char)(d - sp->side);
+    sp->err_op = (unsigned char)op;
+    return FD_ERROR;
+}
+
 static int splice_pump(fd_splice_t *sp, fd_splice_side_t *from,
                        fd_splice_side_t *to)
 {
@@ -242,7 +257,7 @@ static int splice_pump(fd_splice_t *sp, fd_splice_side_t *from,
             if (n == FD_AGAIN)
                 return moved;
             if (n < 0)
-                return FD_ERROR;
+                return splice_failed(sp, to, FD_SPLICE_OP_SEND);
             to->pos += (size_t)n;
             to->sent += (uint64_t)n;
             moved = 1;
@@ -263,7 +278,7 @@ static int splice_pump(fd_splice_t *sp, fd_splice_side_t *from,
         if (n == FD_AGAIN)
             return moved;
         if (n < 0)
-            return FD_ERROR;
+            return splice_failed(sp, from, FD_SPLICE_OP_RECV);
         if (n == 0) {
             from->ended = 1;
             continue;
@@ -286,6 +301,7 @@ static void splice_run(fd_splice_t *sp)
     int ab, ba;
 
     if (a->s.error || b->s.error) {
+        splice_failed(sp, a->s.error ? a : b, FD_SPLICE_OP_SOCKET);
         splice_over(sp, FD_SPLICE_ERROR);
         return;
     }

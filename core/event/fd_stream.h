@@ -139,6 +139,8 @@ void fd_stream_move(fd_stream_t *to, fd_stream_t *from);
 typedef struct fd_splice_s fd_splice_t;
 
 enum { FD_SPLICE_END = 1, FD_SPLICE_ERROR, FD_SPLICE_TIMEOUT };
+/* what failed on err_side: its socket (an error event), a read, a write */
+enum { FD_SPLICE_OP_SOCKET, FD_SPLICE_OP_RECV, FD_SPLICE_OP_SEND };
 
 typedef struct {
     fd_stream_t s;             /* first: the loop's event is the side */
@@ -161,6 +163,9 @@ struct fd_splice_s {
     void *data;                /* the owner's */
     uint64_t log_id;           /* fd_log_conn_id while it runs */
     int reason;                /* FD_SPLICE_*: why it is over */
+    int err;                   /* FD_SPLICE_ERROR: the errno, or 0 */
+    unsigned char err_side;    /* FD_SPLICE_ERROR: the side that failed */
+    unsigned char err_op;      /* FD_SPLICE_ERROR: FD_SPLICE_OP_* */
     unsigned started:1;
     unsigned over:1;
 };

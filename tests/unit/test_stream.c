@@ -285,6 +285,9 @@ static void test_reset(pair_t *p)
     p->a = -1;
     settle();
     is_over(p, FD_SPLICE_ERROR, "a side reset");
+    /* what failed is told, for the owner's log line */
+    is_int(p->sp.err_side, 0, "the failed side is the reset one");
+    is_int(p->sp.err, ECONNRESET, "with ECONNRESET");
     is_eof(p->b, "the other side is closed");
 }
 
