@@ -475,6 +475,8 @@ static int server_listen(load_t *ld, fd_http_server_t *srv, unsigned from,
                                  ls->ssl ? "without" : "with", o->file,
                                  o->line, ls->ssl ? "with" : "without");
         }
+        if (opts & FD_LISTEN_HTTP2)
+            ls->http2 = 1; /* for the address, as nginx's listen http2 */
         shadowed_names(ls, srv, (opts & FD_LISTEN_DEFAULT) != 0);
         servers = fd_palloc(cf->pool, (ls->nservers + 1) * sizeof(*servers));
         if (ls->nservers)

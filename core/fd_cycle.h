@@ -51,6 +51,10 @@ typedef struct {
     int inline_completions;
     fd_int_t max_headers;
     fd_msec_t ssl_session_ticket_rotate;
+    fd_int_t http2_max_concurrent_streams;
+    size_t http2_max_header_size;
+    size_t http2_initial_window;
+    fd_msec_t http2_idle_timeout;
 } fd_http_conf_t;
 
 /* [offload]: the per-worker thread pool */
@@ -74,6 +78,9 @@ struct fd_listening_s {
     unsigned index;            /* in cycle->ls_array (a connection's ls_index) */
     const struct fd_proto_s *proto; /* what its connections speak */
     unsigned ssl;              /* listen ... ssl: TLS (fd_ssl.c) */
+    unsigned http2;            /* listen ... http2: h2 by ALPN under TLS,
+                                * the h2c preface (prior knowledge) on
+                                * cleartext, beside HTTP/1.1 */
     fd_msec_t ssl_handshake_timeout; /* the default server's */
     fd_listening_t *next;
 };
@@ -136,7 +143,7 @@ extern const fd_directive_t fd_http_directives[];
 extern const fd_directive_t fd_offload_directives[];
 /* A [server] listen value, "ADDR:PORT [default] [ssl]": FD_OK with the
  * address and the FD_LISTEN_* bits, or FD_ERROR (said through cf). */
-enum { FD_LISTEN_DEFAULT = 1, FD_LISTEN_SSL = 2 };
+enum { FD_LISTEN_DEFAULT = 1, FD_LISTEN_SSL = 2, FD_LISTEN_HTTP2 = 4 };
 int fd_cycle_listen_parse(fd_conf_t *cf, const char *v,
                           struct sockaddr_storage *ss, socklen_t *len,
                           char addr[300], unsigned *opts);
@@ -184,6 +191,12 @@ typedef struct {
     uint64_t ssl_tls13;
     uint64_t ssl_resumed;      /* of those, resumed sessions */
     uint64_t ssl_failed[FD_SSL_FAIL_N];
+    uint64_t h2_conns;         /* HTTP/2 connections taken (h2 and h2c) */
+    uint64_t h2_active;        /* of those, open now (a gauge) */
+    uint64_t h2_streams;       /* requests carried by HTTP/2 */
+    uint64_t h2_resets;        /* streams the client reset */
+    uint64_t h2_goaways;       /* connections fastd ended with GOAWAY for
+                                * an error (flood, protocol error) */
     uint64_t alive;            /* 1 while the worker runs */
 } fd_stats_t;
 

@@ -192,6 +192,29 @@ const fd_directive_t fd_http_directives[] = {
             "key before it still decrypts, so a ticket lives one to two "
             "periods (and never longer than ssl_session_timeout). The "
             "keys are shared by every worker and outlive reloads"},
+    {.name = "http2_max_concurrent_streams", .type = FD_CONF_INT,
+     .offset = HTTP(http2_max_concurrent_streams), .def = "128", .min = 1,
+     .max = 65536,
+     .doc = "streams one HTTP/2 connection may have open at once "
+            "(SETTINGS_MAX_CONCURRENT_STREAMS); one more is refused "
+            "with RST_STREAM REFUSED_STREAM"},
+    {.name = "http2_max_header_size", .type = FD_CONF_SIZE,
+     .offset = HTTP(http2_max_header_size), .def = "16k", .min = 256,
+     .max = 1024 * 1024,
+     .doc = "a request's header fields after HPACK decoding (names, "
+            "values and 32 bytes each, as SETTINGS_MAX_HEADER_LIST_SIZE "
+            "counts them); over it: 431"},
+    {.name = "http2_initial_window", .type = FD_CONF_SIZE,
+     .offset = HTTP(http2_initial_window), .def = "64k", .min = 1024,
+     .max = 16 * 1024 * 1024,
+     .doc = "request body bytes a client may send on a stream before "
+            "fastd reads them (SETTINGS_INITIAL_WINDOW_SIZE): the "
+            "buffer a stream may hold, and the back-pressure of a body "
+            "streamed to an upstream"},
+    {.name = "http2_idle_timeout", .type = FD_CONF_MSEC,
+     .offset = HTTP(http2_idle_timeout), .def = "75s",
+     .doc = "an HTTP/2 connection with no open stream is closed after it "
+            "(with GOAWAY); keepalive_requests bounds its streams"},
     FD_CONF_END};
 
 const fd_directive_t fd_offload_directives[] = {
@@ -355,32 +378,35 @@ static int parse_addr(const char *text, struct sockaddr_storage *ss,
     return FD_ERROR;
 }
 
-/* "ADDR:PORT [default] [ssl]", the options in any order, each once:
- * FD_OK with the address and the FD_LISTEN_* bits, or FD_ERROR. */
+/* "ADDR:PORT [default] [ssl] [http2]", the options in any order, each
+ * once: FD_OK with the address and the FD_LISTEN_* bits, or FD_ERROR. */
 int fd_cycle_listen_parse(fd_conf_t *cf, const char *v,
                           struct sockaddr_storage *ss, socklen_t *len,
                           char addr[300], unsigned *opts)
 {
-    char opt[2][64], extra[2];
-    int n = sscanf(v, "%299s %63s %63s %1s", addr, opt[0], opt[1], extra);
+    char opt[3][64], extra[2];
+    int n = sscanf(v, "%299s %63s %63s %63s %1s", addr, opt[0], opt[1],
+                   opt[2], extra);
     unsigned bit;
     int i;
 
     if (n < 1 || parse_addr(addr, ss, len) != FD_OK)
         return fd_conf_error(cf, "bad listen address \"%s\" (expected "
                              "ADDR:PORT, [IPv6]:PORT or PORT)", v);
-    if (n == 4)
-        return fd_conf_error(cf, "listen \"%s\": two options at most "
-                             "(default, ssl)", v);
+    if (n == 5)
+        return fd_conf_error(cf, "listen \"%s\": three options at most "
+                             "(default, ssl, http2)", v);
     *opts = 0;
     for (i = 0; i < n - 1; i++) {
         if (strcmp(opt[i], "default") == 0)
             bit = FD_LISTEN_DEFAULT;
         else if (strcmp(opt[i], "ssl") == 0)
             bit = FD_LISTEN_SSL;
+        else if (strcmp(opt[i], "http2") == 0)
+            bit = FD_LISTEN_HTTP2;
         else
             return fd_conf_error(cf, "unknown listen option \"%s\" "
-                                 "(default, ssl)", opt[i]);
+                                 "(default, ssl, http2)", opt[i]);
         if (*opts & bit)
             return fd_conf_error(cf, "listen \"%s\": \"%s\" twice", v,
                                  opt[i]);
@@ -408,9 +434,13 @@ static int set_listen(fd_conf_t *cf, const fd_directive_t *d, void *conf,
 const fd_directive_t fd_http_server_directives[] = {
     {.name = "listen", .type = FD_CONF_LIST, .offset = SRV(listen),
      .set = set_listen,
-     .doc = "ADDR:PORT [default] [ssl], repeatable; [::]:PORT for IPv6. "
-            "ssl: TLS on that address (every [server] on it says ssl, "
-            "and has an ssl_certificate)"},
+     .doc = "ADDR:PORT [default] [ssl] [http2], repeatable; [::]:PORT for "
+            "IPv6. ssl: TLS on that address (every [server] on it says "
+            "ssl, and has an ssl_certificate). http2: HTTP/2 beside "
+            "HTTP/1.1, by ALPN (h2) with ssl, by the client's preface "
+            "(h2c, prior knowledge) without; Upgrade: h2c is never "
+            "honoured. One [server] saying http2 turns it on for the "
+            "address"},
     {.name = "server_name", .type = FD_CONF_CUSTOM, .offset = SRV(names),
      .set = set_names,
      .doc = "Host names this server answers, space-separated, repeatable "
