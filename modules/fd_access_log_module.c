@@ -583,8 +583,9 @@ static fd_str_t var_value(fd_request_t *r, const al_op_t *op, char *tmp,
     case V_SERVER_PROTOCOL:
         if (r->in.method.len == 0)
             return fd_null_string;
-        return r->in.version == 10 ? fd_string("HTTP/1.0")
-                                   : fd_string("HTTP/1.1");
+        return r->in.version == 10   ? fd_string("HTTP/1.0")
+               : r->in.version == 20 ? fd_string("HTTP/2.0")
+                                     : fd_string("HTTP/1.1");
     case V_MSEC: {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME_COARSE, &ts);
@@ -730,8 +731,9 @@ static unsigned var_parts(fd_request_t *r, const al_op_t *op, char *tmp,
         v[0] = r->in.method;
         v[1] = fd_string(" ");
         v[2] = r->in.target;
-        v[3] = r->in.version == 10 ? fd_string(" HTTP/1.0")
-                                   : fd_string(" HTTP/1.1");
+        v[3] = r->in.version == 10   ? fd_string(" HTTP/1.0")
+               : r->in.version == 20 ? fd_string(" HTTP/2.0")
+                                     : fd_string(" HTTP/1.1");
         return 4;
     }
     v[0] = var_value(r, op, tmp, size);

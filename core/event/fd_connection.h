@@ -38,6 +38,7 @@ struct fd_connection_s {
     uint8_t linger:1;          /* drain the peer before closing */
     uint8_t ip_counted:1;      /* in the worker's per-address count */
     uint8_t plain_on_tls:1;    /* a plain HTTP request on a TLS port */
+    uint8_t h2:1;              /* it speaks HTTP/2 (fd_http2.c) */
     uint8_t addr[16];          /* peer address, v4 in the first 4 bytes */
 };
 

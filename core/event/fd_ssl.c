@@ -560,13 +560,20 @@ static int client_hello_cb(SSL *ssl, int *al, void *arg)
 static int alpn_cb(SSL *ssl, const unsigned char **out, unsigned char *outlen,
                    const unsigned char *in, unsigned inlen, void *arg)
 {
-    static const unsigned char h1[] = "\x08http/1.1";
+    /* the server's preference: h2 where the address speaks it */
+    static const unsigned char h2h1[] = "\x02h2\x08http/1.1";
+    const fd_listening_t *ls = SSL_get_ex_data(ssl, ex_listening);
+    const unsigned char *ours = h2h1 + 3;
+    unsigned ourlen = sizeof(h2h1) - 4;
     unsigned char *sel;
 
-    (void)ssl;
     (void)arg;
-    if (SSL_select_next_proto(&sel, outlen, h1, sizeof(h1) - 1, in,
-                              inlen) != OPENSSL_NPN_NEGOTIATED)
+    if (ls && ls->http2) {
+        ours = h2h1;
+        ourlen = sizeof(h2h1) - 1;
+    }
+    if (SSL_select_next_proto(&sel, outlen, ours, ourlen, in, inlen) !=
+        OPENSSL_NPN_NEGOTIATED)
         return SSL_TLSEXT_ERR_NOACK;
     *out = sel;
     return SSL_TLSEXT_ERR_OK;

@@ -552,6 +552,21 @@ int fd_outq_mem(fd_outq_t *q, const void *data, size_t n)
     return FD_OK;
 }
 
+int fd_outq_ref(fd_outq_t *q, const void *data, size_t n)
+{
+    fd_outseg_t *s;
+
+    if (n == 0)
+        return FD_OK;
+    s = seg_new(q, SEG_MEM);
+    if (s == NULL)
+        return FD_ERROR;
+    s->mem = data;
+    s->len = n;
+    q->bytes += n;
+    return FD_OK;
+}
+
 int fd_outq_file(fd_outq_t *q, int fd, off_t off, size_t n)
 {
     fd_outseg_t *s;
@@ -591,9 +606,16 @@ static void seg_done(fd_outq_t *q)
 }
 
 /* n bytes have left: drop them from the front. */
+static void outq_drop(fd_outq_t *q, size_t n);
+
 static void outq_consume(fd_outq_t *q, size_t n)
 {
     fd_stats->bytes_out += (uint64_t)n;
+    outq_drop(q, n);
+}
+
+static void outq_drop(fd_outq_t *q, size_t n)
+{
     q->bytes -= n;
     while (n > 0 && q->segs) {
         fd_outseg_t *s = q->segs;
@@ -610,6 +632,28 @@ static void outq_consume(fd_outq_t *q, size_t n)
             q->head = s->off + s->len;
         seg_done(q);
     }
+}
+
+int fd_outq_move(fd_outq_t *to, fd_outq_t *from, size_t n)
+{
+    size_t left = n;
+    fd_outseg_t *s;
+    int rc = FD_OK;
+
+    for (s = from->segs; s && left && rc == FD_OK; s = s->next) {
+        size_t k = fd_min(left, s->len);
+        if (s->kind == SEG_BUF)
+            rc = fd_outq_append(to, from->buf + s->off, k);
+        else if (s->kind == SEG_MEM)
+            rc = fd_outq_mem(to, s->mem, k);
+        else
+            rc = fd_outq_file(to, s->fd, (off_t)s->off, k);
+        left -= k;
+    }
+    if (rc != FD_OK)
+        return FD_ERROR;
+    outq_drop(from, n - left);
+    return FD_OK;
 }
 
 static void outq_sent(fd_sendop_t *op)

@@ -94,7 +94,7 @@ static void http_sent(fd_outq_t *q)
     fd_http_conn_t *h = (fd_http_conn_t *)((char *)q -
                                            offsetof(fd_http_conn_t, out));
 
-    http_event(&h->c->s.ev, 0);
+    h->c->s.ev.handler(&h->c->s.ev, 0); /* HTTP/1.1's or HTTP/2's */
 }
 
 static fd_http_conn_t *hc_free;
@@ -138,6 +138,7 @@ static fd_http_conn_t *hc_get(fd_connection_t *c)
     }
     h->rpos = h->rlast = 0;
     h->r = NULL;
+    h->h2 = NULL;
     h->c = c;
     h->resume.data = h;
     c->h = h;
@@ -147,6 +148,8 @@ static fd_http_conn_t *hc_get(fd_connection_t *c)
 /* Nothing received yet on this connection's current request? */
 static int http_idle(fd_connection_t *c)
 {
+    if (c->h2)
+        return fd_h2_idle(c);
     return c->h == NULL || (c->h->r == NULL && c->h->rlast == c->h->rpos);
 }
 
@@ -156,6 +159,8 @@ static void http_release(fd_connection_t *c)
 
     if (h == NULL)
         return;
+    if (h->h2)
+        fd_h2_release(c); /* its streams and session; h goes below */
     if (h->r && h->r->on_abort) {
         void (*abort)(fd_request_t *) = h->r->on_abort;
         h->r->on_abort = NULL;
@@ -173,8 +178,8 @@ static void http_release(fd_connection_t *c)
         else
             fd_pool_reset(h->pool);
     }
-    if (h->feed_queued)
-        fd_http_feed_unlink(h);
+    if (h->r && h->r->feed_queued)
+        fd_http_feed_unlink(h->r);
     if (h->rbuf)
         fd_block_put(&fd_worker->rbufs, h->rbuf);
     fd_outq_clear(&h->out);
@@ -248,7 +253,7 @@ void **fd_request_ctx(fd_request_t *r, const fd_module_t *m)
 enum {
     CV_SCHEME = 1, CV_HTTPS, CV_SSL_PROTOCOL, CV_SSL_CIPHER,
     CV_SSL_SERVER_NAME, CV_SSL_SESSION_REUSED, CV_SSL_CLIENT_VERIFY,
-    CV_SSL_CLIENT_S_DN
+    CV_SSL_CLIENT_S_DN, CV_HTTP2, CV_HTTP2_STREAM_ID
 };
 
 static const struct {
@@ -263,6 +268,8 @@ static const struct {
     {"ssl_session_reused", CV_SSL_SESSION_REUSED},
     {"ssl_client_verify", CV_SSL_CLIENT_VERIFY},
     {"ssl_client_s_dn", CV_SSL_CLIENT_S_DN},
+    {"http2", CV_HTTP2},                     /* "h2", "h2c" or "" */
+    {"http2_stream_id", CV_HTTP2_STREAM_ID}, /* "" over HTTP/1.x */
 };
 
 int fd_http_conn_var_id(const char *name, size_t len)
@@ -282,6 +289,17 @@ fd_str_t fd_http_conn_var(fd_request_t *r, int id)
 
     if (id == CV_SCHEME)
         return s->tls ? fd_string("https") : fd_string("http");
+    if (id == CV_HTTP2)
+        return r->h2 == NULL ? fd_null_string
+               : s->tls      ? fd_string("h2")
+                             : fd_string("h2c");
+    if (id == CV_HTTP2_STREAM_ID) {
+        char *p;
+        if (r->h2 == NULL || (p = fd_pnalloc(r->pool, 12)) == NULL)
+            return fd_null_string;
+        return (fd_str_t){(size_t)(fd_fmt_uint(p, fd_http_stream_id(r)) - p),
+                          p};
+    }
     if (s->tls == NULL)
         return fd_null_string;
     switch (id) {
@@ -305,10 +323,30 @@ fd_str_t fd_http_conn_var(fd_request_t *r, int id)
 
 /* --- requests --- */
 
+fd_request_t *fd_http_request_new(fd_connection_t *c, fd_pool_t *pool)
+{
+    fd_request_t *r = fd_pcalloc(pool, sizeof(*r));
+
+    if (r == NULL)
+        return NULL;
+    r->c = c;
+    r->pool = pool;
+    r->start_msec = fd_current_msec;
+    r->content_length = -1;
+    r->last_modified = -1;
+    r->headers_out_last = &r->headers_out;
+    r->out_last = &r->out;
+    r->keepalive = 1;
+    fd_http_parse_init_zeroed(&r->in, pool,
+                              fd_worker->cycle->http.max_header_size,
+                              (unsigned)fd_worker->cycle->http.max_headers);
+    r->in.version = 11;
+    return r;
+}
+
 static fd_request_t *request_new(fd_connection_t *c)
 {
     fd_http_conn_t *h = c->h;
-    fd_request_t *r;
 
     /*
      * No request lives on this connection now. If what waits to be written
@@ -320,22 +358,7 @@ static fd_request_t *request_new(fd_connection_t *c)
      */
     if (fd_outq_copied(&h->out))
         fd_pool_clear(h->pool);
-    r = fd_pcalloc(h->pool, sizeof(*r));
-    if (r == NULL)
-        return NULL;
-    r->c = c;
-    r->pool = h->pool;
-    r->start_msec = fd_current_msec;
-    r->content_length = -1;
-    r->last_modified = -1;
-    r->headers_out_last = &r->headers_out;
-    r->out_last = &r->out;
-    r->keepalive = 1;
-    fd_http_parse_init_zeroed(&r->in, h->pool,
-                              fd_worker->cycle->http.max_header_size,
-                              (unsigned)fd_worker->cycle->http.max_headers);
-    r->in.version = 11;
-    return r;
+    return fd_http_request_new(c, h->pool);
 }
 
 /* Respond with an error page and close after it: framing is lost. */
@@ -432,7 +455,7 @@ fd_http_loc_t *fd_http_find_location(fd_request_t *r)
 static int body_start(fd_request_t *r);
 
 /* Header parsed: decide keep-alive, normalise, route, then body/handler. */
-static void request_start(fd_request_t *r)
+void fd_http_request_start(fd_request_t *r)
 {
     fd_connection_t *c = r->c;
     fd_http_conf_t *hc = &fd_worker->cycle->http;
@@ -442,12 +465,16 @@ static void request_start(fd_request_t *r)
 
     fd_stats->requests++;
     r->body_rest = r->in.chunked ? -1 : fd_max(r->in.content_length, 0);
-    r->keepalive = r->in.version == 11 ? !r->in.conn_close
-                                       : r->in.conn_keepalive &&
-                                             !r->in.conn_close;
-    if (c->requests + 1 >= (uint32_t)hc->keepalive_requests ||
-        fd_worker->quitting)
-        r->keepalive = 0;
+    if (r->h2) {
+        r->keepalive = 1; /* the connection's end is GOAWAY's business */
+    } else {
+        r->keepalive = r->in.version == 11 ? !r->in.conn_close
+                                           : r->in.conn_keepalive &&
+                                                 !r->in.conn_close;
+        if (c->requests + 1 >= (uint32_t)hc->keepalive_requests ||
+            fd_worker->quitting)
+            r->keepalive = 0;
+    }
     r->header_only = r->in.method_id == FD_HTTP_HEAD;
     r->server = find_server(r, &misdirected);
     if (c->plain_on_tls) {
@@ -530,6 +557,10 @@ static void send_continue(fd_request_t *r)
 {
     static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
+    /* HTTP/2: the window invites the body; a client waiting for a 100
+     * gets the final response or sends on its timer */
+    if (r->h2)
+        return;
     if (r->in.expect_continue && r->in.version == 11 && !r->continue_sent) {
         r->continue_sent = 1;
         out_append(r->c->h, cont, sizeof(cont) - 1);
@@ -649,6 +680,8 @@ ssize_t fd_http_body_pull(fd_request_t *r, char *buf, size_t size)
 {
     ssize_t n;
 
+    if (r->h2)
+        return fd_h2_body_pull(r, buf, size);
     if (r->body_rest == 0)
         return 0;
     n = body_decode(r, buf, size);
@@ -746,7 +779,13 @@ void fd_http_run_handler(fd_request_t *r)
             goto finish;
         }
         if (r->phase == PH_BODY) {
-            /* http_process() reads it, then comes back here */
+            /* http_process() reads it, then comes back here (HTTP/2:
+             * the stream's DATA, at the end of the turn) */
+            if (r->h2) {
+                r->async = 0;
+                fd_h2_resume(r);
+                return;
+            }
             if (resumed) {
                 r->async = 0;
                 post_resume(r->c->h);
@@ -808,6 +847,10 @@ void fd_request_finish(fd_request_t *r, int rc)
 {
     fd_http_conn_t *h = r->c->h;
 
+    if (r->h2) {
+        fd_h2_finish(r, rc);
+        return;
+    }
     r->async = 0;
     r->on_abort = NULL;
     if (r->c->s.error && r->c->closing && h->r == r) {
@@ -841,7 +884,7 @@ static void resume_handler(void *data)
     fd_connection_t *c = h->c;
 
     h->resume_posted = 0;
-    if (c == NULL || c->h != h)
+    if (c == NULL || c->h != h || c->h2)
         return;
     fd_log_conn_id = c->id;
     http_process(c);
@@ -872,8 +915,8 @@ int fd_http_detach(fd_request_t *r, fd_stream_t *to, char *buf, size_t size,
     size_t left;
     int rc, dup;
 
-    if (!r->header_sent || h == NULL || h->r != r)
-        return FD_ERROR;
+    if (!r->header_sent || h == NULL || h->r != r || r->h2)
+        return FD_ERROR; /* no tunnel over HTTP/2 (RFC 8441 is not here) */
     rc = fd_http_flush(c);
     if (rc != FD_OK)
         return rc; /* FD_AGAIN: r->on_drain is called when it is written */
@@ -911,6 +954,12 @@ int fd_http_detach(fd_request_t *r, fd_stream_t *to, char *buf, size_t size,
 /* The transport is ready: read the first request. */
 static void http_start(fd_connection_t *c)
 {
+    if (c->s.tls && fd_conn_listening(c)->http2 && fd_h2_alpn(c)) {
+        /* ALPN chose h2: no HTTP/1.1 on this connection */
+        if ((c->h == NULL && hc_get(c) == NULL) || fd_h2_start(c) != FD_OK)
+            fd_connection_close(c);
+        return;
+    }
     c->s.ev.handler = http_event;
     fd_connection_set_state(c, FD_CONN_READING);
     fd_connection_set_timeout(c, fd_worker->cycle->http.header_timeout);
@@ -963,12 +1012,40 @@ static void http_init(fd_connection_t *c)
     handshake_event(&c->s.ev, 0);
 }
 
+/*
+ * The first bytes on a cleartext http2 address: the HTTP/2 client preface
+ * (prior knowledge), 1; anything else, 0; FD_AGAIN while what came so far
+ * is a beginning of it.
+ */
+static int h2_preface(fd_http_conn_t *h)
+{
+    static const char pri[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    size_t n = fd_min(h->rlast - h->rpos, sizeof(pri) - 1);
+
+    if (memcmp(h->rbuf + h->rpos, pri, n) != 0)
+        return 0;
+    return n == sizeof(pri) - 1 ? 1 : FD_AGAIN;
+}
+
 /* Parse and run what the read buffer holds, in order. */
 static void http_process(fd_connection_t *c)
 {
     fd_http_conn_t *h = c->h;
 
-    while (!c->closing && h->out.bytes <= OUT_HIGH_WATER) {
+    if (c->requests == 0 && h->r == NULL && h->rpos < h->rlast &&
+        c->s.tls == NULL && fd_conn_listening(c)->http2) {
+        int rc = h2_preface(h);
+        if (rc == FD_AGAIN)
+            return;
+        if (rc == 1) {
+            if (fd_h2_start(c) != FD_OK) {
+                c->closing = 1;
+                c->s.error = 1;
+            }
+            return;
+        }
+    }
+    while (!c->h2 && !c->closing && h->out.bytes <= OUT_HIGH_WATER) {
         fd_request_t *r = h->r;
         int rc;
 
@@ -998,7 +1075,7 @@ static void http_process(fd_connection_t *c)
             r->phase = PH_HANDLER; /* the header is in; body_start may
                                     * switch to reading the body */
             fd_connection_set_state(c, FD_CONN_BUSY);
-            request_start(r);
+            fd_http_request_start(r);
             continue;
         case PH_BODY:
             rc = body_read(r);
@@ -1054,7 +1131,7 @@ static void http_read(fd_connection_t *c)
         ssize_t n;
         size_t space;
 
-        if (c->closing || c->h == NULL)
+        if (c->closing || c->h == NULL || c->h2)
             return;
         h = c->h;
         if (h->rpos > 0 && (h->rpos == h->rlast || h->rlast == size) &&
@@ -1259,8 +1336,8 @@ static void http_event(fd_event_t *ev, uint32_t events)
         int eof_before = c->s.eof;
         c->s.eof = 0;
         http_read(c);
-        if (c->h == NULL)
-            goto out;
+        if (c->h == NULL || c->h2)
+            goto out; /* closed, or HTTP/2 took it (fd_http2.c) */
         c->s.eof |= eof_before;
         if (c->s.eof)
             http_process(c);
@@ -1272,14 +1349,18 @@ out:
     /* a response in the turn's batch comes back through http_sent(),
      * which registers then if the connection lives on: a Connection:
      * close exchange needs no epoll_ctl() at all */
-    if (!c->s.registered && c->s.ev.fd >= 0 && c->state != FD_CONN_FREE &&
-        !(c->h && fd_outq_batched(&c->h->out)))
+    if (!c->s.registered && !c->h2 && c->s.ev.fd >= 0 &&
+        c->state != FD_CONN_FREE && !(c->h && fd_outq_batched(&c->h->out)))
         conn_register(c);
     fd_log_conn_id = 0;
 }
 
 static void http_timeout(fd_connection_t *c)
 {
+    if (c->h2) {
+        fd_h2_timeout(c);
+        return;
+    }
     if (!c->s.handshaken && c->s.tls) {
         fd_ssl_handshake_timeout(&c->s); /* counted, logged at info */
         fd_connection_close(c);

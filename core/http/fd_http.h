@@ -137,6 +137,9 @@ struct fd_request_s {
     fd_body_filter_pt body_filter;
 
     /* engine-private */
+    struct fd_h2_stream_s *h2; /* the HTTP/2 stream carrying it, or NULL */
+    fd_request_t *feed_next, **feed_prev; /* in the body filter's queue */
+    unsigned feed_queued;
     unsigned phase;
     int handler_rc;            /* from an offloaded handler */
     int64_t body_rest;         /* Content-Length bytes still to read */
@@ -225,6 +228,10 @@ fd_str_t fd_http_map_path(fd_request_t *r, fd_str_t uri);
  */
 int fd_http_conn_var_id(const char *name, size_t len);
 fd_str_t fd_http_conn_var(fd_request_t *r, int id);
+
+/* The HTTP/2 stream id that carries r ($http2_stream_id), 0 over
+ * HTTP/1.x. */
+unsigned fd_http_stream_id(fd_request_t *r);
 
 /* Routing */
 fd_http_loc_t *fd_http_find_location(fd_request_t *r);

@@ -31,19 +31,44 @@ struct fd_http_conn_s {
     unsigned resume_posted;  /* resume is in the posted list */
     fd_connection_t *c;
     fd_http_conn_t *next_free;
-    /* in feedq: a complete body waits for its next piece */
-    fd_http_conn_t *feed_next, **feed_prev;
-    unsigned feed_queued;
+    struct fd_h2_conn_s *h2;  /* HTTP/2 on this connection (fd_http2.c) */
 };
 
 /* fd_http.c */
 int fd_http_flush(fd_connection_t *c);
+/* The header is in r->in: route, then the access phase and the handler. */
+void fd_http_request_start(fd_request_t *r);
+/* A new request on c, in pool (HTTP/2: one pool per stream). */
+fd_request_t *fd_http_request_new(fd_connection_t *c, fd_pool_t *pool);
+
+/*
+ * fd_http2.c: a request an HTTP/2 stream carries (r->h2). The response
+ * side calls these where HTTP/1.1 writes into the connection's queue.
+ */
+int fd_h2_start(fd_connection_t *c);       /* the connection speaks h2 now */
+int fd_h2_header(fd_request_t *r);         /* HEADERS (the body follows) */
+/* Body bytes for the stream's DATA frames: copied (the caller reuses
+ * them), or referenced (memory or a file range valid until the request
+ * is freed, which waits for the frames to leave). */
+int fd_h2_body(fd_request_t *r, fd_buf_t *b, int copy);
+void fd_h2_end(fd_request_t *r);           /* no more body: END_STREAM */
+int fd_h2_flush(fd_request_t *r);          /* FD_OK, FD_ERROR: it is gone */
+size_t fd_h2_pending(fd_request_t *r);     /* queued, not yet framed */
+void fd_h2_cut(fd_request_t *r);           /* RST_STREAM INTERNAL_ERROR */
+void fd_h2_resume(fd_request_t *r);        /* go on at the end of the turn */
+void fd_h2_finish(fd_request_t *r, int rc);  /* fd_request_finish() */
+ssize_t fd_h2_body_pull(fd_request_t *r, char *buf, size_t size);
+void fd_h2_timeout(fd_connection_t *c);
+void fd_h2_release(fd_connection_t *c);
+int fd_h2_idle(fd_connection_t *c);
+/* a TLS client chose h2 by ALPN on an http2 listener */
+int fd_h2_alpn(fd_connection_t *c);
 
 /* fd_http_output.c */
 int fd_http_error_detail(fd_request_t *r, int status, const char *detail);
 void fd_http_access_count(fd_request_t *r);
 void fd_http_finalize(fd_request_t *r, int rc);
-void fd_http_feed_unlink(fd_http_conn_t *h);
+void fd_http_feed_unlink(fd_request_t *r);
 
 /* Post the connection's resume once: a posted entry is a list node, and
  * posting it twice in one turn would corrupt the list. */
@@ -68,6 +93,10 @@ static inline void request_done(fd_connection_t *c, fd_http_conn_t *h,
 {
     fd_http_access_count(r);
     r->done = 1;
+    if (r->h2) {
+        fd_h2_end(r);
+        return;
+    }
     c->requests++;
     if (!r->keepalive)
         c->closing = 1;

@@ -256,6 +256,13 @@ static int header_write(fd_request_t *r, fd_buf_t *body)
     fd_sbuf_t sb;
     char *p;
 
+    if (r->h2) {
+        /* HEADERS; the body, small or not, follows as DATA */
+        if (fd_h2_header(r) != FD_OK)
+            return FD_ERROR;
+        r->header_sent = 1;
+        return body ? fd_h2_body(r, body, 0) : FD_OK;
+    }
     if (fd_unlikely(hdr_cache.sec != fd_current_sec ||
                     hdr_cache.cycle != fd_worker->cycle))
         hdr_cache_fill(&fd_worker->cycle->http);
@@ -428,7 +435,12 @@ void fd_http_finalize(fd_request_t *r, int rc)
         rc = 500;
     if (rc >= 400 || (rc != FD_OK && rc != FD_DONE)) {
         if (r->header_sent) {
-            /* too late for an error page: cut the connection */
+            /* too late for an error page: cut the connection (over
+             * HTTP/2, the stream) */
+            if (r->h2) {
+                fd_h2_cut(r);
+                goto done;
+            }
             c->closing = 1;
             c->s.error = 1;
             goto done;
@@ -449,15 +461,18 @@ void fd_http_finalize(fd_request_t *r, int rc)
                 len += (int64_t)fd_buf_size(b);
             r->content_length = len;
         }
-        if (r->body_rest > 0 && r->phase != PH_HEADER &&
-            h->rlast - h->rpos >= (uint64_t)r->body_rest) {
+        if (r->h2) {
+            /* an unread body: the stream ends with RST_STREAM NO_ERROR
+             * after the response (RFC 9113 8.1), nothing lingers */
+        } else if (r->body_rest > 0 && r->phase != PH_HEADER &&
+                   h->rlast - h->rpos >= (uint64_t)r->body_rest) {
             /* answered before its body was read (refused by the access
              * phase, a redirect): what is already here is skipped, and
              * the connection stays usable */
             h->rpos += (size_t)r->body_rest;
             r->body_rest = 0;
         }
-        if (r->body_rest != 0 || r->phase == PH_HEADER) {
+        if (!r->h2 && (r->body_rest != 0 || r->phase == PH_HEADER)) {
             /* an unread body (or an unparsed request): framing is lost;
              * close, after letting the peer read the answer */
             r->keepalive = 0;
@@ -466,11 +481,15 @@ void fd_http_finalize(fd_request_t *r, int rc)
         {
             int body = !r->header_only && r->status >= 200 &&
                        r->status != 204 && r->status != 304;
-            if (r->body_filter && body && h->r == r) {
+            if (r->body_filter && body && (r->h2 || h->r == r)) {
                 /* a filter transforms the body (gzip): it is fed in
                  * pieces as the output drains, never in one go */
                 if (feed_start(r) == FD_OK)
                     return;
+                if (r->h2) {
+                    fd_h2_cut(r);
+                    goto done;
+                }
                 c->closing = 1;
                 c->s.error = 1;
                 goto done;
@@ -482,6 +501,10 @@ void fd_http_finalize(fd_request_t *r, int rc)
                                   ? r->out
                                   : NULL;
             if (header_write(r, small) != FD_OK) {
+                if (r->h2) {
+                    fd_h2_cut(r);
+                    goto done;
+                }
                 c->closing = 1;
                 c->s.error = 1;
                 goto done;
@@ -489,7 +512,11 @@ void fd_http_finalize(fd_request_t *r, int rc)
             if (body)
                 for (b = r->out; b; b = b->next) {
                     r->bytes_sent += fd_buf_size(b);
-                    if (b != small)
+                    if (b == small)
+                        continue;
+                    if (r->h2)
+                        fd_h2_body(r, b, 0);
+                    else
                         out_buf(h, b);
                 }
         }
@@ -504,6 +531,8 @@ done:
 /* A streamed body of unknown length: chunked, or close-delimited. */
 static void stream_framing(fd_request_t *r)
 {
+    if (r->h2)
+        return; /* DATA frames frame it, END_STREAM ends it */
     if (r->content_length < 0 && !r->header_only && r->status != 204 &&
         r->status != 304 && r->status >= 200) {
         if (r->in.version == 11)
@@ -538,40 +567,40 @@ static int stream_header(fd_request_t *r)
 static void feed_run(void *data);
 
 static struct {
-    fd_http_conn_t *head, **tail;
+    fd_request_t *head, **tail;
     fd_posted_t post;
     unsigned posted;
 } feedq = {.tail = &feedq.head, .post = {.handler = feed_run}};
 
-static void feed_queue(fd_http_conn_t *h)
+static void feed_queue(fd_request_t *r)
 {
-    if (h->feed_queued)
+    if (r->feed_queued)
         return;
-    h->feed_queued = 1;
-    h->feed_next = NULL;
-    h->feed_prev = feedq.tail;
-    *feedq.tail = h;
-    feedq.tail = &h->feed_next;
+    r->feed_queued = 1;
+    r->feed_next = NULL;
+    r->feed_prev = feedq.tail;
+    *feedq.tail = r;
+    feedq.tail = &r->feed_next;
     if (!feedq.posted) {
         feedq.posted = 1;
         fd_event_post(&feedq.post);
     }
 }
 
-void fd_http_feed_unlink(fd_http_conn_t *h)
+void fd_http_feed_unlink(fd_request_t *r)
 {
-    *h->feed_prev = h->feed_next;
-    if (h->feed_next)
-        h->feed_next->feed_prev = h->feed_prev;
+    *r->feed_prev = r->feed_next;
+    if (r->feed_next)
+        r->feed_next->feed_prev = r->feed_prev;
     else
-        feedq.tail = h->feed_prev;
-    h->feed_queued = 0;
+        feedq.tail = r->feed_prev;
+    r->feed_queued = 0;
 }
 
 /* r->on_drain: the output is written, the next piece may come */
 static void feed_drain(fd_request_t *r)
 {
-    feed_queue(r->c->h);
+    feed_queue(r);
 }
 
 static int chain_empty(const fd_buf_t *b)
@@ -587,7 +616,6 @@ static int chain_empty(const fd_buf_t *b)
  * feed_drain) or the body is done. Returns the bytes fed. */
 static size_t feed_body(fd_request_t *r)
 {
-    fd_http_conn_t *h = r->c->h;
     fd_buf_t piece, *b;
     size_t n;
     int rc;
@@ -616,9 +644,12 @@ static size_t feed_body(fd_request_t *r)
     if (rc == FD_ERROR) {
         /* cut (the header is out); closed after this turn's events */
         fd_http_finalize(r, FD_ERROR);
-        post_resume(h);
+        if (r->h2)
+            fd_h2_resume(r);
+        else
+            post_resume(r->c->h);
     } else if (rc == FD_OK) {
-        feed_queue(h);
+        feed_queue(r);
     }
     return n;
 }
@@ -630,12 +661,12 @@ static void feed_run(void *data)
     (void)data;
     feedq.posted = 0;
     while (feedq.head && spent < FEED_TURN) {
-        fd_http_conn_t *h = feedq.head;
-        fd_http_feed_unlink(h);
-        if (h->r == NULL || h->r->on_drain != feed_drain)
+        fd_request_t *r = feedq.head;
+        fd_http_feed_unlink(r);
+        if (r->on_drain != feed_drain)
             continue; /* cannot be: such a request is in no queue */
-        fd_log_conn_id = h->c->id;
-        spent += feed_body(h->r);
+        fd_log_conn_id = r->c->id;
+        spent += feed_body(r);
     }
     fd_log_conn_id = 0;
     if (feedq.head && !feedq.posted) {
@@ -656,7 +687,7 @@ static int feed_start(fd_request_t *r)
     if (header_write(r, NULL) != FD_OK)
         return FD_ERROR;
     r->on_drain = feed_drain;
-    feed_queue(r->c->h);
+    feed_queue(r);
     return FD_OK;
 }
 
@@ -666,6 +697,8 @@ int fd_http_send_header(fd_request_t *r)
         return FD_OK;
     if (stream_header(r) != FD_OK)
         return FD_ERROR;
+    if (r->h2)
+        return fd_h2_flush(r);
     return fd_http_flush(r->c) == FD_ERROR ? FD_ERROR : FD_OK;
 }
 
@@ -678,6 +711,12 @@ int fd_http_output_body(fd_request_t *r, fd_buf_t *chain)
         size_t n = fd_buf_size(b);
         if (n == 0)
             continue;
+        if (r->h2) {
+            if (fd_h2_body(r, b, b->file_fd < 0) != FD_OK)
+                return FD_ERROR;
+            r->bytes_sent += n;
+            continue;
+        }
         if (r->chunked_out) {
             char size[24];
             fd_sbuf_t sb;
@@ -726,7 +765,14 @@ int fd_http_output(fd_request_t *r, fd_buf_t *chain, int last)
         r->on_abort = NULL;
         r->async = 0;
         request_done(c, h, r);
+        if (r->h2)
+            return fd_h2_flush(r);
         post_resume(h);
+    }
+    if (r->h2) {
+        if (fd_h2_flush(r) != FD_OK)
+            return FD_ERROR;
+        return fd_h2_pending(r) > OUT_HIGH_WATER ? FD_AGAIN : FD_OK;
     }
     rc = fd_http_flush(c);
     if (rc == FD_ERROR)

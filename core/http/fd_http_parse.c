@@ -586,6 +586,79 @@ static int parse_header_line(fd_http_req_t *p, const char *s, size_t n)
     return FD_OK;
 }
 
+/* --- HTTP/2 (fd_http2.c): the request's parts, decoded by HPACK --- */
+
+int fd_http_req_method(fd_http_req_t *p, const char *s, size_t n)
+{
+    return parse_method(p, s, n);
+}
+
+/*
+ * :path, origin-form ("/a?b") or "*" for OPTIONS. The bytes a target may
+ * not hold are 400 here as on the request line (HPACK could carry a SP or
+ * a CTL); the first '?' and whether the path is plain are found in the
+ * same scan.
+ */
+int fd_http_req_path(fd_http_req_t *p, const char *s, size_t n)
+{
+    const char *q = NULL;
+    int plain = 1;
+    size_t j;
+
+    if (n == 0 || (s[0] != '/' && !(n == 1 && s[0] == '*')))
+        return 400;
+    for (j = 0; j < n; j++) {
+        uint8_t k = ch_class[(uint8_t)s[j]];
+        if (fd_likely(!(k & (CH_TARGET_BAD | CH_TARGET_NOTE))))
+            continue;
+        if (k & CH_TARGET_BAD)
+            return 400;
+        if (q)
+            continue;
+        if (s[j] == '?')
+            q = s + j;
+        else if (s[j] == '%' ||
+                 (j + 1 < n && (s[j + 1] == '/' || s[j + 1] == '.')))
+            plain = 0;
+    }
+    return parse_target(p, s, n, q, plain);
+}
+
+/*
+ * One regular header field (a copy the pool owns): stored and indexed as
+ * a header line would be. HTTP/2 has no Transfer-Encoding, Connection or
+ * Upgrade (nghttp2 refuses a request that carries one), so those are 400
+ * here too, should they come.
+ */
+int fd_http_req_header(fd_http_req_t *p, fd_str_t name, fd_str_t value)
+{
+    if (!value_valid(value.data, value.len))
+        return 400;
+    if (fd_str_caseeq_lit(name, "transfer-encoding") ||
+        fd_str_caseeq_lit(name, "connection") ||
+        fd_str_caseeq_lit(name, "upgrade"))
+        return 400;
+    if (p->nheaders == p->headers_cap) {
+        unsigned cap = p->headers_cap ? p->headers_cap * 2 : 16;
+        fd_http_header_t *h;
+        if (p->nheaders >= p->max_headers)
+            return 431;
+        h = fd_palloc(p->pool, cap * sizeof(*h));
+        if (h == NULL)
+            return 500;
+        if (p->nheaders)
+            memcpy(h, p->headers, p->nheaders * sizeof(*h));
+        p->headers = h;
+        p->headers_cap = cap;
+    }
+    if (p->nheaders >= p->max_headers)
+        return 431;
+    p->headers[p->nheaders].name = name;
+    p->headers[p->nheaders].value = value;
+    p->nheaders++;
+    return index_header(p, name, value);
+}
+
 static int headers_done(fd_http_req_t *p)
 {
     /* RFC 9112 3.2: an HTTP/1.1 request needs a Host field, even when

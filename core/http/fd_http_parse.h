@@ -36,7 +36,7 @@ typedef struct {
     fd_str_t target;          /* raw request-target */
     fd_str_t path_raw;        /* target up to '?', still percent-encoded */
     fd_str_t query;           /* after '?', without it */
-    int version;              /* 10 or 11 */
+    int version;              /* 10, 11, or 20 (HTTP/2) */
 
     fd_http_header_t *headers;
     unsigned nheaders;
@@ -98,6 +98,16 @@ static inline void fd_http_parse_init_zeroed(fd_http_req_t *p, fd_pool_t *pool,
  * status: 400, 414, 431, 501, 505.
  */
 int fd_http_parse_request(fd_http_req_t *p, const char *start, size_t len);
+
+/*
+ * HTTP/2 requests (fd_http2.c) come as decoded fields, not lines: the
+ * method, the :path (origin-form, or "*") and each regular field, whose
+ * bytes the caller keeps (the request's pool). FD_OK or an HTTP status,
+ * as fd_http_parse_request() would answer the same request.
+ */
+int fd_http_req_method(fd_http_req_t *p, const char *s, size_t n);
+int fd_http_req_path(fd_http_req_t *p, const char *s, size_t n);
+int fd_http_req_header(fd_http_req_t *p, fd_str_t name, fd_str_t value);
 
 /* Re-point slices from a copy of the header at from..from+len to to. */
 void fd_http_req_rebase(fd_http_req_t *p, const char *from, size_t len,

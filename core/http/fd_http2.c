@@ -1,0 +1,1271 @@
+/*
+ * HTTP/2 for clients (RFC 9113): a second protocol on the same client
+ * stream, beside HTTP/1.1 (fd_http.c). libnghttp2 does the framing, HPACK
+ * and the protocol's state machines; this file owns the rest: the streams,
+ * the requests they carry, flow control against fastd's own buffers,
+ * scheduling, timeouts and the limits that answer the known attacks.
+ *
+ * A stream's request is the same fd_request_t HTTP/1.1 makes, routed and
+ * run by the same engine: the handlers and modules do not know which
+ * protocol carried it. Where HTTP/1.1 writes into the connection's output
+ * queue, the response side calls in here (fd_http_int.h: fd_h2_*):
+ *
+ *   header  -> nghttp2_submit_response(), with a data source when a body
+ *              follows;
+ *   body    -> the stream's own queue (st->oq: copied bytes, referenced
+ *              memory, file ranges), taken by the data source one DATA
+ *              frame at a time (NGHTTP2_DATA_FLAG_NO_COPY): the frame
+ *              header is copied into the connection's queue and the
+ *              payload moved there as it was, so a file still leaves with
+ *              sendfile (under TLS: read and encrypted in bounded pieces),
+ *              never whole in memory;
+ *   flush   -> the connection is sent at the end of the loop turn, so the
+ *              frames of every stream that answered in a turn leave in one
+ *              write.
+ *
+ * A request's memory lives until its stream is closed and the connection
+ * has written every byte queued for it (st->mark): the DATA payloads point
+ * into it. A request a module still holds when its stream goes (a reset, a
+ * closed connection) is aborted through r->on_abort, or, when the module
+ * cannot be stopped (an offloaded handler), freed when it finishes.
+ *
+ * Request bodies: DATA goes into the stream's input buffer, which the
+ * stream window bounds (the window is opened again only as the body is
+ * taken: NO_AUTO_WINDOW_UPDATE), so a streamed upload (the proxy) is paced
+ * by its reader; a buffered one is copied into r->body as it comes, up to
+ * max_body_size.
+ */
+#include <netinet/tcp.h>
+#include <nghttp2/nghttp2.h>
+#include <openssl/ssl.h>
+#include <sys/epoll.h>
+
+#include "fd_core.h"
+#include "fd_http_int.h"
+
+#define H2_OUT_MAX (256 * 1024)  /* framed, unsent bytes: ask nghttp2 for
+                                  * more only below it */
+#define H2_CONN_WINDOW (1 << 20) /* request body bytes a connection may
+                                  * hold unread over all its streams */
+#define H2_EMPTY_DATA_MAX 256    /* empty DATA frames without END_STREAM */
+#define H2_RUN_ROUNDS 8          /* stream jobs and sends in one event */
+#define H2_POOL_KEEP 64          /* request pools kept for reuse */
+
+typedef struct fd_h2_stream_s h2s_t;
+typedef struct fd_h2_conn_s h2c_t;
+
+struct fd_h2_stream_s {
+    h2c_t *hc;                 /* NULL: the connection is gone */
+    fd_request_t *r;
+    int32_t id;
+    /* request side */
+    char *ib;                  /* DATA not yet taken by the request */
+    size_t ib_pos, ib_len, ib_cap;
+    size_t hdr_bytes;          /* as SETTINGS_MAX_HEADER_LIST_SIZE counts */
+    int bad;                   /* an HTTP status for the request, or 0 */
+    fd_str_t cookie;           /* the cookie fields, joined */
+    /* response side */
+    fd_outq_t oq;              /* body bytes not yet framed */
+    uint64_t mark;             /* hc->queued after its last frame */
+    h2s_t *next, **prev;       /* hc->streams, or hc->zombies */
+    h2s_t *run_next;           /* hc->run */
+    unsigned in_ended:1;       /* END_STREAM came */
+    unsigned started:1;        /* the request went to the engine */
+    unsigned provider:1;       /* the response has a data source */
+    unsigned out_end:1;        /* the body is all queued */
+    unsigned deferred:1;       /* the data source waits for bytes */
+    unsigned closed:1;         /* nghttp2 closed the stream */
+    unsigned zombie:1;         /* closed, waiting for its bytes to leave */
+    unsigned orphan:1;         /* closed while a module holds r */
+    unsigned queued:1;         /* in hc->run */
+    unsigned job_start:1, job_body:1, job_drain:1;
+};
+
+struct fd_h2_conn_s {
+    nghttp2_session *ss;
+    fd_connection_t *c;
+    fd_http_conn_t *h;
+    h2s_t *streams, *zombies, *run, **run_last;
+    unsigned nstreams;         /* open (streams list) */
+    unsigned nrequests;        /* taken on this connection */
+    int rst_budget;            /* resets of unanswered streams it may
+                                * still send (rapid reset) */
+    unsigned empty_data;
+    uint64_t queued;           /* bytes ever put in h->out */
+    uint64_t sent_seen;        /* queued - h->out.bytes, last look */
+    fd_posted_t post;
+    unsigned posted:1;
+    unsigned goaway:1;         /* GOAWAY submitted: no new streams */
+    unsigned closing:1;        /* close once GOAWAY is written */
+    unsigned in_recv:1;        /* inside nghttp2_session_mem_recv() */
+};
+
+static nghttp2_session_callbacks *callbacks;
+static nghttp2_option *options;
+static h2s_t *free_streams;
+static unsigned nfree_streams;
+static fd_pool_t *free_pools[H2_POOL_KEEP];
+static unsigned nfree_pools;
+
+static void h2_event(fd_event_t *ev, uint32_t events);
+static void h2_posted(void *data);
+static void h2_send(h2c_t *hc);
+static void h2_after(h2c_t *hc);
+
+/* --- streams --- */
+
+static h2s_t *stream_new(h2c_t *hc, int32_t id)
+{
+    h2s_t *st = free_streams;
+    fd_pool_t *pool;
+
+    if (st) {
+        free_streams = st->next;
+        nfree_streams--;
+    } else {
+        st = malloc(sizeof(*st));
+        if (st == NULL)
+            return NULL;
+        fd_outq_init(&st->oq);
+        st->ib = NULL;
+        st->ib_cap = 0;
+    }
+    pool = nfree_pools ? free_pools[--nfree_pools] : fd_pool_create(4096);
+    if (pool == NULL) {
+        st->next = free_streams;
+        free_streams = st;
+        nfree_streams++;
+        return NULL;
+    }
+    {
+        fd_outq_t oq = st->oq;
+        char *ib = st->ib;
+        size_t cap = st->ib_cap;
+        memset(st, 0, sizeof(*st));
+        st->oq = oq;
+        st->ib = ib;
+        st->ib_cap = cap;
+    }
+    st->r = fd_http_request_new(hc->c, pool);
+    if (st->r == NULL) {
+        fd_pool_destroy(pool);
+        st->next = free_streams;
+        free_streams = st;
+        nfree_streams++;
+        return NULL;
+    }
+    st->r->h2 = st;
+    st->r->in.version = 20;
+    st->r->in.max_header_size = fd_worker->cycle->http.http2_max_header_size;
+    st->hc = hc;
+    st->id = id;
+    st->next = hc->streams;
+    if (hc->streams)
+        hc->streams->prev = &st->next;
+    st->prev = &hc->streams;
+    hc->streams = st;
+    hc->nstreams++;
+    return st;
+}
+
+static void stream_unlink(h2s_t *st)
+{
+    *st->prev = st->next;
+    if (st->next)
+        st->next->prev = st->prev;
+    st->next = NULL;
+    st->prev = NULL;
+}
+
+/* Its request and memory go back. */
+static void stream_free(h2s_t *st)
+{
+    fd_request_t *r = st->r;
+
+    if (st->prev)
+        stream_unlink(st);
+    if (r) {
+        fd_pool_t *pool = r->pool;
+        unsigned nblocks = 0;
+        fd_pool_block_t *b;
+        if (r->feed_queued)
+            fd_http_feed_unlink(r);
+        r->h2 = NULL;
+        for (b = pool->first; b && nblocks <= 2; b = b->next)
+            nblocks++;
+        if (nblocks <= 2 && nfree_pools < H2_POOL_KEEP) {
+            fd_pool_clear(pool);
+            free_pools[nfree_pools++] = pool;
+        } else {
+            fd_pool_destroy(pool);
+        }
+    }
+    fd_outq_clear(&st->oq);
+    st->r = NULL;
+    if (st->ib_cap > 16384 || nfree_streams >= 1024) {
+        free(st->ib);
+        st->ib = NULL;
+        st->ib_cap = 0;
+    }
+    if (nfree_streams >= 1024) {
+        fd_outq_free(&st->oq);
+        free(st);
+        return;
+    }
+    st->next = free_streams;
+    free_streams = st;
+    nfree_streams++;
+}
+
+/* Sent bytes went past some closed streams' last frames: free them. */
+static void reap(h2c_t *hc)
+{
+    uint64_t sent = hc->queued - hc->h->out.bytes;
+    h2s_t *st, *next;
+
+    for (st = hc->zombies; st; st = next) {
+        next = st->next;
+        if (st->mark <= sent)
+            stream_free(st);
+    }
+}
+
+/* A job for the stream, run after the frames in hand (h2_run). */
+static void stream_job(h2s_t *st)
+{
+    h2c_t *hc = st->hc;
+
+    if (hc == NULL || st->queued)
+        return;
+    st->queued = 1;
+    st->run_next = NULL;
+    *hc->run_last = st;
+    hc->run_last = &st->run_next;
+}
+
+static void conn_post(h2c_t *hc)
+{
+    if (hc->posted)
+        return;
+    hc->posted = 1;
+    fd_event_post(&hc->post);
+}
+
+/*
+ * nghttp2 closed the stream (its end, a reset either way, GOAWAY). The
+ * request is stopped if a module still runs it; its memory waits for the
+ * bytes that point into it.
+ */
+static void stream_closed(h2s_t *st)
+{
+    h2c_t *hc = st->hc;
+    fd_request_t *r = st->r;
+
+    st->closed = 1;
+    stream_unlink(st);
+    hc->nstreams--;
+    if (r && !r->done && st->started) {
+        if (r->feed_queued)
+            fd_http_feed_unlink(r);
+        if (r->on_abort) {
+            void (*abort)(fd_request_t *) = r->on_abort;
+            r->on_abort = NULL;
+            r->on_drain = NULL;
+            r->on_body = NULL;
+            abort(r);
+        } else if (r->in_offload || r->async) {
+            /* it finishes on its own: freed then (fd_h2_finish) */
+            st->orphan = 1;
+            return;
+        }
+    }
+    st->mark = hc->queued;
+    st->zombie = 1;
+    st->next = hc->zombies;
+    if (hc->zombies)
+        hc->zombies->prev = &st->next;
+    st->prev = &hc->zombies;
+    hc->zombies = st;
+}
+
+/* --- the request side --- */
+
+static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *frame,
+                            void *ud)
+{
+    h2c_t *hc = ud;
+    h2s_t *st;
+
+    if (frame->hd.type != NGHTTP2_HEADERS ||
+        frame->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    st = stream_new(hc, frame->hd.stream_id);
+    if (st == NULL) {
+        nghttp2_submit_rst_stream(ss, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
+                                  NGHTTP2_INTERNAL_ERROR);
+        return 0;
+    }
+    nghttp2_session_set_stream_user_data(ss, frame->hd.stream_id, st);
+    hc->nrequests++;
+    fd_stats->h2_streams++;
+    if (hc->nrequests >= (unsigned)fd_worker->cycle->http.keepalive_requests
+        && !hc->goaway) {
+        /* this one is the last: the client opens a new connection */
+        nghttp2_submit_goaway(ss, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
+                              NGHTTP2_NO_ERROR, NULL, 0);
+        hc->goaway = 1;
+    }
+    return 0;
+}
+
+static fd_str_t pool_copy(fd_pool_t *pool, const uint8_t *p, size_t n)
+{
+    char *d = fd_pnalloc(pool, n + 1);
+
+    if (d == NULL)
+        return fd_null_string;
+    memcpy(d, p, n);
+    d[n] = '\0';
+    return (fd_str_t){n, d};
+}
+
+static int on_header(nghttp2_session *ss, const nghttp2_frame *frame,
+                     const uint8_t *name, size_t namelen,
+                     const uint8_t *value, size_t valuelen, uint8_t flags,
+                     void *ud)
+{
+    h2s_t *st = nghttp2_session_get_stream_user_data(ss, frame->hd.stream_id);
+    fd_request_t *r;
+    fd_http_req_t *in;
+    fd_str_t n, v;
+    int rc = FD_OK;
+
+    (void)flags;
+    (void)ud;
+    if (st == NULL || frame->hd.type != NGHTTP2_HEADERS || st->started)
+        return 0; /* trailers are not used */
+    r = st->r;
+    in = &r->in;
+    st->hdr_bytes += namelen + valuelen + 32;
+    if (st->hdr_bytes > fd_worker->cycle->http.http2_max_header_size) {
+        /* HPACK keeps decoding (its table must stay right); nothing more
+         * is kept, and the request is answered 431 */
+        st->bad = 431;
+        return 0;
+    }
+    if (st->bad)
+        return 0;
+    n = pool_copy(r->pool, name, namelen);
+    v = pool_copy(r->pool, value, valuelen);
+    if (n.data == NULL || v.data == NULL) {
+        st->bad = 500;
+        return 0;
+    }
+    if (namelen && name[0] == ':') {
+        /* nghttp2 checked the pseudo-fields: each once, before the rest */
+        if (fd_str_eq_lit(n, ":method"))
+            rc = fd_http_req_method(in, v.data, v.len);
+        else if (fd_str_eq_lit(n, ":path"))
+            rc = fd_http_req_path(in, v.data, v.len);
+        else if (fd_str_eq_lit(n, ":authority")) {
+            rc = fd_http_parse_host(v, &in->host, r->pool);
+            in->host_seen = 1;
+            in->host_from_target = 1; /* a Host field does not replace it */
+        }
+    } else if (fd_str_eq_lit(n, "cookie")) {
+        /* RFC 9113 8.2.3: joined with "; " for what follows */
+        if (st->cookie.len) {
+            fd_str_t j;
+            char *d = fd_pnalloc(r->pool, st->cookie.len + 2 + v.len);
+            if (d == NULL) {
+                st->bad = 500;
+                return 0;
+            }
+            memcpy(d, st->cookie.data, st->cookie.len);
+            memcpy(d + st->cookie.len, "; ", 2);
+            memcpy(d + st->cookie.len + 2, v.data, v.len);
+            j.data = d;
+            j.len = st->cookie.len + 2 + v.len;
+            st->cookie = j;
+        } else {
+            st->cookie = v;
+        }
+    } else {
+        rc = fd_http_req_header(in, n, v);
+    }
+    if (rc != FD_OK)
+        st->bad = rc;
+    return 0;
+}
+
+/* Body bytes into a buffered body (PH_BODY); the handler at its end. */
+static void body_feed(h2s_t *st)
+{
+    fd_request_t *r = st->r;
+    size_t n = st->ib_len - st->ib_pos, max = r->loc->max_body_size;
+
+    if (n) {
+        if (r->body_len + n > r->body_cap) {
+            size_t cap = r->body_cap ? r->body_cap : 4096;
+            char *nb;
+            while (cap < r->body_len + n)
+                cap *= 2;
+            if (r->body_len + n > max) {
+                fd_http_finalize(r, 413);
+                return;
+            }
+            cap = fd_min(cap, max);
+            nb = fd_pnalloc(r->pool, cap);
+            if (nb == NULL) {
+                fd_http_finalize(r, 500);
+                return;
+            }
+            memcpy(nb, r->body, r->body_len);
+            r->body = nb;
+            r->body_cap = cap;
+        }
+        memcpy(r->body + r->body_len, st->ib + st->ib_pos, n);
+        r->body_len += n;
+        st->ib_pos = st->ib_len = 0;
+        nghttp2_session_consume(st->hc->ss, st->id, n);
+    }
+    if (st->in_ended) {
+        if (r->in.content_length >= 0 &&
+            (int64_t)r->body_len != r->in.content_length) {
+            fd_http_finalize(r, 400);
+            return;
+        }
+        r->body_rest = 0;
+        r->phase = PH_HANDLER;
+        fd_http_run_handler(r);
+    }
+}
+
+/* The header block is complete: the request goes to the engine. */
+static void request_begin(h2s_t *st)
+{
+    fd_request_t *r = st->r;
+    fd_http_req_t *in = &r->in;
+
+    st->started = 1;
+    r->phase = PH_HANDLER;
+    if (st->bad == 0 && (in->method.len == 0 || in->target.len == 0))
+        st->bad = 400;
+    if (st->bad == 0 && st->cookie.len &&
+        fd_http_req_header(in, fd_string("cookie"), st->cookie) != FD_OK)
+        st->bad = 431;
+    if (st->bad) {
+        fd_http_finalize(r, st->bad);
+        return;
+    }
+    if (!st->in_ended && in->content_length < 0)
+        in->chunked = 1; /* a body of unknown length: DATA until the end */
+    fd_http_request_start(r);
+}
+
+static int on_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id,
+                         const uint8_t *data, size_t len, void *ud)
+{
+    h2s_t *st = nghttp2_session_get_stream_user_data(ss, id);
+    fd_request_t *r;
+
+    (void)flags;
+    (void)ud;
+    if (st == NULL || st->r == NULL || st->r->done) {
+        /* nobody reads it any more: the window opens again at once */
+        nghttp2_session_consume(ss, id, len);
+        return 0;
+    }
+    r = st->r;
+    if (st->ib_len + len > st->ib_cap) {
+        size_t cap = st->ib_cap ? st->ib_cap : 16384, keep;
+        char *nb;
+        /* what was taken goes from the front first */
+        keep = st->ib_len - st->ib_pos;
+        if (st->ib_pos) {
+            memmove(st->ib, st->ib + st->ib_pos, keep);
+            st->ib_pos = 0;
+            st->ib_len = keep;
+        }
+        while (cap < keep + len)
+            cap *= 2;
+        if (cap > st->ib_cap) {
+            nb = realloc(st->ib, cap);
+            if (nb == NULL)
+                return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+            st->ib = nb;
+            st->ib_cap = cap;
+        }
+    }
+    memcpy(st->ib + st->ib_len, data, len);
+    st->ib_len += len;
+    if (st->started && (r->phase == PH_BODY || r->phase == PH_STREAM)) {
+        st->job_body = 1;
+        stream_job(st);
+    }
+    return 0;
+}
+
+static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *frame,
+                         void *ud)
+{
+    h2c_t *hc = ud;
+    h2s_t *st = frame->hd.stream_id
+                    ? nghttp2_session_get_stream_user_data(
+                          ss, frame->hd.stream_id)
+                    : NULL;
+
+    switch (frame->hd.type) {
+    case NGHTTP2_HEADERS:
+        if (st == NULL || st->started ||
+            frame->headers.cat != NGHTTP2_HCAT_REQUEST)
+            break;
+        if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)
+            st->in_ended = 1;
+        st->job_start = 1;
+        stream_job(st);
+        break;
+    case NGHTTP2_DATA:
+        if (frame->hd.length == 0 &&
+            !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
+            ++hc->empty_data > H2_EMPTY_DATA_MAX) {
+            fd_log_error(FD_LOG_INFO, 0, "client sent too many empty DATA "
+                         "frames");
+            fd_stats->h2_goaways++;
+            nghttp2_session_terminate_session(ss, NGHTTP2_ENHANCE_YOUR_CALM);
+            return 0;
+        }
+        if (st && (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
+            st->in_ended = 1;
+            if (st->started && st->r &&
+                (st->r->phase == PH_BODY || st->r->phase == PH_STREAM)) {
+                st->job_body = 1;
+                stream_job(st);
+            }
+        }
+        break;
+    case NGHTTP2_RST_STREAM:
+        fd_stats->h2_resets++;
+        if (st && st->r && !st->r->done && --hc->rst_budget < 0) {
+            /* CVE-2023-44487: streams opened and reset faster than they
+             * can be answered */
+            fd_log_error(FD_LOG_INFO, 0, "client reset too many streams");
+            fd_stats->h2_goaways++;
+            nghttp2_session_terminate_session(ss, NGHTTP2_ENHANCE_YOUR_CALM);
+        }
+        break;
+    }
+    return 0;
+}
+
+static int on_stream_close(nghttp2_session *ss, int32_t id, uint32_t err,
+                           void *ud)
+{
+    h2s_t *st = nghttp2_session_get_stream_user_data(ss, id);
+
+    (void)err;
+    (void)ud;
+    if (st == NULL)
+        return 0;
+    nghttp2_session_set_stream_user_data(ss, id, NULL);
+    stream_closed(st);
+    return 0;
+}
+
+/* A response that ended while the request's body still comes: the rest
+ * is not wanted (RFC 9113 8.1). */
+static int on_frame_send(nghttp2_session *ss, const nghttp2_frame *frame,
+                         void *ud)
+{
+    h2s_t *st;
+
+    (void)ud;
+    if ((frame->hd.type != NGHTTP2_DATA &&
+         frame->hd.type != NGHTTP2_HEADERS) ||
+        !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
+        return 0;
+    st = nghttp2_session_get_stream_user_data(ss, frame->hd.stream_id);
+    if (st && !st->in_ended)
+        nghttp2_submit_rst_stream(ss, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
+                                  NGHTTP2_NO_ERROR);
+    return 0;
+}
+
+/* --- the response side --- */
+
+static ssize_t data_read(nghttp2_session *ss, int32_t id, uint8_t *buf,
+                         size_t len, uint32_t *flags,
+                         nghttp2_data_source *src, void *ud)
+{
+    h2s_t *st = src->ptr;
+    size_t n = fd_min(len, st->oq.bytes);
+
+    (void)ss;
+    (void)id;
+    (void)buf;
+    (void)ud;
+    if (n == 0 && !st->out_end) {
+        st->deferred = 1;
+        return NGHTTP2_ERR_DEFERRED;
+    }
+    *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+    if (st->out_end && n == st->oq.bytes)
+        *flags |= NGHTTP2_DATA_FLAG_EOF;
+    return (ssize_t)n;
+}
+
+static int send_data(nghttp2_session *ss, nghttp2_frame *frame,
+                     const uint8_t *framehd, size_t length,
+                     nghttp2_data_source *src, void *ud)
+{
+    h2c_t *hc = ud;
+    h2s_t *st = src->ptr;
+    fd_outq_t *out = &hc->h->out;
+
+    (void)ss;
+    (void)frame; /* no padding is asked for */
+    if (fd_outq_append(out, framehd, 9) != FD_OK ||
+        fd_outq_move(out, &st->oq, length) != FD_OK)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    hc->queued += 9 + length;
+    st->mark = hc->queued;
+    if (st->r && !st->r->done && st->r->on_drain &&
+        st->oq.bytes < OUT_HIGH_WATER) {
+        st->job_drain = 1;
+        stream_job(st);
+    }
+    return 0;
+}
+
+/* Connection-specific fields never go out over HTTP/2 (RFC 9113 8.2.2). */
+static int hop_field(fd_str_t n)
+{
+    return fd_str_caseeq_lit(n, "connection") ||
+           fd_str_caseeq_lit(n, "keep-alive") ||
+           fd_str_caseeq_lit(n, "proxy-connection") ||
+           fd_str_caseeq_lit(n, "transfer-encoding") ||
+           fd_str_caseeq_lit(n, "upgrade");
+}
+
+static int bad_bytes(fd_str_t s)
+{
+    return memchr(s.data, '\r', s.len) || memchr(s.data, '\n', s.len) ||
+           memchr(s.data, '\0', s.len);
+}
+
+#define NV_FLAGS (NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE)
+
+static void nv_set(nghttp2_nv *nv, const char *name, size_t nlen,
+                   const char *value, size_t vlen)
+{
+    nv->name = (uint8_t *)name;
+    nv->namelen = nlen;
+    nv->value = (uint8_t *)value;
+    nv->valuelen = vlen;
+    nv->flags = NV_FLAGS;
+}
+
+#define NV_LIT(nv, lit, v, l) nv_set(nv, lit, sizeof(lit) - 1, v, l)
+
+int fd_h2_header(fd_request_t *r)
+{
+    h2s_t *st = r->h2;
+    const fd_http_conf_t *hc = &fd_worker->cycle->http;
+    fd_http_header_out_t *ho;
+    nghttp2_data_provider prd;
+    nghttp2_nv *nv;
+    size_t n = 0, max = 8;
+    char *p;
+    int body, rv;
+
+    if (st == NULL || st->closed || st->hc == NULL)
+        return FD_ERROR;
+    for (ho = r->headers_out; ho; ho = ho->next)
+        max++;
+    nv = fd_palloc(r->pool, max * sizeof(*nv));
+    p = fd_pnalloc(r->pool, 4 + 21 + sizeof(fd_http_date) * 2);
+    if (nv == NULL || p == NULL)
+        return FD_ERROR;
+    /* :status, then the fields HTTP/1.1 would send, in its order */
+    p[0] = (char)('0' + r->status / 100 % 10);
+    p[1] = (char)('0' + r->status / 10 % 10);
+    p[2] = (char)('0' + r->status % 10);
+    NV_LIT(&nv[n++], ":status", p, 3);
+    p += 4;
+    if (hc->server_header[0])
+        NV_LIT(&nv[n++], "server", hc->server_header,
+               strlen(hc->server_header));
+    memcpy(p, fd_http_date, sizeof(fd_http_date) - 1);
+    NV_LIT(&nv[n++], "date", p, sizeof(fd_http_date) - 1);
+    p += sizeof(fd_http_date);
+    if (r->content_type.len)
+        NV_LIT(&nv[n++], "content-type", r->content_type.data,
+               r->content_type.len);
+    body = !r->header_only && r->status >= 200 && r->status != 204 &&
+           r->status != 304;
+    if (r->content_length >= 0 && (body || r->header_only) &&
+        r->status >= 200 && r->status != 204 && r->status != 304) {
+        char *e = fd_fmt_uint(p, (uint64_t)r->content_length);
+        NV_LIT(&nv[n++], "content-length", p, (size_t)(e - p));
+        p = e + 1;
+    }
+    if (r->last_modified >= 0) {
+        size_t k = fd_http_time(p, r->last_modified);
+        NV_LIT(&nv[n++], "last-modified", p, k);
+        p += k;
+    }
+    if (r->etag.len)
+        NV_LIT(&nv[n++], "etag", r->etag.data, r->etag.len);
+    for (ho = r->headers_out; ho; ho = ho->next) {
+        char *lc;
+        size_t i;
+        if (ho->name.len == 0 || hop_field(ho->name) ||
+            bad_bytes(ho->name) || bad_bytes(ho->value)) {
+            if (ho->name.len && !hop_field(ho->name))
+                fd_log_error(FD_LOG_ERR, 0, "a response header holding CR, "
+                             "LF or NUL was dropped");
+            continue;
+        }
+        /* names go lower case (RFC 9113 8.2.1) */
+        lc = fd_pnalloc(r->pool, ho->name.len);
+        if (lc == NULL)
+            return FD_ERROR;
+        for (i = 0; i < ho->name.len; i++)
+            lc[i] = fd_tolower(ho->name.data[i]);
+        nv_set(&nv[n++], lc, ho->name.len, ho->value.data, ho->value.len);
+    }
+    /* a complete empty body needs no DATA frame */
+    st->provider = body && (r->streamed || r->body_filter ||
+                            r->content_length != 0);
+    prd.source.ptr = st;
+    prd.read_callback = data_read;
+    rv = nghttp2_submit_response(st->hc->ss, st->id, nv, n,
+                                 st->provider ? &prd : NULL);
+    if (rv != 0) {
+        fd_log_error(FD_LOG_ERR, 0, "nghttp2_submit_response() failed: %s",
+                     nghttp2_strerror(rv));
+        return FD_ERROR;
+    }
+    conn_post(st->hc);
+    return FD_OK;
+}
+
+static void resume_data(h2s_t *st)
+{
+    if (st->deferred && st->hc && !st->closed) {
+        st->deferred = 0;
+        nghttp2_session_resume_data(st->hc->ss, st->id);
+    }
+}
+
+int fd_h2_body(fd_request_t *r, fd_buf_t *b, int copy)
+{
+    h2s_t *st = r->h2;
+    size_t n = fd_buf_size(b);
+    int rc;
+
+    if (st == NULL || st->closed || st->hc == NULL || !st->provider)
+        return st && !st->closed && st->hc ? FD_OK : FD_ERROR;
+    if (b->file_fd >= 0)
+        rc = fd_outq_file(&st->oq, b->file_fd, b->file_pos, n);
+    else if (copy)
+        rc = fd_outq_append(&st->oq, b->pos, n);
+    else
+        rc = fd_outq_ref(&st->oq, b->pos, n);
+    if (rc != FD_OK)
+        return FD_ERROR;
+    resume_data(st);
+    conn_post(st->hc);
+    return FD_OK;
+}
+
+void fd_h2_end(fd_request_t *r)
+{
+    h2s_t *st = r->h2;
+
+    if (st == NULL || st->hc == NULL)
+        return;
+    st->out_end = 1;
+    if (st->hc->rst_budget < 2 * (int)fd_worker->cycle->http
+                                     .http2_max_concurrent_streams)
+        st->hc->rst_budget++;
+    resume_data(st);
+    conn_post(st->hc);
+}
+
+int fd_h2_flush(fd_request_t *r)
+{
+    h2s_t *st = r->h2;
+
+    if (st == NULL || st->closed || st->hc == NULL)
+        return FD_ERROR;
+    conn_post(st->hc);
+    return FD_OK;
+}
+
+size_t fd_h2_pending(fd_request_t *r)
+{
+    return r->h2 ? r->h2->oq.bytes : 0;
+}
+
+void fd_h2_cut(fd_request_t *r)
+{
+    h2s_t *st = r->h2;
+
+    if (st == NULL || st->closed || st->hc == NULL)
+        return;
+    nghttp2_submit_rst_stream(st->hc->ss, NGHTTP2_FLAG_NONE, st->id,
+                              NGHTTP2_INTERNAL_ERROR);
+    conn_post(st->hc);
+}
+
+void fd_h2_resume(fd_request_t *r)
+{
+    h2s_t *st = r->h2;
+
+    if (st == NULL || st->hc == NULL || st->closed)
+        return;
+    st->job_body = 1;
+    stream_job(st);
+    conn_post(st->hc);
+}
+
+void fd_h2_finish(fd_request_t *r, int rc)
+{
+    h2s_t *st = r->h2;
+
+    r->async = 0;
+    r->on_abort = NULL;
+    if (st->orphan) {
+        /* its stream went while the module worked: nothing to answer */
+        if (st->hc) {
+            st->orphan = 0;
+            st->mark = st->hc->queued;
+            st->zombie = 1;
+            st->next = st->hc->zombies;
+            if (st->hc->zombies)
+                st->hc->zombies->prev = &st->next;
+            st->prev = &st->hc->zombies;
+            st->hc->zombies = st;
+            conn_post(st->hc);
+        } else {
+            stream_free(st);
+        }
+        return;
+    }
+    if (!r->done)
+        fd_http_finalize(r, rc);
+    conn_post(st->hc);
+}
+
+ssize_t fd_h2_body_pull(fd_request_t *r, char *buf, size_t size)
+{
+    h2s_t *st = r->h2;
+    size_t n;
+
+    if (st == NULL || st->hc == NULL || st->closed)
+        return FD_ERROR;
+    n = fd_min(size, st->ib_len - st->ib_pos);
+    if (n == 0)
+        return st->in_ended ? 0 : FD_AGAIN;
+    memcpy(buf, st->ib + st->ib_pos, n);
+    st->ib_pos += n;
+    if (st->ib_pos == st->ib_len)
+        st->ib_pos = st->ib_len = 0;
+    /* the window opens by what was taken: the upload's pace is the
+     * reader's */
+    nghttp2_session_consume(st->hc->ss, st->id, n);
+    conn_post(st->hc);
+    return (ssize_t)n;
+}
+
+unsigned fd_http_stream_id(fd_request_t *r)
+{
+    return r->h2 ? (unsigned)r->h2->id : 0;
+}
+
+/* --- the connection --- */
+
+/* The streams' jobs: start requests, feed bodies, tell producers the
+ * output drained. */
+static void h2_run(h2c_t *hc)
+{
+    while (hc->run) {
+        h2s_t *st = hc->run;
+        fd_request_t *r = st->r;
+
+        hc->run = st->run_next;
+        if (hc->run == NULL)
+            hc->run_last = &hc->run;
+        st->queued = 0;
+        if (st->closed || r == NULL)
+            continue;
+        if (st->job_start) {
+            st->job_start = 0;
+            request_begin(st);
+        }
+        if (st->closed || r->done)
+            continue;
+        if (st->job_body) {
+            st->job_body = 0;
+            if (r->phase == PH_BODY)
+                body_feed(st);
+            else if (r->phase == PH_STREAM && r->on_body)
+                r->on_body(r);
+        }
+        if (st->closed || r->done)
+            continue;
+        if (st->job_drain) {
+            st->job_drain = 0;
+            if (r->on_drain)
+                r->on_drain(r);
+        }
+    }
+}
+
+static void h2_fatal(h2c_t *hc, int rv)
+{
+    uint32_t code = NGHTTP2_PROTOCOL_ERROR;
+
+    if (rv == NGHTTP2_ERR_FLOODED
+#ifdef NGHTTP2_ERR_TOO_MANY_CONTINUATIONS
+        || rv == NGHTTP2_ERR_TOO_MANY_CONTINUATIONS
+#endif
+    )
+        code = NGHTTP2_ENHANCE_YOUR_CALM;
+    else if (rv == NGHTTP2_ERR_NOMEM || rv == NGHTTP2_ERR_CALLBACK_FAILURE)
+        code = NGHTTP2_INTERNAL_ERROR;
+    fd_log_error(FD_LOG_INFO, 0, "HTTP/2 connection ended: %s",
+                 nghttp2_strerror(rv));
+    fd_stats->h2_goaways++;
+    /* a session past a fatal error frames nothing more: the GOAWAY is
+     * written by hand (9-byte header, last stream id, error code) */
+    {
+        uint8_t f[17] = {0, 0, 8, NGHTTP2_GOAWAY, 0, 0, 0, 0, 0};
+        uint32_t last = (uint32_t)nghttp2_session_get_last_proc_stream_id(
+            hc->ss);
+        f[9] = (uint8_t)(last >> 24 & 0x7f);
+        f[10] = (uint8_t)(last >> 16);
+        f[11] = (uint8_t)(last >> 8);
+        f[12] = (uint8_t)last;
+        f[13] = (uint8_t)(code >> 24);
+        f[14] = (uint8_t)(code >> 16);
+        f[15] = (uint8_t)(code >> 8);
+        f[16] = (uint8_t)code;
+        if (fd_outq_append(&hc->h->out, f, sizeof(f)) == FD_OK)
+            hc->queued += sizeof(f);
+    }
+    hc->closing = 1;
+}
+
+/* Read and hand the bytes to nghttp2 until the socket is empty, or the
+ * output is too far behind to take more work on. */
+static void h2_read(h2c_t *hc)
+{
+    fd_connection_t *c = hc->c;
+    fd_http_conn_t *h = hc->h;
+    size_t size = fd_worker->rbufs.size;
+
+    while (c->s.readable && !hc->closing && h->out.bytes < H2_OUT_MAX) {
+        ssize_t n = fd_stream_recv(&c->s, h->rbuf, size);
+        ssize_t rv;
+
+        if (n <= 0) {
+            c->s.readable = 0;
+            if (n == 0 || c->s.error)
+                hc->closing = 1;
+            return;
+        }
+        fd_stats->bytes_in += (uint64_t)n;
+        hc->in_recv = 1;
+        rv = nghttp2_session_mem_recv(hc->ss, (const uint8_t *)h->rbuf,
+                                      (size_t)n);
+        hc->in_recv = 0;
+        if (rv < 0) {
+            h2_fatal(hc, (int)rv);
+            return;
+        }
+        h2_run(hc);
+        if ((size_t)n < size && c->s.tp->short_read_drains)
+            c->s.readable = 0;
+    }
+}
+
+/* Frame what nghttp2 has into the connection's queue and write it. */
+static void h2_send(h2c_t *hc)
+{
+    fd_http_conn_t *h = hc->h;
+
+    while (!hc->closing && h->out.bytes < H2_OUT_MAX) {
+        const uint8_t *data;
+        ssize_t n = nghttp2_session_mem_send(hc->ss, &data);
+        if (n < 0) {
+            h2_fatal(hc, (int)n);
+            break;
+        }
+        if (n == 0)
+            break;
+        if (fd_outq_append(&h->out, data, (size_t)n) != FD_OK) {
+            h2_fatal(hc, NGHTTP2_ERR_NOMEM);
+            break;
+        }
+        hc->queued += (uint64_t)n;
+    }
+    if (!fd_outq_empty(&h->out) && fd_http_flush(hc->c) == FD_ERROR)
+        hc->closing = 1;
+}
+
+/* Close, or wait: for the socket, the streams, or the idle timeout. */
+static void h2_after(h2c_t *hc)
+{
+    fd_connection_t *c = hc->c;
+    fd_http_conn_t *h = hc->h;
+    uint64_t sent = hc->queued - h->out.bytes;
+    const fd_http_conf_t *conf = &fd_worker->cycle->http;
+
+    reap(hc);
+    if (fd_worker->quitting && !hc->goaway) {
+        /* a graceful stop: streams in flight finish, no new ones */
+        nghttp2_submit_goaway(hc->ss, NGHTTP2_FLAG_NONE,
+                              nghttp2_session_get_last_proc_stream_id(hc->ss),
+                              NGHTTP2_NO_ERROR, NULL, 0);
+        hc->goaway = 1;
+        h2_send(hc);
+    }
+    if (c->s.error ||
+        (hc->closing && (fd_outq_empty(&h->out) || c->s.eof)) ||
+        (!nghttp2_session_want_read(hc->ss) &&
+         !nghttp2_session_want_write(hc->ss) && fd_outq_empty(&h->out))) {
+        fd_connection_close(c);
+        return;
+    }
+    if (hc->nstreams == 0 && !hc->closing) {
+        if (c->state != FD_CONN_IDLE || sent != hc->sent_seen) {
+            fd_connection_set_state(c, FD_CONN_IDLE);
+            fd_connection_set_timeout(c, fd_worker->quitting
+                                             ? fd_min(conf->http2_idle_timeout,
+                                                      1000)
+                                             : conf->http2_idle_timeout);
+        }
+    } else {
+        fd_connection_set_state(c, FD_CONN_BUSY);
+        if (!fd_outq_empty(&h->out)) {
+            /* a client that reads nothing (or opens no window) has
+             * send_timeout from the last byte it took */
+            if (sent != hc->sent_seen || c->s.deadline == 0)
+                fd_connection_set_timeout(c, conf->send_timeout);
+        } else if (hc->closing) {
+            fd_connection_set_timeout(c, conf->send_timeout);
+        } else {
+            int stuck = 0;
+            h2s_t *st;
+            for (st = hc->streams; st; st = st->next)
+                if (st->provider && !st->deferred &&
+                    (st->oq.bytes || st->out_end))
+                    stuck = 1; /* data waits for the peer's window */
+            if (!stuck)
+                c->s.deadline = 0; /* the modules' own timers rule */
+            else if (sent != hc->sent_seen || c->s.deadline == 0)
+                fd_connection_set_timeout(c, conf->send_timeout);
+        }
+    }
+    hc->sent_seen = sent;
+}
+
+static void h2_work(h2c_t *hc)
+{
+    unsigned i;
+
+    fd_log_conn_id = hc->c->id;
+    for (i = 0; i < H2_RUN_ROUNDS; i++) {
+        h2_run(hc);
+        h2_send(hc);
+        if (hc->run == NULL)
+            break;
+    }
+    if (hc->run)
+        conn_post(hc); /* the rest after a look at the other clients */
+    h2_after(hc);
+    fd_log_conn_id = 0;
+}
+
+static void h2_event(fd_event_t *ev, uint32_t events)
+{
+    fd_connection_t *c = (fd_connection_t *)ev;
+    h2c_t *hc = c->h->h2;
+
+    fd_stream_events(&c->s, events);
+    if (c->s.error) {
+        fd_connection_close(c);
+        return;
+    }
+    fd_log_conn_id = c->id;
+    h2_read(hc);
+    h2_work(hc);
+}
+
+static void h2_posted(void *data)
+{
+    h2c_t *hc = data;
+
+    hc->posted = 0;
+    if (hc->c == NULL)
+        free(hc); /* the connection closed after posting */
+    else
+        h2_work(hc);
+}
+
+static int h2_global_init(void)
+{
+    nghttp2_session_callbacks *cb;
+
+    if (callbacks)
+        return FD_OK;
+    if (nghttp2_session_callbacks_new(&cb) != 0 ||
+        nghttp2_option_new(&options) != 0)
+        return FD_ERROR;
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cb,
+                                                            on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb,
+                                                              on_data_chunk);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cb,
+                                                           on_stream_close);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
+    nghttp2_session_callbacks_set_send_data_callback(cb, send_data);
+    nghttp2_option_set_no_auto_window_update(options, 1);
+    /* the floods nghttp2 counts itself: queued PING/SETTINGS ACKs, the
+     * number of SETTINGS entries, CONTINUATION frames per header block */
+    nghttp2_option_set_max_outbound_ack(options, 1000);
+    nghttp2_option_set_max_settings(options, 32);
+    nghttp2_option_set_max_continuations(options, 8);
+    callbacks = cb;
+    return FD_OK;
+}
+
+int fd_h2_alpn(fd_connection_t *c)
+{
+    const unsigned char *p;
+    unsigned len;
+
+    SSL_get0_alpn_selected(c->s.tls, &p, &len);
+    return len == 2 && p[0] == 'h' && p[1] == '2';
+}
+
+int fd_h2_start(fd_connection_t *c)
+{
+    const fd_http_conf_t *conf = &fd_worker->cycle->http;
+    fd_http_conn_t *h = c->h;
+    nghttp2_settings_entry set[3];
+    h2c_t *hc;
+    uint32_t mask = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+
+    if (h2_global_init() != FD_OK)
+        return FD_ERROR;
+    hc = calloc(1, sizeof(*hc));
+    if (hc == NULL)
+        return FD_ERROR;
+    if (nghttp2_session_server_new2(&hc->ss, callbacks, hc, options) != 0) {
+        free(hc);
+        return FD_ERROR;
+    }
+    hc->c = c;
+    hc->h = h;
+    hc->run_last = &hc->run;
+    hc->rst_budget = 2 * (int)conf->http2_max_concurrent_streams;
+    hc->post.handler = h2_posted;
+    hc->post.data = hc;
+    h->h2 = hc;
+    c->h2 = 1;
+    fd_stats->h2_conns++;
+    fd_stats->h2_active++;
+    set[0].settings_id = NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS;
+    set[0].value = (uint32_t)conf->http2_max_concurrent_streams;
+    set[1].settings_id = NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE;
+    set[1].value = (uint32_t)conf->http2_initial_window;
+    set[2].settings_id = NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE;
+    set[2].value = (uint32_t)conf->http2_max_header_size;
+    if (nghttp2_submit_settings(hc->ss, NGHTTP2_FLAG_NONE, set, 3) != 0 ||
+        nghttp2_session_set_local_window_size(hc->ss, NGHTTP2_FLAG_NONE, 0,
+                                              H2_CONN_WINDOW) != 0)
+        return FD_ERROR;
+    /* every event from here, edge-triggered: the session reads and writes
+     * as it goes */
+    c->s.ev.handler = h2_event;
+    c->s.et = 1;
+    if ((c->s.registered ? fd_event_mod(&c->s.ev, mask)
+                         : fd_event_add(&c->s.ev, mask)) < 0) {
+        fd_log_error(FD_LOG_ALERT, errno, "epoll_ctl() failed");
+        return FD_ERROR;
+    }
+    c->s.registered = 1;
+    if (!c->s.nodelay) {
+        int one = 1;
+        setsockopt(c->s.ev.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        c->s.nodelay = 1;
+    }
+    fd_connection_set_state(c, FD_CONN_BUSY);
+    /* what the HTTP/1.1 side read already: the preface, maybe more */
+    if (h->rlast > h->rpos) {
+        ssize_t rv;
+        hc->in_recv = 1;
+        rv = nghttp2_session_mem_recv(hc->ss,
+                                      (const uint8_t *)h->rbuf + h->rpos,
+                                      h->rlast - h->rpos);
+        hc->in_recv = 0;
+        h->rpos = h->rlast = 0;
+        if (rv < 0)
+            h2_fatal(hc, (int)rv);
+    }
+    c->s.readable = 1;
+    h2_read(hc);
+    h2_work(hc);
+    return FD_OK;
+}
+
+void fd_h2_timeout(fd_connection_t *c)
+{
+    h2c_t *hc = c->h->h2;
+
+    if (hc->nstreams == 0 && !hc->closing) {
+        /* idle (or a graceful stop): GOAWAY, then close */
+        nghttp2_submit_goaway(hc->ss, NGHTTP2_FLAG_NONE,
+                              nghttp2_session_get_last_proc_stream_id(hc->ss),
+                              NGHTTP2_NO_ERROR, NULL, 0);
+        hc->goaway = 1;
+        h2_send(hc);
+    } else {
+        fd_log_error(FD_LOG_INFO, 0, "client timed out reading the response");
+    }
+    fd_connection_close(c);
+}
+
+int fd_h2_idle(fd_connection_t *c)
+{
+    return c->h == NULL || c->h->h2 == NULL || c->h->h2->nstreams == 0;
+}
+
+/* The connection closes: every stream goes with it. */
+void fd_h2_release(fd_connection_t *c)
+{
+    h2c_t *hc = c->h->h2;
+    h2s_t *st;
+
+    while ((st = hc->streams) != NULL) {
+        nghttp2_session_set_stream_user_data(hc->ss, st->id, NULL);
+        stream_closed(st);
+        if (st->orphan)
+            st->hc = NULL; /* freed when its module lets go */
+    }
+    while ((st = hc->zombies) != NULL)
+        stream_free(st);
+    /* orphans (a module still holds the request) keep their stream */
+    nghttp2_session_del(hc->ss);
+    c->h->h2 = NULL;
+    c->h2 = 0;
+    fd_stats->h2_active--;
+    hc->c = NULL;
+    if (!hc->posted)
+        free(hc);
+}
