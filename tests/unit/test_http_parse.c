@@ -636,9 +636,82 @@ static void test_methods(void)
     is_int(p.method_id, FD_HTTP_PATCH, "PATCH has its id");
 }
 
+/* HTTP/2's decoded parts: the same answers a request line would get */
+static fd_str_t S(const char *s)
+{
+    return (fd_str_t){strlen(s), s};
+}
+
+static void h2_init(fd_http_req_t *p)
+{
+    fd_pool_clear(pool);
+    fd_http_parse_init(p, pool, 8192, 4);
+    p->version = 20;
+}
+
+static void test_h2_parts(void)
+{
+    static const char *const bad_paths[] = {
+        "", "x", "http://a/b", "/a b", "/a\tb", "/a\x7f", "/a#f", "/\x01"};
+    fd_http_req_t p;
+    unsigned i;
+
+    h2_init(&p);
+    is_int(fd_http_req_method(&p, "GET", 3), FD_OK, "h2 :method GET");
+    is_int(p.method_id, FD_HTTP_GET, "with its id");
+    is_int(fd_http_req_path(&p, "/a/b?c=d", 8), FD_OK, "h2 :path");
+    is_strn(p.path_raw.data, p.path_raw.len, "/a/b", "path before '?'");
+    is_strn(p.query.data, p.query.len, "c=d", "and the query");
+    ok(p.path_plain, "a plain path is seen plain");
+    h2_init(&p);
+    fd_http_req_method(&p, "GET", 3);
+    is_int(fd_http_req_path(&p, "/a/../b", 7), FD_OK, "a dot segment");
+    ok(!p.path_plain, "is left for normalising");
+    h2_init(&p);
+    fd_http_req_method(&p, "GET", 3);
+    is_int(fd_http_req_path(&p, "/%2e%2e/x?/..", 13), FD_OK, "an escape");
+    ok(!p.path_plain, "is left for normalising too");
+    for (i = 0; i < fd_nelems(bad_paths); i++) {
+        h2_init(&p);
+        fd_http_req_method(&p, "GET", 3);
+        is_int(fd_http_req_path(&p, bad_paths[i], strlen(bad_paths[i])), 400,
+               "h2 :path \"%s\" is 400", bad_paths[i]);
+    }
+    h2_init(&p);
+    fd_http_req_method(&p, "GET", 3);
+    is_int(fd_http_req_path(&p, "*", 1), 400, "* is for OPTIONS only");
+    h2_init(&p);
+    fd_http_req_method(&p, "OPTIONS", 7);
+    is_int(fd_http_req_path(&p, "*", 1), FD_OK, "OPTIONS *");
+
+    h2_init(&p);
+    is_int(fd_http_req_header(&p, S("content-length"), S("12")), FD_OK,
+           "a field");
+    is_int((int)p.content_length, 12, "indexed as on HTTP/1.1");
+    is_int(fd_http_req_header(&p, S("content-length"), S("12")), 400,
+           "a second content-length is 400");
+    h2_init(&p);
+    is_int(fd_http_req_header(&p, S("x"), S("a\r\nb: c")), 400,
+           "a value holding CR LF is 400");
+    is_int(fd_http_req_header(&p, S("transfer-encoding"), S("chunked")), 400,
+           "transfer-encoding is 400 over HTTP/2");
+    is_int(fd_http_req_header(&p, S("connection"), S("close")), 400,
+           "so is connection");
+    is_int(fd_http_req_header(&p, S("upgrade"), S("h2c")), 400,
+           "and upgrade");
+    is_int(fd_http_req_header(&p, S("host"), S("a..b")), 400,
+           "a bad host field is 400");
+    h2_init(&p);
+    for (i = 0; i < 4; i++)
+        fd_http_req_header(&p, S("x-a"), S("1"));
+    is_int(fd_http_req_header(&p, S("x-a"), S("1")), 431,
+           "fields past max_headers are 431");
+}
+
 int main(void)
 {
     pool = fd_pool_create(4096);
+    test_h2_parts();
     test_plain_paths();
     test_requests();
     test_rejections();
