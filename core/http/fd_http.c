@@ -161,6 +161,8 @@ static void http_release(fd_connection_t *c)
         return;
     if (h->h2)
         fd_h2_release(c); /* its streams and session; h goes below */
+    if (h->r && h->r->feed_queued) /* r is in the pool cleared below */
+        fd_http_feed_unlink(h->r);
     if (h->r && h->r->on_abort) {
         void (*abort)(fd_request_t *) = h->r->on_abort;
         h->r->on_abort = NULL;
@@ -178,8 +180,6 @@ static void http_release(fd_connection_t *c)
         else
             fd_pool_reset(h->pool);
     }
-    if (h->r && h->r->feed_queued)
-        fd_http_feed_unlink(h->r);
     if (h->rbuf)
         fd_block_put(&fd_worker->rbufs, h->rbuf);
     fd_outq_clear(&h->out);

@@ -20,8 +20,17 @@
  * buffering, a rewrite), byte 1 its headers and filters (set_header,
  * gzip, access log), byte 2 the upstream group and the engine's options,
  * byte 3 how the bytes travel (pieces, FINs), byte 4 bit 0 websocket = on,
- * bytes 4-7 seed the pieces; then the client's bytes, "\n--UPSTREAM--\n",
- * and the bytes the upstream answers each connection with.
+ * bit 1 HTTP/2, bytes 4-7 seed the pieces; then the client's bytes,
+ * "\n--UPSTREAM--\n", and the bytes the upstream answers each connection
+ * with.
+ *
+ * HTTP/2 (prior knowledge on the same address): the client's bytes are
+ * frames, each [type][flags][stream][length][payload]: the harness sends
+ * the preface and a SETTINGS, then each frame with its header; a HEADERS
+ * or CONTINUATION payload is "name: value" lines that the harness
+ * HPACK-encodes (what a request lacks of :method, :scheme, :authority and
+ * :path is added first), unless its type byte has bit 7 set (raw bytes).
+ * Through the real session (nghttp2) and the engine, up to the proxy.
  *
  * Everything runs with timeouts far longer than an input takes: no timer
  * fires, and an input runs the same way each time (but see the cache).
@@ -37,6 +46,8 @@
 #include <stdarg.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+
+#include <nghttp2/nghttp2.h>
 
 #include "fd_core.h"
 #include "fd_connection.h"
@@ -251,11 +262,11 @@ static void config(text_t *t, const uint8_t *k)
     add(t, "[offload]\nthreads = 1\n");
     add(t, "[http]\nmax_header_size = 8k\nkeepalive_requests = %d\n",
         k[3] & 0x80 ? 2 : 100);
-    add(t, "[server]\nlisten = 127.0.0.1:%u default\n"
+    add(t, "[server]\nlisten = 127.0.0.1:%u default%s\n"
            "server_name = a.example\nroot = %s/html\nopen_file_cache = 0\n"
            "error_page = 404 /404.html\n"
            "error_page = 500 502 503 504 /50x.html\n",
-        client_port, dir);
+        client_port, k[4] & 2 ? " http2" : "", dir);
     if (k[1] & 0x10)
         add(t, "gzip = on\ngzip_min_length = %s\ngzip_types = *\n",
             k[1] & 0x40 ? "0" : "64");
@@ -617,6 +628,108 @@ static cached_t *cycle_get(const uint8_t *k)
     return pick;
 }
 
+/* --- HTTP/2 frames --------------------------------------------------------- */
+
+static uint8_t h2buf[1 << 17];
+
+static size_t put_frame(size_t at, unsigned type, unsigned flags,
+                        uint32_t sid, const uint8_t *p, size_t n)
+{
+    uint8_t *f = h2buf + at;
+
+    if (at + 9 + n > sizeof(h2buf))
+        return at;
+    f[0] = (uint8_t)(n >> 16);
+    f[1] = (uint8_t)(n >> 8);
+    f[2] = (uint8_t)n;
+    f[3] = (uint8_t)type;
+    f[4] = (uint8_t)flags;
+    f[5] = (uint8_t)(sid >> 24 & 0x7f);
+    f[6] = (uint8_t)(sid >> 16);
+    f[7] = (uint8_t)(sid >> 8);
+    f[8] = (uint8_t)sid;
+    if (n)
+        memcpy(f + 9, p, n);
+    return at + 9 + n;
+}
+
+/* "name: value" lines into a header block, the missing pseudo-fields
+ * first: at most out_size bytes, 0 when it does not fit. */
+static size_t hpack(nghttp2_hd_deflater *d, const uint8_t *p, size_t n,
+                    uint8_t *out, size_t out_size)
+{
+    static const char *const pseudo[][2] = {{":method", "GET"},
+                                            {":scheme", "http"},
+                                            {":authority", "a.example"},
+                                            {":path", "/up/x"}};
+    nghttp2_nv nv[64];
+    size_t nn = 0, k;
+    const uint8_t *e = p + n;
+    ssize_t rv;
+
+    for (k = 0; k < 4; k++) {
+        size_t len = strlen(pseudo[k][0]);
+        if (memmem(p, n, pseudo[k][0], len) == NULL)
+            nv[nn++] = (nghttp2_nv){(uint8_t *)pseudo[k][0],
+                                    (uint8_t *)pseudo[k][1], len,
+                                    strlen(pseudo[k][1]), 0};
+    }
+    while (p < e && nn < fd_nelems(nv)) {
+        const uint8_t *eol = memchr(p, '\n', (size_t)(e - p)), *c;
+        size_t skip;
+        if (eol == NULL)
+            eol = e;
+        skip = p < eol && *p == ':'; /* a pseudo-field's own colon */
+        c = memchr(p + skip, ':', (size_t)(eol - p) - skip);
+        if (c && c > p) {
+            const uint8_t *v = c + 1;
+            while (v < eol && *v == ' ')
+                v++;
+            nv[nn++] = (nghttp2_nv){(uint8_t *)p, (uint8_t *)v,
+                                    (size_t)(c - p), (size_t)(eol - v), 0};
+        }
+        p = eol + 1;
+    }
+    /* names are sent as they came: an upper-case one is a malformed
+     * request, which the session must answer */
+    rv = nghttp2_hd_deflate_hd(d, out, out_size, nv, nn);
+    return rv < 0 ? 0 : (size_t)rv;
+}
+
+/* The client's frames, after the preface and a SETTINGS: into h2buf. */
+static size_t h2_frames(const uint8_t *p, size_t n)
+{
+    static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    nghttp2_hd_deflater *d;
+    uint8_t block[8192];
+    size_t at = sizeof(preface) - 1;
+
+    memcpy(h2buf, preface, at);
+    at = put_frame(at, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
+    if (nghttp2_hd_deflate_new(&d, 4096) != 0)
+        abort();
+    while (n >= 4) {
+        unsigned t = p[0], type = t & 0x0f, flags = p[1];
+        uint32_t sid = t & 0x40 ? 2u * p[2] + 1 : p[2];
+        size_t len = fd_min((size_t)p[3], n - 4);
+        const uint8_t *pl = p + 4;
+
+        if (type > 9)
+            type = NGHTTP2_HEADERS;
+        if ((type == NGHTTP2_HEADERS || type == NGHTTP2_CONTINUATION) &&
+            !(t & 0x80)) {
+            size_t k = hpack(d, pl, len, block, sizeof(block));
+            at = put_frame(at, type, flags, sid, block, k);
+        } else {
+            at = put_frame(at, type, flags, sid, pl, len);
+        }
+        p += 4 + len;
+        n -= 4 + len;
+    }
+    nghttp2_hd_deflate_del(d);
+    return at;
+}
+
 /* --- one input ------------------------------------------------------------ */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -663,6 +776,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     x.req_len = sep ? (size_t)(sep - data) : size;
     x.resp = sep ? sep + sizeof(SEP) - 1 : data + size;
     x.resp_len = sep ? size - (size_t)(x.resp - data) : 0;
+    if (cy->listening->http2) {
+        x.req_len = h2_frames(x.req, x.req_len);
+        x.req = h2buf;
+    }
 
     open_fds(before);
     x.client = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

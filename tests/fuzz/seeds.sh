@@ -157,6 +157,42 @@ rq '\000\060\000\000' '\000' 'GET /ret/x?a=b HTTP/1.1\r\nHost: a.example\r\n\r\n
 rq '\000\160\000\000' '\000' 'GET /static/a.txt HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\n\r\nGET /static/ HTTP/1.1\r\nHost: a\r\nRange: bytes=0-3\r\n\r\nGET /static/nope HTTP/1.1\r\nHost: a\r\n\r\n' ''
 rq '\000\040\000\000' '\000' 'GET /plaintext HTTP/1.1\r\nHost: a\r\n\r\nGET /json HTTP/1.1\r\nHost: a\r\n\r\nGET /status HTTP/1.1\r\nHost: a\r\nAccept: application/json\r\n\r\nGET /deny HTTP/1.1\r\nHost: a\r\n\r\n' ''
 
+# HTTP/2 (byte 4 bit 1): frames [type][flags][stream][length][payload];
+# type bit 6 makes the stream 2n+1, a HEADERS payload is "name: value"
+# lines (tests/fuzz/fuzz_request.c)
+fr() { # TYPE FLAGS STREAM PAYLOAD: one frame record, its length counted
+    printf -- "$1$2$3"
+    printf "\\$(printf %03o "$(printf -- "$4" | wc -c)")"
+    printf -- "$4"
+}
+h2() { # NAME CONFIG RESPONSE, the frames (made by fr) on stdin: a pipe's
+    # subshell, so the name is given rather than counted
+    mkdir -p "$dir/fuzz_request"
+    { printf -- "$2\002\001\002\003"; cat; printf -- "$U"; printf -- "$3"; } \
+        > "$dir/fuzz_request/seed-$1"
+}
+fr '\101' '\005' '\000' ':path: /plaintext' | h2 h2-1 '\000\000\000\000' ''
+{ fr '\101' '\005' '\000' ':path: /up/x?q=1\nuser-agent: t\ncookie: a=1\ncookie: b=2'
+  fr '\101' '\005' '\001' ':path: /json'
+  fr '\101' '\005' '\002' ':path: /static/a.txt\naccept-encoding: gzip'
+  fr '\101' '\005' '\003' ':path: /static/\nrange: bytes=0-3'; } \
+    | h2 h2-2 '\000\020\000\000' "$OK"
+{ fr '\101' '\004' '\000' ':method: POST\n:path: /up/p\ncontent-length: 5'
+  fr '\100' '\001' '\000' 'hello'; } | h2 h2-3 '\000\000\000\000' "$OK"
+{ fr '\101' '\004' '\000' ':method: POST\n:path: /up/p'
+  fr '\100' '\000' '\000' 'hel'
+  fr '\100' '\001' '\000' 'lo'; } | h2 h2-4 '\000\000\000\000' "$OK"
+{ fr '\101' '\005' '\000' ':path: /up/slow'
+  fr '\103' '\000' '\000' '\000\000\000\010'
+  fr '\101' '\005' '\001' ':path: /plaintext'; } | h2 h2-5 '\000\000\000\000' "$OK"
+{ fr '\101' '\001' '\000' ':path: /up/c'
+  fr '\011' '\004' '\001' 'x-a: b'
+  fr '\006' '\000' '\000' '12345678'
+  fr '\010' '\000' '\000' '\177\377\377\377'
+  fr '\004' '\000' '\000' '\000\004\000\000\000\000'
+  fr '\107' '\000' '\000' '\000\000\000\000\000\000\000\000'; } \
+    | h2 h2-6 '\000\000\000\000' "$OK"
+
 # --- configurations ---------------------------------------------------------
 mkdir -p "$dir/fuzz_conf"
 cp conf/fastd.conf "$dir/fuzz_conf/fastd.conf"
