@@ -531,7 +531,6 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *frame,
             ++hc->empty_data > H2_EMPTY_DATA_MAX) {
             fd_log_error(FD_LOG_INFO, 0, "client sent too many empty DATA "
                          "frames");
-            fd_stats->h2_goaways++;
             nghttp2_session_terminate_session(ss, NGHTTP2_ENHANCE_YOUR_CALM);
             return 0;
         }
@@ -550,7 +549,6 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *frame,
             /* CVE-2023-44487: streams opened and reset faster than they
              * can be answered */
             fd_log_error(FD_LOG_INFO, 0, "client reset too many streams");
-            fd_stats->h2_goaways++;
             nghttp2_session_terminate_session(ss, NGHTTP2_ENHANCE_YOUR_CALM);
         }
         break;
@@ -572,14 +570,20 @@ static int on_stream_close(nghttp2_session *ss, int32_t id, uint32_t err,
     return 0;
 }
 
-/* A response that ended while the request's body still comes: the rest
- * is not wanted (RFC 9113 8.1). */
+/* A GOAWAY for an error is counted. A response that ended while the
+ * request's body still comes: the rest is not wanted (RFC 9113 8.1). */
 static int on_frame_send(nghttp2_session *ss, const nghttp2_frame *frame,
                          void *ud)
 {
     h2s_t *st;
 
     (void)ud;
+    if (frame->hd.type == NGHTTP2_GOAWAY &&
+        frame->goaway.error_code != NGHTTP2_NO_ERROR) {
+        /* fastd's limits and nghttp2's protocol errors alike */
+        fd_stats->h2_goaways++;
+        return 0;
+    }
     if ((frame->hd.type != NGHTTP2_DATA &&
          frame->hd.type != NGHTTP2_HEADERS) ||
         !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
