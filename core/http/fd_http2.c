@@ -971,8 +971,15 @@ static void h2_read(h2c_t *hc)
     size_t size = fd_worker->rbufs.size;
 
     while (c->s.readable && !hc->closing && h->out.bytes < H2_OUT_MAX) {
-        ssize_t n = fd_stream_recv(&c->s, h->rbuf, size);
+        ssize_t n;
         ssize_t rv;
+
+        if (h->rbuf == NULL &&
+            (h->rbuf = fd_block_get(&fd_worker->rbufs)) == NULL) {
+            hc->closing = 1;
+            return;
+        }
+        n = fd_stream_recv(&c->s, h->rbuf, size);
 
         if (n <= 0) {
             c->s.readable = 0;
@@ -1044,6 +1051,16 @@ static void h2_after(h2c_t *hc)
         return;
     }
     if (hc->nstreams == 0 && !hc->closing) {
+        if (fd_outq_empty(&h->out) && hc->zombies == NULL) {
+            /* idle: the buffers go back until the next frame */
+            fd_outq_clear(&h->out);
+            if (h->rbuf) {
+                fd_block_put(&fd_worker->rbufs, h->rbuf);
+                h->rbuf = NULL;
+            }
+            if (c->s.tp->idle)
+                c->s.tp->idle(&c->s);
+        }
         if (c->state != FD_CONN_IDLE || sent != hc->sent_seen) {
             fd_connection_set_state(c, FD_CONN_IDLE);
             fd_connection_set_timeout(c, fd_worker->quitting
