@@ -194,6 +194,11 @@ void fd_stats_retire(unsigned i)
     for (k = 0; k < FD_SSL_FAIL_N; k++) {
         fold(&d->ssl_failed[k], &s->ssl_failed[k]);
     }
+    /* h2_active is a gauge: it ends with the worker */
+    fold(&d->h2_conns, &s->h2_conns);
+    fold(&d->h2_streams, &s->h2_streams);
+    fold(&d->h2_resets, &s->h2_resets);
+    fold(&d->h2_goaways, &s->h2_goaways);
 
     for (k = 0; fd_modules[k] != NULL; k++) {
         const fd_module_t *m = fd_modules[k];
