@@ -17,10 +17,11 @@
  *             "failures": {"protocol", "no_shared_cipher",
  *                          "client_certificate", "plain_http", "closed",
  *                          "timeout", "other"}},
+ *     "http2": {"connections", "active", "streams", "resets", "goaways"},
  *     "workers": [{"slot", "pid", "generation", "alive", "uptime_s",
  *                  "connections": {...}, "requests",
  *                  "responses": {...}, "bytes": {...}, "tls": {...},
- *                  "modules": {...}}],
+ *                  "http2": {...}, "modules": {...}}],
  *     "modules": {GROUP: [{LABEL: "value", ..., FIELD: N, ...}]}
  *   }
  * "modules" holds what the modules report through their status hook (see
@@ -107,6 +108,21 @@ static void core_metrics(fd_status_t *st, const fd_stats_t *s, int alive)
                           "TLS handshakes that failed, by reason.", label,
                           s->ssl_failed[k]);
     }
+    fd_status_counter(st, "http2_connections",
+                      "HTTP/2 connections taken (h2 and h2c).", NULL,
+                      s->h2_conns);
+    if (alive) {
+        fd_status_gauge(st, "http2_active_connections",
+                        "Open HTTP/2 connections.", NULL, s->h2_active);
+    }
+    fd_status_counter(st, "http2_streams",
+                      "Requests carried by HTTP/2 streams.", NULL,
+                      s->h2_streams);
+    fd_status_counter(st, "http2_resets", "HTTP/2 streams the client reset.",
+                      NULL, s->h2_resets);
+    fd_status_counter(st, "http2_goaways",
+                      "HTTP/2 connections ended with GOAWAY for an error.",
+                      NULL, s->h2_goaways);
     st->core = 0;
 }
 
@@ -130,9 +146,14 @@ static void add_stats(fd_stats_t *d, const fd_stats_t *s, int counters,
         for (k = 0; k < FD_SSL_FAIL_N; k++) {
             d->ssl_failed[k] += s->ssl_failed[k];
         }
+        d->h2_conns += s->h2_conns;
+        d->h2_streams += s->h2_streams;
+        d->h2_resets += s->h2_resets;
+        d->h2_goaways += s->h2_goaways;
     }
     if (gauges) {
         d->conn_active += s->conn_active;
+        d->h2_active += s->h2_active;
         d->conn_reading += s->conn_reading;
         d->conn_writing += s->conn_writing;
         d->conn_idle += s->conn_idle;
@@ -303,6 +324,15 @@ static void json_stats(json_w_t *w, const fd_stats_t *s)
         jw_uint(w, fd_ssl_failure_names[k], s->ssl_failed[k]);
     }
     jw_close(w, '}');
+    jw_close(w, '}');
+
+    jw_key(w, "http2");
+    jw_open(w, '{');
+    jw_uint(w, "connections", s->h2_conns);
+    jw_uint(w, "active", s->h2_active);
+    jw_uint(w, "streams", s->h2_streams);
+    jw_uint(w, "resets", s->h2_resets);
+    jw_uint(w, "goaways", s->h2_goaways);
     jw_close(w, '}');
 }
 

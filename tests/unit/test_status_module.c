@@ -2,7 +2,9 @@
  * Unit tests: the status documents (JSON and Prometheus) for figures no
  * fixed buffer holds: long metric names, long and escaped label values, a
  * thousand label sets, a profile name with quotes. Nothing may be cut or
- * fall back to the raw label text.
+ * fall back to the raw label text. Then the core figures gathered from
+ * the slots: HTTP/2 per worker and in the totals, with the retired
+ * workers' counters folded in and the gauge of live workers only.
  */
 #define fd_status_module fd_status_module_unit
 #include "../../modules/fd_status_module.c"
@@ -120,6 +122,66 @@ int main(void)
     for (n = 0, i = 0; doc[i]; i++)
         n += doc[i] == '\n';
     ok(n > 2000, "Prometheus: every sample (%u lines)", n);
+
+    /* HTTP/2: a live worker, an exited one not yet retired, the retired */
+    {
+        fd_stats_t *w0 = fd_shm_slot(v.shm, 0), *w1 = fd_shm_slot(v.shm, 1);
+        fd_stats_t *ret = &v.shm->retired;
+        status_view_t v2 = {.shm = v.shm, .now = v.now};
+
+        w0->pid = 101, w0->alive = 1;
+        w0->h2_conns = 10, w0->h2_active = 3, w0->h2_streams = 320;
+        w0->h2_resets = 4, w0->h2_goaways = 1;
+        w1->pid = 102, w1->alive = 0;
+        w1->h2_conns = 5, w1->h2_active = 2, w1->h2_streams = 50;
+        w1->h2_resets = 6, w1->h2_goaways = 2;
+        ret->h2_conns = 1000, ret->h2_active = 7, ret->h2_streams = 9000;
+        ret->h2_resets = 40, ret->h2_goaways = 20;
+
+        fd_status_init(&st, p);
+        gather(&st, &v2);
+        ok(!st.failed, "HTTP/2: gathered");
+
+        r.out = NULL;
+        is_int(render_json(&r, &st, &v2), FD_OK, "HTTP/2: JSON rendered");
+        doc = body(&r);
+        /* the totals: every counter summed, the gauge of w0 only */
+        ok(strstr(doc, "\n \"http2\": {\n  \"connections\": 1015,\n"
+                       "  \"active\": 3,\n  \"streams\": 9370,\n"
+                       "  \"resets\": 50,\n  \"goaways\": 23\n }")
+           != NULL, "HTTP/2: JSON totals, retired folded in, live gauge");
+        ok(strstr(doc, "\"http2\": {\n    \"connections\": 10,\n"
+                       "    \"active\": 3,\n    \"streams\": 320,\n"
+                       "    \"resets\": 4,\n    \"goaways\": 1\n   }")
+           != NULL, "HTTP/2: JSON of worker 0");
+        ok(strstr(doc, "\"http2\": {\n    \"connections\": 5,\n")
+           != NULL, "HTTP/2: JSON of the exited worker");
+
+        r.out = NULL;
+        is_int(render_prometheus(&r, &st, &v2), FD_OK,
+               "HTTP/2: Prometheus rendered");
+        doc = body(&r);
+        ok(strstr(doc, "\n# TYPE fastd_http2_connections_total counter\n"
+                       "fastd_http2_connections_total 1015\n") != NULL,
+           "Prometheus: fastd_http2_connections_total");
+        ok(strstr(doc, "\n# HELP fastd_http2_active_connections ") != NULL
+           && strstr(doc, "\n# TYPE fastd_http2_active_connections gauge\n"
+                          "fastd_http2_active_connections 3\n") != NULL,
+           "Prometheus: fastd_http2_active_connections, live workers only");
+        ok(strstr(doc, "\nfastd_http2_streams_total 9370\n") != NULL,
+           "Prometheus: fastd_http2_streams_total");
+        ok(strstr(doc, "\nfastd_http2_resets_total 50\n") != NULL,
+           "Prometheus: fastd_http2_resets_total");
+        ok(strstr(doc, "\nfastd_http2_goaways_total 23\n") != NULL,
+           "Prometheus: fastd_http2_goaways_total");
+        ok(strstr(doc, "\nfastd_worker_http2_streams_total{worker=\"1\"}"
+                       " 50\n") != NULL
+           && strstr(doc, "\nfastd_worker_http2_active_connections"
+                          "{worker=\"0\"} 3\n") != NULL
+           && strstr(doc, "fastd_worker_http2_active_connections"
+                          "{worker=\"1\"}") == NULL,
+           "Prometheus: per worker; no gauge for the exited one");
+    }
 
     fd_pool_destroy(p);
     return done_testing();
