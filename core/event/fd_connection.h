@@ -59,6 +59,9 @@ typedef struct fd_proto_s {
     void (*release)(fd_connection_t *c);  /* give back per-request state */
     /* nothing in progress: a graceful stop may close it now */
     int (*idle)(fd_connection_t *c);
+    /* a graceful stop began: tell the peer (HTTP/2: GOAWAY); NULL:
+     * nothing to say (HTTP/1.1 answers Connection: close) */
+    void (*quit)(fd_connection_t *c);
 } fd_proto_t;
 
 void fd_connection_close(fd_connection_t *c);

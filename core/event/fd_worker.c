@@ -480,7 +480,17 @@ static void close_idle_soon(void)
 
     for (fd = 0; fd < fd_worker->max_conns; fd++) {
         fd_connection_t *c = &conn_mem[fd];
-        int idle = c->state == FD_CONN_IDLE ||
+        const fd_proto_t *proto;
+        int idle;
+
+        if (c->s.ev.fd < 0 || c->state == FD_CONN_FREE)
+            continue;
+        proto = fd_conn_listening(c)->proto;
+        if (proto->quit)
+            proto->quit(c);
+        if (c->s.ev.fd < 0)
+            continue; /* it closed at once */
+        idle = c->state == FD_CONN_IDLE ||
                    (c->state == FD_CONN_READING &&
                     fd_conn_listening(c)->proto->idle(c));
         if (idle && c->s.ev.fd >= 0 &&

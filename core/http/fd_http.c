@@ -1387,10 +1387,19 @@ static void http_timeout(fd_connection_t *c)
     fd_connection_close(c);
 }
 
+/* A graceful stop: HTTP/2 says GOAWAY now; HTTP/1.1 answers the request
+ * in flight with Connection: close (header_build). */
+static void http_quit(fd_connection_t *c)
+{
+    if (c->h2)
+        fd_h2_quit(c);
+}
+
 const fd_proto_t fd_http_proto = {
     .name = "http/1.1",
     .init = http_init,
     .timeout = http_timeout,
     .release = http_release,
     .idle = http_idle,
+    .quit = http_quit,
 };

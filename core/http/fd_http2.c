@@ -1262,6 +1262,11 @@ void fd_h2_timeout(fd_connection_t *c)
     fd_connection_close(c);
 }
 
+void fd_h2_quit(fd_connection_t *c)
+{
+    conn_post(c->h->h2); /* h2_after sends the GOAWAY */
+}
+
 int fd_h2_idle(fd_connection_t *c)
 {
     return c->h == NULL || c->h->h2 == NULL || c->h->h2->nstreams == 0;

@@ -61,6 +61,7 @@ ssize_t fd_h2_body_pull(fd_request_t *r, char *buf, size_t size);
 void fd_h2_timeout(fd_connection_t *c);
 void fd_h2_release(fd_connection_t *c);
 int fd_h2_idle(fd_connection_t *c);
+void fd_h2_quit(fd_connection_t *c);    /* a graceful stop: GOAWAY */
 /* a TLS client chose h2 by ALPN on an http2 listener */
 int fd_h2_alpn(fd_connection_t *c);
 
