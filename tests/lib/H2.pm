@@ -17,6 +17,7 @@ use strict;
 use warnings;
 
 use JSON::PP ();
+use POSIX ();
 use FastdTest;
 use TLS;
 
@@ -455,6 +456,34 @@ sub py {
     my $r = defined $json ? eval { JSON::PP::decode_json($json) } : undef;
     return $r if $r;
     return { error => $rc == -1 ? 'timed out' : "exit $rc", output => $out };
+}
+
+# py() in the background (a forked child), for a scenario that must run
+# while the test does something else (a reload); py_wait: its result.
+sub py_start {
+    my ($t, $code, %o) = @_;
+    my $out = $t->dir . '/bg.' . ++$seq . '.json';
+    my $pid = fork // die "fork: $!";
+    if ($pid == 0) {
+        my $r = py($t, $code, %o);
+        FastdTest::spew($out, JSON::PP::encode_json($r));
+        POSIX::_exit(0);
+    }
+    return { pid => $pid, out => $out };
+}
+
+sub py_wait {
+    my ($h, $timeout) = @_;
+    my $done = FastdTest::wait_for(sub { waitpid($h->{pid}, POSIX::WNOHANG()) == $h->{pid} },
+                                   $timeout // 60, 0.05);
+    unless ($done) {
+        kill 'KILL', $h->{pid};
+        waitpid($h->{pid}, 0);
+        return { error => 'the background scenario did not end' };
+    }
+    my $j = FastdTest::slurp($h->{out});
+    return (defined $j ? eval { JSON::PP::decode_json($j) } : undef)
+        || { error => 'no result from the background scenario' };
 }
 
 # A one-line account of a py() result for diag().
