@@ -90,19 +90,32 @@ is($r->{code}, 200, 'PUT 200 KB from stdin: no content-length, DATA until END_ST
 like($r->{body}, qr{^body-length: 200000$}m, 'the backend got every byte');
 is(H2::hval($r, 'x-sum'), $sum, 'intact');
 
-$o = H2::py($t, <<'PY');
+# a POST without content-length in DATA frames, END_STREAM on an empty
+# last one: the HEADERS alone first (0.3 s before the DATA), and all the
+# frames in one write (the server reads them in one go: the END_STREAM is
+# known before the request starts, yet a body came)
+for my $split (1, 0) {
+    $o = H2::py($t, <<'PY', args => [ $split ]);
+split = ARGS[0] == '1'
 c = Raw()
 c.until(lambda: c.settings, 5)
-c.req(1, '/p/frames', method='POST', end_stream=False)
+b = c.req(1, '/p/frames', method='POST', end_stream=False, send=False)
+if split:
+    c.send(b)
+    b = b''
+    time.sleep(0.3)
 for i in range(3):
-    c.data(1, b'%d' % i * 1000)
-c.data(1, b'', end_stream=True)
+    b += c.data(1, b'%d' % i * 1000, send=False)
+b += c.data(1, b'', end_stream=True, send=False)
+c.send(b)
 r = c.response(1, timeout=10)
 done(r=r)
 PY
-like($o->{r}{body} // '', qr{^body-length: 3000$}m,
-     'three DATA frames, no content-length, END_STREAM on an empty one')
-    or diag(H2::explain($o));
+    like($o->{r}{body} // '', qr{^body-length: 3000$}m,
+         'a POST of three DATA frames, no content-length, '
+         . ($split ? 'HEADERS first: ' : 'all in one write: ')
+         . 'the backend gets the 3000 bytes') or diag(H2::explain($o));
+}
 
 $r = H2::curl($t, '/p/big');
 is($r->{code}, 200, 'a 700 KB backend response');
