@@ -70,6 +70,7 @@ struct fd_h2_stream_s {
     h2s_t *next, **prev;       /* hc->streams, or hc->zombies */
     h2s_t *run_next;           /* hc->run */
     unsigned in_ended:1;       /* END_STREAM came */
+    unsigned no_body:1;        /* END_STREAM came with the HEADERS */
     unsigned started:1;        /* the request went to the engine */
     unsigned provider:1;       /* the response has a data source */
     unsigned out_end:1;        /* the body is all queued */
@@ -98,7 +99,18 @@ struct fd_h2_conn_s {
     unsigned goaway:1;         /* GOAWAY submitted: no new streams */
     unsigned closing:1;        /* close once GOAWAY is written */
     unsigned in_recv:1;        /* inside nghttp2_session_mem_recv() */
+    unsigned terminated:1;     /* a GOAWAY for an error is on its way */
 };
+
+/* A connection error fastd decides: GOAWAY (once), nothing more read. */
+static void h2_terminate(h2c_t *hc, uint32_t code, const char *why)
+{
+    if (hc->terminated)
+        return;
+    hc->terminated = 1;
+    fd_log_error(FD_LOG_INFO, 0, "%s", why);
+    nghttp2_session_terminate_session(hc->ss, code);
+}
 
 static nghttp2_session_callbacks *callbacks;
 static nghttp2_option *options;
@@ -290,6 +302,24 @@ static void stream_closed(h2s_t *st)
 
 /* --- the request side --- */
 
+/*
+ * RFC 9113 5.1.1: a new stream's id is above every one the client opened
+ * before; a HEADERS below them on no stream nghttp2 still knows is a
+ * connection error PROTOCOL_ERROR (nghttp2 would skip the block).
+ */
+static int on_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd,
+                          void *ud)
+{
+    h2c_t *hc = ud;
+
+    if (hd->type == NGHTTP2_HEADERS && (hd->stream_id & 1) &&
+        hd->stream_id <= nghttp2_session_get_last_proc_stream_id(ss) &&
+        nghttp2_session_find_stream(ss, hd->stream_id) == NULL)
+        h2_terminate(hc, NGHTTP2_PROTOCOL_ERROR,
+                     "client sent HEADERS on a stream id below the last");
+    return 0;
+}
+
 static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *frame,
                             void *ud)
 {
@@ -458,7 +488,7 @@ static void request_begin(h2s_t *st)
         fd_http_finalize(r, st->bad);
         return;
     }
-    if (!st->in_ended && in->content_length < 0)
+    if (!st->no_body && in->content_length < 0)
         in->chunked = 1; /* a body of unknown length: DATA until the end */
     fd_http_request_start(r);
 }
@@ -521,7 +551,7 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *frame,
             frame->headers.cat != NGHTTP2_HCAT_REQUEST)
             break;
         if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)
-            st->in_ended = 1;
+            st->in_ended = st->no_body = 1;
         st->job_start = 1;
         stream_job(st);
         break;
@@ -529,9 +559,8 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *frame,
         if (frame->hd.length == 0 &&
             !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
             ++hc->empty_data > H2_EMPTY_DATA_MAX) {
-            fd_log_error(FD_LOG_INFO, 0, "client sent too many empty DATA "
-                         "frames");
-            nghttp2_session_terminate_session(ss, NGHTTP2_ENHANCE_YOUR_CALM);
+            h2_terminate(hc, NGHTTP2_ENHANCE_YOUR_CALM,
+                         "client sent too many empty DATA frames");
             return 0;
         }
         if (st && (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
@@ -548,8 +577,8 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *frame,
         if (st && st->r && !st->r->done && --hc->rst_budget < 0) {
             /* CVE-2023-44487: streams opened and reset faster than they
              * can be answered */
-            fd_log_error(FD_LOG_INFO, 0, "client reset too many streams");
-            nghttp2_session_terminate_session(ss, NGHTTP2_ENHANCE_YOUR_CALM);
+            h2_terminate(hc, NGHTTP2_ENHANCE_YOUR_CALM,
+                         "client reset too many streams");
         }
         break;
     }
@@ -970,7 +999,8 @@ static void h2_read(h2c_t *hc)
     fd_http_conn_t *h = hc->h;
     size_t size = fd_worker->rbufs.size;
 
-    while (c->s.readable && !hc->closing && h->out.bytes < H2_OUT_MAX) {
+    while (c->s.readable && !hc->closing && !hc->terminated &&
+           h->out.bytes < H2_OUT_MAX) {
         ssize_t n;
         ssize_t rv;
 
@@ -1145,6 +1175,7 @@ static int h2_global_init(void)
     if (nghttp2_session_callbacks_new(&cb) != 0 ||
         nghttp2_option_new(&options) != 0)
         return FD_ERROR;
+    nghttp2_session_callbacks_set_on_begin_frame_callback(cb, on_begin_frame);
     nghttp2_session_callbacks_set_on_begin_headers_callback(cb,
                                                             on_begin_headers);
     nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
@@ -1249,16 +1280,20 @@ void fd_h2_timeout(fd_connection_t *c)
 {
     h2c_t *hc = c->h->h2;
 
-    if (hc->nstreams == 0 && !hc->closing) {
-        /* idle (or a graceful stop): GOAWAY, then close */
+    if (hc->nstreams == 0 && !hc->closing && !hc->goaway) {
+        /* idle (or a graceful stop): GOAWAY, and the connection closes
+         * once it is written (h2_after), or at send_timeout */
         nghttp2_submit_goaway(hc->ss, NGHTTP2_FLAG_NONE,
                               nghttp2_session_get_last_proc_stream_id(hc->ss),
                               NGHTTP2_NO_ERROR, NULL, 0);
         hc->goaway = 1;
-        h2_send(hc);
-    } else {
-        fd_log_error(FD_LOG_INFO, 0, "client timed out reading the response");
+        h2_work(hc);
+        if (c->s.ev.fd >= 0 && c->h && c->h->h2 == hc)
+            fd_connection_set_timeout(c, fd_worker->cycle->http.send_timeout);
+        return;
     }
+    if (hc->nstreams)
+        fd_log_error(FD_LOG_INFO, 0, "client timed out reading the response");
     fd_connection_close(c);
 }
 

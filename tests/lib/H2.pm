@@ -350,10 +350,14 @@ class Raw:
 
     def response(self, sid, timeout=5):
         """Stream sid's response: {status, headers, body, end, rst}."""
+        # a GOAWAY ends the wait only for a stream it does not let finish
+        # (above its last stream id) or for an error: a graceful one
+        # (NO_ERROR, last id >= sid) lets the stream run to its end
         self.until(lambda: sid in self.streams and
                    (self.streams[sid]['end'] or
                     self.streams[sid]['rst'] is not None) or
-                   self.goaway is not None, timeout)
+                   self.goaway is not None and
+                   (self.goaway[0] < sid or self.goaway[1] != 0), timeout)
         st = self.streams.get(sid) or self.stream(sid)
         hl = st['headers'] or []
         status = next((int(v) for n, v in hl if n == ':status'), None)
