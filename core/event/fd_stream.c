@@ -634,6 +634,34 @@ static void outq_drop(fd_outq_t *q, size_t n)
     }
 }
 
+/*
+ * A file piece read into the buffer: between the frame headers around it
+ * it then leaves in the same write (one writev, one SSL_write) instead of
+ * a sendfile() of its own per piece. The pieces are a frame's at most.
+ */
+static int outq_read(fd_outq_t *q, int fd, off_t off, size_t n)
+{
+    char *p = fd_outq_reserve(q, n);
+    size_t got = 0;
+
+    if (p == NULL)
+        return FD_ERROR;
+    while (got < n) {
+        ssize_t k = pread(fd, p + got, n - got, off + (off_t)got);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            fd_log_error(FD_LOG_ERR, k < 0 ? errno : 0, "pread() of a "
+                         "response body failed%s", k == 0 ? " (the file "
+                         "shrank)" : "");
+            return FD_ERROR;
+        }
+        got += (size_t)k;
+    }
+    fd_outq_commit(q, n);
+    return FD_OK;
+}
+
 int fd_outq_move(fd_outq_t *to, fd_outq_t *from, size_t n)
 {
     size_t left = n;
@@ -647,7 +675,7 @@ int fd_outq_move(fd_outq_t *to, fd_outq_t *from, size_t n)
         else if (s->kind == SEG_MEM)
             rc = fd_outq_mem(to, s->mem, k);
         else
-            rc = fd_outq_file(to, s->fd, (off_t)s->off, k);
+            rc = outq_read(to, s->fd, (off_t)s->off, k);
         left -= k;
     }
     if (rc != FD_OK)

@@ -221,9 +221,11 @@ int fd_outq_mem(fd_outq_t *q, const void *data, size_t n);
 int fd_outq_ref(fd_outq_t *q, const void *data, size_t n);
 int fd_outq_file(fd_outq_t *q, int fd, off_t off, size_t n);
 /* The first n bytes of from go to the end of to (copied bytes copied,
- * memory and files referenced as they were) and leave from, unsent and
+ * memory referenced as it was, file ranges read into to's buffer: n is
+ * a frame's payload, at most 16 KB) and leave from, unsent and
  * uncounted: a stream's queue framed into its connection's (HTTP/2).
- * FD_OK, or FD_ERROR (out of memory: to may hold a part). */
+ * FD_OK, or FD_ERROR (out of memory, a failed read: to may hold a
+ * part). */
 int fd_outq_move(fd_outq_t *to, fd_outq_t *from, size_t n);
 static inline int fd_outq_empty(const fd_outq_t *q) { return q->segs == NULL; }
 static inline int fd_outq_batched(const fd_outq_t *q) { return q->op.slot != 0; }

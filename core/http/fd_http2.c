@@ -16,9 +16,10 @@
  *              memory, file ranges), taken by the data source one DATA
  *              frame at a time (NGHTTP2_DATA_FLAG_NO_COPY): the frame
  *              header is copied into the connection's queue and the
- *              payload moved there as it was, so a file still leaves with
- *              sendfile (under TLS: read and encrypted in bounded pieces),
- *              never whole in memory;
+ *              payload moved there (memory referenced, a file range read
+ *              into the buffer, a frame's worth at a time: never whole in
+ *              memory), so the frames of many streams leave in one write
+ *              (one SSL_write under TLS) rather than a sendfile() each;
  *   flush   -> the connection is sent at the end of the loop turn, so the
  *              frames of every stream that answered in a turn leave in one
  *              write.
