@@ -115,6 +115,12 @@ static fd_http_conn_t *hc_get(fd_connection_t *c)
     if (h) {
         hc_free = h->next_free;
         hc_nfree--;
+        if (h->pool == NULL && (h->pool = fd_pool_create(4096)) == NULL) {
+            h->next_free = hc_free; /* it had served HTTP/2 */
+            hc_free = h;
+            hc_nfree++;
+            return NULL;
+        }
     } else {
         h = calloc(1, sizeof(*h));
         if (h == NULL)
@@ -170,7 +176,7 @@ static void http_release(fd_connection_t *c)
     }
     /* keep a few blocks with the cached state (a pipelined batch needs
      * them again); a pool that grew large gives its extra blocks back */
-    {
+    if (h->pool) { /* HTTP/2 gave it back: each stream has its own */
         unsigned nblocks = 0;
         fd_pool_block_t *b;
         for (b = h->pool->first; b && nblocks <= 4; b = b->next)
@@ -192,7 +198,8 @@ static void http_release(fd_connection_t *c)
         hc_nfree++;
     } else {
         fd_outq_free(&h->out);
-        fd_pool_destroy(h->pool);
+        if (h->pool)
+            fd_pool_destroy(h->pool);
         free(h);
     }
 }

@@ -1231,6 +1231,11 @@ int fd_h2_start(fd_connection_t *c)
     hc->post.data = hc;
     h->h2 = hc;
     c->h2 = 1;
+    /* each stream has a pool of its own: the connection's is not used */
+    if (h->pool) {
+        fd_pool_destroy(h->pool);
+        h->pool = NULL;
+    }
     fd_stats->h2_conns++;
     fd_stats->h2_active++;
     set[0].settings_id = NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS;
