@@ -88,6 +88,20 @@ ok($reused, 'every -sess_in connection shows "Reused" and is served');
 ok($cross, "a session resumed on the other worker ($tries tries, workers "
    . join(' ', sort keys %workers) . ")");
 
+# A resumed TLS 1.3 connection gets a ticket of its own (RFC 8446 C.4: one
+# use each), so a client that always resumes with its last ticket never
+# falls back to a full handshake (wrk did, every other connection)
+{
+    my ($s1, $s2) = map { $t->dir . "/chain$_.pem" } 1, 2;
+    unlink $s1, $s2;
+    conn($port, '-sess_out', $s1);
+    my $r1 = conn($port, '-sess_in', $s1, '-sess_out', $s2);
+    is($r1->{how}, 'Reused', 'a resumed connection ...');
+    ok(-s $s2, '... is sent a new ticket');
+    my $r2 = -s $s2 ? conn($port, '-sess_in', $s2) : {how => ''};
+    is($r2->{how}, 'Reused', 'which resumes the next one') or diag($r2->{out});
+}
+
 # --- across a reload --------------------------------------------------------
 unlink $sess;
 my $before = conn($port, '-sess_out', $sess);

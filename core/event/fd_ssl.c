@@ -425,19 +425,23 @@ unsigned fd_ssl_ticket_rotate(const fd_cycle_t *cycle)
 static int ticket_cb(SSL *ssl, unsigned char name[16], unsigned char *iv,
                      EVP_CIPHER_CTX *ectx, EVP_MAC_CTX *hctx, int enc)
 {
+    /* fetched once: EVP_aes_256_cbc() would be looked up by name in the
+     * provider store at every ticket (a lock, a hash, string compares) */
+    static EVP_CIPHER *aes;
     ticket_key_t k[2];
     OSSL_PARAM params[3];
     int i, rc = -1;
 
-    (void)ssl;
+    if (aes == NULL && (aes = EVP_CIPHER_fetch(NULL, "AES-256-CBC",
+                                               NULL)) == NULL)
+        return -1;
     tickets_load(k);
     if (enc) {
         i = 0;
         if (RAND_bytes(iv, EVP_MAX_IV_LENGTH) != 1)
             goto done;
         memcpy(name, k[0].name, sizeof(k[0].name));
-        if (EVP_EncryptInit_ex(ectx, EVP_aes_256_cbc(), NULL, k[0].aes,
-                               iv) != 1)
+        if (EVP_EncryptInit_ex(ectx, aes, NULL, k[0].aes, iv) != 1)
             goto done;
     } else {
         for (i = 0; i < 2; i++)
@@ -447,8 +451,7 @@ static int ticket_cb(SSL *ssl, unsigned char name[16], unsigned char *iv,
             rc = 0;
             goto done;
         }
-        if (EVP_DecryptInit_ex(ectx, EVP_aes_256_cbc(), NULL, k[i].aes,
-                               iv) != 1)
+        if (EVP_DecryptInit_ex(ectx, aes, NULL, k[i].aes, iv) != 1)
             goto done;
     }
     params[0] = OSSL_PARAM_construct_octet_string("key", k[i].hmac,
@@ -457,7 +460,11 @@ static int ticket_cb(SSL *ssl, unsigned char name[16], unsigned char *iv,
     params[2] = OSSL_PARAM_construct_end();
     if (EVP_MAC_CTX_set_params(hctx, params) != 1)
         goto done;
-    rc = i == 0 ? 1 : 2;
+    /* 2 has OpenSSL send a new ticket: for a ticket under the previous
+     * key, and for every TLS 1.3 resumption (RFC 8446 C.4: a ticket is
+     * for one use; a client left without a new one makes a full
+     * handshake next time, every other connection) */
+    rc = i == 0 && SSL_version(ssl) != TLS1_3_VERSION ? 1 : 2;
 done:
     OPENSSL_cleanse(k, sizeof(k));
     return rc;
