@@ -1334,32 +1334,19 @@ static void tls_idle(fd_stream_t *s)
     }
 }
 
-const fd_transport_t fd_transport_tls = {
-    .name = "tls",
-    .recv = tls_recv,
-    .send = tls_send,
-    .sendfile = tls_sendfile,
-    .handshake = tls_handshake,
-    .close = tls_close,
-    .idle = tls_idle,
-    .shutdown = tls_shutdown,
-    .move = tls_move,
-    .short_read_drains = 0,
-};
+/* Server and client sides differ only in their handshake (the client's
+ * is fd_ssl_client.c's). */
+#define TLS_TRANSPORT(hs)                                                    \
+    {                                                                        \
+        .name = "tls", .recv = tls_recv, .send = tls_send,                   \
+        .sendfile = tls_sendfile, .handshake = (hs), .close = tls_close,     \
+        .idle = tls_idle, .shutdown = tls_shutdown, .move = tls_move,        \
+        .short_read_drains = 0,                                              \
+    }
 
-/* The client side's (fd_ssl_client.c): its handshake is its own. */
-const fd_transport_t fd_transport_tls_client = {
-    .name = "tls",
-    .recv = tls_recv,
-    .send = tls_send,
-    .sendfile = tls_sendfile,
-    .handshake = fd_ssl_client_handshake,
-    .close = tls_close,
-    .idle = tls_idle,
-    .shutdown = tls_shutdown,
-    .move = tls_move,
-    .short_read_drains = 0,
-};
+const fd_transport_t fd_transport_tls = TLS_TRANSPORT(tls_handshake);
+const fd_transport_t fd_transport_tls_client =
+    TLS_TRANSPORT(fd_ssl_client_handshake);
 
 void fd_ssl_stream_bind(fd_stream_t *s, SSL *ssl, const fd_transport_t *tp)
 {

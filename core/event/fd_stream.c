@@ -114,6 +114,16 @@ void fd_stream_close_transport(fd_stream_t *s)
     s->tls = NULL;
 }
 
+void fd_stream_set_deadline(fd_stream_t *s, fd_msec_t ms)
+{
+    uint32_t when = fd_msec32_after(ms);
+
+    s->deadline = when ? when : 1; /* 0 is "none" */
+    if (!fd_timer_armed(&s->timer) ||
+        fd_msec32_diff(s->timer.when, when) > 0)
+        fd_timer_add(&s->timer, ms);
+}
+
 void fd_stream_events(fd_stream_t *s, uint32_t events)
 {
     if (events & EPOLLERR) {
@@ -539,17 +549,8 @@ int fd_outq_append(fd_outq_t *q, const void *data, size_t n)
 
 int fd_outq_mem(fd_outq_t *q, const void *data, size_t n)
 {
-    fd_outseg_t *s;
-
-    if (n <= OUTQ_COPY_MAX)
-        return fd_outq_append(q, data, n);
-    s = seg_new(q, SEG_MEM);
-    if (s == NULL)
-        return FD_ERROR;
-    s->mem = data;
-    s->len = n;
-    q->bytes += n;
-    return FD_OK;
+    return n <= OUTQ_COPY_MAX ? fd_outq_append(q, data, n)
+                              : fd_outq_ref(q, data, n);
 }
 
 int fd_outq_ref(fd_outq_t *q, const void *data, size_t n)

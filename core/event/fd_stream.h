@@ -101,6 +101,11 @@ static inline ssize_t fd_stream_sendfile(fd_stream_t *s, int fd, off_t off,
     return s->tp->sendfile(s, fd, off, len);
 }
 
+/* The stream's deadline ms from now. Deadlines move on every read and
+ * write: the timer heap is touched only when the new one is earlier than
+ * the armed timer, which re-arms itself when it fires early (the owner's
+ * timer handler checks s->deadline). */
+void fd_stream_set_deadline(fd_stream_t *s, fd_msec_t ms);
 /* Run the transport's handshake, if any: FD_OK, FD_AGAIN, FD_ERROR. */
 int fd_stream_handshake(fd_stream_t *s);
 /* Let the transport go (TLS close_notify and free); the fd stays open. */

@@ -70,19 +70,11 @@ void fd_connection_set_state(fd_connection_t *c, int state)
     c->state = (uint8_t)state;
 }
 
-/*
- * Timeouts are lazy: most requests push the deadline later, which is a
- * store here; the heap is only touched when the deadline moves earlier or
- * the timer fires before the deadline (then it is re-armed).
- */
+/* Lazy, as every stream's (fd_stream_set_deadline): conn_timer re-arms
+ * when it fires before the deadline. */
 void fd_connection_set_timeout(fd_connection_t *c, fd_msec_t ms)
 {
-    uint32_t when = fd_msec32_after(ms);
-
-    c->s.deadline = when ? when : 1; /* 0 is "none" */
-    if (!fd_timer_armed(&c->s.timer) ||
-        fd_msec32_diff(c->s.timer.when, when) > 0)
-        fd_timer_add(&c->s.timer, ms);
+    fd_stream_set_deadline(&c->s, ms);
 }
 
 static void conn_timer(fd_timer_t *t)

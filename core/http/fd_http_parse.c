@@ -535,6 +535,30 @@ static int index_header(fd_http_req_t *p, fd_str_t name, fd_str_t value)
     return FD_OK;
 }
 
+/* Store the field after the others (not counted yet: the caller does)
+ * and index it: FD_OK, or the status index_header() or the limits give. */
+static int field_add(fd_http_req_t *p, fd_str_t name, fd_str_t value)
+{
+    if (p->nheaders == p->headers_cap) {
+        unsigned cap = p->headers_cap ? p->headers_cap * 2 : 16;
+        fd_http_header_t *h;
+        if (p->nheaders >= p->max_headers)
+            return 431;
+        h = fd_palloc(p->pool, cap * sizeof(*h));
+        if (h == NULL)
+            return 500;
+        if (p->nheaders)
+            memcpy(h, p->headers, p->nheaders * sizeof(*h));
+        p->headers = h;
+        p->headers_cap = cap;
+    }
+    if (p->nheaders >= p->max_headers)
+        return 431;
+    p->headers[p->nheaders].name = name;
+    p->headers[p->nheaders].value = value;
+    return index_header(p, name, value);
+}
+
 static int parse_header_line(fd_http_req_t *p, const char *s, size_t n)
 {
     const char *colon, *v, *e;
@@ -563,24 +587,7 @@ static int parse_header_line(fd_http_req_t *p, const char *s, size_t n)
     name.len = (size_t)(colon - s);
     value.data = v;
     value.len = (size_t)(e - v);
-    if (p->nheaders == p->headers_cap) {
-        unsigned cap = p->headers_cap ? p->headers_cap * 2 : 16;
-        fd_http_header_t *h;
-        if (p->nheaders >= p->max_headers)
-            return 431;
-        h = fd_palloc(p->pool, cap * sizeof(*h));
-        if (h == NULL)
-            return 500;
-        if (p->nheaders)
-            memcpy(h, p->headers, p->nheaders * sizeof(*h));
-        p->headers = h;
-        p->headers_cap = cap;
-    }
-    if (p->nheaders >= p->max_headers)
-        return 431;
-    p->headers[p->nheaders].name = name;
-    p->headers[p->nheaders].value = value;
-    if ((rc = index_header(p, name, value)) != FD_OK)
+    if ((rc = field_add(p, name, value)) != FD_OK)
         return rc;
     p->nheaders++;
     return FD_OK;
@@ -632,31 +639,18 @@ int fd_http_req_path(fd_http_req_t *p, const char *s, size_t n)
  */
 int fd_http_req_header(fd_http_req_t *p, fd_str_t name, fd_str_t value)
 {
+    int rc;
+
     if (!value_valid(value.data, value.len))
         return 400;
     if (fd_str_caseeq_lit(name, "transfer-encoding") ||
         fd_str_caseeq_lit(name, "connection") ||
         fd_str_caseeq_lit(name, "upgrade"))
         return 400;
-    if (p->nheaders == p->headers_cap) {
-        unsigned cap = p->headers_cap ? p->headers_cap * 2 : 16;
-        fd_http_header_t *h;
-        if (p->nheaders >= p->max_headers)
-            return 431;
-        h = fd_palloc(p->pool, cap * sizeof(*h));
-        if (h == NULL)
-            return 500;
-        if (p->nheaders)
-            memcpy(h, p->headers, p->nheaders * sizeof(*h));
-        p->headers = h;
-        p->headers_cap = cap;
-    }
-    if (p->nheaders >= p->max_headers)
-        return 431;
-    p->headers[p->nheaders].name = name;
-    p->headers[p->nheaders].value = value;
+    if ((rc = field_add(p, name, value)) != FD_OK)
+        return rc;
     p->nheaders++;
-    return index_header(p, name, value);
+    return FD_OK;
 }
 
 static int headers_done(fd_http_req_t *p)

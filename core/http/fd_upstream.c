@@ -793,16 +793,10 @@ void fd_upstream_conn_close(fd_upstream_conn_t *uc)
     }
 }
 
-/* Deadlines move on every read and write: only touch the heap when the
- * new one is earlier than the armed timer (it re-arms when early). */
+/* Lazy (fd_stream_set_deadline): the timer re-arms when early. */
 void fd_upstream_conn_deadline(fd_upstream_conn_t *uc, fd_msec_t ms)
 {
-    uint32_t when = fd_msec32_after(ms);
-
-    uc->s.deadline = when ? when : 1; /* 0 is "none" */
-    if (!fd_timer_armed(&uc->s.timer) ||
-        fd_msec32_diff(uc->s.timer.when, when) > 0)
-        fd_timer_add(&uc->s.timer, ms);
+    fd_stream_set_deadline(&uc->s, ms);
 }
 
 void fd_upstream_keepalive_close_peer(fd_upstream_peer_t *p)
