@@ -29,7 +29,8 @@ my $proxy = FastdTest::proxy_locations('p')
 
 my $t = FastdTest->new(conf => H2::conf(
     http => { http2_max_concurrent_streams => 4, http2_max_header_size => '1k',
-              http2_initial_window => '16k', send_timeout => '2s' },
+              http2_initial_window => '16k', send_timeout => '2s',
+              body_timeout => '2s' },
     server => { root => '%%DIR%%/www' },
     locations => $proxy));
 make_path($t->dir . '/www');
@@ -203,6 +204,54 @@ PY
     ok($rss0 && $grew < 4096, "the worker's RSS grew $grew kB (< 4 MB) "
        . 'with 2.7 MB files stuck');
 }
+
+# --- bodies nobody reads ----------------------------------------------------------
+# A request answered before its body is read (405 from static for a POST)
+# leaves DATA in the stream's buffer: the connection's window must get it
+# back, or 1 MB of such bodies stalls the connection for good (a client
+# that keeps to the window waits forever; this one, which does not, gets
+# FLOW_CONTROL_ERROR). 120 POSTs of 12 KB (each within the 16k stream
+# window), one after another.
+$o = H2::py($t, <<'PY', timeout => 60);
+c = Raw()
+c.until(lambda: c.settings, 5)
+codes = []
+for i in range(120):
+    sid = 1 + 2 * i
+    # HEADERS and DATA in one write: the body is in when 405 is decided
+    c.send(c.req(sid, '/nothing-here', method='POST', end_stream=False,
+                 headers=[('content-length', '12288')], send=False)
+           + c.data(sid, b'x' * 12288, end_stream=True, send=False))
+    r = c.response(sid, timeout=5)
+    codes.append(r['status'])
+    if r['status'] is None or c.goaway:
+        break
+done(codes=codes, **c.summary())
+PY
+is(scalar(grep { ($_ // 0) == 405 } @{ $o->{codes} || [] }), 120,
+   '120 unread 12 KB bodies on one connection: each answered (405)')
+    or diag(H2::explain($o));
+ok(!$o->{goaway}, 'and no GOAWAY (no flow-control error)')
+    or diag(H2::explain($o));
+
+# --- a body that never comes ------------------------------------------------------
+# HEADERS announce a body to a buffered location, then nothing: body_timeout
+# (2s) ends the connection, as it would an HTTP/1.1 one.
+$o = H2::py($t, <<'PY', timeout => 30);
+c = Raw()
+c.until(lambda: c.settings, 5)
+c.req(1, '/plaintext', method='POST', end_stream=False,
+      headers=[('content-length', '100')])
+c.data(1, b'x' * 10)
+t0 = time.time()
+c.wait_close(12)
+done(closed=round(time.time() - t0, 2) if c.eof else None, **c.summary())
+PY
+ok(defined $o->{closed} && $o->{closed} >= 1.5 && $o->{closed} <= 8,
+   'a stalled request body: closed within 2-8 s (body_timeout = 2s): '
+   . ($o->{closed} // 'open')) or diag(H2::explain($o));
+ok(FastdTest::wait_for(sub { $t->error_log =~ /client timed out sending the request/ }),
+   'and logged as the client sending too slowly');
 
 my @w = H2::serving($t);
 ok($w[0], 'the worker serves a new client') or diag($w[2]);

@@ -95,6 +95,8 @@ struct fd_h2_conn_s {
     unsigned empty_data;
     uint64_t queued;           /* bytes ever put in h->out */
     uint64_t sent_seen;        /* queued - h->out.bytes, last look */
+    uint64_t received;         /* bytes ever read */
+    uint64_t recv_seen;        /* received, last look */
     fd_posted_t post;
     unsigned posted:1;
     unsigned goaway:1;         /* GOAWAY submitted: no new streams */
@@ -277,6 +279,11 @@ static void stream_closed(h2s_t *st)
     st->closed = 1;
     stream_unlink(st);
     hc->nstreams--;
+    if (st->ib_len > st->ib_pos) {
+        /* DATA nobody will read: the connection's window gets it back */
+        nghttp2_session_consume_connection(hc->ss, st->ib_len - st->ib_pos);
+        st->ib_pos = st->ib_len = 0;
+    }
     if (r && !r->done && st->started) {
         if (r->feed_queued)
             fd_http_feed_unlink(r);
@@ -820,6 +827,12 @@ void fd_h2_end(fd_request_t *r)
     if (st == NULL || st->hc == NULL)
         return;
     st->out_end = 1;
+    if (st->ib_len > st->ib_pos && !st->closed) {
+        /* a body the handler did not read: its window opens again (the
+         * stream ends with RST_STREAM NO_ERROR once answered) */
+        nghttp2_session_consume(st->hc->ss, st->id, st->ib_len - st->ib_pos);
+        st->ib_pos = st->ib_len = 0;
+    }
     if (st->hc->rst_budget < 2 * (int)fd_worker->cycle->http
                                      .http2_max_concurrent_streams)
         st->hc->rst_budget++;
@@ -1019,6 +1032,7 @@ static void h2_read(h2c_t *hc)
             return;
         }
         fd_stats->bytes_in += (uint64_t)n;
+        hc->received += (uint64_t)n;
         hc->in_recv = 1;
         rv = nghttp2_session_mem_recv(hc->ss, (const uint8_t *)h->rbuf,
                                       (size_t)n);
@@ -1055,6 +1069,26 @@ static void h2_send(h2c_t *hc)
     }
     if (!fd_outq_empty(&h->out) && fd_http_flush(hc->c) == FD_ERROR)
         hc->closing = 1;
+}
+
+/* What the open streams wait for: H2_STUCK, response bytes the client's
+ * window holds back; H2_OWED, bytes the client owes (a header block not
+ * ended, a buffered body not all here). */
+enum { H2_STUCK = 1, H2_OWED = 2 };
+
+static int streams_wait(const h2c_t *hc)
+{
+    const h2s_t *st;
+    int w = 0;
+
+    for (st = hc->streams; st; st = st->next) {
+        if (st->provider && !st->deferred && (st->oq.bytes || st->out_end))
+            w |= H2_STUCK;
+        if (!st->in_ended &&
+            (!st->started || (st->r && st->r->phase == PH_BODY)))
+            w |= H2_OWED;
+    }
+    return w;
 }
 
 /* Close, or wait: for the socket, the streams, or the idle timeout. */
@@ -1109,19 +1143,21 @@ static void h2_after(h2c_t *hc)
         } else if (hc->closing) {
             fd_connection_set_timeout(c, conf->send_timeout);
         } else {
-            int stuck = 0;
-            h2s_t *st;
-            for (st = hc->streams; st; st = st->next)
-                if (st->provider && !st->deferred &&
-                    (st->oq.bytes || st->out_end))
-                    stuck = 1; /* data waits for the peer's window */
-            if (!stuck)
+            int w = streams_wait(hc);
+            if (w & H2_STUCK) {
+                if (sent != hc->sent_seen || c->s.deadline == 0)
+                    fd_connection_set_timeout(c, conf->send_timeout);
+            } else if (w & H2_OWED) {
+                /* body_timeout from the last bytes the client sent */
+                if (hc->recv_seen != hc->received || c->s.deadline == 0)
+                    fd_connection_set_timeout(c, conf->body_timeout);
+            } else {
                 c->s.deadline = 0; /* the modules' own timers rule */
-            else if (sent != hc->sent_seen || c->s.deadline == 0)
-                fd_connection_set_timeout(c, conf->send_timeout);
+            }
         }
     }
     hc->sent_seen = sent;
+    hc->recv_seen = hc->received;
 }
 
 static void h2_work(h2c_t *hc)
@@ -1299,7 +1335,9 @@ void fd_h2_timeout(fd_connection_t *c)
         return;
     }
     if (hc->nstreams)
-        fd_log_error(FD_LOG_INFO, 0, "client timed out reading the response");
+        fd_log_error(FD_LOG_INFO, 0, "client timed out %s",
+                     streams_wait(hc) & H2_STUCK ? "reading the response"
+                                                 : "sending the request");
     fd_connection_close(c);
 }
 
