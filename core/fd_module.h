@@ -57,6 +57,13 @@ typedef int (*fd_body_filter_pt)(fd_request_t *r, fd_buf_t *in, int last);
  * found with fd_loc_conf(loc, &module). A module may also own a named
  * section type ([upstream NAME], [queue NAME]).
  */
+/* The location-config part of a module's descriptor, in one line:
+ * fd_module_t fd_x_module = {FD_MODULE_LOC(x, x_conf_t), ...}; needs
+ * x_directives and x_init_conf. */
+#define FD_MODULE_LOC(nm, conf_type)                                         \
+    .name = #nm, .directives = nm##_directives,                              \
+    .conf_size = sizeof(conf_type), .init_conf = nm##_init_conf
+
 struct fd_module_s {
     const char *name;                 /* "proxy": the handler = value */
     const fd_directive_t *directives; /* location keys, with types */

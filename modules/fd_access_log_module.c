@@ -853,10 +853,7 @@ static const fd_directive_t access_log_directives[] = {
     FD_CONF_END};
 
 fd_module_t fd_access_log_module = {
-    .name = "access_log",
-    .directives = access_log_directives,
-    .conf_size = sizeof(al_conf_t),
-    .init_conf = access_log_init_conf,
+    FD_MODULE_LOC(access_log, al_conf_t),
     .init_worker = access_log_init_worker,
     .exit_worker = access_log_exit_worker,
     .reopen = access_log_reopen,

@@ -205,10 +205,7 @@ static int acl_loc_active(const fd_http_loc_t *loc)
 }
 
 fd_module_t fd_acl_module = {
-    .name = "acl",
-    .directives = acl_directives,
-    .conf_size = sizeof(acl_conf_t),
-    .init_conf = acl_init_conf,
+    FD_MODULE_LOC(acl, acl_conf_t),
     .access = acl_access,
     .loc_active = acl_loc_active,
 };

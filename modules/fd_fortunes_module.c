@@ -406,10 +406,7 @@ static int fortunes_handler(fd_request_t *r)
 }
 
 fd_module_t fd_fortunes_module = {
-    .name = "fortunes",
-    .directives = fortunes_directives,
-    .conf_size = sizeof(fortunes_conf_t),
-    .init_conf = fortunes_init_conf,
+    FD_MODULE_LOC(fortunes, fortunes_conf_t),
     .handler = fortunes_handler,
     .flags = FD_MODULE_THREAD_SAFE,
     .methods = FD_METHODS_GET,

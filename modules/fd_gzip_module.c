@@ -664,10 +664,7 @@ static int gzip_loc_active(const fd_http_loc_t *loc)
 }
 
 fd_module_t fd_gzip_module = {
-    .name = "gzip",
-    .directives = gzip_directives,
-    .conf_size = sizeof(gzip_conf_t),
-    .init_conf = gzip_init_conf,
+    FD_MODULE_LOC(gzip, gzip_conf_t),
     .exit_worker = gzip_exit_worker,
     .filter = gzip_filter,
     .loc_active = gzip_loc_active,

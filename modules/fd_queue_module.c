@@ -582,10 +582,7 @@ static int queue_loc_active(const fd_http_loc_t *loc)
 }
 
 fd_module_t fd_queue_module = {
-    .name = "queue",
-    .directives = queue_directives,
-    .conf_size = sizeof(queue_loc_t),
-    .init_conf = queue_init_conf,
+    FD_MODULE_LOC(queue, queue_loc_t),
     .init_worker = queue_init_worker,
     .section = "queue",
     .section_directives = queue_section_directives,

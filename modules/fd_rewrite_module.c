@@ -812,10 +812,7 @@ static int rewrite_loc_active(const fd_http_loc_t *loc)
 }
 
 fd_module_t fd_rewrite_module = {
-    .name = "rewrite",
-    .directives = rewrite_directives,
-    .conf_size = sizeof(rw_conf_t),
-    .init_conf = rewrite_init_conf,
+    FD_MODULE_LOC(rewrite, rw_conf_t),
     .init_worker = rewrite_init_worker,
     .exit_worker = rewrite_exit_worker,
     .access = rewrite_access,

@@ -102,10 +102,7 @@ static const fd_directive_t static_directives[] = {
     FD_CONF_END};
 
 fd_module_t fd_static_module = {
-    .name = "static",
-    .directives = static_directives,
-    .conf_size = sizeof(static_conf_t),
-    .init_conf = static_init_conf,
+    FD_MODULE_LOC(static, static_conf_t),
     .handler = static_handler,
     .flags = FD_MODULE_THREAD_SAFE,
     .methods = FD_METHODS_GET,
