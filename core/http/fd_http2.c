@@ -77,7 +77,6 @@ struct fd_h2_stream_s {
     unsigned out_end:1;        /* the body is all queued */
     unsigned deferred:1;       /* the data source waits for bytes */
     unsigned closed:1;         /* nghttp2 closed the stream */
-    unsigned zombie:1;         /* closed, waiting for its bytes to leave */
     unsigned orphan:1;         /* closed while a module holds r */
     unsigned queued:1;         /* in hc->run */
     unsigned job_start:1, job_body:1, job_drain:1;
@@ -100,8 +99,8 @@ struct fd_h2_conn_s {
     fd_posted_t post;
     unsigned posted:1;
     unsigned goaway:1;         /* GOAWAY submitted: no new streams */
-    unsigned closing:1;        /* close once GOAWAY is written */
-    unsigned in_recv:1;        /* inside nghttp2_session_mem_recv() */
+    unsigned closing:1;        /* close once the output is written (the
+                                * client's end, an error) */
     unsigned terminated:1;     /* a GOAWAY for an error is on its way */
 };
 
@@ -300,7 +299,6 @@ static void stream_closed(h2s_t *st)
         }
     }
     st->mark = hc->queued;
-    st->zombie = 1;
     st->next = hc->zombies;
     if (hc->zombies)
         hc->zombies->prev = &st->next;
@@ -888,8 +886,7 @@ void fd_h2_finish(fd_request_t *r, int rc)
         if (st->hc) {
             st->orphan = 0;
             st->mark = st->hc->queued;
-            st->zombie = 1;
-            st->next = st->hc->zombies;
+                    st->next = st->hc->zombies;
             if (st->hc->zombies)
                 st->hc->zombies->prev = &st->next;
             st->prev = &st->hc->zombies;
@@ -1033,10 +1030,8 @@ static void h2_read(h2c_t *hc)
         }
         fd_stats->bytes_in += (uint64_t)n;
         hc->received += (uint64_t)n;
-        hc->in_recv = 1;
         rv = nghttp2_session_mem_recv(hc->ss, (const uint8_t *)h->rbuf,
                                       (size_t)n);
-        hc->in_recv = 0;
         if (rv < 0) {
             h2_fatal(hc, (int)rv);
             return;
@@ -1303,11 +1298,9 @@ int fd_h2_start(fd_connection_t *c)
     /* what the HTTP/1.1 side read already: the preface, maybe more */
     if (h->rlast > h->rpos) {
         ssize_t rv;
-        hc->in_recv = 1;
         rv = nghttp2_session_mem_recv(hc->ss,
                                       (const uint8_t *)h->rbuf + h->rpos,
                                       h->rlast - h->rpos);
-        hc->in_recv = 0;
         h->rpos = h->rlast = 0;
         if (rv < 0)
             h2_fatal(hc, (int)rv);
