@@ -1086,7 +1086,10 @@ static int wire_flush(fd_stream_t *s)
     if (w == NULL || BIO_method_type(w) != BIO_TYPE_MEM)
         return FD_OK;
     while ((n = BIO_get_mem_data(w, &p)) > 0) {
-        k = send(s->ev.fd, p, (size_t)n, MSG_NOSIGNAL);
+        /* the last records before close_notify wait for it (MSG_MORE):
+         * one segment, not two, ends the connection */
+        k = send(s->ev.fd, p, (size_t)n,
+                 MSG_NOSIGNAL | (s->last_out ? MSG_MORE : 0));
         if (k == n) {
             (void)BIO_reset(w);
             return FD_OK;
@@ -1282,7 +1285,9 @@ static void tls_close(fd_stream_t *s)
 
     if (ssl == NULL)
         return;
-    /* close_notify once, without waiting for the peer's */
+    /* close_notify once, without waiting for the peer's; it pushes what
+     * MSG_MORE held */
+    s->last_out = 0;
     if (SSL_is_init_finished(ssl) && !s->error) {
         SSL_shutdown(ssl);
         ERR_clear_error();

@@ -82,6 +82,10 @@ struct fd_stream_s {
     uint8_t handshaken:1;      /* the transport's handshake is done */
     uint8_t drained:1;         /* the transport's last socket read was
                                 * short: nothing is left in the socket */
+    uint8_t last_out:1;        /* what is queued is the last before the
+                                * stream closes: the transport may hold
+                                * it for its own end (TLS: the response
+                                * and close_notify in one segment) */
 };
 
 static inline ssize_t fd_stream_recv(fd_stream_t *s, char *buf, size_t size)

@@ -1219,6 +1219,8 @@ static void http_after_io(fd_connection_t *c)
     int rc;
 
     if (!fd_outq_empty(&h->out)) {
+        /* the connection's last response, closed at once after it */
+        c->s.last_out = c->closing && !c->linger;
         rc = fd_http_flush(c);
         if (rc == FD_ERROR) {
             fd_connection_close(c);
