@@ -154,3 +154,13 @@ fd_pool_cleanup_t *fd_pool_cleanup_add(fd_pool_t *p, void (*handler)(void *),
     p->cleanup = c;
     return c;
 }
+
+unsigned fd_pool_blocks(const fd_pool_t *p, unsigned max)
+{
+    const fd_pool_block_t *b;
+    unsigned n = 0;
+
+    for (b = p->first; b && n <= max; b = b->next)
+        n++;
+    return n;
+}

@@ -41,6 +41,9 @@ fd_pool_t *fd_pool_create(size_t block_size);
 void fd_pool_destroy(fd_pool_t *p);
 void fd_pool_reset(fd_pool_t *p);  /* frees all but the first block */
 void fd_pool_clear(fd_pool_t *p);  /* keeps every block for reuse */
+/* Blocks the pool holds, counted up to max + 1: whether it grew past max
+ * (a pool kept for reuse gives big ones back). */
+unsigned fd_pool_blocks(const fd_pool_t *p, unsigned max);
 /* the general case: later blocks, a new block, a large allocation */
 void *fd_palloc_slow(fd_pool_t *p, size_t size, size_t align);
 

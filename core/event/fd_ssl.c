@@ -1424,6 +1424,16 @@ int fd_ssl_session_reused(fd_stream_t *s)
     return s->tls ? SSL_session_reused(s->tls) : 0;
 }
 
+fd_str_t fd_ssl_alpn(fd_stream_t *s)
+{
+    const unsigned char *p = NULL;
+    unsigned len = 0;
+
+    if (s->tls)
+        SSL_get0_alpn_selected(s->tls, &p, &len);
+    return p ? (fd_str_t){len, (const char *)p} : fd_null_string;
+}
+
 static fd_str_t pool_str(fd_pool_t *pool, const char *a, const char *b)
 {
     size_t la = strlen(a), lb = b ? strlen(b) : 0;

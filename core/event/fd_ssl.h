@@ -82,6 +82,9 @@ fd_str_t fd_ssl_protocol(fd_stream_t *s);    /* "TLSv1.3" */
 fd_str_t fd_ssl_cipher(fd_stream_t *s);      /* "TLS_AES_128_GCM_SHA256" */
 fd_str_t fd_ssl_server_name(fd_stream_t *s); /* SNI, "" without */
 int fd_ssl_session_reused(fd_stream_t *s);
+/* The protocol ALPN chose, "" when none (the server offers h2 only on
+ * http2 addresses, then http/1.1). */
+fd_str_t fd_ssl_alpn(fd_stream_t *s);
 /* mTLS: "SUCCESS", "FAILED:reason", "NONE"; the subject DN (RFC 2253) */
 fd_str_t fd_ssl_client_verify(fd_stream_t *s, fd_pool_t *pool);
 fd_str_t fd_ssl_client_s_dn(fd_stream_t *s, fd_pool_t *pool);

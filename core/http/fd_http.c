@@ -177,11 +177,7 @@ static void http_release(fd_connection_t *c)
     /* keep a few blocks with the cached state (a pipelined batch needs
      * them again); a pool that grew large gives its extra blocks back */
     if (h->pool) { /* HTTP/2 gave it back: each stream has its own */
-        unsigned nblocks = 0;
-        fd_pool_block_t *b;
-        for (b = h->pool->first; b && nblocks <= 4; b = b->next)
-            nblocks++;
-        if (nblocks <= 4)
+        if (fd_pool_blocks(h->pool, 4) <= 4)
             fd_pool_clear(h->pool);
         else
             fd_pool_reset(h->pool);
@@ -961,7 +957,8 @@ int fd_http_detach(fd_request_t *r, fd_stream_t *to, char *buf, size_t size,
 /* The transport is ready: read the first request. */
 static void http_start(fd_connection_t *c)
 {
-    if (c->s.tls && fd_conn_listening(c)->http2 && fd_h2_alpn(c)) {
+    if (c->s.tls && fd_conn_listening(c)->http2 &&
+        fd_str_eq_lit(fd_ssl_alpn(&c->s), "h2")) {
         /* ALPN chose h2: no HTTP/1.1 on this connection */
         if ((c->h == NULL && hc_get(c) == NULL) || fd_h2_start(c) != FD_OK)
             fd_connection_close(c);

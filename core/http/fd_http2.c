@@ -38,7 +38,6 @@
  */
 #include <netinet/tcp.h>
 #include <nghttp2/nghttp2.h>
-#include <openssl/ssl.h>
 #include <sys/epoll.h>
 
 #include "fd_core.h"
@@ -60,13 +59,11 @@ struct fd_h2_stream_s {
     fd_request_t *r;
     int32_t id;
     /* request side */
-    char *ib;                  /* DATA not yet taken by the request */
-    size_t ib_pos, ib_len, ib_cap;
+    size_t ib_pos, ib_len;     /* of ib: what is not yet taken */
     size_t hdr_bytes;          /* as SETTINGS_MAX_HEADER_LIST_SIZE counts */
     int bad;                   /* an HTTP status for the request, or 0 */
     fd_str_t cookie;           /* the cookie fields, joined */
     /* response side */
-    fd_outq_t oq;              /* body bytes not yet framed */
     uint64_t mark;             /* hc->queued after its last frame */
     h2s_t *next, **prev;       /* hc->streams, or hc->zombies */
     h2s_t *run_next;           /* hc->run */
@@ -80,6 +77,10 @@ struct fd_h2_stream_s {
     unsigned orphan:1;         /* closed while a module holds r */
     unsigned queued:1;         /* in hc->run */
     unsigned job_start:1, job_body:1, job_drain:1;
+    /* kept when the struct is reused (stream_new clears up to here) */
+    fd_outq_t oq;              /* body bytes not yet framed */
+    char *ib;                  /* DATA not yet taken by the request */
+    size_t ib_cap;
 };
 
 struct fd_h2_conn_s {
@@ -128,6 +129,14 @@ static void h2_after(h2c_t *hc);
 
 /* --- streams --- */
 
+/* A stream struct back to the free list (its queue and buffer kept). */
+static void stream_put(h2s_t *st)
+{
+    st->next = free_streams;
+    free_streams = st;
+    nfree_streams++;
+}
+
 static h2s_t *stream_new(h2c_t *hc, int32_t id)
 {
     h2s_t *st = free_streams;
@@ -144,33 +153,20 @@ static h2s_t *stream_new(h2c_t *hc, int32_t id)
         st->ib = NULL;
         st->ib_cap = 0;
     }
+    memset(st, 0, offsetof(h2s_t, oq));
     pool = nfree_pools ? free_pools[--nfree_pools] : fd_pool_create(4096);
     if (pool == NULL) {
-        st->next = free_streams;
-        free_streams = st;
-        nfree_streams++;
+        stream_put(st);
         return NULL;
-    }
-    {
-        fd_outq_t oq = st->oq;
-        char *ib = st->ib;
-        size_t cap = st->ib_cap;
-        memset(st, 0, sizeof(*st));
-        st->oq = oq;
-        st->ib = ib;
-        st->ib_cap = cap;
     }
     st->r = fd_http_request_new(hc->c, pool);
     if (st->r == NULL) {
         fd_pool_destroy(pool);
-        st->next = free_streams;
-        free_streams = st;
-        nfree_streams++;
+        stream_put(st);
         return NULL;
     }
     st->r->h2 = st;
     st->r->in.version = 20;
-    st->r->in.max_header_size = fd_worker->cycle->http.http2_max_header_size;
     st->hc = hc;
     st->id = id;
     st->next = hc->streams;
@@ -200,14 +196,10 @@ static void stream_free(h2s_t *st)
         stream_unlink(st);
     if (r) {
         fd_pool_t *pool = r->pool;
-        unsigned nblocks = 0;
-        fd_pool_block_t *b;
         if (r->feed_queued)
             fd_http_feed_unlink(r);
         r->h2 = NULL;
-        for (b = pool->first; b && nblocks <= 2; b = b->next)
-            nblocks++;
-        if (nblocks <= 2 && nfree_pools < H2_POOL_KEEP) {
+        if (fd_pool_blocks(pool, 2) <= 2 && nfree_pools < H2_POOL_KEEP) {
             fd_pool_clear(pool);
             free_pools[nfree_pools++] = pool;
         } else {
@@ -226,9 +218,7 @@ static void stream_free(h2s_t *st)
         free(st);
         return;
     }
-    st->next = free_streams;
-    free_streams = st;
-    nfree_streams++;
+    stream_put(st);
 }
 
 /* Sent bytes went past some closed streams' last frames: free them. */
@@ -265,6 +255,17 @@ static void conn_post(h2c_t *hc)
     fd_event_post(&hc->post);
 }
 
+/* Closed: freed once the connection has written past its last frame. */
+static void zombie_add(h2c_t *hc, h2s_t *st)
+{
+    st->mark = hc->queued;
+    st->next = hc->zombies;
+    if (hc->zombies)
+        hc->zombies->prev = &st->next;
+    st->prev = &hc->zombies;
+    hc->zombies = st;
+}
+
 /*
  * nghttp2 closed the stream (its end, a reset either way, GOAWAY). The
  * request is stopped if a module still runs it; its memory waits for the
@@ -298,12 +299,7 @@ static void stream_closed(h2s_t *st)
             return;
         }
     }
-    st->mark = hc->queued;
-    st->next = hc->zombies;
-    if (hc->zombies)
-        hc->zombies->prev = &st->next;
-    st->prev = &hc->zombies;
-    hc->zombies = st;
+    zombie_add(hc, st);
 }
 
 /* --- the request side --- */
@@ -686,12 +682,6 @@ static int hop_field(fd_str_t n)
            fd_str_caseeq_lit(n, "upgrade");
 }
 
-static int bad_bytes(fd_str_t s)
-{
-    return memchr(s.data, '\r', s.len) || memchr(s.data, '\n', s.len) ||
-           memchr(s.data, '\0', s.len);
-}
-
 #define NV_FLAGS (NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE)
 
 static void nv_set(nghttp2_nv *nv, const char *name, size_t nlen,
@@ -715,14 +705,16 @@ int fd_h2_header(fd_request_t *r)
     nghttp2_nv *nv;
     size_t n = 0, max = 8;
     char *p;
-    int body, rv;
+    int no_body_status = r->status < 200 || r->status == 204 ||
+                         r->status == 304;
+    int rv;
 
     if (st == NULL || st->closed || st->hc == NULL)
         return FD_ERROR;
     for (ho = r->headers_out; ho; ho = ho->next)
         max++;
     nv = fd_palloc(r->pool, max * sizeof(*nv));
-    p = fd_pnalloc(r->pool, 4 + 21 + sizeof(fd_http_date) * 2);
+    p = fd_pnalloc(r->pool, 4 + 21 + sizeof(fd_http_date));
     if (nv == NULL || p == NULL)
         return FD_ERROR;
     /* :status, then the fields HTTP/1.1 would send, in its order */
@@ -734,16 +726,13 @@ int fd_h2_header(fd_request_t *r)
     if (hc->server_header[0])
         NV_LIT(&nv[n++], "server", hc->server_header,
                strlen(hc->server_header));
-    memcpy(p, fd_http_date, sizeof(fd_http_date) - 1);
-    NV_LIT(&nv[n++], "date", p, sizeof(fd_http_date) - 1);
-    p += sizeof(fd_http_date);
+    /* the loop's date, rewritten in place once a second: the frame is
+     * framed in this turn, or carries the next second */
+    NV_LIT(&nv[n++], "date", fd_http_date, sizeof(fd_http_date) - 1);
     if (r->content_type.len)
         NV_LIT(&nv[n++], "content-type", r->content_type.data,
                r->content_type.len);
-    body = !r->header_only && r->status >= 200 && r->status != 204 &&
-           r->status != 304;
-    if (r->content_length >= 0 && (body || r->header_only) &&
-        r->status >= 200 && r->status != 204 && r->status != 304) {
+    if (r->content_length >= 0 && !no_body_status) {
         char *e = fd_fmt_uint(p, (uint64_t)r->content_length);
         NV_LIT(&nv[n++], "content-length", p, (size_t)(e - p));
         p = e + 1;
@@ -756,26 +745,32 @@ int fd_h2_header(fd_request_t *r)
     if (r->etag.len)
         NV_LIT(&nv[n++], "etag", r->etag.data, r->etag.len);
     for (ho = r->headers_out; ho; ho = ho->next) {
-        char *lc;
+        const char *name = ho->name.data;
         size_t i;
-        if (ho->name.len == 0 || hop_field(ho->name) ||
-            bad_bytes(ho->name) || bad_bytes(ho->value)) {
-            if (ho->name.len && !hop_field(ho->name))
-                fd_log_error(FD_LOG_ERR, 0, "a response header holding CR, "
-                             "LF or NUL was dropped");
+        if (ho->name.len == 0 || hop_field(ho->name))
+            continue;
+        if (fd_http_field_bad(ho->name.data, ho->name.len) ||
+            fd_http_field_bad(ho->value.data, ho->value.len)) {
+            fd_log_error(FD_LOG_ERR, 0, "a response header holding CR, LF "
+                         "or NUL was dropped");
             continue;
         }
-        /* names go lower case (RFC 9113 8.2.1) */
-        lc = fd_pnalloc(r->pool, ho->name.len);
-        if (lc == NULL)
-            return FD_ERROR;
-        for (i = 0; i < ho->name.len; i++)
-            lc[i] = fd_tolower(ho->name.data[i]);
-        nv_set(&nv[n++], lc, ho->name.len, ho->value.data, ho->value.len);
+        /* names go lower case (RFC 9113 8.2.1): copied only if needed */
+        for (i = 0; i < ho->name.len && fd_tolower(name[i]) == name[i]; i++)
+            ;
+        if (i < ho->name.len) {
+            char *lc = fd_pnalloc(r->pool, ho->name.len);
+            if (lc == NULL)
+                return FD_ERROR;
+            for (i = 0; i < ho->name.len; i++)
+                lc[i] = fd_tolower(name[i]);
+            name = lc;
+        }
+        nv_set(&nv[n++], name, ho->name.len, ho->value.data, ho->value.len);
     }
     /* a complete empty body needs no DATA frame */
-    st->provider = body && (r->streamed || r->body_filter ||
-                            r->content_length != 0);
+    st->provider = !r->header_only && !no_body_status &&
+                   (r->streamed || r->body_filter || r->content_length != 0);
     prd.source.ptr = st;
     prd.read_callback = data_read;
     rv = nghttp2_submit_response(st->hc->ss, st->id, nv, n,
@@ -885,12 +880,7 @@ void fd_h2_finish(fd_request_t *r, int rc)
         /* its stream went while the module worked: nothing to answer */
         if (st->hc) {
             st->orphan = 0;
-            st->mark = st->hc->queued;
-                    st->next = st->hc->zombies;
-            if (st->hc->zombies)
-                st->hc->zombies->prev = &st->next;
-            st->prev = &st->hc->zombies;
-            st->hc->zombies = st;
+            zombie_add(st->hc, st);
             conn_post(st->hc);
         } else {
             stream_free(st);
@@ -1111,8 +1101,8 @@ static void h2_after(h2c_t *hc)
         return;
     }
     if (hc->nstreams == 0 && !hc->closing) {
-        if (fd_outq_empty(&h->out) && hc->zombies == NULL) {
-            /* idle: the buffers go back until the next frame */
+        if (h->rbuf && fd_outq_empty(&h->out) && hc->zombies == NULL) {
+            /* idle now: the buffers go back until the next frame */
             fd_outq_clear(&h->out);
             if (h->rbuf) {
                 fd_block_put(&fd_worker->rbufs, h->rbuf);
@@ -1226,15 +1216,6 @@ static int h2_global_init(void)
     nghttp2_option_set_max_continuations(options, 8);
     callbacks = cb;
     return FD_OK;
-}
-
-int fd_h2_alpn(fd_connection_t *c)
-{
-    const unsigned char *p;
-    unsigned len;
-
-    SSL_get0_alpn_selected(c->s.tls, &p, &len);
-    return len == 2 && p[0] == 'h' && p[1] == '2';
 }
 
 int fd_h2_start(fd_connection_t *c)

@@ -62,14 +62,35 @@ void fd_h2_timeout(fd_connection_t *c);
 void fd_h2_release(fd_connection_t *c);
 int fd_h2_idle(fd_connection_t *c);
 void fd_h2_quit(fd_connection_t *c);    /* a graceful stop: GOAWAY */
-/* a TLS client chose h2 by ALPN on an http2 listener */
-int fd_h2_alpn(fd_connection_t *c);
 
 /* fd_http_output.c */
 int fd_http_error_detail(fd_request_t *r, int status, const char *detail);
 void fd_http_access_count(fd_request_t *r);
 void fd_http_finalize(fd_request_t *r, int rc);
 void fd_http_feed_unlink(fd_request_t *r);
+
+/* Any CR, LF or NUL in s[0..n)? A response field holding one (say, a
+ * decoded %0d%0a a module copied from the request) would end its line
+ * and start one of the client's choosing: it is dropped, never sent. 8
+ * bytes at a time: only a word with a byte below 0x20 is looked at byte
+ * by byte. */
+static inline int fd_http_field_bad(const char *s, size_t n)
+{
+    size_t i = 0, j;
+
+    for (; i + 8 <= n; i += 8) {
+        uint64_t x;
+        memcpy(&x, s + i, 8);
+        if (((x - 0x2020202020202020ULL) & ~x) & 0x8080808080808080ULL)
+            for (j = i; j < i + 8; j++)
+                if (s[j] == '\r' || s[j] == '\n' || s[j] == '\0')
+                    return 1;
+    }
+    for (; i < n; i++)
+        if (s[i] == '\r' || s[i] == '\n' || s[i] == '\0')
+            return 1;
+    return 0;
+}
 
 /* Post the connection's resume once: a posted entry is a list node, and
  * posting it twice in one turn would corrupt the list. */

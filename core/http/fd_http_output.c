@@ -74,26 +74,6 @@ fd_str_t fd_http_status_line(int status)
 
 #define CPY(p, lit) (memcpy(p, lit, sizeof(lit) - 1), (p) + sizeof(lit) - 1)
 
-/* Any CR or LF in s[0..n)? 8 bytes at a time: only a word with a byte
- * below 0x20 is looked at byte by byte. */
-static inline int has_cr_lf(const char *s, size_t n)
-{
-    size_t i = 0, j;
-
-    for (; i + 8 <= n; i += 8) {
-        uint64_t x;
-        memcpy(&x, s + i, 8);
-        if (((x - 0x2020202020202020ULL) & ~x) & 0x8080808080808080ULL)
-            for (j = i; j < i + 8; j++)
-                if (s[j] == '\r' || s[j] == '\n')
-                    return 1;
-    }
-    for (; i < n; i++)
-        if (s[i] == '\r' || s[i] == '\n')
-            return 1;
-    return 0;
-}
-
 /*
  * "HTTP/1.1 200 OK", Server and Date: the same bytes for every 200 in a
  * second, so they are formatted once a second (or on a new cycle) and
@@ -197,14 +177,11 @@ header_build(fd_request_t *r, fd_sbuf_t *sb, fd_buf_t *body, int log)
     if (r->etag.len)
         HDR_LIT(sb, "ETag", r->etag);
     for (ho = r->headers_out; ho; ho = ho->next) {
-        /* a CR or LF (say, a decoded %0d%0a a module copied from the
-         * request) would end the line and start a header of the client's
-         * choosing: such a field is dropped, never sent */
-        if (has_cr_lf(ho->value.data, ho->value.len) ||
-            has_cr_lf(ho->name.data, ho->name.len)) {
+        if (fd_http_field_bad(ho->value.data, ho->value.len) ||
+            fd_http_field_bad(ho->name.data, ho->name.len)) {
             if (log)
-                fd_log_error(FD_LOG_ERR, 0, "a response header holding CR "
-                             "or LF was dropped");
+                fd_log_error(FD_LOG_ERR, 0, "a response header holding CR, "
+                             "LF or NUL was dropped");
             continue;
         }
         fd_sbuf_add_header(sb, ho->name, ho->value);
