@@ -431,9 +431,14 @@ sub start {
         die "fastd failed to start: $why\n";
     }
     # the master listens before it forks: on a busy machine the port can
-    # be open before any worker exists. Wait for one (tests look workers
-    # up right after start); a run without workers just goes on.
-    wait_for(sub { $self->_reap || children_of($pid) > 0 },
+    # be open before every worker exists. Wait for as many as the config
+    # names (tests look workers up right after start; one for "auto"); a
+    # run without workers just goes on.
+    my $want = 1;
+    if (defined(my $text = slurp($conf))) {
+        $want = $1 if $text =~ /^\s*workers\s*=\s*(\d+)\s*$/m && $1 > 0;
+    }
+    wait_for(sub { $self->_reap || children_of($pid) >= $want },
              $o{timeout} // 10, 0.01);
     return $pid;
 }
