@@ -147,7 +147,8 @@ PY
 # --- PING and SETTINGS floods, never reading --------------------------------
 # Up to 200000 frames (3.4 MB of PING, 3 MB of SETTINGS) or 15 s; then read
 # what comes: the connection must have been closed (a GOAWAY, when it can
-# still be read, says ENHANCE_YOUR_CALM).
+# still be read, says ENHANCE_YOUR_CALM), by fastd's count of them
+# (H2_CTL_MAX), whether or not its answers could be sent.
 for my $kind ('ping', 'settings') {
     my $o = H2::py($t, <<'PY', args => [ $kind ], timeout => 50);
 c = Raw()
@@ -171,7 +172,11 @@ PY
     ok(!$o->{goaway} || $o->{goaway}[1] == 0xb,
        "$kind flood: a GOAWAY read says ENHANCE_YOUR_CALM ("
        . ($o->{goaway_name} // 'none read') . ')') or diag(H2::explain($o));
-    ok(($o->{sent} // 200000) < 200000, "$kind flood: cut short");
+    # how many frames the client pushed before the reset is the kernel's
+    # buffers' business (loopback's take megabytes unread); fastd's own
+    # answer is to stop at its count
+    like($t->error_log, qr/client sent too many PING or SETTINGS frames/,
+         "$kind flood: cut short by fastd's count");
     still_serving("a $kind flood");
 }
 

@@ -48,6 +48,12 @@
 #define H2_CONN_WINDOW (1 << 20) /* request body bytes a connection may
                                   * hold unread over all its streams */
 #define H2_EMPTY_DATA_MAX 256    /* empty DATA frames without END_STREAM */
+/* PING and SETTINGS frames a connection may send beyond what its answered
+ * requests earn (H2_CTL_EARN each): a flood of them is cut at this count,
+ * however fast fastd answers and whether or not the client reads (the
+ * ACKs a client leaves unread are nghttp2's max_outbound_ack) */
+#define H2_CTL_MAX 1000
+#define H2_CTL_EARN 4
 #define H2_RUN_ROUNDS 8          /* stream jobs and sends in one event */
 #define H2_POOL_KEEP 64          /* request pools kept for reuse */
 
@@ -93,6 +99,7 @@ struct fd_h2_conn_s {
     int rst_budget;            /* resets of unanswered streams it may
                                 * still send (rapid reset) */
     unsigned empty_data;
+    int ctl_budget;            /* PING and SETTINGS it may still send */
     uint64_t queued;           /* bytes ever put in h->out */
     uint64_t sent_seen;        /* queued - h->out.bytes, last look */
     uint64_t received;         /* bytes ever read */
@@ -574,6 +581,14 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *frame,
             }
         }
         break;
+    case NGHTTP2_PING:
+    case NGHTTP2_SETTINGS:
+        if (!(frame->hd.flags & NGHTTP2_FLAG_ACK) && --hc->ctl_budget < 0) {
+            h2_terminate(hc, NGHTTP2_ENHANCE_YOUR_CALM,
+                         "client sent too many PING or SETTINGS frames");
+            return 0;
+        }
+        break;
     case NGHTTP2_RST_STREAM:
         fd_stats->h2_resets++;
         if (st && st->r && !st->r->done && --hc->rst_budget < 0) {
@@ -829,6 +844,8 @@ void fd_h2_end(fd_request_t *r)
     if (st->hc->rst_budget < 2 * (int)fd_worker->cycle->http
                                      .http2_max_concurrent_streams)
         st->hc->rst_budget++;
+    if (st->hc->ctl_budget < H2_CTL_MAX)
+        st->hc->ctl_budget += H2_CTL_EARN;
     resume_data(st);
     conn_post(st->hc);
 }
@@ -1239,6 +1256,7 @@ int fd_h2_start(fd_connection_t *c)
     hc->h = h;
     hc->run_last = &hc->run;
     hc->rst_budget = 2 * (int)conf->http2_max_concurrent_streams;
+    hc->ctl_budget = H2_CTL_MAX;
     hc->post.handler = h2_posted;
     hc->post.data = hc;
     h->h2 = hc;
