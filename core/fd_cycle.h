@@ -34,6 +34,7 @@ typedef struct {
     fd_int_t backlog;
     fd_int_t max_events;
     int batch_sends;
+    int backend;               /* FD_BACKEND_* (fd_event.h) */
 } fd_events_conf_t;
 
 #define FD_SERVER_HEADER_MAX 256 /* [http] server_header, the Server: value */

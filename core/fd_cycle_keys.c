@@ -105,7 +105,17 @@ static const fd_conf_enum_t accept_enums[] = {
     {"shared", FD_ACCEPT_SHARED},
     {NULL, 0}};
 
+static const fd_conf_enum_t backend_enums[] = {
+    {"epoll", FD_BACKEND_EPOLL},
+    {"io_uring", FD_BACKEND_URING},
+    {NULL, 0}};
+
 const fd_directive_t fd_events_directives[] = {
+    {.name = "backend", .type = FD_CONF_ENUM, .offset = EVENTS(backend),
+     .def = "epoll", .enums = backend_enums,
+     .doc = "epoll, or io_uring: receives, accepts and the turn's sends "
+            "in one ring, one io_uring_enter() per loop turn (falls back "
+            "to epoll, with a warning, where io_uring is refused)"},
     {.name = "max_connections", .type = FD_CONF_INT,
      .offset = EVENTS(max_connections), .def = "65536",
      .doc = "connections per worker; more are refused"},

@@ -698,7 +698,7 @@ static void proxy_sent(fd_sendop_t *op)
 
     fd_log_conn_id = px->r->c->id;
     if (w == -EAGAIN || w == -EWOULDBLOCK) {
-        px->uc->s.writable = 0;
+        fd_stream_wait_out(&px->uc->s);
         proxy_arm(px);
     } else if (w < 0) {
         proxy_next(px, NEXT_ERROR, (int)-w, "send() failed");

@@ -3,6 +3,7 @@
 
 #include <signal.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 /*
  * Everything registered with the worker's epoll starts with an fd_event_t;
@@ -13,7 +14,14 @@ struct fd_event_s {
     /* flipped each time the struct is reused for a new fd: an event that
      * epoll returned for the previous user in the same batch is dropped
      * (the low bit of data.ptr carries it) */
-    unsigned instance;
+    unsigned instance:1;
+    /* the event is an fd_stream_t's: over plain TCP, the io_uring backend
+     * receives into its own buffers and fd_stream_recv() takes from them */
+    unsigned stream:1;
+    /* a listening socket: io_uring accepts on it (fd_event_accept) */
+    unsigned listen:1;
+    /* io_uring: the registration's slot + 1 (fd_uring.c); 0: none */
+    unsigned slot:29;
     void (*handler)(fd_event_t *ev, uint32_t events);
 };
 
@@ -66,11 +74,34 @@ size_t fd_http_time(char *buf, time_t t);
 /* 28/Sep/1970:12:00:00 +0000 style for logs (27 bytes) */
 extern char fd_log_time[sizeof("28/Sep/1970:12:00:00 +0000")];
 
-/* epoll registration of the current worker's loop (fd_event.c) */
-int fd_event_init(void); /* the worker's epoll */
+/*
+ * Registration with the current worker's loop (fd_event.c). Two backends
+ * behind one interface ([events] backend): epoll, and io_uring
+ * (fd_uring.c), where a plain TCP stream's bytes arrive in the ring's
+ * buffers, a listening socket accepts in the ring, sends of a turn go
+ * with its wait in one io_uring_enter(), and everything else is a
+ * multishot poll. The events mean what epoll's do under both.
+ *
+ * Under io_uring a registration holds the socket open until it is
+ * cancelled: a registered descriptor is closed with fd_event_close()
+ * (or fd_event_del() first), never with a bare close().
+ */
+enum { FD_BACKEND_EPOLL, FD_BACKEND_URING };
+extern int fd_event_uring; /* the io_uring backend runs this worker */
+/* The worker's backend: FD_BACKEND_URING falls back to epoll (one
+ * [warn]) when the kernel or a seccomp filter refuses it. */
+int fd_event_init(int backend);
+void fd_event_exit(void);
 int fd_event_add(fd_event_t *ev, uint32_t events);
 int fd_event_mod(fd_event_t *ev, uint32_t events);
 int fd_event_del(fd_event_t *ev);
+/* Leave the loop and close ev->fd; ev->fd is -1 after. */
+void fd_event_close(fd_event_t *ev);
+/* A stream's registration follows it to another struct (fd_stream_move) */
+void fd_event_move(fd_event_t *to, fd_event_t *from);
+/* accept4() on a listening socket's event: under io_uring, what the ring
+ * accepted for this event (or -1, EAGAIN) */
+int fd_event_accept(fd_event_t *ev, struct sockaddr *sa, socklen_t *len);
 
 /* Run fn on the loop at the end of this turn (used by async completions). */
 typedef struct fd_posted_s {

@@ -16,7 +16,9 @@
  */
 
 #include "fd_core.h"
+#include "fd_event.h"
 #include "fd_sendq.h"
+#include "fd_uring.h"
 
 #include <errno.h>
 #include <linux/io_uring.h>
@@ -41,6 +43,8 @@ static struct {
 static fd_sendop_t *queue[QMAX];
 static struct msghdr msgs[QMAX]; /* SENDMSG's header, alive until issued */
 static unsigned nq;
+static int on_loop_ring;   /* the io_uring backend's ring carries them */
+static unsigned prepared;  /* queue[0..prepared) are in the loop's ring */
 
 static int ring_enter(unsigned submit, unsigned wait, unsigned flags)
 {
@@ -70,6 +74,10 @@ int fd_sendq_init(int enabled)
 
     if (!enabled)
         return FD_OK;
+    if (fd_event_uring) {
+        on_loop_ring = 1;
+        return FD_OK;
+    }
     memset(&p, 0, sizeof(p));
     /* only the loop thread submits; completions need no interrupt */
     p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN;
@@ -131,13 +139,14 @@ failed:
 
 void fd_sendq_exit(void)
 {
-    nq = 0;
+    nq = prepared = 0;
+    on_loop_ring = 0;
     ring_close();
 }
 
 int fd_sendq_active(void)
 {
-    return ring.fd >= 0;
+    return ring.fd >= 0 || on_loop_ring;
 }
 
 unsigned fd_sendq_pending(void)
@@ -147,7 +156,7 @@ unsigned fd_sendq_pending(void)
 
 int fd_sendq_add(fd_sendop_t *op)
 {
-    if (ring.fd < 0 || nq == QMAX)
+    if ((ring.fd < 0 && !on_loop_ring) || nq == QMAX)
         return FD_DECLINED;
     queue[nq++] = op;
     op->slot = nq;
@@ -190,6 +199,29 @@ static unsigned reap(void)
     return got;
 }
 
+/* The entry for queue[i]: MSG_DONTWAIT, so the kernel makes it inline
+ * (a full socket buffer completes with -EAGAIN) and never parks it. */
+static void fill(struct io_uring_sqe *sqe, unsigned i, uint64_t tag)
+{
+    fd_sendop_t *op = queue[i];
+
+    memset(sqe, 0, sizeof(*sqe));
+    sqe->fd = op->fd;
+    sqe->msg_flags = MSG_NOSIGNAL | MSG_DONTWAIT;
+    sqe->user_data = tag;
+    if (op->niov == 1) {
+        sqe->opcode = IORING_OP_SEND;
+        sqe->addr = (uintptr_t)op->iov[0].iov_base;
+        sqe->len = (unsigned)op->iov[0].iov_len;
+    } else {
+        msgs[i] = (struct msghdr){.msg_iov = op->iov,
+                                  .msg_iovlen = (size_t)op->niov};
+        sqe->opcode = IORING_OP_SENDMSG;
+        sqe->addr = (uintptr_t)&msgs[i];
+        sqe->len = 1;
+    }
+}
+
 /* Make the sends queue[0..n): one enter for all of them. */
 static void submit(unsigned n)
 {
@@ -204,21 +236,7 @@ static void submit(unsigned n)
             continue;
         op->res = -EINPROGRESS;
         sqe = &ring.sqes[tail++ & *ring.sq_mask];
-        memset(sqe, 0, sizeof(*sqe));
-        sqe->fd = op->fd;
-        sqe->msg_flags = MSG_NOSIGNAL | MSG_DONTWAIT;
-        sqe->user_data = i;
-        if (op->niov == 1) {
-            sqe->opcode = IORING_OP_SEND;
-            sqe->addr = (uintptr_t)op->iov[0].iov_base;
-            sqe->len = (unsigned)op->iov[0].iov_len;
-        } else {
-            msgs[i] = (struct msghdr){.msg_iov = op->iov,
-                                      .msg_iovlen = (size_t)op->niov};
-            sqe->opcode = IORING_OP_SENDMSG;
-            sqe->addr = (uintptr_t)&msgs[i];
-            sqe->len = 1;
-        }
+        fill(sqe, i, i);
         sent++;
     }
     __atomic_store_n(ring.sq_tail, tail, __ATOMIC_RELEASE);
@@ -247,29 +265,83 @@ static void submit(unsigned n)
     }
 }
 
+/* Run the handlers of queue[0..n), made; what they queue moves to the
+ * front. */
+static void handlers(unsigned n)
+{
+    unsigned i, k = 0;
+
+    for (i = 0; i < n; i++) {
+        fd_sendop_t *op = queue[i];
+        if (op == NULL)
+            continue;
+        queue[i] = NULL;
+        op->slot = 0;
+        op->handler(op);
+    }
+    for (i = n; i < nq; i++)
+        if (queue[i]) {
+            queue[k] = queue[i];
+            queue[k]->slot = k + 1;
+            k++;
+        }
+    nq = k;
+}
+
 void fd_sendq_flush(void)
 {
+    if (on_loop_ring)
+        return; /* they go with the loop's wait */
     while (nq) {
-        unsigned n = nq, i, k = 0;
-
         /* nq > 0 means the ring was there when these were added; if
          * submit() finds it broken, it sends them itself */
+        unsigned n = nq;
         submit(n);
-        for (i = 0; i < n; i++) {
-            fd_sendop_t *op = queue[i];
-            if (op == NULL)
-                continue;
-            queue[i] = NULL;
-            op->slot = 0;
-            op->handler(op);
-        }
-        /* what the handlers queued moves to the front */
-        for (i = n; i < nq; i++)
-            if (queue[i]) {
-                queue[k] = queue[i];
-                queue[k]->slot = k + 1;
-                k++;
-            }
-        nq = k;
+        handlers(n);
     }
+}
+
+void fd_sendq_prepare(void)
+{
+    unsigned i;
+
+    for (i = 0; i < nq; i++) {
+        fd_sendop_t *op = queue[i];
+        struct io_uring_sqe *sqe;
+        if (op == NULL)
+            continue;
+        op->res = -EINPROGRESS;
+        if ((sqe = fd_uring_sqe()) == NULL)
+            op->res = send_now(op);
+        else
+            fill(sqe, i, fd_uring_send_tag(i));
+    }
+    prepared = nq;
+}
+
+void fd_sendq_result(unsigned index, int res)
+{
+    if (index < prepared && queue[index])
+        queue[index]->res = res;
+}
+
+unsigned fd_sendq_waiting(void)
+{
+    unsigned i, n = 0;
+
+    for (i = 0; i < prepared; i++)
+        n += queue[i] && queue[i]->res == -EINPROGRESS;
+    return n;
+}
+
+void fd_sendq_finish(void)
+{
+    unsigned i, n = prepared;
+
+    /* one the ring never answered for (it failed): sent here */
+    for (i = 0; i < n; i++)
+        if (queue[i] && queue[i]->res == -EINPROGRESS)
+            queue[i]->res = send_now(queue[i]);
+    prepared = 0;
+    handlers(n);
 }

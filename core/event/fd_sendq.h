@@ -6,7 +6,8 @@
 
 /*
  * Sends deferred to the end of the loop turn and made there in one
- * io_uring_enter(): [events] batch_sends.
+ * io_uring_enter(): [events] batch_sends. Under the io_uring backend, the
+ * same enter as the loop's wait.
  *
  * Why: on one CPU shared with its peer (a backend on the same host), each
  * send() that wakes the peer lets the peer preempt the worker when the
@@ -46,5 +47,16 @@ void fd_sendq_cancel(fd_sendop_t *op);
 void fd_sendq_flush(void);
 unsigned fd_sendq_pending(void); /* sends queued */
 int fd_sendq_active(void); /* batching is on and io_uring works here */
+
+/*
+ * Under the io_uring event backend the sends share the loop's ring and go
+ * with its wait (fd_uring.c): prepare puts the queued ones in the ring,
+ * result records what each did, waiting counts those with no result yet,
+ * finish runs their handlers. fd_sendq_flush() does nothing there.
+ */
+void fd_sendq_prepare(void);
+void fd_sendq_result(unsigned index, int res);
+unsigned fd_sendq_waiting(void);
+void fd_sendq_finish(void);
 
 #endif

@@ -23,6 +23,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include "fd_uring.h"
 #include "fd_core.h"
 #include "fd_http.h"
 #include "fd_ssl.h"
@@ -1360,6 +1361,9 @@ void fd_ssl_stream_bind(fd_stream_t *s, SSL *ssl, const fd_transport_t *tp)
     s->tls = ssl;
     s->tp = tp;
     s->et = 1;
+    /* OpenSSL reads the socket itself: not the io_uring's receive */
+    if (fd_event_uring)
+        fd_uring_unring(&s->ev);
 }
 
 int fd_ssl_accept(fd_stream_t *s, fd_listening_t *ls)

@@ -9,6 +9,7 @@
 #include "fd_core.h"
 #include "fd_cycle.h"
 #include "fd_stream.h"
+#include "fd_uring.h"
 
 #define OUTQ_COPY_MAX 4096 /* smaller memory pieces are copied */
 #define OUTQ_MAX_IOV 64
@@ -28,7 +29,9 @@ static ssize_t tcp_fail(fd_stream_t *s, const char *what)
 
 static ssize_t tcp_recv(fd_stream_t *s, char *buf, size_t size)
 {
-    ssize_t n = recv(s->ev.fd, buf, size, 0);
+    /* io_uring: the ring received them (fd_uring.c) */
+    ssize_t n = fd_event_uring ? fd_uring_recv(s, buf, size)
+                               : recv(s->ev.fd, buf, size, 0);
 
     if (n >= 0) {
         if (n == 0)
@@ -63,7 +66,7 @@ static ssize_t tcp_send(fd_stream_t *s, const struct iovec *iov, int niov,
         return n;
     n = tcp_fail(s, "write()");
     if (n == FD_AGAIN)
-        s->writable = 0;
+        fd_stream_wait_out(s);
     return n;
 }
 
@@ -80,7 +83,7 @@ static ssize_t tcp_sendfile(fd_stream_t *s, int fd, off_t off, size_t len)
     }
     n = tcp_fail(s, "sendfile()");
     if (n == FD_AGAIN)
-        s->writable = 0;
+        fd_stream_wait_out(s);
     return n;
 }
 
@@ -139,6 +142,13 @@ void fd_stream_events(fd_stream_t *s, uint32_t events)
         s->writable = 1;
 }
 
+void fd_stream_wait_out(fd_stream_t *s)
+{
+    s->writable = 0;
+    if (fd_event_uring)
+        fd_uring_want_out(&s->ev);
+}
+
 void fd_stream_shutdown(fd_stream_t *s)
 {
     if (s->tp->shutdown)
@@ -155,7 +165,9 @@ void fd_stream_move(fd_stream_t *to, fd_stream_t *from)
     *to = *from;
     /* the handler, the instance and the timer stay the new owner's */
     ev.fd = from->ev.fd;
+    ev.slot = 0;
     to->ev = ev;
+    fd_event_move(&to->ev, &from->ev);
     to->timer = timer;
     to->deadline = 0;
     from->ev.fd = -1;
@@ -181,6 +193,7 @@ void fd_splice_init(fd_splice_t *sp, char *buf0, char *buf1, size_t size)
     for (i = 0; i < 2; i++) {
         sp->side[i].s.ev.fd = -1;
         sp->side[i].s.ev.handler = splice_event;
+        sp->side[i].s.ev.stream = 1;
         sp->side[i].s.tp = &fd_transport_tcp;
         sp->side[i].sp = sp;
     }
@@ -215,9 +228,7 @@ void fd_splice_close(fd_splice_t *sp)
         if (s->ev.fd < 0)
             continue;
         fd_stream_close_transport(s);
-        /* close() removes it from epoll */
-        close(s->ev.fd);
-        s->ev.fd = -1;
+        fd_event_close(&s->ev);
     }
 }
 
@@ -694,10 +705,10 @@ static void outq_sent(fd_sendop_t *op)
         size_t asked = op->iov[0].iov_len +
                        (op->niov == 2 ? op->iov[1].iov_len : 0);
         if ((size_t)op->res < asked)
-            st->writable = 0; /* full: the rest waits for EPOLLOUT */
+            fd_stream_wait_out(st); /* full: the rest waits for EPOLLOUT */
         outq_consume(q, (size_t)op->res);
     } else if (op->res == -EAGAIN) {
-        st->writable = 0; /* the next flush writes itself and waits */
+        fd_stream_wait_out(st);
     } else {
         if (op->res != -EPIPE && op->res != -ECONNRESET)
             fd_log_error(FD_LOG_INFO, (int)-op->res, "send() failed");

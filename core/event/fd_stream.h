@@ -105,6 +105,10 @@ static inline ssize_t fd_stream_sendfile(fd_stream_t *s, int fd, off_t off,
     return s->tp->sendfile(s, fd, off, len);
 }
 
+/* A send would block: not writable until an event says so (epoll's
+ * EPOLLET registration does by itself; io_uring is asked: fd_uring.c). */
+void fd_stream_wait_out(fd_stream_t *s);
+
 /* The stream's deadline ms from now. Deadlines move on every read and
  * write: the timer heap is touched only when the new one is earlier than
  * the armed timer, which re-arms itself when it fires early (the owner's

@@ -213,9 +213,7 @@ void fd_connection_close(fd_connection_t *c)
     if (c->ip_counted)
         ip_count_del(c);
     fd_stream_close_transport(&c->s);
-    /* close() removes the fd from epoll */
-    close(c->s.ev.fd);
-    c->s.ev.fd = -1;
+    fd_event_close(&c->s.ev);
     fd_worker->nconns--;
     fd_stats->conn_active--;
     if (fd_worker->quitting && fd_worker->nconns + fd_worker->nheld == 0)
@@ -342,8 +340,7 @@ static void accept_some(fd_listening_t *ls, unsigned max)
         struct sockaddr_storage ss;
         socklen_t len = sizeof(ss);
         fd_connection_t *c;
-        int fd = accept4(ev->fd, (struct sockaddr *)&ss, &len,
-                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = fd_event_accept(ev, (struct sockaddr *)&ss, &len);
 
         if (fd < 0) {
             int err = errno;
@@ -378,6 +375,7 @@ static void accept_some(fd_listening_t *ls, unsigned max)
             memset(c, 0, sizeof(*c));
             c->s.ev.instance = !instance;
         }
+        c->s.ev.stream = 1;
         c->s.ev.fd = fd;
         c->s.tp = &fd_transport_tcp;
         c->s.et = w->cycle->events.edge_triggered != 0;
@@ -421,6 +419,7 @@ static int listen_start(fd_worker_t *w)
         uint32_t ev = EPOLLIN;
         ls->ev.fd = ls->fds[ls->nfds > 1 ? w->index % ls->nfds : 0];
         ls->ev.handler = accept_handler;
+        ls->ev.listen = 1;
         if (w->cycle->events.accept == FD_ACCEPT_EXCLUSIVE)
             ev |= EPOLLEXCLUSIVE;
         if (fd_event_add(&ls->ev, ev) < 0) {
@@ -442,16 +441,16 @@ void fd_worker_stop_accepting(void)
      * to the other sockets of the group unless net.ipv4.tcp_migrate_req
      * is on). Take them first; they are answered with Connection: close.
      */
+    for (ls = fd_worker->cycle->listening; ls; ls = ls->next)
+        if (ls->ev.fd >= 0 && !accept_paused)
+            fd_event_del(&ls->ev); /* io_uring: accept4() from here */
     if (fd_worker->cycle->events.accept == FD_ACCEPT_REUSEPORT &&
         !accept_paused)
         for (ls = fd_worker->cycle->listening; ls; ls = ls->next)
             if (ls->ev.fd >= 0)
                 accept_drain(ls);
-    for (ls = fd_worker->cycle->listening; ls; ls = ls->next) {
-        if (ls->ev.fd >= 0)
-            fd_event_del(&ls->ev);
+    for (ls = fd_worker->cycle->listening; ls; ls = ls->next)
         ls->ev.fd = -1;
-    }
     /* close the copies this process holds; the master keeps its own */
     for (ls = fd_worker->cycle->listening; ls; ls = ls->next)
         for (unsigned i = 0; i < ls->nfds; i++)
@@ -547,10 +546,14 @@ static int worker_init(fd_worker_t *w, fd_cycle_t *cycle)
         fd_log_error(FD_LOG_EMERG, errno, "mmap() of connections failed");
         return FD_ERROR;
     }
-    if (fd_event_init() != FD_OK || fd_timer_init() != FD_OK) {
+    if (fd_event_init(cycle->events.backend) != FD_OK ||
+        fd_timer_init() != FD_OK) {
         fd_log_error(FD_LOG_EMERG, errno, "epoll_create1() failed");
         return FD_ERROR;
     }
+    /* completions are edges: the level-triggered mode is epoll's */
+    if (fd_event_uring)
+        cycle->events.edge_triggered = 1;
     w->rbufs.size = cycle->http.max_header_size;
     w->rbufs.keep = 1024;
     w->wbufs.size = 16384;
@@ -638,6 +641,7 @@ int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot)
             fd_modules[m]->exit_worker(w);
     fd_offload_exit_worker(w);
     fd_sendq_exit();
+    fd_event_exit();
     free(events);
     return 0;
 }

@@ -1196,10 +1196,14 @@ static void linger_read(fd_connection_t *c)
     char buf[4096];
 
     for (;;) {
-        ssize_t n = recv(c->s.ev.fd, buf, sizeof(buf), 0);
+        /* plain TCP through the stream (under io_uring the ring holds
+         * the bytes); under TLS the raw bytes, after close_notify */
+        ssize_t n = c->s.tp == &fd_transport_tcp
+                        ? fd_stream_recv(&c->s, buf, sizeof(buf))
+                        : recv(c->s.ev.fd, buf, sizeof(buf), 0);
         if (n > 0)
             continue;
-        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        if (n == FD_AGAIN || (n < 0 && (errno == EAGAIN || errno == EINTR)))
             return;
         fd_connection_close(c);
         return;

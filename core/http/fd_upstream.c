@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include "fd_uring.h"
 #include "fd_core.h"
 #include "fd_cycle.h"
 #include "fd_http_parse.h"
@@ -781,7 +782,7 @@ void fd_upstream_conn_close(fd_upstream_conn_t *uc)
     fd_timer_del(&uc->s.timer);
     if (uc->s.ev.fd >= 0) {
         fd_stream_close_transport(&uc->s); /* TLS: close_notify, free */
-        close(uc->s.ev.fd); /* also leaves epoll */
+        fd_event_close(&uc->s.ev);
     }
     uc->s.ev.fd = -1;
     uc->data = NULL;
@@ -860,7 +861,9 @@ fd_upstream_conn_t *fd_upstream_keepalive_get(fd_upstream_peer_t *p,
             continue;
         idle_unlink(uc);
         errno = EAGAIN;
-        if (careful || fd_current_msec - uc->idle_since >= 1000)
+        if (fd_event_uring && fd_uring_pending(&uc->s.ev))
+            n = 0; /* the ring holds its end, or bytes nobody asked for */
+        else if (careful || fd_current_msec - uc->idle_since >= 1000)
             n = recv(uc->s.ev.fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT);
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             uc->reused = 1;
@@ -885,6 +888,7 @@ fd_upstream_conn_t *fd_upstream_conn_add(fd_upstream_peer_t *p, int fd,
         return NULL;
     }
     uc->s.ev.fd = fd;
+    uc->s.ev.stream = 1;
     uc->peer = p;
     uc->connecting = connecting != 0;
     uc->s.writable = !connecting;

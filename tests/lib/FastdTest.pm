@@ -356,10 +356,19 @@ sub subst {
 }
 
 # Write (or rewrite, before a reload) the config; returns its path.
+# FASTD_TEST_BACKEND=io_uring: every fastd config a test writes gets
+# "[events] backend = io_uring" at its end (after its last line, so that
+# the file:line of any error it tests stays where it was).
 sub write_conf {
     my ($self, $text, $name) = @_;
     my $path = "$self->{dir}/" . ($name // 'fastd.conf');
-    spew($path, $self->subst($text));
+    $text = $self->subst($text);
+    if (my $b = $ENV{FASTD_TEST_BACKEND}) {
+        $text .= "\n" if length $text && $text !~ /\n\z/;
+        $text .= "[events]\nbackend = $b\n"
+            if $text =~ /^\[(main|server|http)\]/m;
+    }
+    spew($path, $text);
     return $path;
 }
 
@@ -407,7 +416,9 @@ sub start {
         open STDOUT, '>>', $log
             or do { print STDERR "harness: open $log: $!\n"; POSIX::_exit(126) };
         open STDERR, '>&', \*STDOUT or POSIX::_exit(126);
-        { no warnings "exec"; exec { $BIN } $BIN, '-c', $conf, @extra; }
+        # wrap => [PROGRAM, ARGS]: run fastd under it (tests/uring.t)
+        my @cmd = ($o{wrap} ? @{ $o{wrap} } : (), $BIN);
+        { no warnings "exec"; exec { $cmd[0] } @cmd, '-c', $conf, @extra; }
         print STDERR "harness: exec $BIN: $!\n";
         POSIX::_exit(127);
     }

@@ -1,0 +1,42 @@
+#ifndef FD_URING_H
+#define FD_URING_H
+
+/*
+ * The io_uring backend (fd_uring.c), behind fd_event.h's interface. Only
+ * fd_event.c, fd_stream.c and fd_sendq.c call these.
+ */
+#include <sys/types.h>
+
+#include "fd_core.h"
+#include "fd_event.h"
+
+struct io_uring_sqe;
+typedef struct fd_stream_s fd_stream_t;
+
+int fd_uring_init(void); /* FD_ERROR (errno): use epoll */
+void fd_uring_exit(void);
+int fd_uring_add(fd_event_t *ev, uint32_t events);
+int fd_uring_mod(fd_event_t *ev, uint32_t events);
+int fd_uring_del(fd_event_t *ev);
+void fd_uring_move(fd_event_t *to, fd_event_t *from);
+int fd_uring_accept(fd_event_t *ev, struct sockaddr *sa, socklen_t *len);
+/* A stream's bytes the ring received (fd_transport_tcp's recv under
+ * io_uring): the transport's contract (fd_stream.h) */
+ssize_t fd_uring_recv(fd_stream_t *s, char *buf, size_t size);
+/* A plain stream's send would block: a poll says when it can go on. */
+void fd_uring_want_out(fd_event_t *ev);
+/* Bytes, an end or an error the ring holds for ev, not yet read. */
+int fd_uring_pending(fd_event_t *ev);
+/* The stream's transport reads the socket itself now (TLS was bound):
+ * the ring stops receiving for it. */
+void fd_uring_unring(fd_event_t *ev);
+/* Submit what is queued, wait at most timeout ms (-1: no bound) with
+ * waitset as the signal mask, run what completed: how many did, or
+ * FD_ERROR. */
+int fd_uring_wait(const sigset_t *waitset, int timeout);
+/* A submission entry for fd_sendq.c (NULL: the ring is full even after
+ * a submit) and its completion tag */
+struct io_uring_sqe *fd_uring_sqe(void);
+uint64_t fd_uring_send_tag(unsigned index);
+
+#endif
