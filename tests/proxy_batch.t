@@ -4,7 +4,9 @@
 # per request), and with many clients asking at once, GETs and POSTs with
 # bodies, each response reaches the client that asked. batch_sends = off
 # keeps no ring and answers the same. A bad value is a config error that
-# names file:line.
+# names file:line. This is the epoll backend's separate send ring
+# (backend = epoll, whatever FASTD_TEST_BACKEND says); under io_uring the
+# sends share the loop's ring (tests/uring.t, test_uring).
 
 use strict;
 use warnings;
@@ -82,7 +84,8 @@ sub burst {
 }
 
 # --- on (the default) -------------------------------------------------------
-my $t = FastdTest->new(conf => FastdTest::base_conf(locations => $locations));
+my $t = FastdTest->new(conf => FastdTest::base_conf(
+    events => { backend => 'epoll' }, locations => $locations));
 $t->start;
 # a first answer through the proxy: the worker is past its start-up
 is($t->get('/p/first')->body, 'GET /p/first ', 'a first request');
@@ -108,7 +111,8 @@ $t->stop;
 
 # --- off ---------------------------------------------------------------------
 $t = FastdTest->new(conf => FastdTest::base_conf(
-    events => { batch_sends => 'off' }, locations => $locations));
+    events => { batch_sends => 'off', backend => 'epoll' },
+    locations => $locations));
 $t->start;
 is($t->get('/p/first')->body, 'GET /p/first ', 'off: a first request');
 is(scalar(() = ring_counts($t)), 0, 'batch_sends = off: no io_uring');

@@ -72,6 +72,12 @@ void fd_event_close(fd_event_t *ev)
     ev->fd = -1;
 }
 
+void fd_event_flush(void)
+{
+    if (fd_event_uring)
+        (void)fd_uring_wait(NULL, 0);
+}
+
 void fd_event_move(fd_event_t *to, fd_event_t *from)
 {
     if (fd_event_uring)

@@ -69,6 +69,7 @@ typedef struct {
     uint8_t ring_rx:1;         /* bytes come by the ring's receive */
     uint8_t eof:1;             /* the receive saw the peer's end */
     uint8_t paused:1;          /* receive stopped: rx is full */
+    uint8_t on:1;              /* a listener that is accepting */
     uint8_t poll_seq, recv_seq;
     uint8_t err;               /* the receive's errno */
     uint8_t batch;             /* its receives in this turn's batch */
@@ -246,16 +247,21 @@ int fd_uring_add(fd_event_t *ev, uint32_t events)
     }
     sl = &slots[idx];
     sl->mask = events;
-    if (ev->listen)
+    if (ev->listen) {
+        sl->on = 1;
         return arm_accept(idx);
+    }
     if (plain_stream(ev)) {
         sl->ring_rx = 1;
+        /* writability is asked for when a send would block. A socket
+         * not writable yet is connecting: it is asked now, and receives
+         * once connected (a receive would take the connect's error,
+         * which SO_ERROR is to tell) */
+        if (!((fd_stream_t *)ev)->writable)
+            return arm_poll(idx);
         if ((events & EPOLLIN) && arm_recv(idx) < 0)
             return -1;
-        /* writability is asked for when a send would block; a socket
-         * still connecting is asked now */
-        if (((fd_stream_t *)ev)->writable)
-            return 0;
+        return 0;
     }
     return arm_poll(idx);
 }
@@ -276,7 +282,11 @@ int fd_uring_mod(fd_event_t *ev, uint32_t events)
 
     if (sl == NULL)
         return fd_uring_add(ev, events);
-    if (ev->listen || sl->mask == events)
+    if (ev->listen) {
+        sl->on = 1;
+        return sl->accept ? 0 : arm_accept(idx);
+    }
+    if (sl->mask == events)
         return 0;
     sl->mask = events;
     if (sl->ring_rx && (events & EPOLLIN) && !sl->recv && !sl->paused &&
@@ -303,9 +313,21 @@ int fd_uring_mod(fd_event_t *ev, uint32_t events)
 int fd_uring_del(fd_event_t *ev)
 {
     uint32_t idx;
+    slot_t *sl = slot_of(ev, &idx);
 
-    if (slot_of(ev, &idx))
-        slot_free(idx);
+    if (sl == NULL)
+        return 0;
+    if (ev->listen) {
+        /* a listener's slot stays: what the ring accepted before the
+         * cancel lands still reaches its handler (a drain at a stop
+         * serves it), and a resume re-arms it */
+        if (sl->accept)
+            cancel(idx, K_ACCEPT, 0);
+        sl->accept = 0;
+        sl->on = 0;
+        return 0;
+    }
+    slot_free(idx);
     return 0;
 }
 
@@ -345,13 +367,11 @@ int fd_uring_pending(fd_event_t *ev)
 
 int fd_uring_accept(fd_event_t *ev, struct sockaddr *sa, socklen_t *len)
 {
-    uint32_t idx;
-    slot_t *sl = slot_of(ev, &idx);
     int fd;
 
-    /* not armed (a drain at a stop), or called outside a completion (a
-     * retry after accepting was paused): the socket itself */
-    if (sl == NULL || !sl->accept || !in_accept)
+    /* outside a completion (a drain at a stop, a retry after accepting
+     * was paused): the socket itself */
+    if (!in_accept)
         return accept4(ev->fd, sa, len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (acc_err) {
         errno = acc_err;
@@ -537,6 +557,10 @@ static void on_poll(const struct io_uring_cqe *c, slot_t *sl, uint32_t idx,
         if (c->res >= 0 && !sl->ring_rx)
             (void)arm_poll(idx);
     }
+    if (c->res > 0 && sl->ring_rx && !sl->recv && !sl->paused &&
+        !sl->eof && !sl->err && (sl->mask & EPOLLIN) &&
+        !(c->res & (EPOLLERR | EPOLLHUP)))
+        (void)arm_recv(idx); /* connected */
     if (c->res > 0) {
         uint32_t events = (uint32_t)c->res;
         /* the socket's error is the ring's receive's to report (it may
@@ -572,7 +596,7 @@ static void on_accept(const struct io_uring_cqe *c, slot_t *sl, uint32_t idx)
     }
     acc_err = 0;
     sl = &slots[idx];
-    if (sl->gen == gen && sl->ev && !sl->accept)
+    if (sl->gen == gen && sl->ev && sl->on && !sl->accept)
         (void)arm_accept(idx);
 }
 
@@ -643,10 +667,12 @@ int fd_uring_wait(const sigset_t *waitset, int timeout)
     int rc;
 
     fd_sendq_prepare();
-    ts.tv_sec = timeout / 1000;
-    ts.tv_nsec = (long long)(timeout % 1000) * 1000000;
-    rc = io_uring_submit_and_wait_timeout(&ring, &cqe, 1,
-                                          timeout >= 0 ? &ts : NULL,
+    /* always a timeout: without one, liburing enters again when an enter
+     * ends with no completion (a signal ran its handler), and the loop
+     * would not see the signal's flag until the next completion */
+    ts.tv_sec = timeout >= 0 ? timeout / 1000 : 86400;
+    ts.tv_nsec = timeout >= 0 ? (long long)(timeout % 1000) * 1000000 : 0;
+    rc = io_uring_submit_and_wait_timeout(&ring, &cqe, 1, &ts,
                                           (sigset_t *)waitset);
     fd_time_update();
     if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN &&

@@ -319,7 +319,9 @@ static void accept_some(fd_listening_t *ls, unsigned max);
 static void accept_handler(fd_event_t *ev, uint32_t events)
 {
     (void)events;
-    if (accept_paused || fd_worker->quitting)
+    /* io_uring: a connection the ring took before accepting stopped is
+     * served (Connection: close), as the drain serves the backlog's */
+    if (accept_paused || (fd_worker->quitting && !fd_event_uring))
         return;
     accept_some((fd_listening_t *)ev, 64);
 }
@@ -444,6 +446,10 @@ void fd_worker_stop_accepting(void)
     for (ls = fd_worker->cycle->listening; ls; ls = ls->next)
         if (ls->ev.fd >= 0 && !accept_paused)
             fd_event_del(&ls->ev); /* io_uring: accept4() from here */
+    /* io_uring: the ring stops accepting now (not at the next turn, with
+     * the socket still in its reuseport group), and what it accepted
+     * before is served */
+    fd_event_flush();
     if (fd_worker->cycle->events.accept == FD_ACCEPT_REUSEPORT &&
         !accept_paused)
         for (ls = fd_worker->cycle->listening; ls; ls = ls->next)

@@ -365,8 +365,10 @@ sub write_conf {
     $text = $self->subst($text);
     if (my $b = $ENV{FASTD_TEST_BACKEND}) {
         $text .= "\n" if length $text && $text !~ /\n\z/;
+        # not where the test chose a backend itself
         $text .= "[events]\nbackend = $b\n"
-            if $text =~ /^\[(main|server|http)\]/m;
+            if $text =~ /^\[(main|server|http)\]/m
+               && $text !~ /^\s*backend\s*=/m;
     }
     spew($path, $text);
     return $path;

@@ -6,7 +6,7 @@
  * lost), a close that reaches the peer, completions for a registration
  * that is gone (dropped, their buffers back: a thousand of them do not
  * exhaust the ring), multishot accept with the peer's address, a poll,
- * and a batched send.
+ * a batched send, and a signal that ends a wait.
  */
 #include "fd_core.h"
 #include "fd_cycle.h"
@@ -22,6 +22,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static fd_worker_t worker;
@@ -323,6 +324,46 @@ static void test_send(void)
     close(sv[1]);
 }
 
+static volatile sig_atomic_t got_usr1;
+
+static void on_usr1(int signo)
+{
+    (void)signo;
+    got_usr1 = 1;
+}
+
+/* A signal during a wait with no timer ends the wait: the loop sees its
+ * flag (liburing enters again by itself when an enter ends with nothing
+ * completed, unless it was given a timeout). */
+static void test_signal(void)
+{
+    struct sigaction sa;
+    sigset_t block, waitset;
+    pid_t child;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_usr1;
+    sigaction(SIGUSR1, &sa, NULL);
+    sigemptyset(&block);
+    sigaddset(&block, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &block, &waitset);
+    sigdelset(&waitset, SIGUSR1);
+    child = fork();
+    if (child == 0) {
+        usleep(100 * 1000);
+        kill(getppid(), SIGUSR1);
+        _exit(0);
+    }
+    alarm(10); /* the safety net: a lost signal kills the test */
+    while (!got_usr1)
+        if (fd_uring_wait(&waitset, -1) < 0)
+            break;
+    alarm(0);
+    ok(got_usr1, "a signal ends a wait that has no timeout");
+    waitpid(child, NULL, 0);
+    sigprocmask(SIG_UNBLOCK, &block, NULL);
+}
+
 int main(void)
 {
     fd_worker = &worker;
@@ -339,6 +380,7 @@ int main(void)
     test_accept();
     test_poll();
     test_send();
+    test_signal();
     fd_sendq_exit();
     fd_uring_exit();
     return done_testing();
