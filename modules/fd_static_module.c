@@ -80,10 +80,11 @@ static const fd_directive_t static_directives[] = {
      .offset = offsetof(static_conf_t, open_file_cache),
      .def = "128", .max = 65536,
      .doc = "open descriptors each worker keeps per location, so that a "
-            "file served again costs one fstat() instead of open + fstat "
-            "+ close; every hit is checked with fstat() (size, mtime and "
-            "ETag are current; a deleted or renamed-over file is opened "
-            "again). 0: off"},
+            "file served again costs at most one fstat() instead of open + "
+            "fstat + close; the first hit in a loop turn checks it with "
+            "fstat() and the turn's other hits use that (size, mtime and "
+            "ETag are those of the file when the turn began; a deleted or "
+            "renamed-over file is opened again). 0: off"},
     {.name = "open_file_cache_valid",
      .type = FD_CONF_MSEC,
      .offset = offsetof(static_conf_t, open_file_cache_valid),
@@ -871,10 +872,15 @@ static int open_error(fd_request_t *r, const char *path, int err)
 
 /*
  * Per worker and location: full path -> open descriptor, so that a file
- * served again costs fstat() instead of openat2() + fstat() + close().
- * Every hit is checked with fstat() on the cached descriptor, so size,
- * mtime and ETag are those of the file now, and a file deleted or replaced
- * by rename (its old inode has no link left) is opened again. What fstat()
+ * served again costs at most an fstat() instead of openat2() + fstat() +
+ * close(). The first hit in a loop turn checks the cached descriptor with
+ * fstat() and the turn's other hits use that (as h2o, whose cache lives
+ * one loop iteration): a turn serves what was ready when it began, so
+ * size, mtime and ETag are those of the file when the request was seen,
+ * and a file deleted or replaced by rename (its old inode has no link
+ * left) is opened again. At 256 connections a turn serves tens of
+ * requests: the fstat() was one of the four syscalls of a small file's
+ * request. What fstat()
  * cannot see (a directory on the path renamed, permissions changed) is
  * seen when the entry expires, open_file_cache_valid after it was opened;
  * a timer closes expired entries, so an idle worker holds no descriptor
@@ -894,6 +900,8 @@ struct ofc_entry_s {
     uint32_t hash;
     uint32_t expires;          /* fd_msec32_after() */
     int fd;
+    unsigned checked;          /* the cache's turn of st */
+    struct stat st;
     size_t len;
     char path[];
 };
@@ -906,7 +914,28 @@ struct ofc_s {
     fd_msec_t valid;
     ofc_entry_t *oldest, *newest;
     fd_timer_t timer;
+    unsigned turn;             /* + 1 at the end of each turn it was used */
+    unsigned turn_posted;
+    fd_posted_t turn_end;
 };
+
+static void ofc_turn_end(void *data)
+{
+    ofc_t *c = data;
+
+    c->turn++;
+    c->turn_posted = 0;
+}
+
+/* st was taken in this turn: the turn's next hits use it */
+static void ofc_checked(ofc_t *c, ofc_entry_t *e)
+{
+    e->checked = c->turn;
+    if (!c->turn_posted) {
+        c->turn_posted = 1;
+        fd_event_post(&c->turn_end);
+    }
+}
 
 static void ofc_release(void *data)
 {
@@ -973,13 +1002,15 @@ static ofc_t *ofc_get(static_conf_t *scf)
     c->max = (unsigned)scf->open_file_cache;
     c->valid = scf->open_file_cache_valid ? scf->open_file_cache_valid : 1;
     c->timer.handler = ofc_expire;
+    c->turn_end.handler = ofc_turn_end;
+    c->turn_end.data = c;
     scf->cache = c;
     return c;
 }
 
 /*
- * The cached descriptor of path, checked with fstat() into *st, with a
- * reference taken for the request; NULL when there is none usable.
+ * The cached descriptor of path, its fstat() of this turn into *st, with
+ * a reference taken for the request; NULL when there is none usable.
  */
 static ofc_entry_t *ofc_lookup(ofc_t *c, const char *path, size_t len,
                                uint32_t hash, struct stat *st)
@@ -993,21 +1024,28 @@ static ofc_entry_t *ofc_lookup(ofc_t *c, const char *path, size_t len,
     }
     if (e == NULL)
         return NULL;
-    if (fd_msec32_diff(e->expires, (uint32_t)fd_current_msec) <= 0 ||
-        fstat(e->fd, st) == -1 || st->st_nlink == 0 ||
-        !S_ISREG(st->st_mode)) {
+    if (fd_msec32_diff(e->expires, (uint32_t)fd_current_msec) <= 0) {
         ofc_remove(c, e);
         return NULL;
     }
+    if (e->checked != c->turn) {
+        if (fstat(e->fd, &e->st) == -1 || e->st.st_nlink == 0 ||
+            !S_ISREG(e->st.st_mode)) {
+            ofc_remove(c, e);
+            return NULL;
+        }
+        ofc_checked(c, e);
+    }
+    *st = e->st;
     e->refs++;
     return e;
 }
 
-/* Keep fd (a regular file the request holds) for the next requests; the
- * request's reference is the entry's. NULL: not kept, fd stays the
- * caller's. */
+/* Keep fd (a regular file the request holds, st its fstat() just now)
+ * for the next requests; the request's reference is the entry's. NULL:
+ * not kept, fd stays the caller's. */
 static ofc_entry_t *ofc_insert(ofc_t *c, const char *path, size_t len,
-                               uint32_t hash, int fd)
+                               uint32_t hash, int fd, const struct stat *st)
 {
     ofc_entry_t *e = malloc(sizeof(*e) + len);
 
@@ -1019,6 +1057,8 @@ static ofc_entry_t *ofc_insert(ofc_t *c, const char *path, size_t len,
     e->hash = hash;
     e->expires = fd_msec32_after(c->valid);
     e->fd = fd;
+    e->st = *st;
+    ofc_checked(c, e);
     e->len = len;
     memcpy(e->path, path, len);
     e->hnext = c->buckets[hash & c->mask];
@@ -1349,7 +1389,7 @@ static int static_handler(fd_request_t *r)
     }
 
     if (e) {
-        /* a cached descriptor, checked by ofc_lookup()'s fstat() */
+        /* a cached descriptor, checked by this turn's fstat() */
         fd = e->fd;
         if (fd_pool_cleanup_add(r->pool, ofc_release, e) == NULL) {
             ofc_release(e);
@@ -1374,7 +1414,7 @@ static int static_handler(fd_request_t *r)
         }
         if (!S_ISREG(st.st_mode))
             return 403;
-        if (cache && (e = ofc_insert(cache, full, flen, hash, fd))) {
+        if (cache && (e = ofc_insert(cache, full, flen, hash, fd, &st))) {
             cl->handler = ofc_release;
             cl->data = e;
         }

@@ -14,6 +14,12 @@
 #define OUTQ_COPY_MAX 4096 /* smaller memory pieces are copied */
 #define OUTQ_MAX_IOV 64
 #define SENDFILE_MAX (1 << 20)
+/*
+ * What one flush sends before a file's rest waits for the end of the loop
+ * turn: one TSO frame (64 KB less room for the headers), the response
+ * header included. See fd_outq_flush().
+ */
+#define OUTQ_FIRST_FRAME 64000
 
 /* --- plain TCP --- */
 
@@ -401,6 +407,18 @@ struct fd_outseg_s {
     size_t off;       /* buf offset, or file position */
     size_t len;
     const char *mem;
+    /* a file's rest, put off to the end of the turn (fd_outq_flush) */
+    fd_posted_t post;
+    fd_outq_t *post_q;      /* whose flush goes on; NULL: nobody's */
+    fd_stream_t *post_st;
+    unsigned deferred:1;    /* was put off once: the rest goes unbounded */
+    unsigned posted:1;      /* post is in the loop's list */
+    /* copied bytes holding a small file (fd_outq_file): never batched,
+     * as a file segment is not. A batched send that empties the queue
+     * does not resume a pipeline stopped at the output high-water mark
+     * (fd_http.c, http_after_io), and 120 pipelined 2 KB files would wait
+     * for ever (tests/pipeline.t) */
+    unsigned from_file:1;
 };
 
 enum { SEG_BUF, SEG_FILE, SEG_MEM };
@@ -424,6 +442,9 @@ static fd_outseg_t *seg_new(fd_outq_t *q, int kind)
         return NULL;
     s->next = NULL;
     s->kind = kind;
+    s->deferred = 0;
+    s->posted = 0; /* a free one never is; a new one is not set */
+    s->from_file = 0;
     *q->last = s;
     q->last = &s->next;
     return s;
@@ -456,7 +477,7 @@ static void outq_rebatch(fd_outq_t *q)
     int niov = 0;
 
     for (s = q->segs; s && niov < 2; s = s->next) {
-        if (s->kind == SEG_FILE)
+        if (s->kind == SEG_FILE || s->from_file)
             return; /* not batched: the caller's flush sends it */
         iov[niov].iov_base = (void *)(s->kind == SEG_BUF ? q->buf + s->off
                                                          : s->mem);
@@ -581,10 +602,24 @@ int fd_outq_ref(fd_outq_t *q, const void *data, size_t n)
 
 int fd_outq_file(fd_outq_t *q, int fd, off_t off, size_t n)
 {
-    fd_outseg_t *s;
+    fd_outseg_t *s = q->segs ? (fd_outseg_t *)((char *)q->last -
+                                               offsetof(fd_outseg_t, next))
+                             : NULL;
 
     if (n == 0)
         return FD_OK;
+    /* a small file after copied bytes (the header just written) joins
+     * them: one write() of both instead of a write and a sendfile(), which
+     * for one page costs more than the copy (a 1 KB file: 16 against 5 us
+     * a call under strace). A short read leaves it to sendfile(), which
+     * says what went wrong. */
+    if (n <= OUTQ_COPY_MAX && s && s->kind == SEG_BUF &&
+        s->off + s->len == q->tail && q->tail + n <= q->cap &&
+        pread(fd, q->buf + q->tail, n, off) == (ssize_t)n) {
+        fd_outq_commit(q, n); /* into s: no allocation can fail */
+        s->from_file = 1;
+        return FD_OK;
+    }
     s = seg_new(q, SEG_FILE);
     if (s == NULL)
         return FD_ERROR;
@@ -604,6 +639,21 @@ int fd_outq_copied(const fd_outq_t *q)
     return s == NULL;
 }
 
+/*
+ * A segment whose post is still in the loop's list must not be reused
+ * (posted twice, the list would loop): it is left to seg_resume(), which
+ * frees it. Otherwise it joins the free ones.
+ */
+static void seg_free(fd_outq_t *q, fd_outseg_t *s)
+{
+    if (s->posted) {
+        s->post_q = NULL;
+        return;
+    }
+    s->next = q->free;
+    q->free = s;
+}
+
 static void seg_done(fd_outq_t *q)
 {
     fd_outseg_t *s = q->segs;
@@ -613,8 +663,7 @@ static void seg_done(fd_outq_t *q)
         q->last = &q->segs;
         q->head = q->tail = 0;
     }
-    s->next = q->free;
-    q->free = s;
+    seg_free(q, s);
 }
 
 /* n bytes have left: drop them from the front. */
@@ -732,8 +781,53 @@ static int outq_batch(fd_outq_t *q, fd_stream_t *st, const struct iovec *iov,
     return fd_sendq_add(&q->op);
 }
 
+/* The end of the turn: the owner goes on as after a writable event. */
+static void seg_resume(void *data)
+{
+    fd_outseg_t *s = data;
+    fd_outq_t *q = s->post_q;
+    fd_stream_t *st = s->post_st;
+
+    s->posted = 0;
+    if (q == NULL) {
+        free(s); /* sent or dropped meanwhile (seg_free) */
+        return;
+    }
+    s->post_q = NULL;
+    if (q->sent)
+        q->sent(q);
+    else
+        st->ev.handler(&st->ev, 0);
+}
+
+static int seg_defer(fd_outq_t *q, fd_stream_t *st, fd_outseg_t *s)
+{
+    s->deferred = 1;
+    s->posted = 1;
+    s->post_q = q;
+    s->post_st = st;
+    s->post.handler = seg_resume;
+    s->post.data = s;
+    fd_event_post(&s->post);
+    return FD_AGAIN;
+}
+
+/*
+ * A file longer than one frame: the header and the first frame leave now,
+ * the rest at the end of the loop turn, after the other connections' first
+ * frames. Sent back to back, the second frame is held by the kernel's TCP
+ * pacing (BBR, or any socket with a pacing rate, without the fq qdisc):
+ * an hrtimer armed and fired for nearly every response, which cost this
+ * worker more than the rest of a 100 KB response together (perf, one CPU,
+ * 64 connections). A turn's worth of other work later, the pacing time
+ * has passed. Edge-triggered streams only: the owner then waits for
+ * nothing and no epoll_ctl() changes (level-triggered, FD_AGAIN would
+ * register EPOLLOUT and remove it again).
+ */
 int fd_outq_flush(fd_outq_t *q, fd_stream_t *st)
 {
+    size_t frame = st->et ? OUTQ_FIRST_FRAME : SIZE_MAX;
+
     if (q->op.slot)
         return FD_AGAIN; /* in the batch: ->sent() follows */
     while (q->segs) {
@@ -741,10 +835,16 @@ int fd_outq_flush(fd_outq_t *q, fd_stream_t *st)
         ssize_t n;
 
         if (s->kind == SEG_FILE) {
-            n = fd_stream_sendfile(st, s->fd, (off_t)s->off, s->len);
+            size_t len = s->len;
+            if (!s->deferred) {
+                if (frame == 0)
+                    return seg_defer(q, st, s);
+                len = fd_min(len, frame);
+            }
+            n = fd_stream_sendfile(st, s->fd, (off_t)s->off, len);
         } else {
             struct iovec iov[OUTQ_MAX_IOV];
-            int niov = 0;
+            int niov = 0, batch = q->sent != NULL;
             fd_outseg_t *t;
             for (t = s; t && t->kind != SEG_FILE && niov < OUTQ_MAX_IOV;
                  t = t->next) {
@@ -753,13 +853,15 @@ int fd_outq_flush(fd_outq_t *q, fd_stream_t *st)
                                                   : t->mem);
                 iov[niov].iov_len = t->len;
                 niov++;
+                batch &= !t->from_file;
             }
-            if (q->sent && t == NULL && outq_batch(q, st, iov, niov) == FD_OK)
+            if (batch && t == NULL && outq_batch(q, st, iov, niov) == FD_OK)
                 return FD_AGAIN;
             n = fd_stream_send(st, iov, niov, t && t->kind == SEG_FILE);
         }
         if (n < 0)
             return (int)n;
+        frame -= fd_min(frame, (size_t)n);
         outq_consume(q, (size_t)n);
     }
     return FD_OK;
@@ -774,8 +876,7 @@ void fd_outq_clear(fd_outq_t *q)
      * costs no malloc for its segments */
     for (s = q->segs; s; s = sn) {
         sn = s->next;
-        s->next = q->free;
-        q->free = s;
+        seg_free(q, s);
     }
     q->segs = NULL;
     q->last = &q->segs;
