@@ -413,12 +413,6 @@ struct fd_outseg_s {
     fd_stream_t *post_st;
     unsigned deferred:1;    /* was put off once: the rest goes unbounded */
     unsigned posted:1;      /* post is in the loop's list */
-    /* copied bytes holding a small file (fd_outq_file): never batched,
-     * as a file segment is not. A batched send that empties the queue
-     * does not resume a pipeline stopped at the output high-water mark
-     * (fd_http.c, http_after_io), and 120 pipelined 2 KB files would wait
-     * for ever (tests/pipeline.t) */
-    unsigned from_file:1;
 };
 
 enum { SEG_BUF, SEG_FILE, SEG_MEM };
@@ -444,7 +438,6 @@ static fd_outseg_t *seg_new(fd_outq_t *q, int kind)
     s->kind = kind;
     s->deferred = 0;
     s->posted = 0; /* a free one never is; a new one is not set */
-    s->from_file = 0;
     *q->last = s;
     q->last = &s->next;
     return s;
@@ -477,7 +470,7 @@ static void outq_rebatch(fd_outq_t *q)
     int niov = 0;
 
     for (s = q->segs; s && niov < 2; s = s->next) {
-        if (s->kind == SEG_FILE || s->from_file)
+        if (s->kind == SEG_FILE)
             return; /* not batched: the caller's flush sends it */
         iov[niov].iov_base = (void *)(s->kind == SEG_BUF ? q->buf + s->off
                                                          : s->mem);
@@ -617,7 +610,6 @@ int fd_outq_file(fd_outq_t *q, int fd, off_t off, size_t n)
         s->off + s->len == q->tail && q->tail + n <= q->cap &&
         pread(fd, q->buf + q->tail, n, off) == (ssize_t)n) {
         fd_outq_commit(q, n); /* into s: no allocation can fail */
-        s->from_file = 1;
         return FD_OK;
     }
     s = seg_new(q, SEG_FILE);
@@ -853,7 +845,6 @@ int fd_outq_flush(fd_outq_t *q, fd_stream_t *st)
                                                   : t->mem);
                 iov[niov].iov_len = t->len;
                 niov++;
-                batch &= !t->from_file;
             }
             if (batch && t == NULL && outq_batch(q, st, iov, niov) == FD_OK)
                 return FD_AGAIN;

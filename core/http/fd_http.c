@@ -94,6 +94,12 @@ static void http_sent(fd_outq_t *q)
     fd_http_conn_t *h = (fd_http_conn_t *)((char *)q -
                                            offsetof(fd_http_conn_t, out));
 
+    /* a pipeline stopped at the output high-water mark goes on once its
+     * output has left: http_after_io() looks for one only while output
+     * is queued, and a batched send may have taken all of it */
+    if (!h->c->h2 && fd_outq_empty(q) && h->r == NULL && !h->c->closing &&
+        h->rpos < h->rlast)
+        post_resume(h);
     h->c->s.ev.handler(&h->c->s.ev, 0); /* HTTP/1.1's or HTTP/2's */
 }
 
