@@ -117,7 +117,8 @@ void fd_event_post(fd_posted_t *p);
 /*
  * One turn of the loop: the batched sends and the timers, one wait of at
  * most the next timer (and at most max_wait ms when that is >= 0), the
- * events (nevents at most), then what was posted. FD_ERROR when epoll
+ * events (nevents at most; io_uring: every completion there is, and the
+ * sends go with the wait), then what was posted. FD_ERROR when the wait
  * fails.
  */
 struct epoll_event;

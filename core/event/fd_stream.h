@@ -126,7 +126,8 @@ void fd_stream_shutdown(fd_stream_t *s);
  * Hand a stream's socket and transport to another struct (a connection's
  * to a tunnel): to takes from's descriptor, transport state and readiness
  * flags (registered too: the descriptor may still be in epoll under from's
- * pointer, for the new owner to fd_event_mod); from is left with no
+ * pointer, for the new owner to fd_event_mod; io_uring's registration,
+ * with what its ring received, follows to); from is left with no
  * descriptor (-1) and plain TCP, so closing it frees nothing of to's.
  * Neither timer moves: to's is left unarmed.
  */

@@ -50,6 +50,7 @@
 #define BUF_SIZE 8192
 #define BGID 0
 #define RX_PAUSE (64 * 1024)  /* unread bytes that stop a stream's ring */
+#define SLOT_MAX (1u << 22)   /* registrations (user_data holds 24 bits) */
 
 enum { K_IGNORE, K_POLL, K_RECV, K_ACCEPT, K_SEND };
 
@@ -189,22 +190,17 @@ static slot_t *slot_of(const fd_event_t *ev, uint32_t *idx)
 
 static int slot_new(fd_event_t *ev, uint32_t *idx)
 {
-    if (free_head == 0) {
-        uint32_t n = nslots ? nslots * 2 : 1024, i;
-        slot_t *ns = realloc(slots, n * sizeof(*ns));
-        if (ns == NULL)
-            return -1;
-        memset(ns + nslots, 0, (n - nslots) * sizeof(*ns));
-        /* 0 stays unused: ev->slot holds index + 1 */
-        for (i = n - 1; i >= (nslots ? nslots : 1); i--) {
-            ns[i].next_free = free_head;
-            free_head = i;
-        }
-        slots = ns;
-        nslots = n;
+    /* the table is reserved whole and touched as it is used (pages that
+     * were never written cost nothing): a slot is 32 bytes of an idle
+     * connection's cost, not more */
+    if (free_head) {
+        *idx = free_head;
+        free_head = slots[*idx].next_free;
+    } else if (nslots < SLOT_MAX) {
+        *idx = nslots++; /* 0 stays unused: ev->slot holds index + 1 */
+    } else {
+        return -1;
     }
-    *idx = free_head;
-    free_head = slots[*idx].next_free;
     slots[*idx].ev = ev;
     ev->slot = *idx + 1;
     return 0;
@@ -724,6 +720,17 @@ int fd_uring_init(void)
         errno = ENOSYS;
         return FD_ERROR;
     }
+    slots = mmap(NULL, SLOT_MAX * sizeof(slot_t), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (slots == MAP_FAILED) {
+        slots = NULL;
+        rc = -errno;
+        io_uring_queue_exit(&ring);
+        errno = -rc;
+        return FD_ERROR;
+    }
+    nslots = 1;
+    free_head = 0;
     br = mmap(NULL, BUF_COUNT * sizeof(struct io_uring_buf),
               PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     bufs = mmap(NULL, (size_t)BUF_COUNT * BUF_SIZE, PROT_READ | PROT_WRITE,
@@ -751,6 +758,8 @@ int fd_uring_init(void)
 
 failed:
     io_uring_queue_exit(&ring);
+    munmap(slots, SLOT_MAX * sizeof(slot_t));
+    slots = NULL;
     if (br != MAP_FAILED && br)
         munmap(br, BUF_COUNT * sizeof(struct io_uring_buf));
     if (bufs != MAP_FAILED && bufs)
@@ -766,5 +775,12 @@ void fd_uring_exit(void)
     if (!fd_event_uring)
         return;
     io_uring_queue_exit(&ring);
+    munmap(slots, SLOT_MAX * sizeof(slot_t));
+    munmap(br, BUF_COUNT * sizeof(struct io_uring_buf));
+    munmap(bufs, (size_t)BUF_COUNT * BUF_SIZE);
+    slots = NULL;
+    br = NULL;
+    bufs = NULL;
+    nslots = free_head = 0;
     fd_event_uring = 0;
 }
