@@ -162,17 +162,19 @@ static void test_pause(void)
 static void test_stale(void)
 {
     static conn_t a, b;
-    int i, pa, pb, bad = 0;
-    unsigned seen;
+    int i, pa, pb, bad = 0, reused = 0;
+    unsigned seen, slot;
 
     for (i = 0; i < 1000; i++) {
         pa = conn_open(&a, 64);
         settle();
         seen = a.events; /* writable, at once */
+        slot = a.s.ev.slot;
         if (write(pa, "stale", 5) != 5)
             bad++;
         fd_event_close(&a.s.ev); /* before its completion is seen */
-        pb = conn_open(&b, 64);  /* likely the same slot */
+        pb = conn_open(&b, 64);  /* the slot just freed: its next user */
+        reused += b.s.ev.slot == slot;
         settle();
         if (b.ngot != 0 || a.events != seen || a.ngot != 0)
             bad++;
@@ -185,6 +187,8 @@ static void test_stale(void)
         close(pa);
         close(pb);
     }
+    is_int(reused, 1000, "each next registration took the freed slot (so "
+           "the stale completions below met a new generation)");
     is_int(bad, 0, "1000 closes with a completion on the way: none "
            "reaches the next user of the slot, and the ring keeps "
            "its buffers");
