@@ -80,8 +80,10 @@ my $be = Backend->new(stream_body => $stream_body, handler => sub {
         return Backend::response(200, "got $n " . ($n <= 3_000_000 ? $md5->hexdigest : ''));
     }
     return Backend::sse($c) if $p eq '/sse';
-    return Backend::websocket_echo($c, 'Sec-WebSocket-Accept: x')
-        if ($req->{headers}{upgrade} // '') eq 'websocket';
+    if (($req->{headers}{upgrade} // '') eq 'websocket') {
+        sleep 0.3 if $p eq '/ws-late';   # the client's bytes wait at fastd
+        return Backend::websocket_echo($c, 'Sec-WebSocket-Accept: x');
+    }
     return Backend::echo($req);
 });
 my $bp = $be->port;
@@ -332,6 +334,21 @@ sub ws_open {
     is($got, length $big, '2 MiB echoed through the tunnel');
     shutdown($s, 1);
     ok($c->wait_eof(5), 'a half-close travels through; the tunnel ends');
+}
+{
+    # bytes the client sends after the request, while the upstream has
+    # not answered yet: fastd holds them (under io_uring, in the ring's
+    # receive queue of the client's stream) and they go through the
+    # tunnel once it opens. They were dropped when the client's stream
+    # changed hands with its registration deleted.
+    my $c = ws_open('/ws-late');
+    select(undef, undef, undef, 0.1);
+    $c->send('late bytes|');
+    ok($c->wait_for_bytes(qr/^HTTP\/1\.1 101 .*\r\n\r\n/s, 5), 'WebSocket answered late: 101');
+    ok($c->wait_for_bytes(qr/\r\n\r\nlate bytes\|$/, 5),
+       'bytes sent before the 101 came go through the tunnel');
+    $c->send('more');
+    ok($c->wait_for_bytes(qr/late bytes\|more$/, 5), 'and the tunnel echoes on');
 }
 {
     my $c = ws_open('/ws-idle');

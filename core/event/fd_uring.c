@@ -50,13 +50,19 @@
 #define BUF_SIZE 8192
 #define BGID 0
 #define RX_PAUSE (64 * 1024)  /* unread bytes that stop a stream's ring */
+#define RX_BLOCK (16 * 1024)  /* an rx queue is a chain of these */
+#define RX_CACHE 64           /* empty blocks kept for reuse (1 MB) */
+#define RX_MERGE (64 * 1024)  /* a batch's receives handed on at once */
 #define SLOT_MAX (1u << 22)   /* registrations (user_data holds 24 bits) */
 
 enum { K_IGNORE, K_POLL, K_RECV, K_ACCEPT, K_SEND };
 
-typedef struct {
-    size_t off, len, cap;
-    char data[];
+typedef struct rxq_s {
+    struct rxq_s *next;        /* in the chain, or in the cache */
+    struct rxq_s *tail;        /* the head block's: the chain's last */
+    size_t total;              /* the head block's: unread bytes */
+    uint32_t off, len;
+    char data[RX_BLOCK];
 } rxq_t;
 
 typedef struct {
@@ -85,6 +91,8 @@ static char *bufs;
 static slot_t *slots;
 static uint32_t nslots, free_head;
 static struct io_uring_cqe batch[CQ_BATCH];
+static rxq_t *rx_cache;
+static unsigned rx_ncache;
 
 /* the receive being handed to its stream's handler */
 static struct {
@@ -206,6 +214,54 @@ static int slot_new(fd_event_t *ev, uint32_t *idx)
     return 0;
 }
 
+/*
+ * Receive queues come and go with every batch that brings a stream more
+ * than its handler reads at once: a queue is a chain of fixed blocks, and
+ * empty blocks are kept for reuse, so a long stream costs no malloc(), no
+ * realloc() and no free() per loop turn, and a queue never moves.
+ */
+static rxq_t *rx_get(void)
+{
+    rxq_t *b = rx_cache;
+
+    if (b) {
+        rx_cache = b->next;
+        rx_ncache--;
+    } else if ((b = malloc(sizeof(*b))) == NULL) {
+        return NULL;
+    }
+    b->next = NULL;
+    b->tail = b;
+    b->total = 0;
+    b->off = b->len = 0;
+    return b;
+}
+
+static void rx_put(rxq_t *b)
+{
+    if (rx_ncache < RX_CACHE) {
+        b->next = rx_cache;
+        rx_cache = b;
+        rx_ncache++;
+        return;
+    }
+    free(b);
+}
+
+static void rx_drop(rxq_t *rx)
+{
+    while (rx) {
+        rxq_t *next = rx->next;
+        rx_put(rx);
+        rx = next;
+    }
+}
+
+static size_t rx_unread(const slot_t *sl)
+{
+    return sl->rx ? sl->rx->total : 0;
+}
+
 static void slot_free(uint32_t idx)
 {
     slot_t *sl = &slots[idx];
@@ -217,7 +273,7 @@ static void slot_free(uint32_t idx)
         cancel(idx, K_RECV, sl->recv_seq);
     if (sl->accept)
         cancel(idx, K_ACCEPT, 0);
-    free(sl->rx);
+    rx_drop(sl->rx);
     sl->ev->slot = 0;
     memset(sl, 0, sizeof(*sl));
     sl->gen = gen; /* completions still on their way are stale now */
@@ -357,7 +413,7 @@ int fd_uring_pending(fd_event_t *ev)
     uint32_t idx;
     slot_t *sl = slot_of(ev, &idx);
 
-    return sl && ((sl->rx && sl->rx->len > sl->rx->off) || sl->eof ||
+    return sl && (rx_unread(sl) || sl->eof ||
                   sl->err || (cur.idx == idx && cur.len > cur.off));
 }
 
@@ -401,31 +457,33 @@ static void buf_recycle(unsigned bid)
 /* What the handler left of cur goes to the slot's rx queue. */
 static void rx_keep(slot_t *sl, uint32_t idx, const char *p, size_t n)
 {
-    rxq_t *rx = sl->rx;
-    size_t have = rx ? rx->len - rx->off : 0;
+    while (n > 0) {
+        rxq_t *t = sl->rx ? sl->rx->tail : NULL, *b;
+        size_t k;
 
-    if (rx && rx->off && rx->len + n > rx->cap) {
-        memmove(rx->data, rx->data + rx->off, have);
-        rx->off = 0;
-        rx->len = have;
-    }
-    if (rx == NULL || rx->len + n > rx->cap) {
-        size_t cap = fd_max(have + n, (size_t)BUF_SIZE);
-        rxq_t *nr = realloc(rx, sizeof(*nr) + cap);
-        if (nr == NULL) {
-            fd_log_error(FD_LOG_ERR, ENOMEM, "io_uring: received bytes "
-                         "dropped");
-            sl->err = ENOMEM;
-            return;
+        if (t == NULL || t->len == RX_BLOCK) {
+            if ((b = rx_get()) == NULL) {
+                fd_log_error(FD_LOG_ERR, ENOMEM, "io_uring: received "
+                             "bytes dropped");
+                sl->err = ENOMEM;
+                return;
+            }
+            if (t == NULL) {
+                sl->rx = b;
+            } else {
+                t->next = b;
+                sl->rx->tail = b;
+            }
+            t = b;
         }
-        if (rx == NULL)
-            nr->off = nr->len = 0;
-        nr->cap = cap;
-        sl->rx = rx = nr;
+        k = fd_min(n, (size_t)(RX_BLOCK - t->len));
+        memcpy(t->data + t->len, p, k);
+        t->len += (uint32_t)k;
+        sl->rx->total += k;
+        p += k;
+        n -= k;
     }
-    memcpy(rx->data + rx->len, p, n);
-    rx->len += n;
-    if (rx->len - rx->off > RX_PAUSE && sl->recv) {
+    if (sl->rx->total > RX_PAUSE && sl->recv) {
         cancel(idx, K_RECV, sl->recv_seq);
         sl->recv = 0;
         sl->paused = 1;
@@ -443,19 +501,25 @@ ssize_t fd_uring_recv(fd_stream_t *s, char *buf, size_t size)
                                       * the bytes are in the socket */
         return recv(s->ev.fd, buf, size, 0);
     if (sl->rx) {
-        rxq_t *rx = sl->rx;
-        k = fd_min(size, rx->len - rx->off);
-        memcpy(buf, rx->data + rx->off, k);
-        rx->off += k;
-        n = k;
-        if (rx->off == rx->len) {
-            free(rx);
-            sl->rx = NULL;
+        while (n < size && sl->rx) {
+            rxq_t *h = sl->rx;
+            k = fd_min(size - n, (size_t)(h->len - h->off));
+            memcpy(buf + n, h->data + h->off, k);
+            h->off += (uint32_t)k;
+            h->total -= k;
+            n += k;
+            if (h->off == h->len) {
+                sl->rx = h->next;
+                if (sl->rx) {
+                    sl->rx->tail = h->tail;
+                    sl->rx->total = h->total;
+                }
+                rx_put(h);
+            }
         }
         /* the reader caught up: the ring receives again (now, not at its
          * next read, which may not come: a response read to its end) */
-        if (sl->paused && (sl->rx == NULL ||
-                           sl->rx->len - sl->rx->off < RX_PAUSE / 2))
+        if (sl->paused && rx_unread(sl) < RX_PAUSE / 2)
             (void)arm_recv(idx);
     }
     if (n < size && cur.idx == idx && cur.gen == sl->gen &&
@@ -491,10 +555,11 @@ static void on_recv(const struct io_uring_cqe *c, slot_t *sl, uint32_t idx,
         sl->recv = 0;
     if (c->res > 0) {
         unsigned bid = c->flags >> IORING_CQE_BUFFER_SHIFT;
-        if (sl->batch > 1) {
+        if (sl->batch > 1 && rx_unread(sl) + (size_t)c->res <= RX_MERGE) {
             /* more follow in this batch: the handler sees them all at
              * once, as it would find them in the socket under epoll
-             * (one call, and a reader's limits see what really came) */
+             * (one call, and a reader's limits see what really came),
+             * up to RX_MERGE bytes a call */
             sl->batch--;
             rx_keep(sl, idx, bufs + (size_t)bid * BUF_SIZE, (size_t)c->res);
             buf_recycle(bid);
@@ -502,7 +567,8 @@ static void on_recv(const struct io_uring_cqe *c, slot_t *sl, uint32_t idx,
                 (void)arm_recv(idx);
             return;
         }
-        sl->batch = 0;
+        if (sl->batch)
+            sl->batch--; /* the batch's rest, if any, merges on */
         cur.idx = idx;
         cur.gen = gen;
         cur.buf = bufs + (size_t)bid * BUF_SIZE;
@@ -775,6 +841,14 @@ void fd_uring_exit(void)
     if (!fd_event_uring)
         return;
     io_uring_queue_exit(&ring);
+    for (uint32_t i = 0; i < nslots; i++)
+        rx_drop(slots[i].rx);
+    while (rx_cache) {
+        rxq_t *next = rx_cache->next;
+        free(rx_cache);
+        rx_cache = next;
+    }
+    rx_ncache = 0;
     munmap(slots, SLOT_MAX * sizeof(slot_t));
     munmap(br, BUF_COUNT * sizeof(struct io_uring_buf));
     munmap(bufs, (size_t)BUF_COUNT * BUF_SIZE);

@@ -939,10 +939,9 @@ int fd_http_detach(fd_request_t *r, fd_stream_t *to, char *buf, size_t size,
         fd_log_error(FD_LOG_ERR, errno, "fcntl(F_DUPFD) failed");
         return FD_ERROR;
     }
-    /* the duplicate keeps the socket open: drop the engine's registration
-     * before its descriptor is closed */
-    fd_event_del(&c->s.ev);
-    c->s.registered = 0;
+    /* the registration goes with the stream (`to` is registered): under
+     * io_uring it holds what the ring received and nobody read yet (the
+     * client's first tunnelled bytes, sent while the upstream answered) */
     fd_stream_move(to, &c->s);
     c->s.ev.fd = dup;
     memcpy(buf, h->rbuf + h->rpos, left);

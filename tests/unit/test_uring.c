@@ -157,6 +157,39 @@ static void test_pause(void)
     close(peer);
 }
 
+/* A stream handed to another struct (a connection becoming a tunnel's
+ * side) takes its registration along, and with it what the ring received
+ * that nobody read yet. */
+static void test_move(void)
+{
+    static conn_t a, b;
+    char buf[64];
+    int peer = conn_open(&a, 0);
+    unsigned seen;
+
+    settle();
+    if (write(peer, "early", 5) != 5)
+        diag("write: %s", strerror(errno));
+    settle();
+    ok(fd_uring_pending(&a.s.ev), "bytes nobody read are held");
+    seen = a.events;
+    memset(&b, 0, sizeof(b));
+    b.s.ev.handler = conn_handler;
+    b.take = 64;
+    fd_stream_move(&b.s, &a.s);
+    ok(a.s.ev.slot == 0 && b.s.ev.slot != 0, "the registration moved");
+    is_int(fd_stream_recv(&b.s, buf, sizeof(buf)), 5, "the new owner reads "
+           "them");
+    is_strn(buf, 5, "early", "unchanged");
+    if (write(peer, "later", 5) != 5)
+        diag("write: %s", strerror(errno));
+    settle();
+    is_strn(b.got, b.ngot, "later", "and the next bytes reach its handler");
+    ok(a.events == seen && a.ngot == 0, "none reach the old one");
+    fd_event_close(&b.s.ev);
+    close(peer);
+}
+
 /* Completions for a closed registration are dropped with their buffers
  * back: more closes than the ring has buffers leave it working. */
 static void test_stale(void)
@@ -380,6 +413,7 @@ int main(void)
     fd_sendq_init(1);
     test_receive();
     test_pause();
+    test_move();
     test_stale();
     test_accept();
     test_poll();
