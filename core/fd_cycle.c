@@ -464,6 +464,7 @@ static int server_listen(load_t *ld, fd_http_server_t *srv, unsigned from,
             ls->ev.fd = -1;
             ls->proto = &fd_http_proto;
             ls->ssl = (opts & FD_LISTEN_SSL) != 0;
+            ls->proxy_protocol = (opts & FD_LISTEN_PROXY) != 0;
             ls->index = ld->cycle->nlistening++;
             ls->next = ld->cycle->listening;
             ld->cycle->listening = ls;
@@ -474,6 +475,14 @@ static int server_listen(load_t *ld, fd_http_server_t *srv, unsigned from,
                                  "at %s:%d listens on it %s ssl", addr,
                                  ls->ssl ? "without" : "with", o->file,
                                  o->line, ls->ssl ? "with" : "without");
+        }
+        if (ls->proxy_protocol != ((opts & FD_LISTEN_PROXY) != 0)) {
+            const fd_http_server_t *o = ls->servers[0];
+            return fd_conf_error(cf, "listen %s %s proxy_protocol, but the "
+                                 "[server] at %s:%d listens on it %s it",
+                                 addr, ls->proxy_protocol ? "without" : "with",
+                                 o->file, o->line,
+                                 ls->proxy_protocol ? "with" : "without");
         }
         if (opts & FD_LISTEN_HTTP2)
             ls->http2 = 1; /* for the address, as nginx's listen http2 */

@@ -83,6 +83,8 @@ struct fd_listening_s {
                                 * the h2c preface (prior knowledge) on
                                 * cleartext, beside HTTP/1.1 */
     fd_msec_t ssl_handshake_timeout; /* the default server's */
+    unsigned proxy_protocol;   /* listen ... proxy_protocol: a PROXY
+                                * header first (fd_worker.c) */
     fd_listening_t *next;
 };
 
@@ -144,7 +146,8 @@ extern const fd_directive_t fd_http_directives[];
 extern const fd_directive_t fd_offload_directives[];
 /* A [server] listen value, "ADDR:PORT [default] [ssl]": FD_OK with the
  * address and the FD_LISTEN_* bits, or FD_ERROR (said through cf). */
-enum { FD_LISTEN_DEFAULT = 1, FD_LISTEN_SSL = 2, FD_LISTEN_HTTP2 = 4 };
+enum { FD_LISTEN_DEFAULT = 1, FD_LISTEN_SSL = 2, FD_LISTEN_HTTP2 = 4,
+       FD_LISTEN_PROXY = 8 };
 int fd_cycle_listen_parse(fd_conf_t *cf, const char *v,
                           struct sockaddr_storage *ss, socklen_t *len,
                           char addr[300], unsigned *opts);

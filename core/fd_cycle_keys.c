@@ -388,24 +388,24 @@ static int parse_addr(const char *text, struct sockaddr_storage *ss,
     return FD_ERROR;
 }
 
-/* "ADDR:PORT [default] [ssl] [http2]", the options in any order, each
+/* "ADDR:PORT [default] [ssl] [http2] [proxy_protocol]", in any order, each
  * once: FD_OK with the address and the FD_LISTEN_* bits, or FD_ERROR. */
 int fd_cycle_listen_parse(fd_conf_t *cf, const char *v,
                           struct sockaddr_storage *ss, socklen_t *len,
                           char addr[300], unsigned *opts)
 {
-    char opt[3][64], extra[2];
-    int n = sscanf(v, "%299s %63s %63s %63s %1s", addr, opt[0], opt[1],
-                   opt[2], extra);
+    char opt[4][64], extra[2];
+    int n = sscanf(v, "%299s %63s %63s %63s %63s %1s", addr, opt[0], opt[1],
+                   opt[2], opt[3], extra);
     unsigned bit;
     int i;
 
     if (n < 1 || parse_addr(addr, ss, len) != FD_OK)
         return fd_conf_error(cf, "bad listen address \"%s\" (expected "
                              "ADDR:PORT, [IPv6]:PORT or PORT)", v);
-    if (n == 5)
-        return fd_conf_error(cf, "listen \"%s\": three options at most "
-                             "(default, ssl, http2)", v);
+    if (n == 6)
+        return fd_conf_error(cf, "listen \"%s\": four options at most "
+                             "(default, ssl, http2, proxy_protocol)", v);
     *opts = 0;
     for (i = 0; i < n - 1; i++) {
         if (strcmp(opt[i], "default") == 0)
@@ -414,9 +414,12 @@ int fd_cycle_listen_parse(fd_conf_t *cf, const char *v,
             bit = FD_LISTEN_SSL;
         else if (strcmp(opt[i], "http2") == 0)
             bit = FD_LISTEN_HTTP2;
+        else if (strcmp(opt[i], "proxy_protocol") == 0)
+            bit = FD_LISTEN_PROXY;
         else
             return fd_conf_error(cf, "unknown listen option \"%s\" "
-                                 "(default, ssl, http2)", opt[i]);
+                                 "(default, ssl, http2, proxy_protocol)",
+                                 opt[i]);
         if (*opts & bit)
             return fd_conf_error(cf, "listen \"%s\": \"%s\" twice", v,
                                  opt[i]);
@@ -444,13 +447,21 @@ static int set_listen(fd_conf_t *cf, const fd_directive_t *d, void *conf,
 const fd_directive_t fd_http_server_directives[] = {
     {.name = "listen", .type = FD_CONF_LIST, .offset = SRV(listen),
      .set = set_listen,
-     .doc = "ADDR:PORT [default] [ssl] [http2], repeatable; [::]:PORT for "
+     .doc = "ADDR:PORT [default] [ssl] [http2] [proxy_protocol], "
+            "repeatable; [::]:PORT for "
             "IPv6. ssl: TLS on that address (every [server] on it says "
             "ssl, and has an ssl_certificate). http2: HTTP/2 beside "
             "HTTP/1.1, by ALPN (h2) with ssl, by the client's preface "
             "(h2c, prior knowledge) without; Upgrade: h2c is never "
             "honoured. One [server] saying http2 turns it on for the "
-            "address"},
+            "address. proxy_protocol: every connection starts with a PROXY "
+            "protocol header (v1 or v2, before the TLS handshake or the h2 "
+            "preface) whose source address becomes the client's ($remote_addr,"
+            " acl, max_conns_per_ip, logs); only balancers must reach such an "
+            "address. A missing, malformed or truncated header, or none "
+            "within proxy_protocol_timeout, closes the connection (logged at "
+            "info); v2 LOCAL keeps the peer's address. Every [server] on the "
+            "address says it"},
     {.name = "server_name", .type = FD_CONF_CUSTOM, .offset = SRV(names),
      .set = set_names,
      .doc = "Host names this server answers, space-separated, repeatable "
@@ -465,5 +476,38 @@ const fd_directive_t fd_http_server_directives[] = {
      .doc = "open connections one client address may hold in a worker "
             "(idle keep-alive and WebSocket tunnels included); a request "
             "on a connection beyond it gets 503 and the connection is "
-            "closed (0: no limit)"},
+            "closed (0: no limit). It counts connections by their address: "
+            "behind a balancer that is the PROXY header's source (listen ... "
+            "proxy_protocol), but not an X-Forwarded-For or X-Real-IP "
+            "address, which is a request's, not a connection's"},
+    {.name = "proxy_protocol_timeout", .type = FD_CONF_MSEC,
+     .offset = SRV(proxy_protocol_timeout), .def = "30s", .min = 1,
+     .doc = "how long a connection to a listen ... proxy_protocol address "
+            "may take to send its PROXY header (the address's default "
+            "server's value)"},
+    {.name = "set_real_ip_from", .type = FD_CONF_LIST, .offset = SRV(realip),
+     .set = fd_realip_set_from,
+     .doc = "CIDR, repeatable: trusted hops (IPv4 or IPv6, ADDR or "
+            "ADDR/BITS), whose real_ip_header is believed. A request from "
+            "one of them takes the client's address from that header "
+            "($remote_addr for acl, access_log, hash_key, the "
+            "X-Forwarded-For sent upstream); $realip_remote_addr keeps the "
+            "hop's. A header from any other address changes nothing. "
+            "Example: set_real_ip_from = 10.0.0.0/8"},
+    {.name = "real_ip_header", .type = FD_CONF_CUSTOM,
+     .offset = SRV(realip.header), .def = "X-Real-IP",
+     .set = fd_realip_set_header,
+     .doc = "X-Real-IP | X-Forwarded-For | proxy_protocol: where a trusted "
+            "hop's client address is. X-Real-IP: one address (a port may "
+            "follow: 1.2.3.4:80, [::1]:80). X-Forwarded-For: the list's "
+            "last element (several headers read as one list); an element "
+            "that is not an address (garbage, a bad port, spaces inside) "
+            "stops the walk, empty ones are skipped. proxy_protocol: only "
+            "the PROXY header (listen ... proxy_protocol) gives it; no "
+            "request header is read"},
+    {.name = "real_ip_recursive", .type = FD_CONF_FLAG,
+     .offset = SRV(realip.recursive), .def = "off",
+     .doc = "on: X-Forwarded-For is walked right to left past every "
+            "trusted address (set_real_ip_from) and the first untrusted one "
+            "is the client; off: its last element is, whatever it is"},
     FD_CONF_END};

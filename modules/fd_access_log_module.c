@@ -544,7 +544,7 @@ static fd_str_t var_value(fd_request_t *r, const al_op_t *op, char *tmp,
 {
     switch (op->var) {
     case V_REMOTE_ADDR:
-        return (fd_str_t){fd_connection_addr_text(r->c, tmp, tmpsize), tmp};
+        return (fd_str_t){fd_request_addr_text(r, tmp, tmpsize), tmp};
     case V_TIME_LOCAL:
         return (fd_str_t){sizeof(fd_log_time) - 1, fd_log_time};
     case V_REQUEST:

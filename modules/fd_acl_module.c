@@ -158,11 +158,12 @@ static int acl_access(fd_request_t *r)
     static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0,
                                        0, 0, 0, 0, 0xff, 0xff};
     const uint8_t *v4 = NULL;
-    fd_connection_t *c = r->c;
+    fd_addr_t a, *c = &a; /* the client's, after real_ip */
     unsigned i;
 
     if (ac->neff == 0)
         return FD_OK;
+    fd_request_addr(r, &a);
     if (c->family == AF_INET)
         v4 = c->addr;
     else if (c->family == AF_INET6 && memcmp(c->addr, mapped, 12) == 0)

@@ -108,7 +108,7 @@ static uint32_t request_hash(fd_request_t *r, fd_upstream_t *up)
                                   r->in.headers[i].value.len);
         return fd_upstream_hash("", 0);
     default:
-        n = fd_connection_addr_text(r->c, addr, sizeof(addr));
+        n = fd_request_addr_text(r, addr, sizeof(addr));
         return fd_upstream_hash(addr, n);
     }
 }
@@ -247,7 +247,7 @@ static int request_build(proxy_req_t *px)
     int keep_xff = !(lc->gen_replaced & GEN_XFF);
     fd_sbuf_t sb;
 
-    a.len = fd_connection_addr_text(r->c, addr, sizeof(addr));
+    a.len = fd_request_addr_text(r, addr, sizeof(addr));
     a.data = addr;
     if (lc->proxy_host == HOST_PASS && r->in.host.len)
         host = r->in.host;

@@ -474,7 +474,7 @@ static fd_str_t sop_value(fd_request_t *r, rw_ctx_t *x, const sop_t *op,
     case V_IS_ARGS:
         return r->in.query.len ? fd_string("?") : fd_null_string;
     case V_REMOTE_ADDR:
-        return (fd_str_t){fd_connection_addr_text(r->c, tmp, 64), tmp};
+        return (fd_str_t){fd_request_addr_text(r, tmp, 64), tmp};
     case V_METHOD:
         return r->in.method;
     case V_HTTP:

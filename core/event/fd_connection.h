@@ -39,6 +39,8 @@ struct fd_connection_s {
     uint8_t ip_counted:1;      /* in the worker's per-address count */
     uint8_t plain_on_tls:1;    /* a plain HTTP request on a TLS port */
     uint8_t h2:1;              /* it speaks HTTP/2 (fd_http2.c) */
+    uint8_t proxied:1;         /* addr came from a PROXY header: the
+                                * peer's is in the worker's side table */
     uint8_t addr[16];          /* peer address, v4 in the first 4 bytes */
 };
 
@@ -78,6 +80,11 @@ void *fd_connection_ip_take(fd_connection_t *c);
 void fd_ip_release(void *ref);
 /* Text of the peer address into buf (INET6_ADDRSTRLEN); returns length. */
 size_t fd_connection_addr_text(fd_connection_t *c, char *buf, size_t size);
+/* The client's address (after a PROXY header: the one it gave), and the
+ * socket's peer (the balancer; the same when there was none). */
+struct fd_addr_s;
+void fd_connection_addr(const fd_connection_t *c, struct fd_addr_s *a);
+void fd_connection_hop(const fd_connection_t *c, struct fd_addr_s *a);
 
 /* The worker's loop */
 int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot);

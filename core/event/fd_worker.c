@@ -20,10 +20,18 @@
 #include "fd_offload.h"
 #include "fd_sendq.h"
 #include "fd_ssl.h"
+#include "fd_realip.h"
+#include "fd_http.h"
 
 fd_worker_t *fd_worker;
 static fd_worker_t worker;
 static fd_connection_t *conn_mem; /* indexed by fd, pages touched lazily */
+/* the socket's peer of a connection whose address a PROXY header gave
+ * (c->proxied), indexed by fd as conn_mem; mapped only when a listener
+ * says proxy_protocol, so that fd_connection_t stays small */
+static fd_addr_t *hop_mem;
+
+static void pp_event(fd_event_t *ev, uint32_t events);
 static fd_timer_t accept_timer;
 static int accept_paused;
 /*
@@ -91,7 +99,13 @@ static void conn_timer(fd_timer_t *t)
         return;
     }
     fd_log_conn_id = c->id;
-    fd_conn_listening(c)->proto->timeout(c);
+    if (c->s.ev.handler == pp_event) {
+        fd_log_error(FD_LOG_INFO, 0, "client timed out sending the PROXY "
+                     "protocol header");
+        fd_connection_close(c);
+    } else {
+        fd_conn_listening(c)->proto->timeout(c);
+    }
     fd_log_conn_id = 0;
 }
 
@@ -245,6 +259,132 @@ size_t fd_connection_addr_text(fd_connection_t *c, char *buf, size_t size)
         return 0;
     }
     return strlen(buf);
+}
+
+void fd_connection_addr(const fd_connection_t *c, fd_addr_t *a)
+{
+    a->family = c->family;
+    a->port = c->port;
+    memcpy(a->addr, c->addr, sizeof(a->addr));
+}
+
+void fd_connection_hop(const fd_connection_t *c, fd_addr_t *a)
+{
+    if (c->proxied)
+        *a = hop_mem[c->s.ev.fd];
+    else
+        fd_connection_addr(c, a);
+}
+
+/*
+ * The PROXY protocol (listen ... proxy_protocol): its header comes first,
+ * before the TLS handshake or the HTTP/2 preface. It is peeked at, and
+ * only its own bytes are taken from the socket once it is whole: what
+ * follows stays there for the transport and the protocol, as if the
+ * header had never been. So the stage waits on readiness, not on the
+ * ring's receives (a copy of plain TCP that the ring does not take for
+ * its own), and leaves the loop before the protocol starts.
+ */
+static fd_transport_t pp_transport;
+
+static void pp_done(fd_connection_t *c, const fd_addr_t *src)
+{
+    fd_listening_t *ls = fd_conn_listening(c);
+
+    if (c->s.registered) {
+        fd_event_del(&c->s.ev);
+        c->s.registered = 0;
+    }
+    if (c->s.tp == &pp_transport)
+        c->s.tp = &fd_transport_tcp;
+    c->s.ev.handler = NULL;
+    if (src->family) {
+        /* counted (max_conns_per_ip) and known as the real client */
+        int counted = c->ip_counted;
+        if (counted)
+            ip_count_del(c);
+        hop_mem[c->s.ev.fd].family = c->family;
+        hop_mem[c->s.ev.fd].port = c->port;
+        memcpy(hop_mem[c->s.ev.fd].addr, c->addr, sizeof(c->addr));
+        c->family = src->family;
+        c->port = src->port;
+        memcpy(c->addr, src->addr, sizeof(c->addr));
+        c->proxied = 1;
+        if (counted)
+            ip_count_add(c);
+    }
+    ls->proto->init(c);
+}
+
+static void pp_event(fd_event_t *ev, uint32_t events)
+{
+    fd_connection_t *c = (fd_connection_t *)ev;
+    uint8_t buf[FD_PROXY_PROTOCOL_MAX];
+    fd_addr_t src;
+    ssize_t n;
+    int len;
+
+    fd_log_conn_id = c->id;
+    fd_stream_events(&c->s, events);
+    n = recv(c->s.ev.fd, buf, sizeof(buf), MSG_PEEK);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR) && !c->s.error) {
+        len = FD_AGAIN;
+    } else if (n <= 0) {
+        fd_log_error(FD_LOG_INFO, n < 0 ? errno : 0, "client closed the "
+                     "connection before the PROXY protocol header");
+        goto close;
+    } else {
+        len = fd_proxy_protocol_parse(buf, (size_t)n, &src);
+    }
+    if (len == FD_AGAIN) {
+        if (n > 0 && c->s.eof) {
+            fd_log_error(FD_LOG_INFO, 0, "client sent a truncated PROXY "
+                         "protocol header");
+            goto close;
+        }
+        if (!c->s.registered) {
+            if (fd_event_add(&c->s.ev, EPOLLIN | EPOLLRDHUP | EPOLLET) < 0) {
+                fd_log_error(FD_LOG_ALERT, errno, "epoll_ctl() failed");
+                goto close;
+            }
+            c->s.registered = 1;
+        }
+        fd_log_conn_id = 0;
+        return;
+    }
+    if (len < 0) {
+        fd_log_error(FD_LOG_INFO, 0, "client sent a bad PROXY protocol "
+                     "header");
+        goto close;
+    }
+    /* the header's bytes, exactly: they are in the socket already */
+    if (recv(c->s.ev.fd, buf, (size_t)len, 0) != len) {
+        fd_log_error(FD_LOG_INFO, errno, "recv() of the PROXY protocol "
+                     "header failed");
+        goto close;
+    }
+    pp_done(c, &src);
+    fd_log_conn_id = 0;
+    return;
+close:
+    fd_connection_close(c);
+    fd_log_conn_id = 0;
+}
+
+static void pp_start(fd_connection_t *c, fd_listening_t *ls)
+{
+    if (ls->ssl) {
+        if (fd_ssl_accept(&c->s, ls) != FD_OK) {
+            fd_connection_close(c);
+            return;
+        }
+    } else {
+        c->s.tp = &pp_transport;
+    }
+    c->s.ev.handler = pp_event;
+    fd_connection_set_state(c, FD_CONN_READING);
+    fd_connection_set_timeout(c, ls->servers[0]->proxy_protocol_timeout);
+    pp_event(&c->s.ev, 0); /* TCP_DEFER_ACCEPT: it is usually here */
 }
 
 /*
@@ -403,7 +543,9 @@ static void accept_some(fd_listening_t *ls, unsigned max)
         fd_stats->conn_handled++;
         fd_log_conn_id = c->id;
         /* the transport, then what it carries */
-        if (ls->ssl && fd_ssl_accept(&c->s, ls) != FD_OK)
+        if (ls->proxy_protocol)
+            pp_start(c, ls);
+        else if (ls->ssl && fd_ssl_accept(&c->s, ls) != FD_OK)
             fd_connection_close(c);
         else
             ls->proto->init(c);
@@ -551,6 +693,23 @@ static int worker_init(fd_worker_t *w, fd_cycle_t *cycle)
     if (conn_mem == MAP_FAILED) {
         fd_log_error(FD_LOG_EMERG, errno, "mmap() of connections failed");
         return FD_ERROR;
+    }
+    {
+        fd_listening_t *ls;
+        for (ls = cycle->listening; ls; ls = ls->next)
+            if (ls->proxy_protocol)
+                break;
+        if (ls) {
+            hop_mem = mmap(NULL, (size_t)w->max_conns * sizeof(fd_addr_t),
+                           PROT_READ | PROT_WRITE, MAP_PRIVATE |
+                           MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (hop_mem == MAP_FAILED) {
+                fd_log_error(FD_LOG_EMERG, errno, "mmap() failed");
+                return FD_ERROR;
+            }
+        }
+        pp_transport = fd_transport_tcp;
+        pp_transport.name = "tcp+proxy";
     }
     if (fd_event_init(cycle->events.backend) != FD_OK ||
         fd_timer_init() != FD_OK) {

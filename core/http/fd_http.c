@@ -463,6 +463,71 @@ fd_http_loc_t *fd_http_find_location(fd_request_t *r)
 
 static int body_start(fd_request_t *r);
 
+void fd_request_addr(fd_request_t *r, fd_addr_t *a)
+{
+    if (r->realip)
+        *a = *r->realip;
+    else
+        fd_connection_addr(r->c, a);
+}
+
+size_t fd_request_addr_text(fd_request_t *r, char *buf, size_t size)
+{
+    if (r->realip)
+        return fd_addr_text(r->realip, buf, size);
+    return fd_connection_addr_text(r->c, buf, size);
+}
+
+size_t fd_request_hop_text(fd_request_t *r, char *buf, size_t size)
+{
+    fd_addr_t a;
+
+    fd_connection_hop(r->c, &a);
+    return fd_addr_text(&a, buf, size);
+}
+
+/*
+ * real_ip_header: a trusted hop's word for the client's address, taken
+ * for this request only (an HTTP/2 connection from a balancer carries
+ * many clients' requests at once). The connection's address, which the
+ * socket or a PROXY header gave, is the hop's.
+ */
+static void request_realip(fd_request_t *r)
+{
+    const fd_realip_conf_t *rc = &r->server->realip;
+    fd_addr_t a, *p;
+    fd_str_t one[4], *vals = one;
+    unsigned i, n = 0;
+
+    if (rc->nfrom == 0 || rc->header == FD_REALIP_PROXY_PROTOCOL)
+        return;
+    fd_connection_addr(r->c, &a);
+    if (rc->header == FD_REALIP_X_REAL_IP) {
+        fd_str_t v = fd_http_var_header(r, fd_string("x_real_ip"));
+        if (v.data == NULL || !fd_cidr_match(rc->from, rc->nfrom, &a) ||
+            fd_addr_parse(v.data, v.len, &a) != FD_OK)
+            return;
+    } else {
+        for (i = 0; i < r->in.nheaders; i++)
+            n += fd_str_caseeq_lit(r->in.headers[i].name, "x-forwarded-for");
+        if (n == 0)
+            return;
+        if (n > fd_nelems(one) &&
+            (vals = fd_palloc(r->pool, n * sizeof(*vals))) == NULL)
+            return;
+        for (i = 0, n = 0; i < r->in.nheaders; i++)
+            if (fd_str_caseeq_lit(r->in.headers[i].name, "x-forwarded-for"))
+                vals[n++] = r->in.headers[i].value;
+        if (fd_realip_forwarded(vals, n, rc->from, rc->nfrom, rc->recursive,
+                                &a) != FD_OK)
+            return;
+    }
+    if ((p = fd_palloc(r->pool, sizeof(*p))) != NULL) {
+        *p = a;
+        r->realip = p;
+    }
+}
+
 /* Header parsed: decide keep-alive, normalise, route, then body/handler. */
 void fd_http_request_start(fd_request_t *r)
 {
@@ -486,6 +551,7 @@ void fd_http_request_start(fd_request_t *r)
     }
     r->header_only = r->in.method_id == FD_HTTP_HEAD;
     r->server = find_server(r, &misdirected);
+    request_realip(r);
     if (c->plain_on_tls) {
         fd_log_error(FD_LOG_INFO, 0, "client sent plain HTTP request to "
                      "HTTPS port");
@@ -505,7 +571,7 @@ void fd_http_request_start(fd_request_t *r)
     if (r->server->max_conns_per_ip &&
         fd_connection_ip_count(c) > (unsigned)r->server->max_conns_per_ip) {
         char addr[INET6_ADDRSTRLEN];
-        fd_connection_addr_text(c, addr, sizeof(addr));
+        fd_connection_addr_text(c, addr, sizeof(addr)); /* what counts */
         fd_log_error(FD_LOG_WARN, 0, "limiting connections from %s: %u "
                      "open, max_conns_per_ip %ld", addr,
                      fd_connection_ip_count(c),

@@ -6,6 +6,7 @@
 #include "fd_cycle.h"
 #include "fd_module.h"
 #include "fd_http_parse.h"
+#include "fd_realip.h"
 #include "fd_stream.h"
 
 typedef struct fd_error_page_s {
@@ -26,6 +27,8 @@ struct fd_http_server_s {
     fd_http_loc_t *root_loc;   /* implicit location for [server] keys */
     fd_error_page_t *error_pages;
     fd_int_t max_conns_per_ip; /* 0: no limit */
+    fd_realip_conf_t realip;   /* set_real_ip_from, real_ip_header, ... */
+    fd_msec_t proxy_protocol_timeout;
     void *ssl;                 /* the ssl_* keys and context (fd_ssl.c) */
     fd_http_server_t *next;
     unsigned seq;
@@ -84,6 +87,9 @@ struct fd_request_s {
     fd_http_req_t in;          /* parsed request line and headers */
     fd_str_t path;             /* decoded, normalised, NUL-terminated */
     fd_msec_t start_msec;
+    /* the client's address a trusted hop's header gave (real_ip_header),
+     * or NULL: the connection's (fd_request_addr) */
+    fd_addr_t *realip;
 
     /* regex location captures: offsets into in.path_raw (as pcre2) */
     int ncaptures;
@@ -228,6 +234,17 @@ fd_str_t fd_http_map_path(fd_request_t *r, fd_str_t uri);
  */
 int fd_http_conn_var_id(const char *name, size_t len);
 fd_str_t fd_http_conn_var(fd_request_t *r, int id);
+
+/*
+ * The client's address ($remote_addr): the one real_ip_header took from a
+ * trusted hop for this request, else the connection's (which a listen
+ * ... proxy_protocol address took from the PROXY header). And the hop's
+ * ($realip_remote_addr): the socket's peer, before either changed it.
+ * Text into buf (INET6_ADDRSTRLEN); returns its length.
+ */
+void fd_request_addr(fd_request_t *r, fd_addr_t *a);
+size_t fd_request_addr_text(fd_request_t *r, char *buf, size_t size);
+size_t fd_request_hop_text(fd_request_t *r, char *buf, size_t size);
 
 /* The HTTP/2 stream id that carries r ($http2_stream_id), 0 over
  * HTTP/1.x. */

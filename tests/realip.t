@@ -1,0 +1,179 @@
+#!/usr/bin/perl
+# The client behind a load balancer, from request headers: set_real_ip_from,
+# real_ip_header = X-Forwarded-For | X-Real-IP, real_ip_recursive. Trusted
+# and untrusted peers, recursive on and off, malformed X-Forwarded-For
+# elements (garbage, ports, brackets, empty elements, spaces: an invalid
+# one stops the walk), IPv6, several headers, acl by the real address, the
+# access log and the X-Forwarded-For a real upstream receives, and bad
+# config lines naming file:line.
+
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use FastdTest;
+use Backend;
+use Test::More;
+
+my $addr = "[location /addr]\nreturn = 200 \"\$remote_addr\"\n\n";
+my $t = FastdTest->new(conf => FastdTest::base_conf(
+    server => { set_real_ip_from => ['127.0.0.0/8', '10.0.0.0/8',
+                                     '2001:db8::/32'],
+                real_ip_header => 'X-Forwarded-For',
+                real_ip_recursive => 'on' },
+    locations => $addr
+        . "[location /acl]\nhandler = plaintext\nallow = 1.2.3.0/24\n"
+        . "deny = all\n\n",
+    extra =>
+        # the last element only
+        "[server]\nlisten = 127.0.0.1:%%PORT2%%\nroot = %%HTML%%\n"
+      . "set_real_ip_from = 127.0.0.1\nreal_ip_header = x-forwarded-for\n"
+      . "access_log = %%DIR%%/access.log format=mine buffer=0\n"
+      . "log_format = mine \$remote_addr \"\$request\"\n\n$addr"));
+$t->start;
+my $t2port = $t->port2;
+
+sub addr {
+    my ($port, @h) = @_;
+    my $req = "GET /addr HTTP/1.1\r\nHost: x\r\n";
+    $req .= "$_\r\n" for @h;
+    my $r = $t->http("$req\r\n", port => $port);
+    return $r ? $r->body : 'no response';
+}
+
+my $p = $t->port;
+is(addr($p), '127.0.0.1', 'no header: the peer');
+is(addr($p, 'X-Forwarded-For: 1.2.3.4'), '1.2.3.4', 'a trusted peer: XFF');
+is(addr($p, 'X-Forwarded-For: 1.2.3.4, 10.0.0.1'), '1.2.3.4',
+   'recursive: trusted hops skipped right to left');
+is(addr($p, 'X-Forwarded-For: 1.2.3.4, 10.0.0.2, 10.0.0.1'), '1.2.3.4',
+   'recursive: two trusted hops');
+is(addr($p, 'X-Forwarded-For: 9.9.9.9, 1.2.3.4, 10.0.0.1'), '1.2.3.4',
+   'recursive: stops at the first untrusted address');
+is(addr($p, 'X-Forwarded-For: 10.0.0.3, 10.0.0.1'), '10.0.0.3',
+   'all trusted: the leftmost');
+is(addr($p, 'X-Forwarded-For: 1.2.3.4', 'X-Forwarded-For: 10.0.0.1'),
+   '1.2.3.4', 'several headers read as one list');
+is(addr($p, 'X-Forwarded-For: 1.2.3.4, garbage, 10.0.0.1'), '10.0.0.1',
+   'garbage stops the walk: the last good address stays');
+is(addr($p, 'X-Forwarded-For: 999.1.1.1'), '127.0.0.1',
+   'an invalid last element: the peer stays');
+is(addr($p, 'X-Forwarded-For: 1.2.3.4, 10.0.0.1:8080'), '1.2.3.4',
+   'an address with a port is an address');
+is(addr($p, 'X-Forwarded-For: 1.2.3.4:0'), '127.0.0.1', 'port 0: invalid');
+is(addr($p, 'X-Forwarded-For: 1.2.3.4:99999'), '127.0.0.1',
+   'port > 65535: invalid');
+is(addr($p, 'X-Forwarded-For: [2001:db8::1]:443'), '2001:db8::1',
+   'IPv6 in brackets with a port');
+is(addr($p, 'X-Forwarded-For: 1.2.3.4, [2001:db8::1]'), '127.0.0.1',
+   'brackets without a port: invalid');
+is(addr($p, 'X-Forwarded-For: [1.2.3.4]:80'), '127.0.0.1',
+   'IPv4 in brackets: invalid');
+is(addr($p, 'X-Forwarded-For: 1.2.3.4, 2001:db8::7'), '1.2.3.4',
+   'a trusted IPv6 hop (2001:db8::/32) skipped');
+is(addr($p, 'X-Forwarded-For: 2001:db9::5, 10.0.0.1'), '2001:db9::5',
+   'an IPv6 client');
+is(addr($p, 'X-Forwarded-For: 1.2.3.4,, ,  10.0.0.1 ,'), '1.2.3.4',
+   'empty elements and spaces are skipped');
+is(addr($p, 'X-Forwarded-For: 1.2.3.4 10.0.0.1'), '1.2.3.4',
+   'a space separates elements');
+is(addr($p, 'X-Forwarded-For:'), '127.0.0.1', 'an empty header: the peer');
+is(addr($p, 'X-Real-IP: 5.6.7.8'), '127.0.0.1',
+   'real_ip_header = X-Forwarded-For: X-Real-IP is not read');
+
+# recursive off: the last element, whatever it is
+is(addr($t2port, 'X-Forwarded-For: 1.2.3.4, 10.0.0.1'), '10.0.0.1',
+   'recursive off: the last element');
+is(addr($t2port, 'X-Forwarded-For: 1.2.3.4, bad'), '127.0.0.1',
+   'recursive off: an invalid last element changes nothing');
+
+# the access log shows the real address
+addr($t2port, 'X-Forwarded-For: 198.51.100.7');
+ok(FastdTest::wait_for(sub {
+    (FastdTest::slurp($t->dir . '/access.log') // '') =~
+        m{^198\.51\.100\.7 "GET /addr HTTP/1\.1"$}m }, 5),
+   'the access log shows the real address')
+    or diag(FastdTest::slurp($t->dir . '/access.log'));
+
+# acl by the real address
+sub acl {
+    my @h = @_;
+    my $req = "GET /acl HTTP/1.1\r\nHost: x\r\n";
+    $req .= "$_\r\n" for @h;
+    my $r = $t->http("$req\r\n");
+    return $r ? $r->status : 0;
+}
+is(acl('X-Forwarded-For: 1.2.3.4'), 200, 'acl: a real client inside 1.2.3.0/24');
+is(acl('X-Forwarded-For: 9.9.9.9'), 403, 'acl: a real client outside');
+is(acl(), 403, 'acl: the balancer itself is outside');
+
+# --- an untrusted peer: a forged header changes nothing ----------------------
+my $u = FastdTest->new(conf => FastdTest::base_conf(
+    server => { set_real_ip_from => '10.0.0.0/8',
+                real_ip_header => 'X-Forwarded-For',
+                real_ip_recursive => 'on' },
+    locations => $addr
+        . "[location /acl]\nhandler = plaintext\nallow = 1.2.3.0/24\n"
+        . "deny = all\n\n"));
+$u->start;
+my $r = $u->get('/addr', 'X-Forwarded-For' => '1.2.3.4');
+is($r && $r->body, '127.0.0.1', 'an untrusted peer: XFF ignored');
+$r = $u->get('/acl', 'X-Forwarded-For' => '1.2.3.4');
+is($r && $r->status, 403, 'an untrusted peer cannot forge its way past acl');
+
+# --- X-Real-IP (the default header) -------------------------------------------
+my $x = FastdTest->new(conf => FastdTest::base_conf(
+    server => { set_real_ip_from => '127.0.0.1' }, locations => $addr));
+$x->start;
+sub xr { my $r = $x->get('/addr', @_); $r ? $r->body : '' }
+is(xr('X-Real-IP' => '5.6.7.8'), '5.6.7.8', 'X-Real-IP by default');
+is(xr('X-Real-IP' => '5.6.7.8:1234'), '5.6.7.8', 'X-Real-IP with a port');
+is(xr('X-Real-IP' => '5.6.7.8, 9.9.9.9'), '127.0.0.1',
+   'X-Real-IP is one address, not a list');
+is(xr('X-Forwarded-For' => '5.6.7.8'), '127.0.0.1',
+   'X-Real-IP by default: XFF is not read');
+
+# --- the X-Forwarded-For a real upstream receives ---------------------------
+{
+    my $be = Backend->new(handler => sub {
+        my ($req) = @_;
+        return Backend::response(200,
+            'xff=' . ($req->{headers}{'x-forwarded-for'} // ''));
+    });
+    my $pconf = FastdTest::base_conf(
+        server => { set_real_ip_from => '127.0.0.1',
+                    real_ip_header => 'X-Forwarded-For' },
+        locations => "[location /up]\nhandler = proxy\nupstream = app\n\n",
+        extra => "[upstream app]\nserver = 127.0.0.1:" . $be->port
+               . "\nbalance = hash\n\n");
+    my $pt = FastdTest->new(conf => $pconf);
+    $pt->start;
+    my $pr = $pt->get('/up', 'X-Forwarded-For' => '203.0.113.9');
+    is($pr && $pr->body, 'xff=203.0.113.9, 203.0.113.9',
+       'upstream X-Forwarded-For: the header, then $remote_addr (the real '
+       . 'client), as nginx\'s $proxy_add_x_forwarded_for')
+        or diag($pr ? $pr->body : 'no response');
+    $pt->stop;
+    $pt->no_alerts;
+}
+
+# --- config errors name file:line ---------------------------------------------
+for my $bad (['set_real_ip_from', '10.0.0.1/33'],
+             ['set_real_ip_from', '10.1.0.0/8'],
+             ['set_real_ip_from', 'not-an-ip'],
+             ['set_real_ip_from', '10.0.0.0/x'],
+             ['set_real_ip_from', '2001:db8::1/32'],
+             ['real_ip_header', 'X-Client-IP'],
+             ['real_ip_recursive', 'maybe']) {
+    my ($k, $v) = @$bad;
+    my $conf = FastdTest::base_conf(server => { $k => $v });
+    my $path = $t->write_conf($conf, 'bad.conf');
+    my $line = FastdTest::line_of($t->subst($conf), qr/^\Q$k = $v\E$/);
+    my ($rc, $out) = FastdTest::run_fastd('-t', '-c', $path);
+    isnt($rc, 0, "$k = $v is a config error");
+    like($out, qr/bad\.conf:$line: /, '... naming file:line') or diag($out);
+}
+
+$_->stop for $t, $u, $x;
+$_->no_alerts for $t, $u, $x;
+done_testing;
