@@ -482,6 +482,7 @@ const fd_directive_t fd_http_server_directives[] = {
             "address, which is a request's, not a connection's"},
     {.name = "proxy_protocol_timeout", .type = FD_CONF_MSEC,
      .offset = SRV(proxy_protocol_timeout), .def = "30s", .min = 1,
+     .max = 3600000,
      .doc = "how long a connection to a listen ... proxy_protocol address "
             "may take to send its PROXY header (the address's default "
             "server's value)"},
