@@ -193,6 +193,16 @@ fr '\101' '\005' '\000' ':path: /plaintext' | h2 h2-1 '\000\000\000\000' ''
   fr '\107' '\000' '\000' '\000\000\000\000\000\000\000\000'; } \
     | h2 h2-6 '\000\000\000\000' "$OK"
 
+# --- PROXY protocol headers (no prefix bytes) -----------------------------
+seed fuzz_proxy_protocol '' 'PROXY TCP4 192.0.2.1 198.51.100.2 51234 443\r\nGET / HTTP/1.1\r\n\r\n'
+seed fuzz_proxy_protocol '' 'PROXY TCP6 2001:db8::1 2001:db8::2 1 65535\r\n'
+seed fuzz_proxy_protocol '' 'PROXY UNKNOWN\r\n'
+seed fuzz_proxy_protocol '' 'PROXY UNKNOWN ffff::1 ffff::2 1 2\r\n\026\003\001'
+seed fuzz_proxy_protocol '' '\r\n\r\n\0\r\nQUIT\n\041\021\000\014\300\000\002\001\177\000\000\001\021\134\000\120'
+seed fuzz_proxy_protocol '' '\r\n\r\n\0\r\nQUIT\n\041\021\000\021\300\000\002\001\177\000\000\001\021\134\000\120\004\000\002hi'
+seed fuzz_proxy_protocol '' '\r\n\r\n\0\r\nQUIT\n\040\000\000\000'
+seed fuzz_proxy_protocol '' '\r\n\r\n\0\r\nQUIT\n\041\041\000\044\040\001\015\270\000\000\000\000\000\000\000\000\000\000\000\001\040\001\015\270\000\000\000\000\000\000\000\000\000\000\000\002\004\000\001\273'
+
 # --- configurations ---------------------------------------------------------
 mkdir -p "$dir/fuzz_conf"
 cp conf/fastd.conf "$dir/fuzz_conf/fastd.conf"
