@@ -542,6 +542,29 @@ static int proxy_handshake(proxy_req_t *px)
 
     if (uc->s.handshaken)
         return PX_OK;
+    if (px->up->proxy_protocol && !uc->pp_sent) {
+        /* the client as its PROXY header: the address it reached */
+        fd_addr_t src, dst = {0};
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        fd_request_addr(px->r, &src);
+        if (getsockname(px->r->c->s.ev.fd, (struct sockaddr *)&ss,
+                        &len) == 0) {
+            dst.family = (uint8_t)ss.ss_family;
+            if (ss.ss_family == AF_INET) {
+                struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+                memcpy(dst.addr, &sin->sin_addr, 4);
+                dst.port = ntohs(sin->sin_port);
+            } else if (ss.ss_family == AF_INET6) {
+                struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+                memcpy(dst.addr, &sin6->sin6_addr, 16);
+                dst.port = ntohs(sin6->sin6_port);
+            }
+        }
+        if (fd_upstream_proxy_protocol(uc, &src, &dst) != FD_OK)
+            return proxy_next(px, NEXT_ERROR, errno, "send() of the PROXY "
+                              "header failed") == PX_DONE ? PX_DONE : PX_WAIT;
+    }
     rc = fd_stream_handshake(&uc->s);
     if (rc == FD_OK)
         return PX_OK;

@@ -13,6 +13,7 @@ use lib "$FindBin::Bin/lib";
 use FastdTest;
 use TLS;
 use IO::Socket::INET;
+use POSIX ();
 use Test::More;
 
 my $locs = "[location /addr]\nreturn = 200 \"\$remote_addr\"\n\n"
@@ -26,7 +27,7 @@ my $t = FastdTest->new(conf => FastdTest::base_conf(
                 log_format => 'mine $remote_addr "$request"' },
     locations => $locs));
 $t->start({ nowait => 1 });
-my $port = $t->port;
+our $port = $t->port;
 
 # bytes on a new connection; everything the server sends until it closes
 sub talk {
@@ -219,6 +220,73 @@ SKIP: {
     $ts->no_alerts;
 }
 
+# --- proxy_protocol = on in [upstream]: the header a real upstream gets --------
+{
+    # an upstream that reads a PROXY header, then the request, and answers
+    # with what the header said (v2: in hex) and the X-Forwarded-For
+    my $ls = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
+                                   Listen => 16, ReuseAddr => 1) or die $!;
+    my $bport = $ls->sockport;
+    my $pid = fork // die;
+    if ($pid == 0) {
+        while (my $c = $ls->accept) {
+            my $in = '';
+            while ($in !~ /\r\n\r\n/) {
+                my $n = sysread($c, $in, 4096, length $in);
+                last unless $n;
+            }
+            my ($hdr) = $in =~ /\A(PROXY [^\r]*)\r\n/;
+            if (!defined $hdr && substr($in, 0, 12) eq $sig) {
+                my $len = unpack('n', substr($in, 14, 2));
+                $hdr = 'v2 ' . unpack('H*', substr($in, 12, 4 + $len));
+            }
+            my ($xff) = $in =~ /^X-Forwarded-For: ([^\r]*)/mi;
+            my $body = ($hdr // 'none') . '|' . ($xff // '');
+            print $c "HTTP/1.1 200 OK\r\nContent-Length: " . length($body)
+                   . "\r\nConnection: close\r\n\r\n$body";
+            close $c;
+        }
+        POSIX::_exit(0);
+    }
+    close $ls;
+    my $up = FastdTest->new(conf => FastdTest::base_conf(
+        server => { listen => '127.0.0.1:%%PORT%% proxy_protocol',
+                    set_real_ip_from => '192.0.2.0/24',
+                    real_ip_header => 'X-Forwarded-For' },
+        locations => "[location /v1]\nhandler = proxy\nupstream = v1\n\n"
+                   . "[location /v2]\nhandler = proxy\nupstream = v2\n\n",
+        extra => "[upstream v1]\nserver = 127.0.0.1:$bport\n"
+               . "proxy_protocol = on\n\n"
+               . "[upstream v2]\nserver = 127.0.0.1:$bport\n"
+               . "proxy_protocol = on\nproxy_protocol_version = 2\n\n"));
+    $up->start({ nowait => 1 });
+    local $port = $up->port;
+    my $g = sub { "GET $_[0] HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                  . ($_[1] // '') . "\r\n" };
+    FastdTest::wait_for(sub { (talk("PROXY UNKNOWN\r\n" . $g->('/v1'))
+                               // '') =~ /^HTTP/ }, 10);
+    my $b = body(talk("PROXY TCP4 192.0.2.60 127.0.0.1 5555 80\r\n"
+                      . $g->('/v1')));
+    like($b, qr/^PROXY TCP4 192\.0\.2\.60 127\.0\.0\.1 \d+ $port\|192\.0\.2\.60$/,
+         'upstream proxy_protocol = on: v1 with the client (PROXY in), '
+         . 'and X-Forwarded-For') or diag($b);
+    $b = body(talk("PROXY TCP4 192.0.2.61 127.0.0.1 5555 80\r\n"
+                   . $g->('/v1', "X-Forwarded-For: 203.0.113.5\r\n")));
+    like($b, qr/^PROXY TCP4 203\.0\.113\.5 127\.0\.0\.1 \d+ $port\|203\.0\.113\.5, 203\.0\.113\.5$/,
+         '... the real client after X-Forwarded-For from a trusted hop')
+        or diag($b);
+    $b = body(talk("PROXY TCP4 192.0.2.62 127.0.0.1 5555 80\r\n"
+                   . $g->('/v2')));
+    is($b, sprintf('v2 2111000cc000023e7f000001%04x%04x|192.0.2.62', 5555,
+                   $port),
+       'proxy_protocol_version = 2: a binary header with the client and '
+       . 'its port') or diag($b);
+    $up->stop;
+    $up->no_alerts;
+    kill 'TERM', $pid;
+    waitpid($pid, 0);
+}
+
 # --- config errors -----------------------------------------------------------
 {
     my $conf = FastdTest::base_conf(
@@ -242,6 +310,24 @@ SKIP: {
     $line = FastdTest::line_of($t->subst($conf), qr/^proxy_protocol_timeout/);
     ($rc, $out) = FastdTest::run_fastd('-t', '-c', $path);
     like($out, qr/bad\.conf:$line: /, 'proxy_protocol_timeout = 0: an error')
+        or diag($out);
+}
+
+{
+    my $conf = FastdTest::base_conf(extra => "[upstream u]\n"
+        . "server = 127.0.0.1:1\nproxy_protocol = on\nkeepalive = 4\n");
+    my $path = $t->write_conf($conf, 'bad.conf');
+    my $line = FastdTest::line_of($t->subst($conf), qr/^keepalive = 4/);
+    my ($rc, $out) = FastdTest::run_fastd('-t', '-c', $path);
+    like($out, qr/bad\.conf:$line: .*keepalive with proxy_protocol/,
+         'an upstream with keepalive and proxy_protocol: an error')
+        or diag($out);
+    $conf = FastdTest::base_conf(extra => "[upstream u]\n"
+        . "server = 127.0.0.1:1\nproxy_protocol_version = 3\n");
+    $path = $t->write_conf($conf, 'bad.conf');
+    $line = FastdTest::line_of($t->subst($conf), qr/^proxy_protocol_version/);
+    ($rc, $out) = FastdTest::run_fastd('-t', '-c', $path);
+    like($out, qr/bad\.conf:$line: /, 'proxy_protocol_version = 3: an error')
         or diag($out);
 }
 

@@ -17,6 +17,7 @@
 #include "fd_module.h"
 #include "fd_status.h"
 #include "fd_upstream.h"
+#include "fd_realip.h"
 
 #define RING_POINTS 160       /* hash ring points per unit of weight */
 
@@ -61,6 +62,16 @@ const fd_directive_t fd_upstream_directives[] = {
     {.name = "keepalive_requests", .type = FD_CONF_INT,
      .offset = UP(keepalive_requests), .def = "1000",
      .doc = "requests per upstream connection before it is closed"},
+    {.name = "proxy_protocol", .type = FD_CONF_FLAG,
+     .offset = UP(proxy_protocol), .def = "off",
+     .doc = "on: each new connection to this group starts with a PROXY "
+            "protocol header giving the client's address ($remote_addr) "
+            "and the one it reached, before the first request (and before "
+            "the TLS handshake to an https upstream). A connection then "
+            "speaks for one client, so keepalive must stay 0"},
+    {.name = "proxy_protocol_version", .type = FD_CONF_INT,
+     .offset = UP(proxy_protocol_version), .def = "1", .min = 1, .max = 2,
+     .doc = "1 (text) or 2 (binary) for proxy_protocol = on"},
     FD_CONF_END};
 
 static fd_upstream_shm_t *shm; /* this worker's status area */
@@ -389,6 +400,14 @@ int fd_upstream_init_section(fd_conf_t *cf, const char *name, void *conf)
     if (i == up->npeers)
         return fd_conf_error(cf, "[upstream %s]: every server is a backup",
                              name);
+    if (up->proxy_protocol && up->keepalive > 0) {
+        cf->line = key_line(cf, "keepalive", 0);
+        return fd_conf_error(cf, "[upstream %s]: keepalive with "
+                             "proxy_protocol = on: a connection's PROXY "
+                             "header names one client, and a kept "
+                             "connection would carry another's requests",
+                             name);
+    }
     if (up->balance == FD_UPSTREAM_HASH && ring_build(cf, up) != FD_OK)
         return FD_ERROR;
     upstream_finish(up);
@@ -874,6 +893,30 @@ fd_upstream_conn_t *fd_upstream_keepalive_get(fd_upstream_peer_t *p,
         fd_upstream_conn_close(uc);
     }
     return NULL;
+}
+
+int fd_upstream_proxy_protocol(fd_upstream_conn_t *uc, const fd_addr_t *src,
+                               const fd_addr_t *dst)
+{
+    fd_upstream_t *up = uc->peer->up;
+    uint8_t buf[FD_PROXY_PROTOCOL_V1_MAX + 1];
+    size_t n;
+    ssize_t k;
+
+    if (!up->proxy_protocol || uc->pp_sent || uc->reused)
+        return FD_OK;
+    n = fd_proxy_protocol_write(buf, sizeof(buf),
+                                (int)up->proxy_protocol_version, src, dst);
+    /* a new connection's send buffer is empty: it takes these ~100 bytes
+     * whole, or the connection is broken */
+    k = send(uc->s.ev.fd, buf, n, MSG_NOSIGNAL);
+    if (k != (ssize_t)n) {
+        if (k >= 0)
+            errno = EAGAIN;
+        return FD_ERROR;
+    }
+    uc->pp_sent = 1;
+    return FD_OK;
 }
 
 fd_upstream_conn_t *fd_upstream_conn_add(fd_upstream_peer_t *p, int fd,

@@ -83,6 +83,8 @@ struct fd_upstream_s {
     fd_int_t keepalive;
     fd_msec_t keepalive_timeout;
     fd_int_t keepalive_requests;
+    int proxy_protocol;        /* a PROXY header on each new connection */
+    fd_int_t proxy_protocol_version;
 
     char *name;
     const char *file;
@@ -182,6 +184,7 @@ struct fd_upstream_conn_s {
     unsigned idle:1;
     unsigned connecting:1;
     unsigned reused:1;         /* came from the keep-alive pool */
+    unsigned pp_sent:1;        /* its PROXY header is written */
 };
 
 /* A new connection to p: connecting, or connected; NULL with errno set. */
@@ -190,6 +193,14 @@ fd_upstream_conn_t *fd_upstream_conn_open(fd_upstream_peer_t *p);
  * with the loop; NULL with errno set, fd closed. */
 fd_upstream_conn_t *fd_upstream_conn_add(fd_upstream_peer_t *p, int fd,
                                          int connecting);
+/* proxy_protocol = on: write the PROXY header (src: the client, dst: the
+ * address it reached) before anything else on a new connection, TLS
+ * included. FD_OK (also when there is nothing to write), or FD_ERROR
+ * with errno. */
+struct fd_addr_s;
+int fd_upstream_proxy_protocol(fd_upstream_conn_t *uc,
+                               const struct fd_addr_s *src,
+                               const struct fd_addr_s *dst);
 /* Close it (out of the pool if idle); its memory is reused a turn later. */
 void fd_upstream_conn_close(fd_upstream_conn_t *uc);
 /* Move its deadline to ms from now (the heap is touched only when that
