@@ -107,6 +107,52 @@ is(acl('X-Forwarded-For: 1.2.3.4'), 200, 'acl: a real client inside 1.2.3.0/24')
 is(acl('X-Forwarded-For: 9.9.9.9'), 403, 'acl: a real client outside');
 is(acl(), 403, 'acl: the balancer itself is outside');
 
+# --- HTTP/2: the address is the request's, stream by stream -----------------
+SKIP: {
+    my $py = <<'PY';
+import socket, sys, h2.connection, h2.events
+s = socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=5)
+c = h2.connection.H2Connection()
+c.initiate_connection()
+# three streams at once on one connection, each from another client
+for sid, xff in ((1, '192.0.2.1'), (3, '192.0.2.2'), (5, None)):
+    h = [(':method', 'GET'), (':path', '/addr'), (':scheme', 'http'),
+         (':authority', 'x')]
+    if xff:
+        h.append(('x-forwarded-for', xff))
+    c.send_headers(sid, h, end_stream=True)
+s.sendall(c.data_to_send())
+body, ended = {}, set()
+while len(ended) < 3:
+    data = s.recv(65536)
+    if not data:
+        break
+    for e in c.receive_data(data):
+        if isinstance(e, h2.events.DataReceived):
+            body[e.stream_id] = body.get(e.stream_id, b'') + e.data
+            c.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
+        elif isinstance(e, h2.events.StreamEnded):
+            ended.add(e.stream_id)
+    s.sendall(c.data_to_send())
+print(' '.join(body.get(i, b'-').decode() for i in (1, 3, 5)))
+PY
+    system('/usr/bin/python3', '-c', 'import h2.connection') == 0
+        or skip('no python3-h2', 1);
+    my $h = FastdTest->new(conf => FastdTest::base_conf(
+        server => { listen => '127.0.0.1:%%PORT%% http2',
+                    set_real_ip_from => '127.0.0.1',
+                    real_ip_header => 'X-Forwarded-For' },
+        locations => $addr));
+    $h->start;
+    $h->write_file('streams.py', $py);
+    my $out = `/usr/bin/python3 ${\ $h->dir}/streams.py ${\ $h->port} 2>&1`;
+    chomp $out;
+    is($out, '192.0.2.1 192.0.2.2 127.0.0.1',
+       'HTTP/2: concurrent streams on one connection, each its own address');
+    $h->stop;
+    $h->no_alerts;
+}
+
 # --- an untrusted peer: a forged header changes nothing ----------------------
 my $u = FastdTest->new(conf => FastdTest::base_conf(
     server => { set_real_ip_from => '10.0.0.0/8',
