@@ -492,8 +492,8 @@ const fd_directive_t fd_http_server_directives[] = {
             "ADDR/BITS), whose real_ip_header is believed. A request from "
             "one of them takes the client's address from that header "
             "($remote_addr for acl, access_log, hash_key, the "
-            "X-Forwarded-For sent upstream); $realip_remote_addr keeps the "
-            "hop's. A header from any other address changes nothing. "
+            "X-Forwarded-For sent upstream). A header from any other "
+            "address changes nothing. "
             "Example: set_real_ip_from = 10.0.0.0/8"},
     {.name = "real_ip_header", .type = FD_CONF_CUSTOM,
      .offset = SRV(realip.header), .def = "X-Real-IP",
