@@ -40,7 +40,8 @@ const fd_directive_t fd_upstream_directives[] = {
             "resolved at load time (every address becomes a server). "
             "max_fails (1) failures within fail_timeout (10s) take the "
             "server out for fail_timeout; max_fails=0 never does, nor does "
-            "anything take out a group's only server (as nginx). backup "
+            "it take out a group's only server (as nginx; health_check "
+            "does). backup "
             "servers are used only when no other is available"},
     {.name = "balance", .type = FD_CONF_ENUM, .offset = UP(balance),
      .def = "round_robin", .enums = balance_enums,
@@ -61,9 +62,23 @@ const fd_directive_t fd_upstream_directives[] = {
     {.name = "keepalive_requests", .type = FD_CONF_INT,
      .offset = UP(keepalive_requests), .def = "1000",
      .doc = "requests per upstream connection before it is closed"},
+    {.name = "health_check", .type = FD_CONF_STR,
+     .offset = UP(health_check),
+     .doc = "URI [interval=5s] [timeout=2s] [fails=1] [passes=1] "
+            "[status=200-399] [port=N]: every interval, one GET of URI "
+            "(plain HTTP/1.1, on a connection of its own, to the server's "
+            "address or port=) per server for the whole fastd, not per "
+            "worker; fails= failed probes in a row take the server out of "
+            "the group for every worker, passes= passed ones bring it "
+            "back. Unlike passive health (max_fails), it takes out a "
+            "group's only server too: its requests then get 502. The state "
+            "outlives a reload. Example: health_check = /healthz "
+            "interval=2s fails=3 passes=2"},
     FD_CONF_END};
 
 static fd_upstream_shm_t *shm; /* this worker's status area */
+static fd_upstream_t **groups;  /* this worker's groups (health status) */
+static unsigned ngroups;
 
 static fd_upstream_shm_peer_t *peer_shm(fd_upstream_peer_t *p)
 {
@@ -168,6 +183,7 @@ static fd_upstream_peer_t *peer_add(fd_conf_t *cf, fd_upstream_t *up)
     np[up->npeers].index = up->npeers;
     np[up->npeers].up = up;
     np[up->npeers].shm = -1;
+    np[up->npeers].health = -1;
     return &np[up->npeers++];
 }
 
@@ -392,6 +408,13 @@ int fd_upstream_init_section(fd_conf_t *cf, const char *name, void *conf)
     if (up->balance == FD_UPSTREAM_HASH && ring_build(cf, up) != FD_OK)
         return FD_ERROR;
     upstream_finish(up);
+    if (up->health_check) {
+        cf->line = key_line(cf, "health_check", 0);
+        if (fd_upstream_health_parse(cf, up, up->health_check) != FD_OK ||
+            fd_upstream_health_bind(cf, up) != FD_OK)
+            return FD_ERROR;
+        cf->line = line;
+    }
     return FD_OK;
 }
 
@@ -490,7 +513,7 @@ fd_upstream_t *fd_upstream_implicit(fd_conf_t *cf, const char *hostport,
 
 int fd_upstream_peer_usable(const fd_upstream_peer_t *p)
 {
-    if (p->down)
+    if (p->down || !fd_upstream_health_ok(p))
         return 0;
     if (p->max_fails && p->fails >= (unsigned)p->max_fails &&
         fd_current_msec - p->checked <= p->fail_timeout)
@@ -943,6 +966,13 @@ void fd_upstream_init_worker(fd_upstream_t **ups, unsigned n,
     shm = area;
     if (shm)
         memset(shm, 0, sizeof(*shm));
+    free(groups);
+    ngroups = 0;
+    if ((groups = malloc((n ? n : 1) * sizeof(*groups))) != NULL) {
+        memcpy(groups, ups, n * sizeof(*groups));
+        ngroups = n;
+    }
+    fd_upstream_health_start(ups, n);
     for (i = 0; i < n; i++) {
         for (k = 0; k < ups[i]->npeers; k++) {
             fd_upstream_peer_t *p = &ups[i]->peers[k];
@@ -982,12 +1012,26 @@ static size_t label_escape(char *dst, size_t size, const char *src,
     return n;
 }
 
+void fd_upstream_status_labels(char *dst, size_t size, const char *up,
+                               const char *server)
+{
+    char u[80], s[112];
+
+    label_escape(u, sizeof(u), up, strlen(up));
+    label_escape(s, sizeof(s), server, strlen(server));
+    snprintf(dst, size, "upstream=\"%s\",server=\"%s\"", u, s);
+}
+
 void fd_upstream_status(fd_status_t *st, const void *area, unsigned worker)
 {
     const fd_upstream_shm_t *a = area;
     char labels[256], u[80], s[112];
     unsigned i;
 
+    /* the health table is every process's: once, with this worker's own
+     * slot (the one answering) */
+    if (fd_worker && worker == fd_worker->slot)
+        fd_upstream_health_status(st, groups, ngroups);
     if (a == NULL)
         return;
     for (i = 0; i < FD_UPSTREAM_SHM_PEERS; i++) {
