@@ -967,8 +967,9 @@ void fd_upstream_init_worker(fd_upstream_t **ups, unsigned n,
     if (shm)
         memset(shm, 0, sizeof(*shm));
     free(groups);
+    groups = NULL;
     ngroups = 0;
-    if ((groups = malloc((n ? n : 1) * sizeof(*groups))) != NULL) {
+    if (n && (groups = malloc(n * sizeof(*groups))) != NULL) {
         memcpy(groups, ups, n * sizeof(*groups));
         ngroups = n;
     }
