@@ -14,7 +14,7 @@
  *      its high-water mark until r->on_drain (back-pressure); chunked is
  *      decoded here and framed again by the engine; client aborts;
  *   4. events and timeouts, and the handler;
- *   5. the access-log getters.
+ *   5. the module's variables ($upstream_addr ...).
  * After a 101 (WebSocket) the request becomes a tunnel: fd_proxy_tunnel.c.
  *
  * Everything runs on the worker's loop thread; state is per worker (each
@@ -23,13 +23,11 @@
  * most two 16k blocks (response and request body), whatever the size of
  * the bodies.
  *
- * Access-log variables, for the access-log module (NULL when the request
- * was not proxied; one entry per server tried, ", "-separated as nginx):
- *   const char *fd_proxy_upstream_addr(fd_request_t *r);
- *       "127.0.0.1:3000, 127.0.0.1:3001"
- *   const char *fd_proxy_upstream_status(fd_request_t *r);       "502, 200"
- *   const char *fd_proxy_upstream_response_time(fd_request_t *r);
- *       seconds with milliseconds: "0.002, 0.013"
+ * Variables, in the registry (fd_var.h) for every script (empty when the
+ * request was not proxied; one entry per server tried, ", "-separated as
+ * nginx): $upstream_addr "127.0.0.1:3000, 127.0.0.1:3001",
+ * $upstream_status "502, 200", $upstream_response_time (seconds with
+ * milliseconds) "0.002, 0.013".
  */
 #include <arpa/inet.h>
 #include <netinet/tcp.h>
@@ -40,10 +38,7 @@
 #include "fd_connection.h"
 #include "fd_http.h"
 #include "fd_proxy.h"
-
-const char *fd_proxy_upstream_addr(fd_request_t *r);
-const char *fd_proxy_upstream_status(fd_request_t *r);
-const char *fd_proxy_upstream_response_time(fd_request_t *r);
+#include "fd_var.h"
 
 #define MAX_RESP_HEADERS 128
 #define MAX_INTERIM 8         /* 1xx responses before a final one */
@@ -1309,7 +1304,7 @@ static int proxy_handler(fd_request_t *r)
 }
 
 
-/* --- 5. access-log variables -------------------------------------------- */
+/* --- 5. variables ------------------------------------------------------ */
 
 static proxy_req_t *request_px(fd_request_t *r)
 {
@@ -1320,17 +1315,19 @@ static proxy_req_t *request_px(fd_request_t *r)
 
 enum { TRY_ADDR, TRY_STATUS, TRY_TIME };
 
-/* One value per server tried, ", " between them (nginx's form), as a C
- * string for the access log. */
-static const char *tries_text(fd_request_t *r, int what)
+/* One value per server tried, ", " between them (nginx's form), in
+ * r->pool; op->var->data says which. */
+static fd_str_t v_tries(fd_request_t *r, const fd_var_op_t *op, char *tmp)
 {
     proxy_req_t *px = request_px(r);
+    uintptr_t what = op->var->data;
     fd_sbuf_t sb;
     unsigned i;
 
+    (void)tmp;
     if (px == NULL || px->nlog == 0 ||
         fd_sbuf_init(&sb, r->pool, px->nlog * 24) != FD_OK)
-        return NULL;
+        return fd_null_string;
     for (i = 0; i < px->nlog; i++) {
         try_log_t *t = &px->log[i];
         if (i)
@@ -1350,24 +1347,14 @@ static const char *tries_text(fd_request_t *r, int what)
             fd_sbuf_addc(&sb, (char)('0' + t->msec % 10));
         }
     }
-    fd_sbuf_addc(&sb, '\0');
-    return fd_sbuf_failed(&sb) ? NULL : sb.start;
+    return fd_sbuf_failed(&sb) ? fd_null_string : fd_sbuf_str(&sb);
 }
 
-const char *fd_proxy_upstream_addr(fd_request_t *r)
-{
-    return tries_text(r, TRY_ADDR);
-}
-
-const char *fd_proxy_upstream_status(fd_request_t *r)
-{
-    return tries_text(r, TRY_STATUS);
-}
-
-const char *fd_proxy_upstream_response_time(fd_request_t *r)
-{
-    return tries_text(r, TRY_TIME);
-}
+static const fd_var_t proxy_vars[] = {
+    {"upstream_addr", v_tries, TRY_ADDR, 0},
+    {"upstream_status", v_tries, TRY_STATUS, 0},
+    {"upstream_response_time", v_tries, TRY_TIME, 0},
+    FD_VAR_END};
 
 fd_module_t fd_proxy_module = {
     .name = "proxy",
@@ -1386,4 +1373,5 @@ fd_module_t fd_proxy_module = {
     .shm_size = sizeof(fd_upstream_shm_t),
     .status = fd_upstream_status,
     .retire = fd_upstream_retire,
+    .vars = proxy_vars,
 };

@@ -327,7 +327,7 @@ static fd_str_t v_conn_requests(fd_request_t *r, const fd_var_op_t *op,
 }
 
 #define RQ(f) offsetof(fd_request_t, f)
-#define CONN 0x100 /* data: fd_http_conn_var_id(name), set at first use */
+#define CONN 0 /* data: fd_http_conn_var_id(name), set at first use */
 
 static fd_var_t core_vars[] = {
     {"host", v_host, 0, 0},
@@ -383,7 +383,7 @@ static void core_init(void)
         return;
     done = 1;
     for (v = core_vars; v->name; v++)
-        if (v->data == CONN)
+        if (v->get == v_conn)
             v->data = (uintptr_t)fd_http_conn_var_id(v->name,
                                                      strlen(v->name));
 }

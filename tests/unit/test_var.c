@@ -64,6 +64,8 @@ int main(void)
     r.in.version = 11;
     r.in.host = fd_string("Example.COM:8080");
     r.path = fd_string("/a b");
+    r.in.referer = fd_string("http://ref/");
+    r.in.user_agent = fd_string("ua/1");
     h[0] = (fd_http_header_t){fd_string("X-Trace-Id"), fd_string("t-1")};
     h[1] = (fd_http_header_t){fd_string("Cookie"),
                               fd_string("a=1; sid=abc; z=")};
@@ -113,6 +115,8 @@ int main(void)
            "$cookie_NAME");
     is_str(eval(&r, "$http_x_trace_id $http_X_TRACE_ID", 0), "t-1 t-1",
            "$http_NAME, any case");
+    is_str(eval(&r, "$http_referer $http_user_agent", 0), "http://ref/ ua/1",
+           "the indexed headers");
     is_str(eval(&r, "$remote_addr:$remote_port", 0), "10.0.0.7:40000",
            "remote address and port");
     is_str(eval(&r, "$request_method $server_protocol $status", 0),
