@@ -83,29 +83,23 @@ static void proxy_arm(proxy_req_t *px);
 static void conn_event(fd_upstream_conn_t *uc);
 static void conn_timeout(fd_upstream_conn_t *uc);
 
+/* hash_key's value: one variable's straight from its getter, several
+ * built in the request's pool */
 static uint32_t request_hash(fd_request_t *r, fd_upstream_t *up)
 {
-    char addr[INET6_ADDRSTRLEN];
-    size_t n, i;
+    char tmp[FD_VAR_TMP];
+    fd_str_t v;
+    fd_sbuf_t sb;
 
-    switch (up->key) {
-    case FD_UPSTREAM_KEY_URI:
-        return fd_upstream_hash(r->path.data, r->path.len);
-    case FD_UPSTREAM_KEY_REQUEST_URI:
-        return fd_upstream_hash(r->in.target.data, r->in.target.len);
-    case FD_UPSTREAM_KEY_HOST:
-        return fd_upstream_hash(r->in.host.data, r->in.host.len);
-    case FD_UPSTREAM_KEY_HEADER:
-        for (i = 0; i < r->in.nheaders; i++)
-            if (fd_str_caseeq(r->in.headers[i].name, up->key_header.data,
-                              up->key_header.len))
-                return fd_upstream_hash(r->in.headers[i].value.data,
-                                  r->in.headers[i].value.len);
-        return fd_upstream_hash("", 0);
-    default:
-        n = fd_connection_addr_text(r->c, addr, sizeof(addr));
-        return fd_upstream_hash(addr, n);
+    if (up->key.n == 1) {
+        v = fd_var_value(r, &up->key.ops[0], NULL, tmp);
+        return fd_upstream_hash(v.data ? v.data : "", v.len);
     }
+    if (fd_sbuf_init(&sb, r->pool, 128) != FD_OK)
+        return 0;
+    fd_var_eval(r, &up->key, NULL, FD_VAR_ESC_NONE, &sb);
+    return fd_sbuf_failed(&sb) ? 0 : fd_upstream_hash(sb.start,
+                                                      fd_sbuf_len(&sb));
 }
 
 /* What a request header line becomes upstream. */
