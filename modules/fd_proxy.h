@@ -12,6 +12,7 @@
 #include "fd_sendq.h"
 #include "fd_ssl.h"
 #include "fd_upstream.h"
+#include "fd_var.h"
 
 extern fd_module_t fd_proxy_module;
 
@@ -53,7 +54,8 @@ typedef struct tunnel_s tunnel_t;
 
 typedef struct {
     fd_str_t name;
-    fd_str_t value;            /* empty: the header is not sent */
+    fd_str_t value;            /* as written */
+    fd_var_script_t script;    /* the value, compiled; empty: not sent */
 } set_header_t;
 
 typedef struct {

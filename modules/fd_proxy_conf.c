@@ -42,7 +42,9 @@ const fd_directive_t fd_proxy_directives[] = {
     {.name = "set_header", .type = FD_CONF_LIST, .offset = LOC(set_header),
      .doc = "\"Name: value\", repeatable: sent upstream instead of the "
             "client's header of that name (also replaces Host, "
-            "X-Forwarded-*, X-Real-IP); an empty value removes it"},
+            "X-Forwarded-*, X-Real-IP); the value may hold $variables "
+            "(\"X-Request-Id: $request_id\"); an empty value (or one whose "
+            "variables are all empty) removes it"},
     {.name = "buffering", .type = FD_CONF_FLAG, .offset = LOC(buffering),
      .def = "on",
      .doc = "on: the response body is read in pieces of up to 16k as fast "
@@ -296,6 +298,9 @@ int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
             if ((uint8_t)v[k] < 0x20 && v[k] != '\t')
                 return fd_conf_error(cf, "\"set_header\": control character "
                                      "in \"%s\"", s);
+        if (fd_var_compile(cf, &h->script, v, h->value.len, 0,
+                           "set_header") != FD_OK)
+            return FD_ERROR;
         if (fd_str_caseeq_lit(h->name, "connection") ||
             fd_str_caseeq_lit(h->name, "transfer-encoding") ||
             fd_str_caseeq_lit(h->name, "content-length") ||

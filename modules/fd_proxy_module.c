@@ -234,6 +234,7 @@ static int request_build(proxy_req_t *px)
     char addr[INET6_ADDRSTRLEN];
     unsigned ntok = connection_tokens(r, tok, fd_nelems(tok)), i;
     int keep_xff = !(lc->gen_replaced & GEN_XFF);
+    size_t mark;
     fd_sbuf_t sb;
 
     a.len = fd_connection_addr_text(r->c, addr, sizeof(addr));
@@ -279,9 +280,18 @@ static int request_build(proxy_req_t *px)
                                        : fd_string("http"));
     if (!(lc->gen_replaced & GEN_XFH) && r->in.host.len)
         fd_sbuf_add_header(&sb, fd_string("X-Forwarded-Host"), r->in.host);
-    for (i = 0; i < lc->nhdrs; i++)
-        if (lc->hdrs[i].value.len)
-            fd_sbuf_add_header(&sb, lc->hdrs[i].name, lc->hdrs[i].value);
+    for (i = 0; i < lc->nhdrs; i++) {
+        /* Name: value, unless the value comes out empty */
+        size_t at = fd_sbuf_len(&sb);
+        fd_sbuf_add_str(&sb, lc->hdrs[i].name);
+        fd_sbuf_add_lit(&sb, ": ");
+        mark = fd_sbuf_len(&sb);
+        fd_var_eval(r, &lc->hdrs[i].script, NULL, FD_VAR_ESC_HEADER, &sb);
+        if (fd_sbuf_len(&sb) == mark && !fd_sbuf_failed(&sb))
+            sb.pos = sb.start + at;
+        else
+            fd_sbuf_add_crlf(&sb);
+    }
     if (r->in.chunked) {
         fd_sbuf_add_lit(&sb, "Transfer-Encoding: chunked\r\n");
     } else if (r->in.content_length >= 0) {
