@@ -233,6 +233,11 @@ static int header_write(fd_request_t *r, fd_buf_t *body)
     fd_sbuf_t sb;
     char *p;
 
+    /* add_header and expires, for both writers */
+    if (fd_unlikely(r->loc ? r->loc->nadd_headers || r->loc->expires_mode
+                           : r->server != NULL) &&
+        fd_http_add_headers(r) != FD_OK)
+        return FD_ERROR;
     if (r->h2) {
         /* HEADERS; the body, small or not, follows as DATA */
         if (fd_h2_header(r) != FD_OK)
