@@ -737,6 +737,63 @@ static int proxy_invalid(proxy_req_t *px, const char *why)
 }
 
 
+/* proxy_pass_header names n */
+static int passed(const proxy_loc_conf_t *lc, fd_str_t n)
+{
+    return lc->npass_hdr && named_in(n, lc->pass_hdr, lc->npass_hdr);
+}
+
+/*
+ * proxy_redirect: a Location (or the URL after "url=" in a Refresh) that
+ * starts with a rule's FROM gets its TO instead; the first rule that
+ * matches applies. v as it is when none does (or out of memory).
+ */
+static fd_str_t redirect_apply(fd_request_t *r, const proxy_loc_conf_t *lc,
+                               fd_str_t v, int refresh)
+{
+    size_t off = 0, k;
+    unsigned i;
+    fd_sbuf_t sb;
+
+    if (refresh) {
+        for (k = 0; k + 4 <= v.len; k++)
+            if (fd_str_caseeq((fd_str_t){4, v.data + k}, "url=", 4))
+                break;
+        if (k + 4 > v.len)
+            return v;
+        off = k + 4;
+    }
+    for (i = 0; i < lc->nredirects; i++) {
+        const redirect_t *rd = &lc->redirects[i];
+        fd_str_t url = {v.len - off, v.data + off};
+        if (rd->from.len == 0 || url.len < rd->from.len ||
+            !fd_str_caseeq((fd_str_t){rd->from.len, url.data},
+                           rd->from.data, rd->from.len))
+            continue;
+        if (fd_sbuf_init(&sb, r->pool, v.len + 64) != FD_OK)
+            return v;
+        fd_sbuf_add(&sb, v.data, off);
+        if (rd->dflt) {
+            /* the client's view: its scheme and Host, port and all */
+            fd_str_t host = r->in.host;
+            if (host.len == 0 && r->server && r->server->names.n)
+                host = (fd_str_t){strlen(r->server->names.items[0]),
+                                  r->server->names.items[0]};
+            if (r->c->s.tls)
+                fd_sbuf_add_lit(&sb, "https://");
+            else
+                fd_sbuf_add_lit(&sb, "http://");
+            fd_sbuf_add_str(&sb, host);
+            fd_sbuf_add_str(&sb, rd->to_rest);
+        } else {
+            fd_var_eval(r, &rd->to, NULL, FD_VAR_ESC_HEADER, &sb);
+        }
+        fd_sbuf_add(&sb, url.data + rd->from.len, url.len - rd->from.len);
+        return fd_sbuf_failed(&sb) ? v : fd_sbuf_str(&sb);
+    }
+    return v;
+}
+
 /*
  * The response header at ibuf + ipos, once complete: check it strictly
  * (fd_http_parse_response), then either fail over (next_upstream
@@ -747,6 +804,7 @@ static int proxy_invalid(proxy_req_t *px, const char *why)
 static int resp_header(proxy_req_t *px)
 {
     fd_request_t *r = px->r;
+    proxy_loc_conf_t *lc = px->lc;
     const char *buf = px->ibuf + px->ipos, *err;
     char *h;
     size_t hlen;
@@ -833,7 +891,9 @@ static int resp_header(proxy_req_t *px)
 
     r->status = status;
     for (i = 0; i < nf; i++) {
-        fd_str_t n = f[i].name;
+        fd_str_t n = f[i].name, v = f[i].value;
+        if (lc->nhide && named_in(n, lc->hide, lc->nhide))
+            continue; /* proxy_hide_header */
         switch (n.len) {
         case 2:
             if (fd_str_caseeq_lit(n, "te"))
@@ -843,14 +903,27 @@ static int resp_header(proxy_req_t *px)
             if (fd_str_caseeq_lit(n, "date"))
                 continue; /* the engine's own */
             break;
-        case 6:
-            if (fd_str_caseeq_lit(n, "server"))
+        case 5:
+            if (fd_str_caseeq_lit(n, "x-pad") && !passed(lc, n))
                 continue;
+            break;
+        case 6:
+            if (fd_str_caseeq_lit(n, "server")) {
+                if (!passed(lc, n))
+                    continue;
+                r->server_passed = 1; /* it replaces the engine's */
+            }
             break;
         case 7:
             if (fd_str_caseeq_lit(n, "trailer") ||
                 fd_str_caseeq_lit(n, "upgrade"))
                 continue;
+            if (fd_str_caseeq_lit(n, "refresh"))
+                v = redirect_apply(r, lc, v, 1);
+            break;
+        case 8:
+            if (fd_str_caseeq_lit(n, "location"))
+                v = redirect_apply(r, lc, v, 0);
             break;
         case 10:
             if (fd_str_caseeq_lit(n, "connection") ||
@@ -879,7 +952,11 @@ static int resp_header(proxy_req_t *px)
         }
         if (ntok && named_in(n, rs.conn_tok, ntok))
             continue;
-        if (fd_http_header_add(r, n, f[i].value) != FD_OK)
+        /* X-Accel-*: meant for the proxy (nginx's), not the client */
+        if (n.len > 8 && fd_str_caseeq((fd_str_t){8, n.data}, "x-accel-", 8) &&
+            !passed(lc, n))
+            continue;
+        if (fd_http_header_add(r, n, v) != FD_OK)
             return fd_proxy_fail(px, 500);
     }
     px->ipos += hlen;

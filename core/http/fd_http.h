@@ -139,6 +139,8 @@ struct fd_request_s {
     unsigned length_unknown:1; /* HEAD of an encoded body: no length */
     unsigned uri_changed:1;    /* a rewrite set path, path_raw and query:
                                   in.target is no longer what is served */
+    unsigned server_passed:1;  /* headers_out has a Server of its own
+                                  (proxy_pass_header): none of the engine's */
 
     uint64_t bytes_sent;       /* body bytes, for logs */
     void *ctx;                 /* the handler module's request state */
