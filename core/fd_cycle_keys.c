@@ -320,13 +320,14 @@ const fd_directive_t fd_http_loc_directives[] = {
      .offset = LOC(add_header_inherit), .def = "on",
      .doc = "off: this [server]'s or [location]'s add_header lines replace "
             "the ones it would inherit (nginx's rule) instead of adding to "
-            "them; applies to the section it is written in"},
+            "them; applies to the section it is written in. E.g. "
+            "add_header_inherit = off"},
     {.name = "expires", .type = FD_CONF_CUSTOM, .offset = 0,
      .set = fd_http_set_expires,
      .doc = "off (default), epoch, max or a duration (1h, 30d; negative: "
             "-1): sets Expires and Cache-Control: max-age=N (no-cache for "
             "epoch and a negative one), replacing the handler's, on the "
-            "statuses add_header applies to"},
+            "statuses add_header applies to. E.g. expires = 30d"},
     FD_CONF_END};
 
 /* server_name = a.example www.a.example: one list item per name */

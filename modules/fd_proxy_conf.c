@@ -52,13 +52,13 @@ const fd_directive_t fd_proxy_directives[] = {
     {.name = "proxy_hide_header", .type = FD_CONF_LIST, .offset = 0,
      .set = set_hide_header,
      .doc = "NAME, repeatable: an upstream response header not passed to "
-            "the client (e.g. X-Powered-By)"},
+            "the client. E.g. proxy_hide_header = X-Powered-By"},
     {.name = "proxy_pass_header", .type = FD_CONF_LIST, .offset = 1,
      .set = set_hide_header,
      .doc = "NAME, repeatable: pass an upstream response header the proxy "
             "drops by default: Server (then it replaces fastd's own), "
             "X-Pad or an X-Accel-* one. Date and the hop-by-hop and framing "
-            "fields are never passed"},
+            "fields are never passed. E.g. proxy_pass_header = Server"},
     {.name = "proxy_redirect", .type = FD_CONF_LIST, .offset = 0,
      .set = set_redirect,
      .doc = "default (the default), off, or FROM TO, repeatable: rewrite a "
@@ -68,7 +68,8 @@ const fd_directive_t fd_proxy_directives[] = {
             "becomes the client's view, $scheme://HOST[:PORT] as the "
             "client asked, then the location's prefix for a pass with a "
             "URI, else /. Any proxy_redirect replaces the implied default "
-            "(list default again to keep it); off removes every rule"},
+            "(list default again to keep it); off removes every rule. E.g. "
+            "proxy_redirect = http://app:3000/ https://$host/app/"},
     {.name = "buffering", .type = FD_CONF_FLAG, .offset = LOC(buffering),
      .def = "on",
      .doc = "on: the response body is read in pieces of up to 16k as fast "
