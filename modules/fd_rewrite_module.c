@@ -317,22 +317,14 @@ static int must_escape(unsigned char c, int esc)
 /* v into sb, the bytes esc says escaped as %XX */
 static void escape_add(fd_sbuf_t *sb, fd_str_t v, int esc)
 {
-    static const char hex[] = "0123456789ABCDEF";
     size_t j;
 
     for (j = 0; j < v.len; j++) {
         unsigned char c = (unsigned char)v.data[j];
-        char *p;
-        if (!must_escape(c, esc)) {
+        if (must_escape(c, esc))
+            fd_var_add_pct(sb, c);
+        else
             fd_sbuf_addc(sb, (char)c);
-            continue;
-        }
-        if ((p = fd_sbuf_reserve(sb, 3)) == NULL)
-            return;
-        p[0] = '%';
-        p[1] = hex[c >> 4];
-        p[2] = hex[c & 15];
-        fd_sbuf_commit(sb, p + 3);
     }
 }
 

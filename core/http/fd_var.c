@@ -590,23 +590,29 @@ fd_str_t fd_var_value(fd_request_t *r, const fd_var_op_t *op,
                       caps->subj + caps->ov[2 * n]};
 }
 
-static void add_header_safe(fd_sbuf_t *sb, fd_str_t v)
+void fd_var_add_pct(fd_sbuf_t *sb, unsigned char c)
 {
     static const char hex[] = "0123456789ABCDEF";
-    size_t i, from = 0;
+    char *p = fd_sbuf_reserve(sb, 3);
 
-    for (i = 0; i < v.len; i++) {
-        unsigned char c = (unsigned char)v.data[i];
-        char *p;
-        if ((c >= 0x20 && c != 0x7f) || c == '\t')
-            continue;
-        fd_sbuf_add(sb, v.data + from, i - from);
-        if ((p = fd_sbuf_reserve(sb, 3)) == NULL)
-            return;
+    if (p) {
         p[0] = '%';
         p[1] = hex[c >> 4];
         p[2] = hex[c & 15];
         fd_sbuf_commit(sb, p + 3);
+    }
+}
+
+static void add_header_safe(fd_sbuf_t *sb, fd_str_t v)
+{
+    size_t i, from = 0;
+
+    for (i = 0; i < v.len; i++) {
+        unsigned char c = (unsigned char)v.data[i];
+        if ((c >= 0x20 && c != 0x7f) || c == '\t')
+            continue;
+        fd_sbuf_add(sb, v.data + from, i - from);
+        fd_var_add_pct(sb, c);
         from = i + 1;
     }
     fd_sbuf_add(sb, v.data + from, v.len - from);

@@ -96,6 +96,9 @@ enum {
                            * a decoded $uri cannot split a header */
 };
 
+/* c as "%XX" (the escapers of scripts' values share it). */
+void fd_var_add_pct(fd_sbuf_t *sb, unsigned char c);
+
 /* Append s's value for r to sb (which may fail: the caller checks). */
 void fd_var_eval(fd_request_t *r, const fd_var_script_t *s,
                  const fd_var_caps_t *caps, int esc, fd_sbuf_t *sb);
