@@ -57,6 +57,7 @@ add_header = X-U $uri always
 
 EOF
 my $t = FastdTest->new(conf => FastdTest::base_conf(
+    http   => { add_header => 'X-Http h' },
     server => {
         # two lines: the base's listen, then an HTTP/2 one
         listen     => "127.0.0.1:%%PORT%%\nlisten = 127.0.0.1:%%PORT2%% http2",
@@ -76,6 +77,7 @@ is($r->status, 200, 'plaintext');
 is($r->header('x-srv'), 'srv GET', 'a server add_header with a variable');
 is($r->header('strict-transport-security'), 'max-age=31536000',
    'a quoted value, the quotes stripped');
+is($r->header('x-http'), 'h', 'an [http] add_header reaches every location');
 is($r->header('cache-control'), 'max-age=3600', 'expires = 1h: max-age');
 ok(FastdTest::is_http_date($r->header('expires') // ''),
    'expires = 1h: an HTTP date');
@@ -88,9 +90,9 @@ ok(!defined $r->header('x-empty'), 'a value that comes out empty adds nothing');
 
 $r = $t->get('/plaintext/own');
 is($r->header('x-own'), 'own', 'add_header_inherit = off: its own header');
-ok(!defined $r->header('x-srv') &&
+ok(!defined $r->header('x-srv') && !defined $r->header('x-http') &&
    !defined $r->header('strict-transport-security'),
-   'add_header_inherit = off: none of the server\'s');
+   'add_header_inherit = off: none of the server\'s nor [http]\'s');
 
 # --- every handler ----------------------------------------------------------
 $r = $t->get('/json');

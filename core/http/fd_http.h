@@ -241,8 +241,8 @@ fd_str_t fd_http_status_line(int status);
 fd_str_t fd_http_map_path(fd_request_t *r, fd_str_t uri);
 
 /*
- * The connection's variables, one table for every module that expands
- * $names (access_log, rewrite/return): $scheme, $https and the TLS facts.
+ * The connection's variables, for the registry's getters (fd_var.c):
+ * $scheme, $https, $http2 and the TLS facts.
  * fd_http_conn_var_id() at load time (0: not one of them), then
  * fd_http_conn_var() per request ("" when the connection is not TLS;
  * pool: room for values made on demand, such as the client's DN).
