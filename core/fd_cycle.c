@@ -200,6 +200,7 @@ static fd_http_loc_t *loc_create(load_t *ld, fd_http_server_t *srv,
         if (apply_loc_entry(ld, loc, e) != FD_OK)
             return NULL;
     }
+    fd_http_loc_headers_mark(loc); /* the server's own add_header begin */
     return loc;
 }
 
@@ -310,6 +311,7 @@ static int loc_finish(load_t *ld, fd_http_loc_t *loc)
     }
     if (loc->root == NULL)
         loc_default_root(ld, loc);
+    fd_http_loc_headers_finish(loc);
     if (loc->index.n == 0) {
         static char *def_index[] = {"index.html"};
         loc->index.items = def_index;
@@ -863,6 +865,7 @@ static int apply_servers(load_t *ld)
                                  ld->e[k].key) == NULL &&
                     apply_loc_entry(ld, loc, &ld->e[k]) != FD_OK)
                     return FD_ERROR;
+            fd_http_loc_headers_mark(loc); /* the location's own begin */
             at(ld, e);
             if (loc_match_parse(ld, loc, name) != FD_OK)
                 return FD_ERROR;

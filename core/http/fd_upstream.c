@@ -17,6 +17,7 @@
 #include "fd_module.h"
 #include "fd_status.h"
 #include "fd_upstream.h"
+#include "fd_var.h"
 
 #define RING_POINTS 160       /* hash ring points per unit of weight */
 
@@ -50,8 +51,9 @@ const fd_directive_t fd_upstream_directives[] = {
             "hash_key: losing a server moves only its share of keys)"},
     {.name = "hash_key", .type = FD_CONF_CUSTOM, .offset = UP(hash_key),
      .set = set_hash_key,
-     .doc = "balance = hash: $remote_addr (the default), $uri, "
-            "$request_uri, $host or $http_NAME (a request header)"},
+     .doc = "balance = hash: the key, text with $variables: $remote_addr "
+            "(the default), $uri, $request_uri, $host, $http_NAME, "
+            "$cookie_NAME, $arg_NAME or several (\"$host$uri\")"},
     {.name = "keepalive", .type = FD_CONF_INT, .offset = UP(keepalive),
      .def = "0",
      .doc = "idle connections to this group kept per worker for reuse; 0: "
@@ -400,6 +402,9 @@ int fd_upstream_init_section(fd_conf_t *cf, const char *name, void *conf)
     if (up->hash_key && up->balance != FD_UPSTREAM_HASH)
         return fd_conf_error(cf, "[upstream %s]: hash_key needs balance = "
                              "hash", name);
+    if (up->hash_key == NULL &&
+        fd_var_compile(cf, &up->key, "$remote_addr", 12, 0, "hash_key"))
+        return FD_ERROR;
     for (i = 0; i < up->npeers && up->peers[i].backup; i++)
         ;
     if (i == up->npeers)
@@ -418,39 +423,19 @@ int fd_upstream_init_section(fd_conf_t *cf, const char *name, void *conf)
     return FD_OK;
 }
 
+/* hash_key: a script of the registry ("$host$uri", "$cookie_sid", ...),
+ * compiled here, evaluated per request by the proxy */
 static int set_hash_key(fd_conf_t *cf, const fd_directive_t *d, void *conf,
                         const char *v)
 {
     fd_upstream_t *up = conf;
-    size_t i, n;
-    char *h;
 
     (void)d;
-    if (strcmp(v, "$remote_addr") == 0) {
-        up->key = FD_UPSTREAM_KEY_REMOTE_ADDR;
-    } else if (strcmp(v, "$uri") == 0) {
-        up->key = FD_UPSTREAM_KEY_URI;
-    } else if (strcmp(v, "$request_uri") == 0) {
-        up->key = FD_UPSTREAM_KEY_REQUEST_URI;
-    } else if (strcmp(v, "$host") == 0) {
-        up->key = FD_UPSTREAM_KEY_HOST;
-    } else if (strncmp(v, "$http_", 6) == 0 && v[6] != '\0') {
-        n = strlen(v + 6);
-        h = fd_pnalloc(cf->pool, n + 1);
-        for (i = 0; i < n; i++) {
-            char c = fd_tolower(v[6 + i]);
-            h[i] = c == '_' ? '-' : c;
-            if (!fd_http_tchar[(uint8_t)h[i]])
-                return fd_conf_error(cf, "bad header name in \"%s\"", v);
-        }
-        h[n] = '\0';
-        up->key = FD_UPSTREAM_KEY_HEADER;
-        up->key_header = (fd_str_t){n, h};
-    } else {
-        return fd_conf_error(cf, "\"hash_key\" must be $remote_addr, $uri, "
-                             "$request_uri, $host or $http_NAME, not \"%s\"",
-                             v);
-    }
+    if (*v == '\0')
+        return fd_conf_error(cf, "\"hash_key\" needs a value, e.g. "
+                             "$remote_addr");
+    if (fd_var_compile(cf, &up->key, v, strlen(v), 0, "hash_key") != FD_OK)
+        return FD_ERROR;
     up->hash_key = fd_pstrdup(cf->pool, v, strlen(v));
     return FD_OK;
 }

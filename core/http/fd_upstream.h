@@ -7,6 +7,7 @@
 #include "fd_module.h"
 #include "fd_event.h"
 #include "fd_stream.h"
+#include "fd_var.h"
 
 /*
  * Upstream groups: the servers a request may go to, how one is picked,
@@ -36,14 +37,6 @@
  */
 
 enum { FD_UPSTREAM_RR, FD_UPSTREAM_LEAST_CONN, FD_UPSTREAM_HASH };
-/* balance = hash: what the key is (the user computes it) */
-enum {
-    FD_UPSTREAM_KEY_REMOTE_ADDR,
-    FD_UPSTREAM_KEY_URI,
-    FD_UPSTREAM_KEY_REQUEST_URI,
-    FD_UPSTREAM_KEY_HOST,
-    FD_UPSTREAM_KEY_HEADER
-};
 
 typedef struct fd_upstream_s fd_upstream_t;
 typedef struct fd_upstream_peer_s fd_upstream_peer_t;
@@ -102,8 +95,7 @@ struct fd_upstream_s {
     unsigned npeers;
     fd_upstream_point_t *ring;
     unsigned nring;
-    int key;                   /* FD_UPSTREAM_KEY_* */
-    fd_str_t key_header;       /* $http_x_y: "x-y" */
+    fd_var_script_t key;       /* hash_key, compiled (fd_var.h) */
     fd_upstream_t *next_implicit; /* pass = http://host:port/ groups */
     char *implicit_opts;       /* ... and the options pass gave them */
     fd_upstream_health_t *health; /* NULL: no active checks */
