@@ -2,7 +2,7 @@
  * limit_req: request rate limits shared by every worker.
  *
  *   [limit_req per_ip]
- *   key = $remote_addr
+ *   key = $binary_remote_addr
  *   rate = 10r/s
  *   size = 1m
  *
@@ -141,9 +141,11 @@ static int set_key(fd_conf_t *cf, const fd_directive_t *d, void *conf,
 
 static const fd_directive_t zone_directives[] = {
     {.name = "key", .type = FD_CONF_CUSTOM, .set = set_key,
-     .def = "$remote_addr",
-     .doc = "what a limit counts by: text and $variables (fd_var); "
-            "requests whose key is empty are not limited"},
+     .def = "$binary_remote_addr",
+     .doc = "what a limit counts by: text and $variables, e.g. "
+            "$http_x_api_key; requests whose key is empty are not "
+            "limited. The default, $binary_remote_addr, is the client's "
+            "address as 4 or 16 bytes"},
     {.name = "rate", .type = FD_CONF_STR, .offset = ZOFF(rate_text),
      .doc = "the rate each key may keep up: Nr/s or Nr/m (10r/s, 30r/m)"},
     {.name = "size", .type = FD_CONF_SIZE, .offset = ZOFF(size),
@@ -335,6 +337,23 @@ static uint64_t key_hash(const char *p, size_t n)
     return h ^ (h >> 29);
 }
 
+/* memcmp() == 0 for the short keys of a table, without the call */
+static inline int key_eq(const char *a, const char *b, size_t n)
+{
+    uint64_t x, y;
+
+    for (; n >= 8; a += 8, b += 8, n -= 8) {
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        if (x != y)
+            return 0;
+    }
+    for (; n; n--)
+        if (*a++ != *b++)
+            return 0;
+    return 1;
+}
+
 static void lock(bucket_t *b)
 {
     unsigned spins = 0;
@@ -362,8 +381,10 @@ static int account(const zone_t *z, const limit_loc_t *lc, const char *k,
                    size_t n, uint64_t now, uint64_t *wait)
 {
     uint64_t h = key_hash(k, n);
-    bucket_t *b = &z->table[h % z->nbuckets];
-    size_t kept = fd_min(n, (size_t)KEY_MAX);
+    /* the bucket: the hash's high half scaled to the table, no division */
+    bucket_t *b = &z->table[(size_t)(((h >> 32) * (uint64_t)z->nbuckets) >>
+                                     32)];
+    size_t kept = n < KEY_MAX ? n : KEY_MAX;
     entry_t *e = NULL, *victim = NULL;
     int64_t excess;
     unsigned i;
@@ -371,7 +392,7 @@ static int account(const zone_t *z, const limit_loc_t *lc, const char *k,
     lock(b);
     for (i = 0; i < WAYS; i++) {
         entry_t *x = &b->e[i];
-        if (x->len == n && x->hash == h && memcmp(x->key, k, kept) == 0) {
+        if (x->hash == h && x->len == n && key_eq(x->key, k, kept)) {
             e = x;
             break;
         }
@@ -459,14 +480,16 @@ static int limit_access(fd_request_t *r)
     wait_t *w;
 
     /* counted once: not again after a rewrite, nor once it waited */
-    if (z == NULL || (r->mctx && r->mctx[fd_limit_req_module.index]))
+    if (z == NULL || r->rate_counted)
         return FD_OK;
-    if ((ctx = fd_request_ctx(r, &fd_limit_req_module)) == NULL)
-        return 500;
-    *ctx = (void *)1;
-    fd_sbuf_init_fixed(&sb, kb, sizeof(kb));
-    fd_var_eval(r, &z->script, NULL, FD_VAR_ESC_NONE, &sb);
-    key = fd_sbuf_str(&sb); /* a key over 512 bytes: what fitted */
+    r->rate_counted = 1;
+    if (z->script.n == 1 && z->script.ops[0].kind == FD_VAR_OP_VAR) {
+        key = fd_var_value(r, &z->script.ops[0], NULL, kb); /* one var */
+    } else {
+        fd_sbuf_init_fixed(&sb, kb, sizeof(kb));
+        fd_var_eval(r, &z->script, NULL, FD_VAR_ESC_NONE, &sb);
+        key = fd_sbuf_str(&sb); /* a key over 512 bytes: what fitted */
+    }
     if (key.len == 0)
         return FD_OK; /* nothing to count by: not limited */
     if (account(z, lc, key.data, key.len, fd_current_msec, &wait) !=
@@ -487,7 +510,8 @@ static int limit_access(fd_request_t *r)
         return FD_OK;
     }
     COUNT(z, delayed);
-    w = fd_pcalloc(r->pool, sizeof(*w));
+    ctx = fd_request_ctx(r, &fd_limit_req_module);
+    w = ctx ? fd_pcalloc(r->pool, sizeof(*w)) : NULL;
     if (w == NULL || fd_pool_cleanup_add(r->pool, wait_cleanup, w) == NULL)
         return 500;
     *ctx = w;

@@ -120,6 +120,8 @@ struct fd_request_s {
     unsigned length_unknown:1; /* HEAD of an encoded body: no length */
     unsigned uri_changed:1;    /* a rewrite set path, path_raw and query:
                                   in.target is no longer what is served */
+    unsigned rate_counted:1;   /* limit_req counted it: once a request,
+                                  whatever location it is moved to */
 
     uint64_t bytes_sent;       /* body bytes, for logs */
     void *ctx;                 /* the handler module's request state */
