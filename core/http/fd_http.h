@@ -141,6 +141,8 @@ struct fd_request_s {
                                   in.target is no longer what is served */
     unsigned server_passed:1;  /* headers_out has a Server of its own
                                   (proxy_pass_header): none of the engine's */
+    unsigned rate_counted:1;   /* limit_req counted it: once a request,
+                                  whatever location it is moved to */
 
     uint64_t bytes_sent;       /* body bytes, for logs */
     void *ctx;                 /* the handler module's request state */
@@ -182,6 +184,9 @@ fd_str_t fd_http_var_header(fd_request_t *r, fd_str_t name);
  * buffered request body first; an access module that returned FD_AGAIN
  * calls it from the loop to let r in. */
 void fd_http_run_handler(fd_request_t *r);
+/* An access module that held the request (FD_AGAIN) lets it go on: the
+ * access checks after m in the location's list, then the handler. */
+void fd_http_access_continue(fd_request_t *r, const fd_module_t *m);
 
 /* Finish a request that returned FD_AGAIN: FD_OK (response set in r) or an
  * HTTP status >= 400 for an error page. Runs on the loop. */

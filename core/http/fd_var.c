@@ -134,6 +134,16 @@ static fd_str_t v_remote_addr(fd_request_t *r, const fd_var_op_t *op,
     return (fd_str_t){fd_connection_addr_text(r->c, tmp, FD_VAR_TMP), tmp};
 }
 
+/* the address's 4 or 16 bytes: a compact key (limit_req, hash_key) */
+static fd_str_t v_binary_remote_addr(fd_request_t *r, const fd_var_op_t *op,
+                                     char *tmp)
+{
+    (void)op;
+    (void)tmp;
+    return (fd_str_t){r->c->family == AF_INET6 ? 16 : 4,
+                      (char *)r->c->addr};
+}
+
 static fd_str_t v_remote_port(fd_request_t *r, const fd_var_op_t *op,
                               char *tmp)
 {
@@ -344,6 +354,7 @@ static fd_var_t core_vars[] = {
     {"http_referer", v_field, RQ(in.referer), 0},
     {"http_user_agent", v_field, RQ(in.user_agent), 0},
     {"remote_addr", v_remote_addr, 0, FD_VAR_URLSAFE},
+    {"binary_remote_addr", v_binary_remote_addr, 0, 0},
     {"remote_port", v_remote_port, 0, FD_VAR_NUMBER | FD_VAR_URLSAFE},
     {"server_addr", v_server, 0, FD_VAR_URLSAFE},
     {"server_port", v_server, 1, FD_VAR_NUMBER | FD_VAR_URLSAFE},
