@@ -178,19 +178,10 @@ static int parse_rate(const char *s, int64_t *rate)
 static int zone_init_section(fd_conf_t *cf, const char *name, void *conf)
 {
     zone_t *z = conf;
-    size_t n = strlen(name), i;
+    size_t n = strlen(name);
 
-    if (n == 0 || n >= ZONE_NAME_MAX || strcmp(name, "off") == 0)
-        return fd_conf_error(cf, "[limit_req %s]: a name of 1 to %d "
-                             "characters (not \"off\") is needed", name,
-                             ZONE_NAME_MAX - 1);
-    for (i = 0; i < n; i++)
-        if (!((name[i] >= 'a' && name[i] <= 'z') ||
-              (name[i] >= 'A' && name[i] <= 'Z') ||
-              (name[i] >= '0' && name[i] <= '9') || name[i] == '_' ||
-              name[i] == '-' || name[i] == '.'))
-            return fd_conf_error(cf, "[limit_req %s]: names take letters, "
-                                 "digits, '_', '-' and '.'", name);
+    if (fd_cycle_section_name(cf, "limit_req", name, ZONE_NAME_MAX) != FD_OK)
+        return FD_ERROR;
     if (z->rate_text == NULL)
         return fd_conf_error(cf, "[limit_req %s] has no \"rate\" (rate = "
                              "10r/s)", name);
@@ -292,21 +283,8 @@ static int limit_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
 /* Number the zones (their entries in the status area). */
 static int limit_init_cycle(fd_conf_t *cf, fd_cycle_t *cycle)
 {
-    fd_conf_section_t *s;
-    unsigned n = 0;
-
-    for (s = cycle->sections; s; s = s->next) {
-        if (s->module != &fd_limit_req_module)
-            continue;
-        if (n == ZONE_MAX) {
-            cf->file = s->file;
-            cf->line = s->line;
-            return fd_conf_error(cf, "more than %d [limit_req] sections",
-                                 ZONE_MAX);
-        }
-        ((zone_t *)s->conf)->index = n++;
-    }
-    return FD_OK;
+    return fd_cycle_number_sections(cf, cycle, &fd_limit_req_module,
+                                    ZONE_MAX, offsetof(zone_t, index));
 }
 
 static int limit_init_worker(fd_worker_t *w)
@@ -558,26 +536,15 @@ static void limit_status(fd_status_t *st, const void *a, unsigned worker)
 
 static void limit_retire(void *retired, const void *a)
 {
-    zone_shm_t *d = retired, *into;
     const zone_shm_t *s = a;
-    unsigned i, j;
+    zone_shm_t *into;
+    unsigned i;
 
     for (i = 0; i < ZONE_MAX; i++, s++) {
-        if (s->name[0] == '\0')
+        if (s->name[0] == '\0' ||
+            (into = fd_status_named_entry(retired, sizeof(*s), ZONE_MAX,
+                                          s->name, sizeof(s->name))) == NULL)
             continue;
-        into = NULL;
-        for (j = 0; j < ZONE_MAX; j++) {
-            if (strcmp(d[j].name, s->name) == 0) {
-                into = &d[j];
-                break;
-            }
-            if (into == NULL && d[j].name[0] == '\0')
-                into = &d[j];
-        }
-        if (into == NULL)
-            continue;
-        if (into->name[0] == '\0')
-            memcpy(into->name, s->name, sizeof(into->name));
         into->passed += s->passed;
         into->delayed += s->delayed;
         into->rejected += s->rejected;
