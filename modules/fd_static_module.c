@@ -47,6 +47,14 @@ typedef struct {
     fd_int_t open_file_cache;      /* entries per worker, 0: off */
     fd_msec_t open_file_cache_valid;
     fd_int_t max_ranges;
+    char *alias;                   /* as configured */
+    /* alias, resolved at load: files open beneath base (a directory,
+     * realpath()'d as root is) at the path tail expands to ($1..$9 from
+     * a regex location) followed, in a prefix location, by what of the
+     * request path its prefix did not match */
+    char *alias_base;
+    size_t alias_base_len;
+    char *alias_tail;
     const mime_table_t *types;
     ofc_t *cache; /* this worker's, made on first use (loop thread only) */
     /* this worker's descriptor of the root (O_PATH), opened on first use
@@ -61,6 +69,17 @@ static int static_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf);
 static int static_handler(fd_request_t *r);
 
 static const fd_directive_t static_directives[] = {
+    {.name = "alias",
+     .type = FD_CONF_STR,
+     .offset = offsetof(static_conf_t, alias),
+     .doc = "[location] only, instead of root: the directory (or file) "
+            "that stands for the location's prefix, so /i/a.gif in "
+            "[location /i/] with alias = /data/img/ is /data/img/a.gif; "
+            "in a regex location the whole path, with $1..$9 its "
+            "captures ([location ~ ^/u/(.+)$], alias = /data/$1). Files "
+            "are confined beneath the alias's directory as they are "
+            "beneath root (no .., no symlink unless follow_symlinks); "
+            "root and alias in one location is an error"},
     {.name = "mime_types",
      .type = FD_CONF_STR,
      .offset = offsetof(static_conf_t, mime_types),
@@ -449,10 +468,86 @@ static const mime_table_t *mime_get(fd_conf_t *cf, const char *name)
     return t;
 }
 
+/* Was key set in this location's own section (not inherited from the
+ * server or [http])? Its entries follow the section header in its file. */
+static int set_here(fd_conf_t *cf, const void *conf, const char *key,
+                    const char *file, int line)
+{
+    return fd_conf_at_key(cf, conf, key) && cf->file && file &&
+           strcmp(cf->file, file) == 0 && cf->line > line;
+}
+
+/*
+ * alias: check where it is, then split it into the directory files are
+ * confined beneath (the literal text up to the last '/' before the first
+ * capture, or all of it when that is a directory) and the tail expanded
+ * per request. Errors name the alias line.
+ */
+static int alias_init(fd_conf_t *cf, fd_http_loc_t *loc, static_conf_t *scf)
+{
+    const char *file = cf->file, *a = scf->alias, *var, *cut;
+    int line = cf->line, regex;
+    char real[PATH_MAX], *base;
+    struct stat st;
+
+    regex = loc->kind == FD_LOC_REGEX || loc->kind == FD_LOC_REGEX_CASELESS;
+    if (loc == loc->server->root_loc || !set_here(cf, scf, "alias", file,
+                                                    line)) {
+        fd_conf_at_key(cf, scf, "alias");
+        return fd_conf_error(cf, "\"alias\" is only valid in a [location]");
+    }
+    if (set_here(cf, loc, "root", file, line))
+        return fd_conf_error(cf, "\"root\" and \"alias\" in one "
+                             "location: use one");
+    fd_conf_at_key(cf, scf, "alias");
+    if (a[0] == '\0')
+        return fd_conf_error(cf, "\"alias\" needs a path");
+    for (var = a; (var = strchr(var, '$')); var += 2) {
+        if (var[1] < '1' || var[1] > '9')
+            return fd_conf_error(cf, "alias \"%s\": only $1..$9 (the "
+                                 "regex location's captures) may follow "
+                                 "a \"$\"", a);
+        if (!regex)
+            return fd_conf_error(cf, "alias \"%s\": $%c needs a regex "
+                                 "location", a, var[1]);
+    }
+    var = strchr(a, '$');
+    base = fd_conf_path(cf, a);
+    if (base == NULL)
+        return fd_conf_error(cf, "out of memory");
+    if (var == NULL && stat(base, &st) == 0 && S_ISDIR(st.st_mode)) {
+        cut = a + strlen(a);
+    } else {
+        size_t n = var ? (size_t)(var - a) : strlen(a);
+
+        for (cut = a + n; cut > a && cut[-1] != '/'; cut--)
+            ;
+        base = fd_pstrdup(cf->pool, a, (size_t)(cut - a));
+        base = base ? fd_conf_path(cf, base[0] ? base : ".") : NULL;
+        if (base == NULL)
+            return fd_conf_error(cf, "out of memory");
+    }
+    if (realpath(base, real) == NULL)
+        return fd_conf_error(cf, "alias \"%s\": %s: %s", a, base,
+                             strerror(errno));
+    scf->alias_base_len = strlen(real);
+    while (scf->alias_base_len > 0 && real[scf->alias_base_len - 1] == '/')
+        scf->alias_base_len--; /* "/" becomes "" as root's does */
+    scf->alias_base = fd_pstrdup(cf->pool, real, scf->alias_base_len);
+    while (*cut == '/')
+        cut++;
+    scf->alias_tail = fd_pstrdup(cf->pool, cut, strlen(cut));
+    if (scf->alias_base == NULL || scf->alias_tail == NULL)
+        return fd_conf_error(cf, "out of memory");
+    return FD_OK;
+}
+
 static int static_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
 {
     static_conf_t *scf = conf;
 
+    if (scf->alias && alias_init(cf, loc, scf) != FD_OK)
+        return FD_ERROR;
     /* A location served by another handler never looks types up. */
     if (loc->handler != NULL && loc->handler != &fd_static_module)
         return FD_OK;
@@ -1271,12 +1366,94 @@ static int send_range(fd_request_t *r, int fd, const struct stat *st)
     return FD_OK;
 }
 
+/* A ".." segment in s (an alias tail and the rest of the path): the
+ * engine's path has none, but a capture or the part after a prefix that
+ * ends inside a segment ("/i" and "/i../x") may begin one. */
+static int has_dotdot(const char *s, size_t n)
+{
+    for (size_t i = 0; i + 1 < n; i++)
+        if (s[i] == '.' && s[i + 1] == '.' && (i == 0 || s[i - 1] == '/') &&
+            (i + 2 == n || s[i + 2] == '/'))
+            return 1;
+    return 0;
+}
+
+/*
+ * The file an alias location names for r, into full (pool): base + "/" +
+ * the tail with its captures + what the location's prefix left of the
+ * path. *base_len: where the part beneath base starts. NULL: 404 (a ".."),
+ * or out of memory (*base_len = 0).
+ */
+static char *alias_path(fd_request_t *r, const static_conf_t *scf,
+                        size_t extra, size_t *base_len, size_t *len)
+{
+    const fd_http_loc_t *loc = r->loc;
+    const char *rest = "", *t;
+    size_t n = scf->alias_base_len, restn = 0, cap = n + 2 + extra;
+    char *full, *p;
+
+    *base_len = n;
+    if (loc->kind == FD_LOC_PREFIX || loc->kind == FD_LOC_PREFIX_STOP ||
+        loc->kind == FD_LOC_EXACT) {
+        rest = r->path.data + fd_min(loc->match.len, r->path.len);
+        restn = r->path.len - fd_min(loc->match.len, r->path.len);
+    }
+    for (t = scf->alias_tail; *t; t++) {
+        if (t[0] == '$' && t[1] >= '1' && t[1] <= '9') {
+            int i = t[1] - '0';
+
+            t++;
+            if (i < r->ncaptures && r->captures)
+                cap += r->captures[2 * i + 1] - r->captures[2 * i];
+        } else {
+            cap++;
+        }
+    }
+    cap += restn;
+    if ((full = fd_pnalloc(r->pool, cap)) == NULL)
+        return NULL;
+    memcpy(full, scf->alias_base, n);
+    p = full + n;
+    *p++ = '/';
+    for (t = scf->alias_tail; *t; t++) {
+        if (t[0] == '$' && t[1] >= '1' && t[1] <= '9') {
+            int i = *++t - '0';
+
+            if (i < r->ncaptures && r->captures) {
+                size_t a = r->captures[2 * i], b = r->captures[2 * i + 1];
+
+                memcpy(p, r->path.data + a, b - a);
+                p += b - a;
+            }
+        } else {
+            *p++ = *t;
+        }
+    }
+    /* "/i/" + "a.gif" and "/i" + "/a.gif" alike: one '/' between */
+    if (p[-1] == '/')
+        while (restn && *rest == '/')
+            rest++, restn--;
+    memcpy(p, rest, restn);
+    p += restn;
+    *p = '\0';
+    /* "/i" itself: the directory without the '/', so that it redirects */
+    if (p == full + n + 1 && r->path.data[r->path.len - 1] != '/' && n > 0)
+        *--p = '\0';
+    if (has_dotdot(full + n, (size_t)(p - full - n))) {
+        *base_len = 1;
+        return NULL;
+    }
+    *len = (size_t)(p - full);
+    return full;
+}
+
 static int static_handler(fd_request_t *r)
 {
     const fd_http_loc_t *loc = r->loc;
     const static_conf_t *scf = fd_loc_conf(loc, &fd_static_module);
     size_t root_len = loc->root_len, maxidx = 0, n;
     const int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK;
+    const char *root = loc->root;
     char *full, *rel, *name, *dot;
     int rootfd = -1, fd = -1, err = 0, rc;
     ofc_t *cache = NULL;
@@ -1288,27 +1465,35 @@ static int static_handler(fd_request_t *r)
 
     if (r->in.method_id != FD_HTTP_GET && r->in.method_id != FD_HTTP_HEAD)
         return method_not_allowed(r);
-    if (loc->root == NULL)
-        return 404;
-
-    /* no trailing slash: root "/" becomes "" and paths keep their own */
-    while (root_len > 0 && loc->root[root_len - 1] == '/')
-        root_len--;
 
     /* root + path [+ index]: room for the longest index name (the core
      * gives every location at least one, index.html by default) */
-    if (r->path.data[r->path.len - 1] == '/') {
+    if (r->path.data[r->path.len - 1] == '/' || scf->alias) {
         for (unsigned i = 0; i < loc->index.n; i++)
             maxidx = fd_max(maxidx, strlen(loc->index.items[i]));
     }
-    full = fd_pnalloc(r->pool, root_len + r->path.len + maxidx + 1);
-    if (full == NULL)
-        return 500;
-    memcpy(full, loc->root, root_len);
-    memcpy(full + root_len, r->path.data, r->path.len);
-    n = flen = root_len + r->path.len;
-    full[n] = '\0';
-    rel = full + root_len + 1;
+    if (scf->alias) {
+        root = scf->alias_base;
+        full = alias_path(r, scf, maxidx, &root_len, &n);
+        if (full == NULL)
+            return root_len ? 404 : 500;
+        flen = n;
+        rel = n > root_len ? full + root_len + 1 : (char *)"";
+    } else {
+        if (root == NULL)
+            return 404;
+        /* no trailing slash: root "/" becomes "" and paths keep their own */
+        while (root_len > 0 && root[root_len - 1] == '/')
+            root_len--;
+        full = fd_pnalloc(r->pool, root_len + r->path.len + maxidx + 1);
+        if (full == NULL)
+            return 500;
+        memcpy(full, root, root_len);
+        memcpy(full + root_len, r->path.data, r->path.len);
+        n = flen = root_len + r->path.len;
+        full[n] = '\0';
+        rel = full + root_len + 1;
+    }
 
     if (!loc->follow_symlinks) {
         static_conf_t *mcf = (static_conf_t *)scf;
@@ -1326,7 +1511,7 @@ static int static_handler(fd_request_t *r)
             err = errno;
             full[root_len] = save;
             if (rootfd == -1)
-                return open_error(r, loc->root, err);
+                return open_error(r, root, err);
             /* pool threads may race here: one descriptor wins */
             if (!__atomic_compare_exchange_n(&mcf->rootfd1, &expect,
                                              rootfd + 1, 0, __ATOMIC_ACQ_REL,
