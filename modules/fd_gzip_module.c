@@ -50,6 +50,7 @@
 
 #include "fd_core.h"
 #include "fd_http.h"
+#include "fd_http_accept.h"
 
 /* Complete bodies up to this are compressed at once, before the header,
  * and keep a Content-Length; longer ones go through the body filter in
@@ -209,103 +210,6 @@ static void gzip_exit_worker(fd_worker_t *w)
     zkeep = 0; /* streams that end later free theirs */
     free(rbuf);
     rbuf = NULL;
-}
-
-/* --- Accept-Encoding --- */
-
-/* q-value at s ("1", "0.5", "0.000"): 0..1000, or -1 when malformed. */
-static int parse_q(const char *s, const char *end)
-{
-    int q = 0, digits = 0;
-
-    if (s == end || (*s != '0' && *s != '1'))
-        return -1;
-    q = (*s++ - '0') * 1000;
-    if (s < end && *s == '.') {
-        int scale = 100;
-        for (s++; s < end && *s >= '0' && *s <= '9' && digits < 3; s++) {
-            q += (*s - '0') * scale;
-            scale /= 10;
-            digits++;
-        }
-    }
-    if (s != end || q > 1000)
-        return -1;
-    return q;
-}
-
-/*
- * Does Accept-Encoding allow gzip (RFC 9110 12.5.3)? gzip (or x-gzip)
- * with q > 0, or "*" with q > 0 when gzip is not named; not when identity
- * is preferred by a higher q. No header: no compression.
- */
-static int accepts_gzip(fd_str_t ae)
-{
-    const char *p = ae.data, *end;
-    int q_gzip = -1, q_star = -1, q_identity = -1;
-
-    if (ae.len == 0)
-        return 0; /* no header: ae.data may be NULL, and NULL + 0 is UB */
-    end = ae.data + ae.len;
-
-    while (p < end) {
-        const char *tok, *tok_end, *item_end;
-        int q = 1000;
-
-        while (p < end && (*p == ' ' || *p == '\t' || *p == ','))
-            p++;
-        if (p == end)
-            break;
-        tok = p;
-        while (p < end && *p != ',' && *p != ';' && *p != ' ' && *p != '\t')
-            p++;
-        tok_end = p;
-        item_end = memchr(p, ',', (size_t)(end - p));
-        if (item_end == NULL)
-            item_end = end;
-        /* parameters: only q matters */
-        while (p < item_end) {
-            const char *v, *ve;
-            while (p < item_end && (*p == ' ' || *p == '\t' || *p == ';'))
-                p++;
-            if (p + 1 < item_end && (p[0] == 'q' || p[0] == 'Q')) {
-                const char *e = p + 1;
-                while (e < item_end && (*e == ' ' || *e == '\t'))
-                    e++;
-                if (e < item_end && *e == '=') {
-                    v = e + 1;
-                    while (v < item_end && (*v == ' ' || *v == '\t'))
-                        v++;
-                    ve = v;
-                    while (ve < item_end && *ve != ';' && *ve != ' ' &&
-                           *ve != '\t')
-                        ve++;
-                    q = parse_q(v, ve);
-                    if (q < 0)
-                        q = 0; /* malformed: not acceptable */
-                    p = ve;
-                    continue;
-                }
-            }
-            while (p < item_end && *p != ';')
-                p++;
-        }
-        p = item_end;
-        {
-            fd_str_t t = {(size_t)(tok_end - tok), tok};
-            if (fd_str_caseeq_lit(t, "gzip") || fd_str_caseeq_lit(t, "x-gzip"))
-                q_gzip = fd_max(q_gzip, q);
-            else if (fd_str_eq_lit(t, "*"))
-                q_star = q;
-            else if (fd_str_caseeq_lit(t, "identity"))
-                q_identity = q;
-        }
-    }
-    if (q_gzip < 0)
-        q_gzip = q_star;
-    if (q_gzip <= 0)
-        return 0;
-    return q_identity < 0 || q_gzip >= q_identity;
 }
 
 /* --- the filter --- */
@@ -569,7 +473,7 @@ static int stream_start(fd_request_t *r, const gzip_conf_t *gc)
         return FD_ERROR;
     /* a body filter already set transforms the body: not twice */
     if (r->header_only || r->body_filter ||
-        !accepts_gzip(r->in.accept_encoding))
+        !fd_http_accept_encoding(r->in.accept_encoding, FD_ENC_GZIP))
         return FD_OK;
     return filter_start(r, gc, 0);
 }
@@ -608,7 +512,7 @@ static int gzip_filter(fd_request_t *r)
     /* from here on the response depends on Accept-Encoding */
     if (add_vary(r) != FD_OK)
         return FD_ERROR;
-    if (r->body_filter || !accepts_gzip(r->in.accept_encoding))
+    if (r->body_filter || !fd_http_accept_encoding(r->in.accept_encoding, FD_ENC_GZIP))
         return FD_OK;
     if (r->header_only) {
         /* the GET's header: encoded, of a length known only once

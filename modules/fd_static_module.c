@@ -18,6 +18,7 @@
  */
 #include "fd_core.h"
 #include "fd_http.h"
+#include "fd_http_accept.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -55,6 +56,7 @@ typedef struct {
     char *alias_base;
     size_t alias_base_len;
     char *alias_tail;
+    int gzip_static;
     const mime_table_t *types;
     ofc_t *cache; /* this worker's, made on first use (loop thread only) */
     /* this worker's descriptor of the root (O_PATH), opened on first use
@@ -68,6 +70,14 @@ typedef struct {
 static int static_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf);
 static int static_handler(fd_request_t *r);
 
+enum { GZIP_STATIC_OFF, GZIP_STATIC_ON, GZIP_STATIC_ALWAYS };
+
+static const fd_conf_enum_t gzip_static_enums[] = {
+    {"off", GZIP_STATIC_OFF},
+    {"on", GZIP_STATIC_ON},
+    {"always", GZIP_STATIC_ALWAYS},
+    {NULL, 0}};
+
 static const fd_directive_t static_directives[] = {
     {.name = "alias",
      .type = FD_CONF_STR,
@@ -80,6 +90,15 @@ static const fd_directive_t static_directives[] = {
             "are confined beneath the alias's directory as they are "
             "beneath root (no .., no symlink unless follow_symlinks); "
             "root and alias in one location is an error"},
+    {.name = "gzip_static",
+     .type = FD_CONF_ENUM,
+     .offset = offsetof(static_conf_t, gzip_static),
+     .def = "off", .enums = gzip_static_enums,
+     .doc = "on: serve FILE.br or FILE.gz (br first) instead of FILE when "
+            "the client's Accept-Encoding takes it and the compressed file "
+            "exists and is not older than FILE, with Content-Encoding, "
+            "Vary: Accept-Encoding and its own length, ETag and ranges; "
+            "always: FILE.gz whatever the client says (as nginx)"},
     {.name = "mime_types",
      .type = FD_CONF_STR,
      .offset = offsetof(static_conf_t, mime_types),
@@ -1389,7 +1408,7 @@ static char *alias_path(fd_request_t *r, const static_conf_t *scf,
 {
     const fd_http_loc_t *loc = r->loc;
     const char *rest = "", *t;
-    size_t n = scf->alias_base_len, restn = 0, cap = n + 2 + extra;
+    size_t n = scf->alias_base_len, restn = 0, cap = n + 5 + extra;
     char *full, *p;
 
     *base_len = n;
@@ -1447,6 +1466,109 @@ static char *alias_path(fd_request_t *r, const static_conf_t *scf,
     return full;
 }
 
+/*
+ * gzip_static: the precompressed variant of the file full (flen bytes,
+ * stat *st) the client takes, FILE.br then FILE.gz, if it is a regular
+ * file not older than FILE: its descriptor (a cached one, or a new one
+ * given to the request's pool), its stat in *st and its coding in *enc.
+ * -1: none (the file goes as it is); -2: out of memory.
+ */
+static int open_precompressed(fd_request_t *r, const static_conf_t *scf,
+                              int rootfd, char *full, size_t flen,
+                              const char *rel, ofc_t *cache,
+                              struct stat *st, fd_str_t *enc)
+{
+    static const struct {
+        unsigned bit;
+        char suffix[4];
+        fd_str_t coding;
+    } v[] = {{FD_ENC_BR, ".br", fd_string("br")},
+             {FD_ENC_GZIP, ".gz", fd_string("gzip")}};
+    const int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK;
+    unsigned offered = FD_ENC_BR | FD_ENC_GZIP, want;
+    struct stat vst;
+    int fd = -1;
+
+    for (;;) {
+        unsigned i;
+        uint32_t hash = 0;
+        ofc_entry_t *e = NULL;
+
+        want = scf->gzip_static == GZIP_STATIC_ALWAYS
+                   ? offered & FD_ENC_GZIP
+                   : fd_http_accept_encoding(r->in.accept_encoding, offered);
+        if (want == 0) {
+            full[flen] = '\0';
+            return -1;
+        }
+        offered &= ~want;
+        i = want == FD_ENC_BR ? 0 : 1;
+        memcpy(full + flen, v[i].suffix, 4);
+        if (cache) {
+            hash = fd_hash(full, flen + 3);
+            e = ofc_lookup(cache, full, flen + 3, hash, &vst);
+        }
+        if (e) {
+            fd = e->fd;
+            if (vst.st_mtime < st->st_mtime) {
+                ofc_release(e);
+                continue;
+            }
+            if (fd_pool_cleanup_add(r->pool, ofc_release, e) == NULL) {
+                ofc_release(e);
+                goto failed;
+            }
+        } else {
+            fd_pool_cleanup_t *cl;
+
+            fd = rootfd == -1 ? open(full, flags)
+                              : open_beneath(rootfd, rel, flags);
+            if (fd == -1)
+                continue; /* missing, or refused as FILE would be */
+            if (fstat(fd, &vst) == -1 || !S_ISREG(vst.st_mode) ||
+                vst.st_mtime < st->st_mtime) {
+                close(fd);
+                continue; /* older than FILE: stale, not served */
+            }
+            cl = fd_pool_cleanup_add(r->pool, close_fd,
+                                     (void *)(intptr_t)fd);
+            if (cl == NULL) {
+                close(fd);
+                goto failed;
+            }
+            if (cache &&
+                (e = ofc_insert(cache, full, flen + 3, hash, fd, &vst))) {
+                cl->handler = ofc_release;
+                cl->data = e;
+            }
+        }
+        full[flen] = '\0';
+        *st = vst;
+        *enc = v[i].coding;
+        return fd;
+    }
+
+failed:
+    full[flen] = '\0';
+    return -2;
+}
+
+/* ETag of a precompressed variant: its own "mtime-size" and the coding,
+ * never equal to FILE's even were size and mtime the same. */
+static fd_str_t variant_etag(fd_pool_t *pool, fd_str_t etag, fd_str_t enc)
+{
+    char *p;
+
+    if (etag.len < 2 || (p = fd_pnalloc(pool, etag.len + 1 + enc.len)) ==
+                            NULL)
+        return fd_null_string;
+    memcpy(p, etag.data, etag.len - 1);
+    p[etag.len - 1] = '-';
+    memcpy(p + etag.len, enc.data, enc.len);
+    p[etag.len + enc.len] = '"';
+    return (fd_str_t){etag.len + 1 + enc.len, p};
+}
+
 static int static_handler(fd_request_t *r)
 {
     const fd_http_loc_t *loc = r->loc;
@@ -1485,7 +1607,7 @@ static int static_handler(fd_request_t *r)
         /* no trailing slash: root "/" becomes "" and paths keep their own */
         while (root_len > 0 && root[root_len - 1] == '/')
             root_len--;
-        full = fd_pnalloc(r->pool, root_len + r->path.len + maxidx + 1);
+        full = fd_pnalloc(r->pool, root_len + r->path.len + maxidx + 4);
         if (full == NULL)
             return 500;
         memcpy(full, root, root_len);
@@ -1610,8 +1732,32 @@ static int static_handler(fd_request_t *r)
     dot = strrchr(name, '.');
     r->content_type = dot ? mime_lookup(scf->types, dot + 1, strlen(dot + 1))
                           : mime_lookup(scf->types, NULL, 0);
+
+    if (scf->gzip_static) {
+        fd_str_t enc;
+        int vfd;
+
+        /* the answer depends on Accept-Encoding, whichever is sent */
+        if (scf->gzip_static == GZIP_STATIC_ON &&
+            fd_http_header_add(r, fd_string("Vary"),
+                               fd_string("Accept-Encoding")) != FD_OK)
+            return 500;
+        vfd = open_precompressed(r, scf, rootfd, full, flen,
+                                 full + (rel - full), cache, &st, &enc);
+        if (vfd == -2)
+            return 500;
+        if (vfd >= 0) {
+            fd = vfd;
+            if (fd_http_header_add(r, fd_string("Content-Encoding"), enc) !=
+                FD_OK)
+                return 500;
+            if (scf->etag)
+                r->etag = variant_etag(r->pool, make_etag(r->pool, &st),
+                                       enc);
+        }
+    }
     r->last_modified = st.st_mtime;
-    if (scf->etag)
+    if (scf->etag && r->etag.len == 0)
         r->etag = make_etag(r->pool, &st);
 
     if (not_modified(r, &st)) {
