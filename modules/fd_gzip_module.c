@@ -33,7 +33,7 @@
  * Both codings go through one path: an encoder (fd_gzip.h) is a state
  * and a feed() that writes through fd_gzip_emit(), to the output queue or
  * to the buffer of a complete response; deflate is below, brotli in
- * fd_gzip_brotli.c (its state, about 1.3 MB at quality 5 with its 256 KB
+ * fd_gzip_brotli.c (its state, about 2 MB at quality 5 with its 64 KB
  * window, lives as long as the response, since brotli cannot reset one).
  *
  * Deflate state: ~260 KB each (zlib's default window and memLevel). A
@@ -668,9 +668,8 @@ static const fd_directive_t gzip_directives[] = {
     {.name = "brotli_level", .type = FD_CONF_INT, .offset = BR(level),
      .def = "5", .min = 0, .max = 11,
      .doc = "brotli quality 0 (fastest) .. 11 (smallest, far too slow on "
-            "the fly); 5 compresses better than gzip level 6 at about "
-            "gzip's speed. Each response being compressed holds about "
-            "1.3 MB at 5 (a 256 KB window)"},
+            "the fly); each response being compressed holds about 2 MB at "
+            "4 or 5 (a 64 KB window), 1 MB at 3 and below"},
     FD_CONF_END};
 
 static int gzip_loc_active(const fd_http_loc_t *loc)

@@ -13,6 +13,11 @@
  * RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, or, on kernels without openat2,
  * one component at a time with O_NOFOLLOW.
  *
+ * alias maps a location onto another directory, confined by the same
+ * mechanism beneath it; gzip_static serves FILE.br / FILE.gz in FILE's
+ * stead, opened beneath the same root; autoindex lists a directory that
+ * has no index file, read whole into the request pool (bounded).
+ *
  * The handler touches only the request and makes blocking file syscalls,
  * so it may run on an offload thread.
  */
