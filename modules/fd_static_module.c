@@ -1431,6 +1431,16 @@ static int has_dotdot(const char *s, size_t n)
     return 0;
 }
 
+/* Capture i of the regex location, set and within the path (a rewrite
+ * with break may have made the path shorter than the one matched). */
+static int capture_ok(const fd_request_t *r, int i)
+{
+    return i < r->ncaptures && r->captures &&
+           r->captures[2 * i] != (size_t)-1 &&
+           r->captures[2 * i] <= r->captures[2 * i + 1] &&
+           r->captures[2 * i + 1] <= r->path.len;
+}
+
 /*
  * The file an alias location names for r, into full (pool): base + "/" +
  * the tail with its captures + what the location's prefix left of the
@@ -1456,7 +1466,7 @@ static char *alias_path(fd_request_t *r, const static_conf_t *scf,
             int i = t[1] - '0';
 
             t++;
-            if (i < r->ncaptures && r->captures)
+            if (capture_ok(r, i))
                 cap += r->captures[2 * i + 1] - r->captures[2 * i];
         } else {
             cap++;
@@ -1472,7 +1482,7 @@ static char *alias_path(fd_request_t *r, const static_conf_t *scf,
         if (t[0] == '$' && t[1] >= '1' && t[1] <= '9') {
             int i = *++t - '0';
 
-            if (i < r->ncaptures && r->captures) {
+            if (capture_ok(r, i)) {
                 size_t a = r->captures[2 * i], b = r->captures[2 * i + 1];
 
                 memcpy(p, r->path.data + a, b - a);

@@ -31,6 +31,9 @@ alias = %%DIR%%/data/img/$1
 alias = %%DIR%%/data/img/
 follow_symlinks = on
 
+[location ~ ^/o/(sub/)?(.+)$]
+alias = %%DIR%%/data/img/$1$2
+
 EOF2
 
 my $t = FastdTest->new(conf => FastdTest::base_conf(
@@ -71,6 +74,8 @@ is(get('/u/doc/x.txt')->body, "doc x\n", 'regex alias: $1/$2');
 is(get('/u/img/sub/b.txt')->body, "b\n", 'regex alias: $2 with a slash');
 is(get('/u/none/x.txt')->status, 404, 'regex alias: missing dir 404');
 is(get('/cap/a.gif')->body, "GIF a\n", 'regex alias: $1');
+is(get('/o/a.gif')->body, "GIF a\n", 'regex alias: an unset group is empty');
+is(get('/o/sub/b.txt')->body, "b\n", 'regex alias: the same group set');
 $r = $t->http("HEAD /i/a.gif HTTP/1.1\r\nHost: x\r\n\r\n");
 ok($r->status == 200 && $r->header('content-length') == 6 && $r->body eq '',
    'HEAD through an alias');
