@@ -144,6 +144,15 @@ is($r->status, 206, 'a range is served from the file as it is');
 ok(!defined $r->header('content-encoding'), '... not compressed');
 
 # --- 10 MB streamed from the upstream to a slow client -----------------------------------------
+$t->no_alerts;
+$t->stop;
+# a fresh worker: its peak RSS so far is only what starting cost
+$t = FastdTest->new(conf => FastdTest::base_conf(
+    locations => "[location /p]\nhandler = proxy\nupstream = be\nbrotli = on\n",
+    extra => "[upstream be]\nserver = 127.0.0.1:$bp\n"));
+$t->start;
+$port = $t->port;
+is(enc('/p/none', 'br'), 'identity', 'a small proxied 404 is left alone');
 {
     my ($worker) = $t->workers;
     my $hwm = sub { (FastdTest::slurp("/proc/$worker/status") // '') =~ /^VmHWM:\s+(\d+)/m ? $1 : 0 };
