@@ -200,6 +200,7 @@ static fd_http_loc_t *loc_create(load_t *ld, fd_http_server_t *srv,
         if (apply_loc_entry(ld, loc, e) != FD_OK)
             return NULL;
     }
+    fd_http_loc_headers_mark(loc); /* the server's own add_header begin */
     return loc;
 }
 
@@ -310,6 +311,7 @@ static int loc_finish(load_t *ld, fd_http_loc_t *loc)
     }
     if (loc->root == NULL)
         loc_default_root(ld, loc);
+    fd_http_loc_headers_finish(loc);
     if (loc->index.n == 0) {
         static char *def_index[] = {"index.html"};
         loc->index.items = def_index;
@@ -872,6 +874,7 @@ static int apply_servers(load_t *ld)
                                  ld->e[k].key) == NULL &&
                     apply_loc_entry(ld, loc, &ld->e[k]) != FD_OK)
                     return FD_ERROR;
+            fd_http_loc_headers_mark(loc); /* the location's own begin */
             at(ld, e);
             if (loc_match_parse(ld, loc, name) != FD_OK)
                 return FD_ERROR;
@@ -1156,6 +1159,45 @@ void *fd_cycle_section(fd_cycle_t *cycle, const char *type, const char *name)
             strcmp(s->name, name) == 0)
             return s->conf;
     return NULL;
+}
+
+int fd_cycle_section_name(fd_conf_t *cf, const char *type, const char *name,
+                          size_t max)
+{
+    size_t i, n = strlen(name);
+
+    if (n == 0 || n >= max || strcmp(name, "off") == 0)
+        return fd_conf_error(cf, "[%s %s]: a name of 1 to %zu characters "
+                             "(not \"off\") is needed", type, name, max - 1);
+    for (i = 0; i < n; i++)
+        if (!((name[i] >= 'a' && name[i] <= 'z') ||
+              (name[i] >= 'A' && name[i] <= 'Z') ||
+              (name[i] >= '0' && name[i] <= '9') || name[i] == '_' ||
+              name[i] == '-' || name[i] == '.'))
+            return fd_conf_error(cf, "[%s %s]: names take letters, digits, "
+                                 "'_', '-' and '.'", type, name);
+    return FD_OK;
+}
+
+int fd_cycle_number_sections(fd_conf_t *cf, fd_cycle_t *cycle,
+                             const fd_module_t *m, unsigned max,
+                             size_t index_offset)
+{
+    fd_conf_section_t *s;
+    unsigned n = 0;
+
+    for (s = cycle->sections; s; s = s->next) {
+        if (s->module != m)
+            continue;
+        if (n == max) {
+            cf->file = s->file;
+            cf->line = s->line;
+            return fd_conf_error(cf, "more than %u [%s] sections", max,
+                                 m->section);
+        }
+        *(unsigned *)((char *)s->conf + index_offset) = n++;
+    }
+    return FD_OK;
 }
 
 static const char *type_name(const fd_directive_t *d)

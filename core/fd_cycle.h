@@ -153,6 +153,17 @@ int fd_cycle_listen_parse(fd_conf_t *cf, const char *v,
                           char addr[300], unsigned *opts);
 /* Find a module-owned section by type and name, e.g. ("upstream", "app") */
 void *fd_cycle_section(fd_cycle_t *cycle, const char *type, const char *name);
+/* A [TYPE NAME] section's name as the named-entry modules take it (queue,
+ * limit_req): 1 to max-1 letters, digits, '_', '-', '.', not "off".
+ * FD_OK, or FD_ERROR after fd_conf_error(). */
+int fd_cycle_section_name(fd_conf_t *cf, const char *type, const char *name,
+                          size_t max);
+/* Number module m's sections 0.. into the unsigned at index_offset of
+ * each one's conf (their entries in a status area of max): FD_ERROR past
+ * max, after fd_conf_error() at the section. */
+int fd_cycle_number_sections(fd_conf_t *cf, fd_cycle_t *cycle,
+                             const fd_module_t *m, unsigned max,
+                             size_t index_offset);
 
 /* Open (or take over from old) the listening sockets. */
 int fd_listening_open(fd_cycle_t *cycle, fd_cycle_t *old);

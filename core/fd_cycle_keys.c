@@ -307,6 +307,27 @@ const fd_directive_t fd_http_loc_directives[] = {
      .doc = "on: this location's handler runs on the worker's offload pool "
             "(static: open/stat on slow disks), whatever inline_completions "
             "says; only for thread-safe handlers"},
+    {.name = "add_header", .type = FD_CONF_LIST, .offset = 0,
+     .set = fd_http_set_add_header,
+     .doc = "NAME VALUE [always], repeatable: a response header, on 200, "
+            "201, 204, 206, 301, 302, 303, 304, 307 and 308 (with always: "
+            "on every status); VALUE may hold $variables and be \"quoted\"; "
+            "one that comes out empty adds nothing. A location's add to "
+            "the server's (not as nginx, where they replace them); see "
+            "add_header_inherit. E.g. add_header = Strict-Transport-Security "
+            "\"max-age=31536000\" always"},
+    {.name = "add_header_inherit", .type = FD_CONF_FLAG,
+     .offset = LOC(add_header_inherit), .def = "on",
+     .doc = "off: this [server]'s or [location]'s add_header lines replace "
+            "the ones it would inherit (nginx's rule) instead of adding to "
+            "them; applies to the section it is written in. E.g. "
+            "add_header_inherit = off"},
+    {.name = "expires", .type = FD_CONF_CUSTOM, .offset = 0,
+     .set = fd_http_set_expires,
+     .doc = "off (default), epoch, max or a duration (1h, 30d; negative: "
+            "-1): sets Expires and Cache-Control: max-age=N (no-cache for "
+            "epoch and a negative one), replacing the handler's, on the "
+            "statuses add_header applies to. E.g. expires = 30d"},
     FD_CONF_END};
 
 /* server_name = a.example www.a.example: one list item per name */

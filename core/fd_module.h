@@ -108,6 +108,8 @@ struct fd_module_s {
      * only the hooks of the modules that say so. NULL: always.
      */
     int (*loc_active)(const fd_http_loc_t *loc);
+    /* Its $variables (fd_var.h), FD_VAR_END-ended; NULL: none. */
+    const struct fd_var_s *vars;
 
     unsigned index;                   /* set at startup: position in list */
 };

@@ -7,7 +7,8 @@
  *   log_format = NAME json $var...       (one JSON object per line)
  *
  * Both are location keys: [http], [server] or [location]; the innermost
- * access_log wins. Formats are compiled once at load into a list of ops.
+ * access_log wins. Formats are scripts of the variable registry
+ * (fd_var.h), compiled once at load.
  * Each worker opens every log file itself (O_APPEND) in init_worker, so a
  * reopen (SIGUSR1, fastd -s reopen) is per worker; the buffer is written
  * whole-lines-only with one write() when full, every `flush` interval, on
@@ -23,83 +24,12 @@
 #include "fd_core.h"
 #include "fd_connection.h"
 #include "fd_http.h"
-
-/*
- * The proxy module provides these when it is built in (weak: absent
- * otherwise, and the variables print "-"). Each returns a NUL-terminated
- * string in r->pool, nginx style (one entry per server tried, ", "
- * between them), or NULL when the request was not proxied.
- */
-const char *fd_proxy_upstream_addr(fd_request_t *r) __attribute__((weak));
-const char *fd_proxy_upstream_status(fd_request_t *r) __attribute__((weak));
-const char *fd_proxy_upstream_response_time(fd_request_t *r)
-    __attribute__((weak));
-
-enum {
-    V_LITERAL = 0,
-    V_REMOTE_ADDR,
-    V_TIME_LOCAL,
-    V_REQUEST,
-    V_STATUS,
-    V_BODY_BYTES_SENT,
-    V_HTTP_REFERER,
-    V_HTTP_USER_AGENT,
-    V_REQUEST_TIME,
-    V_UPSTREAM_ADDR,
-    V_UPSTREAM_STATUS,
-    V_UPSTREAM_RESPONSE_TIME,
-    V_HOST,
-    V_URI,
-    V_ARGS,
-    V_METHOD,
-    V_REQUEST_URI,
-    V_SERVER_PROTOCOL,
-    V_MSEC,
-    V_CONNECTION,
-    V_HTTP_HEADER, /* $http_NAME: any request header */
-    V_CONN         /* fd_http_conn_var(): $scheme, $https, $ssl_* */
-};
-
-static const struct {
-    const char *name;
-    int id;
-    int number; /* a JSON number, not a string */
-} vars[] = {
-    {"remote_addr", V_REMOTE_ADDR, 0},
-    {"time_local", V_TIME_LOCAL, 0},
-    {"request", V_REQUEST, 0},
-    {"status", V_STATUS, 1},
-    {"body_bytes_sent", V_BODY_BYTES_SENT, 1},
-    {"http_referer", V_HTTP_REFERER, 0},
-    {"http_user_agent", V_HTTP_USER_AGENT, 0},
-    {"request_time", V_REQUEST_TIME, 1},
-    {"upstream_addr", V_UPSTREAM_ADDR, 0},
-    {"upstream_status", V_UPSTREAM_STATUS, 0},
-    {"upstream_response_time", V_UPSTREAM_RESPONSE_TIME, 0},
-    {"host", V_HOST, 0},
-    {"uri", V_URI, 0},
-    {"args", V_ARGS, 0},
-    {"query_string", V_ARGS, 0},
-    {"method", V_METHOD, 0},
-    {"request_method", V_METHOD, 0},
-    {"request_uri", V_REQUEST_URI, 0},
-    {"server_protocol", V_SERVER_PROTOCOL, 0},
-    {"msec", V_MSEC, 1},
-    {"connection", V_CONNECTION, 1},
-};
-
-typedef struct {
-    int var;
-    int number;
-    int conn;      /* V_CONN: fd_http_conn_var_id() */
-    fd_str_t text; /* literal, JSON key, or header name for $http_* */
-} al_op_t;
+#include "fd_var.h"
 
 typedef struct al_format_s {
     char *name;
-    int json;
-    al_op_t *ops;
-    unsigned nops;
+    int json;              /* ops are variables only, keyed by name */
+    fd_var_script_t script;
     struct al_format_s *next;
 } al_format_t;
 
@@ -135,6 +65,10 @@ static const char json_src[] =
     "json $remote_addr $time_local $request $status $body_bytes_sent "
     "$http_referer $http_user_agent $request_time $upstream_addr "
     "$upstream_status $upstream_response_time $host $uri $args $method";
+/* the same without the proxy's variables, when it is not built in */
+static const char json_noproxy_src[] =
+    "json $remote_addr $time_local $request $status $body_bytes_sent "
+    "$http_referer $http_user_agent $request_time $host $uri $args $method";
 
 /* --- configuration --- */
 
@@ -144,99 +78,39 @@ static int is_name_char(char c)
            (c >= '0' && c <= '9') || c == '_';
 }
 
-static int op_add(fd_conf_t *cf, al_format_t *f, int var, int number,
-                  const char *s, size_t n)
-{
-    al_op_t *ops = fd_palloc(cf->pool, (f->nops + 1) * sizeof(*ops));
-
-    if (ops == NULL)
-        return fd_conf_error(cf, "out of memory");
-    if (f->nops)
-        memcpy(ops, f->ops, f->nops * sizeof(*ops));
-    ops[f->nops].var = var;
-    ops[f->nops].number = number;
-    ops[f->nops].text.data = fd_pstrdup(cf->pool, s, n);
-    ops[f->nops].text.len = n;
-    f->ops = ops;
-    f->nops++;
-    return FD_OK;
-}
-
-/* "$name" or "${name}" at s: the variable's op; returns bytes consumed. */
-static int var_parse(fd_conf_t *cf, al_format_t *f, const char *s,
-                     size_t *used)
-{
-    const char *p = s + 1, *name;
-    size_t n = 0;
-    unsigned i;
-    int brace = *p == '{';
-
-    p += brace;
-    name = p;
-    while (is_name_char(p[n]))
-        n++;
-    if (n == 0 || (brace && p[n] != '}'))
-        return fd_conf_error(cf, "log_format: bad variable at \"%.20s\"", s);
-    *used = 1 + (size_t)brace + n + (size_t)brace;
-    for (i = 0; i < fd_nelems(vars); i++)
-        if (strlen(vars[i].name) == n && memcmp(vars[i].name, name, n) == 0)
-            return op_add(cf, f, vars[i].id, vars[i].number, name, n);
-    if (n > 5 && memcmp(name, "http_", 5) == 0)
-        return op_add(cf, f, V_HTTP_HEADER, 0, name, n);
-    if ((i = (unsigned)fd_http_conn_var_id(name, n)) != 0) {
-        if (op_add(cf, f, V_CONN, 0, name, n) != FD_OK)
-            return FD_ERROR;
-        f->ops[f->nops - 1].conn = (int)i;
-        return FD_OK;
-    }
-    return fd_conf_error(cf, "log_format: unknown variable \"$%.*s\"",
-                         (int)n, name);
-}
-
 /* Compile FORMAT (text with variables, or "json $var...") into f. */
 static int format_compile(fd_conf_t *cf, al_format_t *f, const char *src)
 {
-    const char *p = src, *lit = src;
-    size_t used;
+    const char *p = src;
+    unsigned i, k;
 
     while (*p == ' ' || *p == '\t')
         p++;
-    if (strncmp(p, "json", 4) == 0 && (p[4] == ' ' || p[4] == '\t')) {
-        f->json = 1;
-        for (p += 4; *p;) {
-            if (*p == ' ' || *p == '\t') {
-                p++;
-                continue;
-            }
-            if (*p != '$')
-                return fd_conf_error(cf, "log_format json: \"%s\" is not "
-                                     "a $variable", p);
-            if (var_parse(cf, f, p, &used) != FD_OK)
-                return FD_ERROR;
-            p += used;
-            if (*p && *p != ' ' && *p != '\t')
+    if (!(strncmp(p, "json", 4) == 0 && (p[4] == ' ' || p[4] == '\t')))
+        return fd_var_compile(cf, &f->script, src, strlen(src), 0,
+                              "log_format");
+    f->json = 1;
+    if (fd_var_compile(cf, &f->script, p + 4, strlen(p + 4), 0,
+                       "log_format json") != FD_OK)
+        return FD_ERROR;
+    /* $a $b ...: variables with blanks between them, the blanks dropped */
+    for (i = 0, k = 0; i < f->script.n; i++) {
+        fd_var_op_t *op = &f->script.ops[i];
+        if (op->kind == FD_VAR_OP_VAR) {
+            if (i && f->script.ops[i - 1].kind == FD_VAR_OP_VAR)
                 return fd_conf_error(cf, "log_format json: variables are "
                                      "separated by spaces");
-        }
-        if (f->nops == 0)
-            return fd_conf_error(cf, "log_format json needs variables");
-        return FD_OK;
-    }
-    for (p = src; *p;) {
-        if (*p != '$' || !(is_name_char(p[1]) || p[1] == '{')) {
-            p++;
+            f->script.ops[k++] = *op;
             continue;
         }
-        if (p > lit && op_add(cf, f, V_LITERAL, 0, lit,
-                              (size_t)(p - lit)) != FD_OK)
-            return FD_ERROR;
-        if (var_parse(cf, f, p, &used) != FD_OK)
-            return FD_ERROR;
-        p += used;
-        lit = p;
+        if (strspn(op->text.data, " \t") != op->text.len)
+            return fd_conf_error(cf, "log_format json: \"%.*s\" is not a "
+                                 "$variable", (int)op->text.len,
+                                 op->text.data);
     }
-    if (p > lit && op_add(cf, f, V_LITERAL, 0, lit, (size_t)(p - lit)))
-        return FD_ERROR;
+    f->script.n = k;
+    if (k == 0)
+        return fd_conf_error(cf, "log_format json needs variables");
     return FD_OK;
 }
 
@@ -355,7 +229,8 @@ static int access_log_init_conf(fd_conf_t *cf, fd_http_loc_t *loc,
     if (strcmp(lc->format_name, "combined") == 0)
         src = combined_src;
     else if (strcmp(lc->format_name, "json") == 0)
-        src = json_src;
+        src = fd_var_find("upstream_addr", 13) ? json_src
+                                                : json_noproxy_src;
     else {
         fd_conf_at_key(cf, conf, "access_log"); /* its line, not [section] */
         return fd_conf_error(cf, "access_log \"%s\": unknown log_format "
@@ -499,123 +374,19 @@ static void access_log_exit_worker(fd_worker_t *w)
 
 /* --- one line --- */
 
-/* $host without the port; written lowercased (see line_build()) */
-static fd_str_t host_value(fd_request_t *r)
-{
-    fd_str_t h = r->in.host;
-    size_t i;
-
-    for (i = h.len; i > 0; i--) {
-        if (h.data[i - 1] == ':') {
-            h.len = i - 1;
-            break;
-        }
-        if (h.data[i - 1] < '0' || h.data[i - 1] > '9')
-            break;
-    }
-    if (h.len == 0 && r->server && r->server->names.n)
-        return (fd_str_t){strlen(r->server->names.items[0]),
-                          r->server->names.items[0]};
-    return h;
-}
-
-static fd_str_t msec_text(char *tmp, fd_msec_t ms)
-{
-    char *p = fd_fmt_uint(tmp, ms / 1000);
-
-    *p++ = '.';
-    *p++ = (char)('0' + ms % 1000 / 100);
-    *p++ = (char)('0' + ms % 100 / 10);
-    *p++ = (char)('0' + ms % 10);
-    return (fd_str_t){(size_t)(p - tmp), tmp};
-}
-
-static fd_str_t upstream(fd_request_t *r,
-                         const char *(*fn)(fd_request_t *))
-{
-    const char *v = fn ? fn(r) : NULL;
-
-    return v ? (fd_str_t){strlen(v), v} : fd_null_string;
-}
-
-/* The value of one variable; tmp (at least 64 bytes) holds numbers. */
-static fd_str_t var_value(fd_request_t *r, const al_op_t *op, char *tmp,
-                          size_t tmpsize)
-{
-    switch (op->var) {
-    case V_REMOTE_ADDR:
-        return (fd_str_t){fd_request_addr_text(r, tmp, tmpsize), tmp};
-    case V_TIME_LOCAL:
-        return (fd_str_t){sizeof(fd_log_time) - 1, fd_log_time};
-    case V_REQUEST:
-        return fd_null_string; /* in parts: see line_build() */
-    case V_STATUS:
-        return (fd_str_t){(size_t)(fd_fmt_uint(tmp, (uint64_t)r->status) -
-                                   tmp),
-                          tmp};
-    case V_BODY_BYTES_SENT:
-        return (fd_str_t){(size_t)(fd_fmt_uint(tmp, r->bytes_sent) - tmp),
-                          tmp};
-    case V_HTTP_REFERER:
-        return r->in.referer;
-    case V_HTTP_USER_AGENT:
-        return r->in.user_agent;
-    case V_REQUEST_TIME:
-        return msec_text(tmp, fd_current_msec >= r->start_msec
-                                  ? fd_current_msec - r->start_msec
-                                  : 0);
-    case V_UPSTREAM_ADDR:
-        return upstream(r, fd_proxy_upstream_addr);
-    case V_UPSTREAM_STATUS:
-        return upstream(r, fd_proxy_upstream_status);
-    case V_UPSTREAM_RESPONSE_TIME:
-        return upstream(r, fd_proxy_upstream_response_time);
-    case V_HOST:
-        return host_value(r);
-    case V_URI:
-        return r->path;
-    case V_ARGS:
-        return r->in.query;
-    case V_METHOD:
-        return r->in.method;
-    case V_REQUEST_URI:
-        return r->in.target;
-    case V_SERVER_PROTOCOL:
-        if (r->in.method.len == 0)
-            return fd_null_string;
-        return r->in.version == 10   ? fd_string("HTTP/1.0")
-               : r->in.version == 20 ? fd_string("HTTP/2.0")
-                                     : fd_string("HTTP/1.1");
-    case V_MSEC: {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME_COARSE, &ts);
-        return msec_text(tmp, (fd_msec_t)ts.tv_sec * 1000 +
-                                  (fd_msec_t)ts.tv_nsec / 1000000);
-    }
-    case V_CONNECTION:
-        return (fd_str_t){(size_t)(fd_fmt_uint(tmp, r->c->id) - tmp), tmp};
-    case V_HTTP_HEADER:
-        return fd_http_var_header(r, (fd_str_t){op->text.len - 5,
-                                          op->text.data + 5});
-    case V_CONN:
-        return fd_http_conn_var(r, op->conn);
-    }
-    return fd_null_string;
-}
-
 static const char hex[] = "0123456789ABCDEF";
 
 /* nginx's escaping: ", \ and bytes outside printable ASCII as \xHH;
- * lower: ASCII letters lowercased ($host) */
+ */
 static inline size_t text_width(unsigned char c)
 {
     return c >= 0x20 && c < 0x7f && c != '"' && c != '\\' ? 1 : 4;
 }
 
-static inline char *text_byte(char *q, unsigned char c, int lower)
+static inline char *text_byte(char *q, unsigned char c)
 {
     if (text_width(c) == 1) {
-        *q++ = lower ? fd_tolower((char)c) : (char)c;
+        *q++ = (char)c;
         return q;
     }
     q[0] = '\\';
@@ -631,11 +402,11 @@ static inline size_t json_width(unsigned char c)
     return c == '"' || c == '\\' ? 2 : c >= 0x20 && c < 0x7f ? 1 : 6;
 }
 
-static inline char *json_byte(char *q, unsigned char c, int lower)
+static inline char *json_byte(char *q, unsigned char c)
 {
     switch (json_width(c)) {
     case 1:
-        *q++ = lower ? fd_tolower((char)c) : (char)c;
+        *q++ = (char)c;
         return q;
     case 2:
         q[0] = '\\';
@@ -673,9 +444,9 @@ static inline int special8(uint64_t x)
  * byte() are direct.
  */
 static inline __attribute__((always_inline)) void
-escape_run(fd_sbuf_t *sb, fd_str_t v, int lower, size_t max,
+escape_run(fd_sbuf_t *sb, fd_str_t v, size_t max,
            size_t (*width)(unsigned char),
-           char *(*byte)(char *, unsigned char, int))
+           char *(*byte)(char *, unsigned char))
 {
     const unsigned char *s = (const unsigned char *)v.data;
     size_t i = 0, n;
@@ -686,13 +457,13 @@ escape_run(fd_sbuf_t *sb, fd_str_t v, int lower, size_t max,
         if (n == 0) {
             if ((q = fd_sbuf_reserve(sb, width(s[i]))) == NULL)
                 return;
-            fd_sbuf_commit(sb, byte(q, s[i++], lower));
+            fd_sbuf_commit(sb, byte(q, s[i++]));
             continue;
         }
         if ((q = fd_sbuf_reserve(sb, max * n)) == NULL)
             return;
         n += i;
-        for (; !lower && i + 8 <= n; i += 8) {
+        for (; i + 8 <= n; i += 8) {
             uint64_t x;
             memcpy(&x, s + i, 8);
             if (special8(x))
@@ -701,84 +472,55 @@ escape_run(fd_sbuf_t *sb, fd_str_t v, int lower, size_t max,
             q += 8;
         }
         for (; i < n; i++)
-            q = byte(q, s[i], lower);
+            q = byte(q, s[i]);
         fd_sbuf_commit(sb, q);
     }
 }
 
-static void escape_text(fd_sbuf_t *sb, fd_str_t v, int lower)
+static void escape_text(fd_sbuf_t *sb, fd_str_t v)
 {
-    escape_run(sb, v, lower, 4, text_width, text_byte);
+    escape_run(sb, v, 4, text_width, text_byte);
 }
 
-static void escape_json(fd_sbuf_t *sb, fd_str_t v, int lower)
+static void escape_json(fd_sbuf_t *sb, fd_str_t v)
 {
-    escape_run(sb, v, lower, 6, json_width, json_byte);
+    escape_run(sb, v, 6, json_width, json_byte);
 }
 
-/* The value of a variable as up to 4 pieces (the request line is 4). */
-static unsigned var_parts(fd_request_t *r, const al_op_t *op, char *tmp,
-                          size_t size, fd_str_t *v)
-{
-    if (op->var == V_LITERAL) {
-        v[0] = op->text;
-        return 1;
-    }
-    if (op->var == V_REQUEST) {
-        /* the request line as received, without copying it */
-        if (r->in.method.len == 0)
-            return 0;
-        v[0] = r->in.method;
-        v[1] = fd_string(" ");
-        v[2] = r->in.target;
-        v[3] = r->in.version == 10   ? fd_string(" HTTP/1.0")
-               : r->in.version == 20 ? fd_string(" HTTP/2.0")
-                                     : fd_string(" HTTP/1.1");
-        return 4;
-    }
-    v[0] = var_value(r, op, tmp, size);
-    return v[0].len ? 1 : 0;
-}
-
-/* The line for r, appended to sb (which may run out: the caller checks). */
+/* The line for r, appended to sb (which may run out: the caller checks).
+ * An empty value is "-" (as nginx). */
 static void line_build(fd_request_t *r, const al_format_t *f, fd_sbuf_t *sb)
 {
-    char tmp[64];
-    unsigned i, k, nv;
-    fd_str_t v[4];
+    char tmp[FD_VAR_TMP];
+    unsigned i;
 
-    for (i = 0; i < f->nops; i++) {
-        const al_op_t *op = &f->ops[i];
-        int lower = op->var == V_HOST;
-        size_t vlen;
+    for (i = 0; i < f->script.n; i++) {
+        const fd_var_op_t *op = &f->script.ops[i];
+        fd_str_t v;
 
-        nv = var_parts(r, op, tmp, sizeof(tmp), v);
-        for (k = 0, vlen = 0; k < nv; k++)
-            vlen += v[k].len;
-        if (nv && vlen == 0)
-            nv = 0;
+        if (op->kind == FD_VAR_OP_LIT) {
+            fd_sbuf_add_str(sb, op->text);
+            continue;
+        }
+        v = fd_var_value(r, op, NULL, tmp);
         if (f->json) {
             fd_sbuf_addc(sb, i ? ',' : '{');
             fd_sbuf_addc(sb, '"');
-            fd_sbuf_add_str(sb, op->text);
+            fd_sbuf_add_str(sb, op->name);
             fd_sbuf_add_lit(sb, "\":");
-            if (op->number && nv) {
-                fd_sbuf_add_str(sb, v[0]);
+            if ((op->flags & FD_VAR_NUMBER) && v.len) {
+                fd_sbuf_add_str(sb, v);
             } else {
                 fd_sbuf_addc(sb, '"');
-                if (nv == 0)
+                if (v.len == 0)
                     fd_sbuf_addc(sb, '-');
-                for (k = 0; k < nv; k++)
-                    escape_json(sb, v[k], lower);
+                escape_json(sb, v);
                 fd_sbuf_addc(sb, '"');
             }
-        } else if (op->var == V_LITERAL) {
-            fd_sbuf_add_str(sb, v[0]);
-        } else if (nv == 0) {
+        } else if (v.len == 0) {
             fd_sbuf_addc(sb, '-');
         } else {
-            for (k = 0; k < nv; k++)
-                escape_text(sb, v[k], lower);
+            escape_text(sb, v);
         }
     }
     if (f->json)
@@ -844,12 +586,12 @@ static const fd_directive_t access_log_directives[] = {
             "log_format; buffered per worker, reopened on SIGUSR1"},
     {.name = "log_format", .type = FD_CONF_LIST, .offset = 0,
      .set = set_log_format,
-     .doc = "NAME FORMAT..., repeatable: text with $variables ($remote_addr "
-            "$time_local $request $status $body_bytes_sent $http_referer "
-            "$http_user_agent $request_time $upstream_addr $upstream_status "
-            "$upstream_response_time $host $uri $args $method $request_uri "
-            "$scheme $server_protocol $msec $connection $http_NAME), or "
-            "\"json $var...\" for one JSON object per line"},
+     .doc = "NAME FORMAT..., repeatable: text with $variables (any of the "
+            "registry's, e.g. $remote_addr $time_local $request $status "
+            "$body_bytes_sent $http_referer $http_user_agent $request_time "
+            "$upstream_addr $upstream_status $upstream_response_time $host "
+            "$uri $args $request_id $http_NAME; an empty value is \"-\"), "
+            "or \"json $var...\" for one JSON object per line"},
     FD_CONF_END};
 
 fd_module_t fd_access_log_module = {

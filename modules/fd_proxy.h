@@ -12,6 +12,7 @@
 #include "fd_sendq.h"
 #include "fd_ssl.h"
 #include "fd_upstream.h"
+#include "fd_var.h"
 
 extern fd_module_t fd_proxy_module;
 
@@ -53,8 +54,18 @@ typedef struct tunnel_s tunnel_t;
 
 typedef struct {
     fd_str_t name;
-    fd_str_t value;            /* empty: the header is not sent */
+    fd_str_t value;            /* as written */
+    fd_var_script_t script;    /* the value, compiled; empty: not sent */
 } set_header_t;
+
+/* proxy_redirect = FROM TO (or default: resolved at init_conf) */
+typedef struct {
+    fd_str_t from;             /* a prefix of Location / Refresh's URL */
+    fd_var_script_t to;        /* what replaces it */
+    fd_str_t to_rest;          /* default: the client's scheme://host, then
+                                * this */
+    unsigned dflt:1;
+} redirect_t;
 
 typedef struct {
     char *upstream_name;       /* upstream = NAME */
@@ -82,6 +93,16 @@ typedef struct {
     set_header_t *hdrs;
     unsigned nhdrs;
     unsigned gen_replaced;     /* GEN_* a set_header replaces */
+
+    /* response headers: proxy_hide_header, proxy_pass_header (names),
+     * proxy_redirect (rules, in order; the first that matches applies) */
+    fd_str_t *hide;
+    unsigned nhide;
+    fd_str_t *pass_hdr;
+    unsigned npass_hdr;
+    redirect_t *redirects;
+    unsigned nredirects;
+    unsigned redirect_set:1;   /* proxy_redirect given: no implied default */
 } proxy_loc_conf_t;
 
 extern const fd_directive_t fd_proxy_directives[];

@@ -14,6 +14,10 @@ static int set_pass(fd_conf_t *cf, const fd_directive_t *d, void *conf,
                     const char *value);
 static int set_next_upstream(fd_conf_t *cf, const fd_directive_t *d,
                              void *conf, const char *value);
+static int set_hide_header(fd_conf_t *cf, const fd_directive_t *d,
+                           void *conf, const char *value);
+static int set_redirect(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                        const char *value);
 
 static const fd_conf_enum_t host_enums[] = {
     {"pass", HOST_PASS}, {"upstream", HOST_UPSTREAM}, {NULL, 0}};
@@ -42,7 +46,30 @@ const fd_directive_t fd_proxy_directives[] = {
     {.name = "set_header", .type = FD_CONF_LIST, .offset = LOC(set_header),
      .doc = "\"Name: value\", repeatable: sent upstream instead of the "
             "client's header of that name (also replaces Host, "
-            "X-Forwarded-*, X-Real-IP); an empty value removes it"},
+            "X-Forwarded-*, X-Real-IP); the value may hold $variables "
+            "(\"X-Request-Id: $request_id\"); an empty value (or one whose "
+            "variables are all empty) removes it"},
+    {.name = "proxy_hide_header", .type = FD_CONF_LIST, .offset = 0,
+     .set = set_hide_header,
+     .doc = "NAME, repeatable: an upstream response header not passed to "
+            "the client. E.g. proxy_hide_header = X-Powered-By"},
+    {.name = "proxy_pass_header", .type = FD_CONF_LIST, .offset = 1,
+     .set = set_hide_header,
+     .doc = "NAME, repeatable: pass an upstream response header the proxy "
+            "drops by default: Server (then it replaces fastd's own), "
+            "X-Pad or an X-Accel-* one. Date and the hop-by-hop and framing "
+            "fields are never passed. E.g. proxy_pass_header = Server"},
+    {.name = "proxy_redirect", .type = FD_CONF_LIST, .offset = 0,
+     .set = set_redirect,
+     .doc = "default (the default), off, or FROM TO, repeatable: rewrite a "
+            "Location or Refresh URL of the upstream's that starts with "
+            "FROM into TO ($variables allowed); the first rule that "
+            "matches applies. default: the pass URL (http://HOST:PORT/uri) "
+            "becomes the client's view, $scheme://HOST[:PORT] as the "
+            "client asked, then the location's prefix for a pass with a "
+            "URI, else /. Any proxy_redirect replaces the implied default "
+            "(list default again to keep it); off removes every rule. E.g. "
+            "proxy_redirect = http://app:3000/ https://$host/app/"},
     {.name = "buffering", .type = FD_CONF_FLAG, .offset = LOC(buffering),
      .def = "on",
      .doc = "on: the response body is read in pieces of up to 16k as fast "
@@ -250,6 +277,131 @@ static int set_next_upstream(fd_conf_t *cf, const fd_directive_t *d,
     return FD_OK;
 }
 
+/* fields the proxy writes or drops for framing: never passed */
+static int hop_field(const char *n)
+{
+    static const char *const hop[] = {
+        "connection", "keep-alive", "transfer-encoding", "content-length",
+        "te", "trailer", "upgrade", "proxy-connection", "date"};
+    unsigned i;
+
+    for (i = 0; i < fd_nelems(hop); i++)
+        if (strcasecmp(n, hop[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* proxy_hide_header (d->offset 0) and proxy_pass_header (1) = NAME */
+static int set_hide_header(fd_conf_t *cf, const fd_directive_t *d,
+                           void *conf, const char *v)
+{
+    proxy_loc_conf_t *lc = conf;
+    fd_str_t **list = d->offset ? &lc->pass_hdr : &lc->hide, *l;
+    unsigned *n = d->offset ? &lc->npass_hdr : &lc->nhide;
+    size_t k, len = strlen(v);
+
+    for (k = 0; k < len; k++)
+        if (!fd_http_tchar[(uint8_t)v[k]])
+            break;
+    if (len == 0 || k < len)
+        return fd_conf_error(cf, "\"%s\" needs one header NAME, not "
+                             "\"%s\"", d->name, v);
+    if (d->offset && hop_field(v))
+        return fd_conf_error(cf, "\"proxy_pass_header\": %s is never "
+                             "passed (fastd's own, or hop-by-hop)", v);
+    if ((l = fd_palloc(cf->pool, (*n + 1) * sizeof(*l))) == NULL)
+        return fd_conf_error(cf, "out of memory");
+    if (*n)
+        memcpy(l, *list, *n * sizeof(*l));
+    l[*n] = (fd_str_t){len, fd_pstrdup(cf->pool, v, len)};
+    *list = l;
+    (*n)++;
+    return FD_OK;
+}
+
+static redirect_t *redirect_new(fd_conf_t *cf, proxy_loc_conf_t *lc)
+{
+    redirect_t *rd = fd_palloc(cf->pool, (lc->nredirects + 1) * sizeof(*rd));
+
+    if (rd == NULL) {
+        fd_conf_error(cf, "out of memory");
+        return NULL;
+    }
+    if (lc->nredirects)
+        memcpy(rd, lc->redirects, lc->nredirects * sizeof(*rd));
+    lc->redirects = rd;
+    memset(&rd[lc->nredirects], 0, sizeof(*rd));
+    return &rd[lc->nredirects++];
+}
+
+/* proxy_redirect = default | off | FROM TO */
+static int set_redirect(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                        const char *v)
+{
+    proxy_loc_conf_t *lc = conf;
+    const char *sp, *to;
+    redirect_t *rd;
+
+    (void)d;
+    lc->redirect_set = 1; /* no implied default any more */
+    if (strcmp(v, "off") == 0) {
+        lc->nredirects = 0;
+        return FD_OK;
+    }
+    if (strcmp(v, "default") == 0) {
+        if ((rd = redirect_new(cf, lc)) == NULL)
+            return FD_ERROR;
+        rd->dflt = 1;
+        return FD_OK;
+    }
+    sp = v + strcspn(v, " \t");
+    for (to = sp; *to == ' ' || *to == '\t'; to++)
+        ;
+    if (sp == v || *to == '\0' || to[strcspn(to, " \t")] != '\0')
+        return fd_conf_error(cf, "\"proxy_redirect\" must be default, off "
+                             "or FROM TO, not \"%s\"", v);
+    if (memchr(v, '$', (size_t)(sp - v)))
+        return fd_conf_error(cf, "\"proxy_redirect\": FROM is literal "
+                             "text (variables go in TO)");
+    if ((rd = redirect_new(cf, lc)) == NULL)
+        return FD_ERROR;
+    rd->from = (fd_str_t){(size_t)(sp - v),
+                          fd_pstrdup(cf->pool, v, (size_t)(sp - v))};
+    return fd_var_compile(cf, &rd->to, to, strlen(to), 0, "proxy_redirect");
+}
+
+/* proxy_redirect default, for this location: FROM is the pass URL with
+ * its URI (then TO's rest is the location's prefix, whose part of the
+ * path the URI replaced), or without one http://HOST[:PORT]/ (then "/");
+ * TO begins with the client's scheme://host[:port] */
+static int redirect_default(fd_conf_t *cf, proxy_loc_conf_t *lc,
+                            fd_http_loc_t *loc, redirect_t *rd)
+{
+    const char *p = lc->pass, *auth;
+    fd_sbuf_t sb;
+
+    if (lc->has_uri) {
+        rd->from = (fd_str_t){strlen(p), p};
+        rd->to_rest = loc->match;
+        return FD_OK;
+    }
+    if (fd_sbuf_init(&sb, cf->pool, 64) != FD_OK)
+        return fd_conf_error(cf, "out of memory");
+    if (p) {
+        auth = strstr(p, "://") + 3;
+        fd_sbuf_add(&sb, p, (size_t)(auth - p) + strcspn(auth, "/"));
+    } else {
+        fd_sbuf_add_lit(&sb, "http://");
+        fd_sbuf_add(&sb, lc->up->name, strlen(lc->up->name));
+    }
+    fd_sbuf_addc(&sb, '/');
+    if (fd_sbuf_failed(&sb))
+        return fd_conf_error(cf, "out of memory");
+    rd->from = fd_sbuf_str(&sb);
+    rd->to_rest = fd_string("/");
+    return FD_OK;
+}
+
 int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
 {
     proxy_loc_conf_t *lc = conf;
@@ -270,6 +422,16 @@ int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
         if (lc->ssl_client == NULL)
             return FD_ERROR;
     }
+    if (!lc->redirect_set) {
+        redirect_t *rd = redirect_new(cf, lc);
+        if (rd == NULL)
+            return FD_ERROR;
+        rd->dflt = 1;
+    }
+    for (i = 0; i < lc->nredirects; i++)
+        if (lc->redirects[i].dflt &&
+            redirect_default(cf, lc, loc, &lc->redirects[i]) != FD_OK)
+            return FD_ERROR;
     lc->nhdrs = lc->set_header.n;
     lc->hdrs = fd_pcalloc(cf->pool, (lc->nhdrs + 1) * sizeof(set_header_t));
     for (i = 0; i < lc->nhdrs; i++) {
@@ -296,6 +458,9 @@ int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
             if ((uint8_t)v[k] < 0x20 && v[k] != '\t')
                 return fd_conf_error(cf, "\"set_header\": control character "
                                      "in \"%s\"", s);
+        if (fd_var_compile(cf, &h->script, v, h->value.len, 0,
+                           "set_header") != FD_OK)
+            return FD_ERROR;
         if (fd_str_caseeq_lit(h->name, "connection") ||
             fd_str_caseeq_lit(h->name, "transfer-encoding") ||
             fd_str_caseeq_lit(h->name, "content-length") ||

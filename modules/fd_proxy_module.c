@@ -14,7 +14,7 @@
  *      its high-water mark until r->on_drain (back-pressure); chunked is
  *      decoded here and framed again by the engine; client aborts;
  *   4. events and timeouts, and the handler;
- *   5. the access-log getters.
+ *   5. the module's variables ($upstream_addr ...).
  * After a 101 (WebSocket) the request becomes a tunnel: fd_proxy_tunnel.c.
  *
  * Everything runs on the worker's loop thread; state is per worker (each
@@ -23,13 +23,11 @@
  * most two 16k blocks (response and request body), whatever the size of
  * the bodies.
  *
- * Access-log variables, for the access-log module (NULL when the request
- * was not proxied; one entry per server tried, ", "-separated as nginx):
- *   const char *fd_proxy_upstream_addr(fd_request_t *r);
- *       "127.0.0.1:3000, 127.0.0.1:3001"
- *   const char *fd_proxy_upstream_status(fd_request_t *r);       "502, 200"
- *   const char *fd_proxy_upstream_response_time(fd_request_t *r);
- *       seconds with milliseconds: "0.002, 0.013"
+ * Variables, in the registry (fd_var.h) for every script (empty when the
+ * request was not proxied; one entry per server tried, ", "-separated as
+ * nginx): $upstream_addr "127.0.0.1:3000, 127.0.0.1:3001",
+ * $upstream_status "502, 200", $upstream_response_time (seconds with
+ * milliseconds) "0.002, 0.013".
  */
 #include <arpa/inet.h>
 #include <netinet/tcp.h>
@@ -40,10 +38,7 @@
 #include "fd_connection.h"
 #include "fd_http.h"
 #include "fd_proxy.h"
-
-const char *fd_proxy_upstream_addr(fd_request_t *r);
-const char *fd_proxy_upstream_status(fd_request_t *r);
-const char *fd_proxy_upstream_response_time(fd_request_t *r);
+#include "fd_var.h"
 
 #define MAX_RESP_HEADERS 128
 #define MAX_INTERIM 8         /* 1xx responses before a final one */
@@ -88,29 +83,23 @@ static void proxy_arm(proxy_req_t *px);
 static void conn_event(fd_upstream_conn_t *uc);
 static void conn_timeout(fd_upstream_conn_t *uc);
 
+/* hash_key's value: one variable's straight from its getter, several
+ * built in the request's pool */
 static uint32_t request_hash(fd_request_t *r, fd_upstream_t *up)
 {
-    char addr[INET6_ADDRSTRLEN];
-    size_t n, i;
+    char tmp[FD_VAR_TMP];
+    fd_str_t v;
+    fd_sbuf_t sb;
 
-    switch (up->key) {
-    case FD_UPSTREAM_KEY_URI:
-        return fd_upstream_hash(r->path.data, r->path.len);
-    case FD_UPSTREAM_KEY_REQUEST_URI:
-        return fd_upstream_hash(r->in.target.data, r->in.target.len);
-    case FD_UPSTREAM_KEY_HOST:
-        return fd_upstream_hash(r->in.host.data, r->in.host.len);
-    case FD_UPSTREAM_KEY_HEADER:
-        for (i = 0; i < r->in.nheaders; i++)
-            if (fd_str_caseeq(r->in.headers[i].name, up->key_header.data,
-                              up->key_header.len))
-                return fd_upstream_hash(r->in.headers[i].value.data,
-                                  r->in.headers[i].value.len);
-        return fd_upstream_hash("", 0);
-    default:
-        n = fd_request_addr_text(r, addr, sizeof(addr));
-        return fd_upstream_hash(addr, n);
+    if (up->key.n == 1) {
+        v = fd_var_value(r, &up->key.ops[0], NULL, tmp);
+        return fd_upstream_hash(v.data ? v.data : "", v.len);
     }
+    if (fd_sbuf_init(&sb, r->pool, 128) != FD_OK)
+        return 0;
+    fd_var_eval(r, &up->key, NULL, FD_VAR_ESC_NONE, &sb);
+    return fd_sbuf_failed(&sb) ? 0 : fd_upstream_hash(sb.start,
+                                                      fd_sbuf_len(&sb));
 }
 
 /* What a request header line becomes upstream. */
@@ -245,6 +234,7 @@ static int request_build(proxy_req_t *px)
     char addr[INET6_ADDRSTRLEN];
     unsigned ntok = connection_tokens(r, tok, fd_nelems(tok)), i;
     int keep_xff = !(lc->gen_replaced & GEN_XFF);
+    size_t mark;
     fd_sbuf_t sb;
 
     a.len = fd_request_addr_text(r, addr, sizeof(addr));
@@ -290,9 +280,18 @@ static int request_build(proxy_req_t *px)
                                        : fd_string("http"));
     if (!(lc->gen_replaced & GEN_XFH) && r->in.host.len)
         fd_sbuf_add_header(&sb, fd_string("X-Forwarded-Host"), r->in.host);
-    for (i = 0; i < lc->nhdrs; i++)
-        if (lc->hdrs[i].value.len)
-            fd_sbuf_add_header(&sb, lc->hdrs[i].name, lc->hdrs[i].value);
+    for (i = 0; i < lc->nhdrs; i++) {
+        /* Name: value, unless the value comes out empty */
+        size_t at = fd_sbuf_len(&sb);
+        fd_sbuf_add_str(&sb, lc->hdrs[i].name);
+        fd_sbuf_add_lit(&sb, ": ");
+        mark = fd_sbuf_len(&sb);
+        fd_var_eval(r, &lc->hdrs[i].script, NULL, FD_VAR_ESC_HEADER, &sb);
+        if (fd_sbuf_len(&sb) == mark && !fd_sbuf_failed(&sb))
+            sb.pos = sb.start + at;
+        else
+            fd_sbuf_add_crlf(&sb);
+    }
     if (r->in.chunked) {
         fd_sbuf_add_lit(&sb, "Transfer-Encoding: chunked\r\n");
     } else if (r->in.content_length >= 0) {
@@ -761,6 +760,63 @@ static int proxy_invalid(proxy_req_t *px, const char *why)
 }
 
 
+/* proxy_pass_header names n */
+static int passed(const proxy_loc_conf_t *lc, fd_str_t n)
+{
+    return lc->npass_hdr && named_in(n, lc->pass_hdr, lc->npass_hdr);
+}
+
+/*
+ * proxy_redirect: a Location (or the URL after "url=" in a Refresh) that
+ * starts with a rule's FROM gets its TO instead; the first rule that
+ * matches applies. v as it is when none does (or out of memory).
+ */
+static fd_str_t redirect_apply(fd_request_t *r, const proxy_loc_conf_t *lc,
+                               fd_str_t v, int refresh)
+{
+    size_t off = 0, k;
+    unsigned i;
+    fd_sbuf_t sb;
+
+    if (refresh) {
+        for (k = 0; k + 4 <= v.len; k++)
+            if (fd_str_caseeq((fd_str_t){4, v.data + k}, "url=", 4))
+                break;
+        if (k + 4 > v.len)
+            return v;
+        off = k + 4;
+    }
+    for (i = 0; i < lc->nredirects; i++) {
+        const redirect_t *rd = &lc->redirects[i];
+        fd_str_t url = {v.len - off, v.data + off};
+        if (rd->from.len == 0 || url.len < rd->from.len ||
+            !fd_str_caseeq((fd_str_t){rd->from.len, url.data},
+                           rd->from.data, rd->from.len))
+            continue;
+        if (fd_sbuf_init(&sb, r->pool, v.len + 64) != FD_OK)
+            return v;
+        fd_sbuf_add(&sb, v.data, off);
+        if (rd->dflt) {
+            /* the client's view: its scheme and Host, port and all */
+            fd_str_t host = r->in.host;
+            if (host.len == 0 && r->server && r->server->names.n)
+                host = (fd_str_t){strlen(r->server->names.items[0]),
+                                  r->server->names.items[0]};
+            if (r->c->s.tls)
+                fd_sbuf_add_lit(&sb, "https://");
+            else
+                fd_sbuf_add_lit(&sb, "http://");
+            fd_sbuf_add_str(&sb, host);
+            fd_sbuf_add_str(&sb, rd->to_rest);
+        } else {
+            fd_var_eval(r, &rd->to, NULL, FD_VAR_ESC_HEADER, &sb);
+        }
+        fd_sbuf_add(&sb, url.data + rd->from.len, url.len - rd->from.len);
+        return fd_sbuf_failed(&sb) ? v : fd_sbuf_str(&sb);
+    }
+    return v;
+}
+
 /*
  * The response header at ibuf + ipos, once complete: check it strictly
  * (fd_http_parse_response), then either fail over (next_upstream
@@ -771,6 +827,7 @@ static int proxy_invalid(proxy_req_t *px, const char *why)
 static int resp_header(proxy_req_t *px)
 {
     fd_request_t *r = px->r;
+    proxy_loc_conf_t *lc = px->lc;
     const char *buf = px->ibuf + px->ipos, *err;
     char *h;
     size_t hlen;
@@ -857,7 +914,9 @@ static int resp_header(proxy_req_t *px)
 
     r->status = status;
     for (i = 0; i < nf; i++) {
-        fd_str_t n = f[i].name;
+        fd_str_t n = f[i].name, v = f[i].value;
+        if (lc->nhide && named_in(n, lc->hide, lc->nhide))
+            continue; /* proxy_hide_header */
         switch (n.len) {
         case 2:
             if (fd_str_caseeq_lit(n, "te"))
@@ -867,14 +926,27 @@ static int resp_header(proxy_req_t *px)
             if (fd_str_caseeq_lit(n, "date"))
                 continue; /* the engine's own */
             break;
-        case 6:
-            if (fd_str_caseeq_lit(n, "server"))
+        case 5:
+            if (fd_str_caseeq_lit(n, "x-pad") && !passed(lc, n))
                 continue;
+            break;
+        case 6:
+            if (fd_str_caseeq_lit(n, "server")) {
+                if (!passed(lc, n))
+                    continue;
+                r->server_passed = 1; /* it replaces the engine's */
+            }
             break;
         case 7:
             if (fd_str_caseeq_lit(n, "trailer") ||
                 fd_str_caseeq_lit(n, "upgrade"))
                 continue;
+            if (fd_str_caseeq_lit(n, "refresh"))
+                v = redirect_apply(r, lc, v, 1);
+            break;
+        case 8:
+            if (fd_str_caseeq_lit(n, "location"))
+                v = redirect_apply(r, lc, v, 0);
             break;
         case 10:
             if (fd_str_caseeq_lit(n, "connection") ||
@@ -903,7 +975,11 @@ static int resp_header(proxy_req_t *px)
         }
         if (ntok && named_in(n, rs.conn_tok, ntok))
             continue;
-        if (fd_http_header_add(r, n, f[i].value) != FD_OK)
+        /* X-Accel-*: meant for the proxy (nginx's), not the client */
+        if (n.len > 8 && fd_str_caseeq((fd_str_t){8, n.data}, "x-accel-", 8) &&
+            !passed(lc, n))
+            continue;
+        if (fd_http_header_add(r, n, v) != FD_OK)
             return fd_proxy_fail(px, 500);
     }
     px->ipos += hlen;
@@ -1332,7 +1408,7 @@ static int proxy_handler(fd_request_t *r)
 }
 
 
-/* --- 5. access-log variables -------------------------------------------- */
+/* --- 5. variables ------------------------------------------------------ */
 
 static proxy_req_t *request_px(fd_request_t *r)
 {
@@ -1343,17 +1419,19 @@ static proxy_req_t *request_px(fd_request_t *r)
 
 enum { TRY_ADDR, TRY_STATUS, TRY_TIME };
 
-/* One value per server tried, ", " between them (nginx's form), as a C
- * string for the access log. */
-static const char *tries_text(fd_request_t *r, int what)
+/* One value per server tried, ", " between them (nginx's form), in
+ * r->pool; op->var->data says which. */
+static fd_str_t v_tries(fd_request_t *r, const fd_var_op_t *op, char *tmp)
 {
     proxy_req_t *px = request_px(r);
+    uintptr_t what = op->var->data;
     fd_sbuf_t sb;
     unsigned i;
 
+    (void)tmp;
     if (px == NULL || px->nlog == 0 ||
         fd_sbuf_init(&sb, r->pool, px->nlog * 24) != FD_OK)
-        return NULL;
+        return fd_null_string;
     for (i = 0; i < px->nlog; i++) {
         try_log_t *t = &px->log[i];
         if (i)
@@ -1373,24 +1451,14 @@ static const char *tries_text(fd_request_t *r, int what)
             fd_sbuf_addc(&sb, (char)('0' + t->msec % 10));
         }
     }
-    fd_sbuf_addc(&sb, '\0');
-    return fd_sbuf_failed(&sb) ? NULL : sb.start;
+    return fd_sbuf_failed(&sb) ? fd_null_string : fd_sbuf_str(&sb);
 }
 
-const char *fd_proxy_upstream_addr(fd_request_t *r)
-{
-    return tries_text(r, TRY_ADDR);
-}
-
-const char *fd_proxy_upstream_status(fd_request_t *r)
-{
-    return tries_text(r, TRY_STATUS);
-}
-
-const char *fd_proxy_upstream_response_time(fd_request_t *r)
-{
-    return tries_text(r, TRY_TIME);
-}
+static const fd_var_t proxy_vars[] = {
+    {"upstream_addr", v_tries, TRY_ADDR, 0},
+    {"upstream_status", v_tries, TRY_STATUS, 0},
+    {"upstream_response_time", v_tries, TRY_TIME, 0},
+    FD_VAR_END};
 
 fd_module_t fd_proxy_module = {
     .name = "proxy",
@@ -1409,4 +1477,5 @@ fd_module_t fd_proxy_module = {
     .shm_size = sizeof(fd_upstream_shm_t),
     .status = fd_upstream_status,
     .retire = fd_upstream_retire,
+    .vars = proxy_vars,
 };

@@ -173,20 +173,11 @@ static const fd_directive_t queue_directives[] = {
 static int queue_init_section(fd_conf_t *cf, const char *name, void *conf)
 {
     queue_t *q = conf;
-    size_t i, n = strlen(name);
+    size_t n = strlen(name);
     char *text;
 
-    if (n == 0 || n >= QUEUE_NAME_MAX || strcmp(name, "off") == 0)
-        return fd_conf_error(cf, "[queue %s]: a name of 1 to %d characters "
-                             "(not \"off\") is needed", name,
-                             QUEUE_NAME_MAX - 1);
-    for (i = 0; i < n; i++)
-        if (!((name[i] >= 'a' && name[i] <= 'z') ||
-              (name[i] >= 'A' && name[i] <= 'Z') ||
-              (name[i] >= '0' && name[i] <= '9') || name[i] == '_' ||
-              name[i] == '-' || name[i] == '.'))
-            return fd_conf_error(cf, "[queue %s]: names take letters, "
-                                 "digits, '_', '-' and '.'", name);
+    if (fd_cycle_section_name(cf, "queue", name, QUEUE_NAME_MAX) != FD_OK)
+        return FD_ERROR;
     if (q->max_concurrent < 1)
         return fd_conf_error(cf, "[queue %s]: max_concurrent must be at "
                              "least 1", name);
@@ -208,21 +199,8 @@ static int queue_init_section(fd_conf_t *cf, const char *name, void *conf)
 /* Number the queues (their entries in the status area). */
 static int queue_init_cycle(fd_conf_t *cf, fd_cycle_t *cycle)
 {
-    fd_conf_section_t *s;
-    unsigned n = 0;
-
-    for (s = cycle->sections; s; s = s->next) {
-        if (s->module != &fd_queue_module)
-            continue;
-        if (n == QUEUE_MAX) {
-            cf->file = s->file;
-            cf->line = s->line;
-            return fd_conf_error(cf, "more than %d [queue] sections",
-                                 QUEUE_MAX);
-        }
-        ((queue_t *)s->conf)->index = n++;
-    }
-    return FD_OK;
+    return fd_cycle_number_sections(cf, cycle, &fd_queue_module, QUEUE_MAX,
+                                    offsetof(queue_t, index));
 }
 
 static int queue_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
@@ -548,26 +526,16 @@ static void queue_status(fd_status_t *st, const void *area, unsigned worker)
 
 static void queue_retire(void *retired_area, const void *area)
 {
-    queue_shm_t *d = retired_area, *into;
     const queue_shm_t *s = area;
-    unsigned i, j;
+    queue_shm_t *into;
+    unsigned i;
 
     for (i = 0; i < QUEUE_MAX; i++, s++) {
-        if (s->name[0] == '\0')
+        if (s->name[0] == '\0' ||
+            (into = fd_status_named_entry(retired_area, sizeof(*s),
+                                          QUEUE_MAX, s->name,
+                                          sizeof(s->name))) == NULL)
             continue;
-        into = NULL;
-        for (j = 0; j < QUEUE_MAX; j++) {
-            if (strcmp(d[j].name, s->name) == 0) {
-                into = &d[j];
-                break;
-            }
-            if (into == NULL && d[j].name[0] == '\0')
-                into = &d[j];
-        }
-        if (into == NULL)
-            continue; /* more names over time than entries: dropped */
-        if (into->name[0] == '\0')
-            memcpy(into->name, s->name, sizeof(into->name));
         into->admitted += s->admitted;
         into->rejected_full += s->rejected_full;
         into->rejected_timeout += s->rejected_timeout;

@@ -9,9 +9,9 @@
  * nginx, the [http] and [server] ones run first, once per request, on the
  * request's URI before the location's own; then the location's. The regex
  * is matched against the decoded, normalised path; the replacement may
- * use $1..$9, named captures ($name or ${name}) and the variables $host,
- * $request_uri, $uri, $args, $is_args, $scheme, $remote_addr,
- * $request_method and $http_NAME. A `return` sees the captures of the
+ * use $1..$9, named captures ($name or ${name}) and every variable of the
+ * registry (fd_var.h: $host, $request_uri, $uri, $args, $is_args,
+ * $scheme, $remote_addr, $http_NAME, ...). A `return` sees the captures of the
  * last regex that matched: a rewrite's, or the [location ~ regex]'s own.
  *
  * Flags: last: stop, route the new URI to its location (whose own rules
@@ -28,46 +28,10 @@
 #include "fd_core.h"
 #include "fd_connection.h"
 #include "fd_http.h"
+#include "fd_var.h"
 
 #define RW_MAX_CHANGES 10
 #define RW_OVECTOR 32
-
-enum { S_LIT, S_CAP, S_NAMED, S_VAR };
-
-enum {
-    V_HOST, V_REQUEST_URI, V_URI, V_ARGS, V_IS_ARGS,
-    V_REMOTE_ADDR, V_METHOD, V_HTTP,
-    V_CONN /* fd_http_conn_var(): $scheme, $https, $ssl_*; + its id */
-};
-
-static const struct {
-    const char *name;
-    int id;
-    int raw; /* already URL-encoded: never escaped again */
-} vars[] = {
-    {"host", V_HOST, 0},
-    {"request_uri", V_REQUEST_URI, 1},
-    {"uri", V_URI, 0},
-    {"document_uri", V_URI, 0},
-    {"args", V_ARGS, 1},
-    {"query_string", V_ARGS, 1},
-    {"is_args", V_IS_ARGS, 1},
-    {"remote_addr", V_REMOTE_ADDR, 1},
-    {"request_method", V_METHOD, 1},
-    {"method", V_METHOD, 1},
-};
-
-typedef struct {
-    int kind;
-    int n;           /* capture number, variable id */
-    int raw;
-    fd_str_t text;   /* literal, capture name (NUL-ended), header name */
-} sop_t;
-
-typedef struct {
-    sop_t *ops;
-    unsigned n;
-} script_t;
 
 enum { F_NONE, F_LAST, F_BREAK, F_REDIRECT, F_PERMANENT };
 enum { OP_RETURN, OP_REWRITE };
@@ -80,8 +44,8 @@ typedef struct {
     int has_args;       /* the replacement has "?" */
     int keep_args;      /* ... not at its end: append the request's */
     int has_text;
-    script_t text;      /* URL or body, or the replacement up to "?" */
-    script_t args;      /* the replacement after "?" */
+    fd_var_script_t text; /* URL or body, or the replacement up to "?" */
+    fd_var_script_t args; /* the replacement after "?" */
     pcre2_code *re;
     const char *file;   /* where it was written, for errors at init_conf */
     int line;
@@ -94,10 +58,7 @@ typedef struct {
 } rw_conf_t;
 
 typedef struct {
-    const char *subj;   /* the string the captures index */
-    size_t *ov;
-    int n;              /* capture pairs */
-    const pcre2_code *re;
+    fd_var_caps_t caps; /* of the last regex that matched */
     fd_http_loc_t *settled;
     unsigned server_done:1;
     unsigned changes;
@@ -109,98 +70,12 @@ static pcre2_match_data *md; /* the worker's, reused by every match */
 
 /* --- configuration --- */
 
-static int is_name_char(char c)
+/* [src, end) into s: a script with captures */
+static int script_compile(fd_conf_t *cf, fd_var_script_t *s,
+                          const char *src, const char *end, const char *what)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-           (c >= '0' && c <= '9') || c == '_';
-}
-
-static int sop_add(fd_conf_t *cf, script_t *s, int kind, int n, int raw,
-                   const char *text, size_t len)
-{
-    sop_t *ops = fd_palloc(cf->pool, (s->n + 1) * sizeof(*ops));
-
-    if (ops == NULL)
-        return fd_conf_error(cf, "out of memory");
-    if (s->n)
-        memcpy(ops, s->ops, s->n * sizeof(*ops));
-    ops[s->n] = (sop_t){.kind = kind, .n = n, .raw = raw,
-                        .text = {len, fd_pstrdup(cf->pool, text, len)}};
-    s->ops = ops;
-    s->n++;
-    return FD_OK;
-}
-
-/*
- * Compile [src, end) into a script. With qmark, stop at the first "?" of
- * the literal text and return where it is (the arguments follow).
- */
-static const char *script_compile(fd_conf_t *cf, script_t *s,
-                                  const char *src, const char *end,
-                                  int qmark)
-{
-    const char *p = src, *lit = src;
-
-    while (p < end) {
-        const char *name;
-        size_t n = 0;
-        int brace;
-        unsigned i;
-        int cv;
-
-        if (qmark && *p == '?')
-            break;
-        if (*p != '$' || p + 1 == end ||
-            !(is_name_char(p[1]) || p[1] == '{')) {
-            p++;
-            continue;
-        }
-        if (p > lit && sop_add(cf, s, S_LIT, 0, 1, lit, (size_t)(p - lit)))
-            return NULL;
-        brace = p[1] == '{';
-        name = p + 1 + brace;
-        if (name < end && *name >= '0' && *name <= '9') {
-            n = 1; /* $1foo is $1 then "foo", as in nginx */
-        } else {
-            while (name + n < end && is_name_char(name[n]))
-                n++;
-        }
-        if (n == 0 || (brace && (name + n >= end || name[n] != '}'))) {
-            fd_conf_error(cf, "bad variable at \"%.*s\"",
-                          (int)fd_min((size_t)(end - p), 20), p);
-            return NULL;
-        }
-        p = name + n + brace;
-        lit = p;
-        if (*name >= '0' && *name <= '9') {
-            if (sop_add(cf, s, S_CAP, *name - '0', 0, name, 1))
-                return NULL;
-            continue;
-        }
-        for (i = 0; i < fd_nelems(vars); i++)
-            if (strlen(vars[i].name) == n &&
-                memcmp(vars[i].name, name, n) == 0)
-                break;
-        if (i < fd_nelems(vars)) {
-            if (sop_add(cf, s, S_VAR, vars[i].id, vars[i].raw, name, n))
-                return NULL;
-        } else if (n > 5 && memcmp(name, "http_", 5) == 0) {
-            if (sop_add(cf, s, S_VAR, V_HTTP, 0, name + 5, n - 5))
-                return NULL;
-        } else if ((cv = fd_http_conn_var_id(name, n)) != 0) {
-            /* $scheme and $https are URL-safe; a DN or an SNI name is
-             * escaped like any other value */
-            int raw = (n == 6 && memcmp(name, "scheme", 6) == 0) ||
-                      (n == 5 && memcmp(name, "https", 5) == 0);
-            if (sop_add(cf, s, S_VAR, V_CONN + cv, raw, name, n))
-                return NULL;
-        } else if (sop_add(cf, s, S_NAMED, 0, 0, name, n)) {
-            return NULL; /* a named capture: checked in init_conf */
-        }
-    }
-    if (p > lit && sop_add(cf, s, S_LIT, 0, 1, lit, (size_t)(p - lit)))
-        return NULL;
-    return p;
+    return fd_var_compile(cf, s, src, (size_t)(end - src), FD_VAR_CAPTURES,
+                          what);
 }
 
 static rw_op_t *op_new(fd_conf_t *cf, rw_conf_t *rc)
@@ -268,7 +143,8 @@ static int set_return(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     op->has_text = p < end;
     if (is_redirect_code(op->code) && !op->has_text)
         return fd_conf_error(cf, "return %ld needs a URL", code);
-    if (op->has_text && script_compile(cf, &op->text, p, end, 0) == NULL)
+    if (op->has_text &&
+        script_compile(cf, &op->text, p, end, "return") != FD_OK)
         return FD_ERROR;
     return FD_OK;
 }
@@ -321,15 +197,18 @@ static int set_rewrite(fd_conf_t *cf, const fd_directive_t *d, void *conf,
         return fd_conf_error(cf, "rewrite: replacement \"%s\" must start "
                              "with /, http://, https:// or a variable",
                              rep);
+    /* the arguments follow the first "?" (no variable name holds one) */
     end = rep + strlen(rep);
-    q = script_compile(cf, &op->text, rep, end, 1);
-    if (q == NULL)
+    if ((q = strchr(rep, '?')) == NULL)
+        q = end;
+    if (script_compile(cf, &op->text, rep, q, "rewrite") != FD_OK)
         return FD_ERROR;
     if (q < end) {
         op->has_args = 1;
         op->keep_args = q + 1 < end && end[-1] != '?';
         if (script_compile(cf, &op->args, q + 1,
-                           end[-1] == '?' ? end - 1 : end, 0) == NULL)
+                           end[-1] == '?' ? end - 1 : end,
+                           "rewrite") != FD_OK)
             return FD_ERROR;
     }
     return FD_OK;
@@ -342,14 +221,15 @@ static int name_in(const pcre2_code *re, const char *name)
 
 /* Every $name must be a named group of a regex that can match first. */
 static int check_names(fd_conf_t *cf, fd_http_loc_t *loc, rw_conf_t *rc,
-                       const rw_op_t *op, const script_t *s)
+                       const rw_op_t *op, const fd_var_script_t *s)
 {
+    char hint[96];
     unsigned i, j;
 
     for (i = 0; i < s->n; i++) {
         const char *name = s->ops[i].text.data;
         int found = 0;
-        if (s->ops[i].kind != S_NAMED)
+        if (s->ops[i].kind != FD_VAR_OP_NAMED)
             continue;
         if (op->type == OP_REWRITE) {
             found = name_in(op->re, name);
@@ -362,8 +242,9 @@ static int check_names(fd_conf_t *cf, fd_http_loc_t *loc, rw_conf_t *rc,
             cf->file = op->file;
             cf->line = op->line;
             return fd_conf_error(cf, "unknown variable \"$%s\" (not a "
-                                 "known variable nor a named capture)",
-                                 name);
+                                 "known variable nor a named capture)%s",
+                                 name, fd_var_hint(name, strlen(name), hint,
+                                                   sizeof(hint)));
         }
     }
     return FD_OK;
@@ -417,74 +298,6 @@ static void rewrite_exit_worker(fd_worker_t *w)
 
 enum { ESC_NONE, ESC_PATH, ESC_ARGS, ESC_INTERNAL };
 
-static fd_str_t host_value(fd_request_t *r)
-{
-    fd_str_t h = r->in.host;
-    size_t i;
-
-    for (i = h.len; i > 0; i--) {
-        if (h.data[i - 1] == ':') {
-            h.len = i - 1;
-            break;
-        }
-        if (h.data[i - 1] < '0' || h.data[i - 1] > '9')
-            break;
-    }
-    if (h.len)
-        return h;
-    if (r->server && r->server->names.n)
-        return (fd_str_t){strlen(r->server->names.items[0]),
-                          r->server->names.items[0]};
-    return fd_string("localhost");
-}
-
-static fd_str_t sop_value(fd_request_t *r, rw_ctx_t *x, const sop_t *op,
-                          char *tmp)
-{
-    int n;
-
-    switch (op->kind) {
-    case S_LIT:
-        return op->text;
-    case S_NAMED:
-        if (x->re == NULL)
-            return fd_null_string;
-        n = pcre2_substring_number_from_name(x->re,
-                                             (PCRE2_SPTR)op->text.data);
-        if (n <= 0)
-            return fd_null_string;
-        goto capture;
-    case S_CAP:
-        n = op->n;
-    capture:
-        if (n >= x->n || x->ov[2 * n] == PCRE2_UNSET)
-            return fd_null_string;
-        return (fd_str_t){x->ov[2 * n + 1] - x->ov[2 * n],
-                          x->subj + x->ov[2 * n]};
-    }
-    switch (op->n) {
-    case V_HOST:
-        return host_value(r);
-    case V_REQUEST_URI:
-        return r->in.target;
-    case V_URI:
-        return r->path;
-    case V_ARGS:
-        return r->in.query;
-    case V_IS_ARGS:
-        return r->in.query.len ? fd_string("?") : fd_null_string;
-    case V_REMOTE_ADDR:
-        return (fd_str_t){fd_request_addr_text(r, tmp, 64), tmp};
-    case V_METHOD:
-        return r->in.method;
-    case V_HTTP:
-        return fd_http_var_header(r, op->text);
-    }
-    if (op->n > V_CONN)
-        return fd_http_conn_var(r, op->n - V_CONN);
-    return fd_null_string;
-}
-
 static int must_escape(unsigned char c, int esc)
 {
     if (esc == ESC_INTERNAL)
@@ -504,22 +317,14 @@ static int must_escape(unsigned char c, int esc)
 /* v into sb, the bytes esc says escaped as %XX */
 static void escape_add(fd_sbuf_t *sb, fd_str_t v, int esc)
 {
-    static const char hex[] = "0123456789ABCDEF";
     size_t j;
 
     for (j = 0; j < v.len; j++) {
         unsigned char c = (unsigned char)v.data[j];
-        char *p;
-        if (!must_escape(c, esc)) {
+        if (must_escape(c, esc))
+            fd_var_add_pct(sb, c);
+        else
             fd_sbuf_addc(sb, (char)c);
-            continue;
-        }
-        if ((p = fd_sbuf_reserve(sb, 3)) == NULL)
-            return;
-        p[0] = '%';
-        p[1] = hex[c >> 4];
-        p[2] = hex[c & 15];
-        fd_sbuf_commit(sb, p + 3);
     }
 }
 
@@ -544,18 +349,22 @@ static int escape(fd_request_t *r, fd_str_t v, int esc, fd_str_t *out)
 }
 
 /* Run a script into r->pool; values escaped as esc says. */
-static int script_run(fd_request_t *r, rw_ctx_t *x, const script_t *s,
-                      int esc, fd_str_t *out)
+static int script_run(fd_request_t *r, rw_ctx_t *x,
+                      const fd_var_script_t *s, int esc, fd_str_t *out)
 {
-    char tmp[64];
+    char tmp[FD_VAR_TMP];
     fd_sbuf_t sb;
     unsigned i;
 
     if (fd_sbuf_init(&sb, r->pool, 128) != FD_OK)
         return FD_ERROR;
     for (i = 0; i < s->n; i++) {
-        fd_str_t v = sop_value(r, x, &s->ops[i], tmp);
-        if (esc == ESC_NONE || s->ops[i].raw)
+        const fd_var_op_t *op = &s->ops[i];
+        fd_str_t v = fd_var_value(r, op, &x->caps, tmp);
+        /* literals and URL-safe variables as they are; captures and
+         * other values escaped */
+        if (esc == ESC_NONE || op->kind == FD_VAR_OP_LIT ||
+            (op->flags & FD_VAR_URLSAFE))
             fd_sbuf_add_str(&sb, v);
         else
             escape_add(&sb, v, esc);
@@ -674,6 +483,7 @@ static int run_ops(fd_request_t *r, rw_ctx_t *x, const rw_op_t *ops,
     for (i = 0; i < n; i++) {
         const rw_op_t *op = &ops[i];
         PCRE2_SIZE *ov;
+        size_t *kept;
         fd_str_t path, args;
         int rc, k;
 
@@ -691,14 +501,13 @@ static int run_ops(fd_request_t *r, rw_ctx_t *x, const rw_op_t *ops,
         if (rc == 0)
             rc = RW_OVECTOR; /* more groups than kept */
         ov = pcre2_get_ovector_pointer(md);
-        x->ov = fd_palloc(r->pool, 2 * (size_t)rc * sizeof(size_t));
-        if (x->ov == NULL)
+        kept = fd_palloc(r->pool, 2 * (size_t)rc * sizeof(size_t));
+        if (kept == NULL)
             return 500;
         for (k = 0; k < 2 * rc; k++)
-            x->ov[k] = ov[k];
-        x->n = rc;
-        x->subj = r->path.data;
-        x->re = op->re;
+            kept[k] = ov[k];
+        x->caps = (fd_var_caps_t){.subj = r->path.data, .ov = kept,
+                                  .n = rc, .re = op->re};
         if (op->redirect) {
             if (script_run(r, x, &op->text, ESC_PATH, &path) != FD_OK ||
                 new_args(r, x, op, &args) != FD_OK)
@@ -730,10 +539,9 @@ static void reroute(fd_request_t *r, rw_ctx_t *x)
     r->ncaptures = 0;
     r->captures = NULL;
     r->loc = fd_http_find_location(r);
-    x->subj = r->path.data;
-    x->ov = r->captures;
-    x->n = r->ncaptures;
-    x->re = r->captures ? r->loc->regex : NULL;
+    x->caps = (fd_var_caps_t){.subj = r->path.data, .ov = r->captures,
+                              .n = r->ncaptures,
+                              .re = r->captures ? r->loc->regex : NULL};
 }
 
 static int rewrite_access(fd_request_t *r)
@@ -753,10 +561,10 @@ static int rewrite_access(fd_request_t *r)
         x = *slot = fd_pcalloc(r->pool, sizeof(*x));
         if (x == NULL)
             return 500;
-        x->subj = r->path.data;
-        x->ov = r->captures;
-        x->n = r->captures ? r->ncaptures : 0;
-        x->re = r->captures ? r->loc->regex : NULL;
+        x->caps = (fd_var_caps_t){.subj = r->path.data,
+                                  .ov = r->captures,
+                                  .n = r->captures ? r->ncaptures : 0,
+                                  .re = r->captures ? r->loc->regex : NULL};
     }
     if (x->settled == r->loc)
         return FD_OK; /* called again after the location changed */

@@ -13,16 +13,24 @@
  * RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, or, on kernels without openat2,
  * one component at a time with O_NOFOLLOW.
  *
+ * alias maps a location onto another directory, confined by the same
+ * mechanism beneath it; gzip_static serves FILE.br / FILE.gz in FILE's
+ * stead, opened beneath the same root; autoindex lists a directory that
+ * has no index file, read whole into the request pool (bounded).
+ *
  * The handler touches only the request and makes blocking file syscalls,
  * so it may run on an offload thread.
  */
 #include "fd_core.h"
 #include "fd_http.h"
+#include "fd_http_accept.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/openat2.h>
 #include <sys/syscall.h>
+#include <time.h>
 
 #define MIME_DEFAULT_PATH "conf/mime.types"
 #define MIME_MAX_FILE (1024 * 1024)
@@ -47,6 +55,17 @@ typedef struct {
     fd_int_t open_file_cache;      /* entries per worker, 0: off */
     fd_msec_t open_file_cache_valid;
     fd_int_t max_ranges;
+    char *alias;                   /* as configured */
+    /* alias, resolved at load: files open beneath base (a directory,
+     * realpath()'d as root is) at the path tail expands to ($1..$9 from
+     * a regex location) followed, in a prefix location, by what of the
+     * request path its prefix did not match */
+    char *alias_base;
+    size_t alias_base_len;
+    char *alias_tail;
+    int gzip_static;
+    int autoindex;
+    int autoindex_format;
     const mime_table_t *types;
     ofc_t *cache; /* this worker's, made on first use (loop thread only) */
     /* this worker's descriptor of the root (O_PATH), opened on first use
@@ -60,7 +79,60 @@ typedef struct {
 static int static_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf);
 static int static_handler(fd_request_t *r);
 
+enum { GZIP_STATIC_OFF, GZIP_STATIC_ON, GZIP_STATIC_ALWAYS };
+
+static const fd_conf_enum_t gzip_static_enums[] = {
+    {"off", GZIP_STATIC_OFF},
+    {"on", GZIP_STATIC_ON},
+    {"always", GZIP_STATIC_ALWAYS},
+    {NULL, 0}};
+
+enum { AUTOINDEX_HTML, AUTOINDEX_JSON };
+
+static const fd_conf_enum_t autoindex_enums[] = {
+    {"html", AUTOINDEX_HTML},
+    {"json", AUTOINDEX_JSON},
+    {NULL, 0}};
+
 static const fd_directive_t static_directives[] = {
+    {.name = "autoindex",
+     .type = FD_CONF_FLAG,
+     .offset = offsetof(static_conf_t, autoindex),
+     .def = "off",
+     .doc = "on: a directory request (path ending in /) with no index file "
+            "lists the directory: directories first, then files, each "
+            "sorted by name (bytes), with mtime and size; dot-files "
+            "hidden, symlinks too unless follow_symlinks; names escaped "
+            "for HTML, URLs and JSON (bytes that are not UTF-8 show as "
+            "U+FFFD). At most 50000 entries or 4 MB of names are listed "
+            "(the rest is cut, and said so). off: 403"},
+    {.name = "autoindex_format",
+     .type = FD_CONF_ENUM,
+     .offset = offsetof(static_conf_t, autoindex_format),
+     .def = "html", .enums = autoindex_enums,
+     .doc = "html (as nginx: links, dates in UTC, sizes in bytes) or json "
+            "(as nginx: [{\"name\", \"type\": \"file\" | \"directory\", "
+            "\"mtime\" as an HTTP date, \"size\" for files}])"},
+    {.name = "alias",
+     .type = FD_CONF_STR,
+     .offset = offsetof(static_conf_t, alias),
+     .doc = "[location] only, instead of root: the directory (or file) "
+            "that stands for the location's prefix, so /i/a.gif in "
+            "[location /i/] with alias = /data/img/ is /data/img/a.gif; "
+            "in a regex location the whole path, with $1..$9 its "
+            "captures ([location ~ ^/u/(.+)$], alias = /data/$1). Files "
+            "are confined beneath the alias's directory as they are "
+            "beneath root (no .., no symlink unless follow_symlinks); "
+            "root and alias in one location is an error"},
+    {.name = "gzip_static",
+     .type = FD_CONF_ENUM,
+     .offset = offsetof(static_conf_t, gzip_static),
+     .def = "off", .enums = gzip_static_enums,
+     .doc = "on: serve FILE.br or FILE.gz (br first) instead of FILE when "
+            "the client's Accept-Encoding takes it and the compressed file "
+            "exists and is not older than FILE, with Content-Encoding, "
+            "Vary: Accept-Encoding and its own length, ETag and ranges; "
+            "always: FILE.gz whatever the client says (as nginx)"},
     {.name = "mime_types",
      .type = FD_CONF_STR,
      .offset = offsetof(static_conf_t, mime_types),
@@ -449,10 +521,86 @@ static const mime_table_t *mime_get(fd_conf_t *cf, const char *name)
     return t;
 }
 
+/* Was key set in this location's own section (not inherited from the
+ * server or [http])? Its entries follow the section header in its file. */
+static int set_here(fd_conf_t *cf, const void *conf, const char *key,
+                    const char *file, int line)
+{
+    return fd_conf_at_key(cf, conf, key) && cf->file && file &&
+           strcmp(cf->file, file) == 0 && cf->line > line;
+}
+
+/*
+ * alias: check where it is, then split it into the directory files are
+ * confined beneath (the literal text up to the last '/' before the first
+ * capture, or all of it when that is a directory) and the tail expanded
+ * per request. Errors name the alias line.
+ */
+static int alias_init(fd_conf_t *cf, fd_http_loc_t *loc, static_conf_t *scf)
+{
+    const char *file = cf->file, *a = scf->alias, *var, *cut;
+    int line = cf->line, regex;
+    char real[PATH_MAX], *base;
+    struct stat st;
+
+    regex = loc->kind == FD_LOC_REGEX || loc->kind == FD_LOC_REGEX_CASELESS;
+    if (loc == loc->server->root_loc || !set_here(cf, scf, "alias", file,
+                                                    line)) {
+        fd_conf_at_key(cf, scf, "alias");
+        return fd_conf_error(cf, "\"alias\" is only valid in a [location]");
+    }
+    if (set_here(cf, loc, "root", file, line))
+        return fd_conf_error(cf, "\"root\" and \"alias\" in one "
+                             "location: use one");
+    fd_conf_at_key(cf, scf, "alias");
+    if (a[0] == '\0')
+        return fd_conf_error(cf, "\"alias\" needs a path");
+    for (var = a; (var = strchr(var, '$')); var += 2) {
+        if (var[1] < '1' || var[1] > '9')
+            return fd_conf_error(cf, "alias \"%s\": only $1..$9 (the "
+                                 "regex location's captures) may follow "
+                                 "a \"$\"", a);
+        if (!regex)
+            return fd_conf_error(cf, "alias \"%s\": $%c needs a regex "
+                                 "location", a, var[1]);
+    }
+    var = strchr(a, '$');
+    base = fd_conf_path(cf, a);
+    if (base == NULL)
+        return fd_conf_error(cf, "out of memory");
+    if (var == NULL && stat(base, &st) == 0 && S_ISDIR(st.st_mode)) {
+        cut = a + strlen(a);
+    } else {
+        size_t n = var ? (size_t)(var - a) : strlen(a);
+
+        for (cut = a + n; cut > a && cut[-1] != '/'; cut--)
+            ;
+        base = fd_pstrdup(cf->pool, a, (size_t)(cut - a));
+        base = base ? fd_conf_path(cf, base[0] ? base : ".") : NULL;
+        if (base == NULL)
+            return fd_conf_error(cf, "out of memory");
+    }
+    if (realpath(base, real) == NULL)
+        return fd_conf_error(cf, "alias \"%s\": %s: %s", a, base,
+                             strerror(errno));
+    scf->alias_base_len = strlen(real);
+    while (scf->alias_base_len > 0 && real[scf->alias_base_len - 1] == '/')
+        scf->alias_base_len--; /* "/" becomes "" as root's does */
+    scf->alias_base = fd_pstrdup(cf->pool, real, scf->alias_base_len);
+    while (*cut == '/')
+        cut++;
+    scf->alias_tail = fd_pstrdup(cf->pool, cut, strlen(cut));
+    if (scf->alias_base == NULL || scf->alias_tail == NULL)
+        return fd_conf_error(cf, "out of memory");
+    return FD_OK;
+}
+
 static int static_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
 {
     static_conf_t *scf = conf;
 
+    if (scf->alias && alias_init(cf, loc, scf) != FD_OK)
+        return FD_ERROR;
     /* A location served by another handler never looks types up. */
     if (loc->handler != NULL && loc->handler != &fd_static_module)
         return FD_OK;
@@ -1271,12 +1419,503 @@ static int send_range(fd_request_t *r, int fd, const struct stat *st)
     return FD_OK;
 }
 
+/* A ".." segment in s (an alias tail and the rest of the path): the
+ * engine's path has none, but a capture or the part after a prefix that
+ * ends inside a segment ("/i" and "/i../x") may begin one. */
+static int has_dotdot(const char *s, size_t n)
+{
+    for (size_t i = 0; i + 1 < n; i++)
+        if (s[i] == '.' && s[i + 1] == '.' && (i == 0 || s[i - 1] == '/') &&
+            (i + 2 == n || s[i + 2] == '/'))
+            return 1;
+    return 0;
+}
+
+/* Capture i of the regex location, set and within the path (a rewrite
+ * with break may have made the path shorter than the one matched). */
+static int capture_ok(const fd_request_t *r, int i)
+{
+    return i < r->ncaptures && r->captures &&
+           r->captures[2 * i] != (size_t)-1 &&
+           r->captures[2 * i] <= r->captures[2 * i + 1] &&
+           r->captures[2 * i + 1] <= r->path.len;
+}
+
+/*
+ * The file an alias location names for r, into full (pool): base + "/" +
+ * the tail with its captures + what the location's prefix left of the
+ * path. *base_len: where the part beneath base starts. NULL: 404 (a ".."),
+ * or out of memory (*base_len = 0).
+ */
+static char *alias_path(fd_request_t *r, const static_conf_t *scf,
+                        size_t extra, size_t *base_len, size_t *len)
+{
+    const fd_http_loc_t *loc = r->loc;
+    const char *rest = "", *t;
+    size_t n = scf->alias_base_len, restn = 0, cap = n + 5 + extra;
+    char *full, *p;
+
+    *base_len = n;
+    if (loc->kind == FD_LOC_PREFIX || loc->kind == FD_LOC_PREFIX_STOP ||
+        loc->kind == FD_LOC_EXACT) {
+        rest = r->path.data + fd_min(loc->match.len, r->path.len);
+        restn = r->path.len - fd_min(loc->match.len, r->path.len);
+    }
+    for (t = scf->alias_tail; *t; t++) {
+        if (t[0] == '$' && t[1] >= '1' && t[1] <= '9') {
+            int i = t[1] - '0';
+
+            t++;
+            if (capture_ok(r, i))
+                cap += r->captures[2 * i + 1] - r->captures[2 * i];
+        } else {
+            cap++;
+        }
+    }
+    cap += restn;
+    if ((full = fd_pnalloc(r->pool, cap)) == NULL)
+        return NULL;
+    memcpy(full, scf->alias_base, n);
+    p = full + n;
+    *p++ = '/';
+    for (t = scf->alias_tail; *t; t++) {
+        if (t[0] == '$' && t[1] >= '1' && t[1] <= '9') {
+            int i = *++t - '0';
+
+            if (capture_ok(r, i)) {
+                size_t a = r->captures[2 * i], b = r->captures[2 * i + 1];
+
+                memcpy(p, r->path.data + a, b - a);
+                p += b - a;
+            }
+        } else {
+            *p++ = *t;
+        }
+    }
+    /* "/i/" + "a.gif" and "/i" + "/a.gif" alike: one '/' between */
+    if (p[-1] == '/')
+        while (restn && *rest == '/')
+            rest++, restn--;
+    memcpy(p, rest, restn);
+    p += restn;
+    *p = '\0';
+    /* "/i" itself: the directory without the '/', so that it redirects */
+    if (p == full + n + 1 && r->path.data[r->path.len - 1] != '/' && n > 0)
+        *--p = '\0';
+    if (has_dotdot(full + n, (size_t)(p - full - n))) {
+        *base_len = 1;
+        return NULL;
+    }
+    *len = (size_t)(p - full);
+    return full;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Directory listings (autoindex)                                         */
+
+#define AUTOINDEX_MAX_ENTRIES 50000
+#define AUTOINDEX_MAX_NAMES (4 * 1024 * 1024)
+
+typedef struct {
+    char *name;
+    size_t len;
+    int dir;
+    int64_t size;
+    time_t mtime;
+} dirent_t;
+
+static int dirent_cmp(const void *a, const void *b)
+{
+    const dirent_t *x = a, *y = b;
+    int c;
+
+    if (x->dir != y->dir)
+        return y->dir - x->dir;
+    c = memcmp(x->name, y->name, fd_min(x->len, y->len));
+    return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+/* Length of the valid UTF-8 sequence at s (at most n bytes), or 0. */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+    size_t k, i;
+    uint32_t cp;
+
+    if (s[0] < 0x80)
+        return 1;
+    if (s[0] >= 0xc2 && s[0] <= 0xdf)
+        k = 2, cp = s[0] & 0x1f;
+    else if (s[0] >= 0xe0 && s[0] <= 0xef)
+        k = 3, cp = s[0] & 0x0f;
+    else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+        k = 4, cp = s[0] & 0x07;
+    else
+        return 0;
+    if (n < k)
+        return 0;
+    for (i = 1; i < k; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    if ((k == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+        (k == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+        return 0;
+    return k;
+}
+
+/* Text for HTML or JSON: escaped, and a byte that is not UTF-8 becomes
+ * U+FFFD, so no name can break the page or the document. */
+static void add_text(fd_sbuf_t *sb, const char *s, size_t n, int json)
+{
+    const unsigned char *p = (const unsigned char *)s, *e = p + n;
+
+    while (p < e) {
+        size_t k = utf8_len(p, (size_t)(e - p));
+
+        if (k == 0) {
+            fd_sbuf_add(sb, json ? "\\ufffd" : "&#xfffd;", json ? 6 : 8);
+            p++;
+            continue;
+        }
+        if (json) {
+            fd_sbuf_add_json(sb, (const char *)p, k);
+        } else if (*p == '<') {
+            fd_sbuf_add_lit(sb, "&lt;");
+        } else if (*p == '>') {
+            fd_sbuf_add_lit(sb, "&gt;");
+        } else if (*p == '&') {
+            fd_sbuf_add_lit(sb, "&amp;");
+        } else if (*p == '"') {
+            fd_sbuf_add_lit(sb, "&quot;");
+        } else if (*p == '\'') {
+            fd_sbuf_add_lit(sb, "&#39;");
+        } else if (*p < 0x20 || *p == 0x7f) {
+            fd_sbuf_add_lit(sb, "&#xfffd;");
+        } else {
+            fd_sbuf_add(sb, p, k);
+        }
+        p += k;
+    }
+}
+
+/* A relative link to a name: every byte but RFC 3986's unreserved as
+ * %XX (a ':' would make it a scheme, a '?' or '#' cut it). */
+static void add_href(fd_sbuf_t *sb, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789ABCDEF";
+
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+            (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' ||
+            c == '~') {
+            fd_sbuf_addc(sb, (char)c);
+        } else {
+            fd_sbuf_addc(sb, '%');
+            fd_sbuf_addc(sb, hex[c >> 4]);
+            fd_sbuf_addc(sb, hex[c & 15]);
+        }
+    }
+}
+
+static void add_time(fd_sbuf_t *sb, time_t t, const char *fmt)
+{
+    char buf[64];
+    struct tm tm;
+    size_t n;
+
+    if (gmtime_r(&t, &tm) == NULL)
+        return;
+    n = strftime(buf, sizeof(buf), fmt, &tm);
+    fd_sbuf_add(sb, buf, n);
+}
+
+/* Read the directory open at dfd (closed here) into the pool: NULL and
+ * *n = 0 with errno on failure. */
+static dirent_t *read_dir(fd_request_t *r, int dfd, int follow, size_t *n,
+                          int *cut)
+{
+    dirent_t *v = NULL, *nv;
+    size_t cap = 0, names = 0;
+    struct dirent *de;
+    struct stat st;
+    DIR *d = fdopendir(dfd);
+
+    *n = 0;
+    *cut = 0;
+    if (d == NULL) {
+        close(dfd);
+        return NULL;
+    }
+    while ((errno = 0, de = readdir(d)) != NULL) {
+        size_t len = strlen(de->d_name);
+
+        if (de->d_name[0] == '.')
+            continue; /* ".", ".." and the hidden ones */
+        if (*n >= AUTOINDEX_MAX_ENTRIES || names + len > AUTOINDEX_MAX_NAMES) {
+            (*cut)++;
+            continue; /* counted, not kept */
+        }
+        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == -1)
+            continue;
+        if (S_ISLNK(st.st_mode) &&
+            (!follow || fstatat(dirfd(d), de->d_name, &st, 0) == -1))
+            continue; /* it could not be served */
+        if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
+            continue;
+        if (*n == cap) {
+            /* the pool keeps the old arrays: at most as much again */
+            cap = cap ? cap * 2 : 64;
+            nv = fd_palloc(r->pool, cap * sizeof(*v));
+            if (nv == NULL)
+                goto nomem;
+            if (*n)
+                memcpy(nv, v, *n * sizeof(*v));
+            v = nv;
+        }
+        v[*n].name = fd_pnalloc(r->pool, len);
+        if (v[*n].name == NULL)
+            goto nomem;
+        memcpy(v[*n].name, de->d_name, len);
+        v[*n].len = len;
+        v[*n].dir = S_ISDIR(st.st_mode);
+        v[*n].size = st.st_size;
+        v[*n].mtime = st.st_mtime;
+        names += len;
+        (*n)++;
+    }
+    if (errno) {
+        int err = errno;
+
+        closedir(d);
+        errno = err;
+        *n = 0;
+        return NULL;
+    }
+    closedir(d);
+    if (v == NULL)
+        v = fd_palloc(r->pool, sizeof(*v)); /* empty: not a failure */
+    return v;
+
+nomem:
+    closedir(d);
+    *n = 0;
+    errno = ENOMEM;
+    return NULL;
+}
+
+/* The listing of the directory open at dfd (which this closes). */
+static int autoindex(fd_request_t *r, const static_conf_t *scf, int dfd,
+                     const char *path)
+{
+    int json = scf->autoindex_format == AUTOINDEX_JSON, cut;
+    dirent_t *v;
+    size_t n, i;
+    fd_sbuf_t sb;
+
+    v = read_dir(r, dfd, r->loc->follow_symlinks, &n, &cut);
+    if (v == NULL) {
+        int err = errno;
+
+        if (err == EACCES)
+            return 403;
+        fd_log_error(FD_LOG_ERR, err, "autoindex: reading \"%s\" failed",
+                     path);
+        return 500;
+    }
+    qsort(v, n, sizeof(*v), dirent_cmp);
+    if (fd_sbuf_init(&sb, r->pool, 512 + n * 160) != FD_OK)
+        return 500;
+    if (json) {
+        fd_sbuf_addc(&sb, '[');
+        for (i = 0; i < n; i++) {
+            if (i)
+                fd_sbuf_addc(&sb, ',');
+            fd_sbuf_add_lit(&sb, "\n{\"name\":\"");
+            add_text(&sb, v[i].name, v[i].len, 1);
+            fd_sbuf_add_lit(&sb, "\",\"type\":\"");
+            fd_sbuf_add_str(&sb, v[i].dir ? fd_string("directory")
+                                          : fd_string("file"));
+            fd_sbuf_add_lit(&sb, "\",\"mtime\":\"");
+            add_time(&sb, v[i].mtime, "%a, %d %b %Y %H:%M:%S GMT");
+            fd_sbuf_addc(&sb, '"');
+            if (!v[i].dir) {
+                fd_sbuf_add_lit(&sb, ",\"size\":");
+                fd_sbuf_add_uint(&sb, (uint64_t)v[i].size);
+            }
+            fd_sbuf_addc(&sb, '}');
+        }
+        fd_sbuf_add_lit(&sb, "\n]\n");
+        r->content_type = fd_string("application/json");
+    } else {
+        fd_sbuf_add_lit(&sb, "<!DOCTYPE html>\n<html><head><meta "
+                             "charset=\"utf-8\"><title>Index of ");
+        add_text(&sb, r->path.data, r->path.len, 0);
+        fd_sbuf_add_lit(&sb, "</title></head>\n<body>\n<h1>Index of ");
+        add_text(&sb, r->path.data, r->path.len, 0);
+        fd_sbuf_add_lit(&sb, "</h1><hr><pre>\n");
+        if (r->path.len > 1)
+            fd_sbuf_add_lit(&sb, "<a href=\"../\">../</a>\n");
+        for (i = 0; i < n; i++) {
+            fd_sbuf_add_lit(&sb, "<a href=\"");
+            add_href(&sb, v[i].name, v[i].len);
+            if (v[i].dir)
+                fd_sbuf_addc(&sb, '/');
+            fd_sbuf_add_lit(&sb, "\">");
+            add_text(&sb, v[i].name, v[i].len, 0);
+            if (v[i].dir)
+                fd_sbuf_addc(&sb, '/');
+            fd_sbuf_add_lit(&sb, "</a> ");
+            add_time(&sb, v[i].mtime, "%d-%b-%Y %H:%M");
+            fd_sbuf_addc(&sb, ' ');
+            if (v[i].dir)
+                fd_sbuf_addc(&sb, '-');
+            else
+                fd_sbuf_add_uint(&sb, (uint64_t)v[i].size);
+            fd_sbuf_addc(&sb, '\n');
+        }
+        fd_sbuf_add_lit(&sb, "</pre><hr>");
+        if (cut) {
+            fd_sbuf_add_lit(&sb, "<p>");
+            fd_sbuf_add_uint(&sb, (uint64_t)cut);
+            fd_sbuf_add_lit(&sb, " more entries not listed</p>");
+        }
+        fd_sbuf_add_lit(&sb, "</body></html>\n");
+        r->content_type = fd_string("text/html; charset=utf-8");
+    }
+    if (fd_sbuf_failed(&sb))
+        return 500;
+    if (cut) {
+        fd_sbuf_t h;
+
+        if (fd_sbuf_init(&h, r->pool, 24) != FD_OK)
+            return 500;
+        fd_sbuf_add_uint(&h, (uint64_t)cut);
+        if (fd_sbuf_failed(&h) ||
+            fd_http_header_add(r, fd_string("X-Autoindex-Cut"),
+                               fd_sbuf_str(&h)) != FD_OK)
+            return 500;
+    }
+    r->status = 200;
+    r->content_length = (int64_t)fd_sbuf_len(&sb);
+    if (r->in.method_id == FD_HTTP_GET &&
+        fd_http_body_set(r, sb.start, fd_sbuf_len(&sb)) != FD_OK)
+        return 500;
+    return FD_OK;
+}
+
+/*
+ * gzip_static: the precompressed variant of the file full (flen bytes,
+ * stat *st) the client takes, FILE.br then FILE.gz, if it is a regular
+ * file not older than FILE: its descriptor (a cached one, or a new one
+ * given to the request's pool), its stat in *st and its coding in *enc.
+ * -1: none (the file goes as it is); -2: out of memory.
+ */
+static int open_precompressed(fd_request_t *r, const static_conf_t *scf,
+                              int rootfd, char *full, size_t flen,
+                              const char *rel, ofc_t *cache,
+                              struct stat *st, fd_str_t *enc)
+{
+    static const struct {
+        unsigned bit;
+        char suffix[4];
+        fd_str_t coding;
+    } v[] = {{FD_ENC_BR, ".br", fd_string("br")},
+             {FD_ENC_GZIP, ".gz", fd_string("gzip")}};
+    const int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK;
+    unsigned offered = FD_ENC_BR | FD_ENC_GZIP, want;
+    struct stat vst;
+    int fd = -1;
+
+    for (;;) {
+        unsigned i;
+        uint32_t hash = 0;
+        ofc_entry_t *e = NULL;
+
+        want = scf->gzip_static == GZIP_STATIC_ALWAYS
+                   ? offered & FD_ENC_GZIP
+                   : fd_http_accept_encoding(r->in.accept_encoding, offered);
+        if (want == 0) {
+            full[flen] = '\0';
+            return -1;
+        }
+        offered &= ~want;
+        i = want == FD_ENC_BR ? 0 : 1;
+        memcpy(full + flen, v[i].suffix, 4);
+        if (cache) {
+            hash = fd_hash(full, flen + 3);
+            e = ofc_lookup(cache, full, flen + 3, hash, &vst);
+        }
+        if (e) {
+            fd = e->fd;
+            if (vst.st_mtime < st->st_mtime) {
+                ofc_release(e);
+                continue;
+            }
+            if (fd_pool_cleanup_add(r->pool, ofc_release, e) == NULL) {
+                ofc_release(e);
+                goto failed;
+            }
+        } else {
+            fd_pool_cleanup_t *cl;
+
+            fd = rootfd == -1 ? open(full, flags)
+                              : open_beneath(rootfd, rel, flags);
+            if (fd == -1)
+                continue; /* missing, or refused as FILE would be */
+            if (fstat(fd, &vst) == -1 || !S_ISREG(vst.st_mode) ||
+                vst.st_mtime < st->st_mtime) {
+                close(fd);
+                continue; /* older than FILE: stale, not served */
+            }
+            cl = fd_pool_cleanup_add(r->pool, close_fd,
+                                     (void *)(intptr_t)fd);
+            if (cl == NULL) {
+                close(fd);
+                goto failed;
+            }
+            if (cache &&
+                (e = ofc_insert(cache, full, flen + 3, hash, fd, &vst))) {
+                cl->handler = ofc_release;
+                cl->data = e;
+            }
+        }
+        full[flen] = '\0';
+        *st = vst;
+        *enc = v[i].coding;
+        return fd;
+    }
+
+failed:
+    full[flen] = '\0';
+    return -2;
+}
+
+/* ETag of a precompressed variant: its own "mtime-size" and the coding,
+ * never equal to FILE's even were size and mtime the same. */
+static fd_str_t variant_etag(fd_pool_t *pool, fd_str_t etag, fd_str_t enc)
+{
+    char *p;
+
+    if (etag.len < 2 || (p = fd_pnalloc(pool, etag.len + 1 + enc.len)) ==
+                            NULL)
+        return fd_null_string;
+    memcpy(p, etag.data, etag.len - 1);
+    p[etag.len - 1] = '-';
+    memcpy(p + etag.len, enc.data, enc.len);
+    p[etag.len + enc.len] = '"';
+    return (fd_str_t){etag.len + 1 + enc.len, p};
+}
+
 static int static_handler(fd_request_t *r)
 {
     const fd_http_loc_t *loc = r->loc;
     const static_conf_t *scf = fd_loc_conf(loc, &fd_static_module);
     size_t root_len = loc->root_len, maxidx = 0, n;
     const int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK;
+    const char *root = loc->root;
     char *full, *rel, *name, *dot;
     int rootfd = -1, fd = -1, err = 0, rc;
     ofc_t *cache = NULL;
@@ -1288,27 +1927,35 @@ static int static_handler(fd_request_t *r)
 
     if (r->in.method_id != FD_HTTP_GET && r->in.method_id != FD_HTTP_HEAD)
         return method_not_allowed(r);
-    if (loc->root == NULL)
-        return 404;
-
-    /* no trailing slash: root "/" becomes "" and paths keep their own */
-    while (root_len > 0 && loc->root[root_len - 1] == '/')
-        root_len--;
 
     /* root + path [+ index]: room for the longest index name (the core
      * gives every location at least one, index.html by default) */
-    if (r->path.data[r->path.len - 1] == '/') {
+    if (r->path.data[r->path.len - 1] == '/' || scf->alias) {
         for (unsigned i = 0; i < loc->index.n; i++)
             maxidx = fd_max(maxidx, strlen(loc->index.items[i]));
     }
-    full = fd_pnalloc(r->pool, root_len + r->path.len + maxidx + 1);
-    if (full == NULL)
-        return 500;
-    memcpy(full, loc->root, root_len);
-    memcpy(full + root_len, r->path.data, r->path.len);
-    n = flen = root_len + r->path.len;
-    full[n] = '\0';
-    rel = full + root_len + 1;
+    if (scf->alias) {
+        root = scf->alias_base;
+        full = alias_path(r, scf, maxidx, &root_len, &n);
+        if (full == NULL)
+            return root_len ? 404 : 500;
+        flen = n;
+        rel = n > root_len ? full + root_len + 1 : (char *)"";
+    } else {
+        if (root == NULL)
+            return 404;
+        /* no trailing slash: root "/" becomes "" and paths keep their own */
+        while (root_len > 0 && root[root_len - 1] == '/')
+            root_len--;
+        full = fd_pnalloc(r->pool, root_len + r->path.len + maxidx + 4);
+        if (full == NULL)
+            return 500;
+        memcpy(full, root, root_len);
+        memcpy(full + root_len, r->path.data, r->path.len);
+        n = flen = root_len + r->path.len;
+        full[n] = '\0';
+        rel = full + root_len + 1;
+    }
 
     if (!loc->follow_symlinks) {
         static_conf_t *mcf = (static_conf_t *)scf;
@@ -1326,7 +1973,7 @@ static int static_handler(fd_request_t *r)
             err = errno;
             full[root_len] = save;
             if (rootfd == -1)
-                return open_error(r, loc->root, err);
+                return open_error(r, root, err);
             /* pool threads may race here: one descriptor wins */
             if (!__atomic_compare_exchange_n(&mcf->rootfd1, &expect,
                                              rootfd + 1, 0, __ATOMIC_ACQ_REL,
@@ -1366,11 +2013,15 @@ static int static_handler(fd_request_t *r)
                 break;
         }
         if (fd == -1 && err == ENOENT) {
-            /* no index: 403 for an existing directory (no autoindex) */
+            /* no index: the listing, or 403 for an existing directory */
+            const int dflags = O_DIRECTORY | O_CLOEXEC |
+                               (scf->autoindex ? O_RDONLY : O_PATH);
+
             full[n] = '\0';
-            fd = rootfd == -1 ? open(full, O_PATH | O_DIRECTORY | O_CLOEXEC)
-                              : open_beneath(rootfd, rel,
-                                             O_PATH | O_DIRECTORY | O_CLOEXEC);
+            fd = rootfd == -1 ? open(full, dflags)
+                              : open_beneath(rootfd, rel, dflags);
+            if (fd >= 0 && scf->autoindex)
+                return autoindex(r, scf, fd, full);
             err = fd == -1 ? errno : EACCES;
             if (fd >= 0)
                 close(fd);
@@ -1425,8 +2076,32 @@ static int static_handler(fd_request_t *r)
     dot = strrchr(name, '.');
     r->content_type = dot ? mime_lookup(scf->types, dot + 1, strlen(dot + 1))
                           : mime_lookup(scf->types, NULL, 0);
+
+    if (scf->gzip_static) {
+        fd_str_t enc;
+        int vfd;
+
+        /* the answer depends on Accept-Encoding, whichever is sent */
+        if (scf->gzip_static == GZIP_STATIC_ON &&
+            fd_http_header_add(r, fd_string("Vary"),
+                               fd_string("Accept-Encoding")) != FD_OK)
+            return 500;
+        vfd = open_precompressed(r, scf, rootfd, full, flen,
+                                 full + (rel - full), cache, &st, &enc);
+        if (vfd == -2)
+            return 500;
+        if (vfd >= 0) {
+            fd = vfd;
+            if (fd_http_header_add(r, fd_string("Content-Encoding"), enc) !=
+                FD_OK)
+                return 500;
+            if (scf->etag)
+                r->etag = variant_etag(r->pool, make_etag(r->pool, &st),
+                                       enc);
+        }
+    }
     r->last_modified = st.st_mtime;
-    if (scf->etag)
+    if (scf->etag && r->etag.len == 0)
         r->etag = make_etag(r->pool, &st);
 
     if (not_modified(r, &st)) {

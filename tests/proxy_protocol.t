@@ -17,6 +17,8 @@ use POSIX ();
 use Test::More;
 
 my $locs = "[location /addr]\nreturn = 200 \"\$remote_addr\"\n\n"
+         . "[location /hop]\nreturn = 200 \"\$remote_addr \$remote_port "
+         . "\$realip_remote_addr\"\n\n"
          . "[location /acl]\nhandler = plaintext\nallow = 192.0.2.0/24\n"
          . "deny = all\n\n";
 my $t = FastdTest->new(conf => FastdTest::base_conf(
@@ -61,6 +63,10 @@ is(body(talk("PROXY TCP4 192.0.2.7 127.0.0.1 5555 80\r\n$get")), '192.0.2.7',
 is(body(talk("PROXY TCP6 2001:db8::9 ::1 5555 80\r\n$get")), '2001:db8::9',
    'v1 TCP6');
 is(body(talk("PROXY UNKNOWN\r\n$get")), '127.0.0.1', 'v1 UNKNOWN: the peer');
+is(body(talk("PROXY TCP4 192.0.2.7 127.0.0.1 5555 80\r\n"
+             . "GET /hop HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")),
+   '192.0.2.7 5555 127.0.0.1',
+   '$remote_port from the header, $realip_remote_addr the balancer');
 is(body(talk("PROXY UNKNOWN ff ee\r\n$get")), '127.0.0.1',
    'v1 UNKNOWN with fields: the peer');
 is(body(talk("PROXY TCP4 192.0.2.8 127.0.0.1 5555 80\r\n", $get)),

@@ -15,7 +15,9 @@ use FastdTest;
 use Backend;
 use Test::More;
 
-my $addr = "[location /addr]\nreturn = 200 \"\$remote_addr\"\n\n";
+my $addr = "[location /addr]\nreturn = 200 \"\$remote_addr\"\n\n"
+         . "[location /hop]\nreturn = 200 \"\$remote_addr \$remote_port "
+         . "\$realip_remote_addr\"\n\n";
 my $t = FastdTest->new(conf => FastdTest::base_conf(
     server => { set_real_ip_from => ['127.0.0.0/8', '10.0.0.0/8',
                                      '2001:db8::/32'],
@@ -78,6 +80,11 @@ is(addr($p, 'X-Forwarded-For: 1.2.3.4,, ,  10.0.0.1 ,'), '1.2.3.4',
 is(addr($p, 'X-Forwarded-For: 1.2.3.4 10.0.0.1'), '1.2.3.4',
    'a space separates elements');
 is(addr($p, 'X-Forwarded-For:'), '127.0.0.1', 'an empty header: the peer');
+{
+    my $r = $t->get('/hop', 'X-Forwarded-For' => '[2001:db8::3]:4321');
+    is($r && $r->body, '2001:db8::3 4321 127.0.0.1',
+       '$realip_remote_addr keeps the hop, $remote_port the header\'s port');
+}
 is(addr($p, 'X-Real-IP: 5.6.7.8'), '127.0.0.1',
    'real_ip_header = X-Forwarded-For: X-Real-IP is not read');
 

@@ -107,8 +107,9 @@ sub req {
 # --- return -----------------------------------------------------------------
 my $r = req('/old/x/y?a=1&b=2', host => 'Example.com:8080');
 is($r->status, 301, 'return 301');
-is($r->header('location'), 'https://Example.com/old/x/y?a=1&b=2',
-   'Location from $host (port stripped) and $request_uri');
+# $host is one variable for every module now: lower case, as nginx's
+is($r->header('location'), 'https://example.com/old/x/y?a=1&b=2',
+   'Location from $host (port stripped, lower case) and $request_uri');
 
 $r = req('/forbidden');
 is($r->status, 403, 'return 403 TEXT: 403');

@@ -890,32 +890,53 @@ finish:
         fd_http_finalize(r, rc);
 }
 
-/* The access phase (acl, rewrite, queue limits), then the body and the
- * handler (fd_http_run_handler). */
-static void run_handler(fd_request_t *r)
+/* The access phase (acl, rewrite, limit_req, queue limits) from m on in
+ * the location's list, then the body and the handler
+ * (fd_http_run_handler). r->async: resumed by a module that held it,
+ * outside http_process. */
+static void run_access(fd_request_t *r, const fd_module_t *const *m)
 {
-    fd_http_loc_t *loc;
-    const fd_module_t **m;
+    int held = r->async;
+    fd_http_loc_t *loc = r->loc;
     int rc;
 
-    r->phase = PH_HANDLER; /* no reading while an access module holds it */
-again:
-    loc = r->loc;
-    for (m = loc->access; *m; m++) {
+    while (*m) {
         if ((rc = (*m)->access(r)) == FD_OK) {
             /* rewritten to another location: its checks, from the first */
-            if (r->loc != loc)
-                goto again;
+            if (r->loc != loc) {
+                loc = r->loc;
+                m = (const fd_module_t *const *)loc->access;
+            } else {
+                m++;
+            }
             continue;
         }
         if (rc == FD_AGAIN) {
             r->async = 1;
             return;
         }
-        fd_http_finalize(r, rc);
+        if (held)
+            fd_request_finish(r, rc);
+        else
+            fd_http_finalize(r, rc);
         return;
     }
     fd_http_run_handler(r);
+}
+
+static void run_handler(fd_request_t *r)
+{
+    r->phase = PH_HANDLER; /* no reading while an access module holds it */
+    run_access(r, (const fd_module_t *const *)r->loc->access);
+}
+
+void fd_http_access_continue(fd_request_t *r, const fd_module_t *m)
+{
+    const fd_module_t **k;
+
+    for (k = r->loc->access; *k && *k != m; k++)
+        ;
+    run_access(r, (const fd_module_t *const *)(*k ? k + 1 : k));
 }
 
 void fd_request_finish(fd_request_t *r, int rc)

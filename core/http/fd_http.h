@@ -8,6 +8,7 @@
 #include "fd_http_parse.h"
 #include "fd_realip.h"
 #include "fd_stream.h"
+#include "fd_var.h"
 
 typedef struct fd_error_page_s {
     int status;
@@ -44,6 +45,16 @@ enum {
     FD_LOC_REGEX_CASELESS  /* ~* re */
 };
 
+/* add_header = NAME VALUE [always] */
+typedef struct {
+    fd_str_t name;
+    fd_var_script_t value;
+    unsigned always:1;         /* error responses too */
+} fd_http_add_header_t;
+
+enum { FD_EXPIRES_OFF = 0, FD_EXPIRES_EPOCH, FD_EXPIRES_MAX,
+       FD_EXPIRES_TIME };
+
 /* [location ...]: core keys plus one conf block per module */
 struct fd_http_loc_s {
     int kind;
@@ -58,6 +69,14 @@ struct fd_http_loc_s {
     int follow_symlinks;
     size_t max_body_size;
     int offload;               /* run a thread-safe handler on the pool */
+    /* response headers (fd_http_add_header.c): [http]'s, the server's,
+     * then the location's own from add_headers_own on */
+    fd_http_add_header_t *add_headers;
+    unsigned nadd_headers;
+    unsigned add_headers_own;
+    int add_header_inherit;    /* off: only this section's own */
+    int expires_mode;          /* FD_EXPIRES_* */
+    int64_t expires;           /* FD_EXPIRES_TIME: seconds, may be < 0 */
     char *name;                /* "location /x" for logs */
     void **mconf;              /* [fd_nmodules] */
     /* the modules whose access / filter hook acts here, NULL-ended */
@@ -126,6 +145,10 @@ struct fd_request_s {
     unsigned length_unknown:1; /* HEAD of an encoded body: no length */
     unsigned uri_changed:1;    /* a rewrite set path, path_raw and query:
                                   in.target is no longer what is served */
+    unsigned server_passed:1;  /* headers_out has a Server of its own
+                                  (proxy_pass_header): none of the engine's */
+    unsigned rate_counted:1;   /* limit_req counted it: once a request,
+                                  whatever location it is moved to */
 
     uint64_t bytes_sent;       /* body bytes, for logs */
     void *ctx;                 /* the handler module's request state */
@@ -167,6 +190,9 @@ fd_str_t fd_http_var_header(fd_request_t *r, fd_str_t name);
  * buffered request body first; an access module that returned FD_AGAIN
  * calls it from the loop to let r in. */
 void fd_http_run_handler(fd_request_t *r);
+/* An access module that held the request (FD_AGAIN) lets it go on: the
+ * access checks after m in the location's list, then the handler. */
+void fd_http_access_continue(fd_request_t *r, const fd_module_t *m);
 
 /* Finish a request that returned FD_AGAIN: FD_OK (response set in r) or an
  * HTTP status >= 400 for an error page. Runs on the loop. */
@@ -226,8 +252,8 @@ fd_str_t fd_http_status_line(int status);
 fd_str_t fd_http_map_path(fd_request_t *r, fd_str_t uri);
 
 /*
- * The connection's variables, one table for every module that expands
- * $names (access_log, rewrite/return): $scheme, $https and the TLS facts.
+ * The connection's variables, for the registry's getters (fd_var.c):
+ * $scheme, $https, $http2 and the TLS facts.
  * fd_http_conn_var_id() at load time (0: not one of them), then
  * fd_http_conn_var() per request ("" when the connection is not TLS;
  * pool: room for values made on demand, such as the client's DN).
@@ -249,6 +275,20 @@ size_t fd_request_hop_text(fd_request_t *r, char *buf, size_t size);
 /* The HTTP/2 stream id that carries r ($http2_stream_id), 0 over
  * HTTP/1.x. */
 unsigned fd_http_stream_id(fd_request_t *r);
+
+/*
+ * add_header and expires (fd_http_add_header.c): the keys' parsers; the
+ * loader marks where a section's own add_header lines begin (_mark) and
+ * applies add_header_inherit once it is loaded (_finish); the writer adds
+ * the headers r's location asks for, for r->status (FD_OK / FD_ERROR).
+ */
+int fd_http_set_add_header(fd_conf_t *cf, const fd_directive_t *d,
+                           void *conf, const char *v);
+int fd_http_set_expires(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                        const char *v);
+void fd_http_loc_headers_mark(fd_http_loc_t *loc);
+void fd_http_loc_headers_finish(fd_http_loc_t *loc);
+int fd_http_add_headers(fd_request_t *r);
 
 /* Routing */
 fd_http_loc_t *fd_http_find_location(fd_request_t *r);

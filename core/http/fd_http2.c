@@ -738,7 +738,7 @@ int fd_h2_header(fd_request_t *r)
     p[2] = (char)('0' + r->status % 10);
     NV_LIT(&nv[n++], ":status", p, 3);
     p += 4;
-    if (hc->server_header[0])
+    if (hc->server_header[0] && !r->server_passed)
         NV_LIT(&nv[n++], "server", hc->server_header,
                strlen(hc->server_header));
     /* the loop's date, rewritten in place once a second: the frame is

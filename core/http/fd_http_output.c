@@ -84,6 +84,7 @@ static struct {
              FD_SERVER_HEADER_MAX + sizeof(fd_http_date)];
     size_t len;                 /* all of it */
     size_t common;              /* where "Server: " (or "Date: ") starts */
+    size_t date;                /* where "Date: " starts */
     time_t sec;
     const fd_cycle_t *cycle;
 } hdr_cache;
@@ -100,6 +101,7 @@ static void hdr_cache_fill(const fd_http_conf_t *hc)
         *p++ = '\r';
         *p++ = '\n';
     }
+    hdr_cache.date = (size_t)(p - hdr_cache.buf);
     p = CPY(p, "Date: ");
     memcpy(p, fd_http_date, sizeof(fd_http_date) - 1);
     p += sizeof(fd_http_date) - 1;
@@ -142,8 +144,15 @@ header_build(fd_request_t *r, fd_sbuf_t *sb, fd_buf_t *body, int log)
     size_t blen;
     char *p;
 
-    if (r->status == 200) {
+    if (fd_likely(r->status == 200 && !r->server_passed)) {
         fd_sbuf_add(sb, hdr_cache.buf, hdr_cache.len);
+    } else if (r->server_passed) {
+        /* the response's own Server is among headers_out */
+        fd_sbuf_add_lit(sb, "HTTP/1.1 ");
+        fd_sbuf_add_str(sb, fd_http_status_line(r->status));
+        fd_sbuf_add_crlf(sb);
+        fd_sbuf_add(sb, hdr_cache.buf + hdr_cache.date,
+                    hdr_cache.len - hdr_cache.date);
     } else {
         fd_sbuf_add_lit(sb, "HTTP/1.1 ");
         fd_sbuf_add_str(sb, fd_http_status_line(r->status));
@@ -233,6 +242,11 @@ static int header_write(fd_request_t *r, fd_buf_t *body)
     fd_sbuf_t sb;
     char *p;
 
+    /* add_header and expires, for both writers */
+    if (fd_unlikely(r->loc ? r->loc->nadd_headers || r->loc->expires_mode
+                           : r->server != NULL) &&
+        fd_http_add_headers(r) != FD_OK)
+        return FD_ERROR;
     if (r->h2) {
         /* HEADERS; the body, small or not, follows as DATA */
         if (fd_h2_header(r) != FD_OK)

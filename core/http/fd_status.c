@@ -113,3 +113,23 @@ int fd_status_worker_value(const fd_status_metric_t *m, unsigned worker,
     }
     return 0;
 }
+
+void *fd_status_named_entry(void *entries, size_t size, unsigned n,
+                            const char *name, size_t name_size)
+{
+    char *free_one = NULL;
+    unsigned i;
+
+    for (i = 0; i < n; i++) {
+        char *e = (char *)entries + (size_t)i * size;
+        if (e[0] == '\0') {
+            if (free_one == NULL)
+                free_one = e;
+        } else if (strncmp(e, name, name_size) == 0) {
+            return e;
+        }
+    }
+    if (free_one)
+        snprintf(free_one, name_size, "%s", name);
+    return free_one;
+}

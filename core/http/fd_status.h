@@ -45,6 +45,13 @@
 
 #define FD_STATUS_RETIRED ((unsigned)-1)
 
+/* For retire hooks over named entries (queues, limit_req zones): in n
+ * entries of size bytes, each beginning with a NUL-ended name of
+ * name_size bytes, the one named name, else the first free one (named
+ * now), else NULL (more names over time than entries). */
+void *fd_status_named_entry(void *entries, size_t size, unsigned n,
+                            const char *name, size_t name_size);
+
 /*
  * The metric writer lives in core (core/http/fd_status.c), not in the status
  * module: every module's status hook calls it, and each module must build

@@ -18,6 +18,7 @@
 #include "fd_status.h"
 #include "fd_upstream.h"
 #include "fd_realip.h"
+#include "fd_var.h"
 
 #define RING_POINTS 160       /* hash ring points per unit of weight */
 
@@ -41,7 +42,8 @@ const fd_directive_t fd_upstream_directives[] = {
             "resolved at load time (every address becomes a server). "
             "max_fails (1) failures within fail_timeout (10s) take the "
             "server out for fail_timeout; max_fails=0 never does, nor does "
-            "anything take out a group's only server (as nginx). backup "
+            "it take out a group's only server (as nginx; health_check "
+            "does). backup "
             "servers are used only when no other is available"},
     {.name = "balance", .type = FD_CONF_ENUM, .offset = UP(balance),
      .def = "round_robin", .enums = balance_enums,
@@ -50,8 +52,9 @@ const fd_directive_t fd_upstream_directives[] = {
             "hash_key: losing a server moves only its share of keys)"},
     {.name = "hash_key", .type = FD_CONF_CUSTOM, .offset = UP(hash_key),
      .set = set_hash_key,
-     .doc = "balance = hash: $remote_addr (the default), $uri, "
-            "$request_uri, $host or $http_NAME (a request header)"},
+     .doc = "balance = hash: the key, text with $variables: $remote_addr "
+            "(the default), $uri, $request_uri, $host, $http_NAME, "
+            "$cookie_NAME, $arg_NAME or several (\"$host$uri\")"},
     {.name = "keepalive", .type = FD_CONF_INT, .offset = UP(keepalive),
      .def = "0",
      .doc = "idle connections to this group kept per worker for reuse; 0: "
@@ -72,9 +75,23 @@ const fd_directive_t fd_upstream_directives[] = {
     {.name = "proxy_protocol_version", .type = FD_CONF_INT,
      .offset = UP(proxy_protocol_version), .def = "1", .min = 1, .max = 2,
      .doc = "1 (text) or 2 (binary) for proxy_protocol = on"},
+    {.name = "health_check", .type = FD_CONF_STR,
+     .offset = UP(health_check),
+     .doc = "URI [interval=5s] [timeout=2s] [fails=1] [passes=1] "
+            "[status=200-399] [port=N]: every interval, one GET of URI "
+            "(plain HTTP/1.1, on a connection of its own, to the server's "
+            "address or port=) per server for the whole fastd, not per "
+            "worker; fails= failed probes in a row take the server out of "
+            "the group for every worker, passes= passed ones bring it "
+            "back. Unlike passive health (max_fails), it takes out a "
+            "group's only server too: its requests then get 502. The state "
+            "outlives a reload. Example: health_check = /healthz "
+            "interval=2s fails=3 passes=2"},
     FD_CONF_END};
 
 static fd_upstream_shm_t *shm; /* this worker's status area */
+static fd_upstream_t **groups;  /* this worker's groups (health status) */
+static unsigned ngroups;
 
 static fd_upstream_shm_peer_t *peer_shm(fd_upstream_peer_t *p)
 {
@@ -179,6 +196,7 @@ static fd_upstream_peer_t *peer_add(fd_conf_t *cf, fd_upstream_t *up)
     np[up->npeers].index = up->npeers;
     np[up->npeers].up = up;
     np[up->npeers].shm = -1;
+    np[up->npeers].health = -1;
     return &np[up->npeers++];
 }
 
@@ -395,6 +413,9 @@ int fd_upstream_init_section(fd_conf_t *cf, const char *name, void *conf)
     if (up->hash_key && up->balance != FD_UPSTREAM_HASH)
         return fd_conf_error(cf, "[upstream %s]: hash_key needs balance = "
                              "hash", name);
+    if (up->hash_key == NULL &&
+        fd_var_compile(cf, &up->key, "$remote_addr", 12, 0, "hash_key"))
+        return FD_ERROR;
     for (i = 0; i < up->npeers && up->peers[i].backup; i++)
         ;
     if (i == up->npeers)
@@ -411,42 +432,29 @@ int fd_upstream_init_section(fd_conf_t *cf, const char *name, void *conf)
     if (up->balance == FD_UPSTREAM_HASH && ring_build(cf, up) != FD_OK)
         return FD_ERROR;
     upstream_finish(up);
+    if (up->health_check) {
+        cf->line = key_line(cf, "health_check", 0);
+        if (fd_upstream_health_parse(cf, up, up->health_check) != FD_OK ||
+            fd_upstream_health_bind(cf, up) != FD_OK)
+            return FD_ERROR;
+        cf->line = line;
+    }
     return FD_OK;
 }
 
+/* hash_key: a script of the registry ("$host$uri", "$cookie_sid", ...),
+ * compiled here, evaluated per request by the proxy */
 static int set_hash_key(fd_conf_t *cf, const fd_directive_t *d, void *conf,
                         const char *v)
 {
     fd_upstream_t *up = conf;
-    size_t i, n;
-    char *h;
 
     (void)d;
-    if (strcmp(v, "$remote_addr") == 0) {
-        up->key = FD_UPSTREAM_KEY_REMOTE_ADDR;
-    } else if (strcmp(v, "$uri") == 0) {
-        up->key = FD_UPSTREAM_KEY_URI;
-    } else if (strcmp(v, "$request_uri") == 0) {
-        up->key = FD_UPSTREAM_KEY_REQUEST_URI;
-    } else if (strcmp(v, "$host") == 0) {
-        up->key = FD_UPSTREAM_KEY_HOST;
-    } else if (strncmp(v, "$http_", 6) == 0 && v[6] != '\0') {
-        n = strlen(v + 6);
-        h = fd_pnalloc(cf->pool, n + 1);
-        for (i = 0; i < n; i++) {
-            char c = fd_tolower(v[6 + i]);
-            h[i] = c == '_' ? '-' : c;
-            if (!fd_http_tchar[(uint8_t)h[i]])
-                return fd_conf_error(cf, "bad header name in \"%s\"", v);
-        }
-        h[n] = '\0';
-        up->key = FD_UPSTREAM_KEY_HEADER;
-        up->key_header = (fd_str_t){n, h};
-    } else {
-        return fd_conf_error(cf, "\"hash_key\" must be $remote_addr, $uri, "
-                             "$request_uri, $host or $http_NAME, not \"%s\"",
-                             v);
-    }
+    if (*v == '\0')
+        return fd_conf_error(cf, "\"hash_key\" needs a value, e.g. "
+                             "$remote_addr");
+    if (fd_var_compile(cf, &up->key, v, strlen(v), 0, "hash_key") != FD_OK)
+        return FD_ERROR;
     up->hash_key = fd_pstrdup(cf->pool, v, strlen(v));
     return FD_OK;
 }
@@ -509,7 +517,7 @@ fd_upstream_t *fd_upstream_implicit(fd_conf_t *cf, const char *hostport,
 
 int fd_upstream_peer_usable(const fd_upstream_peer_t *p)
 {
-    if (p->down)
+    if (p->down || !fd_upstream_health_ok(p))
         return 0;
     if (p->max_fails && p->fails >= (unsigned)p->max_fails &&
         fd_current_msec - p->checked <= p->fail_timeout)
@@ -986,6 +994,14 @@ void fd_upstream_init_worker(fd_upstream_t **ups, unsigned n,
     shm = area;
     if (shm)
         memset(shm, 0, sizeof(*shm));
+    free(groups);
+    groups = NULL;
+    ngroups = 0;
+    if (n && (groups = malloc(n * sizeof(*groups))) != NULL) {
+        memcpy(groups, ups, n * sizeof(*groups));
+        ngroups = n;
+    }
+    fd_upstream_health_start(ups, n);
     for (i = 0; i < n; i++) {
         for (k = 0; k < ups[i]->npeers; k++) {
             fd_upstream_peer_t *p = &ups[i]->peers[k];
@@ -1025,12 +1041,26 @@ static size_t label_escape(char *dst, size_t size, const char *src,
     return n;
 }
 
+void fd_upstream_status_labels(char *dst, size_t size, const char *up,
+                               const char *server)
+{
+    char u[80], s[112];
+
+    label_escape(u, sizeof(u), up, strlen(up));
+    label_escape(s, sizeof(s), server, strlen(server));
+    snprintf(dst, size, "upstream=\"%s\",server=\"%s\"", u, s);
+}
+
 void fd_upstream_status(fd_status_t *st, const void *area, unsigned worker)
 {
     const fd_upstream_shm_t *a = area;
     char labels[256], u[80], s[112];
     unsigned i;
 
+    /* the health table is every process's: once, with this worker's own
+     * slot (the one answering) */
+    if (fd_worker && worker == fd_worker->slot)
+        fd_upstream_health_status(st, groups, ngroups);
     if (a == NULL)
         return;
     for (i = 0; i < FD_UPSTREAM_SHM_PEERS; i++) {

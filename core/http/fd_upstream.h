@@ -7,6 +7,7 @@
 #include "fd_module.h"
 #include "fd_event.h"
 #include "fd_stream.h"
+#include "fd_var.h"
 
 /*
  * Upstream groups: the servers a request may go to, how one is picked,
@@ -36,18 +37,19 @@
  */
 
 enum { FD_UPSTREAM_RR, FD_UPSTREAM_LEAST_CONN, FD_UPSTREAM_HASH };
-/* balance = hash: what the key is (the user computes it) */
-enum {
-    FD_UPSTREAM_KEY_REMOTE_ADDR,
-    FD_UPSTREAM_KEY_URI,
-    FD_UPSTREAM_KEY_REQUEST_URI,
-    FD_UPSTREAM_KEY_HOST,
-    FD_UPSTREAM_KEY_HEADER
-};
 
 typedef struct fd_upstream_s fd_upstream_t;
 typedef struct fd_upstream_peer_s fd_upstream_peer_t;
 typedef struct fd_upstream_conn_s fd_upstream_conn_t;
+
+/* health_check = URI ...: what a probe asks, how often, what passes */
+typedef struct {
+    char *uri;
+    fd_msec_t interval, timeout;
+    unsigned fails, passes;    /* in a row, to go out / to come back */
+    unsigned status_lo, status_hi;
+    unsigned port;             /* 0: the server's own */
+} fd_upstream_health_t;
 
 struct fd_upstream_peer_s {
     char *name;                /* "127.0.0.1:3000", "[::1]:80", "unix:/x" */
@@ -60,6 +62,7 @@ struct fd_upstream_peer_s {
     unsigned down:1;
     unsigned index;            /* in up->peers */
     int shm;                   /* status entry, -1: none */
+    int health;                /* health_check entry, -1: none */
     fd_upstream_t *up;
     /* per worker */
     int64_t current;           /* smooth weighted round robin */
@@ -85,6 +88,7 @@ struct fd_upstream_s {
     fd_int_t keepalive_requests;
     int proxy_protocol;        /* a PROXY header on each new connection */
     fd_int_t proxy_protocol_version;
+    char *health_check;
 
     char *name;
     const char *file;
@@ -93,10 +97,10 @@ struct fd_upstream_s {
     unsigned npeers;
     fd_upstream_point_t *ring;
     unsigned nring;
-    int key;                   /* FD_UPSTREAM_KEY_* */
-    fd_str_t key_header;       /* $http_x_y: "x-y" */
+    fd_var_script_t key;       /* hash_key, compiled (fd_var.h) */
     fd_upstream_t *next_implicit; /* pass = http://host:port/ groups */
     char *implicit_opts;       /* ... and the options pass gave them */
+    fd_upstream_health_t *health; /* NULL: no active checks */
 
     /* per worker: every idle connection, newest first (eviction order) */
     fd_upstream_conn_t *lru_head, *lru_tail;
@@ -217,7 +221,26 @@ fd_upstream_conn_t *fd_upstream_keepalive_get(fd_upstream_peer_t *p,
 /* Close p's idle connections (one died: its siblings likely too). */
 void fd_upstream_keepalive_close_peer(fd_upstream_peer_t *p);
 
+/* --- active health checks (fd_upstream_health.c) --- */
+
+/* Load (the master): parse health_check, and give each server of the
+ * group its entry in the table every process shares. */
+int fd_upstream_health_parse(fd_conf_t *cf, fd_upstream_t *up,
+                             const char *text);
+int fd_upstream_health_bind(fd_conf_t *cf, fd_upstream_t *up);
+/* 0 while the server's health check has taken it out */
+int fd_upstream_health_ok(const fd_upstream_peer_t *p);
+/* Worker start: the probes of these groups' servers (they end with the
+ * worker). */
+void fd_upstream_health_start(fd_upstream_t **ups, unsigned n);
+void fd_upstream_health_status(fd_status_t *st, fd_upstream_t **ups,
+                               unsigned n);
+
 /* --- status --- */
+
+/* upstream="U",server="S", escaped for the status writer */
+void fd_upstream_status_labels(char *dst, size_t size, const char *up,
+                               const char *server);
 
 #define FD_UPSTREAM_SHM_PEERS 64 /* servers with counters, all groups */
 

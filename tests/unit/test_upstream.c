@@ -297,6 +297,58 @@ static void test_health(void)
        "implicit: weight= needs an [upstream]");
 }
 
+/* health_check: its options, its errors, and a reload's group finding
+ * the same shared entries (the state goes on) */
+static void test_health_check(void)
+{
+    static const char *const kv[] = {
+        "server", "127.0.0.1:8101", "server", "127.0.0.1:8102",
+        "health_check", "/hz interval=1s timeout=5s fails=2 passes=3 "
+                        "status=200-204 port=9000", NULL};
+    static const char *const bad[][2] = {
+        {"hz", "needs a URI"}, {"/hz interval=50ms", "interval=50ms"},
+        {"/hz passes=1001", "passes=1001"}, {"/hz status=99", "status=99"},
+        {"/hz status=204-200", "status=204-200"}, {"/hz port=0", "port=0"},
+        {"/h\x01z", "control character"}, {"/hz x=1", "unknown option"}};
+    fd_upstream_t *up = group("checked", kv), *again = group("checked", kv);
+    const fd_upstream_health_t *hc;
+    unsigned i;
+
+    if (!ok(up && up->health && again, "health_check: parsed"))
+        return;
+    hc = up->health;
+    ok(strcmp(hc->uri, "/hz") == 0 && hc->interval == 1000 &&
+       hc->fails == 2 && hc->passes == 3 && hc->status_lo == 200 &&
+       hc->status_hi == 204 && hc->port == 9000,
+       "health_check: every option");
+    is_int(hc->timeout, 1000, "health_check: timeout no longer than the "
+           "interval");
+    ok(up->peers[0].health >= 0 && up->peers[1].health >= 0 &&
+       up->peers[0].health != up->peers[1].health,
+       "health_check: an entry per server");
+    ok(again->peers[0].health == up->peers[0].health &&
+       again->peers[1].health == up->peers[1].health,
+       "health_check: a reload's group finds the same entries");
+    ok(fd_upstream_health_ok(&up->peers[0]) &&
+       fd_upstream_peer_usable(&up->peers[0]),
+       "health_check: a server is up until probes say otherwise");
+    for (i = 0; i < fd_nelems(bad); i++) {
+        const char *const b[] = {"server", "127.0.0.1:8103",
+                                 "health_check", bad[i][0], NULL};
+        fd_upstream_t *x = fd_pcalloc(cf.pool, sizeof(*x));
+        const fd_directive_t *d;
+        int rc = fd_conf_defaults(&cf, fd_upstream_directives, x);
+        for (const char *const *k = b; rc == FD_OK && k[0]; k += 2) {
+            d = fd_conf_find(fd_upstream_directives, k[0]);
+            rc = fd_conf_set(&cf, d, x, k[1]);
+        }
+        if (rc == FD_OK)
+            rc = fd_upstream_init_section(&cf, "bad", x);
+        ok(rc != FD_OK && strstr(cf.err, bad[i][1]) != NULL,
+           "health_check = %s: refused (%s)", bad[i][0], cf.err);
+    }
+}
+
 static void test_status(void)
 {
     static const char *const kv[] = {"server", "127.0.0.1:8001",
@@ -511,6 +563,7 @@ int main(void)
     test_backup();
     test_hash();
     test_health();
+    test_health_check();
     test_status();
     test_keepalive();
 

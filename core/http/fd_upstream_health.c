@@ -1,0 +1,491 @@
+/*
+ * Active health checks ([upstream] health_check = URI ...): fastd asks
+ * each server for URI every interval and takes a server that fails
+ * `fails` probes in a row out of the group until it passes `passes` in a
+ * row.
+ *
+ * One probe per interval per server for the whole fastd, not one per
+ * worker, and one verdict every worker sees: the state lives in a table
+ * shared by every process (mapped by the master at the first
+ * configuration load, before any worker is forked, and kept across
+ * reloads, so a reload neither forgets a server's health nor probes it
+ * twice as often). Each worker keeps a timer per checked server; when it
+ * fires, the worker that moves the entry's next probe time forward
+ * (compare-and-swap on a monotonic clock every process shares) sends the
+ * probe, and the others look again when the next one is due. A worker
+ * that exits leaves nothing to take over: the others were waiting on
+ * the same entry.
+ *
+ * A probe is a plain HTTP/1.1 GET with Connection: close on a connection
+ * of its own (never a pooled one), bounded by timeout; a status in the
+ * status= range is a pass, anything else (a refused or reset connection,
+ * a timeout, another status, garbage) a failure.
+ */
+#include <sys/mman.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fd_core.h"
+#include "fd_status.h"
+#include "fd_upstream.h"
+
+#define HEALTH_ENTRIES 256
+
+/* One server's state, shared by every process. */
+typedef struct {
+    char upstream[32];
+    char server[48];
+    uint64_t next_at;          /* monotonic ms of the next probe (CAS) */
+    uint32_t used;             /* claimed by a configuration */
+    uint32_t healthy;          /* what every worker's balancer reads */
+    uint32_t fails, passes;    /* in a row */
+    uint32_t last_status;      /* the last probe's HTTP status; 0: none */
+    uint32_t last_ok;
+    uint64_t probes, failed;   /* counters */
+} health_entry_t;
+
+static health_entry_t *table;
+
+typedef struct probe_s {
+    fd_timer_t timer;
+    fd_upstream_peer_t *peer;
+    fd_upstream_conn_t *uc;
+    size_t sent, got;
+    char buf[64];
+} probe_t;
+
+static health_entry_t *entry_of(const fd_upstream_peer_t *p)
+{
+    return table && p->health >= 0 ? &table[p->health] : NULL;
+}
+
+int fd_upstream_health_ok(const fd_upstream_peer_t *p)
+{
+    const health_entry_t *e = entry_of(p);
+
+    return e == NULL || __atomic_load_n(&e->healthy, __ATOMIC_RELAXED);
+}
+
+/* --- configuration (the master, at load) --------------------------------- */
+
+static int parse_uint(const char *s, uint64_t max, uint64_t *v)
+{
+    char *end;
+    unsigned long long n;
+
+    if (*s < '0' || *s > '9')
+        return FD_ERROR;
+    errno = 0;
+    n = strtoull(s, &end, 10);
+    if (errno || *end || n > max)
+        return FD_ERROR;
+    *v = n;
+    return FD_OK;
+}
+
+/* health_check = URI [interval=T] [timeout=T] [fails=N] [passes=N]
+ * [status=LO-HI] [port=N] */
+int fd_upstream_health_parse(fd_conf_t *cf, fd_upstream_t *up,
+                             const char *text)
+{
+    char *s = fd_pstrdup(cf->pool, text, strlen(text)), *save, *tok;
+    fd_upstream_health_t *hc = fd_pcalloc(cf->pool, sizeof(*hc));
+    uint64_t v, w;
+    size_t i;
+
+    if (hc == NULL)
+        return fd_conf_error(cf, "out of memory");
+    hc->interval = 5000;
+    hc->timeout = 2000;
+    hc->fails = 1;
+    hc->passes = 1;
+    hc->status_lo = 200;
+    hc->status_hi = 399;
+    tok = strtok_r(s, " \t", &save);
+    if (tok == NULL || tok[0] != '/')
+        return fd_conf_error(cf, "\"health_check\" needs a URI that starts "
+                             "with / (health_check = /healthz interval=2s)");
+    for (i = 0; tok[i]; i++)
+        if ((unsigned char)tok[i] <= ' ' || tok[i] == 0x7f)
+            return fd_conf_error(cf, "\"health_check\": a control "
+                                 "character in the URI");
+    hc->uri = tok;
+    while ((tok = strtok_r(NULL, " \t", &save)) != NULL) {
+        int64_t ms;
+        if (strncmp(tok, "interval=", 9) == 0 ||
+            strncmp(tok, "timeout=", 8) == 0) {
+            int iv = tok[0] == 'i';
+            ms = fd_conf_parse_msec(tok + (iv ? 9 : 8));
+            if (ms < 100 || ms > 86400000)
+                return fd_conf_error(cf, "\"health_check\": bad \"%s\" (a "
+                                     "duration from 100ms to 1d)", tok);
+            if (iv)
+                hc->interval = (fd_msec_t)ms;
+            else
+                hc->timeout = (fd_msec_t)ms;
+        } else if (strncmp(tok, "fails=", 6) == 0 ||
+                   strncmp(tok, "passes=", 7) == 0) {
+            int f = tok[0] == 'f';
+            if (parse_uint(tok + (f ? 6 : 7), 1000, &v) != FD_OK || v == 0)
+                return fd_conf_error(cf, "\"health_check\": bad \"%s\" "
+                                     "(1..1000)", tok);
+            if (f)
+                hc->fails = (unsigned)v;
+            else
+                hc->passes = (unsigned)v;
+        } else if (strncmp(tok, "status=", 7) == 0) {
+            char *dash = strchr(tok + 7, '-');
+            if (dash) {
+                *dash = '\0';
+                if (parse_uint(tok + 7, 599, &v) != FD_OK ||
+                    parse_uint(dash + 1, 599, &w) != FD_OK || v < 100 ||
+                    w < v)
+                    return fd_conf_error(cf, "\"health_check\": bad "
+                                         "\"status=%s-%s\" (LO-HI within "
+                                         "100-599)", tok + 7, dash + 1);
+            } else if (parse_uint(tok + 7, 599, &v) != FD_OK || v < 100) {
+                return fd_conf_error(cf, "\"health_check\": bad \"%s\" (a "
+                                     "status, or LO-HI)", tok);
+            } else {
+                w = v;
+            }
+            hc->status_lo = (unsigned)v;
+            hc->status_hi = (unsigned)w;
+        } else if (strncmp(tok, "port=", 5) == 0) {
+            if (parse_uint(tok + 5, 65535, &v) != FD_OK || v == 0)
+                return fd_conf_error(cf, "\"health_check\": bad \"%s\" "
+                                     "(1..65535)", tok);
+            hc->port = (unsigned)v;
+        } else {
+            return fd_conf_error(cf, "\"health_check\": unknown option "
+                                 "\"%s\" (interval=, timeout=, fails=, "
+                                 "passes=, status=, port=)", tok);
+        }
+    }
+    if (hc->timeout > hc->interval)
+        hc->timeout = hc->interval;
+    up->health = hc;
+    return FD_OK;
+}
+
+static void name_copy(char *dst, size_t size, const char *src)
+{
+    size_t n = strlen(src);
+
+    if (n >= size) /* keep the end: ports and socket names differ there */
+        src += n - (size - 1);
+    memcpy(dst, src, fd_min(n, size - 1) + 1);
+}
+
+/* Each server of a checked group gets its entry, found again by name
+ * after a reload (its state goes on) or taken new. */
+int fd_upstream_health_bind(fd_conf_t *cf, fd_upstream_t *up)
+{
+    unsigned i, k;
+
+    if (up->health == NULL)
+        return FD_OK;
+    if (table == NULL) {
+        void *m = mmap(NULL, HEALTH_ENTRIES * sizeof(health_entry_t),
+                       PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                       -1, 0);
+        if (m == MAP_FAILED)
+            return fd_conf_error(cf, "health_check: mmap() failed: %s",
+                                 strerror(errno));
+        table = m;
+    }
+    for (i = 0; i < up->npeers; i++) {
+        fd_upstream_peer_t *p = &up->peers[i];
+        char un[32], sn[48];
+        int free_slot = -1;
+
+        name_copy(un, sizeof(un), up->name);
+        name_copy(sn, sizeof(sn), p->name);
+        p->health = -1;
+        for (k = 0; k < HEALTH_ENTRIES; k++) {
+            health_entry_t *e = &table[k];
+            if (!e->used) {
+                if (free_slot < 0)
+                    free_slot = (int)k;
+                continue;
+            }
+            if (strcmp(e->upstream, un) == 0 && strcmp(e->server, sn) == 0) {
+                p->health = (int)k;
+                break;
+            }
+        }
+        if (p->health >= 0)
+            continue;
+        if (free_slot < 0) {
+            fd_log_error(FD_LOG_WARN, 0, "health_check: more than %d "
+                         "servers: \"%s\" server %s is not checked",
+                         HEALTH_ENTRIES, up->name, p->name);
+            continue;
+        }
+        health_entry_t *e = &table[free_slot];
+        memset(e, 0, sizeof(*e));
+        memcpy(e->upstream, un, sizeof(un));
+        memcpy(e->server, sn, sizeof(sn));
+        e->healthy = 1; /* until probes say otherwise, as passive health */
+        e->used = 1;
+        p->health = free_slot;
+    }
+    return FD_OK;
+}
+
+/* --- probing (each worker) ----------------------------------------------- */
+
+static void probe_arm(probe_t *pr);
+
+static void verdict(probe_t *pr, unsigned status, const char *why)
+{
+    fd_upstream_peer_t *p = pr->peer;
+    const fd_upstream_health_t *hc = p->up->health;
+    health_entry_t *e = entry_of(p);
+    int pass = status >= hc->status_lo && status <= hc->status_hi;
+
+    if (pr->uc) {
+        pr->uc->data = NULL;
+        fd_upstream_conn_close(pr->uc);
+        pr->uc = NULL;
+    }
+    if (e == NULL)
+        return;
+    __atomic_add_fetch(&e->probes, 1, __ATOMIC_RELAXED);
+    e->last_status = status;
+    e->last_ok = (uint32_t)pass;
+    if (pass) {
+        e->fails = 0;
+        if (!e->healthy && ++e->passes >= hc->passes) {
+            e->passes = 0;
+            __atomic_store_n(&e->healthy, 1, __ATOMIC_RELAXED);
+            fd_log_error(FD_LOG_NOTICE, 0, "upstream \"%s\" server %s "
+                         "passed its health check: back in the group",
+                         p->up->name, p->name);
+        }
+        return;
+    }
+    __atomic_add_fetch(&e->failed, 1, __ATOMIC_RELAXED);
+    e->passes = 0;
+    if (e->healthy && ++e->fails >= hc->fails) {
+        e->fails = 0;
+        __atomic_store_n(&e->healthy, 0, __ATOMIC_RELAXED);
+        fd_log_error(FD_LOG_WARN, 0, "upstream \"%s\" server %s failed its "
+                     "health check (%s): taken out of the group",
+                     p->up->name, p->name, why);
+    } else {
+        fd_log_error(FD_LOG_INFO, 0, "upstream \"%s\" server %s: health "
+                     "check failed (%s)", p->up->name, p->name, why);
+    }
+}
+
+static void probe_event(fd_upstream_conn_t *uc)
+{
+    probe_t *pr = uc->data;
+    const fd_upstream_health_t *hc = pr->peer->up->health;
+    char req[512];
+    int len;
+
+    if (uc->connecting) {
+        int err = 0;
+        socklen_t sl = sizeof(err);
+        if (!uc->s.writable && !uc->s.eof)
+            return;
+        if (getsockopt(uc->s.ev.fd, SOL_SOCKET, SO_ERROR, &err, &sl) < 0)
+            err = errno;
+        if (err) {
+            verdict(pr, 0, strerror(err));
+            return;
+        }
+        if (!uc->s.writable)
+            return;
+        uc->connecting = 0;
+    }
+    len = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: %s\r\n"
+                   "User-Agent: fastd health check\r\n"
+                   "Connection: close\r\n\r\n", hc->uri,
+                   pr->peer->sa.ss_family == AF_UNIX ? "localhost"
+                                                      : pr->peer->name);
+    if (len < 0 || (size_t)len >= sizeof(req)) {
+        verdict(pr, 0, "the request is too long");
+        return;
+    }
+    while (pr->sent < (size_t)len && uc->s.writable) {
+        struct iovec iov = {.iov_base = req + pr->sent,
+                            .iov_len = (size_t)len - pr->sent};
+        ssize_t n = fd_stream_send(&uc->s, &iov, 1, 0);
+        if (n == FD_AGAIN)
+            break;
+        if (n < 0) {
+            verdict(pr, 0, "send() failed");
+            return;
+        }
+        pr->sent += (size_t)n;
+    }
+    while (uc->s.readable && pr->got < sizeof(pr->buf) - 1) {
+        ssize_t n = fd_stream_recv(&uc->s, pr->buf + pr->got,
+                                   sizeof(pr->buf) - 1 - pr->got);
+        if (n == FD_AGAIN)
+            break;
+        if (n <= 0)
+            break; /* the end, or an error: judged by what came */
+        pr->got += (size_t)n;
+    }
+    pr->buf[pr->got] = '\0';
+    /* "HTTP/1.x NNN" is all a probe reads */
+    if (pr->got >= 12 || uc->s.eof) {
+        const char *b = pr->buf;
+        if (pr->got >= 12 && memcmp(b, "HTTP/1.", 7) == 0 &&
+            (b[7] == '0' || b[7] == '1') && b[8] == ' ' && b[9] >= '1' &&
+            b[9] <= '5' && b[10] >= '0' && b[10] <= '9' && b[11] >= '0' &&
+            b[11] <= '9' && (pr->got == 12 || b[12] == ' ' ||
+                             b[12] == '\r'))
+            verdict(pr, (unsigned)((b[9] - '0') * 100 + (b[10] - '0') * 10 +
+                                   (b[11] - '0')),
+                    "status");
+        else
+            verdict(pr, 0, pr->got ? "not an HTTP response"
+                                   : "closed without a response");
+    }
+}
+
+static void probe_timeout(fd_upstream_conn_t *uc)
+{
+    verdict(uc->data, 0, "timed out");
+}
+
+static void probe_start(probe_t *pr)
+{
+    fd_upstream_peer_t *p = pr->peer;
+    const fd_upstream_health_t *hc = p->up->health;
+    struct sockaddr_storage sa = p->sa;
+    int fd, connecting = 0;
+
+    if (hc->port && sa.ss_family == AF_INET)
+        ((struct sockaddr_in *)&sa)->sin_port = htons((uint16_t)hc->port);
+    else if (hc->port && sa.ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)&sa)->sin6_port = htons((uint16_t)hc->port);
+    fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        verdict(pr, 0, strerror(errno));
+        return;
+    }
+    if (connect(fd, (struct sockaddr *)&sa, p->salen) < 0) {
+        if (errno != EINPROGRESS) {
+            int err = errno == EAGAIN ? ECONNREFUSED : errno;
+            close(fd);
+            verdict(pr, 0, strerror(err));
+            return;
+        }
+        connecting = 1;
+    }
+    pr->uc = fd_upstream_conn_add(p, fd, connecting);
+    if (pr->uc == NULL) {
+        verdict(pr, 0, strerror(errno));
+        return;
+    }
+    pr->sent = pr->got = 0;
+    pr->uc->data = pr;
+    pr->uc->on_event = probe_event;
+    pr->uc->on_timeout = probe_timeout;
+    fd_upstream_conn_deadline(pr->uc, hc->timeout);
+    if (!connecting)
+        probe_event(pr->uc);
+}
+
+/* Due: the worker that moves the entry's time on probes. */
+static void probe_timer(fd_timer_t *t)
+{
+    probe_t *pr = (probe_t *)t;
+    health_entry_t *e = entry_of(pr->peer);
+    uint64_t now = fd_current_msec, at;
+
+    if (e == NULL)
+        return;
+    at = __atomic_load_n(&e->next_at, __ATOMIC_RELAXED);
+    if (pr->uc == NULL && now >= at &&
+        __atomic_compare_exchange_n(&e->next_at, &at,
+                                    now + pr->peer->up->health->interval, 0,
+                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        probe_start(pr);
+    probe_arm(pr);
+}
+
+static void probe_arm(probe_t *pr)
+{
+    health_entry_t *e = entry_of(pr->peer);
+    uint64_t now = fd_current_msec, at;
+
+    if (e == NULL)
+        return;
+    at = __atomic_load_n(&e->next_at, __ATOMIC_RELAXED);
+    /* a little after it is due: whoever is first takes it */
+    fd_timer_add(&pr->timer, (at > now ? at - now : 0) + 1 +
+                                 (fd_msec_t)(getpid() % 7));
+}
+
+static probe_t *probes;
+static unsigned nprobes;
+
+void fd_upstream_health_start(fd_upstream_t **ups, unsigned n)
+{
+    unsigned i, k, total = 0;
+
+    for (i = 0; i < n; i++)
+        if (ups[i]->health)
+            total += ups[i]->npeers;
+    if (total == 0 || table == NULL)
+        return;
+    probes = calloc(total, sizeof(*probes));
+    if (probes == NULL) {
+        fd_log_error(FD_LOG_ALERT, ENOMEM, "health_check: no probes");
+        return;
+    }
+    for (i = 0; i < n; i++) {
+        if (ups[i]->health == NULL)
+            continue;
+        for (k = 0; k < ups[i]->npeers; k++) {
+            probe_t *pr = &probes[nprobes];
+            if (ups[i]->peers[k].health < 0)
+                continue;
+            pr->peer = &ups[i]->peers[k];
+            pr->timer.handler = probe_timer;
+            nprobes++;
+            probe_arm(pr);
+        }
+    }
+}
+
+/* --- status -------------------------------------------------------------- */
+
+void fd_upstream_health_status(fd_status_t *st, fd_upstream_t **ups,
+                               unsigned n)
+{
+    char labels[256];
+    unsigned i, k;
+
+    if (table == NULL)
+        return;
+    for (i = 0; i < n; i++) {
+        if (ups[i]->health == NULL)
+            continue;
+        for (k = 0; k < ups[i]->npeers; k++) {
+            const health_entry_t *e = entry_of(&ups[i]->peers[k]);
+            if (e == NULL)
+                continue;
+            fd_upstream_status_labels(labels, sizeof(labels), e->upstream,
+                                      e->server);
+            fd_status_gauge(st, "upstream_check_up", "1 while the server passes its "
+                            "health check, 0 while it is taken out", labels,
+                            e->healthy);
+            fd_status_gauge(st, "upstream_check_status", "The last probe's "
+                            "HTTP status (0: no response)", labels,
+                            e->last_status);
+            fd_status_gauge(st, "upstream_check_probes", "Health probes sent to the "
+                            "server (by all workers)", labels, e->probes);
+            fd_status_gauge(st, "upstream_check_failed", "Health probes that "
+                            "failed", labels, e->failed);
+        }
+    }
+}

@@ -1,0 +1,571 @@
+/*
+ * limit_req: request rate limits shared by every worker.
+ *
+ *   [limit_req per_ip]
+ *   key = $binary_remote_addr
+ *   rate = 10r/s
+ *   size = 1m
+ *
+ *   [location /api]
+ *   limit_req = per_ip burst=20 nodelay
+ *
+ * A leaky bucket per key, as nginx's: each request adds one to the key's
+ * excess, which drains at `rate`; past `burst` a request is rejected
+ * (limit_req_status, 503). Within the burst a request waits until the
+ * excess above `delay` has drained (delay=0 unless given: every request
+ * past the rate waits), or not at all with nodelay.
+ *
+ * The buckets live in a table every process maps (the master maps it at
+ * load, before any worker is forked; a reload with the same name and
+ * size keeps it), so a client cannot multiply its rate by the number of
+ * workers. The table is an array of 4-entry buckets, each behind its own
+ * spin lock held for a few loads and stores: one short lock per key. A
+ * full bucket gives its stalest entry to a new key.
+ *
+ * In the access phase, before the queue limiter: a request first passes
+ * max_conns_per_ip (at accept), then limit_req, then its [queue].
+ */
+#include <sched.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "fd_core.h"
+#include "fd_http.h"
+#include "fd_status.h"
+#include "fd_var.h"
+
+#define ZONE_MAX 16
+#define ZONE_NAME_MAX 32
+#define KEY_MAX 38            /* key bytes kept; longer ones: the hash */
+#define WAYS 4
+
+typedef struct {
+    uint64_t hash;
+    uint64_t last;            /* ms of the last counted request */
+    int64_t excess;           /* milli-requests above the rate */
+    uint16_t len;             /* the key's length; 0: free */
+    char key[KEY_MAX];
+} entry_t;
+
+typedef struct {
+    uint32_t lock;
+    uint32_t pad;
+    entry_t e[WAYS];
+} bucket_t;
+
+/* [limit_req NAME] */
+typedef struct {
+    char *key;
+    int key_line;
+    char *rate_text;
+    size_t size;
+
+    char *name;
+    unsigned index;           /* in the status area */
+    fd_var_script_t script;
+    int64_t rate;             /* milli-requests per second */
+    bucket_t *table;
+    size_t nbuckets;
+} zone_t;
+
+/* the location's limit_req = NAME [burst=N] [nodelay | delay=N] */
+typedef struct {
+    char *spec;
+    fd_int_t status;
+    int dry_run;
+    const char *file;
+    int line;
+    zone_t *zone;
+    int64_t burst, delay;     /* milli-requests */
+} limit_loc_t;
+
+typedef struct {
+    char name[ZONE_NAME_MAX];
+    uint64_t passed, delayed, rejected, dry_run;
+} zone_shm_t;
+
+fd_module_t fd_limit_req_module;
+
+static zone_shm_t *area; /* this worker's status slot */
+
+/* --- the shared tables (the master, at load) ---------------------------- */
+
+/* Tables outlive a configuration: a reload with the same name and size
+ * finds its buckets again (the rates go on). */
+static struct mapped {
+    struct mapped *next;
+    char name[ZONE_NAME_MAX];
+    size_t size;
+    bucket_t *table;
+} *mapped;
+
+static bucket_t *table_for(const char *name, size_t size)
+{
+    struct mapped *m;
+    void *p;
+
+    for (m = mapped; m; m = m->next)
+        if (m->size == size && strcmp(m->name, name) == 0)
+            return m->table;
+    p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+             -1, 0);
+    if (p == MAP_FAILED || (m = calloc(1, sizeof(*m))) == NULL) {
+        if (p != MAP_FAILED)
+            munmap(p, size);
+        return NULL;
+    }
+    snprintf(m->name, sizeof(m->name), "%s", name);
+    m->size = size;
+    m->table = p;
+    m->next = mapped;
+    mapped = m;
+    return p;
+}
+
+/* --- configuration ------------------------------------------------------- */
+
+#define ZOFF(f) offsetof(zone_t, f)
+
+/* key: kept with its line, for the compile's errors */
+static int set_key(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                   const char *value)
+{
+    zone_t *z = conf;
+
+    (void)d;
+    if ((z->key = fd_pstrdup(cf->pool, value, strlen(value))) == NULL)
+        return fd_conf_error(cf, "out of memory");
+    z->key_line = cf->line;
+    return FD_OK;
+}
+
+static const fd_directive_t zone_directives[] = {
+    {.name = "key", .type = FD_CONF_CUSTOM, .set = set_key,
+     .def = "$binary_remote_addr",
+     .doc = "what a limit counts by: text and $variables, e.g. "
+            "$http_x_api_key; requests whose key is empty are not "
+            "limited. The default, $binary_remote_addr, is the client's "
+            "address as 4 or 16 bytes"},
+    {.name = "rate", .type = FD_CONF_STR, .offset = ZOFF(rate_text),
+     .doc = "the rate each key may keep up: Nr/s or Nr/m (10r/s, 30r/m)"},
+    {.name = "size", .type = FD_CONF_SIZE, .offset = ZOFF(size),
+     .def = "1m", .min = 65536, .max = 1 << 30,
+     .doc = "the table shared by every worker: 264 bytes per 4 keys "
+            "(1m holds about 15,800 keys); a full bucket gives its "
+            "stalest key's place to a new one"},
+    FD_CONF_END};
+
+static int parse_rate(const char *s, int64_t *rate)
+{
+    char *end;
+    long long n;
+
+    if (s == NULL || *s < '0' || *s > '9')
+        return FD_ERROR;
+    errno = 0;
+    n = strtoll(s, &end, 10);
+    if (errno || n < 1 || n > 1000000)
+        return FD_ERROR;
+    if (strcmp(end, "r/s") == 0)
+        *rate = n * 1000;
+    else if (strcmp(end, "r/m") == 0)
+        *rate = n * 1000 / 60 ? n * 1000 / 60 : 1;
+    else
+        return FD_ERROR;
+    return FD_OK;
+}
+
+static int zone_init_section(fd_conf_t *cf, const char *name, void *conf)
+{
+    zone_t *z = conf;
+    size_t n = strlen(name);
+
+    if (fd_cycle_section_name(cf, "limit_req", name, ZONE_NAME_MAX) != FD_OK)
+        return FD_ERROR;
+    if (z->rate_text == NULL)
+        return fd_conf_error(cf, "[limit_req %s] has no \"rate\" (rate = "
+                             "10r/s)", name);
+    if (parse_rate(z->rate_text, &z->rate) != FD_OK)
+        return fd_conf_error(cf, "[limit_req %s]: bad rate \"%s\" (Nr/s or "
+                             "Nr/m, N from 1 to 1000000)", name,
+                             z->rate_text);
+    if (z->key_line)
+        cf->line = z->key_line;
+    if (fd_var_compile(cf, &z->script, z->key, strlen(z->key), 0, "key") !=
+        FD_OK)
+        return FD_ERROR;
+    z->name = fd_pstrdup(cf->pool, name, n);
+    z->nbuckets = z->size / sizeof(bucket_t);
+    z->table = table_for(name, z->nbuckets * sizeof(bucket_t));
+    if (z->name == NULL || z->table == NULL)
+        return fd_conf_error(cf, "[limit_req %s]: out of memory (the %zu "
+                             "byte table)", name, z->size);
+    return FD_OK;
+}
+
+static int set_limit(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                     const char *value)
+{
+    limit_loc_t *lc = conf;
+
+    (void)d;
+    lc->spec = fd_pstrdup(cf->pool, value, strlen(value));
+    if (lc->spec == NULL)
+        return fd_conf_error(cf, "out of memory");
+    lc->file = cf->file;
+    lc->line = cf->line;
+    return FD_OK;
+}
+
+#define LOFF(f) offsetof(limit_loc_t, f)
+
+static const fd_directive_t limit_directives[] = {
+    {.name = "limit_req", .type = FD_CONF_CUSTOM, .set = set_limit,
+     .doc = "NAME [burst=N] [nodelay | delay=N]: count the request in "
+            "[limit_req NAME]; past its rate up to burst requests wait "
+            "(none with nodelay; the first N without waiting with "
+            "delay=N), past burst it is rejected; off: none. Example: "
+            "limit_req = per_ip burst=20 nodelay"},
+    {.name = "limit_req_status", .type = FD_CONF_INT, .offset = LOFF(status),
+     .def = "503", .min = 400, .max = 599,
+     .doc = "the status of a rejected request"},
+    {.name = "limit_req_dry_run", .type = FD_CONF_FLAG,
+     .offset = LOFF(dry_run), .def = "off",
+     .doc = "on: count and log what would be rejected or delayed, but let "
+            "every request through"},
+    FD_CONF_END};
+
+static int limit_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
+{
+    limit_loc_t *lc = conf;
+    char *s, *save, *tok;
+    int nodelay = 0, has_delay = 0;
+    int64_t burst = 0, delay = 0, v;
+
+    (void)loc;
+    if (lc->spec == NULL || strcmp(lc->spec, "off") == 0)
+        return FD_OK;
+    cf->file = lc->file;
+    cf->line = lc->line;
+    s = fd_pstrdup(cf->pool, lc->spec, strlen(lc->spec));
+    if (s == NULL)
+        return fd_conf_error(cf, "out of memory");
+    tok = strtok_r(s, " \t", &save);
+    lc->zone = tok ? fd_cycle_section(cf->cycle, "limit_req", tok) : NULL;
+    if (lc->zone == NULL)
+        return fd_conf_error(cf, "unknown limit_req \"%s\" (no [limit_req "
+                             "%s] section)", tok ? tok : "",
+                             tok ? tok : "NAME");
+    while ((tok = strtok_r(NULL, " \t", &save)) != NULL) {
+        if (strncmp(tok, "burst=", 6) == 0 &&
+            (v = fd_conf_parse_uint(tok + 6, 1000000)) >= 0) {
+            burst = v;
+        } else if (strncmp(tok, "delay=", 6) == 0 &&
+                   (v = fd_conf_parse_uint(tok + 6, 1000000)) >= 0) {
+            delay = v;
+            has_delay = 1;
+        } else if (strcmp(tok, "nodelay") == 0) {
+            nodelay = 1;
+        } else {
+            return fd_conf_error(cf, "\"limit_req\": bad \"%s\" (burst=N, "
+                                 "nodelay or delay=N, N from 0 to "
+                                 "1000000)", tok);
+        }
+    }
+    if (nodelay && has_delay)
+        return fd_conf_error(cf, "\"limit_req\": nodelay and delay= "
+                             "together");
+    lc->burst = burst * 1000;
+    lc->delay = nodelay ? lc->burst : fd_min(delay, burst) * 1000;
+    return FD_OK;
+}
+
+/* Number the zones (their entries in the status area). */
+static int limit_init_cycle(fd_conf_t *cf, fd_cycle_t *cycle)
+{
+    return fd_cycle_number_sections(cf, cycle, &fd_limit_req_module,
+                                    ZONE_MAX, offsetof(zone_t, index));
+}
+
+static int limit_init_worker(fd_worker_t *w)
+{
+    fd_conf_section_t *s;
+
+    area = fd_stats ? fd_stats_area(fd_stats, &fd_limit_req_module) : NULL;
+    if (area == NULL)
+        return FD_OK;
+    memset(area, 0, ZONE_MAX * sizeof(*area));
+    for (s = w->cycle->sections; s; s = s->next) {
+        zone_t *z = s->conf;
+        if (s->module == &fd_limit_req_module)
+            snprintf(area[z->index].name, ZONE_NAME_MAX, "%s", z->name);
+    }
+    return FD_OK;
+}
+
+/* --- the bucket of a key ------------------------------------------------- */
+
+static uint64_t key_hash(const char *p, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        h = (h ^ (unsigned char)p[i]) * 0x100000001b3ull;
+    return h ^ (h >> 29);
+}
+
+/* memcmp() == 0 for the short keys of a table, without the call */
+static inline int key_eq(const char *a, const char *b, size_t n)
+{
+    uint64_t x, y;
+
+    for (; n >= 8; a += 8, b += 8, n -= 8) {
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        if (x != y)
+            return 0;
+    }
+    for (; n; n--)
+        if (*a++ != *b++)
+            return 0;
+    return 1;
+}
+
+static void lock(bucket_t *b)
+{
+    unsigned spins = 0;
+
+    while (__atomic_exchange_n(&b->lock, 1, __ATOMIC_ACQUIRE)) {
+        while (__atomic_load_n(&b->lock, __ATOMIC_RELAXED)) {
+            if (++spins % 64 == 0)
+                sched_yield(); /* its holder was preempted */
+            else
+                __builtin_ia32_pause();
+        }
+    }
+}
+
+static void unlock(bucket_t *b)
+{
+    __atomic_store_n(&b->lock, 0, __ATOMIC_RELEASE);
+}
+
+/*
+ * Count one request of key k in zone z: FD_OK with *wait (ms; 0: none),
+ * or FD_DECLINED past the burst (the request is not counted, as nginx).
+ */
+static int account(const zone_t *z, const limit_loc_t *lc, const char *k,
+                   size_t n, uint64_t now, uint64_t *wait)
+{
+    uint64_t h = key_hash(k, n);
+    /* the bucket: the hash's high half scaled to the table, no division */
+    bucket_t *b = &z->table[(size_t)(((h >> 32) * (uint64_t)z->nbuckets) >>
+                                     32)];
+    size_t kept = n < KEY_MAX ? n : KEY_MAX;
+    entry_t *e = NULL, *victim = NULL;
+    int64_t excess;
+    unsigned i;
+
+    lock(b);
+    for (i = 0; i < WAYS; i++) {
+        entry_t *x = &b->e[i];
+        if (x->hash == h && x->len == n && key_eq(x->key, k, kept)) {
+            e = x;
+            break;
+        }
+        /* a free entry, else the one counted longest ago */
+        if (victim == NULL ||
+            (victim->len != 0 && (x->len == 0 || x->last < victim->last)))
+            victim = x;
+    }
+    if (e == NULL) {
+        /* a new key: nothing to drain, nothing in excess */
+        e = victim;
+        e->hash = h;
+        e->len = (uint16_t)n;
+        memcpy(e->key, k, kept);
+        e->excess = 0;
+        e->last = now;
+        unlock(b);
+        *wait = 0;
+        return FD_OK;
+    }
+    excess = e->excess -
+             (int64_t)((now > e->last ? now - e->last : 0) *
+                       (uint64_t)z->rate / 1000);
+    if (excess < 0)
+        excess = 0;
+    excess += 1000;
+    if (excess > lc->burst) {
+        unlock(b);
+        return FD_DECLINED;
+    }
+    e->excess = excess;
+    e->last = now;
+    unlock(b);
+    *wait = excess > lc->delay
+                ? (uint64_t)(excess - lc->delay) * 1000 / (uint64_t)z->rate
+                : 0;
+    return FD_OK;
+}
+
+/* --- the access phase ---------------------------------------------------- */
+
+typedef struct {
+    fd_timer_t timer;         /* first */
+    fd_request_t *r;
+    void (*prev_abort)(fd_request_t *r);
+} wait_t;
+
+#define COUNT(z, f) \
+    (area ? (void)__atomic_add_fetch(&area[(z)->index].f, 1, \
+                                     __ATOMIC_RELAXED) : (void)0)
+
+static void wait_over(fd_timer_t *t)
+{
+    wait_t *w = (wait_t *)t;
+    fd_request_t *r = w->r;
+
+    r->on_abort = w->prev_abort;
+    fd_http_access_continue(r, &fd_limit_req_module);
+}
+
+static void wait_cleanup(void *data)
+{
+    fd_timer_del(&((wait_t *)data)->timer);
+}
+
+static void wait_abort(fd_request_t *r)
+{
+    wait_t *w = *fd_request_ctx(r, &fd_limit_req_module);
+
+    fd_timer_del(&w->timer);
+    r->on_abort = w->prev_abort;
+    if (w->prev_abort)
+        w->prev_abort(r);
+}
+
+static int limit_access(fd_request_t *r)
+{
+    limit_loc_t *lc = fd_loc_conf(r->loc, &fd_limit_req_module);
+    const zone_t *z = lc->zone;
+    char kb[512];
+    fd_sbuf_t sb;
+    fd_str_t key;
+    uint64_t wait;
+    void **ctx;
+    wait_t *w;
+
+    /* counted once: not again after a rewrite, nor once it waited */
+    if (z == NULL || r->rate_counted)
+        return FD_OK;
+    r->rate_counted = 1;
+    if (z->script.n == 1 && z->script.ops[0].kind == FD_VAR_OP_VAR) {
+        key = fd_var_value(r, &z->script.ops[0], NULL, kb); /* one var */
+    } else {
+        fd_sbuf_init_fixed(&sb, kb, sizeof(kb));
+        fd_var_eval(r, &z->script, NULL, FD_VAR_ESC_NONE, &sb);
+        key = fd_sbuf_str(&sb); /* a key over 512 bytes: what fitted */
+    }
+    if (key.len == 0)
+        return FD_OK; /* nothing to count by: not limited */
+    if (account(z, lc, key.data, key.len, fd_current_msec, &wait) !=
+        FD_OK) {
+        if (lc->dry_run) {
+            COUNT(z, dry_run);
+            fd_log_error(FD_LOG_WARN, 0, "limiting requests, dry run, by "
+                         "zone \"%s\"", z->name);
+            return FD_OK;
+        }
+        COUNT(z, rejected);
+        fd_log_error(FD_LOG_WARN, 0, "limiting requests by zone \"%s\"",
+                     z->name);
+        return (int)lc->status;
+    }
+    if (wait == 0 || lc->dry_run) {
+        COUNT(z, passed);
+        return FD_OK;
+    }
+    COUNT(z, delayed);
+    ctx = fd_request_ctx(r, &fd_limit_req_module);
+    w = ctx ? fd_pcalloc(r->pool, sizeof(*w)) : NULL;
+    if (w == NULL || fd_pool_cleanup_add(r->pool, wait_cleanup, w) == NULL)
+        return 500;
+    *ctx = w;
+    w->r = r;
+    w->timer.handler = wait_over;
+    w->prev_abort = r->on_abort;
+    r->on_abort = wait_abort;
+    fd_timer_add(&w->timer, (fd_msec_t)wait);
+    return FD_AGAIN;
+}
+
+static int limit_loc_active(const fd_http_loc_t *loc)
+{
+    const limit_loc_t *lc = fd_loc_conf(loc, &fd_limit_req_module);
+
+    return lc->zone != NULL;
+}
+
+/* --- status -------------------------------------------------------------- */
+
+static void limit_status(fd_status_t *st, const void *a, unsigned worker)
+{
+    const zone_shm_t *e = a;
+    char labels[ZONE_NAME_MAX + 16];
+    unsigned i;
+
+    (void)worker;
+    if (e == NULL)
+        return;
+    for (i = 0; i < ZONE_MAX; i++, e++) {
+        if (e->name[0] == '\0')
+            continue;
+        snprintf(labels, sizeof(labels), "zone=\"%s\"", e->name);
+        fd_status_counter(st, "limit_req_passed", "Requests within the "
+                          "rate.", labels, e->passed);
+        fd_status_counter(st, "limit_req_delayed", "Requests that waited "
+                          "for the rate.", labels, e->delayed);
+        fd_status_counter(st, "limit_req_rejected", "Requests rejected "
+                          "past the burst.", labels, e->rejected);
+        fd_status_counter(st, "limit_req_dry_run", "Requests a dry run "
+                          "would have rejected.", labels, e->dry_run);
+    }
+}
+
+static void limit_retire(void *retired, const void *a)
+{
+    const zone_shm_t *s = a;
+    zone_shm_t *into;
+    unsigned i;
+
+    for (i = 0; i < ZONE_MAX; i++, s++) {
+        if (s->name[0] == '\0' ||
+            (into = fd_status_named_entry(retired, sizeof(*s), ZONE_MAX,
+                                          s->name, sizeof(s->name))) == NULL)
+            continue;
+        into->passed += s->passed;
+        into->delayed += s->delayed;
+        into->rejected += s->rejected;
+        into->dry_run += s->dry_run;
+    }
+}
+
+fd_module_t fd_limit_req_module = {
+    .name = "limit_req",
+    .directives = limit_directives,
+    .conf_size = sizeof(limit_loc_t),
+    .init_conf = limit_init_conf,
+    .init_worker = limit_init_worker,
+    .section = "limit_req",
+    .section_directives = zone_directives,
+    .section_size = sizeof(zone_t),
+    .init_section = zone_init_section,
+    .init_cycle = limit_init_cycle,
+    .shm_size = ZONE_MAX * sizeof(zone_shm_t),
+    .status = limit_status,
+    .retire = limit_retire,
+    .access = limit_access,
+    .loc_active = limit_loc_active,
+};

@@ -1,0 +1,215 @@
+#!/usr/bin/perl
+# auth_basic: HTTP Basic against an htpasswd file of bcrypt and SHA-crypt
+# hashes. 401 with the challenge, the right password in, wrong ones and
+# unknown users out (logged without the password), malformed headers, the
+# cache of recent successes, the file re-read when it changes (a bad new
+# file keeps the old one), [server]-wide auth, HTTP/2, /plaintext staying
+# fast while 50 clients wait for bcrypt, and bad files and lines as config
+# errors naming file:line.
+
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use FastdTest;
+use MIME::Base64 qw(encode_base64);
+use IO::Select;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+plan skip_all => 'the openssl CLI is not installed' unless -x '/usr/bin/openssl';
+
+my $t = FastdTest->new;
+my $dir = $t->dir;
+my $bcrypt_salt = '$2b$10$' . 'abcdefghijklmnopqrstuv';
+sub sha6 { my $h = `openssl passwd -6 '$_[0]'`; chomp $h; $h }
+sub bcrypt { crypt($_[0], $bcrypt_salt) }
+ok(bcrypt('x') =~ /^\$2b\$10\$/, 'crypt() makes bcrypt hashes here')
+    or BAIL_OUT('no bcrypt in crypt()');
+
+my $pw = "$dir/htpasswd";
+sub write_users {
+    my ($text) = @_;
+    FastdTest::spew("$pw.new", $text);
+    rename "$pw.new", $pw or die "rename: $!";
+}
+write_users("# staff\nann:" . sha6('s3cret') . "\n\nbob:" . bcrypt('hunter2')
+          . ":a comment\n");
+
+my $h2port = $t->another_port;
+my $conf = FastdTest::base_conf(
+    locations => <<"L",
+[location /private]
+handler = plaintext
+auth_basic = "Staff only"
+auth_basic_user_file = $pw
+
+[location = /status]
+handler = status
+L
+    extra => <<"E");
+[server]
+listen = 127.0.0.1:$h2port http2
+auth_basic = "Whole site"
+auth_basic_user_file = $pw
+
+[location /]
+handler = plaintext
+
+[location /open]
+handler = plaintext
+auth_basic = off
+E
+$t->write_conf($conf);
+$t->start;
+
+sub basic { 'Basic ' . encode_base64($_[0], '') }
+sub get_as {
+    my ($cred, $path) = @_;
+    my $r = $t->get($path // '/private',
+                    defined $cred ? (Authorization => $cred) : ());
+    return $r;
+}
+sub status_of { my $r = get_as(@_); $r ? $r->status : 0 }
+
+# --- the challenge -------------------------------------------------------------
+my $r = get_as(undef);
+is($r && $r->status, 401, 'no credentials: 401');
+is($r && $r->header('www-authenticate'), 'Basic realm="Staff only", charset="UTF-8"',
+   'with the challenge');
+is(status_of(undef, '/plaintext'), 200, 'other locations are open');
+
+# --- in and out ------------------------------------------------------------------
+is(status_of(basic('ann:s3cret')), 200, 'SHA-512 crypt: the right password is in');
+is(status_of(basic('bob:hunter2')), 200, 'bcrypt (a :comment after the hash): in');
+is(status_of(basic('ann:wrong1')), 401, 'a wrong password: 401');
+is(status_of(basic('zed:wrong2')), 401, 'an unknown user: 401');
+is(status_of('basic ' . encode_base64('ann:s3cret', '')), 200, '"basic" in any case');
+like($t->error_log, qr/user "ann": password mismatch/, 'a mismatch is logged');
+like($t->error_log, qr/user "zed" was not found/, 'so is an unknown user');
+unlike($t->error_log, qr/s3cret|hunter2|wrong1|wrong2/, 'no password in the log');
+
+# --- malformed -----------------------------------------------------------------------
+for my $bad (['Basic !!!!', 'not base64'], [basic('ann'), 'no colon'],
+             ['Bearer abc', 'another scheme'], ['Basic', 'nothing after Basic'],
+             [basic('ann:' . ('x' x 3000)), 'credentials over 1 KB'],
+             [basic("ann\0:s3cret"), 'a NUL in the credentials']) {
+    is(status_of($bad->[0]), 401, "malformed ($bad->[1]): 401");
+}
+ok($t->running, 'fastd still running');
+
+# --- the cache ---------------------------------------------------------------------------
+sub counter {
+    my $m = $t->get('/status?format=prometheus');
+    my ($v) = ($m ? $m->body : '') =~ /^fastd_auth_basic_$_[0]_total (\d+)$/m;
+    return $v // 0;
+}
+my ($v0, $c0) = (counter('verified'), counter('cached'));
+is(status_of(basic('bob:hunter2')), 200, 'bob again');
+is(status_of(basic('bob:hunter2')), 200, 'and again');
+is(counter('verified') - $v0, 0, 'recent credentials are not run through crypt() again');
+is(counter('cached') - $c0, 2, '... the cache of successes answers');
+
+# --- the file changes ------------------------------------------------------------------
+write_users("ann:" . sha6('n3w') . "\nbob:" . bcrypt('hunter2') . "\n");
+ok(FastdTest::wait_for(sub { status_of(basic('ann:n3w')) == 200 }, 10),
+   'a new password in the file works (the file is re-read)');
+is(status_of(basic('ann:s3cret')), 401, 'the old one no longer does');
+like($t->error_log, qr/auth_basic_user_file ".*htpasswd" re-read: 2 users/,
+     're-read, with a notice');
+write_users("ann:plaintext\n");
+# the file is looked at when a request comes, at most once a second
+ok(FastdTest::wait_for(sub { status_of(basic('ann:n3w'));
+                             $t->error_log =~ /the last good file stays in use/ }, 10),
+   'a bad new file is refused, with an error');
+is(status_of(basic('ann:n3w')), 200, 'and the last good one keeps serving');
+write_users("ann:" . sha6('n3w') . "\nbob:" . bcrypt('hunter2') . "\n"
+          . "slow:" . bcrypt('right') . "\n");
+
+# --- [server]-wide, and over HTTP/2 ----------------------------------------------------
+is(status_of(undef, '/') , 200, '(the first server has none)');
+{
+    my $c = FastdTest::Conn->new($h2port, timeout => 10);
+    $c->send("GET /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    my $x = $c->read_response;
+    is($x && $x->status, 401, 'auth_basic in [server]: its locations ask');
+    $c = FastdTest::Conn->new($h2port, timeout => 10);
+    $c->send("GET /open HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    $x = $c->read_response;
+    is($x && $x->status, 200, 'auth_basic = off in a location: open');
+}
+SKIP: {
+    my $nghttp = (grep { -x } qw(/usr/bin/nghttp))[0];
+    skip 'nghttp is not installed', 2 unless $nghttp;
+    my $a = basic('bob:hunter2');
+    my $out = `$nghttp -v -H 'authorization: $a' http://127.0.0.1:$h2port/h 2>&1`;
+    like($out, qr/:status: 200/, 'HTTP/2 with the right credentials: 200');
+    $out = `$nghttp -v http://127.0.0.1:$h2port/h 2>&1`;
+    like($out, qr/www-authenticate: Basic realm="Whole site"/,
+         'HTTP/2 without: 401 with the challenge');
+}
+
+# --- bcrypt does not stall the worker ------------------------------------------------------
+{
+    # 50 clients with wrong passwords (no cache): each is a bcrypt run
+    my @c = map { $t->connect(timeout => 30) } 1 .. 50;
+    my $i = 0;
+    $_->send("GET /private HTTP/1.1\r\nHost: x\r\nAuthorization: "
+             . basic('slow:wrong' . $i++) . "\r\n\r\n") for @c;
+    my $t0 = time;
+    my $p = $t->get('/plaintext');
+    my $plain = time - $t0;
+    my $n401 = 0;
+    for my $c (@c) {
+        my $x = $c->read_response;
+        $n401++ if $x && $x->status == 401;
+        $c->close;
+    }
+    my $all = time - $t0;
+    is($p && $p->status, 200, '/plaintext during 50 bcrypt checks: 200');
+    is($n401, 50, 'the 50 get their 401');
+    ok($plain < 1 && $plain < $all, sprintf('/plaintext answered in %.3f s, '
+       . 'while the checks took %.2f s: the worker did not wait for them',
+       $plain, $all));
+}
+
+ok($t->running, 'fastd still running');
+$t->no_alerts;
+$t->stop;
+
+# --- bad configurations ----------------------------------------------------------------------
+my @bad = (
+    ["ann:plaintext\n", qr/htpasswd:1: user "ann": not a hash worth checking/],
+    ["# des\nann:abJnggxhB/yWI\n", qr/htpasswd:2: user "ann"/],
+    ["ann:\$apr1\$abc\$def\n", qr/htpasswd:1: user "ann"/],
+    ["nocolon\n", qr/htpasswd:1: not NAME:HASH/],
+);
+for my $b (@bad) {
+    my ($users, $re) = @$b;
+    write_users($users);
+    my ($rc, $out) = check_conf($conf);
+    ok($rc != 0 && $out =~ $re && $out =~ /fastd\.conf:\d+/,
+       "htpasswd \"" . (split /\n/, $users)[-1] . "\": refused at load") or diag($out);
+}
+{
+    (my $c = $conf) =~ s/^auth_basic_user_file = .*\n//m;
+    my ($rc, $out) = check_conf($c);
+    ok($rc != 0 && $out =~ /"auth_basic" needs auth_basic_user_file/,
+       'auth_basic without a user file: a config error') or diag($out);
+    ($c = $conf) =~ s/^auth_basic = "Staff only"$/auth_basic = "a\\"b"/m;
+    ($rc, $out) = check_conf($c);
+    ok($rc != 0 && $out =~ /the realm may not hold/, 'a quote in the realm: refused')
+        or diag($out);
+    unlink $pw;
+    ($rc, $out) = check_conf($conf);
+    ok($rc != 0 && $out =~ /cannot open/, 'a missing user file: refused') or diag($out);
+}
+
+sub check_conf {
+    my ($text) = @_;
+    $text =~ s/%%(\w+)%%/$1 eq 'PORT' ? $t->port : $1 eq 'PORT2' ? $t->port2 : $dir/ge;
+    FastdTest::spew("$dir/fastd.conf", $text);
+    return FastdTest::run_fastd('-t', '-c', "$dir/fastd.conf");
+}
+
+done_testing();
