@@ -22,9 +22,7 @@
 
 typedef struct {
     uint8_t deny;
-    uint8_t family;     /* 0: all */
-    uint8_t bits;
-    uint8_t addr[16];
+    fd_cidr_t net;      /* family 0: all */
 } acl_rule_t;
 
 typedef struct {
@@ -62,11 +60,11 @@ static int parse_rule(fd_conf_t *cf, const fd_directive_t *d, const char *v,
     slash = strchr(text, '/');
     if (slash)
         *slash++ = '\0';
-    if (inet_pton(AF_INET, text, rule->addr) == 1) {
-        rule->family = AF_INET;
+    if (inet_pton(AF_INET, text, rule->net.addr) == 1) {
+        rule->net.family = AF_INET;
         max = 32;
-    } else if (inet_pton(AF_INET6, text, rule->addr) == 1) {
-        rule->family = AF_INET6;
+    } else if (inet_pton(AF_INET6, text, rule->net.addr) == 1) {
+        rule->net.family = AF_INET6;
         max = 128;
     } else {
         return fd_conf_error(cf, "%s: \"%s\" is not an address, CIDR or "
@@ -76,28 +74,28 @@ static int parse_rule(fd_conf_t *cf, const fd_directive_t *d, const char *v,
     if (slash && (bits = fd_conf_parse_uint(slash, max)) < 0)
         return fd_conf_error(cf, "%s: bad prefix length in \"%s\" (digits, "
                              "0 .. %u)", d->name, v, max);
-    rule->bits = (uint8_t)bits;
+    rule->net.bits = (uint8_t)bits;
     for (i = 0; i < max / 8; i++) {
         unsigned keep = bits >= 8 * (i + 1) ? 8
                         : bits > 8 * i      ? (unsigned)(bits - 8 * i)
                                             : 0;
-        masked[i] = rule->addr[i] & (uint8_t)(0xff00 >> keep);
+        masked[i] = rule->net.addr[i] & (uint8_t)(0xff00 >> keep);
     }
-    if (memcmp(masked, rule->addr, max / 8) != 0) {
-        inet_ntop(rule->family, masked, net, sizeof(net));
+    if (memcmp(masked, rule->net.addr, max / 8) != 0) {
+        inet_ntop(rule->net.family, masked, net, sizeof(net));
         return fd_conf_error(cf, "%s: \"%s\" has bits set below the prefix "
                              "length: write %s/%u for the network or %s "
                              "for the one address", d->name, v, net,
-                             rule->bits, text);
+                             rule->net.bits, text);
     }
     /* ::ffff:10.0.0.0/104 is the IPv4 rule 10.0.0.0/8: it then matches
      * the client of an IPv4 listener too */
-    if (rule->family == AF_INET6 && rule->bits >= 96 &&
-        memcmp(rule->addr, mapped, 12) == 0) {
-        memmove(rule->addr, rule->addr + 12, 4);
-        memset(rule->addr + 4, 0, 12);
-        rule->family = AF_INET;
-        rule->bits -= 96;
+    if (rule->net.family == AF_INET6 && rule->net.bits >= 96 &&
+        memcmp(rule->net.addr, mapped, 12) == 0) {
+        memmove(rule->net.addr, rule->net.addr + 12, 4);
+        memset(rule->net.addr + 4, 0, 12);
+        rule->net.family = AF_INET;
+        rule->net.bits -= 96;
     }
     return FD_OK;
 }
@@ -142,43 +140,18 @@ static int acl_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
     return FD_OK;
 }
 
-static int prefix_match(const uint8_t *a, const uint8_t *net, unsigned bits)
-{
-    unsigned full = bits / 8, rest = bits % 8;
-
-    if (memcmp(a, net, full) != 0)
-        return 0;
-    return rest == 0 ||
-           ((a[full] ^ net[full]) & (uint8_t)(0xff00 >> rest)) == 0;
-}
-
 static int acl_access(fd_request_t *r)
 {
     acl_conf_t *ac = fd_loc_conf(r->loc, &fd_acl_module);
-    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0,
-                                       0, 0, 0, 0, 0xff, 0xff};
-    const uint8_t *v4 = NULL;
-    fd_addr_t a, *c = &a; /* the client's, after real_ip */
+    fd_addr_t a; /* the client's, after real_ip */
     unsigned i;
 
     if (ac->neff == 0)
         return FD_OK;
     fd_request_addr(r, &a);
-    if (c->family == AF_INET)
-        v4 = c->addr;
-    else if (c->family == AF_INET6 && memcmp(c->addr, mapped, 12) == 0)
-        v4 = c->addr + 12;
     for (i = 0; i < ac->neff; i++) {
         const acl_rule_t *rule = &ac->eff[i];
-        int match;
-        if (rule->family == 0)
-            match = 1;
-        else if (rule->family == AF_INET)
-            match = v4 && prefix_match(v4, rule->addr, rule->bits);
-        else
-            match = c->family == AF_INET6 &&
-                    prefix_match(c->addr, rule->addr, rule->bits);
-        if (match) {
+        if (rule->net.family == 0 || fd_cidr_match(&rule->net, 1, &a)) {
             if (!rule->deny)
                 return FD_OK;
             fd_log_error(FD_LOG_INFO, 0, "access forbidden by rule, "

@@ -243,22 +243,10 @@ void fd_worker_hold(int delta)
 
 size_t fd_connection_addr_text(fd_connection_t *c, char *buf, size_t size)
 {
-    if (c->family == AF_INET && size >= 16) {
-        /* per proxied request (X-Forwarded-For, X-Real-IP): inet_ntop()
-         * goes through sprintf(), some 1700 instructions */
-        char *p = buf;
-        unsigned i;
-        for (i = 0; i < 4; i++) {
-            p = fd_fmt_uint(p, c->addr[i]);
-            *p++ = i < 3 ? '.' : '\0';
-        }
-        return (size_t)(p - 1 - buf);
-    }
-    if (inet_ntop(c->family, c->addr, buf, (socklen_t)size) == NULL) {
-        buf[0] = '\0';
-        return 0;
-    }
-    return strlen(buf);
+    fd_addr_t a;
+
+    fd_connection_addr(c, &a);
+    return fd_addr_text(&a, buf, size);
 }
 
 void fd_connection_addr(const fd_connection_t *c, fd_addr_t *a)
