@@ -205,9 +205,11 @@ static int set_rewrite(fd_conf_t *cf, const fd_directive_t *d, void *conf,
         return FD_ERROR;
     if (q < end) {
         op->has_args = 1;
+        /* a last "?" drops the request's arguments: "/x?" adds none,
+         * "/x?a=1?" adds a=1 (the "?" right after q is both) */
         op->keep_args = q + 1 < end && end[-1] != '?';
         if (script_compile(cf, &op->args, q + 1,
-                           end[-1] == '?' ? end - 1 : end,
+                           end[-1] == '?' && end - 1 > q ? end - 1 : end,
                            "rewrite") != FD_OK)
             return FD_ERROR;
     }

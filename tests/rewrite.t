@@ -58,6 +58,7 @@ rewrite = ^/abs/(.*)$ http://other.example/$1
 [location /args/]
 rewrite = ^/args/keep$ /b/keep?x=1 last
 rewrite = ^/args/drop$ /b/drop?x=1? last
+rewrite = ^/args/none$ /b/none? last
 
 [location /chain/]
 rewrite = ^/chain/one$ /chain/two
@@ -173,6 +174,8 @@ is(req('/args/keep?y=2')->body, 'b:/b/keep?x=1&y=2',
    'new arguments first, the request\'s after');
 is(req('/args/drop?y=2')->body, 'b:/b/drop?x=1',
    'a replacement ending in "?" drops the request\'s arguments');
+is(req('/args/none?y=2')->body, 'b:/b/none?',
+   'a replacement that is only "?" at its end drops them and adds none');
 
 is(req('/chain/one')->body, 'b:/b/three?',
    'rules without a flag chain, then the new URI is routed');
