@@ -328,6 +328,17 @@ const fd_directive_t fd_http_loc_directives[] = {
             "-1): sets Expires and Cache-Control: max-age=N (no-cache for "
             "epoch and a negative one), replacing the handler's, on the "
             "statuses add_header applies to. E.g. expires = 30d"},
+    {.name = "limit_rate", .type = FD_CONF_SIZE, .offset = LOC(limit_rate),
+     .def = "0",
+     .doc = "bytes per second a response is sent at (k, m: 100k), per "
+            "request as nginx (HTTP/1.1: the connection's response; "
+            "HTTP/2: the stream's DATA); 0 (the default): no limit. The "
+            "header and about a tenth of a second of body leave at once. "
+            "E.g. limit_rate = 500k"},
+    {.name = "limit_rate_after", .type = FD_CONF_SIZE,
+     .offset = LOC(limit_rate_after), .def = "0",
+     .doc = "bytes of a response sent at full speed before limit_rate "
+            "applies. E.g. limit_rate_after = 1m"},
     FD_CONF_END};
 
 /* server_name = a.example www.a.example: one list item per name */

@@ -818,6 +818,13 @@ static int seg_defer(fd_outq_t *q, fd_stream_t *st, fd_outseg_t *s)
  */
 int fd_outq_flush(fd_outq_t *q, fd_stream_t *st)
 {
+    return fd_outq_flush_max(q, st, SIZE_MAX);
+}
+
+/* A limited flush (max < SIZE_MAX) is not batched: the limit counts what
+ * left, and a batched send leaves later. */
+int fd_outq_flush_max(fd_outq_t *q, fd_stream_t *st, size_t max)
+{
     size_t frame = st->et ? OUTQ_FIRST_FRAME : SIZE_MAX;
 
     if (q->op.slot)
@@ -826,8 +833,10 @@ int fd_outq_flush(fd_outq_t *q, fd_stream_t *st)
         fd_outseg_t *s = q->segs;
         ssize_t n;
 
+        if (max == 0)
+            return FD_DONE;
         if (s->kind == SEG_FILE) {
-            size_t len = s->len;
+            size_t len = fd_min(s->len, max);
             if (!s->deferred) {
                 if (frame == 0)
                     return seg_defer(q, st, s);
@@ -836,23 +845,31 @@ int fd_outq_flush(fd_outq_t *q, fd_stream_t *st)
             n = fd_stream_sendfile(st, s->fd, (off_t)s->off, len);
         } else {
             struct iovec iov[OUTQ_MAX_IOV];
-            int niov = 0, batch = q->sent != NULL;
+            int niov = 0, batch = q->sent != NULL && max == SIZE_MAX;
+            size_t left = max;
             fd_outseg_t *t;
-            for (t = s; t && t->kind != SEG_FILE && niov < OUTQ_MAX_IOV;
+            for (t = s; t && t->kind != SEG_FILE && niov < OUTQ_MAX_IOV &&
+                        left > 0;
                  t = t->next) {
                 iov[niov].iov_base = (void *)(t->kind == SEG_BUF
                                                   ? q->buf + t->off
                                                   : t->mem);
-                iov[niov].iov_len = t->len;
+                iov[niov].iov_len = fd_min(t->len, left);
+                left -= iov[niov].iov_len;
                 niov++;
             }
             if (batch && t == NULL && outq_batch(q, st, iov, niov) == FD_OK)
                 return FD_AGAIN;
-            n = fd_stream_send(st, iov, niov, t && t->kind == SEG_FILE);
+            /* more: a file follows at once; not at a limit, whose rest
+             * waits for a timer */
+            n = fd_stream_send(st, iov, niov,
+                               t && t->kind == SEG_FILE && left > 0);
         }
         if (n < 0)
             return (int)n;
         frame -= fd_min(frame, (size_t)n);
+        if (max != SIZE_MAX)
+            max -= (size_t)n;
         outq_consume(q, (size_t)n);
     }
     return FD_OK;

@@ -249,6 +249,9 @@ int fd_outq_copied(const fd_outq_t *q);
 /* Send what is queued: FD_OK when empty, FD_AGAIN (the socket is full,
  * or the bytes wait in the turn's batch: fd_outq_batched()), FD_ERROR. */
 int fd_outq_flush(fd_outq_t *q, fd_stream_t *s);
+/* The same, sending at most max bytes: FD_DONE when it sent them and more
+ * is queued (a rate limit: the owner waits for a timer, not the socket). */
+int fd_outq_flush_max(fd_outq_t *q, fd_stream_t *s, size_t max);
 /* Drop what is queued and give the buffer back; segments are kept. */
 void fd_outq_clear(fd_outq_t *q);
 /* Free everything (the owner goes away). */

@@ -191,6 +191,9 @@ static void http_release(fd_connection_t *c)
     if (h->rbuf)
         fd_block_put(&fd_worker->rbufs, h->rbuf);
     fd_outq_clear(&h->out);
+    if (fd_timer_armed(&h->rate_timer))
+        fd_timer_del(&h->rate_timer);
+    h->rate.rate = 0;
     h->rbuf = NULL;
     h->r = NULL;
     c->h = NULL;
@@ -208,12 +211,46 @@ static void http_release(fd_connection_t *c)
 
 /* --- output --- */
 
+/* limit_rate's wait is over: go on as after a writable event */
+static void rate_wake(fd_timer_t *t)
+{
+    fd_http_conn_t *h = (fd_http_conn_t *)((char *)t -
+                                           offsetof(fd_http_conn_t,
+                                                    rate_timer));
+
+    if (h->c && h->c->h == h)
+        h->c->s.ev.handler(&h->c->s.ev, 0);
+}
+
+/* A flush under limit_rate: what the rate allows, then a timer for the
+ * rest (the socket may well take more: no EPOLLOUT to wait for). */
+static __attribute__((noinline)) int flush_limited(fd_connection_t *c)
+{
+    fd_http_conn_t *h = c->h;
+    size_t before = h->out.bytes, allow = fd_http_rate_allow(&h->rate);
+    int rc = allow ? fd_outq_flush_max(&h->out, &c->s, allow) : FD_DONE;
+
+    h->rate.sent += before - h->out.bytes;
+    if (rc == FD_DONE && !fd_timer_armed(&h->rate_timer)) {
+        h->rate_timer.handler = rate_wake;
+        fd_timer_add(&h->rate_timer, fd_http_rate_delay(&h->rate));
+    }
+    return rc;
+}
+
 /* Write what is queued: FD_OK when empty, FD_AGAIN, or FD_ERROR. */
 int fd_http_flush(fd_connection_t *c)
 {
-    int rc = fd_outq_flush(&c->h->out, &c->s);
     int in = c->s.lt_noin ? (c->s.lt_hup ? LT_HUP : LT_NONE) : LT_IN;
+    int rc = fd_likely(c->h->rate.rate == 0) ? fd_outq_flush(&c->h->out, &c->s)
+                                             : flush_limited(c);
 
+    if (rc == FD_DONE) {
+        /* limit_rate's timer goes on, not the socket */
+        lt_interest(c, in, 0);
+        fd_connection_set_timeout(c, fd_worker->cycle->http.send_timeout);
+        return FD_AGAIN;
+    }
     if (rc == FD_AGAIN) {
         /* a full socket waits for EPOLLOUT; a batched send for the end of
          * the turn (http_sent) */

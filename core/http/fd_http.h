@@ -77,6 +77,8 @@ struct fd_http_loc_s {
     int add_header_inherit;    /* off: only this section's own */
     int expires_mode;          /* FD_EXPIRES_* */
     int64_t expires;           /* FD_EXPIRES_TIME: seconds, may be < 0 */
+    size_t limit_rate;         /* response bytes/s, 0: none */
+    size_t limit_rate_after;   /* sent before limit_rate applies */
     char *name;                /* "location /x" for logs */
     void **mconf;              /* [fd_nmodules] */
     /* the modules whose access / filter hook acts here, NULL-ended */

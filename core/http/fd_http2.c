@@ -83,6 +83,8 @@ struct fd_h2_stream_s {
     unsigned orphan:1;         /* closed while a module holds r */
     unsigned queued:1;         /* in hc->run */
     unsigned job_start:1, job_body:1, job_drain:1;
+    fd_http_rate_t rate;       /* limit_rate of the response's DATA */
+    fd_timer_t rate_timer;     /* deferred by it: resume then */
     /* kept when the struct is reused (stream_new clears up to here) */
     fd_outq_t oq;              /* body bytes not yet framed */
     char *ib;                  /* DATA not yet taken by the request */
@@ -214,6 +216,8 @@ static void stream_free(h2s_t *st)
         }
     }
     fd_outq_clear(&st->oq);
+    if (fd_timer_armed(&st->rate_timer))
+        fd_timer_del(&st->rate_timer);
     st->r = NULL;
     if (st->ib_cap > 16384 || nfree_streams >= 1024) {
         free(st->ib);
@@ -643,6 +647,18 @@ static int on_frame_send(nghttp2_session *ss, const nghttp2_frame *frame,
 
 /* --- the response side --- */
 
+static void resume_data(h2s_t *st);
+
+static void rate_wake(fd_timer_t *t)
+{
+    h2s_t *st = (h2s_t *)((char *)t - offsetof(h2s_t, rate_timer));
+
+    if (st->hc && !st->closed) {
+        resume_data(st);
+        conn_post(st->hc);
+    }
+}
+
 static ssize_t data_read(nghttp2_session *ss, int32_t id, uint8_t *buf,
                          size_t len, uint32_t *flags,
                          nghttp2_data_source *src, void *ud)
@@ -654,6 +670,20 @@ static ssize_t data_read(nghttp2_session *ss, int32_t id, uint8_t *buf,
     (void)id;
     (void)buf;
     (void)ud;
+    if (fd_unlikely(st->rate.rate) && n) {
+        size_t allow = fd_http_rate_allow(&st->rate);
+        if (allow == 0) {
+            /* limit_rate: the stream waits, the others go on */
+            if (!fd_timer_armed(&st->rate_timer)) {
+                st->rate_timer.handler = rate_wake;
+                fd_timer_add(&st->rate_timer, fd_http_rate_delay(&st->rate));
+            }
+            st->deferred = 1;
+            return NGHTTP2_ERR_DEFERRED;
+        }
+        n = fd_min(n, allow);
+        st->rate.sent += n;
+    }
     if (n == 0 && !st->out_end) {
         st->deferred = 1;
         return NGHTTP2_ERR_DEFERRED;
@@ -726,6 +756,8 @@ int fd_h2_header(fd_request_t *r)
 
     if (st == NULL || st->closed || st->hc == NULL)
         return FD_ERROR;
+    if (fd_unlikely(r->loc && r->loc->limit_rate))
+        fd_http_rate_start(&st->rate, r);
     for (ho = r->headers_out; ho; ho = ho->next)
         max++;
     nv = fd_palloc(r->pool, max * sizeof(*nv));

@@ -20,6 +20,27 @@ enum {
     PH_RESPONSE       /* streaming the response (header sent) */
 };
 
+/*
+ * limit_rate: a response's bytes leave at rate bytes/s once `after` of
+ * them have; the credit starts at one quantum (a tenth of a second's
+ * worth, 1 to 64 KB) so the header and the first piece go at once, and a
+ * sender that used its credit waits for a quantum more: at most about ten
+ * wake-ups a second, each one a full segment or more.
+ */
+typedef struct {
+    uint64_t rate;           /* bytes per second; 0: no limit */
+    uint64_t after;
+    uint64_t sent;           /* since start */
+    fd_msec_t start;
+} fd_http_rate_t;
+
+/* From r's location (rate 0 when it has no limit_rate). */
+void fd_http_rate_start(fd_http_rate_t *rt, const fd_request_t *r);
+/* Bytes that may leave now. */
+size_t fd_http_rate_allow(const fd_http_rate_t *rt);
+/* ms until another quantum may leave (at least 1). */
+fd_msec_t fd_http_rate_delay(const fd_http_rate_t *rt);
+
 struct fd_http_conn_s {
     fd_pool_t *pool;
     char *rbuf;
@@ -32,6 +53,8 @@ struct fd_http_conn_s {
     fd_connection_t *c;
     fd_http_conn_t *next_free;
     struct fd_h2_conn_s *h2;  /* HTTP/2 on this connection (fd_http2.c) */
+    fd_http_rate_t rate;      /* HTTP/1.1: the response's limit_rate */
+    fd_timer_t rate_timer;    /* a limited flush goes on */
 };
 
 /* fd_http.c */

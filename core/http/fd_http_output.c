@@ -257,6 +257,10 @@ static int header_write(fd_request_t *r, fd_buf_t *body)
     if (fd_unlikely(hdr_cache.sec != fd_current_sec ||
                     hdr_cache.cycle != fd_worker->cycle))
         hdr_cache_fill(&fd_worker->cycle->http);
+    /* limit_rate counts from this response's header (the connection's
+     * earlier ones in the queue were counted by their own) */
+    if (fd_unlikely(h->rate.rate || (r->loc && r->loc->limit_rate)))
+        fd_http_rate_start(&h->rate, r);
     p = fd_outq_reserve(&h->out, HDR_RESERVE + blen);
     if (p == NULL)
         return FD_ERROR;
@@ -268,6 +272,53 @@ static int header_write(fd_request_t *r, fd_buf_t *body)
         return FD_ERROR;
     r->header_sent = 1;
     return FD_OK;
+}
+
+/* --- limit_rate --- */
+
+static uint64_t rate_quantum(uint64_t rate)
+{
+    return fd_min(fd_max(rate / 10, (uint64_t)1024), (uint64_t)65536);
+}
+
+void fd_http_rate_start(fd_http_rate_t *rt, const fd_request_t *r)
+{
+    rt->rate = r->loc ? r->loc->limit_rate : 0;
+    rt->after = r->loc ? r->loc->limit_rate_after : 0;
+    rt->sent = 0;
+    rt->start = fd_current_msec;
+}
+
+/* what the time since start has earned, past `after` and the first
+ * quantum (128 bits: rate times milliseconds) */
+static uint64_t rate_credit(const fd_http_rate_t *rt)
+{
+    unsigned __int128 earned = (unsigned __int128)rt->rate *
+                               (fd_current_msec - rt->start) / 1000;
+
+    earned += rt->after + rate_quantum(rt->rate);
+    return earned > UINT64_MAX ? UINT64_MAX : (uint64_t)earned;
+}
+
+size_t fd_http_rate_allow(const fd_http_rate_t *rt)
+{
+    uint64_t credit = rate_credit(rt);
+
+    if (credit <= rt->sent)
+        return 0;
+    return (size_t)fd_min(credit - rt->sent, (uint64_t)(SIZE_MAX - 1));
+}
+
+fd_msec_t fd_http_rate_delay(const fd_http_rate_t *rt)
+{
+    /* credit reaches sent + quantum when rate * elapsed / 1000 reaches
+     * sent - after */
+    uint64_t owed = rt->sent > rt->after ? rt->sent - rt->after : 0;
+    uint64_t at = (uint64_t)(((unsigned __int128)owed * 1000 + rt->rate - 1) /
+                             rt->rate);
+    uint64_t elapsed = fd_current_msec - rt->start;
+
+    return at > elapsed ? fd_min(at - elapsed, (uint64_t)FD_TIMER_MAX) : 1;
 }
 
 /* --- response API for handlers --- */
