@@ -631,6 +631,8 @@ static void add_header_safe(fd_sbuf_t *sb, fd_str_t v)
 {
     size_t i, from = 0;
 
+    if (v.len == 0)
+        return; /* an empty variable's data may be NULL */
     for (i = 0; i < v.len; i++) {
         unsigned char c = (unsigned char)v.data[i];
         if ((c >= 0x20 && c != 0x7f) || c == '\t')

@@ -20,7 +20,13 @@
  * buffering, a rewrite), byte 1 its headers and filters (set_header,
  * gzip, access log), byte 2 the upstream group and the engine's options,
  * byte 3 how the bytes travel (pieces, FINs), byte 4 bit 0 websocket = on,
- * bit 1 HTTP/2, bytes 4-7 seed the pieces; then the client's bytes,
+ * bit 1 HTTP/2, bit 2 add_header and expires with variables and the
+ * proxy's response header rules (hide, pass, redirect), bit 3 alias
+ * locations (a prefix one with gzip_static and autoindex, a regex one
+ * with a capture), bit 4 the PROXY protocol (v1 or v2, the client's bytes
+ * begin with it; the proxy sends v1 upstream) unless HTTP/2, bit 5 the
+ * real address from X-Forwarded-For (bit 6: recursive), bytes 4-7 seed
+ * the pieces; then the client's bytes,
  * "\n--UPSTREAM--\n", and the bytes the upstream answers each connection
  * with.
  *
@@ -203,6 +209,11 @@ static void setup(void)
     put("html/static/index.html", "<h1>static</h1>\n", 1);
     put("html/static/a.txt", "text to compress, text to compress\n", 100);
     put("html/static/b.json", "{\"a\": [1, 2, 3]}\n", 2);
+    /* gzip_static serves it as it is: any bytes do */
+    put("html/static/a.txt.gz", "\x1f\x8b not really gzip\n", 1);
+    snprintf(path, sizeof(path), "%s/html/static/sub", dir);
+    mkdir(path, 0755);
+    put("html/static/sub/c <&>.txt", "escaped in a listing\n", 1);
     put("conf/mime.types",
         "types {\n text/html html;\n text/plain txt;\n"
         " application/json json;\n}\n", 1);
@@ -253,6 +264,7 @@ static void config(text_t *t, const uint8_t *k)
         "round_robin", "least_conn", "hash\nhash_key = $request_uri",
         "hash\nhash_key = $http_x_key"};
     unsigned pass = (k[0] >> 2) & 7;
+    int pp = (k[4] & 0x10) && !(k[4] & 2);
 
     add(t, "[main]\ndaemon = off\npid = off\nerror_log = stderr\n");
     add(t, "[events]\nedge_triggered = %s\nbatch_sends = %s\n"
@@ -262,11 +274,23 @@ static void config(text_t *t, const uint8_t *k)
     add(t, "[offload]\nthreads = 1\n");
     add(t, "[http]\nmax_header_size = 8k\nkeepalive_requests = %d\n",
         k[3] & 0x80 ? 2 : 100);
-    add(t, "[server]\nlisten = 127.0.0.1:%u default%s\n"
+    add(t, "[server]\nlisten = 127.0.0.1:%u default%s%s\n"
            "server_name = a.example\nroot = %s/html\nopen_file_cache = 0\n"
            "error_page = 404 /404.html\n"
            "error_page = 500 502 503 504 /50x.html\n",
-        client_port, k[4] & 2 ? " http2" : "", dir);
+        client_port, k[4] & 2 ? " http2" : "", pp ? " proxy_protocol" : "",
+        dir);
+    if (pp)
+        add(t, "set_real_ip_from = 127.0.0.1\nreal_ip_header = proxy_protocol\n");
+    else if (k[4] & 0x20)
+        add(t, "set_real_ip_from = 127.0.0.0/8\nset_real_ip_from = ::1\n"
+               "real_ip_header = X-Forwarded-For\nreal_ip_recursive = %s\n",
+            k[4] & 0x40 ? "on" : "off");
+    if (k[4] & 4)
+        add(t, "add_header = X-Req \"$host|$uri|$args|$http_x_key|"
+               "$remote_addr|$realip_remote_addr|$request_id\" always\n"
+               "add_header = Cache-Control no-store\nexpires = %s\n",
+            k[4] & 0x40 ? "1h" : "epoch");
     if (k[1] & 0x10)
         add(t, "gzip = on\ngzip_min_length = %s\ngzip_types = *\n",
             k[1] & 0x40 ? "0" : "64");
@@ -311,6 +335,13 @@ static void config(text_t *t, const uint8_t *k)
         add(t, "queue = q\n");
     if (k[4] & 1)
         add(t, "websocket = on\n");
+    if (k[4] & 4)
+        add(t, "add_header = X-Up \"$upstream_status $upstream_addr\"\n"
+               "add_header_inherit = %s\n"
+               "proxy_hide_header = X-Hide\nproxy_pass_header = Server\n"
+               "proxy_redirect = default\n"
+               "proxy_redirect = http://127.0.0.1:%u/ https://$host/moved/\n",
+            k[4] & 0x20 ? "off" : "on", up_port);
     add(t, "max_body_size = 4k\n");
 
     /* what a request may reach besides the proxy */
@@ -324,12 +355,19 @@ static void config(text_t *t, const uint8_t *k)
            "[location = /status]\nhandler = status\n"
            "[location /static/]\nindex = index.html\n"
            "[location /deny]\ndeny = all\n");
+    if (k[4] & 8)
+        add(t, "[location /al/]\nalias = %s/html/static/\n"
+               "gzip_static = on\nautoindex = on\nautoindex_format = %s\n"
+               "[location ~ ^/ar/(.+)$]\nalias = %s/html/static/$1\n",
+            dir, k[4] & 0x40 ? "json" : "html", dir);
     add(t, "[upstream backend]\n");
     if (k[2] & 2)
         add(t, "server = 127.0.0.1:%u max_fails=0\n", refused_port);
     add(t, "server = 127.0.0.1:%u max_fails=0\nbalance = %s\n"
            "keepalive = %d\n",
-        up_port, balance[(k[2] >> 2) & 3], k[2] & 1 ? 4 : 0);
+        up_port, balance[(k[2] >> 2) & 3], k[2] & 1 && !pp ? 4 : 0);
+    if (pp) /* not with keepalive: a connection's header names one client */
+        add(t, "proxy_protocol = on\n");
     if (k[2] & 0x80)
         add(t, "[queue q]\nmax_concurrent = 1\nqueue_limit = 2\n");
 }
@@ -369,10 +407,27 @@ static int tchar(unsigned char c)
 /* The header the proxy sent (up to its blank line) is well formed. */
 static void check_upstream_header(const char *h, size_t n)
 {
-    const char *end = memmem(h, n, "\r\n\r\n", 4), *p = h, *eol;
+    const char *start = h, *end = memmem(h, n, "\r\n\r\n", 4), *p = h, *eol;
 
     if (end == NULL)
         return; /* cut short: the client left, or it is longer than kept */
+    if (n > 6 && memcmp(h, "PROXY ", 6) == 0) {
+        /* [upstream] proxy_protocol = on: one v1 line of printable
+         * bytes first (the client's addresses, as the engine formats
+         * them, whatever its own PROXY header said) */
+        eol = memmem(h, (size_t)(end + 2 - h), "\r\n", 2);
+        for (p = h; p < eol; p++)
+            if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                goto bad;
+        if (eol - h > 107 || (memcmp(h + 6, "TCP4 ", 5) != 0 &&
+                              memcmp(h + 6, "TCP6 ", 5) != 0 &&
+                              memcmp(h + 6, "UNKNOWN", 7) != 0))
+            goto bad;
+        p = h = eol + 2;
+        end = memmem(h, n - (size_t)(h - start), "\r\n\r\n", 4);
+        if (end == NULL)
+            return;
+    }
     end += 2;
     eol = memmem(p, (size_t)(end - p), "\r\n", 2);
     /* METHOD SP target SP HTTP/1.1, no control byte in the target */
@@ -398,7 +453,7 @@ static void check_upstream_header(const char *h, size_t n)
     return;
 bad:
     fprintf(stderr, "malformed request header sent upstream:\n%.*s\n",
-            (int)n, h);
+            (int)n, start);
     abort();
 }
 

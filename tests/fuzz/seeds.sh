@@ -156,6 +156,15 @@ rq '\000\000\000\000' '\000' 'GET /rw/x?q=1 HTTP/1.1\r\nHost: a\r\n\r\n' "$OK"
 rq '\000\060\000\000' '\000' 'GET /ret/x?a=b HTTP/1.1\r\nHost: a.example\r\n\r\nGET /rx/abc/12 HTTP/1.1\r\nHost: a\r\n\r\nGET /text?a=b HTTP/1.1\r\nHost: h\r\n\r\n' ''
 rq '\000\160\000\000' '\000' 'GET /static/a.txt HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\n\r\nGET /static/ HTTP/1.1\r\nHost: a\r\nRange: bytes=0-3\r\n\r\nGET /static/nope HTTP/1.1\r\nHost: a\r\n\r\n' ''
 rq '\000\040\000\000' '\000' 'GET /plaintext HTTP/1.1\r\nHost: a\r\n\r\nGET /json HTTP/1.1\r\nHost: a\r\n\r\nGET /status HTTP/1.1\r\nHost: a\r\nAccept: application/json\r\n\r\nGET /deny HTTP/1.1\r\nHost: a\r\n\r\n' ''
+# byte 4: add_header, expires and the proxy's header rules; alias
+# locations; the PROXY protocol; the real address from X-Forwarded-For
+rq '\000\000\000\000' '\004' 'GET /up/r?a=1 HTTP/1.1\r\nHost: a.example\r\nX-Key: k\r\n\r\nGET /text HTTP/1.1\r\nHost: a\r\n\r\n' 'HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1/up/x\r\nRefresh: 0; url=http://127.0.0.1/\r\nX-Hide: 1\r\nServer: up\r\nContent-Length: 0\r\n\r\n'
+rq '\000\000\000\000' '\010' 'GET /al/a.txt HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\n\r\nGET /al/sub/ HTTP/1.1\r\nHost: a\r\n\r\nGET /ar/b.json HTTP/1.1\r\nHost: a\r\n\r\nGET /ar/../conf/fuzz.conf HTTP/1.1\r\nHost: a\r\n\r\n' ''
+rq '\000\000\000\000' '\110' 'GET /al/ HTTP/1.1\r\nHost: a\r\nAccept: application/json\r\n\r\nGET /al/%2e%2e/ HTTP/1.1\r\nHost: a\r\n\r\n' ''
+rq '\010\000\000\000' '\020' 'PROXY TCP4 192.0.2.1 127.0.0.1 1234 80\r\nGET /up/x HTTP/1.1\r\nHost: a\r\n\r\n' "$OK"
+rq '\010\000\000\000' '\020' '\r\n\r\n\000\r\nQUIT\n\041\021\000\014\300\000\002\001\177\000\000\001\004\322\000\120GET /up/v2 HTTP/1.1\r\nHost: a\r\n\r\n' "$OK"
+rq '\000\000\000\000' '\044' 'GET /up/f HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 203.0.113.9, 10.0.0.1, 127.0.0.1\r\n\r\n' "$OK"
+rq '\000\000\000\000' '\140' 'GET /up/f HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: bad, ::1, 127.0.0.2\r\n\r\n' "$OK"
 
 # HTTP/2 (byte 4 bit 1): frames [type][flags][stream][length][payload];
 # type bit 6 makes the stream 2n+1, a HEADERS payload is "name: value"
