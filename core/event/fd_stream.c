@@ -815,15 +815,28 @@ static int seg_defer(fd_outq_t *q, fd_stream_t *st, fd_outseg_t *s)
  * has passed. Edge-triggered streams only: the owner then waits for
  * nothing and no epoll_ctl() changes (level-triggered, FD_AGAIN would
  * register EPOLLOUT and remove it again).
+ *
+ * A limited flush (max < SIZE_MAX: limit_rate) is not batched: the limit
+ * counts what left, and a batched send leaves later. Inlined in both
+ * callers, so the unlimited one carries no limit arithmetic.
  */
-int fd_outq_flush(fd_outq_t *q, fd_stream_t *st)
+static int iov_trim(struct iovec *iov, int niov, size_t max, int *cut)
 {
-    return fd_outq_flush_max(q, st, SIZE_MAX);
+    int i;
+
+    for (i = 0; i < niov; i++) {
+        if (iov[i].iov_len >= max) {
+            *cut = iov[i].iov_len > max || i + 1 < niov;
+            iov[i].iov_len = max;
+            return i + 1;
+        }
+        max -= iov[i].iov_len;
+    }
+    return niov;
 }
 
-/* A limited flush (max < SIZE_MAX) is not batched: the limit counts what
- * left, and a batched send leaves later. */
-int fd_outq_flush_max(fd_outq_t *q, fd_stream_t *st, size_t max)
+static inline __attribute__((always_inline)) int
+outq_flush(fd_outq_t *q, fd_stream_t *st, size_t max)
 {
     size_t frame = st->et ? OUTQ_FIRST_FRAME : SIZE_MAX;
 
@@ -845,25 +858,23 @@ int fd_outq_flush_max(fd_outq_t *q, fd_stream_t *st, size_t max)
             n = fd_stream_sendfile(st, s->fd, (off_t)s->off, len);
         } else {
             struct iovec iov[OUTQ_MAX_IOV];
-            int niov = 0, batch = q->sent != NULL && max == SIZE_MAX;
-            size_t left = max;
+            int niov = 0, batch = q->sent != NULL && max == SIZE_MAX, cut = 0;
             fd_outseg_t *t;
-            for (t = s; t && t->kind != SEG_FILE && niov < OUTQ_MAX_IOV &&
-                        left > 0;
+            for (t = s; t && t->kind != SEG_FILE && niov < OUTQ_MAX_IOV;
                  t = t->next) {
                 iov[niov].iov_base = (void *)(t->kind == SEG_BUF
                                                   ? q->buf + t->off
                                                   : t->mem);
-                iov[niov].iov_len = fd_min(t->len, left);
-                left -= iov[niov].iov_len;
+                iov[niov].iov_len = t->len;
                 niov++;
             }
+            if (max != SIZE_MAX)
+                niov = iov_trim(iov, niov, max, &cut);
             if (batch && t == NULL && outq_batch(q, st, iov, niov) == FD_OK)
                 return FD_AGAIN;
-            /* more: a file follows at once; not at a limit, whose rest
-             * waits for a timer */
-            n = fd_stream_send(st, iov, niov,
-                               t && t->kind == SEG_FILE && left > 0);
+            /* more: a file follows at once (not past a limit: the rest
+             * waits for a timer) */
+            n = fd_stream_send(st, iov, niov, t && t->kind == SEG_FILE && !cut);
         }
         if (n < 0)
             return (int)n;
@@ -873,6 +884,16 @@ int fd_outq_flush_max(fd_outq_t *q, fd_stream_t *st, size_t max)
         outq_consume(q, (size_t)n);
     }
     return FD_OK;
+}
+
+int fd_outq_flush(fd_outq_t *q, fd_stream_t *st)
+{
+    return outq_flush(q, st, SIZE_MAX);
+}
+
+int fd_outq_flush_max(fd_outq_t *q, fd_stream_t *st, size_t max)
+{
+    return outq_flush(q, st, max);
 }
 
 void fd_outq_clear(fd_outq_t *q)

@@ -191,9 +191,11 @@ static void http_release(fd_connection_t *c)
     if (h->rbuf)
         fd_block_put(&fd_worker->rbufs, h->rbuf);
     fd_outq_clear(&h->out);
-    if (fd_timer_armed(&h->rate_timer))
-        fd_timer_del(&h->rate_timer);
-    h->rate.rate = 0;
+    if (fd_unlikely(h->rate.rate)) { /* the timer is armed only then */
+        if (fd_timer_armed(&h->rate_timer))
+            fd_timer_del(&h->rate_timer);
+        h->rate.rate = 0;
+    }
     h->rbuf = NULL;
     h->r = NULL;
     c->h = NULL;
@@ -242,10 +244,11 @@ static __attribute__((noinline)) int flush_limited(fd_connection_t *c)
 int fd_http_flush(fd_connection_t *c)
 {
     int in = c->s.lt_noin ? (c->s.lt_hup ? LT_HUP : LT_NONE) : LT_IN;
-    int rc = fd_likely(c->h->rate.rate == 0) ? fd_outq_flush(&c->h->out, &c->s)
-                                             : flush_limited(c);
+    int rc;
 
-    if (rc == FD_DONE) {
+    if (fd_likely(c->h->rate.rate == 0)) {
+        rc = fd_outq_flush(&c->h->out, &c->s);
+    } else if ((rc = flush_limited(c)) == FD_DONE) {
         /* limit_rate's timer goes on, not the socket */
         lt_interest(c, in, 0);
         fd_connection_set_timeout(c, fd_worker->cycle->http.send_timeout);
