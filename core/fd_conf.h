@@ -58,6 +58,9 @@ struct fd_directive_s {
      * the key to use instead (and the doc says why). It has no meaning,
      * so it clashes with nothing (fd_conf_check_levels). */
     const char *renamed;
+    /* A [server] key that [http] may set too, as every [server]'s default
+     * (a server's own line replaces it, lists included, as in nginx) */
+    unsigned http_default:1;
     const char *doc;
 };
 

@@ -25,6 +25,7 @@ typedef struct {
     fd_conf_entry_t *e;
     unsigned n;
     fd_conf_list_t http_loc;      /* indexes of [http] location keys */
+    fd_conf_list_t http_srv;      /* ... and of its [server] defaults */
 } load_t;
 
 static int unknown_key(load_t *ld, const fd_conf_entry_t *e,
@@ -48,6 +49,43 @@ static void at(load_t *ld, fd_conf_entry_t *e)
 {
     ld->cf->file = e->file;
     ld->cf->line = e->line;
+}
+
+/* Entry index i at the end of list l. */
+static int index_add(fd_conf_t *cf, fd_conf_list_t *l, unsigned i)
+{
+    char **items = fd_palloc(cf->pool, (l->n + 1) * sizeof(char *));
+
+    if (items == NULL)
+        return fd_conf_error(cf, "out of memory");
+    if (l->n)
+        memcpy(items, l->items, l->n * sizeof(char *));
+    items[l->n++] = (char *)(uintptr_t)i;
+    l->items = items;
+    return FD_OK;
+}
+
+/* [http]'s defaults for this server's keys [from, to): those it does
+ * not set itself (fd_directive_t.http_default) */
+static int server_http_defaults(load_t *ld, fd_http_server_t *srv,
+                                unsigned from, unsigned to)
+{
+    unsigned i, k;
+
+    for (i = 0; i < ld->http_srv.n; i++) {
+        fd_conf_entry_t *e = &ld->e[(uintptr_t)ld->http_srv.items[i]];
+        for (k = from; k < to; k++)
+            if (strcmp(ld->e[k].key, e->key) == 0)
+                break;
+        if (k < to)
+            continue;
+        at(ld, e);
+        if (fd_conf_set(ld->cf, fd_conf_find(fd_http_server_directives,
+                                             e->key),
+                        srv, e->value) != FD_OK)
+            return FD_ERROR;
+    }
+    return FD_OK;
 }
 
 /* Apply entries [from, to) of one section instance through a table. */
@@ -734,17 +772,14 @@ static int apply_globals(load_t *ld)
                         return FD_ERROR;
                     continue;
                 }
-                if (find_loc_key(e->key, &mod) == NULL)
+                d = fd_conf_find(fd_http_server_directives, e->key);
+                if (d && !d->http_default)
+                    d = NULL;
+                if (d == NULL && find_loc_key(e->key, &mod) == NULL)
                     return unknown_key(ld, e, fd_http_directives, 1);
-                {
-                    char **items = fd_palloc(cf->pool, (ld->http_loc.n + 1) *
-                                                           sizeof(char *));
-                    if (ld->http_loc.n)
-                        memcpy(items, ld->http_loc.items,
-                               ld->http_loc.n * sizeof(char *));
-                    items[ld->http_loc.n++] = (char *)(uintptr_t)i;
-                    ld->http_loc.items = items;
-                }
+                if (index_add(cf, d ? &ld->http_srv : &ld->http_loc, i) !=
+                    FD_OK)
+                    return FD_ERROR;
             }
         }
         if (k < 4)
@@ -818,6 +853,8 @@ static int apply_servers(load_t *ld)
                 return FD_ERROR;
             srv->root_loc->kind = FD_LOC_PREFIX;
             srv->root_loc->match = fd_string("/");
+            if (server_http_defaults(ld, srv, i, j) != FD_OK)
+                return FD_ERROR;
             for (k = i; k < j; k++) {
                 fd_conf_entry_t *se = &ld->e[k];
                 const fd_directive_t *d;

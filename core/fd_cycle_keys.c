@@ -519,17 +519,18 @@ const fd_directive_t fd_http_server_directives[] = {
             "may take to send its PROXY header (the address's default "
             "server's value)"},
     {.name = "set_real_ip_from", .type = FD_CONF_LIST, .offset = SRV(realip),
-     .set = fd_realip_set_from,
+     .set = fd_realip_set_from, .http_default = 1,
      .doc = "CIDR, repeatable: trusted hops (IPv4 or IPv6, ADDR or "
             "ADDR/BITS), whose real_ip_header is believed. A request from "
             "one of them takes the client's address from that header "
             "($remote_addr for acl, access_log, hash_key, the "
             "X-Forwarded-For sent upstream). A header from any other "
-            "address changes nothing. "
-            "Example: set_real_ip_from = 10.0.0.0/8"},
+            "address changes nothing. In [http] too, for every [server] "
+            "with none of its own (as real_ip_header and "
+            "real_ip_recursive). Example: set_real_ip_from = 10.0.0.0/8"},
     {.name = "real_ip_header", .type = FD_CONF_CUSTOM,
      .offset = SRV(realip.header), .def = "X-Real-IP",
-     .set = fd_realip_set_header,
+     .set = fd_realip_set_header, .http_default = 1,
      .doc = "X-Real-IP | X-Forwarded-For | proxy_protocol: where a trusted "
             "hop's client address is. X-Real-IP: one address (a port may "
             "follow: 1.2.3.4:80, [::1]:80). X-Forwarded-For: the list's "
@@ -539,7 +540,7 @@ const fd_directive_t fd_http_server_directives[] = {
             "the PROXY header (listen ... proxy_protocol) gives it; no "
             "request header is read"},
     {.name = "real_ip_recursive", .type = FD_CONF_FLAG,
-     .offset = SRV(realip.recursive), .def = "off",
+     .offset = SRV(realip.recursive), .def = "off", .http_default = 1,
      .doc = "on: X-Forwarded-For is walked right to left past every "
             "trusted address (set_real_ip_from) and the first untrusted one "
             "is the client; off: its last element is, whatever it is"},

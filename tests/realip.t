@@ -4,8 +4,9 @@
 # and untrusted peers, recursive on and off, malformed X-Forwarded-For
 # elements (garbage, ports, brackets, empty elements, spaces: an invalid
 # one stops the walk), IPv6, several headers, acl by the real address, the
-# access log and the X-Forwarded-For a real upstream receives, and bad
-# config lines naming file:line.
+# access log and the X-Forwarded-For a real upstream receives, the keys in
+# [http] as every [server]'s default, and bad config lines naming
+# file:line.
 
 use strict;
 use warnings;
@@ -173,6 +174,40 @@ my $r = $u->get('/addr', 'X-Forwarded-For' => '1.2.3.4');
 is($r && $r->body, '127.0.0.1', 'an untrusted peer: XFF ignored');
 $r = $u->get('/acl', 'X-Forwarded-For' => '1.2.3.4');
 is($r && $r->status, 403, 'an untrusted peer cannot forge its way past acl');
+
+# --- [http] as every [server]'s default ------------------------------------
+# the first server takes [http]'s trust; the second's own set_real_ip_from
+# replaces it (10.9.0.0/16 only: 127.0.0.1 is untrusted there)
+my $hd = FastdTest->new(conf => FastdTest::base_conf(
+    http => { set_real_ip_from => '127.0.0.1',
+              real_ip_header => 'X-Forwarded-For' },
+    locations => $addr,
+    extra => "[server]\nlisten = 127.0.0.1:%%PORT2%%\nroot = %%HTML%%\n"
+           . "set_real_ip_from = 10.9.0.0/16\n\n$addr"));
+$hd->start;
+$r = $hd->get('/addr', 'X-Forwarded-For' => '198.51.100.9');
+is($r && $r->body, '198.51.100.9', '[http] set_real_ip_from and '
+   . 'real_ip_header: a [server] without its own takes them');
+$r = $hd->http("GET /addr HTTP/1.1\r\nHost: x\r\n"
+               . "X-Forwarded-For: 198.51.100.9\r\n\r\n", port => $hd->port2);
+is($r && $r->body, '127.0.0.1',
+   'a [server]\'s own set_real_ip_from replaces [http]\'s');
+$hd->stop;
+$hd->no_alerts;
+{
+    my $path = $hd->write_conf(FastdTest::base_conf(
+        http => { set_real_ip_from => '10.0.0.0/+8' }), 'bad-http.conf');
+    my $line = FastdTest::line_of(FastdTest::slurp($path),
+                                  qr/^set_real_ip_from = 10\.0\.0\.0\/\+8$/);
+    my ($rc, $out) = FastdTest::run_fastd('-t', '-c', $path);
+    like($out, qr/bad-http\.conf:$line: "set_real_ip_from": bad address/,
+         'a bad set_real_ip_from in [http] names its file:line') or diag($out);
+    $path = $hd->write_conf(FastdTest::base_conf(
+        http => { max_conns_per_ip => 3 }), 'bad-http2.conf');
+    ($rc, $out) = FastdTest::run_fastd('-t', '-c', $path);
+    like($out, qr/unknown key "max_conns_per_ip" in \[http\]: it belongs in \[server\]/,
+         'other [server] keys stay out of [http]') or diag($out);
+}
 
 # --- X-Real-IP (the default header) -------------------------------------------
 my $x = FastdTest->new(conf => FastdTest::base_conf(
