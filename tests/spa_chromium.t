@@ -53,11 +53,11 @@ my $port = $t->port;
 
 my $dom = FastdTest::browse($dir, '--virtual-time-budget=5000', '--dump-dom',
                             "http://127.0.0.1:$port/app/route/x?tab=2");
-like($dom, qr{SPA RAN at /app/route/x\?tab=2},
+like($dom, qr{<p id="out">SPA RAN at /app/route/x\?tab=2</p>},
      'the deep link loaded index.html and its script ran')
     or diag(substr($dom, 0, 1500) . "\n"
             . (FastdTest::slurp("$dir/console.log") // ''));
-like($dom, qr{MISSING errored},
+like($dom, qr{<p id="miss">MISSING errored</p>},
      'a missing script is an error (404 by =404), not index.html loaded');
 
 $t->stop;
