@@ -332,10 +332,8 @@ static int loc_finish(load_t *ld, fd_http_loc_t *loc)
     }
     if (loc->root == NULL)
         loc_default_root(ld, loc);
-    if (fd_http_try_files_finish(ld->cf, loc, file, line) != FD_OK)
+    if (fd_http_try_files_finish(ld->cf, loc) != FD_OK)
         return FD_ERROR;
-    ld->cf->file = file;
-    ld->cf->line = line;
     fd_http_loc_headers_finish(loc);
     if (loc->index.n == 0) {
         static char *def_index[] = {"index.html"};
@@ -899,6 +897,7 @@ static int apply_servers(load_t *ld)
                                  ld->e[k].key) == NULL &&
                     apply_loc_entry(ld, loc, &ld->e[k]) != FD_OK)
                     return FD_ERROR;
+            loc->try_files = NULL; /* the one key not inherited */
             fd_http_loc_headers_mark(loc); /* the location's own begin */
             at(ld, e);
             if (loc_match_parse(ld, loc, name) != FD_OK)

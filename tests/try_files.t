@@ -218,6 +218,19 @@ is($r->status, 204, '=204 answers 204');
 $t->stop;
 $t->no_alerts;
 
+# --- not inherited: [server]'s is for the requests no location matches -----------
+my $t2 = FastdTest->new(conf => FastdTest::base_conf(
+    server => { root => $site, try_files => '$uri /index.html' },
+    locations => "[location /sub/]\nroot = $site\n\n"));
+$t2->start;
+$r = $t2->get('/no/such');
+is($r->body, $index, '[server] try_files: a path no location takes falls back');
+$r = $t2->get('/sub/no/such');
+is($r->status, 404, '... a [location] does not inherit it');
+is($t2->get('/plaintext')->body, 'Hello, World!', '... nor does a handler\'s');
+$t2->stop;
+$t2->no_alerts;
+
 # --- config errors ----------------------------------------------------------------------
 sub conf_error {
     my ($extra, $needle) = @_;
@@ -262,6 +275,11 @@ like($out, qr/bad\.conf:$line: .*\$nosuch/, 'an unknown variable')
 ($rc, $out, $line) = conf_error("[location \@n]\nalias = $site\n", 'alias');
 like($out, qr/bad\.conf:$line: .*named location/, 'alias in a named location')
     or diag($out);
+
+($rc, $out, $line) = conf_error("[location ~ ^/r/(.*)\$]\nalias = $site/\$1\n"
+                                . "try_files = \$uri =404\n", 'alias');
+like($out, qr/bad\.conf:$line: .*regex location/,
+     'alias with try_files in a regex location') or diag($out);
 
 ($rc, $out) = conf_error("[location /a/]\ntry_files = \$uri \@ok\n\n"
                          . "[location \@ok]\nhandler = plaintext\n", 'x');

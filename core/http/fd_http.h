@@ -320,14 +320,14 @@ int fd_http_named_redirect(fd_request_t *r, fd_http_loc_t *loc);
  * handler: FD_OK (serve r->path here, maybe changed to the file found),
  * FD_DECLINED (r moved to another location: run its access phase), or
  * an HTTP status. The key's parser and the load-time checks: _set,
- * _finish (at the end of the location's section: drops an inherited one
- * and names the resolver) and _resolve (@names, once the server is read).
+ * _finish (at the end of the location's section: finds the module that
+ * tests files) and _resolve (@names, once the server is read). The
+ * loader does not let a location inherit it.
  */
 int fd_http_try_files(fd_request_t *r);
 int fd_http_set_try_files(fd_conf_t *cf, const fd_directive_t *d,
                           void *conf, const char *v);
-int fd_http_try_files_finish(fd_conf_t *cf, fd_http_loc_t *loc,
-                             const char *file, int line);
+int fd_http_try_files_finish(fd_conf_t *cf, fd_http_loc_t *loc);
 int fd_http_try_files_resolve(fd_conf_t *cf, fd_http_loc_t *loc);
 
 /* Used by the cycle: core http keys */

@@ -150,21 +150,13 @@ int fd_http_set_try_files(fd_conf_t *cf, const fd_directive_t *d,
     return FD_OK;
 }
 
-int fd_http_try_files_finish(fd_conf_t *cf, fd_http_loc_t *loc,
-                             const char *file, int line)
+int fd_http_try_files_finish(fd_conf_t *cf, fd_http_loc_t *loc)
 {
     fd_http_try_files_t *tf = loc->try_files;
     unsigned i;
 
     if (tf == NULL)
         return FD_OK;
-    /* a [location]'s own only: its entries follow its header */
-    if (loc != loc->server->root_loc &&
-        !(tf->file && file && strcmp(tf->file, file) == 0 &&
-          tf->line > line)) {
-        loc->try_files = NULL;
-        return FD_OK;
-    }
     for (i = 0; i < fd_nmodules && tf->resolver == NULL; i++)
         if (fd_modules[i]->try_file)
             tf->resolver = fd_modules[i];
