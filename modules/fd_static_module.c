@@ -67,6 +67,8 @@ typedef struct {
     int gzip_static;
     int autoindex;
     int autoindex_format;
+    int autoindex_exact_size;
+    int autoindex_localtime;
     const mime_table_t *types;
     ofc_t *cache; /* this worker's, made on first use (loop thread only) */
     /* this worker's descriptor of the root (O_PATH), opened on first use
@@ -115,6 +117,21 @@ static const fd_directive_t static_directives[] = {
      .doc = "html (as nginx: links, dates in UTC, sizes in bytes) or json "
             "(as nginx: [{\"name\", \"type\": \"file\" | \"directory\", "
             "\"mtime\" as an HTTP date, \"size\" for files}])"},
+    {.name = "autoindex_exact_size",
+     .type = FD_CONF_FLAG,
+     .offset = offsetof(static_conf_t, autoindex_exact_size),
+     .def = "on",
+     .doc = "on: the HTML listing gives sizes in bytes; off: as nginx, "
+            "rounded to the nearest K, M or G (1024-based) above 9999 "
+            "bytes (10240 is 10K, 1572864 is 2M). The JSON form always "
+            "has bytes"},
+    {.name = "autoindex_localtime",
+     .type = FD_CONF_FLAG,
+     .offset = offsetof(static_conf_t, autoindex_localtime),
+     .def = "off",
+     .doc = "on: the HTML listing's dates are in the server's local time "
+            "zone (TZ, else /etc/localtime); off: "
+            "UTC. The JSON form's are HTTP dates, always GMT"},
     {.name = "alias",
      .type = FD_CONF_STR,
      .offset = offsetof(static_conf_t, alias),
@@ -1798,9 +1815,14 @@ static int static_handler(fd_request_t *r)
             fd = rootfd == -1 ? open(full, dflags)
                               : open_beneath(rootfd, rel, dflags);
             if (fd >= 0 && scf->autoindex)
-                return fd_static_autoindex(r, fd, full,
-                                           scf->autoindex_format ==
-                                               AUTOINDEX_JSON);
+                return fd_static_autoindex(
+                    r, fd, full,
+                    (scf->autoindex_format == AUTOINDEX_JSON
+                         ? FD_AUTOINDEX_JSON : 0) |
+                        (scf->autoindex_exact_size ? FD_AUTOINDEX_EXACT
+                                                   : 0) |
+                        (scf->autoindex_localtime ? FD_AUTOINDEX_LOCALTIME
+                                                  : 0));
             err = fd == -1 ? errno : EACCES;
             if (fd >= 0)
                 close(fd);
