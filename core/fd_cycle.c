@@ -250,6 +250,23 @@ static int loc_match_parse(load_t *ld, fd_http_loc_t *loc, const char *spec)
 
     while (*p == ' ')
         p++;
+    if (p[0] == '@') {
+        /* reached only by an internal redirect (try_files), never by a
+         * request's path: no '/' can begin one */
+        for (const char *c = p + 1; *c; c++)
+            if (!(*c >= 'a' && *c <= 'z') && !(*c >= 'A' && *c <= 'Z') &&
+                !(*c >= '0' && *c <= '9') && *c != '_' && *c != '-' &&
+                *c != '.')
+                return fd_conf_error(cf, "[location %s]: a named location "
+                                     "is @ then letters, digits, '_', '-' "
+                                     "or '.'", p);
+        if (p[1] == '\0')
+            return fd_conf_error(cf, "[location @] needs a name");
+        loc->kind = FD_LOC_NAMED;
+        loc->match.data = fd_pstrdup(cf->pool, p, strlen(p));
+        loc->match.len = strlen(p);
+        return FD_OK;
+    }
     if (p[0] == '=' && (p[1] == ' ' || p[1] == '/')) {
         loc->kind = FD_LOC_EXACT;
         p++;
@@ -308,6 +325,10 @@ static void loc_link(fd_http_server_t *srv, fd_http_loc_t *loc)
         loc->next = srv->exact;
         srv->exact = loc;
         return;
+    case FD_LOC_NAMED:
+        loc->next = srv->named;
+        srv->named = loc;
+        return;
     case FD_LOC_PREFIX:
     case FD_LOC_PREFIX_STOP:
         /* longest first, so the first match is the longest */
@@ -349,6 +370,8 @@ static int loc_finish(load_t *ld, fd_http_loc_t *loc)
     }
     if (loc->root == NULL)
         loc_default_root(ld, loc);
+    if (fd_http_try_files_finish(ld->cf, loc) != FD_OK)
+        return FD_ERROR;
     fd_http_loc_headers_finish(loc);
     if (loc->index.n == 0) {
         static char *def_index[] = {"index.html"};
@@ -911,6 +934,7 @@ static int apply_servers(load_t *ld)
                                  ld->e[k].key) == NULL &&
                     apply_loc_entry(ld, loc, &ld->e[k]) != FD_OK)
                     return FD_ERROR;
+            loc->try_files = NULL; /* the one key not inherited */
             fd_http_loc_headers_mark(loc); /* the location's own begin */
             at(ld, e);
             if (loc_match_parse(ld, loc, name) != FD_OK)
@@ -941,6 +965,10 @@ static int apply_servers(load_t *ld)
                     return FD_ERROR;
             }
             at(ld, e);
+            if (loc->kind == FD_LOC_NAMED &&
+                fd_http_named_location(srv, loc->match.data) != NULL)
+                return fd_conf_error(cf, "[location %s] twice in one "
+                                     "[server]", loc->match.data);
             if (loc_finish(ld, loc) != FD_OK)
                 return FD_ERROR;
             loc_link(srv, loc);
@@ -955,6 +983,18 @@ static int apply_servers(load_t *ld)
             }
         if (loc_finish(ld, srv->root_loc) != FD_OK)
             return FD_ERROR;
+    }
+    /* try_files = ... @name: the server is read whole, so a named
+     * location may come after its users */
+    for (srv = cy->servers; srv; srv = srv->next) {
+        fd_http_loc_t *lists[] = {srv->exact, srv->prefix, srv->regex,
+                                  srv->named, srv->root_loc};
+        fd_http_loc_t *loc;
+
+        for (i = 0; i < fd_nelems(lists); i++)
+            for (loc = lists[i]; loc; loc = loc->next) /* root_loc: none */
+                if (fd_http_try_files_resolve(cf, loc) != FD_OK)
+                    return FD_ERROR;
     }
     return FD_OK;
 }

@@ -339,6 +339,19 @@ const fd_directive_t fd_http_loc_directives[] = {
      .offset = LOC(limit_rate_after), .def = "0",
      .doc = "bytes of a response sent at full speed before limit_rate "
             "applies. E.g. limit_rate_after = 1m"},
+    {.name = "try_files", .type = FD_CONF_CUSTOM, .offset = 0,
+     .set = fd_http_set_try_files,
+     .doc = "FILE... URI | @name | =CODE, after the access phase: the first "
+            "FILE ($variables expanded; a trailing / means a directory) "
+            "that exists under the location's root or alias (confined and "
+            "symlinks judged as static does) is served by this location as "
+            "the request's path; else the URI is routed again (its "
+            "location's rewrite and access checks run; ?args replace the "
+            "request's), @name goes to [location @name] with the URI "
+            "untouched, =CODE answers CODE. 10 internal redirects of one "
+            "request are a cycle: 500. Not inherited: in [http] or "
+            "[server] it applies to requests no [location] matches. E.g. "
+            "try_files = $uri $uri/ /index.html"},
     FD_CONF_END};
 
 /* server_name = a.example www.a.example: one list item per name */

@@ -62,6 +62,7 @@ typedef struct {
     fd_http_loc_t *settled;
     unsigned server_done:1;
     unsigned changes;
+    unsigned redirects; /* r->redirects when settled */
 } rw_ctx_t;
 
 fd_module_t fd_rewrite_module;
@@ -565,6 +566,17 @@ static int rewrite_access(fd_request_t *r)
             return 500;
         x->caps = (fd_var_caps_t){.subj = r->path.data,
                                   .ov = r->captures,
+                                  .n = r->captures ? r->ncaptures : 0,
+                                  .re = r->captures ? r->loc->regex : NULL};
+    }
+    if (x->redirects != r->redirects) {
+        /* an internal redirect (try_files) restarted the access phase:
+         * the new URI's rules run, as nginx's, the server's too unless
+         * it went to a named location */
+        x->redirects = r->redirects;
+        x->settled = NULL;
+        x->server_done = r->loc->kind == FD_LOC_NAMED;
+        x->caps = (fd_var_caps_t){.subj = r->path.data, .ov = r->captures,
                                   .n = r->captures ? r->ncaptures : 0,
                                   .re = r->captures ? r->loc->regex : NULL};
     }

@@ -2,7 +2,9 @@
  * static, autoindex = on: the listing of a directory without an index
  * file, in HTML or JSON. Names are escaped for HTML, for links and for
  * JSON (bytes that are not UTF-8 show as U+FFFD); directories first, then
- * files, sorted by name, with mtime (UTC) and size; dot-files hidden, and
+ * files, sorted by name, with mtime (UTC, or local time in HTML with
+ * autoindex_localtime) and size (in HTML rounded to K, M, G unless
+ * autoindex_exact_size); dot-files hidden, and
  * symlinks unless follow_symlinks is on (they could not be served). At
  * most AUTOINDEX_MAX_ENTRIES entries and AUTOINDEX_MAX_NAMES bytes of
  * names: the rest is counted in X-Autoindex-Cut.
@@ -125,16 +127,40 @@ static void add_href(fd_sbuf_t *sb, const char *s, size_t n)
     }
 }
 
-static void add_time(fd_sbuf_t *sb, time_t t, const char *fmt)
+static void add_time(fd_sbuf_t *sb, time_t t, const char *fmt, int local)
 {
     char buf[64];
     struct tm tm;
     size_t n;
 
-    if (gmtime_r(&t, &tm) == NULL)
+    if ((local ? localtime_r(&t, &tm) : gmtime_r(&t, &tm)) == NULL)
         return;
     n = strftime(buf, sizeof(buf), fmt, &tm);
     fd_sbuf_add(sb, buf, n);
+}
+
+/*
+ * autoindex_exact_size = off, nginx's rounding: bytes up to 9999, then
+ * the nearest K, M or G (half up), 1024-based.
+ */
+static void add_size_rounded(fd_sbuf_t *sb, uint64_t n)
+{
+    static const struct {
+        uint64_t unit;
+        char scale;
+    } s[] = {{1024ULL * 1024 * 1024, 'G'}, {1024 * 1024, 'M'}, {1024, 'K'}};
+    unsigned i;
+
+    for (i = 0; i < fd_nelems(s); i++) {
+        /* K only above 9999: four digits of bytes are shown as they are */
+        if (n >= (s[i].unit == 1024 ? 10000 : s[i].unit)) {
+            fd_sbuf_add_uint(sb, n / s[i].unit +
+                                     (n % s[i].unit >= s[i].unit / 2));
+            fd_sbuf_addc(sb, s[i].scale);
+            return;
+        }
+    }
+    fd_sbuf_add_uint(sb, n);
 }
 
 /* Read the directory open at dfd (closed here) into the pool: NULL and
@@ -212,8 +238,10 @@ nomem:
 }
 
 int fd_static_autoindex(fd_request_t *r, int dfd, const char *path,
-                        int json)
+                        unsigned flags)
 {
+    int json = (flags & FD_AUTOINDEX_JSON) != 0;
+    int local = (flags & FD_AUTOINDEX_LOCALTIME) != 0;
     int cut;
     dirent_t *v;
     size_t n, i;
@@ -243,7 +271,7 @@ int fd_static_autoindex(fd_request_t *r, int dfd, const char *path,
             fd_sbuf_add_str(&sb, v[i].dir ? fd_string("directory")
                                           : fd_string("file"));
             fd_sbuf_add_lit(&sb, "\",\"mtime\":\"");
-            add_time(&sb, v[i].mtime, "%a, %d %b %Y %H:%M:%S GMT");
+            add_time(&sb, v[i].mtime, "%a, %d %b %Y %H:%M:%S GMT", 0);
             fd_sbuf_addc(&sb, '"');
             if (!v[i].dir) {
                 fd_sbuf_add_lit(&sb, ",\"size\":");
@@ -272,12 +300,14 @@ int fd_static_autoindex(fd_request_t *r, int dfd, const char *path,
             if (v[i].dir)
                 fd_sbuf_addc(&sb, '/');
             fd_sbuf_add_lit(&sb, "</a> ");
-            add_time(&sb, v[i].mtime, "%d-%b-%Y %H:%M");
+            add_time(&sb, v[i].mtime, "%d-%b-%Y %H:%M", local);
             fd_sbuf_addc(&sb, ' ');
             if (v[i].dir)
                 fd_sbuf_addc(&sb, '-');
-            else
+            else if (flags & FD_AUTOINDEX_EXACT)
                 fd_sbuf_add_uint(&sb, (uint64_t)v[i].size);
+            else
+                add_size_rounded(&sb, (uint64_t)v[i].size);
             fd_sbuf_addc(&sb, '\n');
         }
         fd_sbuf_add_lit(&sb, "</pre><hr>");

@@ -67,6 +67,8 @@ typedef struct {
     int gzip_static;
     int autoindex;
     int autoindex_format;
+    int autoindex_exact_size;
+    int autoindex_localtime;
     const mime_table_t *types;
     ofc_t *cache; /* this worker's, made on first use (loop thread only) */
     /* this worker's descriptor of the root (O_PATH), opened on first use
@@ -79,6 +81,7 @@ typedef struct {
 
 static int static_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf);
 static int static_handler(fd_request_t *r);
+static int static_try_file(fd_request_t *r, fd_str_t uri, int dir);
 
 enum { GZIP_STATIC_OFF, GZIP_STATIC_ON, GZIP_STATIC_ALWAYS };
 
@@ -114,6 +117,21 @@ static const fd_directive_t static_directives[] = {
      .doc = "html (as nginx: links, dates in UTC, sizes in bytes) or json "
             "(as nginx: [{\"name\", \"type\": \"file\" | \"directory\", "
             "\"mtime\" as an HTTP date, \"size\" for files}])"},
+    {.name = "autoindex_exact_size",
+     .type = FD_CONF_FLAG,
+     .offset = offsetof(static_conf_t, autoindex_exact_size),
+     .def = "on",
+     .doc = "on: the HTML listing gives sizes in bytes; off: as nginx, "
+            "rounded to the nearest K, M or G (1024-based) above 9999 "
+            "bytes (10240 is 10K, 1572864 is 2M). The JSON form always "
+            "has bytes"},
+    {.name = "autoindex_localtime",
+     .type = FD_CONF_FLAG,
+     .offset = offsetof(static_conf_t, autoindex_localtime),
+     .def = "off",
+     .doc = "on: the HTML listing's dates are in the server's local time "
+            "zone (TZ, else /etc/localtime); off: "
+            "UTC. The JSON form's are HTTP dates, always GMT"},
     {.name = "alias",
      .type = FD_CONF_STR,
      .offset = offsetof(static_conf_t, alias),
@@ -178,6 +196,7 @@ static const fd_directive_t static_directives[] = {
 fd_module_t fd_static_module = {
     FD_MODULE_LOC(static, static_conf_t),
     .handler = static_handler,
+    .try_file = static_try_file,
     .flags = FD_MODULE_THREAD_SAFE,
     .methods = FD_METHODS_GET,
 };
@@ -556,6 +575,14 @@ static int alias_init(fd_conf_t *cf, fd_http_loc_t *loc, static_conf_t *scf)
     fd_conf_at_key(cf, scf, "alias");
     if (a[0] == '\0')
         return fd_conf_error(cf, "\"alias\" needs a path");
+    /* as nginx: an alias stands for a path prefix a named location has
+     * not, and try_files' paths are not the ones a regex captured from */
+    if (loc->kind == FD_LOC_NAMED)
+        return fd_conf_error(cf, "\"alias\" in a named location: use "
+                             "\"root\"");
+    if (regex && loc->try_files)
+        return fd_conf_error(cf, "\"alias\" with try_files in a regex "
+                             "location: use \"root\"");
     for (var = a; (var = strchr(var, '$')); var += 2) {
         if (var[1] < '1' || var[1] > '9')
             return fd_conf_error(cf, "alias \"%s\": only $1..$9 (the "
@@ -1615,13 +1642,120 @@ static fd_str_t variant_etag(fd_pool_t *pool, fd_str_t etag, fd_str_t enc)
     return (fd_str_t){etag.len + 1 + enc.len, p};
 }
 
+/*
+ * Where r's path is on disk: *full (in the pool, with room for extra
+ * more bytes), n its length, *rel the part beneath the root or alias
+ * directory, and *rootfd that directory's descriptor, or -1 when
+ * follow_symlinks lets full be opened as it is. FD_OK or an HTTP status.
+ * The handler and try_files' test both go through it: a file try_files
+ * finds is one the handler would open.
+ */
+static int map_file(fd_request_t *r, const static_conf_t *scf, size_t extra,
+                    char **full, size_t *n, char **rel, int *rootfd)
+{
+    const fd_http_loc_t *loc = r->loc;
+    size_t root_len = loc->root_len;
+    const char *root = loc->root;
+    char *f;
+    int err;
+
+    *rootfd = -1;
+    if (scf->alias) {
+        root = scf->alias_base;
+        f = alias_path(r, scf, extra, &root_len, n);
+        if (f == NULL)
+            return root_len ? 404 : 500;
+        *rel = *n > root_len ? f + root_len + 1 : (char *)"";
+    } else {
+        if (root == NULL)
+            return 404;
+        /* no trailing slash: root "/" becomes "" and paths keep their own */
+        while (root_len > 0 && root[root_len - 1] == '/')
+            root_len--;
+        f = fd_pnalloc(r->pool, root_len + r->path.len + extra + 4);
+        if (f == NULL)
+            return 500;
+        memcpy(f, root, root_len);
+        memcpy(f + root_len, r->path.data, r->path.len);
+        *n = root_len + r->path.len;
+        f[*n] = '\0';
+        *rel = f + root_len + 1;
+    }
+    *full = f;
+
+    if (!loc->follow_symlinks) {
+        static_conf_t *mcf = (static_conf_t *)scf;
+        int cached = __atomic_load_n(&mcf->rootfd1, __ATOMIC_ACQUIRE);
+
+        if (cached) {
+            *rootfd = cached - 1;
+        } else {
+            char save = f[root_len];
+            int expect = 0, fd;
+
+            f[root_len] = '\0';
+            fd = open(root_len ? f : "/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+            err = errno;
+            f[root_len] = save;
+            if (fd == -1)
+                return open_error(r, root, err);
+            /* pool threads may race here: one descriptor wins */
+            if (!__atomic_compare_exchange_n(&mcf->rootfd1, &expect, fd + 1,
+                                             0, __ATOMIC_ACQ_REL,
+                                             __ATOMIC_ACQUIRE)) {
+                close(fd);
+                fd = expect - 1;
+            }
+            *rootfd = fd;
+        }
+    }
+    return FD_OK;
+}
+
+/*
+ * try_files' test: uri as the path, mapped and opened (O_PATH, no read)
+ * exactly as the handler would, then one fstat(): a regular file, or
+ * with dir a directory. A refused symlink or a ".." out of an alias is
+ * not there.
+ */
+static int static_try_file(fd_request_t *r, fd_str_t uri, int dir)
+{
+    const static_conf_t *scf = fd_loc_conf(r->loc, &fd_static_module);
+    const fd_http_loc_t *loc = r->loc;
+    fd_str_t path = r->path;
+    char *full, *rel;
+    size_t n;
+    int rootfd, fd, rc;
+    struct stat st;
+
+    /* an alias stands for the location's prefix: a path outside it has
+     * no file there */
+    if (scf->alias && loc->kind != FD_LOC_NAMED &&
+        (uri.len < loc->match.len ||
+         memcmp(uri.data, loc->match.data, loc->match.len) != 0))
+        return 0;
+    r->path = uri;
+    rc = map_file(r, scf, 0, &full, &n, &rel, &rootfd);
+    r->path = path;
+    if (rc != FD_OK)
+        return rc == 500 ? 500 : 0;
+    fd = rootfd == -1 ? open(full, O_PATH | O_CLOEXEC)
+                      : open_beneath(rootfd, rel, O_PATH | O_CLOEXEC);
+    if (fd == -1)
+        return 0;
+    rc = fstat(fd, &st);
+    close(fd);
+    if (rc == -1)
+        return 0;
+    return dir ? S_ISDIR(st.st_mode) != 0 : S_ISREG(st.st_mode) != 0;
+}
+
 static int static_handler(fd_request_t *r)
 {
     const fd_http_loc_t *loc = r->loc;
     const static_conf_t *scf = fd_loc_conf(loc, &fd_static_module);
-    size_t root_len = loc->root_len, maxidx = 0, n;
+    size_t maxidx = 0, n;
     const int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK;
-    const char *root = loc->root;
     char *full, *rel, *name, *dot;
     int rootfd = -1, fd = -1, err = 0, rc;
     ofc_t *cache = NULL;
@@ -1640,55 +1774,9 @@ static int static_handler(fd_request_t *r)
         for (unsigned i = 0; i < loc->index.n; i++)
             maxidx = fd_max(maxidx, strlen(loc->index.items[i]));
     }
-    if (scf->alias) {
-        root = scf->alias_base;
-        full = alias_path(r, scf, maxidx, &root_len, &n);
-        if (full == NULL)
-            return root_len ? 404 : 500;
-        flen = n;
-        rel = n > root_len ? full + root_len + 1 : (char *)"";
-    } else {
-        if (root == NULL)
-            return 404;
-        /* no trailing slash: root "/" becomes "" and paths keep their own */
-        while (root_len > 0 && root[root_len - 1] == '/')
-            root_len--;
-        full = fd_pnalloc(r->pool, root_len + r->path.len + maxidx + 4);
-        if (full == NULL)
-            return 500;
-        memcpy(full, root, root_len);
-        memcpy(full + root_len, r->path.data, r->path.len);
-        n = flen = root_len + r->path.len;
-        full[n] = '\0';
-        rel = full + root_len + 1;
-    }
-
-    if (!loc->follow_symlinks) {
-        static_conf_t *mcf = (static_conf_t *)scf;
-        int cached = __atomic_load_n(&mcf->rootfd1, __ATOMIC_ACQUIRE);
-
-        if (cached) {
-            rootfd = cached - 1;
-        } else {
-            char save = full[root_len];
-            int expect = 0;
-
-            full[root_len] = '\0';
-            rootfd = open(root_len ? full : "/",
-                          O_PATH | O_DIRECTORY | O_CLOEXEC);
-            err = errno;
-            full[root_len] = save;
-            if (rootfd == -1)
-                return open_error(r, root, err);
-            /* pool threads may race here: one descriptor wins */
-            if (!__atomic_compare_exchange_n(&mcf->rootfd1, &expect,
-                                             rootfd + 1, 0, __ATOMIC_ACQ_REL,
-                                             __ATOMIC_ACQUIRE)) {
-                close(rootfd);
-                rootfd = expect - 1;
-            }
-        }
-    }
+    if ((rc = map_file(r, scf, maxidx, &full, &n, &rel, &rootfd)) != FD_OK)
+        return rc;
+    flen = n;
 
     /* the cache is the loop's: an offloaded handler does without */
     if (!r->in_offload)
@@ -1727,9 +1815,14 @@ static int static_handler(fd_request_t *r)
             fd = rootfd == -1 ? open(full, dflags)
                               : open_beneath(rootfd, rel, dflags);
             if (fd >= 0 && scf->autoindex)
-                return fd_static_autoindex(r, fd, full,
-                                           scf->autoindex_format ==
-                                               AUTOINDEX_JSON);
+                return fd_static_autoindex(
+                    r, fd, full,
+                    (scf->autoindex_format == AUTOINDEX_JSON
+                         ? FD_AUTOINDEX_JSON : 0) |
+                        (scf->autoindex_exact_size ? FD_AUTOINDEX_EXACT
+                                                   : 0) |
+                        (scf->autoindex_localtime ? FD_AUTOINDEX_LOCALTIME
+                                                  : 0));
             err = fd == -1 ? errno : EACCES;
             if (fd >= 0)
                 close(fd);

@@ -501,7 +501,19 @@ fd_http_loc_t *fd_http_find_location(fd_request_t *r)
     return s->root_loc;
 }
 
+fd_http_loc_t *fd_http_named_location(const fd_http_server_t *s,
+                                      const char *name)
+{
+    fd_http_loc_t *loc;
+
+    for (loc = s->named; loc; loc = loc->next)
+        if (strcmp(loc->match.data, name) == 0)
+            return loc;
+    return NULL;
+}
+
 static int body_start(fd_request_t *r);
+static void run_access(fd_request_t *r, const fd_module_t *const *m);
 
 void fd_request_addr(fd_request_t *r, fd_addr_t *a)
 {
@@ -869,11 +881,26 @@ static int method_refuse(fd_request_t *r, unsigned methods)
 
 void fd_http_run_handler(fd_request_t *r)
 {
-    const fd_module_t *m = r->loc->handler;
-    unsigned methods = m->methods ? m->methods : FD_METHODS_GET;
+    const fd_module_t *m;
+    unsigned methods;
     int resumed = r->async; /* held by an access module until now */
     int rc;
 
+    if (r->loc->try_files && !r->try_done) {
+        /* before the method check: the file, or the location it falls
+         * back to, decides which handler answers */
+        r->try_done = 1;
+        rc = fd_http_try_files(r);
+        if (rc == FD_DECLINED) {
+            /* moved: the new location's access phase, from its first */
+            run_access(r, (const fd_module_t *const *)r->loc->access);
+            return;
+        }
+        if (rc != FD_OK)
+            goto finish;
+    }
+    m = r->loc->handler;
+    methods = m->methods ? m->methods : FD_METHODS_GET;
     if (!(methods & FD_METHOD(r->in.method_id))) {
         /* before the body is read: a body already here is skipped */
         rc = method_refuse(r, methods);

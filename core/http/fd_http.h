@@ -25,6 +25,7 @@ struct fd_http_server_s {
     fd_http_loc_t *exact;      /* = /x */
     fd_http_loc_t *prefix;     /* /x, sorted longest first */
     fd_http_loc_t *regex;      /* ~ re, file order */
+    fd_http_loc_t *named;      /* @name: reached only internally */
     fd_http_loc_t *root_loc;   /* implicit location for [server] keys */
     fd_error_page_t *error_pages;
     fd_int_t max_conns_per_ip; /* 0: no limit */
@@ -42,8 +43,11 @@ enum {
     FD_LOC_PREFIX,         /* /x */
     FD_LOC_PREFIX_STOP,    /* ^~ /x: when it is the longest, no regexes */
     FD_LOC_REGEX,          /* ~ re */
-    FD_LOC_REGEX_CASELESS  /* ~* re */
+    FD_LOC_REGEX_CASELESS, /* ~* re */
+    FD_LOC_NAMED           /* @name: never matched, only redirected to */
 };
+
+typedef struct fd_http_try_files_s fd_http_try_files_t;
 
 /* add_header = NAME VALUE [always] */
 typedef struct {
@@ -79,6 +83,7 @@ struct fd_http_loc_s {
     int64_t expires;           /* FD_EXPIRES_TIME: seconds, may be < 0 */
     size_t limit_rate;         /* response bytes/s, 0: none */
     size_t limit_rate_after;   /* sent before limit_rate applies */
+    fd_http_try_files_t *try_files; /* fd_http_try_files.c, or NULL */
     char *name;                /* "location /x" for logs */
     void **mconf;              /* [fd_nmodules] */
     /* the modules whose access / filter hook acts here, NULL-ended */
@@ -151,6 +156,10 @@ struct fd_request_s {
                                   (proxy_pass_header): none of the engine's */
     unsigned rate_counted:1;   /* limit_req counted it: once a request,
                                   whatever location it is moved to */
+    unsigned try_done:1;       /* try_files ran for r->loc */
+    unsigned redirects;        /* internal redirects so far (try_files):
+                                  a module's per-location state compares
+                                  it to know the access phase restarted */
 
     uint64_t bytes_sent;       /* body bytes, for logs */
     void *ctx;                 /* the handler module's request state */
@@ -294,6 +303,34 @@ int fd_http_add_headers(fd_request_t *r);
 
 /* Routing */
 fd_http_loc_t *fd_http_find_location(fd_request_t *r);
+/* The server's [location @name] (name with its '@'), or NULL. */
+fd_http_loc_t *fd_http_named_location(const fd_http_server_t *s,
+                                      const char *name);
+
+/*
+ * Internal redirects (fd_http_try_files.c). Move r to the location of the
+ * URI path?args (a decoded path; args NULL: r's own are kept) or to the
+ * named location loc, counting the redirect: FD_OK, or 500 past the
+ * eleventh (a cycle, logged). The caller then runs the access phase of
+ * r->loc from its first hook (fd_http_run_handler does).
+ */
+int fd_http_internal_redirect(fd_request_t *r, fd_str_t path,
+                              const fd_str_t *args);
+int fd_http_named_redirect(fd_request_t *r, fd_http_loc_t *loc);
+/*
+ * try_files, run once per location after its access phase, before the
+ * handler: FD_OK (serve r->path here, maybe changed to the file found),
+ * FD_DECLINED (r moved to another location: run its access phase), or
+ * an HTTP status. The key's parser and the load-time checks: _set,
+ * _finish (at the end of the location's section: finds the module that
+ * tests files) and _resolve (@names, once the server is read). The
+ * loader does not let a location inherit it.
+ */
+int fd_http_try_files(fd_request_t *r);
+int fd_http_set_try_files(fd_conf_t *cf, const fd_directive_t *d,
+                          void *conf, const char *v);
+int fd_http_try_files_finish(fd_conf_t *cf, fd_http_loc_t *loc);
+int fd_http_try_files_resolve(fd_conf_t *cf, fd_http_loc_t *loc);
 
 /* Used by the cycle: core http keys */
 extern const fd_directive_t fd_http_loc_directives[];
