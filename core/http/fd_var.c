@@ -85,8 +85,11 @@ static fd_str_t v_is_args(fd_request_t *r, const fd_var_op_t *op, char *tmp)
  * (case-insensitive, as nginx) */
 static fd_str_t pair_find(fd_str_t s, fd_str_t name, char sep)
 {
-    const char *p = s.data, *end = s.data + s.len;
+    const char *p = s.data, *end;
 
+    if (s.len == 0)
+        return fd_null_string; /* no query: its data may be NULL */
+    end = s.data + s.len;
     while (p < end) {
         const char *e = memchr(p, sep, (size_t)(end - p)), *eq;
         if (e == NULL)

@@ -23,7 +23,8 @@
  * bit 1 HTTP/2, bit 2 add_header and expires with variables and the
  * proxy's response header rules (hide, pass, redirect), bit 3 alias
  * locations (a prefix one with gzip_static and autoindex, a regex one
- * with a capture), bit 4 the PROXY protocol (v1 or v2, the client's bytes
+ * with a capture) and try_files (to a URI, a named location that
+ * proxies, itself, =404), bit 4 the PROXY protocol (v1 or v2, the client's bytes
  * begin with it; the proxy sends v1 upstream) unless HTTP/2, bit 5 the
  * real address from X-Forwarded-For (bit 6: recursive), bytes 4-7 seed
  * the pieces; then the client's bytes,
@@ -358,8 +359,15 @@ static void config(text_t *t, const uint8_t *k)
     if (k[4] & 8)
         add(t, "[location /al/]\nalias = %s/html/static/\n"
                "gzip_static = on\nautoindex = on\nautoindex_format = %s\n"
-               "[location ~ ^/ar/(.+)$]\nalias = %s/html/static/$1\n",
-            dir, k[4] & 0x40 ? "json" : "html", dir);
+               "[location ~ ^/ar/(.+)$]\nalias = %s/html/static/$1\n"
+               "[location /spa/]\nalias = %s/html/static/\n"
+               "try_files = $uri $uri/ /static/index.html\n"
+               "[location /tf/]\ntry_files = $uri $uri/ @named\n"
+               "[location @named]\nhandler = proxy\n"
+               "pass = http://127.0.0.1:%u\n"
+               "[location /loop/]\ntry_files = $uri /loop/again\n"
+               "[location /code/]\ntry_files = /nope/$arg_x =404\n",
+            dir, k[4] & 0x40 ? "json" : "html", dir, dir, up_port);
     add(t, "[upstream backend]\n");
     if (k[2] & 2)
         add(t, "server = 127.0.0.1:%u max_fails=0\n", refused_port);

@@ -160,6 +160,7 @@ rq '\000\040\000\000' '\000' 'GET /plaintext HTTP/1.1\r\nHost: a\r\n\r\nGET /jso
 # locations; the PROXY protocol; the real address from X-Forwarded-For
 rq '\000\000\000\000' '\004' 'GET /up/r?a=1 HTTP/1.1\r\nHost: a.example\r\nX-Key: k\r\n\r\nGET /text HTTP/1.1\r\nHost: a\r\n\r\n' 'HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1/up/x\r\nRefresh: 0; url=http://127.0.0.1/\r\nX-Hide: 1\r\nServer: up\r\nContent-Length: 0\r\n\r\n'
 rq '\000\000\000\000' '\010' 'GET /al/a.txt HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\n\r\nGET /al/sub/ HTTP/1.1\r\nHost: a\r\n\r\nGET /ar/b.json HTTP/1.1\r\nHost: a\r\n\r\nGET /ar/../conf/fuzz.conf HTTP/1.1\r\nHost: a\r\n\r\n' ''
+rq '\000\000\000\000' '\010' 'GET /spa/deep/link HTTP/1.1\r\nHost: a\r\n\r\nGET /spa/a.txt HTTP/1.1\r\nHost: a\r\n\r\nGET /tf/x?y=1 HTTP/1.1\r\nHost: a\r\n\r\nGET /loop/z HTTP/1.1\r\nHost: a\r\n\r\nGET /code/?x=../../etc HTTP/1.1\r\nHost: a\r\n\r\n' "$OK"
 rq '\000\000\000\000' '\110' 'GET /al/ HTTP/1.1\r\nHost: a\r\nAccept: application/json\r\n\r\nGET /al/%2e%2e/ HTTP/1.1\r\nHost: a\r\n\r\n' ''
 rq '\010\000\000\000' '\020' 'PROXY TCP4 192.0.2.1 127.0.0.1 1234 80\r\nGET /up/x HTTP/1.1\r\nHost: a\r\n\r\n' "$OK"
 rq '\010\000\000\000' '\020' '\r\n\r\n\000\r\nQUIT\n\041\021\000\014\300\000\002\001\177\000\000\001\004\322\000\120GET /up/v2 HTTP/1.1\r\nHost: a\r\n\r\n' "$OK"
