@@ -228,6 +228,12 @@ typedef struct {
 
 extern fd_shm_header_t *fd_shm;
 int fd_shm_init(void);
+
+/* fd_shm_zone.c: a shared zone of size bytes, zeroed when new (*fresh
+ * = 1), or the one an earlier configuration made with the same kind, name
+ * and size (*fresh = 0); NULL with errno. Master only, while loading. */
+void *fd_shm_zone(const char *kind, const char *name, size_t size,
+                  int *fresh);
 fd_stats_t *fd_stats_slot(unsigned i);
 void *fd_stats_area(fd_stats_t *slot, const fd_module_t *m);
 extern fd_stats_t *fd_stats; /* this worker's slot */

@@ -27,7 +27,6 @@
  */
 #include <sched.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "fd_core.h"
 #include "fd_http.h"
@@ -87,40 +86,6 @@ typedef struct {
 fd_module_t fd_limit_req_module;
 
 static zone_shm_t *area; /* this worker's status slot */
-
-/* --- the shared tables (the master, at load) ---------------------------- */
-
-/* Tables outlive a configuration: a reload with the same name and size
- * finds its buckets again (the rates go on). */
-static struct mapped {
-    struct mapped *next;
-    char name[ZONE_NAME_MAX];
-    size_t size;
-    bucket_t *table;
-} *mapped;
-
-static bucket_t *table_for(const char *name, size_t size)
-{
-    struct mapped *m;
-    void *p;
-
-    for (m = mapped; m; m = m->next)
-        if (m->size == size && strcmp(m->name, name) == 0)
-            return m->table;
-    p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-             -1, 0);
-    if (p == MAP_FAILED || (m = calloc(1, sizeof(*m))) == NULL) {
-        if (p != MAP_FAILED)
-            munmap(p, size);
-        return NULL;
-    }
-    snprintf(m->name, sizeof(m->name), "%s", name);
-    m->size = size;
-    m->table = p;
-    m->next = mapped;
-    mapped = m;
-    return p;
-}
 
 /* --- configuration ------------------------------------------------------- */
 
@@ -196,7 +161,10 @@ static int zone_init_section(fd_conf_t *cf, const char *name, void *conf)
         return FD_ERROR;
     z->name = fd_pstrdup(cf->pool, name, n);
     z->nbuckets = z->size / sizeof(bucket_t);
-    z->table = table_for(name, z->nbuckets * sizeof(bucket_t));
+    /* the table outlives a configuration: a reload with the same name
+     * and size finds its buckets again (the rates go on) */
+    z->table = fd_shm_zone("limit_req", name, z->nbuckets * sizeof(bucket_t),
+                           NULL);
     if (z->name == NULL || z->table == NULL)
         return fd_conf_error(cf, "[limit_req %s]: out of memory (the %zu "
                              "byte table)", name, z->size);
