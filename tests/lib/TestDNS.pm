@@ -8,6 +8,7 @@ package TestDNS;
 #   NAME AAAA ::1
 #   NAME SERVFAIL             answer that rcode (or NXDOMAIN, REFUSED)
 #   NAME DROP                 no answer at all (a timeout)
+#   NAME DELAY 0.3            answer that many seconds late
 # A name without a line is NXDOMAIN; a name with only A lines answers
 # AAAA with no records (NOERROR), as a real zone does.
 #
@@ -68,10 +69,20 @@ sub start {
     my $pid = fork // die "fork: $!";
     if ($pid == 0) {
         $SIG{TERM} = 'DEFAULT';
+        $SIG{CHLD} = 'IGNORE';
         while (1) {
             my $peer = $s->recv(my $q, 4096) // next;
-            my $a = $self->answer($q);
-            $s->send($a, 0, $peer) if defined $a;
+            my ($a, $delay) = $self->answer($q);
+            next unless defined $a;
+            if (!$delay) {
+                $s->send($a, 0, $peer);
+                next;
+            }
+            # late, without holding up the other queries
+            next if fork // 1;
+            Time::HiRes::sleep($delay);
+            $s->send($a, 0, $peer);
+            POSIX::_exit(0);
         }
     }
     close $s;
@@ -81,7 +92,7 @@ sub start {
 sub stop {
     my ($self) = @_;
     return unless $self->{pid};
-    kill 'KILL', $self->{pid};
+    kill 'KILL', $self->{pid}; # a late answer's child sends and exits
     waitpid($self->{pid}, 0);
     $self->{pid} = undef;
 }
@@ -115,7 +126,7 @@ sub answer {
         close $l;
     }
 
-    my (%rr, $rcode, $known);
+    my (%rr, $rcode, $known, $delay);
     if (open my $fh, '<', $self->{table}) {
         while (my $line = <$fh>) {
             my ($n, $what, $v) = split ' ', $line;
@@ -125,6 +136,8 @@ sub answer {
                 push @{ $rr{$what} }, $v;
             } elsif ($what eq 'DROP') {
                 return undef;
+            } elsif ($what eq 'DELAY') {
+                $delay = $v;
             } elsif (exists $RCODE{$what}) {
                 $rcode = $RCODE{$what};
             }
@@ -143,8 +156,8 @@ sub answer {
     }
     # QR, AA, RA, RD as asked
     my $rf = 0x8000 | 0x0400 | 0x0080 | ($flags & 0x0100) | $rcode;
-    return pack('n n n n n n', $id, $rf, 1, scalar @ans, 0, 0)
-         . $question . join '', @ans;
+    return (pack('n n n n n n', $id, $rf, 1, scalar @ans, 0, 0)
+            . $question . join('', @ans), $delay);
 }
 
 1;
