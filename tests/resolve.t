@@ -24,22 +24,32 @@ use POSIX ();
 use Time::HiRes qw(sleep time);
 
 my $port = FastdTest::free_port();
+my $t = FastdTest->new(conf => '');
+my $dir = $t->dir;
+our $sick = "$dir/sick"; # a file name: while "$sick-ADDR" exists, ADDR fails /healthz
 my $handler = sub {
     my ($req) = @_;
     sleep 2 if $req->{path} =~ m{/slow$};
     my $h = $req->{backend}->host;
+    return Backend::response(-e "$sick-$h" ? 503 : 200, 'health')
+        if $req->{path} eq '/healthz';
     return Backend::response(200, "id=$h", 'X-Id' => $h);
 };
 my %be = map { ($_ => Backend->new(host => $_, port => $port,
                                    handler => $handler)) }
          map { "127.0.0.$_" } 2 .. 4;
+# health_check's group has backends of its own (its probes are requests)
+my $hport = FastdTest::free_port();
+$hport = FastdTest::free_port() while $hport == $port;
+my %hbe = map { ($_ => Backend->new(host => $_, port => $hport,
+                                    handler => $handler)) }
+          map { "127.0.0.$_" } 2 .. 4;
 my $A2 = "127.0.0.2:$port";
 my $A3 = "127.0.0.3:$port";
 my $A4 = "127.0.0.4:$port";
 
-my $t = FastdTest->new(conf => '');
-my $dir = $t->dir;
-my %zone = (app => [qw(127.0.0.2 127.0.0.3)], late => []);
+my %zone = (app => [qw(127.0.0.2 127.0.0.3)], late => [],
+            hc => [qw(127.0.0.2 127.0.0.3)]);
 our $delay; # seconds the answers are late
 my $dns = TestDNS->new(table => "$dir/zone", log => "$dir/dns.log");
 sub zone {
@@ -57,17 +67,20 @@ sub zone {
 zone();
 
 my $up = sub {
-    my ($name, $extra) = @_;
+    my ($name, $extra, $p) = @_;
+    $p //= $port;
     return "[upstream $name]\nresolver = ${\ $dns->addr}\n"
-         . "resolver_timeout = 1s\nserver = $name.test:$port resolve\n"
+         . "resolver_timeout = 1s\nserver = $name.test:$p resolve\n"
          . ($extra // '') . "\n";
 };
 $t->write_conf(FastdTest::base_conf(
     main => { workers => 2 },
-    locations => FastdTest::proxy_locations(qw(app late))
+    locations => FastdTest::proxy_locations(qw(app late hc))
         . "[location /h/]\nhandler = proxy\nupstream = h\n\n"
         . "[location = /status]\nhandler = status\n\n",
     extra => $up->('app', "keepalive = 8\n") . $up->('late')
+        . $up->('hc', "keepalive = 8\nhealth_check = /healthz "
+                      . "interval=300ms timeout=1s\n", $hport)
         . "[upstream h]\nresolver = ${\ $dns->addr}\n"
         . "server = app.test:$port resolve\nbalance = hash\n"
         . "hash_key = \$uri\n\n"));
@@ -125,6 +138,31 @@ ok(wait_addresses('late', $A4), 'it resolves later');
 is(FastdTest::wait_for(sub { my $w = who('/late/x'); $w eq '127.0.0.4' ? $w : undef }, 10, 0.05),
    '127.0.0.4', '... and then serves');
 
+# --- health checks on resolved addresses -----------------------------------------
+sub check_up {
+    my ($addr) = @_;
+    my $r = $t->get('/status?format=prometheus');
+    return undef unless $r && $r->status == 200;
+    return $r->body =~ /^fastd_upstream_check_up\{upstream="hc",server="\Q$addr\E"\} (\d+)$/m
+        ? $1 : undef;
+}
+my ($H2, $H3, $H4) = map { "127.0.0.$_:$hport" } 2 .. 4;
+ok(wait_addresses('hc', "$H2 $H3"), 'health_check with resolve: two addresses');
+$t->write_file("sick-127.0.0.3", '');
+ok(FastdTest::wait_for(sub { (check_up($H3) // 1) == 0 }, 15, 0.05),
+   'the one that fails its check is taken out (/status)');
+%n = ();
+$n{ who("/hc/$_") }++ for 1 .. 10;
+is($n{'127.0.0.2'}, 10, '... and gets no request');
+zone(hc => [qw(127.0.0.2 127.0.0.4)]);
+ok(FastdTest::wait_for(sub { (check_up($H4) // 0) == 1 }, 15, 0.05),
+   'a new address is probed and passes');
+ok(!defined check_up($H3), 'the removed one is no longer reported');
+%n = ();
+$n{ who("/hc/$_") }++ for 1 .. 10;
+ok($n{'127.0.0.2'} && $n{'127.0.0.4'} && !$n{'127.0.0.3'},
+   '... and serves beside the other') or diag(explain \%n);
+
 # --- one query per name and TTL for the whole fastd (two workers) -----------
 # answers 0.3 s late: a worker that asked whenever the time had come
 # would ask beside the other one's query in flight
@@ -137,11 +175,11 @@ is(FastdTest::wait_for(sub { my $w = who('/late/x'); $w eq '127.0.0.4' ? $w : un
     sleep 4;
     my $q = $dns->queries - $q0;
     my $secs = time - $t0;
-    # three names, A and AAAA each, every 1.3 s (a TTL after the late
-    # answer): under 6 a second for the whole fastd, about twice that if
+    # four names, A and AAAA each, every 1.3 s (a TTL after the late
+    # answer): under 8 a second for the whole fastd, about twice that if
     # each worker asked
-    my $max = int(7 * $secs);
-    ok($q >= 6 && $q <= $max,
+    my $max = int(9 * $secs);
+    ok($q >= 8 && $q <= $max,
        "$q queries in ${\ sprintf '%.1f', $secs } s: one per name and TTL "
        . "for the whole fastd (at most $max)");
 }

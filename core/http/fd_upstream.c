@@ -588,10 +588,6 @@ int fd_upstream_init_section(fd_conf_t *cf, const char *name, void *conf)
     upstream_finish(up);
     if (up->health_check) {
         cf->line = key_line(cf, "health_check", 0);
-        if (up->resolve)
-            return fd_conf_error(cf, "[upstream %s]: health_check with "
-                                 "server ... resolve is not supported yet "
-                                 "(passive health, max_fails, is)", name);
         if (fd_upstream_health_parse(cf, up, up->health_check) != FD_OK ||
             fd_upstream_health_bind(cf, up) != FD_OK)
             return FD_ERROR;
