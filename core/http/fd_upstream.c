@@ -1155,7 +1155,7 @@ static void shm_name(char *dst, size_t size, const char *src)
 void fd_upstream_init_worker(fd_upstream_t **ups, unsigned n,
                              fd_upstream_shm_t *area)
 {
-    unsigned i, k, slot = 0;
+    unsigned i, k, slot = 0, pass;
 
     shm = area;
     if (shm)
@@ -1168,23 +1168,26 @@ void fd_upstream_init_worker(fd_upstream_t **ups, unsigned n,
         ngroups = n;
     }
     fd_upstream_health_start(ups, n);
-    for (i = 0; i < n; i++) {
-        for (k = 0; k < ups[i]->npeers; k++) {
-            fd_upstream_peer_t *p = &ups[i]->peers[k];
-            p->shm = -1;
-            if (shm == NULL || slot == FD_UPSTREAM_SHM_PEERS)
-                continue;
-            p->shm = (int)slot;
-            if (p->absent) { /* named when it gets an address */
-                slot++;
-                continue;
+    /* fixed servers first: a resolve name's 16 slots, mostly empty, take
+     * what is left */
+    for (pass = 0; pass < 2; pass++) {
+        for (i = 0; i < n; i++) {
+            for (k = 0; k < ups[i]->npeers; k++) {
+                fd_upstream_peer_t *p = &ups[i]->peers[k];
+                if ((p->resolve != NULL) != pass)
+                    continue;
+                p->shm = -1;
+                if (shm == NULL || slot == FD_UPSTREAM_SHM_PEERS)
+                    continue;
+                p->shm = (int)slot++;
+                if (p->absent)
+                    continue; /* named when it gets an address */
+                shm_name(shm->peer[p->shm].upstream,
+                         sizeof(shm->peer[0].upstream), ups[i]->name);
+                shm_name(shm->peer[p->shm].server,
+                         sizeof(shm->peer[0].server), p->name);
+                shm->peer[p->shm].healthy = !p->down;
             }
-            shm_name(shm->peer[slot].upstream, sizeof(shm->peer[0].upstream),
-                     ups[i]->name);
-            shm_name(shm->peer[slot].server, sizeof(shm->peer[0].server),
-                     p->name);
-            shm->peer[slot].healthy = !p->down;
-            slot++;
         }
     }
     if (slot == FD_UPSTREAM_SHM_PEERS && n)
