@@ -289,6 +289,21 @@ for my $what ('SERVFAIL', 'NXDOMAIN', 'resolver down') {
     }
 }
 
+# --- a reload starts with the addresses it had ---------------------------------
+# the resolver still down: what the new workers serve comes from the table
+{
+    my %old = map { $_ => 1 } $t->workers;
+    $t->signal('HUP');
+    ok(FastdTest::wait_for(sub { (grep { !$old{$_} } $t->workers) >= 2 }, 20,
+                           0.05),
+       'reload: two new workers');
+    my %m;
+    $m{ who("/app/r$_") }++ for 1 .. 10;
+    is(($m{'127.0.0.3'} // 0) + ($m{'127.0.0.4'} // 0), 10,
+       'reload with the resolver down: the new workers serve the addresses '
+       . 'the old ones had') or diag(explain \%m);
+}
+
 zone(app => ['127.0.0.2']);
 $dns->start;
 ok(wait_addresses('app', $A2), 'the resolver back: the new answer is taken');
