@@ -224,10 +224,12 @@ sub loop_lines {
 }
 FastdTest::wait_for(sub { loop_lines() >= 10 }, 10, 0.02);
 
+my $t_change = time;
 zone(app => [qw(127.0.0.3 127.0.0.4)]);
 ok(wait_addresses('app', "$A3 $A4"), '/status follows the new answer');
 ok(FastdTest::wait_for(sub { grep { /127\.0\.0\.4/ } loop_lines() }, 10, 0.05),
-   'the new address receives traffic within a few TTLs');
+   sprintf('the new address receives traffic within a few TTLs (%.1f s '
+           . 'after the change, TTL 1 s)', time - $t_change));
 my @got = map { $_->read_response(timeout => 20) } @slow;
 my @ids = map { $_ && $_->status == 200 ? $_->header('X-Id') : 'failed' } @got;
 ok(!(grep { $_ eq 'failed' } @ids) && (grep { $_ eq '127.0.0.2' } @ids),
