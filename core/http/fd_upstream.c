@@ -459,13 +459,24 @@ static int parse_server(fd_conf_t *cf, fd_upstream_t *up, const char *text)
  * in the status figures). */
 static void upstream_finish(fd_upstream_t *up)
 {
-    unsigned i;
-
     if (up->npeers == 1)
         up->peers[0].max_fails = 0;
-    up->nlive = 0;
-    for (i = 0; i < up->npeers; i++)
-        up->nlive += !up->peers[i].absent;
+    fd_upstream_count_live(up);
+}
+
+/* nlive, and nscan: the balancers look at peers[0 .. nscan), past the
+ * empty resolve slots at the end (most of a name's 16 are) */
+void fd_upstream_count_live(fd_upstream_t *up)
+{
+    unsigned i;
+
+    up->nlive = up->nscan = 0;
+    for (i = 0; i < up->npeers; i++) {
+        if (up->peers[i].absent)
+            continue;
+        up->nlive++;
+        up->nscan = i + 1;
+    }
 }
 
 static int ring_cmp(const void *a, const void *b)
@@ -669,6 +680,13 @@ fd_upstream_t *fd_upstream_implicit(fd_conf_t *cf, const char *hostport,
 
 /* --- balancing ----------------------------------------------------------- */
 
+/* The peers a balancer looks at: up to the last with an address (a group
+ * made without upstream_finish(), nscan 0: all of them). */
+static inline unsigned scan_end(const fd_upstream_t *up)
+{
+    return up->nscan ? up->nscan : up->npeers;
+}
+
 /* A resolving group down to one address never takes it out either. */
 static int peer_max_fails(const fd_upstream_peer_t *p)
 {
@@ -705,7 +723,7 @@ static fd_upstream_peer_t *pick_rr(fd_upstream_t *up, const uint64_t *tried,
     if (least) {
         /* fewest active per weight; ties go round robin */
         int any = 0;
-        for (i = 0; i < up->npeers; i++) {
+        for (i = 0; i < scan_end(up); i++) {
             fd_upstream_peer_t *p = &up->peers[i];
             if (!candidate(tried, p, backup))
                 continue;
@@ -719,7 +737,7 @@ static fd_upstream_peer_t *pick_rr(fd_upstream_t *up, const uint64_t *tried,
         if (!any)
             return NULL;
     }
-    for (i = 0; i < up->npeers; i++) {
+    for (i = 0; i < scan_end(up); i++) {
         fd_upstream_peer_t *p = &up->peers[i];
         if (!candidate(tried, p, backup))
             continue;
@@ -785,7 +803,7 @@ int fd_upstream_has_candidate(const fd_upstream_t *up, const uint64_t *tried)
 {
     unsigned i;
 
-    for (i = 0; i < up->npeers; i++)
+    for (i = 0; i < scan_end(up); i++)
         if (!fd_upstream_tried(tried, &up->peers[i]) &&
             fd_upstream_peer_usable(&up->peers[i]))
             return 1;

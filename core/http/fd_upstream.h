@@ -120,8 +120,10 @@ struct fd_upstream_s {
     char *resolvers;           /* "IP:PORT,..." for c-ares, or NULL */
     fd_upstream_resolve_t *resolve; /* its server = ... resolve lines */
     void *resolver_state;      /* per worker: the c-ares channel */
-    unsigned nlive;            /* per worker, resolving groups: servers
-                                * with an address (1: never taken out) */
+    unsigned nlive;            /* per worker: servers with an address
+                                * (1: never taken out) */
+    unsigned nscan;            /* per worker: peers[nscan ..] are empty
+                                * resolve slots (fd_upstream_count_live) */
     unsigned ring_own:1;       /* per worker: ring is malloc()ed */
 
     /* per worker: every idle connection, newest first (eviction order) */
@@ -296,6 +298,7 @@ int fd_upstream_resolve_merge(fd_upstream_addr_t *slots, unsigned nslots,
  * changed (FD_ERROR: out of memory, the old ring stays), and a slot's
  * status entry for its new address (counters from 0) or its absence. */
 int fd_upstream_ring_update(fd_upstream_t *up);
+void fd_upstream_count_live(fd_upstream_t *up);
 void fd_upstream_peer_renamed(fd_upstream_peer_t *p);
 
 /* --- status --- */

@@ -355,7 +355,6 @@ static int sync_one(fd_upstream_resolve_t *rs)
 void fd_upstream_resolve_sync(fd_upstream_t *up)
 {
     fd_upstream_resolve_t *rs;
-    unsigned i;
     int changed = 0;
 
     if (table == NULL)
@@ -364,9 +363,7 @@ void fd_upstream_resolve_sync(fd_upstream_t *up)
         changed |= sync_one(rs);
     if (!changed)
         return;
-    up->nlive = 0;
-    for (i = 0; i < up->npeers; i++)
-        up->nlive += !up->peers[i].absent;
+    fd_upstream_count_live(up);
     if (fd_upstream_ring_update(up) != FD_OK)
         fd_log_error(FD_LOG_ALERT, ENOMEM, "upstream \"%s\": the hash ring "
                      "keeps its old servers", up->name);
