@@ -38,8 +38,12 @@ static const fd_conf_enum_t balance_enums[] = {
 const fd_directive_t fd_upstream_directives[] = {
     {.name = "server", .type = FD_CONF_LIST, .offset = UP(server),
      .doc = "HOST:PORT or unix:/path [weight=N] [max_fails=N] "
-            "[fail_timeout=T] [backup] [down], repeatable. A host name is "
-            "resolved at load time (every address becomes a server). "
+            "[fail_timeout=T] [backup] [down] [resolve], repeatable. A host "
+            "name is resolved at load time (every address becomes a "
+            "server); with resolve it is resolved again and again through "
+            "resolver (up to 16 addresses, each a server with these "
+            "options), and a name that does not resolve yet at load is no "
+            "error (the group answers 502 while it has no server). "
             "max_fails (1) failures within fail_timeout (10s) take the "
             "server out for fail_timeout; max_fails=0 never does, nor does "
             "it take out a group's only server (as nginx; health_check "
@@ -87,6 +91,24 @@ const fd_directive_t fd_upstream_directives[] = {
             "group's only server too: its requests then get 502. The state "
             "outlives a reload. Example: health_check = /healthz "
             "interval=2s fails=3 passes=2"},
+    {.name = "resolver", .type = FD_CONF_LIST, .offset = UP(resolver),
+     .doc = "IP or IP:PORT (53) of a DNS server for this group's server "
+            "= NAME:PORT resolve lines, repeatable (tried in turn). One "
+            "query per name for the whole fastd, not per worker; it never "
+            "blocks a worker"},
+    {.name = "resolver_timeout", .type = FD_CONF_MSEC,
+     .offset = UP(resolver_timeout), .def = "5s", .min = 100,
+     .max = 60000,
+     .doc = "how long a DNS server has to answer before the next one is "
+            "asked (or, after the last, the query fails: the addresses "
+            "stay as they were)"},
+    {.name = "resolve_interval", .type = FD_CONF_MSEC,
+     .offset = UP(resolve_interval), .def = "0", .max = 86400000,
+     .doc = "how often a resolve name is queried again: 0 (the default) "
+            "follows the answer's TTL, at least 1s and at most 5m; another "
+            "value (1s at least) overrides the TTL. A failed query is "
+            "retried after 1s to 5s; until one succeeds the last good "
+            "addresses stay"},
     FD_CONF_END};
 
 static fd_upstream_shm_t *shm; /* this worker's status area */
@@ -183,6 +205,68 @@ static char *peer_name(fd_pool_t *pool, const struct sockaddr *sa)
     return fd_pstrdup(pool, buf, strlen(buf));
 }
 
+/* resolver = IP[:PORT] or [IPv6]:PORT, into "IP:PORT,..." for c-ares */
+static int parse_resolvers(fd_conf_t *cf, fd_upstream_t *up)
+{
+    char csv[8 * (INET6_ADDRSTRLEN + 9)];
+    size_t len = 0;
+    int line = cf->line;
+    unsigned i;
+
+    if (up->resolver.n == 0)
+        return FD_OK;
+    if (up->resolver.n > 8) {
+        cf->line = key_line(cf, "resolver", 8);
+        return fd_conf_error(cf, "more than 8 \"resolver\" lines");
+    }
+    for (i = 0; i < up->resolver.n; i++) {
+        const char *v = up->resolver.items[i], *port = NULL, *end;
+        char host[INET6_ADDRSTRLEN + 1];
+        unsigned char bin[16];
+        size_t hl;
+        int v6;
+
+        cf->line = key_line(cf, "resolver", i);
+        if (v[0] == '[') {
+            end = strchr(v, ']');
+            if (end == NULL || (end[1] != '\0' && end[1] != ':'))
+                goto bad;
+            hl = (size_t)(end - v - 1);
+            v++;
+            port = end[1] == ':' ? end + 2 : NULL;
+            v6 = 1;
+        } else {
+            end = strchr(v, ':');
+            if (end && strchr(end + 1, ':'))
+                end = NULL; /* a bare IPv6 address, no port */
+            hl = end ? (size_t)(end - v) : strlen(v);
+            port = end ? end + 1 : NULL;
+            v6 = strchr(v, ':') != NULL && end == NULL;
+        }
+        if (hl == 0 || hl >= sizeof(host))
+            goto bad;
+        memcpy(host, v, hl);
+        host[hl] = '\0';
+        if (inet_pton(v6 ? AF_INET6 : AF_INET, host, bin) != 1)
+            goto bad;
+        if (port && (*port == '\0' ||
+                     strspn(port, "0123456789") != strlen(port) ||
+                     atoi(port) < 1 || atoi(port) > 65535))
+            goto bad;
+        len += (size_t)snprintf(csv + len, sizeof(csv) - len, "%s%s%s%s:%s",
+                                i ? "," : "", v6 ? "[" : "", host,
+                                v6 ? "]" : "", port ? port : "53");
+    }
+    if ((up->resolvers = fd_pstrdup(cf->pool, csv, len)) == NULL)
+        return fd_conf_error(cf, "out of memory");
+    cf->line = line;
+    return FD_OK;
+bad:
+    return fd_conf_error(cf, "bad \"resolver\" \"%s\" (an IP address, "
+                         "IP:PORT or [IPv6]:PORT: a resolver is not looked "
+                         "up by name)", up->resolver.items[i]);
+}
+
 static fd_upstream_peer_t *peer_add(fd_conf_t *cf, fd_upstream_t *up)
 {
     fd_upstream_peer_t *np = fd_pcalloc(cf->pool, (up->npeers + 1) *
@@ -202,10 +286,12 @@ static fd_upstream_peer_t *peer_add(fd_conf_t *cf, fd_upstream_t *up)
 
 /*
  * Resolve "HOST[:PORT]" or "unix:/path" into servers of up with the given
- * options; HOST may be a name (every address it has is a server).
+ * options; HOST may be a name (every address it has is a server). With
+ * resolve, HOST is a name whose addresses change (fd_upstream_resolve.c).
  */
 static int resolve_servers(fd_conf_t *cf, fd_upstream_t *up,
-                           const char *addr, const fd_upstream_peer_t *opt)
+                           const char *addr, const fd_upstream_peer_t *opt,
+                           int resolve)
 {
     char host[256];
     const char *port = "80", *colon;
@@ -213,6 +299,9 @@ static int resolve_servers(fd_conf_t *cf, fd_upstream_t *up,
     unsigned first = up->npeers;
     int rc;
 
+    if (resolve && strncmp(addr, "unix:", 5) == 0)
+        return fd_conf_error(cf, "\"%s\": resolve needs a host name, not "
+                             "a unix socket", addr);
     if (strncmp(addr, "unix:", 5) == 0) {
         struct sockaddr_un *sun;
         fd_upstream_peer_t *p;
@@ -252,6 +341,24 @@ static int resolve_servers(fd_conf_t *cf, fd_upstream_t *up,
     if (*port == '\0' || strspn(port, "0123456789") != strlen(port) ||
         atoi(port) < 1 || atoi(port) > 65535)
         return fd_conf_error(cf, "bad port in \"%s\"", addr);
+    if (resolve) {
+        unsigned char bin[16];
+        if (inet_pton(AF_INET, host, bin) == 1 ||
+            inet_pton(AF_INET6, host, bin) == 1)
+            return fd_conf_error(cf, "\"%s\": resolve needs a host name, "
+                                 "not an address", addr);
+        if (up->resolvers == NULL)
+            return fd_conf_error(cf, "\"%s\" resolve needs a \"resolver\" "
+                                 "in [upstream %s] (resolver = IP[:PORT])",
+                                 addr, up->name);
+        for (unsigned i = 0; i < FD_UPSTREAM_RESOLVE_MAX; i++)
+            if (peer_add(cf, up) == NULL)
+                return fd_conf_error(cf, "out of memory");
+        if (fd_upstream_resolve_add(cf, up, host, (unsigned)atoi(port),
+                                    first) != FD_OK)
+            return FD_ERROR;
+        goto options;
+    }
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -322,7 +429,8 @@ static int server_option(fd_conf_t *cf, const char *tok,
         opt->down = 1;
     } else {
         return fd_conf_error(cf, "unknown server option \"%s\" (weight=, "
-                             "max_fails=, fail_timeout=, backup, down)", tok);
+                             "max_fails=, fail_timeout=, backup, down, "
+                             "resolve)", tok);
     }
     return FD_OK;
 }
@@ -332,14 +440,18 @@ static int parse_server(fd_conf_t *cf, fd_upstream_t *up, const char *text)
     char *s = fd_pstrdup(cf->pool, text, strlen(text)), *save, *tok, *addr;
     fd_upstream_peer_t opt = {.weight = 1, .max_fails = 1,
                               .fail_timeout = 10000};
+    int resolve = 0;
 
     addr = strtok_r(s, " \t", &save);
     if (addr == NULL)
         return fd_conf_error(cf, "\"server\" needs an address");
-    while ((tok = strtok_r(NULL, " \t", &save)) != NULL)
-        if (server_option(cf, tok, &opt, 0) != FD_OK)
+    while ((tok = strtok_r(NULL, " \t", &save)) != NULL) {
+        if (strcmp(tok, "resolve") == 0)
+            resolve = 1;
+        else if (server_option(cf, tok, &opt, 0) != FD_OK)
             return FD_ERROR;
-    return resolve_servers(cf, up, addr, &opt);
+    }
+    return resolve_servers(cf, up, addr, &opt, resolve);
 }
 
 /* A group whose only server failed has nowhere else to send a request:
@@ -349,6 +461,22 @@ static void upstream_finish(fd_upstream_t *up)
 {
     if (up->npeers == 1)
         up->peers[0].max_fails = 0;
+    fd_upstream_count_live(up);
+}
+
+/* nlive, and nscan: the balancers look at peers[0 .. nscan), past the
+ * empty resolve slots at the end (most of a name's 16 are) */
+void fd_upstream_count_live(fd_upstream_t *up)
+{
+    unsigned i;
+
+    up->nlive = up->nscan = 0;
+    for (i = 0; i < up->npeers; i++) {
+        if (up->peers[i].absent)
+            continue;
+        up->nlive++;
+        up->nscan = i + 1;
+    }
 }
 
 static int ring_cmp(const void *a, const void *b)
@@ -366,21 +494,29 @@ static int ring_cmp(const void *a, const void *b)
  * servers do not depend on a server being there, so removing one moves
  * only the keys it owned.
  */
-static int ring_build(fd_conf_t *cf, fd_upstream_t *up)
+static unsigned ring_points(const fd_upstream_t *up)
 {
-    unsigned i, n = 0, k;
-    char buf[128];
+    unsigned i, n = 0;
 
     for (i = 0; i < up->npeers; i++)
-        if (!up->peers[i].backup)
+        if (!up->peers[i].backup && !up->peers[i].absent)
             n += RING_POINTS * (unsigned)fd_min(up->peers[i].weight, 100);
-    up->ring = fd_palloc(cf->pool, (n ? n : 1) * sizeof(fd_upstream_point_t));
-    if (up->ring == NULL)
-        return fd_conf_error(cf, "out of memory");
+    return n;
+}
+
+/* A resolved server's points hash its address, as a fixed one's: the
+ * keys of the addresses that stay do not move when another one goes. */
+static void ring_fill(fd_upstream_t *up, fd_upstream_point_t *ring)
+{
+    unsigned i, k;
+    char buf[128];
+
+    up->ring = ring;
+    up->nring = 0;
     for (i = 0; i < up->npeers; i++) {
         fd_upstream_peer_t *p = &up->peers[i];
         unsigned pts = RING_POINTS * (unsigned)fd_min(p->weight, 100);
-        if (p->backup)
+        if (p->backup || p->absent)
             continue;
         for (k = 0; k < pts; k++) {
             int len = snprintf(buf, sizeof(buf), "%s-%u", p->name, k);
@@ -390,6 +526,33 @@ static int ring_build(fd_conf_t *cf, fd_upstream_t *up)
         }
     }
     qsort(up->ring, up->nring, sizeof(fd_upstream_point_t), ring_cmp);
+}
+
+static int ring_build(fd_conf_t *cf, fd_upstream_t *up)
+{
+    unsigned n = ring_points(up);
+    fd_upstream_point_t *ring = fd_palloc(cf->pool, (n ? n : 1) *
+                                                        sizeof(*ring));
+
+    if (ring == NULL)
+        return fd_conf_error(cf, "out of memory");
+    ring_fill(up, ring);
+    return FD_OK;
+}
+
+int fd_upstream_ring_update(fd_upstream_t *up)
+{
+    unsigned n = ring_points(up);
+    fd_upstream_point_t *ring;
+
+    if (up->balance != FD_UPSTREAM_HASH)
+        return FD_OK;
+    if ((ring = malloc((n ? n : 1) * sizeof(*ring))) == NULL)
+        return FD_ERROR;
+    if (up->ring_own)
+        free(up->ring);
+    ring_fill(up, ring);
+    up->ring_own = 1;
     return FD_OK;
 }
 
@@ -404,6 +567,8 @@ int fd_upstream_init_section(fd_conf_t *cf, const char *name, void *conf)
     up->line = cf->line;
     if (up->server.n == 0)
         return fd_conf_error(cf, "[upstream %s] has no \"server\"", name);
+    if (parse_resolvers(cf, up) != FD_OK)
+        return FD_ERROR;
     for (i = 0; i < up->server.n; i++) {
         cf->line = key_line(cf, "server", i);
         if (parse_server(cf, up, up->server.items[i]) != FD_OK)
@@ -505,7 +670,7 @@ fd_upstream_t *fd_upstream_implicit(fd_conf_t *cf, const char *hostport,
     up->implicit_opts = fd_pstrdup(cf->pool, opts, strlen(opts));
     up->file = cf->file;
     up->line = cf->line;
-    if (resolve_servers(cf, up, hostport, &opt) != FD_OK)
+    if (resolve_servers(cf, up, hostport, &opt, 0) != FD_OK)
         return NULL;
     upstream_finish(up);
     up->next_implicit = implicit_list;
@@ -515,11 +680,24 @@ fd_upstream_t *fd_upstream_implicit(fd_conf_t *cf, const char *hostport,
 
 /* --- balancing ----------------------------------------------------------- */
 
+/* The peers a balancer looks at: up to the last with an address (a group
+ * made without upstream_finish(), nscan 0: all of them). */
+static inline unsigned scan_end(const fd_upstream_t *up)
+{
+    return up->nscan ? up->nscan : up->npeers;
+}
+
+/* A resolving group down to one address never takes it out either. */
+static int peer_max_fails(const fd_upstream_peer_t *p)
+{
+    return p->up->nlive == 1 ? 0 : (int)p->max_fails;
+}
+
 int fd_upstream_peer_usable(const fd_upstream_peer_t *p)
 {
-    if (p->down || !fd_upstream_health_ok(p))
+    if (p->down || p->absent || !fd_upstream_health_ok(p))
         return 0;
-    if (p->max_fails && p->fails >= (unsigned)p->max_fails &&
+    if (peer_max_fails(p) && p->fails >= (unsigned)p->max_fails &&
         fd_current_msec - p->checked <= p->fail_timeout)
         return 0;
     return 1;
@@ -545,7 +723,7 @@ static fd_upstream_peer_t *pick_rr(fd_upstream_t *up, const uint64_t *tried,
     if (least) {
         /* fewest active per weight; ties go round robin */
         int any = 0;
-        for (i = 0; i < up->npeers; i++) {
+        for (i = 0; i < scan_end(up); i++) {
             fd_upstream_peer_t *p = &up->peers[i];
             if (!candidate(tried, p, backup))
                 continue;
@@ -559,7 +737,7 @@ static fd_upstream_peer_t *pick_rr(fd_upstream_t *up, const uint64_t *tried,
         if (!any)
             return NULL;
     }
-    for (i = 0; i < up->npeers; i++) {
+    for (i = 0; i < scan_end(up); i++) {
         fd_upstream_peer_t *p = &up->peers[i];
         if (!candidate(tried, p, backup))
             continue;
@@ -604,6 +782,8 @@ fd_upstream_peer_t *fd_upstream_pick(fd_upstream_t *up, const uint64_t *tried,
 {
     fd_upstream_peer_t *p;
 
+    if (up->resolve)
+        fd_upstream_resolve_sync(up);
     switch (up->balance) {
     case FD_UPSTREAM_HASH:
         p = pick_hash(up, tried, hash);
@@ -623,7 +803,7 @@ int fd_upstream_has_candidate(const fd_upstream_t *up, const uint64_t *tried)
 {
     unsigned i;
 
-    for (i = 0; i < up->npeers; i++)
+    for (i = 0; i < scan_end(up); i++)
         if (!fd_upstream_tried(tried, &up->peers[i]) &&
             fd_upstream_peer_usable(&up->peers[i]))
             return 1;
@@ -640,7 +820,7 @@ void fd_upstream_peer_failed(fd_upstream_peer_t *p)
 
     if (s)
         s->fails++;
-    if (p->max_fails == 0)
+    if (peer_max_fails(p) == 0)
         return;
     if (fd_current_msec - p->checked > p->fail_timeout)
         p->fails = 0;
@@ -840,8 +1020,11 @@ void fd_upstream_keepalive_put(fd_upstream_conn_t *uc)
 
     uc->data = NULL;
     uc->s.deadline = 0;
+    /* a resolved address that went away drains: what is in flight
+     * finishes, and its connections close instead of waiting idle */
     if (up->keepalive == 0 || uc->s.eof || fd_worker->quitting ||
-        uc->requests >= (unsigned)up->keepalive_requests) {
+        uc->requests >= (unsigned)up->keepalive_requests || p->absent ||
+        uc->peer_gen != p->gen) {
         fd_upstream_conn_close(uc);
         return;
     }
@@ -941,6 +1124,7 @@ fd_upstream_conn_t *fd_upstream_conn_add(fd_upstream_peer_t *p, int fd,
     uc->s.ev.fd = fd;
     uc->s.ev.stream = 1;
     uc->peer = p;
+    uc->peer_gen = p->gen;
     uc->connecting = connecting != 0;
     uc->s.writable = !connecting;
     if (fd_event_add(&uc->s.ev,
@@ -989,7 +1173,7 @@ static void shm_name(char *dst, size_t size, const char *src)
 void fd_upstream_init_worker(fd_upstream_t **ups, unsigned n,
                              fd_upstream_shm_t *area)
 {
-    unsigned i, k, slot = 0;
+    unsigned i, k, slot = 0, pass;
 
     shm = area;
     if (shm)
@@ -1002,24 +1186,52 @@ void fd_upstream_init_worker(fd_upstream_t **ups, unsigned n,
         ngroups = n;
     }
     fd_upstream_health_start(ups, n);
-    for (i = 0; i < n; i++) {
-        for (k = 0; k < ups[i]->npeers; k++) {
-            fd_upstream_peer_t *p = &ups[i]->peers[k];
-            p->shm = -1;
-            if (shm == NULL || slot == FD_UPSTREAM_SHM_PEERS)
-                continue;
-            p->shm = (int)slot;
-            shm_name(shm->peer[slot].upstream, sizeof(shm->peer[0].upstream),
-                     ups[i]->name);
-            shm_name(shm->peer[slot].server, sizeof(shm->peer[0].server),
-                     p->name);
-            shm->peer[slot].healthy = !p->down;
-            slot++;
+    /* fixed servers first: a resolve name's 16 slots, mostly empty, take
+     * what is left */
+    for (pass = 0; pass < 2; pass++) {
+        for (i = 0; i < n; i++) {
+            for (k = 0; k < ups[i]->npeers; k++) {
+                fd_upstream_peer_t *p = &ups[i]->peers[k];
+                if ((p->resolve != NULL) != pass)
+                    continue;
+                p->shm = -1;
+                if (shm == NULL || slot == FD_UPSTREAM_SHM_PEERS)
+                    continue;
+                p->shm = (int)slot++;
+                if (p->absent)
+                    continue; /* named when it gets an address */
+                shm_name(shm->peer[p->shm].upstream,
+                         sizeof(shm->peer[0].upstream), ups[i]->name);
+                shm_name(shm->peer[p->shm].server,
+                         sizeof(shm->peer[0].server), p->name);
+                shm->peer[p->shm].healthy = !p->down;
+            }
         }
     }
     if (slot == FD_UPSTREAM_SHM_PEERS && n)
         fd_log_error(FD_LOG_INFO, 0, "proxy: status counters for the first "
                      "%d servers only", FD_UPSTREAM_SHM_PEERS);
+    fd_upstream_resolve_start(ups, n);
+}
+
+/* A resolve slot's entry now counts for its new address (a new series:
+ * the old address's figures are not carried over to another server), or
+ * shows it gone. */
+void fd_upstream_peer_renamed(fd_upstream_peer_t *p)
+{
+    fd_upstream_shm_peer_t *s = peer_shm(p);
+
+    if (s == NULL)
+        return;
+    if (p->absent) { /* gone: its figures stay until the slot is reused */
+        s->healthy = 0;
+        return;
+    }
+    memset(s, 0, sizeof(*s));
+    shm_name(s->upstream, sizeof(s->upstream), p->up->name);
+    shm_name(s->server, sizeof(s->server), p->name);
+    s->healthy = !p->down;
+    s->active = p->active;
 }
 
 static size_t label_escape(char *dst, size_t size, const char *src,
@@ -1059,8 +1271,10 @@ void fd_upstream_status(fd_status_t *st, const void *area, unsigned worker)
 
     /* the health table is every process's: once, with this worker's own
      * slot (the one answering) */
-    if (fd_worker && worker == fd_worker->slot)
+    if (fd_worker && worker == fd_worker->slot) {
         fd_upstream_health_status(st, groups, ngroups);
+        fd_upstream_resolve_status(st, groups, ngroups);
+    }
     if (a == NULL)
         return;
     for (i = 0; i < FD_UPSTREAM_SHM_PEERS; i++) {

@@ -19,8 +19,11 @@
  *       fd_upstream_directives and fd_upstream_init_section (a module
  *       names them in its descriptor: it owns the section type), and
  *       pass = http://HOST:PORT makes an implicit group with
- *       fd_upstream_implicit(). Servers are resolved at load time; the
- *       hash ring is built once.
+ *       fd_upstream_implicit(). Servers are resolved at load time and
+ *       the hash ring is built once, except for server = NAME:PORT
+ *       resolve: such a name owns FD_UPSTREAM_RESOLVE_MAX slots of
+ *       up->peers, filled and emptied as its DNS answers change
+ *       (fd_upstream_resolve.c), and the ring is rebuilt each time.
  *   balancing: smooth weighted round robin, least connections (per
  *       weight), consistent hashing; backups only when no primary is
  *       usable. A request's tried set is a bitmap over up->peers.
@@ -41,6 +44,10 @@ enum { FD_UPSTREAM_RR, FD_UPSTREAM_LEAST_CONN, FD_UPSTREAM_HASH };
 typedef struct fd_upstream_s fd_upstream_t;
 typedef struct fd_upstream_peer_s fd_upstream_peer_t;
 typedef struct fd_upstream_conn_s fd_upstream_conn_t;
+typedef struct fd_upstream_resolve_s fd_upstream_resolve_t;
+
+/* The addresses one "server = NAME:PORT resolve" may have at a time. */
+#define FD_UPSTREAM_RESOLVE_MAX 16
 
 /* health_check = URI ...: what a probe asks, how often, what passes */
 typedef struct {
@@ -60,7 +67,13 @@ struct fd_upstream_peer_s {
     fd_msec_t fail_timeout;
     unsigned backup:1;
     unsigned down:1;
+    unsigned absent:1;         /* a resolve slot without an address now:
+                                * never picked (per worker) */
     unsigned index;            /* in up->peers */
+    unsigned gen;              /* per worker: bumps when a resolve slot
+                                * changes address (its connections to the
+                                * old one are not pooled again) */
+    fd_upstream_resolve_t *resolve; /* the name it comes from, or NULL */
     int shm;                   /* status entry, -1: none */
     int health;                /* health_check entry, -1: none */
     fd_upstream_t *up;
@@ -89,6 +102,9 @@ struct fd_upstream_s {
     int proxy_protocol;        /* a PROXY header on each new connection */
     fd_int_t proxy_protocol_version;
     char *health_check;
+    fd_conf_list_t resolver;   /* IP[:PORT] of DNS servers */
+    fd_msec_t resolver_timeout;
+    fd_msec_t resolve_interval; /* 0: the answer's TTL */
 
     char *name;
     const char *file;
@@ -101,6 +117,14 @@ struct fd_upstream_s {
     fd_upstream_t *next_implicit; /* pass = http://host:port/ groups */
     char *implicit_opts;       /* ... and the options pass gave them */
     fd_upstream_health_t *health; /* NULL: no active checks */
+    char *resolvers;           /* "IP:PORT,..." for c-ares, or NULL */
+    fd_upstream_resolve_t *resolve; /* its server = ... resolve lines */
+    void *resolver_state;      /* per worker: the c-ares channel */
+    unsigned nlive;            /* per worker: servers with an address
+                                * (1: never taken out) */
+    unsigned nscan;            /* per worker: peers[nscan ..] are empty
+                                * resolve slots (fd_upstream_count_live) */
+    unsigned ring_own:1;       /* per worker: ring is malloc()ed */
 
     /* per worker: every idle connection, newest first (eviction order) */
     fd_upstream_conn_t *lru_head, *lru_tail;
@@ -185,6 +209,7 @@ struct fd_upstream_conn_s {
     fd_upstream_conn_t *pnext, *pprev; /* the server's idle list */
     fd_upstream_conn_t *lnext, *lprev; /* the group's idle LRU; free lists */
     unsigned requests;         /* the user counts what it sent on it */
+    unsigned peer_gen;         /* peer->gen when it was opened */
     unsigned idle:1;
     unsigned connecting:1;
     unsigned reused:1;         /* came from the keep-alive pool */
@@ -235,6 +260,46 @@ int fd_upstream_health_ok(const fd_upstream_peer_t *p);
 void fd_upstream_health_start(fd_upstream_t **ups, unsigned n);
 void fd_upstream_health_status(fd_status_t *st, fd_upstream_t **ups,
                                unsigned n);
+
+/* --- server = NAME:PORT resolve (fd_upstream_resolve.c) --- */
+
+/* Load (the master): the FD_UPSTREAM_RESOLVE_MAX slots up->peers[first
+ * ..] that fd_upstream.c added for NAME:PORT become its, empty, bound to
+ * its entry in the address table every process shares (found again
+ * after a reload: the addresses go on). */
+int fd_upstream_resolve_add(fd_conf_t *cf, fd_upstream_t *up,
+                            const char *host, unsigned port, unsigned first);
+/* Worker start: a c-ares channel per resolving group, its queries (one
+ * per name and interval for the whole fastd) and each group's slots
+ * filled from the table. */
+void fd_upstream_resolve_start(fd_upstream_t **ups, unsigned n);
+/* Bring up's slots to the table's current addresses, when they changed
+ * (an atomic load per name otherwise): fd_upstream_pick() calls it. */
+void fd_upstream_resolve_sync(fd_upstream_t *up);
+void fd_upstream_resolve_status(fd_status_t *st, fd_upstream_t **ups,
+                                unsigned n);
+
+/* One address of a resolved name, as the shared table keeps it. */
+typedef struct {
+    uint8_t family;            /* AF_INET, AF_INET6; 0: an empty slot */
+    uint8_t addr[16];
+    uint64_t vacated;          /* when it was last emptied (ms) */
+} fd_upstream_addr_t;
+
+/* The slots after a new answer got[0..n): addresses still in it keep
+ * their slot, gone ones are emptied, new ones take the empty slot
+ * emptied longest ago (so a slot whose old address may still have
+ * requests in flight is reused last). 1 when anything changed. */
+int fd_upstream_resolve_merge(fd_upstream_addr_t *slots, unsigned nslots,
+                              const fd_upstream_addr_t *got, unsigned n,
+                              uint64_t now);
+
+/* Used by fd_upstream_resolve.c: the hash ring again after the servers
+ * changed (FD_ERROR: out of memory, the old ring stays), and a slot's
+ * status entry for its new address (counters from 0) or its absence. */
+int fd_upstream_ring_update(fd_upstream_t *up);
+void fd_upstream_count_live(fd_upstream_t *up);
+void fd_upstream_peer_renamed(fd_upstream_peer_t *p);
 
 /* --- status --- */
 

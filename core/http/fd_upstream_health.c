@@ -20,6 +20,12 @@
  * of its own (never a pooled one), bounded by timeout; a status in the
  * status= range is a pass, anything else (a refused or reset connection,
  * a timeout, another status, garbage) a failure.
+ *
+ * A slot of server = NAME resolve (fd_upstream_resolve.c) has an entry of
+ * its own, and the entry remembers the address it judged: a slot that
+ * changed address is healthy until its new address has been probed (a
+ * verdict on the old one says nothing of it), and an empty slot is not
+ * probed.
  */
 #include <sys/mman.h>
 #include <netinet/in.h>
@@ -43,6 +49,9 @@ typedef struct {
     uint32_t last_status;      /* the last probe's HTTP status; 0: none */
     uint32_t last_ok;
     uint64_t probes, failed;   /* counters */
+    uint32_t salen;            /* resolve slots: the address judged */
+    uint8_t sa[sizeof(struct sockaddr_in6)];
+    char addr[48];             /* ... as text (server is NAME:PORT#i) */
 } health_entry_t;
 
 static health_entry_t *table;
@@ -52,6 +61,7 @@ typedef struct probe_s {
     fd_upstream_peer_t *peer;
     fd_upstream_conn_t *uc;
     size_t sent, got;
+    unsigned gen;              /* the peer's when the probe started */
     char buf[64];
 } probe_t;
 
@@ -60,11 +70,19 @@ static health_entry_t *entry_of(const fd_upstream_peer_t *p)
     return table && p->health >= 0 ? &table[p->health] : NULL;
 }
 
+/* A resolve slot's entry judged another address (or none yet). */
+static int other_addr(const health_entry_t *e, const fd_upstream_peer_t *p)
+{
+    return p->resolve && (e->salen != p->salen || p->salen > sizeof(e->sa) ||
+                          memcmp(e->sa, &p->sa, p->salen) != 0);
+}
+
 int fd_upstream_health_ok(const fd_upstream_peer_t *p)
 {
     const health_entry_t *e = entry_of(p);
 
-    return e == NULL || __atomic_load_n(&e->healthy, __ATOMIC_RELAXED);
+    return e == NULL || other_addr(e, p) ||
+           __atomic_load_n(&e->healthy, __ATOMIC_RELAXED);
 }
 
 /* --- configuration (the master, at load) --------------------------------- */
@@ -197,11 +215,16 @@ int fd_upstream_health_bind(fd_conf_t *cf, fd_upstream_t *up)
     }
     for (i = 0; i < up->npeers; i++) {
         fd_upstream_peer_t *p = &up->peers[i];
-        char un[32], sn[48];
+        char un[32], sn[48], slot[64];
         int free_slot = -1;
 
         name_copy(un, sizeof(un), up->name);
-        name_copy(sn, sizeof(sn), p->name);
+        if (p->resolve) { /* NAME:PORT#INDEX: an entry per slot */
+            snprintf(slot, sizeof(slot), "%s#%u", p->name, p->index);
+            name_copy(sn, sizeof(sn), slot);
+        } else {
+            name_copy(sn, sizeof(sn), p->name);
+        }
         p->health = -1;
         for (k = 0; k < HEALTH_ENTRIES; k++) {
             health_entry_t *e = &table[k];
@@ -250,8 +273,17 @@ static void verdict(probe_t *pr, unsigned status, const char *why)
         fd_upstream_conn_close(pr->uc);
         pr->uc = NULL;
     }
-    if (e == NULL)
+    /* a resolve slot that changed address under the probe: its verdict
+     * is the old address's */
+    if (e == NULL || p->gen != pr->gen)
         return;
+    if (other_addr(e, p)) { /* a new address: judged from the start */
+        e->healthy = 1;
+        e->fails = e->passes = 0;
+        e->salen = p->salen;
+        memcpy(e->sa, &p->sa, p->salen);
+        name_copy(e->addr, sizeof(e->addr), p->name);
+    }
     __atomic_add_fetch(&e->probes, 1, __ATOMIC_RELAXED);
     e->last_status = status;
     e->last_ok = (uint32_t)pass;
@@ -362,6 +394,7 @@ static void probe_start(probe_t *pr)
     struct sockaddr_storage sa = p->sa;
     int fd, connecting = 0;
 
+    pr->gen = p->gen;
     if (hc->port && sa.ss_family == AF_INET)
         ((struct sockaddr_in *)&sa)->sin_port = htons((uint16_t)hc->port);
     else if (hc->port && sa.ss_family == AF_INET6)
@@ -403,8 +436,10 @@ static void probe_timer(fd_timer_t *t)
 
     if (e == NULL)
         return;
+    if (pr->peer->resolve)
+        fd_upstream_resolve_sync(pr->peer->up);
     at = __atomic_load_n(&e->next_at, __ATOMIC_RELAXED);
-    if (pr->uc == NULL && now >= at &&
+    if (pr->uc == NULL && now >= at && !pr->peer->absent &&
         __atomic_compare_exchange_n(&e->next_at, &at,
                                     now + pr->peer->up->health->interval, 0,
                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED))
@@ -471,11 +506,12 @@ void fd_upstream_health_status(fd_status_t *st, fd_upstream_t **ups,
         if (ups[i]->health == NULL)
             continue;
         for (k = 0; k < ups[i]->npeers; k++) {
-            const health_entry_t *e = entry_of(&ups[i]->peers[k]);
-            if (e == NULL)
-                continue;
+            const fd_upstream_peer_t *p = &ups[i]->peers[k];
+            const health_entry_t *e = entry_of(p);
+            if (e == NULL || p->absent || other_addr(e, p))
+                continue; /* an empty slot, or its address not probed yet */
             fd_upstream_status_labels(labels, sizeof(labels), e->upstream,
-                                      e->server);
+                                      p->resolve ? e->addr : e->server);
             fd_status_gauge(st, "upstream_check_up", "1 while the server passes its "
                             "health check, 0 while it is taken out", labels,
                             e->healthy);

@@ -13,6 +13,8 @@ package Backend;
 #       # or undef: close without answering; or '' after writing with $c
 #   });
 #   $b->port; $b->connections; $b->requests; $b->stop; $b->start;
+#   Backend->new(host => "127.0.0.2", port => P): on another loopback
+#   address (several backends on one port: what a DNS name gives)
 
 use strict;
 use warnings;
@@ -28,6 +30,7 @@ sub new {
     my ($class, %o) = @_;
     my $self = bless {
         handler => $o{handler} || \&echo,
+        host    => $o{host} // '127.0.0.1', # another loopback: 127.0.0.2
         port    => $o{port} || 0,
         logf    => File::Temp->new(UNLINK => 1),
         name    => $o{name} // 'backend',
@@ -41,7 +44,8 @@ sub new {
 
 sub port { $_[0]{port} }
 sub name { $_[0]{name} }
-sub addr { "127.0.0.1:$_[0]{port}" }
+sub host { $_[0]{host} }
+sub addr { "$_[0]{host}:$_[0]{port}" }
 
 sub start {
     my ($self) = @_;
@@ -49,7 +53,7 @@ sub start {
     # the port may be in TIME_WAIT use after a stop: retry the bind
     for (1 .. 100) {
         $ls = IO::Socket::INET->new(
-            LocalAddr => '127.0.0.1',
+            LocalAddr => $self->{host},
             LocalPort => $self->{port},
             Listen    => 1024,
             ReuseAddr => 1,

@@ -547,6 +547,139 @@ static void test_keepalive(void)
     close(fb);
 }
 
+static fd_upstream_addr_t v4(unsigned last)
+{
+    fd_upstream_addr_t a = {.family = AF_INET, .addr = {10, 0, 0, 0}};
+
+    a.addr[3] = (uint8_t)last;
+    return a;
+}
+
+static int slot_is(const fd_upstream_addr_t *s, unsigned last)
+{
+    return s->family == AF_INET && s->addr[3] == last;
+}
+
+/* server = NAME:PORT resolve: how an answer lands in a name's slots */
+static void test_resolve_merge(void)
+{
+    fd_upstream_addr_t s[FD_UPSTREAM_RESOLVE_MAX], got[FD_UPSTREAM_RESOLVE_MAX];
+    fd_upstream_addr_t six = {.family = AF_INET6, .addr = {0x20, 0x01}};
+    unsigned i, n;
+
+    memset(s, 0, sizeof(s));
+    got[0] = v4(1);
+    got[1] = v4(2);
+    is_int(fd_upstream_resolve_merge(s, FD_UPSTREAM_RESOLVE_MAX, got, 2, 10),
+           1, "merge: a first answer changes the set");
+    ok(slot_is(&s[0], 1) && slot_is(&s[1], 2) && s[2].family == 0,
+       "merge: its addresses take the first slots");
+    is_int(fd_upstream_resolve_merge(s, FD_UPSTREAM_RESOLVE_MAX, got, 2, 20),
+           0, "merge: the same answer changes nothing");
+    got[0] = v4(2);
+    got[1] = v4(1);
+    is_int(fd_upstream_resolve_merge(s, FD_UPSTREAM_RESOLVE_MAX, got, 2, 20),
+           0, "merge: nor does the same set in another order");
+    got[0] = v4(2);
+    got[1] = v4(3);
+    is_int(fd_upstream_resolve_merge(s, FD_UPSTREAM_RESOLVE_MAX, got, 2, 30),
+           1, "merge: one address gone, one new: a change");
+    ok(s[0].family == 0 && s[0].vacated == 30, "merge: the gone one's slot "
+       "is emptied (and when)");
+    ok(slot_is(&s[1], 2), "merge: the address that stays keeps its slot");
+    ok(slot_is(&s[2], 3), "merge: the new one takes a never used slot, not "
+       "the one just emptied (requests may be in flight there)");
+    got[2] = six;
+    is_int(fd_upstream_resolve_merge(s, FD_UPSTREAM_RESOLVE_MAX, got, 3, 40),
+           1, "merge: an IPv6 address joins");
+    ok(s[3].family == AF_INET6 && s[3].addr[0] == 0x20, "merge: in the next "
+       "free slot");
+    /* a full answer: every slot used, the emptied one last */
+    for (n = 0; n < FD_UPSTREAM_RESOLVE_MAX; n++)
+        got[n] = v4(100 + n);
+    fd_upstream_resolve_merge(s, FD_UPSTREAM_RESOLVE_MAX, got, n, 50);
+    for (i = 0; i < FD_UPSTREAM_RESOLVE_MAX && s[i].family == AF_INET &&
+                s[i].addr[3] >= 100;
+         i++)
+        ;
+    is_int(i, FD_UPSTREAM_RESOLVE_MAX, "merge: 16 new addresses fill the "
+           "16 slots");
+    got[0] = v4(1);
+    is_int(fd_upstream_resolve_merge(s, FD_UPSTREAM_RESOLVE_MAX, got, 1, 60),
+           1, "merge: down to one address");
+    for (i = n = 0; i < FD_UPSTREAM_RESOLVE_MAX; i++)
+        n += s[i].family != 0;
+    is_int(n, 1, "merge: the 16 others are emptied");
+}
+
+/* server = NAME:PORT resolve at load: 16 empty slots, no fatal error for
+ * a name that needs no lookup yet, and the lines that are refused */
+static void test_resolve_conf(void)
+{
+    static const char *const kv[] = {"resolver", "127.0.0.1:5353",
+                                     "resolver", "[::1]",
+                                     "server", "app.test:8080 resolve "
+                                               "weight=3 max_fails=2",
+                                     NULL};
+    static const char *const mixed[] = {"resolver", "127.0.0.1",
+                                        "server", "127.0.0.1:8001",
+                                        "server", "app.test:80 resolve",
+                                        NULL};
+    static const char *const no_resolver[] = {"server", "app.test:80 resolve",
+                                              NULL};
+    static const char *const by_name[] = {"resolver", "dns.example",
+                                          "server", "app.test:80 resolve",
+                                          NULL};
+    static const char *const bad_port[] = {"resolver", "127.0.0.1:0",
+                                           "server", "app.test:80 resolve",
+                                           NULL};
+    static const char *const address[] = {"resolver", "127.0.0.1",
+                                          "server", "10.0.0.1:80 resolve",
+                                          NULL};
+    uint64_t tried[1] = {0};
+    fd_upstream_t *up = group("rs", kv);
+    unsigned i, absent = 0, opts = 0;
+
+    if (!ok(up != NULL, "resolve: a group of a name and two resolvers"))
+        return;
+    is_str(up->resolvers, "127.0.0.1:5353,[::1]:53",
+           "resolve: resolvers for c-ares (port 53 by default)");
+    is_int(up->npeers, FD_UPSTREAM_RESOLVE_MAX, "resolve: 16 slots");
+    for (i = 0; i < up->npeers; i++) {
+        absent += up->peers[i].absent;
+        opts += up->peers[i].weight == 3 && up->peers[i].max_fails == 2 &&
+                up->peers[i].resolve != NULL;
+    }
+    is_int(absent, FD_UPSTREAM_RESOLVE_MAX, "resolve: all empty until an "
+           "answer");
+    is_int(opts, FD_UPSTREAM_RESOLVE_MAX, "resolve: each with the line's "
+           "options");
+    ok(fd_upstream_pick(up, tried, 0) == NULL &&
+       !fd_upstream_has_candidate(up, tried),
+       "resolve: no address: nothing to pick (502)");
+    is_str(up->peers[0].name, "app.test:8080", "resolve: an empty slot is "
+           "named for its line");
+
+    up = group("mixed", mixed);
+    ok(up != NULL && up->npeers == 1 + FD_UPSTREAM_RESOLVE_MAX,
+       "resolve: a fixed server beside a resolved name");
+    ok(up && fd_upstream_pick(up, tried, 0) == &up->peers[0] &&
+       fd_upstream_pick(up, tried, 0) == &up->peers[0],
+       "resolve: the fixed one serves alone while the name has no address");
+    ok(up && up->nlive == 1, "resolve: the only live server (never taken "
+       "out)");
+
+    ok(group("nores", no_resolver) == NULL && strstr(cf.err, "resolver"),
+       "resolve: refused without a resolver");
+    ok(group("byname", by_name) == NULL && strstr(cf.err, "bad \"resolver\""),
+       "resolve: refused: a resolver by name");
+    ok(group("badport", bad_port) == NULL &&
+       strstr(cf.err, "bad \"resolver\""),
+       "resolve: refused: a resolver on port 0");
+    ok(group("addr", address) == NULL && strstr(cf.err, "host name"),
+       "resolve: refused on an address");
+}
+
 int main(void)
 {
     cf.pool = fd_pool_create(16384);
@@ -566,6 +699,8 @@ int main(void)
     test_health_check();
     test_status();
     test_keepalive();
+    test_resolve_merge();
+    test_resolve_conf();
 
     fd_pool_destroy(cf.pool);
     return done_testing();
