@@ -27,7 +27,6 @@
  * verdict on the old one says nothing of it), and an empty slot is not
  * probed.
  */
-#include <sys/mman.h>
 #include <netinet/in.h>
 #include <string.h>
 #include <unistd.h>
@@ -204,15 +203,11 @@ int fd_upstream_health_bind(fd_conf_t *cf, fd_upstream_t *up)
 
     if (up->health == NULL)
         return FD_OK;
-    if (table == NULL) {
-        void *m = mmap(NULL, HEALTH_ENTRIES * sizeof(health_entry_t),
-                       PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                       -1, 0);
-        if (m == MAP_FAILED)
-            return fd_conf_error(cf, "health_check: mmap() failed: %s",
-                                 strerror(errno));
-        table = m;
-    }
+    if (table == NULL &&
+        (table = fd_shm_zone("health", "", HEALTH_ENTRIES * sizeof(health_entry_t),
+                             NULL)) == NULL)
+        return fd_conf_error(cf, "health_check: mmap() failed: %s",
+                             strerror(errno));
     for (i = 0; i < up->npeers; i++) {
         fd_upstream_peer_t *p = &up->peers[i];
         char un[32], sn[48], slot[64];

@@ -34,7 +34,6 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "fd_core.h"
@@ -221,15 +220,11 @@ int fd_upstream_resolve_add(fd_conf_t *cf, fd_upstream_t *up,
 
     if (rs == NULL)
         return fd_conf_error(cf, "out of memory");
-    if (table == NULL) {
-        void *m = mmap(NULL, RESOLVE_ENTRIES * sizeof(resolve_entry_t),
-                       PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                       -1, 0);
-        if (m == MAP_FAILED)
-            return fd_conf_error(cf, "resolve: mmap() failed: %s",
-                                 strerror(errno));
-        table = m;
-    }
+    if (table == NULL &&
+        (table = fd_shm_zone("resolve", "", RESOLVE_ENTRIES * sizeof(resolve_entry_t),
+                             NULL)) == NULL)
+        return fd_conf_error(cf, "resolve: mmap() failed: %s",
+                             strerror(errno));
     len = snprintf(buf, sizeof(buf), "%s:%u", host, port);
     rs->host = fd_pstrdup(cf->pool, host, strlen(host));
     rs->server = fd_pstrdup(cf->pool, buf, (size_t)len);
