@@ -58,6 +58,13 @@ struct fd_directive_s {
      * the key to use instead (and the doc says why). It has no meaning,
      * so it clashes with nothing (fd_conf_check_levels). */
     const char *renamed;
+    /* A location key of the location's handler: several handler modules
+     * may declare one name (pass = for proxy and fastcgi), each parsing
+     * it its own way. A location's value goes to the declaration of its
+     * handler module, applied once the handler is known (the key may come
+     * before handler =); a module that is not the handler never sees it.
+     * Only such declarations may share a name (fd_conf_check_levels). */
+    unsigned handler_key;
     const char *doc;
 };
 
