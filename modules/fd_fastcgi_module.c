@@ -320,6 +320,7 @@ typedef struct {
     fd_fcgi_parser_t ps;
     fd_sbuf_t hb;              /* the CGI header until its blank line */
     size_t hscan;
+    size_t held_at;            /* hb: where the held body begins */
     int rstate;
     uint64_t out_bytes;        /* body bytes handed to the engine */
     unsigned nstderr;
@@ -336,6 +337,8 @@ typedef struct {
     unsigned pulled:1;         /* body bytes were taken from the client */
     unsigned idempotent:1;
     unsigned discard:1;        /* HEAD, 204, 304: the body is not sent */
+    unsigned streaming:1;      /* the header left: the body streams */
+    unsigned got:1;            /* this attempt received a byte */
     unsigned timed_out:1;
     int rc;
 } fcgi_req_t;
@@ -612,8 +615,7 @@ static int fcgi_next(fcgi_req_t *fx, int timeout, int err, const char *what)
 {
     fd_upstream_peer_t *p = fx->peer;
     fd_upstream_conn_t *uc = fx->uc;
-    int stale = uc && uc->reused && !timeout && fx->ilast == 0 &&
-                fx->rstate == RS_HEADER;
+    int stale = uc && uc->reused && !timeout && !fx->got;
     int again = !fx->pulled && (!fx->written || fx->idempotent);
 
     if (stale && again) {
@@ -660,6 +662,7 @@ static int fcgi_connect(fcgi_req_t *fx)
     fx->req_sent = 0;
     fx->opos = fx->olen = 0;
     fx->ipos = fx->ilast = 0;
+    fx->got = 0;
 
     uc = fd_upstream_keepalive_get(p, &fd_fastcgi_module, !fx->idempotent);
     if (uc == NULL) {
@@ -934,16 +937,14 @@ static int cgi_header(fcgi_req_t *fx, size_t len)
 
 /*
  * STDOUT bytes while the header is incomplete: gather them (at most 16k)
- * until the blank line; what follows it is body, left in hb. *body gets
- * that rest (len 0: none, or the header is not complete yet).
+ * until the blank line; what follows it is the body's first bytes, held
+ * in hb from held_at on.
  */
-static int header_feed(fcgi_req_t *fx, const char *s, size_t n,
-                       fd_buf_t *body)
+static int header_feed(fcgi_req_t *fx, const char *s, size_t n)
 {
     size_t len, i, hend = 0;
     char *h;
 
-    body->pos = body->last = NULL;
     if (fd_sbuf_len(&fx->hb) + n > BUF_SIZE)
         return fcgi_invalid(fx, "sent a response header over 16k");
     fd_sbuf_add(&fx->hb, s, n);
@@ -971,8 +972,7 @@ static int header_feed(fcgi_req_t *fx, const char *s, size_t n,
     }
     if (cgi_header(fx, hend) != FX_OK)
         return FX_DONE;
-    body->pos = h + hend;
-    body->last = h + len;
+    fx->held_at = hend; /* the body's first bytes are held after it */
     return FX_OK;
 }
 
@@ -986,7 +986,7 @@ static int fcgi_abort_response(fcgi_req_t *fx)
 static int resp_process(fcgi_req_t *fx)
 {
     fd_request_t *r = fx->r;
-    fd_buf_t b[16], *chain = NULL;
+    fd_buf_t b[16], hold, *chain = NULL;
     const char *p = fx->ibuf + fx->ipos, *end = fx->ibuf + fx->ilast;
     const char *why;
     unsigned nb = 0, k;
@@ -1022,13 +1022,9 @@ static int resp_process(fcgi_req_t *fx)
             break;
         }
         if (fx->rstate == RS_HEADER) {
-            fd_buf_t rest;
-            if (header_feed(fx, pc.data, pc.len, &rest) != FX_OK)
+            if (header_feed(fx, pc.data, pc.len) != FX_OK)
                 return FX_DONE;
-            if (rest.pos == rest.last)
-                continue;
-            pc.data = rest.pos;
-            pc.len = (size_t)(rest.last - rest.pos);
+            continue;
         }
         if (fx->discard || pc.len == 0)
             continue;
@@ -1042,6 +1038,34 @@ static int resp_process(fcgi_req_t *fx)
         b[k].next = &b[k + 1];
     if (nb)
         chain = &b[0];
+    if (fx->rstate == RS_HEADER)
+        return FX_OK;
+
+    /*
+     * The header leaves with the first 16k of body, or with END_REQUEST:
+     * until then the body is held in hb, so a response that fails early
+     * (a broken record, a close) is still a clean 502, and a small one
+     * goes with its Content-Length instead of chunked.
+     */
+    if (!fx->streaming && !fx->discard) {
+        size_t held = fd_sbuf_len(&fx->hb) - fx->held_at;
+        if (!ended && held + bytes <= BUF_SIZE) {
+            for (k = 0; k < nb; k++)
+                fd_sbuf_add(&fx->hb, b[k].pos, (size_t)(b[k].last -
+                                                        b[k].pos));
+            if (fd_sbuf_failed(&fx->hb))
+                return fcgi_fail(fx, 500);
+            return FX_OK;
+        }
+        if (held) {
+            hold = (fd_buf_t){.pos = fx->hb.start + fx->held_at,
+                              .last = fx->hb.pos, .file_fd = -1,
+                              .next = chain};
+            chain = &hold;
+            bytes += held;
+        }
+        fx->streaming = 1;
+    }
 
     if (ended) {
         /* the whole body is here before the header left: say its length
@@ -1056,7 +1080,7 @@ static int resp_process(fcgi_req_t *fx)
         return FX_DONE;
     }
     if (chain == NULL)
-        return FX_OK; /* the header waits for the first body bytes */
+        return FX_OK;
     fx->out_bytes += bytes;
     rc = fd_http_output(r, chain, 0);
     if (rc == FD_ERROR)
@@ -1069,11 +1093,19 @@ static int resp_process(fcgi_req_t *fx)
 /* The application closed (or reset) its side before END_REQUEST. */
 static int resp_eof(fcgi_req_t *fx, int err)
 {
-    if (fx->rstate == RS_HEADER && !fx->r->header_sent)
+    if (!fx->got)
         return fcgi_next(fx, 0, err, err ? "recv() failed while reading "
                                            "the response header"
                                          : "closed the connection before "
                                            "the response header");
+    if (!fx->r->header_sent) {
+        fd_log_error(FD_LOG_ERR, err, "FastCGI upstream \"%s\" server %s: "
+                     "closed the connection before END_REQUEST",
+                     fx->up->name, fx->peer ? fx->peer->name : "-");
+        if (fx->peer)
+            fd_upstream_peer_failed(fx->peer);
+        return fcgi_fail(fx, 502);
+    }
     fd_log_error(FD_LOG_ERR, err, "FastCGI upstream \"%s\" server %s: closed "
                  "the connection before END_REQUEST", fx->up->name,
                  fx->peer ? fx->peer->name : "-");
@@ -1111,6 +1143,7 @@ static int fcgi_read(fcgi_req_t *fx)
         n = fd_stream_recv(&uc->s, fx->ibuf, BUF_SIZE);
         if (n > 0) {
             fx->ilast = (size_t)n;
+            fx->got = 1;
             continue;
         }
         if (n == 0) {
@@ -1204,7 +1237,7 @@ static void conn_timeout(fd_upstream_conn_t *uc)
     fd_log_conn_id = fx->r->c->id;
     if (uc->connecting) {
         fcgi_next(fx, 1, ETIMEDOUT, "connect() timed out");
-    } else if (fx->rstate == RS_BODY || fx->r->header_sent) {
+    } else if (fx->r->header_sent) {
         fd_log_error(FD_LOG_ERR, ETIMEDOUT, "FastCGI upstream \"%s\" server "
                      "%s: timed out reading the response body", fx->up->name,
                      fx->peer->name);
