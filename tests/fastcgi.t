@@ -204,7 +204,8 @@ my $port = $t->port;
 
 sub curl {
     my (@args) = @_;
-    open my $fh, '-|', $curl, '-s', '-m', '60', @args or die;
+    open my $fh, '-|', $curl, '-s', '--no-progress-meter', '-m', '60', @args
+        or die;
     local $/;
     my $out = <$fh>;
     close $fh;
