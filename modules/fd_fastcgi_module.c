@@ -344,6 +344,7 @@ typedef struct {
 } fcgi_req_t;
 
 static fd_block_cache_t bufs;  /* 16k blocks: response, request body */
+static pcre2_match_data *split_md; /* fastcgi_split_path_info's */
 
 static int fastcgi_init_worker(fd_worker_t *w)
 {
@@ -351,6 +352,13 @@ static int fastcgi_init_worker(fd_worker_t *w)
     bufs.size = BUF_SIZE;
     bufs.keep = 64;
     return FD_OK;
+}
+
+static void fastcgi_exit_worker(fd_worker_t *w)
+{
+    (void)w;
+    pcre2_match_data_free(split_md);
+    split_md = NULL;
 }
 
 static int fcgi_connect(fcgi_req_t *fx);
@@ -366,24 +374,23 @@ static void split_path(fcgi_req_t *fx)
     fd_request_t *r = fx->r;
     fcgi_loc_conf_t *lc = fx->lc;
     fd_str_t path = r->path;
-    pcre2_match_data *md;
     size_t ilen;
     char *s;
 
     fx->script_name = path;
     fx->path_info = (fd_str_t){0, ""};
-    if (lc->split &&
-        (md = pcre2_match_data_create_from_pattern(lc->split, NULL))) {
-        if (pcre2_match(lc->split, (PCRE2_SPTR)path.data, path.len, 0, 0, md,
-                        NULL) >= 3) {
-            PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-            if (ov[2] != PCRE2_UNSET && ov[4] != PCRE2_UNSET) {
-                fx->script_name = (fd_str_t){ov[3] - ov[2],
-                                             path.data + ov[2]};
-                fx->path_info = (fd_str_t){ov[5] - ov[4], path.data + ov[4]};
-            }
+    /* one match block for the worker (every split regex has 2 captures),
+     * made once: nothing is allocated per request */
+    if (lc->split && split_md == NULL)
+        split_md = pcre2_match_data_create(3, NULL);
+    if (lc->split && split_md &&
+        pcre2_match(lc->split, (PCRE2_SPTR)path.data, path.len, 0, 0,
+                    split_md, NULL) >= 3) {
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(split_md);
+        if (ov[2] != PCRE2_UNSET && ov[4] != PCRE2_UNSET) {
+            fx->script_name = (fd_str_t){ov[3] - ov[2], path.data + ov[2]};
+            fx->path_info = (fd_str_t){ov[5] - ov[4], path.data + ov[4]};
         }
-        pcre2_match_data_free(md);
     }
     if (lc->index && fx->script_name.len &&
         fx->script_name.data[fx->script_name.len - 1] == '/') {
@@ -1356,6 +1363,7 @@ static const fd_var_t fastcgi_vars[] = {
 fd_module_t fd_fastcgi_module = {
     FD_MODULE_LOC(fastcgi, fcgi_loc_conf_t),
     .init_worker = fastcgi_init_worker,
+    .exit_worker = fastcgi_exit_worker,
     .handler = fastcgi_handler,
     .flags = FD_MODULE_STREAM_BODY,
     .methods = FD_METHODS_ANY, /* the application decides */

@@ -143,6 +143,11 @@ php_admin_flag[log_errors] = on
 php_admin_value[post_max_size] = 100M
 php_admin_value[memory_limit] = 256M
 php_admin_value[max_execution_time] = 30
+
+[unix]
+listen = $dir/fpm.sock
+pm = static
+pm.max_children = 1
 FPM
 
 my $fpm_pid = fork // die;
@@ -157,7 +162,8 @@ my $fpm_up = FastdTest::wait_for(sub {
     IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $fpm_port,
                           Proto => 'tcp');
 }, 20, 0.05);
-ok($fpm_up, 'php-fpm accepts connections')
+$fpm_up &&= FastdTest::wait_for(sub { -S "$dir/fpm.sock" }, 20, 0.05);
+ok($fpm_up, 'php-fpm accepts connections (TCP and unix socket)')
     or diag(FastdTest::slurp("$dir/fpm.out") // '');
 
 END {
@@ -185,6 +191,11 @@ handler = fastcgi
 pass = fastcgi://127.0.0.1:$fpm_port
 fastcgi_param = SCRIPT_FILENAME $html/php/slow.php
 fastcgi_read_timeout = 1s
+
+[location ^~ /unix/]
+handler = fastcgi
+pass = fastcgi://unix:$dir/fpm.sock
+fastcgi_param = SCRIPT_FILENAME $html/php/hello.php
 
 [location ^~ /bad/]
 handler = fastcgi
@@ -246,6 +257,8 @@ is($r->{headers}{'x-from-php'}, 'yes', 'a header the script set');
 like($r->{headers}{'content-type'} // '', qr{^text/html}, 'Content-Type');
 is($r->{headers}{'content-length'}, length($b), 'a small body has its length');
 
+$r = $t->get('/unix/x');
+is($r->{body}, 'Hello, World!', 'pass = fastcgi://unix:/path, and a fastcgi_param replacing a default');
 $r = $t->get('/php/dir/');
 is($r->{body}, 'index /php/dir/index.php', 'fastcgi_index for a URI ending in /');
 $r = $t->get('/php/redirect.php');
