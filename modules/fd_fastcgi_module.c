@@ -1126,6 +1126,9 @@ static void fcgi_drain(fd_request_t *r);
 /* Read what the application sent, as long as the client keeps up. */
 static int fcgi_read(fcgi_req_t *fx)
 {
+    int until_eagain = fd_worker->cycle->events.read_until_eagain;
+    int drained = 0;
+
     for (;;) {
         fd_upstream_conn_t *uc = fx->uc;
         ssize_t n;
@@ -1146,11 +1149,20 @@ static int fcgi_read(fcgi_req_t *fx)
             }
             continue;
         }
+        if (drained) {
+            /* a short read drained the socket (EPOLLET: an edge comes
+             * with the next bytes; a FIN seen with these is read on) */
+            uc->s.readable = 0;
+            fcgi_arm(fx);
+            return FX_OK;
+        }
         fx->ipos = fx->ilast = 0;
         n = fd_stream_recv(&uc->s, fx->ibuf, BUF_SIZE);
         if (n > 0) {
             fx->ilast = (size_t)n;
             fx->got = 1;
+            drained = !until_eagain && (size_t)n < BUF_SIZE &&
+                      uc->s.tp->short_read_drains && !uc->s.eof;
             continue;
         }
         if (n == 0) {
