@@ -436,7 +436,8 @@ int fd_conf_check_levels(const fd_conf_level_t *levels, unsigned n,
                         for (const fd_directive_t *e = levels[lj].tables[tj];
                              e->name; e++) {
                             if (e == d || e->renamed ||
-                                strcmp(d->name, e->name) != 0)
+                                strcmp(d->name, e->name) != 0 ||
+                                (d->handler_key && e->handler_key))
                                 continue;
                             snprintf(err, errlen, "key \"%s\" is declared "
                                      "twice, with two meanings: in %s and "

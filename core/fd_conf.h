@@ -61,6 +61,13 @@ struct fd_directive_s {
     /* A [server] key that [http] may set too, as every [server]'s default
      * (a server's own line replaces it, lists included, as in nginx) */
     unsigned http_default:1;
+    /* A location key of the location's handler: several handler modules
+     * may declare one name (pass = for proxy and fastcgi), each parsing
+     * it its own way. A location's value goes to the declaration of its
+     * handler module, applied once the handler is known (the key may come
+     * before handler =); a module that is not the handler never sees it.
+     * Only such declarations may share a name (fd_conf_check_levels). */
+    unsigned handler_key:1;
     const char *doc;
 };
 

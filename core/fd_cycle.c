@@ -207,9 +207,62 @@ static int apply_loc_entry(load_t *ld, fd_http_loc_t *loc, fd_conf_entry_t *e)
     at(ld, e);
     if (d == NULL)
         return FD_DECLINED;
+    if (d->handler_key) {
+        /* its meaning is the handler's, which may not be known yet */
+        fd_conf_list_t *l = &loc->handler_keys;
+        char **items = fd_palloc(ld->cf->temp, (l->n + 1) * sizeof(char *));
+        if (items == NULL)
+            return fd_conf_error(ld->cf, "out of memory");
+        if (l->n)
+            memcpy(items, l->items, l->n * sizeof(char *));
+        items[l->n++] = (char *)e;
+        l->items = items;
+        return FD_OK;
+    }
     return fd_conf_set(ld->cf, d, mod == UINT_MAX ? (void *)loc
                                                   : loc->mconf[mod],
                        e->value);
+}
+
+/*
+ * The handler keys of loc, in the order they were met ([http], [server],
+ * then the location's own), to its handler's declarations. One the
+ * handler does not take is an error in the location's own section (it
+ * would mean nothing there) and skipped when inherited (a default for
+ * the locations whose handler takes it).
+ */
+static int loc_handler_keys(load_t *ld, fd_http_loc_t *loc)
+{
+    const fd_module_t *h = loc->handler;
+    char names[160];
+    unsigned i, k;
+    size_t n;
+
+    for (i = 0; i < loc->handler_keys.n; i++) {
+        fd_conf_entry_t *e = (fd_conf_entry_t *)loc->handler_keys.items[i];
+        const fd_directive_t *d = fd_conf_find(h->directives, e->key);
+
+        at(ld, e);
+        if (d && d->handler_key) {
+            if (fd_conf_set(ld->cf, d, loc->mconf[h->index], e->value) !=
+                FD_OK)
+                return FD_ERROR;
+            continue;
+        }
+        if (strcmp(e->section, loc->name) != 0)
+            continue;
+        names[0] = '\0';
+        for (k = 0, n = 0; k < fd_nmodules; k++)
+            if (fd_modules[k]->handler &&
+                (d = fd_conf_find(fd_modules[k]->directives, e->key)) &&
+                d->handler_key && n < sizeof(names))
+                n += (size_t)snprintf(names + n, sizeof(names) - n, "%s%s",
+                                      n ? ", " : "", fd_modules[k]->name);
+        return fd_conf_error(ld->cf, "\"%s\" is a key of handler = %s, "
+                             "not of handler = %s", e->key, names, h->name);
+    }
+    loc->handler_keys.n = 0; /* the entries die with the load */
+    return FD_OK;
 }
 
 static fd_http_loc_t *loc_create(load_t *ld, fd_http_server_t *srv,
@@ -368,6 +421,10 @@ static int loc_finish(load_t *ld, fd_http_loc_t *loc)
         if (loc->handler == NULL)
             return fd_conf_error(ld->cf, "%s has no handler", loc->name);
     }
+    if (loc_handler_keys(ld, loc) != FD_OK)
+        return FD_ERROR;
+    ld->cf->file = file;
+    ld->cf->line = line;
     if (loc->root == NULL)
         loc_default_root(ld, loc);
     if (fd_http_try_files_finish(ld->cf, loc) != FD_OK)

@@ -30,6 +30,7 @@ const fd_directive_t fd_proxy_directives[] = {
             "request URI is passed as the client sent it (after a rewrite: "
             "the new URI, normalised and encoded)"},
     {.name = "pass", .type = FD_CONF_CUSTOM, .set = set_pass,
+     .handler_key = 1, /* fastcgi's too: the location's handler decides */
      .doc = "handler = proxy, as nginx's proxy_pass: http://NAME[/uri] where "
             "NAME is an [upstream NAME] or HOST[:PORT] (resolved at load). "
             "With a /uri, the part of the normalised path the location "

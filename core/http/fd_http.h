@@ -89,6 +89,10 @@ struct fd_http_loc_s {
     /* the modules whose access / filter hook acts here, NULL-ended */
     const fd_module_t **access;
     const fd_module_t **filter;
+    /* handler keys (fd_directive_t.handler_key) met while loading, in
+     * order: their entries (fd_conf_entry_t *), applied by the loader to
+     * the handler's module once it is known */
+    fd_conf_list_t handler_keys;
     fd_http_loc_t *next;
 };
 

@@ -166,16 +166,34 @@ static fd_str_t v_remote_port(fd_request_t *r, const fd_var_op_t *op,
                                                    : r->c->port);
 }
 
+/* The listening address is the local end unless it is a wildcard: no
+ * getsockname() per request then (fastcgi sends both on every one). */
+static int listen_specific(const fd_listening_t *ls)
+{
+    static const uint8_t any6[16];
+
+    if (ls->addr.ss_family == AF_INET)
+        return ((const struct sockaddr_in *)&ls->addr)->sin_addr.s_addr !=
+               htonl(INADDR_ANY);
+    if (ls->addr.ss_family == AF_INET6)
+        return memcmp(&((const struct sockaddr_in6 *)&ls->addr)->sin6_addr,
+                      any6, 16) != 0;
+    return 0;
+}
+
 /* $server_addr (data 0) and $server_port (1): the connection's local
- * end, asked of the kernel when a script needs it */
+ * end, the listening address's or asked of the kernel */
 static fd_str_t v_server(fd_request_t *r, const fd_var_op_t *op, char *tmp)
 {
+    const fd_listening_t *ls = fd_conn_listening(r->c);
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
     const void *a;
     unsigned port;
 
-    if (getsockname(r->c->s.ev.fd, (struct sockaddr *)&ss, &len) != 0)
+    if (listen_specific(ls))
+        memcpy(&ss, &ls->addr, sizeof(ss));
+    else if (getsockname(r->c->s.ev.fd, (struct sockaddr *)&ss, &len) != 0)
         return fd_null_string;
     if (ss.ss_family == AF_INET) {
         struct sockaddr_in *in = (struct sockaddr_in *)&ss;

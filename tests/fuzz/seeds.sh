@@ -213,6 +213,17 @@ seed fuzz_proxy_protocol '' '\r\n\r\n\0\r\nQUIT\n\041\021\000\021\300\000\002\00
 seed fuzz_proxy_protocol '' '\r\n\r\n\0\r\nQUIT\n\040\000\000\000'
 seed fuzz_proxy_protocol '' '\r\n\r\n\0\r\nQUIT\n\041\041\000\044\040\001\015\270\000\000\000\000\000\000\000\000\000\000\000\001\040\001\015\270\000\000\000\000\000\000\000\000\000\000\000\002\004\000\001\273'
 
+# --- FastCGI response records -------------------------------------------------
+# (4 bytes of split seed, then records: version 1, type, request id 1,
+# content length, padding length, reserved)
+F='\001\002\003\004'
+E='\001\003\000\001\000\010\000\000\000\000\000\000\000\000\000\000'
+seed fuzz_fastcgi "$F" '\001\006\000\001\000\037\000\000Content-Type: text/plain\r\n\r\nhi'"$E"
+seed fuzz_fastcgi "$F" '\001\007\000\001\000\005\003\000oops\n\000\000\000\001\006\000\001\000\000\000\000'"$E"
+seed fuzz_fastcgi "$F" '\001\006\000\001\000\004\004\000Stat\000\000\000\000\001\006\000\001\000\002\000\000us'"$E"'\001\006\000\001\000\001\000\000x'
+seed fuzz_fastcgi "$F" '\002\006\000\001\000\001\000\000x'
+seed fuzz_fastcgi "$F" '\001\003\000\001\000\007\000\000\000\000\000\000\000\000\000'
+
 # --- configurations ---------------------------------------------------------
 mkdir -p "$dir/fuzz_conf"
 cp conf/fastd.conf "$dir/fuzz_conf/fastd.conf"
