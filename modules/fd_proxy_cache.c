@@ -671,7 +671,7 @@ static const fd_directive_t cache_directives[] = {
             "least recently used entries (checked each second; 0: no "
             "limit)"},
     {.name = "inactive", .type = FD_CONF_MSEC, .offset = COFF(inactive),
-     .def = "10m", .min = 1000,
+     .def = "10m", .min = 1000, .max = (int64_t)365 * 86400 * 1000,
      .doc = "an entry not used for this long is removed, fresh or not"},
     FD_CONF_END};
 

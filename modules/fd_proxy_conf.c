@@ -198,7 +198,7 @@ const fd_directive_t fd_proxy_directives[] = {
             "worker), one goes upstream and the others wait for its entry "
             "(looking every 10 ms), up to proxy_cache_lock_timeout"},
     {.name = "proxy_cache_lock_timeout", .type = FD_CONF_MSEC,
-     .offset = LOC(cache_lock_timeout), .def = "5s", .min = 1,
+     .offset = LOC(cache_lock_timeout), .def = "5s", .min = 1, .max = 3600000,
      .doc = "a request waiting on proxy_cache_lock this long goes upstream "
             "itself, and its response is not stored (as nginx)"},
     FD_CONF_END};
