@@ -61,6 +61,7 @@
 #define POLL_MS 10
 #define MANAGER_MS 1000
 #define FILE_MAGIC 0x31434446u /* "FDC1" */
+#define MAX_RANGES 16          /* as the static module's max_ranges */
 
 enum { E_FREE = 0, E_FILLING, E_READY };
 
@@ -1012,10 +1013,29 @@ static int serve(fd_proxy_cache_req_t *cr)
         name = (fd_str_t){(size_t)(colon - q), q};
         value = (fd_str_t){(size_t)(eol - colon - 2), colon + 2};
         q = eol + 2;
-        if (fd_str_caseeq_lit(name, "content-type"))
+        if (fd_str_caseeq_lit(name, "content-type")) {
             r->content_type = value;
-        else if (fd_http_header_add(r, name, value) != FD_OK)
+        } else if (fh.status == 200 && fd_str_caseeq_lit(name, "etag")) {
+            r->etag = value; /* the engine writes it, 304 too */
+        } else if (fh.status == 200 &&
+                   fd_str_caseeq_lit(name, "last-modified")) {
+            r->last_modified = fd_http_parse_time(value.data, value.len);
+            if (r->last_modified == -1 &&
+                fd_http_header_add(r, name, value) != FD_OK)
+                return FD_DECLINED;
+        } else if (fh.status == 200 &&
+                   fd_str_caseeq_lit(name, "accept-ranges")) {
+            continue; /* fd_http_send_file() says bytes */
+        } else if (fd_http_header_add(r, name, value) != FD_OK) {
             return FD_DECLINED;
+        }
+    }
+    if (fh.status == 200) {
+        /* the client's conditionals and ranges, as for a static file */
+        return fd_http_send_file(r, fd, body_off, (int64_t)fh.body_len,
+                                 MAX_RANGES) == FD_OK
+                   ? FD_OK
+                   : FD_DECLINED;
     }
     r->content_length = (int64_t)fh.body_len;
     if (fh.body_len && !r->header_only) {
@@ -1032,8 +1052,21 @@ bad:
                  "entry of its key: removed", c->name, p);
     forget(c, cr->md5);
     unlink(p);
-    r->status = 0;
     return FD_DECLINED;
+}
+
+/* serve() gave up: the response goes upstream from a clean slate. */
+static void unserve(fd_request_t *r)
+{
+    r->status = 0;
+    r->headers_out = NULL;
+    r->headers_out_last = &r->headers_out;
+    r->out = NULL;
+    r->out_last = &r->out;
+    r->content_type = fd_null_string;
+    r->content_length = -1;
+    r->etag = fd_null_string;
+    r->last_modified = -1;
 }
 
 static void wait_cleanup(void *data)
@@ -1115,6 +1148,7 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
             COUNT(cr->cache, hit);
             return FD_OK;
         }
+        unserve(r);
         rc = decide(cr, lock_ms); /* forgotten: a miss now */
         return rc;
     case L_WAIT:

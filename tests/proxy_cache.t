@@ -27,7 +27,9 @@ my $be = Backend->new(handler => sub {
     my $n = $req->{n};
     my $body = "body of $p #" . time . " $$ $n";
     return Backend::response(200, $body, 'Cache-Control' => 'max-age=60',
-                             'ETag' => '"e1"', 'X-Up' => 'yes')
+                             'ETag' => '"e1"', 'X-Up' => 'yes',
+                             'Accept-Ranges' => 'bytes',
+                             'Last-Modified' => 'Sun, 06 Nov 1994 08:49:37 GMT')
         if $p =~ m{^/c/};
     return Backend::response(200, $body) if $p =~ m{^/valid/};
     return Backend::response(404, $body) if $p =~ m{^/v404/};
@@ -158,12 +160,44 @@ is(scalar(@files), 1, 'one file under path/levels (1:2)');
 like($files[0] // '', qr{/cache/[0-9a-f]/[0-9a-f]{2}/[0-9a-f]{32}$},
      'named by the MD5 of the key, levels from its end');
 
+# the client's conditionals and ranges, answered from the entry
+{
+    $be->reset_log;
+    my $r = get('/c/a', 'If-None-Match' => '"e1"');
+    is($r->status, 304, 'HIT: If-None-Match of the stored ETag: 304');
+    is($r->header('etag'), '"e1"', '304 keeps the ETag');
+    is(cs($r), 'HIT', '... from the cache');
+    $r = get('/c/a', 'If-None-Match' => 'W/"e1"');
+    is($r->status, 304, 'a weak tag matches too (weak comparison)');
+    $r = get('/c/a', 'If-None-Match' => '"other"');
+    is($r->status, 200, 'another tag: 200');
+    $r = get('/c/a', 'If-Modified-Since' => 'Sun, 06 Nov 1994 08:49:37 GMT');
+    is($r->status, 304, 'If-Modified-Since the stored Last-Modified: 304');
+    $r = get('/c/a', 'If-Modified-Since' => 'Sat, 05 Nov 1994 08:49:37 GMT');
+    is($r->status, 200, 'an older If-Modified-Since: 200');
+    is($r->header('last-modified'), 'Sun, 06 Nov 1994 08:49:37 GMT',
+       'Last-Modified as stored');
+    $r = get('/c/a', Range => 'bytes=0-3');
+    is($r->status, 206, 'Range on a HIT: 206');
+    is($r->body, substr($r1->body, 0, 4), 'the first 4 bytes of the entry');
+    is($r->header('content-range'), 'bytes 0-3/' . length($r1->body),
+       'Content-Range');
+    $r = get('/c/a', Range => 'bytes=1-1,3-3');
+    like($r->header('content-type') // '', qr{^multipart/byteranges},
+         'two ranges: multipart/byteranges');
+    $r = get('/c/a', Range => 'bytes=9999-');
+    is($r->status, 416, 'a range past the end: 416');
+    my @ar = grep { lc $_->[0] eq 'accept-ranges' } @{ get('/c/a')->{hlist} };
+    is(scalar(@ar), 1, 'one Accept-Ranges');
+    is($be->requests, 0, 'none of these went upstream');
+}
+
 # HEAD from the GET's entry
 my $rh = $t->http("HEAD /c/a HTTP/1.1\r\nHost: localhost\r\n\r\n");
 is(cs($rh), 'HIT', 'HEAD is answered from the GET entry');
 is($rh->header('content-length'), length($r1->body),
    'HEAD: the entry\'s Content-Length, no body');
-is($be->requests, 1, 'HEAD did not go upstream');
+is($be->requests, 0, 'HEAD did not go upstream');
 
 # HEAD miss goes upstream and stores nothing
 $be->reset_log;
