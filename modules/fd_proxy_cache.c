@@ -570,8 +570,9 @@ static void forget(fd_proxy_cache_t *c, const uint8_t md5[16])
 
 /*
  * Remove entries unused for inactive, then, while above max_size, the
- * least recently used: each pass over the table takes every entry used
- * no later than the oldest use found (an LRU by millisecond).
+ * least recently used: each pass over the table takes entries used no
+ * later than the oldest use found, until under max_size (an LRU by clock
+ * tick: CLOCK_MONOTONIC_COARSE's few milliseconds).
  */
 static void manage(fd_proxy_cache_t *c, uint64_t now)
 {
@@ -579,8 +580,8 @@ static void manage(fd_proxy_cache_t *c, uint64_t now)
     unsigned ngone, pass;
 
     for (pass = 0; pass < 64; pass++) {
-        uint64_t cutoff = now > c->inactive ? now - c->inactive : 0;
-        uint64_t oldest = UINT64_MAX;
+        uint64_t idle = now > c->inactive ? now - c->inactive : 0;
+        uint64_t oldest = UINT64_MAX, lru = 0;
         int over = c->max_size &&
                    __atomic_load_n(&c->head->size, __ATOMIC_RELAXED) >
                        c->max_size;
@@ -595,8 +596,8 @@ static void manage(fd_proxy_cache_t *c, uint64_t now)
                     if (b->e[k].state == E_READY && b->e[k].used < oldest)
                         oldest = b->e[k].used; /* racy read: a hint */
             }
-            if (oldest != UINT64_MAX && oldest >= cutoff)
-                cutoff = oldest + 1;
+            if (oldest != UINT64_MAX)
+                lru = oldest + 1;
         }
         ngone = 0;
         for (i = 0; i < c->nbuckets; i++) {
@@ -604,9 +605,15 @@ static void manage(fd_proxy_cache_t *c, uint64_t now)
             lock(b);
             for (unsigned k = 0; k < WAYS && ngone < 64; k++) {
                 entry_t *e = &b->e[k];
-                if (e->state == E_READY && e->used < cutoff) {
+                /* the oldest only while still above max_size: entries of
+                 * one clock tick are not all taken for one too many */
+                if (e->state == E_READY &&
+                    (e->used < idle || (over && e->used < lru))) {
                     memcpy(gone[ngone++], e->md5, 16);
                     drop(c, e);
+                    over = over && __atomic_load_n(&c->head->size,
+                                                   __ATOMIC_RELAXED) >
+                                       c->max_size;
                 } else if (e->state == E_FILLING && now > e->fill_until &&
                            now - e->fill_until > 60000) {
                     drop(c, e); /* its worker died while filling */
@@ -614,8 +621,10 @@ static void manage(fd_proxy_cache_t *c, uint64_t now)
             }
             unlock(b);
             if (ngone == 64) {
-                for (unsigned k = 0; k < ngone; k++)
+                for (unsigned k = 0; k < ngone; k++) {
                     unlink_entry(c, gone[k]);
+                    COUNT(c, evicted);
+                }
                 ngone = 0;
             }
         }
