@@ -467,11 +467,12 @@ enum { L_MISS, L_HIT, L_EXPIRED, L_WAIT, L_FILL };
 /*
  * Look md5 up. L_HIT: fresh and ready (its use is recorded). L_WAIT:
  * another request fills it and lock_ms says to wait. L_FILL: missing (or
- * expired), and we are now its filler (lock_ms > 0). L_MISS / L_EXPIRED:
- * go upstream. evicted is set when room was made.
+ * expired), and we are now its filler (lock_ms > 0 and fill). L_MISS /
+ * L_EXPIRED: go upstream (| 0x10 for an expired one we now fill).
+ * evicted is set when room was made.
  */
 static int lookup(fd_proxy_cache_t *c, const uint8_t md5[16], uint64_t now,
-                  fd_msec_t lock_ms, uint64_t *until, int *evict,
+                  fd_msec_t lock_ms, int fill, uint64_t *until, int *evict,
                   uint8_t evicted[16])
 {
     bucket_t *b = bucket_of(c, md5);
@@ -492,7 +493,7 @@ static int lookup(fd_proxy_cache_t *c, const uint8_t md5[16], uint64_t now,
         return lock_ms ? L_WAIT : L_MISS;
     }
     rc = e && e->state == E_READY ? L_EXPIRED : L_MISS;
-    if (lock_ms) {
+    if (lock_ms && fill) {
         if (e == NULL)
             e = make_room(c, b, evicted, evict);
         if (e) {
@@ -1137,11 +1138,13 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
     int evict, rc;
 
     /* a HEAD waits for nobody and fills nothing: it is answered from a
-     * GET's entry or passed */
-    if (r->in.method_id == FD_HTTP_HEAD || cr->waited)
+     * GET's entry or passed. One that waited does not fill: when the
+     * filler stored nothing, the waiters go upstream side by side rather
+     * than one after another. */
+    if (r->in.method_id == FD_HTTP_HEAD)
         lock_ms = 0;
-    rc = lookup(cr->cache, cr->md5, fd_current_msec, lock_ms, &until,
-                &evict, ev);
+    rc = lookup(cr->cache, cr->md5, fd_current_msec, lock_ms, !cr->waited,
+                &until, &evict, ev);
     if (evict) {
         COUNT(cr->cache, evicted);
         unlink_entry(cr->cache, ev);
@@ -1168,7 +1171,7 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
         cr->timer.handler = wait_poll;
         fd_timer_add(&cr->timer, POLL_MS);
         r->on_abort = wait_abort;
-        cr->waited = 0;
+        cr->waited = 1;
         return FD_AGAIN;
     case L_FILL:
         cr->filler = 1;

@@ -57,7 +57,8 @@ my $be = Backend->new(handler => sub {
         if $p =~ m{^/public/};
     if ($p =~ m{^/slow/}) {
         sleep 0.3;
-        return Backend::response(200, $body, 'Cache-Control' => 'max-age=60');
+        return Backend::response(200, $body, 'Cache-Control' =>
+                                 $p =~ /nostore/ ? 'no-store' : 'max-age=60');
     }
     if ($p =~ m{^/chunked/}) {
         my $b = "chunked $n";
@@ -336,6 +337,18 @@ sub concurrent {
     is(($st->{'200 MISS'} // 0) + ($st->{'200 HIT'} // 0), 100, 'all 100 got 200');
     is($st->{'200 MISS'}, 1, 'one MISS, the rest HIT after waiting');
     is(scalar(keys %$bodies), 1, 'every client got the same body');
+}
+{
+    # the filler stores nothing: the waiters go upstream side by side
+    $be->reset_log;
+    my $t0 = time;
+    my ($st) = concurrent('/slow/nostore', 10);
+    my $took = time - $t0;
+    is($st->{'200 MISS'}, 10, 'an uncacheable response: all 10 get it (MISS)')
+        or diag explain $st;
+    is($be->requests, 10, 'each went upstream');
+    cmp_ok($took, '<', 2.7, 'side by side after the first, not one after '
+           . 'another (10 x 0.3 s would be 3 s)');
 }
 {
     # without the lock (location /), two workers fill the same key at once
