@@ -287,8 +287,9 @@ static int64_t parse_sec(fd_str_t v)
 /*
  * How long the response may be kept (seconds, > 0), or 0: not stored.
  * X-Accel-Expires first (seconds, or @ and a unix time; 0: not
- * cached; it overrides what Cache-Control says), then Cache-Control (no-store, no-cache, private: not stored;
- * s-maxage, then max-age), then Expires, then proxy_cache_valid by status.
+ * cached; it overrides what Cache-Control says), then Cache-Control
+ * (no-store, no-cache, private: not stored; s-maxage, then max-age),
+ * then Expires, then proxy_cache_valid by status.
  * Set-Cookie and Vary (no variants kept) are never stored; with auth (the
  * request had Authorization) only what says public or s-maxage is.
  */
@@ -838,7 +839,8 @@ int fd_proxy_cache_init_conf(fd_conf_t *cf, proxy_loc_conf_t *lc)
             return FD_ERROR;
     lc->cache_methods = 0;
     fd_conf_at_key(cf, lc, "proxy_cache_methods");
-    s = fd_pstrdup(cf->pool, lc->cache_methods_src, strlen(lc->cache_methods_src));
+    s = fd_pstrdup(cf->pool, lc->cache_methods_src,
+                   strlen(lc->cache_methods_src));
     if (s == NULL)
         return fd_conf_error(cf, "out of memory");
     for (tok = strtok_r(s, " \t", &save); tok;

@@ -195,7 +195,8 @@ static void index_ops(void)
            "... and so does the next waiter");
 
     commit(c, m, 2000, 5000, 100);
-    is_int(lookup(c, m, 2001, 500, 1, &until, &evict, ev), L_HIT, "committed: a hit");
+    is_int(lookup(c, m, 2001, 500, 1, &until, &evict, ev), L_HIT,
+           "committed: a hit");
     is_int(c->head->size, 100, "its size is counted");
     is_int(c->head->entries, 1, "one entry");
     commit(c, m, 2002, 5000, 40);
@@ -253,9 +254,11 @@ static void manager(void)
     manage(c, 11050);
     is_int(c->head->entries, 50, "inactive: the 50 unused for 10 s went");
     key(m, 49);
-    is_int(lookup(c, m, 11060, 0, 0, &until, &evict, ev), L_MISS, "key49 is gone");
+    is_int(lookup(c, m, 11060, 0, 0, &until, &evict, ev), L_MISS,
+           "key49 is gone");
     key(m, 50);
-    is_int(lookup(c, m, 11060, 0, 0, &until, &evict, ev), L_HIT, "key50 stayed");
+    is_int(lookup(c, m, 11060, 0, 0, &until, &evict, ev), L_HIT,
+           "key50 stayed");
 
     c->max_size = 2000;
     manage(c, 11070);
