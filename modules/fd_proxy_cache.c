@@ -674,8 +674,8 @@ static const fd_directive_t cache_directives[] = {
             "default: none (every file in path)"},
     {.name = "keys_zone", .type = FD_CONF_SIZE, .offset = COFF(keys_zone),
      .def = "1m", .min = 65536, .max = (int64_t)1 << 32,
-     .doc = "the shared index: 520 bytes per 8 entries (1m holds about "
-            "16,000 entries); a full bucket gives its least recently used "
+     .doc = "the shared index: 456 bytes per 8 entries (1m holds about "
+            "18,000 entries); a full bucket gives its least recently used "
             "entry's place (and file) to a new one"},
     {.name = "max_size", .type = FD_CONF_SIZE, .offset = COFF(max_size),
      .def = "0",
