@@ -73,6 +73,7 @@ typedef struct {
     uint64_t expires;         /* monotonic ms: fresh until */
     uint64_t used;            /* monotonic ms of the last hit or store */
     uint64_t size;            /* bytes of the file */
+    uint64_t gen;             /* which file: a new one for every commit */
 } entry_t;
 
 typedef struct {
@@ -85,7 +86,8 @@ typedef struct {
     uint64_t size;            /* bytes of every ready entry's file */
     uint64_t entries;
     uint64_t manager_at;      /* monotonic ms of the next manager run */
-    uint64_t pad[5];
+    uint64_t gen;             /* the last entry_t.gen given */
+    uint64_t pad[4];
 } head_t;
 
 /* [cache NAME] */
@@ -469,12 +471,13 @@ enum { L_MISS, L_HIT, L_EXPIRED, L_WAIT, L_FILL };
  * Look md5 up. L_HIT: fresh and ready (its use is recorded). L_WAIT:
  * another request fills it and lock_ms says to wait. L_FILL: missing (or
  * expired), and we are now its filler (lock_ms > 0 and fill). L_MISS /
- * L_EXPIRED: go upstream (| 0x10 for an expired one we now fill).
+ * L_EXPIRED: go upstream (| 0x10 for an expired one we now fill). gen:
+ * a HIT's file generation; until: the filler's deadline.
  * evicted is set when room was made.
  */
 static int lookup(fd_proxy_cache_t *c, const uint8_t md5[16], uint64_t now,
-                  fd_msec_t lock_ms, int fill, uint64_t *until, int *evict,
-                  uint8_t evicted[16])
+                  fd_msec_t lock_ms, int fill, uint64_t *until, uint64_t *gen,
+                  int *evict, uint8_t evicted[16])
 {
     bucket_t *b = bucket_of(c, md5);
     entry_t *e;
@@ -485,6 +488,7 @@ static int lookup(fd_proxy_cache_t *c, const uint8_t md5[16], uint64_t now,
     e = find(b, md5);
     if (e && e->state == E_READY && now < e->expires) {
         e->used = now;
+        *gen = e->gen;
         unlock(b);
         return L_HIT;
     }
@@ -532,6 +536,7 @@ static void commit(fd_proxy_cache_t *c, const uint8_t md5[16], uint64_t now,
         e->expires = expires;
         e->used = now;
         e->size = size;
+        e->gen = __atomic_add_fetch(&c->head->gen, 1, __ATOMIC_RELAXED);
         __atomic_add_fetch(&c->head->size, size, __ATOMIC_RELAXED);
         __atomic_add_fetch(&c->head->entries, 1, __ATOMIC_RELAXED);
     }
@@ -674,8 +679,8 @@ static const fd_directive_t cache_directives[] = {
             "default: none (every file in path)"},
     {.name = "keys_zone", .type = FD_CONF_SIZE, .offset = COFF(keys_zone),
      .def = "1m", .min = 65536, .max = (int64_t)1 << 32,
-     .doc = "the shared index: 456 bytes per 8 entries (1m holds about "
-            "18,000 entries); a full bucket gives its least recently used "
+     .doc = "the shared index: 520 bytes per 8 entries (1m holds about "
+            "16,000 entries); a full bucket gives its least recently used "
             "entry's place (and file) to a new one"},
     {.name = "max_size", .type = FD_CONF_SIZE, .offset = COFF(max_size),
      .def = "0",
@@ -967,104 +972,175 @@ static int any_true(fd_request_t *r, const fd_var_script_t *s, unsigned n)
     return 0;
 }
 
-static void close_fd(void *data)
+/*
+ * The worker's open entries: a file it served, open, with its header read,
+ * kept while the index gives the entry the same generation (a new file
+ * is a new one) and the file still has a name (one fstat() a HIT, as the
+ * static module's open file cache). A request sending from one holds a
+ * reference; the slot holds one.
+ */
+#define OPEN_SLOTS 1024
+
+typedef struct {
+    uint8_t md5[16];
+    const head_t *head;       /* which cache (the same across reloads) */
+    uint64_t gen;
+    int fd;
+    unsigned refs;
+    file_head_t fh;
+    char *buf;                /* the key, then the fields */
+} open_entry_t;
+
+static open_entry_t *open_slots[OPEN_SLOTS];
+
+static void open_release(void *data)
 {
-    close((int)(intptr_t)data);
+    open_entry_t *oe = data;
+
+    if (--oe->refs == 0) {
+        close(oe->fd);
+        free(oe->buf);
+        free(oe);
+    }
 }
 
-/*
- * Serve the entry's file into r: FD_OK, or FD_DECLINED when the file is
- * missing or not the entry (then the index forgets it).
- */
-static int serve(fd_proxy_cache_req_t *cr)
+/* The entry's file, open and read: NULL (forgotten) when it is missing or
+ * not whole. */
+static open_entry_t *open_entry(fd_proxy_cache_req_t *cr, uint64_t gen)
 {
-    fd_request_t *r = cr->r;
     fd_proxy_cache_t *c = cr->cache;
+    open_entry_t *oe;
     char p[PATH_MAX];
-    file_head_t fh;
     struct stat st;
     size_t dl, n;
-    char *buf, *q, *end;
     int fd;
-    off_t body_off;
 
     if (fd_proxy_cache_file(p, sizeof(p), c->path, c->levels, c->nlevels,
                             cr->md5, &dl) == 0)
-        return FD_DECLINED;
+        return NULL;
     fd = open(p, O_RDONLY | O_CLOEXEC);
     if (fd == -1) {
         if (errno != ENOENT)
             fd_log_error(FD_LOG_ERR, errno, "open(\"%s\") failed", p);
         forget(c, cr->md5);
-        return FD_DECLINED;
+        return NULL;
     }
-    if (fd_pool_cleanup_add(r->pool, close_fd, (void *)(intptr_t)fd) ==
-        NULL) {
+    if ((oe = calloc(1, sizeof(*oe))) == NULL) {
         close(fd);
+        return NULL;
+    }
+    oe->fd = fd;
+    oe->refs = 1;
+    if (pread(fd, &oe->fh, sizeof(oe->fh), 0) != (ssize_t)sizeof(oe->fh) ||
+        oe->fh.magic != FILE_MAGIC || fstat(fd, &st) == -1 ||
+        (uint64_t)st.st_size != sizeof(oe->fh) + oe->fh.key_len +
+                                    oe->fh.fields_len + oe->fh.body_len)
+        goto bad;
+    n = (size_t)oe->fh.key_len + oe->fh.fields_len;
+    if ((oe->buf = malloc(n + 1)) == NULL ||
+        pread(fd, oe->buf, n, sizeof(oe->fh)) != (ssize_t)n)
+        goto bad;
+    memcpy(oe->md5, cr->md5, 16);
+    oe->head = c->head;
+    oe->gen = gen;
+    return oe;
+
+bad:
+    fd_log_error(FD_LOG_WARN, 0, "cache \"%s\": \"%s\" is not a whole "
+                 "entry: removed", c->name, p);
+    forget(c, cr->md5);
+    unlink(p);
+    open_release(oe);
+    return NULL;
+}
+
+/*
+ * Serve the entry (generation gen) into r: FD_OK, or FD_DECLINED when the
+ * file is missing or not the entry (then the index forgets it).
+ */
+static int serve(fd_proxy_cache_req_t *cr, uint64_t gen)
+{
+    fd_request_t *r = cr->r;
+    fd_proxy_cache_t *c = cr->cache;
+    open_entry_t **slot, *oe;
+    struct stat st;
+    char *q, *end;
+    uint32_t h;
+    off_t body_off;
+
+    memcpy(&h, cr->md5 + 8, 4);
+    slot = &open_slots[h % OPEN_SLOTS];
+    oe = *slot;
+    if (oe && (oe->gen != gen || oe->head != c->head ||
+               memcmp(oe->md5, cr->md5, 16) != 0)) {
+        *slot = NULL;
+        open_release(oe);
+        oe = NULL;
+    }
+    if (oe && (fstat(oe->fd, &st) == -1 || st.st_nlink == 0)) {
+        /* unlinked under us (the directory removed): a miss */
+        *slot = NULL;
+        open_release(oe);
+        forget(c, cr->md5);
         return FD_DECLINED;
     }
-    if (pread(fd, &fh, sizeof(fh), 0) != (ssize_t)sizeof(fh) ||
-        fh.magic != FILE_MAGIC || fh.key_len != cr->key.len ||
-        fstat(fd, &st) == -1 ||
-        (uint64_t)st.st_size != sizeof(fh) + fh.key_len + fh.fields_len +
-                                    fh.body_len)
-        goto bad;
-    n = (size_t)fh.key_len + fh.fields_len;
-    if ((buf = fd_pnalloc(r->pool, n + 1)) == NULL ||
-        pread(fd, buf, n, sizeof(fh)) != (ssize_t)n ||
-        memcmp(buf, cr->key.data, cr->key.len) != 0)
-        goto bad; /* an MD5 collision, or another key's old file */
-    body_off = (off_t)(sizeof(fh) + n);
-    r->status = (int)fh.status;
-    for (q = buf + fh.key_len, end = buf + n; q < end;) {
+    if (oe == NULL) {
+        if ((oe = open_entry(cr, gen)) == NULL)
+            return FD_DECLINED;
+        *slot = oe;
+    }
+    if (oe->fh.key_len != cr->key.len ||
+        memcmp(oe->buf, cr->key.data, cr->key.len) != 0)
+        return FD_DECLINED; /* an MD5 collision: served from upstream */
+    if (fd_pool_cleanup_add(r->pool, open_release, oe) == NULL)
+        return FD_DECLINED;
+    oe->refs++;
+    body_off = (off_t)(sizeof(oe->fh) + oe->fh.key_len + oe->fh.fields_len);
+    r->status = (int)oe->fh.status;
+    for (q = oe->buf + oe->fh.key_len, end = q + oe->fh.fields_len;
+         q < end;) {
         char *colon = memchr(q, ':', (size_t)(end - q));
         char *eol = colon ? memchr(colon, '\r', (size_t)(end - colon)) : NULL;
         fd_str_t name, value;
         if (eol == NULL || eol + 1 >= end || eol[1] != '\n')
-            goto bad;
+            return FD_DECLINED;
         name = (fd_str_t){(size_t)(colon - q), q};
         value = (fd_str_t){(size_t)(eol - colon - 2), colon + 2};
         q = eol + 2;
         if (fd_str_caseeq_lit(name, "content-type")) {
             r->content_type = value;
-        } else if (fh.status == 200 && fd_str_caseeq_lit(name, "etag")) {
+        } else if (oe->fh.status == 200 && fd_str_caseeq_lit(name, "etag")) {
             r->etag = value; /* the engine writes it, 304 too */
-        } else if (fh.status == 200 &&
+        } else if (oe->fh.status == 200 &&
                    fd_str_caseeq_lit(name, "last-modified")) {
             r->last_modified = fd_http_parse_time(value.data, value.len);
             if (r->last_modified == -1 &&
                 fd_http_header_add(r, name, value) != FD_OK)
                 return FD_DECLINED;
-        } else if (fh.status == 200 &&
+        } else if (oe->fh.status == 200 &&
                    fd_str_caseeq_lit(name, "accept-ranges")) {
             continue; /* fd_http_send_file() says bytes */
         } else if (fd_http_header_add(r, name, value) != FD_OK) {
             return FD_DECLINED;
         }
     }
-    if (fh.status == 200) {
+    if (oe->fh.status == 200) {
         /* the client's conditionals and ranges, as for a static file */
-        return fd_http_send_file(r, fd, body_off, (int64_t)fh.body_len,
-                                 MAX_RANGES) == FD_OK
+        return fd_http_send_file(r, oe->fd, body_off,
+                                 (int64_t)oe->fh.body_len, MAX_RANGES) ==
+                       FD_OK
                    ? FD_OK
                    : FD_DECLINED;
     }
-    r->content_length = (int64_t)fh.body_len;
-    if (fh.body_len && !r->header_only) {
-        fd_buf_t *b = fd_buf_file(r->pool, fd, body_off,
-                                  body_off + (off_t)fh.body_len);
+    r->content_length = (int64_t)oe->fh.body_len;
+    if (oe->fh.body_len && !r->header_only) {
+        fd_buf_t *b = fd_buf_file(r->pool, oe->fd, body_off,
+                                  body_off + (off_t)oe->fh.body_len);
         if (b == NULL)
             return FD_DECLINED;
         fd_http_body_append(r, b);
     }
     return FD_OK;
-
-bad:
-    fd_log_error(FD_LOG_WARN, 0, "cache \"%s\": \"%s\" is not a whole "
-                 "entry of its key: removed", c->name, p);
-    forget(c, cr->md5);
-    unlink(p);
-    return FD_DECLINED;
 }
 
 /* serve() gave up: the response goes upstream from a clean slate. */
@@ -1136,7 +1212,7 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
     proxy_req_t *px = cr->px;
     fd_request_t *r = cr->r;
     uint8_t ev[16];
-    uint64_t until = 0;
+    uint64_t until = 0, gen = 0;
     int evict, rc;
 
     /* a HEAD waits for nobody and fills nothing: it is answered from a
@@ -1146,7 +1222,7 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
     if (r->in.method_id == FD_HTTP_HEAD)
         lock_ms = 0;
     rc = lookup(cr->cache, cr->md5, fd_current_msec, lock_ms, !cr->waited,
-                &until, &evict, ev);
+                &until, &gen, &evict, ev);
     if (evict) {
         COUNT(cr->cache, evicted);
         unlink_entry(cr->cache, ev);
@@ -1157,14 +1233,16 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
     }
     switch (rc) {
     case L_HIT:
-        if (serve(cr) == FD_OK) {
+        if (serve(cr, gen) == FD_OK) {
             px->cache_status = FD_PROXY_CACHE_HIT;
             COUNT(cr->cache, hit);
             return FD_OK;
         }
+        /* gone, not whole, or another key's: upstream, and stored */
         unserve(r);
-        rc = decide(cr, lock_ms); /* forgotten: a miss now */
-        return rc;
+        px->cache_status = FD_PROXY_CACHE_MISS;
+        COUNT(cr->cache, miss);
+        return FD_DECLINED;
     case L_WAIT:
         if (cr->wait_until == 0)
             cr->wait_until = fd_current_msec + lock_ms;

@@ -167,42 +167,42 @@ static void index_ops(void)
 {
     fd_proxy_cache_t *c = cache_new(1); /* one bucket: 8 entries */
     uint8_t m[16], m2[16], ev[16];
-    uint64_t until;
+    uint64_t until, gen;
     int evict, rc, i;
 
     key(m, 1);
-    is_int(lookup(c, m, 1000, 0, 0, &until, &evict, ev), L_MISS,
+    is_int(lookup(c, m, 1000, 0, 0, &until, &gen, &evict, ev), L_MISS,
            "empty: a miss");
-    is_int(lookup(c, m, 1000, 0, 0, &until, &evict, ev), L_MISS,
+    is_int(lookup(c, m, 1000, 0, 0, &until, &gen, &evict, ev), L_MISS,
            "without the lock a miss marks nothing");
-    is_int(lookup(c, m, 1000, 500, 1, &until, &evict, ev), L_FILL,
+    is_int(lookup(c, m, 1000, 500, 1, &until, &gen, &evict, ev), L_FILL,
            "with the lock: this one fills");
-    is_int(lookup(c, m, 1100, 500, 1, &until, &evict, ev), L_WAIT,
+    is_int(lookup(c, m, 1100, 500, 1, &until, &gen, &evict, ev), L_WAIT,
            "the next one waits");
     is_int(until, 1500, "until the filler's deadline");
-    is_int(lookup(c, m, 1100, 0, 0, &until, &evict, ev), L_MISS,
+    is_int(lookup(c, m, 1100, 0, 0, &until, &gen, &evict, ev), L_MISS,
            "without the lock it does not wait");
-    is_int(lookup(c, m, 1600, 500, 1, &until, &evict, ev), L_FILL,
+    is_int(lookup(c, m, 1600, 500, 1, &until, &gen, &evict, ev), L_FILL,
            "past the deadline: the next one fills");
-    is_int(lookup(c, m, 1650, 500, 0, &until, &evict, ev), L_WAIT,
+    is_int(lookup(c, m, 1650, 500, 0, &until, &gen, &evict, ev), L_WAIT,
            "one that waited before waits, but does not fill");
     unfill(c, m);
-    is_int(lookup(c, m, 1700, 0, 0, &until, &evict, ev), L_MISS,
+    is_int(lookup(c, m, 1700, 0, 0, &until, &gen, &evict, ev), L_MISS,
            "the filler gave up: a miss");
-    is_int(lookup(c, m, 1700, 500, 0, &until, &evict, ev), L_MISS,
+    is_int(lookup(c, m, 1700, 500, 0, &until, &gen, &evict, ev), L_MISS,
            "... for one that waited too: it goes upstream, fills nothing");
-    is_int(lookup(c, m, 1700, 500, 0, &until, &evict, ev), L_MISS,
+    is_int(lookup(c, m, 1700, 500, 0, &until, &gen, &evict, ev), L_MISS,
            "... and so does the next waiter");
 
     commit(c, m, 2000, 5000, 100);
-    is_int(lookup(c, m, 2001, 500, 1, &until, &evict, ev), L_HIT,
+    is_int(lookup(c, m, 2001, 500, 1, &until, &gen, &evict, ev), L_HIT,
            "committed: a hit");
     is_int(c->head->size, 100, "its size is counted");
     is_int(c->head->entries, 1, "one entry");
     commit(c, m, 2002, 5000, 40);
     is_int(c->head->size, 40, "committed again: the new size replaces it");
     is_int(c->head->entries, 1, "still one entry");
-    rc = lookup(c, m, 5000, 500, 1, &until, &evict, ev);
+    rc = lookup(c, m, 5000, 500, 1, &until, &gen, &evict, ev);
     is_int(rc & ~0x10, L_EXPIRED, "past expires: expired");
     ok(rc & 0x10, "... and with the lock this one refills it");
     is_int(c->head->size, 0, "the expired file is no longer counted");
@@ -215,10 +215,10 @@ static void index_ops(void)
     }
     is_int(c->head->entries, 8, "8 entries fill the bucket");
     key(m2, 3);
-    is_int(lookup(c, m2, 7000, 0, 0, &until, &evict, ev), L_HIT,
+    is_int(lookup(c, m2, 7000, 0, 0, &until, &gen, &evict, ev), L_HIT,
            "key3 used again");
     key(m2, 9);
-    is_int(lookup(c, m2, 7001, 500, 1, &until, &evict, ev), L_FILL,
+    is_int(lookup(c, m2, 7001, 500, 1, &until, &gen, &evict, ev), L_FILL,
            "key9 fills in a full bucket");
     ok(evict, "room was made");
     key(m, 1);
@@ -230,10 +230,10 @@ static void index_ops(void)
     c = cache_new(1);
     for (i = 1; i <= 8; i++) {
         key(m, i);
-        lookup(c, m, 1000, 500, 1, &until, &evict, ev);
+        lookup(c, m, 1000, 500, 1, &until, &gen, &evict, ev);
     }
     key(m, 9);
-    is_int(lookup(c, m, 1000, 500, 1, &until, &evict, ev), L_MISS,
+    is_int(lookup(c, m, 1000, 500, 1, &until, &gen, &evict, ev), L_MISS,
            "a bucket of filling entries: a plain miss");
     ok(!evict, "and nothing evicted");
 }
@@ -242,7 +242,7 @@ static void manager(void)
 {
     fd_proxy_cache_t *c = cache_new(64);
     uint8_t m[16], ev[16];
-    uint64_t until;
+    uint64_t until, gen;
     int evict, i;
 
     for (i = 0; i < 100; i++) {
@@ -254,23 +254,23 @@ static void manager(void)
     manage(c, 11050);
     is_int(c->head->entries, 50, "inactive: the 50 unused for 10 s went");
     key(m, 49);
-    is_int(lookup(c, m, 11060, 0, 0, &until, &evict, ev), L_MISS,
+    is_int(lookup(c, m, 11060, 0, 0, &until, &gen, &evict, ev), L_MISS,
            "key49 is gone");
     key(m, 50);
-    is_int(lookup(c, m, 11060, 0, 0, &until, &evict, ev), L_HIT,
+    is_int(lookup(c, m, 11060, 0, 0, &until, &gen, &evict, ev), L_HIT,
            "key50 stayed");
 
     c->max_size = 2000;
     manage(c, 11070);
     is_int(c->head->size, 2000, "max_size: down to 2000 bytes");
     key(m, 50);
-    is_int(lookup(c, m, 11080, 0, 0, &until, &evict, ev), L_HIT,
+    is_int(lookup(c, m, 11080, 0, 0, &until, &gen, &evict, ev), L_HIT,
            "key50, used last, stayed");
     key(m, 51);
-    is_int(lookup(c, m, 11080, 0, 0, &until, &evict, ev), L_MISS,
+    is_int(lookup(c, m, 11080, 0, 0, &until, &gen, &evict, ev), L_MISS,
            "key51, the least recently used, went");
     key(m, 99);
-    is_int(lookup(c, m, 11080, 0, 0, &until, &evict, ev), L_HIT,
+    is_int(lookup(c, m, 11080, 0, 0, &until, &gen, &evict, ev), L_HIT,
            "key99, the newest, stayed");
 }
 
