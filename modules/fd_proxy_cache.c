@@ -975,9 +975,11 @@ static int any_true(fd_request_t *r, const fd_var_script_t *s, unsigned n)
 /*
  * The worker's open entries: a file it served, open, with its header read,
  * kept while the index gives the entry the same generation (a new file
- * is a new one) and the file still has a name (one fstat() a HIT, as the
- * static module's open file cache). A request sending from one holds a
- * reference; the slot holds one.
+ * is a new one) and the file still has a name (checked with fstat() at
+ * most once a second: only a hand that removes files under the cache
+ * unlinks one the index still has, and what the descriptor reads is
+ * still that whole entry). A request sending from one holds a reference;
+ * the slot holds one.
  */
 #define OPEN_SLOTS 1024
 
@@ -987,6 +989,7 @@ typedef struct {
     uint64_t gen;
     int fd;
     unsigned refs;
+    time_t checked;           /* when fstat() last saw it linked */
     file_head_t fh;
     char *buf;                /* the key, then the fields */
 } open_entry_t;
@@ -1077,7 +1080,8 @@ static int serve(fd_proxy_cache_req_t *cr, uint64_t gen)
         open_release(oe);
         oe = NULL;
     }
-    if (oe && (fstat(oe->fd, &st) == -1 || st.st_nlink == 0)) {
+    if (oe && oe->checked != fd_current_sec &&
+        (fstat(oe->fd, &st) == -1 || st.st_nlink == 0)) {
         /* unlinked under us (the directory removed): a miss */
         *slot = NULL;
         open_release(oe);
@@ -1089,6 +1093,7 @@ static int serve(fd_proxy_cache_req_t *cr, uint64_t gen)
             return FD_DECLINED;
         *slot = oe;
     }
+    oe->checked = fd_current_sec;
     if (oe->fh.key_len != cr->key.len ||
         memcmp(oe->buf, cr->key.data, cr->key.len) != 0)
         return FD_DECLINED; /* an MD5 collision: served from upstream */
