@@ -87,6 +87,7 @@ my $cdir;
 my $t = FastdTest->new(conf => FastdTest::base_conf(
     main => { workers => 2 },
     http => { max_header_size => '128k' },
+    server => { listen => '127.0.0.1:%%PORT%% http2' },
     locations => <<"L",
 [location = /status]
 handler = status
@@ -191,6 +192,16 @@ like($files[0] // '', qr{/cache/[0-9a-f]/[0-9a-f]{2}/[0-9a-f]{32}$},
     my @ar = grep { lc $_->[0] eq 'accept-ranges' } @{ get('/c/a')->{hlist} };
     is(scalar(@ar), 1, 'one Accept-Ranges');
     is($be->requests, 0, 'none of these went upstream');
+}
+
+# a HIT over HTTP/2 (h2c, prior knowledge): the same file range
+SKIP: {
+    my $curl = `curl --version 2>/dev/null`;
+    skip 'curl without HTTP/2', 2 unless $curl =~ /HTTP2/;
+    my $port = $t->port;
+    my $out = `curl -s --http2-prior-knowledge -H "Host: localhost" -D - http://127.0.0.1:$port/c/a`;
+    like($out, qr{^HTTP/2 200.*x-cache-status: HIT}si, 'HTTP/2: a HIT');
+    like($out, qr{\Q@{[ $r1->body ]}\E$}, 'HTTP/2: the entry\'s body');
 }
 
 # HEAD from the GET's entry
