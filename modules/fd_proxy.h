@@ -114,6 +114,7 @@ typedef struct {
     char *cache_methods_src;
     fd_conf_list_t cache_bypass_src;
     fd_conf_list_t no_cache_src;
+    fd_conf_list_t ignore_src;
     int cache_lock;
     fd_msec_t cache_lock_timeout;
     fd_proxy_cache_t *cache;   /* NULL: no caching here */
@@ -125,6 +126,7 @@ typedef struct {
     unsigned nbypass;
     fd_var_script_t *no_cache;
     unsigned nno_cache;
+    unsigned cache_ignore;     /* FD_PROXY_IGNORE_* */
 } proxy_loc_conf_t;
 
 extern const fd_directive_t fd_proxy_directives[];
@@ -245,10 +247,17 @@ struct fd_proxy_cache_valid_s {
     int status;                /* 0: any */
     int64_t sec;
 };
+/* proxy_ignore_headers: response fields the cache does not heed */
+#define FD_PROXY_IGNORE_XAE 0x01      /* X-Accel-Expires */
+#define FD_PROXY_IGNORE_EXPIRES 0x02
+#define FD_PROXY_IGNORE_CC 0x04       /* Cache-Control */
+#define FD_PROXY_IGNORE_COOKIE 0x08   /* Set-Cookie */
+#define FD_PROXY_IGNORE_VARY 0x10
 int64_t fd_proxy_cache_valid_for(const fd_http_header_t *f, unsigned nf,
                                  int status,
                                  const fd_proxy_cache_valid_t *valid,
-                                 unsigned nvalid, time_t now, int auth);
+                                 unsigned nvalid, time_t now, int auth,
+                                 unsigned ignore);
 
 /* --- the tunnel after a 101 (fd_proxy_tunnel.c) --- */
 

@@ -294,11 +294,13 @@ static int64_t parse_sec(fd_str_t v)
  * then Expires, then proxy_cache_valid by status.
  * Set-Cookie and Vary (no variants kept) are never stored; with auth (the
  * request had Authorization) only what says public or s-maxage is.
+ * ignore (proxy_ignore_headers) drops fields from the decision.
  */
 int64_t fd_proxy_cache_valid_for(const fd_http_header_t *f, unsigned nf,
                                  int status,
                                  const fd_proxy_cache_valid_t *valid,
-                                 unsigned nvalid, time_t now, int auth)
+                                 unsigned nvalid, time_t now, int auth,
+                                 unsigned ignore)
 {
     int64_t xae = -2, age = -1, exp = -1, n;
     int shared = 0, refused = 0;
@@ -308,10 +310,13 @@ int64_t fd_proxy_cache_valid_for(const fd_http_header_t *f, unsigned nf,
         return 0;
     for (i = 0; i < nf; i++) {
         fd_str_t nm = f[i].name, v = f[i].value;
-        if (fd_str_caseeq_lit(nm, "set-cookie") ||
-            fd_str_caseeq_lit(nm, "vary"))
+        if ((fd_str_caseeq_lit(nm, "set-cookie") &&
+             !(ignore & FD_PROXY_IGNORE_COOKIE)) ||
+            (fd_str_caseeq_lit(nm, "vary") &&
+             !(ignore & FD_PROXY_IGNORE_VARY)))
             return 0;
-        if (fd_str_caseeq_lit(nm, "x-accel-expires")) {
+        if (fd_str_caseeq_lit(nm, "x-accel-expires") &&
+            !(ignore & FD_PROXY_IGNORE_XAE)) {
             if (v.len && v.data[0] == '@') {
                 n = parse_sec((fd_str_t){v.len - 1, v.data + 1});
                 xae = n > now ? n - now : 0;
@@ -320,7 +325,8 @@ int64_t fd_proxy_cache_valid_for(const fd_http_header_t *f, unsigned nf,
             }
             if (xae < 0)
                 xae = -2; /* unreadable: as if absent */
-        } else if (fd_str_caseeq_lit(nm, "cache-control")) {
+        } else if (fd_str_caseeq_lit(nm, "cache-control") &&
+                   !(ignore & FD_PROXY_IGNORE_CC)) {
             if (cc_token(v, "no-store", NULL) ||
                 cc_token(v, "no-cache", NULL) ||
                 cc_token(v, "private", NULL))
@@ -333,7 +339,8 @@ int64_t fd_proxy_cache_valid_for(const fd_http_header_t *f, unsigned nf,
             } else if (age < 0 && cc_token(v, "max-age", &n) && n >= 0) {
                 age = n;
             }
-        } else if (fd_str_caseeq_lit(nm, "expires")) {
+        } else if (fd_str_caseeq_lit(nm, "expires") &&
+                   !(ignore & FD_PROXY_IGNORE_EXPIRES)) {
             time_t t = fd_http_parse_time(v.data, v.len);
             exp = t > now ? t - now : 0; /* a bad date: already expired */
         }
@@ -867,8 +874,38 @@ int fd_proxy_cache_init_conf(fd_conf_t *cf, proxy_loc_conf_t *lc)
                      "proxy_cache_bypass") != FD_OK)
         return FD_ERROR;
     fd_conf_at_key(cf, lc, "proxy_no_cache");
-    return compile_list(cf, &lc->no_cache_src, &lc->no_cache,
-                        &lc->nno_cache, "proxy_no_cache");
+    if (compile_list(cf, &lc->no_cache_src, &lc->no_cache, &lc->nno_cache,
+                     "proxy_no_cache") != FD_OK)
+        return FD_ERROR;
+    fd_conf_at_key(cf, lc, "proxy_ignore_headers");
+    for (i = 0; i < lc->ignore_src.n; i++) {
+        static const struct {
+            const char *name;
+            unsigned flag;
+        } names[] = {{"X-Accel-Expires", FD_PROXY_IGNORE_XAE},
+                     {"Expires", FD_PROXY_IGNORE_EXPIRES},
+                     {"Cache-Control", FD_PROXY_IGNORE_CC},
+                     {"Set-Cookie", FD_PROXY_IGNORE_COOKIE},
+                     {"Vary", FD_PROXY_IGNORE_VARY}};
+        char *v = fd_pstrdup(cf->pool, lc->ignore_src.items[i],
+                             strlen(lc->ignore_src.items[i]));
+        if (v == NULL)
+            return fd_conf_error(cf, "out of memory");
+        for (tok = strtok_r(v, " \t", &save); tok;
+             tok = strtok_r(NULL, " \t", &save)) {
+            unsigned k;
+            for (k = 0; k < fd_nelems(names); k++)
+                if (strcasecmp(tok, names[k].name) == 0)
+                    break;
+            if (k == fd_nelems(names))
+                return fd_conf_error(cf, "\"proxy_ignore_headers\": \"%s\" "
+                                     "is not X-Accel-Expires, Expires, "
+                                     "Cache-Control, Set-Cookie or Vary",
+                                     tok);
+            lc->cache_ignore |= names[k].flag;
+        }
+    }
+    return FD_OK;
 }
 
 /* --- status -------------------------------------------------------------- */
@@ -1422,7 +1459,7 @@ void fd_proxy_cache_header(proxy_req_t *px, const fd_http_header_t *f,
         px->framing == FR_NONE ||
         (cr->valid_sec = fd_proxy_cache_valid_for(
              f, nf, r->status, lc->valid, lc->nvalid, fd_current_sec,
-             auth)) <= 0) {
+             auth, lc->cache_ignore)) <= 0) {
         store_abandon(cr);
         return;
     }

@@ -192,6 +192,14 @@ const fd_directive_t fd_proxy_directives[] = {
      .doc = "$variables, repeatable: when any is neither empty nor \"0\", "
             "the response is not stored. E.g. proxy_no_cache = "
             "$cookie_session"},
+    {.name = "proxy_ignore_headers", .type = FD_CONF_LIST,
+     .offset = LOC(ignore_src),
+     .doc = "response fields the cache does not heed, repeatable or "
+            "several in one: X-Accel-Expires, Expires, Cache-Control (then "
+            "proxy_cache_valid decides), Set-Cookie (then a response "
+            "setting a cookie is stored, cookie and all: for cookies every "
+            "client may get), Vary (then one variant is kept for all). "
+            "E.g. proxy_ignore_headers = Set-Cookie"},
     {.name = "proxy_cache_lock", .type = FD_CONF_FLAG,
      .offset = LOC(cache_lock), .def = "off",
      .doc = "on: of the requests that miss one key at once (in every "

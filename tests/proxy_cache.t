@@ -102,6 +102,13 @@ proxy_cache_bypass = \$http_x_bypass
 proxy_no_cache = \$arg_nocache
 add_header = X-Cache-Status \$upstream_cache_status always
 
+[location /cookie-ok/]
+handler = proxy
+pass = http://be/cookie/
+proxy_cache = one
+proxy_ignore_headers = Set-Cookie
+add_header = X-Cache-Status \$upstream_cache_status always
+
 [location /nocache/]
 handler = proxy
 pass = http://be/c/
@@ -238,6 +245,12 @@ is((twice('/v404/x'))[0], 'MISS HIT', 'proxy_cache_valid 404 30s: stored');
 is((twice('/nostore/x'))[0], 'MISS MISS', 'Cache-Control: no-store: not stored');
 is((twice('/private/x'))[0], 'MISS MISS', 'Cache-Control: private: not stored');
 is((twice('/cookie/x'))[0], 'MISS MISS', 'Set-Cookie: not stored');
+{
+    my (undef, $a, $b) = twice('/cookie-ok/x');
+    is(cs($a) . ' ' . cs($b), 'MISS HIT',
+       'proxy_ignore_headers = Set-Cookie: stored');
+    is($b->header('set-cookie'), 'a=1', '... cookie and all');
+}
 is((twice('/xae0/x'))[0], 'MISS MISS', 'X-Accel-Expires: 0 wins over max-age');
 is((twice('/xae60/x'))[0], 'MISS HIT', 'X-Accel-Expires: 60 wins over no-cache');
 is((twice('/expires/x'))[0], 'MISS HIT', 'Expires in the future: stored');
@@ -457,6 +470,9 @@ sub conf_error {
     ($rc, $out) = conf_error("[cache c]\npath = /tmp/fastd-cache-$$\n",
                              "proxy_cache = c\nproxy_cache_valid = 1xx 1m");
     like($out, qr/proxy_cache_valid/, 'a bad proxy_cache_valid: an error');
+    ($rc, $out) = conf_error("[cache c]\npath = /tmp/fastd-cache-$$\n",
+                             "proxy_cache = c\nproxy_ignore_headers = Server");
+    like($out, qr/"Server" is not X-Accel-Expires/, 'proxy_ignore_headers = Server: an error');
     ($rc, $out) = conf_error("[cache c]\npath = /tmp/fastd-cache-$$\n",
                              "proxy_cache = c\nproxy_cache_methods = PUT");
     like($out, qr/"PUT" is not GET, HEAD or POST/, 'proxy_cache_methods = PUT: an error');

@@ -74,12 +74,15 @@ static void keys(void)
 
 #define H(n, v) {{sizeof(n) - 1, n}, {sizeof(v) - 1, v}}
 
+static unsigned ignore;
+
 static int64_t fresh(const fd_http_header_t *f, unsigned nf, int status,
                      int auth)
 {
     static const fd_proxy_cache_valid_t valid[] = {{200, 600}, {0, 5}};
 
-    return fd_proxy_cache_valid_for(f, nf, status, valid, 2, 1000000, auth);
+    return fd_proxy_cache_valid_for(f, nf, status, valid, 2, 1000000, auth,
+                                    ignore);
 }
 
 static void freshness(void)
@@ -136,6 +139,20 @@ static void freshness(void)
     is_int(fresh(none, 1, 200, 1), 0, "Authorization alone: not stored");
     is_int(fresh(pub, 1, 200, 1), 600,
            "Authorization and public without an age: proxy_cache_valid");
+
+    ignore = FD_PROXY_IGNORE_COOKIE;
+    is_int(fresh(ck, 2, 200, 0), 30, "ignore Set-Cookie: stored");
+    ignore = FD_PROXY_IGNORE_CC;
+    is_int(fresh(ns, 1, 200, 0), 600, "ignore Cache-Control: no-store "
+           "does not count, proxy_cache_valid does");
+    is_int(fresh(exma, 2, 200, 0), 60, "ignore Cache-Control: Expires");
+    ignore = FD_PROXY_IGNORE_XAE;
+    is_int(fresh(xae, 2, 200, 0), 0, "ignore X-Accel-Expires: no-store");
+    ignore = FD_PROXY_IGNORE_EXPIRES;
+    is_int(fresh(ex, 1, 200, 0), 600, "ignore Expires: proxy_cache_valid");
+    ignore = FD_PROXY_IGNORE_VARY;
+    is_int(fresh(vary, 1, 200, 0), 600, "ignore Vary: stored");
+    ignore = 0;
 }
 
 static fd_proxy_cache_t *cache_new(size_t nbuckets)
