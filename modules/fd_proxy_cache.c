@@ -1316,7 +1316,8 @@ int fd_proxy_cache_lookup(proxy_req_t *px)
     fd_proxy_cache_req_t *cr;
     fd_sbuf_t sb;
 
-    if (!(lc->cache_methods & FD_METHOD(r->in.method_id)))
+    /* a WebSocket upgrade is a tunnel, never an entry */
+    if (!(lc->cache_methods & FD_METHOD(r->in.method_id)) || px->upgrade)
         return FD_DECLINED;
     cr = fd_pcalloc(r->pool, sizeof(*cr));
     if (cr == NULL || fd_pool_cleanup_add(r->pool, wait_cleanup, cr) == NULL)
