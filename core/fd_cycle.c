@@ -135,6 +135,17 @@ static const fd_directive_t *find_loc_key(const char *key, unsigned *mod)
     return NULL;
 }
 
+/* Section types: module i / 2's own (even i) or its also (odd i), NULL
+ * when it has none. */
+static const fd_module_t *section_module(unsigned i)
+{
+    const fd_module_t *m = fd_modules[i / 2];
+
+    if (i % 2)
+        m = m->also;
+    return m && m->section ? m : NULL;
+}
+
 /* Where a key is valid, for an error about it used elsewhere. */
 static const char *key_home(const char *key, char *buf, size_t n)
 {
@@ -155,12 +166,13 @@ static const char *key_home(const char *key, char *buf, size_t n)
             return homes[i].level;
     if (find_loc_key(key, &mod))
         return "[location] (or [http] and [server] as defaults)";
-    for (i = 0; i < fd_nmodules; i++)
-        if (fd_modules[i]->section &&
-            fd_conf_find(fd_modules[i]->section_directives, key)) {
-            snprintf(buf, n, "[%s NAME]", fd_modules[i]->section);
+    for (i = 0; i < 2 * fd_nmodules; i++) {
+        const fd_module_t *m = section_module(i);
+        if (m && fd_conf_find(m->section_directives, key)) {
+            snprintf(buf, n, "[%s NAME]", m->section);
             return buf;
         }
+    }
     return NULL;
 }
 
@@ -868,18 +880,18 @@ static int apply_globals(load_t *ld)
             is_named(e->section, "location", &name) ||
             is_named(e->section, "profile", &name))
             continue;
-        for (k = 0; k < fd_nmodules; k++) {
-            const fd_module_t *m = fd_modules[k];
-            if (m->section && is_named(e->section, m->section, &name)) {
+        for (k = 0; k < 2 * fd_nmodules; k++) {
+            const fd_module_t *m = section_module(k);
+            if (m && is_named(e->section, m->section, &name)) {
                 if (apply_module_section(ld, i, j, m, name) != FD_OK)
                     return FD_ERROR;
                 break;
             }
-            if (m->section && strcmp(e->section, m->section) == 0)
+            if (m && strcmp(e->section, m->section) == 0)
                 return fd_conf_error(cf, "[%s] needs a name: [%s NAME]",
                                      m->section, m->section);
         }
-        if (k == fd_nmodules) {
+        if (k == 2 * fd_nmodules) {
             fd_conf_near_t nr;
             const char *best;
             char type[64];
@@ -893,9 +905,9 @@ static int apply_globals(load_t *ld)
             fd_conf_near_init(&nr, type);
             for (k = 0; k < fd_nelems(known); k++)
                 fd_conf_near_add(&nr, known[k]);
-            for (k = 0; k < fd_nmodules; k++)
-                if (fd_modules[k]->section)
-                    fd_conf_near_add(&nr, fd_modules[k]->section);
+            for (k = 0; k < 2 * fd_nmodules; k++)
+                if (section_module(k))
+                    fd_conf_near_add(&nr, section_module(k)->section);
             best = fd_conf_near_best(&nr);
             return fd_conf_error(cf, "unknown section [%s]%s%s%s",
                                  e->section, best ? "; did you mean [" : "",
@@ -1383,6 +1395,11 @@ void fd_conf_dump_keys(FILE *fp)
             snprintf(title, sizeof(title), "module %s: [%s NAME]", m->name,
                      m->section);
             dump_table(fp, title, m->section_directives);
+        }
+        if (m->also) {
+            snprintf(title, sizeof(title), "module %s: [%s NAME]", m->name,
+                     m->also->section);
+            dump_table(fp, title, m->also->section_directives);
         }
     }
 }

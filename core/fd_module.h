@@ -80,6 +80,11 @@ struct fd_module_s {
     const fd_directive_t *section_directives;
     size_t section_size;
     int (*init_section)(fd_conf_t *cf, const char *name, void *conf);
+    /* A second section type of this module ([cache NAME] beside the
+     * proxy's [upstream NAME]): a descriptor of which only section,
+     * section_directives, section_size and init_section are read. Its
+     * sections' ->module is that descriptor. */
+    const struct fd_module_s *also;
     /* After the whole file is applied (resolve names, check references). */
     int (*init_cycle)(fd_conf_t *cf, fd_cycle_t *cycle);
 

@@ -103,3 +103,130 @@ void fd_time_update(void)
     localtime_r(&ts.tv_sec, &tm);
     strftime(fd_log_time, sizeof(fd_log_time), "%d/%b/%Y:%H:%M:%S %z", &tm);
 }
+
+static int parse_digits(const char **pp, const char *e, int n, int *v)
+{
+    const char *p = *pp;
+    int x = 0;
+
+    if (e - p < n)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return -1;
+        x = x * 10 + (p[i] - '0');
+    }
+    *pp = p + n;
+    *v = x;
+    return 0;
+}
+
+static int parse_month(const char **pp, const char *e)
+{
+    static const char mnames[] = "janfebmaraprmayjunjulaugsepoctnovdec";
+    const char *p = *pp;
+
+    if (e - p < 3)
+        return -1;
+    for (int m = 0; m < 12; m++) {
+        if (fd_tolower(p[0]) == mnames[m * 3] &&
+            fd_tolower(p[1]) == mnames[m * 3 + 1] &&
+            fd_tolower(p[2]) == mnames[m * 3 + 2]) {
+            *pp = p + 3;
+            return m + 1;
+        }
+    }
+    return -1;
+}
+
+static int parse_hms(const char **pp, const char *e, int *h, int *mi, int *s)
+{
+    if (parse_digits(pp, e, 2, h) || *pp >= e || *(*pp)++ != ':' ||
+        parse_digits(pp, e, 2, mi) || *pp >= e || *(*pp)++ != ':' ||
+        parse_digits(pp, e, 2, s))
+        return -1;
+    return 0;
+}
+
+static int64_t days_from_civil(int64_t y, int m, int d)
+{
+    int64_t era, yoe, doy, doe;
+
+    y -= m <= 2;
+    era = (y >= 0 ? y : y - 399) / 400;
+    yoe = y - era * 400;
+    doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+/* HTTP dates (RFC 9110 5.6.7): IMF-fixdate, RFC 850 and asctime; moved
+ * here from the static module, which the proxy cache shares it with. */
+time_t fd_http_parse_time(const char *p, size_t len)
+{
+    static const uint8_t mdays[] = {31, 29, 31, 30, 31, 30,
+                                    31, 31, 30, 31, 30, 31};
+    const char *e = p + len;
+    int day, mon, year, h, mi, s;
+
+    while (p < e && ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')))
+        p++;
+    if (p >= e)
+        return -1;
+
+    if (*p == ',') {
+        char sep;
+
+        /* "Sun, 06 Nov 1994 08:49:37 GMT" or "Sunday, 06-Nov-94 ..." */
+        if (++p >= e || *p++ != ' ' || parse_digits(&p, e, 2, &day) ||
+            p >= e)
+            return -1;
+        sep = *p++;
+        if ((sep != ' ' && sep != '-') || (mon = parse_month(&p, e)) < 0 ||
+            p >= e || *p++ != sep)
+            return -1;
+        if (sep == ' ') {
+            if (parse_digits(&p, e, 4, &year))
+                return -1;
+        } else {
+            if (parse_digits(&p, e, 2, &year))
+                return -1;
+            year += year < 70 ? 2000 : 1900;
+        }
+        if (p >= e || *p++ != ' ' || parse_hms(&p, e, &h, &mi, &s) ||
+            e - p < 4 || memcmp(p, " GMT", 4) != 0)
+            return -1;
+        p += 4;
+    } else if (*p == ' ') {
+        /* "Sun Nov  6 08:49:37 1994" */
+        p++;
+        if ((mon = parse_month(&p, e)) < 0 || p >= e || *p++ != ' ' ||
+            p >= e)
+            return -1;
+        if (*p == ' ') {
+            p++;
+            if (parse_digits(&p, e, 1, &day))
+                return -1;
+        } else if (parse_digits(&p, e, 2, &day)) {
+            return -1;
+        }
+        if (p >= e || *p++ != ' ' || parse_hms(&p, e, &h, &mi, &s) ||
+            p >= e || *p++ != ' ' || parse_digits(&p, e, 4, &year))
+            return -1;
+    } else {
+        return -1;
+    }
+
+    /* old browsers append "; length=N" */
+    if (p < e && *p != ';')
+        return -1;
+    if (day < 1 || day > mdays[mon - 1] || h > 23 || mi > 59 || s > 60 ||
+        year < 1970)
+        return -1;
+    if (mon == 2 && day == 29 &&
+        !((year % 4 == 0 && year % 100 != 0) || year % 400 == 0))
+        return -1;
+
+    return (time_t)(days_from_civil(year, mon, day) * 86400 + h * 3600 +
+                    mi * 60 + s);
+}

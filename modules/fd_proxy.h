@@ -49,6 +49,9 @@ enum { FR_NONE, FR_LENGTH, FR_CHUNKED, FR_CLOSE };
 
 typedef struct proxy_req_s proxy_req_t;
 typedef struct tunnel_s tunnel_t;
+typedef struct fd_proxy_cache_s fd_proxy_cache_t;
+typedef struct fd_proxy_cache_valid_s fd_proxy_cache_valid_t;
+typedef struct fd_proxy_cache_req_s fd_proxy_cache_req_t;
 
 /* --- configuration (fd_proxy_conf.c) --- */
 
@@ -103,6 +106,27 @@ typedef struct {
     redirect_t *redirects;
     unsigned nredirects;
     unsigned redirect_set:1;   /* proxy_redirect given: no implied default */
+
+    /* proxy_cache_* (fd_proxy_cache.c) */
+    char *cache_name;
+    char *cache_key_src;
+    fd_conf_list_t cache_valid;
+    char *cache_methods_src;
+    fd_conf_list_t cache_bypass_src;
+    fd_conf_list_t no_cache_src;
+    fd_conf_list_t ignore_src;
+    int cache_lock;
+    fd_msec_t cache_lock_timeout;
+    fd_proxy_cache_t *cache;   /* NULL: no caching here */
+    fd_var_script_t cache_key;
+    fd_proxy_cache_valid_t *valid;
+    unsigned nvalid;
+    unsigned cache_methods;    /* FD_METHOD() bits */
+    fd_var_script_t *bypass;
+    unsigned nbypass;
+    fd_var_script_t *no_cache;
+    unsigned nno_cache;
+    unsigned cache_ignore;     /* FD_PROXY_IGNORE_* */
 } proxy_loc_conf_t;
 
 extern const fd_directive_t fd_proxy_directives[];
@@ -167,6 +191,9 @@ struct proxy_req_s {
 
     try_log_t log[LOG_TRIES];
     unsigned nlog;
+
+    fd_proxy_cache_req_t *cr;  /* the location caches: the key's state */
+    int cache_status;          /* FD_PROXY_CACHE_* */
 };
 
 /* fd_proxy_module.c, for the tunnel */
@@ -174,6 +201,63 @@ int fd_proxy_fail(proxy_req_t *px, int status);
 void fd_proxy_conn_release(proxy_req_t *px, int reuse);
 void fd_proxy_bufs_release(proxy_req_t *px);
 void fd_proxy_drain(fd_request_t *r);
+
+/* The rest of the handler once the cache let the request go upstream:
+ * the handler's result (FD_AGAIN, or a status when it failed at once). */
+int fd_proxy_start(proxy_req_t *px);
+
+/* --- the cache (fd_proxy_cache.c) --- */
+
+#define FD_PROXY_CACHE_MAX 8  /* [cache] sections with status entries */
+#define FD_PROXY_CACHE_SHM_SIZE (FD_PROXY_CACHE_MAX * 96) /* their bytes */
+enum { FD_PROXY_CACHE_NONE, FD_PROXY_CACHE_MISS, FD_PROXY_CACHE_HIT,
+       FD_PROXY_CACHE_EXPIRED, FD_PROXY_CACHE_BYPASS };
+
+/* the [cache NAME] section type (fd_proxy_module.also) */
+extern fd_module_t fd_proxy_cache_section;
+int fd_proxy_cache_init_conf(fd_conf_t *cf, proxy_loc_conf_t *lc);
+void fd_proxy_cache_init_worker(fd_worker_t *w, void *stats);
+void fd_proxy_cache_exit_worker(void);
+void fd_proxy_cache_status(fd_status_t *st, const void *area,
+                           unsigned worker);
+void fd_proxy_cache_retire(void *retired, const void *area);
+const char *fd_proxy_cache_status_text(int s);
+
+/* The handler's first step where proxy_cache is set: FD_OK (a HIT is in
+ * r), FD_AGAIN (it waits for another request's fill, then goes on by
+ * itself), FD_DECLINED (go upstream), or an error status. */
+int fd_proxy_cache_lookup(proxy_req_t *px);
+/* The response header was parsed (raw fields f, and r's): store it? */
+void fd_proxy_cache_header(proxy_req_t *px, const fd_http_header_t *f,
+                           unsigned nf, int64_t content_length);
+/* Body pieces as they go to the client. */
+void fd_proxy_cache_body(proxy_req_t *px, const fd_buf_t *chain);
+/* The body is complete (whole: no byte after it): commit the file. */
+void fd_proxy_cache_end(proxy_req_t *px, int whole);
+/* The request ends otherwise: drop the file, release the fill. */
+void fd_proxy_cache_abandon(proxy_req_t *px);
+
+/* unit tested */
+void fd_proxy_cache_hash(const char *key, size_t n, uint8_t md5[16]);
+int fd_proxy_cache_levels(const char *s, uint8_t lv[3], unsigned *n);
+size_t fd_proxy_cache_file(char *buf, size_t size, const char *path,
+                           const uint8_t lv[3], unsigned nlv,
+                           const uint8_t md5[16], size_t *dir_len);
+struct fd_proxy_cache_valid_s {
+    int status;                /* 0: any */
+    int64_t sec;
+};
+/* proxy_ignore_headers: response fields the cache does not heed */
+#define FD_PROXY_IGNORE_XAE 0x01      /* X-Accel-Expires */
+#define FD_PROXY_IGNORE_EXPIRES 0x02
+#define FD_PROXY_IGNORE_CC 0x04       /* Cache-Control */
+#define FD_PROXY_IGNORE_COOKIE 0x08   /* Set-Cookie */
+#define FD_PROXY_IGNORE_VARY 0x10
+int64_t fd_proxy_cache_valid_for(const fd_http_header_t *f, unsigned nf,
+                                 int status,
+                                 const fd_proxy_cache_valid_t *valid,
+                                 unsigned nvalid, time_t now, int auth,
+                                 unsigned ignore);
 
 /* --- the tunnel after a 101 (fd_proxy_tunnel.c) --- */
 

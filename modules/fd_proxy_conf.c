@@ -158,6 +158,58 @@ const fd_directive_t fd_proxy_directives[] = {
             "worker when connecting to it again (an abbreviated handshake); "
             "only the location settings and name that verified a session "
             "reuse it"},
+    {.name = "proxy_cache", .type = FD_CONF_STR, .offset = LOC(cache_name),
+     .doc = "NAME of a [cache NAME] whose entries answer this location's "
+            "GET and HEAD requests, and which keeps its cacheable "
+            "responses (see proxy_cache_valid); off: none. "
+            "$upstream_cache_status says what happened (MISS, HIT, "
+            "EXPIRED, BYPASS)"},
+    {.name = "proxy_cache_key", .type = FD_CONF_STR,
+     .offset = LOC(cache_key_src), .def = "$scheme$host$request_uri",
+     .doc = "text and $variables an entry is found by (its MD5 names the "
+            "file); the whole key is kept in the file and compared on "
+            "every HIT"},
+    {.name = "proxy_cache_valid", .type = FD_CONF_LIST,
+     .offset = LOC(cache_valid),
+     .doc = "[CODE...] TIME, repeatable: how long a response of these "
+            "statuses is kept when it says nothing itself (X-Accel-Expires, "
+            "Cache-Control max-age or s-maxage, Expires come first); no "
+            "code: 200 301 302; any: every status. Without it only what "
+            "the upstream marks fresh is kept. E.g. proxy_cache_valid = "
+            "404 1m"},
+    {.name = "proxy_cache_methods", .type = FD_CONF_STR,
+     .offset = LOC(cache_methods_src), .def = "GET HEAD",
+     .doc = "the methods looked up in the cache: GET and HEAD always (a "
+            "HEAD is answered from a GET's entry, never stored), POST may "
+            "be added (its responses are looked up, not stored)"},
+    {.name = "proxy_cache_bypass", .type = FD_CONF_LIST,
+     .offset = LOC(cache_bypass_src),
+     .doc = "$variables, repeatable: when any is neither empty nor \"0\", "
+            "the request goes upstream without looking in the cache "
+            "(BYPASS), and its response is stored. E.g. proxy_cache_bypass "
+            "= $http_x_refresh"},
+    {.name = "proxy_no_cache", .type = FD_CONF_LIST,
+     .offset = LOC(no_cache_src),
+     .doc = "$variables, repeatable: when any is neither empty nor \"0\", "
+            "the response is not stored. E.g. proxy_no_cache = "
+            "$cookie_session"},
+    {.name = "proxy_ignore_headers", .type = FD_CONF_LIST,
+     .offset = LOC(ignore_src),
+     .doc = "response fields the cache does not heed, repeatable or "
+            "several in one: X-Accel-Expires, Expires, Cache-Control (then "
+            "proxy_cache_valid decides), Set-Cookie (then a response "
+            "setting a cookie is stored, cookie and all: for cookies every "
+            "client may get), Vary (then one variant is kept for all). "
+            "E.g. proxy_ignore_headers = Set-Cookie"},
+    {.name = "proxy_cache_lock", .type = FD_CONF_FLAG,
+     .offset = LOC(cache_lock), .def = "off",
+     .doc = "on: of the requests that miss one key at once (in every "
+            "worker), one goes upstream and the others wait for its entry "
+            "(looking every 10 ms), up to proxy_cache_lock_timeout"},
+    {.name = "proxy_cache_lock_timeout", .type = FD_CONF_MSEC,
+     .offset = LOC(cache_lock_timeout), .def = "5s", .min = 1, .max = 3600000,
+     .doc = "a request waiting on proxy_cache_lock this long goes upstream "
+            "itself, and its response is not stored (as nginx)"},
     FD_CONF_END};
 
 
@@ -410,6 +462,8 @@ int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
 
     if (loc->handler != &fd_proxy_module)
         return FD_OK;
+    if (fd_proxy_cache_init_conf(cf, lc) != FD_OK)
+        return FD_ERROR;
     if (lc->up == NULL)
         return fd_conf_error(cf, "%s: handler = proxy needs \"upstream = "
                              "NAME\" or \"pass = http://NAME/\"", loc->name);

@@ -47,17 +47,21 @@
 
 static fd_block_cache_t bufs;  /* 16k blocks: response, request body */
 
+/* the stats slot: the upstream servers' entries, then the caches' */
+#define CACHE_AREA fd_align(sizeof(fd_upstream_shm_t), 64)
+
 static int proxy_init_worker(fd_worker_t *w)
 {
     fd_upstream_t *ups[256];
+    void *area;
     unsigned n;
 
     bufs.size = BUF_SIZE;
     bufs.keep = 64;
     n = fd_proxy_upstreams(w->cycle, ups, fd_nelems(ups));
-    fd_upstream_init_worker(ups, n, fd_stats ? fd_stats_area(fd_stats,
-                                                             &fd_proxy_module)
-                                             : NULL);
+    area = fd_stats ? fd_stats_area(fd_stats, &fd_proxy_module) : NULL;
+    fd_upstream_init_worker(ups, n, area);
+    fd_proxy_cache_init_worker(w, area ? (char *)area + CACHE_AREA : NULL);
     return FD_OK;
 }
 
@@ -67,6 +71,7 @@ static void proxy_exit_worker(fd_worker_t *w)
     fd_upstream_t *ups[256];
     unsigned n, i, k;
 
+    fd_proxy_cache_exit_worker();
     n = fd_proxy_upstreams(w->cycle, ups, fd_nelems(ups));
     for (i = 0; i < n; i++)
         for (k = 0; k < ups[i]->npeers; k++)
@@ -350,6 +355,7 @@ static void proxy_release(proxy_req_t *px, int reuse)
 
     fd_proxy_conn_release(px, reuse);
     fd_proxy_bufs_release(px);
+    fd_proxy_cache_abandon(px);
     r->on_abort = NULL;
     r->on_drain = NULL;
     r->on_body = NULL;
@@ -1005,6 +1011,8 @@ static int resp_header(proxy_req_t *px)
         r->content_length = -1;
     }
     px->rstate = RS_BODY;
+    if (px->cr)
+        fd_proxy_cache_header(px, f, nf, rs.content_length);
     if (!px->lc->buffering && !r->c->s.nodelay) {
         int one = 1;
         setsockopt(r->c->s.ev.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -1084,6 +1092,8 @@ static int resp_body(proxy_req_t *px, int eof)
     if (nb)
         chain = &b[0];
     px->ipos = (size_t)(p - px->ibuf);
+    if (px->cr && chain)
+        fd_proxy_cache_body(px, chain);
 
     if (done) {
         /* bytes after the response: the upstream does not frame as we
@@ -1094,6 +1104,8 @@ static int resp_body(proxy_req_t *px, int eof)
             fd_log_error(FD_LOG_WARN, 0, "upstream \"%s\" server %s sent "
                          "data after the response", px->up->name,
                          px->peer->name);
+        if (px->cr)
+            fd_proxy_cache_end(px, px->ipos == px->ilast);
         fd_proxy_conn_release(px, reuse);
         rc = fd_http_output(r, chain, 1);
         proxy_release(px, 0);
@@ -1394,6 +1406,19 @@ static int proxy_handler(fd_request_t *r)
     px->body_kept = px->has_body && !px->chunked_body &&
                     r->in.content_length <= BUF_SIZE;
     r->ctx = px;
+    if (lc->cache) {
+        int rc = fd_proxy_cache_lookup(px);
+        if (rc != FD_DECLINED)
+            return rc;
+    }
+    return fd_proxy_start(px);
+}
+
+int fd_proxy_start(proxy_req_t *px)
+{
+    fd_request_t *r = px->r;
+    fd_upstream_t *up = px->up;
+
     if (request_build(px) != FD_OK)
         return 500;
     if (up->balance == FD_UPSTREAM_HASH)
@@ -1454,11 +1479,42 @@ static fd_str_t v_tries(fd_request_t *r, const fd_var_op_t *op, char *tmp)
     return fd_sbuf_failed(&sb) ? fd_null_string : fd_sbuf_str(&sb);
 }
 
+/* $upstream_cache_status: MISS, HIT, EXPIRED, BYPASS; empty when the
+ * location does not cache (or the method is not cached) */
+static fd_str_t v_cache_status(fd_request_t *r, const fd_var_op_t *op,
+                               char *tmp)
+{
+    proxy_req_t *px = request_px(r);
+    const char *t;
+
+    (void)op;
+    (void)tmp;
+    if (px == NULL || px->cache_status == FD_PROXY_CACHE_NONE)
+        return fd_null_string;
+    t = fd_proxy_cache_status_text(px->cache_status);
+    return (fd_str_t){strlen(t), (char *)t};
+}
+
 static const fd_var_t proxy_vars[] = {
+    {"upstream_cache_status", v_cache_status, 0, 0},
     {"upstream_addr", v_tries, TRY_ADDR, 0},
     {"upstream_status", v_tries, TRY_STATUS, 0},
     {"upstream_response_time", v_tries, TRY_TIME, 0},
     FD_VAR_END};
+
+static void proxy_status(fd_status_t *st, const void *a, unsigned worker)
+{
+    fd_upstream_status(st, a, worker);
+    if (a)
+        fd_proxy_cache_status(st, (const char *)a + CACHE_AREA, worker);
+}
+
+static void proxy_retire(void *retired, const void *a)
+{
+    fd_upstream_retire(retired, a);
+    fd_proxy_cache_retire((char *)retired + CACHE_AREA,
+                          (const char *)a + CACHE_AREA);
+}
 
 fd_module_t fd_proxy_module = {
     .name = "proxy",
@@ -1474,8 +1530,10 @@ fd_module_t fd_proxy_module = {
     .section_directives = fd_upstream_directives,
     .section_size = sizeof(fd_upstream_t),
     .init_section = fd_upstream_init_section,
-    .shm_size = sizeof(fd_upstream_shm_t),
-    .status = fd_upstream_status,
-    .retire = fd_upstream_retire,
+    .shm_size = fd_align(sizeof(fd_upstream_shm_t), 64) +
+                FD_PROXY_CACHE_SHM_SIZE,
+    .also = &fd_proxy_cache_section,
+    .status = proxy_status,
+    .retire = proxy_retire,
     .vars = proxy_vars,
 };

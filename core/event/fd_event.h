@@ -71,6 +71,8 @@ extern char fd_http_date[sizeof("Mon, 28 Sep 1970 06:00:00 GMT")];
 extern volatile time_t fd_current_sec;
 /* RFC 1123 date for any time into buf (30 bytes). */
 size_t fd_http_time(char *buf, time_t t);
+/* An HTTP date's seconds since the epoch, or -1 if p is not one. */
+time_t fd_http_parse_time(const char *p, size_t len);
 /* 28/Sep/1970:12:00:00 +0000 style for logs (27 bytes) */
 extern char fd_log_time[sizeof("28/Sep/1970:12:00:00 +0000")];
 

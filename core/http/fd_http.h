@@ -259,6 +259,28 @@ int fd_http_detach(fd_request_t *r, fd_stream_t *to, char *buf, size_t size,
  */
 ssize_t fd_http_body_pull(fd_request_t *r, char *buf, size_t size);
 
+/*
+ * A file as r's response (fd_http_file.c): bytes [off, off + size) of fd,
+ * which lives as long as r. r->etag and r->last_modified (-1: none) are
+ * the representation's: If-None-Match / If-Modified-Since make it a 304;
+ * a Range of a GET (at most max_ranges; 0: none) a 206 or a 416; else a
+ * 200 (a body only for GET). FD_OK, or an HTTP status.
+ */
+int fd_http_send_file(fd_request_t *r, int fd, off_t off, int64_t size,
+                      unsigned max_ranges);
+/* Its parts, for tests: If-None-Match's list against etag (weak
+ * comparison); If-Range (strong tag, or an exact date); Range against
+ * size: FD_RANGE_OK with rg[0..*n), _UNSATISFIABLE, or _NONE (ignored:
+ * malformed, more than max, or more bytes than the file). */
+typedef struct {
+    int64_t start, end; /* inclusive */
+} fd_http_range_t;
+enum { FD_RANGE_NONE, FD_RANGE_OK, FD_RANGE_UNSATISFIABLE };
+int fd_http_etag_match(fd_str_t list, fd_str_t etag);
+int fd_http_if_range(fd_str_t h, fd_str_t etag, time_t mtime);
+int fd_http_parse_ranges(fd_str_t h, int64_t size, fd_http_range_t *rg,
+                         unsigned max, unsigned *n);
+
 /* Error page for status (html/50x.html-style), into r. */
 int fd_http_error_page(fd_request_t *r, int status);
 fd_str_t fd_http_status_line(int status);

@@ -32,26 +32,26 @@ static void dates(void)
     };
 
     for (size_t i = 0; i < fd_nelems(good); i++)
-        is_int(parse_http_date(good[i], strlen(good[i])), t, "date '%s'",
+        is_int(fd_http_parse_time(good[i], strlen(good[i])), t, "date '%s'",
                good[i]);
     for (size_t i = 0; i < fd_nelems(bad); i++)
-        is_int(parse_http_date(bad[i], strlen(bad[i])), -1, "bad date '%s'",
+        is_int(fd_http_parse_time(bad[i], strlen(bad[i])), -1, "bad date '%s'",
                bad[i]);
-    is_int(parse_http_date("Thu, 01 Jan 1970 00:00:00 GMT", 29), 0, "epoch");
-    is_int(parse_http_date("Tue, 29 Feb 2000 12:00:00 GMT", 29), 951825600,
+    is_int(fd_http_parse_time("Thu, 01 Jan 1970 00:00:00 GMT", 29), 0, "epoch");
+    is_int(fd_http_parse_time("Tue, 29 Feb 2000 12:00:00 GMT", 29), 951825600,
            "leap day 2000");
-    is_int(parse_http_date("Sun, 01 Jan 2040 00:00:00 GMT", 29),
+    is_int(fd_http_parse_time("Sun, 01 Jan 2040 00:00:00 GMT", 29),
            2208988800LL, "2040 (past 2038)");
 }
 
 static void range(const char *h, int64_t size, int want, int64_t ws,
                   int64_t we)
 {
-    range_t rg[16];
+    fd_http_range_t rg[16];
     unsigned n = 99;
-    int rc = parse_ranges((fd_str_t){strlen(h), h}, size, rg, 16, &n);
+    int rc = fd_http_parse_ranges((fd_str_t){strlen(h), h}, size, rg, 16, &n);
 
-    if (want == RANGE_OK)
+    if (want == FD_RANGE_OK)
         ok(rc == want && n == 1 && rg[0].start == ws && rg[0].end == we,
            "'%s' of %lld: %lld-%lld (got rc %d n %u %lld-%lld)", h,
            (long long)size, (long long)ws, (long long)we, rc, n,
@@ -64,61 +64,61 @@ static void range(const char *h, int64_t size, int want, int64_t ws,
 static void list(const char *h, int64_t size, unsigned max, int want,
                  const char *text)
 {
-    range_t rg[16];
+    fd_http_range_t rg[16];
     unsigned n = 99, i;
     char got[256] = "", *p = got;
-    int rc = parse_ranges((fd_str_t){strlen(h), h}, size, rg, max, &n);
+    int rc = fd_http_parse_ranges((fd_str_t){strlen(h), h}, size, rg, max, &n);
 
-    for (i = 0; rc == RANGE_OK && i < n; i++)
+    for (i = 0; rc == FD_RANGE_OK && i < n; i++)
         p += sprintf(p, "%s%lld-%lld", i ? " " : "", (long long)rg[i].start,
                      (long long)rg[i].end);
-    ok(rc == want && (want != RANGE_OK || strcmp(got, text) == 0),
+    ok(rc == want && (want != FD_RANGE_OK || strcmp(got, text) == 0),
        "'%s' of %lld (max %u): rc %d \"%s\" (got rc %d \"%s\")", h,
        (long long)size, max, want, text, rc, got);
 }
 
 static void ranges(void)
 {
-    range("bytes=0-9", 100, RANGE_OK, 0, 9);
-    range("bytes=-5", 100, RANGE_OK, 95, 99);
-    range("bytes=95-", 100, RANGE_OK, 95, 99);
-    range("bytes=95-1000", 100, RANGE_OK, 95, 99);
-    range("bytes=-1000", 100, RANGE_OK, 0, 99);
-    range("Bytes = 1 - 2", 100, RANGE_OK, 1, 2);
-    range("bytes=0-0", 1, RANGE_OK, 0, 0);
-    range("bytes=99999999999999999999999-", 100, RANGE_UNSATISFIABLE, 0, 0);
-    range("bytes=0-99999999999999999999999", 100, RANGE_OK, 0, 99);
-    range("bytes=100-", 100, RANGE_UNSATISFIABLE, 0, 0);
-    range("bytes=-0", 100, RANGE_UNSATISFIABLE, 0, 0);
-    range("bytes=-1", 0, RANGE_UNSATISFIABLE, 0, 0);
-    range("bytes=0-", 0, RANGE_UNSATISFIABLE, 0, 0);
-    range("bytes=5-2", 100, RANGE_NONE, 0, 0);
-    range("bytes=abc", 100, RANGE_NONE, 0, 0);
-    range("bytes=", 100, RANGE_NONE, 0, 0);
-    range("bytes=-", 100, RANGE_NONE, 0, 0);
-    range("bytes=1-2x", 100, RANGE_NONE, 0, 0);
-    range("items=0-1", 100, RANGE_NONE, 0, 0);
+    range("bytes=0-9", 100, FD_RANGE_OK, 0, 9);
+    range("bytes=-5", 100, FD_RANGE_OK, 95, 99);
+    range("bytes=95-", 100, FD_RANGE_OK, 95, 99);
+    range("bytes=95-1000", 100, FD_RANGE_OK, 95, 99);
+    range("bytes=-1000", 100, FD_RANGE_OK, 0, 99);
+    range("Bytes = 1 - 2", 100, FD_RANGE_OK, 1, 2);
+    range("bytes=0-0", 1, FD_RANGE_OK, 0, 0);
+    range("bytes=99999999999999999999999-", 100, FD_RANGE_UNSATISFIABLE, 0, 0);
+    range("bytes=0-99999999999999999999999", 100, FD_RANGE_OK, 0, 99);
+    range("bytes=100-", 100, FD_RANGE_UNSATISFIABLE, 0, 0);
+    range("bytes=-0", 100, FD_RANGE_UNSATISFIABLE, 0, 0);
+    range("bytes=-1", 0, FD_RANGE_UNSATISFIABLE, 0, 0);
+    range("bytes=0-", 0, FD_RANGE_UNSATISFIABLE, 0, 0);
+    range("bytes=5-2", 100, FD_RANGE_NONE, 0, 0);
+    range("bytes=abc", 100, FD_RANGE_NONE, 0, 0);
+    range("bytes=", 100, FD_RANGE_NONE, 0, 0);
+    range("bytes=-", 100, FD_RANGE_NONE, 0, 0);
+    range("bytes=1-2x", 100, FD_RANGE_NONE, 0, 0);
+    range("items=0-1", 100, FD_RANGE_NONE, 0, 0);
 
-    list("bytes=0-1,3-4", 100, 16, RANGE_OK, "0-1 3-4");
-    list("bytes=0-4, 10-14 ,-5", 100, 16, RANGE_OK, "0-4 10-14 95-99");
-    list("bytes=0-1,,3-4,", 100, 16, RANGE_OK, "0-1 3-4");
-    list("bytes=0-1,200-300", 100, 16, RANGE_OK, "0-1");
-    list("bytes=200-,300-", 100, 16, RANGE_UNSATISFIABLE, "");
-    list("bytes=0-1,5-2", 100, 16, RANGE_NONE, "");
-    list("bytes=0-1,x", 100, 16, RANGE_NONE, "");
-    list("bytes=0-1;3-4", 100, 16, RANGE_NONE, "");
-    list("bytes=,", 100, 16, RANGE_NONE, "");
-    list("bytes=0-0,1-1,2-2", 100, 2, RANGE_NONE, "");
-    list("bytes=0-0,1-1", 100, 2, RANGE_OK, "0-0 1-1");
-    list("bytes=0-99,0-99", 100, 16, RANGE_NONE, ""); /* more than the file */
-    list("bytes=0-60,40-99", 100, 16, RANGE_NONE, "");
-    list("bytes=0-49,50-99", 100, 16, RANGE_OK, "0-49 50-99");
+    list("bytes=0-1,3-4", 100, 16, FD_RANGE_OK, "0-1 3-4");
+    list("bytes=0-4, 10-14 ,-5", 100, 16, FD_RANGE_OK, "0-4 10-14 95-99");
+    list("bytes=0-1,,3-4,", 100, 16, FD_RANGE_OK, "0-1 3-4");
+    list("bytes=0-1,200-300", 100, 16, FD_RANGE_OK, "0-1");
+    list("bytes=200-,300-", 100, 16, FD_RANGE_UNSATISFIABLE, "");
+    list("bytes=0-1,5-2", 100, 16, FD_RANGE_NONE, "");
+    list("bytes=0-1,x", 100, 16, FD_RANGE_NONE, "");
+    list("bytes=0-1;3-4", 100, 16, FD_RANGE_NONE, "");
+    list("bytes=,", 100, 16, FD_RANGE_NONE, "");
+    list("bytes=0-0,1-1,2-2", 100, 2, FD_RANGE_NONE, "");
+    list("bytes=0-0,1-1", 100, 2, FD_RANGE_OK, "0-0 1-1");
+    list("bytes=0-99,0-99", 100, 16, FD_RANGE_NONE, ""); /* more than the file */
+    list("bytes=0-60,40-99", 100, 16, FD_RANGE_NONE, "");
+    list("bytes=0-49,50-99", 100, 16, FD_RANGE_OK, "0-49 50-99");
 }
 
 static void etags(void)
 {
     fd_str_t e = fd_string("\"2ebc4a21-400\"");
-#define M(s) etag_list_match(fd_string(s), e)
+#define M(s) fd_http_etag_match(fd_string(s), e)
     ok(M("\"2ebc4a21-400\""), "exact tag");
     ok(M("W/\"2ebc4a21-400\""), "weak tag matches (weak comparison)");
     ok(M("\"a\", \"2ebc4a21-400\""), "second in a list");
@@ -129,14 +129,14 @@ static void etags(void)
     ok(!M("\"2ebc4a21-400"), "unterminated");
     ok(!M(""), "empty");
 #undef M
-    ok(!etag_list_match(fd_string("\"x\""), fd_null_string),
+    ok(!fd_http_etag_match(fd_string("\"x\""), fd_null_string),
        "no etag of ours: no match");
-    ok(if_range_match(e, e, 0), "If-Range: same strong tag");
-    ok(!if_range_match(fd_string("W/\"2ebc4a21-400\""), e, 0),
+    ok(fd_http_if_range(e, e, 0), "If-Range: same strong tag");
+    ok(!fd_http_if_range(fd_string("W/\"2ebc4a21-400\""), e, 0),
        "If-Range: weak tag never matches");
-    ok(if_range_match(fd_string("Sun, 06 Nov 1994 08:49:37 GMT"), e,
+    ok(fd_http_if_range(fd_string("Sun, 06 Nov 1994 08:49:37 GMT"), e,
                       784111777), "If-Range: same date");
-    ok(!if_range_match(fd_string("Sun, 06 Nov 1994 08:49:38 GMT"), e,
+    ok(!fd_http_if_range(fd_string("Sun, 06 Nov 1994 08:49:38 GMT"), e,
                        784111777), "If-Range: other date");
 }
 

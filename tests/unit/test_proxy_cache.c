@@ -1,0 +1,301 @@
+/*
+ * proxy_cache internals: the key's MD5, levels and file names, freshness
+ * (X-Accel-Expires, Cache-Control, Expires, proxy_cache_valid, what is
+ * never stored), and the shared index: lookups, the filling flag of
+ * proxy_cache_lock, commits, eviction from a full bucket, and the
+ * manager's inactive and max_size passes. The file is included whole,
+ * its global names renamed so that they do not clash with the ones
+ * linked into the test.
+ */
+#define fd_proxy_cache_section fd_proxy_cache_section_unit
+#define fd_proxy_cache_hash fd_proxy_cache_hash_unit
+#define fd_proxy_cache_levels fd_proxy_cache_levels_unit
+#define fd_proxy_cache_file fd_proxy_cache_file_unit
+#define fd_proxy_cache_valid_for fd_proxy_cache_valid_for_unit
+#define fd_proxy_cache_init_conf fd_proxy_cache_init_conf_unit
+#define fd_proxy_cache_init_worker fd_proxy_cache_init_worker_unit
+#define fd_proxy_cache_exit_worker fd_proxy_cache_exit_worker_unit
+#define fd_proxy_cache_status fd_proxy_cache_status_unit
+#define fd_proxy_cache_retire fd_proxy_cache_retire_unit
+#define fd_proxy_cache_lookup fd_proxy_cache_lookup_unit
+#define fd_proxy_cache_header fd_proxy_cache_header_unit
+#define fd_proxy_cache_body fd_proxy_cache_body_unit
+#define fd_proxy_cache_end fd_proxy_cache_end_unit
+#define fd_proxy_cache_abandon fd_proxy_cache_abandon_unit
+#define fd_proxy_cache_status_text fd_proxy_cache_status_text_unit
+#include "../../modules/fd_proxy_cache.c"
+
+#include "tap.h"
+
+static const char *hex(const uint8_t md5[16])
+{
+    static char buf[33];
+
+    for (int i = 0; i < 16; i++)
+        snprintf(buf + 2 * i, 3, "%02x", md5[i]);
+    return buf;
+}
+
+static void keys(void)
+{
+    uint8_t m[16], lv[3];
+    unsigned n;
+    char p[256];
+    size_t dl, len;
+
+    fd_proxy_cache_hash("", 0, m);
+    is_str(hex(m), "d41d8cd98f00b204e9800998ecf8427e", "MD5 of \"\"");
+    fd_proxy_cache_hash("httplocalhost/c/a", 17, m);
+    is_str(hex(m), "c2fe72ee91d950251565e727418421f3",
+           "MD5 of httplocalhost/c/a");
+
+    ok(fd_proxy_cache_levels("1:2", lv, &n) == FD_OK && n == 2 &&
+           lv[0] == 1 && lv[1] == 2, "levels 1:2");
+    ok(fd_proxy_cache_levels("2:2:1", lv, &n) == FD_OK && n == 3,
+       "levels 2:2:1");
+    ok(fd_proxy_cache_levels(NULL, lv, &n) == FD_OK && n == 0,
+       "no levels");
+    static const char *bad[] = {"3", "1:", ":1", "1:2:1:1", "1::2", "a",
+                                "12"};
+    for (unsigned i = 0; i < fd_nelems(bad); i++)
+        ok(fd_proxy_cache_levels(bad[i], lv, &n) == FD_ERROR,
+           "bad levels \"%s\"", bad[i]);
+
+    fd_proxy_cache_hash("", 0, m);
+    fd_proxy_cache_levels("1:2", lv, &n);
+    len = fd_proxy_cache_file(p, sizeof(p), "/var/c", lv, n, m, &dl);
+    is_str(p, "/var/c/e/27/d41d8cd98f00b204e9800998ecf8427e",
+           "path/L1/L2/HEX, the levels from the end of HEX (as nginx)");
+    is_int(len, strlen(p), "its length");
+    is_int(dl, strlen("/var/c/e/27/"), "where the name begins");
+    ok(fd_proxy_cache_file(p, 20, "/var/c", lv, n, m, &dl) == 0,
+       "a buffer too small: 0");
+}
+
+#define H(n, v) {{sizeof(n) - 1, n}, {sizeof(v) - 1, v}}
+
+static unsigned ignore;
+
+static int64_t fresh(const fd_http_header_t *f, unsigned nf, int status,
+                     int auth)
+{
+    static const fd_proxy_cache_valid_t valid[] = {{200, 600}, {0, 5}};
+
+    return fd_proxy_cache_valid_for(f, nf, status, valid, 2, 1000000, auth,
+                                    ignore);
+}
+
+static void freshness(void)
+{
+    fd_http_header_t none[1] = {H("X-A", "1")};
+    fd_http_header_t ma[] = {H("Cache-Control", "public, max-age=30")};
+    fd_http_header_t sma[] = {H("cache-control", "max-age=30, s-maxage=90")};
+    fd_http_header_t ns[] = {H("Cache-Control", "no-store")};
+    fd_http_header_t nc[] = {H("Cache-Control", "max-age=30,no-cache")};
+    fd_http_header_t pr[] = {H("Cache-Control", "private")};
+    fd_http_header_t ma0[] = {H("Cache-Control", "max-age=0")};
+    fd_http_header_t xae[] = {H("Cache-Control", "no-store"),
+                              H("X-Accel-Expires", "7")};
+    fd_http_header_t xae0[] = {H("X-Accel-Expires", "0"),
+                               H("Cache-Control", "max-age=30")};
+    fd_http_header_t xaeat[] = {H("X-Accel-Expires", "@1000100")};
+    fd_http_header_t ck[] = {H("Set-Cookie", "a=1"),
+                             H("Cache-Control", "max-age=30")};
+    fd_http_header_t vary[] = {H("Vary", "Accept-Encoding")};
+    /* 1000000 is Mon, 12 Jan 1970 13:46:40 GMT */
+    fd_http_header_t ex[] = {H("Expires", "Mon, 12 Jan 1970 13:47:40 GMT")};
+    fd_http_header_t expast[] = {H("Expires", "Mon, 12 Jan 1970 13:45:40 GMT")};
+    fd_http_header_t exbad[] = {H("Expires", "0")};
+    fd_http_header_t exma[] = {H("Expires", "Mon, 12 Jan 1970 13:47:40 GMT"),
+                               H("Cache-Control", "max-age=5")};
+    fd_http_header_t pub[] = {H("Cache-Control", "public")};
+    fd_http_header_t maq[] = {H("Cache-Control", "max-age=\"40\"")};
+    fd_http_header_t nomatch[] = {H("Cache-Control", "max-ages=40")};
+
+    is_int(fresh(none, 1, 200, 0), 600, "nothing said: proxy_cache_valid 200");
+    is_int(fresh(none, 1, 404, 0), 5, "... any, for a 404");
+    is_int(fresh(none, 1, 204, 0), 0, "204: never stored");
+    is_int(fresh(none, 1, 206, 0), 0, "206: never stored");
+    is_int(fresh(none, 1, 304, 0), 0, "304: never stored");
+    is_int(fresh(ma, 1, 200, 0), 30, "max-age=30");
+    is_int(fresh(sma, 1, 200, 0), 90, "s-maxage wins over max-age");
+    is_int(fresh(ns, 1, 200, 0), 0, "no-store");
+    is_int(fresh(nc, 1, 200, 0), 0, "no-cache");
+    is_int(fresh(pr, 1, 200, 0), 0, "private");
+    is_int(fresh(ma0, 1, 200, 0), 0, "max-age=0");
+    is_int(fresh(maq, 1, 200, 0), 40, "max-age=\"40\"");
+    is_int(fresh(nomatch, 1, 200, 0), 600, "max-ages is not max-age");
+    is_int(fresh(xae, 2, 200, 0), 7, "X-Accel-Expires wins over no-store");
+    is_int(fresh(xae0, 2, 200, 0), 0, "X-Accel-Expires: 0 wins over max-age");
+    is_int(fresh(xaeat, 1, 200, 0), 100, "X-Accel-Expires: @unix time");
+    is_int(fresh(ck, 2, 200, 0), 0, "Set-Cookie: never stored");
+    is_int(fresh(vary, 1, 200, 0), 0, "Vary: never stored (no variants)");
+    is_int(fresh(ex, 1, 200, 0), 60, "Expires in 60 s");
+    is_int(fresh(expast, 1, 200, 0), 0, "Expires in the past");
+    is_int(fresh(exbad, 1, 200, 0), 0, "Expires: 0 (already expired)");
+    is_int(fresh(exma, 2, 200, 0), 5, "max-age wins over Expires");
+    is_int(fresh(ma, 1, 200, 1), 30, "Authorization and public: stored");
+    is_int(fresh(sma, 1, 200, 1), 90, "Authorization and s-maxage: stored");
+    is_int(fresh(none, 1, 200, 1), 0, "Authorization alone: not stored");
+    is_int(fresh(pub, 1, 200, 1), 600,
+           "Authorization and public without an age: proxy_cache_valid");
+
+    ignore = FD_PROXY_IGNORE_COOKIE;
+    is_int(fresh(ck, 2, 200, 0), 30, "ignore Set-Cookie: stored");
+    ignore = FD_PROXY_IGNORE_CC;
+    is_int(fresh(ns, 1, 200, 0), 600, "ignore Cache-Control: no-store "
+           "does not count, proxy_cache_valid does");
+    is_int(fresh(exma, 2, 200, 0), 60, "ignore Cache-Control: Expires");
+    ignore = FD_PROXY_IGNORE_XAE;
+    is_int(fresh(xae, 2, 200, 0), 0, "ignore X-Accel-Expires: no-store");
+    ignore = FD_PROXY_IGNORE_EXPIRES;
+    is_int(fresh(ex, 1, 200, 0), 600, "ignore Expires: proxy_cache_valid");
+    ignore = FD_PROXY_IGNORE_VARY;
+    is_int(fresh(vary, 1, 200, 0), 600, "ignore Vary: stored");
+    ignore = 0;
+}
+
+static fd_proxy_cache_t *cache_new(size_t nbuckets)
+{
+    static fd_proxy_cache_t c;
+    static char *base;
+
+    free(base);
+    memset(&c, 0, sizeof(c));
+    base = calloc(1, sizeof(head_t) + nbuckets * sizeof(bucket_t));
+    c.head = (head_t *)base;
+    c.table = (bucket_t *)(base + sizeof(head_t));
+    c.nbuckets = nbuckets;
+    c.path = "/nonexistent-fastd-cache";
+    c.name = "t";
+    c.inactive = 10000;
+    return &c;
+}
+
+static void key(uint8_t m[16], int i)
+{
+    char k[16];
+
+    snprintf(k, sizeof(k), "key%d", i);
+    fd_proxy_cache_hash(k, strlen(k), m);
+}
+
+static void index_ops(void)
+{
+    fd_proxy_cache_t *c = cache_new(1); /* one bucket: 8 entries */
+    uint8_t m[16], m2[16], ev[16];
+    uint64_t until, gen;
+    int evict, rc, i;
+
+    key(m, 1);
+    is_int(lookup(c, m, 1000, 0, 0, &until, &gen, &evict, ev), L_MISS,
+           "empty: a miss");
+    is_int(lookup(c, m, 1000, 0, 0, &until, &gen, &evict, ev), L_MISS,
+           "without the lock a miss marks nothing");
+    is_int(lookup(c, m, 1000, 500, 1, &until, &gen, &evict, ev), L_FILL,
+           "with the lock: this one fills");
+    is_int(lookup(c, m, 1100, 500, 1, &until, &gen, &evict, ev), L_WAIT,
+           "the next one waits");
+    is_int(until, 1500, "until the filler's deadline");
+    is_int(lookup(c, m, 1100, 0, 0, &until, &gen, &evict, ev), L_MISS,
+           "without the lock it does not wait");
+    is_int(lookup(c, m, 1600, 500, 1, &until, &gen, &evict, ev), L_FILL,
+           "past the deadline: the next one fills");
+    is_int(lookup(c, m, 1650, 500, 0, &until, &gen, &evict, ev), L_WAIT,
+           "one that waited before waits, but does not fill");
+    unfill(c, m);
+    is_int(lookup(c, m, 1700, 0, 0, &until, &gen, &evict, ev), L_MISS,
+           "the filler gave up: a miss");
+    is_int(lookup(c, m, 1700, 500, 0, &until, &gen, &evict, ev), L_MISS,
+           "... for one that waited too: it goes upstream, fills nothing");
+    is_int(lookup(c, m, 1700, 500, 0, &until, &gen, &evict, ev), L_MISS,
+           "... and so does the next waiter");
+
+    commit(c, m, 2000, 5000, 100);
+    is_int(lookup(c, m, 2001, 500, 1, &until, &gen, &evict, ev), L_HIT,
+           "committed: a hit");
+    is_int(c->head->size, 100, "its size is counted");
+    is_int(c->head->entries, 1, "one entry");
+    commit(c, m, 2002, 5000, 40);
+    is_int(c->head->size, 40, "committed again: the new size replaces it");
+    is_int(c->head->entries, 1, "still one entry");
+    rc = lookup(c, m, 5000, 500, 1, &until, &gen, &evict, ev);
+    is_int(rc & ~0x10, L_EXPIRED, "past expires: expired");
+    ok(rc & 0x10, "... and with the lock this one refills it");
+    is_int(c->head->size, 0, "the expired file is no longer counted");
+    commit(c, m, 5001, 9000, 40);
+
+    /* a full bucket: the least recently used ready entry gives way */
+    for (i = 2; i <= 8; i++) {
+        key(m2, i);
+        commit(c, m2, 6000 + (uint64_t)i, 90000, 10);
+    }
+    is_int(c->head->entries, 8, "8 entries fill the bucket");
+    key(m2, 3);
+    is_int(lookup(c, m2, 7000, 0, 0, &until, &gen, &evict, ev), L_HIT,
+           "key3 used again");
+    key(m2, 9);
+    is_int(lookup(c, m2, 7001, 500, 1, &until, &gen, &evict, ev), L_FILL,
+           "key9 fills in a full bucket");
+    ok(evict, "room was made");
+    key(m, 1);
+    is_str(hex(ev), hex(m), "by evicting key1, the least recently used");
+    is_int(c->head->entries, 7, "7 ready entries and one filling");
+    commit(c, m2, 7002, 90000, 10);
+
+    /* every entry filling: nothing can be evicted */
+    c = cache_new(1);
+    for (i = 1; i <= 8; i++) {
+        key(m, i);
+        lookup(c, m, 1000, 500, 1, &until, &gen, &evict, ev);
+    }
+    key(m, 9);
+    is_int(lookup(c, m, 1000, 500, 1, &until, &gen, &evict, ev), L_MISS,
+           "a bucket of filling entries: a plain miss");
+    ok(!evict, "and nothing evicted");
+}
+
+static void manager(void)
+{
+    fd_proxy_cache_t *c = cache_new(64);
+    uint8_t m[16], ev[16];
+    uint64_t until, gen;
+    int evict, i;
+
+    for (i = 0; i < 100; i++) {
+        key(m, i);
+        commit(c, m, 1000 + (uint64_t)i, 1000000, 100);
+    }
+    is_int(c->head->size, 10000, "100 entries of 100 bytes");
+    c->inactive = 10000;
+    manage(c, 11050);
+    is_int(c->head->entries, 50, "inactive: the 50 unused for 10 s went");
+    key(m, 49);
+    is_int(lookup(c, m, 11060, 0, 0, &until, &gen, &evict, ev), L_MISS,
+           "key49 is gone");
+    key(m, 50);
+    is_int(lookup(c, m, 11060, 0, 0, &until, &gen, &evict, ev), L_HIT,
+           "key50 stayed");
+
+    c->max_size = 2000;
+    manage(c, 11070);
+    is_int(c->head->size, 2000, "max_size: down to 2000 bytes");
+    key(m, 50);
+    is_int(lookup(c, m, 11080, 0, 0, &until, &gen, &evict, ev), L_HIT,
+           "key50, used last, stayed");
+    key(m, 51);
+    is_int(lookup(c, m, 11080, 0, 0, &until, &gen, &evict, ev), L_MISS,
+           "key51, the least recently used, went");
+    key(m, 99);
+    is_int(lookup(c, m, 11080, 0, 0, &until, &gen, &evict, ev), L_HIT,
+           "key99, the newest, stayed");
+}
+
+int main(void)
+{
+    keys();
+    freshness();
+    index_ops();
+    manager();
+    return done_testing();
+}
