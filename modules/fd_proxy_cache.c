@@ -44,7 +44,6 @@
  */
 #include <fcntl.h>
 #include <sched.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -362,36 +361,6 @@ int64_t fd_proxy_cache_valid_for(const fd_http_header_t *f, unsigned nf,
 }
 
 /* --- the shared index ---------------------------------------------------- */
-
-static struct mapped {
-    struct mapped *next;
-    char name[32];
-    size_t size;
-    void *base;
-} *mapped;
-
-static void *table_for(const char *name, size_t size)
-{
-    struct mapped *m;
-    void *p;
-
-    for (m = mapped; m; m = m->next)
-        if (m->size == size && strcmp(m->name, name) == 0)
-            return m->base;
-    p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-             -1, 0);
-    if (p == MAP_FAILED || (m = calloc(1, sizeof(*m))) == NULL) {
-        if (p != MAP_FAILED)
-            munmap(p, size);
-        return NULL;
-    }
-    snprintf(m->name, sizeof(m->name), "%s", name);
-    m->size = size;
-    m->base = p;
-    m->next = mapped;
-    mapped = m;
-    return p;
-}
 
 static void lock(bucket_t *b)
 {
@@ -745,7 +714,7 @@ static int cache_init_section(fd_conf_t *cf, const char *name, void *conf)
     c->name = fd_pstrdup(cf->pool, name, strlen(name));
     c->nbuckets = c->keys_zone / sizeof(bucket_t);
     size = sizeof(head_t) + c->nbuckets * sizeof(bucket_t);
-    base = table_for(name, size);
+    base = fd_shm_zone("proxy_cache", name, size, NULL);
     if (c->name == NULL || base == NULL)
         return fd_conf_error(cf, "[cache %s]: out of memory (the %zu byte "
                              "index)", name, size);
