@@ -234,6 +234,18 @@ int fd_shm_init(void);
  * and size (*fresh = 0); NULL with errno. Master only, while loading. */
 void *fd_shm_zone(const char *kind, const char *name, size_t size,
                   int *fresh);
+/* A spin lock in a zone (a word, 0: free), held for a few loads and
+ * stores: a waiter that spun 64 times yields (the holder was preempted). */
+void fd_shm_lock_slow(uint32_t *l);
+static inline void fd_shm_lock(uint32_t *l)
+{
+    if (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
+        fd_shm_lock_slow(l);
+}
+static inline void fd_shm_unlock(uint32_t *l)
+{
+    __atomic_store_n(l, 0, __ATOMIC_RELEASE);
+}
 fd_stats_t *fd_stats_slot(unsigned i);
 void *fd_stats_area(fd_stats_t *slot, const fd_module_t *m);
 extern fd_stats_t *fd_stats; /* this worker's slot */

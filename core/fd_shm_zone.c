@@ -7,6 +7,7 @@
  * with the master (a few zones a lifetime; a reload that brings it back
  * finds it whole).
  */
+#include <sched.h>
 #include <sys/mman.h>
 
 #include "fd_core.h"
@@ -55,4 +56,18 @@ void *fd_shm_zone(const char *kind, const char *name, size_t size,
     if (fresh)
         *fresh = 1;
     return p;
+}
+
+void fd_shm_lock_slow(uint32_t *l)
+{
+    unsigned spins = 0;
+
+    do {
+        while (__atomic_load_n(l, __ATOMIC_RELAXED)) {
+            if (++spins % 64 == 0)
+                sched_yield();
+            else
+                __builtin_ia32_pause();
+        }
+    } while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE));
 }

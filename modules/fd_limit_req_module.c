@@ -25,7 +25,6 @@
  * In the access phase, before the queue limiter: a request first passes
  * max_conns_per_ip (at accept), then limit_req, then its [queue].
  */
-#include <sched.h>
 #include <string.h>
 
 #include "fd_core.h"
@@ -302,21 +301,12 @@ static inline int key_eq(const char *a, const char *b, size_t n)
 
 static void lock(bucket_t *b)
 {
-    unsigned spins = 0;
-
-    while (__atomic_exchange_n(&b->lock, 1, __ATOMIC_ACQUIRE)) {
-        while (__atomic_load_n(&b->lock, __ATOMIC_RELAXED)) {
-            if (++spins % 64 == 0)
-                sched_yield(); /* its holder was preempted */
-            else
-                __builtin_ia32_pause();
-        }
-    }
+    fd_shm_lock(&b->lock);
 }
 
 static void unlock(bucket_t *b)
 {
-    __atomic_store_n(&b->lock, 0, __ATOMIC_RELEASE);
+    fd_shm_unlock(&b->lock);
 }
 
 /*

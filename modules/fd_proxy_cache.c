@@ -43,7 +43,6 @@
  * unlinks their files.
  */
 #include <fcntl.h>
-#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -364,21 +363,12 @@ int64_t fd_proxy_cache_valid_for(const fd_http_header_t *f, unsigned nf,
 
 static void lock(bucket_t *b)
 {
-    unsigned spins = 0;
-
-    while (__atomic_exchange_n(&b->lock, 1, __ATOMIC_ACQUIRE)) {
-        while (__atomic_load_n(&b->lock, __ATOMIC_RELAXED)) {
-            if (++spins % 64 == 0)
-                sched_yield(); /* its holder was preempted */
-            else
-                __builtin_ia32_pause();
-        }
-    }
+    fd_shm_lock(&b->lock);
 }
 
 static void unlock(bucket_t *b)
 {
-    __atomic_store_n(&b->lock, 0, __ATOMIC_RELEASE);
+    fd_shm_unlock(&b->lock);
 }
 
 static bucket_t *bucket_of(const fd_proxy_cache_t *c, const uint8_t md5[16])
