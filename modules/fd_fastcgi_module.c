@@ -1215,19 +1215,13 @@ static void fcgi_run(fcgi_req_t *fx)
     fd_upstream_conn_t *uc = fx->uc;
 
     if (uc->connecting) {
-        int err = 0;
-        socklen_t len = sizeof(err);
-        if (!uc->s.writable && !uc->s.eof)
+        int err, rc = fd_upstream_conn_connected(uc, &err);
+        if (rc == FD_AGAIN)
             return;
-        if (getsockopt(uc->s.ev.fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
-            err = errno;
-        if (err == 0 && !uc->s.writable)
-            return;
-        if (err) {
+        if (rc == FD_ERROR) {
             fcgi_next(fx, 0, err, "connect() failed");
             return;
         }
-        uc->connecting = 0;
         fcgi_arm(fx);
     }
     if (!fx->req_sent && uc->s.writable &&

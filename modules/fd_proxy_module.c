@@ -1300,19 +1300,13 @@ static void proxy_run(proxy_req_t *px)
     fd_upstream_conn_t *uc = px->uc;
 
     if (uc->connecting) {
-        int err = 0;
-        socklen_t len = sizeof(err);
-        if (!uc->s.writable && !uc->s.eof)
+        int err, rc = fd_upstream_conn_connected(uc, &err);
+        if (rc == FD_AGAIN)
             return;
-        if (getsockopt(uc->s.ev.fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
-            err = errno;
-        if (err == 0 && !uc->s.writable)
-            return;
-        if (err) {
+        if (rc == FD_ERROR) {
             proxy_next(px, NEXT_ERROR, err, "connect() failed");
             return;
         }
-        uc->connecting = 0;
         proxy_arm(px);
     }
     if (proxy_handshake(px) != PX_OK)

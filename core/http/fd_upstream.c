@@ -982,6 +982,23 @@ static void idle_unlink(fd_upstream_conn_t *uc)
     uc->idle = 0;
 }
 
+int fd_upstream_conn_connected(fd_upstream_conn_t *uc, int *err)
+{
+    socklen_t len = sizeof(*err);
+
+    *err = 0;
+    if (!uc->s.writable && !uc->s.eof)
+        return FD_AGAIN;
+    if (getsockopt(uc->s.ev.fd, SOL_SOCKET, SO_ERROR, err, &len) < 0)
+        *err = errno;
+    if (*err)
+        return FD_ERROR;
+    if (!uc->s.writable)
+        return FD_AGAIN;
+    uc->connecting = 0;
+    return FD_OK;
+}
+
 void fd_upstream_conn_close(fd_upstream_conn_t *uc)
 {
     if (uc->idle)

@@ -232,6 +232,10 @@ int fd_upstream_proxy_protocol(fd_upstream_conn_t *uc,
                                const struct fd_addr_s *dst);
 /* Close it (out of the pool if idle); its memory is reused a turn later. */
 void fd_upstream_conn_close(fd_upstream_conn_t *uc);
+/* A connect in progress, after an event: FD_AGAIN while it still is,
+ * FD_OK once done (uc->connecting cleared), FD_ERROR with *err (the
+ * socket's error) when it failed. */
+int fd_upstream_conn_connected(fd_upstream_conn_t *uc, int *err);
 /* Move its deadline to ms from now (the heap is touched only when that
  * is earlier than the armed timer). */
 void fd_upstream_conn_deadline(fd_upstream_conn_t *uc, fd_msec_t ms);

@@ -315,19 +315,11 @@ static void probe_event(fd_upstream_conn_t *uc)
     int len;
 
     if (uc->connecting) {
-        int err = 0;
-        socklen_t sl = sizeof(err);
-        if (!uc->s.writable && !uc->s.eof)
-            return;
-        if (getsockopt(uc->s.ev.fd, SOL_SOCKET, SO_ERROR, &err, &sl) < 0)
-            err = errno;
-        if (err) {
+        int err, rc = fd_upstream_conn_connected(uc, &err);
+        if (rc == FD_ERROR)
             verdict(pr, 0, strerror(err));
+        if (rc != FD_OK)
             return;
-        }
-        if (!uc->s.writable)
-            return;
-        uc->connecting = 0;
     }
     len = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: %s\r\n"
                    "User-Agent: fastd health check\r\n"
