@@ -537,18 +537,6 @@ static int request_build(fcgi_req_t *fx)
     return FD_OK;
 }
 
-/* hash_key's value for balance = hash */
-static uint32_t request_hash(fd_request_t *r, fd_upstream_t *up)
-{
-    fd_sbuf_t sb;
-
-    if (fd_sbuf_init(&sb, r->pool, 128) != FD_OK)
-        return 0;
-    fd_var_eval(r, &up->key, NULL, FD_VAR_ESC_NONE, &sb);
-    return fd_sbuf_failed(&sb) ? 0 : fd_upstream_hash(sb.start,
-                                                      fd_sbuf_len(&sb));
-}
-
 /* Let go of the connection (into the pool when reuse). */
 static void conn_release(fcgi_req_t *fx, int reuse)
 {
@@ -1305,7 +1293,7 @@ static int fastcgi_handler(fd_request_t *r)
         fd_sbuf_init(&fx->hb, r->pool, 512) != FD_OK)
         return 500;
     if (up->balance == FD_UPSTREAM_HASH)
-        fx->hash = request_hash(r, up);
+        fx->hash = fd_upstream_request_hash(r, up);
     r->on_abort = fcgi_abort;
     if (fx->has_body)
         r->on_body = fcgi_on_body;

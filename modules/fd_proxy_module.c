@@ -88,25 +88,6 @@ static void proxy_arm(proxy_req_t *px);
 static void conn_event(fd_upstream_conn_t *uc);
 static void conn_timeout(fd_upstream_conn_t *uc);
 
-/* hash_key's value: one variable's straight from its getter, several
- * built in the request's pool */
-static uint32_t request_hash(fd_request_t *r, fd_upstream_t *up)
-{
-    char tmp[FD_VAR_TMP];
-    fd_str_t v;
-    fd_sbuf_t sb;
-
-    if (up->key.n == 1) {
-        v = fd_var_value(r, &up->key.ops[0], NULL, tmp);
-        return fd_upstream_hash(v.data ? v.data : "", v.len);
-    }
-    if (fd_sbuf_init(&sb, r->pool, 128) != FD_OK)
-        return 0;
-    fd_var_eval(r, &up->key, NULL, FD_VAR_ESC_NONE, &sb);
-    return fd_sbuf_failed(&sb) ? 0 : fd_upstream_hash(sb.start,
-                                                      fd_sbuf_len(&sb));
-}
-
 /* What a request header line becomes upstream. */
 enum { H_PASS, H_DROP, H_XFF };
 
@@ -1416,7 +1397,7 @@ int fd_proxy_start(proxy_req_t *px)
     if (request_build(px) != FD_OK)
         return 500;
     if (up->balance == FD_UPSTREAM_HASH)
-        px->hash = request_hash(r, up);
+        px->hash = fd_upstream_request_hash(r, up);
     r->on_abort = proxy_abort;
     if (px->has_body)
         r->on_body = proxy_on_body;

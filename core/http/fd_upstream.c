@@ -13,6 +13,7 @@
 #include "fd_uring.h"
 #include "fd_core.h"
 #include "fd_cycle.h"
+#include "fd_http.h"
 #include "fd_http_parse.h"
 #include "fd_module.h"
 #include "fd_status.h"
@@ -118,6 +119,23 @@ static unsigned ngroups;
 static fd_upstream_shm_peer_t *peer_shm(fd_upstream_peer_t *p)
 {
     return shm && p->shm >= 0 ? &shm->peer[p->shm] : NULL;
+}
+
+uint32_t fd_upstream_request_hash(fd_request_t *r, const fd_upstream_t *up)
+{
+    char tmp[FD_VAR_TMP];
+    fd_str_t v;
+    fd_sbuf_t sb;
+
+    if (up->key.n == 1) { /* one variable: no copy */
+        v = fd_var_value(r, &up->key.ops[0], NULL, tmp);
+        return fd_upstream_hash(v.data ? v.data : "", v.len);
+    }
+    if (fd_sbuf_init(&sb, r->pool, 128) != FD_OK)
+        return 0;
+    fd_var_eval(r, &up->key, NULL, FD_VAR_ESC_NONE, &sb);
+    return fd_sbuf_failed(&sb) ? 0 : fd_upstream_hash(sb.start,
+                                                      fd_sbuf_len(&sb));
 }
 
 uint32_t fd_upstream_hash(const void *data, size_t n)

@@ -164,6 +164,9 @@ static inline void fd_upstream_set_tried(uint64_t *tried,
 
 /* The key hash for balance = hash (FNV, mixed: a ring needs spread). */
 uint32_t fd_upstream_hash(const void *data, size_t n);
+/* hash_key evaluated for r, hashed (0 when it cannot be built). */
+uint32_t fd_upstream_request_hash(struct fd_request_s *r,
+                                  const fd_upstream_t *up);
 /* The next server for a request that tried those in tried; hash is the
  * key's for balance = hash. NULL: none is usable. */
 fd_upstream_peer_t *fd_upstream_pick(fd_upstream_t *up, const uint64_t *tried,
