@@ -97,8 +97,9 @@ is(scalar @two, 2, 'two responses on one connection');
 is($two[1][2], $want, 'the second, unlimited, whole');
 cmp_ok($two[0][0], '>=', 2.4, 'the first limited');
 # at full speed this is milliseconds; 2 s is room for a busy machine
-cmp_ok($two[1][0] - $two[0][0], '<', 2,
-       'the next request on the connection is not limited');
+# (curl's time_total is each transfer's own)
+cmp_ok($two[1][0], '<', 2,
+       "the next request on the connection is not limited ($two[1][0] s)");
 
 # others are served while a limited download runs
 my $pid = fork // die;
