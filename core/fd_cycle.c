@@ -51,16 +51,17 @@ static void at(load_t *ld, fd_conf_entry_t *e)
     ld->cf->line = e->line;
 }
 
-/* Entry index i at the end of list l. */
-static int index_add(fd_conf_t *cf, fd_conf_list_t *l, unsigned i)
+/* item at the end of list l, in pool (an entry or its index) */
+static int list_add(fd_conf_t *cf, fd_pool_t *pool, fd_conf_list_t *l,
+                    void *item)
 {
-    char **items = fd_palloc(cf->pool, (l->n + 1) * sizeof(char *));
+    char **items = fd_palloc(pool, (l->n + 1) * sizeof(char *));
 
     if (items == NULL)
         return fd_conf_error(cf, "out of memory");
     if (l->n)
         memcpy(items, l->items, l->n * sizeof(char *));
-    items[l->n++] = (char *)(uintptr_t)i;
+    items[l->n++] = item;
     l->items = items;
     return FD_OK;
 }
@@ -219,18 +220,8 @@ static int apply_loc_entry(load_t *ld, fd_http_loc_t *loc, fd_conf_entry_t *e)
     at(ld, e);
     if (d == NULL)
         return FD_DECLINED;
-    if (d->handler_key) {
-        /* its meaning is the handler's, which may not be known yet */
-        fd_conf_list_t *l = &loc->handler_keys;
-        char **items = fd_palloc(ld->cf->temp, (l->n + 1) * sizeof(char *));
-        if (items == NULL)
-            return fd_conf_error(ld->cf, "out of memory");
-        if (l->n)
-            memcpy(items, l->items, l->n * sizeof(char *));
-        items[l->n++] = (char *)e;
-        l->items = items;
-        return FD_OK;
-    }
+    if (d->handler_key) /* its meaning is the handler's, maybe not known yet */
+        return list_add(ld->cf, ld->cf->temp, &loc->handler_keys, e);
     return fd_conf_set(ld->cf, d, mod == UINT_MAX ? (void *)loc
                                                   : loc->mconf[mod],
                        e->value);
@@ -869,7 +860,8 @@ static int apply_globals(load_t *ld)
                     d = NULL;
                 if (d == NULL && find_loc_key(e->key, &mod) == NULL)
                     return unknown_key(ld, e, fd_http_directives, 1);
-                if (index_add(cf, d ? &ld->http_srv : &ld->http_loc, i) !=
+                if (list_add(cf, cf->pool, d ? &ld->http_srv : &ld->http_loc,
+                             (void *)(uintptr_t)i) !=
                     FD_OK)
                     return FD_ERROR;
             }
