@@ -30,7 +30,6 @@
 #include "fd_http.h"
 #include "fd_var.h"
 
-#define RW_MAX_CHANGES 10
 #define RW_OVECTOR 32
 
 enum { F_NONE, F_LAST, F_BREAK, F_REDIRECT, F_PERMANENT };
@@ -61,7 +60,6 @@ typedef struct {
     fd_var_caps_t caps; /* of the last regex that matched */
     fd_http_loc_t *settled;
     unsigned server_done:1;
-    unsigned changes;
     unsigned redirects; /* r->redirects when settled */
 } rw_ctx_t;
 
@@ -604,12 +602,8 @@ static int rewrite_access(fd_request_t *r)
             return rv;
         if (!changed || how == RUN_BREAK)
             break;
-        if (++x->changes > RW_MAX_CHANGES) {
-            fd_log_error(FD_LOG_ERR, 0, "rewrite or internal redirection "
-                         "cycle while processing \"%.*s\"",
-                         (int)fd_min(r->path.len, 256), r->path.data);
-            return 500;
-        }
+        if ((rv = fd_http_redirect_count(r, r->path)) != FD_OK)
+            return rv;
         reroute(r, x);
         rc = fd_loc_conf(r->loc, &fd_rewrite_module);
     }

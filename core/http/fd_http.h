@@ -343,6 +343,11 @@ fd_http_loc_t *fd_http_named_location(const fd_http_server_t *s,
 int fd_http_internal_redirect(fd_request_t *r, fd_str_t path,
                               const fd_str_t *args);
 int fd_http_named_redirect(fd_request_t *r, fd_http_loc_t *loc);
+/* Count one change of r's URI towards to (rewrite ... last counts here
+ * too, as nginx's uri_changes: one limit for both): FD_OK, or 500 past
+ * the limit (logged). The new location's try_files and captures are
+ * reset. */
+int fd_http_redirect_count(fd_request_t *r, fd_str_t to);
 /*
  * try_files, run once per location after its access phase, before the
  * handler: FD_OK (serve r->path here, maybe changed to the file found),

@@ -187,7 +187,7 @@ int fd_http_try_files_resolve(fd_conf_t *cf, fd_http_loc_t *loc)
 
 /* --- requests --- */
 
-static int count_redirect(fd_request_t *r, fd_str_t to)
+int fd_http_redirect_count(fd_request_t *r, fd_str_t to)
 {
     if (++r->redirects > FD_HTTP_MAX_REDIRECTS) {
         fd_log_error(FD_LOG_ERR, 0, "rewrite or internal redirection cycle "
@@ -224,7 +224,7 @@ int fd_http_internal_redirect(fd_request_t *r, fd_str_t path,
 {
     int rc;
 
-    if ((rc = count_redirect(r, path)) != FD_OK ||
+    if ((rc = fd_http_redirect_count(r, path)) != FD_OK ||
         (rc = set_path(r, path)) != FD_OK)
         return rc;
     if (args)
@@ -238,7 +238,7 @@ int fd_http_named_redirect(fd_request_t *r, fd_http_loc_t *loc)
     fd_str_t name = {strlen(loc->name), loc->name};
     int rc;
 
-    if ((rc = count_redirect(r, name)) != FD_OK)
+    if ((rc = fd_http_redirect_count(r, name)) != FD_OK)
         return rc;
     r->loc = loc;
     return FD_OK;
