@@ -58,9 +58,10 @@ struct fd_directive_s {
      * the key to use instead (and the doc says why). It has no meaning,
      * so it clashes with nothing (fd_conf_check_levels). */
     const char *renamed;
-    /* A [server] key that [http] may set too, as every [server]'s default
-     * (a server's own line replaces it, lists included, as in nginx) */
-    unsigned http_default:1;
+    /* A list whose inherited lines ([http]'s in a [server], a
+     * [server]'s in a [location]) a section's own lines replace rather
+     * than extend, as nginx merges a list it inherits */
+    unsigned replace:1;
     /* A location key of the location's handler: several handler modules
      * may declare one name (pass = for proxy and fastcgi), each parsing
      * it its own way. A location's value goes to the declaration of its

@@ -25,7 +25,6 @@ typedef struct {
     fd_conf_entry_t *e;
     unsigned n;
     fd_conf_list_t http_loc;      /* indexes of [http] location keys */
-    fd_conf_list_t http_srv;      /* ... and of its [server] defaults */
 } load_t;
 
 static int unknown_key(load_t *ld, const fd_conf_entry_t *e,
@@ -63,29 +62,6 @@ static int list_add(fd_conf_t *cf, fd_pool_t *pool, fd_conf_list_t *l,
         memcpy(items, l->items, l->n * sizeof(char *));
     items[l->n++] = item;
     l->items = items;
-    return FD_OK;
-}
-
-/* [http]'s defaults for this server's keys [from, to): those it does
- * not set itself (fd_directive_t.http_default) */
-static int server_http_defaults(load_t *ld, fd_http_server_t *srv,
-                                unsigned from, unsigned to)
-{
-    unsigned i, k;
-
-    for (i = 0; i < ld->http_srv.n; i++) {
-        fd_conf_entry_t *e = &ld->e[(uintptr_t)ld->http_srv.items[i]];
-        for (k = from; k < to; k++)
-            if (strcmp(ld->e[k].key, e->key) == 0)
-                break;
-        if (k < to)
-            continue;
-        at(ld, e);
-        if (fd_conf_set(ld->cf, fd_conf_find(fd_http_server_directives,
-                                             e->key),
-                        srv, e->value) != FD_OK)
-            return FD_ERROR;
-    }
     return FD_OK;
 }
 
@@ -268,8 +244,31 @@ static int loc_handler_keys(load_t *ld, fd_http_loc_t *loc)
     return FD_OK;
 }
 
+/* whether entries [from, to) set key */
+static int sets(const load_t *ld, unsigned from, unsigned to, const char *key)
+{
+    for (; from < to; from++)
+        if (strcmp(ld->e[from].key, key) == 0)
+            return 1;
+    return 0;
+}
+
+/* whether an inherited entry gives way to lines of its key in [from, to)
+ * (fd_directive_t.replace) */
+static int replaced(const load_t *ld, const fd_conf_entry_t *e, unsigned from,
+                    unsigned to)
+{
+    unsigned mod;
+    const fd_directive_t *d = find_loc_key(e->key, &mod);
+
+    return d && d->replace && sets(ld, from, to, e->key);
+}
+
+/* A location of srv whose own entries are [from, to); the server's are
+ * [sfrom, sto) (the same for the server's implicit location). */
 static fd_http_loc_t *loc_create(load_t *ld, fd_http_server_t *srv,
-                                 const char *name)
+                                 const char *name, unsigned from, unsigned to,
+                                 unsigned sfrom, unsigned sto)
 {
     fd_conf_t *cf = ld->cf;
     fd_http_loc_t *loc = fd_pcalloc(cf->pool, sizeof(*loc));
@@ -291,6 +290,8 @@ static fd_http_loc_t *loc_create(load_t *ld, fd_http_server_t *srv,
     /* [http] defaults, then the server's own, then the location's */
     for (i = 0; i < ld->http_loc.n; i++) {
         fd_conf_entry_t *e = &ld->e[(uintptr_t)ld->http_loc.items[i]];
+        if (replaced(ld, e, from, to) || replaced(ld, e, sfrom, sto))
+            continue;
         if (apply_loc_entry(ld, loc, e) != FD_OK)
             return NULL;
     }
@@ -433,6 +434,8 @@ static int loc_finish(load_t *ld, fd_http_loc_t *loc)
     if (fd_http_try_files_finish(ld->cf, loc) != FD_OK)
         return FD_ERROR;
     fd_http_loc_headers_finish(loc);
+    loc->realip_own = !fd_realip_conf_eq(&loc->realip,
+                                         &loc->server->root_loc->realip);
     if (loc->index.n == 0) {
         static char *def_index[] = {"index.html"};
         loc->index.items = def_index;
@@ -855,14 +858,10 @@ static int apply_globals(load_t *ld)
                         return FD_ERROR;
                     continue;
                 }
-                d = fd_conf_find(fd_http_server_directives, e->key);
-                if (d && !d->http_default)
-                    d = NULL;
-                if (d == NULL && find_loc_key(e->key, &mod) == NULL)
+                if (find_loc_key(e->key, &mod) == NULL)
                     return unknown_key(ld, e, fd_http_directives, 1);
-                if (list_add(cf, cf->pool, d ? &ld->http_srv : &ld->http_loc,
-                             (void *)(uintptr_t)i) !=
-                    FD_OK)
+                if (list_add(cf, cf->pool, &ld->http_loc,
+                             (void *)(uintptr_t)i) != FD_OK)
                     return FD_ERROR;
             }
         }
@@ -931,14 +930,12 @@ static int apply_servers(load_t *ld)
             last = &srv->next;
             srv_from = i;
             srv_to = j;
-            srv->root_loc = loc_create(ld, srv, "server");
+            srv->root_loc = loc_create(ld, srv, "server", i, j, i, j);
             srv->ssl = fd_ssl_conf_create(cf);
             if (srv->root_loc == NULL || srv->ssl == NULL)
                 return FD_ERROR;
             srv->root_loc->kind = FD_LOC_PREFIX;
             srv->root_loc->match = fd_string("/");
-            if (server_http_defaults(ld, srv, i, j) != FD_OK)
-                return FD_ERROR;
             for (k = i; k < j; k++) {
                 fd_conf_entry_t *se = &ld->e[k];
                 const fd_directive_t *d;
@@ -982,7 +979,8 @@ static int apply_servers(load_t *ld)
         if (srv == NULL)
             return fd_conf_error(cf, "[%s] before any [server]", e->section);
         {
-            fd_http_loc_t *loc = loc_create(ld, srv, e->section);
+            fd_http_loc_t *loc = loc_create(ld, srv, e->section, i, j,
+                                             srv_from, srv_to);
             char tmp[64];
             if (loc == NULL)
                 return FD_ERROR;
@@ -993,6 +991,7 @@ static int apply_servers(load_t *ld)
                                  ld->e[k].key) == NULL &&
                     fd_conf_find(fd_ssl_server_directives,
                                  ld->e[k].key) == NULL &&
+                    !replaced(ld, &ld->e[k], i, j) &&
                     apply_loc_entry(ld, loc, &ld->e[k]) != FD_OK)
                     return FD_ERROR;
             loc->try_files = NULL; /* the one key not inherited */

@@ -339,6 +339,34 @@ const fd_directive_t fd_http_loc_directives[] = {
      .offset = LOC(limit_rate_after), .def = "0",
      .doc = "bytes of a response sent at full speed before limit_rate "
             "applies. E.g. limit_rate_after = 1m"},
+    {.name = "set_real_ip_from", .type = FD_CONF_LIST, .offset = LOC(realip),
+     .set = fd_realip_set_from, .replace = 1,
+     .doc = "CIDR, repeatable: trusted hops (IPv4 or IPv6, ADDR or "
+            "ADDR/BITS), whose real_ip_header is believed. A request from "
+            "one of them takes the client's address from that header "
+            "($remote_addr for acl, access_log, hash_key, the "
+            "X-Forwarded-For sent upstream). A header from any other "
+            "address changes nothing. A section's own lines replace the "
+            "list it inherits ([http] -> [server] -> [location]); the "
+            "[server]'s keys decide before routing (for errors found "
+            "then), a [location]'s for the requests its URI routes to "
+            "it. Example: set_real_ip_from = 10.0.0.0/8"},
+    {.name = "real_ip_header", .type = FD_CONF_CUSTOM,
+     .offset = LOC(realip.header), .def = "X-Real-IP",
+     .set = fd_realip_set_header,
+     .doc = "X-Real-IP | X-Forwarded-For | proxy_protocol: where a trusted "
+            "hop's client address is. X-Real-IP: one address (a port may "
+            "follow: 1.2.3.4:80, [::1]:80). X-Forwarded-For: the list's "
+            "last element (several headers read as one list); an element "
+            "that is not an address (garbage, a bad port, spaces inside) "
+            "stops the walk, empty ones are skipped. proxy_protocol: only "
+            "the PROXY header (listen ... proxy_protocol) gives it; no "
+            "request header is read"},
+    {.name = "real_ip_recursive", .type = FD_CONF_FLAG,
+     .offset = LOC(realip.recursive), .def = "off",
+     .doc = "on: X-Forwarded-For is walked right to left past every "
+            "trusted address (set_real_ip_from) and the first untrusted one "
+            "is the client; off: its last element is, whatever it is"},
     {.name = "try_files", .type = FD_CONF_CUSTOM, .offset = 0,
      .set = fd_http_set_try_files,
      .doc = "FILE... URI | @name | =CODE, after the access phase: the first "
@@ -531,30 +559,4 @@ const fd_directive_t fd_http_server_directives[] = {
      .doc = "how long a connection to a listen ... proxy_protocol address "
             "may take to send its PROXY header (the address's default "
             "server's value)"},
-    {.name = "set_real_ip_from", .type = FD_CONF_LIST, .offset = SRV(realip),
-     .set = fd_realip_set_from, .http_default = 1,
-     .doc = "CIDR, repeatable: trusted hops (IPv4 or IPv6, ADDR or "
-            "ADDR/BITS), whose real_ip_header is believed. A request from "
-            "one of them takes the client's address from that header "
-            "($remote_addr for acl, access_log, hash_key, the "
-            "X-Forwarded-For sent upstream). A header from any other "
-            "address changes nothing. In [http] too, for every [server] "
-            "with none of its own (as real_ip_header and "
-            "real_ip_recursive). Example: set_real_ip_from = 10.0.0.0/8"},
-    {.name = "real_ip_header", .type = FD_CONF_CUSTOM,
-     .offset = SRV(realip.header), .def = "X-Real-IP",
-     .set = fd_realip_set_header, .http_default = 1,
-     .doc = "X-Real-IP | X-Forwarded-For | proxy_protocol: where a trusted "
-            "hop's client address is. X-Real-IP: one address (a port may "
-            "follow: 1.2.3.4:80, [::1]:80). X-Forwarded-For: the list's "
-            "last element (several headers read as one list); an element "
-            "that is not an address (garbage, a bad port, spaces inside) "
-            "stops the walk, empty ones are skipped. proxy_protocol: only "
-            "the PROXY header (listen ... proxy_protocol) gives it; no "
-            "request header is read"},
-    {.name = "real_ip_recursive", .type = FD_CONF_FLAG,
-     .offset = SRV(realip.recursive), .def = "off", .http_default = 1,
-     .doc = "on: X-Forwarded-For is walked right to left past every "
-            "trusted address (set_real_ip_from) and the first untrusted one "
-            "is the client; off: its last element is, whatever it is"},
     FD_CONF_END};

@@ -209,6 +209,51 @@ $hd->no_alerts;
          'other [server] keys stay out of [http]') or diag($out);
 }
 
+# --- a [location]'s own keys ----------------------------------------------
+# each key is inherited on its own; a location's set_real_ip_from replaces
+# the server's list; its keys decide for the requests routed to it (acl too)
+{
+    my $ret = "return = 200 \"\$remote_addr\"\n";
+    my $lt = FastdTest->new(conf => FastdTest::base_conf(
+        server => { set_real_ip_from => '127.0.0.1',
+                    real_ip_header => 'X-Forwarded-For' },
+        locations => $addr
+            . "[location /xri]\nreal_ip_header = X-Real-IP\n$ret\n"
+            . "[location /other]\nset_real_ip_from = 10.0.0.0/8\n$ret\n"
+            . "[location /acl2]\nreal_ip_header = X-Real-IP\n"
+            . "handler = plaintext\nallow = 1.2.3.0/24\ndeny = all\n\n",
+        extra => "[server]\nlisten = 127.0.0.1:%%PORT2%%\nroot = %%HTML%%\n\n"
+               . "$addr\n[location /trust]\nset_real_ip_from = 127.0.0.1\n"
+               . "$ret\n"));
+    $lt->start;
+    my %both = ('X-Forwarded-For' => '198.51.100.1',
+                'X-Real-IP' => '198.51.100.2');
+    my $b = sub { my $r = $lt->get(@_); $r ? $r->body : 'no response' };
+    is($b->('/addr', %both), '198.51.100.1', 'the server\'s keys: XFF');
+    is($b->('/xri', %both), '198.51.100.2', 'a location\'s real_ip_header, '
+       . 'with the server\'s set_real_ip_from inherited');
+    is($b->('/other', %both), '127.0.0.1',
+       'a location\'s own set_real_ip_from replaces the server\'s list');
+    my $r = $lt->get('/acl2', 'X-Real-IP' => '1.2.3.4',
+                     'X-Forwarded-For' => '9.9.9.9');
+    is($r && $r->status, 200, 'acl sees the location\'s real address');
+    $r = $lt->get('/acl2', 'X-Real-IP' => '9.9.9.9',
+                  'X-Forwarded-For' => '1.2.3.4');
+    is($r && $r->status, 403, 'acl: the server\'s header is not the '
+       . 'location\'s');
+    my $p2 = sub {
+        my $r = $lt->http("GET $_[0] HTTP/1.1\r\nHost: x\r\n"
+                          . "X-Real-IP: 198.51.100.3\r\n\r\n",
+                          port => $lt->port2);
+        $r ? $r->body : 'no response';
+    };
+    is($p2->('/trust'), '198.51.100.3',
+       'a server with no trust: a location\'s set_real_ip_from');
+    is($p2->('/addr'), '127.0.0.1', '... and only that location');
+    $lt->stop;
+    $lt->no_alerts;
+}
+
 # --- X-Real-IP (the default header) -------------------------------------------
 my $x = FastdTest->new(conf => FastdTest::base_conf(
     server => { set_real_ip_from => '127.0.0.1' }, locations => $addr));

@@ -542,15 +542,17 @@ size_t fd_request_hop_text(fd_request_t *r, char *buf, size_t size)
  * real_ip_header: a trusted hop's word for the client's address, taken
  * for this request only (an HTTP/2 connection from a balancer carries
  * many clients' requests at once). The connection's address, which the
- * socket or a PROXY header gave, is the hop's.
+ * socket or a PROXY header gave, is the hop's. Called with the server's
+ * keys, then again with a location's own once routed (so it starts from
+ * the hop each time).
  */
-static void request_realip(fd_request_t *r)
+static void request_realip(fd_request_t *r, const fd_realip_conf_t *rc)
 {
-    const fd_realip_conf_t *rc = &r->server->realip;
     fd_addr_t a, *p;
     fd_str_t one[4], *vals = one;
     unsigned i, n = 0;
 
+    r->realip = NULL;
     if (rc->nfrom == 0 || rc->header == FD_REALIP_PROXY_PROTOCOL)
         return;
     fd_connection_addr(r->c, &a);
@@ -603,7 +605,7 @@ void fd_http_request_start(fd_request_t *r)
     }
     r->header_only = r->in.method_id == FD_HTTP_HEAD;
     r->server = find_server(r, &misdirected);
-    request_realip(r);
+    request_realip(r, &r->server->root_loc->realip);
     if (c->plain_on_tls) {
         fd_log_error(FD_LOG_INFO, 0, "client sent plain HTTP request to "
                      "HTTPS port");
@@ -664,6 +666,8 @@ void fd_http_request_start(fd_request_t *r)
     r->path.data = path;
     r->path.len = plen;
     r->loc = fd_http_find_location(r);
+    if (r->loc->realip_own)
+        request_realip(r, &r->loc->realip);
 
     if (r->in.content_length > 0 || r->in.chunked) {
         if (r->in.content_length > (int64_t)r->loc->max_body_size) {

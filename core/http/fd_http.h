@@ -29,7 +29,6 @@ struct fd_http_server_s {
     fd_http_loc_t *root_loc;   /* implicit location for [server] keys */
     fd_error_page_t *error_pages;
     fd_int_t max_conns_per_ip; /* 0: no limit */
-    fd_realip_conf_t realip;   /* set_real_ip_from, real_ip_header, ... */
     fd_msec_t proxy_protocol_timeout;
     void *ssl;                 /* the ssl_* keys and context (fd_ssl.c) */
     fd_http_server_t *next;
@@ -83,6 +82,11 @@ struct fd_http_loc_s {
     int64_t expires;           /* FD_EXPIRES_TIME: seconds, may be < 0 */
     size_t limit_rate;         /* response bytes/s, 0: none */
     size_t limit_rate_after;   /* sent before limit_rate applies */
+    /* set_real_ip_from, real_ip_header, real_ip_recursive: the server's
+     * (root_loc's) decide before routing; realip_own: this location's
+     * differ, so they decide again once a request is routed here */
+    fd_realip_conf_t realip;
+    unsigned realip_own;
     fd_http_try_files_t *try_files; /* fd_http_try_files.c, or NULL */
     char *name;                /* "location /x" for logs */
     void **mconf;              /* [fd_nmodules] */

@@ -386,7 +386,17 @@ size_t fd_proxy_protocol_write(uint8_t *buf, size_t size, int version,
     }
 }
 
-/* --- [server] keys --- */
+/* --- the keys --- */
+
+int fd_realip_conf_eq(const fd_realip_conf_t *a, const fd_realip_conf_t *b)
+{
+    if (a->nfrom != b->nfrom)
+        return 0;
+    if (a->nfrom == 0) /* no trusted hop: nothing else matters */
+        return 1;
+    return a->header == b->header && a->recursive == b->recursive &&
+           memcmp(a->from, b->from, a->nfrom * sizeof(*a->from)) == 0;
+}
 
 int fd_realip_set_from(fd_conf_t *cf, const fd_directive_t *d, void *conf,
                        const char *v)

@@ -74,7 +74,7 @@ int fd_proxy_protocol_parse(const uint8_t *p, size_t n, fd_addr_t *src);
 size_t fd_proxy_protocol_write(uint8_t *buf, size_t size, int version,
                                const fd_addr_t *src, const fd_addr_t *dst);
 
-/* [server] keys: set_real_ip_from, real_ip_header, real_ip_recursive */
+/* the keys set_real_ip_from, real_ip_header, real_ip_recursive */
 enum {
     FD_REALIP_X_REAL_IP = 0,
     FD_REALIP_X_FORWARDED_FOR,
@@ -87,6 +87,9 @@ typedef struct {
     int header;                /* FD_REALIP_* */
     int recursive;
 } fd_realip_conf_t;
+
+/* whether a and b take the same address from the same request */
+int fd_realip_conf_eq(const fd_realip_conf_t *a, const fd_realip_conf_t *b);
 
 int fd_realip_set_from(struct fd_conf_s *cf, const struct fd_directive_s *d,
                        void *conf, const char *v);
