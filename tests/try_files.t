@@ -5,7 +5,7 @@
 # the client's URI and query, the access phase and rewrite of the location
 # a request falls back to, "?args" of the last URI, no escape by "..",
 # a variable or a symlink, a cycle ending in 500, HEAD, and config errors
-# naming file:line.
+# naming file:line; the same over HTTP/2 (h2c).
 
 use strict;
 use warnings;
@@ -13,6 +13,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use FastdTest;
 use Backend;
+use H2;
 use File::Path qw(make_path);
 use Test::More;
 use Time::HiRes qw(time);
@@ -101,7 +102,9 @@ root = $site
 try_files = \$uri =204
 
 EOF
-$t->write_conf(FastdTest::base_conf(locations => $locations,
+$t->write_conf(FastdTest::base_conf(
+    server => { listen => '127.0.0.1:%%PORT%% http2' },
+    locations => $locations,
     extra => "[upstream app]\nserver = " . $be->addr . "\n"));
 $t->start;
 
@@ -214,6 +217,29 @@ is($t->get('/plaintext')->body, 'Hello, World!', 'the worker still answers');
 
 $r = $t->get('/code/none');
 is($r->status, 204, '=204 answers 204');
+
+# --- over HTTP/2: one request type, whichever protocol carried it ---------------
+SKIP: {
+    skip(H2::why_not(), 9) if H2::why_not();
+    my $h = H2::curl($t, '/app/route/x');
+    is($h->{version}, '2', 'h2c: HTTP/2');
+    is($h->{code}, 200, 'h2c: a deep link: 200');
+    is($h->{body}, $index, '... with index.html');
+    $h = H2::curl($t, '/assets/missing.js');
+    is($h->{code}, 404, 'h2c: a missing asset: 404 by =404');
+    my $before = $be->requests;
+    $h = H2::curl($t, '/api/users/7?x=1');
+    like($h->{body}, qr{^GET /api/users/7\?x=1 HTTP/1\.1$}m,
+         'h2c: @backend proxied with the client\'s URI') or diag($h->{body});
+    is($be->requests, $before + 1, '... one request to the backend');
+    $h = H2::curl($t, '/api/form', args => ['--data-binary', 'hello']);
+    like($h->{body}, qr{^body-length: 5$}m,
+         'h2c: a POST falls back to @backend with its body')
+        or diag($h->{body});
+    $h = H2::curl($t, '/loop/x');
+    is($h->{code}, 500, 'h2c: a cycle: 500');
+    is($h->{rc}, 0, '... and the stream ends cleanly') or diag($h->{err});
+}
 
 $t->stop;
 $t->no_alerts;
