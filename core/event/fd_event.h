@@ -63,6 +63,9 @@ void fd_timer_del(fd_timer_t *t);
 static inline int fd_timer_armed(const fd_timer_t *t) { return t->idx != 0; }
 /* Run expired timers; returns ms until the next one or -1. */
 int fd_timer_expire(void);
+#ifdef FD_FUZZ
+fd_timer_t *fd_timer_fuzz_first(void);
+#endif
 int fd_timer_init(void);
 
 /* Time caches, refreshed by fd_time_update() at most once per loop turn. */

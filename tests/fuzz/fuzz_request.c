@@ -882,8 +882,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* the modules' work ended (an access log's flush with it): a timer
      * left is a connection or a tunnel nothing will end */
     if (fd_timer_expire() != -1) {
+        fd_timer_t *t = fd_timer_fuzz_first();
+        Dl_info di = {0};
+        /* its handler names it: llvm-symbolizer --obj=FILE OFFSET */
+        if (t)
+            dladdr((void *)(uintptr_t)t->handler, &di);
         fprintf(stderr, "fuzz_request: a timer is armed after both peers "
-                "reset and the modules' work ended\n");
+                "reset and the modules' work ended: handler %s+0x%zx "
+                "(%s), due in %d ms\n",
+                di.dli_fname ? di.dli_fname : "?",
+                t ? (size_t)((uintptr_t)t->handler -
+                             (uintptr_t)di.dli_fbase)
+                  : 0,
+                di.dli_sname ? di.dli_sname : "no symbol",
+                t ? (int)fd_msec32_diff(t->when,
+                                        (uint32_t)fd_current_msec)
+                  : 0);
         abort();
     }
     /* A descriptor opened in an input takes the lowest free number: one
