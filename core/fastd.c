@@ -136,6 +136,7 @@ static pid_t spawn_worker(unsigned index)
         return pid;
     }
     /* the worker */
+    fd_listening_forget_retired();
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     signal(SIGCHLD, SIG_DFL);
     fd_stats = fd_stats_slot((unsigned)slot);
@@ -194,6 +195,18 @@ static unsigned live_workers(void)
     return n;
 }
 
+/* The oldest generation a live worker runs, 0 when none lives. */
+static uint64_t oldest_generation(void)
+{
+    uint64_t g = 0;
+    unsigned i;
+
+    for (i = 0; i < FD_MAX_WORKER_SLOTS; i++)
+        if (workers[i].pid > 0 && (g == 0 || workers[i].generation < g))
+            g = workers[i].generation;
+    return g;
+}
+
 static void reap(void)
 {
     int status;
@@ -228,6 +241,9 @@ static void reap(void)
             spawn_worker(workers[i].index);
         }
     }
+    /* a reload's retired reuseport sockets close with the last worker
+     * that held them */
+    fd_listening_retire(oldest_generation());
 }
 
 static void reload(void)

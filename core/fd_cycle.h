@@ -168,6 +168,11 @@ int fd_cycle_number_sections(fd_conf_t *cf, fd_cycle_t *cycle,
 /* Open (or take over from old) the listening sockets. */
 int fd_listening_open(fd_cycle_t *cycle, fd_cycle_t *old);
 void fd_listening_close_unused(fd_cycle_t *cycle, fd_cycle_t *old);
+/* The master: close the reuseport sockets a reload retired once no worker
+ * older than them lives (oldest: the oldest live generation, 0: none). */
+void fd_listening_retire(uint64_t oldest);
+/* A new worker: close its copies of the retired sockets. */
+void fd_listening_forget_retired(void);
 /* A stop: close every listening socket of cycle now. */
 void fd_listening_close(fd_cycle_t *cycle);
 
