@@ -1,46 +1,8 @@
 /*
- * proxy_cache: proxied responses kept on disk, found through an index in
- * shared memory that every worker sees.
- *
- *   [cache pages]
- *   path = /var/cache/fastd/pages
- *   levels = 1:2
- *   keys_zone = 1m
- *   max_size = 1g
- *   inactive = 10m
- *
- *   [location /]
- *   handler = proxy
- *   upstream = app
- *   proxy_cache = pages
- *   proxy_cache_valid = 200 302 10m
- *
- * The index is a table of 8-entry buckets mapped MAP_SHARED by the master
- * before it forks (a reload with the same name and size keeps it, as
- * limit_req's): an entry is the MD5 of the key, its state (free, being
- * filled, ready), when it stops being fresh, when it was last used and
- * the size of its file. Each bucket has its own spin lock, held for a few
- * loads and stores, never across I/O.
- *
- * An entry's file is path/LEVELS/MD5HEX: a small header (the key, the
- * status, the response's header fields), then the body. It is written
- * under a temporary name in the same directory as the response streams
- * to the client, and renamed once the body is complete and of the length
- * announced, so a reader never opens half a file and a crash leaves only
- * a temporary one. A HIT is that file's body sent like a static file's
- * (sendfile); the small header is read with one pread() on the loop,
- * from the page cache in the usual case (as nginx without aio).
- *
- * proxy_cache_lock: the first miss of a key marks the entry "filling"
- * (with a deadline); the others, in any worker, look again every 10 ms
- * until it is ready, or the filler gave up (then each goes upstream
- * itself), or proxy_cache_lock_timeout passed (then it goes upstream and
- * stores nothing, as nginx).
- *
- * A cache manager on one worker at a time (elected each second by a CAS
- * on the table's header, as health checks are) removes entries unused for
- * `inactive` and, above max_size, the least recently used ones, and
- * unlinks their files.
+ * proxy_cache, a request's part: the key, the lookup and what follows
+ * from it (HIT, wait on another's fill, go upstream), serving an entry,
+ * and storing a response as it streams to the client. The shared index
+ * and the [cache] section are in fd_proxy_cache_index.c.
  */
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -52,180 +14,10 @@
 #include "fd_connection.h"
 #include "fd_cycle.h"
 #include "fd_http.h"
-#include "fd_proxy.h"
+#include "fd_proxy_cache_int.h"
 #include "fd_status.h"
 
-#define WAYS 8
-#define POLL_MS 10
-#define MANAGER_MS 1000
-#define FILE_MAGIC 0x31434446u /* "FDC1" */
-#define MAX_RANGES 16          /* as the static module's max_ranges */
-
-enum { E_FREE = 0, E_FILLING, E_READY };
-
-typedef struct {
-    uint8_t md5[16];
-    uint32_t state;
-    uint32_t fill_pid;        /* the filler's, so it alone clears it */
-    uint64_t fill_until;      /* monotonic ms: waiters give up after */
-    uint64_t expires;         /* monotonic ms: fresh until */
-    uint64_t used;            /* monotonic ms of the last hit or store */
-    uint64_t size;            /* bytes of the file */
-    uint64_t gen;             /* which file: a new one for every commit */
-} entry_t;
-
-typedef struct {
-    uint32_t lock;
-    uint32_t pad;
-    entry_t e[WAYS];
-} bucket_t;
-
-typedef struct {
-    uint64_t size;            /* bytes of every ready entry's file */
-    uint64_t entries;
-    uint64_t manager_at;      /* monotonic ms of the next manager run */
-    uint64_t gen;             /* the last entry_t.gen given */
-    uint64_t pad[4];
-} head_t;
-
-/* [cache NAME] */
-struct fd_proxy_cache_s {
-    char *path;
-    char *levels_text;
-    size_t keys_zone;
-    size_t max_size;
-    fd_msec_t inactive;
-
-    char *name;
-    unsigned index;           /* in the status area */
-    uint8_t levels[3];        /* hex digits per directory level; 0: none */
-    unsigned nlevels;
-    head_t *head;
-    bucket_t *table;
-    size_t nbuckets;
-};
-
-/* a file's header; the key, the fields, then the body follow it */
-typedef struct {
-    uint32_t magic;
-    uint32_t status;
-    uint32_t key_len;
-    uint32_t fields_len;      /* "Name: value\r\n" lines */
-    uint64_t body_len;
-    int64_t date;             /* unix seconds it was stored */
-} file_head_t;
-
-/* one request's cache state */
-struct fd_proxy_cache_req_s {
-    fd_proxy_cache_t *cache;
-    fd_request_t *r;
-    proxy_req_t *px;
-    fd_str_t key;
-    uint8_t md5[16];
-    unsigned filler:1;        /* we marked the entry filling */
-    unsigned no_store:1;      /* proxy_no_cache, a lock timeout */
-    unsigned storing:1;       /* tmp is open */
-    unsigned waited:1;
-    int tmp_fd;
-    char *tmp_path;
-    char *final_path;
-    uint64_t head_len;        /* the file's bytes before the body */
-    uint64_t body_len;
-    uint64_t want_len;        /* Content-Length; UINT64_MAX: none */
-    int64_t valid_sec;
-    fd_timer_t timer;
-    uint64_t wait_until;
-};
-
-typedef struct {
-    char name[32];
-    uint64_t hit, miss, expired, bypass, stored, store_failed, evicted;
-} cache_shm_t;
-
-fd_module_t fd_proxy_cache_section;
-static cache_shm_t *area;     /* this worker's status entries */
-
-#define COUNT(c, f)                                                         \
-    (area ? (void)__atomic_add_fetch(&area[(c)->index].f, 1,                 \
-                                     __ATOMIC_RELAXED)                       \
-          : (void)0)
-
-/* --- keys, levels, freshness (unit tested) ------------------------------ */
-
-void fd_proxy_cache_hash(const char *key, size_t n, uint8_t md5[16])
-{
-    static EVP_MD_CTX *ctx;
-    static EVP_MD *md;
-    unsigned len = 16;
-
-    if (md == NULL)
-        md = EVP_MD_fetch(NULL, "MD5", NULL);
-    if (ctx == NULL)
-        ctx = EVP_MD_CTX_new();
-    /* the context is reused: no allocation per request */
-    if (md == NULL || ctx == NULL || EVP_DigestInit_ex(ctx, md, NULL) != 1 ||
-        EVP_DigestUpdate(ctx, key, n) != 1 ||
-        EVP_DigestFinal_ex(ctx, md5, &len) != 1) {
-        /* no MD5 (a FIPS provider): FNV-1a twice, still 128 bits */
-        uint64_t h1 = 0xcbf29ce484222325ull, h2 = 0x84222325cbf29ce4ull;
-        for (size_t i = 0; i < n; i++) {
-            h1 = (h1 ^ (uint8_t)key[i]) * 0x100000001b3ull;
-            h2 = (h2 ^ (uint8_t)key[i]) * 0x100000001b3ull + 7;
-        }
-        memcpy(md5, &h1, 8);
-        memcpy(md5 + 8, &h2, 8);
-    }
-}
-
-/* "1:2" -> {1, 2}: up to 3 levels of 1 or 2 hex digits. */
-int fd_proxy_cache_levels(const char *s, uint8_t lv[3], unsigned *n)
-{
-    *n = 0;
-    memset(lv, 0, 3);
-    if (s == NULL || *s == '\0')
-        return FD_OK;
-    for (;;) {
-        if ((*s != '1' && *s != '2') || *n == 3)
-            return FD_ERROR;
-        lv[(*n)++] = (uint8_t)(*s++ - '0');
-        if (*s == '\0')
-            return FD_OK;
-        if (*s++ != ':')
-            return FD_ERROR;
-    }
-}
-
-/* path/L1/L2/HEX (the levels from the end of HEX, as nginx); the length,
- * 0 if it does not fit. dir_len: where the file's name begins. */
-size_t fd_proxy_cache_file(char *buf, size_t size, const char *path,
-                           const uint8_t lv[3], unsigned nlv,
-                           const uint8_t md5[16], size_t *dir_len)
-{
-    static const char hex[] = "0123456789abcdef";
-    char h[32];
-    size_t n = strlen(path), at = 32;
-    unsigned i;
-
-    for (i = 0; i < 16; i++) {
-        h[2 * i] = hex[md5[i] >> 4];
-        h[2 * i + 1] = hex[md5[i] & 15];
-    }
-    if (n + 3 * 3 + 33 + 1 > size)
-        return 0;
-    memcpy(buf, path, n);
-    for (i = 0; i < nlv; i++) {
-        at -= lv[i];
-        buf[n++] = '/';
-        memcpy(buf + n, h + at, lv[i]);
-        n += lv[i];
-    }
-    buf[n++] = '/';
-    *dir_len = n;
-    memcpy(buf + n, h, 32);
-    n += 32;
-    buf[n] = '\0';
-    return n;
-}
+/* --- freshness (unit tested) ------------------------------------------- */
 
 /* v's token "name" or "name=N" (N into *arg, -1 without): found */
 static int cc_token(fd_str_t v, const char *name, int64_t *arg)
@@ -358,368 +150,6 @@ int64_t fd_proxy_cache_valid_for(const fd_http_header_t *f, unsigned nf,
             return valid[i].sec;
     return 0;
 }
-
-/* --- the shared index ---------------------------------------------------- */
-
-static void lock(bucket_t *b)
-{
-    fd_shm_lock(&b->lock);
-}
-
-static void unlock(bucket_t *b)
-{
-    fd_shm_unlock(&b->lock);
-}
-
-static bucket_t *bucket_of(const fd_proxy_cache_t *c, const uint8_t md5[16])
-{
-    uint64_t h;
-
-    memcpy(&h, md5, 8);
-    return &c->table[(size_t)(((h >> 32) * (uint64_t)c->nbuckets) >> 32)];
-}
-
-static entry_t *find(bucket_t *b, const uint8_t md5[16])
-{
-    for (unsigned i = 0; i < WAYS; i++)
-        if (b->e[i].state != E_FREE && memcmp(b->e[i].md5, md5, 16) == 0)
-            return &b->e[i];
-    return NULL;
-}
-
-static void drop(fd_proxy_cache_t *c, entry_t *e)
-{
-    if (e->state == E_READY) {
-        __atomic_sub_fetch(&c->head->size, e->size, __ATOMIC_RELAXED);
-        __atomic_sub_fetch(&c->head->entries, 1, __ATOMIC_RELAXED);
-    }
-    e->state = E_FREE;
-    e->size = 0;
-}
-
-static void unlink_entry(fd_proxy_cache_t *c, const uint8_t md5[16])
-{
-    char p[PATH_MAX];
-    size_t dl;
-
-    if (fd_proxy_cache_file(p, sizeof(p), c->path, c->levels, c->nlevels,
-                            md5, &dl) &&
-        unlink(p) == -1 && errno != ENOENT)
-        fd_log_error(FD_LOG_WARN, errno, "unlink(\"%s\") failed", p);
-}
-
-/* A place for md5 in b (locked): a free entry, else the least recently
- * used ready one (whose md5 goes to *evicted), else NULL (all filling). */
-static entry_t *make_room(fd_proxy_cache_t *c, bucket_t *b,
-                          uint8_t evicted[16], int *was)
-{
-    entry_t *v = NULL;
-
-    *was = 0;
-    for (unsigned i = 0; i < WAYS; i++) {
-        entry_t *x = &b->e[i];
-        if (x->state == E_FREE)
-            return x;
-        if (x->state == E_READY && (v == NULL || x->used < v->used))
-            v = x;
-    }
-    if (v) {
-        memcpy(evicted, v->md5, 16);
-        *was = 1;
-        drop(c, v);
-    }
-    return v;
-}
-
-enum { L_MISS, L_HIT, L_EXPIRED, L_WAIT, L_FILL };
-
-/*
- * Look md5 up. L_HIT: fresh and ready (its use is recorded). L_WAIT:
- * another request fills it and lock_ms says to wait. L_FILL: missing (or
- * expired), and we are now its filler (lock_ms > 0 and fill). L_MISS /
- * L_EXPIRED: go upstream (| 0x10 for an expired one we now fill). gen:
- * a HIT's file generation; until: the filler's deadline.
- * evicted is set when room was made.
- */
-static int lookup(fd_proxy_cache_t *c, const uint8_t md5[16], uint64_t now,
-                  fd_msec_t lock_ms, int fill, uint64_t *until, uint64_t *gen,
-                  int *evict, uint8_t evicted[16])
-{
-    bucket_t *b = bucket_of(c, md5);
-    entry_t *e;
-    int rc;
-
-    *evict = 0;
-    lock(b);
-    e = find(b, md5);
-    if (e && e->state == E_READY && now < e->expires) {
-        e->used = now;
-        *gen = e->gen;
-        unlock(b);
-        return L_HIT;
-    }
-    if (e && e->state == E_FILLING && now < e->fill_until) {
-        *until = e->fill_until;
-        unlock(b);
-        return lock_ms ? L_WAIT : L_MISS;
-    }
-    rc = e && e->state == E_READY ? L_EXPIRED : L_MISS;
-    if (lock_ms && fill) {
-        if (e == NULL)
-            e = make_room(c, b, evicted, evict);
-        if (e) {
-            if (e->state == E_READY)
-                drop(c, e); /* expired: its file is replaced */
-            memcpy(e->md5, md5, 16);
-            e->state = E_FILLING;
-            e->fill_pid = (uint32_t)getpid();
-            e->fill_until = now + lock_ms;
-            e->used = now;
-            rc = rc == L_EXPIRED ? L_EXPIRED | 0x10 : L_FILL;
-        }
-    }
-    unlock(b);
-    return rc;
-}
-
-/* The file is in place: the entry is ready until expires. */
-static void commit(fd_proxy_cache_t *c, const uint8_t md5[16], uint64_t now,
-                   uint64_t expires, uint64_t size)
-{
-    bucket_t *b = bucket_of(c, md5);
-    uint8_t ev[16];
-    entry_t *e;
-    int evict = 0;
-
-    lock(b);
-    e = find(b, md5);
-    if (e == NULL)
-        e = make_room(c, b, ev, &evict);
-    if (e) {
-        drop(c, e);
-        memcpy(e->md5, md5, 16);
-        e->state = E_READY;
-        e->expires = expires;
-        e->used = now;
-        e->size = size;
-        e->gen = __atomic_add_fetch(&c->head->gen, 1, __ATOMIC_RELAXED);
-        __atomic_add_fetch(&c->head->size, size, __ATOMIC_RELAXED);
-        __atomic_add_fetch(&c->head->entries, 1, __ATOMIC_RELAXED);
-    }
-    unlock(b);
-    if (evict) {
-        COUNT(c, evicted);
-        unlink_entry(c, ev);
-    }
-}
-
-/* The filler gave up: waiters go on without it. */
-static void unfill(fd_proxy_cache_t *c, const uint8_t md5[16])
-{
-    bucket_t *b = bucket_of(c, md5);
-    entry_t *e;
-
-    lock(b);
-    e = find(b, md5);
-    if (e && e->state == E_FILLING && e->fill_pid == (uint32_t)getpid())
-        drop(c, e);
-    unlock(b);
-}
-
-/* A file that is gone or not what the index said: forget the entry. */
-static void forget(fd_proxy_cache_t *c, const uint8_t md5[16])
-{
-    bucket_t *b = bucket_of(c, md5);
-    entry_t *e;
-
-    lock(b);
-    e = find(b, md5);
-    if (e && e->state == E_READY)
-        drop(c, e);
-    unlock(b);
-}
-
-/* --- the cache manager --------------------------------------------------- */
-
-/*
- * Remove entries unused for inactive, then, while above max_size, the
- * least recently used: each pass over the table takes entries used no
- * later than the oldest use found, until under max_size (an LRU by clock
- * tick: CLOCK_MONOTONIC_COARSE's few milliseconds).
- */
-static void manage(fd_proxy_cache_t *c, uint64_t now)
-{
-    uint8_t gone[64][16];
-    unsigned ngone, pass;
-
-    for (pass = 0; pass < 64; pass++) {
-        uint64_t idle = now > c->inactive ? now - c->inactive : 0;
-        uint64_t oldest = UINT64_MAX, lru = 0;
-        int over = c->max_size &&
-                   __atomic_load_n(&c->head->size, __ATOMIC_RELAXED) >
-                       c->max_size;
-        size_t i;
-
-        if (pass > 0 && !over)
-            break;
-        if (over) {
-            for (i = 0; i < c->nbuckets; i++) {
-                bucket_t *b = &c->table[i];
-                for (unsigned k = 0; k < WAYS; k++)
-                    if (b->e[k].state == E_READY && b->e[k].used < oldest)
-                        oldest = b->e[k].used; /* racy read: a hint */
-            }
-            if (oldest != UINT64_MAX)
-                lru = oldest + 1;
-        }
-        ngone = 0;
-        for (i = 0; i < c->nbuckets; i++) {
-            bucket_t *b = &c->table[i];
-            lock(b);
-            for (unsigned k = 0; k < WAYS && ngone < 64; k++) {
-                entry_t *e = &b->e[k];
-                /* the oldest only while still above max_size: entries of
-                 * one clock tick are not all taken for one too many */
-                if (e->state == E_READY &&
-                    (e->used < idle || (over && e->used < lru))) {
-                    memcpy(gone[ngone++], e->md5, 16);
-                    drop(c, e);
-                    over = over && __atomic_load_n(&c->head->size,
-                                                   __ATOMIC_RELAXED) >
-                                       c->max_size;
-                } else if (e->state == E_FILLING && now > e->fill_until &&
-                           now - e->fill_until > 60000) {
-                    drop(c, e); /* its worker died while filling */
-                }
-            }
-            unlock(b);
-            if (ngone == 64) {
-                for (unsigned k = 0; k < ngone; k++) {
-                    unlink_entry(c, gone[k]);
-                    COUNT(c, evicted);
-                }
-                ngone = 0;
-            }
-        }
-        for (unsigned k = 0; k < ngone; k++) {
-            unlink_entry(c, gone[k]);
-            COUNT(c, evicted);
-        }
-    }
-}
-
-static fd_timer_t manager_timer;
-
-static void manager_run(fd_timer_t *t)
-{
-    fd_conf_section_t *s;
-    uint64_t now = fd_current_msec;
-
-    for (s = fd_worker->cycle->sections; s; s = s->next) {
-        fd_proxy_cache_t *c = s->conf;
-        uint64_t at;
-        if (s->module != &fd_proxy_cache_section)
-            continue;
-        at = __atomic_load_n(&c->head->manager_at, __ATOMIC_RELAXED);
-        if (now >= at &&
-            __atomic_compare_exchange_n(&c->head->manager_at, &at,
-                                        now + MANAGER_MS, 0, __ATOMIC_RELAXED,
-                                        __ATOMIC_RELAXED))
-            manage(c, now);
-    }
-    fd_timer_add(t, MANAGER_MS);
-}
-
-/* --- configuration ------------------------------------------------------- */
-
-#define COFF(f) offsetof(fd_proxy_cache_t, f)
-
-static const fd_directive_t cache_directives[] = {
-    {.name = "path", .type = FD_CONF_STR, .offset = COFF(path),
-     .doc = "the directory of the cache's files (made if missing, and "
-            "again if removed while running); the workers' user must be "
-            "able to write it"},
-    {.name = "levels", .type = FD_CONF_STR, .offset = COFF(levels_text),
-     .doc = "subdirectories by the end of the key's MD5, as nginx: up to 3 "
-            "levels of 1 or 2 hex digits, e.g. 1:2 (path/c/29/...); "
-            "default: none (every file in path)"},
-    {.name = "keys_zone", .type = FD_CONF_SIZE, .offset = COFF(keys_zone),
-     .def = "1m", .min = 65536, .max = (int64_t)1 << 32,
-     .doc = "the shared index: 520 bytes per 8 entries (1m holds about "
-            "16,000 entries); a full bucket gives its least recently used "
-            "entry's place (and file) to a new one"},
-    {.name = "max_size", .type = FD_CONF_SIZE, .offset = COFF(max_size),
-     .def = "0",
-     .doc = "above this many bytes of files the cache manager removes the "
-            "least recently used entries (checked each second; 0: no "
-            "limit)"},
-    {.name = "inactive", .type = FD_CONF_MSEC, .offset = COFF(inactive),
-     .def = "10m", .min = 1000, .max = (int64_t)365 * 86400 * 1000,
-     .doc = "an entry not used for this long is removed, fresh or not"},
-    FD_CONF_END};
-
-static int mkdirs(char *p, size_t from)
-{
-    for (size_t i = from; p[i]; i++) {
-        if (p[i] != '/' || i == 0)
-            continue;
-        p[i] = '\0';
-        if (mkdir(p, 0700) == -1 && errno != EEXIST) {
-            p[i] = '/';
-            return FD_ERROR;
-        }
-        p[i] = '/';
-    }
-    if (mkdir(p, 0700) == -1 && errno != EEXIST)
-        return FD_ERROR;
-    return FD_OK;
-}
-
-static int cache_init_section(fd_conf_t *cf, const char *name, void *conf)
-{
-    fd_proxy_cache_t *c = conf;
-    size_t n, size;
-    char *base;
-
-    if (fd_cycle_section_name(cf, "cache", name, 32) != FD_OK)
-        return FD_ERROR;
-    if (c->path == NULL || c->path[0] != '/')
-        return fd_conf_error(cf, "[cache %s] needs \"path\", an absolute "
-                             "directory", name);
-    n = strlen(c->path);
-    while (n > 1 && c->path[n - 1] == '/')
-        c->path[--n] = '\0';
-    if (n + 64 > PATH_MAX)
-        return fd_conf_error(cf, "[cache %s]: path too long", name);
-    if (fd_proxy_cache_levels(c->levels_text, c->levels, &c->nlevels) !=
-        FD_OK)
-        return fd_conf_error(cf, "[cache %s]: bad levels \"%s\" (up to 3 "
-                             "of 1 or 2, e.g. 1:2)", name, c->levels_text);
-    {
-        char *p = fd_pstrdup(cf->pool, c->path, n);
-        if (p == NULL || mkdirs(p, 0) != FD_OK)
-            return fd_conf_error(cf, "[cache %s]: mkdir(\"%s\") failed: "
-                                 "%s", name, c->path, strerror(errno));
-    }
-    c->name = fd_pstrdup(cf->pool, name, strlen(name));
-    c->nbuckets = c->keys_zone / sizeof(bucket_t);
-    size = sizeof(head_t) + c->nbuckets * sizeof(bucket_t);
-    base = fd_shm_zone("proxy_cache", name, size, NULL);
-    if (c->name == NULL || base == NULL)
-        return fd_conf_error(cf, "[cache %s]: out of memory (the %zu byte "
-                             "index)", name, size);
-    c->head = (head_t *)base;
-    c->table = (bucket_t *)(base + sizeof(head_t));
-    return FD_OK;
-}
-
-fd_module_t fd_proxy_cache_section = {
-    .name = "proxy",
-    .section = "cache",
-    .section_directives = cache_directives,
-    .section_size = sizeof(fd_proxy_cache_t),
-    .init_section = cache_init_section,
-};
 
 /* proxy_cache_valid = [CODE...|any] TIME */
 static int parse_valid(fd_conf_t *cf, proxy_loc_conf_t *lc, const char *v)
@@ -867,93 +297,6 @@ int fd_proxy_cache_init_conf(fd_conf_t *cf, proxy_loc_conf_t *lc)
     return FD_OK;
 }
 
-/* --- status -------------------------------------------------------------- */
-
-void fd_proxy_cache_init_worker(fd_worker_t *w, void *stats)
-{
-    fd_conf_section_t *s;
-    unsigned n = 0;
-
-    area = stats;
-    if (area)
-        memset(area, 0, FD_PROXY_CACHE_MAX * sizeof(*area));
-    for (s = w->cycle->sections; s; s = s->next) {
-        fd_proxy_cache_t *c = s->conf;
-        if (s->module != &fd_proxy_cache_section)
-            continue;
-        c->index = n < FD_PROXY_CACHE_MAX ? n : FD_PROXY_CACHE_MAX - 1;
-        if (area && n < FD_PROXY_CACHE_MAX)
-            snprintf(area[n].name, sizeof(area[n].name), "%s", c->name);
-        n++;
-    }
-    if (n) {
-        manager_timer.handler = manager_run;
-        fd_timer_add(&manager_timer, MANAGER_MS);
-    }
-}
-
-void fd_proxy_cache_exit_worker(void)
-{
-    if (fd_timer_armed(&manager_timer))
-        fd_timer_del(&manager_timer);
-}
-
-_Static_assert(FD_PROXY_CACHE_MAX * sizeof(cache_shm_t) <=
-                   FD_PROXY_CACHE_SHM_SIZE,
-               "the caches' part of the proxy's stats slot");
-
-void fd_proxy_cache_status(fd_status_t *st, const void *a, unsigned worker)
-{
-    const cache_shm_t *e = a;
-    char labels[64];
-    unsigned i;
-
-    (void)worker;
-    for (i = 0; i < FD_PROXY_CACHE_MAX; i++, e++) {
-        if (e->name[0] == '\0')
-            continue;
-        snprintf(labels, sizeof(labels), "cache=\"%s\"", e->name);
-        fd_status_counter(st, "proxy_cache_hits", "Responses served from "
-                          "the cache.", labels, e->hit);
-        fd_status_counter(st, "proxy_cache_misses", "Cacheable requests "
-                          "not found in the cache.", labels, e->miss);
-        fd_status_counter(st, "proxy_cache_expired", "Requests whose "
-                          "entry was stale.", labels, e->expired);
-        fd_status_counter(st, "proxy_cache_bypass", "Requests "
-                          "proxy_cache_bypass sent upstream.", labels,
-                          e->bypass);
-        fd_status_counter(st, "proxy_cache_stored", "Responses written to "
-                          "the cache.", labels, e->stored);
-        fd_status_counter(st, "proxy_cache_store_failed", "Responses not "
-                          "stored for a write error or a wrong length.",
-                          labels, e->store_failed);
-        fd_status_counter(st, "proxy_cache_evicted", "Entries removed for "
-                          "inactive, max_size or room.", labels, e->evicted);
-    }
-}
-
-void fd_proxy_cache_retire(void *retired, const void *a)
-{
-    const cache_shm_t *s = a;
-    cache_shm_t *into;
-    unsigned i;
-
-    for (i = 0; i < FD_PROXY_CACHE_MAX; i++, s++) {
-        if (s->name[0] == '\0' ||
-            (into = fd_status_named_entry(retired, sizeof(*s),
-                                          FD_PROXY_CACHE_MAX, s->name,
-                                          sizeof(s->name))) == NULL)
-            continue;
-        into->hit += s->hit;
-        into->miss += s->miss;
-        into->expired += s->expired;
-        into->bypass += s->bypass;
-        into->stored += s->stored;
-        into->store_failed += s->store_failed;
-        into->evicted += s->evicted;
-    }
-}
-
 /* --- a request: lookup and HIT ------------------------------------------- */
 
 /* any value non-empty and not "0" */
@@ -1021,7 +364,7 @@ static open_entry_t *open_entry(fd_proxy_cache_req_t *cr, uint64_t gen)
     if (fd == -1) {
         if (errno != ENOENT)
             fd_log_error(FD_LOG_ERR, errno, "open(\"%s\") failed", p);
-        forget(c, cr->md5);
+        fd_proxy_cache_index_forget(c, cr->md5);
         return NULL;
     }
     if ((oe = calloc(1, sizeof(*oe))) == NULL) {
@@ -1047,7 +390,7 @@ static open_entry_t *open_entry(fd_proxy_cache_req_t *cr, uint64_t gen)
 bad:
     fd_log_error(FD_LOG_WARN, 0, "cache \"%s\": \"%s\" is not a whole "
                  "entry: removed", c->name, p);
-    forget(c, cr->md5);
+    fd_proxy_cache_index_forget(c, cr->md5);
     unlink(p);
     open_release(oe);
     return NULL;
@@ -1081,7 +424,7 @@ static int serve(fd_proxy_cache_req_t *cr, uint64_t gen)
         /* unlinked under us (the directory removed): a miss */
         *slot = NULL;
         open_release(oe);
-        forget(c, cr->md5);
+        fd_proxy_cache_index_forget(c, cr->md5);
         return FD_DECLINED;
     }
     if (oe == NULL) {
@@ -1222,11 +565,11 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
      * than one after another. */
     if (r->in.method_id == FD_HTTP_HEAD)
         lock_ms = 0;
-    rc = lookup(cr->cache, cr->md5, fd_current_msec, lock_ms, !cr->waited,
+    rc = fd_proxy_cache_index_lookup(cr->cache, cr->md5, fd_current_msec, lock_ms, !cr->waited,
                 &until, &gen, &evict, ev);
     if (evict) {
         COUNT(cr->cache, evicted);
-        unlink_entry(cr->cache, ev);
+        fd_proxy_cache_unlink(cr->cache, ev);
     }
     if (rc & 0x10) {
         cr->filler = 1;
@@ -1339,7 +682,7 @@ static void store_abandon(fd_proxy_cache_req_t *cr)
         cr->storing = 0;
     }
     if (cr->filler) {
-        unfill(cr->cache, cr->md5);
+        fd_proxy_cache_index_unfill(cr->cache, cr->md5);
         cr->filler = 0;
     }
 }
@@ -1378,7 +721,7 @@ static int open_tmp(fd_proxy_cache_req_t *cr)
     if (fd == -1 && errno == ENOENT) {
         /* a level (or the cache itself) is missing: made again */
         p[dl - 1] = '\0';
-        if (mkdirs(p, strlen(c->path)) != FD_OK && mkdirs(p, 0) != FD_OK) {
+        if (fd_proxy_cache_mkdirs(p, strlen(c->path)) != FD_OK && fd_proxy_cache_mkdirs(p, 0) != FD_OK) {
             store_warn(cr, errno, "mkdir for");
             return FD_ERROR;
         }
@@ -1509,7 +852,7 @@ void fd_proxy_cache_end(proxy_req_t *px, int whole)
     }
     cr->storing = 0;
     cr->filler = 0; /* commit() turns the filling entry ready */
-    commit(cr->cache, cr->md5, fd_current_msec,
+    fd_proxy_cache_index_commit(cr->cache, cr->md5, fd_current_msec,
            fd_current_msec + (uint64_t)cr->valid_sec * 1000,
            cr->head_len + bl);
     COUNT(cr->cache, stored);

@@ -3,8 +3,8 @@
  * (X-Accel-Expires, Cache-Control, Expires, proxy_cache_valid, what is
  * never stored), and the shared index: lookups, the filling flag of
  * proxy_cache_lock, commits, eviction from a full bucket, and the
- * manager's inactive and max_size passes. The file is included whole,
- * its global names renamed so that they do not clash with the ones
+ * manager's inactive and max_size passes. Both files are included whole,
+ * their global names renamed so that they do not clash with the ones
  * linked into the test.
  */
 #define fd_proxy_cache_section fd_proxy_cache_section_unit
@@ -23,6 +23,14 @@
 #define fd_proxy_cache_end fd_proxy_cache_end_unit
 #define fd_proxy_cache_abandon fd_proxy_cache_abandon_unit
 #define fd_proxy_cache_status_text fd_proxy_cache_status_text_unit
+#define fd_proxy_cache_area fd_proxy_cache_area_unit
+#define fd_proxy_cache_mkdirs fd_proxy_cache_mkdirs_unit
+#define fd_proxy_cache_unlink fd_proxy_cache_unlink_unit
+#define fd_proxy_cache_index_lookup lookup
+#define fd_proxy_cache_index_commit commit
+#define fd_proxy_cache_index_unfill unfill
+#define fd_proxy_cache_index_forget forget
+#include "../../modules/fd_proxy_cache_index.c"
 #include "../../modules/fd_proxy_cache.c"
 
 #include "tap.h"

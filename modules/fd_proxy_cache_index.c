@@ -1,0 +1,584 @@
+/*
+ * proxy_cache: proxied responses kept on disk, found through an index in
+ * shared memory that every worker sees.
+ *
+ *   [cache pages]
+ *   path = /var/cache/fastd/pages
+ *   levels = 1:2
+ *   keys_zone = 1m
+ *   max_size = 1g
+ *   inactive = 10m
+ *
+ *   [location /]
+ *   handler = proxy
+ *   upstream = app
+ *   proxy_cache = pages
+ *   proxy_cache_valid = 200 302 10m
+ *
+ * The index is a table of 8-entry buckets mapped MAP_SHARED by the master
+ * before it forks (a reload with the same name and size keeps it, as
+ * limit_req's): an entry is the MD5 of the key, its state (free, being
+ * filled, ready), when it stops being fresh, when it was last used and
+ * the size of its file. Each bucket has its own spin lock, held for a few
+ * loads and stores, never across I/O.
+ *
+ * An entry's file is path/LEVELS/MD5HEX: a small header (the key, the
+ * status, the response's header fields), then the body. It is written
+ * under a temporary name in the same directory as the response streams
+ * to the client, and renamed once the body is complete and of the length
+ * announced, so a reader never opens half a file and a crash leaves only
+ * a temporary one. A HIT is that file's body sent like a static file's
+ * (sendfile); the small header is read with one pread() on the loop,
+ * from the page cache in the usual case (as nginx without aio).
+ *
+ * proxy_cache_lock: the first miss of a key marks the entry "filling"
+ * (with a deadline); the others, in any worker, look again every 10 ms
+ * until it is ready, or the filler gave up (then each goes upstream
+ * itself), or proxy_cache_lock_timeout passed (then it goes upstream and
+ * stores nothing, as nginx).
+ *
+ * A cache manager on one worker at a time (elected each second by a CAS
+ * on the table's header, as health checks are) removes entries unused for
+ * `inactive` and, above max_size, the least recently used ones, and
+ * unlinks their files.
+ */
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#include "fd_core.h"
+#include "fd_connection.h"
+#include "fd_cycle.h"
+#include "fd_http.h"
+#include "fd_proxy_cache_int.h"
+#include "fd_status.h"
+
+fd_module_t fd_proxy_cache_section;
+cache_shm_t *fd_proxy_cache_area;
+
+/* --- keys, levels, freshness (unit tested) ------------------------------ */
+
+void fd_proxy_cache_hash(const char *key, size_t n, uint8_t md5[16])
+{
+    static EVP_MD_CTX *ctx;
+    static EVP_MD *md;
+    unsigned len = 16;
+
+    if (md == NULL)
+        md = EVP_MD_fetch(NULL, "MD5", NULL);
+    if (ctx == NULL)
+        ctx = EVP_MD_CTX_new();
+    /* the context is reused: no allocation per request */
+    if (md == NULL || ctx == NULL || EVP_DigestInit_ex(ctx, md, NULL) != 1 ||
+        EVP_DigestUpdate(ctx, key, n) != 1 ||
+        EVP_DigestFinal_ex(ctx, md5, &len) != 1) {
+        /* no MD5 (a FIPS provider): FNV-1a twice, still 128 bits */
+        uint64_t h1 = 0xcbf29ce484222325ull, h2 = 0x84222325cbf29ce4ull;
+        for (size_t i = 0; i < n; i++) {
+            h1 = (h1 ^ (uint8_t)key[i]) * 0x100000001b3ull;
+            h2 = (h2 ^ (uint8_t)key[i]) * 0x100000001b3ull + 7;
+        }
+        memcpy(md5, &h1, 8);
+        memcpy(md5 + 8, &h2, 8);
+    }
+}
+
+/* "1:2" -> {1, 2}: up to 3 levels of 1 or 2 hex digits. */
+int fd_proxy_cache_levels(const char *s, uint8_t lv[3], unsigned *n)
+{
+    *n = 0;
+    memset(lv, 0, 3);
+    if (s == NULL || *s == '\0')
+        return FD_OK;
+    for (;;) {
+        if ((*s != '1' && *s != '2') || *n == 3)
+            return FD_ERROR;
+        lv[(*n)++] = (uint8_t)(*s++ - '0');
+        if (*s == '\0')
+            return FD_OK;
+        if (*s++ != ':')
+            return FD_ERROR;
+    }
+}
+
+/* path/L1/L2/HEX (the levels from the end of HEX, as nginx); the length,
+ * 0 if it does not fit. dir_len: where the file's name begins. */
+size_t fd_proxy_cache_file(char *buf, size_t size, const char *path,
+                           const uint8_t lv[3], unsigned nlv,
+                           const uint8_t md5[16], size_t *dir_len)
+{
+    static const char hex[] = "0123456789abcdef";
+    char h[32];
+    size_t n = strlen(path), at = 32;
+    unsigned i;
+
+    for (i = 0; i < 16; i++) {
+        h[2 * i] = hex[md5[i] >> 4];
+        h[2 * i + 1] = hex[md5[i] & 15];
+    }
+    if (n + 3 * 3 + 33 + 1 > size)
+        return 0;
+    memcpy(buf, path, n);
+    for (i = 0; i < nlv; i++) {
+        at -= lv[i];
+        buf[n++] = '/';
+        memcpy(buf + n, h + at, lv[i]);
+        n += lv[i];
+    }
+    buf[n++] = '/';
+    *dir_len = n;
+    memcpy(buf + n, h, 32);
+    n += 32;
+    buf[n] = '\0';
+    return n;
+}
+
+/* --- the shared index ---------------------------------------------------- */
+
+static void lock(bucket_t *b)
+{
+    fd_shm_lock(&b->lock);
+}
+
+static void unlock(bucket_t *b)
+{
+    fd_shm_unlock(&b->lock);
+}
+
+static bucket_t *bucket_of(const fd_proxy_cache_t *c, const uint8_t md5[16])
+{
+    uint64_t h;
+
+    memcpy(&h, md5, 8);
+    return &c->table[(size_t)(((h >> 32) * (uint64_t)c->nbuckets) >> 32)];
+}
+
+static entry_t *find(bucket_t *b, const uint8_t md5[16])
+{
+    for (unsigned i = 0; i < WAYS; i++)
+        if (b->e[i].state != E_FREE && memcmp(b->e[i].md5, md5, 16) == 0)
+            return &b->e[i];
+    return NULL;
+}
+
+static void drop(fd_proxy_cache_t *c, entry_t *e)
+{
+    if (e->state == E_READY) {
+        __atomic_sub_fetch(&c->head->size, e->size, __ATOMIC_RELAXED);
+        __atomic_sub_fetch(&c->head->entries, 1, __ATOMIC_RELAXED);
+    }
+    e->state = E_FREE;
+    e->size = 0;
+}
+
+void fd_proxy_cache_unlink(fd_proxy_cache_t *c, const uint8_t md5[16])
+{
+    char p[PATH_MAX];
+    size_t dl;
+
+    if (fd_proxy_cache_file(p, sizeof(p), c->path, c->levels, c->nlevels,
+                            md5, &dl) &&
+        unlink(p) == -1 && errno != ENOENT)
+        fd_log_error(FD_LOG_WARN, errno, "unlink(\"%s\") failed", p);
+}
+
+/* A place for md5 in b (locked): a free entry, else the least recently
+ * used ready one (whose md5 goes to *evicted), else NULL (all filling). */
+static entry_t *make_room(fd_proxy_cache_t *c, bucket_t *b,
+                          uint8_t evicted[16], int *was)
+{
+    entry_t *v = NULL;
+
+    *was = 0;
+    for (unsigned i = 0; i < WAYS; i++) {
+        entry_t *x = &b->e[i];
+        if (x->state == E_FREE)
+            return x;
+        if (x->state == E_READY && (v == NULL || x->used < v->used))
+            v = x;
+    }
+    if (v) {
+        memcpy(evicted, v->md5, 16);
+        *was = 1;
+        drop(c, v);
+    }
+    return v;
+}
+
+/*
+ * Look md5 up. L_HIT: fresh and ready (its use is recorded). L_WAIT:
+ * another request fills it and lock_ms says to wait. L_FILL: missing (or
+ * expired), and we are now its filler (lock_ms > 0 and fill). L_MISS /
+ * L_EXPIRED: go upstream (| 0x10 for an expired one we now fill). gen:
+ * a HIT's file generation; until: the filler's deadline.
+ * evicted is set when room was made.
+ */
+int fd_proxy_cache_index_lookup(fd_proxy_cache_t *c, const uint8_t md5[16], uint64_t now,
+                  fd_msec_t lock_ms, int fill, uint64_t *until, uint64_t *gen,
+                  int *evict, uint8_t evicted[16])
+{
+    bucket_t *b = bucket_of(c, md5);
+    entry_t *e;
+    int rc;
+
+    *evict = 0;
+    lock(b);
+    e = find(b, md5);
+    if (e && e->state == E_READY && now < e->expires) {
+        e->used = now;
+        *gen = e->gen;
+        unlock(b);
+        return L_HIT;
+    }
+    if (e && e->state == E_FILLING && now < e->fill_until) {
+        *until = e->fill_until;
+        unlock(b);
+        return lock_ms ? L_WAIT : L_MISS;
+    }
+    rc = e && e->state == E_READY ? L_EXPIRED : L_MISS;
+    if (lock_ms && fill) {
+        if (e == NULL)
+            e = make_room(c, b, evicted, evict);
+        if (e) {
+            if (e->state == E_READY)
+                drop(c, e); /* expired: its file is replaced */
+            memcpy(e->md5, md5, 16);
+            e->state = E_FILLING;
+            e->fill_pid = (uint32_t)getpid();
+            e->fill_until = now + lock_ms;
+            e->used = now;
+            rc = rc == L_EXPIRED ? L_EXPIRED | 0x10 : L_FILL;
+        }
+    }
+    unlock(b);
+    return rc;
+}
+
+/* The file is in place: the entry is ready until expires. */
+void fd_proxy_cache_index_commit(fd_proxy_cache_t *c, const uint8_t md5[16], uint64_t now,
+                   uint64_t expires, uint64_t size)
+{
+    bucket_t *b = bucket_of(c, md5);
+    uint8_t ev[16];
+    entry_t *e;
+    int evict = 0;
+
+    lock(b);
+    e = find(b, md5);
+    if (e == NULL)
+        e = make_room(c, b, ev, &evict);
+    if (e) {
+        drop(c, e);
+        memcpy(e->md5, md5, 16);
+        e->state = E_READY;
+        e->expires = expires;
+        e->used = now;
+        e->size = size;
+        e->gen = __atomic_add_fetch(&c->head->gen, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&c->head->size, size, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&c->head->entries, 1, __ATOMIC_RELAXED);
+    }
+    unlock(b);
+    if (evict) {
+        COUNT(c, evicted);
+        fd_proxy_cache_unlink(c, ev);
+    }
+}
+
+/* The filler gave up: waiters go on without it. */
+void fd_proxy_cache_index_unfill(fd_proxy_cache_t *c, const uint8_t md5[16])
+{
+    bucket_t *b = bucket_of(c, md5);
+    entry_t *e;
+
+    lock(b);
+    e = find(b, md5);
+    if (e && e->state == E_FILLING && e->fill_pid == (uint32_t)getpid())
+        drop(c, e);
+    unlock(b);
+}
+
+/* A file that is gone or not what the index said: forget the entry. */
+void fd_proxy_cache_index_forget(fd_proxy_cache_t *c, const uint8_t md5[16])
+{
+    bucket_t *b = bucket_of(c, md5);
+    entry_t *e;
+
+    lock(b);
+    e = find(b, md5);
+    if (e && e->state == E_READY)
+        drop(c, e);
+    unlock(b);
+}
+
+/* --- the cache manager --------------------------------------------------- */
+
+/*
+ * Remove entries unused for inactive, then, while above max_size, the
+ * least recently used: each pass over the table takes entries used no
+ * later than the oldest use found, until under max_size (an LRU by clock
+ * tick: CLOCK_MONOTONIC_COARSE's few milliseconds).
+ */
+static void manage(fd_proxy_cache_t *c, uint64_t now)
+{
+    uint8_t gone[64][16];
+    unsigned ngone, pass;
+
+    for (pass = 0; pass < 64; pass++) {
+        uint64_t idle = now > c->inactive ? now - c->inactive : 0;
+        uint64_t oldest = UINT64_MAX, lru = 0;
+        int over = c->max_size &&
+                   __atomic_load_n(&c->head->size, __ATOMIC_RELAXED) >
+                       c->max_size;
+        size_t i;
+
+        if (pass > 0 && !over)
+            break;
+        if (over) {
+            for (i = 0; i < c->nbuckets; i++) {
+                bucket_t *b = &c->table[i];
+                for (unsigned k = 0; k < WAYS; k++)
+                    if (b->e[k].state == E_READY && b->e[k].used < oldest)
+                        oldest = b->e[k].used; /* racy read: a hint */
+            }
+            if (oldest != UINT64_MAX)
+                lru = oldest + 1;
+        }
+        ngone = 0;
+        for (i = 0; i < c->nbuckets; i++) {
+            bucket_t *b = &c->table[i];
+            lock(b);
+            for (unsigned k = 0; k < WAYS && ngone < 64; k++) {
+                entry_t *e = &b->e[k];
+                /* the oldest only while still above max_size: entries of
+                 * one clock tick are not all taken for one too many */
+                if (e->state == E_READY &&
+                    (e->used < idle || (over && e->used < lru))) {
+                    memcpy(gone[ngone++], e->md5, 16);
+                    drop(c, e);
+                    over = over && __atomic_load_n(&c->head->size,
+                                                   __ATOMIC_RELAXED) >
+                                       c->max_size;
+                } else if (e->state == E_FILLING && now > e->fill_until &&
+                           now - e->fill_until > 60000) {
+                    drop(c, e); /* its worker died while filling */
+                }
+            }
+            unlock(b);
+            if (ngone == 64) {
+                for (unsigned k = 0; k < ngone; k++) {
+                    fd_proxy_cache_unlink(c, gone[k]);
+                    COUNT(c, evicted);
+                }
+                ngone = 0;
+            }
+        }
+        for (unsigned k = 0; k < ngone; k++) {
+            fd_proxy_cache_unlink(c, gone[k]);
+            COUNT(c, evicted);
+        }
+    }
+}
+
+static fd_timer_t manager_timer;
+
+static void manager_run(fd_timer_t *t)
+{
+    fd_conf_section_t *s;
+    uint64_t now = fd_current_msec;
+
+    for (s = fd_worker->cycle->sections; s; s = s->next) {
+        fd_proxy_cache_t *c = s->conf;
+        uint64_t at;
+        if (s->module != &fd_proxy_cache_section)
+            continue;
+        at = __atomic_load_n(&c->head->manager_at, __ATOMIC_RELAXED);
+        if (now >= at &&
+            __atomic_compare_exchange_n(&c->head->manager_at, &at,
+                                        now + MANAGER_MS, 0, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED))
+            manage(c, now);
+    }
+    fd_timer_add(t, MANAGER_MS);
+}
+
+/* --- configuration ------------------------------------------------------- */
+
+#define COFF(f) offsetof(fd_proxy_cache_t, f)
+
+static const fd_directive_t cache_directives[] = {
+    {.name = "path", .type = FD_CONF_STR, .offset = COFF(path),
+     .doc = "the directory of the cache's files (made if missing, and "
+            "again if removed while running); the workers' user must be "
+            "able to write it"},
+    {.name = "levels", .type = FD_CONF_STR, .offset = COFF(levels_text),
+     .doc = "subdirectories by the end of the key's MD5, as nginx: up to 3 "
+            "levels of 1 or 2 hex digits, e.g. 1:2 (path/c/29/...); "
+            "default: none (every file in path)"},
+    {.name = "keys_zone", .type = FD_CONF_SIZE, .offset = COFF(keys_zone),
+     .def = "1m", .min = 65536, .max = (int64_t)1 << 32,
+     .doc = "the shared index: 520 bytes per 8 entries (1m holds about "
+            "16,000 entries); a full bucket gives its least recently used "
+            "entry's place (and file) to a new one"},
+    {.name = "max_size", .type = FD_CONF_SIZE, .offset = COFF(max_size),
+     .def = "0",
+     .doc = "above this many bytes of files the cache manager removes the "
+            "least recently used entries (checked each second; 0: no "
+            "limit)"},
+    {.name = "inactive", .type = FD_CONF_MSEC, .offset = COFF(inactive),
+     .def = "10m", .min = 1000, .max = (int64_t)365 * 86400 * 1000,
+     .doc = "an entry not used for this long is removed, fresh or not"},
+    FD_CONF_END};
+
+int fd_proxy_cache_mkdirs(char *p, size_t from)
+{
+    for (size_t i = from; p[i]; i++) {
+        if (p[i] != '/' || i == 0)
+            continue;
+        p[i] = '\0';
+        if (mkdir(p, 0700) == -1 && errno != EEXIST) {
+            p[i] = '/';
+            return FD_ERROR;
+        }
+        p[i] = '/';
+    }
+    if (mkdir(p, 0700) == -1 && errno != EEXIST)
+        return FD_ERROR;
+    return FD_OK;
+}
+
+static int cache_init_section(fd_conf_t *cf, const char *name, void *conf)
+{
+    fd_proxy_cache_t *c = conf;
+    size_t n, size;
+    char *base;
+
+    if (fd_cycle_section_name(cf, "cache", name, 32) != FD_OK)
+        return FD_ERROR;
+    if (c->path == NULL || c->path[0] != '/')
+        return fd_conf_error(cf, "[cache %s] needs \"path\", an absolute "
+                             "directory", name);
+    n = strlen(c->path);
+    while (n > 1 && c->path[n - 1] == '/')
+        c->path[--n] = '\0';
+    if (n + 64 > PATH_MAX)
+        return fd_conf_error(cf, "[cache %s]: path too long", name);
+    if (fd_proxy_cache_levels(c->levels_text, c->levels, &c->nlevels) !=
+        FD_OK)
+        return fd_conf_error(cf, "[cache %s]: bad levels \"%s\" (up to 3 "
+                             "of 1 or 2, e.g. 1:2)", name, c->levels_text);
+    {
+        char *p = fd_pstrdup(cf->pool, c->path, n);
+        if (p == NULL || fd_proxy_cache_mkdirs(p, 0) != FD_OK)
+            return fd_conf_error(cf, "[cache %s]: mkdir(\"%s\") failed: "
+                                 "%s", name, c->path, strerror(errno));
+    }
+    c->name = fd_pstrdup(cf->pool, name, strlen(name));
+    c->nbuckets = c->keys_zone / sizeof(bucket_t);
+    size = sizeof(head_t) + c->nbuckets * sizeof(bucket_t);
+    base = fd_shm_zone("proxy_cache", name, size, NULL);
+    if (c->name == NULL || base == NULL)
+        return fd_conf_error(cf, "[cache %s]: out of memory (the %zu byte "
+                             "index)", name, size);
+    c->head = (head_t *)base;
+    c->table = (bucket_t *)(base + sizeof(head_t));
+    return FD_OK;
+}
+
+fd_module_t fd_proxy_cache_section = {
+    .name = "proxy",
+    .section = "cache",
+    .section_directives = cache_directives,
+    .section_size = sizeof(fd_proxy_cache_t),
+    .init_section = cache_init_section,
+};
+
+/* --- status -------------------------------------------------------------- */
+
+void fd_proxy_cache_init_worker(fd_worker_t *w, void *stats)
+{
+    fd_conf_section_t *s;
+    unsigned n = 0;
+
+    fd_proxy_cache_area = stats;
+    if (fd_proxy_cache_area)
+        memset(fd_proxy_cache_area, 0, FD_PROXY_CACHE_MAX * sizeof(*fd_proxy_cache_area));
+    for (s = w->cycle->sections; s; s = s->next) {
+        fd_proxy_cache_t *c = s->conf;
+        if (s->module != &fd_proxy_cache_section)
+            continue;
+        c->index = n < FD_PROXY_CACHE_MAX ? n : FD_PROXY_CACHE_MAX - 1;
+        if (fd_proxy_cache_area && n < FD_PROXY_CACHE_MAX)
+            snprintf(fd_proxy_cache_area[n].name, sizeof(fd_proxy_cache_area[n].name), "%s", c->name);
+        n++;
+    }
+    if (n) {
+        manager_timer.handler = manager_run;
+        fd_timer_add(&manager_timer, MANAGER_MS);
+    }
+}
+
+void fd_proxy_cache_exit_worker(void)
+{
+    if (fd_timer_armed(&manager_timer))
+        fd_timer_del(&manager_timer);
+}
+
+_Static_assert(FD_PROXY_CACHE_MAX * sizeof(cache_shm_t) <=
+                   FD_PROXY_CACHE_SHM_SIZE,
+               "the caches' part of the proxy's stats slot");
+
+void fd_proxy_cache_status(fd_status_t *st, const void *a, unsigned worker)
+{
+    const cache_shm_t *e = a;
+    char labels[64];
+    unsigned i;
+
+    (void)worker;
+    for (i = 0; i < FD_PROXY_CACHE_MAX; i++, e++) {
+        if (e->name[0] == '\0')
+            continue;
+        snprintf(labels, sizeof(labels), "cache=\"%s\"", e->name);
+        fd_status_counter(st, "proxy_cache_hits", "Responses served from "
+                          "the cache.", labels, e->hit);
+        fd_status_counter(st, "proxy_cache_misses", "Cacheable requests "
+                          "not found in the cache.", labels, e->miss);
+        fd_status_counter(st, "proxy_cache_expired", "Requests whose "
+                          "entry was stale.", labels, e->expired);
+        fd_status_counter(st, "proxy_cache_bypass", "Requests "
+                          "proxy_cache_bypass sent upstream.", labels,
+                          e->bypass);
+        fd_status_counter(st, "proxy_cache_stored", "Responses written to "
+                          "the cache.", labels, e->stored);
+        fd_status_counter(st, "proxy_cache_store_failed", "Responses not "
+                          "stored for a write error or a wrong length.",
+                          labels, e->store_failed);
+        fd_status_counter(st, "proxy_cache_evicted", "Entries removed for "
+                          "inactive, max_size or room.", labels, e->evicted);
+    }
+}
+
+void fd_proxy_cache_retire(void *retired, const void *a)
+{
+    const cache_shm_t *s = a;
+    cache_shm_t *into;
+    unsigned i;
+
+    for (i = 0; i < FD_PROXY_CACHE_MAX; i++, s++) {
+        if (s->name[0] == '\0' ||
+            (into = fd_status_named_entry(retired, sizeof(*s),
+                                          FD_PROXY_CACHE_MAX, s->name,
+                                          sizeof(s->name))) == NULL)
+            continue;
+        into->hit += s->hit;
+        into->miss += s->miss;
+        into->expired += s->expired;
+        into->bypass += s->bypass;
+        into->stored += s->stored;
+        into->store_failed += s->store_failed;
+        into->evicted += s->evicted;
+    }
+}
+
