@@ -209,9 +209,10 @@ int fd_proxy_start(proxy_req_t *px);
 /* --- the cache (fd_proxy_cache.c) --- */
 
 #define FD_PROXY_CACHE_MAX 8  /* [cache] sections with status entries */
-#define FD_PROXY_CACHE_SHM_SIZE (FD_PROXY_CACHE_MAX * 96) /* their bytes */
+#define FD_PROXY_CACHE_SHM_SIZE (FD_PROXY_CACHE_MAX * 128) /* their bytes */
 enum { FD_PROXY_CACHE_NONE, FD_PROXY_CACHE_MISS, FD_PROXY_CACHE_HIT,
-       FD_PROXY_CACHE_EXPIRED, FD_PROXY_CACHE_BYPASS };
+       FD_PROXY_CACHE_EXPIRED, FD_PROXY_CACHE_BYPASS, FD_PROXY_CACHE_STALE,
+       FD_PROXY_CACHE_UPDATING, FD_PROXY_CACHE_REVALIDATED };
 
 /* the [cache NAME] section type (fd_proxy_module.also) */
 extern fd_module_t fd_proxy_cache_section;

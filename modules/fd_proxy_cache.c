@@ -782,6 +782,7 @@ void fd_proxy_cache_header(proxy_req_t *px, const fd_http_header_t *f,
     fh.key_len = (uint32_t)cr->key.len;
     fh.fields_len = (uint32_t)(fd_sbuf_len(&sb) - sizeof(fh) - cr->key.len);
     fh.date = fd_current_sec;
+    fh.expires = fd_current_sec + cr->valid_sec;
     memcpy(sb.start, &fh, sizeof(fh));
     if (open_tmp(cr) != FD_OK)
         goto failed;
@@ -875,7 +876,9 @@ void fd_proxy_cache_abandon(proxy_req_t *px)
 
 const char *fd_proxy_cache_status_text(int s)
 {
-    static const char *const t[] = {"", "MISS", "HIT", "EXPIRED", "BYPASS"};
+    static const char *const t[] = {"",      "MISS",     "HIT",
+                                    "EXPIRED", "BYPASS", "STALE",
+                                    "UPDATING", "REVALIDATED"};
 
     return s >= 0 && s < (int)fd_nelems(t) ? t[s] : "";
 }

@@ -557,6 +557,17 @@ void fd_proxy_cache_status(fd_status_t *st, const void *a, unsigned worker)
                           labels, e->store_failed);
         fd_status_counter(st, "proxy_cache_evicted", "Entries removed for "
                           "inactive, max_size or room.", labels, e->evicted);
+        fd_status_counter(st, "proxy_cache_stale", "Stale entries served "
+                          "for an upstream's failure (proxy_cache_use_stale) "
+                          "or while updated in the background.", labels,
+                          e->stale);
+        fd_status_counter(st, "proxy_cache_updating", "Stale entries served "
+                          "while another request updated them.", labels,
+                          e->updating);
+        fd_status_counter(st, "proxy_cache_revalidated", "Expired entries "
+                          "the upstream confirmed with 304 "
+                          "(proxy_cache_revalidate).", labels,
+                          e->revalidated);
     }
 }
 
@@ -579,6 +590,9 @@ void fd_proxy_cache_retire(void *retired, const void *a)
         into->stored += s->stored;
         into->store_failed += s->store_failed;
         into->evicted += s->evicted;
+        into->stale += s->stale;
+        into->updating += s->updating;
+        into->revalidated += s->revalidated;
     }
 }
 

@@ -11,7 +11,7 @@
 #define WAYS 8
 #define POLL_MS 10
 #define MANAGER_MS 1000
-#define FILE_MAGIC 0x31434446u /* "FDC1" */
+#define FILE_MAGIC 0x32434446u /* "FDC2" */
 #define MAX_RANGES 16          /* as the static module's max_ranges */
 
 enum { E_FREE = 0, E_FILLING, E_READY };
@@ -66,6 +66,7 @@ typedef struct {
     uint32_t fields_len;      /* "Name: value\r\n" lines */
     uint64_t body_len;
     int64_t date;             /* unix seconds it was stored */
+    int64_t expires;          /* unix seconds it stops being fresh */
 } file_head_t;
 
 /* one request's cache state */
@@ -93,6 +94,7 @@ struct fd_proxy_cache_req_s {
 typedef struct {
     char name[32];
     uint64_t hit, miss, expired, bypass, stored, store_failed, evicted;
+    uint64_t stale, updating, revalidated;
 } cache_shm_t;
 
 extern cache_shm_t *fd_proxy_cache_area; /* this worker's status entries */
