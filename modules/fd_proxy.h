@@ -127,7 +127,23 @@ typedef struct {
     fd_var_script_t *no_cache;
     unsigned nno_cache;
     unsigned cache_ignore;     /* FD_PROXY_IGNORE_* */
+    char *use_stale_src;
+    unsigned use_stale;        /* FD_PROXY_STALE_* */
+    int cache_revalidate;
 } proxy_loc_conf_t;
+
+/* proxy_cache_use_stale: when an expired entry answers instead */
+#define FD_PROXY_STALE_ERROR 0x001
+#define FD_PROXY_STALE_TIMEOUT 0x002
+#define FD_PROXY_STALE_INVALID 0x004
+#define FD_PROXY_STALE_UPDATING 0x008
+#define FD_PROXY_STALE_500 0x010
+#define FD_PROXY_STALE_502 0x020
+#define FD_PROXY_STALE_503 0x040
+#define FD_PROXY_STALE_504 0x080
+#define FD_PROXY_STALE_403 0x100
+#define FD_PROXY_STALE_404 0x200
+#define FD_PROXY_STALE_429 0x400
 
 extern const fd_directive_t fd_proxy_directives[];
 int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf);
@@ -185,6 +201,7 @@ struct proxy_req_s {
     unsigned upgrade:1;        /* a tunnel was asked for */
     unsigned keepalive:1;      /* the response lets us reuse uc */
     unsigned timed_out:1;      /* the last failed try timed out */
+    unsigned invalid:1;        /* the last failed try sent nonsense */
     int rc;                    /* the handler's result when sync */
     unsigned ninterim;         /* 1xx responses skipped */
     tunnel_t *tunnel;          /* 101 waiting for its header to drain */
@@ -237,6 +254,12 @@ void fd_proxy_cache_body(proxy_req_t *px, const fd_buf_t *chain);
 void fd_proxy_cache_end(proxy_req_t *px, int whole);
 /* The request ends otherwise: drop the file, release the fill. */
 void fd_proxy_cache_abandon(proxy_req_t *px);
+/* Stale entries and revalidation (see fd_proxy_cache.c) */
+int fd_proxy_cache_drops_field(fd_str_t name);
+void fd_proxy_cache_request_fields(proxy_req_t *px, fd_sbuf_t *sb);
+int fd_proxy_cache_stale(proxy_req_t *px, unsigned cond);
+int fd_proxy_cache_response(proxy_req_t *px, int status,
+                            const fd_http_header_t *f, unsigned nf);
 
 /* unit tested */
 void fd_proxy_cache_hash(const char *key, size_t n, uint8_t md5[16]);

@@ -258,6 +258,42 @@ int fd_proxy_cache_init_conf(fd_conf_t *cf, proxy_loc_conf_t *lc)
     }
     /* as nginx: GET and HEAD are always cached */
     lc->cache_methods |= FD_METHODS_GET;
+    lc->use_stale = 0;
+    fd_conf_at_key(cf, lc, "proxy_cache_use_stale");
+    s = fd_pstrdup(cf->pool, lc->use_stale_src, strlen(lc->use_stale_src));
+    if (s == NULL)
+        return fd_conf_error(cf, "out of memory");
+    for (tok = strtok_r(s, " \t", &save); tok;
+         tok = strtok_r(NULL, " \t", &save)) {
+        static const struct {
+            const char *name;
+            unsigned flag;
+        } st[] = {{"off", 0},
+                  {"error", FD_PROXY_STALE_ERROR},
+                  {"timeout", FD_PROXY_STALE_TIMEOUT},
+                  {"invalid_header", FD_PROXY_STALE_INVALID},
+                  {"updating", FD_PROXY_STALE_UPDATING},
+                  {"http_500", FD_PROXY_STALE_500},
+                  {"http_502", FD_PROXY_STALE_502},
+                  {"http_503", FD_PROXY_STALE_503},
+                  {"http_504", FD_PROXY_STALE_504},
+                  {"http_403", FD_PROXY_STALE_403},
+                  {"http_404", FD_PROXY_STALE_404},
+                  {"http_429", FD_PROXY_STALE_429}};
+        unsigned k;
+        for (k = 0; k < fd_nelems(st); k++)
+            if (strcmp(tok, st[k].name) == 0)
+                break;
+        if (k == fd_nelems(st))
+            return fd_conf_error(cf, "\"proxy_cache_use_stale\": \"%s\" "
+                                 "is not off, error, timeout, "
+                                 "invalid_header, updating or http_500, "
+                                 "502, 503, 504, 403, 404, 429", tok);
+        if (k == 0 && (lc->use_stale || strtok_r(NULL, " \t", &save)))
+            return fd_conf_error(cf, "\"proxy_cache_use_stale\": off "
+                                 "stands alone");
+        lc->use_stale |= st[k].flag;
+    }
     fd_conf_at_key(cf, lc, "proxy_cache_bypass");
     if (compile_list(cf, &lc->cache_bypass_src, &lc->bypass, &lc->nbypass,
                      "proxy_cache_bypass") != FD_OK)
@@ -396,19 +432,14 @@ bad:
     return NULL;
 }
 
-/*
- * Serve the entry (generation gen) into r: FD_OK, or FD_DECLINED when the
- * file is missing or not the entry (then the index forgets it).
- */
-static int serve(fd_proxy_cache_req_t *cr, uint64_t gen)
+/* The entry (generation gen), open and read in this worker's slot; NULL
+ * when the file is missing or not the entry (then the index forgets it). */
+static open_entry_t *entry_get(fd_proxy_cache_req_t *cr, uint64_t gen)
 {
-    fd_request_t *r = cr->r;
     fd_proxy_cache_t *c = cr->cache;
     open_entry_t **slot, *oe;
     struct stat st;
-    char *q, *end;
     uint32_t h;
-    off_t body_off;
 
     memcpy(&h, cr->md5 + 8, 4);
     slot = &open_slots[h % OPEN_SLOTS];
@@ -425,17 +456,50 @@ static int serve(fd_proxy_cache_req_t *cr, uint64_t gen)
         *slot = NULL;
         open_release(oe);
         fd_proxy_cache_index_forget(c, cr->md5);
-        return FD_DECLINED;
+        return NULL;
     }
     if (oe == NULL) {
         if ((oe = open_entry(cr, gen)) == NULL)
-            return FD_DECLINED;
+            return NULL;
         *slot = oe;
     }
     oe->checked = fd_current_sec;
     if (oe->fh.key_len != cr->key.len ||
         memcmp(oe->buf, cr->key.data, cr->key.len) != 0)
-        return FD_DECLINED; /* an MD5 collision: served from upstream */
+        return NULL; /* an MD5 collision: served from upstream */
+    return oe;
+}
+
+/* The next "Name: value" line of an entry's fields from *q: 0 at the end
+ * (or on a malformed line). */
+static int entry_field(char **q, char *end, fd_str_t *name, fd_str_t *value)
+{
+    char *colon, *eol;
+
+    if (*q >= end || (colon = memchr(*q, ':', (size_t)(end - *q))) == NULL ||
+        (eol = memchr(colon, '\r', (size_t)(end - colon))) == NULL ||
+        eol + 1 >= end || eol[1] != '\n' || eol < colon + 2)
+        return 0;
+    *name = (fd_str_t){(size_t)(colon - *q), *q};
+    *value = (fd_str_t){(size_t)(eol - colon - 2), colon + 2};
+    *q = eol + 2;
+    return 1;
+}
+
+/*
+ * Serve the entry (generation gen) into r: FD_OK, or FD_DECLINED when the
+ * file is missing or not the entry (then the index forgets it).
+ */
+static int serve(fd_proxy_cache_req_t *cr, uint64_t gen)
+{
+    fd_request_t *r = cr->r;
+    open_entry_t *oe = entry_get(cr, gen);
+    char *q, *end;
+    fd_str_t name, value;
+    off_t body_off;
+
+    if (oe == NULL)
+        return FD_DECLINED;
     if (fd_pool_cleanup_add(r->pool, open_release, oe) == NULL)
         return FD_DECLINED;
     oe->refs++;
@@ -443,14 +507,8 @@ static int serve(fd_proxy_cache_req_t *cr, uint64_t gen)
     r->status = (int)oe->fh.status;
     for (q = oe->buf + oe->fh.key_len, end = q + oe->fh.fields_len;
          q < end;) {
-        char *colon = memchr(q, ':', (size_t)(end - q));
-        char *eol = colon ? memchr(colon, '\r', (size_t)(end - colon)) : NULL;
-        fd_str_t name, value;
-        if (eol == NULL || eol + 1 >= end || eol[1] != '\n')
+        if (!entry_field(&q, end, &name, &value))
             return FD_DECLINED;
-        name = (fd_str_t){(size_t)(colon - q), q};
-        value = (fd_str_t){(size_t)(eol - colon - 2), colon + 2};
-        q = eol + 2;
         if (fd_str_caseeq_lit(name, "content-type")) {
             r->content_type = value;
         } else if (oe->fh.status == 200 && fd_str_caseeq_lit(name, "etag")) {
@@ -521,6 +579,41 @@ static void wait_abort(fd_request_t *r)
 }
 
 static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms);
+static void store_warn(fd_proxy_cache_req_t *cr, int err, const char *what);
+static void store_abandon(fd_proxy_cache_req_t *cr);
+
+/*
+ * An expired entry (generation gen) may still answer: for
+ * proxy_cache_use_stale, and, with proxy_cache_revalidate, its ETag and
+ * Last-Modified go upstream as validators. Copied: the open entry may be
+ * replaced before the response comes.
+ */
+static void stale_keep(fd_proxy_cache_req_t *cr, uint64_t gen)
+{
+    proxy_loc_conf_t *lc = cr->px->lc;
+    open_entry_t *oe;
+    fd_str_t name, value;
+    char *q, *end;
+
+    if (lc->use_stale == 0 && !lc->cache_revalidate)
+        return;
+    cr->stale_gen = gen;
+    if (!lc->cache_revalidate || (oe = entry_get(cr, gen)) == NULL)
+        return;
+    cr->stale_status = (int)oe->fh.status;
+    if (oe->fh.status != 200)
+        return; /* nginx revalidates 200s only: a 304 has no other */
+    for (q = oe->buf + oe->fh.key_len, end = q + oe->fh.fields_len;
+         entry_field(&q, end, &name, &value);) {
+        fd_str_t *to = fd_str_caseeq_lit(name, "etag") ? &cr->etag
+                     : fd_str_caseeq_lit(name, "last-modified")
+                         ? &cr->last_modified
+                         : NULL;
+        if (to && value.len &&
+            (to->data = fd_pstrdup(cr->r->pool, value.data, value.len)))
+            to->len = value.len;
+    }
+}
 
 /* Waiting on another's fill: look again. */
 static void wait_poll(fd_timer_t *t)
@@ -565,8 +658,13 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
      * than one after another. */
     if (r->in.method_id == FD_HTTP_HEAD)
         lock_ms = 0;
-    rc = fd_proxy_cache_index_lookup(cr->cache, cr->md5, fd_current_msec, lock_ms, !cr->waited,
-                &until, &gen, &evict, ev);
+    rc = fd_proxy_cache_index_lookup_stale(
+        cr->cache, cr->md5, fd_current_msec, lock_ms,
+        px->lc->use_stale & FD_PROXY_STALE_UPDATING
+            ? px->lc->cache_lock_timeout
+            : 0,
+        !cr->waited && r->in.method_id == FD_HTTP_GET, &until, &gen, &evict,
+        ev);
     if (evict) {
         COUNT(cr->cache, evicted);
         fd_proxy_cache_unlink(cr->cache, ev);
@@ -583,6 +681,17 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
             return FD_OK;
         }
         /* gone, not whole, or another key's: upstream, and stored */
+        unserve(r);
+        px->cache_status = FD_PROXY_CACHE_MISS;
+        COUNT(cr->cache, miss);
+        return FD_DECLINED;
+    case L_STALE:
+        /* another request updates it: the old file answers */
+        if (serve(cr, gen) == FD_OK) {
+            px->cache_status = FD_PROXY_CACHE_UPDATING;
+            COUNT(cr->cache, updating);
+            return FD_OK;
+        }
         unserve(r);
         px->cache_status = FD_PROXY_CACHE_MISS;
         COUNT(cr->cache, miss);
@@ -607,6 +716,7 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
     default: /* L_EXPIRED */
         px->cache_status = FD_PROXY_CACHE_EXPIRED;
         COUNT(cr->cache, expired);
+        stale_keep(cr, gen);
         return FD_DECLINED;
     }
 }
@@ -656,6 +766,129 @@ int fd_proxy_cache_lookup(proxy_req_t *px)
             return FD_DECLINED;
         }
     return decide(cr, lc->cache_lock ? lc->cache_lock_timeout : 0);
+}
+
+/* --- a request: stale entries and revalidation --------------------------- */
+
+/* The client's fields a cacheable request does not send upstream: the
+ * cache answers conditionals and ranges from the entry (as nginx). */
+int fd_proxy_cache_drops_field(fd_str_t n)
+{
+    return (n.len > 3 && fd_str_caseeq((fd_str_t){3, n.data}, "if-", 3)) ||
+           fd_str_caseeq_lit(n, "range");
+}
+
+/* The validators of an expired entry, when revalidating (see stale_keep). */
+void fd_proxy_cache_request_fields(proxy_req_t *px, fd_sbuf_t *sb)
+{
+    fd_proxy_cache_req_t *cr = px->cr;
+
+    if (cr == NULL || cr->stale_gen == 0 ||
+        (cr->etag.len == 0 && cr->last_modified.len == 0))
+        return;
+    if (cr->etag.len)
+        fd_sbuf_add_header(sb, fd_string("If-None-Match"), cr->etag);
+    if (cr->last_modified.len)
+        fd_sbuf_add_header(sb, fd_string("If-Modified-Since"),
+                           cr->last_modified);
+    cr->revalidating = 1;
+}
+
+/*
+ * The upstream failed (cond: FD_PROXY_STALE_*) before a response header
+ * reached the client: the expired entry answers instead when
+ * proxy_cache_use_stale says so. FD_OK: r holds it (STALE).
+ */
+int fd_proxy_cache_stale(proxy_req_t *px, unsigned cond)
+{
+    fd_proxy_cache_req_t *cr = px->cr;
+    fd_request_t *r = px->r;
+
+    if (cr == NULL || cr->stale_gen == 0 || r->header_sent ||
+        !(px->lc->use_stale & cond))
+        return FD_DECLINED;
+    unserve(r);
+    if (serve(cr, cr->stale_gen) != FD_OK) {
+        unserve(r);
+        return FD_DECLINED;
+    }
+    px->cache_status = FD_PROXY_CACHE_STALE;
+    COUNT(cr->cache, stale);
+    store_abandon(cr);
+    return FD_OK;
+}
+
+/* The file's own record of its freshness, for an index rebuilt from disk
+ * after a restart. */
+static void refresh_file(fd_proxy_cache_req_t *cr, int64_t expires)
+{
+    fd_proxy_cache_t *c = cr->cache;
+    char p[PATH_MAX];
+    size_t dl;
+    int fd;
+
+    if (fd_proxy_cache_file(p, sizeof(p), c->path, c->levels, c->nlevels,
+                            cr->md5, &dl) == 0 ||
+        (fd = open(p, O_WRONLY | O_CLOEXEC)) == -1)
+        return;
+    if (pwrite(fd, &expires, sizeof(expires),
+               offsetof(file_head_t, expires)) != (ssize_t)sizeof(expires))
+        store_warn(cr, errno, "pwrite() of");
+    close(fd);
+}
+
+/*
+ * The upstream's response header (status, fields f): FD_OK when the cache
+ * answers instead, in r: the 304 to a revalidation (REVALIDATED: the
+ * entry is fresh again), or the expired entry for a status
+ * proxy_cache_use_stale names (STALE). FD_ERROR: a 304 came and the entry
+ * is gone (the client asked nothing conditional: 502). FD_DECLINED: the
+ * response goes on to the client.
+ */
+int fd_proxy_cache_response(proxy_req_t *px, int status,
+                            const fd_http_header_t *f, unsigned nf)
+{
+    static const struct {
+        int status;
+        unsigned cond;
+    } st[] = {{500, FD_PROXY_STALE_500}, {502, FD_PROXY_STALE_502},
+              {503, FD_PROXY_STALE_503}, {504, FD_PROXY_STALE_504},
+              {403, FD_PROXY_STALE_403}, {404, FD_PROXY_STALE_404},
+              {429, FD_PROXY_STALE_429}};
+    fd_proxy_cache_req_t *cr = px->cr;
+    proxy_loc_conf_t *lc = px->lc;
+    fd_request_t *r = px->r;
+    int64_t sec;
+
+    if (cr == NULL || cr->stale_gen == 0)
+        return FD_DECLINED;
+    if (status == 304 && cr->revalidating) {
+        /* fresh again for what the 304 says, else proxy_cache_valid for
+         * the entry's status */
+        sec = fd_proxy_cache_valid_for(f, nf, cr->stale_status, lc->valid,
+                                       lc->nvalid, fd_current_sec, 0,
+                                       lc->cache_ignore);
+        if (sec < 0)
+            sec = 0;
+        if (fd_proxy_cache_index_refresh(cr->cache, cr->md5, cr->stale_gen,
+                                         fd_current_msec,
+                                         fd_current_msec +
+                                             (uint64_t)sec * 1000))
+            refresh_file(cr, fd_current_sec + sec);
+        store_abandon(cr);
+        unserve(r);
+        if (serve(cr, cr->stale_gen) != FD_OK) {
+            unserve(r);
+            return FD_ERROR;
+        }
+        px->cache_status = FD_PROXY_CACHE_REVALIDATED;
+        COUNT(cr->cache, revalidated);
+        return FD_OK;
+    }
+    for (unsigned i = 0; i < fd_nelems(st); i++)
+        if (st[i].status == status)
+            return fd_proxy_cache_stale(px, st[i].cond);
+    return FD_DECLINED;
 }
 
 /* --- a request: storing the response ------------------------------------- */

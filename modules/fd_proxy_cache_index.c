@@ -209,15 +209,24 @@ static entry_t *make_room(fd_proxy_cache_t *c, bucket_t *b,
 
 /*
  * Look md5 up. L_HIT: fresh and ready (its use is recorded). L_WAIT:
- * another request fills it and lock_ms says to wait. L_FILL: missing (or
- * expired), and we are now its filler (lock_ms > 0 and fill). L_MISS /
- * L_EXPIRED: go upstream (| 0x10 for an expired one we now fill). gen:
- * a HIT's file generation; until: the filler's deadline.
- * evicted is set when room was made.
+ * another request fills or updates it and lock_ms says to wait. L_STALE:
+ * expired, another request updates it, and stale says to answer from it.
+ * L_FILL: missing, and we are now its filler (lock_ms > 0 and fill).
+ * L_MISS / L_EXPIRED: go upstream; | 0x10 for an expired one we now
+ * update (lock_ms or stale, and fill). gen: the file generation of a
+ * HIT, a STALE and an EXPIRED entry (which stays ready, for
+ * proxy_cache_use_stale and revalidation, until a new file replaces it);
+ * until: the filler's deadline. evicted is set when room was made.
+ *
+ * An expired entry being updated is a ready one with fill_pid set and
+ * fill_until ahead: its file still answers.
  */
-int fd_proxy_cache_index_lookup(fd_proxy_cache_t *c, const uint8_t md5[16], uint64_t now,
-                  fd_msec_t lock_ms, int fill, uint64_t *until, uint64_t *gen,
-                  int *evict, uint8_t evicted[16])
+int fd_proxy_cache_index_lookup_stale(fd_proxy_cache_t *c,
+                                      const uint8_t md5[16], uint64_t now,
+                                      fd_msec_t lock_ms, fd_msec_t stale_ms,
+                                      int fill, uint64_t *until,
+                                      uint64_t *gen, int *evict,
+                                      uint8_t evicted[16])
 {
     bucket_t *b = bucket_of(c, md5);
     entry_t *e;
@@ -232,28 +241,77 @@ int fd_proxy_cache_index_lookup(fd_proxy_cache_t *c, const uint8_t md5[16], uint
         unlock(b);
         return L_HIT;
     }
+    if (e && e->state == E_READY) {
+        *gen = e->gen;
+        if (e->fill_pid && now < e->fill_until) {
+            /* another request updates it */
+            *until = e->fill_until;
+            rc = stale_ms ? L_STALE : lock_ms ? L_WAIT : L_EXPIRED;
+            if (rc == L_STALE)
+                e->used = now;
+            unlock(b);
+            return rc;
+        }
+        if ((lock_ms || stale_ms) && fill) {
+            e->fill_pid = (uint32_t)getpid();
+            e->fill_until = now + (lock_ms > stale_ms ? lock_ms : stale_ms);
+            e->used = now;
+            unlock(b);
+            return L_EXPIRED | 0x10;
+        }
+        unlock(b);
+        return L_EXPIRED;
+    }
     if (e && e->state == E_FILLING && now < e->fill_until) {
         *until = e->fill_until;
         unlock(b);
         return lock_ms ? L_WAIT : L_MISS;
     }
-    rc = e && e->state == E_READY ? L_EXPIRED : L_MISS;
+    rc = L_MISS;
     if (lock_ms && fill) {
         if (e == NULL)
             e = make_room(c, b, evicted, evict);
         if (e) {
-            if (e->state == E_READY)
-                drop(c, e); /* expired: its file is replaced */
             memcpy(e->md5, md5, 16);
             e->state = E_FILLING;
             e->fill_pid = (uint32_t)getpid();
             e->fill_until = now + lock_ms;
             e->used = now;
-            rc = rc == L_EXPIRED ? L_EXPIRED | 0x10 : L_FILL;
+            rc = L_FILL;
         }
     }
     unlock(b);
     return rc;
+}
+
+int fd_proxy_cache_index_lookup(fd_proxy_cache_t *c, const uint8_t md5[16],
+                                uint64_t now, fd_msec_t lock_ms, int fill,
+                                uint64_t *until, uint64_t *gen, int *evict,
+                                uint8_t evicted[16])
+{
+    return fd_proxy_cache_index_lookup_stale(c, md5, now, lock_ms, 0, fill,
+                                             until, gen, evict, evicted);
+}
+
+/* A 304 confirmed the entry of generation gen: fresh until expires. */
+int fd_proxy_cache_index_refresh(fd_proxy_cache_t *c, const uint8_t md5[16],
+                                 uint64_t gen, uint64_t now,
+                                 uint64_t expires)
+{
+    bucket_t *b = bucket_of(c, md5);
+    entry_t *e;
+    int ok = 0;
+
+    lock(b);
+    e = find(b, md5);
+    if (e && e->state == E_READY && e->gen == gen) {
+        e->expires = expires;
+        e->used = now;
+        e->fill_pid = 0;
+        ok = 1;
+    }
+    unlock(b);
+    return ok;
 }
 
 /* The file is in place: the entry is ready until expires. */
@@ -273,6 +331,7 @@ void fd_proxy_cache_index_commit(fd_proxy_cache_t *c, const uint8_t md5[16], uin
         drop(c, e);
         memcpy(e->md5, md5, 16);
         e->state = E_READY;
+        e->fill_pid = 0;
         e->expires = expires;
         e->used = now;
         e->size = size;
@@ -295,8 +354,12 @@ void fd_proxy_cache_index_unfill(fd_proxy_cache_t *c, const uint8_t md5[16])
 
     lock(b);
     e = find(b, md5);
-    if (e && e->state == E_FILLING && e->fill_pid == (uint32_t)getpid())
-        drop(c, e);
+    if (e && e->fill_pid == (uint32_t)getpid()) {
+        if (e->state == E_FILLING)
+            drop(c, e);
+        else if (e->state == E_READY)
+            e->fill_pid = 0; /* expired, not updated: others may try */
+    }
     unlock(b);
 }
 
@@ -558,8 +621,8 @@ void fd_proxy_cache_status(fd_status_t *st, const void *a, unsigned worker)
         fd_status_counter(st, "proxy_cache_evicted", "Entries removed for "
                           "inactive, max_size or room.", labels, e->evicted);
         fd_status_counter(st, "proxy_cache_stale", "Stale entries served "
-                          "for an upstream's failure (proxy_cache_use_stale) "
-                          "or while updated in the background.", labels,
+                          "for an upstream's failure "
+                          "(proxy_cache_use_stale).", labels,
                           e->stale);
         fd_status_counter(st, "proxy_cache_updating", "Stale entries served "
                           "while another request updated them.", labels,

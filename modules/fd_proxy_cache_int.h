@@ -80,6 +80,11 @@ struct fd_proxy_cache_req_s {
     unsigned no_store:1;      /* proxy_no_cache, a lock timeout */
     unsigned storing:1;       /* tmp is open */
     unsigned waited:1;
+    unsigned revalidating:1;  /* the validators went upstream */
+    uint64_t stale_gen;       /* an expired entry's file generation, or 0 */
+    fd_str_t etag;            /* its validators (proxy_cache_revalidate) */
+    fd_str_t last_modified;
+    int stale_status;         /* its status */
     int tmp_fd;
     char *tmp_path;
     char *final_path;
@@ -104,13 +109,22 @@ extern cache_shm_t *fd_proxy_cache_area; /* this worker's status entries */
                                      __ATOMIC_RELAXED)                       \
           : (void)0)
 
-enum { L_MISS, L_HIT, L_EXPIRED, L_WAIT, L_FILL };
+enum { L_MISS, L_HIT, L_EXPIRED, L_WAIT, L_FILL, L_STALE };
 
 int fd_proxy_cache_mkdirs(char *p, size_t from);
 int fd_proxy_cache_index_lookup(fd_proxy_cache_t *c, const uint8_t md5[16],
                                 uint64_t now, fd_msec_t lock_ms, int fill,
                                 uint64_t *until, uint64_t *gen, int *evict,
                                 uint8_t evicted[16]);
+int fd_proxy_cache_index_lookup_stale(fd_proxy_cache_t *c,
+                                      const uint8_t md5[16], uint64_t now,
+                                      fd_msec_t lock_ms, fd_msec_t stale_ms,
+                                      int fill, uint64_t *until,
+                                      uint64_t *gen, int *evict,
+                                      uint8_t evicted[16]);
+int fd_proxy_cache_index_refresh(fd_proxy_cache_t *c, const uint8_t md5[16],
+                                 uint64_t gen, uint64_t now,
+                                 uint64_t expires);
 void fd_proxy_cache_index_commit(fd_proxy_cache_t *c, const uint8_t md5[16],
                                  uint64_t now, uint64_t expires,
                                  uint64_t size);

@@ -163,7 +163,10 @@ const fd_directive_t fd_proxy_directives[] = {
             "GET and HEAD requests, and which keeps its cacheable "
             "responses (see proxy_cache_valid); off: none. "
             "$upstream_cache_status says what happened (MISS, HIT, "
-            "EXPIRED, BYPASS)"},
+            "EXPIRED, STALE, UPDATING, REVALIDATED, BYPASS). A request "
+            "the cache may answer goes upstream without the client's "
+            "If-* and Range fields (the cache answers them from the "
+            "entry, as nginx)"},
     {.name = "proxy_cache_key", .type = FD_CONF_STR,
      .offset = LOC(cache_key_src), .def = "$scheme$host$request_uri",
      .doc = "text and $variables an entry is found by (its MD5 names the "
@@ -209,7 +212,25 @@ const fd_directive_t fd_proxy_directives[] = {
     {.name = "proxy_cache_lock_timeout", .type = FD_CONF_MSEC,
      .offset = LOC(cache_lock_timeout), .def = "5s", .min = 1, .max = 3600000,
      .doc = "a request waiting on proxy_cache_lock this long goes upstream "
-            "itself, and its response is not stored (as nginx)"},
+            "itself, and its response is not stored (as nginx); also how "
+            "long an expired entry counts as being updated (see "
+            "proxy_cache_use_stale updating)"},
+    {.name = "proxy_cache_use_stale", .type = FD_CONF_STR,
+     .offset = LOC(use_stale_src), .def = "off",
+     .doc = "when an expired entry answers (STALE) rather than the "
+            "upstream, any of: error (no server could be reached or the "
+            "connection failed before the header), timeout, "
+            "invalid_header, http_500, http_502, http_503, http_504, "
+            "http_403, http_404, http_429 (the upstream's answer, after "
+            "proxy_next_upstream's tries), updating (another request is "
+            "fetching a new one: UPDATING); off: never. E.g. "
+            "proxy_cache_use_stale = error timeout updating http_502"},
+    {.name = "proxy_cache_revalidate", .type = FD_CONF_FLAG,
+     .offset = LOC(cache_revalidate), .def = "off",
+     .doc = "on: an expired entry with an ETag or Last-Modified is asked "
+            "for with If-None-Match / If-Modified-Since, and a 304 makes "
+            "it fresh again and answers from it (REVALIDATED), by the "
+            "304's own Cache-Control or Expires, else proxy_cache_valid"},
     FD_CONF_END};
 
 

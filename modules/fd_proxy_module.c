@@ -241,10 +241,13 @@ static int request_build(proxy_req_t *px)
     for (i = 0; i < r->in.nheaders; i++) {
         fd_http_header_t *h = &r->in.headers[i];
         if (header_kind(h->name) != H_PASS || named_in(h->name, tok, ntok) ||
-            replaced_by_set_header(lc, h->name))
+            replaced_by_set_header(lc, h->name) ||
+            (px->cr && fd_proxy_cache_drops_field(h->name)))
             continue;
         fd_sbuf_add_header(&sb, h->name, h->value);
     }
+    if (px->cr)
+        fd_proxy_cache_request_fields(px, &sb);
     if (keep_xff) {
         /* every X-Forwarded-For the client sent, joined, then the client */
         fd_sbuf_add_lit(&sb, "X-Forwarded-For: ");
@@ -348,6 +351,13 @@ int fd_proxy_fail(proxy_req_t *px, int status)
 {
     fd_request_t *r = px->r;
 
+    /* proxy_cache_use_stale error, timeout, invalid_header */
+    if (px->cr && (status == 502 || status == 504) &&
+        fd_proxy_cache_stale(px, status == 504 ? FD_PROXY_STALE_TIMEOUT
+                                 : px->invalid ? FD_PROXY_STALE_INVALID
+                                               : FD_PROXY_STALE_ERROR) ==
+            FD_OK)
+        status = FD_OK;
     proxy_release(px, 0);
     px->done = 1;
     if (px->sync) {
@@ -743,6 +753,7 @@ static int proxy_invalid(proxy_req_t *px, const char *why)
         fd_upstream_peer_failed(p);
     if (px->nlog && px->log[px->nlog - 1].status == 0)
         px->log[px->nlog - 1].status = 502;
+    px->invalid = 1;
     return fd_proxy_fail(px, 502);
 }
 
@@ -873,6 +884,26 @@ static int resp_header(proxy_req_t *px)
         fd_upstream_peer_failed(px->peer); /* passed on (the last): counted */
     else
         fd_upstream_peer_ok(px->peer);
+
+    if (px->cr) {
+        /* a revalidation's 304, or a status proxy_cache_use_stale names:
+         * the entry answers */
+        int crc = fd_proxy_cache_response(px, status, f, nf);
+        if (crc == FD_ERROR)
+            return proxy_invalid(px, "answered 304 to a revalidation of an "
+                                 "entry that is gone");
+        if (crc == FD_OK) {
+            px->ipos += hlen;
+            proxy_release(px, 0);
+            px->done = 1;
+            if (px->sync) {
+                px->rc = FD_OK;
+                return PX_DONE;
+            }
+            fd_request_finish(r, FD_OK);
+            return PX_DONE;
+        }
+    }
 
     if (status == 101) {
         if (!px->upgrade)
@@ -1454,7 +1485,8 @@ static fd_str_t v_tries(fd_request_t *r, const fd_var_op_t *op, char *tmp)
     return fd_sbuf_failed(&sb) ? fd_null_string : fd_sbuf_str(&sb);
 }
 
-/* $upstream_cache_status: MISS, HIT, EXPIRED, BYPASS; empty when the
+/* $upstream_cache_status: MISS, HIT, EXPIRED, STALE, UPDATING, REVALIDATED,
+ * BYPASS; empty when the
  * location does not cache (or the method is not cached) */
 static fd_str_t v_cache_status(fd_request_t *r, const fd_var_op_t *op,
                                char *tmp)

@@ -30,6 +30,12 @@
 #define fd_proxy_cache_index_commit commit
 #define fd_proxy_cache_index_unfill unfill
 #define fd_proxy_cache_index_forget forget
+#define fd_proxy_cache_index_lookup_stale lookup_stale
+#define fd_proxy_cache_index_refresh refresh
+#define fd_proxy_cache_drops_field fd_proxy_cache_drops_field_unit
+#define fd_proxy_cache_request_fields fd_proxy_cache_request_fields_unit
+#define fd_proxy_cache_stale fd_proxy_cache_stale_unit
+#define fd_proxy_cache_response fd_proxy_cache_response_unit
 #include "../../modules/fd_proxy_cache_index.c"
 #include "../../modules/fd_proxy_cache.c"
 
@@ -230,8 +236,27 @@ static void index_ops(void)
     rc = lookup(c, m, 5000, 500, 1, &until, &gen, &evict, ev);
     is_int(rc & ~0x10, L_EXPIRED, "past expires: expired");
     ok(rc & 0x10, "... and with the lock this one refills it");
-    is_int(c->head->size, 0, "the expired file is no longer counted");
+    is_int(c->head->size, 40, "the expired file stays until replaced");
+    is_int(lookup(c, m, 5001, 500, 1, &until, &gen, &evict, ev), L_WAIT,
+           "another waits on the update");
+    is_int(lookup_stale(c, m, 5001, 500, 500, 1, &until, &gen, &evict, ev),
+           L_STALE, "... or, with use_stale updating, is answered stale");
+    is_int(lookup(c, m, 5001, 0, 0, &until, &gen, &evict, ev), L_EXPIRED,
+           "without the lock it goes upstream, expired");
+    unfill(c, m);
+    rc = lookup_stale(c, m, 5002, 0, 500, 1, &until, &gen, &evict, ev);
+    is_int(rc, L_EXPIRED | 0x10, "the updater gave up: the next one updates "
+           "(use_stale updating alone marks it too)");
+    ok(refresh(c, m, gen, 5003, 6000), "a 304 refreshes that generation");
+    is_int(lookup(c, m, 5004, 0, 0, &until, &gen, &evict, ev), L_HIT,
+           "revalidated: a hit");
+    ok(!refresh(c, m, gen + 1, 5005, 6000), "another generation is not "
+       "refreshed");
+    is_int(lookup(c, m, 6000, 0, 0, &until, &gen, &evict, ev), L_EXPIRED,
+           "expired again at the 304's deadline");
     commit(c, m, 5001, 9000, 40);
+    is_int(lookup_stale(c, m, 5002, 0, 500, 1, &until, &gen, &evict, ev),
+           L_HIT, "a new file: fresh, the update mark gone");
 
     /* a full bucket: the least recently used ready entry gives way */
     for (i = 2; i <= 8; i++) {
