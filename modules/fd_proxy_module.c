@@ -1485,9 +1485,9 @@ static fd_str_t v_tries(fd_request_t *r, const fd_var_op_t *op, char *tmp)
     return fd_sbuf_failed(&sb) ? fd_null_string : fd_sbuf_str(&sb);
 }
 
-/* $upstream_cache_status: MISS, HIT, EXPIRED, STALE, UPDATING, REVALIDATED,
- * BYPASS; empty when the
- * location does not cache (or the method is not cached) */
+/* $upstream_cache_status: MISS, HIT, EXPIRED, STALE, UPDATING,
+ * REVALIDATED, BYPASS; empty when the location does not cache (or the
+ * method is not cached) */
 static fd_str_t v_cache_status(fd_request_t *r, const fd_var_op_t *op,
                                char *tmp)
 {
