@@ -19,6 +19,34 @@
 
 /* --- freshness (unit tested) ------------------------------------------- */
 
+/* A Vary value's next field name from *i: 0 at the end. */
+static int vary_name(fd_str_t v, size_t *i, fd_str_t *name)
+{
+    size_t s;
+
+    while (*i < v.len && (v.data[*i] == ' ' || v.data[*i] == '\t' ||
+                          v.data[*i] == ','))
+        (*i)++;
+    s = *i;
+    while (*i < v.len && v.data[*i] != ',' && v.data[*i] != ' ' &&
+           v.data[*i] != '\t')
+        (*i)++;
+    *name = (fd_str_t){*i - s, v.data + s};
+    return name->len > 0;
+}
+
+/* "Vary: *": it varies on what a cache cannot see */
+static int vary_any(fd_str_t v)
+{
+    fd_str_t n;
+    size_t i = 0;
+
+    while (vary_name(v, &i, &n))
+        if (n.len == 1 && n.data[0] == '*')
+            return 1;
+    return 0;
+}
+
 /* v's token "name" or "name=N" (N into *arg, -1 without): found */
 static int cc_token(fd_str_t v, const char *name, int64_t *arg)
 {
@@ -82,7 +110,8 @@ static int64_t parse_sec(fd_str_t v)
  * cached; it overrides what Cache-Control says), then Cache-Control
  * (no-store, no-cache, private: not stored; s-maxage, then max-age),
  * then Expires, then proxy_cache_valid by status.
- * Set-Cookie and Vary (no variants kept) are never stored; with auth (the
+ * Set-Cookie and "Vary: *" are never stored (another Vary keeps a variant
+ * per value set: see variants below); with auth (the
  * request had Authorization) only what says public or s-maxage is.
  * ignore (proxy_ignore_headers) drops fields from the decision.
  */
@@ -102,7 +131,7 @@ int64_t fd_proxy_cache_valid_for(const fd_http_header_t *f, unsigned nf,
         fd_str_t nm = f[i].name, v = f[i].value;
         if ((fd_str_caseeq_lit(nm, "set-cookie") &&
              !(ignore & FD_PROXY_IGNORE_COOKIE)) ||
-            (fd_str_caseeq_lit(nm, "vary") &&
+            (fd_str_caseeq_lit(nm, "vary") && vary_any(v) &&
              !(ignore & FD_PROXY_IGNORE_VARY)))
             return 0;
         if (fd_str_caseeq_lit(nm, "x-accel-expires") &&
@@ -348,6 +377,80 @@ static int any_true(fd_request_t *r, const fd_var_script_t *s, unsigned n)
 }
 
 /*
+ * Variants. A response with Vary is stored with its key followed by a
+ * NUL and its variant: "name:value\n" for each field Vary names (the
+ * name lowercased, the request's values of it joined by commas, empty
+ * when it sent none). The first one stored is found under the key's MD5
+ * (the primary entry); a request whose variant differs looks under the
+ * MD5 of key, NUL, its own variant (a secondary entry, whose file holds
+ * that same key), and the response it gets is stored there. So one
+ * entry exists per value set, each found by two lookups at most.
+ */
+static void variant_line(fd_request_t *r, fd_str_t name, fd_sbuf_t *sb)
+{
+    int first = 1;
+
+    for (size_t k = 0; k < name.len; k++)
+        fd_sbuf_addc(sb, fd_tolower(name.data[k]));
+    fd_sbuf_addc(sb, ':');
+    for (unsigned i = 0; i < r->in.nheaders; i++)
+        if (fd_str_caseeq(r->in.headers[i].name, name.data, name.len) &&
+            r->in.headers[i].name.len == name.len) {
+            if (!first)
+                fd_sbuf_addc(sb, ',');
+            fd_sbuf_add_str(sb, r->in.headers[i].value);
+            first = 0;
+        }
+    fd_sbuf_addc(sb, '\n');
+}
+
+/* key NUL variant, the variant of r for the names of the Vary fields in
+ * f (from_vary), or of an entry's variant v: its NULL string on failure */
+static fd_str_t variant_key(fd_proxy_cache_req_t *cr, const fd_http_header_t *f,
+                            unsigned nf, fd_str_t v)
+{
+    fd_request_t *r = cr->r;
+    fd_str_t n;
+    fd_sbuf_t sb;
+    size_t i;
+
+    if (fd_sbuf_init(&sb, r->pool, cr->key.len + 128) != FD_OK)
+        return fd_null_string;
+    fd_sbuf_add_str(&sb, cr->key);
+    fd_sbuf_addc(&sb, '\0');
+    if (f) {
+        for (unsigned k = 0; k < nf; k++)
+            if (fd_str_caseeq_lit(f[k].name, "vary"))
+                for (i = 0; vary_name(f[k].value, &i, &n);)
+                    variant_line(r, n, &sb);
+    } else {
+        for (i = 0; i < v.len;) {
+            const char *colon = memchr(v.data + i, ':', v.len - i);
+            const char *nl = colon ? memchr(colon, '\n',
+                                            v.len - (size_t)(colon - v.data))
+                                   : NULL;
+            if (nl == NULL)
+                return fd_null_string;
+            variant_line(r, (fd_str_t){(size_t)(colon - (v.data + i)),
+                                       v.data + i}, &sb);
+            i = (size_t)(nl - v.data) + 1;
+        }
+    }
+    return fd_sbuf_failed(&sb) ? fd_null_string : fd_sbuf_str(&sb);
+}
+
+/* The entry's key is this request's: the key itself, the vkey of a
+ * secondary lookup, or, on the primary, the key and some variant. */
+static int entry_key_ok(const fd_proxy_cache_req_t *cr, const char *k,
+                        size_t n)
+{
+    if (cr->secondary)
+        return n == cr->vkey.len && memcmp(k, cr->vkey.data, n) == 0;
+    return n >= cr->key.len && memcmp(k, cr->key.data, cr->key.len) == 0 &&
+           (n == cr->key.len || k[cr->key.len] == '\0');
+}
+
+/*
  * The worker's open entries: a file it served, open, with its header read,
  * kept while the index gives the entry the same generation (a new file
  * is a new one) and the file still has a name (checked with fstat() at
@@ -464,10 +567,45 @@ static open_entry_t *entry_get(fd_proxy_cache_req_t *cr, uint64_t gen)
         *slot = oe;
     }
     oe->checked = fd_current_sec;
-    if (oe->fh.key_len != cr->key.len ||
-        memcmp(oe->buf, cr->key.data, cr->key.len) != 0)
+    if (!entry_key_ok(cr, oe->buf, oe->fh.key_len))
         return NULL; /* an MD5 collision: served from upstream */
     return oe;
+}
+
+/* The open entry answers this request: it does not vary, or varies as
+ * the request does. Else *vkey (when wanted) is the request's own. */
+static int variant_ok(fd_proxy_cache_req_t *cr, const open_entry_t *oe,
+                      fd_str_t *vkey)
+{
+    fd_str_t stored = {oe->fh.key_len, oe->buf}, mine;
+
+    if (stored.len == cr->key.len || cr->secondary)
+        return 1; /* a secondary's key is the variant: checked above */
+    mine = variant_key(cr, NULL, 0,
+                       (fd_str_t){stored.len - cr->key.len - 1,
+                                  stored.data + cr->key.len + 1});
+    if (mine.data && mine.len == stored.len &&
+        memcmp(mine.data, stored.data, stored.len) == 0)
+        return 1;
+    if (vkey)
+        *vkey = mine;
+    return 0;
+}
+
+/* Look for the request's own variant under its own MD5 from now on. */
+static int go_secondary(fd_proxy_cache_req_t *cr, fd_str_t vkey)
+{
+    if (vkey.data == NULL)
+        return FD_ERROR;
+    if (cr->filler) {
+        fd_proxy_cache_index_unfill(cr->cache, cr->md5);
+        cr->filler = 0;
+    }
+    cr->vkey = vkey;
+    cr->secondary = 1;
+    cr->stale_gen = 0;
+    fd_proxy_cache_hash(vkey.data, vkey.len, cr->md5);
+    return FD_OK;
 }
 
 /* The next "Name: value" line of an entry's fields from *q: 0 at the end
@@ -498,7 +636,7 @@ static int serve(fd_proxy_cache_req_t *cr, uint64_t gen)
     fd_str_t name, value;
     off_t body_off;
 
-    if (oe == NULL)
+    if (oe == NULL || !variant_ok(cr, oe, NULL))
         return FD_DECLINED;
     if (fd_pool_cleanup_add(r->pool, open_release, oe) == NULL)
         return FD_DECLINED;
@@ -672,6 +810,15 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
     if (rc & 0x10) {
         cr->filler = 1;
         rc &= ~0x10;
+    }
+    if (!cr->secondary && (rc == L_HIT || rc == L_STALE || rc == L_EXPIRED)) {
+        /* the primary entry of a key that varies: this request's own
+         * variant may be elsewhere */
+        open_entry_t *oe = entry_get(cr, gen);
+        fd_str_t vkey = fd_null_string;
+        if (oe && !variant_ok(cr, oe, &vkey) &&
+            go_secondary(cr, vkey) == FD_OK)
+            return decide(cr, lock_ms);
     }
     switch (rc) {
     case L_HIT:
@@ -971,6 +1118,41 @@ static int open_tmp(fd_proxy_cache_req_t *cr)
 }
 
 /*
+ * The key a response is stored with, and where: a response that varies
+ * (Vary, unless ignored) has its variant after the key; on a secondary
+ * lookup it goes under that variant's MD5 (recomputed: the upstream may
+ * vary on other fields than the entry that sent us there), and one that
+ * no longer varies goes back to the primary.
+ */
+static int store_key(fd_proxy_cache_req_t *cr, const fd_http_header_t *f,
+                     unsigned nf, fd_str_t *key)
+{
+    uint8_t md5[16];
+    int varies = 0;
+
+    if (!(cr->px->lc->cache_ignore & FD_PROXY_IGNORE_VARY))
+        for (unsigned i = 0; i < nf; i++)
+            varies |= fd_str_caseeq_lit(f[i].name, "vary");
+    *key = cr->key;
+    if (varies) {
+        *key = variant_key(cr, f, nf, fd_null_string);
+        if (key->data == NULL)
+            return FD_ERROR;
+    }
+    if (!cr->secondary)
+        return FD_OK;
+    fd_proxy_cache_hash(key->data, key->len, md5);
+    if (memcmp(md5, cr->md5, 16) != 0) {
+        if (cr->filler) {
+            fd_proxy_cache_index_unfill(cr->cache, cr->md5);
+            cr->filler = 0;
+        }
+        memcpy(cr->md5, md5, 16);
+    }
+    return FD_OK;
+}
+
+/*
  * The response header is in r (and its raw fields in f): store it when
  * it may be kept. Its fields as the client gets them (hidden and
  * hop-by-hop ones are gone; add_header comes at sending time).
@@ -983,6 +1165,7 @@ void fd_proxy_cache_header(proxy_req_t *px, const fd_http_header_t *f,
     proxy_loc_conf_t *lc = px->lc;
     fd_http_header_out_t *h;
     file_head_t fh = {.magic = FILE_MAGIC};
+    fd_str_t key;
     fd_sbuf_t sb;
     int auth = 0;
 
@@ -1001,10 +1184,12 @@ void fd_proxy_cache_header(proxy_req_t *px, const fd_http_header_t *f,
     }
     cr->want_len = content_length >= 0 ? (uint64_t)content_length
                                        : UINT64_MAX;
-    if (fd_sbuf_init(&sb, r->pool, 512 + cr->key.len) != FD_OK)
+    if (store_key(cr, f, nf, &key) != FD_OK)
+        goto failed;
+    if (fd_sbuf_init(&sb, r->pool, 512 + key.len) != FD_OK)
         goto failed;
     fd_sbuf_add(&sb, (const char *)&fh, sizeof(fh));
-    fd_sbuf_add_str(&sb, cr->key);
+    fd_sbuf_add_str(&sb, key);
     if (r->content_type.len)
         fd_sbuf_add_header(&sb, fd_string("Content-Type"), r->content_type);
     for (h = r->headers_out; h; h = h->next)
@@ -1012,8 +1197,8 @@ void fd_proxy_cache_header(proxy_req_t *px, const fd_http_header_t *f,
     if (fd_sbuf_failed(&sb))
         goto failed;
     fh.status = (uint32_t)r->status;
-    fh.key_len = (uint32_t)cr->key.len;
-    fh.fields_len = (uint32_t)(fd_sbuf_len(&sb) - sizeof(fh) - cr->key.len);
+    fh.key_len = (uint32_t)key.len;
+    fh.fields_len = (uint32_t)(fd_sbuf_len(&sb) - sizeof(fh) - key.len);
     fh.date = fd_current_sec;
     fh.expires = fd_current_sec + cr->valid_sec;
     memcpy(sb.start, &fh, sizeof(fh));

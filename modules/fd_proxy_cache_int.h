@@ -74,7 +74,9 @@ struct fd_proxy_cache_req_s {
     fd_proxy_cache_t *cache;
     fd_request_t *r;
     proxy_req_t *px;
-    fd_str_t key;
+    fd_str_t key;             /* proxy_cache_key's value */
+    fd_str_t vkey;            /* a variant's: key, NUL, its variant */
+    unsigned secondary:1;     /* md5 is vkey's: a variant of its own */
     uint8_t md5[16];
     unsigned filler:1;        /* we marked the entry filling */
     unsigned no_store:1;      /* proxy_no_cache, a lock timeout */

@@ -143,7 +143,11 @@ static void freshness(void)
     is_int(fresh(xae0, 2, 200, 0), 0, "X-Accel-Expires: 0 wins over max-age");
     is_int(fresh(xaeat, 1, 200, 0), 100, "X-Accel-Expires: @unix time");
     is_int(fresh(ck, 2, 200, 0), 0, "Set-Cookie: never stored");
-    is_int(fresh(vary, 1, 200, 0), 0, "Vary: never stored (no variants)");
+    is_int(fresh(vary, 1, 200, 0), 600, "Vary: stored (a variant)");
+    {
+        fd_http_header_t star[] = {H("Vary", "Accept-Encoding, *")};
+        is_int(fresh(star, 1, 200, 0), 0, "Vary: * never stored");
+    }
     is_int(fresh(ex, 1, 200, 0), 60, "Expires in 60 s");
     is_int(fresh(expast, 1, 200, 0), 0, "Expires in the past");
     is_int(fresh(exbad, 1, 200, 0), 0, "Expires: 0 (already expired)");
