@@ -185,8 +185,9 @@ static int steer_attach(group_t *g, const unsigned *idx, unsigned k)
 }
 
 /* Steer g's new connections to its sockets not retired, skipping the
- * index skip too (-1: none); no program when none is retired. */
-static void steer(group_t *g, int skip)
+ * index skip too (-1: none); no program when none is retired. FD_ERROR:
+ * the kernel took no program. */
+static int steer(group_t *g, int skip)
 {
     unsigned idx[FD_STEER_MAX], i, k = 0, retired = 0;
 
@@ -197,20 +198,19 @@ static void steer(group_t *g, int skip)
     }
     if (retired == 0 && skip < 0) {
         if (!g->steered)
-            return;
+            return FD_OK;
 #ifdef SO_DETACH_REUSEPORT_BPF
         {
             int zero = 0;
             if (setsockopt(g->socks[0].fd, SOL_SOCKET,
                            SO_DETACH_REUSEPORT_BPF, &zero, sizeof(zero)) == 0) {
                 g->steered = 0;
-                return;
+                return FD_OK;
             }
         }
 #endif
     }
-    if (k)
-        steer_attach(g, idx, k);
+    return k ? steer_attach(g, idx, k) : FD_ERROR;
 }
 
 static int open_one(fd_cycle_t *cycle, fd_listening_t *ls, int reuseport)
@@ -371,8 +371,16 @@ void fd_listening_close_unused(fd_cycle_t *cycle, fd_cycle_t *old)
             else
                 sock_close(ol->fds[i]);
         }
-    for (g = groups; g; g = g->next)
-        steer(g, -1);
+    for (g = groups; g; g = g->next) {
+        if (steer(g, -1) == FD_OK)
+            continue;
+        /* not steered away: a retired socket would get connections
+         * nobody takes, so it closes now (its backlog is reset, as
+         * before retiring) */
+        for (i = g->n; i-- > 0;)
+            if (g->socks[i].retired)
+                sock_close(g->socks[i].fd);
+    }
 }
 
 /*
