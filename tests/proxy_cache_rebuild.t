@@ -6,7 +6,7 @@
 # a new fastd on the same path serves the stored entries as HIT without
 # the backend, the cut one as a MISS (and stores it again), an entry past
 # its freshness as EXPIRED. /status has the index's gauges; a reload does
-# not walk the disk again.
+# not walk the disk again; the dashboard shows the cache.
 
 use strict;
 use warnings;
@@ -34,6 +34,9 @@ my $t = FastdTest->new(conf => FastdTest::base_conf(
     locations => <<"L",
 [location = /status]
 handler = status
+
+[location = /status.html]
+root = %%HTML%%
 
 [location /]
 handler = proxy
@@ -177,6 +180,21 @@ ok($st && $st->{cache_loaded}, 'after the reload: still loaded');
 my $loads = () = substr($t->error_log, $log_at)
                  =~ /cache "one": \d+ entries .* indexed from disk/g;
 is($loads, 0, 'the disk was not walked again (the reload kept the index)');
+
+# --- the dashboard's Cache panel ---------------------------------------------
+
+SKIP: {
+    skip 'chromium is not installed', 3 unless FastdTest::chromium();
+    my $dom = FastdTest::browse($t->dir, '--virtual-time-budget=4000',
+        '--dump-dom', 'http://127.0.0.1:' . $t->port . '/status.html');
+    my ($panel) = $dom =~ m{(<section[^>]*id="cache-panel".*?</section>)}s;
+    ok($panel && $panel !~ /<section[^>]*hidden/,
+       'dashboard: the Cache panel is shown')
+        or diag(substr($dom, 0, 2000));
+    like($panel // '', qr{<td>one</td><td>\d+\.\d%</td><td class="n">[1-9]},
+         'dashboard: cache "one" with its hit ratio and hits');
+    like($panel // '', qr{<td>loaded</td>}, 'dashboard: its index is loaded');
+}
 
 $t->no_alerts;
 $t->stop;
