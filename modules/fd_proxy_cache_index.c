@@ -526,7 +526,7 @@ typedef struct {
     size_t len[4];            /* p's length at each depth */
     unsigned depth;
     char p[PATH_MAX];         /* the directory being read */
-    uint64_t started, entries, bytes, removed, tmp, full;
+    uint64_t started, entries, bytes, removed, tmp, full, failed;
 } loader_t;
 
 static loader_t loader;
@@ -564,7 +564,9 @@ static int loader_remove(loader_t *l, const char *name,
         now.st_ino != st->st_ino || now.st_dev != st->st_dev)
         return 0;
     if (unlinkat(dfd, name, 0) == -1) {
-        if (errno != ENOENT && n < LOADER_LOG)
+        /* a read-only cache fails for every file: a few lines, then the
+         * count at the end */
+        if (errno != ENOENT && l->failed++ < LOADER_LOG)
             fd_log_error(FD_LOG_WARN, errno, "cache \"%s\": unlink(\"%s/%s\") "
                          "failed", l->c->name, l->p, name);
         return 0;
@@ -748,9 +750,10 @@ static void loader_done(loader_t *l)
     fd_log_error(FD_LOG_NOTICE, 0, "cache \"%s\": %" PRIu64 " entries (%"
                  PRIu64 " bytes) indexed from disk in %" PRIu64 " ms; "
                  "removed: %" PRIu64 " not whole, %" PRIu64 " temporary, %"
-                 PRIu64 " without room in keys_zone", l->c->name, l->entries,
-                 l->bytes, loader_msec() - l->started, l->removed, l->tmp,
-                 l->full);
+                 PRIu64 " without room in keys_zone; %" PRIu64 " could not "
+                 "be removed", l->c->name, l->entries, l->bytes,
+                 loader_msec() - l->started, l->removed, l->tmp, l->full,
+                 l->failed);
     __atomic_store_n(&h->loaded, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&h->loader_at, 0, __ATOMIC_RELEASE);
     loader_close(l);
