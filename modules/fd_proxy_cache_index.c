@@ -839,6 +839,9 @@ static void loader_exit(void)
         if (__atomic_compare_exchange_n(&h->loader_pid, &me, 0, 0,
                                         __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
             __atomic_store_n(&h->loader_at, 0, __ATOMIC_RELEASE);
+        fd_log_error(FD_LOG_NOTICE, 0, "cache \"%s\": the worker exits with "
+                     "%" PRIu64 " entries indexed from disk: another walks "
+                     "again", loader.c->name, loader.entries);
         loader_close(&loader);
     }
     if (fd_timer_armed(&loader_timer))
