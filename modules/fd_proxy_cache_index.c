@@ -41,9 +41,18 @@
  * on the table's header, as health checks are) removes entries unused for
  * `inactive` and, above max_size, the least recently used ones, and
  * unlinks their files.
+ *
+ * After a start (not a reload: the zone keeps the index) a loader on one
+ * worker at a time indexes the files found on disk, in slices, while
+ * requests are served; it removes partial and orphaned temporary files
+ * (see "the loader" below).
  */
+#include <dirent.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <openssl/evp.h>
@@ -376,6 +385,83 @@ void fd_proxy_cache_index_forget(fd_proxy_cache_t *c, const uint8_t md5[16])
     unlock(b);
 }
 
+/*
+ * An entry found on disk by the loader: made ready unless md5 is there
+ * already (a request stored or fills it meanwhile, and its file is the
+ * newer) or its bucket is full (the loader makes no room: what requests
+ * put in since the start stays). LOAD_ADDED, LOAD_PRESENT or LOAD_FULL.
+ */
+int fd_proxy_cache_index_load(fd_proxy_cache_t *c, const uint8_t md5[16],
+                              uint64_t now, uint64_t expires, uint64_t size)
+{
+    bucket_t *b = bucket_of(c, md5);
+    entry_t *e = NULL;
+    int rc = LOAD_PRESENT;
+
+    lock(b);
+    if (find(b, md5) == NULL) {
+        rc = LOAD_FULL;
+        for (unsigned i = 0; i < WAYS && e == NULL; i++)
+            if (b->e[i].state == E_FREE)
+                e = &b->e[i];
+    }
+    if (e) {
+        memcpy(e->md5, md5, 16);
+        e->state = E_READY;
+        e->fill_pid = 0; /* a free slot may keep a dead filler's */
+        e->expires = expires;
+        e->used = now;
+        e->size = size;
+        e->gen = __atomic_add_fetch(&c->head->gen, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&c->head->size, size, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&c->head->entries, 1, __ATOMIC_RELAXED);
+        rc = LOAD_ADDED;
+    }
+    unlock(b);
+    return rc;
+}
+
+/*
+ * A file's expires (unix seconds) as the index keeps it (monotonic ms).
+ * One already past stays past by as much, down to 0, so that stale
+ * serving sees how stale it is; a century bounds both ways.
+ */
+uint64_t fd_proxy_cache_expires_msec(int64_t expires, int64_t now_sec,
+                                     uint64_t now_msec)
+{
+    const int64_t century = (int64_t)100 * 365 * 86400;
+    int64_t d;
+
+    if (expires > now_sec + century)
+        d = century;
+    else if (expires < now_sec - century)
+        d = -century;
+    else
+        d = expires - now_sec;
+    if (d >= 0)
+        return now_msec + (uint64_t)d * 1000;
+    return (uint64_t)-d * 1000 < now_msec ? now_msec - (uint64_t)-d * 1000
+                                          : 0;
+}
+
+/* 32 lowercase hex digits (a file's name, as fd_proxy_cache_file()
+ * writes it) into md5: FD_OK, or FD_ERROR when s does not begin so. */
+int fd_proxy_cache_hex(const char *s, uint8_t md5[16])
+{
+    for (unsigned i = 0; i < 32; i++) {
+        int v = s[i] >= '0' && s[i] <= '9'   ? s[i] - '0'
+                : s[i] >= 'a' && s[i] <= 'f' ? s[i] - 'a' + 10
+                                             : -1;
+        if (v < 0)
+            return FD_ERROR;
+        if (i & 1)
+            md5[i / 2] = (uint8_t)(md5[i / 2] | v);
+        else
+            md5[i / 2] = (uint8_t)(v << 4);
+    }
+    return FD_OK;
+}
+
 /* --- the cache manager --------------------------------------------------- */
 
 /*
@@ -465,6 +551,365 @@ static void manager_run(fd_timer_t *t)
             manage(c, now);
     }
     fd_timer_add(t, MANAGER_MS);
+}
+
+/* --- the loader ---------------------------------------------------------- */
+
+/*
+ * After a start the index is empty while the files are on disk: the
+ * loader, on one worker at a time, walks path and its levels in slices
+ * (LOADER_FILES names or LOADER_SLICE_MS, whichever first, then
+ * LOADER_SLEEP_MS of the loop's other work) and indexes each whole file
+ * from its header (fstat() and one pread()). Requests are served
+ * meanwhile: an entry is a HIT once the loader has reached it, and one a
+ * request stored first keeps its own (newer) file.
+ *
+ * What can never be served is removed: a file that is not a whole entry
+ * (cut short by hand or a full disk, another format), one whose bucket is
+ * full (the loader takes no room from entries requests put in), and a
+ * temporary file whose writer is gone: its pid (NAME.PID.SEQ.tmp) is no
+ * process, or it was not written for LOADER_TMP_SEC (the pid is another
+ * process's now; a live writer writes as the body comes).
+ *
+ * The role is a lease on head->loader_at, claimed by a CAS as the
+ * manager's and renewed each slice: when its worker dies or retires on
+ * a reload mid-walk, another walks again from the start (indexing what is
+ * there is a no-op). head->loaded stays with the zone, so a reload that
+ * keeps the index does not walk again.
+ */
+#define LOADER_FILES 100
+#define LOADER_SLICE_MS 5
+#define LOADER_SLEEP_MS 10
+#define LOADER_LEASE_MS 5000
+#define LOADER_TMP_SEC 60
+#define LOADER_LOG 10         /* removals logged one by one, then counted */
+
+typedef struct {
+    fd_proxy_cache_t *c;      /* the cache this worker loads, or NULL */
+    DIR *dir[4];              /* path, then each level's directory */
+    size_t len[4];            /* p's length at each depth */
+    unsigned depth;
+    char p[PATH_MAX];         /* the directory being read */
+    uint64_t started, entries, bytes, removed, tmp, full, failed;
+} loader_t;
+
+static loader_t loader;
+static fd_timer_t loader_timer;
+
+/* fd_current_msec stands still within a slice */
+static uint64_t loader_msec(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void loader_close(loader_t *l)
+{
+    for (unsigned i = 0; i < fd_nelems(l->dir); i++)
+        if (l->dir[i]) {
+            closedir(l->dir[i]);
+            l->dir[i] = NULL;
+        }
+    l->c = NULL;
+}
+
+/* name (the file st was) removed from the directory being read, unless
+ * it is another file now (a request stored the key again). */
+static int loader_remove(loader_t *l, const char *name,
+                         const struct stat *st, const char *why)
+{
+    int dfd = dirfd(l->dir[l->depth]);
+    uint64_t n = l->removed + l->tmp + l->full;
+    struct stat now;
+
+    if (fstatat(dfd, name, &now, AT_SYMLINK_NOFOLLOW) == -1 ||
+        now.st_ino != st->st_ino || now.st_dev != st->st_dev)
+        return 0;
+    if (unlinkat(dfd, name, 0) == -1) {
+        /* a read-only cache fails for every file: a few lines, then the
+         * count at the end */
+        if (errno != ENOENT && l->failed++ < LOADER_LOG)
+            fd_log_error(FD_LOG_WARN, errno, "cache \"%s\": unlink(\"%s/%s\") "
+                         "failed", l->c->name, l->p, name);
+        return 0;
+    }
+    if (n < LOADER_LOG)
+        fd_log_error(FD_LOG_NOTICE, 0, "cache \"%s\": \"%s/%s\" %s: removed%s",
+                     l->c->name, l->p, name, why,
+                     n + 1 == LOADER_LOG ? " (more are counted at the end of "
+                                           "the load)" : "");
+    return 1;
+}
+
+/* MD5HEX.PID.SEQ.tmp (rest: ".PID.SEQ.tmp") */
+static void loader_tmp(loader_t *l, const char *name, const char *rest)
+{
+    struct stat st;
+    char *end;
+    long pid;
+
+    if (rest[0] != '.' || rest[1] < '0' || rest[1] > '9')
+        return;
+    pid = strtol(rest + 1, &end, 10);
+    if (end[0] != '.' || end[1] < '0' || end[1] > '9')
+        return;
+    (void)strtoul(end + 1, &end, 10);
+    if (strcmp(end, ".tmp") != 0 ||
+        fstatat(dirfd(l->dir[l->depth]), name, &st, AT_SYMLINK_NOFOLLOW) ==
+            -1 ||
+        !S_ISREG(st.st_mode))
+        return;
+    /* EPERM: a live process, of another user */
+    if (pid > 0 && pid <= INT_MAX &&
+        !(kill((pid_t)pid, 0) == -1 && errno == ESRCH) &&
+        st.st_mtime + LOADER_TMP_SEC >= fd_current_sec)
+        return;
+    if (loader_remove(l, name, &st, "is a temporary file whose writer is "
+                      "gone"))
+        l->tmp++;
+}
+
+static void loader_file(loader_t *l, const char *name, uint64_t now)
+{
+    fd_proxy_cache_t *c = l->c;
+    size_t n = strlen(name), dl, at = l->len[l->depth];
+    char want[PATH_MAX];
+    uint8_t md5[16];
+    file_head_t fh;
+    struct stat st;
+    ssize_t got;
+    int fd;
+
+    if (n < 32 || fd_proxy_cache_hex(name, md5) != FD_OK)
+        return; /* not the cache's */
+    if (n > 32) {
+        loader_tmp(l, name, name + 32);
+        return;
+    }
+    /* not where its name puts it (levels were changed): not ours to
+     * judge, and never found */
+    if (fd_proxy_cache_file(want, sizeof(want), c->path, c->levels,
+                            c->nlevels, md5, &dl) == 0 ||
+        dl != at + 1 || memcmp(want, l->p, at) != 0)
+        return;
+    fd = openat(dirfd(l->dir[l->depth]), name,
+                O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd == -1)
+        return; /* gone meanwhile */
+    if (fstat(fd, &st) == -1 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return;
+    }
+    got = pread(fd, &fh, sizeof(fh), 0);
+    close(fd);
+    if (got != (ssize_t)sizeof(fh) || fh.magic != FILE_MAGIC ||
+        fh.body_len > (uint64_t)st.st_size ||
+        (uint64_t)st.st_size != sizeof(fh) + fh.key_len + fh.fields_len +
+                                    fh.body_len) {
+        if (loader_remove(l, name, &st, "is not a whole entry"))
+            l->removed++;
+        return;
+    }
+    switch (fd_proxy_cache_index_load(
+        c, md5, now,
+        fd_proxy_cache_expires_msec(fh.expires, fd_current_sec, now),
+        (uint64_t)st.st_size)) {
+    case LOAD_ADDED:
+        l->entries++;
+        l->bytes += (uint64_t)st.st_size;
+        break;
+    case LOAD_FULL:
+        /* never found without an entry: only its disk space is left */
+        if (loader_remove(l, name, &st, "has no room in keys_zone"))
+            l->full++;
+        break;
+    default:
+        break;
+    }
+}
+
+/* A level's directory (as many hex digits as the level has): entered. */
+static void loader_enter(loader_t *l, const char *name)
+{
+    size_t n = strlen(name), at = l->len[l->depth];
+    DIR *d;
+    int fd;
+
+    if (n != l->c->levels[l->depth] || at + 1 + n >= sizeof(l->p))
+        return;
+    for (size_t i = 0; i < n; i++)
+        if (!((name[i] >= '0' && name[i] <= '9') ||
+              (name[i] >= 'a' && name[i] <= 'f')))
+            return;
+    fd = openat(dirfd(l->dir[l->depth]), name,
+                O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd == -1)
+        return;
+    if ((d = fdopendir(fd)) == NULL) {
+        close(fd);
+        return;
+    }
+    l->p[at] = '/';
+    memcpy(l->p + at + 1, name, n + 1);
+    l->depth++;
+    l->len[l->depth] = at + 1 + n;
+    l->dir[l->depth] = d;
+}
+
+/* One slice of the walk: 1 when it is over. */
+static int loader_slice(loader_t *l, uint64_t now)
+{
+    uint64_t t0 = loader_msec();
+    struct dirent *de;
+    unsigned n = 0;
+
+    while (n < LOADER_FILES) {
+        errno = 0;
+        if ((de = readdir(l->dir[l->depth])) == NULL) {
+            if (errno)
+                fd_log_error(FD_LOG_WARN, errno, "cache \"%s\": readdir(\"%s\") "
+                             "failed", l->c->name, l->p);
+            closedir(l->dir[l->depth]);
+            l->dir[l->depth] = NULL;
+            if (l->depth == 0)
+                return 1;
+            l->depth--;
+            l->p[l->len[l->depth]] = '\0';
+            continue;
+        }
+        if (de->d_name[0] == '.')
+            continue; /* ".", "..", and nothing the cache writes */
+        n++;
+        if (l->depth < l->c->nlevels)
+            loader_enter(l, de->d_name);
+        else
+            loader_file(l, de->d_name, now);
+        if (loader_msec() - t0 >= LOADER_SLICE_MS)
+            break;
+    }
+    return 0;
+}
+
+static int loader_open(loader_t *l, fd_proxy_cache_t *c)
+{
+    memset(l, 0, sizeof(*l));
+    l->c = c;
+    l->started = loader_msec();
+    l->len[0] = strlen(c->path);
+    memcpy(l->p, c->path, l->len[0] + 1);
+    if ((l->dir[0] = opendir(c->path)) == NULL) {
+        fd_log_error(FD_LOG_WARN, errno, "cache \"%s\": opendir(\"%s\") "
+                     "failed: the index starts empty", c->name, c->path);
+        return FD_ERROR;
+    }
+    return FD_OK;
+}
+
+static void loader_done(loader_t *l)
+{
+    head_t *h = l->c->head;
+
+    fd_log_error(FD_LOG_NOTICE, 0, "cache \"%s\": %" PRIu64 " entries (%"
+                 PRIu64 " bytes) indexed from disk in %" PRIu64 " ms; "
+                 "removed: %" PRIu64 " not whole, %" PRIu64 " temporary, %"
+                 PRIu64 " without room in keys_zone; %" PRIu64 " could not "
+                 "be removed", l->c->name, l->entries, l->bytes,
+                 loader_msec() - l->started, l->removed, l->tmp, l->full,
+                 l->failed);
+    __atomic_store_n(&h->loaded, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&h->loader_at, 0, __ATOMIC_RELEASE);
+    loader_close(l);
+}
+
+/* A cache not loaded whose loader's lease lapsed, claimed: NULL if none
+ * (*pending: some are not loaded yet, another worker loads them). */
+static fd_proxy_cache_t *loader_claim(uint64_t now, int *pending)
+{
+    fd_conf_section_t *s;
+
+    *pending = 0;
+    for (s = fd_worker->cycle->sections; s; s = s->next) {
+        fd_proxy_cache_t *c = s->conf;
+        uint64_t at;
+        if (s->module != &fd_proxy_cache_section ||
+            __atomic_load_n(&c->head->loaded, __ATOMIC_ACQUIRE))
+            continue;
+        *pending = 1;
+        at = __atomic_load_n(&c->head->loader_at, __ATOMIC_ACQUIRE);
+        if (now < at ||
+            !__atomic_compare_exchange_n(&c->head->loader_at, &at,
+                                         now + LOADER_LEASE_MS, 0,
+                                         __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+            continue;
+        if (__atomic_load_n(&c->head->loaded, __ATOMIC_ACQUIRE)) {
+            /* its loader finished between the two loads */
+            __atomic_store_n(&c->head->loader_at, 0, __ATOMIC_RELEASE);
+            continue;
+        }
+        __atomic_store_n(&c->head->loader_pid, (uint32_t)getpid(),
+                         __ATOMIC_RELEASE);
+        return c;
+    }
+    return NULL;
+}
+
+static void loader_run(fd_timer_t *t)
+{
+    uint64_t now = fd_current_msec;
+    fd_proxy_cache_t *c;
+    head_t *h;
+    int pending;
+
+    if (loader.c == NULL) {
+        if ((c = loader_claim(now, &pending)) == NULL) {
+            /* another loads: take over if it dies; none left: done */
+            if (pending)
+                fd_timer_add(t, MANAGER_MS);
+            return;
+        }
+        if (loader_open(&loader, c) != FD_OK) {
+            loader_done(&loader);
+            fd_timer_add(t, 1);
+            return;
+        }
+    }
+    h = loader.c->head;
+    if (__atomic_load_n(&h->loader_pid, __ATOMIC_ACQUIRE) !=
+            (uint32_t)getpid() ||
+        __atomic_load_n(&h->loaded, __ATOMIC_ACQUIRE)) {
+        /* a slice so late that the lease lapsed, and another took it */
+        loader_close(&loader);
+        fd_timer_add(t, MANAGER_MS);
+        return;
+    }
+    __atomic_store_n(&h->loader_at, now + LOADER_LEASE_MS, __ATOMIC_RELEASE);
+    if (loader_slice(&loader, now)) {
+        loader_done(&loader);
+        fd_timer_add(t, 1); /* the next cache's turn */
+        return;
+    }
+    fd_timer_add(t, LOADER_SLEEP_MS);
+}
+
+/* A worker that exits mid-walk hands the role on at once. */
+static void loader_exit(void)
+{
+    uint32_t me = (uint32_t)getpid();
+
+    if (loader.c) {
+        head_t *h = loader.c->head;
+        if (__atomic_compare_exchange_n(&h->loader_pid, &me, 0, 0,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+            __atomic_store_n(&h->loader_at, 0, __ATOMIC_RELEASE);
+        fd_log_error(FD_LOG_NOTICE, 0, "cache \"%s\": the worker exits with "
+                     "%" PRIu64 " entries indexed from disk: another walks "
+                     "again", loader.c->name, loader.entries);
+        loader_close(&loader);
+    }
+    if (fd_timer_armed(&loader_timer))
+        fd_timer_del(&loader_timer);
 }
 
 /* --- configuration ------------------------------------------------------- */
@@ -580,6 +1025,8 @@ void fd_proxy_cache_init_worker(fd_worker_t *w, void *stats)
     if (n) {
         manager_timer.handler = manager_run;
         fd_timer_add(&manager_timer, MANAGER_MS);
+        loader_timer.handler = loader_run;
+        fd_timer_add(&loader_timer, 1);
     }
 }
 
@@ -587,6 +1034,7 @@ void fd_proxy_cache_exit_worker(void)
 {
     if (fd_timer_armed(&manager_timer))
         fd_timer_del(&manager_timer);
+    loader_exit();
 }
 
 _Static_assert(FD_PROXY_CACHE_MAX * sizeof(cache_shm_t) <=
@@ -596,10 +1044,10 @@ _Static_assert(FD_PROXY_CACHE_MAX * sizeof(cache_shm_t) <=
 void fd_proxy_cache_status(fd_status_t *st, const void *a, unsigned worker)
 {
     const cache_shm_t *e = a;
+    fd_proxy_cache_t *c;
     char labels[64];
     unsigned i;
 
-    (void)worker;
     for (i = 0; i < FD_PROXY_CACHE_MAX; i++, e++) {
         if (e->name[0] == '\0')
             continue;
@@ -631,6 +1079,24 @@ void fd_proxy_cache_status(fd_status_t *st, const void *a, unsigned worker)
                           "the upstream confirmed with 304 "
                           "(proxy_cache_revalidate).", labels,
                           e->revalidated);
+        /* the index is every worker's: once, with the answering worker's
+         * own slot */
+        if (fd_worker && worker == fd_worker->slot &&
+            (c = fd_cycle_section(fd_worker->cycle, "cache", e->name))) {
+            fd_status_gauge(st, "proxy_cache_entries", "Entries in the "
+                            "index.", labels,
+                            __atomic_load_n(&c->head->entries,
+                                            __ATOMIC_RELAXED));
+            fd_status_gauge(st, "proxy_cache_bytes", "Bytes of the "
+                            "entries' files.", labels,
+                            __atomic_load_n(&c->head->size,
+                                            __ATOMIC_RELAXED));
+            fd_status_gauge(st, "proxy_cache_loaded", "1 once the files "
+                            "on disk at the start are indexed, 0 while the "
+                            "loader reads them.", labels,
+                            __atomic_load_n(&c->head->loaded,
+                                            __ATOMIC_RELAXED));
+        }
     }
 }
 

@@ -38,7 +38,10 @@ typedef struct {
     uint64_t entries;
     uint64_t manager_at;      /* monotonic ms of the next manager run */
     uint64_t gen;             /* the last entry_t.gen given */
-    uint64_t pad[4];
+    uint64_t loader_at;       /* monotonic ms the loader's claim lapses */
+    uint32_t loader_pid;      /* the worker that claimed it */
+    uint32_t loaded;          /* the files on disk at start are indexed */
+    uint64_t pad[2];
 } head_t;
 
 /* [cache NAME] */
@@ -133,5 +136,13 @@ void fd_proxy_cache_index_commit(fd_proxy_cache_t *c, const uint8_t md5[16],
 void fd_proxy_cache_index_unfill(fd_proxy_cache_t *c, const uint8_t md5[16]);
 void fd_proxy_cache_index_forget(fd_proxy_cache_t *c, const uint8_t md5[16]);
 void fd_proxy_cache_unlink(fd_proxy_cache_t *c, const uint8_t md5[16]);
+
+enum { LOAD_ADDED = 1, LOAD_PRESENT = 0, LOAD_FULL = -1 };
+
+int fd_proxy_cache_index_load(fd_proxy_cache_t *c, const uint8_t md5[16],
+                              uint64_t now, uint64_t expires, uint64_t size);
+uint64_t fd_proxy_cache_expires_msec(int64_t expires, int64_t now_sec,
+                                     uint64_t now_msec);
+int fd_proxy_cache_hex(const char *s, uint8_t md5[16]);
 
 #endif /* FD_PROXY_CACHE_INT_H */

@@ -3,7 +3,8 @@
  * (X-Accel-Expires, Cache-Control, Expires, proxy_cache_valid, what is
  * never stored), and the shared index: lookups, the filling flag of
  * proxy_cache_lock, commits, eviction from a full bucket, and the
- * manager's inactive and max_size passes. Both files are included whole,
+ * manager's inactive and max_size passes, and the loader that indexes
+ * the files on disk after a start. Both files are included whole,
  * their global names renamed so that they do not clash with the ones
  * linked into the test.
  */
@@ -36,6 +37,9 @@
 #define fd_proxy_cache_request_fields fd_proxy_cache_request_fields_unit
 #define fd_proxy_cache_stale fd_proxy_cache_stale_unit
 #define fd_proxy_cache_response fd_proxy_cache_response_unit
+#define fd_proxy_cache_index_load load
+#define fd_proxy_cache_expires_msec expires_msec
+#define fd_proxy_cache_hex parse_hex
 #include "../../modules/fd_proxy_cache_index.c"
 #include "../../modules/fd_proxy_cache.c"
 
@@ -328,11 +332,189 @@ static void manager(void)
            "key99, the newest, stayed");
 }
 
+/* the loader's insertion: only into a free place, never over an entry */
+static void loading(void)
+{
+    fd_proxy_cache_t *c = cache_new(1); /* one bucket: 8 entries */
+    uint8_t m[16], ev[16], got[16];
+    uint64_t until, gen, gen2;
+    int evict, i;
+
+    key(m, 1);
+    is_int(load(c, m, 1000, 5000, 100), LOAD_ADDED, "empty: added");
+    is_int(c->head->size, 100, "its size is counted");
+    is_int(c->head->entries, 1, "one entry");
+    is_int(lookup(c, m, 1001, 0, 0, &until, &gen, &evict, ev), L_HIT,
+           "a loaded entry is a hit");
+    is_int(load(c, m, 1002, 9000, 300), LOAD_PRESENT,
+           "loaded again: present, left alone");
+    is_int(c->head->size, 100, "the size as it was");
+    is_int(lookup(c, m, 1003, 0, 0, &until, &gen2, &evict, ev), L_HIT,
+           "still a hit");
+    is_int(gen2, gen, "of the same generation");
+    is_int(lookup(c, m, 6000, 0, 0, &until, &gen2, &evict, ev), L_EXPIRED,
+           "the first expires stayed");
+
+    /* one a request stores (or fills) meanwhile wins */
+    key(m, 2);
+    commit(c, m, 1000, 90000, 40);
+    is_int(load(c, m, 1001, 5000, 50), LOAD_PRESENT,
+           "committed by a request: not replaced");
+    is_int(c->head->size, 140, "the committed size counts, once");
+    key(m, 3);
+    is_int(lookup(c, m, 1000, 500, 1, &until, &gen, &evict, ev), L_FILL,
+           "a request fills key3");
+    is_int(load(c, m, 1001, 5000, 50), LOAD_PRESENT,
+           "a filling entry is not replaced");
+    is_int(c->head->entries, 2, "two ready entries, one filling");
+
+    key(m, 4);
+    is_int(load(c, m, 1000, 0, 10), LOAD_ADDED, "an expired one is added");
+    is_int(lookup(c, m, 1001, 0, 0, &until, &gen, &evict, ev), L_EXPIRED,
+           "... as expired");
+    for (i = 5; i <= 8; i++) {
+        key(m, i);
+        load(c, m, 1000, 90000, 10);
+    }
+    is_int(c->head->entries, 7, "7 ready and one filling fill the bucket");
+    key(m, 9);
+    is_int(load(c, m, 1000, 90000, 10), LOAD_FULL,
+           "a full bucket: skipped");
+    is_int(c->head->entries, 7, "nothing evicted for it");
+    is_int(c->head->size, 190, "the sizes of the 7");
+    key(m, 1);
+    is_int(lookup(c, m, 1001, 0, 0, &until, &gen, &evict, ev), L_HIT,
+           "key1 is still there");
+    ok(c->head->gen >= 7, "each entry got a new generation");
+
+    /* a file's unix expires as monotonic ms */
+    is_int(expires_msec(1060, 1000, 50000), 110000, "60 s ahead");
+    is_int(expires_msec(1000, 1000, 50000), 50000, "now");
+    is_int(expires_msec(990, 1000, 50000), 40000, "10 s ago: still past");
+    is_int(expires_msec(900, 1000, 50000), 0, "before the clock: 0");
+    ok(expires_msec(INT64_MAX, 0, 1) > 1 &&
+           expires_msec(INT64_MIN, 0, 1) == 0, "no overflow either way");
+
+    /* the file's name */
+    fd_proxy_cache_hash("", 0, m);
+    ok(parse_hex("d41d8cd98f00b204e9800998ecf8427e", got) == FD_OK &&
+           memcmp(got, m, 16) == 0, "a name's 32 hex digits: its MD5");
+    ok(parse_hex("D41D8CD98F00B204E9800998ECF8427E", got) == FD_ERROR,
+       "upper case is not a name the cache writes");
+    ok(parse_hex("d41d8cd98f00b204e9800998ecf8427", got) == FD_ERROR,
+       "31 digits: not a name");
+}
+
+static void spew_file(const char *p, const void *d, size_t n)
+{
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+    if (fd != -1) {
+        if (write(fd, d, n) != (ssize_t)n)
+            fprintf(stderr, "write %s failed\n", p);
+        close(fd);
+    }
+}
+
+/* an entry's file for key k: whole, or cut by cut bytes */
+static void entry_file(fd_proxy_cache_t *c, const char *k, int64_t expires,
+                       size_t cut, char *p, size_t size)
+{
+    char buf[256];
+    file_head_t fh = {.magic = FILE_MAGIC, .status = 200};
+    uint8_t m[16];
+    size_t dl, n;
+
+    fd_proxy_cache_hash(k, strlen(k), m);
+    fd_proxy_cache_file(p, size, c->path, c->levels, c->nlevels, m, &dl);
+    p[dl - 1] = '\0';
+    fd_proxy_cache_mkdirs(p, 0);
+    p[dl - 1] = '/';
+    fh.key_len = (uint32_t)strlen(k);
+    fh.fields_len = 0;
+    fh.body_len = 5;
+    fh.date = fd_current_sec;
+    fh.expires = expires;
+    memcpy(buf, &fh, sizeof(fh));
+    memcpy(buf + sizeof(fh), k, fh.key_len);
+    memcpy(buf + sizeof(fh) + fh.key_len, "hello", 5);
+    n = sizeof(fh) + fh.key_len + 5;
+    spew_file(p, buf, n - cut);
+}
+
+/* the walk over a directory: what it indexes and what it removes */
+static void walk(void)
+{
+    fd_proxy_cache_t *c = cache_new(64);
+    char dir[] = "/tmp/fastd-unit-cache-XXXXXX", p[PATH_MAX], q[PATH_MAX + 64];
+    uint8_t m[16], ev[16];
+    uint64_t until, gen;
+    struct stat st;
+    int evict, slices = 0;
+
+    fd_time_update();
+    if (mkdtemp(dir) == NULL) {
+        ok(0, "mkdtemp");
+        return;
+    }
+    c->path = dir;
+    fd_proxy_cache_levels("1:2", c->levels, &c->nlevels);
+    entry_file(c, "fresh", fd_current_sec + 600, 0, p, sizeof(p));
+    entry_file(c, "stale", fd_current_sec - 10, 0, p, sizeof(p));
+    entry_file(c, "cut", fd_current_sec + 600, 3, p, sizeof(p));
+    snprintf(q, sizeof(q), "%s.99999999.1.tmp", p);
+    spew_file(q, "x", 1);
+    snprintf(q, sizeof(q), "%s.%d.1.tmp", p, (int)getpid());
+    spew_file(q, "x", 1);
+    snprintf(q, sizeof(q), "%s/README", dir);
+    spew_file(q, "not the cache's", 15);
+
+    ok(loader_open(&loader, c) == FD_OK, "the walk begins");
+    while (!loader_slice(&loader, 1000) && slices < 1000)
+        slices++;
+    loader_close(&loader);
+    is_int(loader.entries, 2, "two whole entries indexed");
+    is_int(loader.removed, 1, "the cut one removed");
+    is_int(loader.tmp, 1, "one temporary file removed");
+    is_int(c->head->entries, 2, "the index has two");
+    fd_proxy_cache_hash("fresh", 5, m);
+    is_int(lookup(c, m, 1001, 0, 0, &until, &gen, &evict, ev), L_HIT,
+           "the fresh one: a hit");
+    fd_proxy_cache_hash("stale", 5, m);
+    is_int(lookup(c, m, 1001, 0, 0, &until, &gen, &evict, ev), L_EXPIRED,
+           "the stale one: expired");
+    fd_proxy_cache_hash("cut", 3, m);
+    is_int(lookup(c, m, 1001, 0, 0, &until, &gen, &evict, ev), L_MISS,
+           "the cut one: a miss");
+    ok(stat(p, &st) == -1 && errno == ENOENT, "and its file is gone");
+    snprintf(q, sizeof(q), "%s.99999999.1.tmp", p);
+    ok(stat(q, &st) == -1, "a dead writer's temporary file is gone");
+    snprintf(q, sizeof(q), "%s.%d.1.tmp", p, (int)getpid());
+    ok(stat(q, &st) == 0, "a live writer's is kept");
+    unlink(q);
+    snprintf(q, sizeof(q), "%s/README", dir);
+    ok(stat(q, &st) == 0, "what is not the cache's is left alone");
+    unlink(q);
+
+    /* again over the same files: nothing new, nothing counted twice */
+    ok(loader_open(&loader, c) == FD_OK, "a second walk");
+    while (!loader_slice(&loader, 2000) && slices < 2000)
+        slices++;
+    loader_close(&loader);
+    is_int(loader.entries, 0, "adds nothing");
+    is_int(c->head->entries, 2, "still two entries");
+    snprintf(q, sizeof(q), "rm -rf '%s'", dir);
+    if (system(q) != 0)
+        fprintf(stderr, "%s failed\n", q);
+}
+
 int main(void)
 {
     keys();
     freshness();
     index_ops();
     manager();
+    loading();
+    walk();
     return done_testing();
 }
