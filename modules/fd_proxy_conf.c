@@ -497,6 +497,8 @@ int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
                                                          : lc->pass_host);
         if (lc->ssl_client == NULL)
             return FD_ERROR;
+        if (lc->up->health_ssl == NULL)
+            lc->up->health_ssl = lc->ssl_client;
     }
     if (!lc->redirect_set) {
         redirect_t *rd = redirect_new(cf, lc);

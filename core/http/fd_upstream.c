@@ -84,8 +84,10 @@ const fd_directive_t fd_upstream_directives[] = {
      .offset = UP(health_check),
      .doc = "URI [interval=5s] [timeout=2s] [fails=1] [passes=1] "
             "[status=200-399] [port=N]: every interval, one GET of URI "
-            "(plain HTTP/1.1, on a connection of its own, to the server's "
-            "address or port=) per server for the whole fastd, not per "
+            "(HTTP/1.1 on a connection of its own, to the server's address "
+            "as its requests go: TLS when a location passes here with "
+            "https://, a PROXY header with proxy_protocol; or plain to "
+            "port=) per server for the whole fastd, not per "
             "worker; fails= failed probes in a row take the server out of "
             "the group for every worker, passes= passed ones bring it "
             "back. Unlike passive health (max_fails), it takes out a "

@@ -117,6 +117,9 @@ struct fd_upstream_s {
     fd_upstream_t *next_implicit; /* pass = http://host:port/ groups */
     char *implicit_opts;       /* ... and the options pass gave them */
     fd_upstream_health_t *health; /* NULL: no active checks */
+    void *health_ssl;          /* fd_ssl_client_t of the first location
+                                * passing here with https://: its probes
+                                * speak TLS as its requests do */
     char *resolvers;           /* "IP:PORT,..." for c-ares, or NULL */
     fd_upstream_resolve_t *resolve; /* its server = ... resolve lines */
     void *resolver_state;      /* per worker: the c-ares channel */

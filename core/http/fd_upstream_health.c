@@ -32,6 +32,8 @@
 #include <unistd.h>
 
 #include "fd_core.h"
+#include "fd_realip.h"
+#include "fd_ssl.h"
 #include "fd_status.h"
 #include "fd_upstream.h"
 
@@ -321,6 +323,26 @@ static void probe_event(fd_upstream_conn_t *uc)
         if (rc != FD_OK)
             return;
     }
+    if (!uc->s.handshaken) {
+        /* an upstream behind the PROXY protocol gets its header (LOCAL:
+         * no client); TLS as the group's https:// locations speak it */
+        static const fd_addr_t none;
+        int rc;
+        if (fd_upstream_proxy_protocol(uc, &none, &none) != FD_OK) {
+            verdict(pr, 0, "send() of the PROXY header failed");
+            return;
+        }
+        rc = fd_stream_handshake(&uc->s);
+        if (rc == FD_AGAIN)
+            return;
+        if (rc != FD_OK) {
+            char why[200];
+            snprintf(why, sizeof(why), "SSL handshake failed: %s",
+                     fd_ssl_connect_error(&uc->s));
+            verdict(pr, 0, why);
+            return;
+        }
+    }
     len = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: %s\r\n"
                    "User-Agent: fastd health check\r\n"
                    "Connection: close\r\n\r\n", hc->uri,
@@ -403,6 +425,13 @@ static void probe_start(probe_t *pr)
     pr->uc = fd_upstream_conn_add(p, fd, connecting);
     if (pr->uc == NULL) {
         verdict(pr, 0, strerror(errno));
+        return;
+    }
+    /* a separate port= is plain HTTP; else the group's own TLS */
+    if (p->up->health_ssl && !hc->port &&
+        fd_ssl_connect(&pr->uc->s, p->up->health_ssl, &p->ssl_session) !=
+            FD_OK) {
+        verdict(pr, 0, "SSL_new() failed");
         return;
     }
     pr->sent = pr->got = 0;
