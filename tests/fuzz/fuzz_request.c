@@ -74,6 +74,10 @@ static char dir[] = "/dev/shm/fd-fuzz-req-XXXXXX"; /* tmpfs: no disk I/O */
 static char conf_path[sizeof(dir) + 32];
 static int conf_fd = -1, client_ls = -1, up_ls = -1, refused = -1;
 static unsigned client_port, up_port, refused_port;
+/* the configuration's [upstream] proxy_protocol = on (the PROXY header
+ * in and out; not with h2, whose connections hold many clients) */
+#define UPSTREAM_PP(k) (((k)[4] & 0x10) && !((k)[4] & 2))
+static int upstream_pp;   /* this input's */
 static unsigned nfds = MAX_FDS; /* descriptors checked */
 
 /*
@@ -265,7 +269,7 @@ static void config(text_t *t, const uint8_t *k)
         "round_robin", "least_conn", "hash\nhash_key = $request_uri",
         "hash\nhash_key = $http_x_key"};
     unsigned pass = (k[0] >> 2) & 7;
-    int pp = (k[4] & 0x10) && !(k[4] & 2);
+    int pp = UPSTREAM_PP(k);
 
     add(t, "[main]\ndaemon = off\npid = off\nerror_log = stderr\n");
     add(t, "[events]\nedge_triggered = %s\nbatch_sends = %s\n"
@@ -413,13 +417,15 @@ static int tchar(unsigned char c)
 }
 
 /* The header the proxy sent (up to its blank line) is well formed. */
-static void check_upstream_header(const char *h, size_t n)
+static void check_upstream_header(const char *h, size_t n, int pp)
 {
     const char *start = h, *end = memmem(h, n, "\r\n\r\n", 4), *p = h, *eol;
 
     if (end == NULL)
         return; /* cut short: the client left, or it is longer than kept */
-    if (n > 6 && memcmp(h, "PROXY ", 6) == 0) {
+    /* only where the configuration sends one: else "PROXY" is a method
+     * a client may use like any token, and its request line is passed */
+    if (pp && n > 6 && memcmp(h, "PROXY ", 6) == 0) {
         /* [upstream] proxy_protocol = on: one v1 line of printable
          * bytes first (the client's addresses, as the engine formats
          * them, whatever its own PROXY header said) */
@@ -577,7 +583,7 @@ static int pump(run_t *x, int answer)
         }
         if (!u->checked && (memmem(u->head, u->hlen, "\r\n\r\n", 4) ||
                             u->hlen == sizeof(u->head))) {
-            check_upstream_header(u->head, u->hlen);
+            check_upstream_header(u->head, u->hlen, upstream_pp);
             u->checked = 1;
         }
         /* answer once the request has come (or the proxy waits) */
@@ -814,6 +820,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     c = cycle_get(data);
     cy = c->cycle;
+    upstream_pp = UPSTREAM_PP(data);
     batch = cy->events.batch_sends;
     if (fd_worker != NULL && batch != fd_sendq_active()) {
         /* the worker takes batch_sends at its start (the first cycle) */
