@@ -130,6 +130,7 @@ typedef struct {
     char *use_stale_src;
     unsigned use_stale;        /* FD_PROXY_STALE_* */
     int cache_revalidate;
+    int cache_background_update;
 } proxy_loc_conf_t;
 
 /* proxy_cache_use_stale: when an expired entry answers instead */
@@ -202,6 +203,9 @@ struct proxy_req_s {
     unsigned keepalive:1;      /* the response lets us reuse uc */
     unsigned timed_out:1;      /* the last failed try timed out */
     unsigned invalid:1;        /* the last failed try sent nonsense */
+    unsigned bg:1;             /* a background update: the client has its
+                                * (stale) response, this one only fills
+                                * the cache */
     int rc;                    /* the handler's result when sync */
     unsigned ninterim;         /* 1xx responses skipped */
     tunnel_t *tunnel;          /* 101 waiting for its header to drain */
@@ -227,6 +231,10 @@ int fd_proxy_start(proxy_req_t *px);
 
 #define FD_PROXY_CACHE_MAX 8  /* [cache] sections with status entries */
 #define FD_PROXY_CACHE_SHM_SIZE (FD_PROXY_CACHE_MAX * 128) /* their bytes */
+/* fd_proxy_cache_lookup(): the stale entry is in r, and the request
+ * goes upstream to update it in the background */
+#define FD_PROXY_CACHE_BACKGROUND 1001
+
 enum { FD_PROXY_CACHE_NONE, FD_PROXY_CACHE_MISS, FD_PROXY_CACHE_HIT,
        FD_PROXY_CACHE_EXPIRED, FD_PROXY_CACHE_BYPASS, FD_PROXY_CACHE_STALE,
        FD_PROXY_CACHE_UPDATING, FD_PROXY_CACHE_REVALIDATED };

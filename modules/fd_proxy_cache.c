@@ -774,6 +774,8 @@ static void wait_poll(fd_timer_t *t)
         rc = decide(cr, px->lc->cache_lock_timeout);
         if (rc == FD_DECLINED)
             rc = fd_proxy_start(px);
+        else if (rc == FD_PROXY_CACHE_BACKGROUND)
+            rc = FD_OK; /* a waiter never updates: not reached */
     }
     if (rc != FD_AGAIN)
         fd_request_finish(r, rc);
@@ -861,6 +863,18 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
         COUNT(cr->cache, miss);
         return FD_DECLINED;
     default: /* L_EXPIRED */
+        if (cr->filler && px->lc->cache_background_update &&
+            (px->lc->use_stale & FD_PROXY_STALE_UPDATING) &&
+            r->in.method_id == FD_HTTP_GET) {
+            /* answered from it now, updated in the background */
+            if (serve(cr, gen) == FD_OK) {
+                px->cache_status = FD_PROXY_CACHE_STALE;
+                COUNT(cr->cache, stale);
+                cr->stale_gen = gen;
+                return FD_PROXY_CACHE_BACKGROUND;
+            }
+            unserve(r);
+        }
         px->cache_status = FD_PROXY_CACHE_EXPIRED;
         COUNT(cr->cache, expired);
         stale_keep(cr, gen);
@@ -1009,6 +1023,12 @@ int fd_proxy_cache_response(proxy_req_t *px, int status,
 
     if (cr == NULL || cr->stale_gen == 0)
         return FD_DECLINED;
+    if (px->bg && status >= 500) {
+        /* a background update that failed: the expired entry stays
+         * (the client had it), another request tries again */
+        store_abandon(cr);
+        return FD_OK;
+    }
     if (status == 304 && cr->revalidating) {
         /* fresh again for what the 304 says, else proxy_cache_valid for
          * the entry's status */
@@ -1023,6 +1043,8 @@ int fd_proxy_cache_response(proxy_req_t *px, int status,
                                              (uint64_t)sec * 1000))
             refresh_file(cr, fd_current_sec + sec);
         store_abandon(cr);
+        if (px->bg)
+            return FD_OK; /* the client had the entry already */
         unserve(r);
         if (serve(cr, cr->stale_gen) != FD_OK) {
             unserve(r);

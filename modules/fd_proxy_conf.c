@@ -225,6 +225,14 @@ const fd_directive_t fd_proxy_directives[] = {
             "proxy_next_upstream's tries), updating (another request is "
             "fetching a new one: UPDATING); off: never. E.g. "
             "proxy_cache_use_stale = error timeout updating http_502"},
+    {.name = "proxy_cache_background_update", .type = FD_CONF_FLAG,
+     .offset = LOC(cache_background_update), .def = "off",
+     .doc = "on (with proxy_cache_use_stale updating): the first request "
+            "past an entry's expiry is answered from it at once (STALE) "
+            "and goes on upstream to update it, as nginx's; over HTTP/1.1 "
+            "its connection takes the next request once the update ends "
+            "(as nginx's), over HTTP/2 only the stream waits; a client "
+            "that closes its connection first abandons the update"},
     {.name = "proxy_cache_revalidate", .type = FD_CONF_FLAG,
      .offset = LOC(cache_revalidate), .def = "off",
      .doc = "on: an expired entry with an ETag or Last-Modified is asked "

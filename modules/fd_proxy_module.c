@@ -382,7 +382,7 @@ static int retry_allowed(proxy_req_t *px)
 {
     proxy_loc_conf_t *lc = px->lc;
 
-    if (px->r->header_sent || (px->pulled && !px->body_kept))
+    if ((px->r->header_sent && !px->bg) || (px->pulled && !px->body_kept))
         return 0; /* the body read from the client cannot be sent again */
     if (px->written && !px->idempotent &&
         !(lc->next_upstream & NEXT_NON_IDEMPOTENT))
@@ -833,6 +833,13 @@ static int resp_header(proxy_req_t *px)
     fd_http_resp_t rs = {.fields = f, .max_fields = MAX_RESP_HEADERS};
     unsigned nf, ntok, i, ft;
     int status;
+    struct {
+        int status;
+        fd_http_header_out_t *headers_out, **headers_out_last;
+        fd_str_t content_type;
+        int64_t content_length;
+        unsigned server_passed;
+    } saved = {0};
 
     switch (fd_http_parse_response_end(buf, px->ilast - px->ipos, &px->hscan,
                                        &hlen, &err)) {
@@ -930,6 +937,20 @@ static int resp_header(proxy_req_t *px)
         return fd_proxy_tunnel_begin(px, fd_string("websocket"));
     }
 
+    if (px->bg) {
+        /* a background update: r's response went out already; what the
+         * upstream says is built in r for the cache alone, then r's own
+         * fields come back */
+        saved.status = r->status;
+        saved.headers_out = r->headers_out;
+        saved.headers_out_last = r->headers_out_last;
+        saved.content_type = r->content_type;
+        saved.content_length = r->content_length;
+        saved.server_passed = r->server_passed;
+        r->headers_out = NULL;
+        r->headers_out_last = &r->headers_out;
+        r->content_type = fd_null_string;
+    }
     r->status = status;
     for (i = 0; i < nf; i++) {
         fd_str_t n = f[i].name, v = f[i].value;
@@ -1025,6 +1046,15 @@ static int resp_header(proxy_req_t *px)
     px->rstate = RS_BODY;
     if (px->cr)
         fd_proxy_cache_header(px, f, nf, rs.content_length);
+    if (px->bg) {
+        r->status = saved.status;
+        r->headers_out = saved.headers_out;
+        r->headers_out_last = saved.headers_out_last;
+        r->content_type = saved.content_type;
+        r->content_length = saved.content_length;
+        r->server_passed = saved.server_passed;
+        return PX_OK;
+    }
     if (!px->lc->buffering && !r->c->s.nodelay) {
         int one = 1;
         setsockopt(r->c->s.ev.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -1119,12 +1149,25 @@ static int resp_body(proxy_req_t *px, int eof)
         if (px->cr)
             fd_proxy_cache_end(px, px->ipos == px->ilast);
         fd_proxy_conn_release(px, reuse);
+        if (px->bg) {
+            /* the update is stored: the request ends (its response went
+             * out before) */
+            proxy_release(px, 0);
+            px->done = 1;
+            if (px->sync)
+                px->rc = FD_OK;
+            else
+                fd_request_finish(r, FD_OK);
+            return PX_DONE;
+        }
         rc = fd_http_output(r, chain, 1);
         proxy_release(px, 0);
         px->done = 1;
         (void)rc; /* the engine ends the request either way */
         return PX_DONE;
     }
+    if (px->bg)
+        return PX_OK; /* the body goes to the cache alone */
     if (chain == NULL) {
         if (!r->header_sent && fd_http_send_header(r) != FD_OK)
             return proxy_abort_response(px);
@@ -1414,8 +1457,14 @@ static int proxy_handler(fd_request_t *r)
     r->ctx = px;
     if (lc->cache) {
         int rc = fd_proxy_cache_lookup(px);
-        if (rc != FD_DECLINED)
+        if (rc == FD_PROXY_CACHE_BACKGROUND) {
+            /* proxy_cache_background_update: the stale entry answers
+             * now, the request goes on upstream for the cache alone */
+            px->bg = 1;
+            fd_http_respond_early(r);
+        } else if (rc != FD_DECLINED) {
             return rc;
+        }
     }
     return fd_proxy_start(px);
 }

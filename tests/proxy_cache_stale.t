@@ -5,7 +5,11 @@
 # updates it (UPDATING); with revalidation the entry's ETag and
 # Last-Modified go upstream and a 304 makes it fresh again (REVALIDATED).
 # A cacheable request goes upstream without the client's own If-* and
-# Range fields. Two workers: the update mark is in the shared index.
+# Range fields. proxy_cache_background_update: the first request past
+# expiry gets the old entry at once and the update goes on without it
+# (over HTTP/1.1 its connection's next request waits for it; over HTTP/2
+# only the stream, and the update outlives the client). Two workers: the
+# update mark is in the shared index.
 
 use strict;
 use warnings;
@@ -63,6 +67,7 @@ my $bp = $be->port;
 
 my $t = FastdTest->new(conf => FastdTest::base_conf(
     main => { workers => 2 },
+    server => { listen => '127.0.0.1:%%PORT%% http2' },
     locations => <<"L",
 [location = /status]
 handler = status
@@ -93,6 +98,14 @@ handler = proxy
 upstream = be
 proxy_cache = one
 proxy_cache_revalidate = on
+add_header = X-Cache-Status \$upstream_cache_status always
+
+[location /b/]
+handler = proxy
+upstream = be
+proxy_cache = one
+proxy_cache_use_stale = updating
+proxy_cache_background_update = on
 add_header = X-Cache-Status \$upstream_cache_status always
 
 [location /d/]
@@ -228,6 +241,57 @@ sub expired_entry {
     my $n = get('/u/a');
     is(cs($n), 'HIT', 'then a HIT');
     isnt($n->body, $old->body, '... of the new entry');
+}
+
+# --- background update: the first past expiry gets the old entry at once --
+
+{
+    mode('b', 'ok');
+    my $first = get('/b/a');
+    is(cs($first), 'MISS', 'background update: stored');
+    sleep 1.1;
+    mode('b', 'slow');   # the update takes a second
+    $be->reset_log;
+    my $c = $t->connect;
+    my $t0 = time;
+    $c->send("GET /b/a HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    my $r = $c->read_response(timeout => 10);
+    my $took = time - $t0;
+    is($r && $r->{status}, 200, 'expired: 200');
+    is($r && $r->{headers}{'x-cache-status'}, 'STALE', '... STALE');
+    is($r && $r->{body}, $first->body, '... the old entry');
+    cmp_ok($took, '<', 0.9, sprintf('... at once (%.2f s), before the '
+           . 'one-second update', $took));
+    # the same connection's next request waits for the update (nginx's
+    # way): it finds the new entry
+    $c->send("GET /b/a HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    my $n = $c->read_response(timeout => 10);
+    is($n && $n->{headers}{'x-cache-status'}, 'HIT',
+       'the next request on that connection: a HIT');
+    isnt($n && $n->{body}, $first->body, '... of the updated entry');
+    is($be->requests, 1, 'one update went upstream');
+    $c->close;
+    mode('b', 'ok');
+}
+
+# over HTTP/2 the stream ends at once; the update outlives the client
+SKIP: {
+    skip 'curl not installed', 4 unless -x '/usr/bin/curl';
+    mode('b', 'ok');
+    my $first = get('/b/h2');
+    sleep 1.1;
+    mode('b', 'slow');
+    $be->reset_log;
+    my $t0 = time;
+    my $out = `curl -s --http2-prior-knowledge -H 'Host: localhost' -D - -o /dev/null --max-time 10 http://127.0.0.1:${\ $t->port}/b/h2`;
+    my $took = time - $t0;
+    like($out, qr{^HTTP/2 200}m, 'h2: expired: 200');
+    like($out, qr{^x-cache-status: STALE}mi, '... STALE');
+    cmp_ok($took, '<', 0.9, sprintf('... at once (%.2f s)', $took));
+    ok(FastdTest::wait_for(sub { cs(get('/b/h2')) eq 'HIT' &&
+                                 get('/b/h2')->body ne $first->body }, 10, 0.1),
+       '... and the update, after curl left, is stored: a HIT of the new entry');
+    mode('b', 'ok');
 }
 
 # --- revalidation ----------------------------------------------------------

@@ -1026,7 +1026,9 @@ void fd_request_finish(fd_request_t *r, int rc)
         fd_connection_close(r->c);
         return;
     }
-    if (!r->done)
+    if (r->response_done)
+        request_done(r->c, h, r); /* sent already (fd_http_respond_early) */
+    else if (!r->done)
         fd_http_finalize(r, rc);
     post_resume(h);
 }

@@ -165,6 +165,9 @@ struct fd_request_s {
     unsigned rate_counted:1;   /* limit_req counted it: once a request,
                                   whatever location it is moved to */
     unsigned try_done:1;       /* try_files ran for r->loc */
+    unsigned held:1;           /* fd_http_respond_early(): the handler
+                                * goes on after its response */
+    unsigned response_done:1;  /* ... and that response is whole */
     unsigned redirects;        /* internal redirects so far (try_files):
                                   a module's per-location state compares
                                   it to know the access phase restarted */
@@ -212,6 +215,15 @@ void fd_http_run_handler(fd_request_t *r);
 /* An access module that held the request (FD_AGAIN) lets it go on: the
  * access checks after m in the location's list, then the handler. */
 void fd_http_access_continue(fd_request_t *r, const fd_module_t *m);
+
+/*
+ * The response in r goes out now, whole, and the handler goes on with r
+ * (the proxy cache's background update): r ends at fd_request_finish(),
+ * which sends nothing more. Over HTTP/1.1 the connection takes its next
+ * request only then; over HTTP/2 the stream ends at once and the request
+ * outlives it.
+ */
+void fd_http_respond_early(fd_request_t *r);
 
 /* Finish a request that returned FD_AGAIN: FD_OK (response set in r) or an
  * HTTP status >= 400 for an error page. Runs on the loop. */

@@ -96,6 +96,7 @@ struct fd_h2_conn_s {
     fd_connection_t *c;
     fd_http_conn_t *h;
     h2s_t *streams, *zombies, *run, **run_last;
+    h2s_t *orphans;            /* closed, a module still holds the request */
     unsigned nstreams;         /* open (streams list) */
     unsigned nrequests;        /* taken on this connection */
     int rst_budget;            /* resets of unanswered streams it may
@@ -298,15 +299,21 @@ static void stream_closed(h2s_t *st)
     if (r && !r->done && st->started) {
         if (r->feed_queued)
             fd_http_feed_unlink(r);
-        if (r->on_abort) {
+        if (r->on_abort && !r->response_done) {
             void (*abort)(fd_request_t *) = r->on_abort;
             r->on_abort = NULL;
             r->on_drain = NULL;
             r->on_body = NULL;
             abort(r);
         } else if (r->in_offload || r->async) {
-            /* it finishes on its own: freed then (fd_h2_finish) */
+            /* it finishes on its own: freed then (fd_h2_finish); listed,
+             * so that a connection that goes first lets it know */
             st->orphan = 1;
+            st->next = hc->orphans;
+            if (hc->orphans)
+                hc->orphans->prev = &st->next;
+            st->prev = &hc->orphans;
+            hc->orphans = st;
             return;
         }
     }
@@ -927,6 +934,10 @@ void fd_h2_finish(fd_request_t *r, int rc)
     r->on_abort = NULL;
     if (st->orphan) {
         /* its stream went while the module worked: nothing to answer */
+        if (r->response_done)
+            fd_http_access_count(r); /* it was answered early */
+        if (st->prev)
+            stream_unlink(st); /* from hc->orphans */
         if (st->hc) {
             st->orphan = 0;
             zombie_add(st->hc, st);
@@ -936,7 +947,9 @@ void fd_h2_finish(fd_request_t *r, int rc)
         }
         return;
     }
-    if (!r->done)
+    if (r->response_done)
+        request_done(r->c, r->c->h, r); /* fd_http_respond_early */
+    else if (!r->done)
         fd_http_finalize(r, rc);
     conn_post(st->hc);
 }
@@ -1384,8 +1397,11 @@ void fd_h2_release(fd_connection_t *c)
     while ((st = hc->streams) != NULL) {
         nghttp2_session_set_stream_user_data(hc->ss, st->id, NULL);
         stream_closed(st);
-        if (st->orphan)
-            st->hc = NULL; /* freed when its module lets go */
+    }
+    /* orphans, of before or just now: freed when their module lets go */
+    while ((st = hc->orphans) != NULL) {
+        stream_unlink(st);
+        st->hc = NULL;
     }
     while ((st = hc->zombies) != NULL)
         stream_free(st);

@@ -136,10 +136,19 @@ static inline int out_append(fd_http_conn_t *h, const void *data, size_t n)
 static inline void request_done(fd_connection_t *c, fd_http_conn_t *h,
                                 fd_request_t *r)
 {
+    if (r->held && !r->response_done) {
+        /* fd_http_respond_early(): the response is whole, the request
+         * goes on until fd_request_finish() */
+        r->response_done = 1;
+        if (r->h2)
+            fd_h2_end(r);
+        return;
+    }
     fd_http_access_count(r);
     r->done = 1;
     if (r->h2) {
-        fd_h2_end(r);
+        if (!r->response_done)
+            fd_h2_end(r);
         return;
     }
     c->requests++;

@@ -465,11 +465,27 @@ void fd_http_access_count(fd_request_t *r)
 }
 
 /* The response in r is complete (or rc is an error): queue it. */
+void fd_http_respond_early(fd_request_t *r)
+{
+    r->held = 1;
+    fd_http_finalize(r, FD_OK);
+    if (r->h2)
+        fd_h2_flush(r);
+    else
+        post_resume(r->c->h);
+}
+
 void fd_http_finalize(fd_request_t *r, int rc)
 {
     fd_connection_t *c = r->c;
     fd_http_conn_t *h = c->h;
     fd_buf_t *b;
+
+    if (r->response_done) {
+        /* answered early: whatever the handler's end, nothing more */
+        request_done(c, h, r);
+        return;
+    }
 
     if (rc == FD_DECLINED)
         rc = 404;
