@@ -464,7 +464,8 @@ void fd_http_access_count(fd_request_t *r)
         hooks.log[i]->log(r);
 }
 
-/* The response in r is complete (or rc is an error): queue it. */
+/* See fd_http.h: the response goes, the request stays (request_done()
+ * defers its end to fd_request_finish()). */
 void fd_http_respond_early(fd_request_t *r)
 {
     r->held = 1;
@@ -475,6 +476,7 @@ void fd_http_respond_early(fd_request_t *r)
         post_resume(r->c->h);
 }
 
+/* The response in r is complete (or rc is an error): queue it. */
 void fd_http_finalize(fd_request_t *r, int rc)
 {
     fd_connection_t *c = r->c;
