@@ -301,8 +301,12 @@ is($st, 200, 'a backend that requires a client certificate');
 is(info($b)->{client}, 'client.test', 'it saw proxy_ssl_certificate');
 ($st, $b) = fetch('/mtls-none/c');
 is($st, 502, 'without one: 502');
-like($t->error_log, qr/alert certificate required/,
-     "the backend's alert in the error log");
+# TLS 1.3: the client's handshake ends before the backend judges its
+# certificate, so the request's send() may meet the closed connection
+# before the backend's alert is read (a busy machine, io_uring): either
+# is the refusal logged
+like($t->error_log, qr/alert certificate required|127\.0\.0\.1:$pm: send\(\) failed \((?:32: Broken pipe|104: Connection reset by peer)\)/,
+     "the backend's refusal in the error log");
 
 ($st, $b) = fetch('/plain/p');
 is($st, 502, 'an upstream that does not speak TLS: 502');
