@@ -43,15 +43,16 @@ typedef struct group_s {
 
 static group_t *groups;
 
+/* The group of addr, made when new; NULL when out of memory. */
 static group_t *group_of(const struct sockaddr_storage *addr,
-                         socklen_t addrlen, int create)
+                         socklen_t addrlen)
 {
     group_t *g;
 
     for (g = groups; g; g = g->next)
         if (g->addrlen == addrlen && memcmp(&g->addr, addr, addrlen) == 0)
             return g;
-    if (!create || (g = calloc(1, sizeof(*g))) == NULL)
+    if ((g = calloc(1, sizeof(*g))) == NULL)
         return NULL;
     memcpy(&g->addr, addr, addrlen);
     g->addrlen = addrlen;
@@ -62,7 +63,7 @@ static group_t *group_of(const struct sockaddr_storage *addr,
 
 static void group_add(const fd_listening_t *ls, int fd)
 {
-    group_t *g = group_of(&ls->addr, ls->addrlen, 1);
+    group_t *g = group_of(&ls->addr, ls->addrlen);
     group_sock_t *ns;
 
     if (g == NULL)
@@ -125,7 +126,7 @@ static int steer_attach(group_t *g, const unsigned *idx, unsigned k)
 {
     struct sock_filter f[32 + 2 * FD_STEER_MAX], *p = f;
     struct sock_fprog prog;
-    unsigned i, active = 0;
+    unsigned i;
 
     if (k == 0 || k > FD_STEER_MAX)
         return FD_ERROR;
@@ -171,10 +172,8 @@ static int steer_attach(group_t *g, const unsigned *idx, unsigned k)
     }
     prog.len = (unsigned short)(p - f);
     prog.filter = f;
-    for (i = 0; i < g->n; i++)
-        if (!g->socks[i].retired)
-            active = i;
-    if (setsockopt(g->socks[active].fd, SOL_SOCKET,
+    /* any member sets the group's program */
+    if (setsockopt(g->socks[0].fd, SOL_SOCKET,
                    SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof(prog)) < 0) {
         fd_log_error(FD_LOG_WARN, errno, "SO_ATTACH_REUSEPORT_CBPF failed: "
                      "a dropped reuseport socket may reset connections");

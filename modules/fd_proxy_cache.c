@@ -798,7 +798,7 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
      * than one after another. */
     if (r->in.method_id == FD_HTTP_HEAD)
         lock_ms = 0;
-    rc = fd_proxy_cache_index_lookup_stale(
+    rc = fd_proxy_cache_index_lookup(
         cr->cache, cr->md5, fd_current_msec, lock_ms,
         px->lc->use_stale & FD_PROXY_STALE_UPDATING
             ? px->lc->cache_lock_timeout
@@ -870,7 +870,7 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
             if (serve(cr, gen) == FD_OK) {
                 px->cache_status = FD_PROXY_CACHE_STALE;
                 COUNT(cr->cache, stale);
-                cr->stale_gen = gen;
+                stale_keep(cr, gen); /* and its validators, revalidating */
                 return FD_PROXY_CACHE_BACKGROUND;
             }
             unserve(r);

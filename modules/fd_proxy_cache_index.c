@@ -230,12 +230,11 @@ static entry_t *make_room(fd_proxy_cache_t *c, bucket_t *b,
  * An expired entry being updated is a ready one with fill_pid set and
  * fill_until ahead: its file still answers.
  */
-int fd_proxy_cache_index_lookup_stale(fd_proxy_cache_t *c,
-                                      const uint8_t md5[16], uint64_t now,
-                                      fd_msec_t lock_ms, fd_msec_t stale_ms,
-                                      int fill, uint64_t *until,
-                                      uint64_t *gen, int *evict,
-                                      uint8_t evicted[16])
+int fd_proxy_cache_index_lookup(fd_proxy_cache_t *c, const uint8_t md5[16],
+                                uint64_t now, fd_msec_t lock_ms,
+                                fd_msec_t stale_ms, int fill,
+                                uint64_t *until, uint64_t *gen, int *evict,
+                                uint8_t evicted[16])
 {
     bucket_t *b = bucket_of(c, md5);
     entry_t *e;
@@ -291,15 +290,6 @@ int fd_proxy_cache_index_lookup_stale(fd_proxy_cache_t *c,
     }
     unlock(b);
     return rc;
-}
-
-int fd_proxy_cache_index_lookup(fd_proxy_cache_t *c, const uint8_t md5[16],
-                                uint64_t now, fd_msec_t lock_ms, int fill,
-                                uint64_t *until, uint64_t *gen, int *evict,
-                                uint8_t evicted[16])
-{
-    return fd_proxy_cache_index_lookup_stale(c, md5, now, lock_ms, 0, fill,
-                                             until, gen, evict, evicted);
 }
 
 /* A 304 confirmed the entry of generation gen: fresh until expires. */

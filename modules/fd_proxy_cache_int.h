@@ -117,16 +117,13 @@ extern cache_shm_t *fd_proxy_cache_area; /* this worker's status entries */
 enum { L_MISS, L_HIT, L_EXPIRED, L_WAIT, L_FILL, L_STALE };
 
 int fd_proxy_cache_mkdirs(char *p, size_t from);
+/* lock_ms: wait on another request's fill; stale_ms: an expired entry
+ * being updated answers (use_stale updating), marked for that long */
 int fd_proxy_cache_index_lookup(fd_proxy_cache_t *c, const uint8_t md5[16],
-                                uint64_t now, fd_msec_t lock_ms, int fill,
+                                uint64_t now, fd_msec_t lock_ms,
+                                fd_msec_t stale_ms, int fill,
                                 uint64_t *until, uint64_t *gen, int *evict,
                                 uint8_t evicted[16]);
-int fd_proxy_cache_index_lookup_stale(fd_proxy_cache_t *c,
-                                      const uint8_t md5[16], uint64_t now,
-                                      fd_msec_t lock_ms, fd_msec_t stale_ms,
-                                      int fill, uint64_t *until,
-                                      uint64_t *gen, int *evict,
-                                      uint8_t evicted[16]);
 int fd_proxy_cache_index_refresh(fd_proxy_cache_t *c, const uint8_t md5[16],
                                  uint64_t gen, uint64_t now,
                                  uint64_t expires);

@@ -345,6 +345,19 @@ static void proxy_release(proxy_req_t *px, int reuse)
     r->on_body = NULL;
 }
 
+/* The upstream side is over: the request ends with rc (the handler's
+ * result while it runs, else fd_request_finish()'s). */
+static int proxy_end(proxy_req_t *px, int rc)
+{
+    proxy_release(px, 0);
+    px->done = 1;
+    if (px->sync)
+        px->rc = rc;
+    else
+        fd_request_finish(px->r, rc);
+    return PX_DONE;
+}
+
 /* The request ends without a (complete) response: an error page, or a
  * cut connection once the header left. */
 int fd_proxy_fail(proxy_req_t *px, int status)
@@ -358,14 +371,7 @@ int fd_proxy_fail(proxy_req_t *px, int status)
                                                : FD_PROXY_STALE_ERROR) ==
             FD_OK)
         status = FD_OK;
-    proxy_release(px, 0);
-    px->done = 1;
-    if (px->sync) {
-        px->rc = status;
-        return PX_DONE;
-    }
-    fd_request_finish(r, r->header_sent ? FD_ERROR : status);
-    return PX_DONE;
+    return proxy_end(px, r->header_sent ? FD_ERROR : status);
 }
 
 static void log_try(proxy_req_t *px, fd_upstream_peer_t *p)
@@ -901,14 +907,7 @@ static int resp_header(proxy_req_t *px)
                                  "entry that is gone");
         if (crc == FD_OK) {
             px->ipos += hlen;
-            proxy_release(px, 0);
-            px->done = 1;
-            if (px->sync) {
-                px->rc = FD_OK;
-                return PX_DONE;
-            }
-            fd_request_finish(r, FD_OK);
-            return PX_DONE;
+            return proxy_end(px, FD_OK);
         }
     }
 
@@ -1149,17 +1148,8 @@ static int resp_body(proxy_req_t *px, int eof)
         if (px->cr)
             fd_proxy_cache_end(px, px->ipos == px->ilast);
         fd_proxy_conn_release(px, reuse);
-        if (px->bg) {
-            /* the update is stored: the request ends (its response went
-             * out before) */
-            proxy_release(px, 0);
-            px->done = 1;
-            if (px->sync)
-                px->rc = FD_OK;
-            else
-                fd_request_finish(r, FD_OK);
-            return PX_DONE;
-        }
+        if (px->bg) /* the update is stored; the response went before */
+            return proxy_end(px, FD_OK);
         rc = fd_http_output(r, chain, 1);
         proxy_release(px, 0);
         px->done = 1;

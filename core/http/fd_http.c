@@ -1026,10 +1026,8 @@ void fd_request_finish(fd_request_t *r, int rc)
         fd_connection_close(r->c);
         return;
     }
-    if (r->response_done)
-        request_done(r->c, h, r); /* sent already (fd_http_respond_early) */
-    else if (!r->done)
-        fd_http_finalize(r, rc);
+    if (!r->done)
+        fd_http_finalize(r, rc); /* answered early: only the end */
     post_resume(h);
 }
 

@@ -947,10 +947,8 @@ void fd_h2_finish(fd_request_t *r, int rc)
         }
         return;
     }
-    if (r->response_done)
-        request_done(r->c, r->c->h, r); /* fd_http_respond_early */
-    else if (!r->done)
-        fd_http_finalize(r, rc);
+    if (!r->done)
+        fd_http_finalize(r, rc); /* answered early: only the end */
     conn_post(st->hc);
 }
 

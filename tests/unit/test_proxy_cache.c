@@ -27,11 +27,10 @@
 #define fd_proxy_cache_area fd_proxy_cache_area_unit
 #define fd_proxy_cache_mkdirs fd_proxy_cache_mkdirs_unit
 #define fd_proxy_cache_unlink fd_proxy_cache_unlink_unit
-#define fd_proxy_cache_index_lookup lookup
+#define fd_proxy_cache_index_lookup lookup_stale
 #define fd_proxy_cache_index_commit commit
 #define fd_proxy_cache_index_unfill unfill
 #define fd_proxy_cache_index_forget forget
-#define fd_proxy_cache_index_lookup_stale lookup_stale
 #define fd_proxy_cache_index_refresh refresh
 #define fd_proxy_cache_drops_field fd_proxy_cache_drops_field_unit
 #define fd_proxy_cache_request_fields fd_proxy_cache_request_fields_unit
@@ -42,6 +41,15 @@
 #define fd_proxy_cache_hex parse_hex
 #include "../../modules/fd_proxy_cache_index.c"
 #include "../../modules/fd_proxy_cache.c"
+
+/* the lookup without proxy_cache_use_stale updating */
+static int lookup(fd_proxy_cache_t *c, const uint8_t md5[16], uint64_t now,
+                  fd_msec_t lock_ms, int fill, uint64_t *until, uint64_t *gen,
+                  int *evict, uint8_t evicted[16])
+{
+    return lookup_stale(c, md5, now, lock_ms, 0, fill, until, gen, evict,
+                        evicted);
+}
 
 #include "tap.h"
 
