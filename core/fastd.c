@@ -75,14 +75,6 @@ static void master_sig(int signo)
     }
 }
 
-static uint64_t wall_msec(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static int free_slot(void)
 {
     unsigned i;
@@ -139,12 +131,7 @@ static pid_t spawn_worker(unsigned index)
     fd_listening_forget_retired();
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     signal(SIGCHLD, SIG_DFL);
-    fd_stats = fd_stats_slot((unsigned)slot);
-    memset(fd_stats, 0, fd_shm->slot_size);
-    fd_stats->pid = (uint64_t)getpid();
-    fd_stats->generation = cycle->generation;
-    fd_stats->started_msec = wall_msec();
-    fd_stats->alive = 1;
+    fd_stats_worker_init((unsigned)slot, cycle->generation);
     if (cycle->main.cpu_affinity) {
         cpu_set_t set;
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -380,7 +367,7 @@ static int master_loop(void)
              * queued in a backlog nobody will accept from; the workers
              * closed theirs as they began to drain */
             fd_listening_close(cycle);
-            stop_deadline = wall_msec() +
+            stop_deadline = fd_stats_wall_msec() +
                             (sig_term ? 5000 : cycle->main.shutdown_timeout +
                                                    5000);
         }
@@ -392,9 +379,9 @@ static int master_loop(void)
         if (stopping) {
             if (live_workers() == 0)
                 break;
-            if (wall_msec() > stop_deadline) {
+            if (fd_stats_wall_msec() > stop_deadline) {
                 signal_workers(SIGKILL, 0, 0);
-                stop_deadline = wall_msec() + 1000;
+                stop_deadline = fd_stats_wall_msec() + 1000;
             }
             alarm(1);
         }
@@ -552,7 +539,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "fastd: [emerg] shared memory setup failed\n");
         return 1;
     }
-    fd_shm->started_msec = wall_msec();
     fd_shm->generation = cycle->generation = 1;
     snprintf(fd_shm->profile, sizeof(fd_shm->profile), "%s",
              cycle->profile ? cycle->profile : "");

@@ -227,6 +227,7 @@ typedef struct {
     uint64_t generation;
     uint64_t master_pid;
     size_t slot_size;
+    uint64_t slots_used;       /* slots [0, slots_used) have held a worker */
     fd_stats_t retired;        /* folded counters of exited workers */
     char profile[64];
 } fd_shm_header_t;

@@ -144,12 +144,21 @@ void *fd_shm_retired_area(fd_shm_header_t *shm, const fd_module_t *m)
 fd_stats_t *fd_stats_worker_init(unsigned i, uint64_t generation)
 {
     fd_stats_t *s = fd_stats_slot(i);
+    uint64_t used = __atomic_load_n(&fd_shm->slots_used, __ATOMIC_RELAXED);
 
     memset(s, 0, fd_shm->slot_size);
     s->pid = (uint64_t)getpid();
     s->generation = generation;
     s->started_msec = fd_stats_wall_msec();
     __atomic_store_n(&s->alive, 1, __ATOMIC_RELEASE);
+    /* workers start side by side: raise the high-water mark, never lower */
+    while (used < i + 1
+           && !__atomic_compare_exchange_n(&fd_shm->slots_used, &used, i + 1,
+                                           1, __ATOMIC_RELEASE,
+                                           __ATOMIC_RELAXED))
+    {
+        /* used is reloaded */
+    }
     fd_stats = s;
     return s;
 }
@@ -218,24 +227,41 @@ size_t fd_shm_size(void)
     return shm_total;
 }
 
+static void copy_words(void *dst, const void *src, size_t size)
+{
+    const uint64_t *from = src;
+    uint64_t *to = dst;
+    size_t i;
+
+    for (i = 0; i < size / sizeof(uint64_t); i++) {
+        to[i] = __atomic_load_n(&from[i], __ATOMIC_RELAXED);
+    }
+}
+
 fd_shm_header_t *fd_shm_snapshot(void *dst)
 {
-    const uint64_t *src = (const uint64_t *)fd_shm;
-    uint64_t *to = dst, seq;
-    size_t i, n = shm_total / sizeof(uint64_t);
+    fd_shm_header_t *copy = dst;
+    size_t used, retired = header_size + fd_shm->slot_size * FD_MAX_WORKER_SLOTS;
+    uint64_t seq;
     unsigned tries;
 
     /* Workers keep counting while we copy; only a retire must not be seen
-     * half done. After many tries take what we have rather than spin. */
+     * half done. After many tries take what we have rather than spin.
+     * Only the slots that ever held a worker are copied (of 128, most
+     * are never used), then the retired slot and the tail in their place;
+     * the rest of dst is left as it is and never read. */
     for (tries = 0;; tries++) {
         seq = __atomic_load_n(&shm_tail(fd_shm)->seq, __ATOMIC_ACQUIRE);
         if ((seq & 1) && tries < 1000) {
             sched_yield();
             continue;
         }
-        for (i = 0; i < n; i++) {
-            to[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
-        }
+        used = __atomic_load_n(&fd_shm->slots_used, __ATOMIC_ACQUIRE);
+        used = fd_min(used, FD_MAX_WORKER_SLOTS);
+        copy_words(dst, fd_shm, header_size + fd_shm->slot_size * used);
+        copy_words((char *)dst + retired, (char *)fd_shm + retired,
+                   shm_total - retired);
+        copy->slots_used = used;
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
         if (__atomic_load_n(&shm_tail(fd_shm)->seq, __ATOMIC_RELAXED) == seq
             || tries >= 1000)
@@ -244,5 +270,5 @@ fd_shm_header_t *fd_shm_snapshot(void *dst)
         }
     }
 
-    return dst;
+    return copy;
 }

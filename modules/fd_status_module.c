@@ -167,7 +167,7 @@ static void gather(fd_status_t *st, status_view_t *v)
 
     v->generation = v->shm->generation;
 
-    for (i = 0; i < FD_MAX_WORKER_SLOTS; i++) {
+    for (i = 0; i < v->shm->slots_used; i++) {
         s = fd_shm_slot(v->shm, i);
         if (s->pid == 0) {
             continue; /* free, or retired */
@@ -578,7 +578,7 @@ static int render_json(fd_request_t *r, fd_status_t *st, status_view_t *v)
 
     jw_key(&w, "workers");
     jw_open(&w, '[');
-    for (i = 0; i < FD_MAX_WORKER_SLOTS; i++) {
+    for (i = 0; i < v->shm->slots_used; i++) {
         if (fd_shm_slot(v->shm, i)->pid != 0) {
             json_worker(&w, st, v, i);
         }
@@ -705,7 +705,7 @@ static int render_prometheus(fd_request_t *r, fd_status_t *st,
         return FD_ERROR;
     }
 
-    for (i = 0; i < FD_MAX_WORKER_SLOTS; i++) {
+    for (i = 0; i < v->shm->slots_used; i++) {
         fd_stats_t *s = fd_shm_slot(v->shm, i);
         n += s->pid != 0 && s->alive != 0;
     }

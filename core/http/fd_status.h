@@ -118,7 +118,8 @@ fd_stats_t *fd_stats_worker_init(unsigned i, uint64_t generation);
 void fd_stats_retire(unsigned i);
 
 /*
- * Readers (the status handler) work on a copy of the whole segment, taken
+ * Readers (the status handler) work on a copy of the segment (its slots
+ * [0, slots_used), the retired one, the tail), taken
  * consistently with fd_stats_retire() (a seqlock), so a counter never shows
  * twice or not at all while a worker is being retired.
  */

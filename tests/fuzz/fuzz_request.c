@@ -236,7 +236,7 @@ static void setup(void)
     fd_log = &quiet_log;
     if (fd_shm_init() != FD_OK)
         abort();
-    fd_stats = fd_stats_slot(0);
+    fd_stats_worker_init(0, 1);
     fresh = getenv("FUZZ_REQUEST_FRESH") != NULL;
     trace = getenv("FUZZ_REQUEST_TRACE") != NULL;
 }

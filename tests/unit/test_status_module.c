@@ -138,6 +138,7 @@ int main(void)
         w1->pid = 102, w1->alive = 0;
         w1->h2_conns = 5, w1->h2_active = 2, w1->h2_streams = 50;
         w1->h2_resets = 6, w1->h2_goaways = 2;
+        v.shm->slots_used = 2;
         ret->h2_conns = 1000, ret->h2_active = 7, ret->h2_streams = 9000;
         ret->h2_resets = 40, ret->h2_goaways = 20;
 
