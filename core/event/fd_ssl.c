@@ -1087,6 +1087,8 @@ static int wire_flush(fd_stream_t *s)
     if (w == NULL || BIO_method_type(w) != BIO_TYPE_MEM)
         return FD_OK;
     while ((n = BIO_get_mem_data(w, &p)) > 0) {
+        if (n > WIRE_IDLE_MAX)
+            s->tp_mark = 1; /* its buffer is that large now: tls_idle */
         /* the last records before close_notify wait for it (MSG_MORE):
          * one segment, not two, ends the connection */
         k = send(s->ev.fd, p, (size_t)n,
@@ -1330,19 +1332,22 @@ static void tls_idle(fd_stream_t *s)
 {
     BIO *w;
 
-    if (s->tls == NULL)
+    if (s->tls == NULL || !s->tp_mark)
         return;
     /* an emptied memory BIO keeps its buffer: one that a large response
-     * grew is replaced, so an idle connection holds at most a small one;
-     * a small one stays (replacing it would be three mallocs and frees per
-     * keep-alive request) */
+     * grew (wire_flush saw more than WIRE_IDLE_MAX queued) is replaced, so
+     * an idle connection holds at most a small one; a small one stays
+     * (replacing it would be three mallocs and frees per keep-alive
+     * request, and asking the BIO two BIO_ctrl() calls) */
     w = SSL_get_wbio(s->tls);
     if (w && BIO_method_type(w) == BIO_TYPE_MEM && !BIO_ctrl_pending(w)) {
         BUF_MEM *bm = NULL;
         BIO *nw;
         BIO_get_mem_ptr(w, &bm);
-        if (bm && bm->max > WIRE_IDLE_MAX && (nw = BIO_new(BIO_s_mem())))
+        if (bm && bm->max > WIRE_IDLE_MAX && (nw = BIO_new(BIO_s_mem()))) {
             SSL_set0_wbio(s->tls, nw);
+            s->tp_mark = 0;
+        }
     }
 }
 

@@ -121,6 +121,7 @@ void fd_stream_close_transport(fd_stream_t *s)
         s->tp->close(s);
     s->tp = &fd_transport_tcp;
     s->tls = NULL;
+    s->tp_mark = 0;
 }
 
 void fd_stream_set_deadline(fd_stream_t *s, fd_msec_t ms)
@@ -179,6 +180,7 @@ void fd_stream_move(fd_stream_t *to, fd_stream_t *from)
     from->ev.fd = -1;
     from->tp = &fd_transport_tcp;
     from->tls = NULL;
+    from->tp_mark = 0;
     from->registered = 0;
     if (to->tp->move)
         to->tp->move(to);

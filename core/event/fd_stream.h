@@ -86,6 +86,9 @@ struct fd_stream_s {
                                 * stream closes: the transport may hold
                                 * it for its own end (TLS: the response
                                 * and close_notify in one segment) */
+    uint8_t tp_mark:1;         /* the transport's own (TLS: its wire
+                                * buffer grew past what an idle stream
+                                * keeps) */
 };
 
 static inline ssize_t fd_stream_recv(fd_stream_t *s, char *buf, size_t size)
