@@ -244,6 +244,11 @@ extern fd_module_t fd_proxy_cache_section;
 int fd_proxy_cache_init_conf(fd_conf_t *cf, proxy_loc_conf_t *lc);
 void fd_proxy_cache_init_worker(fd_worker_t *w, void *stats);
 void fd_proxy_cache_exit_worker(void);
+#ifdef FD_FUZZ
+/* tests/fuzz/fuzz_request.c: every cache of the cycle empty, as new (its
+ * files are the harness's to remove) */
+void fd_proxy_cache_fuzz_reset(fd_cycle_t *cycle);
+#endif
 void fd_proxy_cache_status(fd_status_t *st, const void *area,
                            unsigned worker);
 void fd_proxy_cache_retire(void *retired, const void *area);

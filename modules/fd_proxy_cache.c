@@ -535,6 +535,17 @@ bad:
     return NULL;
 }
 
+/* The worker ends: its open entries are closed (a request that still
+ * sends from one keeps it until it ends). */
+void fd_proxy_cache_open_drop(void)
+{
+    for (unsigned i = 0; i < OPEN_SLOTS; i++)
+        if (open_slots[i]) {
+            open_release(open_slots[i]);
+            open_slots[i] = NULL;
+        }
+}
+
 /* The entry (generation gen), open and read in this worker's slot; NULL
  * when the file is missing or not the entry (then the index forgets it). */
 static open_entry_t *entry_get(fd_proxy_cache_req_t *cr, uint64_t gen)

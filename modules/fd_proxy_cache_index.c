@@ -1025,7 +1025,25 @@ void fd_proxy_cache_exit_worker(void)
     if (fd_timer_armed(&manager_timer))
         fd_timer_del(&manager_timer);
     loader_exit();
+    fd_proxy_cache_open_drop();
 }
+
+#ifdef FD_FUZZ
+void fd_proxy_cache_fuzz_reset(fd_cycle_t *cycle)
+{
+    fd_conf_section_t *s;
+
+    for (s = cycle->sections; s; s = s->next) {
+        fd_proxy_cache_t *c = s->conf;
+        if (s->module != &fd_proxy_cache_section || c->table == NULL)
+            continue;
+        memset(c->table, 0, c->nbuckets * sizeof(bucket_t));
+        c->head->size = 0;
+        c->head->entries = 0;
+    }
+    fd_proxy_cache_open_drop();
+}
+#endif
 
 _Static_assert(FD_PROXY_CACHE_MAX * sizeof(cache_shm_t) <=
                    FD_PROXY_CACHE_SHM_SIZE,

@@ -133,6 +133,8 @@ void fd_proxy_cache_index_commit(fd_proxy_cache_t *c, const uint8_t md5[16],
 void fd_proxy_cache_index_unfill(fd_proxy_cache_t *c, const uint8_t md5[16]);
 void fd_proxy_cache_index_forget(fd_proxy_cache_t *c, const uint8_t md5[16]);
 void fd_proxy_cache_unlink(fd_proxy_cache_t *c, const uint8_t md5[16]);
+/* fd_proxy_cache.c: the worker's open entries closed (its end). */
+void fd_proxy_cache_open_drop(void);
 
 enum { LOAD_ADDED = 1, LOAD_PRESENT = 0, LOAD_FULL = -1 };
 

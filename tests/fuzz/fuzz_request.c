@@ -26,7 +26,10 @@
  * with a capture) and try_files (to a URI, a named location that
  * proxies, itself, =404), bit 4 the PROXY protocol (v1 or v2, the client's bytes
  * begin with it; the proxy sends v1 upstream) unless HTTP/2, bit 5 the
- * real address from X-Forwarded-For (bit 6: recursive), bytes 4-7 seed
+ * real address from X-Forwarded-For (bit 6: recursive), bit 7 the
+ * proxy's cache (every option on; emptied before each input, so a HIT,
+ * a revalidation or a stale answer comes from a request before it in
+ * the same input), bytes 4-7 seed
  * the pieces; then the client's bytes,
  * "\n--UPSTREAM--\n", and the bytes the upstream answers each connection
  * with.
@@ -60,7 +63,9 @@
 #include "fd_connection.h"
 #include "fd_cycle.h"
 #include "fd_module.h"
+#include "fd_proxy.h"
 #include "fd_sendq.h"
+#include "fd_status.h"
 #include "fuzz_rng.h"
 
 #define SEP "\n--UPSTREAM--\n"
@@ -166,6 +171,25 @@ static int remove_one(const char *path, const struct stat *st, int flag,
     (void)flag;
     (void)ftw;
     return remove(path);
+}
+
+static int remove_file(const char *path, const struct stat *st, int flag,
+                       struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    return flag == FTW_F ? unlink(path) : 0;
+}
+
+/* The cache's files and index, empty for an input that uses them: what
+ * it finds there is what its own requests stored. */
+static void cache_empty(fd_cycle_t *cy)
+{
+    char p[sizeof(dir) + 16];
+
+    snprintf(p, sizeof(p), "%s/cache", dir);
+    nftw(p, remove_file, 16, FTW_PHYS);
+    fd_proxy_cache_fuzz_reset(cy);
 }
 
 static void cleanup(void)
@@ -347,6 +371,18 @@ static void config(text_t *t, const uint8_t *k)
                "proxy_redirect = default\n"
                "proxy_redirect = http://127.0.0.1:%u/ https://$host/moved/\n",
             k[4] & 0x20 ? "off" : "on", up_port);
+    if (k[4] & 0x80)
+        add(t, "proxy_cache = fz\n"
+               "proxy_cache_key = $scheme$host$request_uri$http_x_key\n"
+               "proxy_cache_valid = 200 301 404 1m\n"
+               "proxy_cache_methods = GET HEAD POST\n"
+               "proxy_cache_bypass = $http_x_bypass\n"
+               "proxy_no_cache = $arg_nocache\n"
+               "proxy_cache_lock = on\nproxy_cache_lock_timeout = 5s\n"
+               "proxy_cache_use_stale = error timeout invalid_header "
+               "updating http_500 http_502 http_404\n"
+               "proxy_cache_background_update = on\n"
+               "proxy_cache_revalidate = on\n");
     add(t, "max_body_size = 4k\n");
 
     /* what a request may reach besides the proxy */
@@ -382,6 +418,9 @@ static void config(text_t *t, const uint8_t *k)
         add(t, "proxy_protocol = on\n");
     if (k[2] & 0x80)
         add(t, "[queue q]\nmax_concurrent = 1\nqueue_limit = 2\n");
+    if (k[4] & 0x80)
+        add(t, "[cache fz]\npath = %s/cache\nlevels = 1:2\n"
+               "keys_zone = 64k\nmax_size = 64k\ninactive = 1h\n", dir);
 }
 
 /* --- the peers ------------------------------------------------------------ */
@@ -829,6 +868,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
     }
     quiet_log.level = data[3] & 0x40 ? FD_LOG_DEBUG : FD_LOG_EMERG;
+    if (data[4] & 0x80)
+        cache_empty(cy);
     if (fd_worker_fuzz_cycle(cy) != FD_OK)
         abort();
 

@@ -39,6 +39,7 @@
 #define fd_proxy_cache_index_load load
 #define fd_proxy_cache_expires_msec expires_msec
 #define fd_proxy_cache_hex parse_hex
+#define fd_proxy_cache_open_drop fd_proxy_cache_open_drop_unit
 #include "../../modules/fd_proxy_cache_index.c"
 #include "../../modules/fd_proxy_cache.c"
 
