@@ -1319,15 +1319,10 @@ static void tls_move(fd_stream_t *s)
         BIO_set_callback_arg(SSL_get_rbio(s->tls), (char *)s);
 }
 
-/*
- * An idle stream's record buffers are already back: RELEASE_BUFFERS gives
- * the read one back once its records are all taken and the write one once
- * its records are written (into the wire queue's memory BIO, always at
- * once). SSL_free_buffers() here found nothing to free on a keep-alive
- * connection and cost 600 instructions a request (OpenSSL 3.0 walks every
- * pipeline's buffer): 20,598 -> 19,925 a TLS /plaintext request. What is
- * left is the wire queue's buffer.
- */
+/* RELEASE_BUFFERS has given the record buffers back already (the write
+ * one always: its records go into the wire BIO at once), so only the wire
+ * BIO's buffer is left; SSL_free_buffers() here freed nothing and cost
+ * 600 instructions a request (OpenSSL 3.0 walks every pipeline). */
 static void tls_idle(fd_stream_t *s)
 {
     BIO *w;
@@ -1335,10 +1330,8 @@ static void tls_idle(fd_stream_t *s)
     if (s->tls == NULL || !s->tp_mark)
         return;
     /* an emptied memory BIO keeps its buffer: one that a large response
-     * grew (wire_flush saw more than WIRE_IDLE_MAX queued) is replaced, so
-     * an idle connection holds at most a small one; a small one stays
-     * (replacing it would be three mallocs and frees per keep-alive
-     * request, and asking the BIO two BIO_ctrl() calls) */
+     * grew (tp_mark: wire_flush saw more than WIRE_IDLE_MAX queued) is
+     * replaced; a small one stays (three mallocs and frees a request) */
     w = SSL_get_wbio(s->tls);
     if (w && BIO_method_type(w) == BIO_TYPE_MEM && !BIO_ctrl_pending(w)) {
         BUF_MEM *bm = NULL;
