@@ -241,7 +241,10 @@ static void copy_words(void *dst, const void *src, size_t size)
 fd_shm_header_t *fd_shm_snapshot(void *dst)
 {
     fd_shm_header_t *copy = dst;
-    size_t used, retired = header_size + fd_shm->slot_size * FD_MAX_WORKER_SLOTS;
+    /* where the retired slot begins: it and the tail are always copied */
+    size_t retired = (size_t)((char *)fd_shm_slot(fd_shm, FD_MAX_WORKER_SLOTS) -
+                              (char *)fd_shm);
+    size_t used;
     uint64_t seq;
     unsigned tries;
 
