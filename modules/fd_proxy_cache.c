@@ -246,8 +246,9 @@ static int compile_list(fd_conf_t *cf, fd_conf_list_t *l,
 
 int fd_proxy_cache_init_conf(fd_conf_t *cf, proxy_loc_conf_t *lc)
 {
+    /* the key's default is proxy_conf's (why $http_host: there) */
     const char *key = lc->cache_key_src ? lc->cache_key_src
-                                        : "$scheme$host$request_uri";
+                                        : "$scheme$http_host$request_uri";
     char *s, *save, *tok;
     unsigned i;
 

@@ -168,10 +168,17 @@ const fd_directive_t fd_proxy_directives[] = {
             "If-* and Range fields (the cache answers them from the "
             "entry, as nginx)"},
     {.name = "proxy_cache_key", .type = FD_CONF_STR,
-     .offset = LOC(cache_key_src), .def = "$scheme$host$request_uri",
+     .offset = LOC(cache_key_src), .def = "$scheme$http_host$request_uri",
+     /* $http_host, not $host: the port and case the request gave reach
+      * the upstream (Host, X-Forwarded-Host) and the stored Location, so
+      * the key must tell them apart (Host: name:1 would otherwise store
+      * a redirect to port 1 that every client of name gets) */
      .doc = "text and $variables an entry is found by (its MD5 names the "
             "file); the whole key is kept in the file and compared on "
-            "every HIT"},
+            "every HIT. Keep in it every request input the response "
+            "depends on: the default has $http_host (the port and case "
+            "sent, which the upstream and a stored Location see), not "
+            "$host"},
     {.name = "proxy_cache_valid", .type = FD_CONF_LIST,
      .offset = LOC(cache_valid),
      .doc = "[CODE...] TIME, repeatable: how long a response of these "

@@ -75,6 +75,13 @@ my $be = Backend->new(handler => sub {
         return "HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\n"
              . "Content-Length: 5\r\n\r\nhelloEXTRA";
     }
+    if ($p =~ m{^/hostecho/}) {
+        # an application that builds absolute URLs from the Host it got
+        my $h = $req->{headers}{host} // '';
+        return Backend::response(302, "see http://$h/login",
+                                 'Location' => "http://$h/login",
+                                 'Cache-Control' => 'max-age=60');
+    }
     if ($p =~ m{^/big/}) {
         return Backend::response(200, ('x' x 4000) . " $n",
                                  'Cache-Control' => 'max-age=600');
@@ -318,6 +325,25 @@ is(scalar(@tmp), 0, 'no temporary file is left behind');
     my $c = get('/bigkey/x', 'X-K' => $k . 'z');
     is(cs($a) . ' ' . cs($b) . ' ' . cs($c), 'MISS HIT MISS',
        'a 64 KB key is stored, found, and told from a longer one');
+}
+
+# --- the Host's port is in the default key: no poisoning through it --------
+
+{
+    # Host: localhost:1 reaches the same server as Host: localhost, and the
+    # upstream sees (and reflects) the port; with $host in the key, the
+    # redirect to port 1 was stored for every client of localhost
+    my $evil = $t->http("GET /hostecho/a HTTP/1.1\r\nHost: localhost:1\r\n\r\n");
+    like($evil ? $evil->header('location') // '' : '', qr{^http://localhost:1/login$},
+         'Host with a port: the upstream saw it');
+    my $good = get('/hostecho/a');
+    is($good ? $good->header('location') // '' : '', 'http://localhost/login',
+       'then Host without it: not the entry stored for the other');
+    is(cs($good), 'MISS', '... which is a different key (MISS)');
+    is(cs(get('/hostecho/a')), 'HIT', 'and its own entry is kept (HIT)');
+    my $again = $t->http("GET /hostecho/a HTTP/1.1\r\nHost: localhost:1\r\n\r\n");
+    is(($again ? cs($again) : '') . ' ' . ($again ? $again->header('location') // '' : ''),
+       'HIT http://localhost:1/login', 'the port-1 request has its own HIT');
 }
 
 # --- proxy_cache_lock: 100 concurrent misses, one upstream request ---------

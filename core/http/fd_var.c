@@ -384,6 +384,10 @@ static fd_var_t core_vars[] = {
     {"method", v_field, RQ(in.method), FD_VAR_URLSAFE},
     {"server_protocol", v_protocol, 0, 0},
     {"request", v_request, 0, 0},
+    /* the host as the request gave it (Host, :authority or the
+     * absolute-form target), port and case kept: what the proxy forwards
+     * (proxy_host = pass, X-Forwarded-Host) and writes into Location */
+    {"http_host", v_field, RQ(in.host), 0},
     {"http_referer", v_field, RQ(in.referer), 0},
     {"http_user_agent", v_field, RQ(in.user_agent), 0},
     {"remote_addr", v_remote_addr, 0, FD_VAR_URLSAFE},

@@ -378,7 +378,7 @@ static void config(text_t *t, const uint8_t *k)
             k[4] & 0x20 ? "off" : "on", up_port);
     if (k[4] & 0x80)
         add(t, "proxy_cache = fz\n"
-               "proxy_cache_key = $scheme$host$request_uri$http_x_key\n"
+               "proxy_cache_key = $scheme$http_host$request_uri$http_x_key\n"
                "proxy_cache_valid = 200 301 404 1m\n"
                "proxy_cache_methods = GET HEAD POST\n"
                "proxy_cache_bypass = $http_x_bypass\n"
