@@ -36,7 +36,13 @@ my $be = Backend->new(handler => sub {
         return '';
     }
     if ($p eq '/p/big') {
-        return Backend::response(200, $bigresp);
+        return Backend::response(200, $bigresp, 'Content-Type' => 'text/x-big',
+                                 'ETag' => '"big-1"', 'x-tag' => 'tag-value-1');
+    }
+    if ($p =~ m{^/p/tag/(\d+)}) {
+        # small, complete in one read: the proxy's buffer goes back at once
+        return Backend::response(200, "t$1", 'x-tag' => "tag-$1-" . ('z' x 200),
+                                 'ETag' => "\"e$1\"");
     }
     if ($p =~ m{^/p/slow}) {
         sleep 2;
@@ -120,6 +126,38 @@ PY
 $r = H2::curl($t, '/p/big');
 is($r->{code}, 200, 'a 700 KB backend response');
 ok($r->{body} eq $bigresp, 'intact') or diag(length $r->{body});
+# the header fields are slices of the proxy's read buffer, which the next
+# read overwrites before the HEADERS frame is encoded at the turn's end:
+# nghttp2 must have copied them
+is(join(' ', map { H2::hval($r, $_) // '-' } qw(content-type etag x-tag)),
+   'text/x-big "big-1" tag-value-1', 'its header fields intact');
+
+# 3 x 30 small proxied streams at once on one connection: each response
+# completes in one upstream read and its buffer goes back to the proxy's
+# cache (or to free()) while its HEADERS wait for the turn's end; the
+# next stream's read must not show up in them
+$o = H2::py($t, <<'PY');
+c = Raw()
+bad = []
+n = 0
+for rnd in range(3):
+    ids = [1 + 2 * (rnd * 100 + i) for i in range(30)]
+    for k, sid in enumerate(ids):
+        c.req(sid, '/p/tag/%d' % sid)
+    for sid in ids:
+        r = c.response(sid, timeout=10)
+        h = dict((k, v) for k, v in r['headers'])
+        n += 1
+        want = ('tag-%d-' % sid) + 'z' * 200
+        if r['status'] != 200 or h.get('x-tag') != want or \
+           h.get('etag') != '"e%d"' % sid or r['body'] != 't%d' % sid:
+            bad.append([sid, r['status'], h.get('x-tag', '')[:40], h.get('etag')])
+done(n=n, bad=bad[:5], nbad=len(bad))
+PY
+is($o->{n}, 90, '90 small proxied streams answered')
+    or diag($o->{error}, ' ', substr($o->{output} // '', 0, 600));
+is($o->{nbad}, 0, 'each with its own header fields')
+    or diag(explain($o->{bad}));
 
 $r = H2::curl($t, '/p/chunked');
 is($r->{body}, 'first second third', 'a chunked backend response, de-chunked');

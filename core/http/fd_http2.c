@@ -734,19 +734,30 @@ static int hop_field(fd_str_t n)
            fd_str_caseeq_lit(n, "upgrade");
 }
 
-#define NV_FLAGS (NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE)
+/*
+ * nghttp2 encodes the HEADERS frame later in the turn (h2_send), not in
+ * nghttp2_submit_response(). Without a copy it reads the bytes then: only
+ * what lives as long as the stream may go uncopied, i.e. literals, the
+ * loop's date and the request's pool. A module's field values (and names,
+ * and the content type and ETag) may be slices of a buffer it reuses or
+ * frees at once, as the proxy's upstream read buffer: nghttp2 copies them.
+ */
+#define NV_STABLE (NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE)
 
 static void nv_set(nghttp2_nv *nv, const char *name, size_t nlen,
-                   const char *value, size_t vlen)
+                   const char *value, size_t vlen, uint8_t flags)
 {
     nv->name = (uint8_t *)name;
     nv->namelen = nlen;
     nv->value = (uint8_t *)value;
     nv->valuelen = vlen;
-    nv->flags = NV_FLAGS;
+    nv->flags = flags;
 }
 
-#define NV_LIT(nv, lit, v, l) nv_set(nv, lit, sizeof(lit) - 1, v, l)
+/* a literal name; the value stable (NV_STABLE) or a module's (0) */
+#define NV_LIT(nv, lit, v, l, fl) \
+    nv_set(nv, lit, sizeof(lit) - 1, v, l, \
+           (uint8_t)(NGHTTP2_NV_FLAG_NO_COPY_NAME | (fl)))
 
 int fd_h2_header(fd_request_t *r)
 {
@@ -775,31 +786,33 @@ int fd_h2_header(fd_request_t *r)
     p[0] = (char)('0' + r->status / 100 % 10);
     p[1] = (char)('0' + r->status / 10 % 10);
     p[2] = (char)('0' + r->status % 10);
-    NV_LIT(&nv[n++], ":status", p, 3);
+    NV_LIT(&nv[n++], ":status", p, 3, NV_STABLE);
     p += 4;
     if (hc->server_header[0] && !r->server_passed)
         NV_LIT(&nv[n++], "server", hc->server_header,
-               strlen(hc->server_header));
+               strlen(hc->server_header), NV_STABLE);
     /* the loop's date, rewritten in place once a second: the frame is
      * framed in this turn, or carries the next second */
-    NV_LIT(&nv[n++], "date", fd_http_date, sizeof(fd_http_date) - 1);
+    NV_LIT(&nv[n++], "date", fd_http_date, sizeof(fd_http_date) - 1,
+           NV_STABLE);
     if (r->content_type.len)
         NV_LIT(&nv[n++], "content-type", r->content_type.data,
-               r->content_type.len);
+               r->content_type.len, 0);
     if (r->content_length >= 0 && !no_body_status) {
         char *e = fd_fmt_uint(p, (uint64_t)r->content_length);
-        NV_LIT(&nv[n++], "content-length", p, (size_t)(e - p));
+        NV_LIT(&nv[n++], "content-length", p, (size_t)(e - p), NV_STABLE);
         p = e + 1;
     }
     if (r->last_modified >= 0) {
         size_t k = fd_http_time(p, r->last_modified);
-        NV_LIT(&nv[n++], "last-modified", p, k);
+        NV_LIT(&nv[n++], "last-modified", p, k, NV_STABLE);
         p += k;
     }
     if (r->etag.len)
-        NV_LIT(&nv[n++], "etag", r->etag.data, r->etag.len);
+        NV_LIT(&nv[n++], "etag", r->etag.data, r->etag.len, 0);
     for (ho = r->headers_out; ho; ho = ho->next) {
         const char *name = ho->name.data;
+        uint8_t fl = 0;
         size_t i;
         if (ho->name.len == 0 || hop_field(ho->name))
             continue;
@@ -819,8 +832,10 @@ int fd_h2_header(fd_request_t *r)
             for (i = 0; i < ho->name.len; i++)
                 lc[i] = fd_tolower(name[i]);
             name = lc;
+            fl = NGHTTP2_NV_FLAG_NO_COPY_NAME; /* in the pool */
         }
-        nv_set(&nv[n++], name, ho->name.len, ho->value.data, ho->value.len);
+        nv_set(&nv[n++], name, ho->name.len, ho->value.data, ho->value.len,
+               fl);
     }
     /* a complete empty body needs no DATA frame */
     st->provider = !r->header_only && !no_body_status &&
