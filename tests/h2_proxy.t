@@ -159,6 +159,39 @@ is($o->{n}, 90, '90 small proxied streams answered')
 is($o->{nbad}, 0, 'each with its own header fields')
     or diag(explain($o->{bad}));
 
+# request trailers: not request fields (an x-forwarded-for in them must
+# not reach the backend, nor realip), and their END_STREAM ends the body;
+# all in one write, so they come in the read of the request's HEADERS
+$o = H2::py($t, <<'PY');
+c = Raw()
+c.until(lambda: c.settings, 5)
+t = HeadersFrame(1, block([('x-forwarded-for', '10.9.9.9'), ('x-trailer', 'yes')]))
+t.flags.add('END_HEADERS')
+t.flags.add('END_STREAM')
+c.send(c.req(1, '/p/echo', method='POST', end_stream=False, send=False)
+       + c.data(1, b'abc', send=False) + t.serialize())
+r = c.response(1, timeout=10)
+done(r=r)
+PY
+is($o->{r} && $o->{r}{status}, 200, 'a POST ended by trailers: answered')
+    or diag(H2::explain($o));
+like($o->{r} ? $o->{r}{body} : '', qr{^x-forwarded-for: 127\.0\.0\.1$}mi,
+     '... the backend saw fastd\'s X-Forwarded-For');
+unlike($o->{r} ? $o->{r}{body} : '', qr{10\.9\.9\.9|x-trailer}i,
+       '... and nothing of the trailers');
+
+# 300 cookie fields (RFC 9113 8.2.3): joined with "; " in order
+$o = H2::py($t, <<'PY');
+c = Raw()
+c.until(lambda: c.settings, 5)
+c.req(1, '/p/echo', headers=[('cookie', 'c%d=v' % i) for i in range(300)])
+r = c.response(1, timeout=10)
+done(r=r)
+PY
+my $want = join '; ', map { "c$_=v" } 0 .. 299;
+like($o->{r} ? $o->{r}{body} : '', qr{^cookie: \Q$want\E$}mi,
+     '300 cookie fields: one Cookie, joined in order') or diag(H2::explain($o));
+
 $r = H2::curl($t, '/p/chunked');
 is($r->{body}, 'first second third', 'a chunked backend response, de-chunked');
 ok(!defined H2::hval($r, 'transfer-encoding'), 'no transfer-encoding over HTTP/2');

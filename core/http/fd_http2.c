@@ -69,6 +69,8 @@ struct fd_h2_stream_s {
     size_t hdr_bytes;          /* as SETTINGS_MAX_HEADER_LIST_SIZE counts */
     int bad;                   /* an HTTP status for the request, or 0 */
     fd_str_t cookie;           /* the cookie fields, joined */
+    size_t cookie_cap;         /* cookie.data's size: it grows by doubling,
+                                * so k fields cost O(total), not O(k^2) */
     /* response side */
     uint64_t mark;             /* hc->queued after its last frame */
     h2s_t *next, **prev;       /* hc->streams, or hc->zombies */
@@ -392,8 +394,12 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *frame,
 
     (void)flags;
     (void)ud;
-    if (st == NULL || frame->hd.type != NGHTTP2_HEADERS || st->started)
-        return 0; /* trailers are not used */
+    /* trailers are not kept: they never become request fields (in the
+     * same read as the request's HEADERS they would, before routing and
+     * realip saw them) */
+    if (st == NULL || frame->hd.type != NGHTTP2_HEADERS ||
+        frame->headers.cat != NGHTTP2_HCAT_REQUEST || st->started)
+        return 0;
     r = st->r;
     in = &r->in;
     st->hdr_bytes += namelen + valuelen + 32;
@@ -425,20 +431,24 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *frame,
     } else if (fd_str_eq_lit(n, "cookie")) {
         /* RFC 9113 8.2.3: joined with "; " for what follows */
         if (st->cookie.len) {
-            fd_str_t j;
-            char *d = fd_pnalloc(r->pool, st->cookie.len + 2 + v.len);
-            if (d == NULL) {
-                st->bad = 500;
-                return 0;
+            size_t need = st->cookie.len + 2 + v.len;
+            char *d = (char *)st->cookie.data; /* the pool's: ours */
+            if (need > st->cookie_cap) {
+                size_t cap = fd_max(need, 2 * st->cookie_cap);
+                if ((d = fd_pnalloc(r->pool, cap)) == NULL) {
+                    st->bad = 500;
+                    return 0;
+                }
+                memcpy(d, st->cookie.data, st->cookie.len);
+                st->cookie.data = d;
+                st->cookie_cap = cap;
             }
-            memcpy(d, st->cookie.data, st->cookie.len);
             memcpy(d + st->cookie.len, "; ", 2);
             memcpy(d + st->cookie.len + 2, v.data, v.len);
-            j.data = d;
-            j.len = st->cookie.len + 2 + v.len;
-            st->cookie = j;
+            st->cookie.len = need;
         } else {
             st->cookie = v;
+            st->cookie_cap = v.len; /* v is the pool's copy */
         }
     } else {
         rc = fd_http_req_header(in, n, v);
@@ -556,6 +566,17 @@ static int on_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id,
     return 0;
 }
 
+/* END_STREAM from the client: its body is complete. */
+static void body_ended(h2s_t *st)
+{
+    st->in_ended = 1;
+    if (st->started && st->r &&
+        (st->r->phase == PH_BODY || st->r->phase == PH_STREAM)) {
+        st->job_body = 1;
+        stream_job(st);
+    }
+}
+
 static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *frame,
                          void *ud)
 {
@@ -567,6 +588,12 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *frame,
 
     switch (frame->hd.type) {
     case NGHTTP2_HEADERS:
+        if (st && frame->headers.cat != NGHTTP2_HCAT_REQUEST &&
+            (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
+            /* trailers (not kept) that end the body, as a DATA would */
+            body_ended(st);
+            break;
+        }
         if (st == NULL || st->started ||
             frame->headers.cat != NGHTTP2_HCAT_REQUEST)
             break;
@@ -583,14 +610,8 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *frame,
                          "client sent too many empty DATA frames");
             return 0;
         }
-        if (st && (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
-            st->in_ended = 1;
-            if (st->started && st->r &&
-                (st->r->phase == PH_BODY || st->r->phase == PH_STREAM)) {
-                st->job_body = 1;
-                stream_job(st);
-            }
-        }
+        if (st && (frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
+            body_ended(st);
         break;
     case NGHTTP2_PING:
     case NGHTTP2_SETTINGS:
