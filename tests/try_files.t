@@ -85,6 +85,14 @@ try_files = \$uri /echo/new?tf=1&was=\$args
 root = $site
 try_files = \$uri /echo/kept
 
+[location /q/]
+root = $site
+try_files = \$uri /upq?path=\$uri&\$args
+
+[location = /upq]
+handler = proxy
+upstream = app
+
 [location /var/]
 root = $site
 try_files = /x/\$arg_f =404
@@ -187,6 +195,19 @@ $r = $t->get('/args/none?a=b');
 is($r->body, 'uri=/echo/new args=tf=1&was=a=b', '"?args" replace the request\'s');
 $r = $t->get('/keep/none?a=b');
 is($r->body, 'uri=/echo/kept args=a=b', 'without "?" they are kept');
+
+# a decoded $uri in the fallback's query, to a proxy: its CR LF, SP, "&"
+# and "%" are escaped, so they neither split the upstream request nor add
+# arguments ($args, already encoded, goes as it is)
+{
+    my $before = $be->requests;
+    $r = $t->get('/q/x%0d%0aX-Injected:%20yes%0d%0aFoo:%20%26a=%2541?k=v');
+    is($r->status, 200, 'try_files to a proxy with $uri in the query: 200');
+    like($r->body, qr{^GET /upq\?path=/q/x%0D%0AX-Injected:%20yes%0D%0AFoo:%20%26a=%2541&k=v HTTP/1\.1$}mi,
+         '... the upstream request line holds it escaped') or diag($r->body);
+    unlike($r->body, qr{^X-Injected:}mi, '... and no injected header');
+    is($be->requests, $before + 1, '... one request upstream');
+}
 
 # --- no way out of the root -----------------------------------------------------------
 $r = $t->get('/var/?f=../secret.txt');

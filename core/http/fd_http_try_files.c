@@ -337,7 +337,9 @@ int fd_http_try_files(fd_request_t *r)
     }
     if (rc != FD_OK)
         return rc;
-    if (tf->has_args && fd_var_eval_str(r, &tf->args, FD_VAR_ESC_NONE,
+    /* $uri is decoded: its "&", "%", CR or LF must not make the query
+     * say more than it did ($args, already encoded, goes as it is) */
+    if (tf->has_args && fd_var_eval_str(r, &tf->args, FD_VAR_ESC_ARGS,
                                         &args) != FD_OK)
         return 500;
     rc = fd_http_internal_redirect(r, path, tf->has_args ? &args : NULL);

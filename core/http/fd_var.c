@@ -669,6 +669,23 @@ static void add_header_safe(fd_sbuf_t *sb, fd_str_t v)
     fd_sbuf_add(sb, v.data + from, v.len - from);
 }
 
+static void add_args_safe(fd_sbuf_t *sb, fd_str_t v)
+{
+    size_t i, from = 0;
+
+    if (v.len == 0)
+        return;
+    for (i = 0; i < v.len; i++) {
+        unsigned char c = (unsigned char)v.data[i];
+        if (c > 0x20 && c < 0x7f && strchr("\"#%&+<>?\\^`{|}", c) == NULL)
+            continue;
+        fd_sbuf_add(sb, v.data + from, i - from);
+        fd_var_add_pct(sb, c);
+        from = i + 1;
+    }
+    fd_sbuf_add(sb, v.data + from, v.len - from);
+}
+
 void fd_var_eval(fd_request_t *r, const fd_var_script_t *s,
                  const fd_var_caps_t *caps, int esc, fd_sbuf_t *sb)
 {
@@ -678,8 +695,11 @@ void fd_var_eval(fd_request_t *r, const fd_var_script_t *s,
     for (i = 0; i < s->n; i++) {
         const fd_var_op_t *op = &s->ops[i];
         fd_str_t v = fd_var_value(r, op, caps, tmp);
-        if (op->kind == FD_VAR_OP_LIT || esc == FD_VAR_ESC_NONE)
+        if (op->kind == FD_VAR_OP_LIT || esc == FD_VAR_ESC_NONE ||
+            (esc == FD_VAR_ESC_ARGS && (op->flags & FD_VAR_URLSAFE)))
             fd_sbuf_add_str(sb, v);
+        else if (esc == FD_VAR_ESC_ARGS)
+            add_args_safe(sb, v);
         else
             add_header_safe(sb, v);
     }

@@ -92,8 +92,11 @@ fd_str_t fd_var_value(fd_request_t *r, const fd_var_op_t *op,
 /* fd_var_eval() escaping of variable values (literals go as written) */
 enum {
     FD_VAR_ESC_NONE,
-    FD_VAR_ESC_HEADER     /* a header value: controls but HTAB as %XX, so
+    FD_VAR_ESC_HEADER,    /* a header value: controls but HTAB as %XX, so
                            * a decoded $uri cannot split a header */
+    FD_VAR_ESC_ARGS       /* a query: values not already URL-encoded
+                           * (FD_VAR_URLSAFE) get SP, controls, 8-bit and
+                           * "#%&+?<>\"\\^`{|} as %XX, as rewrite's */
 };
 
 /* c as "%XX" (the escapers of scripts' values share it). */
