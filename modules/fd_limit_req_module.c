@@ -321,6 +321,9 @@ static int account(const zone_t *z, const limit_loc_t *lc, const char *k,
     bucket_t *b = &z->table[(size_t)(((h >> 32) * (uint64_t)z->nbuckets) >>
                                      32)];
     size_t kept = n < KEY_MAX ? n : KEY_MAX;
+    /* the length kept: a longer key is told by its first bytes and the
+     * hash of all of it (a 65,536-byte one must not come out 0, free) */
+    uint16_t len = n < 0xffff ? (uint16_t)n : 0xffff;
     entry_t *e = NULL, *victim = NULL;
     int64_t excess;
     unsigned i;
@@ -328,7 +331,7 @@ static int account(const zone_t *z, const limit_loc_t *lc, const char *k,
     lock(b);
     for (i = 0; i < WAYS; i++) {
         entry_t *x = &b->e[i];
-        if (x->hash == h && x->len == n && key_eq(x->key, k, kept)) {
+        if (x->hash == h && x->len == len && key_eq(x->key, k, kept)) {
             e = x;
             break;
         }
@@ -341,7 +344,7 @@ static int account(const zone_t *z, const limit_loc_t *lc, const char *k,
         /* a new key: nothing to drain, nothing in excess */
         e = victim;
         e->hash = h;
-        e->len = (uint16_t)n;
+        e->len = len;
         memcpy(e->key, k, kept);
         e->excess = 0;
         e->last = now;
@@ -422,9 +425,14 @@ static int limit_access(fd_request_t *r)
     if (z->script.n == 1 && z->script.ops[0].kind == FD_VAR_OP_VAR) {
         key = fd_var_value(r, &z->script.ops[0], NULL, kb); /* one var */
     } else {
-        fd_sbuf_init_fixed(&sb, kb, sizeof(kb));
+        /* the whole key, however long: a client's 600-byte first value
+         * must not leave it empty (which is not limited) or cut short */
+        if (fd_sbuf_init(&sb, r->pool, 256) != FD_OK)
+            return 500;
         fd_var_eval(r, &z->script, NULL, FD_VAR_ESC_NONE, &sb);
-        key = fd_sbuf_str(&sb); /* a key over 512 bytes: what fitted */
+        if (fd_sbuf_failed(&sb))
+            return 500;
+        key = fd_sbuf_str(&sb);
     }
     if (key.len == 0)
         return FD_OK; /* nothing to count by: not limited */
