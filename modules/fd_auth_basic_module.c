@@ -74,7 +74,10 @@ typedef struct {
 typedef struct {
     char cred[CRED_MAX + 1];  /* user:password, NUL-ended */
     size_t ulen;
-    const char *hash;         /* the user's, or the dummy's */
+    const char *hash;         /* the user's (a copy in the request's pool:
+                               * a re-read of the file frees the table
+                               * while a pool thread checks), or the
+                               * dummy's */
     int known;
     int ok;                   /* set by the pool thread */
     unsigned char digest[SHA256_DIGEST_LENGTH];
@@ -497,7 +500,9 @@ static int auth_access(fd_request_t *r)
         const user_t *u = &lc->users->users[i];
         if (strlen(u->name) == x->ulen &&
             memcmp(u->name, x->cred, x->ulen) == 0) {
-            x->hash = u->hash;
+            if ((x->hash = fd_pstrdup(r->pool, u->hash,
+                                      strlen(u->hash))) == NULL)
+                return 500;
             x->known = 1;
             break;
         }

@@ -1005,6 +1005,13 @@ void fd_http_access_continue(fd_request_t *r, const fd_module_t *m)
 {
     const fd_module_t **k;
 
+    if (fd_h2_gone(r)) {
+        /* its stream closed while the module held it (a module without
+         * on_abort, as auth_basic's offloaded check): nothing is to
+         * answer, and its connection may be gone (r->c->h NULL) */
+        fd_request_finish(r, FD_ERROR);
+        return;
+    }
     for (k = r->loc->access; *k && *k != m; k++)
         ;
     run_access(r, (const fd_module_t *const *)(*k ? k + 1 : k));

@@ -962,6 +962,11 @@ void fd_h2_resume(fd_request_t *r)
     conn_post(st->hc);
 }
 
+int fd_h2_gone(fd_request_t *r)
+{
+    return r->h2 && r->h2->closed;
+}
+
 void fd_h2_finish(fd_request_t *r, int rc)
 {
     h2s_t *st = r->h2;

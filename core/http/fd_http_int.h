@@ -80,6 +80,7 @@ size_t fd_h2_pending(fd_request_t *r);     /* queued, not yet framed */
 void fd_h2_cut(fd_request_t *r);           /* RST_STREAM INTERNAL_ERROR */
 void fd_h2_resume(fd_request_t *r);        /* go on at the end of the turn */
 void fd_h2_finish(fd_request_t *r, int rc);  /* fd_request_finish() */
+int fd_h2_gone(fd_request_t *r);           /* its stream closed meanwhile */
 ssize_t fd_h2_body_pull(fd_request_t *r, char *buf, size_t size);
 void fd_h2_timeout(fd_connection_t *c);
 void fd_h2_release(fd_connection_t *c);
