@@ -307,4 +307,8 @@ int fd_proxy_tunnel_detach(proxy_req_t *px);
 /* Close both sides; the memory goes at the end of the turn. */
 void fd_proxy_tunnel_free(tunnel_t *t);
 
+/* The master's, once the whole file is read: the directories it made for
+ * the caches (0700) go to [main] user, whose workers write there. */
+int fd_proxy_cache_init_cycle(fd_conf_t *cf, fd_cycle_t *cy);
+
 #endif

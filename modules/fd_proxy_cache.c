@@ -1135,7 +1135,8 @@ static int open_tmp(fd_proxy_cache_req_t *cr)
     if (fd == -1 && errno == ENOENT) {
         /* a level (or the cache itself) is missing: made again */
         p[dl - 1] = '\0';
-        if (fd_proxy_cache_mkdirs(p, strlen(c->path)) != FD_OK && fd_proxy_cache_mkdirs(p, 0) != FD_OK) {
+        if (fd_proxy_cache_mkdirs(p, strlen(c->path), NULL) != FD_OK &&
+            fd_proxy_cache_mkdirs(p, 0, NULL) != FD_OK) {
             store_warn(cr, errno, "mkdir for");
             return FD_ERROR;
         }

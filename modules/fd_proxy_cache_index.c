@@ -50,6 +50,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -930,20 +931,68 @@ static const fd_directive_t cache_directives[] = {
      .doc = "an entry not used for this long is removed, fresh or not"},
     FD_CONF_END};
 
-int fd_proxy_cache_mkdirs(char *p, size_t from)
+int fd_proxy_cache_mkdirs(char *p, size_t from, long *made)
 {
+    long first = -1;
+    int rc;
+
     for (size_t i = from; p[i]; i++) {
         if (p[i] != '/' || i == 0)
             continue;
         p[i] = '\0';
-        if (mkdir(p, 0700) == -1 && errno != EEXIST) {
-            p[i] = '/';
-            return FD_ERROR;
-        }
+        rc = mkdir(p, 0700);
         p[i] = '/';
+        if (rc == 0 && first < 0)
+            first = (long)i;
+        if (rc == -1 && errno != EEXIST)
+            return FD_ERROR;
     }
-    if (mkdir(p, 0700) == -1 && errno != EEXIST)
+    rc = mkdir(p, 0700);
+    if (rc == 0 && first < 0)
+        first = (long)strlen(p);
+    if (made)
+        *made = first;
+    if (rc == -1 && errno != EEXIST)
         return FD_ERROR;
+    return FD_OK;
+}
+
+int fd_proxy_cache_init_cycle(fd_conf_t *cf, fd_cycle_t *cy)
+{
+    fd_conf_section_t *s;
+    struct passwd *pw;
+
+    if (cy->main.user == NULL || geteuid() != 0)
+        return FD_OK;
+    if ((pw = getpwnam(cy->main.user)) == NULL)
+        return FD_OK; /* [main] user says so, naming its line */
+    for (s = cy->sections; s; s = s->next) {
+        fd_proxy_cache_t *c = s->conf;
+        char *p;
+        size_t i;
+        if (s->module != &fd_proxy_cache_section || c->made_from < 0)
+            continue;
+        /* each directory made (a parent as much as the cache's own): the
+         * workers must get through and into it */
+        p = c->path;
+        for (i = (size_t)c->made_from;; i++) {
+            char ch = p[i];
+            int rc;
+            if (ch != '/' && ch != '\0')
+                continue;
+            p[i] = '\0';
+            rc = chown(p, pw->pw_uid, pw->pw_gid);
+            p[i] = ch;
+            if (rc == -1)
+                return fd_conf_error(cf, "[cache %s]: chown(\"%s\") to "
+                                     "user \"%s\" failed: %s", c->name,
+                                     c->path, cy->main.user,
+                                     strerror(errno));
+            if (ch == '\0')
+                break;
+        }
+        c->made_from = -1;
+    }
     return FD_OK;
 }
 
@@ -969,7 +1018,7 @@ static int cache_init_section(fd_conf_t *cf, const char *name, void *conf)
                              "of 1 or 2, e.g. 1:2)", name, c->levels_text);
     {
         char *p = fd_pstrdup(cf->pool, c->path, n);
-        if (p == NULL || fd_proxy_cache_mkdirs(p, 0) != FD_OK)
+        if (p == NULL || fd_proxy_cache_mkdirs(p, 0, &c->made_from) != FD_OK)
             return fd_conf_error(cf, "[cache %s]: mkdir(\"%s\") failed: "
                                  "%s", name, c->path, strerror(errno));
     }

@@ -1591,6 +1591,7 @@ fd_module_t fd_proxy_module = {
     .shm_size = fd_align(sizeof(fd_upstream_shm_t), 64) +
                 FD_PROXY_CACHE_SHM_SIZE,
     .also = &fd_proxy_cache_section,
+    .init_cycle = fd_proxy_cache_init_cycle,
     .status = proxy_status,
     .retire = proxy_retire,
     .vars = proxy_vars,

@@ -7,6 +7,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use FastdTest;
+use Backend;
 use Test::More;
 
 plan skip_all => 'needs root' if $> != 0;
@@ -37,6 +38,32 @@ is($t->get('/plaintext')->{status}, 200, 'workers serve');
 $t->signal('HUP');
 FastdTest::wait_for(sub { my @n = $t->workers; @n == 2 && !grep { my $o = $_; grep { $_ == $o } @w } @n }, 10);
 is($t->get('/plaintext')->{status}, 200, 'served after a reload');
+
+# a [cache] whose path (and its parent) the root master makes: the
+# directories go to the workers' user, or nothing could ever be stored
+{
+    my $be = Backend->new(handler => sub {
+        Backend::response(200, "cached body\n", 'Cache-Control' => 'max-age=60');
+    });
+    my $c = FastdTest->new(conf => FastdTest::base_conf(
+        main => { user => 'nobody', workers => 1 },
+        locations => "[location /c/]\nhandler = proxy\nupstream = be\n"
+                   . "proxy_cache = one\n"
+                   . "add_header = X-Cache-Status \$upstream_cache_status always\n\n",
+        extra => "[upstream be]\nserver = 127.0.0.1:" . $be->port . "\n\n"
+               . "[cache one]\npath = %%DIR%%/made/cache\nlevels = 1:2\n"
+               . "keys_zone = 64k\n\n"));
+    chmod 0755, $c->dir;
+    $c->start;
+    my $a = $c->get('/c/x');
+    my $b = $c->get('/c/x');
+    is(($a ? $a->header('x-cache-status') // '' : '') . ' '
+       . ($b ? $b->header('x-cache-status') // '' : ''), 'MISS HIT',
+       '[cache] path made by the master: the workers store there (MISS, HIT)');
+    my @own = map { (stat $_)[4] // -1 } ($c->dir . '/made', $c->dir . '/made/cache');
+    is("@own", "$nobody $nobody", '... it and its parent belong to user nobody');
+    $c->stop;
+}
 
 # an unknown user is a startup error, not a silent root worker
 my $u = FastdTest->new(conf => FastdTest::base_conf(main => { user => 'no-such-user-xyz' }));

@@ -437,7 +437,7 @@ static void entry_file(fd_proxy_cache_t *c, const char *k, int64_t expires,
     fd_proxy_cache_hash(k, strlen(k), m);
     fd_proxy_cache_file(p, size, c->path, c->levels, c->nlevels, m, &dl);
     p[dl - 1] = '\0';
-    fd_proxy_cache_mkdirs(p, 0);
+    fd_proxy_cache_mkdirs(p, 0, NULL);
     p[dl - 1] = '/';
     fh.key_len = (uint32_t)strlen(k);
     fh.fields_len = 0;
