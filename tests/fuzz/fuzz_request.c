@@ -178,22 +178,25 @@ static int remove_one(const char *path, const struct stat *st, int flag,
     return remove(path);
 }
 
-static int remove_file(const char *path, const struct stat *st, int flag,
-                       struct FTW *ftw)
+static int remove_below(const char *path, const struct stat *st, int flag,
+                        struct FTW *ftw)
 {
     (void)st;
-    (void)ftw;
-    return flag == FTW_F ? unlink(path) : 0;
+    (void)flag;
+    return ftw->level > 0 ? remove(path) : 0;
 }
 
 /* The cache's files and index, empty for an input that uses them: what
- * it finds there is what its own requests stored. */
+ * it finds there is what its own requests stored. Its level directories
+ * go too (the cache makes them again): kept, they grew to 16 x 256 that
+ * every cache input walked, and the campaign's rate fell from 2,300 to
+ * 1,500 inputs a second with them. */
 static void cache_empty(fd_cycle_t *cy)
 {
     char p[sizeof(dir) + 16];
 
     snprintf(p, sizeof(p), "%s/cache", dir);
-    nftw(p, remove_file, 16, FTW_PHYS);
+    nftw(p, remove_below, 16, FTW_DEPTH | FTW_PHYS);
     fd_proxy_cache_fuzz_reset(cy);
 }
 
