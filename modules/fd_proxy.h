@@ -206,6 +206,8 @@ struct proxy_req_s {
     unsigned bg:1;             /* a background update: the client has its
                                 * (stale) response, this one only fills
                                 * the cache */
+    unsigned cache_fields:1;   /* the cache may answer it: the client's
+                                * If-* and Range stay here, not upstream */
     int rc;                    /* the handler's result when sync */
     unsigned ninterim;         /* 1xx responses skipped */
     tunnel_t *tunnel;          /* 101 waiting for its header to drain */

@@ -920,14 +920,13 @@ int fd_proxy_cache_lookup(proxy_req_t *px)
     fd_proxy_cache_hash(cr->key.data, cr->key.len, cr->md5);
     px->cr = cr;
     cr->no_store = lc->nno_cache && any_true(r, lc->no_cache, lc->nno_cache);
-    if (lc->nbypass && any_true(r, lc->bypass, lc->nbypass)) {
-        px->cache_status = FD_PROXY_CACHE_BYPASS;
-        COUNT(cr->cache, bypass);
-        return FD_DECLINED;
-    }
     /* a shared cache answers no credentialed request from what another
-     * client stored (RFC 9111 3.5); only what said public is stored */
+     * client stored (RFC 9111 3.5); only what said public is stored. The
+     * upstream then answers its conditionals and ranges (as a POST's):
+     * they go. */
     if (r->in.method_id != FD_HTTP_GET && r->in.method_id != FD_HTTP_HEAD) {
+        /* POST (proxy_cache_methods): counted, not answered from an entry
+         * (a HIT with the request's body unread stalls: see README) */
         px->cache_status = FD_PROXY_CACHE_MISS;
         COUNT(cr->cache, miss);
         return FD_DECLINED;
@@ -938,6 +937,14 @@ int fd_proxy_cache_lookup(proxy_req_t *px)
             COUNT(cr->cache, miss);
             return FD_DECLINED;
         }
+    /* from here the cache may answer: it answers If-* and Range too (a
+     * bypass stores a whole response, so it sends them neither) */
+    px->cache_fields = 1;
+    if (lc->nbypass && any_true(r, lc->bypass, lc->nbypass)) {
+        px->cache_status = FD_PROXY_CACHE_BYPASS;
+        COUNT(cr->cache, bypass);
+        return FD_DECLINED;
+    }
     return decide(cr, lc->cache_lock ? lc->cache_lock_timeout : 0);
 }
 

@@ -190,8 +190,10 @@ const fd_directive_t fd_proxy_directives[] = {
     {.name = "proxy_cache_methods", .type = FD_CONF_STR,
      .offset = LOC(cache_methods_src), .def = "GET HEAD",
      .doc = "the methods looked up in the cache: GET and HEAD always (a "
-            "HEAD is answered from a GET's entry, never stored), POST may "
-            "be added (its responses are looked up, not stored)"},
+            "HEAD is answered from a GET's entry, never stored). POST is "
+            "accepted (nginx's configurations name it) but not answered "
+            "from an entry nor stored: it goes upstream with its fields "
+            "and counts as a MISS"},
     {.name = "proxy_cache_bypass", .type = FD_CONF_LIST,
      .offset = LOC(cache_bypass_src),
      .doc = "$variables, repeatable: when any is neither empty nor \"0\", "

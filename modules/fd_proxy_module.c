@@ -254,7 +254,7 @@ static int request_build(proxy_req_t *px)
         fd_http_header_t *h = &r->in.headers[i];
         if (header_kind(h->name) != H_PASS || named_in(h->name, tok, ntok) ||
             replaced_by_set_header(lc, h->name) ||
-            (px->cr && fd_proxy_cache_drops_field(h->name)))
+            (px->cache_fields && fd_proxy_cache_drops_field(h->name)))
             continue;
         fd_sbuf_add_header(&sb, h->name, h->value);
     }

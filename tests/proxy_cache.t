@@ -75,6 +75,11 @@ my $be = Backend->new(handler => sub {
         return "HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\n"
              . "Content-Length: 5\r\n\r\nhelloEXTRA";
     }
+    if ($p =~ m{/echoh/}) {
+        return Backend::response(200, "range=" . ($req->{headers}{range} // '')
+                                 . " inm=" . ($req->{headers}{'if-none-match'} // ''),
+                                 'Cache-Control' => 'max-age=60');
+    }
     if ($p =~ m{^/hostecho/}) {
         # an application that builds absolute URLs from the Host it got
         my $h = $req->{headers}{host} // '';
@@ -135,6 +140,14 @@ upstream = be
 proxy_cache = one
 proxy_cache_key = \$request_uri\$http_x_k
 proxy_cache_valid = 1m
+add_header = X-Cache-Status \$upstream_cache_status always
+
+[location /postc/]
+handler = proxy
+upstream = be
+proxy_cache = one
+proxy_cache_methods = GET HEAD POST
+proxy_cache_valid = 200 1m
 add_header = X-Cache-Status \$upstream_cache_status always
 
 [location /big/]
@@ -344,6 +357,37 @@ is(scalar(@tmp), 0, 'no temporary file is left behind');
     my $again = $t->http("GET /hostecho/a HTTP/1.1\r\nHost: localhost:1\r\n\r\n");
     is(($again ? cs($again) : '') . ' ' . ($again ? $again->header('location') // '' : ''),
        'HIT http://localhost:1/login', 'the port-1 request has its own HIT');
+}
+
+# --- requests the cache does not answer keep their conditionals ------------
+
+{
+    # with Authorization the cache never answers (RFC 9111 3.5): the
+    # upstream must get the client's Range and If-None-Match
+    my $r = get('/echoh/a', Authorization => 'Basic eDp5', Range => 'bytes=0-3',
+                'If-None-Match' => '"x"');
+    like($r ? $r->body : '', qr{^range=bytes=0-3 inm="x"$},
+         'Authorization: Range and If-None-Match reach the upstream')
+        or diag($r ? $r->body : 'no response');
+    $r = get('/echoh/b', Range => 'bytes=0-3');
+    like($r ? $r->body : '', qr{^range= inm=$},
+         'without: the cache answers them, the upstream gets none');
+}
+
+# --- proxy_cache_methods = POST: counted, passed with its fields ------------
+
+{
+    is(cs(get('/postc/x')), 'MISS', 'POST location: a GET stores');
+    my $p = $t->http("POST /postc/x HTTP/1.1\r\nHost: localhost\r\n"
+                     . "Content-Length: 2\r\n\r\nhi");
+    is($p ? cs($p) : '', 'MISS', 'a POST goes upstream (MISS)');
+    $p = $t->http("POST /postc/echoh/p HTTP/1.1\r\nHost: localhost\r\n"
+                  . "If-None-Match: \"p\"\r\nContent-Length: 2\r\n\r\nhi");
+    like($p ? $p->body : '', qr{inm="p"$}, '... with its conditionals');
+    $p = $t->http("POST /postc/y HTTP/1.1\r\nHost: localhost\r\n"
+                  . "Content-Length: 2\r\n\r\nhi");
+    is(($p ? cs($p) : '') . ' ' . cs(get('/postc/y')), 'MISS MISS',
+       'a POST stores nothing');
 }
 
 # --- proxy_cache_lock: 100 concurrent misses, one upstream request ---------
