@@ -504,7 +504,7 @@ static open_entry_t *open_entry(fd_proxy_cache_req_t *cr, uint64_t gen)
     if (fd == -1) {
         if (errno != ENOENT)
             fd_log_error(FD_LOG_ERR, errno, "open(\"%s\") failed", p);
-        fd_proxy_cache_index_forget(c, cr->md5);
+        fd_proxy_cache_index_forget(c, cr->md5, gen);
         return NULL;
     }
     if ((oe = calloc(1, sizeof(*oe))) == NULL) {
@@ -519,8 +519,11 @@ static open_entry_t *open_entry(fd_proxy_cache_req_t *cr, uint64_t gen)
                                     oe->fh.fields_len + oe->fh.body_len)
         goto bad;
     n = (size_t)oe->fh.key_len + oe->fh.fields_len;
-    if ((oe->buf = malloc(n + 1)) == NULL ||
-        pread(fd, oe->buf, n, sizeof(oe->fh)) != (ssize_t)n)
+    if ((oe->buf = malloc(n + 1)) == NULL) {
+        open_release(oe); /* out of memory: the file is whole, it stays */
+        return NULL;
+    }
+    if (pread(fd, oe->buf, n, sizeof(oe->fh)) != (ssize_t)n)
         goto bad;
     memcpy(oe->md5, cr->md5, 16);
     oe->head = c->head;
@@ -530,7 +533,7 @@ static open_entry_t *open_entry(fd_proxy_cache_req_t *cr, uint64_t gen)
 bad:
     fd_log_error(FD_LOG_WARN, 0, "cache \"%s\": \"%s\" is not a whole "
                  "entry: removed", c->name, p);
-    fd_proxy_cache_index_forget(c, cr->md5);
+    fd_proxy_cache_index_forget(c, cr->md5, gen);
     unlink(p);
     open_release(oe);
     return NULL;
@@ -570,7 +573,7 @@ static open_entry_t *entry_get(fd_proxy_cache_req_t *cr, uint64_t gen)
         /* unlinked under us (the directory removed): a miss */
         *slot = NULL;
         open_release(oe);
-        fd_proxy_cache_index_forget(c, cr->md5);
+        fd_proxy_cache_index_forget(c, cr->md5, gen);
         return NULL;
     }
     if (oe == NULL) {

@@ -364,14 +364,17 @@ void fd_proxy_cache_index_unfill(fd_proxy_cache_t *c, const uint8_t md5[16])
 }
 
 /* A file that is gone or not what the index said: forget the entry. */
-void fd_proxy_cache_index_forget(fd_proxy_cache_t *c, const uint8_t md5[16])
+void fd_proxy_cache_index_forget(fd_proxy_cache_t *c, const uint8_t md5[16],
+                                 uint64_t gen)
 {
     bucket_t *b = bucket_of(c, md5);
     entry_t *e;
 
     lock(b);
     e = find(b, md5);
-    if (e && e->state == E_READY)
+    /* only the file that was found missing: a newer one committed since
+     * (another request's refetch) stays */
+    if (e && e->state == E_READY && e->gen == gen)
         drop(c, e);
     unlock(b);
 }

@@ -137,7 +137,8 @@ void fd_proxy_cache_index_commit(fd_proxy_cache_t *c, const uint8_t md5[16],
                                  uint64_t now, uint64_t expires,
                                  uint64_t size);
 void fd_proxy_cache_index_unfill(fd_proxy_cache_t *c, const uint8_t md5[16]);
-void fd_proxy_cache_index_forget(fd_proxy_cache_t *c, const uint8_t md5[16]);
+void fd_proxy_cache_index_forget(fd_proxy_cache_t *c, const uint8_t md5[16],
+                                 uint64_t gen);
 void fd_proxy_cache_unlink(fd_proxy_cache_t *c, const uint8_t md5[16]);
 /* fd_proxy_cache.c: the worker's open entries closed (its end). */
 void fd_proxy_cache_open_drop(void);

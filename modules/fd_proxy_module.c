@@ -914,9 +914,14 @@ static int resp_header(proxy_req_t *px)
         /* a revalidation's 304, or a status proxy_cache_use_stale names:
          * the entry answers */
         int crc = fd_proxy_cache_response(px, status, f, nf);
-        if (crc == FD_ERROR)
-            return proxy_invalid(px, "answered 304 to a revalidation of an "
-                                 "entry that is gone");
+        if (crc == FD_ERROR) {
+            /* the upstream was right: the entry went meanwhile (evicted,
+             * replaced). 502, and the server is not blamed for it */
+            fd_log_error(FD_LOG_WARN, 0, "upstream \"%s\" server %s "
+                         "answered 304 to a revalidation of an entry that "
+                         "is gone meanwhile", px->up->name, px->peer->name);
+            return fd_proxy_fail(px, 502);
+        }
         if (crc == FD_OK) {
             px->ipos += hlen;
             return proxy_end(px, FD_OK);

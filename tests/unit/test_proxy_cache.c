@@ -26,6 +26,7 @@
 #define fd_proxy_cache_status_text fd_proxy_cache_status_text_unit
 #define fd_proxy_cache_area fd_proxy_cache_area_unit
 #define fd_proxy_cache_mkdirs fd_proxy_cache_mkdirs_unit
+#define fd_proxy_cache_init_cycle fd_proxy_cache_init_cycle_unit
 #define fd_proxy_cache_unlink fd_proxy_cache_unlink_unit
 #define fd_proxy_cache_index_lookup lookup_stale
 #define fd_proxy_cache_index_commit commit
@@ -274,6 +275,15 @@ static void index_ops(void)
     commit(c, m, 5001, 9000, 40);
     is_int(lookup_stale(c, m, 5002, 0, 500, 1, &until, &gen, &evict, ev),
            L_HIT, "a new file: fresh, the update mark gone");
+    /* a request that found its (older) file missing forgets that file
+     * only, not the one another request committed since */
+    forget(c, m, gen - 1);
+    is_int(lookup(c, m, 5003, 0, 0, &until, &gen, &evict, ev), L_HIT,
+           "forgetting an older generation keeps the new entry");
+    forget(c, m, gen);
+    is_int(lookup(c, m, 5004, 0, 0, &until, &gen, &evict, ev), L_MISS,
+           "forgetting its own generation drops it");
+    commit(c, m, 5005, 9000, 40);
 
     /* a full bucket: the least recently used ready entry gives way */
     for (i = 2; i <= 8; i++) {
