@@ -479,6 +479,7 @@ static int request_build(fcgi_req_t *fx)
     char name[256], *out, *p;
     size_t lat = 0, len;
     unsigned i;
+    int host_sent = 0;
     fd_sbuf_t sb;
 
     if (fd_sbuf_init(&sb, r->pool, 1024 + r->in.header_len) != FD_OK)
@@ -502,11 +503,21 @@ static int request_build(fcgi_req_t *fx)
     }
     for (i = 0; i < r->in.nheaders; i++) {
         fd_http_header_t *h = &r->in.headers[i];
+        if (fd_str_caseeq_lit(h->name, "host"))
+            host_sent = 1;
         if (!header_param(lc, h->name, name))
             continue;
         pair_begin(&sb, name, h->name.len + 5, &lat);
         fd_sbuf_add_str(&sb, h->value);
         pair_end(&sb, lat, h->name.len + 5);
+    }
+    /* HTTP/2 has :authority, not a Host field: the application still
+     * gets HTTP_HOST (as nginx gives it) */
+    if (!host_sent && r->in.host.len &&
+        header_param(lc, fd_string("Host"), name)) {
+        pair_begin(&sb, name, 9, &lat);
+        fd_sbuf_add_str(&sb, r->in.host);
+        pair_end(&sb, lat, 9);
     }
     if (fd_sbuf_failed(&sb))
         return FD_ERROR;

@@ -14,6 +14,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use FastdTest;
+use H2;
 use Digest::MD5 qw(md5_hex);
 use IO::Socket::INET;
 use POSIX qw(WNOHANG);
@@ -100,7 +101,7 @@ header('X-From-PHP: yes');
 foreach (['SCRIPT_FILENAME', 'SCRIPT_NAME', 'QUERY_STRING', 'PATH_INFO',
           'HTTP_X_HELLO', 'REQUEST_METHOD', 'REQUEST_URI', 'DOCUMENT_ROOT',
           'SERVER_PROTOCOL', 'GATEWAY_INTERFACE', 'REMOTE_ADDR',
-          'SERVER_PORT', 'HTTP_PROXY'] as $k)
+          'SERVER_PORT', 'HTTP_PROXY', 'HTTP_HOST'] as $k)
     echo $k, '=', $_SERVER[$k] ?? '(unset)', "\n";
 PHP
 FastdTest::spew("$html/php/pid.php", "<?php echo getmypid();\n");
@@ -173,7 +174,7 @@ END {
 
 my $dead = FastdTest::free_port();
 my $t = FastdTest->new(conf => FastdTest::base_conf(
-    server => { root => $html },
+    server => { root => $html, listen => '127.0.0.1:%%PORT%% http2' },
     locations => <<"L",
 [location ~ ^/php/.+\\.php(/|\$)]
 handler = fastcgi
@@ -253,6 +254,14 @@ like($b, qr{^REQUEST_URI=/php/params\.php/extra/info\?a=1&b=two$}m, 'REQUEST_URI
 like($b, qr{^GATEWAY_INTERFACE=CGI/1\.1$}m, 'GATEWAY_INTERFACE');
 like($b, qr{^SERVER_PORT=$port$}m, 'SERVER_PORT');
 like($b, qr{^HTTP_PROXY=\(unset\)$}m, 'no HTTP_PROXY (httpoxy)');
+like($b, qr{^HTTP_HOST=localhost$}m, 'HTTP_HOST from Host');
+SKIP: {
+    skip H2::why_not(), 1 if H2::why_not();
+    # HTTP/2 has no Host field, only :authority
+    my $h = H2::curl($t, '/php/params.php');
+    like($h->{body} // '', qr{^HTTP_HOST=127\.0\.0\.1:$port$}m,
+         'over HTTP/2: HTTP_HOST from :authority') or diag($h->{body});
+}
 is($r->{headers}{'x-from-php'}, 'yes', 'a header the script set');
 like($r->{headers}{'content-type'} // '', qr{^text/html}, 'Content-Type');
 is($r->{headers}{'content-length'}, length($b), 'a small body has its length');
