@@ -115,11 +115,9 @@ static int64_t parse_sec(fd_str_t v)
  * request had Authorization) only what says public or s-maxage is.
  * ignore (proxy_ignore_headers) drops fields from the decision.
  */
-int64_t fd_proxy_cache_valid_for(const fd_http_header_t *f, unsigned nf,
-                                 int status,
-                                 const fd_proxy_cache_valid_t *valid,
-                                 unsigned nvalid, time_t now, int auth,
-                                 unsigned ignore)
+static int64_t valid_for(const fd_http_header_t *f, unsigned nf, int status,
+                         const fd_proxy_cache_valid_t *valid, unsigned nvalid,
+                         time_t now, int auth, unsigned ignore)
 {
     int64_t xae = -2, age = -1, exp = -1, n;
     int shared = 0, refused = 0;
@@ -178,6 +176,20 @@ int64_t fd_proxy_cache_valid_for(const fd_http_header_t *f, unsigned nf,
         if (valid[i].status == status || valid[i].status == 0)
             return valid[i].sec;
     return 0;
+}
+
+/* As valid_for(), at most a century (the loader's bound too): a larger
+ * max-age made the deadline in ms wrap, and the entry was born expired. */
+int64_t fd_proxy_cache_valid_for(const fd_http_header_t *f, unsigned nf,
+                                 int status,
+                                 const fd_proxy_cache_valid_t *valid,
+                                 unsigned nvalid, time_t now, int auth,
+                                 unsigned ignore)
+{
+    const int64_t century = (int64_t)100 * 365 * 86400;
+    int64_t sec = valid_for(f, nf, status, valid, nvalid, now, auth, ignore);
+
+    return sec > century ? century : sec;
 }
 
 /* proxy_cache_valid = [CODE...|any] TIME */
@@ -664,6 +676,11 @@ static int serve(fd_proxy_cache_req_t *cr, uint64_t gen)
             return FD_DECLINED;
         if (fd_str_caseeq_lit(name, "content-type")) {
             r->content_type = value;
+        } else if (fd_str_caseeq_lit(name, "server")) {
+            /* stored by proxy_pass_header = Server: it replaces ours */
+            r->server_passed = 1;
+            if (fd_http_header_add(r, name, value) != FD_OK)
+                return FD_DECLINED;
         } else if (oe->fh.status == 200 && fd_str_caseeq_lit(name, "etag")) {
             r->etag = value; /* the engine writes it, 304 too */
         } else if (oe->fh.status == 200 &&

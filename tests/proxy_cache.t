@@ -75,6 +75,10 @@ my $be = Backend->new(handler => sub {
         return "HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\n"
              . "Content-Length: 5\r\n\r\nhelloEXTRA";
     }
+    if ($p =~ m{^/(?:psrv/)?huge/}) {
+        return Backend::response(200, "huge $n", 'Server' => 'upstream/1',
+                                 'Cache-Control' => 'max-age=18446744073709552');
+    }
     if ($p =~ m{/echoh/}) {
         return Backend::response(200, "range=" . ($req->{headers}{range} // '')
                                  . " inm=" . ($req->{headers}{'if-none-match'} // ''),
@@ -140,6 +144,13 @@ upstream = be
 proxy_cache = one
 proxy_cache_key = \$request_uri\$http_x_k
 proxy_cache_valid = 1m
+add_header = X-Cache-Status \$upstream_cache_status always
+
+[location /psrv/]
+handler = proxy
+upstream = be
+proxy_cache = one
+proxy_pass_header = Server
 add_header = X-Cache-Status \$upstream_cache_status always
 
 [location /postc/]
@@ -372,6 +383,26 @@ is(scalar(@tmp), 0, 'no temporary file is left behind');
     $r = get('/echoh/b', Range => 'bytes=0-3');
     like($r ? $r->body : '', qr{^range= inm=$},
          'without: the cache answers them, the upstream gets none');
+}
+
+# --- a max-age past a century; the upstream's Server kept --------------------
+
+{
+    # max-age=18446744073709552 s: x 1000 wrapped, the entry was born
+    # expired (a MISS each time); clamped to a century, it is kept
+    # (the wrapped deadline was 384 ms after the store: look after it)
+    my $first = cs(get('/huge/a'));
+    sleep 0.6;
+    is($first . ' ' . cs(get('/huge/a')), 'MISS HIT',
+       'a max-age past a century is kept (clamped), not born expired');
+    # proxy_pass_header = Server: its Server is stored, and a HIT sends
+    # that one alone, not ours too
+    get('/psrv/huge/b');
+    my $raw = $t->raw("GET /psrv/huge/b HTTP/1.1\r\nHost: localhost\r\n"
+                      . "Connection: close\r\n\r\n");
+    my @srv = $raw =~ /^Server: (.*?)\r$/mig;
+    like($raw, qr/X-Cache-Status: HIT/, '(a HIT)');
+    is("@srv", 'upstream/1', 'proxy_pass_header = Server: one Server on a HIT');
 }
 
 # --- proxy_cache_methods = POST: counted, passed with its fields ------------
