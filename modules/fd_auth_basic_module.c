@@ -266,7 +266,8 @@ static const fd_directive_t auth_directives[] = {
      .offset = AOFF(file),
      .doc = "an htpasswd file of NAME:HASH lines, HASH bcrypt (htpasswd "
             "-B), $5$/$6$ (openssl passwd -6) or yescrypt; re-read when "
-            "it changes (looked at once a second)"},
+            "it changes (looked at once a second); a relative path is "
+            "the prefix's"},
     FD_CONF_END};
 
 static int auth_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
@@ -287,6 +288,9 @@ static int auth_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
     if (lc->file == NULL)
         return fd_conf_error(cf, "\"auth_basic\" needs "
                              "auth_basic_user_file");
+    /* relative: the prefix's, as every path of the configuration */
+    if (lc->file[0] != '/' && (lc->file = fd_conf_path(cf, lc->file)) == NULL)
+        return fd_conf_error(cf, "out of memory");
     u = fd_pcalloc(cf->pool, sizeof(*u));
     if (u == NULL)
         return fd_conf_error(cf, "out of memory");

@@ -231,6 +231,13 @@ for my $b (@bad) {
     ($rc, $out) = check_conf($c);
     ok($rc != 0 && $out =~ /the realm may not hold/, 'a quote in the realm: refused')
         or diag($out);
+    # a relative path is the prefix's (the directory above the config's),
+    # as every other path of the configuration, not the cwd's
+    write_users("ann:" . sha6('x') . "\n");
+    my ($base) = $dir =~ m{([^/]+)$};
+    ($c = $conf) =~ s{^auth_basic_user_file = .*$}{auth_basic_user_file = $base/htpasswd}mg;
+    ($rc, $out) = check_conf($c);
+    is($rc, 0, 'a relative auth_basic_user_file: found under the prefix') or diag($out);
     unlink $pw;
     ($rc, $out) = check_conf($conf);
     ok($rc != 0 && $out =~ /cannot open/, 'a missing user file: refused') or diag($out);
