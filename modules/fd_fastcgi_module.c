@@ -1331,6 +1331,17 @@ static fd_str_t v_fastcgi(fd_request_t *r, const fd_var_op_t *op, char *tmp)
     case V_SCRIPT:
     case V_PATH_INFO:
         fx = request_fx(r);
+        if (fx == NULL && r && r->loc &&
+            r->loc->handler == &fd_fastcgi_module) {
+            /* before the handler (try_files, rewrite, the access phase):
+             * the split made now, as nginx's variables are (try_files =
+             * $fastcgi_script_name =404 is the usual guard) */
+            if ((fx = fd_pcalloc(r->pool, sizeof(*fx))) == NULL)
+                return fd_null_string;
+            fx->r = r;
+            fx->lc = fd_loc_conf(r->loc, &fd_fastcgi_module);
+            split_path(fx);
+        }
         if (fx == NULL)
             return fd_null_string;
         return op->var->data == V_SCRIPT ? fx->script_name : fx->path_info;

@@ -14,6 +14,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use FastdTest;
+use File::Path qw(make_path);
 use H2;
 use Digest::MD5 qw(md5_hex);
 use IO::Socket::INET;
@@ -105,6 +106,8 @@ foreach (['SCRIPT_FILENAME', 'SCRIPT_NAME', 'QUERY_STRING', 'PATH_INFO',
     echo $k, '=', $_SERVER[$k] ?? '(unset)', "\n";
 PHP
 FastdTest::spew("$html/php/pid.php", "<?php echo getmypid();\n");
+make_path("$html/g/up.jpg");
+FastdTest::spew("$html/g/t.php", "<?php echo 'guarded ', \$_SERVER['PATH_INFO'] ?? '';\n");
 FastdTest::spew("$html/php/hello.php", "<?php echo 'Hello, World!';\n");
 FastdTest::spew("$html/php/upload.php", <<'PHP');
 <?php
@@ -181,6 +184,12 @@ handler = fastcgi
 pass = fastcgi://php
 fastcgi_split_path_info = ^(.+\\.php)(/.*)\$
 max_body_size = 100m
+
+[location ^~ /g/]
+handler = fastcgi
+pass = fastcgi://php
+fastcgi_split_path_info = ^(.+\\.php)(/.*)\$
+try_files = \$fastcgi_script_name =404
 
 [location ^~ /php/dir/]
 handler = fastcgi
@@ -265,6 +274,16 @@ SKIP: {
 is($r->{headers}{'x-from-php'}, 'yes', 'a header the script set');
 like($r->{headers}{'content-type'} // '', qr{^text/html}, 'Content-Type');
 is($r->{headers}{'content-length'}, length($b), 'a small body has its length');
+
+# try_files = $fastcgi_script_name =404, nginx's guard against running
+# what is not a script: the split is there before the handler runs
+# (a file found moves the URI to it, so PATH_INFO is gone then, as in
+# nginx, whose docs keep it in a variable first)
+$r = $t->get('/g/t.php/info');
+like(($r->{status} // 0) . ' ' . ($r->{body} // ''), qr{^200 guarded},
+     'try_files = $fastcgi_script_name: an existing script runs');
+is($t->get('/g/up.jpg/x.php')->{status}, 404, '... a path that is no script: 404');
+is($t->get('/g/none.php/x')->{status}, 404, '... a missing script: 404');
 
 $r = $t->get('/unix/x');
 is($r->{body}, 'Hello, World!', 'pass = fastcgi://unix:/path, and a fastcgi_param replacing a default');
