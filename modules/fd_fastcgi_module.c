@@ -1325,7 +1325,7 @@ enum { V_SCRIPT, V_PATH_INFO, V_ROOT, V_CTYPE, V_CLEN, V_SERVER_NAME };
 
 static fd_str_t v_fastcgi(fd_request_t *r, const fd_var_op_t *op, char *tmp)
 {
-    fcgi_req_t *fx;
+    fcgi_req_t *fx, early;
 
     switch (op->var->data) {
     case V_SCRIPT:
@@ -1335,12 +1335,13 @@ static fd_str_t v_fastcgi(fd_request_t *r, const fd_var_op_t *op, char *tmp)
             r->loc->handler == &fd_fastcgi_module) {
             /* before the handler (try_files, rewrite, the access phase):
              * the split made now, as nginx's variables are (try_files =
-             * $fastcgi_script_name =404 is the usual guard) */
-            if ((fx = fd_pcalloc(r->pool, sizeof(*fx))) == NULL)
-                return fd_null_string;
-            fx->r = r;
-            fx->lc = fd_loc_conf(r->loc, &fd_fastcgi_module);
-            split_path(fx);
+             * $fastcgi_script_name =404 is the usual guard); its slices
+             * are r->path's or the pool's, not early's */
+            memset(&early, 0, sizeof(early));
+            early.r = r;
+            early.lc = fd_loc_conf(r->loc, &fd_fastcgi_module);
+            split_path(&early);
+            fx = &early;
         }
         if (fx == NULL)
             return fd_null_string;

@@ -178,18 +178,18 @@ static int64_t valid_for(const fd_http_header_t *f, unsigned nf, int status,
     return 0;
 }
 
-/* As valid_for(), at most a century (the loader's bound too): a larger
- * max-age made the deadline in ms wrap, and the entry was born expired. */
+/* As valid_for(), at most FD_PROXY_CACHE_SEC_MAX (the loader's bound
+ * too): a larger max-age made the deadline in ms wrap, and the entry was
+ * born expired. */
 int64_t fd_proxy_cache_valid_for(const fd_http_header_t *f, unsigned nf,
                                  int status,
                                  const fd_proxy_cache_valid_t *valid,
                                  unsigned nvalid, time_t now, int auth,
                                  unsigned ignore)
 {
-    const int64_t century = (int64_t)100 * 365 * 86400;
     int64_t sec = valid_for(f, nf, status, valid, nvalid, now, auth, ignore);
 
-    return sec > century ? century : sec;
+    return fd_min(sec, FD_PROXY_CACHE_SEC_MAX);
 }
 
 /* proxy_cache_valid = [CODE...|any] TIME */
@@ -258,9 +258,9 @@ static int compile_list(fd_conf_t *cf, fd_conf_list_t *l,
 
 int fd_proxy_cache_init_conf(fd_conf_t *cf, proxy_loc_conf_t *lc)
 {
-    /* the key's default is proxy_conf's (why $http_host: there) */
-    const char *key = lc->cache_key_src ? lc->cache_key_src
-                                        : "$scheme$http_host$request_uri";
+    /* proxy_cache_key always has a value: its default is proxy_conf's
+     * (why $http_host: there) */
+    const char *key = lc->cache_key_src;
     char *s, *save, *tok;
     unsigned i;
 
@@ -271,8 +271,7 @@ int fd_proxy_cache_init_conf(fd_conf_t *cf, proxy_loc_conf_t *lc)
     if (lc->cache == NULL)
         return fd_conf_error(cf, "unknown cache \"%s\" (no [cache %s] "
                              "section)", lc->cache_name, lc->cache_name);
-    if (lc->cache_key_src)
-        fd_conf_at_key(cf, lc, "proxy_cache_key");
+    fd_conf_at_key(cf, lc, "proxy_cache_key");
     if (fd_var_compile(cf, &lc->cache_key, key, strlen(key), 0,
                        "proxy_cache_key") != FD_OK)
         return FD_ERROR;

@@ -423,7 +423,7 @@ int fd_proxy_cache_index_load(fd_proxy_cache_t *c, const uint8_t md5[16],
 uint64_t fd_proxy_cache_expires_msec(int64_t expires, int64_t now_sec,
                                      uint64_t now_msec)
 {
-    const int64_t century = (int64_t)100 * 365 * 86400;
+    const int64_t century = FD_PROXY_CACHE_SEC_MAX;
     int64_t d;
 
     if (expires > now_sec + century)

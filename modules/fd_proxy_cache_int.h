@@ -75,6 +75,10 @@ typedef struct {
     int64_t expires;          /* unix seconds it stops being fresh */
 } file_head_t;
 
+/* The longest freshness kept, and how far past an expiry is told: a
+ * century (a larger max-age would wrap a deadline in ms). */
+#define FD_PROXY_CACHE_SEC_MAX ((int64_t)100 * 365 * 86400)
+
 /* one request's cache state */
 struct fd_proxy_cache_req_s {
     fd_proxy_cache_t *cache;

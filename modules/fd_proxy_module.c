@@ -203,17 +203,8 @@ query:
         /* a query a rewrite or try_files made may hold what a decoded
          * $uri gave it: no byte a request-target may not have (CR, LF,
          * SP...) reaches the request line, whatever the query's origin */
-        size_t i, from = 0;
         fd_sbuf_addc(sb, '?');
-        for (i = 0; i < q.len; i++) {
-            unsigned char c = (unsigned char)q.data[i];
-            if (c > 0x20 && c < 0x7f)
-                continue;
-            fd_sbuf_add(sb, q.data + from, i - from);
-            fd_var_add_pct(sb, c);
-            from = i + 1;
-        }
-        fd_sbuf_add(sb, q.data + from, q.len - from);
+        fd_var_add_escaped(sb, q, FD_VAR_ESC_TARGET);
     }
 }
 

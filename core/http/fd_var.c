@@ -652,7 +652,21 @@ void fd_var_add_pct(fd_sbuf_t *sb, unsigned char c)
     }
 }
 
-static void add_header_safe(fd_sbuf_t *sb, fd_str_t v)
+/* c must go as %XX in a value escaped as esc says */
+static int must_pct(unsigned char c, int esc)
+{
+    switch (esc) {
+    case FD_VAR_ESC_HEADER:
+        return (c < 0x20 && c != '\t') || c == 0x7f;
+    case FD_VAR_ESC_ARGS:
+        return c <= 0x20 || c >= 0x7f ||
+               strchr("\"#%&+<>?\\^`{|}", c) != NULL;
+    default: /* FD_VAR_ESC_TARGET */
+        return c <= 0x20 || c >= 0x7f;
+    }
+}
+
+void fd_var_add_escaped(fd_sbuf_t *sb, fd_str_t v, int esc)
 {
     size_t i, from = 0;
 
@@ -660,24 +674,7 @@ static void add_header_safe(fd_sbuf_t *sb, fd_str_t v)
         return; /* an empty variable's data may be NULL */
     for (i = 0; i < v.len; i++) {
         unsigned char c = (unsigned char)v.data[i];
-        if ((c >= 0x20 && c != 0x7f) || c == '\t')
-            continue;
-        fd_sbuf_add(sb, v.data + from, i - from);
-        fd_var_add_pct(sb, c);
-        from = i + 1;
-    }
-    fd_sbuf_add(sb, v.data + from, v.len - from);
-}
-
-static void add_args_safe(fd_sbuf_t *sb, fd_str_t v)
-{
-    size_t i, from = 0;
-
-    if (v.len == 0)
-        return;
-    for (i = 0; i < v.len; i++) {
-        unsigned char c = (unsigned char)v.data[i];
-        if (c > 0x20 && c < 0x7f && strchr("\"#%&+<>?\\^`{|}", c) == NULL)
+        if (!must_pct(c, esc))
             continue;
         fd_sbuf_add(sb, v.data + from, i - from);
         fd_var_add_pct(sb, c);
@@ -698,10 +695,8 @@ void fd_var_eval(fd_request_t *r, const fd_var_script_t *s,
         if (op->kind == FD_VAR_OP_LIT || esc == FD_VAR_ESC_NONE ||
             (esc == FD_VAR_ESC_ARGS && (op->flags & FD_VAR_URLSAFE)))
             fd_sbuf_add_str(sb, v);
-        else if (esc == FD_VAR_ESC_ARGS)
-            add_args_safe(sb, v);
         else
-            add_header_safe(sb, v);
+            fd_var_add_escaped(sb, v, esc);
     }
 }
 

@@ -94,13 +94,17 @@ enum {
     FD_VAR_ESC_NONE,
     FD_VAR_ESC_HEADER,    /* a header value: controls but HTAB as %XX, so
                            * a decoded $uri cannot split a header */
-    FD_VAR_ESC_ARGS       /* a query: values not already URL-encoded
+    FD_VAR_ESC_ARGS,      /* a query: values not already URL-encoded
                            * (FD_VAR_URLSAFE) get SP, controls, 8-bit and
                            * "#%&+?<>\"\\^`{|} as %XX, as rewrite's */
+    FD_VAR_ESC_TARGET     /* (fd_var_add_escaped only) a request line's
+                           * piece: SP, controls and 8-bit as %XX */
 };
 
 /* c as "%XX" (the escapers of scripts' values share it). */
 void fd_var_add_pct(fd_sbuf_t *sb, unsigned char c);
+/* v into sb, the bytes esc (FD_VAR_ESC_*) names as %XX. */
+void fd_var_add_escaped(fd_sbuf_t *sb, fd_str_t v, int esc);
 
 /* Append s's value for r to sb (which may fail: the caller checks). */
 void fd_var_eval(fd_request_t *r, const fd_var_script_t *s,
