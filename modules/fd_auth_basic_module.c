@@ -15,9 +15,10 @@
  * the offload pool and never stalls the worker; a small cache of recent
  * successes (a SHA-256 of the credentials and the hash, kept a minute)
  * spares a client that sends the same credentials with every request. An
- * unknown user costs a crypt() too (against a dummy hash), so timing
- * does not tell which names exist; digests are compared in constant
- * time; no password is logged.
+ * unknown user costs a crypt() too, against the file's first hash (the
+ * same scheme and cost as a known user's, where the file keeps to one),
+ * so timing does not tell which names exist; digests are compared in
+ * constant time; no password is logged.
  */
 #include <crypt.h>
 #include <openssl/crypto.h>
@@ -88,7 +89,8 @@ fd_module_t fd_auth_basic_module;
 static auth_shm_t *area;
 static cache_t cache[CACHE_SLOTS];
 
-/* a bcrypt hash of nothing anyone knows, for unknown users */
+/* for unknown users when the file holds none (a bcrypt hash of nothing
+ * anyone knows) */
 static const char dummy_hash[] =
     "$2b$10$abcdefghijklmnopqrstuuKIk3m7Nbj/qX6UFcBL4UErVRuKHZMqm";
 
@@ -470,6 +472,7 @@ static int auth_access(fd_request_t *r)
     void **ctx;
     ssize_t n;
     char *colon;
+    const char *hash;
     unsigned i;
 
     if (lc->realm == NULL)
@@ -499,18 +502,21 @@ static int auth_access(fd_request_t *r)
     }
     x->cred[n] = '\0';
     x->ulen = (size_t)(colon - x->cred);
-    x->hash = dummy_hash;
+    /* an unknown user is checked against the first user's hash (known
+     * stays 0, so it fails): a fixed dummy of another cost would tell the
+     * names apart by the time the 401 takes */
+    hash = lc->users->n ? lc->users->users[0].hash : dummy_hash;
     for (i = 0; i < lc->users->n; i++) {
         const user_t *u = &lc->users->users[i];
         if (strlen(u->name) == x->ulen &&
             memcmp(u->name, x->cred, x->ulen) == 0) {
-            if ((x->hash = fd_pstrdup(r->pool, u->hash,
-                                      strlen(u->hash))) == NULL)
-                return 500;
+            hash = u->hash;
             x->known = 1;
             break;
         }
     }
+    if ((x->hash = fd_pstrdup(r->pool, hash, strlen(hash))) == NULL)
+        return 500;
     digest_of(x, x->digest);
     if (x->known && cache_hit(x->digest)) {
         COUNT(cached);
