@@ -103,6 +103,8 @@ char *fd_fmt_hex(char *p, uint64_t v);
  * for keys that differ in their last bytes; mix it for consistent
  * hashing). */
 uint32_t fd_hash(const void *data, size_t n);
+/* SipHash-2-4 under key: for tables keyed by what clients send */
+uint64_t fd_siphash(const uint64_t key[2], const void *data, size_t n);
 
 typedef struct fd_pool_s fd_pool_t;
 typedef struct fd_buf_s fd_buf_t;

@@ -45,6 +45,51 @@ uint32_t fd_hash(const void *data, size_t n)
     return h;
 }
 
+/*
+ * SipHash-2-4 (Aumasson and Bernstein, 2012) of n bytes under a 128-bit
+ * key: a hash an outsider who does not know the key cannot aim, for
+ * tables whose keys come from clients.
+ */
+#define SIP_ROTL(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
+#define SIP_ROUND(v0, v1, v2, v3) \
+    do { \
+        v0 += v1; v1 = SIP_ROTL(v1, 13); v1 ^= v0; v0 = SIP_ROTL(v0, 32); \
+        v2 += v3; v3 = SIP_ROTL(v3, 16); v3 ^= v2; \
+        v0 += v3; v3 = SIP_ROTL(v3, 21); v3 ^= v0; \
+        v2 += v1; v1 = SIP_ROTL(v1, 17); v1 ^= v2; v2 = SIP_ROTL(v2, 32); \
+    } while (0)
+
+uint64_t fd_siphash(const uint64_t key[2], const void *data, size_t n)
+{
+    const uint8_t *p = data;
+    uint64_t v0 = key[0] ^ 0x736f6d6570736575ULL;
+    uint64_t v1 = key[1] ^ 0x646f72616e646f6dULL;
+    uint64_t v2 = key[0] ^ 0x6c7967656e657261ULL;
+    uint64_t v3 = key[1] ^ 0x7465646279746573ULL;
+    uint64_t m, last = (uint64_t)n << 56;
+    size_t i;
+
+    for (; n >= 8; p += 8, n -= 8) {
+        m = 0;
+        for (i = 0; i < 8; i++) /* little-endian, whatever the host */
+            m |= (uint64_t)p[i] << (8 * i);
+        v3 ^= m;
+        SIP_ROUND(v0, v1, v2, v3);
+        SIP_ROUND(v0, v1, v2, v3);
+        v0 ^= m;
+    }
+    for (i = 0; i < n; i++)
+        last |= (uint64_t)p[i] << (8 * i);
+    v3 ^= last;
+    SIP_ROUND(v0, v1, v2, v3);
+    SIP_ROUND(v0, v1, v2, v3);
+    v0 ^= last;
+    v2 ^= 0xff;
+    for (i = 0; i < 4; i++)
+        SIP_ROUND(v0, v1, v2, v3);
+    return v0 ^ v1 ^ v2 ^ v3;
+}
+
 char *fd_fmt_hex(char *p, uint64_t v)
 {
     static const char digits[] = "0123456789abcdef";

@@ -20,12 +20,16 @@
  * size keeps it), so a client cannot multiply its rate by the number of
  * workers. The table is an array of 4-entry buckets, each behind its own
  * spin lock held for a few loads and stores: one short lock per key. A
- * full bucket gives its stalest entry to a new key.
+ * full bucket gives a new key the entry with the least excess left (the
+ * first to drain), so a client refused hard keeps its place.
  *
  * In the access phase, before the queue limiter: a request first passes
  * max_conns_per_ip (at accept), then limit_req, then its [queue].
  */
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "fd_core.h"
 #include "fd_http.h"
@@ -64,7 +68,18 @@ typedef struct {
     int64_t rate;             /* milli-requests per second */
     bucket_t *table;
     size_t nbuckets;
+    uint64_t seed[2];         /* the hash's key, the table's (random) */
 } zone_t;
+
+/* The shared table: its hash key, then the buckets. The key is random
+ * and kept with the buckets (a reload that keeps them keeps it): FNV,
+ * unkeyed, put 3,000 keys like "k7-42" into 76 of 248 buckets, and let a
+ * client aim keys at another's bucket. */
+typedef struct {
+    uint64_t seed[2];
+    uint64_t pad[6];          /* the buckets start on a cache line */
+    bucket_t buckets[];
+} table_t;
 
 /* the location's limit_req = NAME [burst=N] [nodelay | delay=N] */
 typedef struct {
@@ -115,8 +130,8 @@ static const fd_directive_t zone_directives[] = {
     {.name = "size", .type = FD_CONF_SIZE, .offset = ZOFF(size),
      .def = "1m", .min = 65536, .max = 1 << 30,
      .doc = "the table shared by every worker: 264 bytes per 4 keys "
-            "(1m holds about 15,800 keys); a full bucket gives its "
-            "stalest key's place to a new one"},
+            "(1m holds about 15,800 keys); a full bucket gives a new "
+            "key the place of the one with the least excess left"},
     FD_CONF_END};
 
 static int parse_rate(const char *s, int64_t *rate)
@@ -143,6 +158,8 @@ static int zone_init_section(fd_conf_t *cf, const char *name, void *conf)
 {
     zone_t *z = conf;
     size_t n = strlen(name);
+    table_t *t;
+    int fresh;
 
     if (fd_cycle_section_name(cf, "limit_req", name, ZONE_NAME_MAX) != FD_OK)
         return FD_ERROR;
@@ -162,11 +179,18 @@ static int zone_init_section(fd_conf_t *cf, const char *name, void *conf)
     z->nbuckets = z->size / sizeof(bucket_t);
     /* the table outlives a configuration: a reload with the same name
      * and size finds its buckets again (the rates go on) */
-    z->table = fd_shm_zone("limit_req", name, z->nbuckets * sizeof(bucket_t),
-                           NULL);
-    if (z->name == NULL || z->table == NULL)
+    t = fd_shm_zone("limit_req", name,
+                    sizeof(table_t) + z->nbuckets * sizeof(bucket_t), &fresh);
+    if (z->name == NULL || t == NULL)
         return fd_conf_error(cf, "[limit_req %s]: out of memory (the %zu "
                              "byte table)", name, z->size);
+    if (fresh && getrandom(t->seed, sizeof(t->seed), 0) != sizeof(t->seed)) {
+        t->seed[0] = (uint64_t)getpid() << 32 ^ (uint64_t)time(NULL);
+        t->seed[1] = (uint64_t)(uintptr_t)t ^ 0x9e3779b97f4a7c15ULL;
+    }
+    z->seed[0] = t->seed[0];
+    z->seed[1] = t->seed[1];
+    z->table = t->buckets;
     return FD_OK;
 }
 
@@ -272,16 +296,6 @@ static int limit_init_worker(fd_worker_t *w)
 
 /* --- the bucket of a key ------------------------------------------------- */
 
-static uint64_t key_hash(const char *p, size_t n)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    size_t i;
-
-    for (i = 0; i < n; i++)
-        h = (h ^ (unsigned char)p[i]) * 0x100000001b3ull;
-    return h ^ (h >> 29);
-}
-
 /* memcmp() == 0 for the short keys of a table, without the call */
 static inline int key_eq(const char *a, const char *b, size_t n)
 {
@@ -309,6 +323,18 @@ static void unlock(bucket_t *b)
     fd_shm_unlock(&b->lock);
 }
 
+/* e's excess at now: what is left after draining since its last request */
+static inline int64_t drained(const zone_t *z, const entry_t *e, uint64_t now)
+{
+    uint64_t ms = now > e->last ? now - e->last : 0, out;
+
+    /* months at a high rate would wrap the product: all of it drained */
+    if (ms > UINT64_MAX / (uint64_t)z->rate)
+        return 0;
+    out = ms * (uint64_t)z->rate / 1000;
+    return out < (uint64_t)e->excess ? e->excess - (int64_t)out : 0;
+}
+
 /*
  * Count one request of key k in zone z: FD_OK with *wait (ms; 0: none),
  * or FD_DECLINED past the burst (the request is not counted, as nginx).
@@ -316,7 +342,7 @@ static void unlock(bucket_t *b)
 static int account(const zone_t *z, const limit_loc_t *lc, const char *k,
                    size_t n, uint64_t now, uint64_t *wait)
 {
-    uint64_t h = key_hash(k, n);
+    uint64_t h = fd_siphash(z->seed, k, n);
     /* the bucket: the hash's high half scaled to the table, no division */
     bucket_t *b = &z->table[(size_t)(((h >> 32) * (uint64_t)z->nbuckets) >>
                                      32)];
@@ -325,7 +351,7 @@ static int account(const zone_t *z, const limit_loc_t *lc, const char *k,
      * hash of all of it (a 65,536-byte one must not come out 0, free) */
     uint16_t len = n < 0xffff ? (uint16_t)n : 0xffff;
     entry_t *e = NULL, *victim = NULL;
-    int64_t excess;
+    int64_t excess, least = INT64_MAX;
     unsigned i;
 
     lock(b);
@@ -335,10 +361,15 @@ static int account(const zone_t *z, const limit_loc_t *lc, const char *k,
             e = x;
             break;
         }
-        /* a free entry, else the one counted longest ago */
-        if (victim == NULL ||
-            (victim->len != 0 && (x->len == 0 || x->last < victim->last)))
+        /* a free entry, else the one with the least excess left: the
+         * first to drain. Not the one counted longest ago: a key past its
+         * burst is not counted, so the harder a client is refused the
+         * staler it looked, and the first new key in its bucket freed it */
+        excess = x->len == 0 ? -1 : drained(z, x, now);
+        if (excess < least) {
+            least = excess;
             victim = x;
+        }
     }
     if (e == NULL) {
         /* a new key: nothing to drain, nothing in excess */
@@ -352,12 +383,7 @@ static int account(const zone_t *z, const limit_loc_t *lc, const char *k,
         *wait = 0;
         return FD_OK;
     }
-    excess = e->excess -
-             (int64_t)((now > e->last ? now - e->last : 0) *
-                       (uint64_t)z->rate / 1000);
-    if (excess < 0)
-        excess = 0;
-    excess += 1000;
+    excess = drained(z, e, now) + 1000;
     if (excess > lc->burst) {
         unlock(b);
         return FD_DECLINED;

@@ -4,7 +4,7 @@
 # burst + 1 requests through, not twice that; within the burst a request
 # waits for the rate, or not with nodelay; past it, limit_req_status.
 # Keys from variables (each user its own bucket; an empty key is not
-# limited), delay=N, dry run, /status counts, the state kept across a
+# limited), a full table keeping the refused key, delay=N, dry run, /status counts, the state kept across a
 # reload, HTTP/2, and bad lines as config errors naming file:line.
 
 use strict;
@@ -41,6 +41,10 @@ limit_req = user burst=1 nodelay
 handler = plaintext
 limit_req = combo burst=1 nodelay
 
+[location /evict]
+handler = plaintext
+limit_req = evict burst=3 nodelay
+
 [location /dry]
 handler = plaintext
 limit_req = dry burst=0 nodelay
@@ -68,6 +72,11 @@ key = \$http_x_user\$remote_addr
 rate = 1r/m
 
 [limit_req dry]
+rate = 1r/m
+size = 64k
+
+[limit_req evict]
+key = \$http_x_user
 rate = 1r/m
 size = 64k
 
@@ -152,6 +161,30 @@ like($t->error_log, qr/\[warn\] .*limiting requests by zone "ip"/,
     @s = map { my $x = $t->get('/combo', 'X-User' => $long);
                $x ? $x->status : 0 } 1 .. 3;
     is("@s", '200 200 503', 'a composite key with a 600-byte first part is limited');
+}
+
+# --- a full table keeps the key that is refused -----------------------------------------
+# 248 buckets of 4: 3,000 new keys put about 12 in each. The key refused
+# (4 through, 6 refused: excess 4 requests, 4 minutes to drain) keeps its
+# place; the new keys (1 each) are the first to drain. Before, a full
+# bucket gave away the entry counted longest ago, and refused requests
+# are not counted: the refused key was the first to go, and came back
+# with a clean slate.
+{
+    my @s = map { my $r = $t->get('/evict', 'X-User' => 'abuser');
+                  $r ? $r->status : 0 } 1 .. 10;
+    is("@s", '200 200 200 200 503 503 503 503 503 503', 'burst=3: 4 through, then 503');
+    my $n200 = 0;
+    for my $batch (0 .. 29) {
+        my $c = $t->connect(timeout => 30);
+        $c->send(join '', map { "GET /evict HTTP/1.1\r\nHost: x\r\n"
+                                . "X-User: k$batch-$_\r\n\r\n" } 1 .. 100);
+        $n200 += grep { $_->status == 200 } $c->read_responses(100);
+        $c->close;
+    }
+    is($n200, 3000, '3,000 new keys, one request each: all through');
+    my $r = $t->get('/evict', 'X-User' => 'abuser');
+    is($r && $r->status, 503, 'the refused key is still refused');
 }
 
 # --- dry run ---------------------------------------------------------------------

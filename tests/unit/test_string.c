@@ -86,5 +86,30 @@ int main(void)
     is_int(fd_hash("foobar", 6), 0xbf9cf968, "fd_hash: \"foobar\"");
     is_int(fd_hash("\x7f\0\0\x01", 4), 0xdaaf40ed,
            "fd_hash: bytes with NUL (127.0.0.1)");
+    {
+        /* SipHash-2-4: the paper's vector (key 00..0f, message 00..0e)
+         * and, for lengths 0, 7, 8 and 63, what openssl mac SIPHASH gives */
+        uint8_t kb[16], msg[64];
+        uint64_t key[2] = {0, 0};
+        unsigned i;
+        for (i = 0; i < 16; i++)
+            kb[i] = (uint8_t)i;
+        for (i = 0; i < 64; i++)
+            msg[i] = (uint8_t)i;
+        for (i = 0; i < 8; i++) {
+            key[0] |= (uint64_t)kb[i] << (8 * i);
+            key[1] |= (uint64_t)kb[8 + i] << (8 * i);
+        }
+        ok(fd_siphash(key, msg, 15) == 0xa129ca6149be45e5ULL,
+           "fd_siphash: the paper's 15-byte vector");
+        ok(fd_siphash(key, msg, 0) == 0x726fdb47dd0e0e31ULL,
+           "fd_siphash: empty");
+        ok(fd_siphash(key, msg, 7) == 0xab0200f58b01d137ULL,
+           "fd_siphash: 7 bytes");
+        ok(fd_siphash(key, msg, 8) == 0x93f5f5799a932462ULL,
+           "fd_siphash: 8 bytes (one whole word)");
+        ok(fd_siphash(key, msg, 63) == 0x958a324ceb064572ULL,
+           "fd_siphash: 63 bytes");
+    }
     return done_testing();
 }
