@@ -460,69 +460,158 @@ int fd_proxy_cache_hex(const char *s, uint8_t md5[16])
 
 /*
  * Remove entries unused for inactive, then, while above max_size, the
- * least recently used: each pass over the table takes entries used no
- * later than the oldest use found, until under max_size (an LRU by clock
- * tick: CLOCK_MONOTONIC_COARSE's few milliseconds).
+ * least recently used, oldest first.
+ *
+ * Each removal is an unlink() on the worker's loop, so one run removes
+ * MANAGER_FILES at most and returns 1 when there may be more: the next
+ * run is MANAGER_SLEEP_MS later (nginx's manager_files and
+ * manager_sleep). The LRU's candidates are the MANAGER_FILES oldest
+ * entries, found in one walk of the table. It used to take one clock tick
+ * per walk, 64 walks a run: entries stored at distinct ticks went at 64 a
+ * second, so a cache filling faster grew past max_size without bound, and
+ * a run that was behind held the loop for 64 walks and 4,096 unlinks.
  */
-static void manage(fd_proxy_cache_t *c, uint64_t now)
+#define MANAGER_FILES 100
+#define MANAGER_SLEEP_MS 50
+
+typedef struct {
+    uint64_t used;
+    size_t bucket;
+    uint8_t md5[16];
+} lru_cand_t;
+
+/* h[0..n) is a max-heap on used: the newest of the oldest n at h[0] */
+static void lru_sift(lru_cand_t *h, unsigned n, unsigned i)
 {
-    uint8_t gone[64][16];
-    unsigned ngone, pass;
-
-    for (pass = 0; pass < 64; pass++) {
-        uint64_t idle = now > c->inactive ? now - c->inactive : 0;
-        uint64_t oldest = UINT64_MAX, lru = 0;
-        int over = c->max_size &&
-                   __atomic_load_n(&c->head->size, __ATOMIC_RELAXED) >
-                       c->max_size;
-        size_t i;
-
-        if (pass > 0 && !over)
-            break;
-        if (over) {
-            for (i = 0; i < c->nbuckets; i++) {
-                bucket_t *b = &c->table[i];
-                for (unsigned k = 0; k < WAYS; k++)
-                    if (b->e[k].state == E_READY && b->e[k].used < oldest)
-                        oldest = b->e[k].used; /* racy read: a hint */
-            }
-            if (oldest != UINT64_MAX)
-                lru = oldest + 1;
-        }
-        ngone = 0;
-        for (i = 0; i < c->nbuckets; i++) {
-            bucket_t *b = &c->table[i];
-            lock(b);
-            for (unsigned k = 0; k < WAYS && ngone < 64; k++) {
-                entry_t *e = &b->e[k];
-                /* the oldest only while still above max_size: entries of
-                 * one clock tick are not all taken for one too many */
-                if (e->state == E_READY &&
-                    (e->used < idle || (over && e->used < lru))) {
-                    memcpy(gone[ngone++], e->md5, 16);
-                    drop(c, e);
-                    over = over && __atomic_load_n(&c->head->size,
-                                                   __ATOMIC_RELAXED) >
-                                       c->max_size;
-                } else if (e->state == E_FILLING && now > e->fill_until &&
-                           now - e->fill_until > 60000) {
-                    drop(c, e); /* its worker died while filling */
-                }
-            }
-            unlock(b);
-            if (ngone == 64) {
-                for (unsigned k = 0; k < ngone; k++) {
-                    fd_proxy_cache_unlink(c, gone[k]);
-                    COUNT(c, evicted);
-                }
-                ngone = 0;
-            }
-        }
-        for (unsigned k = 0; k < ngone; k++) {
-            fd_proxy_cache_unlink(c, gone[k]);
-            COUNT(c, evicted);
-        }
+    for (;;) {
+        unsigned l = 2 * i + 1, m = i;
+        lru_cand_t t;
+        if (l < n && h[l].used > h[m].used)
+            m = l;
+        if (l + 1 < n && h[l + 1].used > h[m].used)
+            m = l + 1;
+        if (m == i)
+            return;
+        t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
     }
+}
+
+/* the MANAGER_FILES least recently used ready entries, oldest first */
+static unsigned lru_oldest(fd_proxy_cache_t *c, lru_cand_t *h)
+{
+    unsigned n = 0, i;
+
+    for (size_t b = 0; b < c->nbuckets; b++) {
+        bucket_t *bk = &c->table[b];
+        lock(bk);
+        for (unsigned k = 0; k < WAYS; k++) {
+            const entry_t *e = &bk->e[k];
+            if (e->state != E_READY || (n == MANAGER_FILES &&
+                                        e->used >= h[0].used))
+                continue;
+            if (n < MANAGER_FILES) {
+                h[n].used = e->used;
+                h[n].bucket = b;
+                memcpy(h[n].md5, e->md5, 16);
+                /* a heap once full: built bottom-up then */
+                if (++n == MANAGER_FILES)
+                    for (i = n / 2; i-- > 0;)
+                        lru_sift(h, n, i);
+                continue;
+            }
+            h[0].used = e->used;
+            h[0].bucket = b;
+            memcpy(h[0].md5, e->md5, 16);
+            lru_sift(h, n, 0);
+        }
+        unlock(bk);
+    }
+    if (n < MANAGER_FILES)
+        for (i = n / 2; i-- > 0;)
+            lru_sift(h, n, i);
+    /* heap sort: the newest to the back */
+    for (i = n; i > 1; i--) {
+        lru_cand_t t = h[0];
+        h[0] = h[i - 1];
+        h[i - 1] = t;
+        lru_sift(h, i - 1, 0);
+    }
+    return n;
+}
+
+static int over_max(const fd_proxy_cache_t *c)
+{
+    return c->max_size &&
+           __atomic_load_n(&c->head->size, __ATOMIC_RELAXED) > c->max_size;
+}
+
+static void gone_unlink(fd_proxy_cache_t *c, uint8_t (*gone)[16],
+                        unsigned *n)
+{
+    for (unsigned k = 0; k < *n; k++) {
+        fd_proxy_cache_unlink(c, gone[k]);
+        COUNT(c, evicted);
+    }
+    *n = 0;
+}
+
+static int manage(fd_proxy_cache_t *c, uint64_t now)
+{
+    uint64_t idle = now > c->inactive ? now - c->inactive : 0;
+    uint8_t gone[64][16];
+    lru_cand_t cand[MANAGER_FILES];
+    unsigned ngone = 0, removed = 0, n, j;
+
+    /* unused for inactive; workers that died while filling */
+    for (size_t i = 0; i < c->nbuckets && removed < MANAGER_FILES; i++) {
+        bucket_t *b = &c->table[i];
+        lock(b);
+        for (unsigned k = 0; k < WAYS; k++) {
+            entry_t *e = &b->e[k];
+            if (e->state == E_READY && e->used < idle &&
+                removed < MANAGER_FILES) {
+                memcpy(gone[ngone++], e->md5, 16);
+                removed++;
+                drop(c, e);
+            } else if (e->state == E_FILLING && now > e->fill_until &&
+                       now - e->fill_until > 60000) {
+                drop(c, e);
+            }
+        }
+        unlock(b);
+        if (ngone > 64 - WAYS)
+            gone_unlink(c, gone, &ngone);
+    }
+    gone_unlink(c, gone, &ngone);
+    if (removed == MANAGER_FILES)
+        return 1;
+    if (!over_max(c))
+        return 0;
+    /* above max_size: the oldest, while still above (each one is looked
+     * for again under its lock: a hit since the walk keeps it) */
+    n = lru_oldest(c, cand);
+    for (j = 0; j < n && removed < MANAGER_FILES && over_max(c); j++) {
+        bucket_t *b = &c->table[cand[j].bucket];
+        lock(b);
+        for (unsigned k = 0; k < WAYS; k++) {
+            entry_t *e = &b->e[k];
+            if (e->state == E_READY && e->used == cand[j].used &&
+                memcmp(e->md5, cand[j].md5, 16) == 0) {
+                memcpy(gone[ngone++], e->md5, 16);
+                removed++;
+                drop(c, e);
+                break;
+            }
+        }
+        unlock(b);
+        if (ngone == 64)
+            gone_unlink(c, gone, &ngone);
+    }
+    gone_unlink(c, gone, &ngone);
+    return over_max(c) && n == MANAGER_FILES;
 }
 
 static fd_timer_t manager_timer;
@@ -531,6 +620,7 @@ static void manager_run(fd_timer_t *t)
 {
     fd_conf_section_t *s;
     uint64_t now = fd_current_msec;
+    int more = 0;
 
     for (s = fd_worker->cycle->sections; s; s = s->next) {
         fd_proxy_cache_t *c = s->conf;
@@ -541,10 +631,15 @@ static void manager_run(fd_timer_t *t)
         if (now >= at &&
             __atomic_compare_exchange_n(&c->head->manager_at, &at,
                                         now + MANAGER_MS, 0, __ATOMIC_RELAXED,
-                                        __ATOMIC_RELAXED))
-            manage(c, now);
+                                        __ATOMIC_RELAXED) &&
+            manage(c, now)) {
+            /* more to remove: this worker goes on soon */
+            __atomic_store_n(&c->head->manager_at, now + MANAGER_SLEEP_MS,
+                             __ATOMIC_RELAXED);
+            more = 1;
+        }
     }
-    fd_timer_add(t, MANAGER_MS);
+    fd_timer_add(t, more ? MANAGER_SLEEP_MS : MANAGER_MS);
 }
 
 /* --- the loader ---------------------------------------------------------- */
@@ -927,8 +1022,9 @@ static const fd_directive_t cache_directives[] = {
     {.name = "max_size", .type = FD_CONF_SIZE, .offset = COFF(max_size),
      .def = "0",
      .doc = "above this many bytes of files the cache manager removes the "
-            "least recently used entries (checked each second; 0: no "
-            "limit)"},
+            "least recently used entries (checked each second, 100 files "
+            "a run and a run every 50 ms while above, as nginx's "
+            "manager_files and manager_sleep; 0: no limit)"},
     {.name = "inactive", .type = FD_CONF_MSEC, .offset = COFF(inactive),
      .def = "10m", .min = 1000, .max = (int64_t)365 * 86400 * 1000,
      .doc = "an entry not used for this long is removed, fresh or not"},

@@ -351,6 +351,34 @@ static void manager(void)
            "key99, the newest, stayed");
 }
 
+/* one run removes MANAGER_FILES at most (each an unlink on the loop), and
+ * says when it stopped there: the rest goes in the runs after */
+static void manager_bounded(void)
+{
+    fd_proxy_cache_t *c = cache_new(256);
+    int i, runs = 0, more = 1;
+    uint64_t n;
+
+    for (i = 0; i < 300; i++) {
+        uint8_t m[16];
+        key(m, i);
+        commit(c, m, 1000 + (uint64_t)i, 1000000, 100);
+    }
+    n = c->head->entries;
+    ok(n > 250, "300 keys in 2048 places: most indexed (%d)", (int)n);
+    c->max_size = 1000;
+    is_int(manage(c, 2000), 1, "max_size: the first run stops with more left");
+    is_int(c->head->entries, n - MANAGER_FILES, "having removed 100");
+    while (more && runs++ < 10)
+        more = manage(c, 2000);
+    is_int(more, 0, "the runs after take the rest");
+    is_int(c->head->size, 1000, "down to max_size");
+    c->inactive = 500;
+    c->max_size = 0;
+    is_int(manage(c, 5000), 0, "10 entries unused for inactive: one run");
+    is_int(c->head->entries, 0, "all went");
+}
+
 /* the loader's insertion: only into a free place, never over an entry */
 static void loading(void)
 {
@@ -533,6 +561,7 @@ int main(void)
     freshness();
     index_ops();
     manager();
+    manager_bounded();
     loading();
     walk();
     return done_testing();
