@@ -650,6 +650,8 @@ static int entry_field(char **q, char *end, fd_str_t *name, fd_str_t *value)
     return 1;
 }
 
+static void unserve(fd_request_t *r);
+
 /*
  * Serve the entry (generation gen) into r: FD_OK, or FD_DECLINED when the
  * file is missing or not the entry (then the index forgets it).
@@ -697,11 +699,15 @@ static int serve(fd_proxy_cache_req_t *cr, uint64_t gen)
     }
     if (oe->fh.status == 200) {
         /* the client's conditionals and ranges, as for a static file */
-        return fd_http_send_file(r, oe->fd, body_off,
-                                 (int64_t)oe->fh.body_len, MAX_RANGES) ==
-                       FD_OK
-                   ? FD_OK
-                   : FD_DECLINED;
+        int rc = fd_http_send_file(r, oe->fd, body_off,
+                                   (int64_t)oe->fh.body_len, MAX_RANGES);
+        if (rc == 412) {
+            /* If-Match or If-Unmodified-Since failed against the entry:
+             * the answer is the cache's, none of the entry's fields */
+            unserve(r);
+            rc = fd_http_error_page(r, 412);
+        }
+        return rc == FD_OK ? FD_OK : FD_DECLINED;
     }
     r->content_length = (int64_t)oe->fh.body_len;
     if (oe->fh.body_len && !r->header_only) {

@@ -211,6 +211,13 @@ like($files[0] // '', qr{/cache/[0-9a-f]/[0-9a-f]{2}/[0-9a-f]{32}$},
     is($r->status, 304, 'a weak tag matches too (weak comparison)');
     $r = get('/c/a', 'If-None-Match' => '"other"');
     is($r->status, 200, 'another tag: 200');
+    $r = get('/c/a', 'If-Match' => '"other"');
+    is($r->status, 412, 'If-Match of another tag on a HIT: 412');
+    is(cs($r), 'HIT', '... from the cache');
+    $r = get('/c/a', 'If-Match' => '"e1"');
+    is($r->status, 200, 'If-Match of the stored ETag: 200');
+    $r = get('/c/a', 'If-Unmodified-Since' => 'Sat, 05 Nov 1994 08:49:37 GMT');
+    is($r->status, 412, 'If-Unmodified-Since before the stored Last-Modified: 412');
     $r = get('/c/a', 'If-Modified-Since' => 'Sun, 06 Nov 1994 08:49:37 GMT');
     is($r->status, 304, 'If-Modified-Since the stored Last-Modified: 304');
     $r = get('/c/a', 'If-Modified-Since' => 'Sat, 05 Nov 1994 08:49:37 GMT');

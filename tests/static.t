@@ -165,6 +165,27 @@ is(get('/small.txt', 'If-None-Match' => '"nope"',
        'If-Modified-Since' => 'Sun, 06 Nov 1994 08:49:37 GMT')->status, 200,
    'If-None-Match wins over If-Modified-Since');
 
+# If-Match (strong comparison) and If-Unmodified-Since: 412 when they fail
+# (RFC 9110 13.1.1, 13.1.4), checked before If-None-Match
+for my $im ($etag_small, qq{"nope", $etag_small}, '*') {
+    is(get('/small.txt', 'If-Match' => $im)->status, 200, "If-Match $im: 200");
+}
+for my $im ('"nope"', "W/$etag_small") {
+    $r = get('/small.txt', 'If-Match' => $im);
+    is($r->status, 412, "If-Match $im: 412 (a weak tag never matches strongly)");
+}
+is(get('/small.txt', 'If-Match' => '"nope"', 'If-None-Match' => $etag_small)->status,
+   412, 'If-Match before If-None-Match');
+is(get('/small.txt', 'If-Unmodified-Since' => 'Sat, 05 Nov 1994 08:49:37 GMT')->status,
+   412, 'If-Unmodified-Since before Last-Modified: 412');
+for my $d ('Sun, 06 Nov 1994 08:49:37 GMT', 'Mon, 07 Nov 1994 00:00:00 GMT', 'garbage') {
+    is(get('/small.txt', 'If-Unmodified-Since' => $d)->status, 200,
+       "If-Unmodified-Since '$d': 200");
+}
+is(get('/small.txt', 'If-Match' => $etag_small,
+       'If-Unmodified-Since' => 'Sat, 05 Nov 1994 08:49:37 GMT')->status, 200,
+   'If-Match wins over If-Unmodified-Since');
+
 # 304 and HEAD carry no body: the next response on the connection parses
 {
     my $c = $t->connect;

@@ -278,7 +278,8 @@ ssize_t fd_http_body_pull(fd_request_t *r, char *buf, size_t size);
 /*
  * A file as r's response (fd_http_file.c): bytes [off, off + size) of fd,
  * which lives as long as r. r->etag and r->last_modified (-1: none) are
- * the representation's: If-None-Match / If-Modified-Since make it a 304;
+ * the representation's: a failed If-Match / If-Unmodified-Since makes
+ * it a 412, If-None-Match / If-Modified-Since a 304;
  * a Range of a GET (at most max_ranges; 0: none) a 206 or a 416; else a
  * 200 (a body only for GET). FD_OK, or an HTTP status.
  */

@@ -1,6 +1,7 @@
 /*
  * A file, or a range of one, as a response body with the client's
- * conditionals (If-None-Match, If-Modified-Since) and ranges (Range,
+ * conditionals (If-Match, If-Unmodified-Since, If-None-Match,
+ * If-Modified-Since) and ranges (Range,
  * If-Range; several as multipart/byteranges): the static module's files
  * and the proxy cache's entries are answered by the same code.
  */
@@ -16,20 +17,28 @@ static const char *skip_ows_comma(const char *p, const char *e)
     return p;
 }
 
-/* If-None-Match: "*" or a list of entity tags; weak comparison. */
-int fd_http_etag_match(fd_str_t list, fd_str_t etag)
+/* "*" or a list of entity tags against etag: weak comparison (the opaque
+ * tags, W/ dropped on both sides: If-None-Match), or strong (neither may
+ * be weak: If-Match; RFC 9110 8.8.3.2). */
+static int etag_list_match(fd_str_t list, fd_str_t etag, int strong)
 {
     const char *p = list.data, *e = list.data + list.len;
     const char *tag;
+    int weak;
 
-    /* weak comparison: the opaque tags, W/ dropped on both sides */
+    if (etag.len > 2 && etag.data[0] == 'W' && etag.data[1] == '/') {
+        etag = (fd_str_t){etag.len - 2, etag.data + 2};
+        if (strong)
+            etag.len = 0; /* "*" alone can match */
+    }
     for (;;) {
         p = skip_ows_comma(p, e);
         if (p >= e)
             return 0;
         if (*p == '*')
             return 1;
-        if (e - p >= 2 && p[0] == 'W' && p[1] == '/')
+        weak = e - p >= 2 && p[0] == 'W' && p[1] == '/';
+        if (weak)
             p += 2;
         if (p >= e || *p != '"')
             return 0;
@@ -39,12 +48,15 @@ int fd_http_etag_match(fd_str_t list, fd_str_t etag)
         if (p >= e)
             return 0;
         p++;
-        if (etag.len > 2 && etag.data[0] == 'W' && etag.data[1] == '/')
-            etag = (fd_str_t){etag.len - 2, etag.data + 2};
-        if (etag.len && (size_t)(p - tag) == etag.len &&
+        if (!(strong && weak) && etag.len && (size_t)(p - tag) == etag.len &&
             memcmp(tag, etag.data, etag.len) == 0)
             return 1;
     }
+}
+
+int fd_http_etag_match(fd_str_t list, fd_str_t etag)
+{
+    return etag_list_match(list, etag, 0);
 }
 
 static int list_has_star(fd_str_t list)
@@ -169,6 +181,28 @@ static fd_str_t request_header(fd_request_t *r, const char *name, size_t n)
             return r->in.headers[i].value;
     }
     return fd_null_string;
+}
+
+/*
+ * RFC 9110 13.2.2, steps 1 and 2: If-Match (strong comparison; "*" holds,
+ * the file being there), else If-Unmodified-Since (a date that is not
+ * one is ignored, and so is a file of no known date). 1: 412.
+ */
+static int precondition_failed(fd_request_t *r)
+{
+    fd_str_t im, ius;
+    time_t t;
+
+    if (!r->in.preconditions)
+        return 0;
+    im = request_header(r, "If-Match", 8);
+    if (im.len)
+        return !etag_list_match(im, r->etag, 1);
+    ius = request_header(r, "If-Unmodified-Since", 19);
+    if (ius.len == 0 || r->last_modified < 0)
+        return 0;
+    t = fd_http_parse_time(ius.data, ius.len);
+    return t != -1 && r->last_modified > t;
 }
 
 static int not_modified(fd_request_t *r)
@@ -310,6 +344,8 @@ int fd_http_send_file(fd_request_t *r, int fd, off_t off, int64_t size,
 {
     int rc;
 
+    if (precondition_failed(r))
+        return 412;
     if (not_modified(r)) {
         /* keeps ETag and Last-Modified, as nginx */
         r->status = 304;

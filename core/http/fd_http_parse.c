@@ -465,6 +465,10 @@ static int index_header(fd_http_req_t *p, fd_str_t name, fd_str_t value)
         else if (fd_str_caseeq_lit(name, "referer"))
             p->referer = value;
         break;
+    case 8:
+        if (fd_str_caseeq_lit(name, "if-match"))
+            p->preconditions = 1;
+        break;
     case 10:
         if (fd_str_caseeq_lit(name, "connection")) {
             p->connection = value;
@@ -530,6 +534,10 @@ static int index_header(fd_http_req_t *p, fd_str_t name, fd_str_t value)
         } else if (fd_str_caseeq_lit(name, "if-modified-since")) {
             p->if_modified_since = value;
         }
+        break;
+    case 19:
+        if (fd_str_caseeq_lit(name, "if-unmodified-since"))
+            p->preconditions = 1;
         break;
     }
     return FD_OK;

@@ -66,6 +66,8 @@ typedef struct {
     unsigned host_from_target:1;
     unsigned path_plain:1;    /* path_raw is already normal: no '%', "//",
                                * "/." (fd_http_normalize_path copies it) */
+    unsigned preconditions:1; /* If-Match or If-Unmodified-Since came (a
+                               * file's response looks them up) */
     unsigned host_headers;
     unsigned te_flags;
 
