@@ -145,19 +145,12 @@ int fd_fcgi_parse(fd_fcgi_parser_t *p, const char **pos, const char *end,
                 *pos = s;
                 return FD_AGAIN;
             }
-            out->type = FD_FCGI_END_REQUEST;
-            out->data = NULL;
-            out->len = 0;
-            out->app_status = (uint32_t)p->h[0] << 24 |
-                              (uint32_t)p->h[1] << 16 |
-                              (uint32_t)p->h[2] << 8 | p->h[3];
-            out->protocol_status = p->h[4];
+            /* given once its padding is read too: what follows it (the
+             * caller checks for nothing) is the next record's */
             p->need = 0;
-            p->hlen = 0;
             p->ended = 1;
-            p->state = p->pad ? S_PAD : S_HEADER;
-            *pos = s;
-            return FD_OK;
+            p->state = S_PAD;
+            break;
         case S_PAD:
             n = fd_min((size_t)(end - s), p->pad);
             p->pad -= n;
@@ -168,6 +161,18 @@ int fd_fcgi_parse(fd_fcgi_parser_t *p, const char **pos, const char *end,
             }
             p->state = S_HEADER;
             p->hlen = 0;
+            if (p->ended && p->type == FD_FCGI_END_REQUEST) {
+                p->type = 0; /* given once */
+                out->type = FD_FCGI_END_REQUEST;
+                out->data = NULL;
+                out->len = 0;
+                out->app_status = (uint32_t)p->h[0] << 24 |
+                                  (uint32_t)p->h[1] << 16 |
+                                  (uint32_t)p->h[2] << 8 | p->h[3];
+                out->protocol_status = p->h[4];
+                *pos = s;
+                return FD_OK;
+            }
             break;
         }
     }

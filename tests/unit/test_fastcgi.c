@@ -110,6 +110,17 @@ int main(void)
            "response parsed in steps of %zu", steps[i]);
     }
 
+    /* END_REQUEST with padding (the specification allows it on every
+     * record): given after its padding, nothing left over */
+    n = rec(buf, FD_FCGI_STDOUT, "Status: 200\r\n\r\nhi", 17, 7);
+    n += rec(buf + n, FD_FCGI_END_REQUEST, "\0\0\0\0\0\0\0\0", 8, 8);
+    for (i = 0; i < fd_nelems(steps); i++) {
+        parse(buf, n, steps[i], &res);
+        ok(res.rc == FD_OK && res.ended && res.nout == 17 && res.left == 0,
+           "a padded END_REQUEST in steps of %zu: ended, nothing after it",
+           steps[i]);
+    }
+
     /* a 65535-byte record, zero-copy pieces */
     memset(big, 'y', 65535);
     n = rec(buf, FD_FCGI_STDOUT, big, 65535, 0);
