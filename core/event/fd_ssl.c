@@ -1033,6 +1033,100 @@ static long rbio_cb(BIO *b, int oper, const char *argp, size_t len,
     return ret;
 }
 
+/*
+ * A server connection's read BIO: recv() on the stream's socket, nothing
+ * else. OpenSSL's socket BIO with rbio_cb above cost a callback on each
+ * side of every read and control call (eight controls a request, most of
+ * them OpenSSL asking whether kernel TLS is on); this one marks the
+ * stream drained itself and answers controls with a switch. (Kernel TLS
+ * needs the socket BIO, and so do upstream connections, set up by
+ * SSL_set_fd: they keep rbio_cb.)
+ */
+static BIO_METHOD *sbio_method;
+static int sbio_type;
+
+static int sbio_read(BIO *b, char *buf, size_t len, size_t *got)
+{
+    fd_stream_t *s = BIO_get_data(b);
+    ssize_t n;
+
+    BIO_clear_retry_flags(b);
+    n = recv(s->ev.fd, buf, len, 0);
+    if (n > 0) {
+        s->drained = (size_t)n < len;
+        *got = (size_t)n;
+        return 1;
+    }
+    *got = 0;
+    if (n == 0)
+        BIO_set_flags(b, BIO_FLAGS_IN_EOF);
+    else if (errno == EAGAIN || errno == EINTR)
+        BIO_set_retry_read(b);
+    return 0;
+}
+
+static long sbio_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+    (void)num;
+    (void)ptr;
+    switch (cmd) {
+    case BIO_CTRL_FLUSH:
+        return 1;
+    case BIO_CTRL_EOF:
+        return BIO_test_flags(b, BIO_FLAGS_IN_EOF) != 0;
+    case BIO_C_GET_FD: {
+        fd_stream_t *s = BIO_get_data(b);
+        if (ptr)
+            *(int *)ptr = s ? s->ev.fd : -1;
+        return s ? s->ev.fd : -1;
+    }
+    default:
+        return 0;
+    }
+}
+
+static int sbio_create(BIO *b)
+{
+    BIO_set_init(b, 1);
+    return 1;
+}
+
+static BIO *sbio_new(fd_stream_t *s)
+{
+    BIO *b;
+
+    if (sbio_method == NULL) {
+        int type = BIO_get_new_index() | BIO_TYPE_SOURCE_SINK;
+        BIO_METHOD *m = BIO_meth_new(type, "fastd stream");
+        if (m == NULL || !BIO_meth_set_read_ex(m, sbio_read) ||
+            !BIO_meth_set_ctrl(m, sbio_ctrl) ||
+            !BIO_meth_set_create(m, sbio_create)) {
+            BIO_meth_free(m);
+            return NULL;
+        }
+        sbio_method = m;
+        sbio_type = type;
+    }
+    if ((b = BIO_new(sbio_method)) != NULL)
+        BIO_set_data(b, s);
+    return b;
+}
+
+/* the stream its read BIO belongs to (after a move, or a bind) */
+static void rbio_set_stream(SSL *ssl, fd_stream_t *s)
+{
+    BIO *b = SSL_get_rbio(ssl);
+
+    if (b == NULL)
+        return;
+    if (sbio_method && BIO_method_type(b) == sbio_type) {
+        BIO_set_data(b, s);
+        return;
+    }
+    BIO_set_callback_ex(b, rbio_cb);
+    BIO_set_callback_arg(b, (char *)s);
+}
+
 static ssize_t tls_recv(fd_stream_t *s, char *buf, size_t size)
 {
     int n;
@@ -1312,11 +1406,11 @@ static void tls_shutdown(fd_stream_t *s)
     }
 }
 
-/* The socket BIO's callback marks the stream it belongs to (rbio_cb). */
+/* The read BIO marks the stream it belongs to (sbio_read, rbio_cb). */
 static void tls_move(fd_stream_t *s)
 {
     if (s->tls)
-        BIO_set_callback_arg(SSL_get_rbio(s->tls), (char *)s);
+        rbio_set_stream(s->tls, s);
 }
 
 /* RELEASE_BUFFERS has given the record buffers back already (the write
@@ -1360,8 +1454,7 @@ const fd_transport_t fd_transport_tls_client =
 
 void fd_ssl_stream_bind(fd_stream_t *s, SSL *ssl, const fd_transport_t *tp)
 {
-    BIO_set_callback_ex(SSL_get_rbio(ssl), rbio_cb);
-    BIO_set_callback_arg(SSL_get_rbio(ssl), (char *)s);
+    rbio_set_stream(ssl, s);
     s->tls = ssl;
     s->tp = tp;
     s->et = 1;
@@ -1376,7 +1469,8 @@ int fd_ssl_accept(fd_stream_t *s, fd_listening_t *ls)
     SSL *ssl = SSL_new(sc->ctx);
     /* read from the socket, write into the wire queue (wire_flush); with
      * kernel TLS both are the socket, which the kernel then encrypts */
-    BIO *rb = BIO_new_socket(s->ev.fd, BIO_NOCLOSE);
+    BIO *rb = sc->ktls_on ? BIO_new_socket(s->ev.fd, BIO_NOCLOSE)
+                          : sbio_new(s);
     BIO *wb = sc->ktls_on ? BIO_new_socket(s->ev.fd, BIO_NOCLOSE)
                           : BIO_new(BIO_s_mem());
 
