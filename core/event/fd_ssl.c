@@ -1097,7 +1097,7 @@ static BIO *sbio_new(fd_stream_t *s)
 
     if (sbio_method == NULL) {
         int type = BIO_get_new_index() | BIO_TYPE_SOURCE_SINK;
-        BIO_METHOD *m = BIO_meth_new(type, "fastd stream");
+        BIO_METHOD *m = type > 0 ? BIO_meth_new(type, "fastd stream") : NULL;
         if (m == NULL || !BIO_meth_set_read_ex(m, sbio_read) ||
             !BIO_meth_set_ctrl(m, sbio_ctrl) ||
             !BIO_meth_set_create(m, sbio_create)) {
@@ -1110,6 +1110,116 @@ static BIO *sbio_new(fd_stream_t *s)
     if ((b = BIO_new(sbio_method)) != NULL)
         BIO_set_data(b, s);
     return b;
+}
+
+/*
+ * The wire queue's BIO (see "The wire queue" below): OpenSSL's records
+ * appended to a buffer of fastd's, sent from there by wire_flush(). It
+ * replaces a memory BIO, whose every write, size query and reset was a
+ * BIO call (a few hundred instructions a request).
+ */
+typedef struct {
+    char *buf;
+    size_t off, len, cap;      /* [off, len) is not sent yet */
+} wire_t;
+
+static BIO_METHOD *wbio_method;
+static int wbio_type;
+
+static int wbio_write(BIO *b, const char *p, size_t n, size_t *done)
+{
+    wire_t *w = BIO_get_data(b);
+
+    *done = 0;
+    if (w->len + n > w->cap) {
+        size_t cap = w->cap ? w->cap : WIRE_IDLE_MAX;
+        char *nb;
+        if (w->off) { /* what was sent goes from the front first */
+            memmove(w->buf, w->buf + w->off, w->len - w->off);
+            w->len -= w->off;
+            w->off = 0;
+        }
+        while (cap < w->len + n)
+            cap *= 2;
+        if (cap > w->cap) {
+            if ((nb = realloc(w->buf, cap)) == NULL)
+                return 0;
+            w->buf = nb;
+            w->cap = cap;
+        }
+    }
+    memcpy(w->buf + w->len, p, n);
+    w->len += n;
+    *done = n;
+    return 1;
+}
+
+static long wbio_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+    wire_t *w = BIO_get_data(b);
+
+    (void)num;
+    (void)ptr;
+    switch (cmd) {
+    case BIO_CTRL_FLUSH:
+        return 1;
+    case BIO_CTRL_PENDING:
+    case BIO_CTRL_WPENDING:
+        return (long)(w->len - w->off);
+    default:
+        return 0;
+    }
+}
+
+static int wbio_create(BIO *b)
+{
+    wire_t *w = calloc(1, sizeof(*w));
+
+    if (w == NULL)
+        return 0;
+    BIO_set_data(b, w);
+    BIO_set_init(b, 1);
+    return 1;
+}
+
+static int wbio_destroy(BIO *b)
+{
+    wire_t *w = BIO_get_data(b);
+
+    if (w) {
+        free(w->buf);
+        free(w);
+        BIO_set_data(b, NULL);
+    }
+    return 1;
+}
+
+static BIO *wbio_new(void)
+{
+    if (wbio_method == NULL) {
+        int type = BIO_get_new_index() | BIO_TYPE_SOURCE_SINK;
+        BIO_METHOD *m = type > 0 ? BIO_meth_new(type, "fastd wire") : NULL;
+        if (m == NULL || !BIO_meth_set_write_ex(m, wbio_write) ||
+            !BIO_meth_set_ctrl(m, wbio_ctrl) ||
+            !BIO_meth_set_create(m, wbio_create) ||
+            !BIO_meth_set_destroy(m, wbio_destroy)) {
+            BIO_meth_free(m);
+            return NULL;
+        }
+        wbio_method = m;
+        wbio_type = type;
+    }
+    return BIO_new(wbio_method);
+}
+
+/* the wire queue of ssl, or NULL (kernel TLS: the socket is the wire) */
+static wire_t *wire_of(SSL *ssl)
+{
+    BIO *b = SSL_get_wbio(ssl);
+
+    return b && wbio_method && BIO_method_type(b) == wbio_type
+               ? BIO_get_data(b)
+               : NULL;
 }
 
 /* the stream its read BIO belongs to (after a move, or a bind) */
@@ -1142,7 +1252,8 @@ static ssize_t tls_recv(fd_stream_t *s, char *buf, size_t size)
 
 /*
  * The wire queue. A server connection's records are written into a
- * memory BIO and leave in one write() when the engine flushes, not one
+ * buffer (the wire BIO above) and leave in one write() when the engine
+ * flushes, not one
  * write() per record: the session ticket that ends a handshake goes with
  * the first response, and a response's records go together. (OpenSSL's
  * socket BIO writes each record, and each flight, as it makes it.)
@@ -1165,41 +1276,31 @@ static void plain_pending_set(SSL *ssl, size_t n)
 
 static int wire_queued(SSL *ssl)
 {
-    BIO *w = SSL_get_wbio(ssl);
+    wire_t *w = wire_of(ssl);
 
-    return w && BIO_method_type(w) == BIO_TYPE_MEM && BIO_ctrl_pending(w);
+    return w && w->len > w->off;
 }
 
 /* Write out the wire queue: FD_OK when it is empty, FD_AGAIN, FD_ERROR. */
 static int wire_flush(fd_stream_t *s)
 {
-    BIO *w = SSL_get_wbio(s->tls);
-    char *p;
-    long n;
+    wire_t *w = wire_of(s->tls);
     ssize_t k;
 
-    if (w == NULL || BIO_method_type(w) != BIO_TYPE_MEM)
+    if (w == NULL)
         return FD_OK;
-    while ((n = BIO_get_mem_data(w, &p)) > 0) {
-        if (n > WIRE_IDLE_MAX)
-            s->tp_mark = 1; /* its buffer is that large now: tls_idle */
+    if (w->cap > WIRE_IDLE_MAX)
+        s->tp_mark = 1; /* its buffer is that large now: tls_idle */
+    while (w->len > w->off) {
+        size_t n = w->len - w->off;
         /* the last records before close_notify wait for it (MSG_MORE):
          * one segment, not two, ends the connection */
-        k = send(s->ev.fd, p, (size_t)n,
+        k = send(s->ev.fd, w->buf + w->off, n,
                  MSG_NOSIGNAL | (s->last_out ? MSG_MORE : 0));
-        if (k == n) {
-            (void)BIO_reset(w);
-            return FD_OK;
-        }
-        if (k > 0) {
-            /* a part left: drop it from the front (rare: a full socket) */
-            while (k > 0) {
-                int d = BIO_read(w, scratch, (int)fd_min((size_t)k,
-                                                         SSL_SCRATCH));
-                if (d <= 0)
-                    break;
-                k -= d;
-            }
+        if (k == (ssize_t)n)
+            break;
+        if (k > 0) { /* a part left (rare: a full socket) */
+            w->off += (size_t)k;
             continue;
         }
         if (errno == EINTR)
@@ -1213,6 +1314,7 @@ static int wire_flush(fd_stream_t *s)
         s->error = 1;
         return FD_ERROR;
     }
+    w->off = w->len = 0;
     return FD_OK;
 }
 
@@ -1419,22 +1521,19 @@ static void tls_move(fd_stream_t *s)
  * 600 instructions a request (OpenSSL 3.0 walks every pipeline). */
 static void tls_idle(fd_stream_t *s)
 {
-    BIO *w;
+    wire_t *w;
 
     if (s->tls == NULL || !s->tp_mark)
         return;
-    /* an emptied memory BIO keeps its buffer: one that a large response
-     * grew (tp_mark: wire_flush saw more than WIRE_IDLE_MAX queued) is
-     * replaced; a small one stays (three mallocs and frees a request) */
-    w = SSL_get_wbio(s->tls);
-    if (w && BIO_method_type(w) == BIO_TYPE_MEM && !BIO_ctrl_pending(w)) {
-        BUF_MEM *bm = NULL;
-        BIO *nw;
-        BIO_get_mem_ptr(w, &bm);
-        if (bm && bm->max > WIRE_IDLE_MAX && (nw = BIO_new(BIO_s_mem()))) {
-            SSL_set0_wbio(s->tls, nw);
-            s->tp_mark = 0;
-        }
+    /* an emptied wire queue keeps its buffer: one that a large response
+     * or a handshake grew past WIRE_IDLE_MAX (tp_mark) is freed; a small
+     * one stays (a malloc and a free a request) */
+    w = wire_of(s->tls);
+    if (w && w->len == w->off) {
+        free(w->buf);
+        w->buf = NULL;
+        w->off = w->len = w->cap = 0;
+        s->tp_mark = 0;
     }
 }
 
@@ -1472,7 +1571,7 @@ int fd_ssl_accept(fd_stream_t *s, fd_listening_t *ls)
     BIO *rb = sc->ktls_on ? BIO_new_socket(s->ev.fd, BIO_NOCLOSE)
                           : sbio_new(s);
     BIO *wb = sc->ktls_on ? BIO_new_socket(s->ev.fd, BIO_NOCLOSE)
-                          : BIO_new(BIO_s_mem());
+                          : wbio_new();
 
     if (ssl && rb && wb) {
         SSL_set_bio(ssl, rb, wb); /* the SSL owns them now */
