@@ -466,6 +466,7 @@ int main(int argc, char **argv)
     int test = 0, opt;
     unsigned i;
 
+    fd_ssl_mem_init(); /* before OpenSSL allocates anything */
     if (fd_proctitle_init(argc, argv) != FD_OK) {
         fprintf(stderr, "fastd: [emerg] out of memory\n");
         return 1;

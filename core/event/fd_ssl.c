@@ -11,6 +11,7 @@
  */
 #include <arpa/inet.h>
 #include <limits.h>
+#include <malloc.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -975,6 +976,67 @@ static unsigned failure_reason(int sslerr)
 /* --- the transport --- */
 
 static char scratch[SSL_SCRATCH]; /* the worker's: one loop, one user */
+
+/*
+ * OpenSSL's record buffers (about 17 KB, one to read and one to write
+ * while a connection is busy) go back after each record: RELEASE_BUFFERS,
+ * so that an idle connection holds none. glibc's path for a block that
+ * large, a malloc() and a free() each way, was ~600 instructions a
+ * request; a few freed ones wait here for the next record of any
+ * connection (per thread: pool threads hash too). A block is kept only
+ * when it is exactly of this class's size, so any block handed out from
+ * here is at least as large as asked for.
+ */
+#define RECBUF_MIN 16384
+#define RECBUF_SIZE (17 * 1024 + 512)
+#define RECBUF_KEEP 8
+
+static __thread void *recbuf[RECBUF_KEEP];
+static __thread unsigned nrecbuf;
+static size_t recbuf_usable;  /* malloc_usable_size() of such a block */
+
+static void *ssl_malloc(size_t n, const char *file, int line)
+{
+    (void)file;
+    (void)line;
+    if (n >= RECBUF_MIN && n <= RECBUF_SIZE) {
+        if (nrecbuf)
+            return recbuf[--nrecbuf];
+        n = RECBUF_SIZE;
+    }
+    return malloc(n);
+}
+
+static void *ssl_realloc(void *p, size_t n, const char *file, int line)
+{
+    (void)file;
+    (void)line;
+    return realloc(p, n);
+}
+
+static void ssl_free(void *p, const char *file, int line)
+{
+    (void)file;
+    (void)line;
+    if (p && nrecbuf < RECBUF_KEEP && malloc_usable_size(p) == recbuf_usable) {
+        recbuf[nrecbuf++] = p;
+        return;
+    }
+    free(p);
+}
+
+void fd_ssl_mem_init(void)
+{
+    void *p = malloc(RECBUF_SIZE);
+
+    if (p == NULL)
+        return;
+    recbuf_usable = malloc_usable_size(p);
+    free(p);
+    /* fails (and changes nothing) once OpenSSL has allocated */
+    if (!CRYPTO_set_mem_functions(ssl_malloc, ssl_realloc, ssl_free))
+        recbuf_usable = 0;
+}
 
 /*
  * A failed SSL call: FD_AGAIN with the flag the wait is for cleared,

@@ -59,6 +59,9 @@ void fd_ssl_free_cycle(fd_cycle_t *cycle);
  * 0 when the cycle has no ssl address (nothing to wake up for).
  */
 int fd_ssl_shm_init(void);
+/* OpenSSL's allocator (keeps a few record buffers for reuse): first thing
+ * in main(), before OpenSSL allocates anything; no-op if it already has */
+void fd_ssl_mem_init(void);
 unsigned fd_ssl_ticket_rotate(const fd_cycle_t *cycle);
 
 /*
