@@ -1078,7 +1078,7 @@ static ssize_t tls_fail(fd_stream_t *s, int rc, const char *what)
 
 /*
  * Whether the socket is drained, seen from below OpenSSL: with read-ahead
- * its socket BIO asks for its whole buffer, and a read that returns less
+ * its read BIO asks for its whole buffer, and a read that returns less
  * left nothing in the socket. Then, with no decrypted or buffered bytes
  * left either, the stream is not readable until the next event, and the
  * engine is spared the read that would only say EAGAIN (one syscall of
@@ -1097,7 +1097,8 @@ static long rbio_cb(BIO *b, int oper, const char *argp, size_t len,
 
 /*
  * A server connection's read BIO: recv() on the stream's socket, nothing
- * else. OpenSSL's socket BIO with rbio_cb above cost a callback on each
+ * else, and the drained mark rbio_cb makes for a socket BIO. OpenSSL's
+ * socket BIO with rbio_cb above cost a callback on each
  * side of every read and control call (eight controls a request, most of
  * them OpenSSL asking whether kernel TLS is on); this one marks the
  * stream drained itself and answers controls with a switch. (Kernel TLS
@@ -1413,8 +1414,7 @@ static ssize_t tls_write(fd_stream_t *s, const void *p, size_t n)
  * responses leave in one SSL_write). A retry after FD_AGAIN sees the same
  * leading bytes (the queue's head stays until bytes are reported sent), at
  * the same length or more: what SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER asks.
- * No MSG_MORE through OpenSSL's socket BIO: the record is written as a
- * whole anyway.
+ * No MSG_MORE for it: the record goes into the wire queue whole anyway.
  */
 static ssize_t tls_send(fd_stream_t *s, const struct iovec *iov, int niov,
                         int more)
