@@ -1054,7 +1054,7 @@ static ssize_t tls_fail(fd_stream_t *s, int rc, const char *what)
         s->readable = 0;
         return FD_AGAIN;
     case SSL_ERROR_WANT_WRITE:
-        s->writable = 0;
+        fd_stream_wait_out(s);
         return FD_AGAIN;
     case SSL_ERROR_ZERO_RETURN:
         s->eof = 1;
@@ -1114,7 +1114,9 @@ static int sbio_read(BIO *b, char *buf, size_t len, size_t *got)
     ssize_t n;
 
     BIO_clear_retry_flags(b);
-    n = recv(s->ev.fd, buf, len, 0);
+    /* io_uring: the ring received them (fd_uring.c), as for plain TCP */
+    n = fd_event_uring ? fd_uring_recv(s, buf, len)
+                       : recv(s->ev.fd, buf, len, 0);
     if (n > 0) {
         s->drained = (size_t)n < len;
         *got = (size_t)n;
@@ -1369,7 +1371,7 @@ static int wire_flush(fd_stream_t *s)
         if (errno == EINTR)
             continue;
         if (errno == EAGAIN) {
-            s->writable = 0;
+            fd_stream_wait_out(s); /* io_uring: a poll says when */
             return FD_AGAIN;
         }
         if (errno != EPIPE && errno != ECONNRESET)
@@ -1478,7 +1480,8 @@ static int tls_handshake(fd_stream_t *s)
         /* a TLS connection starts with a handshake record (22); a
          * letter is an HTTP request sent to the wrong port */
         unsigned char c;
-        ssize_t n = recv(s->ev.fd, &c, 1, MSG_PEEK);
+        ssize_t n = fd_event_uring ? fd_uring_peek(s, (char *)&c, 1)
+                                   : recv(s->ev.fd, &c, 1, MSG_PEEK);
 
         if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
             s->readable = 0;
@@ -1524,7 +1527,7 @@ static int tls_handshake(fd_stream_t *s)
         return FD_AGAIN;
     }
     if (e == SSL_ERROR_WANT_WRITE) {
-        s->writable = 0;
+        fd_stream_wait_out(s);
         return FD_AGAIN;
     }
     reason = failure_reason(e);
@@ -1601,17 +1604,20 @@ static void tls_idle(fd_stream_t *s)
 
 /* Server and client sides differ only in their handshake (the client's
  * is fd_ssl_client.c's). */
-#define TLS_TRANSPORT(hs)                                                    \
+#define TLS_TRANSPORT(hs, ring)                                              \
     {                                                                        \
         .name = "tls", .recv = tls_recv, .send = tls_send,                   \
         .sendfile = tls_sendfile, .handshake = (hs), .close = tls_close,     \
         .idle = tls_idle, .shutdown = tls_shutdown, .move = tls_move,        \
-        .short_read_drains = 0,                                              \
+        .short_read_drains = 0, .ring_rx = (ring),                           \
     }
 
-const fd_transport_t fd_transport_tls = TLS_TRANSPORT(tls_handshake);
+/* a client connection's (fastd's read BIO), one with kernel TLS (the
+ * socket BIO), an upstream connection's (SSL_set_fd) */
+const fd_transport_t fd_transport_tls = TLS_TRANSPORT(tls_handshake, 1);
+static const fd_transport_t tls_ktls = TLS_TRANSPORT(tls_handshake, 0);
 const fd_transport_t fd_transport_tls_client =
-    TLS_TRANSPORT(fd_ssl_client_handshake);
+    TLS_TRANSPORT(fd_ssl_client_handshake, 0);
 
 void fd_ssl_stream_bind(fd_stream_t *s, SSL *ssl, const fd_transport_t *tp)
 {
@@ -1620,7 +1626,7 @@ void fd_ssl_stream_bind(fd_stream_t *s, SSL *ssl, const fd_transport_t *tp)
     s->tp = tp;
     s->et = 1;
     /* OpenSSL reads the socket itself: not the io_uring's receive */
-    if (fd_event_uring)
+    if (fd_event_uring && !tp->ring_rx)
         fd_uring_unring(&s->ev);
 }
 
@@ -1649,7 +1655,7 @@ int fd_ssl_accept(fd_stream_t *s, fd_listening_t *ls)
         return FD_ERROR;
     }
     SSL_set_accept_state(ssl);
-    fd_ssl_stream_bind(s, ssl, &fd_transport_tls);
+    fd_ssl_stream_bind(s, ssl, sc->ktls_on ? &tls_ktls : &fd_transport_tls);
     return FD_OK;
 }
 

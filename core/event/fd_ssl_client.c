@@ -298,7 +298,7 @@ int fd_ssl_client_handshake(fd_stream_t *s)
         return FD_AGAIN;
     }
     if (e == SSL_ERROR_WANT_WRITE) {
-        s->writable = 0;
+        fd_stream_wait_out(s);
         return FD_AGAIN;
     }
     c = SSL_get_ex_data(ssl, ex_client);

@@ -99,6 +99,7 @@ const fd_transport_t fd_transport_tcp = {
     .send = tcp_send,
     .sendfile = tcp_sendfile,
     .short_read_drains = 1,
+    .ring_rx = 1,
 };
 
 int fd_stream_handshake(fd_stream_t *s)

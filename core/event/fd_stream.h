@@ -56,6 +56,11 @@ typedef struct fd_transport_s {
      * bytes, so a short read says nothing there; it clears the stream's
      * readable flag itself when it knows the socket is empty. */
     unsigned short_read_drains:1;
+    /* Under io_uring, its reads take the bytes the ring received
+     * (fd_uring_recv): plain TCP, and TLS through fastd's read BIO. Not
+     * kernel TLS or an upstream's SSL_set_fd(): OpenSSL reads the socket
+     * itself there, and the ring must not take the bytes first. */
+    unsigned ring_rx:1;
 } fd_transport_t;
 
 extern const fd_transport_t fd_transport_tcp;

@@ -281,9 +281,10 @@ static void slot_free(uint32_t idx)
     free_head = idx;
 }
 
+/* a stream whose transport reads what the ring receives */
 static int plain_stream(const fd_event_t *ev)
 {
-    return ev->stream && ((const fd_stream_t *)ev)->tp == &fd_transport_tcp;
+    return ev->stream && ((const fd_stream_t *)ev)->tp->ring_rx;
 }
 
 int fd_uring_add(fd_event_t *ev, uint32_t events)
@@ -537,6 +538,40 @@ ssize_t fd_uring_recv(fd_stream_t *s, char *buf, size_t size)
     }
     if (!sl->recv)
         (void)arm_recv(idx); /* caught up after a pause, or ended */
+    errno = EAGAIN;
+    return -1;
+}
+
+/* The first bytes fd_uring_recv() would give, left for it: the transport's
+ * MSG_PEEK (TLS: is it a handshake?). */
+ssize_t fd_uring_peek(fd_stream_t *s, char *buf, size_t size)
+{
+    uint32_t idx;
+    slot_t *sl = slot_of(&s->ev, &idx);
+    size_t n = 0, k;
+    rxq_t *h;
+
+    if (sl == NULL || !sl->ring_rx)
+        return recv(s->ev.fd, buf, size, MSG_PEEK);
+    for (h = sl->rx; h && n < size; h = h->next) {
+        k = fd_min(size - n, (size_t)(h->len - h->off));
+        memcpy(buf + n, h->data + h->off, k);
+        n += k;
+    }
+    if (n < size && cur.idx == idx && cur.gen == sl->gen &&
+        cur.len > cur.off) {
+        k = fd_min(size - n, cur.len - cur.off);
+        memcpy(buf + n, cur.buf + cur.off, k);
+        n += k;
+    }
+    if (n > 0 || sl->eof)
+        return (ssize_t)n;
+    if (sl->err) {
+        errno = sl->err;
+        return -1;
+    }
+    if (!sl->recv)
+        (void)arm_recv(idx);
     errno = EAGAIN;
     return -1;
 }

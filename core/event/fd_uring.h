@@ -23,12 +23,14 @@ int fd_uring_accept(fd_event_t *ev, struct sockaddr *sa, socklen_t *len);
 /* A stream's bytes the ring received (fd_transport_tcp's recv under
  * io_uring): the transport's contract (fd_stream.h) */
 ssize_t fd_uring_recv(fd_stream_t *s, char *buf, size_t size);
+/* Those bytes, left for fd_uring_recv() (MSG_PEEK through the ring). */
+ssize_t fd_uring_peek(fd_stream_t *s, char *buf, size_t size);
 /* A plain stream's send would block: a poll says when it can go on. */
 void fd_uring_want_out(fd_event_t *ev);
 /* Bytes, an end or an error the ring holds for ev, not yet read. */
 int fd_uring_pending(fd_event_t *ev);
-/* The stream's transport reads the socket itself now (TLS was bound):
- * the ring stops receiving for it. */
+/* The stream's transport reads the socket itself now (a TLS transport
+ * without ring_rx was bound): the ring stops receiving for it. */
 void fd_uring_unring(fd_event_t *ev);
 /* Submit what is queued, wait at most timeout ms (-1: no bound) with
  * waitset as the signal mask, run what completed: how many did, or
