@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <malloc.h>
 #include <sched.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -1186,7 +1187,12 @@ static BIO *sbio_new(fd_stream_t *s)
 typedef struct {
     char *buf;
     size_t off, len, cap;      /* [off, len) is not sent yet */
+    fd_sendop_t op;            /* [off, len) in the turn's batched sends */
+    fd_stream_t *s;            /* whose (the batched send's handler) */
 } wire_t;
+
+static int wire_batch(wire_t *w);
+static int wire_flush_how(fd_stream_t *s, int batch);
 
 static BIO_METHOD *wbio_method;
 static int wbio_type;
@@ -1194,9 +1200,17 @@ static int wbio_type;
 static int wbio_write(BIO *b, const char *p, size_t n, size_t *done)
 {
     wire_t *w = BIO_get_data(b);
+    int batched = 0;
 
     *done = 0;
     if (w->len + n > w->cap) {
+        /* a batched send points into the buffer, which moves now: it
+         * leaves the batch and joins it again (it is submitted at the end
+         * of the turn, not before) */
+        if (w->op.slot) {
+            fd_sendq_cancel(&w->op);
+            batched = 1;
+        }
         size_t cap = w->cap ? w->cap : WIRE_IDLE_MAX;
         char *nb;
         if (w->off) { /* what was sent goes from the front first */
@@ -1207,8 +1221,11 @@ static int wbio_write(BIO *b, const char *p, size_t n, size_t *done)
         while (cap < w->len + n)
             cap *= 2;
         if (cap > w->cap) {
-            if ((nb = realloc(w->buf, cap)) == NULL)
+            if ((nb = realloc(w->buf, cap)) == NULL) {
+                if (batched)
+                    (void)wire_batch(w);
                 return 0;
+            }
             w->buf = nb;
             w->cap = cap;
         }
@@ -1216,6 +1233,10 @@ static int wbio_write(BIO *b, const char *p, size_t n, size_t *done)
     memcpy(w->buf + w->len, p, n);
     w->len += n;
     *done = n;
+    if (w->op.slot) /* in place: it takes these bytes too */
+        w->op.iov[0].iov_len = w->len - w->off;
+    else if (batched && wire_batch(w) != FD_OK)
+        (void)wire_flush_how(w->s, 0); /* the batch is full: now */
     return 1;
 }
 
@@ -1252,6 +1273,7 @@ static int wbio_destroy(BIO *b)
     wire_t *w = BIO_get_data(b);
 
     if (w) {
+        fd_sendq_cancel(&w->op); /* its bytes go with the connection */
         free(w->buf);
         free(w);
         BIO_set_data(b, NULL);
@@ -1346,16 +1368,66 @@ static int wire_queued(SSL *ssl)
     return w && w->len > w->off;
 }
 
-/* Write out the wire queue: FD_OK when it is empty, FD_AGAIN, FD_ERROR. */
-static int wire_flush(fd_stream_t *s)
+/*
+ * [events] batch_sends: the wire queue's bytes go in the turn's batched
+ * sends (one io_uring_enter for all of them, fd_sendq.h) instead of a
+ * send() now. What they were encrypted from is reported sent only once
+ * they have left, so the caller sees FD_AGAIN, and the stream goes on
+ * when the send is done, as after a writable event (wire_sent).
+ */
+static void wire_sent(fd_sendop_t *op)
+{
+    wire_t *w = (wire_t *)((char *)op - offsetof(wire_t, op));
+    fd_stream_t *s = w->s;
+
+    if (op->res >= 0) {
+        w->off += (size_t)op->res;
+        if (w->off < w->len)
+            fd_stream_wait_out(s); /* the socket is full: the rest waits */
+        else
+            w->off = w->len = 0;
+    } else if (op->res == -EAGAIN) {
+        fd_stream_wait_out(s);
+    } else {
+        if (op->res != -EPIPE && op->res != -ECONNRESET)
+            fd_log_error(FD_LOG_INFO, (int)-op->res, "send() failed");
+        s->error = 1;
+    }
+    s->ev.handler(&s->ev, s->writable ? EPOLLOUT : 0);
+}
+
+static int wire_batch(wire_t *w)
+{
+    w->op.fd = w->s->ev.fd;
+    w->op.niov = 1;
+    w->op.iov[0].iov_base = w->buf + w->off;
+    w->op.iov[0].iov_len = w->len - w->off;
+    w->op.handler = wire_sent;
+    return fd_sendq_add(&w->op);
+}
+
+/* Write out the wire queue: FD_OK when it is empty, FD_AGAIN, FD_ERROR.
+ * batch: it may go in the turn's batched sends (FD_AGAIN then). */
+static int wire_flush_how(fd_stream_t *s, int batch)
 {
     wire_t *w = wire_of(s->tls);
     ssize_t k;
 
     if (w == NULL)
         return FD_OK;
+    if (w->op.slot) {
+        if (batch)
+            return FD_AGAIN; /* it leaves at the end of the turn */
+        fd_sendq_cancel(&w->op); /* now, ahead of what follows */
+    }
     if (w->cap > WIRE_IDLE_MAX)
         s->tp_mark = 1; /* its buffer is that large now: tls_idle */
+    if (batch && w->len > w->off && s->writable && !s->last_out &&
+        fd_sendq_active()) {
+        w->s = s;
+        if (wire_batch(w) == FD_OK)
+            return FD_AGAIN;
+    }
     while (w->len > w->off) {
         size_t n = w->len - w->off;
         /* the last records before close_notify wait for it (MSG_MORE):
@@ -1383,6 +1455,11 @@ static int wire_flush(fd_stream_t *s)
     return FD_OK;
 }
 
+static int wire_flush(fd_stream_t *s)
+{
+    return wire_flush_how(s, 0);
+}
+
 static ssize_t tls_write(fd_stream_t *s, const void *p, size_t n)
 {
     size_t done = plain_pending(s->tls);
@@ -1402,7 +1479,7 @@ static ssize_t tls_write(fd_stream_t *s, const void *p, size_t n)
         }
         done = (size_t)rc;
     }
-    rc = wire_flush(s);
+    rc = wire_flush_how(s, 1);
     if (rc == FD_OK) {
         plain_pending_set(s->tls, 0);
         return (ssize_t)done;
@@ -1576,8 +1653,13 @@ static void tls_shutdown(fd_stream_t *s)
 /* The read BIO marks the stream it belongs to (sbio_read, rbio_cb). */
 static void tls_move(fd_stream_t *s)
 {
-    if (s->tls)
-        rbio_set_stream(s->tls, s);
+    wire_t *w;
+
+    if (s->tls == NULL)
+        return;
+    rbio_set_stream(s->tls, s);
+    if ((w = wire_of(s->tls)) != NULL)
+        w->s = s;
 }
 
 /* RELEASE_BUFFERS has given the record buffers back already (the write
