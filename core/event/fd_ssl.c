@@ -1339,8 +1339,8 @@ static ssize_t tls_recv(fd_stream_t *s, char *buf, size_t size)
 
 /*
  * The wire queue. A server connection's records are written into a
- * buffer (the wire BIO above) and leave in one write() when the engine
- * flushes, not one
+ * buffer (the wire BIO above) and leave in one send() when the engine
+ * flushes, or in the turn's batched sends (wire_sent below), not one
  * write() per record: the session ticket that ends a handshake goes with
  * the first response, and a response's records go together. (OpenSSL's
  * socket BIO writes each record, and each flight, as it makes it.)
