@@ -137,8 +137,9 @@ const fd_directive_t fd_events_directives[] = {
      .def = "512", .doc = "events taken per epoll_wait()"},
     {.name = "batch_sends", .type = FD_CONF_FLAG,
      .offset = EVENTS(batch_sends), .def = "on",
-     .doc = "on: the first write of every client response and upstream "
-            "request of one loop turn leaves in one io_uring_enter() (one "
+     .doc = "on: the first write of every client response (over TLS, its "
+            "records) and upstream request of one loop turn leaves in one "
+            "io_uring_enter() (one "
             "syscall per turn, not per response; a backend on the same CPU "
             "is woken once per turn); off, or no io_uring: one send() each"},
     FD_CONF_END};
