@@ -696,6 +696,9 @@ static int worker_init(fd_worker_t *w, fd_cycle_t *cycle)
     }
     pp_transport = fd_transport_tcp;
     pp_transport.name = "tcp+proxy";
+    /* the PROXY header is peeked at in the socket (pp_event): the ring
+     * must not take its bytes first */
+    pp_transport.ring_rx = 0;
     if (fd_event_init(cycle->events.backend) != FD_OK ||
         fd_timer_init() != FD_OK) {
         fd_log_error(FD_LOG_EMERG, errno, "epoll_create1() failed");
