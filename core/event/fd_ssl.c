@@ -1134,7 +1134,6 @@ static int sbio_read(BIO *b, char *buf, size_t len, size_t *got)
 static long sbio_ctrl(BIO *b, int cmd, long num, void *ptr)
 {
     (void)num;
-    (void)ptr;
     switch (cmd) {
     case BIO_CTRL_FLUSH:
         return 1;
@@ -1157,22 +1156,36 @@ static int sbio_create(BIO *b)
     return 1;
 }
 
+/* A source/sink BIO method of fastd's (made once): NULL on failure */
+static BIO_METHOD *bio_method(int *type, const char *name,
+                              int (*rd)(BIO *, char *, size_t, size_t *),
+                              int (*wr)(BIO *, const char *, size_t, size_t *),
+                              long (*ctrl)(BIO *, int, long, void *),
+                              int (*create)(BIO *), int (*destroy)(BIO *))
+{
+    int t = BIO_get_new_index() | BIO_TYPE_SOURCE_SINK;
+    BIO_METHOD *m = t > 0 ? BIO_meth_new(t, name) : NULL;
+
+    if (m == NULL || (rd && !BIO_meth_set_read_ex(m, rd)) ||
+        (wr && !BIO_meth_set_write_ex(m, wr)) ||
+        !BIO_meth_set_ctrl(m, ctrl) || !BIO_meth_set_create(m, create) ||
+        (destroy && !BIO_meth_set_destroy(m, destroy))) {
+        BIO_meth_free(m);
+        return NULL;
+    }
+    *type = t;
+    return m;
+}
+
 static BIO *sbio_new(fd_stream_t *s)
 {
     BIO *b;
 
-    if (sbio_method == NULL) {
-        int type = BIO_get_new_index() | BIO_TYPE_SOURCE_SINK;
-        BIO_METHOD *m = type > 0 ? BIO_meth_new(type, "fastd stream") : NULL;
-        if (m == NULL || !BIO_meth_set_read_ex(m, sbio_read) ||
-            !BIO_meth_set_ctrl(m, sbio_ctrl) ||
-            !BIO_meth_set_create(m, sbio_create)) {
-            BIO_meth_free(m);
-            return NULL;
-        }
-        sbio_method = m;
-        sbio_type = type;
-    }
+    if (sbio_method == NULL &&
+        (sbio_method = bio_method(&sbio_type, "fastd stream", sbio_read,
+                                  NULL, sbio_ctrl, sbio_create, NULL)) ==
+            NULL)
+        return NULL;
     if ((b = BIO_new(sbio_method)) != NULL)
         BIO_set_data(b, s);
     return b;
@@ -1283,19 +1296,11 @@ static int wbio_destroy(BIO *b)
 
 static BIO *wbio_new(void)
 {
-    if (wbio_method == NULL) {
-        int type = BIO_get_new_index() | BIO_TYPE_SOURCE_SINK;
-        BIO_METHOD *m = type > 0 ? BIO_meth_new(type, "fastd wire") : NULL;
-        if (m == NULL || !BIO_meth_set_write_ex(m, wbio_write) ||
-            !BIO_meth_set_ctrl(m, wbio_ctrl) ||
-            !BIO_meth_set_create(m, wbio_create) ||
-            !BIO_meth_set_destroy(m, wbio_destroy)) {
-            BIO_meth_free(m);
-            return NULL;
-        }
-        wbio_method = m;
-        wbio_type = type;
-    }
+    if (wbio_method == NULL &&
+        (wbio_method = bio_method(&wbio_type, "fastd wire", NULL, wbio_write,
+                                  wbio_ctrl, wbio_create, wbio_destroy)) ==
+            NULL)
+        return NULL;
     return BIO_new(wbio_method);
 }
 
@@ -1380,19 +1385,9 @@ static void wire_sent(fd_sendop_t *op)
     wire_t *w = (wire_t *)((char *)op - offsetof(wire_t, op));
     fd_stream_t *s = w->s;
 
-    if (op->res >= 0) {
-        w->off += (size_t)op->res;
-        if (w->off < w->len)
-            fd_stream_wait_out(s); /* the socket is full: the rest waits */
-        else
-            w->off = w->len = 0;
-    } else if (op->res == -EAGAIN) {
-        fd_stream_wait_out(s);
-    } else {
-        if (op->res != -EPIPE && op->res != -ECONNRESET)
-            fd_log_error(FD_LOG_INFO, (int)-op->res, "send() failed");
-        s->error = 1;
-    }
+    w->off += fd_stream_batch_sent(s, op);
+    if (w->off == w->len)
+        w->off = w->len = 0;
     s->ev.handler(&s->ev, s->writable ? EPOLLOUT : 0);
 }
 

@@ -740,24 +740,30 @@ int fd_outq_move(fd_outq_t *to, fd_outq_t *from, size_t n)
     return FD_OK;
 }
 
-static void outq_sent(fd_sendop_t *op)
+size_t fd_stream_batch_sent(fd_stream_t *s, const fd_sendop_t *op)
 {
-    fd_outq_t *q = (fd_outq_t *)((char *)op - offsetof(fd_outq_t, op));
-    fd_stream_t *st = q->stream;
-
     if (op->res >= 0) {
         size_t asked = op->iov[0].iov_len +
                        (op->niov == 2 ? op->iov[1].iov_len : 0);
         if ((size_t)op->res < asked)
-            fd_stream_wait_out(st); /* full: the rest waits for EPOLLOUT */
-        outq_consume(q, (size_t)op->res);
-    } else if (op->res == -EAGAIN) {
-        fd_stream_wait_out(st);
+            fd_stream_wait_out(s); /* full: the rest waits for EPOLLOUT */
+        return (size_t)op->res;
+    }
+    if (op->res == -EAGAIN) {
+        fd_stream_wait_out(s);
     } else {
         if (op->res != -EPIPE && op->res != -ECONNRESET)
             fd_log_error(FD_LOG_INFO, (int)-op->res, "send() failed");
-        st->error = 1;
+        s->error = 1;
     }
+    return 0;
+}
+
+static void outq_sent(fd_sendop_t *op)
+{
+    fd_outq_t *q = (fd_outq_t *)((char *)op - offsetof(fd_outq_t, op));
+
+    outq_consume(q, fd_stream_batch_sent(q->stream, op));
     q->sent(q);
 }
 

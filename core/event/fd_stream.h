@@ -116,6 +116,9 @@ static inline ssize_t fd_stream_sendfile(fd_stream_t *s, int fd, off_t off,
 /* A send would block: not writable until an event says so (epoll's
  * EPOLLET registration does by itself; io_uring is asked: fd_uring.c). */
 void fd_stream_wait_out(fd_stream_t *s);
+/* A batched send of s completed (op->res): the bytes it took; a short or
+ * full send waits for writability, an error marks s. */
+size_t fd_stream_batch_sent(fd_stream_t *s, const fd_sendop_t *op);
 
 /* The stream's deadline ms from now. Deadlines move on every read and
  * write: the timer heap is touched only when the new one is earlier than

@@ -491,43 +491,50 @@ static void rx_keep(slot_t *sl, uint32_t idx, const char *p, size_t n)
     }
 }
 
-ssize_t fd_uring_recv(fd_stream_t *s, char *buf, size_t size)
+/*
+ * The bytes the ring received for s, in order: what is queued, then what
+ * the handler is being given (cur). peek: copied, left for the next read
+ * (MSG_PEEK). Inlined in both callers: the read pays for no test of it.
+ */
+static inline __attribute__((always_inline)) ssize_t
+ring_read(fd_stream_t *s, char *buf, size_t size, int peek)
 {
     uint32_t idx;
     slot_t *sl = slot_of(&s->ev, &idx);
     size_t n = 0, k;
+    rxq_t *h;
 
     if (sl == NULL || !sl->ring_rx) /* not registered yet (a stream
                                       * registers when it first waits):
                                       * the bytes are in the socket */
-        return recv(s->ev.fd, buf, size, 0);
-    if (sl->rx) {
-        while (n < size && sl->rx) {
-            rxq_t *h = sl->rx;
-            k = fd_min(size - n, (size_t)(h->len - h->off));
-            memcpy(buf + n, h->data + h->off, k);
-            h->off += (uint32_t)k;
-            h->total -= k;
-            n += k;
-            if (h->off == h->len) {
-                sl->rx = h->next;
-                if (sl->rx) {
-                    sl->rx->tail = h->tail;
-                    sl->rx->total = h->total;
-                }
-                rx_put(h);
+        return recv(s->ev.fd, buf, size, peek ? MSG_PEEK : 0);
+    for (h = sl->rx; h && n < size; h = peek ? h->next : sl->rx) {
+        k = fd_min(size - n, (size_t)(h->len - h->off));
+        memcpy(buf + n, h->data + h->off, k);
+        n += k;
+        if (peek)
+            continue;
+        h->off += (uint32_t)k;
+        h->total -= k;
+        if (h->off == h->len) {
+            sl->rx = h->next;
+            if (sl->rx) {
+                sl->rx->tail = h->tail;
+                sl->rx->total = h->total;
             }
+            rx_put(h);
         }
-        /* the reader caught up: the ring receives again (now, not at its
-         * next read, which may not come: a response read to its end) */
-        if (sl->paused && rx_unread(sl) < RX_PAUSE / 2)
-            (void)arm_recv(idx);
     }
+    /* the reader caught up: the ring receives again (now, not at its
+     * next read, which may not come: a response read to its end) */
+    if (!peek && n && sl->paused && rx_unread(sl) < RX_PAUSE / 2)
+        (void)arm_recv(idx);
     if (n < size && cur.idx == idx && cur.gen == sl->gen &&
         cur.len > cur.off) {
         k = fd_min(size - n, cur.len - cur.off);
         memcpy(buf + n, cur.buf + cur.off, k);
-        cur.off += k;
+        if (!peek)
+            cur.off += k;
         n += k;
     }
     if (n > 0 || sl->eof)
@@ -542,38 +549,16 @@ ssize_t fd_uring_recv(fd_stream_t *s, char *buf, size_t size)
     return -1;
 }
 
+ssize_t fd_uring_recv(fd_stream_t *s, char *buf, size_t size)
+{
+    return ring_read(s, buf, size, 0);
+}
+
 /* The first bytes fd_uring_recv() would give, left for it: the transport's
  * MSG_PEEK (TLS: is it a handshake?). */
 ssize_t fd_uring_peek(fd_stream_t *s, char *buf, size_t size)
 {
-    uint32_t idx;
-    slot_t *sl = slot_of(&s->ev, &idx);
-    size_t n = 0, k;
-    rxq_t *h;
-
-    if (sl == NULL || !sl->ring_rx)
-        return recv(s->ev.fd, buf, size, MSG_PEEK);
-    for (h = sl->rx; h && n < size; h = h->next) {
-        k = fd_min(size - n, (size_t)(h->len - h->off));
-        memcpy(buf + n, h->data + h->off, k);
-        n += k;
-    }
-    if (n < size && cur.idx == idx && cur.gen == sl->gen &&
-        cur.len > cur.off) {
-        k = fd_min(size - n, cur.len - cur.off);
-        memcpy(buf + n, cur.buf + cur.off, k);
-        n += k;
-    }
-    if (n > 0 || sl->eof)
-        return (ssize_t)n;
-    if (sl->err) {
-        errno = sl->err;
-        return -1;
-    }
-    if (!sl->recv)
-        (void)arm_recv(idx);
-    errno = EAGAIN;
-    return -1;
+    return ring_read(s, buf, size, 1);
 }
 
 /* --- completions --- */
