@@ -1,8 +1,11 @@
 #!/usr/bin/perl
 # Slowloris: 1000 connections each dribbling a request header, one byte
-# every 1.5 s. Meanwhile a normal client's requests keep a p99 under 10 ms,
-# and header_timeout (4 s) closes every slow connection (header_timeout is
-# for the whole header, not between bytes).
+# every 1.5 s. Meanwhile a normal client's requests are answered at once (a
+# median under 10 ms, a p99 under 100 ms: a worker that waited on a slow
+# connection would take the 1.5 s between its bytes), and header_timeout
+# (4 s) closes every slow connection (header_timeout is for the whole header,
+# not between bytes). The p99 has slack for a loaded machine: the sanitizer
+# build beside another lane of tests once took 10.8 ms there.
 
 use strict;
 use warnings;
@@ -20,7 +23,8 @@ use Time::HiRes qw(time sleep);
 my $open_max = POSIX::sysconf(POSIX::_SC_OPEN_MAX()) || 1024;
 my $SLOW = $ENV{FASTD_SLOWLORIS} // ($open_max - 100 < 1000 ? $open_max - 100 : 1000);
 my $HEADER_TIMEOUT = 4;
-my $P99_LIMIT_MS = $ENV{FASTD_P99_LIMIT_MS} // 10;
+my $P50_LIMIT_MS = 10;
+my $P99_LIMIT_MS = $ENV{FASTD_P99_LIMIT_MS} // 100;
 
 my $t = FastdTest->new(conf => FastdTest::base_conf(
     events => { max_connections => 4096 },
@@ -117,7 +121,9 @@ my @s = sort { $a <=> $b } @lat;
 my $p99 = $s[int(0.99 * $#s)];
 my $p50 = $s[int(0.5 * $#s)];
 is($fail, 0, scalar(@lat) . ' normal requests while the slow ones held on: all 200');
-cmp_ok($p99, '<', $P99_LIMIT_MS, sprintf('normal clients: p50 %.2f ms, p99 %.2f ms', $p50, $p99));
+ok($p50 < $P50_LIMIT_MS && $p99 < $P99_LIMIT_MS,
+   sprintf('normal clients: p50 %.2f ms (< %d), p99 %.2f ms (< %d)',
+           $p50, $P50_LIMIT_MS, $p99, $P99_LIMIT_MS));
 
 # header_timeout closes the slow ones
 my $res = <$rd> // '';

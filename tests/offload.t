@@ -198,16 +198,19 @@ sub all_ok {
     @c = fire($t, '/delay', 50);
     ok(wait_pool($t, sub { $_[0]{busy} == 4 && $_[0]{pending} > 0 }),
        'the pool is blocked: 4 busy, work pending');
-    my $worst = 0;
+    # a loop that waited for the pool would hold every one of them for a
+    # 200 ms job or longer: the median tells, one slow turn of a loaded
+    # machine does not
+    my @d;
     for (1 .. 10) {
         my $t1 = time;
         my $r = $t->get('/plaintext');
-        my $d = time - $t1;
-        $worst = $d if $d > $worst;
-        $worst = 99 unless $r && $r->status == 200;
+        push @d, $r && $r->status == 200 ? time - $t1 : 99;
     }
-    ok($worst < 0.1, sprintf('plaintext answers in %.1f ms at worst while 50 '
-                             . 'delay requests block the pool', $worst * 1000));
+    @d = sort { $a <=> $b } @d;
+    ok($d[4] < 0.1 && $d[-1] < 99,
+       sprintf('plaintext answers in %.1f ms (median; %.1f ms at worst) while '
+               . '50 delay requests block the pool', $d[4] * 1000, $d[-1] * 1000));
     $_->close for @c; # their work still ends; nothing must break
 
     my $shrunk = wait_pool($t, sub { $_[0]{threads} == 1 && $_[0]{busy} == 0
