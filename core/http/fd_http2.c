@@ -359,6 +359,7 @@ static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *frame,
     }
     nghttp2_session_set_stream_user_data(ss, frame->hd.stream_id, st);
     hc->nrequests++;
+    hc->c->requests = hc->nrequests; /* $connection_requests */
     fd_stats->h2_streams++;
     if (hc->nrequests >= (unsigned)fd_worker->cycle->http.keepalive_requests
         && !hc->goaway) {

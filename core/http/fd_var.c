@@ -366,7 +366,10 @@ static fd_str_t v_conn_requests(fd_request_t *r, const fd_var_op_t *op,
                                 char *tmp)
 {
     (void)op;
-    return num(tmp, r->c->requests);
+    /* this request's number on its connection, 1 for the first, as
+     * nginx counts: HTTP/1.1 counts the requests done, HTTP/2 the
+     * streams taken (this one among them) */
+    return num(tmp, r->c->requests + !r->h2);
 }
 
 #define RQ(f) offsetof(fd_request_t, f)
