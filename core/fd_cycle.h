@@ -201,6 +201,8 @@ typedef struct {
     uint64_t conn_reading;
     uint64_t conn_writing;
     uint64_t conn_idle;
+    uint64_t conn_parked;      /* of the idle, parked in the io_uring
+                                * ring: no struct of their own */
     uint64_t conn_accepted;
     uint64_t conn_handled;
     uint64_t requests;

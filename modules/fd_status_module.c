@@ -79,6 +79,9 @@ static void core_metrics(fd_status_t *st, const fd_stats_t *s, int alive)
                         s->conn_writing);
         fd_status_gauge(st, "connections_idle",
                         "Idle keep-alive connections.", NULL, s->conn_idle);
+        fd_status_gauge(st, "connections_parked",
+                        "Of the idle, those parked in the io_uring ring.",
+                        NULL, s->conn_parked);
     }
     fd_status_counter(st, "requests", "Requests received.", NULL,
                       s->requests);
@@ -157,6 +160,7 @@ static void add_stats(fd_stats_t *d, const fd_stats_t *s, int counters,
         d->conn_reading += s->conn_reading;
         d->conn_writing += s->conn_writing;
         d->conn_idle += s->conn_idle;
+        d->conn_parked += s->conn_parked;
     }
 }
 
@@ -289,6 +293,7 @@ static void json_stats(json_w_t *w, const fd_stats_t *s)
     jw_uint(w, "reading", s->conn_reading);
     jw_uint(w, "writing", s->conn_writing);
     jw_uint(w, "idle", s->conn_idle);
+    jw_uint(w, "parked", s->conn_parked);
     jw_uint(w, "accepted", s->conn_accepted);
     jw_uint(w, "handled", s->conn_handled);
     jw_close(w, '}');

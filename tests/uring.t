@@ -3,8 +3,9 @@
 # show one), serves keep-alive, pipelined, Connection: close and large
 # responses, closes what it closes (no socket is held open by a request
 # left armed in the ring), and falls back to epoll with one [warn] per
-# worker where a seccomp filter refuses io_uring_setup(). The rest of the
-# suite runs on io_uring too in CI (FASTD_TEST_BACKEND=io_uring).
+# worker where a seccomp filter refuses io_uring_setup(). An idle
+# keep-alive connection parks in its ring slot and wakes as itself. The rest
+# of the suite runs on io_uring too in CI (FASTD_TEST_BACKEND=io_uring).
 
 use strict;
 use warnings;
@@ -105,6 +106,74 @@ unlike($t->error_log, qr/io_uring is not available/, 'no fallback');
 
 $t->stop;
 $t->no_alerts;
+
+# --- parking: an idle keep-alive connection keeps nothing but its ring
+# slot, and wakes as itself --------------------------------------------------
+{
+    my $p = FastdTest->new(conf => FastdTest::base_conf(
+        events    => { backend => 'io_uring' },
+        http      => { keepalive_timeout => '3s' },
+        locations => "[location = /conn]\n"
+                   . "return = 200 \$connection \$connection_requests\n\n"
+                   . "[location = /status]\nhandler = status\n\n"));
+    $p->start;
+    my $gauge = sub {
+        my $r = $p->get('/status');
+        return $r && $r->body =~ /"$_[0]":\s*(\d+)/ ? $1 : -1;
+    };
+    my $ask = sub {
+        my ($c, $req) = @_;
+        $c->send($req // "GET /conn HTTP/1.1\r\nHost: x\r\n\r\n");
+        my $r = $c->read_response(timeout => 10);
+        return $r && $r->status == 200 ? $r->body : '';
+    };
+    my @c = map { $p->connect } 1 .. 50;
+    my @id = map { ($ask->($_) =~ /^(\d+) 1$/)[0] } @c;
+    is(scalar(grep { defined } @id), 50, '50 connections, one request each');
+    ok(FastdTest::wait_for(sub { $gauge->('parked') >= 50 }, 10),
+       'all 50 parked (status: connections.parked)')
+        or diag('parked: ' . $gauge->('parked'));
+    cmp_ok($gauge->('idle'), '>=', 50, 'and counted idle all along');
+
+    my $same = grep { $ask->($c[$_]) eq "$id[$_] 2" } 0 .. $#c;
+    is($same, 50, 'each woke as itself: its connection number, its 2nd '
+                  . 'request');
+    # two requests in one write to a parked connection, then a request in
+    # two writes (the first wakes it, the second finds it awake)
+    ok(FastdTest::wait_for(sub { $gauge->('parked') >= 50 }, 10),
+       'parked again');
+    $c[0]->send("GET /conn HTTP/1.1\r\nHost: x\r\n\r\n" x 2);
+    my @r = map { $c[0]->read_response(timeout => 10) } 1 .. 2;
+    is(join(',', map { $_ ? $_->body : '' } @r), "$id[0] 3,$id[0] 4",
+       'a pipelined pair wakes it');
+    $c[1]->send("GET /conn HTTP/1.1\r\n");
+    select(undef, undef, undef, 0.2);
+    is($ask->($c[1], "Host: x\r\n\r\n"), "$id[1] 3", 'a request in two '
+       . 'writes');
+
+    # a client that leaves while parked: closed, the count follows
+    $c[2]->close;
+    ok(FastdTest::wait_for(sub { $gauge->('active') == 50 }, 10),
+       'a parked connection whose client left is closed (49 + the '
+       . 'status request)');
+
+    # the keep-alive timeout (3 s) reaches the parked
+    ok($c[3]->wait_eof(10), 'keepalive_timeout closes a parked connection');
+    ok(FastdTest::wait_for(sub { $gauge->('active') == 1 }, 10),
+       'all of them') or diag('active: ' . $gauge->('active'));
+    is($gauge->('parked'), 0, 'none parked then');
+
+    # a graceful stop with parked connections: they are closed, the
+    # worker ends
+    my @d = map { $p->connect } 1 .. 20;
+    is(scalar(grep { $ask->($_) =~ /^\d+ 1$/ } @d), 20, '20 more');
+    ok(FastdTest::wait_for(sub { $gauge->('parked') >= 20 }, 10),
+       'parked');
+    $p->signal('QUIT');
+    ok(defined $p->wait_exit(15), 'a graceful stop ends with them parked');
+    is(scalar(grep { $_->wait_eof(5) } @d), 20, 'every one closed');
+    $p->no_alerts;
+}
 
 # --- a seccomp filter refuses io_uring: epoll, and one warning per worker --
 my $cc = `command -v cc 2>/dev/null`;

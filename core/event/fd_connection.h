@@ -44,7 +44,8 @@ struct fd_connection_s {
     uint8_t addr[16];          /* peer address, v4 in the first 4 bytes */
 };
 
-/* an idle keep-alive connection costs this much (issue: <= 100 bytes) */
+/* an idle keep-alive connection costs this much under epoll (issue:
+ * <= 100 bytes); under io_uring it parks in its ring slot instead */
 _Static_assert(sizeof(struct fd_connection_s) <= 96,
                "fd_connection_t grew past 96 bytes");
 
@@ -64,9 +65,17 @@ typedef struct fd_proto_s {
     /* a graceful stop began: tell the peer (HTTP/2: GOAWAY); NULL:
      * nothing to say (HTTP/1.1 answers Connection: close) */
     void (*quit)(fd_connection_t *c);
+    /* the event handler of its idle connections: what a parked one gets
+     * back when it wakes (fd_connection_park) */
+    void (*handler)(fd_event_t *ev, uint32_t events);
 } fd_proto_t;
 
 void fd_connection_close(fd_connection_t *c);
+/* c went idle with nothing held (keep-alive, its deadline set): under
+ * io_uring it parks at the end of the loop turn, its struct given back
+ * and its state kept in its ring slot, until bytes or its deadline come
+ * (fd_worker.c). Any other connection, or backend, stays as it is. */
+void fd_connection_park(fd_connection_t *c);
 void fd_connection_set_timeout(fd_connection_t *c, fd_msec_t ms);
 void fd_connection_set_state(fd_connection_t *c, int state);
 /* Open connections from c's address in this worker (max_conns_per_ip);

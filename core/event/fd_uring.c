@@ -65,11 +65,15 @@ typedef struct rxq_s {
     char data[RX_BLOCK];
 } rxq_t;
 
+/*
+ * A registration. A parked one (fd_uring_park) has no event: the union
+ * holds its owner's record instead of the receive queue, and the slot is
+ * all that the idle connection costs.
+ */
 typedef struct {
-    fd_event_t *ev;            /* NULL: free */
     uint32_t gen;
+    int fd;
     uint32_t mask;             /* the events asked for */
-    uint32_t next_free;
     uint8_t poll:1;            /* a multishot poll is armed */
     uint8_t recv:1;            /* a multishot receive is armed */
     uint8_t accept:1;          /* a multishot accept is armed */
@@ -77,11 +81,21 @@ typedef struct {
     uint8_t eof:1;             /* the receive saw the peer's end */
     uint8_t paused:1;          /* receive stopped: rx is full */
     uint8_t on:1;              /* a listener that is accepting */
-    uint8_t poll_seq, recv_seq;
+    uint8_t parked:1;          /* ev is NULL, u.park is the owner's */
+    uint8_t poll_seq:4, recv_seq:4; /* user_data holds 4 bits of each */
     uint8_t err;               /* the receive's errno */
     uint8_t batch;             /* its receives in this turn's batch */
-    rxq_t *rx;                 /* bytes received and not yet read */
+    fd_event_t *ev;            /* NULL: free, or parked */
+    union {
+        struct {
+            rxq_t *rx;         /* bytes received and not yet read */
+            uint32_t next_free;
+        } a;
+        unsigned char park[FD_URING_PARK];
+    } u;
 } slot_t;
+
+_Static_assert(sizeof(slot_t) == 64, "an io_uring slot is 64 bytes");
 
 int fd_event_uring;
 
@@ -100,6 +114,8 @@ static struct {
     const char *buf;
     size_t off, len;
 } cur;
+
+fd_event_t *(*fd_uring_wake)(uint32_t slot);
 
 /* the connection being handed to its listener's handler */
 static int acc_fd = -1, acc_err, in_accept;
@@ -150,9 +166,9 @@ static int arm_poll(uint32_t idx)
     if ((sqe = fd_uring_sqe()) == NULL)
         return -1;
     if (sl->ring_rx) /* once, when a send would block (fd_uring_want_out) */
-        io_uring_prep_poll_add(sqe, sl->ev->fd, mask);
+        io_uring_prep_poll_add(sqe, sl->fd, mask);
     else /* edge-triggered: multishot polls are unless asked otherwise */
-        io_uring_prep_poll_multishot(sqe, sl->ev->fd, mask);
+        io_uring_prep_poll_multishot(sqe, sl->fd, mask);
     io_uring_sqe_set_data64(sqe, ud(idx, K_POLL, ++sl->poll_seq));
     sl->poll = 1;
     return 0;
@@ -165,7 +181,7 @@ static int arm_recv(uint32_t idx)
 
     if (sqe == NULL)
         return -1;
-    io_uring_prep_recv_multishot(sqe, sl->ev->fd, NULL, 0, 0);
+    io_uring_prep_recv_multishot(sqe, sl->fd, NULL, 0, 0);
     sqe->flags |= IOSQE_BUFFER_SELECT;
     sqe->buf_group = BGID;
     io_uring_sqe_set_data64(sqe, ud(idx, K_RECV, ++sl->recv_seq));
@@ -181,7 +197,7 @@ static int arm_accept(uint32_t idx)
 
     if (sqe == NULL)
         return -1;
-    io_uring_prep_multishot_accept(sqe, sl->ev->fd, NULL, NULL,
+    io_uring_prep_multishot_accept(sqe, sl->fd, NULL, NULL,
                                    SOCK_NONBLOCK | SOCK_CLOEXEC);
     io_uring_sqe_set_data64(sqe, ud(idx, K_ACCEPT, 0));
     sl->accept = 1;
@@ -199,17 +215,18 @@ static slot_t *slot_of(const fd_event_t *ev, uint32_t *idx)
 static int slot_new(fd_event_t *ev, uint32_t *idx)
 {
     /* the table is reserved whole and touched as it is used (pages that
-     * were never written cost nothing): a slot is 32 bytes of an idle
-     * connection's cost, not more */
+     * were never written cost nothing): a slot is an idle connection's
+     * whole cost when it parks, its 64 bytes */
     if (free_head) {
         *idx = free_head;
-        free_head = slots[*idx].next_free;
+        free_head = slots[*idx].u.a.next_free;
     } else if (nslots < SLOT_MAX) {
         *idx = nslots++; /* 0 stays unused: ev->slot holds index + 1 */
     } else {
         return -1;
     }
     slots[*idx].ev = ev;
+    slots[*idx].fd = ev->fd;
     ev->slot = *idx + 1;
     return 0;
 }
@@ -259,7 +276,7 @@ static void rx_drop(rxq_t *rx)
 
 static size_t rx_unread(const slot_t *sl)
 {
-    return sl->rx ? sl->rx->total : 0;
+    return sl->u.a.rx ? sl->u.a.rx->total : 0;
 }
 
 static void slot_free(uint32_t idx)
@@ -273,11 +290,13 @@ static void slot_free(uint32_t idx)
         cancel(idx, K_RECV, sl->recv_seq);
     if (sl->accept)
         cancel(idx, K_ACCEPT, 0);
-    rx_drop(sl->rx);
-    sl->ev->slot = 0;
+    if (!sl->parked)
+        rx_drop(sl->u.a.rx);
+    if (sl->ev)
+        sl->ev->slot = 0;
     memset(sl, 0, sizeof(*sl));
     sl->gen = gen; /* completions still on their way are stale now */
-    sl->next_free = free_head;
+    sl->u.a.next_free = free_head;
     free_head = idx;
 }
 
@@ -418,6 +437,55 @@ int fd_uring_pending(fd_event_t *ev)
                   sl->err || (cur.idx == idx && cur.len > cur.off));
 }
 
+/* --- parking --- */
+
+void *fd_uring_park(fd_event_t *ev, uint32_t *slot)
+{
+    uint32_t idx;
+    slot_t *sl = slot_of(ev, &idx);
+
+    /* only a plain stream the ring receives for, with nothing of its own
+     * held (bytes, an end, an error, a write poll) */
+    if (sl == NULL || !sl->ring_rx || sl->poll || sl->paused || sl->eof ||
+        sl->err || sl->batch || sl->u.a.rx ||
+        (cur.idx == idx && cur.gen == sl->gen && cur.len > cur.off))
+        return NULL;
+    if (!sl->recv && arm_recv(idx) < 0)
+        return NULL;
+    ev->slot = 0;
+    sl->ev = NULL;
+    sl->parked = 1;
+    memset(sl->u.park, 0, sizeof(sl->u.park));
+    *slot = idx;
+    return sl->u.park;
+}
+
+void *fd_uring_parked(uint32_t slot, int *fd)
+{
+    if (slot >= nslots || !slots[slot].parked)
+        return NULL;
+    *fd = slots[slot].fd;
+    return slots[slot].u.park;
+}
+
+void fd_uring_unpark(uint32_t slot, fd_event_t *ev)
+{
+    slot_t *sl = &slots[slot];
+
+    sl->parked = 0;
+    memset(&sl->u, 0, sizeof(sl->u));
+    sl->ev = ev;
+    ev->slot = slot + 1;
+}
+
+void fd_uring_park_close(uint32_t slot)
+{
+    int fd = slots[slot].fd;
+
+    slot_free(slot);
+    close(fd);
+}
+
 int fd_uring_accept(fd_event_t *ev, struct sockaddr *sa, socklen_t *len)
 {
     int fd;
@@ -459,7 +527,7 @@ static void buf_recycle(unsigned bid)
 static void rx_keep(slot_t *sl, uint32_t idx, const char *p, size_t n)
 {
     while (n > 0) {
-        rxq_t *t = sl->rx ? sl->rx->tail : NULL, *b;
+        rxq_t *t = sl->u.a.rx ? sl->u.a.rx->tail : NULL, *b;
         size_t k;
 
         if (t == NULL || t->len == RX_BLOCK) {
@@ -470,21 +538,21 @@ static void rx_keep(slot_t *sl, uint32_t idx, const char *p, size_t n)
                 return;
             }
             if (t == NULL) {
-                sl->rx = b;
+                sl->u.a.rx = b;
             } else {
                 t->next = b;
-                sl->rx->tail = b;
+                sl->u.a.rx->tail = b;
             }
             t = b;
         }
         k = fd_min(n, (size_t)(RX_BLOCK - t->len));
         memcpy(t->data + t->len, p, k);
         t->len += (uint32_t)k;
-        sl->rx->total += k;
+        sl->u.a.rx->total += k;
         p += k;
         n -= k;
     }
-    if (sl->rx->total > RX_PAUSE && sl->recv) {
+    if (sl->u.a.rx->total > RX_PAUSE && sl->recv) {
         cancel(idx, K_RECV, sl->recv_seq);
         sl->recv = 0;
         sl->paused = 1;
@@ -508,7 +576,7 @@ ring_read(fd_stream_t *s, char *buf, size_t size, int peek)
                                       * registers when it first waits):
                                       * the bytes are in the socket */
         return recv(s->ev.fd, buf, size, peek ? MSG_PEEK : 0);
-    for (h = sl->rx; h && n < size; h = peek ? h->next : sl->rx) {
+    for (h = sl->u.a.rx; h && n < size; h = peek ? h->next : sl->u.a.rx) {
         k = fd_min(size - n, (size_t)(h->len - h->off));
         memcpy(buf + n, h->data + h->off, k);
         n += k;
@@ -517,10 +585,10 @@ ring_read(fd_stream_t *s, char *buf, size_t size, int peek)
         h->off += (uint32_t)k;
         h->total -= k;
         if (h->off == h->len) {
-            sl->rx = h->next;
-            if (sl->rx) {
-                sl->rx->tail = h->tail;
-                sl->rx->total = h->total;
+            sl->u.a.rx = h->next;
+            if (sl->u.a.rx) {
+                sl->u.a.rx->tail = h->tail;
+                sl->u.a.rx->total = h->total;
             }
             rx_put(h);
         }
@@ -691,6 +759,20 @@ static void complete(const struct io_uring_cqe *c)
 
     if (kind == K_IGNORE || kind == K_SEND)
         return;
+    if (sl && sl->parked && sl->gen == gen && kind == K_RECV &&
+        seq == sl->recv_seq && c->res != -ECANCELED) {
+        /* bytes (or an end, an error) for a parked stream: its owner
+         * takes it back first (a receive without a buffer only re-arms) */
+        if (c->res == -ENOBUFS) {
+            if (!(c->flags & IORING_CQE_F_MORE))
+                sl->recv = 0;
+            if (!sl->recv)
+                (void)arm_recv(idx);
+            return;
+        }
+        if (fd_uring_wake)
+            fd_uring_wake(idx);
+    }
     if (sl == NULL || sl->ev == NULL || sl->gen != gen) {
         /* for a registration that is gone: what it carries goes back */
         if (kind == K_RECV && (c->flags & IORING_CQE_F_BUFFER))
@@ -735,7 +817,8 @@ static void prescan(unsigned from, unsigned to)
             fd_sendq_result((unsigned)(u >> 8), batch[i].res);
         } else if ((u & 15) == K_RECV && batch[i].res > 0 && idx < nslots &&
                    slots[idx].gen == (uint32_t)(u >> 32) &&
-                   slots[idx].ev && slots[idx].batch < 255) {
+                   (slots[idx].ev || slots[idx].parked) &&
+                   slots[idx].batch < 255) {
             slots[idx].batch++;
         }
     }
@@ -862,7 +945,8 @@ void fd_uring_exit(void)
         return;
     io_uring_queue_exit(&ring);
     for (uint32_t i = 0; i < nslots; i++)
-        rx_drop(slots[i].rx);
+        if (!slots[i].parked)
+            rx_drop(slots[i].u.a.rx);
     while (rx_cache) {
         rxq_t *next = rx_cache->next;
         free(rx_cache);

@@ -3,7 +3,8 @@
 
 /*
  * The io_uring backend (fd_uring.c), behind fd_event.h's interface. Only
- * fd_event.c, fd_stream.c and fd_sendq.c call these.
+ * fd_event.c, fd_stream.c and fd_sendq.c call these, and fd_worker.c the
+ * parking below.
  */
 #include <sys/types.h>
 
@@ -40,5 +41,26 @@ int fd_uring_wait(const sigset_t *waitset, int timeout);
  * a submit) and its completion tag */
 struct io_uring_sqe *fd_uring_sqe(void);
 uint64_t fd_uring_send_tag(unsigned index);
+
+/*
+ * Parking: an idle plain stream whose bytes come by the ring gives its
+ * event up, and its owner keeps FD_URING_PARK bytes of its own in the
+ * slot instead (fd_worker.c: an idle keep-alive connection costs the
+ * slot and nothing else). fd_uring_park() returns that room (zeroed) and
+ * the slot's index, or NULL when the stream holds something (bytes, an
+ * end, a write poll) and cannot park. When the ring receives for a
+ * parked slot, fd_uring_wake(slot) runs first: it is to give the slot an
+ * event again with fd_uring_unpark() (reading its record before, which
+ * that clears), or to close it, and the completion then reaches that
+ * event as usual. fd_uring_parked():
+ * the record and descriptor of a parked slot, NULL for any other.
+ * fd_uring_park_close(): a parked slot's end, its descriptor closed.
+ */
+#define FD_URING_PARK 40
+void *fd_uring_park(fd_event_t *ev, uint32_t *slot);
+void *fd_uring_parked(uint32_t slot, int *fd);
+void fd_uring_unpark(uint32_t slot, fd_event_t *ev);
+void fd_uring_park_close(uint32_t slot);
+extern fd_event_t *(*fd_uring_wake)(uint32_t slot);
 
 #endif

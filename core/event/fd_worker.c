@@ -22,13 +22,14 @@
 #include "fd_ssl.h"
 #include "fd_realip.h"
 #include "fd_http.h"
+#include "fd_uring.h"
 
 fd_worker_t *fd_worker;
 static fd_worker_t worker;
-static fd_connection_t *conn_mem; /* indexed by fd, pages touched lazily */
 /* the socket's peer of a connection whose address a PROXY header gave
- * (c->proxied), indexed by fd as conn_mem; mapped only when a listener
- * says proxy_protocol, so that fd_connection_t stays small */
+ * (c->proxied), indexed by fd; reserved whole, a page is touched only by
+ * a connection that came with a header, so that fd_connection_t stays
+ * small */
 static fd_addr_t *hop_mem;
 
 static void pp_event(fd_event_t *ev, uint32_t events);
@@ -59,6 +60,48 @@ static uint32_t conn_ids;
 volatile sig_atomic_t fd_sig_quit, fd_sig_terminate, fd_sig_reopen;
 
 /* --- connections --- */
+
+/*
+ * The connection structs: one table, reserved whole, whose pages are
+ * touched as they are used. Under epoll it is indexed by descriptor.
+ * Under io_uring an idle keep-alive connection parks (below) and gives
+ * its struct back, so the table is a pool there, reused last-freed first
+ * (the warmest in cache), and holds as many as are busy, not as are open.
+ * A closed connection's struct stays as it was left (descriptor -1,
+ * state FREE) until it is handed out again, at an accept or a wake in the
+ * loop, never inside another connection's handler.
+ */
+static fd_connection_t *conn_mem;
+static uint32_t *conn_free; /* io_uring: the pool's free structs, a stack */
+static unsigned conn_nfree, conn_top; /* ... and its used part */
+
+static fd_connection_t *conn_get(int fd)
+{
+    fd_connection_t *c;
+
+    if (!fd_event_uring)
+        c = &conn_mem[fd];
+    else if (conn_nfree)
+        c = &conn_mem[conn_free[--conn_nfree]];
+    else if (conn_top < fd_worker->max_conns)
+        c = &conn_mem[conn_top++];
+    else
+        return NULL; /* each holds a descriptor: cannot happen */
+    {
+        /* epoll: an event for the struct's last user, later in the same
+         * batch, is told apart by this bit (fd_event_turn) */
+        unsigned instance = c->s.ev.instance;
+        memset(c, 0, sizeof(*c));
+        c->s.ev.instance = !instance;
+    }
+    return c;
+}
+
+static void conn_put(fd_connection_t *c)
+{
+    if (fd_event_uring)
+        conn_free[conn_nfree++] = (uint32_t)(c - conn_mem);
+}
 
 void fd_connection_set_state(fd_connection_t *c, int state)
 {
@@ -228,10 +271,236 @@ void fd_connection_close(fd_connection_t *c)
         ip_count_del(c);
     fd_stream_close_transport(&c->s);
     fd_event_close(&c->s.ev);
+    conn_put(c);
     fd_worker->nconns--;
     fd_stats->conn_active--;
     if (fd_worker->quitting && fd_worker->nconns + fd_worker->nheld == 0)
         fd_sig_terminate = 1;
+}
+
+/*
+ * Parking (io_uring): an idle keep-alive connection over plain TCP,
+ * with nothing held (no request state, no TLS, no bytes unread), gives
+ * its struct back to the pool and keeps what it needs to go on in its
+ * ring slot: 64 bytes in all for an idle connection, where the struct
+ * and the slot took 160. The ring's multishot receive stays armed; its
+ * next completion wakes the connection (park_wake) into a fresh struct,
+ * the same connection to everything above (id, address, request count,
+ * deadline). Connections park at the end of the loop turn in which they
+ * went idle (fd_connection_park only notes them): nothing up the stack
+ * of the handler that made one idle sees its struct go.
+ *
+ * The keep-alive timeout is one value for every connection, so parked
+ * connections are in the order of their deadlines: a list by slot, whose
+ * head one timer waits for. A graceful stop wakes them all first.
+ */
+typedef struct {
+    uint32_t requests, id, deadline;
+    uint32_t prev, next;       /* the parked list, by slot; 0: none */
+    uint8_t addr[16];
+    uint16_t port;
+    uint8_t ls_index;
+    uint8_t family:4;
+    uint8_t ip_counted:1;
+    uint8_t proxied:1;
+    uint8_t nodelay:1;
+} parked_t;
+
+_Static_assert(sizeof(parked_t) <= FD_URING_PARK,
+               "a parked connection outgrew its slot's room");
+
+static uint32_t park_head, park_tail;
+static fd_timer_t park_timer;
+static struct {
+    fd_connection_t *c;
+    uint32_t id;
+} *to_park;
+static unsigned nto_park, to_park_cap;
+static fd_posted_t park_post;
+
+static parked_t *park_rec(uint32_t slot)
+{
+    int fd;
+
+    return fd_uring_parked(slot, &fd);
+}
+
+static void park_unlink(uint32_t slot, parked_t *p)
+{
+    if (p->prev)
+        park_rec(p->prev)->next = p->next;
+    else
+        park_head = p->next;
+    if (p->next)
+        park_rec(p->next)->prev = p->prev;
+    else
+        park_tail = p->prev;
+}
+
+static int park_ok(const fd_connection_t *c)
+{
+    return c->s.ev.fd >= 0 && c->state == FD_CONN_IDLE && c->h == NULL &&
+           !c->closing && !c->linger && !c->h2 && c->s.tls == NULL &&
+           c->s.tp == &fd_transport_tcp && c->s.registered && !c->s.eof &&
+           !c->s.error && c->s.deadline != 0 && c->ls_index <= 255 &&
+           c->family <= 15 &&
+           c->s.ev.handler == fd_conn_listening(c)->proto->handler;
+}
+
+static void park(fd_connection_t *c)
+{
+    uint32_t slot;
+    parked_t *p;
+
+    if (!park_ok(c) || (p = fd_uring_park(&c->s.ev, &slot)) == NULL)
+        return;
+    p->requests = c->requests;
+    p->id = c->id;
+    p->deadline = c->s.deadline;
+    memcpy(p->addr, c->addr, sizeof(p->addr));
+    p->port = c->port;
+    p->ls_index = (uint8_t)c->ls_index;
+    p->family = c->family & 15;
+    p->ip_counted = c->ip_counted;
+    p->proxied = c->proxied;
+    p->nodelay = c->s.nodelay;
+    p->prev = park_tail;
+    if (park_tail)
+        park_rec(park_tail)->next = slot;
+    else
+        park_head = slot;
+    park_tail = slot;
+    fd_stats->conn_parked++;
+    fd_timer_del(&c->s.timer);
+    /* still idle in the gauges; the struct is free */
+    c->state = FD_CONN_FREE;
+    c->s.ev.fd = -1;
+    conn_put(c);
+    if (!fd_timer_armed(&park_timer)) {
+        int32_t left = fd_msec32_diff(p->deadline, (uint32_t)fd_current_msec);
+        fd_timer_add(&park_timer, left > 0 ? (fd_msec_t)left : 0);
+    }
+}
+
+static void park_noted(void *data)
+{
+    unsigned i;
+
+    (void)data;
+    for (i = 0; i < nto_park; i++)
+        if (to_park[i].c->id == to_park[i].id && !fd_worker->quitting)
+            park(to_park[i].c);
+    nto_park = 0;
+}
+
+void fd_connection_park(fd_connection_t *c)
+{
+    /* the rest is for the end of the turn: the stream registers with the
+     * ring after its handler made it idle (fd_http.c) */
+    if (!fd_event_uring || fd_worker->quitting ||
+        c->s.tp != &fd_transport_tcp || c->h2)
+        return;
+    if (nto_park == to_park_cap) {
+        unsigned cap = to_park_cap ? to_park_cap * 2 : 256;
+        void *p = realloc(to_park, cap * sizeof(*to_park));
+        if (p == NULL)
+            return; /* it stays as it is */
+        to_park = p;
+        to_park_cap = cap;
+    }
+    to_park[nto_park].c = c;
+    to_park[nto_park].id = c->id;
+    if (nto_park++ == 0) {
+        park_post.handler = park_noted;
+        park_post.data = NULL;
+        fd_event_post(&park_post);
+    }
+}
+
+/* A parked connection back in a struct: NULL when there was no memory
+ * for one (it is closed then). */
+static fd_connection_t *park_wake(uint32_t slot)
+{
+    fd_worker_t *w = fd_worker;
+    fd_connection_t *c;
+    int fd;
+    parked_t *p = fd_uring_parked(slot, &fd), rec;
+
+    if (p == NULL)
+        return NULL;
+    rec = *p;
+    park_unlink(slot, p);
+    fd_stats->conn_parked--;
+    if ((c = conn_get(fd)) == NULL) {
+        fd_log_error(FD_LOG_ALERT, 0, "no connection struct to wake an "
+                     "idle connection in: closed");
+        if (rec.ip_counted)
+            ip_count_drop(ip_slot_of(rec.family, rec.addr));
+        fd_stats->conn_idle--;
+        fd_uring_park_close(slot);
+        w->nconns--;
+        fd_stats->conn_active--;
+        return NULL;
+    }
+    c->s.ev.stream = 1;
+    c->s.ev.fd = fd;
+    c->s.ev.handler = w->cycle->ls_array[rec.ls_index]->proto->handler;
+    c->s.tp = &fd_transport_tcp;
+    c->s.et = 1;
+    c->s.writable = 1;
+    c->s.registered = 1;
+    c->s.handshaken = 1;
+    c->s.nodelay = rec.nodelay;
+    c->s.timer.handler = conn_timer;
+    c->s.deadline = rec.deadline;
+    c->requests = rec.requests;
+    c->id = rec.id;
+    c->ls_index = rec.ls_index;
+    c->family = rec.family;
+    c->port = rec.port;
+    memcpy(c->addr, rec.addr, sizeof(c->addr));
+    c->ip_counted = rec.ip_counted;
+    c->proxied = rec.proxied;
+    c->state = FD_CONN_IDLE; /* counted so all along */
+    fd_uring_unpark(slot, &c->s.ev);
+    {
+        int32_t left = fd_msec32_diff(rec.deadline, (uint32_t)fd_current_msec);
+        fd_timer_add(&c->s.timer, left > 0 ? (fd_msec_t)left : 0);
+    }
+    return c;
+}
+
+static fd_event_t *park_wake_event(uint32_t slot)
+{
+    fd_connection_t *c = park_wake(slot);
+
+    return c ? &c->s.ev : NULL;
+}
+
+/* the oldest parked connections' keep-alive timeouts */
+static void park_expire(fd_timer_t *t)
+{
+    (void)t;
+    while (park_head) {
+        parked_t *p = park_rec(park_head);
+        int32_t left = fd_msec32_diff(p->deadline, (uint32_t)fd_current_msec);
+        fd_connection_t *c;
+
+        if (left > 0) {
+            fd_timer_add(&park_timer, (fd_msec_t)left);
+            return;
+        }
+        if ((c = park_wake(park_head)) != NULL)
+            conn_timer(&c->s.timer);
+    }
+}
+
+/* every parked connection back in a struct (a graceful stop) */
+static void park_wake_all(void)
+{
+    while (park_head)
+        (void)park_wake(park_head);
+    fd_timer_del(&park_timer);
 }
 
 void fd_worker_hold(int delta)
@@ -499,11 +768,11 @@ static void accept_some(fd_listening_t *ls, unsigned max)
             close(fd);
             continue;
         }
-        c = &conn_mem[fd];
-        {
-            unsigned instance = c->s.ev.instance;
-            memset(c, 0, sizeof(*c));
-            c->s.ev.instance = !instance;
+        if ((c = conn_get(fd)) == NULL) {
+            fd_log_error(FD_LOG_ALERT, 0, "no connection struct for a new "
+                         "connection: closed");
+            close(fd);
+            continue;
         }
         c->s.ev.stream = 1;
         c->s.ev.fd = fd;
@@ -603,10 +872,11 @@ void fd_worker_stop_accepting(void)
 
 static void close_idle_soon(void)
 {
-    unsigned fd;
+    unsigned i;
 
-    for (fd = 0; fd < fd_worker->max_conns; fd++) {
-        fd_connection_t *c = &conn_mem[fd];
+    park_wake_all();
+    for (i = 0; i < (fd_event_uring ? conn_top : fd_worker->max_conns); i++) {
+        fd_connection_t *c = &conn_mem[i];
         const fd_proto_t *proto;
         int idle;
 
@@ -678,7 +948,10 @@ static int worker_init(fd_worker_t *w, fd_cycle_t *cycle)
     conn_mem = mmap(NULL, (size_t)w->max_conns * sizeof(fd_connection_t),
                     PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS |
                     MAP_NORESERVE, -1, 0);
-    if (conn_mem == MAP_FAILED) {
+    conn_free = mmap(NULL, (size_t)w->max_conns * sizeof(*conn_free),
+                     PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS |
+                     MAP_NORESERVE, -1, 0);
+    if (conn_mem == MAP_FAILED || conn_free == MAP_FAILED) {
         fd_log_error(FD_LOG_EMERG, errno, "mmap() of connections failed");
         return FD_ERROR;
     }
@@ -712,6 +985,8 @@ static int worker_init(fd_worker_t *w, fd_cycle_t *cycle)
     w->wbufs.size = 16384;
     w->wbufs.keep = 1024;
     accept_timer.handler = accept_resume;
+    park_timer.handler = park_expire;
+    fd_uring_wake = park_wake_event;
     fd_time_update();
 
     for (m = 0; m < fd_nmodules; m++)

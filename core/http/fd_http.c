@@ -1475,6 +1475,7 @@ static void http_after_io(fd_connection_t *c)
                                                   1000)
                                          : fd_worker->cycle->http
                                                .keepalive_timeout);
+        fd_connection_park(c);
         return;
     }
     if (c->s.eof) {
@@ -1582,4 +1583,5 @@ const fd_proto_t fd_http_proto = {
     .release = http_release,
     .idle = http_idle,
     .quit = http_quit,
+    .handler = http_event,
 };
