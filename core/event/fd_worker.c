@@ -417,8 +417,9 @@ void fd_connection_park(fd_connection_t *c)
     }
 }
 
-/* A parked connection back in a struct: NULL when there was no memory
- * for one (it is closed then). */
+/* A parked connection back in a struct: NULL when there was none for it
+ * (it is closed then; each struct holds a descriptor, so the table has
+ * one for every open connection). */
 static fd_connection_t *park_wake(uint32_t slot)
 {
     fd_worker_t *w = fd_worker;
