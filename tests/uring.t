@@ -175,6 +175,52 @@ $t->no_alerts;
     $p->no_alerts;
 }
 
+# --- a parked connection behind a PROXY header keeps the client it named,
+# and its place in max_conns_per_ip -------------------------------------------
+{
+    my $p = FastdTest->new(conf => FastdTest::base_conf(
+        events    => { backend => 'io_uring' },
+        server    => { listen => '127.0.0.1:%%PORT%% proxy_protocol',
+                       max_conns_per_ip => 2 },
+        locations => "[location = /who]\n"
+                   . "return = 200 \$remote_addr \$connection_requests\n\n"
+                   . "[location = /status]\nhandler = status\n\n"));
+    $p->start;
+    my $parked = sub {
+        my $c = $p->connect;
+        $c->send("PROXY TCP4 192.0.2.9 127.0.0.1 5000 80\r\n"
+                 . "GET /status HTTP/1.1\r\nHost: x\r\nConnection: close"
+                 . "\r\n\r\n");
+        my $r = $c->read_response(timeout => 10);
+        return $r && $r->body =~ /"parked":\s*(\d+)/ ? $1 : -1;
+    };
+    my $ask = sub {
+        my ($c, $head) = @_;
+        $c->send(($head // '') . "GET /who HTTP/1.1\r\nHost: x\r\n\r\n");
+        my $r = $c->read_response(timeout => 10);
+        return $r ? $r->status . ' ' . $r->body : '';
+    };
+    my @c = map { $p->connect } 1 .. 2;
+    my @first = map {
+        $ask->($c[$_], "PROXY TCP4 198.51.100.7 127.0.0.1 400$_ 80\r\n")
+    } 0 .. 1;
+    is("@first", '200 198.51.100.7 1 200 198.51.100.7 1',
+       'two connections behind PROXY headers, from one client');
+    ok(FastdTest::wait_for(sub { $parked->() >= 2 }, 10), 'both parked');
+    is($ask->($c[0]), '200 198.51.100.7 2', 'woken: the client its header '
+       . 'named');
+    # a third from the same client is over max_conns_per_ip = 2: the two
+    # parked ones count
+    ok(FastdTest::wait_for(sub { $parked->() >= 2 }, 10), 'parked again');
+    my $d = $p->connect;
+    like($ask->($d, "PROXY TCP4 198.51.100.7 127.0.0.1 4009 80\r\n"),
+         qr/^503 /, 'a third from that client is over the limit ... ');
+    is($ask->($c[1]), '200 198.51.100.7 2', '... and a parked one still '
+       . 'serves');
+    $p->stop;
+    $p->no_alerts;
+}
+
 # --- a seccomp filter refuses io_uring: epoll, and one warning per worker --
 my $cc = `command -v cc 2>/dev/null`;
 chomp $cc;
