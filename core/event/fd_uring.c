@@ -115,7 +115,7 @@ static struct {
     size_t off, len;
 } cur;
 
-fd_event_t *(*fd_uring_wake)(uint32_t slot);
+void (*fd_uring_wake)(uint32_t slot);
 
 /* the connection being handed to its listener's handler */
 static int acc_fd = -1, acc_err, in_accept;
@@ -290,10 +290,8 @@ static void slot_free(uint32_t idx)
         cancel(idx, K_RECV, sl->recv_seq);
     if (sl->accept)
         cancel(idx, K_ACCEPT, 0);
-    if (!sl->parked)
-        rx_drop(sl->u.a.rx);
-    if (sl->ev)
-        sl->ev->slot = 0;
+    rx_drop(sl->u.a.rx); /* never parked here: its owner woke it first */
+    sl->ev->slot = 0;
     memset(sl, 0, sizeof(*sl));
     sl->gen = gen; /* completions still on their way are stale now */
     sl->u.a.next_free = free_head;
@@ -476,14 +474,6 @@ void fd_uring_unpark(uint32_t slot, fd_event_t *ev)
     memset(&sl->u, 0, sizeof(sl->u));
     sl->ev = ev;
     ev->slot = slot + 1;
-}
-
-void fd_uring_park_close(uint32_t slot)
-{
-    int fd = slots[slot].fd;
-
-    slot_free(slot);
-    close(fd);
 }
 
 int fd_uring_accept(fd_event_t *ev, struct sockaddr *sa, socklen_t *len)

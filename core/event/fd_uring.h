@@ -51,16 +51,15 @@ uint64_t fd_uring_send_tag(unsigned index);
  * end, a write poll) and cannot park. When the ring receives for a
  * parked slot, fd_uring_wake(slot) runs first: it is to give the slot an
  * event again with fd_uring_unpark() (reading its record before, which
- * that clears), or to close it, and the completion then reaches that
- * event as usual. fd_uring_parked():
- * the record and descriptor of a parked slot, NULL for any other.
- * fd_uring_park_close(): a parked slot's end, its descriptor closed.
+ * that clears), and the completion then reaches that event as usual. A
+ * parked slot leaves the ring only that way: it is woken before it is
+ * closed. fd_uring_parked(): the record and descriptor of a parked slot,
+ * NULL for any other.
  */
 #define FD_URING_PARK 40
 void *fd_uring_park(fd_event_t *ev, uint32_t *slot);
 void *fd_uring_parked(uint32_t slot, int *fd);
 void fd_uring_unpark(uint32_t slot, fd_event_t *ev);
-void fd_uring_park_close(uint32_t slot);
-extern fd_event_t *(*fd_uring_wake)(uint32_t slot);
+extern void (*fd_uring_wake)(uint32_t slot);
 
 #endif

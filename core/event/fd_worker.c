@@ -75,7 +75,14 @@ static fd_connection_t *conn_mem;
 static uint32_t *conn_free; /* io_uring: the pool's free structs, a stack */
 static unsigned conn_nfree, conn_top; /* ... and its used part */
 
-static fd_connection_t *conn_get(int fd)
+static void conn_timer(fd_timer_t *t);
+
+/*
+ * A struct for a connection on fd (< max_conns), its stream set up over
+ * plain TCP. The pool never runs out: a struct in use holds a descriptor
+ * of its own below max_conns, and the table has max_conns of them.
+ */
+static fd_connection_t *conn_new(int fd, unsigned ls_index)
 {
     fd_connection_t *c;
 
@@ -83,10 +90,8 @@ static fd_connection_t *conn_get(int fd)
         c = &conn_mem[fd];
     else if (conn_nfree)
         c = &conn_mem[conn_free[--conn_nfree]];
-    else if (conn_top < fd_worker->max_conns)
-        c = &conn_mem[conn_top++];
     else
-        return NULL; /* each holds a descriptor: cannot happen */
+        c = &conn_mem[conn_top++];
     {
         /* epoll: an event for the struct's last user, later in the same
          * batch, is told apart by this bit (fd_event_turn) */
@@ -94,6 +99,13 @@ static fd_connection_t *conn_get(int fd)
         memset(c, 0, sizeof(*c));
         c->s.ev.instance = !instance;
     }
+    c->s.ev.stream = 1;
+    c->s.ev.fd = fd;
+    c->s.tp = &fd_transport_tcp;
+    c->s.et = fd_worker->cycle->events.edge_triggered != 0;
+    c->s.writable = 1; /* a new socket takes output */
+    c->s.timer.handler = conn_timer;
+    c->ls_index = (uint16_t)ls_index;
     return c;
 }
 
@@ -417,12 +429,9 @@ void fd_connection_park(fd_connection_t *c)
     }
 }
 
-/* A parked connection back in a struct: NULL when there was none for it
- * (it is closed then; each struct holds a descriptor, so the table has
- * one for every open connection). */
+/* A parked connection back in a struct (NULL: the slot is not parked). */
 static fd_connection_t *park_wake(uint32_t slot)
 {
-    fd_worker_t *w = fd_worker;
     fd_connection_t *c;
     int fd;
     parked_t *p = fd_uring_parked(slot, &fd), rec;
@@ -432,31 +441,14 @@ static fd_connection_t *park_wake(uint32_t slot)
     rec = *p;
     park_unlink(slot, p);
     fd_stats->conn_parked--;
-    if ((c = conn_get(fd)) == NULL) {
-        fd_log_error(FD_LOG_ALERT, 0, "no connection struct to wake an "
-                     "idle connection in: closed");
-        if (rec.ip_counted)
-            ip_count_drop(ip_slot_of(rec.family, rec.addr));
-        fd_stats->conn_idle--;
-        fd_uring_park_close(slot);
-        w->nconns--;
-        fd_stats->conn_active--;
-        return NULL;
-    }
-    c->s.ev.stream = 1;
-    c->s.ev.fd = fd;
-    c->s.ev.handler = w->cycle->ls_array[rec.ls_index]->proto->handler;
-    c->s.tp = &fd_transport_tcp;
-    c->s.et = 1;
-    c->s.writable = 1;
+    c = conn_new(fd, rec.ls_index);
+    c->s.ev.handler = fd_conn_listening(c)->proto->handler;
     c->s.registered = 1;
     c->s.handshaken = 1;
     c->s.nodelay = rec.nodelay;
-    c->s.timer.handler = conn_timer;
     c->s.deadline = rec.deadline;
     c->requests = rec.requests;
     c->id = rec.id;
-    c->ls_index = rec.ls_index;
     c->family = rec.family;
     c->port = rec.port;
     memcpy(c->addr, rec.addr, sizeof(c->addr));
@@ -471,11 +463,9 @@ static fd_connection_t *park_wake(uint32_t slot)
     return c;
 }
 
-static fd_event_t *park_wake_event(uint32_t slot)
+static void park_wake_hook(uint32_t slot)
 {
-    fd_connection_t *c = park_wake(slot);
-
-    return c ? &c->s.ev : NULL;
+    (void)park_wake(slot);
 }
 
 /* the oldest parked connections' keep-alive timeouts */
@@ -491,8 +481,8 @@ static void park_expire(fd_timer_t *t)
             fd_timer_add(&park_timer, (fd_msec_t)left);
             return;
         }
-        if ((c = park_wake(park_head)) != NULL)
-            conn_timer(&c->s.timer);
+        c = park_wake(park_head);
+        conn_timer(&c->s.timer);
     }
 }
 
@@ -769,19 +759,7 @@ static void accept_some(fd_listening_t *ls, unsigned max)
             close(fd);
             continue;
         }
-        if ((c = conn_get(fd)) == NULL) {
-            fd_log_error(FD_LOG_ALERT, 0, "no connection struct for a new "
-                         "connection: closed");
-            close(fd);
-            continue;
-        }
-        c->s.ev.stream = 1;
-        c->s.ev.fd = fd;
-        c->s.tp = &fd_transport_tcp;
-        c->s.et = w->cycle->events.edge_triggered != 0;
-        c->s.writable = 1; /* a new socket takes output */
-        c->s.timer.handler = conn_timer;
-        c->ls_index = (uint16_t)ls->index;
+        c = conn_new(fd, ls->index);
         c->id = ++conn_ids;
         c->family = (uint8_t)ss.ss_family;
         if (ss.ss_family == AF_INET) {
@@ -987,7 +965,7 @@ static int worker_init(fd_worker_t *w, fd_cycle_t *cycle)
     w->wbufs.keep = 1024;
     accept_timer.handler = accept_resume;
     park_timer.handler = park_expire;
-    fd_uring_wake = park_wake_event;
+    fd_uring_wake = park_wake_hook;
     fd_time_update();
 
     for (m = 0; m < fd_nmodules; m++)
