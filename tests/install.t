@@ -30,6 +30,14 @@ my $lr_dir = "$tmp/logrotate.d";
     ok(-f "$prefix/conf/mime.types", 'conf/mime.types');
     ok(-f "$prefix/html/index.html", 'html/');
     ok(-d "$prefix/logs", 'logs/');
+    ok(-f "$prefix/conf/README.md" && -f "$prefix/conf/doc/proxy.md",
+       'the manual: conf/README.md and conf/doc/');
+    for my $man ('man8/fastd.8', 'man5/fastd.conf.5') {
+        my $text = -f "$prefix/share/man/$man"
+            ? `MANWIDTH=80 man -l '$prefix/share/man/$man' 2>&1` : '';
+        like($text, $man =~ /conf/ ? qr/keepalive_timeout/ : qr/SIGNALS/,
+             "share/man/$man installed and readable with man -l");
+    }
     ok(!-e "$prefix/conf/fastd.service" && !-e "$prefix/conf/fastd.logrotate",
        'the unit and the logrotate policy are not copied as config');
     # conf/fastd.conf's ssl address needs a certificate: install makes one

@@ -1,5 +1,5 @@
 #!/usr/bin/perl
-# README.md's configuration reference is what the binary documents: the
+# conf/README.md's configuration reference is what the binary documents: the
 # lines between "<!-- fastd -k -->" and "<!-- end fastd -k -->" are
 # `fastd -k` (the .doc beside each key's declaration), so a key added,
 # moved or changed without `auto/readme-keys` fails here.
@@ -11,9 +11,9 @@ use lib "$FindBin::Bin/lib";
 use FastdTest;
 use Test::More;
 
-my $readme = FastdTest::slurp("$FindBin::Bin/../README.md");
+my $readme = FastdTest::slurp("$FindBin::Bin/../conf/README.md");
 my ($block) = $readme =~ /<!-- fastd -k -->\n(.*?)<!-- end fastd -k -->/s;
-ok(defined $block, 'README.md has the key reference markers');
+ok(defined $block, 'conf/README.md has the key reference markers');
 my ($rc, $keys) = FastdTest::run_fastd('-k');
 is($rc, 0, 'fastd -k exits 0');
 my @want = split /\n/, $keys;
@@ -21,7 +21,7 @@ my @have = split /\n/, $block // '';
 my $i = 0;
 $i++ while $i < @want && $i < @have && $want[$i] eq $have[$i];
 ok(@want == @have && $i == @want,
-   'README.md\'s key reference is fastd -k (run auto/readme-keys)')
+   'conf/README.md\'s key reference is fastd -k (run auto/readme-keys)')
     or diag("first difference at line " . ($i + 1) . " of the block:\n"
             . "  fastd -k: " . ($want[$i] // '(end)') . "\n"
             . "  README:   " . ($have[$i] // '(end)'));
