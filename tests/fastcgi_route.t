@@ -128,5 +128,35 @@ SKIP: {
        '... run by PHP');
 }
 
+# --- HTTP_HOST is the host fastd routed on --------------------------------
+
+$r = $t->http("GET http://shop.test/php/index.php HTTP/1.1\r\n"
+            . "Host: evil.example\r\n\r\n");
+is($r->{body}, 'ran /php/index.php for shop.test',
+   'absolute-form: HTTP_HOST is the target\'s authority, not the Host field');
+SKIP: {
+    skip H2::why_not(), 4 if H2::why_not();
+    my $h = H2::py($t, <<'PY', timeout => 60);
+c = Raw()
+c.req(1, path='/php/index.php', authority='shop.test',
+      headers=[('host', 'evil.example')])
+r1 = c.response(1, timeout=20)
+c.req(3, path='/php/index.php', authority='shop.test',
+      headers=[('host', 'SHOP.test')])
+r3 = c.response(3, timeout=20)
+c.req(5, path='/php/index.php', authority='shop.test')
+r5 = c.response(5, timeout=20)
+done(s1=r1['status'], b1=r1['body'], s3=r3['status'], b3=r3['body'],
+     s5=r5['status'], b5=r5['body'], **c.summary())
+PY
+    is($h->{s1}, 400, 'HTTP/2: a host field other than :authority is 400')
+        or diag(H2::explain($h));
+    unlike($h->{b1} // '', qr/ran/, '... and never reaches the application');
+    is($h->{b3}, 'ran /php/index.php for shop.test',
+       '... one equal to it but for case is served, on the same connection');
+    is($h->{b5}, 'ran /php/index.php for shop.test',
+       '... and :authority alone is HTTP_HOST');
+}
+
 $t->no_alerts;
 done_testing;

@@ -451,6 +451,18 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *frame,
             st->cookie = v;
             st->cookie_cap = v.len; /* v is the pool's copy */
         }
+    } else if (in->host_from_target && fd_str_eq_lit(n, "host")) {
+        /* RFC 9113 8.3.1: a host field beside :authority must say the
+         * same host; one that differs is malformed (400, as nginx), so
+         * that no module routed on one can hand on the other */
+        fd_str_t h;
+
+        rc = fd_http_parse_host(v, &h, r->pool);
+        if (rc == FD_OK &&
+            !fd_str_caseeq(h, in->host.data, in->host.len))
+            rc = 400;
+        if (rc == FD_OK)
+            rc = fd_http_req_header(in, n, v);
     } else {
         rc = fd_http_req_header(in, n, v);
     }
