@@ -296,7 +296,10 @@ const fd_directive_t fd_http_loc_directives[] = {
     {.name = "root", .type = FD_CONF_CUSTOM, .offset = 0,
      .set = set_root, .doc = "document root for static files"},
     {.name = "index", .type = FD_CONF_LIST, .offset = LOC(index),
-     .doc = "index file names, repeatable (default index.html)"},
+     .doc = "index file names, repeatable (default index.html): a "
+            "request for a directory (path ending in /) is internally "
+            "redirected to the first that exists, its location chosen "
+            "again (so an index.php runs in the PHP location)"},
     {.name = "follow_symlinks", .type = FD_CONF_FLAG,
      .offset = LOC(follow_symlinks), .def = "off",
      .doc = "off: a symlink anywhere under root is refused with 403"},
@@ -373,8 +376,9 @@ const fd_directive_t fd_http_loc_directives[] = {
      .doc = "FILE... URI | @name | =CODE, after the access phase: the first "
             "FILE ($variables expanded; a trailing / means a directory) "
             "that exists under the location's root or alias (confined and "
-            "symlinks judged as static does) is served by this location as "
-            "the request's path; else the URI is routed again (its "
+            "symlinks judged as static does) is served by this location if "
+            "it is the request's path, else the request is routed again as "
+            "that path (unlike nginx); none: the URI is routed again (its "
             "location's rewrite and access checks run; ?args replace the "
             "request's), @name goes to [location @name] with the URI "
             "untouched, =CODE answers CODE. 10 internal redirects of one "

@@ -71,7 +71,10 @@ struct fd_module_s {
     int (*init_conf)(fd_conf_t *cf, fd_http_loc_t *loc, void *conf);
     int (*init_worker)(fd_worker_t *w);
     void (*exit_worker)(fd_worker_t *w);
-    fd_handler_pt handler;            /* produces the response */
+    /* produces the response: FD_OK, FD_AGAIN, an HTTP status, or
+     * FD_DECLINED after fd_http_internal_redirect() (the new location's
+     * access phase and handler then run) */
+    fd_handler_pt handler;
     fd_filter_pt filter;              /* optional: rewrites responses */
     unsigned flags;
     unsigned methods;                 /* FD_METHOD() bits the handler takes */

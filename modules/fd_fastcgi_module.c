@@ -479,7 +479,6 @@ static int request_build(fcgi_req_t *fx)
     char name[256], *out, *p;
     size_t lat = 0, len;
     unsigned i;
-    int host_sent = 0;
     fd_sbuf_t sb;
 
     if (fd_sbuf_init(&sb, r->pool, 1024 + r->in.header_len) != FD_OK)
@@ -503,17 +502,20 @@ static int request_build(fcgi_req_t *fx)
     }
     for (i = 0; i < r->in.nheaders; i++) {
         fd_http_header_t *h = &r->in.headers[i];
-        if (fd_str_caseeq_lit(h->name, "host"))
-            host_sent = 1;
-        if (!header_param(lc, h->name, name))
+        /* Host: the one routed on, below */
+        if (fd_str_caseeq_lit(h->name, "host") ||
+            !header_param(lc, h->name, name))
             continue;
         pair_begin(&sb, name, h->name.len + 5, &lat);
         fd_sbuf_add_str(&sb, h->value);
         pair_end(&sb, lat, h->name.len + 5);
     }
-    /* HTTP/2 has :authority, not a Host field: the application still
-     * gets HTTP_HOST (as nginx gives it) */
-    if (!host_sent && r->in.host.len &&
+    /* HTTP_HOST is the host fastd routed on, not the Host field as
+     * sent: with an absolute-form target its authority, the field being
+     * ignored (RFC 9112 3.2.2; an application building links from
+     * HTTP_HOST must not get one the client chose beside it), over
+     * HTTP/2 :authority (a host field differing from it is a 400) */
+    if (r->in.host.len &&
         header_param(lc, fd_string("Host"), name)) {
         pair_begin(&sb, name, 9, &lat);
         fd_sbuf_add_str(&sb, r->in.host);

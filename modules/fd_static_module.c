@@ -1319,6 +1319,40 @@ static int static_try_file(fd_request_t *r, fd_str_t uri, int dir)
     return dir ? S_ISDIR(st.st_mode) != 0 : S_ISREG(st.st_mode) != 0;
 }
 
+/*
+ * The index file name (found: fd open, or e from the cache) of the
+ * directory r->path: as nginx's index module, an internal redirect to
+ * r->path + name, whose location is chosen again, so that
+ * "/dir/index.php" runs where "\.php$" sends it instead of being served
+ * here as a file (its source). The new location serves it, this one
+ * again for a plain file. An index name that is a directory stays 403.
+ */
+static int index_redirect(fd_request_t *r, const char *name, int fd,
+                          ofc_entry_t *e)
+{
+    struct stat st;
+    size_t nl = strlen(name);
+    char *p;
+    int rc;
+
+    if (e) {
+        ofc_release(e); /* the cache keeps only regular files */
+    } else {
+        rc = fstat(fd, &st);
+        close(fd);
+        if (rc == -1)
+            return 500;
+        if (!S_ISREG(st.st_mode))
+            return 403;
+    }
+    if ((p = fd_pnalloc(r->pool, r->path.len + nl + 1)) == NULL)
+        return 500;
+    memcpy(p, r->path.data, r->path.len);
+    memcpy(p + r->path.len, name, nl + 1);
+    rc = fd_http_internal_redirect(r, (fd_str_t){r->path.len + nl, p}, NULL);
+    return rc == FD_OK ? FD_DECLINED : rc;
+}
+
 static int static_handler(fd_request_t *r)
 {
     const fd_http_loc_t *loc = r->loc;
@@ -1396,6 +1430,8 @@ static int static_handler(fd_request_t *r)
             if (fd >= 0)
                 close(fd);
             fd = -1;
+        } else if (fd >= 0 || e) {
+            return index_redirect(r, full + n, fd, e);
         }
     } else {
         if (cache) {

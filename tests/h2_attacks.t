@@ -314,6 +314,63 @@ PY
     still_serving('frames on closed and idle streams');
 }
 
+# --- DATA with invalid padding (RFC 9113 6.1) --------------------------------
+# Its pad length as long as its payload: a connection error PROTOCOL_ERROR
+# whenever it comes: with its request, after the stream was answered (and
+# reset by fastd: the client had not ended it), after the client ended
+# it, after the client reset it; a well-padded DATA on a stream fastd
+# answered and reset is only ignored.
+{
+    my $bad = "def bad_data(sid, pad=5, length=1):\n"
+            . "    return (length.to_bytes(3, 'big') + bytes([0, 0x8])\n"
+            . "            + sid.to_bytes(4, 'big') + bytes([pad])\n"
+            . "            + b'x' * (length - 1))\n";
+    my %case = (
+        together => "c.send(c.req(1, '/plaintext', end_stream=False, send=False)"
+                  . " + bad_data(1))",
+        answered => "c.req(1, '/none', method='POST', end_stream=False)\n"
+                  . "r = c.response(1)\nc.send(bad_data(1, pad=7, length=7))",
+        closed   => "c.req(1, '/plaintext')\nr = c.response(1)\n"
+                  . "c.send(bad_data(1))",
+        reset    => "c.req(1, '/p/slow', end_stream=False)\nc.rst(1)\n"
+                  . "c.send(bad_data(1, pad=0, length=0))",
+    );
+    for my $k (qw(together answered closed reset)) {
+        my $o = H2::py($t, $bad . <<"PY");
+c = Raw()
+c.until(lambda: c.settings, 5)
+r = {}
+$case{$k}
+c.wait_goaway(5)
+done(s1=r.get('status'), rst1=r.get('rst'), **c.summary())
+PY
+        is($o->{goaway} && $o->{goaway}[1], 0x1,
+           "DATA with invalid padding, $k: GOAWAY PROTOCOL_ERROR")
+            or diag(H2::explain($o));
+        is($o->{s1}, $k eq 'answered' ? 405 : 200,
+           '... after the stream was answered')
+            if $k eq 'answered' || $k eq 'closed';
+    }
+    my $o = H2::py($t, <<'PY');
+from hyperframe.frame import DataFrame
+c = Raw()
+c.until(lambda: c.settings, 5)
+c.req(1, '/none', method='POST', end_stream=False)
+r1 = c.response(1)
+f = DataFrame(1, b'late', pad_length=4)
+f.flags.add('PADDED')
+c.send(f)
+c.req(3, '/plaintext')
+r3 = c.response(3)
+done(s1=r1['status'], s3=r3['status'], **c.summary())
+PY
+    is($o->{s3}, 200, 'a well-padded DATA on a stream answered and reset: '
+       . 'the connection goes on') or diag(H2::explain($o));
+    ok(!$o->{goaway} || $o->{goaway}[1] != 0x1, '... with no PROTOCOL_ERROR')
+        or diag(H2::explain($o));
+    still_serving('DATA with invalid padding');
+}
+
 # --- an almost-right preface ------------------------------------------------
 {
     my ($raw, $eof) = $t->raw("PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n", timeout => 5);

@@ -79,6 +79,13 @@ reject('Transfer-Encoding: gzip',
 reject('Transfer-Encoding: foo, chunked (unknown coding)',
        "POST /plaintext HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: foo, chunked\r\n"
      . "\r\n0\r\n\r\n", 501);
+# BWS before ';' (RFC 9112 7.3): a tab is whitespace as a space is
+reject('Transfer-Encoding: "deflate ;" (space before ;)',
+       "POST /plaintext HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: deflate ;\r\n"
+     . "\r\nxx", 501);
+reject('Transfer-Encoding: "deflate\t;" (tab before ;): the same 501',
+       "POST /plaintext HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: deflate\t;\r\n"
+     . "\r\nxx", 501);
 reject('Transfer-Encoding: chunked, gzip (last not chunked)',
        "POST /plaintext HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, gzip\r\n"
      . "\r\n0\r\n\r\n", 400);

@@ -833,7 +833,10 @@ ssize_t fd_http_body_pull(fd_request_t *r, char *buf, size_t size)
 
 static void offload_work(fd_request_t *r)
 {
+    unsigned redirects = r->redirects;
+
     r->handler_rc = r->loc->handler->handler(r);
+    r->moved = r->handler_rc == FD_DECLINED && r->redirects != redirects;
 }
 
 static void offload_done(fd_request_t *r)
@@ -841,6 +844,17 @@ static void offload_done(fd_request_t *r)
     r->in_offload = 0;
     if (r->handler_rc == FD_AGAIN)
         return; /* the module finishes it with fd_request_finish() */
+    if (r->moved) {
+        /* redirected (static's index): the new location's access phase,
+         * the request still held (r->async); a closed stream is only
+         * to finish */
+        r->moved = 0;
+        if (!fd_h2_gone(r)) {
+            run_access(r, (const fd_module_t *const *)r->loc->access);
+            return;
+        }
+        r->handler_rc = FD_ERROR;
+    }
     fd_request_finish(r, r->handler_rc);
 }
 
@@ -888,6 +902,7 @@ void fd_http_run_handler(fd_request_t *r)
     const fd_module_t *m;
     unsigned methods;
     int resumed = r->async; /* held by an access module until now */
+    unsigned redirects;
     int rc;
 
     if (r->loc->try_files && !r->try_done) {
@@ -949,9 +964,15 @@ void fd_http_run_handler(fd_request_t *r)
         r->in_offload = 0;
         r->async = resumed;
     }
+    redirects = r->redirects;
     rc = m->handler(r);
     if (rc == FD_AGAIN) {
         r->async = 1;
+        return;
+    }
+    if (rc == FD_DECLINED && r->redirects != redirects) {
+        /* the handler moved it (static's index): its new location */
+        run_access(r, (const fd_module_t *const *)r->loc->access);
         return;
     }
 finish:

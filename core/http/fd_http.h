@@ -168,6 +168,7 @@ struct fd_request_s {
     unsigned held:1;           /* fd_http_respond_early(): the handler
                                 * goes on after its response */
     unsigned response_done:1;  /* ... and that response is whole */
+    unsigned moved:1;          /* an offloaded handler redirected it */
     unsigned redirects;        /* internal redirects so far (try_files):
                                   a module's per-location state compares
                                   it to know the access phase restarted */
@@ -367,8 +368,9 @@ int fd_http_named_redirect(fd_request_t *r, fd_http_loc_t *loc);
 int fd_http_redirect_count(fd_request_t *r, fd_str_t to);
 /*
  * try_files, run once per location after its access phase, before the
- * handler: FD_OK (serve r->path here, maybe changed to the file found),
- * FD_DECLINED (r moved to another location: run its access phase), or
+ * handler: FD_OK (serve r->path here), FD_DECLINED (r moved: to the file
+ * found when it is another path, or to the last argument; run the
+ * access phase of r->loc, chosen again), or
  * an HTTP status. The key's parser and the load-time checks: _set,
  * _finish (at the end of the location's section: finds the module that
  * tests files) and _resolve (@names, once the server is read). The

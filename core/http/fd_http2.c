@@ -115,6 +115,12 @@ struct fd_h2_conn_s {
     unsigned closing:1;        /* close once the output is written (the
                                 * client's end, an error) */
     unsigned terminated:1;     /* a GOAWAY for an error is on its way */
+    /* the client's frame boundaries, read beside nghttp2 (frames_check) */
+    uint32_t fr_skip;          /* bytes before the next frame header */
+    uint32_t fr_len;           /* the length of the last header read */
+    unsigned fr_have;          /* bytes of the next header so far */
+    unsigned fr_pad:1;         /* the next byte is a DATA's pad length */
+    uint8_t fr_hdr[9];
 };
 
 /* A connection error fastd decides: GOAWAY (once), nothing more read. */
@@ -125,6 +131,67 @@ static void h2_terminate(h2c_t *hc, uint32_t code, const char *why)
     hc->terminated = 1;
     fd_log_error(FD_LOG_INFO, 0, "%s", why);
     nghttp2_session_terminate_session(hc->ss, code);
+}
+
+/*
+ * RFC 9113 6.1: a DATA frame whose padding is as long as its payload or
+ * longer is a connection error PROTOCOL_ERROR, whether or not its stream
+ * is still open. nghttp2 checks it only on a stream it still knows: a
+ * DATA for one answered and reset before is skipped unread. So fastd
+ * reads the frame boundaries of what it feeds nghttp2 (each header, and
+ * a padded DATA's pad length, never the payloads). Returns how many of
+ * the n bytes at p may go to nghttp2: n, or the bytes before the frame
+ * with bad padding (the connection is ended; nghttp2 never sees it).
+ */
+static size_t frames_check(h2c_t *hc, const uint8_t *p, size_t n)
+{
+    size_t i = 0, start = 0, k;
+    const uint8_t *hd = hc->fr_hdr;
+
+    if (!nghttp2_session_want_read(hc->ss))
+        return n; /* ended already: nghttp2 reads nothing more */
+    while (i < n) {
+        if (hc->fr_skip) {
+            k = fd_min((size_t)hc->fr_skip, n - i);
+            hc->fr_skip -= (uint32_t)k;
+            i += k;
+            continue;
+        }
+        if (hc->fr_pad) {
+            hc->fr_pad = 0;
+            if (p[i] >= hc->fr_len)
+                goto bad;
+            hc->fr_skip = hc->fr_len; /* this byte and the rest */
+            continue;
+        }
+        if (hc->fr_have == 0)
+            start = i;
+        hc->fr_hdr[hc->fr_have++] = p[i++];
+        if (hc->fr_have < 9)
+            continue;
+        hc->fr_have = 0;
+        hc->fr_len = (uint32_t)hd[0] << 16 | (uint32_t)hd[1] << 8 | hd[2];
+        if (hd[3] == NGHTTP2_DATA && (hd[4] & NGHTTP2_FLAG_PADDED)) {
+            if (hc->fr_len == 0)
+                goto bad; /* no room for the pad length */
+            hc->fr_pad = 1;
+        } else {
+            hc->fr_skip = hc->fr_len;
+        }
+    }
+    return n;
+
+bad:
+    /* a header begun in an earlier read: start is 0, nothing more goes */
+    h2_terminate(hc, NGHTTP2_PROTOCOL_ERROR,
+                 "client sent a DATA frame with invalid padding");
+    return start;
+}
+
+/* Bytes the client sent, to nghttp2 once their frames are checked. */
+static ssize_t h2_feed(h2c_t *hc, const uint8_t *p, size_t n)
+{
+    return nghttp2_session_mem_recv(hc->ss, p, frames_check(hc, p, n));
 }
 
 static nghttp2_session_callbacks *callbacks;
@@ -451,6 +518,18 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *frame,
             st->cookie = v;
             st->cookie_cap = v.len; /* v is the pool's copy */
         }
+    } else if (in->host_from_target && fd_str_eq_lit(n, "host")) {
+        /* RFC 9113 8.3.1: a host field beside :authority must say the
+         * same host; one that differs is malformed (400, as nginx), so
+         * that no module routed on one can hand on the other */
+        fd_str_t h;
+
+        rc = fd_http_parse_host(v, &h, r->pool);
+        if (rc == FD_OK &&
+            !fd_str_caseeq(h, in->host.data, in->host.len))
+            rc = 400;
+        if (rc == FD_OK)
+            rc = fd_http_req_header(in, n, v);
     } else {
         rc = fd_http_req_header(in, n, v);
     }
@@ -1122,8 +1201,7 @@ static void h2_read(h2c_t *hc)
         }
         fd_stats->bytes_in += (uint64_t)n;
         hc->received += (uint64_t)n;
-        rv = nghttp2_session_mem_recv(hc->ss, (const uint8_t *)h->rbuf,
-                                      (size_t)n);
+        rv = h2_feed(hc, (const uint8_t *)h->rbuf, (size_t)n);
         if (rv < 0) {
             h2_fatal(hc, (int)rv);
             return;
@@ -1342,6 +1420,7 @@ int fd_h2_start(fd_connection_t *c)
     hc->run_last = &hc->run;
     hc->rst_budget = 2 * (int)conf->http2_max_concurrent_streams;
     hc->ctl_budget = H2_CTL_MAX;
+    hc->fr_skip = NGHTTP2_CLIENT_MAGIC_LEN; /* the preface: no frame */
     hc->post.handler = h2_posted;
     hc->post.data = hc;
     h->h2 = hc;
@@ -1382,9 +1461,8 @@ int fd_h2_start(fd_connection_t *c)
     /* what the HTTP/1.1 side read already: the preface, maybe more */
     if (h->rlast > h->rpos) {
         ssize_t rv;
-        rv = nghttp2_session_mem_recv(hc->ss,
-                                      (const uint8_t *)h->rbuf + h->rpos,
-                                      h->rlast - h->rpos);
+        rv = h2_feed(hc, (const uint8_t *)h->rbuf + h->rpos,
+                     h->rlast - h->rpos);
         h->rpos = h->rlast = 0;
         if (rv < 0)
             h2_fatal(hc, (int)rv);

@@ -522,10 +522,12 @@ static int index_header(fd_http_req_t *p, fd_str_t name, fd_str_t value)
                         te |= TE_CHUNKED_TWICE;
                     te |= TE_CHUNKED_SEEN | TE_CHUNKED_LAST;
                 } else {
+                    /* parameters: ';' and '=' with OWS / BWS, a space
+                     * or a tab alike (RFC 9112 7.3): both are 501 */
                     for (size_t i = 0; i < el.len; i++)
                         if (!fd_http_tchar[(uint8_t)el.data[i]] &&
                             el.data[i] != ';' && el.data[i] != '=' &&
-                            el.data[i] != ' ')
+                            el.data[i] != ' ' && el.data[i] != '\t')
                             return 400;
                     te = (te & ~TE_CHUNKED_LAST) | TE_OTHER;
                 }

@@ -6,8 +6,11 @@
  * As nginx's: after the location's access phase and before its handler,
  * each FILE (variables expanded; a trailing '/' means a directory) is
  * looked up under the location's root or alias; the first that exists is
- * served by this location as if it were the request's path (a directory
- * then gets its index). When none does, the last argument decides: a URI
+ * served by this location when it is the request's path, else it becomes
+ * the request's path and is routed again (unlike nginx, which serves it
+ * in the location that tried it: there a "$uri/index.php" found in a
+ * static location is sent as a file, its source). When none does, the
+ * last argument decides: a URI
  * is routed again, as rewrite ... last does, and its location runs its
  * access phase from the first hook (rewrite, acl, auth_basic, ...); @name
  * moves the request, URI and arguments untouched, to [location @name];
@@ -312,11 +315,14 @@ int fd_http_try_files(fd_request_t *r)
             continue;
         if (rc != 1)
             return rc;
-        /* served here, as if it were the request's path */
-        if (path.len != r->path.len ||
-            memcmp(path.data, r->path.data, path.len) != 0)
-            return set_path(r, path);
-        return FD_OK;
+        if (path.len == r->path.len &&
+            memcmp(path.data, r->path.data, path.len) == 0)
+            return FD_OK; /* the request's own path: served here */
+        /* another path: routed again, as the index does, so that a
+         * "$uri/index.php" found runs where "\.php$" sends it instead of
+         * being served here as a file (its source) */
+        rc = fd_http_internal_redirect(r, path, NULL);
+        return rc == FD_OK ? FD_DECLINED : rc;
     }
 
     switch (tf->last) {

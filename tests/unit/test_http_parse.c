@@ -101,6 +101,13 @@ static void test_rejections(void)
             "Transfer-Encoding: chunked\r\n\r\n", 400, "chunked twice");
     rejects("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: xchunked\r\n\r\n",
             501, "xchunked");
+    /* BWS around ';' is a space or a tab: the same answer for both */
+    rejects("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: deflate ;"
+            "\r\n\r\n", 501, "a coding, space, ';'");
+    rejects("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: deflate\t;"
+            "\r\n\r\n", 501, "a coding, tab, ';'");
+    rejects("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: x;\tq=1, "
+            "chunked\r\n\r\n", 501, "a tab after ';'");
     rejects("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400,
             "TE in HTTP/1.0");
     rejects("GET / HTTP/1.1\r\nHost : a\r\n\r\n", 400, "space before colon");
