@@ -3,7 +3,7 @@
 # real php-fpm on the example's socket path: / and /admin/ run their
 # index.php (index = index.php), a path that is no file runs the front
 # controller with the client's REQUEST_URI, a .php file runs with its
-# query, files are files; a .php path that is not a file is a 404
+# query, a 3 MB upload reaches it, files are files; a .php path that is not a file is a 404
 # that PHP never sees (not even an "image" holding PHP code), nothing
 # under /uploads/ runs, dot-files are refused, and no answer ever holds
 # PHP source. Skips only when php-fpm is not installed.
@@ -36,6 +36,9 @@ PHP
     'admin/index.php' => "<?php echo \"admin home\\n\";\n",
     'info.php' => <<'PHP',
 <?php echo 'info, query ', $_SERVER['QUERY_STRING'], "\n";
+PHP
+    'upload.php' => <<'PHP',
+<?php echo 'got ', strlen(file_get_contents('php://input')), ' bytes', "\n";
 PHP
     'style.css' => "body { color: #333 }\n",
     'img/cat.jpg' => "\xff\xd8\xff<?php echo 'ran the image';\n",
@@ -109,6 +112,14 @@ ok($r && $r->status == 200 && $r->body =~ /^front controller: \/index\.php /,
 $r = got('/info.php?page=2');
 ok($r && $r->status == 200 && $r->body eq "info, query page=2\n",
    '/info.php?page=2 runs info.php with its query')
+    or diag($r ? $r->status . ' ' . $r->body : 'no response');
+my $body = 'x' x (3 << 20);   # over the 1m default, under the 64m
+$r = $t->http("POST /upload.php HTTP/1.1\r\nHost: blog.example.com\r\n"
+              . "Content-Type: application/octet-stream\r\n"
+              . "Content-Length: " . length($body) . "\r\n\r\n$body",
+              port => $ex->port(80), timeout => 30);
+ok($r && $r->status == 200 && $r->body eq "got ${\ length $body} bytes\n",
+   'a 3 MB upload reaches PHP whole')
     or diag($r ? $r->status . ' ' . $r->body : 'no response');
 $r = got('/style.css');
 ok($r && $r->status == 200 && $r->body eq $file{'style.css'}

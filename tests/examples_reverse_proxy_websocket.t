@@ -4,8 +4,9 @@
 # X-Forwarded-For; /ws/ upgrades to a WebSocket tunnel that carries bytes
 # both ways, while an Upgrade elsewhere is not passed on; an instance whose
 # /healthz fails (while it still answers everything else, so only the
-# health check can tell) is taken out by the check and comes back when it
-# passes again; an instance that stops is never a user's error.
+# health check can tell) is taken out by the check (as /status shows) and
+# comes back when it passes again; an instance that stops is never a
+# user's error.
 
 use strict;
 use warnings;
@@ -100,6 +101,12 @@ ok(log_has(qr/$bname failed its health check \(status\): taken out/),
 $from = spread(6);
 is_deeply($from, { a => 6 }, '  requests go to a alone (b still answers them)')
     or diag(explain($from));
+$r = get('/status?format=prometheus');
+my $prom = $r && $r->status == 200 ? $r->body : '';
+like($prom, qr/^fastd_upstream_check_up\{upstream="app",server="\Q${\ $be{b}->addr }\E"\} 0$/m,
+     '  /status says b is down');
+like($prom, qr/^fastd_upstream_check_up\{upstream="app",server="\Q${\ $be{a}->addr }\E"\} 1$/m,
+     '  and a is up');
 
 unlink "$dir/b.sick";
 ok(log_has(qr/$bname passed its health check: back in the group/),
