@@ -1409,7 +1409,7 @@ static int static_handler(fd_request_t *r)
             if (err != ENOENT)
                 break;
         }
-        if (fd == -1 && err == ENOENT) {
+        if (e == NULL && fd == -1 && err == ENOENT) {
             /* no index: the listing, or 403 for an existing directory */
             const int dflags = O_DIRECTORY | O_CLOEXEC |
                                (scf->autoindex ? O_RDONLY : O_PATH);

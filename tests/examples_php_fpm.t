@@ -89,13 +89,11 @@ sub got {
     return $r;
 }
 
-# needs the index internal-redirect fix (issue 34 item 2)
 my $r = got('/');
 ok($r && $r->status == 200
    && $r->body eq "front controller: / as /index.php\n",
    '/ runs index.php (index = index.php)')
     or diag($r ? $r->status . ' ' . $r->body : 'no response');
-# needs the index internal-redirect fix (issue 34 item 2)
 $r = got('/admin/');
 ok($r && $r->status == 200 && $r->body eq "admin home\n",
    '/admin/ runs admin/index.php')
@@ -139,7 +137,7 @@ for my $p ('/.env', '/.git/config') {
 }
 ok(!grep({ ($_->[1] && $_->[1]->body // '') =~ /ran the|DB_PASSWORD/ }
          @answers), 'no upload, image or secret ever ran or leaked');
-# needs the index internal-redirect fix (issue 34 item 2): / and /admin/
+# / and /admin/ run their index.php (issue 34 item 2)
 # send index.php's source until then
 my @source = grep { ($_->[1] && $_->[1]->body // '') =~ /<\?php/ } @answers;
 ok(!@source, 'no answer holds PHP source')

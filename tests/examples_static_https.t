@@ -75,13 +75,11 @@ $r = $ex->curl(@tls, '--http1.1', '-H', 'Accept-Encoding: gzip',
 ok($r && $r->status == 200 && ($r->header('content-encoding') // '') eq 'gzip'
    && FastdTest::unzip($r->body) eq $about, 'text is gzip-compressed');
 
-TODO: {
+{
     # the second request for a directory, its index from the open file
-    # cache: static_handler's "no index file" branch runs on a cache hit
-    # (fd == -1, err == ENOENT) and cuts the path back to the directory,
-    # so the type is that of "/" (application/octet-stream) and gzip
-    # skips it. Reported; the fix is the static module's.
-    local $TODO = 'a cached index file is typed by its directory';
+    # cache: static_handler's "no index file" branch ran on a cache hit
+    # (e set, fd == -1, err == ENOENT), so the type was that of "/"
+    # (application/octet-stream) and gzip skipped it
     $r = $ex->curl(@tls, '--http1.1', '-H', 'Accept-Encoding: gzip',
                    "$base/");
     is($r && $r->header('content-type'), 'text/html',
