@@ -240,8 +240,8 @@ const fd_directive_t fd_proxy_directives[] = {
             "past an entry's expiry is answered from it at once (STALE) "
             "and goes on upstream to update it, as nginx's; over HTTP/1.1 "
             "its connection takes the next request once the update ends "
-            "(as nginx's), over HTTP/2 only the stream waits; a client "
-            "that closes its connection first abandons the update"},
+            "(as nginx's), over HTTP/2 only the stream waits; the update "
+            "goes on when its client leaves"},
     {.name = "proxy_cache_revalidate", .type = FD_CONF_FLAG,
      .offset = LOC(cache_revalidate), .def = "off",
      .doc = "on: an expired entry with an ETag or Last-Modified is asked "

@@ -8,7 +8,7 @@
 # Range fields. proxy_cache_background_update: the first request past
 # expiry gets the old entry at once and the update goes on without it
 # (over HTTP/1.1 its connection's next request waits for it; over HTTP/2
-# only the stream, and the update outlives the client). Two workers: the
+# only the stream; either way the update outlives a client that leaves). Two workers: the
 # update mark is in the shared index.
 
 use strict;
@@ -272,6 +272,30 @@ sub expired_entry {
     is($be->requests, 1, 'one update went upstream');
     $c->close;
     mode('b', 'ok');
+}
+
+# an HTTP/1.1 client that closes at once (curl, most API clients) does
+# not abandon the update, as with nginx: the update went on, and the
+# next request finds the new entry (it was abandoned: every request past
+# expiry went upstream again and the entry stayed old)
+{
+    mode('b', 'ok');
+    my $first = get('/b/close');
+    sleep 1.1;
+    mode('b', 'slow');
+    $be->reset_log;
+    my $c = $t->connect;
+    $c->send("GET /b/close HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    my $r = $c->read_response(timeout => 10);
+    is($r && $r->{headers}{'x-cache-status'}, 'STALE',
+       'HTTP/1.1, the client closes after its STALE answer');
+    $c->close;
+    mode('b', 'ok');
+    ok(FastdTest::wait_for(sub { my $n = get('/b/close');
+                                 cs($n) eq 'HIT' && $n->body ne $first->body },
+                           10, 0.1),
+       '... the update went on without it: a HIT of the new entry');
+    is($be->requests, 1, '... after one request upstream');
 }
 
 # over HTTP/2 the stream ends at once; the update outlives the client

@@ -165,6 +165,19 @@ static int http_idle(fd_connection_t *c)
     return c->h == NULL || (c->h->r == NULL && c->h->rlast == c->h->rpos);
 }
 
+/*
+ * The client left (or its connection failed) while a module works on r:
+ * whether the module is to finish r anyway, the connection closing after,
+ * rather than be stopped through r->on_abort: one that cannot be stopped
+ * (no on_abort), or one whose answer went already (a background update
+ * after fd_http_respond_early(), which nginx too lets run on). A forced
+ * close (a timeout, the end of a graceful stop) still calls on_abort.
+ */
+static int finishes_alone(const fd_request_t *r)
+{
+    return r->async && (r->on_abort == NULL || r->response_done);
+}
+
 static void http_release(fd_connection_t *c)
 {
     fd_http_conn_t *h = c->h;
@@ -1415,6 +1428,13 @@ static void http_after_io(fd_connection_t *c)
         c->s.last_out = c->closing && !c->linger;
         rc = fd_http_flush(c);
         if (rc == FD_ERROR) {
+            if (h->r && h->r->phase >= PH_HANDLER && !h->r->in_offload &&
+                finishes_alone(h->r)) {
+                c->closing = 1;
+                c->s.error = 1;
+                lt_interest(c, LT_NONE, 0);
+                return;
+            }
             fd_connection_close(c);
             return;
         }
@@ -1438,7 +1458,7 @@ static void http_after_io(fd_connection_t *c)
     if (h->r && (h->r->phase == PH_HANDLER || h->r->phase == PH_RESPONSE ||
                  h->r->phase == PH_STREAM)) {
         if (c->s.eof && h->r->phase != PH_STREAM && !h->r->in_offload &&
-            h->r->on_abort == NULL && h->r->async) {
+            finishes_alone(h->r)) {
             /* the peer left; the module will finish, then we close */
             c->closing = 1;
             c->s.error = 1;
@@ -1517,7 +1537,7 @@ static void http_event(fd_event_t *ev, uint32_t events)
     }
     fd_stream_events(&c->s, events);
     if (c->s.error && c->h && c->h->r && c->h->r->phase >= PH_HANDLER &&
-        c->h->r->on_abort == NULL && c->h->r->async) {
+        finishes_alone(c->h->r)) {
         c->closing = 1;
         goto out;
     }
