@@ -1338,10 +1338,22 @@ static void rbio_set_stream(SSL *ssl, fd_stream_t *s)
 
 static ssize_t tls_recv(fd_stream_t *s, char *buf, size_t size)
 {
+    wire_t *w = wire_of(s->tls);
+    size_t unsent = w ? w->len - w->off : 0;
     int n;
 
     s->drained = 0;
     n = SSL_read(s->tls, buf, (int)fd_min(size, INT_MAX));
+    /* records OpenSSL made inside the read (a no_renegotiation alert, a
+     * TLS 1.3 KeyUpdate, a fatal alert) leave now: the engine flushes the
+     * wire queue only when it writes, and an idle keep-alive connection
+     * writes nothing until it closes. (What was queued before, the TLS
+     * 1.3 session ticket, still waits for the first response.) */
+    if (w && w->len - w->off > unsent && wire_flush_how(s, 1) == FD_ERROR) {
+        ERR_clear_error();
+        s->eof = 1;
+        return FD_ERROR;
+    }
     if (n <= 0)
         return tls_fail(s, n, "SSL_read()");
     if (s->drained && !SSL_has_pending(s->tls))
