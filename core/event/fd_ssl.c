@@ -1629,6 +1629,11 @@ static int tls_handshake(fd_stream_t *s)
                      ERR_reason_error_string(q) ? ERR_reason_error_string(q)
                                                 : "OpenSSL error");
     ERR_clear_error();
+    /* the fatal alert that says why (handshake_failure, protocol_version,
+     * certificate_required) is in the wire queue: the client gets it,
+     * not a bare close (best effort, as close_notify) */
+    if (reason != FD_SSL_FAIL_CLOSED)
+        (void)wire_flush(s);
     s->error = 1;
     s->eof = 1;
     return FD_ERROR;
