@@ -2,8 +2,8 @@
 # Bad input on a TLS port, each answered by closing that connection alone:
 # garbage instead of a ClientHello; a ClientHello sent one byte per 100 ms
 # from several connections while other clients are still served; clients
-# that close mid-handshake; a TLS 1.2 renegotiation attempt (refused: one
-# ServerHello only); a record longer than TLS allows (16K + 2048); a plain
+# that close mid-handshake; a TLS 1.2 renegotiation attempt (refused at
+# once with a no_renegotiation alert, one ServerHello only); a record longer than TLS allows (16K + 2048); a plain
 # HTTP request (400 "The plain HTTP request was sent to HTTPS port", then
 # close); a silent connection closed at ssl_handshake_timeout. After each
 # the workers are the same processes, the error log has no alert, and
@@ -152,6 +152,12 @@ served('after clients that closed mid-handshake');
     $c->send("R\n");
     ok($c->wait_for_bytes(qr/ClientHello.*^>>> [^\n]*ClientHello/ms, 10),
        'the client sends a second ClientHello (renegotiation)');
+    # the refusal leaves from the read that took the ClientHello, not
+    # with the connection's close (keepalive_timeout, 75 s, later)
+    ok($c->wait_for_bytes(qr/^<<< TLS 1\.2, Alert [^\n]*no_renegotiation/m,
+                          3),
+       'the no_renegotiation alert arrives at once (within 3 s)')
+        or diag($c->{raw});
     # a server that renegotiated would answer it; one that refuses sends
     # no_renegotiation, and the client gives up
     $c->wait_eof(10);

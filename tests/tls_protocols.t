@@ -2,6 +2,7 @@
 # Protocol versions and suites: TLS 1.3 and 1.2 handshake by default and
 # serve; TLS 1.1 and 1.0 are refused even by a client that offers them at
 # OpenSSL's lowest security level; ssl_protocols = TLSv1.3 refuses 1.2;
+# a refused handshake ends with the alert that says why, not a bare close;
 # ssl_ciphers limits the TLS 1.2 suites; ALPN http/1.1 offered works and
 # no other protocol is chosen; $ssl_protocol and $ssl_cipher say what was
 # negotiated.
@@ -67,6 +68,8 @@ like($body // '', qr/^TLSv1\.2 ECDHE-ECDSA-\S+$/, '$ssl_protocol TLSv1.2 and its
 ($rc, $out) = try($port, '-tls1_2', '-cipher',
                   'ECDHE-ECDSA-AES128-SHA:AES128-SHA:DES-CBC3-SHA@SECLEVEL=0');
 isnt($rc, 0, 'TLS 1.2 offering only CBC-SHA1/3DES suites: refused');
+like($out, qr/alert handshake failure/,
+     'with a handshake_failure alert, not a bare close') or diag($out);
 
 # the old versions: offered for real (security level 0 lets the client)
 for my $v ([ '-tls1_1', 'TLS 1.1' ], [ '-tls1', 'TLS 1.0' ]) {
@@ -78,6 +81,8 @@ for my $v ([ '-tls1_1', 'TLS 1.1' ], [ '-tls1', 'TLS 1.0' ]) {
 # ssl_protocols = TLSv1.3: 1.2 refused, 1.3 served
 ($rc, $out) = try($port2, '-tls1_2');
 isnt($rc, 0, 'ssl_protocols = TLSv1.3: a TLS 1.2 client is refused');
+like($out, qr/alert protocol version/, 'with a protocol_version alert')
+    or diag($out);
 ($rc, $out, $body) = try($port2, '-tls1_3');
 like($body // '', qr/^TLSv1\.3 /, 'and a TLS 1.3 client served') or diag($out);
 

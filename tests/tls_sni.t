@@ -4,7 +4,8 @@
 # its subject); a client without SNI, or with a name no server has, gets
 # the default server; a server with an ECDSA and an RSA pair serves the
 # one the client's signature algorithms allow; a Host that names another
-# server than the connection's SNI name is answered 421 (RFC 9110 7.4).
+# server than the one the handshake was made for (by SNI, else the
+# default) is answered 421 (RFC 9110 7.4).
 
 use strict;
 use warnings;
@@ -103,11 +104,18 @@ $r = ask('x.b.test', 'y.b.test');
 is($r && $r->status, 200, 'SNI and Host two names of one server: 200');
 is($r && $r->body, 'b x.b.test', 'server b');
 
-# a connection without SNI is not misdirected whatever it names: its
-# server is found by Host as on plain HTTP (nginx does the same)
+# a connection without SNI, or with a name no server has, was made by
+# the default server's settings: a Host naming another server (with its
+# own certificate) is misdirected too, one naming none stays there
 $r = ask(undef, 'b.test');
-is($r && $r->status, 200, 'no SNI, Host b.test: 200');
-is($r && $r->body, 'b ', 'from server b, $ssl_server_name empty');
+is($r && $r->status, 421, 'no SNI, Host b.test: 421');
+$r = ask('nobody.test', 'b.test');
+is($r && $r->status, 421, 'SNI nobody.test, Host b.test: 421');
+$r = ask(undef, 'a.test');
+is($r && $r->body, 'a ', 'no SNI, Host a.test: server a, '
+   . '$ssl_server_name empty');
+$r = ask(undef, 'nobody.test');
+is($r && $r->body, 'a ', 'no SNI, a Host no server has: server a');
 
 # on one connection: a right Host, then a wrong one
 {

@@ -477,7 +477,7 @@ done:
 
 static int ex_listening = -1; /* SSL ex_data: the fd_listening_t */
 static int ex_pending = -1;   /* SSL ex_data: taken, not yet sent (wire_flush) */
-static int ex_server = -1;    /* SSL ex_data: the server SNI chose */
+static int ex_server = -1;    /* SSL ex_data: the handshake's server */
 
 /* "file:line: " and the message, with OpenSSL's reason appended. */
 static int ssl_conf_error(char *err, size_t errlen, const char *file,
@@ -538,10 +538,17 @@ static int client_hello_cb(SSL *ssl, int *al, void *arg)
     fd_str_t name;
 
     (void)arg;
-    if (ls == NULL || !sni_name(ssl, &name) ||
+    if (ls == NULL)
+        return SSL_CLIENT_HELLO_SUCCESS;
+    /* the handshake's server is the connection's: no name, or one no
+     * server has, is the default server's (fd_ssl_server) */
+    if (!sni_name(ssl, &name) ||
         (srv = fd_listening_server(ls, name)) == NULL)
-        return SSL_CLIENT_HELLO_SUCCESS; /* the default server's */
-    SSL_set_ex_data(ssl, ex_server, srv);
+        srv = ls->servers[0];
+    if (!SSL_set_ex_data(ssl, ex_server, srv)) {
+        *al = SSL_AD_INTERNAL_ERROR;
+        return SSL_CLIENT_HELLO_ERROR;
+    }
     sc = srv->ssl;
     ctx = SSL_get_SSL_CTX(ssl);
     if (sc->ctx == ctx)
@@ -1331,10 +1338,22 @@ static void rbio_set_stream(SSL *ssl, fd_stream_t *s)
 
 static ssize_t tls_recv(fd_stream_t *s, char *buf, size_t size)
 {
+    wire_t *w = wire_of(s->tls);
+    size_t unsent = w ? w->len - w->off : 0;
     int n;
 
     s->drained = 0;
     n = SSL_read(s->tls, buf, (int)fd_min(size, INT_MAX));
+    /* records OpenSSL made inside the read (a no_renegotiation alert, a
+     * TLS 1.3 KeyUpdate, a fatal alert) leave now: the engine flushes the
+     * wire queue only when it writes, and an idle keep-alive connection
+     * writes nothing until it closes. (What was queued before, the TLS
+     * 1.3 session ticket, still waits for the first response.) */
+    if (w && w->len - w->off > unsent && wire_flush_how(s, 1) == FD_ERROR) {
+        ERR_clear_error();
+        s->eof = 1;
+        return FD_ERROR;
+    }
     if (n <= 0)
         return tls_fail(s, n, "SSL_read()");
     if (s->drained && !SSL_has_pending(s->tls))
@@ -1610,6 +1629,11 @@ static int tls_handshake(fd_stream_t *s)
                      ERR_reason_error_string(q) ? ERR_reason_error_string(q)
                                                 : "OpenSSL error");
     ERR_clear_error();
+    /* the fatal alert that says why (handshake_failure, protocol_version,
+     * certificate_required) is in the wire queue: the client gets it,
+     * not a bare close (best effort, as close_notify) */
+    if (reason != FD_SSL_FAIL_CLOSED)
+        (void)wire_flush(s);
     s->error = 1;
     s->eof = 1;
     return FD_ERROR;
@@ -1746,6 +1770,37 @@ static fd_str_t cstr(const char *p)
 fd_http_server_t *fd_ssl_server(fd_stream_t *s)
 {
     return s->tls ? SSL_get_ex_data(s->tls, ex_server) : NULL;
+}
+
+static int paths_eq(const ssl_paths_t *a, const ssl_paths_t *b)
+{
+    unsigned i;
+
+    if (a->n != b->n)
+        return 0;
+    for (i = 0; i < a->n; i++)
+        if (strcmp(a->items[i].path, b->items[i].path) != 0)
+            return 0;
+    return 1;
+}
+
+/*
+ * What a handshake proved or enforced: the certificates the client
+ * accepted, the protocols, ciphers and groups it was held to, and the
+ * client verification. Not the session settings, stapling or kernel TLS:
+ * they change how, not whether, a client may talk to the server.
+ */
+int fd_ssl_same_tls(const fd_http_server_t *a, const fd_http_server_t *b)
+{
+    const ssl_conf_t *x = a->ssl, *y = b->ssl;
+
+    return a == b ||
+           (paths_eq(&x->certs, &y->certs) && paths_eq(&x->keys, &y->keys) &&
+            x->protocols.min == y->protocols.min &&
+            x->protocols.max == y->protocols.max &&
+            strcmp(x->ciphers, y->ciphers) == 0 &&
+            x->prefer_server_ciphers == y->prefer_server_ciphers &&
+            x->verify == y->verify && paths_eq(&x->client_ca, &y->client_ca));
 }
 
 fd_str_t fd_ssl_protocol(fd_stream_t *s)

@@ -432,22 +432,29 @@ static void request_fail(fd_request_t *r, int status)
 
 /*
  * The [server] for the request: by Host among those on the address, or
- * the address's default. Over TLS the client's SNI name chose a server at
- * the handshake (its certificate, its protocols): a Host with no server
- * of its own stays there, and one that names another server gets 421
- * (RFC 9110, 7.4: this connection is not authoritative for it).
+ * the address's default. Over TLS the connection belongs to the server
+ * whose settings made the handshake (chosen by SNI, or the default one
+ * when the client sent no name or one no server has): a Host with no
+ * server of its own stays there, and one that names a server with other
+ * TLS terms (certificates, protocols, ciphers, client verification) gets
+ * 421 (RFC 9110, 7.4: this connection is not authoritative for it), or a
+ * client could reach a server that requires a certificate, or TLS 1.3,
+ * through a handshake with another. Servers with the same terms share
+ * connections (a browser coalesces names one certificate covers).
  */
 static fd_http_server_t *find_server(fd_request_t *r, int *misdirected)
 {
     fd_listening_t *ls = fd_conn_listening(r->c);
-    fd_http_server_t *sni = r->c->s.tls ? fd_ssl_server(&r->c->s) : NULL;
-    fd_http_server_t *s;
+    fd_http_server_t *hs, *s;
     fd_str_t host = r->in.host;
     unsigned i;
 
     *misdirected = 0;
-    if (host.len == 0 || (ls->nservers == 1 && sni == NULL))
-        return sni ? sni : ls->servers[0];
+    if (ls->nservers == 1)
+        return ls->servers[0];
+    hs = r->c->s.tls ? fd_ssl_server(&r->c->s) : NULL;
+    if (host.len == 0)
+        return hs ? hs : ls->servers[0];
     /* strip the port; IPv6 literals keep their brackets. The parser
      * checked the grammar and dropped a trailing dot (fd_http_parse_host) */
     for (i = host.len; i > 0; i--) {
@@ -459,11 +466,13 @@ static fd_http_server_t *find_server(fd_request_t *r, int *misdirected)
             break;
     }
     s = fd_listening_server(ls, host);
-    if (sni && s && s != sni) {
+    if (s == NULL)
+        return hs ? hs : ls->servers[0];
+    if (hs && s != hs && !fd_ssl_same_tls(hs, s)) {
         *misdirected = 1;
-        return sni;
+        return hs;
     }
-    return s ? s : sni ? sni : ls->servers[0];
+    return s;
 }
 
 fd_http_loc_t *fd_http_find_location(fd_request_t *r)
