@@ -391,7 +391,12 @@ static int master_loop(void)
         }
         if (sig_usr1) {
             sig_usr1 = 0;
-            fd_log_reopen(fd_log);
+            /* the last line of the old file, as nginx writes it: where a
+             * rotated log ends, and proof that the signal arrived */
+            fd_log_error(FD_LOG_NOTICE, 0, "reopening logs");
+            if (fd_log_reopen(fd_log) != FD_OK)
+                fd_log_error(FD_LOG_ALERT, errno, "reopening \"%s\" failed",
+                             fd_log->path);
             signal_workers(SIGUSR1, 0, 0);
         }
         /* the session ticket key's rotation is the master's only clock

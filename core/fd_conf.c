@@ -474,6 +474,7 @@ typedef struct {
     const char *file;
     int line;
     int partial;               /* the last fgets() ended mid-line */
+    char head[72];             /* the start of the last line read */
     char *section;        /* current section as the reader saw it */
     unsigned seq;
     fd_conf_entry_t **entries;
@@ -528,6 +529,7 @@ static char *conf_reader(char *str, int num, void *stream)
     s = str;
     while (isspace((unsigned char)*s))
         s++;
+    snprintf(rd->head, sizeof(rd->head), "%s", s);
     if (*s == '[') {
         char tmp[1024];
         end = strrchr(s, ']');
@@ -663,6 +665,28 @@ static int conf_handler(void *user, const char *section, const char *name,
     return 1;
 }
 
+/* "root html": a word, a space and more, and no "=" (inih found none):
+ * the word is a key missing its "=" */
+static const char *missing_equals(const char *line, char *buf, size_t n)
+{
+    const char *rest;
+    size_t w = 0;
+
+    while (isalnum((unsigned char)line[w]) || line[w] == '_' ||
+           line[w] == '.')
+        w++;
+    if (w == 0 || w > 64 || (line[w] != ' ' && line[w] != '\t'))
+        return "";
+    rest = line + w;
+    while (*rest == ' ' || *rest == '\t')
+        rest++;
+    if (*rest == '\0' || *rest == '\n' || *rest == '\r' || *rest == ';' ||
+        *rest == '#')
+        return "";
+    snprintf(buf, n, "; missing \"=\" after \"%.*s\"?", (int)w, line);
+    return buf;
+}
+
 static int read_file(fd_conf_t *cf, const char *path, const char *section,
                      unsigned seq, fd_conf_entry_t **entries, unsigned *n,
                      unsigned *cap, unsigned *seq_counter, int depth)
@@ -691,10 +715,14 @@ static int read_file(fd_conf_t *cf, const char *path, const char *section,
     if (rd.failed)
         return FD_ERROR;
     if (rc != 0) {
+        char hint[96];
         cf->file = path;
         cf->line = rc > 0 ? rc : rd.line;
         return fd_conf_error(cf, "syntax error (expected \"key = value\" "
-                             "or \"[section]\")");
+                             "or \"[section]\")%s",
+                             rc == rd.line ? missing_equals(rd.head, hint,
+                                                            sizeof(hint))
+                                           : "");
     }
     return FD_OK;
 }

@@ -165,7 +165,33 @@ static int unknown_key(load_t *ld, const fd_conf_entry_t *e,
     char buf[80], hint[96];
     unsigned i;
 
+    static const struct {
+        const char *name, *meant;
+    } nginx[] = {
+        {"limit_conn", "max_conns_per_ip = N in [server] (open connections "
+                       "per client address)"},
+        {"limit_conn_zone", "max_conns_per_ip = N in [server] (open "
+                            "connections per client address)"},
+    };
+    size_t w;
+
     at(ld, (fd_conf_entry_t *)e);
+    /* "listen 127.0.0.1:8080": inih took the ':' for the '=' the line
+     * lacks; a key is one word, so a known first word is what was meant */
+    w = strcspn(e->key, " \t");
+    if (e->key[w] != '\0') {
+        snprintf(buf, sizeof(buf), "%.*s", (int)fd_min(w, 64), e->key);
+        if (key_home(buf, hint, sizeof(hint)))
+            return fd_conf_error(ld->cf, "unknown key \"%s\" in [%s]: "
+                                 "missing \"=\" after \"%s\"?", e->key,
+                                 e->section, buf);
+    }
+    /* nginx's name for what fastd calls otherwise */
+    for (i = 0; i < fd_nelems(nginx); i++)
+        if (strcmp(e->key, nginx[i].name) == 0)
+            return fd_conf_error(ld->cf, "unknown key \"%s\" in [%s]: "
+                                 "fastd's is %s", e->key, e->section,
+                                 nginx[i].meant);
     home = key_home(e->key, buf, sizeof(buf));
     if (home)
         return fd_conf_error(ld->cf, "unknown key \"%s\" in [%s]: it "
@@ -889,10 +915,22 @@ static int apply_globals(load_t *ld)
             static const char *const known[] = {
                 "main", "events", "http", "offload", "server", "location",
                 "profile"};
+            /* nginx's blocks fastd has no counterpart of: a spelling
+             * suggestion ([stream] -> [upstream]) would mislead */
+            static const struct {
+                const char *name, *why;
+            } absent[] = {
+                {"stream", "fastd has no TCP/UDP (L4) stream proxy yet"},
+                {"mail", "fastd has no mail proxy"},
+            };
 
             /* [locaton /x]: the type is the word to correct */
             snprintf(type, sizeof(type), "%.*s",
                      (int)strcspn(e->section, " \t"), e->section);
+            for (k = 0; k < fd_nelems(absent); k++)
+                if (strcmp(type, absent[k].name) == 0)
+                    return fd_conf_error(cf, "[%s] is not supported: %s",
+                                         e->section, absent[k].why);
             fd_conf_near_init(&nr, type);
             for (k = 0; k < fd_nelems(known); k++)
                 fd_conf_near_add(&nr, known[k]);

@@ -142,6 +142,19 @@ bad_conf('a [server] key in a location',
 bad_conf('an unknown section, misspelt',
     FastdTest::base_conf(extra => "\n[sever]\nlisten = 1\n"),
     qr/^\[sever\]/, also => qr/did you mean \[server\]\?/);
+bad_conf('listen ADDR:PORT without "=" (inih splits at the colon)',
+    FastdTest::base_conf(server => { listen => undef },
+                         extra => "") =~ s/^\[server\]\n/[server]\nlisten 127.0.0.1:%%PORT%%\n/mr,
+    qr/^listen 127/, also => qr/unknown key "listen 127\.0\.0\.1" in \[server\]: missing "=" after "listen"\?/);
+bad_conf('root DIR without "=" (no delimiter at all)',
+    FastdTest::base_conf(locations => "[location /x]\nroot %%DIR%%\n"),
+    qr/^root \//, also => qr/syntax error .*; missing "=" after "root"\?/);
+bad_conf('[stream]: not "did you mean [upstream]" but not supported',
+    FastdTest::base_conf(extra => "\n[stream]\nlisten = 1\n"),
+    qr/^\[stream\]/, also => qr/\[stream\] is not supported: fastd has no TCP\/UDP \(L4\) stream proxy/);
+bad_conf('limit_conn (nginx): points to max_conns_per_ip',
+    FastdTest::base_conf(locations => "[location /x]\nlimit_conn = addr 10\n"),
+    qr/^limit_conn/, also => qr/unknown key "limit_conn" in \[location \/x\]: fastd's is max_conns_per_ip = N in \[server\]/);
 bad_conf('a bad key after a 900-byte line (line numbers stay right)',
     FastdTest::base_conf(server => { server_name => join(' ', map { "h$_.example" } 1 .. 80),
                                      zzz_bogus => 1 }),

@@ -73,10 +73,10 @@ my $bname = qr/server \Q${\ $b->addr}\E/;
 # --- b sick from the start, the dead one never answers ----------------------
 FastdTest::spew("$dir/b.sick", '');
 $t->start;
-ok(log_has(qr/$bname failed its health check \(status\): taken out/),
-   'a server whose probes get 503 is taken out');
-ok(log_has(qr/server 127\.0\.0\.1:$dead failed its health check \(Connection refused\)/),
-   'and a server that refuses the connection');
+ok(log_has(qr/$bname failed its health check \(status 503, not 200-399\): taken out/),
+   'a server whose probes get 503 is taken out, the log says the status and what passes');
+ok(log_has(qr/server 127\.0\.0\.1:$dead failed its health check \(connect\(\): Connection refused\)/),
+   'and a server that refuses the connection, the log names the call and the error');
 my $from = spread(40);
 is_deeply($from, { a => 40 }, 'every request goes to the healthy one, '
           . 'from both workers, and none fails on the others')
@@ -138,7 +138,7 @@ my $r = $t->get('/solo');
 is($r && $r->status, 200, 'the only server of a group serves while it passes');
 $m = mark();
 FastdTest::spew("$dir/solo.sick", '');
-ok(log_has(qr/server \Q${\ $solo->addr}\E failed its health check \(status\)/, $m),
+ok(log_has(qr/server \Q${\ $solo->addr}\E failed its health check \(status 503, not 200-399\)/, $m),
    'then fails its probe');
 $r = $t->get('/solo');
 is($r && $r->status, 502, 'taken out even as the only server: 502');

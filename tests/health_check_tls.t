@@ -160,7 +160,7 @@ like($r->body, qr/^tls \/x/, '... from the TLS backend');
 FastdTest::spew("$d/good.sick", '');
 ok(FastdTest::wait_for(sub { (check_up('good') // 1) == 0 }, 15, 0.1),
    '/healthz 503 over TLS: taken out');
-like($t->error_log, qr/upstream "good" server .* failed its health check \(status\)/,
+like($t->error_log, qr/upstream "good" server .* failed its health check \(status 503, not 200-399\)/,
      '... with a [warn]');
 is($t->get('/x')->status, 502, '... its only server: 502');
 unlink "$d/good.sick";

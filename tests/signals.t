@@ -125,12 +125,16 @@ my $victim = $w1[0];
     $t->signal('USR1');
     ok(FastdTest::wait_for(sub { status_of('/reopen-404'); -e $log }, 10, 0.1),
        'SIGUSR1: error.log is reopened (recreated)');
+    like(FastdTest::slurp("$log.1") // '', qr/\[notice\] \d+#\d+: reopening logs$/m,
+         'SIGUSR1: the old error.log ends with "reopening logs" at notice');
     # (if SIGUSR1 failed to recreate it, -s reopen gets its own chance)
     ok(rename($log, "$log.2"), 'error.log moved away again') if -e $log;
     my ($rc, $out) = FastdTest::run_fastd('-s', 'reopen', '-c', $t->conf_file);
     is($rc, 0, '-s reopen exits 0') or diag($out);
     ok(FastdTest::wait_for(sub { status_of('/reopen-404'); -e $log }, 10, 0.1),
        '-s reopen: error.log is recreated');
+    like(FastdTest::slurp("$log.2") // '', qr/\[notice\] \d+#\d+: reopening logs$/m,
+         '-s reopen: "reopening logs" at notice');
     is(status_of('/plaintext'), 200, 'still serving after the reopens');
 }
 

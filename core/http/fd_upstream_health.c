@@ -264,6 +264,7 @@ static void verdict(probe_t *pr, unsigned status, const char *why)
     const fd_upstream_health_t *hc = p->up->health;
     health_entry_t *e = entry_of(p);
     int pass = status >= hc->status_lo && status <= hc->status_hi;
+    char got[64];
 
     if (pr->uc) {
         pr->uc->data = NULL;
@@ -297,6 +298,12 @@ static void verdict(probe_t *pr, unsigned status, const char *why)
     }
     __atomic_add_fetch(&e->failed, 1, __ATOMIC_RELAXED);
     e->passes = 0;
+    /* a response that failed: what it said, against what passes */
+    if (status) {
+        snprintf(got, sizeof(got), "status %u, not %u-%u", status,
+                 hc->status_lo, hc->status_hi);
+        why = got;
+    }
     if (e->healthy && ++e->fails >= hc->fails) {
         e->fails = 0;
         __atomic_store_n(&e->healthy, 0, __ATOMIC_RELAXED);
@@ -309,6 +316,16 @@ static void verdict(probe_t *pr, unsigned status, const char *why)
     }
 }
 
+/* A failure of a call, named with its error: "connect(): Connection
+ * refused" */
+static void verdict_errno(probe_t *pr, const char *call, int err)
+{
+    char why[128];
+
+    snprintf(why, sizeof(why), "%s: %s", call, strerror(err));
+    verdict(pr, 0, why);
+}
+
 static void probe_event(fd_upstream_conn_t *uc)
 {
     probe_t *pr = uc->data;
@@ -319,7 +336,7 @@ static void probe_event(fd_upstream_conn_t *uc)
     if (uc->connecting) {
         int err, rc = fd_upstream_conn_connected(uc, &err);
         if (rc == FD_ERROR)
-            verdict(pr, 0, strerror(err));
+            verdict_errno(pr, "connect()", err);
         if (rc != FD_OK)
             return;
     }
@@ -384,7 +401,7 @@ static void probe_event(fd_upstream_conn_t *uc)
                              b[12] == '\r'))
             verdict(pr, (unsigned)((b[9] - '0') * 100 + (b[10] - '0') * 10 +
                                    (b[11] - '0')),
-                    "status");
+                    NULL);
         else
             verdict(pr, 0, pr->got ? "not an HTTP response"
                                    : "closed without a response");
@@ -410,21 +427,21 @@ static void probe_start(probe_t *pr)
         ((struct sockaddr_in6 *)&sa)->sin6_port = htons((uint16_t)hc->port);
     fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
-        verdict(pr, 0, strerror(errno));
+        verdict_errno(pr, "socket()", errno);
         return;
     }
     if (connect(fd, (struct sockaddr *)&sa, p->salen) < 0) {
         if (errno != EINPROGRESS) {
             int err = errno == EAGAIN ? ECONNREFUSED : errno;
             close(fd);
-            verdict(pr, 0, strerror(err));
+            verdict_errno(pr, "connect()", err);
             return;
         }
         connecting = 1;
     }
     pr->uc = fd_upstream_conn_add(p, fd, connecting);
     if (pr->uc == NULL) {
-        verdict(pr, 0, strerror(errno));
+        verdict_errno(pr, "the probe's connection", errno);
         return;
     }
     /* a separate port= is plain HTTP; else the group's own TLS */
