@@ -94,6 +94,8 @@ struct fd_module_s {
     size_t shm_size;                  /* bytes of each worker stats slot */
     /* Report the module's figures of one worker slot (see fd_status.h). */
     void (*status)(fd_status_t *st, const void *area, unsigned worker);
+    /* Report the figures of what all workers share, once (fd_status.h). */
+    void (*status_shared)(fd_status_t *st);
     /* Master: fold an exited worker's monotonic counters into retired. */
     void (*retire)(void *retired_area, const void *area);
     /* Called on the loop once per finished request (access log). */

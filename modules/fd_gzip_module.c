@@ -106,9 +106,19 @@ static int zfailed;           /* deflateInit2() failed: logged once */
 static char *rbuf;            /* file read buffer */
 char fd_gzip_scratch[FD_GZIP_OUT_SIZE]; /* encoder output, copied on */
 
+/* Every text type conf/mime.types ships (a .js file is text/javascript
+ * there, RFC 9239), the older names proxied applications still send for
+ * the same content, and the XML and JSON formats; what nginx's usual
+ * gzip_types and Caddy's encode default take. Binary formats stay out,
+ * text/event-stream too: a stream of events must not wait in deflate. */
 static const char *default_types[] = {
-    "text/html", "text/plain", "text/css", "application/json",
-    "application/javascript", "image/svg+xml"};
+    "text/html", "text/css", "text/javascript", "application/javascript",
+    "application/x-javascript", "application/json", "text/plain",
+    "image/svg+xml", "text/xml", "application/xml", "application/xhtml+xml",
+    "application/ld+json", "application/manifest+json",
+    "application/atom+xml", "application/rss+xml", "text/csv",
+    "text/markdown", "text/calendar", "text/vtt", "text/x-component",
+    "text/vnd.wap.wml"};
 
 static int set_level(fd_conf_t *cf, const fd_directive_t *d, void *conf,
                      const char *v)
@@ -639,8 +649,14 @@ static const fd_directive_t gzip_directives[] = {
             "ones and streamed ones (proxied) as they flow"},
     {.name = "gzip_types", .type = FD_CONF_LIST, .offset = GZ(types_in),
      .doc = "media types to compress besides the defaults (text/html "
-            "text/plain text/css application/json application/javascript "
-            "image/svg+xml), repeatable, several per line, * for any; the "
+            "text/css text/javascript application/javascript "
+            "application/x-javascript application/json text/plain "
+            "image/svg+xml text/xml application/xml application/xhtml+xml "
+            "application/ld+json application/manifest+json "
+            "application/atom+xml application/rss+xml text/csv "
+            "text/markdown text/calendar text/vtt text/x-component "
+            "text/vnd.wap.wml: every text type of conf/mime.types), "
+            "repeatable, several per line, * for any; the "
             "[http], [server] and [location] lists add up, so a location "
             "that adds one keeps the others (gzip = off turns it off)"},
     {.name = "gzip_min_length", .type = FD_CONF_SIZE,

@@ -253,6 +253,7 @@ void fd_proxy_cache_fuzz_reset(fd_cycle_t *cycle);
 #endif
 void fd_proxy_cache_status(fd_status_t *st, const void *area,
                            unsigned worker);
+void fd_proxy_cache_status_shared(fd_status_t *st);
 void fd_proxy_cache_retire(void *retired, const void *area);
 const char *fd_proxy_cache_status_text(int s);
 

@@ -1200,9 +1200,10 @@ _Static_assert(FD_PROXY_CACHE_MAX * sizeof(cache_shm_t) <=
 void fd_proxy_cache_status(fd_status_t *st, const void *a, unsigned worker)
 {
     const cache_shm_t *e = a;
-    fd_proxy_cache_t *c;
     char labels[64];
     unsigned i;
+
+    (void)worker;
 
     for (i = 0; i < FD_PROXY_CACHE_MAX; i++, e++) {
         if (e->name[0] == '\0')
@@ -1235,24 +1236,34 @@ void fd_proxy_cache_status(fd_status_t *st, const void *a, unsigned worker)
                           "the upstream confirmed with 304 "
                           "(proxy_cache_revalidate).", labels,
                           e->revalidated);
-        /* the index is every worker's: once, with the answering worker's
-         * own slot */
-        if (fd_worker && worker == fd_worker->slot &&
-            (c = fd_cycle_section(fd_worker->cycle, "cache", e->name))) {
-            fd_status_gauge(st, "proxy_cache_entries", "Entries in the "
-                            "index.", labels,
-                            __atomic_load_n(&c->head->entries,
-                                            __ATOMIC_RELAXED));
-            fd_status_gauge(st, "proxy_cache_bytes", "Bytes of the "
-                            "entries' files.", labels,
-                            __atomic_load_n(&c->head->size,
-                                            __ATOMIC_RELAXED));
-            fd_status_gauge(st, "proxy_cache_loaded", "1 once the files "
-                            "on disk at the start are indexed, 0 while the "
-                            "loader reads them.", labels,
-                            __atomic_load_n(&c->head->loaded,
-                                            __ATOMIC_RELAXED));
-        }
+    }
+}
+
+/* The indexes are every worker's: their figures, labelled as the slots'
+ * counters (the name cut as there). */
+void fd_proxy_cache_status_shared(fd_status_t *st)
+{
+    fd_conf_section_t *s;
+    char name[sizeof(((cache_shm_t *)0)->name)], labels[64];
+
+    if (fd_worker == NULL)
+        return;
+    for (s = fd_worker->cycle->sections; s; s = s->next) {
+        fd_proxy_cache_t *c = s->conf;
+        if (s->module != &fd_proxy_cache_section || c->head == NULL)
+            continue;
+        snprintf(name, sizeof(name), "%s", c->name);
+        snprintf(labels, sizeof(labels), "cache=\"%s\"", name);
+        fd_status_gauge(st, "proxy_cache_entries", "Entries in the index.",
+                        labels,
+                        __atomic_load_n(&c->head->entries, __ATOMIC_RELAXED));
+        fd_status_gauge(st, "proxy_cache_bytes", "Bytes of the entries' "
+                        "files.", labels,
+                        __atomic_load_n(&c->head->size, __ATOMIC_RELAXED));
+        fd_status_gauge(st, "proxy_cache_loaded", "1 once the files on disk "
+                        "at the start are indexed, 0 while the loader reads "
+                        "them.", labels,
+                        __atomic_load_n(&c->head->loaded, __ATOMIC_RELAXED));
     }
 }
 

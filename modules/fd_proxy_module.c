@@ -1563,6 +1563,12 @@ static void proxy_status(fd_status_t *st, const void *a, unsigned worker)
         fd_proxy_cache_status(st, (const char *)a + CACHE_AREA, worker);
 }
 
+static void proxy_status_shared(fd_status_t *st)
+{
+    fd_upstream_status_shared(st);
+    fd_proxy_cache_status_shared(st);
+}
+
 static void proxy_retire(void *retired, const void *a)
 {
     fd_upstream_retire(retired, a);
@@ -1589,6 +1595,7 @@ fd_module_t fd_proxy_module = {
     .also = &fd_proxy_cache_section,
     .init_cycle = fd_proxy_cache_init_cycle,
     .status = proxy_status,
+    .status_shared = proxy_status_shared,
     .retire = proxy_retire,
     .vars = proxy_vars,
 };

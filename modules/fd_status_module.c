@@ -30,8 +30,10 @@
  *
  * Prometheus text exposition 0.0.4, for ?format=prometheus or an Accept
  * header asking for text/plain;version=0.0.4: every figure as fastd_NAME
- * (counters fastd_NAME_total) summed over workers, and again per worker as
- * fastd_worker_NAME{worker="SLOT"}; the totals include exited workers.
+ * (counters fastd_NAME_total) summed over workers, and
+ * again per worker as fastd_worker_NAME{worker="SLOT"}, for every live
+ * worker, except the figures all workers share (health checks, resolved
+ * addresses, cache indexes); the totals include exited workers.
  */
 
 #include <strings.h>
@@ -200,6 +202,13 @@ static void gather(fd_status_t *st, status_view_t *v)
 
         if (m->status != NULL) {
             m->status(st, fd_shm_retired_area(v->shm, m), FD_STATUS_RETIRED);
+        }
+    }
+
+    st->worker = FD_STATUS_SHARED;
+    for (unsigned k = 0; fd_modules[k] != NULL; k++) {
+        if (fd_modules[k]->status_shared != NULL) {
+            fd_modules[k]->status_shared(st);
         }
     }
 }
@@ -642,6 +651,20 @@ static void prom_gauge(fd_sbuf_t *sb, const char *name, const char *help,
     fd_sbuf_addc(sb, '\n');
 }
 
+/* Has a worker a sample of the family named like m? Not of a shared
+ * figure, nor of one only exited workers had. */
+static int prom_per_worker(const fd_status_metric_t *m)
+{
+    const fd_status_metric_t *e;
+
+    for (e = m; e != NULL; e = e->next) {
+        if (e->samples != NULL && strcmp(e->name, m->name) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* One family: the metrics named like m (all label sets), totals or per
  * worker. */
 static void prom_family(fd_sbuf_t *sb, fd_status_metric_t *m, int per_worker)
@@ -742,7 +765,7 @@ static int render_prometheus(fd_request_t *r, fd_status_t *st,
                     break;
                 }
             }
-            if (e == m) {
+            if (e == m && (!per_worker || prom_per_worker(m))) {
                 prom_family(&sb, m, per_worker);
             }
         }

@@ -78,6 +78,7 @@ for my $d (qw(b bg g types min l1)) {
     FastdTest::spew("$www/$d/big.txt", $big);
     FastdTest::spew("$www/$d/x.bin", $text);
 }
+FastdTest::spew("$www/b/app.js", "function f(x) { return x; }\n" x 200);
 $t->start;
 my $port = $t->port;
 
@@ -131,6 +132,7 @@ is(FastdTest::unzip($r->body), $text, 'gzip beside brotli still decodes');
 
 # --- types, length, HEAD --------------------------------------------------------------------
 is(enc('/b/x.bin', 'br'), 'identity', 'octet-stream not in the default types');
+is(enc('/b/app.js', 'br'), 'br', 'a .js file (text/javascript): br by default');
 is(enc('/types/x.bin', 'br'), 'br', 'brotli_types adds one');
 is(enc('/types/t.txt', 'br'), 'br', '... and keeps the defaults');
 is(enc('/min/t.txt', 'br'), 'identity', 'below brotli_min_length: identity');

@@ -65,6 +65,20 @@ my $under = substr($big, 0, 32 * 1024);
 FastdTest::spew("$www/over.txt", $over);
 FastdTest::spew("$www/under.txt", $under);
 FastdTest::spew("$www/min/$_.txt", substr($big, 0, $_ * 1024)) for 40, 64;
+# one file per extension of every text type conf/mime.types ships: each
+# is compressed by default (a .js file is text/javascript there)
+my %text_ext;
+{
+    my $types = FastdTest::slurp("$FindBin::Bin/../conf/mime.types");
+    $types =~ s/#[^\n]*//g;
+    while ($types =~ m{([\w.+-]+/[\w.+-]+)\s+([^;]+);}g) {
+        my ($type, $exts) = ($1, $2);
+        next unless $type =~ m{^text/|[/+](?:json|xml)$|javascript};
+        $text_ext{$_} = $type for split ' ', $exts;
+    }
+}
+make_path("$www/types");
+FastdTest::spew("$www/types/f.$_", $page) for keys %text_ext;
 $t->start;
 
 sub get { $t->get(@_, timeout => 20) }
@@ -167,6 +181,14 @@ ok(!defined $r->header('vary'), '... and does not vary');
     $r = get('/page.html', method => 'HEAD');
     is($r && $r->header('content-length'), length $page,
        'HEAD without Accept-Encoding: the identity length');
+}
+
+ok(exists $text_ext{js} && exists $text_ext{css} && exists $text_ext{json}
+   && keys %text_ext > 15, 'conf/mime.types read: ' . keys(%text_ext)
+   . ' extensions of text types');
+for my $ext (sort keys %text_ext) {
+    is_gzip(gz("/types/f.$ext"), $page,
+            ".$ext ($text_ext{$ext}): compressed by default");
 }
 
 # gzip_types adds to the defaults (the README: the lists add up)

@@ -66,7 +66,7 @@ static void metric_add(fd_status_t *st, const char *name, const char *help,
         return;
     }
     m->total += v;
-    if (st->worker == FD_STATUS_RETIRED) {
+    if (st->worker == FD_STATUS_RETIRED || st->worker == FD_STATUS_SHARED) {
         return;
     }
 

@@ -22,6 +22,16 @@
  *       counters of area into retired_area, so totals never go backwards.
  *       Gauges are not retired. The slot is zeroed afterwards.
  *
+ * A figure of state every worker shares (a table in shared memory: the
+ * health checks, the resolver, a cache's index) is no one worker's: the
+ * module reports it from a third hook,
+ *
+ *   void (*status_shared)(fd_status_t *st);
+ *       Called once per answer, after the slots (st->worker is
+ *       FD_STATUS_SHARED). Its figures go in the totals only: no worker
+ *       has a series of them, so no answer names only the worker that
+ *       gave it.
+ *
  * Metric names: lowercase [a-z0-9_], without the "fastd_" prefix and
  * without "_total" (the writer adds both for Prometheus). The part before
  * the first '_' is the group, the rest the field, e.g. "upstream_requests"
@@ -29,13 +39,6 @@
  *   Prometheus: fastd_upstream_requests_total{upstream="app",server="..."}
  *   JSON:       "modules": {"upstream": [{"upstream": "app",
  *                                          "server": "...", "requests": N}]}
- * labels is NULL or `k="v"` pairs joined by ',', values escaped as
- * Prometheus wants (\\, \", \n). Well-known groups the dashboard shows:
- *   upstream: labels upstream, server; fields requests, fails, active,
- *             healthy (gauge 1/0), ...
- *   queue:    label queue; fields active, waiting, max_concurrent,
- *             queue_limit, admitted, rejected, timeouts, ...
- *   offload:  no labels; fields threads, busy, pending, completed, ...
  */
 
 #include "fd_core.h"
@@ -44,6 +47,7 @@
 
 
 #define FD_STATUS_RETIRED ((unsigned)-1)
+#define FD_STATUS_SHARED ((unsigned)-2)
 
 /* For retire hooks over named entries (queues, limit_req zones): in n
  * entries of size bytes, each beginning with a NUL-ended name of
@@ -72,7 +76,8 @@ typedef struct fd_status_metric_s {
     int gauge;
     int core;           /* a core figure: not under JSON "modules" */
     uint64_t total;     /* every worker, exited ones included */
-    fd_status_sample_t *samples; /* per live worker, in report order */
+    fd_status_sample_t *samples; /* per live worker, in report order;
+                                    none for a shared figure */
     fd_status_sample_t **samples_last;
     struct fd_status_metric_s *next;
 } fd_status_metric_t;
@@ -81,7 +86,8 @@ struct fd_status_s {
     fd_pool_t *pool;
     fd_status_metric_t *metrics; /* in the order first reported */
     fd_status_metric_t **last;
-    unsigned worker;             /* the slot being reported, or RETIRED */
+    unsigned worker;             /* the slot being reported, RETIRED or
+                                    SHARED */
     int core;                    /* set while the core reports its own */
     int failed;                  /* out of memory: the figures are partial */
 };

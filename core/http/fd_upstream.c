@@ -1210,7 +1210,7 @@ static void shm_name(char *dst, size_t size, const char *src)
 void fd_upstream_init_worker(fd_upstream_t **ups, unsigned n,
                              fd_upstream_shm_t *area)
 {
-    unsigned i, k, slot = 0, pass;
+    unsigned i, k, slot = 0, fixed = 0, nfixed = 0;
 
     shm = area;
     if (shm)
@@ -1223,26 +1223,34 @@ void fd_upstream_init_worker(fd_upstream_t **ups, unsigned n,
         ngroups = n;
     }
     fd_upstream_health_start(ups, n);
-    /* fixed servers first: a resolve name's 16 slots, mostly empty, take
-     * what is left */
-    for (pass = 0; pass < 2; pass++) {
-        for (i = 0; i < n; i++) {
-            for (k = 0; k < ups[i]->npeers; k++) {
-                fd_upstream_peer_t *p = &ups[i]->peers[k];
-                if ((p->resolve != NULL) != pass)
+    /* Fixed servers first: a resolve name's 16 slots, mostly empty, take
+     * what is left. The slots go in configuration order, which /status
+     * keeps. */
+    for (i = 0; i < n; i++)
+        for (k = 0; k < ups[i]->npeers; k++)
+            nfixed += ups[i]->peers[k].resolve == NULL;
+    nfixed = fd_min(nfixed, FD_UPSTREAM_SHM_PEERS);
+    for (i = 0; i < n; i++) {
+        for (k = 0; k < ups[i]->npeers; k++) {
+            fd_upstream_peer_t *p = &ups[i]->peers[k];
+            p->shm = -1;
+            if (shm == NULL || slot == FD_UPSTREAM_SHM_PEERS)
+                continue;
+            if (p->resolve == NULL) {
+                if (fixed == nfixed)
                     continue;
-                p->shm = -1;
-                if (shm == NULL || slot == FD_UPSTREAM_SHM_PEERS)
-                    continue;
-                p->shm = (int)slot++;
-                if (p->absent)
-                    continue; /* named when it gets an address */
-                shm_name(shm->peer[p->shm].upstream,
-                         sizeof(shm->peer[0].upstream), ups[i]->name);
-                shm_name(shm->peer[p->shm].server,
-                         sizeof(shm->peer[0].server), p->name);
-                shm->peer[p->shm].healthy = !p->down;
+                fixed++;
+            } else if (slot - fixed == FD_UPSTREAM_SHM_PEERS - nfixed) {
+                continue; /* what the fixed ones left is taken */
             }
+            p->shm = (int)slot++;
+            if (p->absent)
+                continue; /* named when it gets an address */
+            shm_name(shm->peer[p->shm].upstream,
+                     sizeof(shm->peer[0].upstream), ups[i]->name);
+            shm_name(shm->peer[p->shm].server,
+                     sizeof(shm->peer[0].server), p->name);
+            shm->peer[p->shm].healthy = !p->down;
         }
     }
     if (slot == FD_UPSTREAM_SHM_PEERS && n)
@@ -1300,18 +1308,20 @@ void fd_upstream_status_labels(char *dst, size_t size, const char *up,
     snprintf(dst, size, "upstream=\"%s\",server=\"%s\"", u, s);
 }
 
+/* The health and resolve tables are every worker's: their figures, in
+ * this worker's configuration order. */
+void fd_upstream_status_shared(fd_status_t *st)
+{
+    fd_upstream_health_status(st, groups, ngroups);
+    fd_upstream_resolve_status(st, groups, ngroups);
+}
+
 void fd_upstream_status(fd_status_t *st, const void *area, unsigned worker)
 {
     const fd_upstream_shm_t *a = area;
     char labels[256], u[80], s[112];
     unsigned i;
 
-    /* the health table is every process's: once, with this worker's own
-     * slot (the one answering) */
-    if (fd_worker && worker == fd_worker->slot) {
-        fd_upstream_health_status(st, groups, ngroups);
-        fd_upstream_resolve_status(st, groups, ngroups);
-    }
     if (a == NULL)
         return;
     for (i = 0; i < FD_UPSTREAM_SHM_PEERS; i++) {

@@ -33,7 +33,8 @@
  *       (least recently used out first), each with its idle timer; an
  *       idle one that turns readable is closed.
  *   status: per server counters in the worker's stats slot (the owning
- *       module's shm area), reported by fd_upstream_status().
+ *       module's shm area), reported by fd_upstream_status(); the shared
+ *       health and resolve tables by fd_upstream_status_shared().
  *
  * Everything runs on the worker's loop thread. The configuration's
  * fields marked "per worker" are written by each worker in its own copy.
@@ -341,6 +342,7 @@ void fd_upstream_init_worker(fd_upstream_t **ups, unsigned n,
                              fd_upstream_shm_t *area);
 /* The module hooks of fd_status.h for an fd_upstream_shm_t area. */
 void fd_upstream_status(fd_status_t *st, const void *area, unsigned worker);
+void fd_upstream_status_shared(fd_status_t *st);
 void fd_upstream_retire(void *retired_area, const void *area);
 
 #endif

@@ -17,6 +17,7 @@
 #define fd_proxy_cache_init_worker fd_proxy_cache_init_worker_unit
 #define fd_proxy_cache_exit_worker fd_proxy_cache_exit_worker_unit
 #define fd_proxy_cache_status fd_proxy_cache_status_unit
+#define fd_proxy_cache_status_shared fd_proxy_cache_status_shared_unit
 #define fd_proxy_cache_retire fd_proxy_cache_retire_unit
 #define fd_proxy_cache_lookup fd_proxy_cache_lookup_unit
 #define fd_proxy_cache_header fd_proxy_cache_header_unit
