@@ -535,6 +535,11 @@ int main(int argc, char **argv)
         return 1;
     }
     master_log.level = cycle->main.error_log_level;
+    /* until the master runs, a reason to stop goes where the one who
+     * started it looks: stderr, when it is a terminal or fastd stays in
+     * the foreground (a daemon's stderr is often nobody's) */
+    master_log.echo = foreground || !cycle->main.daemon ||
+                      isatty(STDERR_FILENO);
     fd_log = &master_log;
     if (fd_shm_init() != FD_OK || fd_ssl_shm_init() != FD_OK) {
         fprintf(stderr, "fastd: [emerg] shared memory setup failed\n");
@@ -544,8 +549,8 @@ int main(int argc, char **argv)
     snprintf(fd_shm->profile, sizeof(fd_shm->profile), "%s",
              cycle->profile ? cycle->profile : "");
     if (fd_listening_open(cycle, NULL) != FD_OK) {
-        fprintf(stderr, "fastd: [emerg] cannot open listening sockets "
-                "(see the error log)\n");
+        fprintf(stderr, "fastd: [emerg] cannot open listening sockets%s\n",
+                master_log.echo ? "" : " (see the error log)");
         return 1;
     }
     if (cycle->main.daemon && !foreground) {
@@ -571,5 +576,6 @@ int main(int argc, char **argv)
     fd_shm->master_pid = (uint64_t)getpid();
     if (write_pid(cycle->main.pid) != FD_OK)
         return 1;
+    master_log.echo = 0;
     return master_loop();
 }
