@@ -663,6 +663,19 @@ static int conf_handler(void *user, const char *section, const char *name,
     return 1;
 }
 
+static const char *memory_name, *memory_text;
+
+void fd_conf_memory(const char *name, const char *text)
+{
+    memory_name = name;
+    memory_text = text;
+}
+
+const char *fd_conf_memory_name(void)
+{
+    return memory_name;
+}
+
 static int read_file(fd_conf_t *cf, const char *path, const char *section,
                      unsigned seq, fd_conf_entry_t **entries, unsigned *n,
                      unsigned *cap, unsigned *seq_counter, int depth)
@@ -676,7 +689,10 @@ static int read_file(fd_conf_t *cf, const char *path, const char *section,
 
     if (depth > FD_CONF_MAX_INCLUDE_DEPTH)
         return fd_conf_error(cf, "includes nested too deep at \"%s\"", path);
-    rd.fp = fopen(path, "r");
+    if (depth == 0 && memory_name && strcmp(path, memory_name) == 0)
+        rd.fp = fmemopen((void *)memory_text, strlen(memory_text), "r");
+    else
+        rd.fp = fopen(path, "r");
     if (rd.fp == NULL) {
         int err = errno;
         if (depth == 0) { /* the main file: its name is the prefix */
