@@ -95,6 +95,14 @@ for my $case (
     like($out, $re, "$name: says why");
 }
 
+# what the loader refuses in a built configuration: exit 1, as a file's error
+{
+    my ($rc, $out) = fastd('respond', 'hi $nosuchvar');
+    is($rc, 1, 'a configuration error in a built configuration: exit 1');
+    like($out, qr/^fastd: \[emerg\] respond:\d+: unknown variable "\$nosuchvar".*\n.*--print-config/m,
+         '... naming the line of the INI text --print-config shows');
+}
+
 # --- --print-config: a configuration file fastd -t -c takes ---
 FastdTest::self_signed("$dir/given", 'localhost');
 mkdir "$dir/www";
