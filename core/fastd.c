@@ -5,6 +5,7 @@
  * sigsuspend(); signal handlers only set flags.
  */
 #include <fcntl.h>
+#include <getopt.h>
 #include <grp.h>
 #include <pwd.h>
 #include <sched.h>
@@ -18,6 +19,7 @@
 
 #include "fd_core.h"
 #include "fd_build.h" /* FD_CONFIGURE_ARGS */
+#include "fd_cli.h"
 #include "fd_connection.h"
 #include "fd_http.h"
 #include "fd_proctitle.h"
@@ -450,25 +452,50 @@ static int send_signal(const char *name)
     return 0;
 }
 
-static void usage(void)
+static void usage(FILE *fp)
 {
-    fprintf(stderr,
-            "usage: fastd [-c FILE] [-p PROFILE] [-t] [-g] [-s SIGNAL] [-v]\n"
-            "  -c FILE     configuration file (default " FD_CONF_PATH ")\n"
-            "  -p PROFILE  apply [profile PROFILE] (overrides profile =)\n"
-            "  -t          test the configuration and exit\n"
-            "  -g          stay in the foreground (as daemon = off)\n"
-            "  -s SIGNAL   signal the running master: reload, quit, stop, "
-            "reopen\n"
-            "  -k          list every configuration key (Markdown)\n"
-            "  -v          print the version\n");
+    fprintf(fp,
+            "usage: fastd [-c FILE] [-p PROFILE] [-g] [-t] [-s SIGNAL] [-k] "
+            "[-v] [-h]\n");
+    fd_cli_usage(fp);
+    fprintf(fp,
+            "\n"
+            "  -c FILE        configuration file (default " FD_CONF_PATH ")\n"
+            "  -p PROFILE     apply [profile PROFILE] (overrides profile =)\n"
+            "  -g             stay in the foreground (as daemon = off)\n"
+            "  -t             test the configuration and every profile in "
+            "it, and exit\n"
+            "  -s SIGNAL      signal the master named by the pid file: "
+            "reload, quit,\n"
+            "                 stop or reopen (the log files)\n"
+            "  -k             print every configuration key (Markdown) and "
+            "exit\n"
+            "  -v, -V, --version  print the version and the configure "
+            "arguments\n"
+            "  -h, --help     print this help and exit\n"
+            "\n"
+            "One-line commands build a configuration in memory and run it in "
+            "the\n"
+            "foreground, logging to stderr, until Ctrl-C (fastd COMMAND "
+            "--help):\n"
+            "  reverse-proxy  proxy every request to one or more backends\n"
+            "  file-server    serve the files of a directory\n"
+            "  respond        answer every request with a fixed text\n"
+            "\n"
+            "Exit status: 0 done, 1 a configuration or start error, 2 a bad "
+            "command line.\n");
 }
 
 int main(int argc, char **argv)
 {
     char err[1200];
+    static const struct option long_opts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'v'},
+        {NULL, 0, NULL, 0},
+    };
     const char *sig = NULL;
-    int test = 0, opt;
+    int test = 0, cli = 0, opt;
     unsigned i;
 
     fd_ssl_mem_init(); /* before OpenSSL allocates anything */
@@ -478,7 +505,22 @@ int main(int argc, char **argv)
     }
     for (i = 0; fd_modules[i]; i++)
         fd_modules[i]->index = i;
-    while ((opt = getopt(argc, argv, "c:p:ts:gkvVh")) != -1) {
+    if (argc > 1 && argv[1][0] != '-') {
+        int status;
+        switch (fd_cli_command(argc - 1, argv + 1, &conf_file, &status)) {
+        case FD_DONE: return status;
+        case FD_OK:
+            cli = 1;
+            foreground = 1;
+            goto load;
+        default:
+            fprintf(stderr, "fastd: unknown command \"%s\" (see fastd "
+                    "-h)\n", argv[1]);
+            return 2;
+        }
+    }
+    while ((opt = getopt_long(argc, argv, "c:p:ts:gkvVh", long_opts,
+                              NULL)) != -1) {
         switch (opt) {
         case 'k':
             fd_conf_dump_keys(stdout);
@@ -493,19 +535,27 @@ int main(int argc, char **argv)
             printf("fastd/%s\nconfigure arguments: %s\n", FASTD_VERSION,
                    FD_CONFIGURE_ARGS);
             return 0;
-        default:
-            usage();
-            return opt == 'h' ? 0 : 1;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default: /* getopt said what */
+            fprintf(stderr, "see fastd -h\n");
+            return 2;
         }
     }
     if (optind < argc) {
-        usage();
-        return 1;
+        fprintf(stderr, "fastd: unexpected argument \"%s\" (see fastd "
+                "-h)\n", argv[optind]);
+        return 2;
     }
+load:
     fd_conf_test = test || sig != NULL;
     cycle = fd_cycle_load(conf_file, profile_arg, err, sizeof(err));
     if (cycle == NULL) {
         fprintf(stderr, "fastd: [emerg] %s\n", err);
+        if (cli)
+            fprintf(stderr, "fastd: (in the configuration \"fastd %s\" "
+                    "built: see it with --print-config)\n", conf_file);
         if (test)
             fprintf(stderr, "fastd: configuration file %s test failed\n",
                     conf_file);
@@ -540,6 +590,11 @@ int main(int argc, char **argv)
         return 1;
     }
     master_log.level = cycle->main.error_log_level;
+    /* until the master runs, a reason to stop goes where the one who
+     * started it looks: stderr, when it is a terminal or fastd stays in
+     * the foreground (a daemon's stderr is often nobody's) */
+    master_log.echo = foreground || !cycle->main.daemon ||
+                      isatty(STDERR_FILENO);
     fd_log = &master_log;
     if (fd_shm_init() != FD_OK || fd_ssl_shm_init() != FD_OK) {
         fprintf(stderr, "fastd: [emerg] shared memory setup failed\n");
@@ -549,8 +604,8 @@ int main(int argc, char **argv)
     snprintf(fd_shm->profile, sizeof(fd_shm->profile), "%s",
              cycle->profile ? cycle->profile : "");
     if (fd_listening_open(cycle, NULL) != FD_OK) {
-        fprintf(stderr, "fastd: [emerg] cannot open listening sockets "
-                "(see the error log)\n");
+        fprintf(stderr, "fastd: [emerg] cannot open listening sockets%s\n",
+                master_log.echo ? "" : " (see the error log)");
         return 1;
     }
     if (cycle->main.daemon && !foreground) {
@@ -576,5 +631,6 @@ int main(int argc, char **argv)
     fd_shm->master_pid = (uint64_t)getpid();
     if (write_pid(cycle->main.pid) != FD_OK)
         return 1;
+    master_log.echo = 0;
     return master_loop();
 }

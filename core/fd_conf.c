@@ -687,6 +687,19 @@ static const char *missing_equals(const char *line, char *buf, size_t n)
     return buf;
 }
 
+static const char *memory_name, *memory_text;
+
+void fd_conf_memory(const char *name, const char *text)
+{
+    memory_name = name;
+    memory_text = text;
+}
+
+const char *fd_conf_memory_name(void)
+{
+    return memory_name;
+}
+
 static int read_file(fd_conf_t *cf, const char *path, const char *section,
                      unsigned seq, fd_conf_entry_t **entries, unsigned *n,
                      unsigned *cap, unsigned *seq_counter, int depth)
@@ -700,7 +713,10 @@ static int read_file(fd_conf_t *cf, const char *path, const char *section,
 
     if (depth > FD_CONF_MAX_INCLUDE_DEPTH)
         return fd_conf_error(cf, "includes nested too deep at \"%s\"", path);
-    rd.fp = fopen(path, "r");
+    if (depth == 0 && memory_name && strcmp(path, memory_name) == 0)
+        rd.fp = fmemopen((void *)memory_text, strlen(memory_text), "r");
+    else
+        rd.fp = fopen(path, "r");
     if (rd.fp == NULL) {
         int err = errno;
         if (depth == 0) { /* the main file: its name is the prefix */

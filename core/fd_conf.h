@@ -181,6 +181,14 @@ typedef struct {
 int fd_conf_check_levels(const fd_conf_level_t *levels, unsigned n,
                          char *err, size_t errlen);
 
+/*
+ * A configuration held in memory (a one-line command's, core/fd_cli.c):
+ * from now on the path name reads text instead of a file, for the start
+ * and for every reload. fd_conf_memory_name() is that name or NULL.
+ */
+void fd_conf_memory(const char *name, const char *text);
+const char *fd_conf_memory_name(void);
+
 /* Read a file (and its includes) into entries; used by fd_cycle_load. */
 int fd_conf_read(fd_conf_t *cf, const char *path, fd_conf_entry_t **entries,
                  unsigned *n);

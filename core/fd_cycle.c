@@ -1136,7 +1136,12 @@ fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
     cf.pool = pool;
     cf.temp = fd_pool_create(16384);
     cf.cycle = cy;
-    cf.prefix = make_prefix(pool, file);
+    /* a configuration built in memory has no directory of its own: its
+     * relative paths (the default mime.types) are the installed fastd's */
+    if (fd_conf_memory_name() && strcmp(file, fd_conf_memory_name()) == 0)
+        cf.prefix = FD_PREFIX;
+    else
+        cf.prefix = make_prefix(pool, file);
     ld.cf = &cf;
     ld.cycle = cy;
 

@@ -88,7 +88,7 @@ static size_t log_escape(char *dst, size_t size, const char *msg, size_t len)
 void fd_log_write(fd_log_t *log, int level, int err, const char *fmt, ...)
 {
     char buf[2048], msg[1536];
-    size_t n;
+    size_t n, text;
     int m;
     va_list ap;
     time_t now = time(NULL);
@@ -104,6 +104,7 @@ void fd_log_write(fd_log_t *log, int level, int err, const char *fmt, ...)
                      (unsigned long long)fd_log_conn_id);
         n += (size_t)m;
     }
+    text = n;
     va_start(ap, fmt);
     m = vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
@@ -118,5 +119,13 @@ void fd_log_write(fd_log_t *log, int level, int err, const char *fmt, ...)
     buf[n++] = '\n';
     if (write(log->fd >= 0 ? log->fd : STDERR_FILENO, buf, n) < 0) {
         /* nowhere left to report it */
+    }
+    if (log->echo && log->fd >= 0 && level <= FD_LOG_WARN) {
+        char head[32];
+        m = snprintf(head, sizeof(head), "fastd: [%s] ", levels[level]);
+        if (write(STDERR_FILENO, head, (size_t)m) < 0 ||
+            write(STDERR_FILENO, buf + text, n - text) < 0) {
+            /* the error log has it */
+        }
     }
 }

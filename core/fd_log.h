@@ -17,6 +17,8 @@ struct fd_log_s {
     int fd;          /* -1: stderr */
     int level;       /* messages above it are dropped */
     const char *path; /* NULL: stderr */
+    int echo;        /* a file log: warn and worse go to stderr too (the
+                      * master's start, where a user waits for them) */
 };
 
 extern fd_log_t *fd_log; /* the process' error log */

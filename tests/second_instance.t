@@ -4,7 +4,8 @@
 # with SO_REUSEPORT the kernel would otherwise split new connections
 # between the two configurations. The running master's own sockets are
 # unaffected: its reloads keep them, and a reload that adds a taken
-# address fails and leaves the old configuration serving.
+# address fails and leaves the old configuration serving. In the
+# foreground the reason is on stderr as well as in the error log.
 
 use strict;
 use warnings;
@@ -31,6 +32,11 @@ for my $mode ('reuseport', 'exclusive') {
     is($b->exit_code, 1, "$mode: with exit code 1");
     like($b->error_log . $b->stderr_log, qr/Address already in use/i,
          "$mode: and says the address is in use") or $b->diag_logs;
+    # in the foreground the reason is on stderr too, not only in the log
+    like($b->stderr_log, qr/^fastd: \[emerg\] bind\(\) to 127\.0\.0\.1:$port failed.*Address already in use\)$/m,
+         "$mode: stderr says why") or $b->diag_logs;
+    unlike($b->stderr_log, qr/see the error log/,
+           "$mode: and does not send the user to the log for it");
 }
 
 # every new connection still reaches A
