@@ -360,8 +360,11 @@ static int self_signed(const cli_t *cli, const cli_addr_t *a, char *crt,
             file[i] = '_';
     if (mkdirs(dir) != FD_OK)
         return fail(cli, "cannot make \"%s\": %s", dir, strerror(errno));
-    snprintf(crt, size, "%s/self-signed-%s.crt", dir, file);
-    snprintf(key, size, "%s/self-signed-%s.key", dir, file);
+    if ((size_t)snprintf(crt, size, "%s/self-signed-%s.crt", dir, file) >=
+            size ||
+        (size_t)snprintf(key, size, "%s/self-signed-%s.key", dir, file) >=
+            size)
+        return fail(cli, "\"%s\": the path is too long", dir);
     if (cert_usable(crt) && access(key, R_OK) == 0)
         return FD_OK;
     if (make_cert(name, a->ip && !a->any, crt, key) != FD_OK)
