@@ -3,9 +3,11 @@
  * three steps; fd_cycle.c applies the entries.
  */
 #include <ctype.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <ini.h>
 #include <libgen.h>
+#include <sys/stat.h>
 
 #include "fd_core.h"
 #include "fd_conf.h"
@@ -13,6 +15,11 @@
 int fd_conf_test;
 
 #define FD_CONF_MAX_INCLUDE_DEPTH 8
+/* A configuration file, main or included, is at most this big: a larger
+ * one is a mistake (include = /var/log/...), and reading it whole would
+ * only take the memory of a -t or a reload. 100,000 allow/deny lines are
+ * about 2.5 MB. */
+#define FD_CONF_MAX_FILE_SIZE (16 * 1024 * 1024)
 
 struct fd_conf_pos_s {
     const void *conf;
@@ -310,11 +317,10 @@ static int set_value(fd_conf_t *cf, const fd_directive_t *d, void *conf,
         if (d->set) /* a repeatable key the module parses itself */
             return d->set(cf, d, conf, value);
         l = (fd_conf_list_t *)field;
-        items = fd_palloc(cf->pool, (l->n + 1) * sizeof(char *));
+        items = fd_parray_reserve(cf->pool, l->items, l->n, &l->cap,
+                                  sizeof(char *));
         if (items == NULL)
             return fd_conf_error(cf, "out of memory");
-        if (l->n)
-            memcpy(items, l->items, l->n * sizeof(char *));
         items[l->n++] = fd_pstrdup(cf->pool, value, strlen(value));
         l->items = items;
         return FD_OK;
@@ -474,6 +480,8 @@ typedef struct {
     const char *file;
     int line;
     int partial;               /* the last fgets() ended mid-line */
+    size_t bytes;              /* read so far (FD_CONF_MAX_FILE_SIZE) */
+    int too_big;
     char head[72];             /* the start of the last line read */
     char *section;        /* current section as the reader saw it */
     unsigned seq;
@@ -517,11 +525,18 @@ static char *conf_reader(char *str, int num, void *stream)
     size_t len;
     int line_start = !rd->partial;
 
-    if (fgets(str, num, rd->fp) == NULL)
+    if (rd->failed || fgets(str, num, rd->fp) == NULL)
         return NULL;
     /* inih asks again, with a bigger buffer, for the rest of a line
      * longer than its buffer: that is not a new line */
     len = strlen(str);
+    /* the size seen at open may grow while it is read */
+    rd->bytes += len;
+    if (rd->bytes > FD_CONF_MAX_FILE_SIZE) {
+        rd->too_big = 1;
+        rd->failed = 1;
+        return NULL;
+    }
     rd->partial = len > 0 && str[len - 1] != '\n';
     if (!line_start)
         return str;
@@ -709,25 +724,56 @@ static int read_file(fd_conf_t *cf, const char *path, const char *section,
         .entries = entries, .n = n, .cap = cap, .seq_counter = seq_counter,
         .depth = depth,
     };
-    int rc;
+    const char *at_file = cf->file, *why = NULL;
+    int at_line = cf->line, fd = -1, err = 0, rc;
+    struct stat st;
 
     if (depth > FD_CONF_MAX_INCLUDE_DEPTH)
         return fd_conf_error(cf, "includes nested too deep at \"%s\"", path);
-    if (depth == 0 && memory_name && strcmp(path, memory_name) == 0)
+    if (depth == 0)
+        cf->file = NULL; /* the main file: its name is the prefix */
+    if (depth == 0 && memory_name && strcmp(path, memory_name) == 0) {
+        /* a one-line command's configuration (fd_cli.c) */
         rd.fp = fmemopen((void *)memory_text, strlen(memory_text), "r");
-    else
-        rd.fp = fopen(path, "r");
-    if (rd.fp == NULL) {
-        int err = errno;
-        if (depth == 0) { /* the main file: its name is the prefix */
-            cf->file = NULL;
-            return fd_conf_error(cf, "cannot open: %s", strerror(err));
+        if (rd.fp == NULL)
+            return fd_conf_error(cf, "cannot open: %s", strerror(errno));
+    } else {
+        /* O_NONBLOCK: a FIFO's open() would wait for a writer */
+        fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0 || fstat(fd, &st) < 0)
+            err = errno;
+        else if (!S_ISREG(st.st_mode))
+            why = S_ISDIR(st.st_mode) ? "is a directory"
+                                      : "is not a regular file";
+        else if (st.st_size > FD_CONF_MAX_FILE_SIZE)
+            why = "is larger than 16m, the most a configuration file "
+                  "may be";
+        else if ((rd.fp = fdopen(fd, "r")) == NULL)
+            err = errno;
+        if (err || why) {
+            if (fd >= 0)
+                close(fd);
+            if (depth == 0)
+                return err ? fd_conf_error(cf, "cannot open: %s",
+                                           strerror(err))
+                           : fd_conf_error(cf, "%s", why);
+            return err ? fd_conf_error(cf, "cannot open \"%s\": %s", path,
+                                       strerror(err))
+                       : fd_conf_error(cf, "include \"%s\" %s", path, why);
         }
-        return fd_conf_error(cf, "cannot open \"%s\": %s", path,
-                             strerror(err));
     }
     rc = ini_parse_stream(conf_reader, &rd, conf_handler, &rd);
     fclose(rd.fp);
+    if (rd.too_big) {
+        cf->file = at_file;
+        cf->line = at_line;
+        return depth == 0 ? fd_conf_error(cf, "is larger than 16m, the most "
+                                          "a configuration file may be")
+                          : fd_conf_error(cf, "include \"%s\" is larger "
+                                          "than 16m, the most a "
+                                          "configuration file may be",
+                                          path);
+    }
     if (rd.failed)
         return FD_ERROR;
     if (rc != 0) {
