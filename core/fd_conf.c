@@ -310,11 +310,10 @@ static int set_value(fd_conf_t *cf, const fd_directive_t *d, void *conf,
         if (d->set) /* a repeatable key the module parses itself */
             return d->set(cf, d, conf, value);
         l = (fd_conf_list_t *)field;
-        items = fd_palloc(cf->pool, (l->n + 1) * sizeof(char *));
+        items = fd_parray_reserve(cf->pool, l->items, l->n, &l->cap,
+                                  sizeof(char *));
         if (items == NULL)
             return fd_conf_error(cf, "out of memory");
-        if (l->n)
-            memcpy(items, l->items, l->n * sizeof(char *));
         items[l->n++] = fd_pstrdup(cf->pool, value, strlen(value));
         l->items = items;
         return FD_OK;

@@ -36,6 +36,7 @@ typedef struct {
 typedef struct {
     char **items;
     unsigned n;
+    unsigned cap;   /* room in items (fd_parray_reserve) */
 } fd_conf_list_t;
 
 typedef struct fd_directive_s fd_directive_t;

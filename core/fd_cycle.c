@@ -25,6 +25,14 @@ typedef struct {
     fd_conf_entry_t *e;
     unsigned n;
     fd_conf_list_t http_loc;      /* indexes of [http] location keys */
+    /* sets()' last answers: each inherited line of a replace key asks
+     * about the same key and range */
+    struct {
+        const char *key;
+        unsigned from, to;
+        int set;
+    } sets_memo[4];
+    unsigned sets_next;
 } load_t;
 
 static int unknown_key(load_t *ld, const fd_conf_entry_t *e,
@@ -54,12 +62,11 @@ static void at(load_t *ld, fd_conf_entry_t *e)
 static int list_add(fd_conf_t *cf, fd_pool_t *pool, fd_conf_list_t *l,
                     void *item)
 {
-    char **items = fd_palloc(pool, (l->n + 1) * sizeof(char *));
+    char **items = fd_parray_reserve(pool, l->items, l->n, &l->cap,
+                                     sizeof(char *));
 
     if (items == NULL)
         return fd_conf_error(cf, "out of memory");
-    if (l->n)
-        memcpy(items, l->items, l->n * sizeof(char *));
     items[l->n++] = item;
     l->items = items;
     return FD_OK;
@@ -266,22 +273,37 @@ static int loc_handler_keys(load_t *ld, fd_http_loc_t *loc)
         return fd_conf_error(ld->cf, "\"%s\" is a key of handler = %s, "
                              "not of handler = %s", e->key, names, h->name);
     }
-    loc->handler_keys.n = 0; /* the entries die with the load */
+    /* the entries die with the load */
+    loc->handler_keys = (fd_conf_list_t){.items = NULL};
     return FD_OK;
 }
 
 /* whether entries [from, to) set key */
-static int sets(const load_t *ld, unsigned from, unsigned to, const char *key)
+static int sets(load_t *ld, unsigned from, unsigned to, const char *key)
 {
-    for (; from < to; from++)
-        if (strcmp(ld->e[from].key, key) == 0)
-            return 1;
-    return 0;
+    unsigned i, k;
+
+    for (i = 0; i < fd_nelems(ld->sets_memo); i++)
+        if (ld->sets_memo[i].key && ld->sets_memo[i].from == from &&
+            ld->sets_memo[i].to == to &&
+            strcmp(ld->sets_memo[i].key, key) == 0)
+            return ld->sets_memo[i].set;
+    i = ld->sets_next++ % fd_nelems(ld->sets_memo);
+    ld->sets_memo[i].key = key;
+    ld->sets_memo[i].from = from;
+    ld->sets_memo[i].to = to;
+    ld->sets_memo[i].set = 0;
+    for (k = from; k < to; k++)
+        if (strcmp(ld->e[k].key, key) == 0) {
+            ld->sets_memo[i].set = 1;
+            break;
+        }
+    return ld->sets_memo[i].set;
 }
 
 /* whether an inherited entry gives way to lines of its key in [from, to)
  * (fd_directive_t.replace) */
-static int replaced(const load_t *ld, const fd_conf_entry_t *e, unsigned from,
+static int replaced(load_t *ld, const fd_conf_entry_t *e, unsigned from,
                     unsigned to)
 {
     unsigned mod;

@@ -164,3 +164,23 @@ unsigned fd_pool_blocks(const fd_pool_t *p, unsigned max)
         n++;
     return n;
 }
+
+void *fd_parray_reserve(fd_pool_t *p, void *elts, unsigned n, unsigned *cap,
+                        size_t size)
+{
+    unsigned nc;
+    void *ne;
+
+    if (n < *cap)
+        return elts;
+    nc = n < 4 ? 4 : n * 2;
+    if (nc <= n || nc > SIZE_MAX / size)
+        return NULL;
+    ne = fd_palloc(p, nc * size);
+    if (ne == NULL)
+        return NULL;
+    if (n)
+        memcpy(ne, elts, n * size);
+    *cap = nc;
+    return ne;
+}

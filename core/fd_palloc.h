@@ -90,6 +90,17 @@ static inline void *fd_pcalloc(fd_pool_t *p, size_t size)
     return m;
 }
 char *fd_pstrdup(fd_pool_t *p, const char *s, size_t n);
+
+/*
+ * An array that grows by appends (a repeated config key): elts with n
+ * elements of size bytes and room for *cap. Returns elts while there is
+ * room for one more, else a copy with twice the room (*cap updated), or
+ * NULL. The old array stays in the pool, so a list of N costs under 4N
+ * elements and N appends O(N) copies, where growing by one costs N^2/2.
+ * *cap 0 with n > 0 (a static default array) copies on the first append.
+ */
+void *fd_parray_reserve(fd_pool_t *p, void *elts, unsigned n, unsigned *cap,
+                        size_t size);
 fd_pool_cleanup_t *fd_pool_cleanup_add(fd_pool_t *p,
                                        void (*handler)(void *), void *data);
 

@@ -27,7 +27,7 @@ typedef struct {
 
 typedef struct {
     acl_rule_t *rules;  /* as applied: [http], [server], then own */
-    unsigned n;
+    unsigned n, cap;
     acl_rule_t *eff;    /* what this location checks (init_conf) */
     unsigned neff;
 } acl_conf_t;
@@ -108,11 +108,10 @@ static int set_rule(fd_conf_t *cf, const fd_directive_t *d, void *conf,
 
     if (parse_rule(cf, d, v, &rule) != FD_OK)
         return FD_ERROR;
-    rules = fd_palloc(cf->pool, (ac->n + 1) * sizeof(*rules));
+    rules = fd_parray_reserve(cf->pool, ac->rules, ac->n, &ac->cap,
+                              sizeof(*rules));
     if (rules == NULL)
         return fd_conf_error(cf, "out of memory");
-    if (ac->n)
-        memcpy(rules, ac->rules, ac->n * sizeof(*rules));
     rules[ac->n++] = rule;
     ac->rules = rules;
     return FD_OK;

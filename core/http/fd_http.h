@@ -76,6 +76,7 @@ struct fd_http_loc_s {
      * then the location's own from add_headers_own on */
     fd_http_add_header_t *add_headers;
     unsigned nadd_headers;
+    unsigned add_headers_cap;
     unsigned add_headers_own;
     int add_header_inherit;    /* off: only this section's own */
     int expires_mode;          /* FD_EXPIRES_* */

@@ -60,11 +60,10 @@ int fd_http_set_add_header(fd_conf_t *cf, const fd_directive_t *d,
     if (n == 0 || *val == '\0')
         return fd_conf_error(cf, "add_header needs NAME VALUE [always], "
                              "not \"%s\"", v);
-    hs = fd_palloc(cf->pool, (loc->nadd_headers + 1) * sizeof(*hs));
+    hs = fd_parray_reserve(cf->pool, loc->add_headers, loc->nadd_headers,
+                           &loc->add_headers_cap, sizeof(*hs));
     if (hs == NULL)
         return fd_conf_error(cf, "out of memory");
-    if (loc->nadd_headers)
-        memcpy(hs, loc->add_headers, loc->nadd_headers * sizeof(*hs));
     h = &hs[loc->nadd_headers];
     memset(h, 0, sizeof(*h));
     h->name = (fd_str_t){n, fd_pstrdup(cf->pool, name, n)};
@@ -138,6 +137,7 @@ void fd_http_loc_headers_finish(fd_http_loc_t *loc)
         return;
     loc->add_headers += loc->add_headers_own;
     loc->nadd_headers -= loc->add_headers_own;
+    loc->add_headers_cap = 0; /* no room counted from the new start */
     loc->add_headers_own = 0;
 }
 

@@ -408,11 +408,10 @@ int fd_realip_set_from(fd_conf_t *cf, const fd_directive_t *d, void *conf,
         return fd_conf_error(cf, "\"%s\": bad address \"%s\" (expected "
                              "ADDR or ADDR/BITS, IPv4 or IPv6, with no "
                              "bits set below BITS)", d->name, v);
-    from = fd_palloc(cf->pool, (rc->nfrom + 1) * sizeof(*from));
+    from = fd_parray_reserve(cf->pool, rc->from, rc->nfrom, &rc->fromcap,
+                             sizeof(*from));
     if (from == NULL)
         return fd_conf_error(cf, "out of memory");
-    if (rc->nfrom)
-        memcpy(from, rc->from, rc->nfrom * sizeof(*from));
     from[rc->nfrom++] = cidr;
     rc->from = from;
     return FD_OK;

@@ -83,7 +83,7 @@ enum {
 
 typedef struct {
     fd_cidr_t *from;
-    unsigned nfrom;
+    unsigned nfrom, fromcap;
     int header;                /* FD_REALIP_* */
     int recursive;
 } fd_realip_conf_t;
