@@ -3,9 +3,11 @@
  * three steps; fd_cycle.c applies the entries.
  */
 #include <ctype.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <ini.h>
 #include <libgen.h>
+#include <sys/stat.h>
 
 #include "fd_core.h"
 #include "fd_conf.h"
@@ -13,6 +15,12 @@
 int fd_conf_test;
 
 #define FD_CONF_MAX_INCLUDE_DEPTH 8
+/* A configuration file, main or included, is at most this big: a larger
+ * one is a mistake (include = /var/log/...), and reading it whole would
+ * only take the memory of a -t or a reload. 100,000 allow/deny lines are
+ * about 2.5 MB. */
+#define FD_CONF_MAX_FILE_SIZE (16 * 1024 * 1024)
+#define TOO_BIG "is larger than 16m, the most a configuration file may be"
 
 struct fd_conf_pos_s {
     const void *conf;
@@ -473,6 +481,8 @@ typedef struct {
     const char *file;
     int line;
     int partial;               /* the last fgets() ended mid-line */
+    size_t bytes;              /* read so far (FD_CONF_MAX_FILE_SIZE) */
+    int too_big;
     char head[72];             /* the start of the last line read */
     char *section;        /* current section as the reader saw it */
     unsigned seq;
@@ -516,11 +526,18 @@ static char *conf_reader(char *str, int num, void *stream)
     size_t len;
     int line_start = !rd->partial;
 
-    if (fgets(str, num, rd->fp) == NULL)
+    if (rd->failed || fgets(str, num, rd->fp) == NULL)
         return NULL;
     /* inih asks again, with a bigger buffer, for the rest of a line
      * longer than its buffer: that is not a new line */
     len = strlen(str);
+    /* the size seen at open may grow while it is read */
+    rd->bytes += len;
+    if (rd->bytes > FD_CONF_MAX_FILE_SIZE) {
+        rd->too_big = 1;
+        rd->failed = 1;
+        return NULL;
+    }
     rd->partial = len > 0 && str[len - 1] != '\n';
     if (!line_start)
         return str;
@@ -695,22 +712,39 @@ static int read_file(fd_conf_t *cf, const char *path, const char *section,
         .entries = entries, .n = n, .cap = cap, .seq_counter = seq_counter,
         .depth = depth,
     };
-    int rc;
+    const char *at_file = cf->file, *why = NULL;
+    int at_line = cf->line, fd, rc, err = 0;
+    struct stat st;
 
     if (depth > FD_CONF_MAX_INCLUDE_DEPTH)
         return fd_conf_error(cf, "includes nested too deep at \"%s\"", path);
-    rd.fp = fopen(path, "r");
-    if (rd.fp == NULL) {
-        int err = errno;
-        if (depth == 0) { /* the main file: its name is the prefix */
-            cf->file = NULL;
-            return fd_conf_error(cf, "cannot open: %s", strerror(err));
-        }
-        return fd_conf_error(cf, "cannot open \"%s\": %s", path,
-                             strerror(err));
+    if (depth == 0)
+        cf->file = NULL; /* the main file: its name is the prefix */
+    /* O_NONBLOCK: a FIFO's open() would wait for a writer (a regular
+     * file's reads ignore it) */
+    fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) < 0)
+        err = errno;
+    else if (!S_ISREG(st.st_mode))
+        why = S_ISDIR(st.st_mode) ? "is a directory" : "is not a regular file";
+    else if (st.st_size > FD_CONF_MAX_FILE_SIZE)
+        why = TOO_BIG;
+    else if ((rd.fp = fdopen(fd, "r")) == NULL)
+        err = errno;
+    if (err || why) {
+        if (fd >= 0)
+            close(fd);
+        goto failed;
     }
     rc = ini_parse_stream(conf_reader, &rd, conf_handler, &rd);
     fclose(rd.fp);
+    if (rd.too_big) {
+        /* the file's own position is its last line: name the include */
+        cf->file = at_file;
+        cf->line = at_line;
+        why = TOO_BIG;
+        goto failed;
+    }
     if (rd.failed)
         return FD_ERROR;
     if (rc != 0) {
@@ -724,6 +758,14 @@ static int read_file(fd_conf_t *cf, const char *path, const char *section,
                                            : "");
     }
     return FD_OK;
+
+failed:
+    if (depth == 0)
+        return err ? fd_conf_error(cf, "cannot open: %s", strerror(err))
+                   : fd_conf_error(cf, "%s", why);
+    return err ? fd_conf_error(cf, "cannot open \"%s\": %s", path,
+                               strerror(err))
+               : fd_conf_error(cf, "include \"%s\" %s", path, why);
 }
 
 int fd_conf_read(fd_conf_t *cf, const char *path, fd_conf_entry_t **entries,

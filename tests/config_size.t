@@ -3,13 +3,16 @@
 # 100,000 times (a blocklist of deny lines, set_real_ip_from, allow,
 # add_header) passes fastd -t within a generous address-space limit (each
 # append used to copy the whole list: 20,000 deny lines took 3.7 GB), and
-# the rules still work in order.
+# the rules still work in order. And what is not a configuration file is
+# refused with file:line instead of read forever: include = /dev/zero, a
+# FIFO, a directory, a file over 16m, and the same as the main file.
 
 use strict;
 use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use FastdTest;
+use POSIX qw(mkfifo);
 use Test::More;
 
 my $t = FastdTest->new;
@@ -48,5 +51,36 @@ is($t->get('/a')->{status}, 403, '... in a location that inherits them');
 is($t->get('/b')->{status}, 200,
    'a location with rules of its own: its 20,001st allow line allows');
 $t->stop;
+
+# --- what is not a configuration file -------------------------------------------
+mkfifo("$dir/fifo", 0600) or die "mkfifo: $!";
+mkdir "$dir/adir" or die "mkdir: $!";
+my $comment = '#' x 1023 . "\n";
+FastdTest::spew("$dir/big.conf", $comment x (16 * 1024 + 1)); # 16m + 1k
+
+sub refused {
+    my ($name, $args, $re) = @_;
+    my ($rc, $out) = FastdTest::run_fastd({ timeout => 20 }, '-t', @$args);
+    is($rc, 1, "$name: -t exits 1 (at once, not after reading forever)")
+        or diag($out);
+    like($out, $re, "$name: says why, where") or diag($out);
+}
+
+for my $c (['/dev/zero', qr{include "/dev/zero" is not a regular file}],
+           ['fifo', qr{include "\Q$dir\E/fifo" is not a regular file}],
+           ['adir', qr{include "\Q$dir\E/adir" is a directory}],
+           ['big.conf', qr{include "\Q$dir\E/big\.conf" is larger than 16m}]) {
+    my ($inc, $why) = @$c;
+    my $text = FastdTest::base_conf(server => { include => $inc });
+    my $file = $t->write_conf($text, 'inc.conf');
+    my $line = FastdTest::line_of($t->subst($text), qr/^include/);
+    refused("include = $inc", ['-c', $file], qr/\Q$file\E:$line: $why/);
+}
+refused('-c /dev/zero', ['-c', '/dev/zero'],
+        qr{/dev/zero: is not a regular file});
+refused('-c FIFO', ['-c', "$dir/fifo"],
+        qr{\Q$dir\E/fifo: is not a regular file});
+refused('-c a file over 16m', ['-c', "$dir/big.conf"],
+        qr{\Q$dir\E/big\.conf: is larger than 16m});
 
 done_testing();
