@@ -419,6 +419,9 @@ static int master_loop(void)
                 fd_log_error(FD_LOG_ALERT, errno, "reopening \"%s\" failed",
                              fd_log->path);
             log_owner();
+            for (unsigned m = 0; m < fd_nmodules; m++)
+                if (fd_modules[m]->reopen_master)
+                    fd_modules[m]->reopen_master(cycle);
             signal_workers(SIGUSR1, 0, 0);
         }
         /* the session ticket key's rotation is the master's only clock

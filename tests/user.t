@@ -71,7 +71,8 @@ for my $c ([undef, $nobody, 'no user: the workers run as nobody'],
            ['root', 0, 'user = root: the workers stay root']) {
     my ($user, $want, $name) = @$c;
     my $n = FastdTest->new(conf => FastdTest::base_conf(
-        main => { user => $user, workers => 1 }));
+        main => { user => $user, workers => 1 },
+        http => { access_log => '%%DIR%%/access.log' }));
     chmod 0755, $n->dir;
     $n->start;
     my @nw;
@@ -97,6 +98,20 @@ for my $c ([undef, $nobody, 'no user: the workers run as nobody'],
            '... after SIGUSR1 the worker writes to the new error log')
             or diag(explain(FastdTest::fd_links($nw[0])));
         is((stat $log)[4], $nobody, '... which belongs to nobody');
+        # the access log in root's directory: the master makes it for
+        # the worker, at start and before a reopen
+        my $alog = $n->dir . '/access.log';
+        ok(FastdTest::wait_for(sub {
+               $n->get('/plaintext?before');
+               (FastdTest::slurp($alog) // '') =~ /before/;
+           }, 10), '... the worker writes the access log in a directory of root\'s');
+        rename $alog, "$alog.1" or die "rename: $!";
+        $n->signal('USR1');
+        ok(FastdTest::wait_for(sub {
+               $n->get('/plaintext?after');
+               (FastdTest::slurp($alog) // '') =~ /after/;
+           }, 10), '... and the new one after a rotation');
+        $n->no_alerts;
     }
     $n->stop;
 }
