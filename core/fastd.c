@@ -107,6 +107,21 @@ static int drop_privileges(const char *user)
     return FD_OK;
 }
 
+/* The error log the root master opened goes to the workers' user, as
+ * nginx does: a worker reopens it itself (SIGUSR1), and could not open a
+ * root's file for writing, so it would write on into the rotated one. */
+static void log_owner(void)
+{
+    struct passwd *pw;
+
+    if (cycle->main.user == NULL || geteuid() != 0 || master_log.path == NULL)
+        return;
+    pw = getpwnam(cycle->main.user);
+    if (pw && chown(master_log.path, pw->pw_uid, pw->pw_gid) < 0)
+        fd_log_error(FD_LOG_ALERT, errno, "chown(\"%s\") to user \"%s\" "
+                     "failed", master_log.path, cycle->main.user);
+}
+
 static pid_t spawn_worker(unsigned index)
 {
     int slot = free_slot();
@@ -153,6 +168,11 @@ static pid_t spawn_worker(unsigned index)
 static int start_workers(void)
 {
     unsigned i;
+
+    if (cycle->main.user_default)
+        fd_log_error(FD_LOG_NOTICE, 0, "no [main] user: the workers run as "
+                     "\"%s\" (user = root keeps them root)",
+                     cycle->main.user);
 
     for (i = 0; i < (unsigned)cycle->nworkers; i++)
         if (spawn_worker(i) < 0)
@@ -263,6 +283,7 @@ static void reload(void)
                     nc->main.error_log_level) != FD_OK)
         fd_log_error(FD_LOG_ALERT, errno, "cannot open error log \"%s\"",
                      nc->main.error_log);
+    log_owner();
     fd_shm->generation = nc->generation;
     snprintf(fd_shm->profile, sizeof(fd_shm->profile), "%s",
              nc->profile ? nc->profile : "");
@@ -399,6 +420,10 @@ static int master_loop(void)
             if (fd_log_reopen(fd_log) != FD_OK)
                 fd_log_error(FD_LOG_ALERT, errno, "reopening \"%s\" failed",
                              fd_log->path);
+            log_owner();
+            for (unsigned m = 0; m < fd_nmodules; m++)
+                if (fd_modules[m]->reopen_master)
+                    fd_modules[m]->reopen_master(cycle);
             signal_workers(SIGUSR1, 0, 0);
         }
         /* the session ticket key's rotation is the master's only clock
@@ -596,6 +621,7 @@ load:
     master_log.echo = foreground || !cycle->main.daemon ||
                       isatty(STDERR_FILENO);
     fd_log = &master_log;
+    log_owner();
     if (fd_shm_init() != FD_OK || fd_ssl_shm_init() != FD_OK) {
         fprintf(stderr, "fastd: [emerg] shared memory setup failed\n");
         return 1;

@@ -20,6 +20,7 @@ int fd_conf_test;
  * only take the memory of a -t or a reload. 100,000 allow/deny lines are
  * about 2.5 MB. */
 #define FD_CONF_MAX_FILE_SIZE (16 * 1024 * 1024)
+#define TOO_BIG "is larger than 16m, the most a configuration file may be"
 
 struct fd_conf_pos_s {
     const void *conf;
@@ -725,7 +726,7 @@ static int read_file(fd_conf_t *cf, const char *path, const char *section,
         .depth = depth,
     };
     const char *at_file = cf->file, *why = NULL;
-    int at_line = cf->line, fd = -1, err = 0, rc;
+    int at_line = cf->line, fd, rc, err = 0;
     struct stat st;
 
     if (depth > FD_CONF_MAX_INCLUDE_DEPTH)
@@ -737,42 +738,33 @@ static int read_file(fd_conf_t *cf, const char *path, const char *section,
         rd.fp = fmemopen((void *)memory_text, strlen(memory_text), "r");
         if (rd.fp == NULL)
             return fd_conf_error(cf, "cannot open: %s", strerror(errno));
-    } else {
-        /* O_NONBLOCK: a FIFO's open() would wait for a writer */
-        fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-        if (fd < 0 || fstat(fd, &st) < 0)
-            err = errno;
-        else if (!S_ISREG(st.st_mode))
-            why = S_ISDIR(st.st_mode) ? "is a directory"
-                                      : "is not a regular file";
-        else if (st.st_size > FD_CONF_MAX_FILE_SIZE)
-            why = "is larger than 16m, the most a configuration file "
-                  "may be";
-        else if ((rd.fp = fdopen(fd, "r")) == NULL)
-            err = errno;
-        if (err || why) {
-            if (fd >= 0)
-                close(fd);
-            if (depth == 0)
-                return err ? fd_conf_error(cf, "cannot open: %s",
-                                           strerror(err))
-                           : fd_conf_error(cf, "%s", why);
-            return err ? fd_conf_error(cf, "cannot open \"%s\": %s", path,
-                                       strerror(err))
-                       : fd_conf_error(cf, "include \"%s\" %s", path, why);
-        }
+        goto parse;
     }
+    /* O_NONBLOCK: a FIFO's open() would wait for a writer (a regular
+     * file's reads ignore it) */
+    fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) < 0)
+        err = errno;
+    else if (!S_ISREG(st.st_mode))
+        why = S_ISDIR(st.st_mode) ? "is a directory" : "is not a regular file";
+    else if (st.st_size > FD_CONF_MAX_FILE_SIZE)
+        why = TOO_BIG;
+    else if ((rd.fp = fdopen(fd, "r")) == NULL)
+        err = errno;
+    if (err || why) {
+        if (fd >= 0)
+            close(fd);
+        goto failed;
+    }
+parse:
     rc = ini_parse_stream(conf_reader, &rd, conf_handler, &rd);
     fclose(rd.fp);
     if (rd.too_big) {
+        /* the file's own position is its last line: name the include */
         cf->file = at_file;
         cf->line = at_line;
-        return depth == 0 ? fd_conf_error(cf, "is larger than 16m, the most "
-                                          "a configuration file may be")
-                          : fd_conf_error(cf, "include \"%s\" is larger "
-                                          "than 16m, the most a "
-                                          "configuration file may be",
-                                          path);
+        why = TOO_BIG;
+        goto failed;
     }
     if (rd.failed)
         return FD_ERROR;
@@ -787,6 +779,14 @@ static int read_file(fd_conf_t *cf, const char *path, const char *section,
                                            : "");
     }
     return FD_OK;
+
+failed:
+    if (depth == 0)
+        return err ? fd_conf_error(cf, "cannot open: %s", strerror(err))
+                   : fd_conf_error(cf, "%s", why);
+    return err ? fd_conf_error(cf, "cannot open \"%s\": %s", path,
+                               strerror(err))
+               : fd_conf_error(cf, "include \"%s\" %s", path, why);
 }
 
 int fd_conf_read(fd_conf_t *cf, const char *path, fd_conf_entry_t **entries,

@@ -7,6 +7,7 @@
  */
 #include <libgen.h>
 #include <limits.h>
+#include <pwd.h>
 #include <strings.h>
 #include <sys/stat.h>
 
@@ -1224,6 +1225,26 @@ fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
         cy->nworkers = 1;
     if (cy->offload.max_threads < cy->offload.threads)
         cy->offload.max_threads = cy->offload.threads;
+    /* A root master without user = would serve requests as root: its
+     * workers run as nobody, as nginx's do, and user = root keeps root on
+     * purpose. Before init_cycle: what the master makes for the workers
+     * (a [cache] path, the error log) goes to this user too. */
+    if (cy->main.user == NULL && geteuid() == 0) {
+        if (getpwnam(FD_DEFAULT_USER) == NULL) {
+            cf.file = NULL;
+            fd_conf_error(&cf, "no [main] user, and no user \"%s\" for "
+                          "the workers of a root master: set user (user = "
+                          "root keeps them root)", FD_DEFAULT_USER);
+            goto failed;
+        }
+        cy->main.user = fd_pstrdup(pool, FD_DEFAULT_USER,
+                                   sizeof(FD_DEFAULT_USER) - 1);
+        if (cy->main.user == NULL) {
+            fd_conf_error(&cf, "out of memory");
+            goto failed;
+        }
+        cy->main.user_default = 1;
+    }
     for (i = 0; i < fd_nmodules; i++) {
         const fd_module_t *m = fd_modules[i];
         cf.file = NULL;

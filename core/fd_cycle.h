@@ -8,12 +8,16 @@
 #include "fd_conf.h"
 #include "fd_event.h"
 
+/* the workers' user of a root master without [main] user */
+#define FD_DEFAULT_USER "nobody"
+
 /* [main] */
 typedef struct {
     int daemon;
     fd_int_t workers;          /* 0 = auto */
     int cpu_affinity;
     char *user;
+    int user_default;          /* user is nobody: no user = under root */
     char *pid;
     char *error_log;
     int error_log_level;

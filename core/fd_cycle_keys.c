@@ -79,7 +79,9 @@ const fd_directive_t fd_main_directives[] = {
      .doc = "pin worker N to CPU N mod online CPUs"},
     {.name = "user", .type = FD_CONF_CUSTOM, .offset = MAIN(user),
      .set = set_user,
-     .doc = "user (and its group) the workers run as; needs root"},
+     .doc = "user (and its group) the workers run as; needs root. A root "
+            "master without it runs its workers as nobody (as nginx); "
+            "user = root keeps them root"},
     {.name = "pid", .type = FD_CONF_CUSTOM, .offset = MAIN(pid),
      .def = "logs/fastd.pid", .set = set_path,
      .doc = "pid file of the master"},

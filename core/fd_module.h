@@ -102,6 +102,9 @@ struct fd_module_s {
     void (*log)(fd_request_t *r);
     /* Worker, on SIGUSR1 (fastd -s reopen): reopen the module's files. */
     void (*reopen)(fd_worker_t *w);
+    /* Master, on SIGUSR1 before the workers are told: what they reopen
+     * and cannot make themselves (a file in root's directory) */
+    void (*reopen_master)(fd_cycle_t *cycle);
     /*
      * Access phase: called for every request, in module order, before the
      * location's handler runs and before a buffered request body is read

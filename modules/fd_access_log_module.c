@@ -10,7 +10,8 @@
  * access_log wins. Formats are scripts of the variable registry
  * (fd_var.h), compiled once at load.
  * Each worker opens every log file itself (O_APPEND) in init_worker, so a
- * reopen (SIGUSR1, fastd -s reopen) is per worker; the buffer is written
+ * reopen (SIGUSR1, fastd -s reopen) is per worker (a root master makes
+ * each file first, for the workers' user: give_files); the buffer is written
  * whole-lines-only with one write() when full, every `flush` interval, on
  * reopen and at worker exit. A line never straddles two write()s, so
  * workers sharing a file never interleave inside a line.
@@ -18,6 +19,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
+#include <pwd.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -317,6 +319,62 @@ static void loc_file(fd_http_loc_t *loc)
     wfiles = f;
 }
 
+/*
+ * A root master's workers (user =, or nobody) open the files themselves
+ * and could not create one in a directory of root's (logs/): the master
+ * makes each file and gives it to them, as nginx does, at load and before
+ * a reopen. A failure is the worker's to report, when it opens the file.
+ */
+static void give_file(const al_file_t *f, const struct passwd *pw)
+{
+    struct stat st;
+    int fd;
+
+    if (f == NULL)
+        return;
+    /* O_NOFOLLOW, a regular file: never /dev/stdout's terminal or pipe */
+    fd = open(f->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW,
+              0644);
+    if (fd < 0)
+        return; /* the worker's own open() reports it */
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid != pw->pw_uid &&
+        fchown(fd, pw->pw_uid, pw->pw_gid) < 0)
+        fd_log_error(FD_LOG_WARN, errno, "access_log \"%s\": fchown() to "
+                     "user \"%s\" failed", f->path, pw->pw_name);
+    close(fd);
+}
+
+static void give_files(fd_cycle_t *cy)
+{
+    fd_http_server_t *s;
+    struct passwd *pw;
+
+    if (fd_conf_test || geteuid() != 0 || cy->main.user == NULL ||
+        (pw = getpwnam(cy->main.user)) == NULL || pw->pw_uid == 0)
+        return;
+    for (s = cy->servers; s; s = s->next) {
+        fd_http_loc_t *lists[] = {s->exact, s->prefix, s->regex}, *loc;
+        unsigned i;
+        give_file(((al_conf_t *)fd_loc_conf(s->root_loc,
+                                            &fd_access_log_module))
+                      ->file,
+                  pw);
+        for (i = 0; i < fd_nelems(lists); i++)
+            for (loc = lists[i]; loc; loc = loc->next)
+                give_file(((al_conf_t *)fd_loc_conf(
+                               loc, &fd_access_log_module))
+                              ->file,
+                          pw);
+    }
+}
+
+static int access_log_init_cycle(fd_conf_t *cf, fd_cycle_t *cy)
+{
+    (void)cf;
+    give_files(cy);
+    return FD_OK;
+}
+
 static int access_log_init_worker(fd_worker_t *w)
 {
     fd_http_server_t *s;
@@ -596,6 +654,8 @@ static const fd_directive_t access_log_directives[] = {
 
 fd_module_t fd_access_log_module = {
     FD_MODULE_LOC(access_log, al_conf_t),
+    .init_cycle = access_log_init_cycle,
+    .reopen_master = give_files,
     .init_worker = access_log_init_worker,
     .exit_worker = access_log_exit_worker,
     .reopen = access_log_reopen,

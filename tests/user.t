@@ -65,6 +65,57 @@ is($t->get('/plaintext')->{status}, 200, 'served after a reload');
     $c->stop;
 }
 
+# no user =: a root master's workers run as nobody, and say so; user =
+# root keeps them root
+for my $c ([undef, $nobody, 'no user: the workers run as nobody'],
+           ['root', 0, 'user = root: the workers stay root']) {
+    my ($user, $want, $name) = @$c;
+    my $n = FastdTest->new(conf => FastdTest::base_conf(
+        main => { user => $user, workers => 1 },
+        http => { access_log => '%%DIR%%/access.log' }));
+    chmod 0755, $n->dir;
+    $n->start;
+    my @nw;
+    FastdTest::wait_for(sub { @nw = $n->workers; @nw == 1 }, 10);
+    FastdTest::wait_for(sub { (uid_of($nw[0] // 0) // -1) == $want }, 10);
+    is(uid_of($nw[0] // 0), $want, $name);
+    is($n->get('/plaintext')->{status}, 200, '... and serve');
+    if (defined $user) {
+        unlike($n->error_log, qr/no \[main\] user/, '... no notice');
+    } else {
+        like($n->error_log, qr/\[notice\] .*no \[main\] user: the workers run as "nobody" \(user = root keeps them root\)/,
+             '... a notice says so');
+        is((FastdTest::slurp('/proc/' . $n->pid . '/status') // '') =~ /^Uid:\s+(\d+)/m ? $1 : -1,
+           0, '... the master keeps root');
+        # a rotated error log: the worker (nobody) reopens the new file
+        # the root master made, which the master gave to nobody
+        my $log = $n->log_file;
+        rename $log, "$log.1" or die "rename: $!";
+        $n->signal('USR1');
+        ok(FastdTest::wait_for(sub {
+               grep { $_ eq $log } values %{ FastdTest::fd_links($nw[0]) };
+           }, 10),
+           '... after SIGUSR1 the worker writes to the new error log')
+            or diag(explain(FastdTest::fd_links($nw[0])));
+        is((stat $log)[4], $nobody, '... which belongs to nobody');
+        # the access log in root's directory: the master makes it for
+        # the worker, at start and before a reopen
+        my $alog = $n->dir . '/access.log';
+        ok(FastdTest::wait_for(sub {
+               $n->get('/plaintext?before');
+               (FastdTest::slurp($alog) // '') =~ /before/;
+           }, 10), '... the worker writes the access log in a directory of root\'s');
+        rename $alog, "$alog.1" or die "rename: $!";
+        $n->signal('USR1');
+        ok(FastdTest::wait_for(sub {
+               $n->get('/plaintext?after');
+               (FastdTest::slurp($alog) // '') =~ /after/;
+           }, 10), '... and the new one after a rotation');
+        $n->no_alerts;
+    }
+    $n->stop;
+}
+
 # an unknown user is a startup error, not a silent root worker
 my $u = FastdTest->new(conf => FastdTest::base_conf(main => { user => 'no-such-user-xyz' }));
 my ($rc, $out) = FastdTest::run_fastd('-t', '-c', $u->conf_file);

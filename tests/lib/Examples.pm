@@ -11,7 +11,8 @@ package Examples;
 #   $ex->port(80) (where the example's port 80 listens), $ex->start
 #
 # The substitution table, in order:
-#   user = ...                 dropped: the tests run as whoever runs them
+#   user = ...                 root when the tests run as root (their files
+#                                are root's), else dropped
 #   workers = auto             1: per-worker figures (round robin, passive
 #                              health) are then exact
 #   listen = 0.0.0.0:N ...     127.0.0.1:P, a free port for each N (the
@@ -88,6 +89,10 @@ sub rewrite {
     my @free = ($t->port, $t->port2);
 
     $text =~ s/^user\s*=.*\n//mg;
+    if ($> == 0) {
+        $text = "[main]\n" . $text unless $text =~ /^\[main\]/m;
+        $text =~ s/^\[main\]\n/[main]\nuser = root\n/m;
+    }
     $text =~ s/^(workers\s*=\s*)auto\b/${1}1/mg;
     $text =~ s{^(listen\s*=\s*)(?:0\.0\.0\.0|\[::\]):(\d+)}{
         $1 . '127.0.0.1:'

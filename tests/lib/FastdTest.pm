@@ -223,6 +223,9 @@ sub base_conf {
             pid            => '%%DIR%%/fastd.pid',
             error_log      => '%%DIR%%/error.log',
             $LOG_LEVEL_KEY => 'info',
+            # a root master's workers run as nobody without user =, and
+            # nobody cannot reach a test's files (its directory is 0700)
+            $> == 0 ? (user => 'root') : (),
         ] ],
         # FASTD_TEST_LT=1: the same test with level-triggered events
         [ events => [ max_connections => 1024,
