@@ -49,6 +49,7 @@ typedef struct {
     ssl_paths_t keys;             /* ssl_certificate_key, paired */
     fd_ssl_protocols_t protocols;
     char *ciphers;
+    char *groups;                 /* ssl_ecdh_curve */
     int prefer_server_ciphers;
     int session_tickets;
     fd_msec_t session_timeout;
@@ -198,6 +199,34 @@ int fd_ssl_set_ciphers(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     return FD_OK;
 }
 
+/* ssl_ecdh_curve: a list OpenSSL takes, checked here so that a bad name
+ * is the key's file:line. No "auto" (nginx's): OpenSSL 3.0 can set a
+ * list on an SSL but not give it its defaults back, which SNI needs when
+ * it moves a connection to another server's context */
+static int set_groups(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                      const char *v)
+{
+    char **groups = (char **)((char *)conf + d->offset);
+    SSL_CTX *ctx;
+    int ok;
+
+    if (v != d->def) {
+        ctx = SSL_CTX_new(TLS_server_method());
+        if (ctx == NULL)
+            return fd_conf_error(cf, "SSL_CTX_new() failed");
+        ok = SSL_CTX_set1_groups_list(ctx, v);
+        SSL_CTX_free(ctx);
+        ERR_clear_error();
+        if (!ok)
+            return fd_conf_error(cf, "%s \"%s\": an unknown or unusable "
+                                 "group (X25519, prime256v1, secp384r1, "
+                                 "X448, secp521r1, ffdhe2048 ..., "
+                                 "colon-separated)", d->name, v);
+    }
+    *groups = fd_pstrdup(cf->pool, v, strlen(v));
+    return *groups ? FD_OK : fd_conf_error(cf, "out of memory");
+}
+
 int fd_ssl_set_path(fd_conf_t *cf, const fd_directive_t *d, void *conf,
                     const char *v)
 {
@@ -233,6 +262,15 @@ const fd_directive_t fd_ssl_server_directives[] = {
      .doc = "TLS 1.2 cipher list, OpenSSL syntax (TLS 1.3 suites are "
             "OpenSSL's defaults, all AEAD); the default is forward-secret "
             "AEAD only"},
+    {.name = "ssl_ecdh_curve", .type = FD_CONF_CUSTOM,
+     .offset = SSL_OFF(groups), .set = set_groups,
+     .def = "X25519:prime256v1:secp384r1",
+     .doc = "the key exchange groups (curves) a client may use, "
+            "colon-separated OpenSSL names, as nginx's key; the default is "
+            "Mozilla's intermediate list, without "
+            "the finite-field groups (ffdhe2048 ...) that make a handshake "
+            "dearer. A client that offers none of them fails the "
+            "handshake"},
     {.name = "ssl_prefer_server_ciphers", .type = FD_CONF_FLAG,
      .offset = SSL_OFF(prefer_server_ciphers), .def = "off",
      .doc = "on: the server's order of ssl_ciphers wins over the "
@@ -561,7 +599,9 @@ static int client_hello_cb(SSL *ssl, int *al, void *arg)
         !SSL_set_min_proto_version(ssl, sc->protocols.min) ||
         !SSL_set_max_proto_version(ssl, sc->protocols.max) ||
         (strcmp(cur->ciphers, sc->ciphers) != 0 &&
-         !SSL_set_cipher_list(ssl, sc->ciphers))) {
+         !SSL_set_cipher_list(ssl, sc->ciphers)) ||
+        (strcmp(cur->groups, sc->groups) != 0 &&
+         !SSL_set1_groups_list(ssl, sc->groups))) {
         *al = SSL_AD_INTERNAL_ERROR;
         return SSL_CLIENT_HELLO_ERROR;
     }
@@ -805,6 +845,9 @@ static int ctx_build(fd_cycle_t *cycle, fd_http_server_t *srv,
     if (fd_ssl_ctx_setup(ctx, &sc->protocols, sc->ciphers) != FD_OK)
         return ssl_conf_error(err, errlen, srv->file, srv->line,
                               "ssl_protocols or ssl_ciphers rejected");
+    if (!SSL_CTX_set1_groups_list(ctx, sc->groups))
+        return ssl_conf_error(err, errlen, srv->file, srv->line,
+                              "ssl_ecdh_curve \"%s\" rejected", sc->groups);
 
     for (i = 0; i < sc->certs.n; i++) {
         const fd_ssl_path_t *c = &sc->certs.items[i], *k = &sc->keys.items[i];
@@ -1799,6 +1842,7 @@ int fd_ssl_same_tls(const fd_http_server_t *a, const fd_http_server_t *b)
             x->protocols.min == y->protocols.min &&
             x->protocols.max == y->protocols.max &&
             strcmp(x->ciphers, y->ciphers) == 0 &&
+            strcmp(x->groups, y->groups) == 0 &&
             x->prefer_server_ciphers == y->prefer_server_ciphers &&
             x->verify == y->verify && paths_eq(&x->client_ca, &y->client_ca));
 }

@@ -83,8 +83,8 @@ extern const fd_transport_t fd_transport_tls;
  * address's default), and the connection's facts for variables. */
 fd_http_server_t *fd_ssl_server(fd_stream_t *s);
 /* Whether two servers hold a client to the same TLS terms (certificates,
- * protocols, ciphers, client verification): a connection made for one
- * may serve the other's requests (fd_http.c, find_server). */
+ * protocols, ciphers, groups, client verification): a connection made
+ * for one may serve the other's requests (fd_http.c, find_server). */
 int fd_ssl_same_tls(const fd_http_server_t *a, const fd_http_server_t *b);
 fd_str_t fd_ssl_protocol(fd_stream_t *s);    /* "TLSv1.3" */
 fd_str_t fd_ssl_cipher(fd_stream_t *s);      /* "TLS_AES_128_GCM_SHA256" */
