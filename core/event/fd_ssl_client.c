@@ -176,7 +176,11 @@ static SSL_CTX *client_ctx_build(fd_conf_t *cf,
     }
     SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION |
                                  SSL_OP_IGNORE_UNEXPECTED_EOF);
-    /* the modes too: the transport's send and idle are the server side's */
+    /* the modes too: the transport's send and idle are the server side's.
+     * The groups stay OpenSSL's (no ssl_ecdh_curve here): a client sends
+     * one key share, X25519's, so the longer list costs it nothing, and an
+     * internal upstream may know only others (as proxy_ssl_ciphers keeps
+     * DEFAULT) */
     if (fd_ssl_ctx_setup(ctx, &conf->protocols, conf->ciphers) != FD_OK) {
         ERR_clear_error();
         fd_conf_error(cf, "the TLS protocols or ciphers to upstreams are "

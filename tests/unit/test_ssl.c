@@ -344,10 +344,16 @@ static void test_connections(fd_cycle_t *cy)
     conn_close();
     SSL_SESSION_free(sess);
 
-    /* without SNI: the default server */
+    /* without SNI, or with a name no server has: the default server, the
+     * one a request's Host is judged against (fd_http.c, find_server) */
     conn_open(ls, NULL, NULL);
     is_int(handshake(), FD_OK, "handshake without SNI");
-    ok(fd_ssl_server(&srv_s) == NULL, "no server chosen by name");
+    ok(fd_ssl_server(&srv_s) == ls->servers[0],
+       "the handshake's server is the default one");
+    conn_close();
+    conn_open(ls, "nobody.test", NULL);
+    is_int(handshake(), FD_OK, "handshake with an unknown SNI name");
+    ok(fd_ssl_server(&srv_s) == ls->servers[0], "the default server too");
     conn_close();
 
     /* plain HTTP on the TLS port */
@@ -378,7 +384,7 @@ static void test_connections(fd_cycle_t *cy)
     (void)r;
 
     is_int(stats.ssl_resumed, 1, "1 resumed");
-    is_int(stats.ssl_tls13, 3, "all TLSv1.3");
+    is_int(stats.ssl_tls13, 4, "all TLSv1.3");
     is_int(stats.ssl_failed[FD_SSL_FAIL_PLAIN_HTTP], 1, "1 plain HTTP");
     is_int(stats.ssl_failed[FD_SSL_FAIL_PROTOCOL] +
                stats.ssl_failed[FD_SSL_FAIL_OTHER],
