@@ -52,7 +52,7 @@ static void pool_status(fd_status_t *st, const void *area, unsigned worker)
                       "Work items the offload pool completed.", NULL,
                       get(&s->completed));
     fd_status_counter(st, "offload_wait_usec_sum",
-                      "Microseconds work items waited for a thread.", NULL,
+                      "Time work items waited for a thread, summed.", NULL,
                       get(&s->wait_usec_sum));
 }
 

@@ -519,7 +519,7 @@ static void queue_status(fd_status_t *st, const void *area, unsigned worker)
                           "Requests rejected after queue_timeout.", labels,
                           timeout);
         fd_status_counter(st, "queue_wait_usec_sum",
-                          "Microseconds admitted requests waited.", labels,
+                          "Time admitted requests waited, summed.", labels,
                           e->wait_usec_sum);
     }
 }

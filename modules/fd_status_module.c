@@ -30,7 +30,7 @@
  *
  * Prometheus text exposition 0.0.4, for ?format=prometheus or an Accept
  * header asking for text/plain;version=0.0.4: every figure as fastd_NAME
- * (counters fastd_NAME_total) summed over workers, and
+ * (counters fastd_NAME_total, times in seconds) summed over workers, and
  * again per worker as fastd_worker_NAME{worker="SLOT"}, for every live
  * worker, except the figures all workers share (health checks, resolved
  * addresses, cache indexes); the totals include exited workers.
@@ -627,18 +627,64 @@ static void prom_escape(fd_sbuf_t *sb, const char *s, int label)
     }
 }
 
+/* A time's unit, from the end of its name (fd_status.h): how many make a
+ * second and where the unit starts, or 0. */
+static uint64_t prom_unit(const char *name, size_t *base)
+{
+    static const struct {
+        const char *suffix;
+        uint64_t per_second;
+    } units[] = {{"_msec", 1000},
+                 {"_usec", 1000000},
+                 {"_msec_sum", 1000},
+                 {"_usec_sum", 1000000}};
+    size_t n = strlen(name), k;
+    unsigned i;
+
+    for (i = 0; i < fd_nelems(units); i++) {
+        k = strlen(units[i].suffix);
+        if (n > k && strcmp(name + n - k, units[i].suffix) == 0) {
+            *base = n - k;
+            return units[i].per_second;
+        }
+    }
+    *base = n;
+    return 0;
+}
+
+/* fastd_NAME, times in seconds, counters with _total */
 static void prom_name(fd_sbuf_t *sb, const fd_status_metric_t *m,
                       int per_worker)
 {
+    size_t n;
+    uint64_t time = prom_unit(m->name, &n);
+
     if (per_worker) {
         fd_sbuf_add_lit(sb, "fastd_worker_");
     } else {
         fd_sbuf_add_lit(sb, "fastd_");
     }
-    fd_sbuf_add(sb, m->name, strlen(m->name));
+    fd_sbuf_add(sb, m->name, n);
+    if (time != 0) {
+        fd_sbuf_add_lit(sb, "_seconds");
+    }
     if (!m->gauge) {
         fd_sbuf_add_lit(sb, "_total");
     }
+}
+
+/* A sample's value: a time in seconds as an exact decimal, or as it is. */
+static void prom_value(fd_sbuf_t *sb, const fd_status_metric_t *m, uint64_t v)
+{
+    size_t n;
+    uint64_t per = prom_unit(m->name, &n);
+
+    if (per == 0) {
+        fd_sbuf_add_uint(sb, v);
+        return;
+    }
+    fd_sbuf_add_uint(sb, v / per);
+    fd_sbuf_printf(sb, per == 1000 ? ".%03u" : ".%06u", (unsigned)(v % per));
 }
 
 /* A family without labels, from a core figure of the segment. */
@@ -701,7 +747,7 @@ static void prom_family(fd_sbuf_t *sb, fd_status_metric_t *m, int per_worker)
                 fd_sbuf_addc(sb, '}');
             }
             fd_sbuf_addc(sb, ' ');
-            fd_sbuf_add_uint(sb, e->total);
+            prom_value(sb, e, e->total);
             fd_sbuf_addc(sb, '\n');
             continue;
         }
@@ -715,7 +761,7 @@ static void prom_family(fd_sbuf_t *sb, fd_status_metric_t *m, int per_worker)
                 fd_sbuf_add(sb, e->labels, ln);
             }
             fd_sbuf_add_lit(sb, "} ");
-            fd_sbuf_add_uint(sb, s->v);
+            prom_value(sb, e, s->v);
             fd_sbuf_addc(sb, '\n');
         }
     }

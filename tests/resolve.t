@@ -92,7 +92,7 @@ sub addresses {
     my $r = $t->get('/status?format=prometheus');
     return '' unless $r && $r->status == 200;
     return join ' ', sort $r->body =~
-        /^fastd_resolve_address\{upstream="$g",server="[^"]*",address="([^"]+)"\} 1$/mg;
+        /^fastd_resolve_address_info\{upstream="$g",server="[^"]*",address="([^"]+)"\} 1$/mg;
 }
 sub figure {
     my ($g, $name) = @_;
@@ -261,7 +261,7 @@ ok(log_count(qr/upstream "app" server app\.test:\d+ resolves to \Q$A3 $A4\E$/) =
 
 # --- failures keep the last addresses -------------------------------------------
 for my $what ('SERVFAIL', 'NXDOMAIN', 'resolver down') {
-    my $f0 = figure('app', 'failures');
+    my $f0 = figure('app', 'failures_total');
     my $from = length $t->error_log;
     if ($what eq 'resolver down') {
         $dns->stop;
@@ -270,7 +270,7 @@ for my $what ('SERVFAIL', 'NXDOMAIN', 'resolver down') {
     } else {
         zone(app => $what);
     }
-    ok(FastdTest::wait_for(sub { (figure('app', 'failures') // 0) >= $f0 + 2 }, 15, 0.1),
+    ok(FastdTest::wait_for(sub { (figure('app', 'failures_total') // 0) >= $f0 + 2 }, 15, 0.1),
        "$what: queries fail (twice or more)");
     is(figure('app', 'ok'), 0, "$what: /status shows the failure");
     is(addresses('app'), "$A3 $A4", "$what: the last addresses stay");

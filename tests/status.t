@@ -146,7 +146,7 @@ sub check_prometheus {
             push @bad, "counter without _total: $l"
                 if $2 eq 'counter' && $1 !~ /_total$/;
         } elsif ($l =~ /^# HELP \S+ /) {
-        } elsif ($l =~ /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_]\w*="(?:[^"\\]|\\.)*"(?:,[a-zA-Z_]\w*="(?:[^"\\]|\\.)*")*\})? \d+$/) {
+        } elsif ($l =~ /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_]\w*="(?:[^"\\]|\\.)*"(?:,[a-zA-Z_]\w*="(?:[^"\\]|\\.)*")*\})? \d+(?:\.\d+)?$/) {
             push @bad, "sample before its TYPE: $l" unless $type{$1};
             push @bad, "not prefixed fastd_: $l" unless $1 =~ /^fastd_/;
         } else {

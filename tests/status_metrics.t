@@ -3,10 +3,11 @@
 # resolved, health-checked), a cache, a queue, the offload pool.
 #
 # Prometheus, checked strictly (promtool is not at hand): each family has
-# one HELP and one TYPE, before its samples, which are together; every
-# per-worker family names every live worker, and the figures all workers
-# share (health checks, resolved addresses, cache indexes) have no
-# per-worker series (they named only the worker that answered).
+# one HELP and one TYPE, before its samples, which are together; counters
+# end in _total and gauges do not; times are seconds (no _msec, _usec);
+# every per-worker family names every live worker, and the figures all
+# workers share (health checks, resolved addresses, cache indexes) have
+# no per-worker series (they named only the worker that answered).
 #
 # JSON: the upstreams' rows and their fields come in configuration order
 # whichever worker answers (the answering worker's health figures came
@@ -113,6 +114,48 @@ ok(!@bad && keys %type > 40, 'text exposition 0.0.4: ' . keys(%type)
    . ' families, each with one HELP and one TYPE, its samples together')
     or diag(join "\n", @bad);
 
+my @misnamed;
+for my $f (sort keys %type) {
+    push @misnamed, "counter without _total: $f"
+        if $type{$f} eq 'counter' && $f !~ /_total$/;
+    push @misnamed, "gauge with _total: $f"
+        if $type{$f} eq 'gauge' && $f =~ /_total$/;
+    push @misnamed, "a unit not in seconds: $f"
+        if $f =~ /_(?:msec|usec|ms|us|millis\w*|micro\w*)(?:_|$)/;
+    push @misnamed, "not fastd_: $f" unless $f =~ /^fastd_/;
+    push @misnamed, "HELP without samples: $f" unless $samples{$f};
+}
+ok(!@misnamed, 'counters end in _total, gauges do not, times in seconds')
+    or diag(join "\n", @misnamed);
+
+# what changed name (README: "Prometheus names")
+for (['fastd_upstream_response_seconds_total', 'counter'],
+     ['fastd_upstream_check_up', 'gauge'],
+     ['fastd_upstream_check_status', 'gauge'],
+     ['fastd_upstream_check_probes_total', 'counter'],
+     ['fastd_upstream_check_failed_total', 'counter'],
+     ['fastd_resolve_address_info', 'gauge'],
+     ['fastd_resolve_addresses', 'gauge'],
+     ['fastd_resolve_changes_total', 'counter'],
+     ['fastd_resolve_queries_total', 'counter'],
+     ['fastd_resolve_failures_total', 'counter'],
+     ['fastd_queue_wait_seconds_total', 'counter'],
+     ['fastd_offload_wait_seconds_total', 'counter'],
+     ['fastd_proxy_cache_entries', 'gauge'],
+     ['fastd_worker_upstream_response_seconds_total', 'counter']) {
+    my ($f, $want) = @$_;
+    is($type{$f} // 'absent', $want, "$f: $want");
+}
+ok(!(grep { $_->[1] !~ /^\d+\.\d{3}$/ }
+     @{ $samples{fastd_upstream_response_seconds_total} || [['', 'absent']] }),
+   'upstream response times: seconds with their milliseconds');
+ok(!(grep { $_->[1] !~ /^\d+\.\d{6}$/ }
+     @{ $samples{fastd_queue_wait_seconds_total} || [['', 'absent']] }),
+   'queue waits: seconds with their microseconds');
+my @probes = grep { $_->[0] =~ /upstream="alpha"/ }
+             @{ $samples{fastd_upstream_check_probes_total} || [] };
+ok(@probes == 1 && $probes[0][1] >= 1, 'alpha\'s probes counted, once');
+
 # per worker: every live worker in every family and label set, and no
 # series of what the workers share
 my (@missing, @shared);
@@ -176,6 +219,12 @@ is(scalar keys %layouts, 1, 'the same rows and fields in the same order '
 my ($alpha) = grep { $_->{upstream} eq 'alpha' } rows($s);
 ok($alpha && defined $alpha->{check_up} && defined $alpha->{response_msec},
    'JSON keeps its names: check_up, response_msec');
+
+my ($addr) = @{ $s->{modules}{resolve} || [] };
+ok($addr && ($addr->{address} // '') =~ /^127\.0\.0\.1:\d+$/
+   && $addr->{address_info} == 1,
+   'JSON: a resolved address beside its address_info (one "address" key)')
+    or diag(explain $addr);
 
 $t->stop;
 $t->no_alerts;

@@ -39,6 +39,17 @@
  *   Prometheus: fastd_upstream_requests_total{upstream="app",server="..."}
  *   JSON:       "modules": {"upstream": [{"upstream": "app",
  *                                          "server": "...", "requests": N}]}
+ * A time is an integer in the unit its name ends with, "_msec" or "_usec"
+ * (or "_msec_sum", "_usec_sum": a counter of times added up); JSON shows
+ * it so, Prometheus in seconds, its base unit: "queue_wait_usec_sum" is
+ * fastd_queue_wait_seconds_total, a decimal.
+ * labels is NULL or `k="v"` pairs joined by ',', values escaped as
+ * Prometheus wants (\\, \", \n). Well-known groups the dashboard shows:
+ *   upstream: labels upstream, server; fields requests, fails, active,
+ *             healthy (gauge 1/0), ...
+ *   queue:    label queue; fields active, waiting, max_concurrent,
+ *             queue_limit, admitted, rejected, timeouts, ...
+ *   offload:  no labels; fields threads, busy, pending, completed, ...
  */
 
 #include "fd_core.h"

@@ -1350,7 +1350,8 @@ void fd_upstream_status(fd_status_t *st, const void *area, unsigned worker)
                           "Response headers received from the server.",
                           labels, e->responses);
         fd_status_counter(st, "upstream_response_msec",
-                          "Sum of the times to the response header, ms.",
+                          "Time to the response header, summed over the "
+                          "responses.",
                           labels, e->response_msec);
     }
 }

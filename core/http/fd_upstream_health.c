@@ -551,10 +551,11 @@ void fd_upstream_health_status(fd_status_t *st, fd_upstream_t **ups,
             fd_status_gauge(st, "upstream_check_status", "The last probe's "
                             "HTTP status (0: no response)", labels,
                             e->last_status);
-            fd_status_gauge(st, "upstream_check_probes", "Health probes sent to the "
-                            "server (by all workers)", labels, e->probes);
-            fd_status_gauge(st, "upstream_check_failed", "Health probes that "
-                            "failed", labels, e->failed);
+            fd_status_counter(st, "upstream_check_probes", "Health probes "
+                              "sent to the server (by all workers)", labels,
+                              e->probes);
+            fd_status_counter(st, "upstream_check_failed", "Health probes "
+                              "that failed", labels, e->failed);
         }
     }
 }

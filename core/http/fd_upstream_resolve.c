@@ -708,20 +708,21 @@ void fd_upstream_resolve_status(fd_status_t *st, fd_upstream_t **ups,
                 addr_text(text, sizeof(text), &a[k], rs->port);
                 snprintf(alabels, sizeof(alabels), "%s,address=\"%s\"",
                          labels, text);
-                fd_status_gauge(st, "resolve_address", "1 for each address "
-                                "a resolve server has now", alabels, 1);
+                fd_status_gauge(st, "resolve_address_info", "1 for each "
+                                "address a resolve server has now", alabels,
+                                1);
             }
             fd_status_gauge(st, "resolve_addresses", "Addresses the resolve "
                             "server has now", labels, e->naddr);
             fd_status_gauge(st, "resolve_ok", "1 while its last DNS query "
                             "answered, 0 while they fail (the addresses "
                             "stay)", labels, !e->failing);
-            fd_status_gauge(st, "resolve_changes", "Changes of its address "
-                            "set", labels, gen);
-            fd_status_gauge(st, "resolve_queries", "DNS queries sent for it "
-                            "(by all workers)", labels, e->queries);
-            fd_status_gauge(st, "resolve_failures", "DNS queries that failed",
-                            labels, e->failures);
+            fd_status_counter(st, "resolve_changes", "Changes of its address "
+                              "set", labels, gen);
+            fd_status_counter(st, "resolve_queries", "DNS queries sent for "
+                              "it (by all workers)", labels, e->queries);
+            fd_status_counter(st, "resolve_failures", "DNS queries that "
+                              "failed", labels, e->failures);
         }
     }
 }

@@ -4,7 +4,8 @@
  * thousand label sets, a profile name with quotes. Nothing may be cut or
  * fall back to the raw label text. Then the core figures gathered from
  * the slots: HTTP/2 per worker and in the totals, with the retired
- * workers' counters folded in and the gauge of live workers only.
+ * workers' counters folded in and the gauge of live workers only. Then
+ * times, shown to Prometheus in seconds, and a figure all workers share.
  */
 #define fd_status_module fd_status_module_unit
 #include "../../modules/fd_status_module.c"
@@ -186,6 +187,44 @@ int main(void)
                           "{worker=\"1\"}") == NULL,
            "Prometheus: per worker; no gauge for the exited one");
     }
+
+    /* times in seconds, exact; a shared figure in the totals only */
+    fd_status_init(&st, p);
+    st.worker = 0;
+    fd_status_counter(&st, "upstream_response_msec", "Time.", "u=\"a\"",
+                      1234);
+    fd_status_counter(&st, "queue_wait_usec_sum", "Time.", NULL, 5);
+    fd_status_gauge(&st, "odd_last_msec", "A gauge.", NULL, 2000);
+    st.worker = 1;
+    fd_status_counter(&st, "upstream_response_msec", "Time.", "u=\"a\"",
+                      1000);
+    st.worker = FD_STATUS_SHARED;
+    fd_status_counter(&st, "upstream_check_probes", "Probes.", NULL, 9);
+    r.out = NULL;
+    is_int(render_prometheus(&r, &st, &v), FD_OK, "times: rendered");
+    doc = body(&r);
+    ok(strstr(doc, "\n# TYPE fastd_upstream_response_seconds_total counter\n"
+                   "fastd_upstream_response_seconds_total{u=\"a\"} 2.234\n")
+       != NULL, "Prometheus: _msec counted in seconds, with _total");
+    ok(strstr(doc, "\nfastd_worker_upstream_response_seconds_total"
+                   "{worker=\"1\",u=\"a\"} 1.000\n") != NULL,
+       "Prometheus: per worker too");
+    ok(strstr(doc, "\nfastd_queue_wait_seconds_total 0.000005\n") != NULL,
+       "Prometheus: _usec_sum is seconds, _total");
+    ok(strstr(doc, "\n# TYPE fastd_odd_last_seconds gauge\n"
+                   "fastd_odd_last_seconds 2.000\n") != NULL,
+       "Prometheus: a gauge in seconds");
+    ok(strstr(doc, "msec") == NULL && strstr(doc, "usec") == NULL,
+       "Prometheus: no msec or usec in any name");
+    ok(strstr(doc, "\nfastd_upstream_check_probes_total 9\n") != NULL
+       && strstr(doc, "fastd_worker_upstream_check_probes") == NULL,
+       "Prometheus: a shared figure in the totals, no per-worker family");
+    r.out = NULL;
+    is_int(render_json(&r, &st, &v), FD_OK, "times: JSON rendered");
+    doc = body(&r);
+    ok(strstr(doc, "\"response_msec\": 2234") != NULL
+       && strstr(doc, "\"wait_usec_sum\": 5") != NULL,
+       "JSON: times as they are counted, in their unit");
 
     fd_pool_destroy(p);
     return done_testing();
