@@ -54,6 +54,8 @@ typedef struct {
     int access_log;
     int change_host;
     int print;
+    int exit_status;     /* when it cannot run: 0 is CLI_USAGE */
+    const char *user;
 } cli_t;
 
 typedef struct {
@@ -71,6 +73,8 @@ static const char common_help[] =
     "fastd)\n"
     "  --key FILE          PEM private key of --cert\n"
     "  --workers N|auto    worker processes (default auto: one per CPU)\n"
+    "  --user NAME         started as root: the user the workers run as\n"
+    "                      (default: root, the user who ran the command)\n"
     "  --access-log        one line per request on stdout (default: none)\n"
     "  --print-config      print the configuration it would run (an INI "
     "file for\n"
@@ -457,6 +461,7 @@ static int build(cli_t *cli, int argc, char **argv, char **text)
                 return fail(cli, "--key \"%s\": %s", cli->key,
                             strerror(errno));
         } else if (self_signed(cli, &from, crt, key, sizeof(crt)) != FD_OK) {
+            cli->exit_status = 1; /* the command line was fine */
             return FD_ERROR;
         }
     }
@@ -489,8 +494,18 @@ static int build(cli_t *cli, int argc, char **argv, char **text)
                "daemon = off\n"
                "workers = %s\n"
                "pid = off\n"
-               "error_log = stderr\n\n",
+               "error_log = stderr\n",
             cli->workers ? cli->workers : "auto");
+    /* a command runs as whoever ran it, as Caddy's: started as root, the
+     * workers stay root unless --user says otherwise (a file's [main]
+     * without user would give them to nobody, who cannot read what root
+     * asked to serve), and the configuration says so */
+    if (cli->user)
+        fprintf(f, "user = %s\n", cli->user);
+    else if (geteuid() == 0)
+        fprintf(f, "user = root         ; as who ran it (--user NAME: that "
+                   "user)\n");
+    fputc('\n', f);
     if (cli->access_log)
         fprintf(f, "[http]\naccess_log = /dev/stdout\n\n");
     listen_lines(f, &from, crt, key);
@@ -533,6 +548,7 @@ enum {
     OPT_BROWSE,
     OPT_STATUS,
     OPT_CHANGE_HOST,
+    OPT_USER,
 };
 
 int fd_cli_command(int argc, char **argv, const char **conf, int *status)
@@ -542,6 +558,7 @@ int fd_cli_command(int argc, char **argv, const char **conf, int *status)
         {"cert", required_argument, NULL, OPT_CERT},
         {"key", required_argument, NULL, OPT_KEY},
         {"workers", required_argument, NULL, OPT_WORKERS},
+        {"user", required_argument, NULL, OPT_USER},
         {"access-log", no_argument, NULL, OPT_ACCESS_LOG},
         {"print-config", no_argument, NULL, OPT_PRINT},
     };
@@ -593,6 +610,7 @@ int fd_cli_command(int argc, char **argv, const char **conf, int *status)
         case OPT_CERT: cli.cert = optarg; break;
         case OPT_KEY: cli.key = optarg; break;
         case OPT_WORKERS: cli.workers = optarg; break;
+        case OPT_USER: cli.user = optarg; break;
         case OPT_ACCESS_LOG: cli.access_log = 1; break;
         case OPT_PRINT: cli.print = 1; break;
         case OPT_ROOT: cli.root = optarg; break;
@@ -638,6 +656,8 @@ int fd_cli_command(int argc, char **argv, const char **conf, int *status)
     }
     if (build(&cli, argc, argv, &text) != FD_OK) {
         free(text);
+        if (cli.exit_status)
+            *status = cli.exit_status;
         return FD_DONE;
     }
     if (cli.print) {

@@ -267,7 +267,8 @@ sub base_conf {
 # directory at level info.
 sub main_section {
     return "[main]\ndaemon = off\nworkers = 1\npid = %%DIR%%/fastd.pid\n"
-         . "error_log = %%DIR%%/error.log\n$LOG_LEVEL_KEY = info\n\n";
+         . "error_log = %%DIR%%/error.log\n$LOG_LEVEL_KEY = info\n"
+         . ($> == 0 ? "user = root\n" : '') . "\n";
 }
 
 # Line number (1-based) of the first line of $text matching $re.
