@@ -54,6 +54,7 @@ typedef struct {
     int access_log;
     int change_host;
     int print;
+    int exit_status;     /* when it cannot run; 0: CLI_USAGE */
 } cli_t;
 
 typedef struct {
@@ -344,15 +345,19 @@ static int self_signed(const cli_t *cli, const cli_addr_t *a, char *crt,
     const char *data = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
     const char *name = a->any ? "localhost" : a->host;
     char dir[PATH_MAX], file[256];
+    struct stat st;
     size_t i;
 
-    if (data && *data == '/')
+    /* the base must exist: a home is nobody's to make (nobody's is
+     * /nonexistent) */
+    if (data && *data == '/' && stat(data, &st) == 0 && S_ISDIR(st.st_mode))
         snprintf(dir, sizeof(dir), "%s/fastd", data);
-    else if (home && *home == '/')
+    else if (home && *home == '/' && stat(home, &st) == 0 &&
+             S_ISDIR(st.st_mode))
         snprintf(dir, sizeof(dir), "%s/.local/share/fastd", home);
     else
-        return fail(cli, "no $HOME to keep a self-signed certificate in: "
-                    "give --cert and --key");
+        return fail(cli, "no home directory to keep a self-signed "
+                    "certificate in: give --cert and --key");
     /* the file's name is the host's, made safe: a v6 address has colons */
     snprintf(file, sizeof(file), "%s", name);
     for (i = 0; file[i]; i++)
@@ -454,6 +459,7 @@ static int build(cli_t *cli, int argc, char **argv, char **text)
                 return fail(cli, "--key \"%s\": %s", cli->key,
                             strerror(errno));
         } else if (self_signed(cli, &from, crt, key, sizeof(crt)) != FD_OK) {
+            cli->exit_status = 1; /* the command line was fine */
             return FD_ERROR;
         }
     }
@@ -635,6 +641,8 @@ int fd_cli_command(int argc, char **argv, const char **conf, int *status)
     }
     if (build(&cli, argc, argv, &text) != FD_OK) {
         free(text);
+        if (cli.exit_status)
+            *status = cli.exit_status;
         return FD_DONE;
     }
     if (cli.print) {
