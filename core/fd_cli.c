@@ -54,7 +54,7 @@ typedef struct {
     int access_log;
     int change_host;
     int print;
-    int exit_status;     /* when it cannot run: 0 is CLI_USAGE */
+    int exit_status;     /* when it cannot run; 0: CLI_USAGE */
     const char *user;
 } cli_t;
 
@@ -348,15 +348,19 @@ static int self_signed(const cli_t *cli, const cli_addr_t *a, char *crt,
     const char *data = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
     const char *name = a->any ? "localhost" : a->host;
     char dir[PATH_MAX], file[256];
+    struct stat st;
     size_t i;
 
-    if (data && *data == '/')
+    /* the base must exist: a home is nobody's to make (nobody's is
+     * /nonexistent) */
+    if (data && *data == '/' && stat(data, &st) == 0 && S_ISDIR(st.st_mode))
         snprintf(dir, sizeof(dir), "%s/fastd", data);
-    else if (home && *home == '/')
+    else if (home && *home == '/' && stat(home, &st) == 0 &&
+             S_ISDIR(st.st_mode))
         snprintf(dir, sizeof(dir), "%s/.local/share/fastd", home);
     else
-        return fail(cli, "no $HOME to keep a self-signed certificate in: "
-                    "give --cert and --key");
+        return fail(cli, "no home directory to keep a self-signed "
+                    "certificate in: give --cert and --key");
     /* the file's name is the host's, made safe: a v6 address has colons */
     snprintf(file, sizeof(file), "%s", name);
     for (i = 0; file[i]; i++)

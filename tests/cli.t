@@ -103,9 +103,21 @@ for my $case (
          '... naming the line of the INI text --print-config shows');
 }
 
+# no home to keep a self-signed certificate in (nobody's is /nonexistent):
+# exit 1, and no home made
+{
+    my ($rc, $out) = FastdTest::run_fastd({ env => { HOME => "$dir/nohome", XDG_DATA_HOME => '' } },
+                                          'respond', '--listen', 'https://localhost:8443');
+    is($rc, 1, 'https:// without a home: exit 1');
+    like($out, qr/no home directory to keep a self-signed certificate in: give --cert and --key/,
+         '... and says what to do');
+    ok(!-e "$dir/nohome", '... and makes no home');
+}
+
 # --- --print-config: a configuration file fastd -t -c takes ---
 FastdTest::self_signed("$dir/given", 'localhost');
 mkdir "$dir/www";
+mkdir "$dir/print";
 FastdTest::spew("$dir/www/hello.txt", "hello file\n");
 mkdir "$dir/www/sub";
 FastdTest::spew("$dir/www/sub/inner.txt", "x");
