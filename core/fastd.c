@@ -25,6 +25,7 @@
 #include "fd_proctitle.h"
 #include "fd_ssl.h"
 #include "fd_status.h"
+#include "fastd.h" /* FD_API_VERSION_* */
 
 typedef struct {
     pid_t pid;
@@ -557,8 +558,10 @@ int main(int argc, char **argv)
         case 'g': foreground = 1; break;
         case 'v':
         case 'V':
-            printf("fastd/%s\nconfigure arguments: %s\n", FASTD_VERSION,
-                   FD_CONFIGURE_ARGS);
+            printf("fastd/%s\nmodule API: %u.%u (%s)\n"
+                   "configure arguments: %s\n", FASTD_VERSION,
+                   FD_API_VERSION_MAJOR, FD_API_VERSION_MINOR,
+                   FD_API_ABI_TAG, FD_CONFIGURE_ARGS);
             return 0;
         case 'h':
             usage(stdout);

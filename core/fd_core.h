@@ -43,11 +43,15 @@ typedef intptr_t fd_int_t;
 typedef uintptr_t fd_uint_t;
 typedef uint64_t fd_msec_t;
 
-/* Counted string slice; data is not NUL-terminated unless said so. */
+/* Counted string slice; data is not NUL-terminated unless said so (the
+ * same as fastd.h's, the public API's) */
+#ifndef FD_STR_T_DEFINED
+#define FD_STR_T_DEFINED
 typedef struct {
     size_t len;
     const char *data;
 } fd_str_t;
+#endif
 
 #define fd_string(s) ((fd_str_t){sizeof(s) - 1, (s)})
 #define fd_null_string ((fd_str_t){0, NULL})

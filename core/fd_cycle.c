@@ -1170,6 +1170,15 @@ fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
 
     if (fd_conf_read(&cf, cy->conf_file, &ld.e, &ld.n) != FD_OK)
         goto failed;
+    /* modules loaded at run time first: their keys and handler names are
+     * the rest of the file's (fd_dso.c) */
+    for (i = 0; i < ld.n; i++)
+        if (strcmp(ld.e[i].section, "main") == 0 &&
+            strcmp(ld.e[i].key, "load_module") == 0) {
+            at(&ld, &ld.e[i]);
+            if (fd_dso_load(&cf, fd_conf_path(&cf, ld.e[i].value)) != FD_OK)
+                goto failed;
+        }
     if (fd_conf_defaults(&cf, fd_main_directives, &cy->main) != FD_OK ||
         fd_conf_defaults(&cf, fd_events_directives, &cy->events) != FD_OK ||
         fd_conf_defaults(&cf, fd_http_directives, &cy->http) != FD_OK ||

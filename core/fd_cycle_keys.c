@@ -59,6 +59,15 @@ static int set_path(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     return FD_OK;
 }
 
+/* load_module: the modules are loaded before any key is applied
+ * (fd_cycle_load, fd_dso.c); here the line has nothing more to do */
+static int set_load_module(fd_conf_t *cf, const fd_directive_t *d,
+                           void *conf, const char *v)
+{
+    (void)cf, (void)d, (void)conf, (void)v;
+    return FD_OK;
+}
+
 static int set_user(fd_conf_t *cf, const fd_directive_t *d, void *conf,
                     const char *v)
 {
@@ -82,6 +91,14 @@ const fd_directive_t fd_main_directives[] = {
      .doc = "user (and its group) the workers run as; needs root. A root "
             "master without it runs its workers as nobody (as nginx); "
             "user = root keeps them root"},
+    {.name = "load_module", .type = FD_CONF_LIST, .set = set_load_module,
+     .doc = "PATH.so, repeatable: a module built against the public API "
+            "(fastd.h; pkg-config fastd) loaded before the rest of the file "
+            "is read, so its keys and handler = name can be used; relative "
+            "to the prefix. A module built for another API major version, or "
+            "a newer minor, is refused. A reload may load more; a loaded "
+            "module stays until fastd restarts, and a reload is refused if "
+            "its file changed"},
     {.name = "pid", .type = FD_CONF_CUSTOM, .offset = MAIN(pid),
      .def = "logs/fastd.pid", .set = set_path,
      .doc = "pid file of the master"},

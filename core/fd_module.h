@@ -32,6 +32,7 @@ typedef int (*fd_body_filter_pt)(fd_request_t *r, fd_buf_t *in, int last);
 /* Module flags */
 #define FD_MODULE_THREAD_SAFE 0x1  /* handler may run on an offload thread */
 #define FD_MODULE_STREAM_BODY 0x2  /* handler pulls the request body itself */
+#define FD_MODULE_BLOCKING 0x4     /* handler may block: always on the pool */
 
 /*
  * The methods a handler implements (fd_module_t.methods): one bit per
@@ -134,7 +135,14 @@ struct fd_module_s {
     unsigned index;                   /* set at startup: position in list */
 };
 
-extern fd_module_t *fd_modules[];     /* objs/fd_modules.c, NULL-ended */
+/* objs/fd_modules.c's built-in ones, then those [main] load_module adds
+ * (fd_dso.c, at most FD_DSO_MAX): NULL-ended */
+extern fd_module_t **fd_modules;
+extern fd_module_t *fd_builtin_modules[];
+/* [main] load_module = FILE: load the module in FILE (fd_dso.c). FD_OK,
+ * or FD_ERROR after fd_conf_error() naming the load_module line. */
+int fd_dso_load(fd_conf_t *cf, const char *file);
+#define FD_DSO_MAX 16
 extern unsigned fd_nmodules;
 
 const fd_module_t *fd_module_find(const char *name);

@@ -977,14 +977,20 @@ void fd_http_run_handler(fd_request_t *r)
         }
     }
 
-    if ((!fd_worker->cycle->http.inline_completions || r->loc->offload) &&
-        (m->flags & FD_MODULE_THREAD_SAFE)) {
+    if (((!fd_worker->cycle->http.inline_completions || r->loc->offload) &&
+         (m->flags & FD_MODULE_THREAD_SAFE)) ||
+        (m->flags & FD_MODULE_BLOCKING)) {
         r->in_offload = 1;
         r->async = 1;
         if (fd_offload(r, offload_work, offload_done) == FD_OK)
             return;
         r->in_offload = 0;
         r->async = resumed;
+        if (m->flags & FD_MODULE_BLOCKING) {
+            rc = 503; /* no pool thread: a blocking handler never runs on
+                         the loop */
+            goto finish;
+        }
     }
     redirects = r->redirects;
     rc = m->handler(r);

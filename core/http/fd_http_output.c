@@ -422,7 +422,7 @@ int fd_http_error_page(fd_request_t *r, int status)
  * loc->filter: only the modules with work there) */
 static struct {
     unsigned ready, nlog;
-    const fd_module_t *log[FD_NMODULES + 1]; /* room for every module */
+    const fd_module_t *log[FD_NMODULES + FD_DSO_MAX + 1]; /* every module */
 } hooks;
 
 static void hooks_init(void)

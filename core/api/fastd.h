@@ -1,0 +1,210 @@
+/*
+ * fastd.h: the public API of fastd modules, version 1.0.
+ *
+ * Everything a module built outside the tree needs: its descriptor and
+ * keys, the request, the response, asynchronous completion and logging.
+ * A module is a shared object that defines
+ *
+ *     FD_API_MODULE = { FD_API_HEADER, .name = "hello",
+ *                       .handler = hello_handler };
+ *
+ * and is loaded with [main] load_module = PATH.so. Build it with
+ *
+ *     cc -shared -fPIC $(pkg-config --cflags fastd) app.c -o app.so
+ *
+ * Requests and everything engine-side are opaque here: a module reaches
+ * them through these functions only, so that the engine may change its
+ * structures without breaking a module built for the same major version.
+ * A minor version only adds (functions, and fields at the end of the
+ * structs below, which an older module leaves zero); a major version may
+ * break, and fastd refuses a module built for another major, or for a
+ * newer minor than its own. This header is C11 and names no engine type.
+ */
+#ifndef FASTD_H
+#define FASTD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FD_API_VERSION_MAJOR 1
+#define FD_API_VERSION_MINOR 0
+/* What must match besides the version: the size of a pointer and of the
+ * structs below, which a module and fastd lay out alike only if built
+ * for the same ABI (checked at load). */
+#define FD_API_ABI_TAG "fastd-api-1/lp" FD_API_STR_(__SIZEOF_POINTER__)
+#define FD_API_STR_(x) FD_API_STR__(x)
+#define FD_API_STR__(x) #x
+
+/* Return codes; anything >= 100 a handler returns is an HTTP status. */
+#define FD_OK 0
+#define FD_ERROR -1
+#define FD_AGAIN -2
+#define FD_DECLINED -3
+
+/* Error log levels, nginx's names and order (fd_api_log). */
+#define FD_API_LOG_ERR 3
+#define FD_API_LOG_WARN 4
+#define FD_API_LOG_NOTICE 5
+#define FD_API_LOG_INFO 6
+
+/* Counted string slice; data is not NUL-terminated unless said so. */
+#ifndef FD_STR_T_DEFINED
+#define FD_STR_T_DEFINED
+typedef struct {
+    size_t len;
+    const char *data;
+} fd_str_t;
+#endif
+
+typedef struct fd_request_s fd_request_t;
+
+/* --- the module ---------------------------------------------------------- */
+
+/* The type of a key: how its value is parsed into the module's
+ * per-location configuration, at conf + offset. */
+enum {
+    FD_API_STRING = 1, /* const char *, NUL-terminated */
+    FD_API_INT,        /* int64_t, digits only */
+    FD_API_FLAG,       /* int, on | off */
+    FD_API_MSEC,       /* uint64_t milliseconds: 500ms, 75s, 1m30s */
+    FD_API_SIZE        /* uint64_t bytes: 512, 8k, 1m */
+};
+
+typedef struct {
+    const char *name;  /* its key in [http], [server] or [location] */
+    int type;          /* FD_API_* */
+    size_t offset;     /* in the module's configuration struct */
+    const char *def;   /* the default, parsed as a value; NULL: none */
+    const char *doc;   /* one line, as fastd -k prints it */
+} fd_api_key_t;
+
+/* Handler flags */
+#define FD_API_BLOCKING 0x1 /* the handler may block: it always runs on
+                               the worker's offload pool, never the loop */
+
+/* Methods a handler takes (0: GET and HEAD); the engine answers the
+ * others with 405 and Allow */
+#define FD_API_GET 0x1
+#define FD_API_HEAD 0x2
+#define FD_API_POST 0x4
+#define FD_API_PUT 0x8
+#define FD_API_DELETE 0x10
+#define FD_API_OPTIONS 0x20
+#define FD_API_PATCH 0x40
+
+typedef struct {
+    /* filled by FD_API_MODULE: what it was built for */
+    uint32_t api_major, api_minor;
+    const char *abi;          /* FD_API_ABI_TAG */
+    size_t size;              /* sizeof(fd_api_module_t) */
+
+    const char *name;         /* handler = NAME */
+    const fd_api_key_t *keys; /* ended by an entry with a NULL name */
+    size_t conf_size;         /* its per-location configuration */
+    /* After a location's keys are set (defaults included): FD_OK, or
+     * FD_ERROR after fd_api_conf_error() to refuse the configuration. */
+    int (*init_conf)(void *conf);
+    /* In each worker, before its first request, and when it exits. */
+    int (*init_worker)(void);
+    void (*exit_worker)(void);
+    /* Answers a request: FD_OK (the response is set), FD_AGAIN (it
+     * answers later with fd_api_finish(), from the loop), FD_DECLINED
+     * (404), or an HTTP status >= 400 (the error page). */
+    int (*handler)(fd_request_t *r);
+    unsigned flags;           /* FD_API_BLOCKING */
+    unsigned methods;         /* FD_API_GET | ... */
+} fd_api_module_t;
+
+/* The module's descriptor, the one symbol fastd looks for in its file:
+ *     FD_API_MODULE = { FD_API_HEADER, .name = "hello", ... };
+ * FD_API_HEADER records the version and ABI it is built for. */
+#define FD_API_MODULE fd_api_module_t fastd_module
+#define FD_API_HEADER                                                        \
+    .api_major = FD_API_VERSION_MAJOR, .api_minor = FD_API_VERSION_MINOR,   \
+    .abi = FD_API_ABI_TAG, .size = sizeof(fd_api_module_t)
+
+/* From init_conf: the error fastd reports, with the location's file:line */
+void fd_api_conf_error(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+
+/* --- the request --------------------------------------------------------- */
+
+fd_str_t fd_req_method(fd_request_t *r);   /* "GET" */
+fd_str_t fd_req_target(fd_request_t *r);   /* as sent: "/a%20b?x=1" */
+fd_str_t fd_req_path(fd_request_t *r);     /* decoded, normalised: "/a b" */
+fd_str_t fd_req_query(fd_request_t *r);    /* "x=1", without the "?" */
+/* A request header by name (any case), the first of that name; len 0
+ * and data NULL when there is none. */
+fd_str_t fd_req_header(fd_request_t *r, const char *name);
+/* A query argument as sent (not decoded); data NULL when absent. */
+fd_str_t fd_req_arg(fd_request_t *r, const char *name);
+/* Any $variable of fastd's ("remote_addr", "host", "request_id", ...,
+ * without the "$"); data NULL when there is no such variable. */
+fd_str_t fd_req_var(fd_request_t *r, const char *name);
+/* The request body, read whole before the handler runs (up to the
+ * location's max_body_size: 413 past it); len 0 when there is none. */
+fd_str_t fd_req_body(fd_request_t *r);
+/* The module's configuration for the request's location. */
+void *fd_req_conf(fd_request_t *r);
+/* Memory that lives as long as the request. NULL when out of memory. */
+void *fd_req_alloc(fd_request_t *r, size_t size);
+/* The module's own per-request pointer (NULL until set). */
+void *fd_req_get_ctx(fd_request_t *r);
+void fd_req_set_ctx(fd_request_t *r, void *ctx);
+
+/* --- the response -------------------------------------------------------- */
+
+void fd_resp_status(fd_request_t *r, int status);
+/* Both are copied. FD_OK or FD_ERROR. */
+int fd_resp_header(fd_request_t *r, const char *name, fd_str_t value);
+int fd_resp_content_type(fd_request_t *r, fd_str_t type);
+/* The whole body, copied. FD_OK or FD_ERROR. */
+int fd_resp_body(fd_request_t *r, const void *data, size_t len);
+/*
+ * A streamed body: fd_resp_send_header() sends the status and headers
+ * (no Content-Length: chunked over HTTP/1.1, DATA frames over HTTP/2),
+ * then fd_resp_write() each piece (copied); last = 1 ends the response.
+ * FD_OK; FD_AGAIN when the client is slow (the piece is queued; wait for
+ * on_drain before the next); FD_ERROR when the client is gone (end the
+ * request with fd_api_finish(r, FD_ERROR)). Server-sent events are such a
+ * stream of "data: ...\n\n" pieces with Content-Type text/event-stream.
+ */
+int fd_resp_send_header(fd_request_t *r);
+int fd_resp_write(fd_request_t *r, const void *data, size_t len, int last);
+void fd_resp_on_drain(fd_request_t *r, void (*on_drain)(fd_request_t *r));
+
+/* A handler that returned FD_AGAIN ends the request: FD_OK (the response
+ * is set, or was streamed to its end) or an HTTP status >= 400. From the
+ * loop: a timer, a drain, an I/O callback of the module's. */
+void fd_api_finish(fd_request_t *r, int rc);
+
+/* --- the loop ------------------------------------------------------------- */
+
+typedef struct fd_api_timer_s fd_api_timer_t;
+/* A one-shot timer on the worker's loop: handler(data) after ms. NULL
+ * when out of memory. Cancel a pending one with fd_api_timer_cancel()
+ * (the timer is freed either way: after it fires, or when cancelled). */
+fd_api_timer_t *fd_api_timer(uint64_t ms, void (*handler)(void *data),
+                             void *data);
+void fd_api_timer_cancel(fd_api_timer_t *t);
+
+/* --- logging -------------------------------------------------------------- */
+
+/* A line in the error log at level (FD_API_LOG_*); err: an errno to
+ * append, or 0. */
+void fd_api_log(int level, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The API version of the running fastd: major * 1000 + minor. */
+unsigned fd_api_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FASTD_H */

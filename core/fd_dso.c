@@ -1,0 +1,307 @@
+/*
+ * Modules loaded at run time: [main] load_module = PATH.so.
+ *
+ * The master loads each file when it reads the configuration, before any
+ * section is applied, so that the module's keys and its handler name are
+ * known to the rest of the file; the workers it forks have them. A module
+ * is a shared object built against the public API (core/api/fastd.h)
+ * whose one symbol fastd_module describes it. It is checked before it is
+ * used: the API's major version must be this fastd's, its minor at most
+ * this fastd's (a minor version only adds), and its ABI tag and
+ * descriptor size this build's; anything else is refused at -t, at start
+ * and at reload with the file:line of the load_module line, both versions
+ * and what to do.
+ *
+ * A loaded module stays for the life of the master: a reload may load
+ * more (they are appended to fd_modules), but never unloads or replaces
+ * one. A module's file that changed on disk since it was loaded makes the
+ * reload fail (the old configuration keeps serving): dlopen() would give
+ * back the old code under the new name, a half-reload. Restart to load it.
+ *
+ * Each loaded module becomes an fd_module_t whose hooks are trampolines
+ * (one set per slot, FD_DSO_MAX of them) calling the API's hooks, whose
+ * signatures name no engine type.
+ */
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include "fd_core.h"
+#include "fd_cycle.h"
+#include "fd_http_parse.h"
+#include "fd_module.h"
+#include "fastd.h"
+
+typedef struct {
+    char *path;
+    dev_t dev;
+    ino_t ino;
+    struct timespec mtime;
+    void *handle;
+    const fd_api_module_t *api;
+    fd_module_t m;
+    fd_directive_t *keys;
+} dso_t;
+
+static dso_t dsos[FD_DSO_MAX];
+static unsigned ndsos;
+static fd_conf_t *conf_cf; /* the load that runs an init_conf now */
+
+void fd_api_conf_error(const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    if (conf_cf)
+        fd_conf_error(conf_cf, "%s", buf);
+}
+
+static int init_conf(unsigned i, fd_conf_t *cf, void *conf)
+{
+    int rc;
+
+    if (dsos[i].api->init_conf == NULL)
+        return FD_OK;
+    conf_cf = cf;
+    cf->err[0] = '\0';
+    rc = dsos[i].api->init_conf(conf);
+    conf_cf = NULL;
+    if (rc != FD_OK && cf->err[0] == '\0')
+        fd_conf_error(cf, "module %s refused its configuration",
+                      dsos[i].m.name);
+    return rc == FD_OK ? FD_OK : FD_ERROR;
+}
+
+static int init_worker(unsigned i)
+{
+    if (dsos[i].api->init_worker == NULL)
+        return FD_OK;
+    if (dsos[i].api->init_worker() != FD_OK) {
+        fd_log_error(FD_LOG_EMERG, 0, "module %s: init_worker failed",
+                     dsos[i].m.name);
+        return FD_ERROR;
+    }
+    return FD_OK;
+}
+
+static void exit_worker(unsigned i)
+{
+    if (dsos[i].api->exit_worker)
+        dsos[i].api->exit_worker();
+}
+
+/* slot i's hooks, as fd_module_t has them */
+#define DSO_SLOT(i)                                                          \
+    static int init_conf_##i(fd_conf_t *cf, fd_http_loc_t *loc, void *c)    \
+    {                                                                        \
+        (void)loc;                                                           \
+        return init_conf(i, cf, c);                                          \
+    }                                                                        \
+    static int init_worker_##i(fd_worker_t *w)                               \
+    {                                                                        \
+        (void)w;                                                             \
+        return init_worker(i);                                               \
+    }                                                                        \
+    static void exit_worker_##i(fd_worker_t *w)                              \
+    {                                                                        \
+        (void)w;                                                             \
+        exit_worker(i);                                                      \
+    }
+DSO_SLOT(0) DSO_SLOT(1) DSO_SLOT(2) DSO_SLOT(3) DSO_SLOT(4) DSO_SLOT(5)
+DSO_SLOT(6) DSO_SLOT(7) DSO_SLOT(8) DSO_SLOT(9) DSO_SLOT(10) DSO_SLOT(11)
+DSO_SLOT(12) DSO_SLOT(13) DSO_SLOT(14) DSO_SLOT(15)
+
+#define HOOKS(i) {init_conf_##i, init_worker_##i, exit_worker_##i}
+static const struct {
+    int (*init_conf)(fd_conf_t *, fd_http_loc_t *, void *);
+    int (*init_worker)(fd_worker_t *);
+    void (*exit_worker)(fd_worker_t *);
+} hooks[FD_DSO_MAX] = {
+    HOOKS(0),  HOOKS(1),  HOOKS(2),  HOOKS(3),  HOOKS(4),  HOOKS(5),
+    HOOKS(6),  HOOKS(7),  HOOKS(8),  HOOKS(9),  HOOKS(10), HOOKS(11),
+    HOOKS(12), HOOKS(13), HOOKS(14), HOOKS(15),
+};
+
+unsigned fd_api_version(void)
+{
+    return FD_API_VERSION_MAJOR * 1000 + FD_API_VERSION_MINOR;
+}
+
+/* the API's methods as the engine's FD_METHOD() bits */
+static unsigned methods(unsigned api)
+{
+    static const struct {
+        unsigned api;
+        int id;
+    } map[] = {{FD_API_GET, FD_HTTP_GET},       {FD_API_HEAD, FD_HTTP_HEAD},
+               {FD_API_POST, FD_HTTP_POST},     {FD_API_PUT, FD_HTTP_PUT},
+               {FD_API_DELETE, FD_HTTP_DELETE}, {FD_API_OPTIONS,
+                                                 FD_HTTP_OPTIONS},
+               {FD_API_PATCH, FD_HTTP_PATCH}};
+    unsigned m = 0, i;
+
+    for (i = 0; i < fd_nelems(map); i++)
+        if (api & map[i].api)
+            m |= FD_METHOD(map[i].id);
+    return m;
+}
+
+/* The module's keys as the loader's directives: the API's types are the
+ * loader's, laid out alike (fastd.h says which C type each is). */
+static int keys(fd_conf_t *cf, dso_t *d, const char *file)
+{
+    static const struct {
+        int api;
+        fd_conf_type_t type;
+        size_t size;
+    } types[] = {{FD_API_STRING, FD_CONF_STR, sizeof(char *)},
+                 {FD_API_INT, FD_CONF_INT, sizeof(fd_int_t)},
+                 {FD_API_FLAG, FD_CONF_FLAG, sizeof(int)},
+                 {FD_API_MSEC, FD_CONF_MSEC, sizeof(fd_msec_t)},
+                 {FD_API_SIZE, FD_CONF_SIZE, sizeof(size_t)}};
+    const fd_api_key_t *k = d->api->keys;
+    size_t n = 0, i, t;
+
+    while (k && k[n].name)
+        n++;
+    d->keys = calloc(n + 1, sizeof(fd_directive_t));
+    if (d->keys == NULL)
+        return fd_conf_error(cf, "out of memory");
+    for (i = 0; i < n; i++) {
+        for (t = 0; t < fd_nelems(types); t++)
+            if (types[t].api == k[i].type)
+                break;
+        if (t == fd_nelems(types) ||
+            k[i].offset + types[t].size > d->api->conf_size)
+            return fd_conf_error(cf, "load_module \"%s\": key \"%s\" has "
+                                 "an unknown type or lies outside the "
+                                 "module's conf_size", file, k[i].name);
+        d->keys[i] = (fd_directive_t){
+            .name = k[i].name, .type = types[t].type,
+            .offset = k[i].offset, .def = k[i].def,
+            .doc = k[i].doc ? k[i].doc : ""};
+    }
+    return FD_OK;
+}
+
+/* file's module, checked: FD_OK or FD_ERROR after fd_conf_error() */
+static int check(fd_conf_t *cf, const fd_api_module_t *a, const char *file)
+{
+    const char *rebuild = "rebuild it against this fastd's headers "
+                          "(cc -shared -fPIC $(pkg-config --cflags fastd))";
+
+    if (a->api_major != FD_API_VERSION_MAJOR ||
+        a->api_minor > FD_API_VERSION_MINOR)
+        return fd_conf_error(cf, "load_module \"%s\": the module is built "
+                             "for fastd API %u.%u, this fastd has API %u.%u "
+                             "(it loads %u.0 to %u.%u): %s, or run a fastd "
+                             "with API %u.%u", file, a->api_major,
+                             a->api_minor, FD_API_VERSION_MAJOR,
+                             FD_API_VERSION_MINOR, FD_API_VERSION_MAJOR,
+                             FD_API_VERSION_MAJOR, FD_API_VERSION_MINOR,
+                             rebuild, a->api_major, a->api_minor);
+    if (a->abi == NULL || strcmp(a->abi, FD_API_ABI_TAG) != 0 ||
+        a->size != sizeof(fd_api_module_t))
+        return fd_conf_error(cf, "load_module \"%s\": the module's ABI "
+                             "(%s, a %zu-byte descriptor) is not this "
+                             "fastd's (%s, %zu bytes): %s", file,
+                             a->abi ? a->abi : "none", a->size,
+                             FD_API_ABI_TAG, sizeof(fd_api_module_t),
+                             rebuild);
+    if (a->name == NULL || *a->name == '\0' || a->handler == NULL)
+        return fd_conf_error(cf, "load_module \"%s\": the module has no "
+                             "name or no handler", file);
+    if (fd_module_find(a->name))
+        return fd_conf_error(cf, "load_module \"%s\": a module named \"%s\" "
+                             "is already there", file, a->name);
+    return FD_OK;
+}
+
+int fd_dso_load(fd_conf_t *cf, const char *file)
+{
+    const fd_api_module_t *a;
+    fd_module_t **list;
+    struct stat st;
+    dso_t *d;
+    unsigned i;
+    void *h;
+
+    if (stat(file, &st) < 0)
+        return fd_conf_error(cf, "load_module \"%s\": %s", file,
+                             strerror(errno));
+    for (i = 0; i < ndsos; i++) {
+        if (strcmp(dsos[i].path, file) != 0)
+            continue;
+        if (st.st_dev != dsos[i].dev || st.st_ino != dsos[i].ino ||
+            st.st_mtim.tv_sec != dsos[i].mtime.tv_sec ||
+            st.st_mtim.tv_nsec != dsos[i].mtime.tv_nsec)
+            return fd_conf_error(cf, "load_module \"%s\": the file changed "
+                                 "since it was loaded; a running fastd "
+                                 "keeps a module's first code: restart "
+                                 "fastd to load the new one", file);
+        return FD_OK; /* loaded by an earlier load or a line above */
+    }
+    if (ndsos == FD_DSO_MAX)
+        return fd_conf_error(cf, "load_module \"%s\": more than %d modules "
+                             "loaded", file, FD_DSO_MAX);
+    h = dlopen(file, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL)
+        return fd_conf_error(cf, "load_module \"%s\": %s", file, dlerror());
+    a = dlsym(h, "fastd_module");
+    if (a == NULL) {
+        dlclose(h);
+        return fd_conf_error(cf, "load_module \"%s\": no fastd_module in "
+                             "it (a module defines it with FD_API_MODULE)",
+                             file);
+    }
+    if (check(cf, a, file) != FD_OK) {
+        dlclose(h);
+        return FD_ERROR;
+    }
+    d = &dsos[ndsos];
+    *d = (dso_t){.dev = st.st_dev, .ino = st.st_ino, .mtime = st.st_mtim,
+                 .handle = h, .api = a};
+    list = malloc((fd_nmodules + 2) * sizeof(*list));
+    if ((d->path = strdup(file)) == NULL || list == NULL ||
+        keys(cf, d, file) != FD_OK) {
+        free(list);
+        free(d->path);
+        free(d->keys);
+        dlclose(h);
+        return cf->err[0] ? FD_ERROR : fd_conf_error(cf, "out of memory");
+    }
+    d->m = (fd_module_t){
+        .name = a->name, .directives = d->keys,
+        .conf_size = a->conf_size ? a->conf_size : 1,
+        .init_conf = hooks[ndsos].init_conf,
+        .init_worker = hooks[ndsos].init_worker,
+        .exit_worker = hooks[ndsos].exit_worker,
+        .handler = (fd_handler_pt)a->handler,
+        .flags = (a->flags & FD_API_BLOCKING) ? FD_MODULE_BLOCKING : 0,
+        .methods = methods(a->methods),
+        .index = fd_nmodules};
+    /* every key name once, in every table (fd_cycle_check_keys) */
+    memcpy(list, fd_modules, fd_nmodules * sizeof(*list));
+    list[fd_nmodules] = &d->m;
+    list[fd_nmodules + 1] = NULL;
+    if (fd_modules != fd_builtin_modules)
+        free(fd_modules);
+    fd_modules = list;
+    fd_nmodules++;
+    ndsos++;
+    if (fd_cycle_check_keys(cf->err, sizeof(cf->err)) != FD_OK) {
+        /* a key another table has: out again, as if never loaded */
+        char why[sizeof(cf->err)];
+        snprintf(why, sizeof(why), "%s", cf->err);
+        fd_nmodules--;
+        ndsos--;
+        fd_modules[fd_nmodules] = NULL;
+        free(d->keys);
+        free(d->path);
+        dlclose(h);
+        return fd_conf_error(cf, "load_module \"%s\": %s", file, why);
+    }
+    return FD_OK;
+}
