@@ -496,8 +496,9 @@ static void usage(FILE *fp)
             "                 stop or reopen (the log files)\n"
             "  -k             print every configuration key (Markdown) and "
             "exit\n"
-            "  -v, -V, --version  print the version and the configure "
-            "arguments\n"
+            "  -v, -V, --version  print the version, the module API's and "
+            "the configure\n"
+            "                 arguments\n"
             "  -h, --help     print this help and exit\n"
             "\n"
             "One-line commands build a configuration in memory and run it in "
@@ -509,7 +510,11 @@ static void usage(FILE *fp)
             "  respond        answer every request with a fixed text\n"
             "\n"
             "Exit status: 0 done, 1 a configuration or start error, 2 a bad "
-            "command line.\n");
+            "command line.\n"
+            "\n"
+            "The manual: %s/conf/README.md (every key), %s/conf/doc/*.md\n"
+            "(a page a topic), %s/conf/examples/; man fastd, man "
+            "fastd.conf.\n", FD_PREFIX, FD_PREFIX, FD_PREFIX);
 }
 
 int main(int argc, char **argv)
