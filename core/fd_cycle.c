@@ -1131,6 +1131,81 @@ static char *make_prefix(fd_pool_t *pool, const char *file)
     return fd_pstrdup(pool, d, strlen(d));
 }
 
+/* Whether user pw may read the directory dir (and so serve its files),
+ * by the modes on the way to it (not ACLs): what the workers of a root
+ * master cannot enter gets 403 for every file, which the master can say
+ * at load (a checkout under /root, with the nobody fallback). */
+static int user_may_read(const struct passwd *pw, const char *dir)
+{
+    char path[PATH_MAX];
+    struct stat st;
+    size_t i, n = strlen(dir);
+
+    if (pw->pw_uid == 0 || n == 0 || n >= sizeof(path))
+        return 1;
+    memcpy(path, dir, n + 1);
+    for (i = 1; i <= n; i++) {
+        mode_t want;
+        if (path[i] != '/' && path[i] != '\0')
+            continue;
+        path[i] = '\0';
+        if (stat(path, &st) < 0)
+            return 1; /* missing: the request's own error, not this one */
+        want = i == n ? 05 : 01; /* the last: read and enter; else enter */
+        if (st.st_uid == pw->pw_uid)
+            want <<= 6;
+        else if (st.st_gid == pw->pw_gid)
+            want <<= 3;
+        if ((st.st_mode & want) != want)
+            return 0;
+        if (i < n)
+            path[i] = '/';
+    }
+    return 1;
+}
+
+/* Warn of each document root the workers' user cannot read. */
+static void check_roots(fd_cycle_t *cy)
+{
+    /* once a directory in the process: -t loads the file per profile */
+    static char warned[8][PATH_MAX];
+    static unsigned nwarned;
+    const struct passwd *pw;
+    fd_http_server_t *s;
+    fd_http_loc_t *lists[4], *loc;
+    unsigned k, w;
+
+    if (geteuid() != 0 || cy->main.user == NULL ||
+        (pw = getpwnam(cy->main.user)) == NULL || pw->pw_uid == 0)
+        return;
+    for (s = cy->servers; s; s = s->next) {
+        lists[0] = s->exact;
+        lists[1] = s->prefix;
+        lists[2] = s->regex;
+        lists[3] = s->root_loc;
+        for (k = 0; k < 4; k++)
+            for (loc = lists[k]; loc; loc = k == 3 ? NULL : loc->next)
+            {
+                if (loc->root == NULL ||
+                    (loc->handler &&
+                     strcmp(loc->handler->name, "static") != 0))
+                    continue;
+                for (w = 0; w < nwarned; w++)
+                    if (strcmp(warned[w], loc->root) == 0)
+                        break;
+                if (w < nwarned || user_may_read(pw, loc->root))
+                    continue;
+                if (nwarned < fd_nelems(warned))
+                    snprintf(warned[nwarned++], PATH_MAX, "%s", loc->root);
+                fd_log_error(FD_LOG_WARN, 0, "root \"%s\" (%s) is not "
+                             "readable by user \"%s\", the workers' user: "
+                             "its files will be 403 (set [main] user, or let "
+                             "that user in)", loc->root, loc->name,
+                             cy->main.user);
+            }
+    }
+}
+
 fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
                           size_t errlen)
 {
@@ -1254,6 +1329,7 @@ fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
         }
         cy->main.user_default = 1;
     }
+    check_roots(cy);
     for (i = 0; i < fd_nmodules; i++) {
         const fd_module_t *m = fd_modules[i];
         cf.file = NULL;

@@ -116,6 +116,23 @@ for my $c ([undef, $nobody, 'no user: the workers run as nobody'],
     $n->stop;
 }
 
+# a document root the fallback user cannot enter (the test's directory
+# is 0700 and root's, as a checkout under /root is) is said at load, not
+# found out by a 403 for every file; README's first command keeps root
+# with conf/fastd.conf's [profile checkout]
+{
+    my $w = FastdTest->new(conf => FastdTest::base_conf(
+        main => { user => undef }, server => { root => '%%DIR%%' }));
+    my ($rc, $out) = FastdTest::run_fastd('-t', '-c', $w->conf_file);
+    is($rc, 0, 'a root nobody may not read: -t still succeeds');
+    like($out, qr/\[warn\] .*root "\Q${\ $w->dir}\E" \(server\) is not readable by user "nobody", the workers' user: its files will be 403/,
+         '... with a warning naming the root and the user') or diag($out);
+    my $conf = FastdTest::root() . '/conf/fastd.conf';
+    ($rc, $out) = FastdTest::run_fastd('-t', '-p', 'checkout', '-c', $conf);
+    is($rc, 0, 'conf/fastd.conf -p checkout (README\'s first command) tests fine')
+        or diag($out);
+}
+
 # an unknown user is a startup error, not a silent root worker
 my $u = FastdTest->new(conf => FastdTest::base_conf(main => { user => 'no-such-user-xyz' }));
 my ($rc, $out) = FastdTest::run_fastd('-t', '-c', $u->conf_file);
