@@ -127,7 +127,20 @@ for my $c ([undef, $nobody, 'no user: the workers run as nobody'],
     is($rc, 0, 'a root nobody may not read: -t still succeeds');
     like($out, qr/\[warn\] .*root "\Q${\ $w->dir}\E" \(server\) is not readable by user "nobody", the workers' user: its files will be 403/,
          '... with a warning naming the root and the user') or diag($out);
-    my $conf = FastdTest::root() . '/conf/fastd.conf';
+    # a copy of conf/fastd.conf in a prefix of its own, with the
+    # certificate README's first command makes there (a fresh clone has
+    # none)
+    my $pre = $w->dir . '/checkout';
+    mkdir $pre;
+    mkdir "$pre/$_" for qw(conf conf/cert html logs);
+    FastdTest::spew("$pre/conf/fastd.conf",
+                    FastdTest::slurp(FastdTest::root() . '/conf/fastd.conf'));
+    FastdTest::self_signed("$pre/conf/cert/fastd", 'localhost');
+    for my $f (glob FastdTest::root() . '/html/*.html') {
+        (my $b = $f) =~ s{.*/}{};
+        FastdTest::spew("$pre/html/$b", FastdTest::slurp($f));
+    }
+    my $conf = "$pre/conf/fastd.conf";
     ($rc, $out) = FastdTest::run_fastd('-t', '-p', 'checkout', '-c', $conf);
     is($rc, 0, 'conf/fastd.conf -p checkout (README\'s first command) tests fine')
         or diag($out);
