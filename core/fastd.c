@@ -25,7 +25,6 @@
 #include "fd_proctitle.h"
 #include "fd_ssl.h"
 #include "fd_status.h"
-#include "fastd.h" /* FD_API_VERSION_* */
 
 typedef struct {
     pid_t pid;

@@ -20,15 +20,13 @@
 #include <unistd.h>
 
 #include "fd_auto_config.h"
+#include "fastd.h"
 
 #define FASTD_VERSION "0.1.0"
 #define FASTD_NAME "fastd"
 
-/* Return codes. Anything >= 100 returned by a handler is an HTTP status. */
-#define FD_OK 0
-#define FD_ERROR -1
-#define FD_AGAIN -2
-#define FD_DECLINED -3
+/* Return codes, and the counted string fd_str_t: the public API's
+ * (fastd.h), which the engine shares rather than repeats. */
 #define FD_DONE -4
 
 #define fd_likely(x) __builtin_expect(!!(x), 1)
@@ -42,16 +40,6 @@
 typedef intptr_t fd_int_t;
 typedef uintptr_t fd_uint_t;
 typedef uint64_t fd_msec_t;
-
-/* Counted string slice; data is not NUL-terminated unless said so (the
- * same as fastd.h's, the public API's) */
-#ifndef FD_STR_T_DEFINED
-#define FD_STR_T_DEFINED
-typedef struct {
-    size_t len;
-    const char *data;
-} fd_str_t;
-#endif
 
 #define fd_string(s) ((fd_str_t){sizeof(s) - 1, (s)})
 #define fd_null_string ((fd_str_t){0, NULL})

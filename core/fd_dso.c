@@ -29,7 +29,6 @@
 #include "fd_cycle.h"
 #include "fd_http_parse.h"
 #include "fd_module.h"
-#include "fastd.h"
 
 typedef struct {
     char *path;

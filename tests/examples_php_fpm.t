@@ -13,15 +13,14 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use FastdTest;
+use PhpFpm;
 use Examples;
 use File::Path qw(make_path);
 use POSIX ();
 use Test::More;
 
-my ($fpm) = grep { -x } map { ("/usr/sbin/$_", "/usr/bin/$_") }
-    qw(php-fpm8.2 php-fpm);
 plan skip_all => 'php-fpm not installed (apt-get install php-fpm)'
-    unless $fpm;
+    unless PhpFpm::binary();
 
 my $ex = Examples->new('php-fpm');
 my $dir = $ex->dir;
@@ -49,12 +48,7 @@ PHP
 );
 FastdTest::spew("$pub/$_", $file{$_}) for keys %file;
 
-FastdTest::spew("$dir/fpm.conf", <<"FPM");
-[global]
-error_log = $dir/fpm.log
-daemonize = no
-pid = $dir/fpm.pid
-
+my $php = PhpFpm->start($dir, <<"FPM");
 [www]
 listen = $sock
 pm = static
@@ -62,19 +56,9 @@ pm.max_children = 3
 catch_workers_output = no
 php_admin_flag[display_errors] = off
 FPM
-my $fpm_pid = fork // die "fork: $!";
-if ($fpm_pid == 0) {
-    open STDIN, '<', '/dev/null';
-    open STDOUT, '>', "$dir/fpm.out";
-    open STDERR, '>&', \*STDOUT;
-    { no warnings 'exec';
-      exec $fpm, '-F', '-y', "$dir/fpm.conf", '-p', $dir, $> == 0 ? ('-R') : (); }
-    POSIX::_exit(127);
-}
-END { kill 'TERM', $fpm_pid if $fpm_pid; waitpid($fpm_pid, 0) if $fpm_pid }
 ok(FastdTest::wait_for(sub { -S $sock }, 20, 0.05),
    'php-fpm listens on the example\'s socket')
-    or diag(FastdTest::slurp("$dir/fpm.out") // '');
+    or diag($php->output);
 
 $ex->start;
 my $t = $ex->t;

@@ -14,6 +14,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use FastdTest;
+use PhpFpm;
 use File::Path qw(make_path);
 use H2;
 use Digest::MD5 qw(md5_hex);
@@ -22,10 +23,8 @@ use POSIX qw(WNOHANG);
 use Test::More;
 use Time::HiRes qw(time);
 
-my ($fpm) = grep { -x } map { ("/usr/sbin/$_", "/usr/bin/$_") }
-    qw(php-fpm8.2 php-fpm);
 plan skip_all => 'php-fpm not installed (apt-get install php-fpm)'
-    unless $fpm;
+    unless PhpFpm::binary();
 my $curl = (grep { -x } qw(/usr/bin/curl))[0] or die "curl needed";
 
 # --- a fake FastCGI server: reads one request, answers by SCRIPT_NAME ----
@@ -130,12 +129,7 @@ FastdTest::spew("$html/php/status.php",
 mkdir "$html/php/dir" or die;
 FastdTest::spew("$html/php/dir/index.php", "<?php echo 'index ', \$_SERVER['SCRIPT_NAME'];\n");
 
-FastdTest::spew("$dir/fpm.conf", <<"FPM");
-[global]
-error_log = $dir/fpm.log
-daemonize = no
-pid = $dir/fpm.pid
-
+my $php = PhpFpm->start($dir, <<"FPM");
 [test]
 listen = 127.0.0.1:$fpm_port
 listen.backlog = 1024
@@ -154,24 +148,15 @@ pm = static
 pm.max_children = 1
 FPM
 
-my $fpm_pid = fork // die;
-if ($fpm_pid == 0) {
-    open STDIN, '<', '/dev/null';
-    open STDOUT, '>', "$dir/fpm.out";
-    open STDERR, '>&', \*STDOUT;
-    { no warnings 'exec'; exec $fpm, '-F', '-y', "$dir/fpm.conf", '-p', $dir, $> == 0 ? ('-R') : (); }
-    POSIX::_exit(127);
-}
 my $fpm_up = FastdTest::wait_for(sub {
     IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $fpm_port,
                           Proto => 'tcp');
 }, 20, 0.05);
 $fpm_up &&= FastdTest::wait_for(sub { -S "$dir/fpm.sock" }, 20, 0.05);
 ok($fpm_up, 'php-fpm accepts connections (TCP and unix socket)')
-    or diag(FastdTest::slurp("$dir/fpm.out") // '');
+    or diag($php->output);
 
 END {
-    kill 'TERM', $fpm_pid if $fpm_pid;
     kill 'TERM', $fake_pid if $fake_pid;
 }
 
@@ -370,9 +355,7 @@ like($t->error_log, qr/sent data after END_REQUEST/, 'stdout after END_REQUEST i
 $r = $t->get('/dead/x.php');
 is($r->{status}, 502, 'nothing listening: 502');
 
-kill 'TERM', $fpm_pid;
-waitpid($fpm_pid, 0);
-$fpm_pid = 0;
+$php->stop;
 $r = $t->get('/php/hello.php');
 is($r->{status}, 502, 'php-fpm stopped: 502');
 $r = $t->get('/plaintext');

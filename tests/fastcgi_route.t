@@ -13,15 +13,14 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use FastdTest;
+use PhpFpm;
 use H2;
 use IO::Socket::INET;
 use POSIX ();
 use Test::More;
 
-my ($fpm) = grep { -x } map { ("/usr/sbin/$_", "/usr/bin/$_") }
-    qw(php-fpm8.2 php-fpm);
 plan skip_all => 'php-fpm not installed (apt-get install php-fpm)'
-    unless $fpm;
+    unless PhpFpm::binary();
 
 my $fpm_port = FastdTest::free_port();
 my $t = FastdTest->new(conf => 'placeholder');
@@ -36,32 +35,18 @@ FastdTest::spew("$html/static/index.html", "static index\n");
 FastdTest::spew("$html/both/index.html", "not this one\n");
 FastdTest::spew("$html/loop/index.html", "never\n");
 
-FastdTest::spew("$dir/fpm.conf", <<"FPM");
-[global]
-error_log = $dir/fpm.log
-daemonize = no
-pid = $dir/fpm.pid
-
+my $php = PhpFpm->start($dir, <<"FPM");
 [test]
 listen = 127.0.0.1:$fpm_port
 pm = static
 pm.max_children = 2
 catch_workers_output = no
 FPM
-my $fpm_pid = fork // die;
-if ($fpm_pid == 0) {
-    open STDIN, '<', '/dev/null';
-    open STDOUT, '>', "$dir/fpm.out";
-    open STDERR, '>&', \*STDOUT;
-    { no warnings 'exec'; exec $fpm, '-F', '-y', "$dir/fpm.conf", '-p', $dir, $> == 0 ? ('-R') : (); }
-    POSIX::_exit(127);
-}
-END { kill 'TERM', $fpm_pid if $fpm_pid }
 ok(FastdTest::wait_for(sub {
     IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $fpm_port,
                           Proto => 'tcp') }, 20, 0.05),
    'php-fpm accepts connections')
-    or diag(FastdTest::slurp("$dir/fpm.out") // '');
+    or diag($php->output);
 
 # the README's FastCGI example, with the index of [server]
 $t->write_conf(FastdTest::base_conf(

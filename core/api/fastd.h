@@ -40,7 +40,8 @@ extern "C" {
 #define FD_API_STR_(x) FD_API_STR__(x)
 #define FD_API_STR__(x) #x
 
-/* Return codes; anything >= 100 a handler returns is an HTTP status. */
+/* Return codes; anything >= 100 a handler returns is an HTTP status
+ * (the engine's own are these, and FD_DONE, -4, for its access phase). */
 #define FD_OK 0
 #define FD_ERROR -1
 #define FD_AGAIN -2
@@ -53,13 +54,10 @@ extern "C" {
 #define FD_API_LOG_INFO 6
 
 /* Counted string slice; data is not NUL-terminated unless said so. */
-#ifndef FD_STR_T_DEFINED
-#define FD_STR_T_DEFINED
 typedef struct {
     size_t len;
     const char *data;
 } fd_str_t;
-#endif
 
 typedef struct fd_request_s fd_request_t;
 

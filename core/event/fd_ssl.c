@@ -176,55 +176,54 @@ static int set_verify(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     return FD_OK;
 }
 
-/* Checked where it is read: a list that selects nothing is an error (the
- * default, set for every server or location, is known to select some). */
+/* A list OpenSSL must take (a scratch context's set() of it), checked
+ * where it is read, so that a bad value names its file:line (the default,
+ * set for every server or location, is known to be taken); then kept. */
+static int set_ssl_list(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                        const char *v, int (*set)(SSL_CTX *, const char *),
+                        const char *why)
+{
+    char **field = (char **)((char *)conf + d->offset);
+    SSL_CTX *ctx;
+    int ok;
+
+    if (v != d->def) {
+        ctx = SSL_CTX_new(TLS_server_method());
+        if (ctx == NULL)
+            return fd_conf_error(cf, "SSL_CTX_new() failed");
+        ok = set(ctx, v);
+        SSL_CTX_free(ctx);
+        ERR_clear_error();
+        if (!ok)
+            return fd_conf_error(cf, "%s \"%s\" %s", d->name, v, why);
+    }
+    *field = fd_pstrdup(cf->pool, v, strlen(v));
+    return *field ? FD_OK : fd_conf_error(cf, "out of memory");
+}
+
+/* SSL_CTX_set1_groups_list() is a macro */
+static int ctx_set_groups(SSL_CTX *ctx, const char *v)
+{
+    return SSL_CTX_set1_groups_list(ctx, v);
+}
+
 int fd_ssl_set_ciphers(fd_conf_t *cf, const fd_directive_t *d, void *conf,
                        const char *v)
 {
-    SSL_CTX *ctx;
-    int ok;
-
-    if (v != d->def) {
-        ctx = SSL_CTX_new(TLS_server_method());
-        if (ctx == NULL)
-            return fd_conf_error(cf, "SSL_CTX_new() failed");
-        ok = SSL_CTX_set_cipher_list(ctx, v);
-        SSL_CTX_free(ctx);
-        ERR_clear_error();
-        if (!ok)
-            return fd_conf_error(cf, "%s \"%s\" selects no cipher",
-                                 d->name, v);
-    }
-    *(char **)((char *)conf + d->offset) = fd_pstrdup(cf->pool, v, strlen(v));
-    return FD_OK;
+    return set_ssl_list(cf, d, conf, v, SSL_CTX_set_cipher_list,
+                        "selects no cipher");
 }
 
-/* ssl_ecdh_curve: a list OpenSSL takes, checked here so that a bad name
- * is the key's file:line. No "auto" (nginx's): OpenSSL 3.0 can set a
- * list on an SSL but not give it its defaults back, which SNI needs when
- * it moves a connection to another server's context */
+/* ssl_ecdh_curve. No "auto" (nginx's): OpenSSL 3.0 can set a list on an
+ * SSL but not give it its defaults back, which SNI needs when it moves a
+ * connection to another server's context */
 static int set_groups(fd_conf_t *cf, const fd_directive_t *d, void *conf,
                       const char *v)
 {
-    char **groups = (char **)((char *)conf + d->offset);
-    SSL_CTX *ctx;
-    int ok;
-
-    if (v != d->def) {
-        ctx = SSL_CTX_new(TLS_server_method());
-        if (ctx == NULL)
-            return fd_conf_error(cf, "SSL_CTX_new() failed");
-        ok = SSL_CTX_set1_groups_list(ctx, v);
-        SSL_CTX_free(ctx);
-        ERR_clear_error();
-        if (!ok)
-            return fd_conf_error(cf, "%s \"%s\": an unknown or unusable "
-                                 "group (X25519, prime256v1, secp384r1, "
-                                 "X448, secp521r1, ffdhe2048 ..., "
-                                 "colon-separated)", d->name, v);
-    }
-    *groups = fd_pstrdup(cf->pool, v, strlen(v));
-    return *groups ? FD_OK : fd_conf_error(cf, "out of memory");
+    return set_ssl_list(cf, d, conf, v, ctx_set_groups,
+                        "names an unknown or unusable group (X25519, "
+                        "prime256v1, secp384r1, X448, secp521r1, "
+                        "ffdhe2048 ..., colon-separated)");
 }
 
 int fd_ssl_set_path(fd_conf_t *cf, const fd_directive_t *d, void *conf,

@@ -9,7 +9,6 @@
 
 #include "fd_core.h"
 #include "fd_http.h"
-#include "fastd.h"
 
 fd_str_t fd_req_method(fd_request_t *r)
 {
