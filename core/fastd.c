@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
-#include <pwd.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -87,21 +86,16 @@ static int free_slot(void)
     return -1;
 }
 
-static int drop_privileges(const char *user)
+/* A worker of a root master drops to [main] user (nobody without one):
+ * the ids the load resolved (fd_main_conf_t.drop) */
+static int drop_privileges(const fd_main_conf_t *mc)
 {
-    struct passwd *pw;
-
-    if (user == NULL || geteuid() != 0)
+    if (!mc->drop)
         return FD_OK;
-    pw = getpwnam(user);
-    if (pw == NULL) {
-        fd_log_error(FD_LOG_EMERG, 0, "user \"%s\" not found", user);
-        return FD_ERROR;
-    }
-    if (setgroups(0, NULL) < 0 || initgroups(user, pw->pw_gid) < 0 ||
-        setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0) {
+    if (setgroups(0, NULL) < 0 || initgroups(mc->user, mc->gid) < 0 ||
+        setgid(mc->gid) < 0 || setuid(mc->uid) < 0) {
         fd_log_error(FD_LOG_EMERG, errno, "dropping privileges to \"%s\" "
-                     "failed", user);
+                     "failed", mc->user);
         return FD_ERROR;
     }
     return FD_OK;
@@ -112,12 +106,9 @@ static int drop_privileges(const char *user)
  * root's file for writing, so it would write on into the rotated one. */
 static void log_owner(void)
 {
-    struct passwd *pw;
-
-    if (cycle->main.user == NULL || geteuid() != 0 || master_log.path == NULL)
+    if (!cycle->main.drop || master_log.path == NULL)
         return;
-    pw = getpwnam(cycle->main.user);
-    if (pw && chown(master_log.path, pw->pw_uid, pw->pw_gid) < 0)
+    if (chown(master_log.path, cycle->main.uid, cycle->main.gid) < 0)
         fd_log_error(FD_LOG_ALERT, errno, "chown(\"%s\") to user \"%s\" "
                      "failed", master_log.path, cycle->main.user);
 }
@@ -158,7 +149,7 @@ static pid_t spawn_worker(unsigned index)
             fd_log_error(FD_LOG_WARN, errno, "sched_setaffinity() failed");
     }
     fd_proctitle_set("worker process");
-    if (drop_privileges(cycle->main.user) != FD_OK)
+    if (drop_privileges(&cycle->main) != FD_OK)
         _exit(2);
     /* signals stay blocked (as in the master) until fd_worker_run() has
      * its own handlers: one sent now waits instead of being lost */

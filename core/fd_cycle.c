@@ -1131,17 +1131,17 @@ static char *make_prefix(fd_pool_t *pool, const char *file)
     return fd_pstrdup(pool, d, strlen(d));
 }
 
-/* Whether user pw may read the directory dir (and so serve its files),
- * by the modes on the way to it (not ACLs): what the workers of a root
- * master cannot enter gets 403 for every file, which the master can say
- * at load (a checkout under /root, with the nobody fallback). */
-static int user_may_read(const struct passwd *pw, const char *dir)
+/* Whether the workers' user may read the directory dir (and so serve its
+ * files), by the modes on the way to it (not ACLs): what the workers of a
+ * root master cannot enter gets 403 for every file, which the master can
+ * say at load (a checkout under /root, with the nobody fallback). */
+static int user_may_read(const fd_main_conf_t *mc, const char *dir)
 {
     char path[PATH_MAX];
     struct stat st;
     size_t i, n = strlen(dir);
 
-    if (pw->pw_uid == 0 || n == 0 || n >= sizeof(path))
+    if (n == 0 || n >= sizeof(path))
         return 1;
     memcpy(path, dir, n + 1);
     for (i = 1; i <= n; i++) {
@@ -1152,9 +1152,9 @@ static int user_may_read(const struct passwd *pw, const char *dir)
         if (stat(path, &st) < 0)
             return 1; /* missing: the request's own error, not this one */
         want = i == n ? 05 : 01; /* the last: read and enter; else enter */
-        if (st.st_uid == pw->pw_uid)
+        if (st.st_uid == mc->uid)
             want <<= 6;
-        else if (st.st_gid == pw->pw_gid)
+        else if (st.st_gid == mc->gid)
             want <<= 3;
         if ((st.st_mode & want) != want)
             return 0;
@@ -1164,45 +1164,44 @@ static int user_may_read(const struct passwd *pw, const char *dir)
     return 1;
 }
 
-/* Warn of each document root the workers' user cannot read. */
-static void check_roots(fd_cycle_t *cy)
+/* A static location's root the workers' user cannot read: a warning,
+ * once a directory in the process (-t loads the file per profile). */
+static void check_root(fd_http_loc_t *loc, void *data)
 {
-    /* once a directory in the process: -t loads the file per profile */
     static char warned[8][PATH_MAX];
     static unsigned nwarned;
-    const struct passwd *pw;
-    fd_http_server_t *s;
-    fd_http_loc_t *lists[4], *loc;
-    unsigned k, w;
+    const fd_cycle_t *cy = data;
+    unsigned w;
 
-    if (geteuid() != 0 || cy->main.user == NULL ||
-        (pw = getpwnam(cy->main.user)) == NULL || pw->pw_uid == 0)
+    if (loc->root == NULL ||
+        (loc->handler && strcmp(loc->handler->name, "static") != 0))
         return;
+    for (w = 0; w < nwarned; w++)
+        if (strcmp(warned[w], loc->root) == 0)
+            return;
+    if (user_may_read(&cy->main, loc->root))
+        return;
+    if (nwarned < fd_nelems(warned))
+        snprintf(warned[nwarned++], PATH_MAX, "%s", loc->root);
+    fd_log_error(FD_LOG_WARN, 0, "root \"%s\" (%s) is not readable by user "
+                 "\"%s\", the workers' user: its files will be 403 (set "
+                 "[main] user, or let that user in)", loc->root, loc->name,
+                 cy->main.user);
+}
+
+void fd_http_each_loc(fd_cycle_t *cy, void (*fn)(fd_http_loc_t *, void *),
+                      void *data)
+{
+    fd_http_server_t *s;
+    fd_http_loc_t *loc;
+    unsigned k;
+
     for (s = cy->servers; s; s = s->next) {
-        lists[0] = s->exact;
-        lists[1] = s->prefix;
-        lists[2] = s->regex;
-        lists[3] = s->root_loc;
-        for (k = 0; k < 4; k++)
-            for (loc = lists[k]; loc; loc = k == 3 ? NULL : loc->next)
-            {
-                if (loc->root == NULL ||
-                    (loc->handler &&
-                     strcmp(loc->handler->name, "static") != 0))
-                    continue;
-                for (w = 0; w < nwarned; w++)
-                    if (strcmp(warned[w], loc->root) == 0)
-                        break;
-                if (w < nwarned || user_may_read(pw, loc->root))
-                    continue;
-                if (nwarned < fd_nelems(warned))
-                    snprintf(warned[nwarned++], PATH_MAX, "%s", loc->root);
-                fd_log_error(FD_LOG_WARN, 0, "root \"%s\" (%s) is not "
-                             "readable by user \"%s\", the workers' user: "
-                             "its files will be 403 (set [main] user, or let "
-                             "that user in)", loc->root, loc->name,
-                             cy->main.user);
-            }
+        fd_http_loc_t *lists[] = {s->exact, s->prefix, s->regex, s->named};
+        fn(s->root_loc, data);
+        for (k = 0; k < fd_nelems(lists); k++)
+            for (loc = lists[k]; loc; loc = loc->next)
+                fn(loc, data);
     }
 }
 
@@ -1250,8 +1249,13 @@ fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
     for (i = 0; i < ld.n; i++)
         if (strcmp(ld.e[i].section, "main") == 0 &&
             strcmp(ld.e[i].key, "load_module") == 0) {
+            const char *so;
             at(&ld, &ld.e[i]);
-            if (fd_dso_load(&cf, fd_conf_path(&cf, ld.e[i].value)) != FD_OK)
+            if ((so = fd_conf_path(&cf, ld.e[i].value)) == NULL) {
+                fd_conf_error(&cf, "out of memory");
+                goto failed;
+            }
+            if (fd_dso_load(&cf, so) != FD_OK)
                 goto failed;
         }
     if (fd_conf_defaults(&cf, fd_main_directives, &cy->main) != FD_OK ||
@@ -1329,7 +1333,19 @@ fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
         }
         cy->main.user_default = 1;
     }
-    check_roots(cy);
+    if (cy->main.user && geteuid() == 0) {
+        const struct passwd *pw = getpwnam(cy->main.user);
+        if (pw == NULL) {
+            cf.file = NULL;
+            fd_conf_error(&cf, "user \"%s\" does not exist", cy->main.user);
+            goto failed;
+        }
+        cy->main.uid = pw->pw_uid;
+        cy->main.gid = pw->pw_gid;
+        cy->main.drop = pw->pw_uid != 0;
+    }
+    if (cy->main.drop)
+        fd_http_each_loc(cy, check_root, cy);
     for (i = 0; i < fd_nmodules; i++) {
         const fd_module_t *m = fd_modules[i];
         cf.file = NULL;

@@ -18,6 +18,12 @@ typedef struct {
     int cpu_affinity;
     char *user;
     int user_default;          /* user is nobody: no user = under root */
+    /* a root master whose workers run as another user: that user's ids,
+     * resolved once at load, to drop to and to give what the master makes
+     * for the workers (logs, a cache's directories) */
+    int drop;
+    uid_t uid;
+    gid_t gid;
     char *pid;
     char *error_log;
     int error_log_level;

@@ -19,7 +19,6 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
-#include <pwd.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -294,8 +293,9 @@ static void flush_timer(fd_timer_t *t)
 }
 
 /* Give the location's file an owner: the first file with its path. */
-static void loc_file(fd_http_loc_t *loc)
+static void loc_file(fd_http_loc_t *loc, void *data)
 {
+    (void)data;
     al_conf_t *lc = fd_loc_conf(loc, &fd_access_log_module);
     al_file_t *f = lc->file, *o;
 
@@ -325,8 +325,11 @@ static void loc_file(fd_http_loc_t *loc)
  * makes each file and gives it to them, as nginx does, at load and before
  * a reopen. A failure is the worker's to report, when it opens the file.
  */
-static void give_file(const al_file_t *f, const struct passwd *pw)
+static void give_file(fd_http_loc_t *loc, void *data)
 {
+    const al_file_t *f =
+        ((al_conf_t *)fd_loc_conf(loc, &fd_access_log_module))->file;
+    const fd_main_conf_t *mc = data;
     struct stat st;
     int fd;
 
@@ -337,35 +340,17 @@ static void give_file(const al_file_t *f, const struct passwd *pw)
               0644);
     if (fd < 0)
         return; /* the worker's own open() reports it */
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid != pw->pw_uid &&
-        fchown(fd, pw->pw_uid, pw->pw_gid) < 0)
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid != mc->uid &&
+        fchown(fd, mc->uid, mc->gid) < 0)
         fd_log_error(FD_LOG_WARN, errno, "access_log \"%s\": fchown() to "
-                     "user \"%s\" failed", f->path, pw->pw_name);
+                     "user \"%s\" failed", f->path, mc->user);
     close(fd);
 }
 
 static void give_files(fd_cycle_t *cy)
 {
-    fd_http_server_t *s;
-    struct passwd *pw;
-
-    if (fd_conf_test || geteuid() != 0 || cy->main.user == NULL ||
-        (pw = getpwnam(cy->main.user)) == NULL || pw->pw_uid == 0)
-        return;
-    for (s = cy->servers; s; s = s->next) {
-        fd_http_loc_t *lists[] = {s->exact, s->prefix, s->regex}, *loc;
-        unsigned i;
-        give_file(((al_conf_t *)fd_loc_conf(s->root_loc,
-                                            &fd_access_log_module))
-                      ->file,
-                  pw);
-        for (i = 0; i < fd_nelems(lists); i++)
-            for (loc = lists[i]; loc; loc = loc->next)
-                give_file(((al_conf_t *)fd_loc_conf(
-                               loc, &fd_access_log_module))
-                              ->file,
-                          pw);
-    }
+    if (!fd_conf_test && cy->main.drop)
+        fd_http_each_loc(cy, give_file, &cy->main);
 }
 
 static int access_log_init_cycle(fd_conf_t *cf, fd_cycle_t *cy)
@@ -377,18 +362,10 @@ static int access_log_init_cycle(fd_conf_t *cf, fd_cycle_t *cy)
 
 static int access_log_init_worker(fd_worker_t *w)
 {
-    fd_http_server_t *s;
     al_file_t *f;
 
     wfiles = NULL;
-    for (s = w->cycle->servers; s; s = s->next) {
-        fd_http_loc_t *lists[] = {s->exact, s->prefix, s->regex}, *loc;
-        unsigned i;
-        loc_file(s->root_loc);
-        for (i = 0; i < fd_nelems(lists); i++)
-            for (loc = lists[i]; loc; loc = loc->next)
-                loc_file(loc);
-    }
+    fd_http_each_loc(w->cycle, loc_file, NULL);
     for (f = wfiles; f; f = f->wnext) {
         if (f->buffer) {
             f->buf = malloc(f->buffer);

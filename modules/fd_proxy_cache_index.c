@@ -50,7 +50,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -1059,12 +1058,9 @@ int fd_proxy_cache_mkdirs(char *p, size_t from, long *made)
 int fd_proxy_cache_init_cycle(fd_conf_t *cf, fd_cycle_t *cy)
 {
     fd_conf_section_t *s;
-    struct passwd *pw;
 
-    if (cy->main.user == NULL || geteuid() != 0)
+    if (!cy->main.drop)
         return FD_OK;
-    if ((pw = getpwnam(cy->main.user)) == NULL)
-        return FD_OK; /* [main] user says so, naming its line */
     for (s = cy->sections; s; s = s->next) {
         fd_proxy_cache_t *c = s->conf;
         char *p;
@@ -1080,7 +1076,7 @@ int fd_proxy_cache_init_cycle(fd_conf_t *cf, fd_cycle_t *cy)
             if (ch != '/' && ch != '\0')
                 continue;
             p[i] = '\0';
-            rc = chown(p, pw->pw_uid, pw->pw_gid);
+            rc = chown(p, cy->main.uid, cy->main.gid);
             p[i] = ch;
             if (rc == -1)
                 return fd_conf_error(cf, "[cache %s]: chown(\"%s\") to "

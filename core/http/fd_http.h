@@ -349,6 +349,10 @@ int fd_http_add_headers(fd_request_t *r);
 /* Routing */
 fd_http_loc_t *fd_http_find_location(fd_request_t *r);
 /* The server's [location @name] (name with its '@'), or NULL. */
+/* fn(loc, data) for every location of cy: each server's own keys
+ * (root_loc), then its exact, prefix, regex and named locations */
+void fd_http_each_loc(fd_cycle_t *cy, void (*fn)(fd_http_loc_t *loc, void *),
+                      void *data);
 fd_http_loc_t *fd_http_named_location(const fd_http_server_t *s,
                                       const char *name);
 
