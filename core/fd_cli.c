@@ -238,23 +238,6 @@ static int parse_addr(const cli_t *cli, const char *opt, const char *arg,
 
 /* --- a self-signed certificate, made here and kept for the next run --- */
 
-static int mkdirs(char *path)
-{
-    char *s;
-
-    for (s = path + 1; *s; s++) {
-        if (*s != '/')
-            continue;
-        *s = '\0';
-        if (mkdir(path, 0700) < 0 && errno != EEXIST) {
-            *s = '/';
-            return FD_ERROR;
-        }
-        *s = '/';
-    }
-    return mkdir(path, 0700) < 0 && errno != EEXIST ? FD_ERROR : FD_OK;
-}
-
 /* Is the PEM certificate in path good for another day? */
 static int cert_usable(const char *path)
 {
@@ -366,7 +349,7 @@ static int self_signed(const cli_t *cli, const cli_addr_t *a, char *crt,
     for (i = 0; file[i]; i++)
         if (file[i] == ':')
             file[i] = '_';
-    if (mkdirs(dir) != FD_OK)
+    if (fd_mkdirs(dir, 0, 0700, NULL) != FD_OK)
         return fail(cli, "cannot make \"%s\": %s", dir, strerror(errno));
     if ((size_t)snprintf(crt, size, "%s/self-signed-%s.crt", dir, file) >=
             size ||

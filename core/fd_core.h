@@ -29,6 +29,13 @@
  * (fastd.h), which the engine shares rather than repeats. */
 #define FD_DONE -4
 
+/*
+ * mkdir -p: every directory of the path p from byte from on (0: all),
+ * with mode; p is restored. FD_OK, or FD_ERROR with errno. made, when not
+ * NULL: where the first directory made ends in p (-1: none was made).
+ */
+int fd_mkdirs(char *p, size_t from, mode_t mode, long *made);
+
 #define fd_likely(x) __builtin_expect(!!(x), 1)
 #define fd_unlikely(x) __builtin_expect(!!(x), 0)
 #define fd_nelems(a) (sizeof(a) / sizeof((a)[0]))

@@ -81,23 +81,6 @@ static const char *const seed_rows[] = {
 
 /* --- configuration: create and seed, or check --- */
 
-static int mkdirs(char *path)
-{
-    char *p;
-
-    for (p = path + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(path, 0755) < 0 && errno != EEXIST) {
-            *p = '/';
-            return -1;
-        }
-        *p = '/';
-    }
-    return mkdir(path, 0755) < 0 && errno != EEXIST ? -1 : 0;
-}
-
 static int seed(fd_conf_t *cf, const char *path)
 {
     char dir[4096];
@@ -107,7 +90,7 @@ static int seed(fd_conf_t *cf, const char *path)
     int rc;
 
     snprintf(dir, sizeof(dir), "%s", path);
-    if (mkdirs(dirname(dir)) < 0)
+    if (fd_mkdirs(dirname(dir), 0, 0755, NULL) != FD_OK)
         return fd_conf_error(cf, "fortunes_db \"%s\": mkdir(%s) failed: %s",
                              path, dir, strerror(errno));
     rc = sqlite3_open_v2(path, &db,

@@ -1167,8 +1167,8 @@ static int open_tmp(fd_proxy_cache_req_t *cr)
     if (fd == -1 && errno == ENOENT) {
         /* a level (or the cache itself) is missing: made again */
         p[dl - 1] = '\0';
-        if (fd_proxy_cache_mkdirs(p, strlen(c->path), NULL) != FD_OK &&
-            fd_proxy_cache_mkdirs(p, 0, NULL) != FD_OK) {
+        if (fd_mkdirs(p, strlen(c->path), 0700, NULL) != FD_OK &&
+            fd_mkdirs(p, 0, 0700, NULL) != FD_OK) {
             store_warn(cr, errno, "mkdir for");
             return FD_ERROR;
         }

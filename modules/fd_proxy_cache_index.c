@@ -1029,32 +1029,6 @@ static const fd_directive_t cache_directives[] = {
      .doc = "an entry not used for this long is removed, fresh or not"},
     FD_CONF_END};
 
-int fd_proxy_cache_mkdirs(char *p, size_t from, long *made)
-{
-    long first = -1;
-    int rc;
-
-    for (size_t i = from; p[i]; i++) {
-        if (p[i] != '/' || i == 0)
-            continue;
-        p[i] = '\0';
-        rc = mkdir(p, 0700);
-        p[i] = '/';
-        if (rc == 0 && first < 0)
-            first = (long)i;
-        if (rc == -1 && errno != EEXIST)
-            return FD_ERROR;
-    }
-    rc = mkdir(p, 0700);
-    if (rc == 0 && first < 0)
-        first = (long)strlen(p);
-    if (made)
-        *made = first;
-    if (rc == -1 && errno != EEXIST)
-        return FD_ERROR;
-    return FD_OK;
-}
-
 int fd_proxy_cache_init_cycle(fd_conf_t *cf, fd_cycle_t *cy)
 {
     fd_conf_section_t *s;
@@ -1113,7 +1087,7 @@ static int cache_init_section(fd_conf_t *cf, const char *name, void *conf)
                              "of 1 or 2, e.g. 1:2)", name, c->levels_text);
     {
         char *p = fd_pstrdup(cf->pool, c->path, n);
-        if (p == NULL || fd_proxy_cache_mkdirs(p, 0, &c->made_from) != FD_OK)
+        if (p == NULL || fd_mkdirs(p, 0, 0700, &c->made_from) != FD_OK)
             return fd_conf_error(cf, "[cache %s]: mkdir(\"%s\") failed: "
                                  "%s", name, c->path, strerror(errno));
     }

@@ -123,10 +123,6 @@ extern cache_shm_t *fd_proxy_cache_area; /* this worker's status entries */
 
 enum { L_MISS, L_HIT, L_EXPIRED, L_WAIT, L_FILL, L_STALE };
 
-/* mkdir -p of p from offset from on (0700); *made (if not NULL): the
- * offset of the first directory it made, or -1 */
-int fd_proxy_cache_mkdirs(char *p, size_t from, long *made);
-
 /* lock_ms: wait on another request's fill; stale_ms: an expired entry
  * being updated answers (use_stale updating), marked for that long */
 int fd_proxy_cache_index_lookup(fd_proxy_cache_t *c, const uint8_t md5[16],

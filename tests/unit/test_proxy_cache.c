@@ -26,7 +26,6 @@
 #define fd_proxy_cache_abandon fd_proxy_cache_abandon_unit
 #define fd_proxy_cache_status_text fd_proxy_cache_status_text_unit
 #define fd_proxy_cache_area fd_proxy_cache_area_unit
-#define fd_proxy_cache_mkdirs fd_proxy_cache_mkdirs_unit
 #define fd_proxy_cache_init_cycle fd_proxy_cache_init_cycle_unit
 #define fd_proxy_cache_unlink fd_proxy_cache_unlink_unit
 #define fd_proxy_cache_index_lookup lookup_stale
@@ -476,7 +475,7 @@ static void entry_file(fd_proxy_cache_t *c, const char *k, int64_t expires,
     fd_proxy_cache_hash(k, strlen(k), m);
     fd_proxy_cache_file(p, size, c->path, c->levels, c->nlevels, m, &dl);
     p[dl - 1] = '\0';
-    fd_proxy_cache_mkdirs(p, 0, NULL);
+    fd_mkdirs(p, 0, 0700, NULL);
     p[dl - 1] = '/';
     fh.key_len = (uint32_t)strlen(k);
     fh.fields_len = 0;
