@@ -84,6 +84,11 @@ typedef struct {
 /* Handler flags */
 #define FD_API_BLOCKING 0x1 /* the handler may block: it always runs on
                                the worker's offload pool, never the loop */
+#define FD_API_THREAD_SAFE 0x2 /* 1.1: it may also run on the pool when its
+                               location says offload = on (or [http]
+                               inline_completions = off): it then touches
+                               only its request and thread-safe data, and
+                               its database calls are synchronous */
 
 /* Methods a handler takes (0: GET and HEAD); the engine answers the
  * others with 405 and Allow */
@@ -208,6 +213,74 @@ typedef struct fd_api_timer_s fd_api_timer_t;
 fd_api_timer_t *fd_api_timer(uint64_t ms, void (*handler)(void *data),
                              void *data);
 void fd_api_timer_cancel(fd_api_timer_t *t);
+
+/* --- databases (1.1) ------------------------------------------------------ */
+
+/*
+ * A [database NAME] section: PostgreSQL (url = postgresql://...) spoken on
+ * the worker's loop, pipelined, or SQLite (url = sqlite:PATH) run on the
+ * worker's offload pool. The same calls serve both.
+ *
+ * A statement is named: a prepare = NAME SQL line of the section, or one
+ * the module prepares from its init_conf with fd_db_prepare(). Its
+ * parameters are $1, $2, ... and are always sent apart from the SQL
+ * (text, copied): no SQL is ever built from a request's data.
+ *
+ * fd_db_query() queues one statement and returns FD_OK; done(r, res,
+ * data) runs later, from the loop, once its rows are in (the handler
+ * returned FD_AGAIN and ends the request from done with fd_api_finish()).
+ * Several queries of one request, and of many, share a connection's round
+ * trips. A handler running on the offload pool (FD_API_BLOCKING, or
+ * offload = on) gets done called before fd_db_query() returns, on a
+ * connection of that thread's: the same code, blocking, and fd_api_finish()
+ * from there ends the request when the handler returns. Anything else
+ * fd_db_query() returns is the HTTP status to answer at once (503: the
+ * database is down or too many queries wait; done is not called).
+ *
+ * res and its values live until done returns: copy what you keep.
+ * r may be NULL (work of the module's own, from init_worker or a timer).
+ */
+typedef struct fd_db_s fd_db_t;
+typedef struct fd_db_res_s fd_db_res_t;
+typedef void (*fd_db_done_pt)(fd_request_t *r, const fd_db_res_t *res,
+                              void *data);
+
+/* The [database name] section: from init_conf (fd_api_conf_error() says
+ * why when NULL) or later; NULL when there is none. */
+fd_db_t *fd_db_get(const char *name);
+/* From init_conf: a statement of the module's, prepared on every
+ * connection as a prepare = line is. The same name twice is fine if the
+ * SQL is the same. FD_OK, or FD_ERROR after fd_api_conf_error(). */
+int fd_db_prepare(fd_db_t *db, const char *name, const char *sql);
+int fd_db_query(fd_request_t *r, fd_db_t *db, const char *stmt,
+                int nparams, const fd_str_t *params, fd_db_done_pt done,
+                void *data);
+
+/* A transaction: statements queued with fd_db_txn_query() go together at
+ * fd_db_commit() and take effect all or none. Their results are not
+ * returned, only the outcome: res of done is the last statement's, or
+ * the first error. Reads whose rows decide what to write come before. */
+typedef struct fd_db_txn_s fd_db_txn_t;
+fd_db_txn_t *fd_db_begin(fd_request_t *r, fd_db_t *db); /* NULL: no memory */
+int fd_db_txn_query(fd_db_txn_t *t, const char *stmt, int nparams,
+                    const fd_str_t *params);       /* FD_OK or FD_ERROR */
+/* As fd_db_query(): FD_OK (done follows), or a status (the transaction
+ * is dropped, done is not called). */
+int fd_db_commit(fd_db_txn_t *t, fd_db_done_pt done, void *data);
+
+/* The outcome: 0, or the HTTP status it maps to: 503 the database is
+ * unreachable or the connection was lost, 504 the statement ran past
+ * statement_timeout, 500 any other error (fd_db_error() says which). */
+int fd_db_status(const fd_db_res_t *res);
+const char *fd_db_error(const fd_db_res_t *res);  /* NULL when none */
+int fd_db_rows(const fd_db_res_t *res);
+int fd_db_cols(const fd_db_res_t *res);
+/* A value as text; data NULL for SQL NULL (and out of range). */
+fd_str_t fd_db_value(const fd_db_res_t *res, int row, int col);
+/* A value as an integer (0 for NULL or text that is not one). */
+int64_t fd_db_int(const fd_db_res_t *res, int row, int col);
+/* Rows an UPDATE, INSERT or DELETE changed. */
+int64_t fd_db_changes(const fd_db_res_t *res);
 
 /* --- logging -------------------------------------------------------------- */
 

@@ -176,6 +176,8 @@ struct fd_request_s {
                                 * goes on after its response */
     unsigned response_done:1;  /* ... and that response is whole */
     unsigned moved:1;          /* an offloaded handler redirected it */
+    unsigned api_finished:1;   /* fd_api_finish() from the handler's own
+                                  pool thread: handler_rc holds its rc */
     unsigned redirects;        /* internal redirects so far (try_files):
                                   a module's per-location state compares
                                   it to know the access phase restarted */

@@ -9,6 +9,7 @@
 
 #include "fd_core.h"
 #include "fd_http.h"
+#include "fd_offload.h"
 
 fd_str_t fd_req_method(fd_request_t *r)
 {
@@ -180,6 +181,14 @@ void fd_resp_on_drain(fd_request_t *r, void (*on_drain)(fd_request_t *r))
 
 void fd_api_finish(fd_request_t *r, int rc)
 {
+    if (r->in_offload && fd_offload_on_pool_thread()) {
+        /* from the handler itself, on its pool thread (a blocking
+         * handler's database answered inline): the loop ends the request
+         * when the handler returns (offload_work) */
+        r->handler_rc = rc;
+        r->api_finished = 1;
+        return;
+    }
     fd_request_finish(r, rc);
 }
 
