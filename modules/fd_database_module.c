@@ -381,7 +381,7 @@ static int reject(fd_db_t *db, db_q_t *q)
 {
     DB_INC(db, rejected, 1);
     if (q->r)
-        fd_http_header_add(q->r, fd_string("Retry-After"), fd_string("1"));
+        q->r->retry_after = 1; /* on the 503 the handler answers */
     db_free_q(q);
     return DB_UNAVAILABLE;
 }
