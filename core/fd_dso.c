@@ -147,6 +147,14 @@ static unsigned methods(unsigned api)
     return m;
 }
 
+/* the API's handler flags as the engine's FD_MODULE_* */
+static unsigned flags(unsigned api)
+{
+    return ((api & FD_API_BLOCKING) ? FD_MODULE_BLOCKING : 0) |
+           ((api & FD_API_STREAM_BODY) ? FD_MODULE_STREAM_BODY : 0) |
+           ((api & FD_API_THREAD_SAFE) ? FD_MODULE_THREAD_SAFE : 0);
+}
+
 /* The module's keys as the loader's directives: the API's types are the
  * loader's, laid out alike (fastd.h says which C type each is). */
 static int keys(fd_conf_t *cf, dso_t *d, const char *file)
@@ -212,6 +220,13 @@ static int check(fd_conf_t *cf, const fd_api_module_t *a, const char *file)
     if (a->name == NULL || *a->name == '\0' || a->handler == NULL)
         return fd_conf_error(cf, "load_module \"%s\": the module has no "
                              "name or no handler", file);
+    if ((a->flags & FD_API_STREAM_BODY) &&
+        (a->flags & (FD_API_BLOCKING | FD_API_THREAD_SAFE)))
+        return fd_conf_error(cf, "load_module \"%s\": FD_API_STREAM_BODY "
+                             "is for a handler on the loop, not with "
+                             "FD_API_BLOCKING or FD_API_THREAD_SAFE (one on "
+                             "the pool gets its body whole, which "
+                             "fd_req_read() hands out in pieces too)", file);
     if (fd_module_find(a->name))
         return fd_conf_error(cf, "load_module \"%s\": a module named \"%s\" "
                              "is already there", file, a->name);
@@ -278,7 +293,7 @@ int fd_dso_load(fd_conf_t *cf, const char *file)
         .init_worker = hooks[ndsos].init_worker,
         .exit_worker = hooks[ndsos].exit_worker,
         .handler = (fd_handler_pt)a->handler,
-        .flags = (a->flags & FD_API_BLOCKING) ? FD_MODULE_BLOCKING : 0,
+        .flags = flags(a->flags),
         .methods = methods(a->methods),
         .index = fd_nmodules};
     /* every key name once, in every table (fd_cycle_check_keys) */
