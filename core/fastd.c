@@ -517,15 +517,14 @@ int main(int argc, char **argv)
     };
     const char *sig = NULL;
     int test = 0, cli = 0, opt;
-    unsigned i;
 
     fd_ssl_mem_init(); /* before OpenSSL allocates anything */
     if (fd_proctitle_init(argc, argv) != FD_OK) {
         fprintf(stderr, "fastd: [emerg] out of memory\n");
         return 1;
     }
-    for (i = 0; fd_modules[i]; i++)
-        fd_modules[i]->index = i;
+    if (fd_modules_init() != FD_OK)
+        return 1;
     if (argc > 1 && argv[1][0] != '-') {
         int status;
         switch (fd_cli_command(argc - 1, argv + 1, &conf_file, &status)) {

@@ -473,6 +473,9 @@ static int loc_finish(load_t *ld, fd_http_loc_t *loc)
         loc->handler = fd_module_find("static");
         if (loc->handler == NULL)
             return fd_conf_error(ld->cf, "%s has no handler", loc->name);
+        loc->handler_fn = loc->handler->handler;
+        loc->handler_flags = loc->handler->flags;
+        loc->handler_methods = loc->handler->methods;
     }
     if (loc_handler_keys(ld, loc) != FD_OK)
         return FD_ERROR;

@@ -290,7 +290,16 @@ static int set_handler(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     const fd_module_t *m = fd_module_find(v);
 
     (void)d;
-    if (m == NULL || m->handler == NULL) {
+    if (m && m->handler) {
+        loc->handler = m;
+        loc->handler_fn = m->handler;
+        loc->handler_flags = m->flags;
+        loc->handler_methods = m->methods;
+        return FD_OK;
+    }
+    m = fd_dso_handler_find(v, &loc->handler_fn, &loc->handler_flags,
+                            &loc->handler_methods);
+    if (m == NULL) {
         fd_conf_near_t nr;
         char hint[96];
         unsigned i;
@@ -299,6 +308,7 @@ static int set_handler(fd_conf_t *cf, const fd_directive_t *d, void *conf,
         for (i = 0; i < fd_nmodules; i++)
             if (fd_modules[i]->handler)
                 fd_conf_near_add(&nr, fd_modules[i]->name);
+        fd_dso_handler_names(&nr);
         return fd_conf_error(cf, "unknown handler \"%s\" (not a module "
                              "built into this fastd)%s", v,
                              fd_conf_near_hint(&nr, hint, sizeof(hint)));

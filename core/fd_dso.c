@@ -21,6 +21,13 @@
  * Each loaded module becomes an fd_module_t whose hooks are trampolines
  * (one set per slot, FD_DSO_MAX of them) calling the API's hooks, whose
  * signatures name no engine type.
+ *
+ * The tree's own modules written on the public API are the same thing
+ * linked in: objs/fd_modules.c lists their descriptors
+ * (fd_builtin_api_modules) and fd_modules_init() registers them at start,
+ * through the same checks and slots, before any configuration is read.
+ * ./configure --with-NAME=dynamic builds such a module as a shared object
+ * instead, loaded with load_module: the same file, either way.
  */
 #include <dlfcn.h>
 #include <sys/stat.h>
@@ -31,12 +38,14 @@
 #include "fd_module.h"
 
 typedef struct {
-    char *path;
+    char *path;                /* NULL: built into the binary */
     dev_t dev;
     ino_t ino;
     struct timespec mtime;
     void *handle;
-    const fd_api_module_t *api;
+    /* the module's descriptor, copied: an older minor's shorter one is
+     * zero-extended, so the fields it lacks read as "none" */
+    fd_api_module_t api;
     fd_module_t m;
     fd_directive_t *keys;
 } dso_t;
@@ -61,11 +70,11 @@ static int init_conf(unsigned i, fd_conf_t *cf, void *conf)
 {
     int rc;
 
-    if (dsos[i].api->init_conf == NULL)
+    if (dsos[i].api.init_conf == NULL)
         return FD_OK;
     conf_cf = cf;
     cf->err[0] = '\0';
-    rc = dsos[i].api->init_conf(conf);
+    rc = dsos[i].api.init_conf(conf);
     conf_cf = NULL;
     if (rc != FD_OK && cf->err[0] == '\0')
         fd_conf_error(cf, "module %s refused its configuration",
@@ -75,9 +84,9 @@ static int init_conf(unsigned i, fd_conf_t *cf, void *conf)
 
 static int init_worker(unsigned i)
 {
-    if (dsos[i].api->init_worker == NULL)
+    if (dsos[i].api.init_worker == NULL)
         return FD_OK;
-    if (dsos[i].api->init_worker() != FD_OK) {
+    if (dsos[i].api.init_worker() != FD_OK) {
         fd_log_error(FD_LOG_EMERG, 0, "module %s: init_worker failed",
                      dsos[i].m.name);
         return FD_ERROR;
@@ -87,8 +96,8 @@ static int init_worker(unsigned i)
 
 static void exit_worker(unsigned i)
 {
-    if (dsos[i].api->exit_worker)
-        dsos[i].api->exit_worker();
+    if (dsos[i].api.exit_worker)
+        dsos[i].api.exit_worker();
 }
 
 /* slot i's hooks, as fd_module_t has them */
@@ -148,7 +157,7 @@ static unsigned methods(unsigned api)
 }
 
 /* the API's handler flags as the engine's FD_MODULE_* */
-static unsigned flags(unsigned api)
+static unsigned api_flags(unsigned api)
 {
     return ((api & FD_API_BLOCKING) ? FD_MODULE_BLOCKING : 0) |
            ((api & FD_API_STREAM_BODY) ? FD_MODULE_STREAM_BODY : 0) |
@@ -168,7 +177,7 @@ static int keys(fd_conf_t *cf, dso_t *d, const char *file)
                  {FD_API_FLAG, FD_CONF_FLAG, sizeof(int)},
                  {FD_API_MSEC, FD_CONF_MSEC, sizeof(fd_msec_t)},
                  {FD_API_SIZE, FD_CONF_SIZE, sizeof(size_t)}};
-    const fd_api_key_t *k = d->api->keys;
+    const fd_api_key_t *k = d->api.keys;
     size_t n = 0, i, t;
 
     while (k && k[n].name)
@@ -181,7 +190,7 @@ static int keys(fd_conf_t *cf, dso_t *d, const char *file)
             if (types[t].api == k[i].type)
                 break;
         if (t == fd_nelems(types) ||
-            k[i].offset + types[t].size > d->api->conf_size)
+            k[i].offset + types[t].size > d->api.conf_size)
             return fd_conf_error(cf, "load_module \"%s\": key \"%s\" has "
                                  "an unknown type or lies outside the "
                                  "module's conf_size", file, k[i].name);
@@ -193,9 +202,75 @@ static int keys(fd_conf_t *cf, dso_t *d, const char *file)
     return FD_OK;
 }
 
+/* The descriptor's size a module built for minor version minor has */
+static size_t descriptor_size(uint32_t minor)
+{
+    return minor == 0 ? offsetof(fd_api_module_t, handlers)
+                      : sizeof(fd_api_module_t);
+}
+
+/* A handler = name in use: a module's, or a handler's of a module here */
+static int name_taken(const char *name)
+{
+    const fd_api_handler_t *h;
+    unsigned i;
+
+    if (fd_module_find(name))
+        return 1;
+    for (i = 0; i < ndsos; i++)
+        for (h = dsos[i].api.handlers; h && h->name; h++)
+            if (strcmp(h->name, name) == 0)
+                return 1;
+    return 0;
+}
+
+const fd_module_t *fd_dso_handler_find(const char *name, fd_handler_pt *fn,
+                                       unsigned *flags, unsigned *methods_)
+{
+    const fd_api_handler_t *h;
+    unsigned i;
+
+    for (i = 0; i < ndsos; i++)
+        for (h = dsos[i].api.handlers; h && h->name; h++)
+            if (strcmp(h->name, name) == 0) {
+                *fn = (fd_handler_pt)h->handler;
+                *flags = api_flags(h->flags);
+                *methods_ = methods(h->methods);
+                return &dsos[i].m;
+            }
+    return NULL;
+}
+
+void fd_dso_handler_names(fd_conf_near_t *nr)
+{
+    const fd_api_handler_t *h;
+    unsigned i;
+
+    for (i = 0; i < ndsos; i++)
+        for (h = dsos[i].api.handlers; h && h->name; h++)
+            fd_conf_near_add(nr, h->name);
+}
+
+/* A body streamed to a handler on the pool cannot be: it would read the
+ * connection from another thread. */
+static int stream_on_pool(fd_conf_t *cf, unsigned f, const char *name,
+                          const char *file)
+{
+    if ((f & FD_API_STREAM_BODY) &&
+        (f & (FD_API_BLOCKING | FD_API_THREAD_SAFE)))
+        return fd_conf_error(cf, "load_module \"%s\": handler %s: "
+                             "FD_API_STREAM_BODY is for a handler on the "
+                             "loop, not with FD_API_BLOCKING or "
+                             "FD_API_THREAD_SAFE (one on the pool gets its "
+                             "body whole, which fd_req_read() hands out in "
+                             "pieces too)", file, name);
+    return FD_OK;
+}
+
 /* file's module, checked: FD_OK or FD_ERROR after fd_conf_error() */
 static int check(fd_conf_t *cf, const fd_api_module_t *a, const char *file)
 {
+    const fd_api_handler_t *h, *o;
     const char *rebuild = "rebuild it against this fastd's headers "
                           "(cc -shared -fPIC $(pkg-config --cflags fastd))";
 
@@ -210,80 +285,66 @@ static int check(fd_conf_t *cf, const fd_api_module_t *a, const char *file)
                              FD_API_VERSION_MAJOR, FD_API_VERSION_MINOR,
                              rebuild, a->api_major, a->api_minor);
     if (a->abi == NULL || strcmp(a->abi, FD_API_ABI_TAG) != 0 ||
-        a->size != sizeof(fd_api_module_t))
+        a->size != descriptor_size(a->api_minor))
         return fd_conf_error(cf, "load_module \"%s\": the module's ABI "
                              "(%s, a %zu-byte descriptor) is not this "
                              "fastd's (%s, %zu bytes): %s", file,
                              a->abi ? a->abi : "none", a->size,
-                             FD_API_ABI_TAG, sizeof(fd_api_module_t),
-                             rebuild);
-    if (a->name == NULL || *a->name == '\0' || a->handler == NULL)
+                             FD_API_ABI_TAG,
+                             descriptor_size(a->api_minor), rebuild);
+    if (a->name == NULL || *a->name == '\0' ||
+        (a->handler == NULL && (a->api_minor < 1 || a->handlers == NULL ||
+                                a->handlers[0].name == NULL)))
         return fd_conf_error(cf, "load_module \"%s\": the module has no "
                              "name or no handler", file);
-    if ((a->flags & FD_API_STREAM_BODY) &&
-        (a->flags & (FD_API_BLOCKING | FD_API_THREAD_SAFE)))
-        return fd_conf_error(cf, "load_module \"%s\": FD_API_STREAM_BODY "
-                             "is for a handler on the loop, not with "
-                             "FD_API_BLOCKING or FD_API_THREAD_SAFE (one on "
-                             "the pool gets its body whole, which "
-                             "fd_req_read() hands out in pieces too)", file);
-    if (fd_module_find(a->name))
-        return fd_conf_error(cf, "load_module \"%s\": a module named \"%s\" "
-                             "is already there", file, a->name);
+    if (name_taken(a->name))
+        return fd_conf_error(cf, "load_module \"%s\": a module or handler "
+                             "named \"%s\" is already there", file, a->name);
+    if (stream_on_pool(cf, a->flags, a->name, file) != FD_OK)
+        return FD_ERROR;
+    for (h = a->api_minor >= 1 ? a->handlers : NULL; h && h->name; h++) {
+        if (*h->name == '\0' || h->handler == NULL)
+            return fd_conf_error(cf, "load_module \"%s\": a handler of the "
+                                 "module has no name or no function", file);
+        if (name_taken(h->name) || strcmp(h->name, a->name) == 0)
+            return fd_conf_error(cf, "load_module \"%s\": a module or "
+                                 "handler named \"%s\" is already there",
+                                 file, h->name);
+        for (o = a->handlers; o < h; o++)
+            if (strcmp(o->name, h->name) == 0)
+                return fd_conf_error(cf, "load_module \"%s\": two handlers "
+                                     "named \"%s\"", file, h->name);
+        if (stream_on_pool(cf, h->flags, h->name, file) != FD_OK)
+            return FD_ERROR;
+    }
     return FD_OK;
 }
 
-int fd_dso_load(fd_conf_t *cf, const char *file)
+/* a, checked, as the next module (FD_OK), or FD_ERROR after
+ * fd_conf_error(); file is its file, or NULL when it is built in */
+static int add(fd_conf_t *cf, const fd_api_module_t *a, const char *file,
+               const struct stat *st, void *h)
 {
-    const fd_api_module_t *a;
+    const char *what = file ? file : a->name;
     fd_module_t **list;
-    struct stat st;
     dso_t *d;
-    unsigned i;
-    void *h;
 
-    if (stat(file, &st) < 0)
-        return fd_conf_error(cf, "load_module \"%s\": %s", file,
-                             strerror(errno));
-    for (i = 0; i < ndsos; i++) {
-        if (strcmp(dsos[i].path, file) != 0)
-            continue;
-        if (st.st_dev != dsos[i].dev || st.st_ino != dsos[i].ino ||
-            st.st_mtim.tv_sec != dsos[i].mtime.tv_sec ||
-            st.st_mtim.tv_nsec != dsos[i].mtime.tv_nsec)
-            return fd_conf_error(cf, "load_module \"%s\": the file changed "
-                                 "since it was loaded; a running fastd "
-                                 "keeps a module's first code: restart "
-                                 "fastd to load the new one", file);
-        return FD_OK; /* loaded by an earlier load or a line above */
-    }
     if (ndsos == FD_DSO_MAX)
         return fd_conf_error(cf, "load_module \"%s\": more than %d modules "
-                             "loaded", file, FD_DSO_MAX);
-    h = dlopen(file, RTLD_NOW | RTLD_LOCAL);
-    if (h == NULL)
-        return fd_conf_error(cf, "load_module \"%s\": %s", file, dlerror());
-    a = dlsym(h, "fastd_module");
-    if (a == NULL) {
-        dlclose(h);
-        return fd_conf_error(cf, "load_module \"%s\": no fastd_module in "
-                             "it (a module defines it with FD_API_MODULE)",
-                             file);
-    }
-    if (check(cf, a, file) != FD_OK) {
-        dlclose(h);
+                             "on the public API", what, FD_DSO_MAX);
+    if (check(cf, a, what) != FD_OK)
         return FD_ERROR;
-    }
     d = &dsos[ndsos];
-    *d = (dso_t){.dev = st.st_dev, .ino = st.st_ino, .mtime = st.st_mtim,
-                 .handle = h, .api = a};
+    *d = (dso_t){.handle = h};
+    memcpy(&d->api, a, descriptor_size(a->api_minor));
+    if (st)
+        d->dev = st->st_dev, d->ino = st->st_ino, d->mtime = st->st_mtim;
     list = malloc((fd_nmodules + 2) * sizeof(*list));
-    if ((d->path = strdup(file)) == NULL || list == NULL ||
-        keys(cf, d, file) != FD_OK) {
+    if ((file && (d->path = strdup(file)) == NULL) || list == NULL ||
+        keys(cf, d, what) != FD_OK) {
         free(list);
         free(d->path);
         free(d->keys);
-        dlclose(h);
         return cf->err[0] ? FD_ERROR : fd_conf_error(cf, "out of memory");
     }
     d->m = (fd_module_t){
@@ -293,7 +354,7 @@ int fd_dso_load(fd_conf_t *cf, const char *file)
         .init_worker = hooks[ndsos].init_worker,
         .exit_worker = hooks[ndsos].exit_worker,
         .handler = (fd_handler_pt)a->handler,
-        .flags = flags(a->flags),
+        .flags = api_flags(a->flags),
         .methods = methods(a->methods),
         .index = fd_nmodules};
     /* every key name once, in every table (fd_cycle_check_keys) */
@@ -314,8 +375,66 @@ int fd_dso_load(fd_conf_t *cf, const char *file)
         fd_modules[fd_nmodules] = NULL;
         free(d->keys);
         free(d->path);
-        dlclose(h);
-        return fd_conf_error(cf, "load_module \"%s\": %s", file, why);
+        return fd_conf_error(cf, "load_module \"%s\": %s", what, why);
     }
+    return FD_OK;
+}
+
+int fd_dso_load(fd_conf_t *cf, const char *file)
+{
+    const fd_api_module_t *a;
+    struct stat st;
+    unsigned i;
+    void *h;
+
+    if (stat(file, &st) < 0)
+        return fd_conf_error(cf, "load_module \"%s\": %s", file,
+                             strerror(errno));
+    for (i = 0; i < ndsos; i++) {
+        if (dsos[i].path == NULL || strcmp(dsos[i].path, file) != 0)
+            continue;
+        if (st.st_dev != dsos[i].dev || st.st_ino != dsos[i].ino ||
+            st.st_mtim.tv_sec != dsos[i].mtime.tv_sec ||
+            st.st_mtim.tv_nsec != dsos[i].mtime.tv_nsec)
+            return fd_conf_error(cf, "load_module \"%s\": the file changed "
+                                 "since it was loaded; a running fastd "
+                                 "keeps a module's first code: restart "
+                                 "fastd to load the new one", file);
+        return FD_OK; /* loaded by an earlier load or a line above */
+    }
+    h = dlopen(file, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL)
+        return fd_conf_error(cf, "load_module \"%s\": %s", file, dlerror());
+    a = dlsym(h, "fastd_module");
+    if (a == NULL) {
+        dlclose(h);
+        return fd_conf_error(cf, "load_module \"%s\": no fastd_module in "
+                             "it (a module defines it with FD_API_MODULE)",
+                             file);
+    }
+    if (add(cf, a, file, &st, h) != FD_OK) {
+        dlclose(h);
+        return FD_ERROR;
+    }
+    return FD_OK;
+}
+
+int fd_modules_init(void)
+{
+    static int done;
+    fd_conf_t cf;
+    unsigned i;
+
+    if (done)
+        return FD_OK;
+    done = 1;
+    for (i = 0; fd_modules[i]; i++)
+        fd_modules[i]->index = i;
+    memset(&cf, 0, sizeof(cf));
+    for (i = 0; fd_builtin_api_modules[i]; i++)
+        if (add(&cf, fd_builtin_api_modules[i], NULL, NULL, NULL) != FD_OK) {
+            fprintf(stderr, "fastd: [emerg] built-in module: %s\n", cf.err);
+            return FD_ERROR;
+        }
     return FD_OK;
 }

@@ -142,6 +142,20 @@ extern fd_module_t *fd_builtin_modules[];
 /* [main] load_module = FILE: load the module in FILE (fd_dso.c). FD_OK,
  * or FD_ERROR after fd_conf_error() naming the load_module line. */
 int fd_dso_load(fd_conf_t *cf, const char *file);
+/* The modules of the tree written on the public API (objs/fd_modules.c),
+ * NULL-ended; fd_modules_init() adds them to fd_modules as loaded ones. */
+extern const fd_api_module_t *const fd_builtin_api_modules[];
+/* Once, before anything reads fd_modules: numbers the built-in modules
+ * and registers those on the public API. FD_ERROR (said on stderr) when
+ * one is refused: a build that cannot run. */
+int fd_modules_init(void);
+/* handler = name, for one of a public-API module's further handlers
+ * (fd_api_module_t.handlers): its module, with its function, flags
+ * (FD_MODULE_BLOCKING) and methods (FD_METHOD bits); NULL: no such. */
+const fd_module_t *fd_dso_handler_find(const char *name, fd_handler_pt *fn,
+                                       unsigned *flags, unsigned *methods);
+/* Those handler names, for a "did you mean" hint */
+void fd_dso_handler_names(fd_conf_near_t *nr);
 #define FD_DSO_MAX 16
 extern unsigned fd_nmodules;
 

@@ -186,8 +186,55 @@ static int h(fd_request_t *r) { (void)r; return 200; }
 FD_API_MODULE = { FD_API_HEADER, .api_major = 2, .api_minor = 3,
                   .name = "v2", .handler = h };\n});
 is(build("$dir/v2.so", "$dir/v2.c", '-Wno-override-init'), '', 'a module built for API 2.3');
+my ($minor) = FastdTest::slurp('core/api/fastd.h') =~ /FD_API_VERSION_MINOR (\d+)/;
 refused('API 2.3', "$dir/v2.so",
-        qr/built for fastd API 2\.3, this fastd has API 1\.\d+ .*rebuild it against this fastd's headers/);
+        qr/built for fastd API 2\.3, this fastd has API 1\.$minor .*rebuild it against this fastd's headers/);
+# a minor version only adds: a module built for 1.0 (a shorter descriptor,
+# without .handlers) loads into a newer 1.x
+FastdTest::spew("$dir/old.c", qq{#include <fastd.h>
+#include <stddef.h>
+static int h(fd_request_t *r) { fd_resp_body(r, "old", 3); return 0; }
+FD_API_MODULE = { FD_API_HEADER, .api_minor = 0,
+                  .size = offsetof(fd_api_module_t, handlers),
+                  .name = "old", .handler = h };\n});
+is(build("$dir/old.so", "$dir/old.c", '-Wno-override-init'), '', 'a module built for API 1.0');
+# 1.1: one module, several handler names sharing its keys
+FastdTest::spew("$dir/multi.c", qq{#include <fastd.h>
+typedef struct { const char *word; } m_t;
+static const fd_api_key_t k[] = {{.name = "multi_word", .type = FD_API_STRING,
+    .offset = 0, .def = "w"}, {.name = 0}};
+static int one(fd_request_t *r) { const m_t *c = fd_req_conf(r);
+    fd_resp_body(r, c->word, 1); return 0; }
+static int two(fd_request_t *r) { const m_t *c = fd_req_conf(r);
+    fd_resp_body(r, c->word, 2); return 0; }
+static const fd_api_handler_t hs[] = {{.name = "multi_one", .handler = one},
+    {.name = "multi_two", .handler = two, .methods = FD_API_POST}, {.name = 0}};
+FD_API_MODULE = { FD_API_HEADER, .name = "multi", .keys = k,
+                  .conf_size = sizeof(m_t), .handlers = hs };\n});
+is(build("$dir/multi.so", "$dir/multi.c"), '', 'a module with two handlers');
+{
+    my $m = FastdTest->new(conf => FastdTest::base_conf(
+        main => { load_module => ["$dir/old.so", "$dir/multi.so"] },
+        locations => "[location = /old]\nhandler = old\n\n" .
+                     "[location = /one]\nhandler = multi_one\nmulti_word = xy\n\n" .
+                     "[location = /two]\nhandler = multi_two\nmulti_word = xy\n\n"));
+    $m->start;
+    my $r = $m->get('/old');
+    is($r && "$r->{status} $r->{body}", '200 old', 'the 1.0 module answers');
+    $r = $m->get('/one');
+    is($r && "$r->{status} $r->{body}", '200 x', 'handler multi_one, with the module\'s key');
+    $r = $m->http("POST /two HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1\r\n\r\nb");
+    is($r && "$r->{status} $r->{body}", '200 xy', 'handler multi_two takes its methods');
+    $r = $m->get('/two');
+    is($r && $r->{status}, 405, '... and only those');
+    $m->stop;
+}
+FastdTest::spew("$dir/dup.c", qq{#include <fastd.h>
+static int h(fd_request_t *r) { (void)r; return 200; }
+static const fd_api_handler_t hs[] = {{.name = "static", .handler = h}, {.name = 0}};
+FD_API_MODULE = { FD_API_HEADER, .name = "dup", .handlers = hs };\n});
+is(build("$dir/dup.so", "$dir/dup.c"), '', 'a module with a handler named static');
+refused('a handler name taken', "$dir/dup.so", qr/handler named "static" is already there/);
 FastdTest::spew("$dir/abi.c", qq{#include <fastd.h>
 static int h(fd_request_t *r) { (void)r; return 200; }
 FD_API_MODULE = { FD_API_HEADER, .abi = "fastd-api-1/lp4",

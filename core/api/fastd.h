@@ -95,6 +95,15 @@ typedef struct {
 #define FD_API_OPTIONS 0x20
 #define FD_API_PATCH 0x40
 
+/* 1.1: one more handler name of the module's (fd_api_module_t.handlers):
+ * handler = NAME runs it, with the module's keys and configuration */
+typedef struct {
+    const char *name;
+    int (*handler)(fd_request_t *r);
+    unsigned flags;           /* FD_API_BLOCKING */
+    unsigned methods;         /* FD_API_GET | ... (0: GET and HEAD) */
+} fd_api_handler_t;
+
 typedef struct {
     /* filled by FD_API_MODULE: what it was built for */
     uint32_t api_major, api_minor;
@@ -113,15 +122,24 @@ typedef struct {
     /* Answers a request: FD_OK (the response is set), FD_AGAIN (it
      * answers later with fd_api_finish(), from the loop), FD_DECLINED
      * (404), or an HTTP status >= 400 (the error page). */
-    int (*handler)(fd_request_t *r);
+    int (*handler)(fd_request_t *r); /* handler = the module's name */
     unsigned flags;           /* FD_API_BLOCKING */
     unsigned methods;         /* FD_API_GET | ... */
+    /* 1.1: more handlers, ended by one with a NULL name; NULL: none. A
+     * module has a handler, handlers, or both. */
+    const fd_api_handler_t *handlers;
 } fd_api_module_t;
 
 /* The module's descriptor, the one symbol fastd looks for in its file:
  *     FD_API_MODULE = { FD_API_HEADER, .name = "hello", ... };
- * FD_API_HEADER records the version and ABI it is built for. */
+ * FD_API_HEADER records the version and ABI it is built for. A module of
+ * the tree built into the binary is compiled with FD_API_BUILTIN set to
+ * a name of its own (auto/make), so that several can be linked in. */
+#ifdef FD_API_BUILTIN
+#define FD_API_MODULE fd_api_module_t FD_API_BUILTIN
+#else
 #define FD_API_MODULE fd_api_module_t fastd_module
+#endif
 #define FD_API_HEADER                                                        \
     .api_major = FD_API_VERSION_MAJOR, .api_minor = FD_API_VERSION_MINOR,   \
     .abi = FD_API_ABI_TAG, .size = sizeof(fd_api_module_t)

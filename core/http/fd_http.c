@@ -725,7 +725,7 @@ static int body_start(fd_request_t *r)
 {
     fd_http_conn_t *h = r->c->h;
 
-    if (r->loc->handler->flags & FD_MODULE_STREAM_BODY) {
+    if (r->loc->handler_flags & FD_MODULE_STREAM_BODY) {
         r->phase = PH_STREAM;
         if (h->rpos == h->rlast)
             send_continue(r);
@@ -857,7 +857,7 @@ static void offload_work(fd_request_t *r)
 {
     unsigned redirects = r->redirects;
 
-    r->handler_rc = r->loc->handler->handler(r);
+    r->handler_rc = r->loc->handler_fn(r);
     r->moved = r->handler_rc == FD_DECLINED && r->redirects != redirects;
 }
 
@@ -921,7 +921,7 @@ static int method_refuse(fd_request_t *r, unsigned methods)
 
 void fd_http_run_handler(fd_request_t *r)
 {
-    const fd_module_t *m;
+    const fd_http_loc_t *loc;
     unsigned methods;
     int resumed = r->async; /* held by an access module until now */
     unsigned redirects;
@@ -940,8 +940,8 @@ void fd_http_run_handler(fd_request_t *r)
         if (rc != FD_OK)
             goto finish;
     }
-    m = r->loc->handler;
-    methods = m->methods ? m->methods : FD_METHODS_GET;
+    loc = r->loc;
+    methods = loc->handler_methods ? loc->handler_methods : FD_METHODS_GET;
     if (!(methods & FD_METHOD(r->in.method_id))) {
         /* before the body is read: a body already here is skipped */
         rc = method_refuse(r, methods);
@@ -978,22 +978,22 @@ void fd_http_run_handler(fd_request_t *r)
     }
 
     if (((!fd_worker->cycle->http.inline_completions || r->loc->offload) &&
-         (m->flags & FD_MODULE_THREAD_SAFE)) ||
-        (m->flags & FD_MODULE_BLOCKING)) {
+         (loc->handler_flags & FD_MODULE_THREAD_SAFE)) ||
+        (loc->handler_flags & FD_MODULE_BLOCKING)) {
         r->in_offload = 1;
         r->async = 1;
         if (fd_offload(r, offload_work, offload_done) == FD_OK)
             return;
         r->in_offload = 0;
         r->async = resumed;
-        if (m->flags & FD_MODULE_BLOCKING) {
+        if (loc->handler_flags & FD_MODULE_BLOCKING) {
             rc = 503; /* no pool thread: a blocking handler never runs on
                          the loop */
             goto finish;
         }
     }
     redirects = r->redirects;
-    rc = m->handler(r);
+    rc = loc->handler_fn(r);
     if (rc == FD_AGAIN) {
         r->async = 1;
         return;

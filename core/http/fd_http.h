@@ -64,7 +64,13 @@ struct fd_http_loc_s {
     fd_str_t match;            /* path or regex source */
     void *regex;               /* pcre2_code * */
     fd_http_server_t *server;
+    /* handler = NAME: its module (keys, configuration: fd_loc_conf), and
+     * what runs, which is the module's own handler, or one of a public-API
+     * module's further ones (fd_dso_handler_find) */
     const fd_module_t *handler;
+    fd_handler_pt handler_fn;
+    unsigned handler_flags;    /* FD_MODULE_* */
+    unsigned handler_methods;  /* FD_METHOD() bits; 0: FD_METHODS_GET */
     char *handler_name;
     char *root;
     size_t root_len;

@@ -177,7 +177,7 @@ ssize_t fd_req_read(fd_request_t *r, void *buf, size_t size)
         return body_fail(r, 500);
     if (r->body_error)
         return FD_ERROR;
-    if (!(r->loc->handler->flags & FD_MODULE_STREAM_BODY)) {
+    if (!(r->loc->handler_flags & FD_MODULE_STREAM_BODY)) {
         /* read whole before the handler ran */
         size_t left = (r->body ? r->body_len : 0) - (size_t)ab->got;
         n = (ssize_t)fd_min(left, size);

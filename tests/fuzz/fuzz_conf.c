@@ -112,11 +112,9 @@ static void cleanup(void)
 static void setup(void)
 {
     char path[sizeof(dir) + 16];
-    unsigned i;
 
-    /* as main() does: fd_loc_conf() finds a module's conf by its index */
-    for (i = 0; i < fd_nmodules; i++)
-        fd_modules[i]->index = i;
+    if (fd_modules_init() != FD_OK) /* as main() does */
+        abort();
 
     if (mkdtemp(dir) == NULL)
         abort();

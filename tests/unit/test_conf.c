@@ -352,10 +352,8 @@ static void test_profiles(void)
 
 int main(void)
 {
-    unsigned i;
-
-    for (i = 0; fd_modules[i]; i++)
-        fd_modules[i]->index = i;
+    if (fd_modules_init() != FD_OK) /* as main() does */
+        return 1;
     if (mkdtemp(dir) == NULL)
         return 1;
     test_values();

@@ -467,10 +467,9 @@ int main(void)
 {
     char err[1200];
     fd_cycle_t *cy;
-    unsigned i;
 
-    for (i = 0; fd_modules[i]; i++)
-        fd_modules[i]->index = i;
+    if (fd_modules_init() != FD_OK) /* as main() does */
+        return 1;
     if (mkdtemp(dir) == NULL)
         return 1;
     make_cert("a", "a.test");

@@ -52,9 +52,8 @@ int main(void)
     unsigned i, n;
     size_t len;
 
-    /* as main() does: each module's status area is found by its index */
-    for (i = 0; i < fd_nmodules; i++)
-        fd_modules[i]->index = i;
+    if (fd_modules_init() != FD_OK) /* as main() does */
+        return 1;
     if (fd_shm_init() != FD_OK)
         return 1;
     v.shm = fd_shm_snapshot(fd_palloc(p, fd_shm_size()));
