@@ -17,6 +17,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use FastdTest;
 use ApiModule;
+use H2;
 use Time::HiRes qw(time);
 use Test::More;
 
@@ -98,22 +99,39 @@ is($r && $r->{status}, 201, 'POST /items: a JSON body collected with fd_req_read
 # --- HTTP/2 ---------------------------------------------------------------------
 SKIP: {
     my $curl = '/usr/bin/curl';
-    skip 'curl is not installed', 5 unless -x $curl;
+    skip 'curl is not installed', 4 unless -x $curl;
     my $v = `$curl --version`;
-    skip 'curl has no HTTP2', 5 unless $v =~ /^Features:.*\bHTTP2\b/m;
+    skip 'curl has no HTTP2', 4 unless $v =~ /^Features:.*\bHTTP2\b/m;
     FastdTest::spew("$dir/big.txt", $big);
     my $o = `$curl -s --http2-prior-knowledge --data-binary \@$dir/big.txt http://127.0.0.1:$p/app/upload`;
     is($o, counted($big), 'HTTP/2 with content-length: 4 MB streamed');
     # -T - : no length, DATA frames until END_STREAM
     $o = `$curl -s --http2-prior-knowledge -X POST -T - http://127.0.0.1:$p/app/upload < $dir/big.txt`;
     is($o, counted($big), 'HTTP/2 without a length: 4 MB streamed');
-    FastdTest::spew("$dir/2k.txt", 'z' x 2000);
-    $o = `$curl -s -o /dev/null -w '%{http_code}' --http2-prior-knowledge -X POST -T - http://127.0.0.1:$p/small/upload < $dir/2k.txt`;
-    is($o, '413', 'HTTP/2 without a length, past max_body_size: 413');
     $o = `$curl -s --http2-prior-knowledge 'http://127.0.0.1:$p/app/file?off=1000&len=300'`;
     is($o, substr($data, 1000, 300), 'HTTP/2: GET /file, a range');
     $o = `$curl -s --http2-prior-knowledge http://127.0.0.1:$p/app/file`;
     ok($o eq $data, 'HTTP/2: GET /file, whole');
+}
+
+# HTTP/2 without a length, past max_body_size: frames of our own (curl,
+# still uploading when the 413 and RST_STREAM NO_ERROR come, may report a
+# failed transfer instead of the answer it got)
+SKIP: {
+    skip H2::why_not(), 2 if H2::why_not();
+    my $o = H2::py($t, <<'PY');
+c = Raw()
+c.until(lambda: c.settings, 5)
+c.req(1, '/small/upload', method='POST', end_stream=False)
+c.data(1, b'z' * 600)
+c.data(1, b'z' * 600)
+c.data(1, b'z' * 600, end_stream=True)
+r = c.response(1, timeout=5)
+done(status=r['status'], rst=r['rst'])
+PY
+    is($o->{status}, 413, 'HTTP/2 without a length, past max_body_size: 413')
+        or diag(H2::explain($o));
+    ok(!defined $o->{rst} || $o->{rst} == 0, '... the stream ended or reset with NO_ERROR');
 }
 
 # --- files ------------------------------------------------------------------------
