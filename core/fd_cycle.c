@@ -477,6 +477,14 @@ static int loc_finish(load_t *ld, fd_http_loc_t *loc)
         loc->handler_flags = loc->handler->flags;
         loc->handler_methods = loc->handler->methods;
     }
+    if (loc->blocking) {
+        if (!(loc->handler_flags & (FD_MODULE_THREAD_SAFE |
+                                    FD_MODULE_BLOCKING)))
+            return fd_conf_error(ld->cf, "%s: blocking = on, but handler %s "
+                                 "cannot run on the offload pool", loc->name,
+                                 loc->handler->name);
+        loc->handler_flags |= FD_MODULE_BLOCKING;
+    }
     if (loc_handler_keys(ld, loc) != FD_OK)
         return FD_ERROR;
     ld->cf->file = file;

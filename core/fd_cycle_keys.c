@@ -340,6 +340,11 @@ const fd_directive_t fd_http_loc_directives[] = {
      .doc = "on: this location's handler runs on the worker's offload pool "
             "(static: open/stat on slow disks), whatever inline_completions "
             "says; only for thread-safe handlers"},
+    {.name = "blocking", .type = FD_CONF_FLAG, .offset = LOC(blocking),
+     .def = "off",
+     .doc = "on: this location's handler may block: it always runs on the "
+            "worker's offload pool, never on the loop (503 when no pool "
+            "thread is free); only for thread-safe handlers"},
     {.name = "add_header", .type = FD_CONF_LIST, .offset = 0,
      .set = fd_http_set_add_header,
      .doc = "NAME VALUE [always], repeatable: a response header, on 200, "

@@ -34,6 +34,7 @@
 
 #include "fd_core.h"
 #include "fd_cycle.h"
+#include "fd_http.h"
 #include "fd_http_parse.h"
 #include "fd_module.h"
 
@@ -54,6 +55,11 @@ static dso_t dsos[FD_DSO_MAX];
 static unsigned ndsos;
 static fd_conf_t *conf_cf; /* the load that runs an init_conf now */
 
+fd_conf_t *fd_dso_conf(void)
+{
+    return conf_cf;
+}
+
 void fd_api_conf_error(const char *fmt, ...)
 {
     char buf[512];
@@ -66,11 +72,14 @@ void fd_api_conf_error(const char *fmt, ...)
         fd_conf_error(conf_cf, "%s", buf);
 }
 
-static int init_conf(unsigned i, fd_conf_t *cf, void *conf)
+static int init_conf(unsigned i, fd_conf_t *cf, const fd_http_loc_t *loc,
+                     void *conf)
 {
     int rc;
 
-    if (dsos[i].api.init_conf == NULL)
+    /* a module's keys are its handlers' (handler keys): its
+     * configuration means something where one of them answers only */
+    if (dsos[i].api.init_conf == NULL || loc->handler != &dsos[i].m)
         return FD_OK;
     conf_cf = cf;
     cf->err[0] = '\0';
@@ -104,8 +113,7 @@ static void exit_worker(unsigned i)
 #define DSO_SLOT(i)                                                          \
     static int init_conf_##i(fd_conf_t *cf, fd_http_loc_t *loc, void *c)    \
     {                                                                        \
-        (void)loc;                                                           \
-        return init_conf(i, cf, c);                                          \
+        return init_conf(i, cf, loc, c);                                     \
     }                                                                        \
     static int init_worker_##i(fd_worker_t *w)                               \
     {                                                                        \
@@ -156,14 +164,6 @@ static unsigned methods(unsigned api)
     return m;
 }
 
-/* the API's handler flags as the engine's FD_MODULE_* */
-static unsigned api_flags(unsigned api)
-{
-    return ((api & FD_API_BLOCKING) ? FD_MODULE_BLOCKING : 0) |
-           ((api & FD_API_STREAM_BODY) ? FD_MODULE_STREAM_BODY : 0) |
-           ((api & FD_API_THREAD_SAFE) ? FD_MODULE_THREAD_SAFE : 0);
-}
-
 /* The module's keys as the loader's directives: the API's types are the
  * loader's, laid out alike (fastd.h says which C type each is). */
 static int keys(fd_conf_t *cf, dso_t *d, const char *file)
@@ -196,7 +196,7 @@ static int keys(fd_conf_t *cf, dso_t *d, const char *file)
                                  "module's conf_size", file, k[i].name);
         d->keys[i] = (fd_directive_t){
             .name = k[i].name, .type = types[t].type,
-            .offset = k[i].offset, .def = k[i].def,
+            .offset = k[i].offset, .def = k[i].def, .handler_key = 1,
             .doc = k[i].doc ? k[i].doc : ""};
     }
     return FD_OK;
@@ -207,6 +207,14 @@ static size_t descriptor_size(uint32_t minor)
 {
     return minor == 0 ? offsetof(fd_api_module_t, handlers)
                       : sizeof(fd_api_module_t);
+}
+
+/* the API's handler flags as the engine's */
+static unsigned module_flags(unsigned api)
+{
+    return ((api & FD_API_BLOCKING) ? FD_MODULE_BLOCKING : 0) |
+           ((api & FD_API_THREAD_SAFE) ? FD_MODULE_THREAD_SAFE : 0) |
+           ((api & FD_API_STREAM_BODY) ? FD_MODULE_STREAM_BODY : 0);
 }
 
 /* A handler = name in use: a module's, or a handler's of a module here */
@@ -234,7 +242,7 @@ const fd_module_t *fd_dso_handler_find(const char *name, fd_handler_pt *fn,
         for (h = dsos[i].api.handlers; h && h->name; h++)
             if (strcmp(h->name, name) == 0) {
                 *fn = (fd_handler_pt)h->handler;
-                *flags = api_flags(h->flags);
+                *flags = module_flags(h->flags);
                 *methods_ = methods(h->methods);
                 return &dsos[i].m;
             }
@@ -354,7 +362,7 @@ static int add(fd_conf_t *cf, const fd_api_module_t *a, const char *file,
         .init_worker = hooks[ndsos].init_worker,
         .exit_worker = hooks[ndsos].exit_worker,
         .handler = (fd_handler_pt)a->handler,
-        .flags = api_flags(a->flags),
+        .flags = module_flags(a->flags),
         .methods = methods(a->methods),
         .index = fd_nmodules};
     /* every key name once, in every table (fd_cycle_check_keys) */

@@ -154,6 +154,9 @@ int fd_modules_init(void);
  * (FD_MODULE_BLOCKING) and methods (FD_METHOD bits); NULL: no such. */
 const fd_module_t *fd_dso_handler_find(const char *name, fd_handler_pt *fn,
                                        unsigned *flags, unsigned *methods);
+/* The load whose public-API module's init_conf runs now (a module's
+ * fd_db_get() there reads its sections), else NULL */
+fd_conf_t *fd_dso_conf(void);
 /* Those handler names, for a "did you mean" hint */
 void fd_dso_handler_names(fd_conf_near_t *nr);
 #define FD_DSO_MAX 16

@@ -67,8 +67,11 @@
 typedef struct item_s {
     struct item_s *next;
     fd_request_t *r;
-    fd_offload_pt work;
+    fd_offload_pt work;        /* a request's (fd_offload) */
     fd_offload_pt done;
+    void *data;                /* or any job's (fd_offload_call) */
+    void (*work_data)(void *data);
+    void (*done_data)(void *data);
     uint64_t queued_usec;
 } item_t;
 
@@ -237,7 +240,10 @@ static void *thread_main(void *arg)
             __atomic_store_n(&s->wait_usec,
                              s->wait_usec + (now_usec() - it->queued_usec),
                              __ATOMIC_RELAXED);
-            it->work(it->r);
+            if (it->work)
+                it->work(it->r);
+            else
+                it->work_data(it->data);
             __atomic_store_n(&s->completed, s->completed + 1,
                              __ATOMIC_RELAXED);
             finished_push(p, it);
@@ -332,6 +338,8 @@ static void pool_event(fd_event_t *ev, uint32_t events)
     item_t *list, *rev = NULL, *it;
     fd_request_t *r;
     fd_offload_pt done;
+    void (*done_data)(void *);
+    void *data;
     uint64_t n;
 
     (void)events;
@@ -351,6 +359,8 @@ static void pool_event(fd_event_t *ev, uint32_t events)
         rev = it->next;
         r = it->r;
         done = it->done;
+        done_data = it->done_data;
+        data = it->data;
         if (p->nfree < ITEMS_KEEP) {
             it->next = p->free_items;
             p->free_items = it;
@@ -359,7 +369,10 @@ static void pool_event(fd_event_t *ev, uint32_t events)
             free(it);
         }
         p->done_count++;
-        done(r);
+        if (done)
+            done(r);
+        else
+            done_data(data);
     }
     publish_counters();
 }
@@ -485,7 +498,21 @@ static void pool_tick(fd_timer_t *t)
         fd_timer_add(&p->tick, TICK_MSEC);
 }
 
+static int offload(item_t *job);
+
 int fd_offload(fd_request_t *r, fd_offload_pt work, fd_offload_pt done)
+{
+    return offload(&(item_t){.r = r, .work = work, .done = done});
+}
+
+int fd_offload_call(void *data, void (*work)(void *data),
+                    void (*done)(void *data))
+{
+    return offload(&(item_t){.data = data, .work_data = work,
+                             .done_data = done});
+}
+
+static int offload(item_t *job)
 {
     pool_t *p = &pool;
     item_t *it;
@@ -499,9 +526,7 @@ int fd_offload(fd_request_t *r, fd_offload_pt work, fd_offload_pt done)
     } else if ((it = malloc(sizeof(*it))) == NULL) {
         return FD_ERROR;
     }
-    it->r = r;
-    it->work = work;
-    it->done = done;
+    *it = *job;
     it->next = NULL;
     it->queued_usec = now_usec();
 

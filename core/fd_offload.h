@@ -15,6 +15,10 @@
 typedef void (*fd_offload_pt)(fd_request_t *r);
 
 int fd_offload(fd_request_t *r, fd_offload_pt work, fd_offload_pt done);
+/* The same for a job of no request's: work(data) on a pool thread, then
+ * done(data) on the loop. */
+int fd_offload_call(void *data, void (*work)(void *data),
+                    void (*done)(void *data));
 int fd_offload_init_worker(fd_worker_t *w);
 void fd_offload_exit_worker(fd_worker_t *w);
 /* True on a pool thread (a handler the engine dispatched to the pool). */

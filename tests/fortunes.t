@@ -1,6 +1,7 @@
 #!/usr/bin/perl
-# handler = fortunes: TechEmpower Fortunes on SQLite. The database is
-# created and seeded on first start; the page is compared byte for byte
+# handler = fortunes: TechEmpower Fortunes on SQLite ([database world]
+# url = sqlite:..., the techempower module on the public API). The
+# database is created from conf/world.sqlite.sql on first start; the page is compared byte for byte
 # with the benchmark's expected output (13 rows sorted by message, escaped,
 # UTF-8 intact); concurrent requests; the engine's own dispatch
 # (inline_completions = off); a database without the table is a config
@@ -51,10 +52,11 @@ my $expected = '<!DOCTYPE html><html><head><title>Fortunes</title></head><body>'
                sort { $a->[1] cmp $b->[1] } @rows)
     . '</table></body></html>';
 
-my $locations = <<'END';
+my $init = FastdTest::root() . '/conf/world.sqlite.sql';
+sub database { my ($url) = @_; "[database world]\nurl = sqlite:$url\ninit = $init\n\n" }
+my $locations = <<'END' . database('%%DIR%%/data/new/world.db');
 [location = /fortunes]
 handler = fortunes
-fortunes_db = %%DIR%%/data/new/fortunes.db
 
 [location = /status]
 handler = status
@@ -62,7 +64,7 @@ handler = status
 END
 
 my $t = FastdTest->new(conf => FastdTest::base_conf(locations => $locations));
-my $db = $t->dir . '/data/new/fortunes.db';
+my $db = $t->dir . '/data/new/world.db';
 ok(!-e $db, 'no database before the first start');
 {
     # a configuration test has no side effect on disk
@@ -70,16 +72,16 @@ ok(!-e $db, 'no database before the first start');
     is($rc, 0, '-t with a missing database passes') or diag($out);
     ok(!-e $t->dir . '/data', '-t created neither the database nor its directory');
     my $path = $t->write_conf(FastdTest::base_conf(
-        locations => "[location = /f]\nhandler = fortunes\n"
-                   . "fortunes_db = /etc/passwd/fortunes.db\n"), 'nodir.conf');
+        locations => "[location = /f]\nhandler = fortunes\n\n"
+                   . database('/etc/passwd/world.db')), 'nodir.conf');
     ($rc, $out) = FastdTest::run_fastd('-t', '-c', $path);
     isnt($rc, 0, '-t: a database that could not be created fails');
-    like($out, qr{nodir\.conf:\d+: fortunes_db "/etc/passwd/fortunes\.db": cannot be created \(/etc/passwd: Not a directory\)},
+    like($out, qr{nodir\.conf:\d+: \[database world\]: /etc/passwd/world\.db cannot be created \(/etc/passwd: Not a directory\)},
          '... naming file:line and why');
 }
 $t->start;
 ok(-s $db, 'first start created the database (and its directory)');
-like($t->error_log . $t->stderr_log, qr/fortunes_db "\Q$db\E" created with 12 rows/,
+like($t->error_log . $t->stderr_log, qr/database world: \Q$db\E created from \Q$init\E/,
      'its creation is logged');
 
 my $r = $t->get('/fortunes');
@@ -128,12 +130,15 @@ is($r && $r->status, 405, 'POST /fortunes: 405');
     is($good, 100, 'concurrent: all 100 are the expected page');
 }
 
-# every request went through the pool
+# every query went through the pool: in batches, a loop turn's in one job
 {
     my $s = eval { decode_json($t->get('/status')->body) };
     my $p = $s && $s->{modules}{offload}[0];
-    ok($p && $p->{completed} >= 102, 'the pool ran them (offload completed)')
+    my ($d) = grep { $_->{database} eq 'world' } @{ $s->{modules}{database} // [] };
+    ok($p && $p->{completed} >= 1, 'the pool ran them (offload completed)')
         or diag(explain $p);
+    ok($d && $d->{queries} >= 102 && !$d->{errors_other}, '102 queries of database world, no error')
+        or diag(explain $d);
 }
 
 # a restart keeps the existing database
@@ -150,8 +155,8 @@ $t->no_alerts;
 {
     my $t2 = FastdTest->new(conf => FastdTest::base_conf(
         http      => { inline_completions => 'off' },
-        locations => "[location = /fortunes]\nhandler = fortunes\n"
-                   . "fortunes_db = $db\n\n"));
+        locations => "[location = /fortunes]\nhandler = fortunes\n\n"
+                   . database($db)));
     $t2->start;
     my $ok = 0;
     for (1 .. 10) {
@@ -168,11 +173,12 @@ $t->no_alerts;
     my $bad = $t->dir . '/empty.db';
     FastdTest::spew($bad, '');
     my $path = $t->write_conf(FastdTest::base_conf(
-        locations => "[location = /f]\nhandler = fortunes\nfortunes_db = $bad\n"),
+        locations => "[location = /f]\nhandler = fortunes\n\n"
+                   . "[database world]\nurl = sqlite:$bad\n"),
         'bad.conf');
     my ($rc, $out) = FastdTest::run_fastd('-t', '-c', $path);
     isnt($rc, 0, 'a database without the table: -t fails');
-    like($out, qr/fortunes_db "\Q$bad\E": no such table: fortune/,
+    like($out, qr/\[database world\]: statement te_\w+: no such table: (World|Fortune)/,
          'and says why');
 }
 

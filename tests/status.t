@@ -245,6 +245,8 @@ $t->stop;
        'conf/fastd.conf listens on 0.0.0.0:8443 ssl');
     my $conf = "$dir/conf/fastd.conf";
     FastdTest::spew($conf, $text);
+    FastdTest::spew("$dir/conf/world.sqlite.sql",
+                    FastdTest::slurp(FastdTest::root() . '/conf/world.sqlite.sql'));
 
     # each status location: allow loopback, deny the rest
     for my $loc ('/status', '/status.html') {

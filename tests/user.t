@@ -133,8 +133,8 @@ for my $c ([undef, $nobody, 'no user: the workers run as nobody'],
     my $pre = $w->dir . '/checkout';
     mkdir $pre;
     mkdir "$pre/$_" for qw(conf conf/cert html logs);
-    FastdTest::spew("$pre/conf/fastd.conf",
-                    FastdTest::slurp(FastdTest::root() . '/conf/fastd.conf'));
+    FastdTest::spew("$pre/conf/$_", FastdTest::slurp(FastdTest::root() . "/conf/$_"))
+        for qw(fastd.conf world.sqlite.sql);
     FastdTest::self_signed("$pre/conf/cert/fastd", 'localhost');
     for my $f (glob FastdTest::root() . '/html/*.html') {
         (my $b = $f) =~ s{.*/}{};

@@ -84,6 +84,11 @@ typedef struct {
 /* Handler flags */
 #define FD_API_BLOCKING 0x1 /* the handler may block: it always runs on
                                the worker's offload pool, never the loop */
+#define FD_API_THREAD_SAFE 0x2 /* 1.1: it may also run on the pool when its
+                               location says offload = on (or [http]
+                               inline_completions = off): it then touches
+                               only its request and thread-safe data, and
+                               its database calls are synchronous */
 
 /* Methods a handler takes (0: GET and HEAD); the engine answers the
  * others with 405 and Allow */
@@ -209,6 +214,74 @@ fd_api_timer_t *fd_api_timer(uint64_t ms, void (*handler)(void *data),
                              void *data);
 void fd_api_timer_cancel(fd_api_timer_t *t);
 
+/* --- databases (1.1) ------------------------------------------------------ */
+
+/*
+ * A [database NAME] section: PostgreSQL (url = postgresql://...) spoken on
+ * the worker's loop, pipelined, or SQLite (url = sqlite:PATH) run on the
+ * worker's offload pool. The same calls serve both.
+ *
+ * A statement is named: a prepare = NAME SQL line of the section, or one
+ * the module prepares from its init_conf with fd_db_prepare(). Its
+ * parameters are $1, $2, ... and are always sent apart from the SQL
+ * (text, copied): no SQL is ever built from a request's data.
+ *
+ * fd_db_query() queues one statement and returns FD_OK; done(r, res,
+ * data) runs later, from the loop, once its rows are in (the handler
+ * returned FD_AGAIN and ends the request from done with fd_api_finish()).
+ * Several queries of one request, and of many, share a connection's round
+ * trips. A handler running on the offload pool (FD_API_BLOCKING, or
+ * offload = on) gets done called before fd_db_query() returns, on a
+ * connection of that thread's: the same code, blocking, and fd_api_finish()
+ * from there ends the request when the handler returns. Anything else
+ * fd_db_query() returns is the HTTP status to answer at once (503: the
+ * database is down or too many queries wait; done is not called).
+ *
+ * res and its values live until done returns: copy what you keep.
+ * r may be NULL (work of the module's own, from init_worker or a timer).
+ */
+typedef struct fd_db_s fd_db_t;
+typedef struct fd_db_res_s fd_db_res_t;
+typedef void (*fd_db_done_pt)(fd_request_t *r, const fd_db_res_t *res,
+                              void *data);
+
+/* The [database name] section: from init_conf (fd_api_conf_error() says
+ * why when NULL) or later; NULL when there is none. */
+fd_db_t *fd_db_get(const char *name);
+/* From init_conf: a statement of the module's, prepared on every
+ * connection as a prepare = line is. The same name twice is fine if the
+ * SQL is the same. FD_OK, or FD_ERROR after fd_api_conf_error(). */
+int fd_db_prepare(fd_db_t *db, const char *name, const char *sql);
+int fd_db_query(fd_request_t *r, fd_db_t *db, const char *stmt,
+                int nparams, const fd_str_t *params, fd_db_done_pt done,
+                void *data);
+
+/* A transaction: statements queued with fd_db_txn_query() go together at
+ * fd_db_commit() and take effect all or none. Their results are not
+ * returned, only the outcome: res of done is the last statement's, or
+ * the first error. Reads whose rows decide what to write come before. */
+typedef struct fd_db_txn_s fd_db_txn_t;
+fd_db_txn_t *fd_db_begin(fd_request_t *r, fd_db_t *db); /* NULL: no memory */
+int fd_db_txn_query(fd_db_txn_t *t, const char *stmt, int nparams,
+                    const fd_str_t *params);       /* FD_OK or FD_ERROR */
+/* As fd_db_query(): FD_OK (done follows), or a status (the transaction
+ * is dropped, done is not called). */
+int fd_db_commit(fd_db_txn_t *t, fd_db_done_pt done, void *data);
+
+/* The outcome: 0, or the HTTP status it maps to: 503 the database is
+ * unreachable or the connection was lost, 504 the statement ran past
+ * statement_timeout, 500 any other error (fd_db_error() says which). */
+int fd_db_status(const fd_db_res_t *res);
+const char *fd_db_error(const fd_db_res_t *res);  /* NULL when none */
+int fd_db_rows(const fd_db_res_t *res);
+int fd_db_cols(const fd_db_res_t *res);
+/* A value as text; data NULL for SQL NULL (and out of range). */
+fd_str_t fd_db_value(const fd_db_res_t *res, int row, int col);
+/* A value as an integer (0 for NULL or text that is not one). */
+int64_t fd_db_int(const fd_db_res_t *res, int row, int col);
+/* Rows an UPDATE, INSERT or DELETE changed. */
+int64_t fd_db_changes(const fd_db_res_t *res);
+
 /* --- logging -------------------------------------------------------------- */
 
 /* A line in the error log at level (FD_API_LOG_*); err: an errno to
@@ -222,18 +295,14 @@ unsigned fd_api_version(void);
 /* --- 1.1: the body in pieces, files, memory that is not copied --------- */
 
 /*
- * More handler flags (fd_api_module_t.flags), 1.1.
- * FD_API_STREAM_BODY: the handler takes the request body itself, piece by
- * piece, with fd_req_read() as it arrives, rather than whole before it
- * runs (fd_req_body() is then empty). Not with FD_API_BLOCKING or
- * FD_API_THREAD_SAFE: a handler on the pool gets its body whole.
- * FD_API_THREAD_SAFE: the handler may run on the worker's offload pool as
- * well as on the loop; fastd puts it there where the configuration asks
- * (http.inline_completions = off, offload = on in its location). Unlike
- * FD_API_BLOCKING, it runs on the loop otherwise.
+ * One more handler flag (fd_api_module_t.flags, fd_api_handler_t.flags),
+ * 1.1. FD_API_STREAM_BODY: the handler takes the request body itself,
+ * piece by piece, with fd_req_read() as it arrives, rather than whole
+ * before it runs (fd_req_body() is then empty). Not with FD_API_BLOCKING
+ * or FD_API_THREAD_SAFE (refused at load): a handler on the pool gets its
+ * body whole.
  */
-#define FD_API_STREAM_BODY 0x2
-#define FD_API_THREAD_SAFE 0x4
+#define FD_API_STREAM_BODY 0x4
 
 /*
  * The body, pulled: up to size bytes of it into buf. Returns the number

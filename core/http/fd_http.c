@@ -856,8 +856,14 @@ ssize_t fd_http_body_pull(fd_request_t *r, char *buf, size_t size)
 static void offload_work(fd_request_t *r)
 {
     unsigned redirects = r->redirects;
+    int rc;
 
-    r->handler_rc = r->loc->handler_fn(r);
+    r->api_finished = 0;
+    rc = r->loc->handler_fn(r);
+    /* FD_AGAIN after fd_api_finish() on this thread (a database answered
+     * inline): the request ends now, as fd_api_finish() asked */
+    if (!(rc == FD_AGAIN && r->api_finished))
+        r->handler_rc = rc;
     r->moved = r->handler_rc == FD_DECLINED && r->redirects != redirects;
 }
 

@@ -78,6 +78,8 @@ struct fd_http_loc_s {
     int follow_symlinks;
     size_t max_body_size;
     int offload;               /* run a thread-safe handler on the pool */
+    int blocking;              /* ... always: it may block (503 when the
+                                  pool has no thread) */
     /* response headers (fd_http_add_header.c): [http]'s, the server's,
      * then the location's own from add_headers_own on */
     fd_http_add_header_t *add_headers;
@@ -176,6 +178,8 @@ struct fd_request_s {
                                 * goes on after its response */
     unsigned response_done:1;  /* ... and that response is whole */
     unsigned moved:1;          /* an offloaded handler redirected it */
+    unsigned api_finished:1;   /* fd_api_finish() from the handler's own
+                                  pool thread: handler_rc holds its rc */
     unsigned redirects;        /* internal redirects so far (try_files):
                                   a module's per-location state compares
                                   it to know the access phase restarted */
@@ -201,6 +205,9 @@ struct fd_request_s {
     unsigned feed_queued;
     unsigned phase;
     int handler_rc;            /* from an offloaded handler */
+    unsigned retry_after;      /* seconds: the error page, when one is
+                                  made, says Retry-After (a database's 503
+                                  from under the handler) */
     int64_t body_rest;         /* Content-Length bytes still to read */
     fd_http_chunked_t ck;
     size_t body_cap;

@@ -12,6 +12,7 @@
 #include "fd_core.h"
 #include "fd_connection.h"
 #include "fd_http.h"
+#include "fd_offload.h"
 
 fd_str_t fd_req_method(fd_request_t *r)
 {
@@ -396,6 +397,14 @@ void fd_api_finish(fd_request_t *r, int rc)
 {
     if (r->api_body)
         body_timer_drop(r->api_body);
+    if (r->in_offload && fd_offload_on_pool_thread()) {
+        /* from the handler itself, on its pool thread (a blocking
+         * handler's database answered inline): the loop ends the request
+         * when the handler returns (offload_work) */
+        r->handler_rc = rc;
+        r->api_finished = 1;
+        return;
+    }
     fd_request_finish(r, rc);
 }
 

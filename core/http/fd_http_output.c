@@ -381,6 +381,15 @@ int fd_http_error_detail(fd_request_t *r, int status, const char *detail)
     r->last_modified = -1;
     r->etag.len = 0;
     r->content_type = fd_string("text/html");
+    if (r->retry_after && (status == 503 || status == 429)) {
+        char *v = fd_pnalloc(r->pool, 16);
+        if (v == NULL ||
+            fd_http_header_add(r, fd_string("Retry-After"),
+                               (fd_str_t){(size_t)snprintf(v, 16, "%u",
+                                                           r->retry_after),
+                                          v}) != FD_OK)
+            return FD_ERROR;
+    }
     for (ep = r->server ? r->server->error_pages : NULL; ep; ep = ep->next)
         if (ep->status == status)
             return fd_http_body_set(r, ep->body, ep->len);

@@ -9,7 +9,7 @@
  * come with an error message.
  *
  * The reader may touch the file system (include, error_page, mime_types,
- * fortunes_db) and resolve names (upstream servers): the harness keeps it
+ * [database] url = sqlite:) and resolve names (upstream servers): the harness keeps it
  * in its directory by interposing glob() and fopen(), resolves numeric
  * addresses only, and skips inputs that would create SQLite databases.
  */
@@ -144,7 +144,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (conf_path[0] == '\0')
         setup();
     /* SQLite files are created at load: not in a fuzzing loop */
-    if (memmem(data, size, "fortunes", 8))
+    if (memmem(data, size, "sqlite", 6))
         return 0;
     if ((size && pwrite(conf_fd, data, size, 0) != (ssize_t)size) ||
         ftruncate(conf_fd, (off_t)size) == -1)
