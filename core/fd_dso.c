@@ -213,7 +213,8 @@ static size_t descriptor_size(uint32_t minor)
 static unsigned module_flags(unsigned api)
 {
     return ((api & FD_API_BLOCKING) ? FD_MODULE_BLOCKING : 0) |
-           ((api & FD_API_THREAD_SAFE) ? FD_MODULE_THREAD_SAFE : 0);
+           ((api & FD_API_THREAD_SAFE) ? FD_MODULE_THREAD_SAFE : 0) |
+           ((api & FD_API_STREAM_BODY) ? FD_MODULE_STREAM_BODY : 0);
 }
 
 /* A handler = name in use: a module's, or a handler's of a module here */
@@ -258,6 +259,22 @@ void fd_dso_handler_names(fd_conf_near_t *nr)
             fd_conf_near_add(nr, h->name);
 }
 
+/* A body streamed to a handler on the pool cannot be: it would read the
+ * connection from another thread. */
+static int stream_on_pool(fd_conf_t *cf, unsigned f, const char *name,
+                          const char *file)
+{
+    if ((f & FD_API_STREAM_BODY) &&
+        (f & (FD_API_BLOCKING | FD_API_THREAD_SAFE)))
+        return fd_conf_error(cf, "load_module \"%s\": handler %s: "
+                             "FD_API_STREAM_BODY is for a handler on the "
+                             "loop, not with FD_API_BLOCKING or "
+                             "FD_API_THREAD_SAFE (one on the pool gets its "
+                             "body whole, which fd_req_read() hands out in "
+                             "pieces too)", file, name);
+    return FD_OK;
+}
+
 /* file's module, checked: FD_OK or FD_ERROR after fd_conf_error() */
 static int check(fd_conf_t *cf, const fd_api_module_t *a, const char *file)
 {
@@ -291,6 +308,8 @@ static int check(fd_conf_t *cf, const fd_api_module_t *a, const char *file)
     if (name_taken(a->name))
         return fd_conf_error(cf, "load_module \"%s\": a module or handler "
                              "named \"%s\" is already there", file, a->name);
+    if (stream_on_pool(cf, a->flags, a->name, file) != FD_OK)
+        return FD_ERROR;
     for (h = a->api_minor >= 1 ? a->handlers : NULL; h && h->name; h++) {
         if (*h->name == '\0' || h->handler == NULL)
             return fd_conf_error(cf, "load_module \"%s\": a handler of the "
@@ -303,6 +322,8 @@ static int check(fd_conf_t *cf, const fd_api_module_t *a, const char *file)
             if (strcmp(o->name, h->name) == 0)
                 return fd_conf_error(cf, "load_module \"%s\": two handlers "
                                      "named \"%s\"", file, h->name);
+        if (stream_on_pool(cf, h->flags, h->name, file) != FD_OK)
+            return FD_ERROR;
     }
     return FD_OK;
 }

@@ -16,33 +16,19 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use FastdTest;
+use ApiModule;
 use IO::Socket::INET;
 use Time::HiRes qw(time sleep);
 use Test::More;
 
 my $root = FastdTest::root();
-chomp(my $pc = `command -v pkg-config 2>/dev/null`);
-plan skip_all => 'pkg-config is not installed' unless $pc;
-plan skip_all => 'jansson is not installed (libjansson-dev)'
-    if system('pkg-config --exists jansson') != 0;
-
 my $t = FastdTest->new(conf => 'placeholder');
 my $dir = $t->dir;
-my $prefix = "$dir/prefix";
 
 # --- make install: the header and the pkg-config file ----------------------
-{
-    my $out = `make -s -C '$root' install PREFIX='$prefix' LOGROTATE_DIR='$dir/lr' FASTD_USER=nobody 2>&1`;
-    is($?, 0, 'make install into a scratch prefix') or diag($out);
-    ok(-f "$prefix/include/fastd/fastd.h", 'include/fastd/fastd.h installed');
-    ok(-f "$prefix/lib/pkgconfig/fastd.pc", 'lib/pkgconfig/fastd.pc installed');
-}
-$ENV{PKG_CONFIG_PATH} = "$prefix/lib/pkgconfig";
-my $cflags = `pkg-config --cflags fastd jansson`;
-chomp $cflags;
+my $prefix = ApiModule::install($dir);
+my $cflags = ApiModule::cflags();
 like($cflags, qr{-I\Q$prefix\E/include/fastd}, 'pkg-config --cflags fastd');
-my $libs = `pkg-config --libs jansson`;
-chomp $libs;
 
 # the public header alone, strictly
 {
@@ -54,11 +40,7 @@ chomp $libs;
            '... and names no engine type');
 }
 
-sub build {
-    my ($so, $src, @defs) = @_;
-    my $out = `cc -shared -fPIC -Wall -Wextra -Werror @defs $cflags '$src' $libs -o '$so' 2>&1`;
-    return $? == 0 ? '' : $out || 'failed';
-}
+sub build { ApiModule::build(@_) }
 my $app = "$root/tests/modules/app.c";
 is(build("$dir/app.so", $app), '', 'app.so builds against the installed API');
 is(build("$dir/app_blocking.so", $app, '-DAPP_BLOCKING'), '',

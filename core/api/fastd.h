@@ -292,6 +292,75 @@ void fd_api_log(int level, int err, const char *fmt, ...)
 /* The API version of the running fastd: major * 1000 + minor. */
 unsigned fd_api_version(void);
 
+/* --- 1.1: the body in pieces, files, memory that is not copied --------- */
+
+/*
+ * One more handler flag (fd_api_module_t.flags, fd_api_handler_t.flags),
+ * 1.1. FD_API_STREAM_BODY: the handler takes the request body itself,
+ * piece by piece, with fd_req_read() as it arrives, rather than whole
+ * before it runs (fd_req_body() is then empty). Not with FD_API_BLOCKING
+ * or FD_API_THREAD_SAFE (refused at load): a handler on the pool gets its
+ * body whole.
+ */
+#define FD_API_STREAM_BODY 0x4
+
+/*
+ * The body, pulled: up to size bytes of it into buf. Returns the number
+ * of bytes (> 0); 0 at its end (or when there is none); FD_AGAIN when
+ * nothing more has arrived yet: on_readable (fd_req_on_readable) is
+ * called when more has, or when the wait failed; FD_ERROR when the body
+ * cannot be had: over the location's max_body_size, a broken chunked
+ * framing, no byte from the client for http.body_timeout, or a client
+ * gone. End the request then with FD_ERROR (the handler's return, or
+ * fd_api_finish(r, FD_ERROR)): fastd answers what the fault calls for,
+ * 413, 400 or 408, and closes the connection.
+ *
+ * Why a pull: it is what nginx's unbuffered request body
+ * (ngx_http_read_unbuffered_request_body() from a read event handler) and
+ * Kestrel's Request.BodyReader (PipeReader.ReadAsync) are. The module
+ * reads at its own pace, and what it has not read stays in the socket,
+ * or unacknowledged in the HTTP/2 stream's window: that is the
+ * back-pressure, with no pause and resume to call. A module that cannot
+ * take more (its upstream is slow) stops reading and calls fd_req_read()
+ * again when it can; on_readable is only the news that waiting is over.
+ *
+ * Without FD_API_STREAM_BODY, fd_req_read() hands out the body read
+ * whole in the same pieces (no FD_AGAIN), so code written for one works
+ * for both. From the loop only (never from a blocking handler's thread).
+ */
+ssize_t fd_req_read(fd_request_t *r, void *buf, size_t size);
+void fd_req_on_readable(fd_request_t *r, void (*on_readable)(fd_request_t *r));
+
+/*
+ * A file's bytes [offset, offset + length) as the response (length < 0,
+ * or past the file's end: to its end), sent with sendfile() over plain
+ * HTTP/1.1 as fastd's static files are. The response is 200, or what the
+ * client's If-None-Match / If-Modified-Since (by the file's time) and
+ * Range (within the bytes given) make of it: 304, 206, 416. path is
+ * absolute, or relative to the location's root; fastd opens it and closes
+ * it when the request ends. Set the content type, headers and any
+ * Last-Modified or ETag of your own before. FD_OK, or an HTTP status to
+ * return: 404 (no such file), 403 (not a regular file, or not readable),
+ * 416 (offset past the file's end), 500.
+ */
+int fd_resp_file(fd_request_t *r, const char *path, int64_t offset,
+                 int64_t length);
+/* The same from a descriptor the module opened: own = 1 gives it to
+ * fastd, which closes it when the request ends (also when the call
+ * fails); own = 0 leaves it the module's, open at least until then. */
+int fd_resp_file_fd(fd_request_t *r, int fd, int64_t offset, int64_t length,
+                    int own);
+
+/*
+ * Responses from memory that outlives the request (a static const, what
+ * init_worker built): nothing is copied, so such a response costs what
+ * fastd's own handlers' does. The data must not change until the
+ * request ends. FD_OK or FD_ERROR (out of memory).
+ */
+int fd_resp_body_static(fd_request_t *r, const void *data, size_t len);
+void fd_resp_content_type_static(fd_request_t *r, fd_str_t type);
+int fd_resp_header_static(fd_request_t *r, fd_str_t name, fd_str_t value);
+
 #ifdef __cplusplus
 }
 #endif

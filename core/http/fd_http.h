@@ -211,6 +211,11 @@ struct fd_request_s {
     int64_t body_rest;         /* Content-Length bytes still to read */
     fd_http_chunked_t ck;
     size_t body_cap;
+    /* the public API's reader of the body (fd_http_api.c), or NULL */
+    struct fd_api_body_s *api_body;
+    /* what reading a streamed body failed with (400, 408, 413): the
+     * status a handler's FD_ERROR answers, rather than 500 */
+    int body_error;
 };
 
 /* Response construction (handlers) */

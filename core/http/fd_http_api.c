@@ -5,9 +5,12 @@
  * a module hands them (names, values, bodies) into the request's pool, so
  * that a module may pass its stack or reuse its buffers at once.
  */
+#include <fcntl.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "fd_core.h"
+#include "fd_connection.h"
 #include "fd_http.h"
 #include "fd_offload.h"
 
@@ -94,6 +97,135 @@ fd_str_t fd_req_body(fd_request_t *r)
     return (fd_str_t){r->body ? r->body_len : 0, r->body};
 }
 
+/*
+ * The body in pieces (fd_req_read). A streaming handler's
+ * (FD_MODULE_STREAM_BODY) is pulled from the engine as fd_http_body_pull
+ * has it, which leaves what is not read in the socket or the HTTP/2
+ * window; the engine applies neither max_body_size to a body of unknown
+ * length nor body_timeout to such a request (its module's timers rule),
+ * so both are here: the bytes are counted, and a timer runs while the
+ * module waits and nothing comes. Another handler's body was read whole:
+ * it is handed out from memory.
+ */
+struct fd_api_body_s {
+    fd_timer_t timer; /* body_timeout while the module waits */
+    fd_request_t *r;
+    void (*on_readable)(fd_request_t *r);
+    uint64_t got;     /* bytes handed out */
+};
+
+static void body_timer_drop(void *data)
+{
+    struct fd_api_body_s *ab = data;
+
+    if (fd_timer_armed(&ab->timer))
+        fd_timer_del(&ab->timer);
+}
+
+/* the client sent nothing for body_timeout while the module waited */
+static void body_timeout(fd_timer_t *t)
+{
+    struct fd_api_body_s *ab = (struct fd_api_body_s *)t;
+    fd_request_t *r = ab->r;
+
+    if (r->done)
+        return;
+    fd_log_error(FD_LOG_INFO, 0, "client timed out sending the request "
+                 "body (body_timeout)");
+    r->body_error = 408;
+    r->keepalive = 0;
+    if (ab->on_readable)
+        ab->on_readable(r);
+}
+
+static void body_on_body(fd_request_t *r)
+{
+    if (r->api_body && r->api_body->on_readable)
+        r->api_body->on_readable(r);
+}
+
+static struct fd_api_body_s *body_state(fd_request_t *r)
+{
+    struct fd_api_body_s *ab = r->api_body;
+
+    if (ab)
+        return ab;
+    ab = fd_pcalloc(r->pool, sizeof(*ab));
+    if (ab == NULL || fd_pool_cleanup_add(r->pool, body_timer_drop, ab) ==
+                          NULL)
+        return NULL;
+    ab->timer.handler = body_timeout;
+    ab->r = r;
+    r->api_body = ab;
+    return ab;
+}
+
+static ssize_t body_fail(fd_request_t *r, int status)
+{
+    if (r->body_error == 0)
+        r->body_error = status;
+    r->keepalive = 0;
+    return FD_ERROR;
+}
+
+ssize_t fd_req_read(fd_request_t *r, void *buf, size_t size)
+{
+    struct fd_api_body_s *ab = body_state(r);
+    uint64_t max = r->loc->max_body_size;
+    ssize_t n;
+
+    if (ab == NULL)
+        return body_fail(r, 500);
+    if (r->body_error)
+        return FD_ERROR;
+    if (!(r->loc->handler_flags & FD_MODULE_STREAM_BODY)) {
+        /* read whole before the handler ran */
+        size_t left = (r->body ? r->body_len : 0) - (size_t)ab->got;
+        n = (ssize_t)fd_min(left, size);
+        memcpy(buf, r->body + ab->got, (size_t)n);
+        ab->got += (uint64_t)n;
+        return n;
+    }
+    if (r->in.content_length <= 0 && !r->in.chunked)
+        return 0;
+    /* never more than one byte past the limit: that byte says 413 */
+    size = (size_t)fd_min((uint64_t)size, max + 1 - ab->got);
+    n = size ? fd_http_body_pull(r, buf, size) : 0;
+    if (n > 0) {
+        body_timer_drop(ab);
+        ab->got += (uint64_t)n;
+        if (ab->got > max) {
+            fd_log_error(FD_LOG_INFO, 0, "client body over max_body_size "
+                         "(%zu)", r->loc->max_body_size);
+            return body_fail(r, 413);
+        }
+        return n;
+    }
+    if (n == 0)
+        return 0;
+    if (n == FD_AGAIN) {
+        if (!r->h2 && r->c->s.eof) {
+            fd_log_error(FD_LOG_INFO, 0, "client closed the connection "
+                         "while sending the request body");
+            return body_fail(r, 400);
+        }
+        if (!fd_timer_armed(&ab->timer))
+            fd_timer_add(&ab->timer, fd_worker->cycle->http.body_timeout);
+        return FD_AGAIN;
+    }
+    return body_fail(r, 400); /* bad framing, or the stream is gone */
+}
+
+void fd_req_on_readable(fd_request_t *r, void (*on_readable)(fd_request_t *r))
+{
+    struct fd_api_body_s *ab = body_state(r);
+
+    if (ab == NULL)
+        return; /* the next fd_req_read() fails */
+    ab->on_readable = on_readable;
+    r->on_body = on_readable ? body_on_body : NULL;
+}
+
 void *fd_req_conf(fd_request_t *r)
 {
     return fd_loc_conf(r->loc, r->loc->handler);
@@ -174,6 +306,88 @@ int fd_resp_write(fd_request_t *r, const void *data, size_t len, int last)
     return fd_http_output(r, b, last);
 }
 
+static void close_fd(void *data)
+{
+    close((int)(intptr_t)data);
+}
+
+int fd_resp_file_fd(fd_request_t *r, int fd, int64_t offset, int64_t length,
+                    int own)
+{
+    struct stat st;
+
+    if (own && fd_pool_cleanup_add(r->pool, close_fd, (void *)(intptr_t)fd)
+                   == NULL) {
+        close(fd);
+        return 500;
+    }
+    if (fstat(fd, &st) < 0) {
+        fd_log_error(FD_LOG_ERR, errno, "fstat() of a module's file failed");
+        return 500;
+    }
+    if (!S_ISREG(st.st_mode))
+        return 403;
+    if (offset < 0 || offset > st.st_size)
+        return 416;
+    if (length < 0 || length > st.st_size - offset)
+        length = st.st_size - offset;
+    if (r->last_modified == -1)
+        r->last_modified = st.st_mtime;
+    if (r->in.method_id == FD_HTTP_GET || r->in.method_id == FD_HTTP_HEAD)
+        return fd_http_send_file(r, fd, (off_t)offset, length, 16);
+    /* conditionals and ranges are a GET's: another method's answer is
+     * the bytes */
+    r->status = 200;
+    r->content_length = length;
+    if (length > 0)
+        fd_http_body_append(r, fd_buf_file(r->pool, fd, (off_t)offset,
+                                           (off_t)(offset + length)));
+    return FD_OK;
+}
+
+int fd_resp_file(fd_request_t *r, const char *path, int64_t offset,
+                 int64_t length)
+{
+    const char *full = path;
+    int fd;
+
+    if (path[0] != '/') {
+        size_t n = strlen(path), rl = r->loc->root ? r->loc->root_len : 0;
+        char *p = fd_pnalloc(r->pool, rl + n + 2);
+        if (p == NULL)
+            return 500;
+        memcpy(p, r->loc->root, rl);
+        p[rl] = '/';
+        memcpy(p + rl + 1, path, n + 1);
+        full = p;
+    }
+    fd = open(full, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return 404;
+        if (errno == EACCES)
+            return 403;
+        fd_log_error(FD_LOG_ERR, errno, "open(\"%s\") failed", full);
+        return 500;
+    }
+    return fd_resp_file_fd(r, fd, offset, length, 1);
+}
+
+int fd_resp_body_static(fd_request_t *r, const void *data, size_t len)
+{
+    return fd_http_body_set(r, data, len) == FD_OK ? FD_OK : FD_ERROR;
+}
+
+void fd_resp_content_type_static(fd_request_t *r, fd_str_t type)
+{
+    r->content_type = type;
+}
+
+int fd_resp_header_static(fd_request_t *r, fd_str_t name, fd_str_t value)
+{
+    return fd_http_header_add(r, name, value) == FD_OK ? FD_OK : FD_ERROR;
+}
+
 void fd_resp_on_drain(fd_request_t *r, void (*on_drain)(fd_request_t *r))
 {
     r->on_drain = on_drain;
@@ -181,6 +395,8 @@ void fd_resp_on_drain(fd_request_t *r, void (*on_drain)(fd_request_t *r))
 
 void fd_api_finish(fd_request_t *r, int rc)
 {
+    if (r->api_body)
+        body_timer_drop(r->api_body);
     if (r->in_offload && fd_offload_on_pool_thread()) {
         /* from the handler itself, on its pool thread (a blocking
          * handler's database answered inline): the loop ends the request

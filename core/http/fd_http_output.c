@@ -501,7 +501,7 @@ void fd_http_finalize(fd_request_t *r, int rc)
     if (rc == FD_DECLINED)
         rc = 404;
     else if (rc == FD_ERROR)
-        rc = 500;
+        rc = r->body_error ? r->body_error : 500;
     if (rc >= 400 || (rc != FD_OK && rc != FD_DONE)) {
         if (r->header_sent) {
             /* too late for an error page: cut the connection (over

@@ -9,7 +9,11 @@
  * per method: GET /items, POST /items {"name": "..."} (201), DELETE
  * /items/N (204, 404), GET /hello (app_greeting), GET /stream (five
  * server-sent events, 10 ms apart, from timers on the loop), GET /slow
- * (sleeps app_delay: the stand-in for a slow library call). Built with
+ * (sleeps app_delay: the stand-in for a slow library call), POST /upload
+ * (the body taken in pieces as it comes, never whole: its size and a
+ * checksum), GET /file?off=N&len=N (bytes of the file app_file names,
+ * sent with sendfile). The request bodies are read with fd_req_read(),
+ * which the module's FD_API_STREAM_BODY makes a stream. Built with
  * -DAPP_BLOCKING it is the module "app_blocking", the same handler
  * declared blocking: it runs on the worker's offload pool, never on the
  * loop. The items live in each worker (this is an example, not a store).
@@ -26,6 +30,7 @@
 typedef struct {
     const char *greeting;
     uint64_t delay; /* ms */
+    const char *file;
 } app_conf_t;
 
 static const fd_api_key_t app_keys[] = {
@@ -36,6 +41,9 @@ static const fd_api_key_t app_keys[] = {
     {.name = "app_delay", .type = FD_API_MSEC,
      .offset = offsetof(app_conf_t, delay), .def = "100ms",
      .doc = "handler = app: how long GET /slow sleeps"},
+    {.name = "app_file", .type = FD_API_STRING,
+     .offset = offsetof(app_conf_t, file), .def = NULL,
+     .doc = "handler = app: the file GET /file sends bytes of"},
 #else
     {.name = "app_blocking_delay", .type = FD_API_MSEC,
      .offset = offsetof(app_conf_t, delay), .def = "100ms",
@@ -129,6 +137,114 @@ static int stream(fd_request_t *r)
 }
 #endif
 
+/* --- request bodies, in pieces --- */
+
+/*
+ * A body is taken as it comes: piece() sees each piece, end() answers
+ * once it is all in. With FD_API_STREAM_BODY fd_req_read() says FD_AGAIN
+ * when the client has sent nothing more yet, and on_readable runs when it
+ * has; what the module does not read waits in the socket (back-pressure).
+ * Without it (the blocking twin) the same loop gets the body from memory.
+ */
+typedef struct reader_s reader_t;
+struct reader_s {
+    int (*piece)(fd_request_t *r, reader_t *rd, const char *p, size_t n);
+    int (*end)(fd_request_t *r, reader_t *rd);
+    char *data;               /* what items_add keeps */
+    size_t len, cap;
+    uint64_t bytes;           /* what /upload counts */
+    uint32_t sum;
+};
+
+static int pump(fd_request_t *r)
+{
+    reader_t *rd = fd_req_get_ctx(r);
+    char buf[16384];
+    ssize_t n;
+    int rc;
+
+    while ((n = fd_req_read(r, buf, sizeof(buf))) > 0)
+        if ((rc = rd->piece(r, rd, buf, (size_t)n)) != FD_OK)
+            return rc;
+    if (n == FD_AGAIN || n == FD_ERROR)
+        return (int)n; /* FD_ERROR: fastd answers 413, 400 or 408 */
+    return rd->end(r, rd);
+}
+
+static void readable(fd_request_t *r)
+{
+    int rc = pump(r);
+
+    if (rc != FD_AGAIN)
+        fd_api_finish(r, rc);
+}
+
+static int read_body(fd_request_t *r, reader_t *rd)
+{
+    fd_req_set_ctx(r, rd);
+    fd_req_on_readable(r, readable);
+    return pump(r);
+}
+
+/* the pieces kept in request memory, for a body parsed whole */
+static int keep(fd_request_t *r, reader_t *rd, const char *p, size_t n)
+{
+    if (rd->len + n > rd->cap) {
+        size_t cap = (rd->len + n) * 2;
+        char *d = fd_req_alloc(r, cap);
+        if (d == NULL)
+            return 500;
+        if (rd->len)
+            memcpy(d, rd->data, rd->len);
+        rd->data = d;
+        rd->cap = cap;
+    }
+    memcpy(rd->data + rd->len, p, n);
+    rd->len += n;
+    return FD_OK;
+}
+
+/* POST /upload: counted and summed, never held */
+static int count(fd_request_t *r, reader_t *rd, const char *p, size_t n)
+{
+    (void)r;
+    rd->bytes += n;
+    while (n--)
+        rd->sum += (unsigned char)*p++;
+    return FD_OK;
+}
+
+static int counted(fd_request_t *r, reader_t *rd)
+{
+    return json_reply(r, 200, json_pack("{s:I,s:I}", "bytes",
+                                        (json_int_t)rd->bytes, "sum",
+                                        (json_int_t)rd->sum));
+}
+
+static int upload(fd_request_t *r)
+{
+    reader_t *rd = fd_req_alloc(r, sizeof(*rd));
+
+    if (rd == NULL)
+        return 500;
+    *rd = (reader_t){.piece = count, .end = counted};
+    return read_body(r, rd);
+}
+
+#ifndef APP_BLOCKING
+/* GET /file?off=N&len=N: bytes of app_file, not copied (sendfile) */
+static int file(fd_request_t *r, app_conf_t *c)
+{
+    fd_str_t off = fd_req_arg(r, "off"), len = fd_req_arg(r, "len");
+
+    if (c->file == NULL)
+        return 404;
+    fd_resp_content_type_static(r, (fd_str_t){24, "application/octet-stream"});
+    return fd_resp_file(r, c->file, off.data ? strtoll(off.data, NULL, 10) : 0,
+                        len.data ? strtoll(len.data, NULL, 10) : -1);
+}
+#endif
+
 /* --- the routes --- */
 
 static int items_list(fd_request_t *r)
@@ -141,11 +257,10 @@ static int items_list(fd_request_t *r)
     return json_reply(r, 200, copy);
 }
 
-static int items_add(fd_request_t *r)
+static int items_added(fd_request_t *r, reader_t *rd)
 {
-    fd_str_t body = fd_req_body(r);
     json_error_t err;
-    json_t *in = json_loadb(body.data, body.len, 0, &err), *name, *item;
+    json_t *in = json_loadb(rd->data, rd->len, 0, &err), *name, *item;
 
     name = in ? json_object_get(in, "name") : NULL;
     if (!json_is_string(name)) {
@@ -159,6 +274,16 @@ static int items_add(fd_request_t *r)
     pthread_mutex_unlock(&lock);
     json_decref(in);
     return json_reply(r, 201, item);
+}
+
+static int items_add(fd_request_t *r)
+{
+    reader_t *rd = fd_req_alloc(r, sizeof(*rd));
+
+    if (rd == NULL)
+        return 500;
+    *rd = (reader_t){.piece = keep, .end = items_added, .data = ""};
+    return read_body(r, rd);
 }
 
 static int items_delete(fd_request_t *r, const char *id)
@@ -205,9 +330,11 @@ static int app_handler(fd_request_t *r)
 #else
         const char *g = "hello";
 #endif
+        /* the greeting lives as long as the configuration: nothing to
+         * copy (fd_resp_*_static) */
         fd_resp_status(r, 200);
-        fd_resp_content_type(r, (fd_str_t){10, "text/plain"});
-        return fd_resp_body(r, g, strlen(g)) == FD_OK ? FD_OK : 500;
+        fd_resp_content_type_static(r, (fd_str_t){10, "text/plain"});
+        return fd_resp_body_static(r, g, strlen(g)) == FD_OK ? FD_OK : 500;
     }
     if (eq(path, "/slow")) {
         struct timespec ts = {(time_t)(c->delay / 1000),
@@ -225,6 +352,12 @@ static int app_handler(fd_request_t *r)
         snprintf(id, sizeof(id), "%.*s", (int)(n - 7), sub + 7);
         return items_delete(r, id);
     }
+    if (eq(path, "/upload") && eq(m, "POST"))
+        return upload(r);
+#ifndef APP_BLOCKING
+    if (eq(path, "/file"))
+        return file(r, c);
+#endif
     if (eq(path, "/stream")) {
 #ifdef APP_BLOCKING
         return 501; /* streaming is the loop's: not from a pool thread */
@@ -250,6 +383,7 @@ FD_API_MODULE = {
     FD_API_HEADER,
 #ifndef APP_BLOCKING
     .name = "app",
+    .flags = FD_API_STREAM_BODY, /* fd_req_read() as the body comes */
 #else
     .name = "app_blocking",
     .flags = FD_API_BLOCKING,
