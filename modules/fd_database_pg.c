@@ -540,19 +540,20 @@ void db_pg_exit_worker(fd_db_t *db)
 
 /* --- sending --- */
 
-/* The ready connection with the fewest in flight, if it has room */
+/* The first ready connection with room: queries pack onto as few
+ * connections as the load needs (each a server process to wake: on a
+ * shared CPU the fewest is the fastest, measured), and spill onto the
+ * next only when one has pipeline queries in flight */
 static db_conn_t *pick(fd_db_t *db)
 {
-    db_conn_t *best = NULL;
     fd_int_t i;
 
     for (i = 0; i < db->pool; i++) {
         db_conn_t *c = &db->conns[i];
-        if (c->state == C_READY && c->inflight < (unsigned)db->pipeline &&
-            (best == NULL || c->inflight < best->inflight))
-            best = c;
+        if (c->state == C_READY && c->inflight < (unsigned)db->pipeline)
+            return c;
     }
-    return best;
+    return NULL;
 }
 
 static int send_one(db_conn_t *c, db_q_t *q)
