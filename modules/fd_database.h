@@ -136,6 +136,17 @@ void db_dispatch_waiting(fd_db_t *db);
 #define DB_SET(db, f, v)                                                     \
     __atomic_store_n(&(db)->shm->f, (uint64_t)(v), __ATOMIC_RELAXED)
 
+/* A driver's synchronous steps, on a pool thread: its connection of
+ * that thread's, one statement, and a statement of no parameters */
+typedef struct {
+    void *(*conn)(fd_db_t *db, fd_db_res_t *res);
+    int (*exec)(void *conn, db_q_t *q, fd_db_res_t *res);
+    void (*simple)(void *conn, const char *sql, fd_db_res_t *res);
+    const char *begin;         /* what opens a transaction */
+} db_sync_t;
+/* q (a query or a transaction) run now with d's steps */
+void db_run_sync(const db_sync_t *d, fd_db_t *db, db_q_t *q);
+
 /* fd_database_pg.c */
 int db_pg_conf(fd_conf_t *cf, fd_db_t *db);
 int db_pg_init_worker(fd_db_t *db);

@@ -50,11 +50,11 @@ static const fd_directive_t database_section_directives[] = {
      .doc = "a statement running longer is cancelled and answered 504; "
             "0: no limit"},
     {.name = "max_waiting", .type = FD_CONF_INT,
-     .offset = DOFF(max_waiting), .def = "1024",
+     .offset = DOFF(max_waiting), .def = "8192",
      .doc = "queries that may wait for room (per worker); the next gets "
             "503 with Retry-After"},
     {.name = "pipeline", .type = FD_CONF_INT, .offset = DOFF(pipeline),
-     .def = "64", .min = 1, .max = 65536,
+     .def = "128", .min = 1, .max = 65536,
      .doc = "PostgreSQL: queries in flight on one connection at most"},
     {.name = "prepare", .type = FD_CONF_LIST, .offset = DOFF(prepare),
      .doc = "NAME SQL: a named statement ($1, $2, ... its parameters), "
@@ -374,6 +374,24 @@ void db_complete(db_q_t *q)
     if (q->done)
         q->done(q->r, &q->res, q->data);
     db_free_q(q);
+}
+
+void db_run_sync(const db_sync_t *d, fd_db_t *db, db_q_t *q)
+{
+    void *conn = d->conn(db, &q->res);
+    db_q_t *p;
+
+    if (conn == NULL)
+        return;
+    if (q->kind == Q_QUERY) {
+        d->exec(conn, q, &q->res);
+        return;
+    }
+    d->simple(conn, d->begin, &q->res);
+    for (p = q->parts; p && !q->res.status; p = p->next)
+        d->exec(conn, p, &q->res);
+    /* after an error the first one stays the answer (db_set_error) */
+    d->simple(conn, q->res.status ? "ROLLBACK" : "COMMIT", &q->res);
 }
 
 /* 503 at once, with a Retry-After for the client */

@@ -781,19 +781,25 @@ static void exec_simple(PGconn *pg, const char *sql, fd_db_res_t *res)
     PQclear(pr);
 }
 
+static void *sync_conn(fd_db_t *db, fd_db_res_t *res)
+{
+    return tconn(db, res);
+}
+
+static int sync_exec(void *conn, db_q_t *q, fd_db_res_t *res)
+{
+    return exec_one(conn, q, res);
+}
+
+static void sync_simple(void *conn, const char *sql, fd_db_res_t *res)
+{
+    exec_simple(conn, sql, res);
+}
+
 void db_pg_run_blocking(fd_db_t *db, db_q_t *q)
 {
-    PGconn *pg = tconn(db, &q->res);
-    db_q_t *p;
+    static const db_sync_t pg = {sync_conn, sync_exec, sync_simple,
+                                 "BEGIN"};
 
-    if (pg == NULL)
-        return;
-    if (q->kind == Q_QUERY) {
-        exec_one(pg, q, &q->res);
-        return;
-    }
-    exec_simple(pg, "BEGIN", &q->res);
-    for (p = q->parts; p && !q->res.status; p = p->next)
-        exec_one(pg, p, &q->res);
-    exec_simple(pg, q->res.status ? "ROLLBACK" : "COMMIT", &q->res);
+    db_run_sync(&pg, db, q);
 }

@@ -405,24 +405,27 @@ static void exec_simple(tconn_t *t, const char *sql, fd_db_res_t *res)
         error_of(t, rc, res);
 }
 
+static void *sync_conn(fd_db_t *db, fd_db_res_t *res)
+{
+    return tconn(db, res);
+}
+
+static int sync_exec(void *conn, db_q_t *q, fd_db_res_t *res)
+{
+    return exec_one(conn, q, res);
+}
+
+static void sync_simple(void *conn, const char *sql, fd_db_res_t *res)
+{
+    exec_simple(conn, sql, res);
+}
+
 static void run(fd_db_t *db, db_q_t *q)
 {
-    tconn_t *t = tconn(db, &q->res);
-    db_q_t *p;
+    static const db_sync_t lite = {sync_conn, sync_exec, sync_simple,
+                                   "BEGIN IMMEDIATE"};
 
-    if (t == NULL)
-        return;
-    if (q->kind == Q_QUERY) {
-        exec_one(t, q, &q->res);
-        return;
-    }
-    exec_simple(t, "BEGIN IMMEDIATE", &q->res);
-    for (p = q->parts; p && !q->res.status; p = p->next)
-        exec_one(t, p, &q->res);
-    if (q->res.status)
-        sqlite3_exec(t->s, "ROLLBACK", NULL, NULL, NULL);
-    else
-        exec_simple(t, "COMMIT", &q->res);
+    db_run_sync(&lite, db, q);
 }
 
 void db_sqlite_run_blocking(fd_db_t *db, db_q_t *q)
