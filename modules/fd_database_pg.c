@@ -70,6 +70,8 @@ int db_pg_conf(fd_conf_t *cf, fd_db_t *db)
 
     o = PQconninfoParse(db->url, &err);
     if (o == NULL) {
+        if (err)
+            err[strcspn(err, "\n")] = '\0'; /* libpq ends it with one */
         fd_conf_error(cf, "[database %s]: url: %s", db->name,
                       err ? err : "out of memory");
         PQfreemem(err);

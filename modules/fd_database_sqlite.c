@@ -159,13 +159,56 @@ static int could_create(fd_conf_t *cf, fd_db_t *db)
     return FD_OK;
 }
 
+/* The statements, prepared against the schema of s: FD_OK, or FD_ERROR
+ * after fd_conf_error() naming the first that fails */
+static int check_stmts(fd_conf_t *cf, fd_db_t *db, sqlite3 *s)
+{
+    sqlite3_stmt *st;
+    unsigned i;
+
+    for (i = 0; i < db->nstmts; i++) {
+        if (sqlite3_prepare_v2(s, db->stmts[i].sql, -1, &st, NULL) !=
+            SQLITE_OK)
+            return fd_conf_error(cf, "[database %s]: statement %s: %s",
+                                 db->name, db->stmts[i].name,
+                                 sqlite3_errmsg(s));
+        sqlite3_finalize(st);
+    }
+    return FD_OK;
+}
+
+/* fastd -t, the file missing: the statements against what init would
+ * make, in memory */
+static int check_in_memory(fd_conf_t *cf, fd_db_t *db)
+{
+    char err[256], *text = NULL, *msg = NULL;
+    sqlite3 *s = NULL;
+    int rc;
+
+    if (db->init_path && (text = slurp(db->init_path, err, sizeof(err))) ==
+                             NULL)
+        return fd_conf_error(cf, "[database %s]: init \"%s\": %s", db->name,
+                             db->init_path, err);
+    rc = sqlite3_open(":memory:", &s);
+    if (rc == SQLITE_OK && text)
+        rc = sqlite3_exec(s, text, NULL, NULL, &msg);
+    free(text);
+    if (rc != SQLITE_OK)
+        fd_conf_error(cf, "[database %s]: init \"%s\": %s", db->name,
+                      db->init_path ? db->init_path : "",
+                      msg ? msg : s ? sqlite3_errmsg(s) : sqlite3_errstr(rc));
+    else
+        rc = check_stmts(cf, db, s) == FD_OK ? SQLITE_OK : SQLITE_ERROR;
+    sqlite3_free(msg);
+    sqlite3_close(s);
+    return rc == SQLITE_OK ? FD_OK : FD_ERROR;
+}
+
 int db_sqlite_conf(fd_conf_t *cf, fd_db_t *db, const fd_cycle_t *cycle)
 {
     struct stat sb;
     sqlite3 *s = NULL;
-    sqlite3_stmt *st;
     char dir[4096];
-    unsigned i;
     int rc;
 
     if (!sqlite3_threadsafe())
@@ -176,7 +219,8 @@ int db_sqlite_conf(fd_conf_t *cf, fd_db_t *db, const fd_cycle_t *cycle)
             return fd_conf_error(cf, "[database %s]: %s: %s", db->name,
                                  db->path, strerror(errno));
         if (fd_conf_test)
-            return could_create(cf, db);
+            return could_create(cf, db) == FD_OK ? check_in_memory(cf, db)
+                                                 : FD_ERROR;
         if (create(cf, db, cycle) != FD_OK)
             return FD_ERROR;
     }
@@ -185,26 +229,16 @@ int db_sqlite_conf(fd_conf_t *cf, fd_db_t *db, const fd_cycle_t *cycle)
         fd_log_error(FD_LOG_WARN, 0, "database %s: the workers' user %s "
                      "cannot write in %s, where SQLite keeps its journal: "
                      "writes will fail", db->name, cycle->main.user, dir);
-    /* the statements, checked against the schema */
     rc = sqlite3_open_v2(db->path, &s, SQLITE_OPEN_READONLY, NULL);
-    for (i = 0; rc == SQLITE_OK && i < db->nstmts; i++) {
-        rc = sqlite3_prepare_v2(s, db->stmts[i].sql, -1, &st, NULL);
-        sqlite3_finalize(st);
-        if (rc != SQLITE_OK) {
-            fd_conf_error(cf, "[database %s]: statement %s: %s", db->name,
-                          db->stmts[i].name, sqlite3_errmsg(s));
-            sqlite3_close(s);
-            return FD_ERROR;
-        }
-    }
     if (rc != SQLITE_OK) {
         fd_conf_error(cf, "[database %s]: %s: %s", db->name, db->path,
                       s ? sqlite3_errmsg(s) : sqlite3_errstr(rc));
         sqlite3_close(s);
         return FD_ERROR;
     }
+    rc = check_stmts(cf, db, s);
     sqlite3_close(s);
-    return FD_OK;
+    return rc;
 }
 
 /* --- a pool thread's connections --- */

@@ -171,6 +171,21 @@ sub endpoints {
 my $prepare = "prepare = by_id SELECT id, randomNumber FROM World WHERE id = \$1\n"
             . "prepare = count SELECT count(*) FROM World\n";
 
+# --- configurations refused at -t, with file:line and why ---------------------------
+for my $c (["[database d]\nurl = mysql://x\n", qr/url "mysql:\/\/x" is neither postgresql:\/\/\.\.\. nor sqlite:PATH/],
+           ["[database d]\nurl = postgresql://h/db?bogus=1\n", qr/url: invalid URI query parameter: "bogus"$/m],
+           ["[database d]\npool = 2\n", qr/\[database d\] has no url/],
+           ["[database d]\nurl = postgresql://h/db\nprepare = a SELECT 1\nprepare = a SELECT 2\n",
+            qr/statement "a" is prepared twice, with two texts/],
+           ["[database d]\nurl = postgresql://h/db\nprepare = SELECT\n", qr/prepare = NAME SQL/],
+           ["[database d]\nurl = sqlite:$dir/x.db\nprepare = a SELEC 1\n", qr/statement a: near "SELEC": syntax error/],
+           ["[location = /db]\nhandler = db\ndatabase = nowhere\n", qr/unknown database "nowhere" \(no \[database nowhere\] section\)/]) {
+    my ($text, $re) = @$c;
+    my $f = $scratch->write_conf(FastdTest::base_conf(extra => $text), 'bad.conf');
+    my ($rc, $out) = FastdTest::run_fastd('-t', '-c', $f);
+    ok($rc != 0 && $out =~ /\Q$f\E:\d+: .*$re/, "refused: $re") or diag($out);
+}
+
 # --- SQLite ---------------------------------------------------------------------
 {
     my $db = "$dir/sqlite/world.db";
