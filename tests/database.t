@@ -15,7 +15,7 @@
 # - the database killed under load: every request answered (503s, none
 #   stuck), 503 at once while it is down, 200 again once it is back, and
 #   no descriptor left behind;
-# - 1,000 concurrent requests on a pool of one connection: waiting
+# - 1,000 concurrent requests on a pool of 4 connections: waiting
 #   bounded (503 with Retry-After past max_waiting), /plaintext answered
 #   meanwhile;
 # - a database that is not there: 503 at once, said once in the log.
@@ -317,13 +317,13 @@ SKIP: {
     $t->stop;
     $t->no_alerts;
 
-    # --- 1,000 at once on one connection ---------------------------------------
+    # --- 1,000 at once on a pool of 4 ---------------------------------------------
     {
         my $m = FastdTest->new(conf => FastdTest::base_conf(
             main => { load_module => $so, rlimit_nofile => 4096 },
             events => { max_connections => 4096 },
             locations => handlers('test')
-                . "[database test]\nurl = $url\npool = 1\npipeline = 8\n"
+                . "[database test]\nurl = $url\npool = 4\npipeline = 2\n"
                 . "max_waiting = 50\n$prepare\n"));
         $m->start;
         my @many = grep { defined } map { $m->connect } 1 .. 1000;
