@@ -409,6 +409,13 @@ static int reject(fd_db_t *db, db_q_t *q)
 static int submit(fd_db_t *db, db_q_t *q)
 {
     q->start_usec = db_now_usec();
+    /* down (the loop's connections say so): 503 now, not after a wait
+     * each; a pool thread reads the loop's word for it, racy but only
+     * ever a query early or late */
+    if (db->kind == DB_PG &&
+        __atomic_load_n(&db->ready, __ATOMIC_RELAXED) == 0 &&
+        db->failed_once)
+        return reject(db, q);
     if (fd_offload_on_pool_thread()) {
         if (db->kind == DB_PG)
             db_pg_run_blocking(db, q);
@@ -422,8 +429,6 @@ static int submit(fd_db_t *db, db_q_t *q)
                        db_sqlite_send(db, q) == FD_OK
                    ? FD_OK
                    : reject(db, q);
-    if (db->ready == 0 && db->failed_once)
-        return reject(db, q); /* down: 503 now, not after a wait each */
     if (db->wait_head == NULL && db_pg_send(db, q) == FD_OK)
         return FD_OK;
     if (db->waiting >= (unsigned)db->max_waiting)

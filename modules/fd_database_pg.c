@@ -708,7 +708,10 @@ static void tconns_close(void *data)
 
     for (; t; t = next) {
         next = t->next;
-        PQfinish(t->pg);
+        if (t->pg) {
+            PQfinish(t->pg);
+            DB_INC(t->db, open, -1);
+        }
         free(t);
     }
 }
@@ -731,9 +734,12 @@ static PGconn *tconn(fd_db_t *db, fd_db_res_t *res)
     head = pthread_getspecific(tkey);
     for (t = head; t; t = t->next)
         if (t->db == db) {
-            if (PQstatus(t->pg) == CONNECTION_OK)
+            if (t->pg && PQstatus(t->pg) == CONNECTION_OK)
                 return t->pg;
-            PQfinish(t->pg); /* lost: a new one */
+            if (t->pg) { /* lost: a new one */
+                PQfinish(t->pg);
+                DB_INC(db, open, -1);
+            }
             t->pg = NULL;
             break;
         }
@@ -764,6 +770,7 @@ static PGconn *tconn(fd_db_t *db, fd_db_res_t *res)
         t->pg = NULL;
         return NULL;
     }
+    DB_INC(db, open, 1); /* a connection of a pool thread's */
     for (i = 0; i < db->nstmts; i++) {
         pr = PQprepare(t->pg, db->stmts[i].name, db->stmts[i].sql, 0, NULL);
         if (PQresultStatus(pr) != PGRES_COMMAND_OK)

@@ -264,6 +264,7 @@ static void tconns_close(void *data)
         for (i = 0; i < t->db->nstmts; i++)
             sqlite3_finalize(t->st[i]);
         sqlite3_close(t->s);
+        DB_INC(t->db, open, -1);
         free(t);
     }
 }
@@ -312,6 +313,7 @@ static tconn_t *tconn(fd_db_t *db, fd_db_res_t *res)
                                                  INT32_MAX)
                                    : 5000);
     sqlite3_progress_handler(t->s, 1000, progress, t);
+    DB_INC(db, open, 1); /* a connection of a pool thread's */
     t->next = head;
     pthread_setspecific(tkey, t);
     return t;

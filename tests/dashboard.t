@@ -20,8 +20,12 @@ plan skip_all => 'chromium is not installed (apt-get install chromium)'
 
 my $t = FastdTest->new(conf => FastdTest::base_conf(
     main => { workers => 2 },
-    locations => "[location = /status]\nhandler = status\n"));
+    locations => "[location = /status]\nhandler = status\n\n"
+               . "[location = /db]\nhandler = db\n\n"
+               . "[database world]\nurl = sqlite:%%DIR%%/world.db\ninit = "
+               . FastdTest::root() . "/conf/world.sqlite.sql\n"));
 $t->start;
+is($t->get('/db')->status, 200, 'a database query, for its panel') for 1 .. 3;
 my $port = $t->port;
 my $dir = $t->dir;
 
@@ -50,6 +54,8 @@ my %distinct = map { $_ => 1 } @v;
 ok(@v >= 3 && keys(%distinct) >= 2, "the request counter changes between polls (@v)");
 ok(@v && $v[-1] > $v[0], 'and grows');
 ok(defined $points && $points >= 2, 'the rate chart has points');
+like($dom, qr/database world.*busy \d+ \/ \d+ connections.*queries \d+/s,
+     'the database panel: connections, queries');
 unlike($dom, qr/<[^>]*id="state"[^>]*class="err"|<[^>]*class="err"[^>]*id="state"/,
        'no fetch error shown on the page');
 

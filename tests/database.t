@@ -355,6 +355,7 @@ SKIP: {
         my $n = FastdTest->new(conf => FastdTest::base_conf(
             main => { load_module => $so },
             locations => handlers('none')
+                . "[location = /dbb]\nhandler = db\ndatabase = none\nblocking = on\n\n"
                 . "[database none]\nurl = postgresql://x\@127.0.0.1:$port/x\n"
                 . "connect_timeout = 1s\n$prepare\n"));
         $n->start;
@@ -369,6 +370,10 @@ SKIP: {
         $x = $n->get('/queries?queries=20') for 1 .. 5;
         is($x && $x->status, 503, '... at once, every time');
         ok(time - $t1 < 4, '... without a wait each (1 s connect_timeout)') or diag(time - $t1);
+        $t1 = time;
+        $x = $n->get('/dbb') for 1 .. 5;
+        is($x && $x->status, 503, 'blocking = on: 503 too');
+        ok(time - $t1 < 4, '... at once, not a connect on the pool thread each') or diag(time - $t1);
         my @d = $n->error_log =~ /database none: down/g;
         is(scalar @d, 1, 'said once in the log');
         $n->stop;
