@@ -18,7 +18,6 @@
  * statement_timeout: a progress handler interrupts a statement past it
  * (504); a lock held longer by another writer is 503 (busy).
  */
-#include <libgen.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
@@ -61,6 +60,19 @@ static char *slurp(const char *path, char *err, size_t errlen)
     return text;
 }
 
+/* path's directory, in place ("/a/b" -> "/a", "b" -> ".") */
+static void dir_of(char *path)
+{
+    char *slash = strrchr(path, '/');
+
+    if (slash == NULL)
+        strcpy(path, ".");
+    else if (slash == path)
+        path[1] = '\0';
+    else
+        *slash = '\0';
+}
+
 /* the workers' user may write in dir? (as root, by the bits) */
 static int user_writes(const struct stat *sb, const fd_cycle_t *cycle)
 {
@@ -84,7 +96,7 @@ static int create(fd_conf_t *cf, fd_db_t *db, const fd_cycle_t *cycle)
     if (strlen(db->path) >= sizeof(dir))
         return fd_conf_error(cf, "[database %s]: path too long", db->name);
     strcpy(dir, db->path);
-    strcpy(dir, dirname(dir));
+    dir_of(dir);
     if (fd_mkdirs(dir, 0, 0755, &made) != FD_OK)
         return fd_conf_error(cf, "[database %s]: mkdir %s: %s", db->name,
                              dir, strerror(errno));
@@ -225,7 +237,8 @@ int db_sqlite_conf(fd_conf_t *cf, fd_db_t *db, const fd_cycle_t *cycle)
             return FD_ERROR;
     }
     snprintf(dir, sizeof(dir), "%s", db->path);
-    if (stat(dirname(dir), &sb) == 0 && !user_writes(&sb, cycle))
+    dir_of(dir);
+    if (stat(dir, &sb) == 0 && !user_writes(&sb, cycle))
         fd_log_error(FD_LOG_WARN, 0, "database %s: the workers' user %s "
                      "cannot write in %s, where SQLite keeps its journal: "
                      "writes will fail", db->name, cycle->main.user, dir);

@@ -55,6 +55,9 @@ $t->write_conf(FastdTest::base_conf(
 $t->start;
 
 # some traffic everywhere, so every figure has something in it
+# (res.test resolves after the start, off the request path: until then
+# its upstream has no server, 502; a loaded machine takes longer)
+FastdTest::wait_for(sub { my $r = $t->get('/res/x'); $r && $r->status == 200 }, 10);
 for my $p ((map { "/$_/x" } @order), '/cached/x', '/q') {
     my $r = $t->get($p);
     ok($r && $r->status == 200, "GET $p: 200")
