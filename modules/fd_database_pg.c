@@ -43,10 +43,14 @@ struct db_conn_s {
     int state;                 /* C_* */
     uint32_t events;           /* registered for */
     unsigned registered:1;
+    unsigned fatal:1;          /* the server ended it (an answer of class
+                                  08 or 57P): what follows will not run */
     unsigned sync_due:1;       /* queries sent since the last sync */
     unsigned inflight;         /* queries and transactions sent, open */
     db_q_t *head, **tail;      /* sent, in order, syncs included */
     fd_timer_t timer;          /* connect, backoff, stall */
+    fd_msec_t progress;        /* when it last answered, or got its first
+                                  query after none (pick) */
     fd_msec_t backoff;
     const char *why;           /* C_BROKEN: the error */
 };
@@ -300,7 +304,7 @@ static void conn_fail(db_conn_t *c, const char *why)
     fd_db_t *db = c->db;
     int was_ready = c->state == C_READY || c->state == C_BROKEN;
     unsigned before = c->inflight;
-    db_q_t *q;
+    db_q_t *q, *t, *again = NULL, **again_last = &again;
     char msg[256];
 
     snprintf(msg, sizeof(msg), "%s", why ? why : "connection lost");
@@ -309,20 +313,39 @@ static void conn_fail(db_conn_t *c, const char *why)
     c->state = C_DOWN;
     while (c->head) {
         q = q_pop(c);
-        if (q->kind == Q_QUERY) {
-            db_set_error(&q->res, DB_UNAVAILABLE, msg);
-            db_complete(q);
-        } else if (q->kind == Q_PART) {
-            db_q_t *t = q->txn;
+        t = q;
+        if (q->kind == Q_PART) {
+            t = q->txn;
             db_free_q(q);
-            if (--t->left == 0) {
-                db_set_error(&t->res, DB_UNAVAILABLE, msg);
-                db_complete(t);
-            }
-        } else {
+            if (--t->left)
+                continue;
+        } else if (q->kind != Q_QUERY) {
             db_free_q(q);
+            continue;
         }
+        if (c->fatal && !t->res.status && t->tries <= RETRIES) {
+            /* behind the server's last word: never run; again, in order,
+             * on another connection */
+            t->aborted = 0;
+            t->next = NULL;
+            *again_last = t;
+            again_last = &t->next;
+            continue;
+        }
+        db_set_error(&t->res, DB_UNAVAILABLE, msg);
+        db_complete(t);
     }
+    if (again) {
+        unsigned n = 0;
+        for (q = again; q; q = q->next)
+            n++;
+        *again_last = db->wait_head;
+        if (db->wait_head == NULL)
+            db->wait_tail = again_last;
+        db->wait_head = again;
+        db->waiting += n;
+    }
+    c->fatal = 0;
     c->inflight = 0;
     busy_update(c, before);
     if (was_ready && db->ready)
@@ -331,7 +354,9 @@ static void conn_fail(db_conn_t *c, const char *why)
                             : BACKOFF_MIN;
     fd_timer_add(&c->timer, c->backoff);
     if (db->ready == 0)
-        db_state(db, 0, msg);
+        db_state(db, 0, msg); /* fails what waits, the queries above too */
+    else if (again)
+        db_dispatch_waiting(db);
 }
 
 /* Send c's prepares; it then takes queries (they follow in the pipe) */
@@ -419,6 +444,7 @@ static void conn_read(db_conn_t *c)
     db_q_t *q;
     int more = 0;
 
+    c->progress = fd_current_msec;
     do {
         if (!PQconsumeInput(c->pg)) {
             conn_fail(c, PQerrorMessage(c->pg));
@@ -466,6 +492,8 @@ static void conn_read(db_conn_t *c)
                              PQresultErrorMessage(pr));
             else
                 error_of(&q->res, pr);
+            if (q->res.status == DB_UNAVAILABLE)
+                c->fatal = 1; /* the server is closing it */
             PQclear(pr);
             break;
         }
@@ -568,17 +596,30 @@ void db_pg_exit_worker(fd_db_t *db)
 /* The first ready connection with room: queries pack onto as few
  * connections as the load needs (each a server process to wake: on a
  * shared CPU the fewest is the fastest, measured), and spill onto the
- * next only when one has pipeline queries in flight */
+ * next only when one has pipeline queries in flight. One that owes
+ * answers and gave none for PICK_STUCK ms (a slow statement at the head
+ * of its pipe) is passed over while another has room: what follows it
+ * would wait behind it. */
+#define PICK_STUCK 20
+
 static db_conn_t *pick(fd_db_t *db)
 {
+    db_conn_t *stuck = NULL;
     fd_int_t i;
 
     for (i = 0; i < db->pool; i++) {
         db_conn_t *c = &db->conns[i];
-        if (c->state == C_READY && c->inflight < (unsigned)db->pipeline)
-            return c;
+        if (c->state != C_READY || c->fatal ||
+            c->inflight >= (unsigned)db->pipeline)
+            continue;
+        if (c->inflight && fd_current_msec - c->progress > PICK_STUCK) {
+            if (stuck == NULL)
+                stuck = c;
+            continue;
+        }
+        return c;
     }
-    return NULL;
+    return stuck;
 }
 
 static int send_one(db_conn_t *c, db_q_t *q)
@@ -661,6 +702,8 @@ int db_pg_send(fd_db_t *db, db_q_t *q)
     while ((c = pick(db)) != NULL) {
         rc = send_q(c, q);
         if (rc != FD_ERROR) {
+            if (c->inflight == 0)
+                c->progress = fd_current_msec;
             before = c->inflight++;
             busy_update(c, before);
             if (db->statement_timeout && !fd_timer_armed(&c->timer))

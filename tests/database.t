@@ -214,7 +214,10 @@ SKIP: {
         . "[database test]\nurl = $url\npool = 2\n$prepare\n"
         . "[database slow]\nurl = $url\npool = 1\nstatement_timeout = 300ms\n"
         . "prepare = sleep SELECT pg_sleep(\$1::float8)\n$prepare\n"
-        . "[location /slow]\nhandler = dbq\ndbq_database = slow\n\n");
+        . "[location /slow]\nhandler = dbq\ndbq_database = slow\n\n"
+        . "[database two]\nurl = $url\npool = 2\nstatement_timeout = 30s\n"
+        . "prepare = sleep SELECT pg_sleep(\$1::float8)\n$prepare\n"
+        . "[location /two]\nhandler = dbq\ndbq_database = two\n\n");
     endpoints($t, 'postgresql');
     # the other event backend too: under io_uring a poll is edge-triggered
     # (libpq's connect asks twice for what is already there: it hung)
@@ -243,6 +246,30 @@ SKIP: {
         my ($d) = grep { $_->{database} eq 'slow' } @{ $s->{modules}{database} // [] };
         ok($d && $d->{errors_timeout} >= 1, '/status counts the timeout')
             or diag(explain $d);
+    }
+
+    # a slow statement holds none of the queries after it (they go to the
+    # pool's other connection), and a connection lost mid-query fails the
+    # queries on it only
+    {
+        my $c = $t->connect;
+        $c->send("GET /two?s=sleep&p1=20 HTTP/1.1\r\nHost: x\r\n\r\n");
+        my $sql = "SELECT pid FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%'";
+        my $pid = FastdTest::wait_for(sub { $pg->psql($sql) }, 10);
+        ok($pid, 'the slow statement runs');
+        my $fast = 0;
+        for (1 .. 5) {
+            my $f = $t->connect;
+            $f->send("GET /two?s=by_id&p1=7 HTTP/1.1\r\nHost: x\r\n\r\n");
+            my ($x) = $f->read_responses(1, timeout => 10);
+            $fast++ if $x && $x->{status} == 200;
+        }
+        is($fast, 5, 'the queries after it answer (not behind it)');
+        $pg->psql("SELECT pg_terminate_backend($pid)") if $pid;
+        my ($r) = $c->read_responses(1, timeout => 10);
+        is($r && $r->{status}, 503, 'its connection lost: 503 for the query on it');
+        my $x = $t->get('/two?s=by_id&p1=8');
+        is($x && $x->status, 200, 'the others go on') or diag($x && $x->body, $t->error_log);
     }
 
     my $b = FastdTest->new(conf => FastdTest::base_conf(
