@@ -407,9 +407,13 @@ static int check(fd_conf_t *cf, const fd_api_module_t *a, const char *file)
                              descriptor_size(a->api_minor), rebuild);
     if (a->name == NULL || *a->name == '\0' ||
         (a->handler == NULL && (a->api_minor < 1 || a->handlers == NULL ||
-                                a->handlers[0].name == NULL)))
+                                a->handlers[0].name == NULL) &&
+         (a->api_minor < 2 ||
+          (!phase_module(a) && a->status == NULL && a->vars == NULL))))
         return fd_conf_error(cf, "load_module \"%s\": the module has no "
-                             "name or no handler", file);
+                             "name, or nothing to do (no handler; from 1.2 "
+                             "neither an access or log hook, figures nor "
+                             "variables)", file);
     if (name_taken(a->name))
         return fd_conf_error(cf, "load_module \"%s\": a module or handler "
                              "named \"%s\" is already there", file, a->name);
