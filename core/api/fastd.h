@@ -461,7 +461,7 @@ void *fd_api_conf_alloc(size_t size);
 
 /* An IPv4 (the first 4 bytes of addr) or IPv6 address; family is the
  * system's AF_INET or AF_INET6 (0: none). */
-typedef struct {
+typedef struct fd_addr_s {
     uint8_t family;
     uint16_t port;           /* 0: none known */
     uint8_t addr[16];

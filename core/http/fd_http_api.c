@@ -524,28 +524,15 @@ void *fd_api_conf_alloc(size_t size)
 
 /* --- 1.2: the client --- */
 
-static void api_addr(fd_api_addr_t *out, const fd_addr_t *a)
+void fd_req_client(fd_request_t *r, fd_api_addr_t *a)
 {
-    out->family = a->family;
-    out->port = a->port;
-    memcpy(out->addr, a->addr, sizeof(out->addr));
-}
-
-void fd_req_client(fd_request_t *r, fd_api_addr_t *out)
-{
-    fd_addr_t a;
-
-    fd_request_addr(r, &a);
-    api_addr(out, &a);
+    fd_request_addr(r, a);
 }
 
 int fd_api_cidr_match(const fd_api_cidr_t *set, unsigned n,
                       const fd_api_addr_t *a)
 {
-    fd_addr_t b = {.family = a->family, .port = a->port};
-
-    memcpy(b.addr, a->addr, sizeof(b.addr));
-    return fd_cidr_match(set, n, &b);
+    return fd_cidr_match(set, n, a);
 }
 
 /* --- 1.2: the offload pool --- */
