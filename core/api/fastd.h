@@ -152,9 +152,9 @@ typedef struct {
      * before the body is read and the handler runs. FD_OK: go on;
      * FD_AGAIN: the module holds the request and later, from the loop,
      * lets it go on with fd_api_continue() or ends it with
-     * fd_api_finish(r, status); an HTTP status >= 400: that error page
-     * (after fd_resp_header() for headers of its own: a 401's
-     * WWW-Authenticate); FD_DONE: the response is set.
+     * fd_api_finish(r, status); an HTTP status >= 400: that error page;
+     * FD_DONE: the response is set (fd_resp_error(), then fd_resp_header()
+     * for headers of its own: a 401's WWW-Authenticate).
      *
      * A module with an access or a log hook is a phase module: its keys
      * are keys of every [location] (and [http], [server] as defaults),
@@ -442,7 +442,7 @@ int fd_req_set_ctx_of(fd_request_t *r, const fd_api_module_t *self,
 void fd_api_continue(fd_request_t *r, const fd_api_module_t *self);
 
 /* The response of status as fastd's error page (the location's
- * error_page, or fastd's own), with the headers the module added; the
+ * error_page, or fastd's own); headers added after it go with it, and the
  * access hook then returns FD_DONE. FD_OK or FD_ERROR (out of memory). */
 int fd_resp_error(fd_request_t *r, int status);
 
