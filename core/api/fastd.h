@@ -2,7 +2,9 @@
  * fastd.h: the public API of fastd modules, version 1.2.
  *
  * Everything a module built outside the tree needs: its descriptor and
- * keys, the request, the response, asynchronous completion and logging.
+ * keys, the request, the response, asynchronous completion and logging;
+ * from 1.2 also the access and log phases, its own $variables, its
+ * figures for /status, the client's address and the offload pool.
  * A module is a shared object that defines
  *
  *     FD_API_MODULE = { FD_API_HEADER, .name = "hello",
