@@ -98,6 +98,9 @@ struct fd_conf_s {
     fd_conf_pos_t *set;    /* where each key was set, newest first (temp) */
     const char *prefix;    /* relative paths resolve against it */
     char err[1024];        /* "file:line: message" after an error */
+    /* the line being applied to a location is its [location]'s own, not
+     * one inherited from [http] or [server] (a public-API module's set) */
+    int own_line;
 };
 
 /*

@@ -218,10 +218,19 @@ static int unknown_key(load_t *ld, const fd_conf_entry_t *e,
                          fd_conf_near_hint(&nr, hint, sizeof(hint)));
 }
 
+/* e is a line of loc's [location] itself, not one it inherits (the
+ * server's implicit location is named "server", as its lines' section) */
+static int own_line(const fd_http_loc_t *loc, const fd_conf_entry_t *e)
+{
+    return loc != loc->server->root_loc && strcmp(loc->name, "server") != 0 &&
+           strcmp(e->section, loc->name) == 0;
+}
+
 static int apply_loc_entry(load_t *ld, fd_http_loc_t *loc, fd_conf_entry_t *e)
 {
     unsigned mod;
     const fd_directive_t *d;
+    int rc;
 
     if (e->key[0] == '\0')
         return FD_OK; /* section marker */
@@ -232,9 +241,12 @@ static int apply_loc_entry(load_t *ld, fd_http_loc_t *loc, fd_conf_entry_t *e)
         return FD_DECLINED;
     if (d->handler_key) /* its meaning is the handler's, maybe not known yet */
         return list_add(ld->cf, ld->cf->temp, &loc->handler_keys, e);
-    return fd_conf_set(ld->cf, d, mod == UINT_MAX ? (void *)loc
-                                                  : loc->mconf[mod],
-                       e->value);
+    ld->cf->own_line = own_line(loc, e);
+    rc = fd_conf_set(ld->cf, d, mod == UINT_MAX ? (void *)loc
+                                                : loc->mconf[mod],
+                     e->value);
+    ld->cf->own_line = 0;
+    return rc;
 }
 
 /*
@@ -257,8 +269,11 @@ static int loc_handler_keys(load_t *ld, fd_http_loc_t *loc)
 
         at(ld, e);
         if (d && d->handler_key) {
-            if (fd_conf_set(ld->cf, d, loc->mconf[h->index], e->value) !=
-                FD_OK)
+            int rc;
+            ld->cf->own_line = own_line(loc, e);
+            rc = fd_conf_set(ld->cf, d, loc->mconf[h->index], e->value);
+            ld->cf->own_line = 0;
+            if (rc != FD_OK)
                 return FD_ERROR;
             continue;
         }

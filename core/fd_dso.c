@@ -37,6 +37,8 @@
 #include "fd_http.h"
 #include "fd_http_parse.h"
 #include "fd_module.h"
+#include "fd_status.h"
+#include "fd_var.h"
 
 typedef struct {
     char *path;                /* NULL: built into the binary */
@@ -47,8 +49,10 @@ typedef struct {
     /* the module's descriptor, copied: an older minor's shorter one is
      * zero-extended, so the fields it lacks read as "none" */
     fd_api_module_t api;
+    fd_api_module_t *self;     /* the module's own descriptor (id) */
     fd_module_t m;
     fd_directive_t *keys;
+    fd_var_t *vars;            /* 1.2: its $variables, as the engine's */
 } dso_t;
 
 static dso_t dsos[FD_DSO_MAX];
@@ -72,14 +76,23 @@ void fd_api_conf_error(const char *fmt, ...)
         fd_conf_error(conf_cf, "%s", buf);
 }
 
+/* 1.2: a module with an access or a log hook: its keys are every
+ * location's, not its handlers' */
+static int phase_module(const fd_api_module_t *a)
+{
+    return a->access != NULL || a->log != NULL;
+}
+
 static int init_conf(unsigned i, fd_conf_t *cf, const fd_http_loc_t *loc,
                      void *conf)
 {
     int rc;
 
-    /* a module's keys are its handlers' (handler keys): its
-     * configuration means something where one of them answers only */
-    if (dsos[i].api.init_conf == NULL || loc->handler != &dsos[i].m)
+    /* a handler module's keys are its handlers' (handler keys): its
+     * configuration means something where one of them answers only; a
+     * phase module's, in every location */
+    if (dsos[i].api.init_conf == NULL ||
+        (loc->handler != &dsos[i].m && !phase_module(&dsos[i].api)))
         return FD_OK;
     conf_cf = cf;
     cf->err[0] = '\0';
@@ -124,16 +137,28 @@ static void exit_worker(unsigned i)
     {                                                                        \
         (void)w;                                                             \
         exit_worker(i);                                                      \
+    }                                                                        \
+    static int loc_active_##i(const fd_http_loc_t *loc)                      \
+    {                                                                        \
+        return dsos[i].api.active(fd_loc_conf(loc, &dsos[i].m));             \
+    }                                                                        \
+    static void status_##i(fd_status_t *st, const void *area, unsigned w)    \
+    {                                                                        \
+        dsos[i].api.status((fd_api_status_t *)st, area, w);                  \
     }
 DSO_SLOT(0) DSO_SLOT(1) DSO_SLOT(2) DSO_SLOT(3) DSO_SLOT(4) DSO_SLOT(5)
 DSO_SLOT(6) DSO_SLOT(7) DSO_SLOT(8) DSO_SLOT(9) DSO_SLOT(10) DSO_SLOT(11)
 DSO_SLOT(12) DSO_SLOT(13) DSO_SLOT(14) DSO_SLOT(15)
 
-#define HOOKS(i) {init_conf_##i, init_worker_##i, exit_worker_##i}
+#define HOOKS(i)                                                             \
+    {init_conf_##i, init_worker_##i, exit_worker_##i, loc_active_##i,        \
+     status_##i}
 static const struct {
     int (*init_conf)(fd_conf_t *, fd_http_loc_t *, void *);
     int (*init_worker)(fd_worker_t *);
     void (*exit_worker)(fd_worker_t *);
+    int (*loc_active)(const fd_http_loc_t *);
+    void (*status)(fd_status_t *, const void *, unsigned);
 } hooks[FD_DSO_MAX] = {
     HOOKS(0),  HOOKS(1),  HOOKS(2),  HOOKS(3),  HOOKS(4),  HOOKS(5),
     HOOKS(6),  HOOKS(7),  HOOKS(8),  HOOKS(9),  HOOKS(10), HOOKS(11),
@@ -164,6 +189,29 @@ static unsigned methods(unsigned api)
     return m;
 }
 
+/* An FD_API_CUSTOM or FD_API_LIST key's line, to its module's set() */
+static int dso_set(fd_conf_t *cf, const fd_directive_t *k, void *conf,
+                   const char *value)
+{
+    unsigned i;
+    int rc;
+
+    for (i = 0; i < ndsos; i++)
+        if (dsos[i].keys && k >= dsos[i].keys &&
+            fd_conf_find(dsos[i].keys, k->name) == k)
+            break;
+    if (i == ndsos)
+        return fd_conf_error(cf, "\"%s\": no module parses it", k->name);
+    conf_cf = cf;
+    cf->err[0] = '\0';
+    rc = dsos[i].api.set(conf, k->name, value, cf->own_line);
+    conf_cf = NULL;
+    if (rc != FD_OK && cf->err[0] == '\0')
+        fd_conf_error(cf, "\"%s\": module %s refused \"%s\"", k->name,
+                      dsos[i].m.name, value);
+    return rc == FD_OK ? FD_OK : FD_ERROR;
+}
+
 /* The module's keys as the loader's directives: the API's types are the
  * loader's, laid out alike (fastd.h says which C type each is). */
 static int keys(fd_conf_t *cf, dso_t *d, const char *file)
@@ -186,6 +234,20 @@ static int keys(fd_conf_t *cf, dso_t *d, const char *file)
     if (d->keys == NULL)
         return fd_conf_error(cf, "out of memory");
     for (i = 0; i < n; i++) {
+        if (d->api.api_minor >= 2 &&
+            (k[i].type == FD_API_CUSTOM || k[i].type == FD_API_LIST)) {
+            if (d->api.set == NULL)
+                return fd_conf_error(cf, "load_module \"%s\": key \"%s\" "
+                                     "is parsed by the module, which has no "
+                                     "set()", file, k[i].name);
+            d->keys[i] = (fd_directive_t){
+                .name = k[i].name,
+                .type = k[i].type == FD_API_LIST ? FD_CONF_LIST
+                                                 : FD_CONF_CUSTOM,
+                .set = dso_set, .handler_key = !phase_module(&d->api),
+                .doc = k[i].doc ? k[i].doc : ""};
+            continue;
+        }
         for (t = 0; t < fd_nelems(types); t++)
             if (types[t].api == k[i].type)
                 break;
@@ -196,7 +258,8 @@ static int keys(fd_conf_t *cf, dso_t *d, const char *file)
                                  "module's conf_size", file, k[i].name);
         d->keys[i] = (fd_directive_t){
             .name = k[i].name, .type = types[t].type,
-            .offset = k[i].offset, .def = k[i].def, .handler_key = 1,
+            .offset = k[i].offset, .def = k[i].def,
+            .handler_key = !phase_module(&d->api),
             .doc = k[i].doc ? k[i].doc : ""};
     }
     return FD_OK;
@@ -205,8 +268,50 @@ static int keys(fd_conf_t *cf, dso_t *d, const char *file)
 /* The descriptor's size a module built for minor version minor has */
 static size_t descriptor_size(uint32_t minor)
 {
-    return minor == 0 ? offsetof(fd_api_module_t, handlers)
-                      : sizeof(fd_api_module_t);
+    return minor == 0   ? offsetof(fd_api_module_t, handlers)
+           : minor == 1 ? offsetof(fd_api_module_t, set)
+                        : sizeof(fd_api_module_t);
+}
+
+/* A 1.2 module's getter of one of its variables, in the engine's
+ * fd_var_t.data */
+static fd_str_t api_var_get(fd_request_t *r, const fd_var_op_t *op,
+                            char *tmp)
+{
+    fd_str_t (*get)(fd_request_t *, char *);
+
+    memcpy(&get, &op->var->data, sizeof(get));
+    return get(r, tmp);
+}
+
+/* The module's $variables as the engine's (fd_var.h) */
+static int vars(fd_conf_t *cf, dso_t *d, const char *file)
+{
+    const fd_api_var_t *v = d->api.vars;
+    size_t n = 0, i;
+
+    _Static_assert(sizeof(uintptr_t) >= sizeof(v->get),
+                   "a getter fits fd_var_t.data");
+    _Static_assert(FD_API_VAR_TMP <= FD_VAR_TMP &&
+                       FD_API_VAR_NUMBER == FD_VAR_NUMBER,
+                   "the API's variables are the engine's");
+    while (v && v[n].name)
+        n++;
+    if (n == 0)
+        return FD_OK;
+    d->vars = calloc(n + 1, sizeof(fd_var_t));
+    if (d->vars == NULL)
+        return fd_conf_error(cf, "out of memory");
+    for (i = 0; i < n; i++) {
+        if (v[i].get == NULL || fd_var_find(v[i].name, strlen(v[i].name)))
+            return fd_conf_error(cf, "load_module \"%s\": variable $%s "
+                                 "has no getter, or fastd has one of that "
+                                 "name", file, v[i].name);
+        d->vars[i] = (fd_var_t){.name = v[i].name, .get = api_var_get,
+                                .flags = v[i].flags & FD_VAR_NUMBER};
+        memcpy(&d->vars[i].data, &v[i].get, sizeof(v[i].get));
+    }
+    return FD_OK;
 }
 
 /* the API's handler flags as the engine's */
@@ -302,9 +407,13 @@ static int check(fd_conf_t *cf, const fd_api_module_t *a, const char *file)
                              descriptor_size(a->api_minor), rebuild);
     if (a->name == NULL || *a->name == '\0' ||
         (a->handler == NULL && (a->api_minor < 1 || a->handlers == NULL ||
-                                a->handlers[0].name == NULL)))
+                                a->handlers[0].name == NULL) &&
+         (a->api_minor < 2 ||
+          (!phase_module(a) && a->status == NULL && a->vars == NULL))))
         return fd_conf_error(cf, "load_module \"%s\": the module has no "
-                             "name or no handler", file);
+                             "name, or nothing to do (no handler; from 1.2 "
+                             "neither an access or log hook, figures nor "
+                             "variables)", file);
     if (name_taken(a->name))
         return fd_conf_error(cf, "load_module \"%s\": a module or handler "
                              "named \"%s\" is already there", file, a->name);
@@ -342,17 +451,23 @@ static int add(fd_conf_t *cf, const fd_api_module_t *a, const char *file,
                              "on the public API", what, FD_DSO_MAX);
     if (check(cf, a, what) != FD_OK)
         return FD_ERROR;
+    if (a->api_minor >= 2 && a->shm_size && fd_shm)
+        return fd_conf_error(cf, "load_module \"%s\": the module keeps "
+                             "figures in the status slots (shm_size), which "
+                             "are laid out at start: restart fastd to load "
+                             "it", what);
     d = &dsos[ndsos];
-    *d = (dso_t){.handle = h};
+    *d = (dso_t){.handle = h, .self = (fd_api_module_t *)a};
     memcpy(&d->api, a, descriptor_size(a->api_minor));
     if (st)
         d->dev = st->st_dev, d->ino = st->st_ino, d->mtime = st->st_mtim;
     list = malloc((fd_nmodules + 2) * sizeof(*list));
     if ((file && (d->path = strdup(file)) == NULL) || list == NULL ||
-        keys(cf, d, what) != FD_OK) {
+        keys(cf, d, what) != FD_OK || vars(cf, d, what) != FD_OK) {
         free(list);
         free(d->path);
         free(d->keys);
+        free(d->vars);
         return cf->err[0] ? FD_ERROR : fd_conf_error(cf, "out of memory");
     }
     d->m = (fd_module_t){
@@ -364,6 +479,15 @@ static int add(fd_conf_t *cf, const fd_api_module_t *a, const char *file,
         .handler = (fd_handler_pt)a->handler,
         .flags = module_flags(a->flags),
         .methods = methods(a->methods),
+        /* 1.2 (zero for an older module): the hooks' types are the
+         * engine's but for active and status, which go through the slot */
+        .access = d->api.access,
+        .loc_active = d->api.active ? hooks[ndsos].loc_active : NULL,
+        .log = d->api.log,
+        .vars = d->vars,
+        .shm_size = d->api.shm_size,
+        .status = d->api.status ? hooks[ndsos].status : NULL,
+        .retire = d->api.retire,
         .index = fd_nmodules};
     /* every key name once, in every table (fd_cycle_check_keys) */
     memcpy(list, fd_modules, fd_nmodules * sizeof(*list));
@@ -382,9 +506,12 @@ static int add(fd_conf_t *cf, const fd_api_module_t *a, const char *file,
         ndsos--;
         fd_modules[fd_nmodules] = NULL;
         free(d->keys);
+        free(d->vars);
         free(d->path);
         return fd_conf_error(cf, "load_module \"%s\": %s", what, why);
     }
+    if (a->api_minor >= 2)
+        d->self->id = d->m.index; /* FD_API_SELF's calls find it by this */
     return FD_OK;
 }
 
@@ -431,7 +558,7 @@ int fd_modules_init(void)
 {
     static int done;
     fd_conf_t cf;
-    unsigned i;
+    unsigned i, nengine;
 
     if (done)
         return FD_OK;
@@ -439,10 +566,25 @@ int fd_modules_init(void)
     for (i = 0; fd_modules[i]; i++)
         fd_modules[i]->index = i;
     memset(&cf, 0, sizeof(cf));
+    nengine = fd_nmodules;
     for (i = 0; fd_builtin_api_modules[i]; i++)
         if (add(&cf, fd_builtin_api_modules[i], NULL, NULL, NULL) != FD_OK) {
             fprintf(stderr, "fastd: [emerg] built-in module: %s\n", cf.err);
             return FD_ERROR;
         }
+    /* each where auto/modules has it among the engine's: module order is
+     * the order of the access and log hooks (acl before auth_basic) */
+    for (i = 0; fd_builtin_api_modules[i]; i++) {
+        unsigned to = fd_builtin_api_at[i] + i, from = nengine + i;
+        fd_module_t *m = fd_modules[from];
+        memmove(&fd_modules[to + 1], &fd_modules[to],
+                (from - to) * sizeof(*fd_modules));
+        fd_modules[to] = m;
+    }
+    for (i = 0; fd_modules[i]; i++)
+        fd_modules[i]->index = i;
+    for (i = 0; i < ndsos; i++)
+        if (dsos[i].api.api_minor >= 2)
+            dsos[i].self->id = dsos[i].m.index;
     return FD_OK;
 }

@@ -145,6 +145,9 @@ int fd_dso_load(fd_conf_t *cf, const char *file);
 /* The modules of the tree written on the public API (objs/fd_modules.c),
  * NULL-ended; fd_modules_init() adds them to fd_modules as loaded ones. */
 extern const fd_api_module_t *const fd_builtin_api_modules[];
+/* where each goes in fd_modules: how many engine modules auto/modules
+ * lists before it */
+extern const unsigned fd_builtin_api_at[];
 /* Once, before anything reads fd_modules: numbers the built-in modules
  * and registers those on the public API. FD_ERROR (said on stderr) when
  * one is refused: a build that cannot run. */

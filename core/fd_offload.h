@@ -24,16 +24,9 @@ void fd_offload_exit_worker(fd_worker_t *w);
 /* True on a pool thread (a handler the engine dispatched to the pool). */
 int fd_offload_on_pool_thread(void);
 
-/* Pool figures (this worker), for the status slot. */
-typedef struct {
-    uint64_t threads;
-    uint64_t busy;
-    uint64_t pending;
-    uint64_t completed;       /* monotonic */
-    uint64_t wait_usec_sum;   /* queue wait of the items taken (monotonic) */
-    uint64_t min_threads;     /* the configured bounds */
-    uint64_t max_threads;
-} fd_offload_stats_t;
+/* Pool figures (this worker), for the status slot: the public API's
+ * (fastd.h), which the pool module reports. */
+typedef fd_api_pool_stats_t fd_offload_stats_t;
 
 /* Sums the per-thread counters now (on the loop). */
 void fd_offload_stats(fd_offload_stats_t *st);

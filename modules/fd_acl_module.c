@@ -12,27 +12,42 @@
  *
  * A [location] with rules of its own uses only those; one without inherits
  * the rules of [http] and [server] (which add up, [http]'s first).
+ * Written on the public API (core/api/fastd.h) alone: its keys parsed by
+ * set(), its access hook active only where there are rules.
  */
 #include <arpa/inet.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/socket.h>
 
-#include "fd_core.h"
-#include "fd_connection.h"
-#include "fd_http.h"
+#include "fastd.h"
 
 typedef struct {
     uint8_t deny;
-    fd_cidr_t net;      /* family 0: all */
+    fd_api_cidr_t net;  /* family 0: all */
 } acl_rule_t;
 
 typedef struct {
-    acl_rule_t *rules;  /* as applied: [http], [server], then own */
+    acl_rule_t *rules;  /* what this location checks, in order */
     unsigned n, cap;
-    acl_rule_t *eff;    /* what this location checks (init_conf) */
-    unsigned neff;
+    int own;            /* the rules are the [location]'s own */
 } acl_conf_t;
 
-fd_module_t fd_acl_module;
+/* digits only, 0 .. max: the prefix length; -1 for anything else */
+static int prefix_len(const char *s, unsigned max)
+{
+    unsigned v = 0;
+    size_t i;
+
+    if (*s == '\0' || strlen(s) > 3)
+        return -1;
+    for (i = 0; s[i]; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (unsigned)(s[i] - '0');
+    }
+    return v <= max ? (int)v : -1;
+}
 
 /*
  * ADDR or ADDR/BITS, nothing else: inet_pton() for the address (it takes
@@ -42,20 +57,21 @@ fd_module_t fd_acl_module;
  * as 10.0.0.0/8 (nginx warns and widens it), since it is as likely a host
  * with a mistyped length.
  */
-static int parse_rule(fd_conf_t *cf, const fd_directive_t *d, const char *v,
-                      acl_rule_t *rule)
+static int parse_rule(const char *key, const char *v, acl_rule_t *rule)
 {
     char text[INET6_ADDRSTRLEN + 8], net[INET6_ADDRSTRLEN], *slash;
     static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0,
                                        0, 0, 0, 0, 0xff, 0xff};
-    unsigned max, i;
-    int64_t bits;
+    unsigned max, i, bits;
+    int pl;
     uint8_t masked[16];
 
     if (strcmp(v, "all") == 0)
         return FD_OK; /* family 0 */
-    if (strlen(v) >= sizeof(text))
-        return fd_conf_error(cf, "%s: bad address \"%s\"", d->name, v);
+    if (strlen(v) >= sizeof(text)) {
+        fd_api_conf_error("%s: bad address \"%s\"", key, v);
+        return FD_ERROR;
+    }
     strcpy(text, v);
     slash = strchr(text, '/');
     if (slash)
@@ -67,13 +83,19 @@ static int parse_rule(fd_conf_t *cf, const fd_directive_t *d, const char *v,
         rule->net.family = AF_INET6;
         max = 128;
     } else {
-        return fd_conf_error(cf, "%s: \"%s\" is not an address, CIDR or "
-                             "all", d->name, v);
+        fd_api_conf_error("%s: \"%s\" is not an address, CIDR or all", key,
+                          v);
+        return FD_ERROR;
     }
     bits = max;
-    if (slash && (bits = fd_conf_parse_uint(slash, max)) < 0)
-        return fd_conf_error(cf, "%s: bad prefix length in \"%s\" (digits, "
-                             "0 .. %u)", d->name, v, max);
+    if (slash) {
+        if ((pl = prefix_len(slash, max)) < 0) {
+            fd_api_conf_error("%s: bad prefix length in \"%s\" (digits, "
+                              "0 .. %u)", key, v, max);
+            return FD_ERROR;
+        }
+        bits = (unsigned)pl;
+    }
     rule->net.bits = (uint8_t)bits;
     for (i = 0; i < max / 8; i++) {
         unsigned keep = bits >= 8 * (i + 1) ? 8
@@ -83,10 +105,11 @@ static int parse_rule(fd_conf_t *cf, const fd_directive_t *d, const char *v,
     }
     if (memcmp(masked, rule->net.addr, max / 8) != 0) {
         inet_ntop(rule->net.family, masked, net, sizeof(net));
-        return fd_conf_error(cf, "%s: \"%s\" has bits set below the prefix "
-                             "length: write %s/%u for the network or %s "
-                             "for the one address", d->name, v, net,
-                             rule->net.bits, text);
+        fd_api_conf_error("%s: \"%s\" has bits set below the prefix "
+                          "length: write %s/%u for the network or %s for "
+                          "the one address", key, v, net, rule->net.bits,
+                          text);
+        return FD_ERROR;
     }
     /* ::ffff:10.0.0.0/104 is the IPv4 rule 10.0.0.0/8: it then matches
      * the client of an IPv4 listener too */
@@ -100,85 +123,84 @@ static int parse_rule(fd_conf_t *cf, const fd_directive_t *d, const char *v,
     return FD_OK;
 }
 
-static int set_rule(fd_conf_t *cf, const fd_directive_t *d, void *conf,
-                    const char *v)
+/* allow = / deny = lines, in order: [http]'s and [server]'s add up; a
+ * [location]'s own first line drops what it inherited */
+static int acl_set(void *conf, const char *key, const char *v, int own)
 {
     acl_conf_t *ac = conf;
-    acl_rule_t rule = {.deny = d->name[0] == 'd'}, *rules;
+    acl_rule_t rule = {.deny = key[0] == 'd'}, *rules;
 
-    if (parse_rule(cf, d, v, &rule) != FD_OK)
+    if (parse_rule(key, v, &rule) != FD_OK)
         return FD_ERROR;
-    rules = fd_parray_reserve(cf->pool, ac->rules, ac->n, &ac->cap,
-                              sizeof(*rules));
-    if (rules == NULL)
-        return fd_conf_error(cf, "out of memory");
-    rules[ac->n++] = rule;
-    ac->rules = rules;
-    return FD_OK;
-}
-
-static int acl_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
-{
-    acl_conf_t *ac = conf;
-    unsigned inherited = ac->n;
-
-    (void)cf;
-    /* the server's implicit location holds the [http] and [server] rules,
-     * already applied when its [location]s are loaded */
-    if (loc != loc->server->root_loc)
-        inherited = ((acl_conf_t *)fd_loc_conf(loc->server->root_loc,
-                                               &fd_acl_module))
-                        ->n;
-    if (ac->n > inherited) {
-        ac->eff = ac->rules + inherited;
-        ac->neff = ac->n - inherited;
-    } else {
-        ac->eff = ac->rules;
-        ac->neff = ac->n;
+    if (own && !ac->own) {
+        ac->own = 1;
+        ac->n = 0;
     }
+    if (ac->n == ac->cap) {
+        unsigned cap = ac->cap ? ac->cap * 2 : 4;
+        rules = fd_api_conf_alloc(cap * sizeof(*rules));
+        if (rules == NULL) {
+            fd_api_conf_error("out of memory");
+            return FD_ERROR;
+        }
+        if (ac->n)
+            memcpy(rules, ac->rules, ac->n * sizeof(*rules));
+        ac->rules = rules;
+        ac->cap = cap;
+    }
+    ac->rules[ac->n++] = rule;
     return FD_OK;
 }
 
 static int acl_access(fd_request_t *r)
 {
-    acl_conf_t *ac = fd_loc_conf(r->loc, &fd_acl_module);
-    fd_addr_t a; /* the client's, after real_ip */
+    const acl_conf_t *ac = fd_req_conf_of(r, FD_API_SELF);
+    fd_api_addr_t a; /* the client's, after real_ip */
     unsigned i;
 
-    if (ac->neff == 0)
-        return FD_OK;
-    fd_request_addr(r, &a);
-    for (i = 0; i < ac->neff; i++) {
-        const acl_rule_t *rule = &ac->eff[i];
-        if (rule->net.family == 0 || fd_cidr_match(&rule->net, 1, &a)) {
+    fd_req_client(r, &a);
+    for (i = 0; i < ac->n; i++) {
+        const acl_rule_t *rule = &ac->rules[i];
+        if (rule->net.family == 0 || fd_api_cidr_match(&rule->net, 1, &a)) {
             if (!rule->deny)
                 return FD_OK;
-            fd_log_error(FD_LOG_INFO, 0, "access forbidden by rule, "
-                         "%s", r->loc->name);
+            if (a.family) {
+                char text[INET6_ADDRSTRLEN];
+                fd_str_t path = fd_req_path(r);
+                inet_ntop(a.family, a.addr, text, sizeof(text));
+                fd_api_log(FD_API_LOG_INFO, 0, "access forbidden by rule, "
+                           "client: %s, path: %.*s", text, (int)path.len,
+                           path.data);
+            }
             return 403;
         }
     }
     return FD_OK;
 }
 
-static const fd_directive_t acl_directives[] = {
-    {.name = "allow", .type = FD_CONF_LIST, .offset = 0, .set = set_rule,
+static const fd_api_key_t acl_keys[] = {
+    {.name = "allow", .type = FD_API_LIST,
      .doc = "CIDR | all, repeatable: clients that may pass (IPv4 or IPv6); "
             "rules are checked in order with deny, the first match wins; a "
             "location with rules of its own ignores [http]/[server] ones. "
             "ADDR or ADDR/BITS: BITS is digits, 0..32 (IPv4) or 0..128, and "
             "ADDR has no bits set below it (10.0.0.0/8, not 10.1.2.3/8)"},
-    {.name = "deny", .type = FD_CONF_LIST, .offset = 0, .set = set_rule,
+    {.name = "deny", .type = FD_API_LIST,
      .doc = "CIDR | all, repeatable: clients that get 403"},
-    FD_CONF_END};
+    {.name = NULL}};
 
-static int acl_loc_active(const fd_http_loc_t *loc)
+/* a request of a location without rules pays nothing */
+static int acl_active(const void *conf)
 {
-    return ((acl_conf_t *)fd_loc_conf(loc, &fd_acl_module))->neff > 0;
+    return ((const acl_conf_t *)conf)->n > 0;
 }
 
-fd_module_t fd_acl_module = {
-    FD_MODULE_LOC(acl, acl_conf_t),
+FD_API_MODULE = {
+    FD_API_HEADER,
+    .name = "acl",
+    .keys = acl_keys,
+    .conf_size = sizeof(acl_conf_t),
+    .set = acl_set,
     .access = acl_access,
-    .loc_active = acl_loc_active,
+    .active = acl_active,
 };

@@ -1,8 +1,10 @@
 /*
- * fastd.h: the public API of fastd modules, version 1.1.
+ * fastd.h: the public API of fastd modules, version 1.2.
  *
  * Everything a module built outside the tree needs: its descriptor and
- * keys, the request, the response, asynchronous completion and logging.
+ * keys, the request, the response, asynchronous completion and logging;
+ * from 1.2 also the access and log phases, its own $variables, its
+ * figures for /status, the client's address and the offload pool.
  * A module is a shared object that defines
  *
  *     FD_API_MODULE = { FD_API_HEADER, .name = "hello",
@@ -32,7 +34,7 @@ extern "C" {
 #endif
 
 #define FD_API_VERSION_MAJOR 1
-#define FD_API_VERSION_MINOR 1
+#define FD_API_VERSION_MINOR 2
 /* What must match besides the version: the size of a pointer and of the
  * structs below, which a module and fastd lay out alike only if built
  * for the same ABI (checked at load). */
@@ -40,12 +42,12 @@ extern "C" {
 #define FD_API_STR_(x) FD_API_STR__(x)
 #define FD_API_STR__(x) #x
 
-/* Return codes; anything >= 100 a handler returns is an HTTP status
- * (the engine's own are these, and FD_DONE, -4, for its access phase). */
+/* Return codes; anything >= 100 a handler returns is an HTTP status. */
 #define FD_OK 0
 #define FD_ERROR -1
 #define FD_AGAIN -2
 #define FD_DECLINED -3
+#define FD_DONE -4 /* 1.2: an access hook set the response (fd_resp_error) */
 
 /* Error log levels, nginx's names and order (fd_api_log). */
 #define FD_API_LOG_ERR 3
@@ -60,6 +62,7 @@ typedef struct {
 } fd_str_t;
 
 typedef struct fd_request_s fd_request_t;
+typedef struct fd_api_status_s fd_api_status_t; /* 1.2, below */
 
 /* --- the module ---------------------------------------------------------- */
 
@@ -70,7 +73,11 @@ enum {
     FD_API_INT,        /* int64_t, digits only */
     FD_API_FLAG,       /* int, on | off */
     FD_API_MSEC,       /* uint64_t milliseconds: 500ms, 75s, 1m30s */
-    FD_API_SIZE        /* uint64_t bytes: 512, 8k, 1m */
+    FD_API_SIZE,       /* uint64_t bytes: 512, 8k, 1m */
+    /* 1.2: parsed by the module's set() (fd_api_module_t.set); nothing
+     * is stored at offset, which is ignored */
+    FD_API_CUSTOM,     /* once a section */
+    FD_API_LIST        /* repeatable: one set() a line, lines add up */
 };
 
 typedef struct {
@@ -133,6 +140,49 @@ typedef struct {
     /* 1.1: more handlers, ended by one with a NULL name; NULL: none. A
      * module has a handler, handlers, or both. */
     const fd_api_handler_t *handlers;
+
+    /* --- 1.2: the request's phases, variables, figures (see below) --- */
+
+    /* An FD_API_CUSTOM or FD_API_LIST key's value, key its name: FD_OK,
+     * or FD_ERROR after fd_api_conf_error() (the line's file:line). own:
+     * 1 for a line of the [location] itself, 0 for one it inherits from
+     * [http] or [server] (applied first, in that order). */
+    int (*set)(void *conf, const char *key, const char *value, int own);
+    /*
+     * The access phase: called for each request of a location where the
+     * module is active (active below), in module order, after routing and
+     * before the body is read and the handler runs. FD_OK: go on;
+     * FD_AGAIN: the module holds the request and later, from the loop,
+     * lets it go on with fd_api_continue() or ends it with
+     * fd_api_finish(r, status); an HTTP status >= 400: that error page;
+     * FD_DONE: the response is set (fd_resp_error(), then fd_resp_header()
+     * for headers of its own: a 401's WWW-Authenticate).
+     *
+     * A module with an access or a log hook is a phase module: its keys
+     * are keys of every [location] (and [http], [server] as defaults),
+     * whatever its handler, and its init_conf runs for every location.
+     */
+    int (*access)(fd_request_t *r);
+    /* Whether the access hook has work in a location, given the
+     * module's configuration there (after init_conf); a request pays only
+     * for the hooks of its location. NULL: everywhere. */
+    int (*active)(const void *conf);
+    /* The log phase: once for each request that ends (answered, refused
+     * before routing, or cut), on the loop; what it sent is in its
+     * variables (fd_req_var: "status", "body_bytes_sent",
+     * "request_time", ...). */
+    void (*log)(fd_request_t *r);
+    /* Its $variables, ended by one with a NULL name; NULL: none. */
+    const struct fd_api_var_s *vars;
+    /* Its figures for /status and /metrics: shm_size bytes of each
+     * worker's shared slot (fd_api_status_area), reported by status();
+     * retire() folds an exited worker's counters into the retired area. */
+    size_t shm_size;
+    void (*status)(fd_api_status_t *st, const void *area, unsigned worker);
+    void (*retire)(void *retired_area, const void *area);
+    /* Set by fastd when it registers the module: what FD_API_SELF
+     * names. Leave it 0. */
+    unsigned id;
 } fd_api_module_t;
 
 /* The module's descriptor, the one symbol fastd looks for in its file:
@@ -144,6 +194,15 @@ typedef struct {
 #define FD_API_MODULE fd_api_module_t FD_API_BUILTIN
 #else
 #define FD_API_MODULE fd_api_module_t fastd_module
+#endif
+/* 1.2: the module's own descriptor, for the calls that take it (a phase
+ * hook reads its configuration and keeps its state by it). */
+#ifdef FD_API_BUILTIN
+extern fd_api_module_t FD_API_BUILTIN;
+#define FD_API_SELF (&FD_API_BUILTIN)
+#else
+extern fd_api_module_t fastd_module;
+#define FD_API_SELF (&fastd_module)
 #endif
 #define FD_API_HEADER                                                        \
     .api_major = FD_API_VERSION_MAJOR, .api_minor = FD_API_VERSION_MINOR,   \
@@ -360,6 +419,138 @@ int fd_resp_file_fd(fd_request_t *r, int fd, int64_t offset, int64_t length,
 int fd_resp_body_static(fd_request_t *r, const void *data, size_t len);
 void fd_resp_content_type_static(fd_request_t *r, fd_str_t type);
 int fd_resp_header_static(fd_request_t *r, fd_str_t name, fd_str_t value);
+
+/* --- 1.2: phase modules --------------------------------------------------- */
+
+/*
+ * A phase module (one with an access or log hook, fd_api_module_t) reads
+ * its own configuration and keeps its own per-request state by its
+ * descriptor, FD_API_SELF: fd_req_conf() and fd_req_get_ctx() are the
+ * location's handler's.
+ *
+ * fd_req_conf_of: the module's configuration for the request's location
+ * (NULL when the request was refused before it had one: a log hook's
+ * 400). fd_req_get_ctx_of / fd_req_set_ctx_of: its per-request pointer
+ * (FD_OK, or FD_ERROR when out of memory).
+ */
+void *fd_req_conf_of(fd_request_t *r, const fd_api_module_t *self);
+void *fd_req_get_ctx_of(fd_request_t *r, const fd_api_module_t *self);
+int fd_req_set_ctx_of(fd_request_t *r, const fd_api_module_t *self,
+                      void *ctx);
+
+/* An access hook that returned FD_AGAIN lets the request go on: the
+ * next module's access hook, then the body and the handler. From the
+ * loop. (fd_api_finish(r, status) ends it instead.) */
+void fd_api_continue(fd_request_t *r, const fd_api_module_t *self);
+
+/* The response of status as fastd's error page (the location's
+ * error_page, or fastd's own); headers added after it go with it, and the
+ * access hook then returns FD_DONE. FD_OK or FD_ERROR (out of memory). */
+int fd_resp_error(fd_request_t *r, int status);
+
+/* From init_conf: move the position fd_api_conf_error() names to the
+ * line that set key in conf (a check made later than the key was
+ * read). 1 if found, 0 if not (it stays the section's). */
+int fd_api_conf_at_key(const void *conf, const char *key);
+/* From init_conf or set: a path of the configuration (relative: to the
+ * prefix, as fastd's own), in memory that lives as long as it. */
+const char *fd_api_conf_path(const char *path);
+/* From init_conf or set: memory that lives as long as the loaded
+ * configuration (NULL when out of memory). */
+void *fd_api_conf_alloc(size_t size);
+
+/* --- 1.2: the client ------------------------------------------------------- */
+
+/* An IPv4 (the first 4 bytes of addr) or IPv6 address; family is the
+ * system's AF_INET or AF_INET6 (0: none). */
+typedef struct fd_addr_s {
+    uint8_t family;
+    uint16_t port;           /* 0: none known */
+    uint8_t addr[16];
+} fd_api_addr_t;
+
+/* A network, ADDR/BITS: an IPv4 one also matches IPv4-mapped IPv6
+ * addresses (::ffff:10.1.2.3 of a [::] listener). */
+typedef struct {
+    uint8_t family;          /* AF_INET, AF_INET6 */
+    uint8_t bits;
+    uint8_t addr[16];
+} fd_api_cidr_t;
+
+/* The client's address, after real_ip (the one $remote_addr says). */
+void fd_req_client(fd_request_t *r, fd_api_addr_t *a);
+/* Whether a is in one of set[0 .. n). */
+int fd_api_cidr_match(const fd_api_cidr_t *set, unsigned n,
+                      const fd_api_addr_t *a);
+
+/* --- 1.2: variables --------------------------------------------------------- */
+
+/* A $variable of the module's (fd_api_module_t.vars): get returns its
+ * value for r, in memory that lives as long as r (tmp: FD_API_VAR_TMP
+ * bytes of scratch it may use); len 0 when it is not set (the access
+ * log writes "-"). Usable wherever fastd expands variables. */
+#define FD_API_VAR_TMP 64
+#define FD_API_VAR_NUMBER 0x2 /* a JSON number in a json access log */
+typedef struct fd_api_var_s {
+    const char *name;        /* without the "$" */
+    fd_str_t (*get)(fd_request_t *r, char *tmp);
+    unsigned flags;          /* FD_API_VAR_NUMBER */
+} fd_api_var_t;
+
+/* --- 1.2: the offload pool ------------------------------------------------- */
+
+/*
+ * work(r) on a thread of the worker's offload pool (it may block; it
+ * touches r's data and its own only, and calls no fd_* function but
+ * fd_req_get_ctx*, fd_req_conf*), then done(r) back on the loop, which
+ * ends the request (fd_api_finish) or lets it go on (fd_api_continue).
+ * FD_OK, or FD_ERROR when no pool thread can be had (from a pool thread,
+ * or the pool is full): do it inline, or answer 503.
+ */
+int fd_api_offload(fd_request_t *r, void (*work)(fd_request_t *r),
+                   void (*done)(fd_request_t *r));
+
+/* The pool's figures of one worker, as the pool keeps them in a status
+ * area given to fd_api_pool_publish_to() (gauges, and counters that only
+ * grow). */
+typedef struct {
+    uint64_t threads;
+    uint64_t busy;
+    uint64_t pending;
+    uint64_t completed;      /* counter */
+    uint64_t wait_usec_sum;  /* counter: the queue wait of what it took */
+    uint64_t min_threads;    /* [offload] threads */
+    uint64_t max_threads;
+} fd_api_pool_stats_t;
+/* From init_worker: where this worker's pool keeps its figures. */
+void fd_api_pool_publish_to(fd_api_pool_stats_t *area);
+
+/* --- 1.2: figures for /status and /metrics --------------------------------- */
+
+/*
+ * A module with shm_size reports from status(st, area, worker): once for
+ * each live worker's slot (worker is its number) and once with worker =
+ * FD_API_STATUS_RETIRED for the folded figures of exited workers, where
+ * gauges are ignored. A figure is a counter (it only grows) or a gauge;
+ * name is its metric name (fastd_ is prefixed), help one line, labels
+ * NULL or k="v" pairs joined by ','. The worker's own slot is
+ * fd_api_status_area(FD_API_SELF), from init_worker on (NULL without
+ * one); update it with atomic adds: /status reads it from another
+ * worker.
+ */
+#define FD_API_STATUS_RETIRED ((unsigned)-1)
+void fd_api_status_counter(fd_api_status_t *st, const char *name,
+                           const char *help, const char *labels,
+                           uint64_t v);
+void fd_api_status_gauge(fd_api_status_t *st, const char *name,
+                         const char *help, const char *labels, uint64_t v);
+void *fd_api_status_area(const fd_api_module_t *self);
+
+/* --- 1.2: the clock ------------------------------------------------------- */
+
+/* The loop's clock: milliseconds since some fixed time, as of this loop
+ * turn (no system call): for ages and intervals. */
+uint64_t fd_api_now_msec(void);
 
 #ifdef __cplusplus
 }

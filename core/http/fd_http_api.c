@@ -13,6 +13,8 @@
 #include "fd_connection.h"
 #include "fd_http.h"
 #include "fd_offload.h"
+#include "fd_realip.h"
+#include "fd_status.h"
 
 fd_str_t fd_req_method(fd_request_t *r)
 {
@@ -464,4 +466,108 @@ void fd_api_log(int level, int err, const char *fmt, ...)
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
     fd_log_write(fd_log, level, err, "%s", buf);
+}
+
+/* --- 1.2: phase modules --- */
+
+void *fd_req_conf_of(fd_request_t *r, const fd_api_module_t *self)
+{
+    return r->loc ? r->loc->mconf[self->id] : NULL;
+}
+
+void *fd_req_get_ctx_of(fd_request_t *r, const fd_api_module_t *self)
+{
+    return r->mctx ? r->mctx[self->id] : NULL;
+}
+
+int fd_req_set_ctx_of(fd_request_t *r, const fd_api_module_t *self,
+                      void *ctx)
+{
+    void **slot = fd_request_ctx(r, fd_modules[self->id]);
+
+    if (slot == NULL)
+        return FD_ERROR;
+    *slot = ctx;
+    return FD_OK;
+}
+
+void fd_api_continue(fd_request_t *r, const fd_api_module_t *self)
+{
+    fd_http_access_continue(r, fd_modules[self->id]);
+}
+
+int fd_resp_error(fd_request_t *r, int status)
+{
+    return fd_http_error_page(r, status) == FD_OK ? FD_OK : FD_ERROR;
+}
+
+int fd_api_conf_at_key(const void *conf, const char *key)
+{
+    fd_conf_t *cf = fd_dso_conf();
+
+    return cf ? fd_conf_at_key(cf, conf, key) : 0;
+}
+
+const char *fd_api_conf_path(const char *path)
+{
+    fd_conf_t *cf = fd_dso_conf();
+
+    return cf ? fd_conf_path(cf, path) : NULL;
+}
+
+void *fd_api_conf_alloc(size_t size)
+{
+    fd_conf_t *cf = fd_dso_conf();
+
+    return cf ? fd_pcalloc(cf->pool, size) : NULL;
+}
+
+/* --- 1.2: the client --- */
+
+void fd_req_client(fd_request_t *r, fd_api_addr_t *a)
+{
+    fd_request_addr(r, a);
+}
+
+int fd_api_cidr_match(const fd_api_cidr_t *set, unsigned n,
+                      const fd_api_addr_t *a)
+{
+    return fd_cidr_match(set, n, a);
+}
+
+/* --- 1.2: the offload pool --- */
+
+int fd_api_offload(fd_request_t *r, void (*work)(fd_request_t *r),
+                   void (*done)(fd_request_t *r))
+{
+    return fd_offload(r, work, done) == FD_OK ? FD_OK : FD_ERROR;
+}
+
+void fd_api_pool_publish_to(fd_api_pool_stats_t *area)
+{
+    fd_offload_publish_to(area);
+}
+
+/* --- 1.2: figures --- */
+
+void fd_api_status_counter(fd_api_status_t *st, const char *name,
+                           const char *help, const char *labels, uint64_t v)
+{
+    fd_status_counter((fd_status_t *)st, name, help, labels, v);
+}
+
+void fd_api_status_gauge(fd_api_status_t *st, const char *name,
+                         const char *help, const char *labels, uint64_t v)
+{
+    fd_status_gauge((fd_status_t *)st, name, help, labels, v);
+}
+
+void *fd_api_status_area(const fd_api_module_t *self)
+{
+    return fd_stats ? fd_stats_area(fd_stats, fd_modules[self->id]) : NULL;
+}
+
+uint64_t fd_api_now_msec(void)
+{
+    return fd_current_msec;
 }

@@ -15,19 +15,13 @@
 struct fd_conf_s;
 struct fd_directive_s;
 
-/* An IPv4 (first 4 bytes) or IPv6 address and a port (0: none known). */
-typedef struct fd_addr_s {
-    uint8_t family;            /* AF_INET, AF_INET6; 0: none */
-    uint16_t port;
-    uint8_t addr[16];
-} fd_addr_t;
+/* An IPv4 (first 4 bytes) or IPv6 address and a port (0: none known):
+ * the public API's (fastd.h), which modules read with fd_req_client. */
+typedef fd_api_addr_t fd_addr_t;
 
-/* ADDR/BITS; an IPv4 rule also matches IPv4-mapped IPv6 addresses. */
-typedef struct {
-    uint8_t family;
-    uint8_t bits;
-    uint8_t addr[16];
-} fd_cidr_t;
+/* ADDR/BITS; an IPv4 rule also matches IPv4-mapped IPv6 addresses. The
+ * public API's (fastd.h), which modules match with fd_api_cidr_match. */
+typedef fd_api_cidr_t fd_cidr_t;
 
 /* "ADDR" or "ADDR/BITS" (no bits set below BITS): FD_OK or FD_ERROR. */
 int fd_cidr_parse(const char *text, fd_cidr_t *out);

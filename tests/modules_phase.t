@@ -1,0 +1,79 @@
+#!/usr/bin/perl
+# API 1.2: a phase module loaded at run time (tests/modules/gate.c, built
+# as a user builds one): its access hook refuses with a status and a
+# header of its own, or holds a request on a timer and lets it go on
+# (fd_api_continue); its FD_API_LIST key is inherited from [server] and
+# replaced by a location's own lines; its $variable is expanded by
+# add_header; its log hook's count is in /status's Prometheus text; a
+# module built for 1.1 (a descriptor that ends before set) still loads.
+
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use FastdTest;
+use ApiModule;
+use Time::HiRes qw(time);
+use Test::More;
+
+my $root = FastdTest::root();
+my $t = FastdTest->new(conf => 'placeholder');
+my $dir = $t->dir;
+my $prefix = ApiModule::install($dir);
+
+is(ApiModule::build("$dir/gate.so", "$root/tests/modules/gate.c"), '',
+   'gate.so (API 1.2) builds against the installed API');
+FastdTest::spew("$dir/v11.c", qq{#include <fastd.h>
+#include <stddef.h>
+static int h(fd_request_t *r) { fd_resp_body(r, "v11", 3); return 0; }
+FD_API_MODULE = { FD_API_HEADER, .api_minor = 1,
+                  .size = offsetof(fd_api_module_t, set),
+                  .name = "v11", .handler = h };\n});
+is(ApiModule::build("$dir/v11.so", "$dir/v11.c", '-Wno-override-init'), '',
+   'a module built for API 1.1');
+
+$t->write_conf(FastdTest::base_conf(
+    main => { load_module => ["$dir/gate.so", "$dir/v11.so"] },
+    server => { gate_deny => '/s' },
+    locations => "[location /own/]\nhandler = plaintext\ngate_deny = /own/x\n"
+        . "add_header = X-Seen \$gate_seen\n\n"
+        . "[location /held/]\nhandler = plaintext\ngate_hold = 150ms\n"
+        . "add_header = X-Seen \$gate_seen\n\n"
+        . "[location = /v11]\nhandler = v11\n\n"
+        . "[location = /status]\nhandler = status\n\n"));
+$t->start;
+
+my $r = $t->get('/v11');
+is($r && $r->status . ' ' . $r->body, '200 v11', 'the 1.1 module answers');
+$r = $t->get('/s');
+is($r && $r->status, 451, "[server]'s gate_deny: the access hook's status");
+is($r && $r->header('X-Gate'), 'no', '... with the header it added');
+$r = $t->get('/own/x');
+is($r && $r->status, 451, "a location's own gate_deny");
+$r = $t->get('/own/s');
+is($r && $r->status, 200, "... replaces the inherited one")
+    or diag($r && $r->status);
+is($r && $r->header('X-Seen'), 'passed', '$gate_seen: the module\'s variable');
+my $t0 = time;
+$r = $t->get('/held/');
+my $took = time - $t0;
+ok($r && $r->status != 451 && $r->status < 500, 'a held request goes on after fd_api_continue')
+    or diag($r && $r->status);
+is($r && $r->header('X-Seen'), 'held', '... from the timer that released it');
+cmp_ok($took, '>=', 0.14, '... held gate_hold long');
+
+# the log hook ran for each request that ended: the five above, and each
+# /status asked since (a request's hook runs as it ends, which may be
+# after its client has the answer: ask until the count is there)
+my ($n, $body) = (0, '');
+for (1 .. 50) {
+    $r = $t->get('/status?format=prometheus');
+    $body = $r ? $r->body : '';
+    ($n) = $body =~ /^fastd_gate_logged_total(?:\{[^}]*\})?\s+(\d+)/m;
+    last if defined $n && $n >= 5;
+}
+ok(defined $n && $n >= 5, 'the log hook counted the ended requests in /status')
+    or diag(join "\n", $body =~ /(.*gate.*)/g);
+$t->stop;
+
+done_testing();
