@@ -148,10 +148,6 @@ typedef struct {
 
 extern const fd_directive_t fd_proxy_directives[];
 int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf);
-/* Every group of cy: [upstream] sections in file order, then the implicit
- * ones of pass = (found through the locations); at most max. */
-unsigned fd_proxy_upstreams(fd_cycle_t *cy, fd_upstream_t **out,
-                            unsigned max);
 
 /* --- a request --- */
 

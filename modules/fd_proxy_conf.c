@@ -577,37 +577,3 @@ int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
     }
     return FD_OK;
 }
-
-unsigned fd_proxy_upstreams(fd_cycle_t *cy, fd_upstream_t **out,
-                            unsigned max)
-{
-    fd_conf_section_t *s;
-    fd_http_server_t *srv;
-    unsigned n = 0, i, j;
-
-    for (s = cy->sections; s; s = s->next)
-        if (s->module == &fd_proxy_module && n < max)
-            out[n++] = s->conf;
-    for (i = 0; i < n / 2; i++) { /* the list is newest first */
-        fd_upstream_t *t = out[i];
-        out[i] = out[n - 1 - i];
-        out[n - 1 - i] = t;
-    }
-    for (srv = cy->servers; srv; srv = srv->next) {
-        fd_http_loc_t *lists[4] = {srv->exact, srv->prefix, srv->regex,
-                                   srv->root_loc};
-        for (j = 0; j < 4; j++) {
-            fd_http_loc_t *loc;
-            for (loc = lists[j]; loc; loc = j == 3 ? NULL : loc->next) {
-                proxy_loc_conf_t *lc = fd_loc_conf(loc, &fd_proxy_module);
-                if (lc == NULL || lc->up == NULL)
-                    continue;
-                for (i = 0; i < n && out[i] != lc->up; i++)
-                    ;
-                if (i == n && n < max)
-                    out[n++] = lc->up;
-            }
-        }
-    }
-    return n;
-}

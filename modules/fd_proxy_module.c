@@ -47,35 +47,20 @@
 
 static fd_block_cache_t bufs;  /* 16k blocks: response, request body */
 
-/* the stats slot: the upstream servers' entries, then the caches' */
-#define CACHE_AREA fd_align(sizeof(fd_upstream_shm_t), 64)
-
 static int proxy_init_worker(fd_worker_t *w)
 {
-    fd_upstream_t *ups[256];
-    void *area;
-    unsigned n;
-
     bufs.size = BUF_SIZE;
     bufs.keep = 64;
-    n = fd_proxy_upstreams(w->cycle, ups, fd_nelems(ups));
-    area = fd_stats ? fd_stats_area(fd_stats, &fd_proxy_module) : NULL;
-    fd_upstream_init_worker(ups, n, area);
-    fd_proxy_cache_init_worker(w, area ? (char *)area + CACHE_AREA : NULL);
+    fd_proxy_cache_init_worker(w, fd_stats ? fd_stats_area(fd_stats,
+                                                           &fd_proxy_module)
+                                           : NULL);
     return FD_OK;
 }
 
-/* The TLS sessions the worker kept for its upstream servers. */
 static void proxy_exit_worker(fd_worker_t *w)
 {
-    fd_upstream_t *ups[256];
-    unsigned n, i, k;
-
+    (void)w;
     fd_proxy_cache_exit_worker();
-    n = fd_proxy_upstreams(w->cycle, ups, fd_nelems(ups));
-    for (i = 0; i < n; i++)
-        for (k = 0; k < ups[i]->npeers; k++)
-            fd_ssl_session_free(&ups[i]->peers[k].ssl_session);
 }
 
 /* --- 2. the request ------------------------------------------------------ */
@@ -1556,26 +1541,6 @@ static const fd_var_t proxy_vars[] = {
     {"upstream_response_time", v_tries, TRY_TIME, 0},
     FD_VAR_END};
 
-static void proxy_status(fd_status_t *st, const void *a, unsigned worker)
-{
-    fd_upstream_status(st, a, worker);
-    if (a)
-        fd_proxy_cache_status(st, (const char *)a + CACHE_AREA, worker);
-}
-
-static void proxy_status_shared(fd_status_t *st)
-{
-    fd_upstream_status_shared(st);
-    fd_proxy_cache_status_shared(st);
-}
-
-static void proxy_retire(void *retired, const void *a)
-{
-    fd_upstream_retire(retired, a);
-    fd_proxy_cache_retire((char *)retired + CACHE_AREA,
-                          (const char *)a + CACHE_AREA);
-}
-
 fd_module_t fd_proxy_module = {
     .name = "proxy",
     .directives = fd_proxy_directives,
@@ -1586,16 +1551,11 @@ fd_module_t fd_proxy_module = {
     .handler = proxy_handler,
     .flags = FD_MODULE_STREAM_BODY,
     .methods = FD_METHODS_ANY, /* the backend decides, but TRACE/CONNECT */
-    .section = "upstream",
-    .section_directives = fd_upstream_directives,
-    .section_size = sizeof(fd_upstream_t),
-    .init_section = fd_upstream_init_section,
-    .shm_size = fd_align(sizeof(fd_upstream_shm_t), 64) +
-                FD_PROXY_CACHE_SHM_SIZE,
+    .shm_size = FD_PROXY_CACHE_SHM_SIZE,
     .also = &fd_proxy_cache_section,
     .init_cycle = fd_proxy_cache_init_cycle,
-    .status = proxy_status,
-    .status_shared = proxy_status_shared,
-    .retire = proxy_retire,
+    .status = fd_proxy_cache_status,
+    .status_shared = fd_proxy_cache_status_shared,
+    .retire = fd_proxy_cache_retire,
     .vars = proxy_vars,
 };
