@@ -617,7 +617,8 @@ static int resp_eof(fd_upstream_req_t *u, int err)
                  u->proto->what, u->up->name, u->peer->name);
     if (u->peer)
         fd_upstream_peer_failed(u->peer);
-    return fd_upstream_req_fail(u, FD_ERROR);
+    /* a module may hold the header back (FastCGI, a short body): 502 */
+    return fd_upstream_req_fail(u, u->r->header_sent ? FD_ERROR : 502);
 }
 
 /* Read what the upstream sent, as long as the client keeps up. */
@@ -712,6 +713,10 @@ static void req_drain(fd_request_t *r)
         return;
     u->paused = 0;
     req_arm(u);
+    /* what ibuf still holds first: the upstream may have sent it all */
+    if (u->header_done && u->ipos < u->ilast &&
+        (u->proto->process(u, 0) != FD_OK || u->paused))
+        return;
     if (u->uc->s.readable || u->uc->s.eof)
         req_read(u);
 }
@@ -781,7 +786,7 @@ static void req_timeout(fd_upstream_req_t *u)
                      "out reading the response body", u->proto->what,
                      u->up->name, u->peer->name);
         fd_upstream_peer_failed(u->peer);
-        fd_upstream_req_fail(u, FD_ERROR);
+        fd_upstream_req_fail(u, u->r->header_sent ? FD_ERROR : 504);
     } else if (u->req_sent) {
         req_next(u, FD_UPSTREAM_NEXT_TIMEOUT, ETIMEDOUT,
                  "timed out reading the response header");
