@@ -128,6 +128,8 @@ struct fd_cycle_s {
     unsigned nlistening;
     int conns_per_ip;          /* a server has max_conns_per_ip: count them */
     fd_conf_section_t *sections;
+    struct fd_upstream_s *upstream_implicit; /* the groups pass = made
+                                * (fd_upstream_implicit), newest first */
     fd_int_t nworkers;
     uint64_t generation;       /* incremented on each reload */
 };

@@ -35,10 +35,10 @@
 #include "fd_connection.h"
 #include "fd_fastcgi.h"
 #include "fd_http.h"
-#include "fd_upstream.h"
+#include "fd_upstream_proto.h"
 #include "fd_var.h"
 
-#define BUF_SIZE 16384        /* response header limit, I/O block */
+#define BUF_SIZE FD_UPSTREAM_BUF /* response header limit */
 #define STDERR_LINE 512       /* bytes of one stderr line logged */
 #define STDERR_LINES 32       /* stderr lines logged per request */
 
@@ -56,9 +56,7 @@ typedef struct {
     fd_conf_list_t params;     /* fastcgi_param, as written */
     char *index;
     pcre2_code *split;
-    fd_msec_t connect_timeout;
-    fd_msec_t send_timeout;
-    fd_msec_t read_timeout;
+    fd_upstream_opts_t u;      /* the timeouts: the engine's */
 
     /* built */
     fd_upstream_t *up;
@@ -108,14 +106,14 @@ static const fd_directive_t fastcgi_directives[] = {
             "Without it, or when it does not match, the script name is "
             "the whole path and the path info is empty"},
     {.name = "fastcgi_connect_timeout", .type = FD_CONF_MSEC,
-     .offset = LOC(connect_timeout), .def = "60s",
+     .offset = LOC(u.connect_timeout), .def = "60s",
      .doc = "connecting to a FastCGI server; 504 on expiry"},
     {.name = "fastcgi_send_timeout", .type = FD_CONF_MSEC,
-     .offset = LOC(send_timeout), .def = "60s",
+     .offset = LOC(u.send_timeout), .def = "60s",
      .doc = "between two writes of the request to the FastCGI server; 504 "
             "on expiry"},
     {.name = "fastcgi_read_timeout", .type = FD_CONF_MSEC,
-     .offset = LOC(read_timeout), .def = "60s",
+     .offset = LOC(u.read_timeout), .def = "60s",
      .doc = "between two reads of the response from the FastCGI server; "
             "504 on expiry before the response header, a cut response "
             "after it"},
@@ -273,6 +271,9 @@ static int fastcgi_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
     if (lc->up == NULL)
         return fd_conf_error(cf, "%s: handler = fastcgi needs \"pass = "
                              "fastcgi://ADDRESS\"", loc->name);
+    /* a failed connect or send, or a timeout before the response: the
+     * next server, while the request can be sent again */
+    lc->u.next_upstream = FD_UPSTREAM_NEXT_ERROR | FD_UPSTREAM_NEXT_TIMEOUT;
     max = fd_nelems(default_params) + lc->params.n;
     lc->p = fd_pcalloc(cf->pool, max * sizeof(param_t));
     if (lc->p == NULL)
@@ -290,69 +291,38 @@ static int fastcgi_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
 
 /* --- 2. the request ------------------------------------------------------ */
 
-enum { RS_HEADER, RS_BODY };
-/* results of the steps: FX_DONE, the request is over (touch nothing) */
-enum { FX_OK = 0, FX_DONE };
-
 typedef struct {
+    fd_upstream_req_t u;       /* first: the engine's (fd_upstream_proto.h) */
     fd_request_t *r;
     fcgi_loc_conf_t *lc;
     fd_upstream_t *up;
-    fd_upstream_conn_t *uc;
-    fd_upstream_peer_t *peer;  /* of uc, counted active */
-    uint64_t *tried;           /* bitmap over up->peers */
-    uint32_t hash;
-    unsigned tries;
     fd_str_t script_name;      /* $fastcgi_script_name */
     fd_str_t path_info;        /* $fastcgi_path_info */
 
-    /* to the application */
-    char *hdr;                 /* BEGIN_REQUEST, PARAMS (and, without a
-                                * body, the empty STDIN) */
-    size_t hdr_len, hdr_sent;
-    char *obuf;                /* STDIN records */
-    size_t opos, olen;
-    int64_t body_bytes;
-
     /* from the application */
-    char *ibuf;
-    size_t ipos, ilast;
     fd_fcgi_parser_t ps;
     fd_sbuf_t hb;              /* the CGI header until its blank line */
-    size_t hscan;
     size_t held_at;            /* hb: where the held body begins */
-    int rstate;
     uint64_t out_bytes;        /* body bytes handed to the engine */
     unsigned nstderr;
-    fd_msec_t start;
 
-    unsigned sync:1;           /* inside the handler */
-    unsigned done:1;
-    unsigned paused:1;         /* the client's output is above high water */
-    unsigned wait_body:1;      /* the client's body is late */
-    unsigned has_body:1;
-    unsigned body_done:1;      /* the last STDIN record is in obuf */
-    unsigned req_sent:1;       /* all of the request is written */
-    unsigned written:1;        /* some of it is */
-    unsigned pulled:1;         /* body bytes were taken from the client */
-    unsigned idempotent:1;
     unsigned discard:1;        /* HEAD, 204, 304: the body is not sent */
     unsigned streaming:1;      /* the header left: the body streams */
-    unsigned got:1;            /* this attempt received a byte */
-    unsigned timed_out:1;
-    int rc;
 } fcgi_req_t;
 
-static fd_block_cache_t bufs;  /* 16k blocks: response, request body */
-static pcre2_match_data *split_md; /* fastcgi_split_path_info's */
+static int frame_body(fd_upstream_req_t *u, size_t n);
+static int resp_process(fd_upstream_req_t *u, int eof);
 
-static int fastcgi_init_worker(fd_worker_t *w)
-{
-    (void)w;
-    bufs.size = BUF_SIZE;
-    bufs.keep = 64;
-    return FD_OK;
-}
+/* FastCGI on the upstream engine: STDIN records out, records in */
+static const fd_upstream_proto_t fcgi_proto = {
+    .what = "FastCGI upstream",
+    .body_head = 8,            /* the STDIN record's header */
+    .body_room = 16,           /* ... and the empty one that ends them */
+    .frame_body = frame_body,
+    .process = resp_process,
+};
+
+static pcre2_match_data *split_md; /* fastcgi_split_path_info's */
 
 static void fastcgi_exit_worker(fd_worker_t *w)
 {
@@ -361,12 +331,6 @@ static void fastcgi_exit_worker(fd_worker_t *w)
     split_md = NULL;
 }
 
-static int fcgi_connect(fcgi_req_t *fx);
-static int fcgi_send(fcgi_req_t *fx);
-static int fcgi_read(fcgi_req_t *fx);
-static void fcgi_arm(fcgi_req_t *fx);
-static void conn_event(fd_upstream_conn_t *uc);
-static void conn_timeout(fd_upstream_conn_t *uc);
 
 /* fastcgi_split_path_info and fastcgi_index on the decoded path */
 static void split_path(fcgi_req_t *fx)
@@ -541,272 +505,36 @@ static int request_build(fcgi_req_t *fx)
         memcpy(out, sb.start, 16);
         p = fd_fcgi_params(out + 16, sb.start + 24, len);
     }
-    if (!fx->has_body) {
+    if (!fx->u.has_body) {
         fd_fcgi_header(p, FD_FCGI_STDIN, 0);
         p += 8;
     }
-    fx->hdr = out;
-    fx->hdr_len = (size_t)(p - out);
+    fx->u.hdr = out;
+    fx->u.hdr_len = (size_t)(p - out);
     return FD_OK;
 }
 
 /* Let go of the connection (into the pool when reuse). */
-static void conn_release(fcgi_req_t *fx, int reuse)
+
+/* One STDIN record of n body bytes at obuf + 8 (and the empty one that
+ * ends them, once the body is complete); n == 0: that one alone. */
+static int frame_body(fd_upstream_req_t *u, size_t n)
 {
-    fd_upstream_conn_t *uc = fx->uc;
-
-    if (uc) {
-        fx->uc = NULL;
-        if (reuse)
-            fd_upstream_keepalive_put(uc);
-        else
-            fd_upstream_conn_close(uc);
-    }
-    if (fx->peer) {
-        fd_upstream_peer_release(fx->peer);
-        fx->peer = NULL;
-    }
-}
-
-static void fcgi_release(fcgi_req_t *fx, int reuse)
-{
-    fd_request_t *r = fx->r;
-
-    conn_release(fx, reuse);
-    if (fx->ibuf) {
-        fd_block_put(&bufs, fx->ibuf);
-        fx->ibuf = NULL;
-    }
-    if (fx->obuf) {
-        fd_block_put(&bufs, fx->obuf);
-        fx->obuf = NULL;
-    }
-    r->on_abort = NULL;
-    r->on_drain = NULL;
-    r->on_body = NULL;
-}
-
-/* The request ends without a (complete) response: an error page, or a
- * cut connection once the header left. */
-static int fcgi_fail(fcgi_req_t *fx, int status)
-{
-    fd_request_t *r = fx->r;
-
-    fcgi_release(fx, 0);
-    fx->done = 1;
-    if (fx->sync) {
-        fx->rc = status;
-        return FX_DONE;
-    }
-    fd_request_finish(r, r->header_sent ? FD_ERROR : status);
-    return FX_DONE;
-}
-
-/* The application broke the protocol: 502 (or a cut response). */
-static int fcgi_invalid(fcgi_req_t *fx, const char *why)
-{
-    fd_upstream_peer_t *p = fx->peer;
-
-    fd_log_error(FD_LOG_ERR, 0, "FastCGI upstream \"%s\" server %s: %s",
-                 fx->up->name, p ? p->name : "-", why);
-    if (p)
-        fd_upstream_peer_failed(p);
-    return fcgi_fail(fx, 502);
-}
-
-/*
- * This attempt failed before any response byte (a connect error or
- * timeout, a kept-alive connection found closed): the next server while
- * the request can be sent again, else 502 (504 for a timeout).
- */
-static int fcgi_next(fcgi_req_t *fx, int timeout, int err, const char *what)
-{
-    fd_upstream_peer_t *p = fx->peer;
-    fd_upstream_conn_t *uc = fx->uc;
-    int stale = uc && uc->reused && !timeout && !fx->got;
-    int again = !fx->pulled && (!fx->written || fx->idempotent);
-
-    if (stale && again) {
-        fd_log_error(FD_LOG_INFO, err, "FastCGI upstream \"%s\" server %s: "
-                     "kept-alive connection closed: %s", fx->up->name,
-                     p->name, what);
-        fd_upstream_keepalive_close_peer(p);
-        conn_release(fx, 0);
-        fd_upstream_set_tried(fx->tried, p, 0);
-        fx->tries--;
-        fx->written = 0;
-        return fcgi_connect(fx);
-    }
-    fd_log_error(FD_LOG_ERR, err, "FastCGI upstream \"%s\" server %s: %s",
-                 fx->up->name, p ? p->name : "-", what);
-    if (p)
-        fd_upstream_peer_failed(p);
-    conn_release(fx, 0);
-    fx->timed_out = timeout != 0;
-    if (again && !fx->r->header_sent &&
-        fd_upstream_has_candidate(fx->up, fx->tried))
-        return fcgi_connect(fx);
-    return fcgi_fail(fx, timeout ? 504 : 502);
-}
-
-/* Pick a server and a connection to it: from the pool, or a new one. */
-static int fcgi_connect(fcgi_req_t *fx)
-{
-    fd_upstream_peer_t *p = fd_upstream_pick(fx->up, fx->tried, fx->hash);
-    fd_upstream_conn_t *uc;
-
-    if (p == NULL) {
-        if (fx->tries == 0) /* else the last failure was logged */
-            fd_log_error(FD_LOG_ERR, 0, "FastCGI upstream \"%s\": no live "
-                         "servers", fx->up->name);
-        return fcgi_fail(fx, fx->timed_out ? 504 : 502);
-    }
-    fd_upstream_set_tried(fx->tried, p, 1);
-    fx->tries++;
-    fx->peer = p;
-    fd_upstream_peer_acquire(p);
-    fx->start = fd_current_msec;
-    fx->hdr_sent = 0;
-    fx->req_sent = 0;
-    fx->opos = fx->olen = 0;
-    fx->ipos = fx->ilast = 0;
-    fx->got = 0;
-
-    uc = fd_upstream_keepalive_get(p, &fd_fastcgi_module, !fx->idempotent);
-    if (uc == NULL) {
-        uc = fd_upstream_conn_open(p); /* errno set when NULL */
-        if (uc == NULL)
-            return fcgi_next(fx, 0, errno, "connect() failed");
-        uc->key = &fd_fastcgi_module;
-    }
-    uc->data = fx;
-    uc->on_event = conn_event;
-    uc->on_timeout = conn_timeout;
-    uc->requests++;
-    fx->uc = uc;
-    fcgi_arm(fx);
-    if (uc->connecting)
-        return FX_OK;
-    return fcgi_send(fx);
-}
-
-/* The timer for what the request waits on now. */
-static void fcgi_arm(fcgi_req_t *fx)
-{
-    fd_upstream_conn_t *uc = fx->uc;
-    fcgi_loc_conf_t *lc = fx->lc;
-    fd_msec_t ms;
-
-    if (uc == NULL)
-        return;
-    if (fx->paused) {
-        uc->s.deadline = 0; /* the client's send timeout rules */
-        return;
-    }
-    if (uc->connecting)
-        ms = lc->connect_timeout;
-    else if (fx->rstate == RS_BODY || fx->req_sent)
-        ms = lc->read_timeout;
-    else if (fx->wait_body)
-        ms = fd_worker->cycle->http.body_timeout;
-    else
-        ms = lc->send_timeout;
-    fd_upstream_conn_deadline(uc, ms);
-}
-
-/* Refill obuf with one STDIN record of the client's body (and the empty
- * one that ends them, once the body is complete). */
-static int body_fill(fcgi_req_t *fx)
-{
-    fd_request_t *r = fx->r;
-    ssize_t n;
-
-    if (fx->obuf == NULL && (fx->obuf = fd_block_get(&bufs)) == NULL)
-        return fcgi_fail(fx, 500);
-    n = fd_http_body_pull(r, fx->obuf + 8, BUF_SIZE - 16);
-    if (n > 0) {
-        fx->pulled = 1;
-        fx->wait_body = 0;
-        fx->body_bytes += n;
-        fd_fcgi_header(fx->obuf, FD_FCGI_STDIN, (size_t)n);
-        fx->opos = 0;
-        fx->olen = 8 + (size_t)n;
-        if (fx->body_bytes >= r->in.content_length) {
-            fd_fcgi_header(fx->obuf + fx->olen, FD_FCGI_STDIN, 0);
-            fx->olen += 8;
-            fx->body_done = 1;
-        }
-        return FX_OK;
-    }
     if (n == 0) {
-        fd_fcgi_header(fx->obuf, FD_FCGI_STDIN, 0);
-        fx->opos = 0;
-        fx->olen = 8;
-        fx->body_done = 1;
-        fx->wait_body = 0;
-        return FX_OK;
+        fd_fcgi_header(u->obuf, FD_FCGI_STDIN, 0);
+        u->opos = 0;
+        u->olen = 8;
+        return FD_OK;
     }
-    if (n == FD_AGAIN) {
-        fx->wait_body = 1;
-        return FX_OK;
+    fd_fcgi_header(u->obuf, FD_FCGI_STDIN, n);
+    u->opos = 0;
+    u->olen = 8 + n;
+    if (u->body_bytes >= u->r->in.content_length) {
+        fd_fcgi_header(u->obuf + u->olen, FD_FCGI_STDIN, 0);
+        u->olen += 8;
+        u->body_done = 1;
     }
-    return fcgi_fail(fx, 400);
-}
-
-/* Write the request: the records built once, then the body's. */
-static int fcgi_send(fcgi_req_t *fx)
-{
-    for (;;) {
-        fd_upstream_conn_t *uc = fx->uc;
-        struct iovec iov[2];
-        int niov = 0;
-        ssize_t w;
-        size_t k;
-
-        if (fx->opos == fx->olen && fx->has_body && !fx->body_done &&
-            fx->hdr_sent == fx->hdr_len && body_fill(fx) == FX_DONE)
-            return FX_DONE;
-        if (fx->hdr_sent < fx->hdr_len) {
-            iov[niov].iov_base = fx->hdr + fx->hdr_sent;
-            iov[niov++].iov_len = fx->hdr_len - fx->hdr_sent;
-        }
-        if (fx->opos < fx->olen) {
-            iov[niov].iov_base = fx->obuf + fx->opos;
-            iov[niov++].iov_len = fx->olen - fx->opos;
-        }
-        if (niov == 0) {
-            if (!fx->has_body || fx->body_done) {
-                fx->req_sent = 1;
-                fx->wait_body = 0;
-            }
-            fcgi_arm(fx);
-            return FX_OK;
-        }
-        w = fd_stream_send(&uc->s, iov, niov, 0);
-        if (w == FD_AGAIN) {
-            fcgi_arm(fx);
-            return FX_OK;
-        }
-        if (w < 0)
-            return fcgi_next(fx, 0, errno, "send() failed");
-        fx->written = 1;
-        k = fd_min((size_t)w, fx->hdr_len - fx->hdr_sent);
-        fx->hdr_sent += k;
-        fx->opos += (size_t)w - k;
-        if (fx->opos == fx->olen)
-            fx->opos = fx->olen = 0;
-    }
-}
-
-/* r->on_body: more of the client's body arrived */
-static void fcgi_on_body(fd_request_t *r)
-{
-    fcgi_req_t *fx = r->ctx;
-
-    if (fx == NULL || fx->done || fx->uc == NULL || fx->uc->connecting ||
-        fx->req_sent || !fx->uc->s.writable)
-        return;
-    fcgi_send(fx);
+    return FD_OK;
 }
 
 /* --- 3. the response ----------------------------------------------------- */
@@ -832,7 +560,7 @@ static void log_stderr(fcgi_req_t *fx, const char *s, size_t n)
                                                                    : s[k];
                 fd_log_error(FD_LOG_WARN, 0, "FastCGI upstream \"%s\" server "
                              "%s sent in stderr: %.*s%s", fx->up->name,
-                             fx->peer ? fx->peer->name : "-", (int)m, line,
+                             fx->u.peer ? fx->u.peer->name : "-", (int)m, line,
                              m < len ? "..." : "");
             }
             fx->nstderr++;
@@ -844,7 +572,7 @@ static void log_stderr(fcgi_req_t *fx, const char *s, size_t n)
     }
 }
 
-/* The CGI header in hb[0, len): fields into r. FX_OK or FX_DONE. */
+/* The CGI header in hb[0, len): fields into r. FD_OK or FD_DONE. */
 static int cgi_header(fcgi_req_t *fx, size_t len)
 {
     fd_request_t *r = fx->r;
@@ -863,17 +591,17 @@ static int cgi_header(fcgi_req_t *fx, size_t len)
             break; /* the blank line */
         colon = memchr(p, ':', (size_t)(ve - p));
         if (colon == NULL || colon == p)
-            return fcgi_invalid(fx, "sent a header line without a name");
+            return fd_upstream_req_invalid(&fx->u, "sent a header line without a name");
         for (k = 0; p + k < colon; k++)
             if (!fd_http_tchar[(uint8_t)p[k]])
-                return fcgi_invalid(fx, "sent an invalid header name");
+                return fd_upstream_req_invalid(&fx->u, "sent an invalid header name");
         for (v = colon + 1; v < ve && (*v == ' ' || *v == '\t'); v++)
             ;
         while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
             ve--;
         for (k = 0; v + k < ve; k++)
             if (((uint8_t)v[k] < 0x20 && v[k] != '\t') || v[k] == 0x7f)
-                return fcgi_invalid(fx, "sent a control character in a "
+                return fd_upstream_req_invalid(&fx->u, "sent a control character in a "
                                     "header value");
         n = (fd_str_t){(size_t)(colon - p), p};
         val = (fd_str_t){(size_t)(ve - v), v};
@@ -889,11 +617,11 @@ static int cgi_header(fcgi_req_t *fx, size_t len)
                     val.data[1] < '0' || val.data[1] > '9' ||
                     val.data[2] < '0' || val.data[2] > '9' ||
                     (val.len > 3 && val.data[3] != ' '))
-                    return fcgi_invalid(fx, "sent an invalid Status");
+                    return fd_upstream_req_invalid(&fx->u, "sent an invalid Status");
                 status = (val.data[0] - '0') * 100 +
                          (val.data[1] - '0') * 10 + (val.data[2] - '0');
                 if (status < 200)
-                    return fcgi_invalid(fx, "sent a 1xx Status");
+                    return fd_upstream_req_invalid(&fx->u, "sent a 1xx Status");
                 continue;
             }
             if (fd_str_caseeq_lit(n, "server"))
@@ -930,17 +658,14 @@ static int cgi_header(fcgi_req_t *fx, size_t len)
             break;
         }
         if (fd_http_header_add(r, n, val) != FD_OK)
-            return fcgi_fail(fx, 500);
+            return fd_upstream_req_fail(&fx->u, 500);
     }
     r->status = status ? status : location ? 302 : 200;
     fx->discard = r->header_only || r->status == 204 || r->status == 304;
     r->content_length = -1;
-    fx->rstate = RS_BODY;
-    if (fx->peer) {
-        fd_upstream_peer_response(fx->peer, fd_current_msec - fx->start);
-        fd_upstream_peer_ok(fx->peer);
-    }
-    return FX_OK;
+    fx->u.header_done = 1;
+    /* logged, timed, passive health */
+    return fd_upstream_req_header(&fx->u, r->status);
 }
 
 /*
@@ -954,14 +679,14 @@ static int header_feed(fcgi_req_t *fx, const char *s, size_t n)
     char *h;
 
     if (fd_sbuf_len(&fx->hb) + n > BUF_SIZE)
-        return fcgi_invalid(fx, "sent a response header over 16k");
+        return fd_upstream_req_invalid(&fx->u, "sent a response header over 16k");
     fd_sbuf_add(&fx->hb, s, n);
     if (fd_sbuf_failed(&fx->hb))
-        return fcgi_fail(fx, 500);
+        return fd_upstream_req_fail(&fx->u, 500);
     h = fx->hb.start;
     len = fd_sbuf_len(&fx->hb);
     /* "\n\n" or "\n\r\n" ends it; a first line that is blank too */
-    for (i = fx->hscan; i < len; i++) {
+    for (i = fx->u.hscan; i < len; i++) {
         if (h[i] != '\n')
             continue;
         if (i == 0 || (i == 1 && h[0] == '\r')) {
@@ -975,27 +700,21 @@ static int header_feed(fcgi_req_t *fx, const char *s, size_t n)
         }
     }
     if (hend == 0) {
-        fx->hscan = len;
-        return FX_OK;
+        fx->u.hscan = len;
+        return FD_OK;
     }
-    if (cgi_header(fx, hend) != FX_OK)
-        return FX_DONE;
+    if (cgi_header(fx, hend) != FD_OK)
+        return FD_DONE;
     fx->held_at = hend; /* the body's first bytes are held after it */
-    return FX_OK;
+    return FD_OK;
 }
 
-/* The client is gone or the response cannot go on. */
-static int fcgi_abort_response(fcgi_req_t *fx)
-{
-    return fcgi_fail(fx, FD_ERROR);
-}
-
-/* Parse what ibuf holds and hand the body on: FX_OK or FX_DONE. */
-static int resp_process(fcgi_req_t *fx)
+/* Parse what ibuf holds, at most 16 pieces, and hand the body on. */
+static int process_some(fcgi_req_t *fx)
 {
     fd_request_t *r = fx->r;
     fd_buf_t b[16], hold, *chain = NULL;
-    const char *p = fx->ibuf + fx->ipos, *end = fx->ibuf + fx->ilast;
+    const char *p = fx->u.ibuf + fx->u.ipos, *end = fx->u.ibuf + fx->u.ilast;
     const char *why;
     unsigned nb = 0, k;
     uint64_t bytes = 0;
@@ -1008,30 +727,30 @@ static int resp_process(fcgi_req_t *fx)
             break;
         if (rc == FD_ERROR) {
             if (!r->header_sent)
-                return fcgi_invalid(fx, why);
+                return fd_upstream_req_invalid(&fx->u, why);
             fd_log_error(FD_LOG_ERR, 0, "FastCGI upstream \"%s\" server %s: "
-                         "%s", fx->up->name, fx->peer->name, why);
-            fd_upstream_peer_failed(fx->peer);
-            return fcgi_abort_response(fx);
+                         "%s", fx->up->name, fx->u.peer->name, why);
+            fd_upstream_peer_failed(fx->u.peer);
+            return fd_upstream_req_fail(&fx->u, FD_ERROR);
         }
         if (pc.type == FD_FCGI_STDERR) {
             log_stderr(fx, pc.data, pc.len);
             continue;
         }
         if (pc.type == FD_FCGI_END_REQUEST) {
-            if (fx->rstate == RS_HEADER)
-                return fcgi_invalid(fx, "ended the request without a "
+            if (!fx->u.header_done)
+                return fd_upstream_req_invalid(&fx->u, "ended the request without a "
                                     "response header");
             ended = 1;
             if (p != end)
-                return fcgi_invalid(fx, "sent data after END_REQUEST");
-            reuse = fx->up->keepalive > 0 && fx->req_sent &&
+                return fd_upstream_req_invalid(&fx->u, "sent data after END_REQUEST");
+            reuse = fx->up->keepalive > 0 &&
                     pc.protocol_status == FD_FCGI_REQUEST_COMPLETE;
             break;
         }
-        if (fx->rstate == RS_HEADER) {
-            if (header_feed(fx, pc.data, pc.len) != FX_OK)
-                return FX_DONE;
+        if (!fx->u.header_done) {
+            if (header_feed(fx, pc.data, pc.len) != FD_OK)
+                return FD_DONE;
             continue;
         }
         if (fx->discard || pc.len == 0)
@@ -1041,13 +760,13 @@ static int resp_process(fcgi_req_t *fx)
                              .file_fd = -1};
         bytes += pc.len;
     }
-    fx->ipos = (size_t)(p - fx->ibuf);
+    fx->u.ipos = (size_t)(p - fx->u.ibuf);
     for (k = 0; k + 1 < nb; k++)
         b[k].next = &b[k + 1];
     if (nb)
         chain = &b[0];
-    if (fx->rstate == RS_HEADER)
-        return FX_OK;
+    if (!fx->u.header_done)
+        return FD_OK;
 
     /*
      * The header leaves with the first 16k of body, or with END_REQUEST:
@@ -1062,8 +781,8 @@ static int resp_process(fcgi_req_t *fx)
                 fd_sbuf_add(&fx->hb, b[k].pos, (size_t)(b[k].last -
                                                         b[k].pos));
             if (fd_sbuf_failed(&fx->hb))
-                return fcgi_fail(fx, 500);
-            return FX_OK;
+                return fd_upstream_req_fail(&fx->u, 500);
+            return FD_OK;
         }
         if (held) {
             hold = (fd_buf_t){.pos = fx->hb.start + fx->held_at,
@@ -1080,197 +799,26 @@ static int resp_process(fcgi_req_t *fx)
          * rather than chunk it */
         if (!r->header_sent && fx->out_bytes == 0 && !fx->discard)
             r->content_length = (int64_t)bytes;
-        conn_release(fx, reuse);
-        rc = fd_http_output(r, chain, 1);
-        fcgi_release(fx, 0);
-        fx->done = 1;
-        (void)rc; /* the engine ends the request either way */
-        return FX_DONE;
+        return fd_upstream_req_last(&fx->u, chain, reuse);
     }
     if (chain == NULL)
-        return FX_OK;
+        return FD_OK;
     fx->out_bytes += bytes;
-    rc = fd_http_output(r, chain, 0);
-    if (rc == FD_ERROR)
-        return fcgi_abort_response(fx);
-    if (rc == FD_AGAIN)
-        fx->paused = 1; /* above the engine's high water: fcgi_read */
-    return FX_OK;
+    return fd_upstream_req_output(&fx->u, chain);
 }
 
-/* The application closed (or reset) its side before END_REQUEST. */
-static int resp_eof(fcgi_req_t *fx, int err)
+/* The engine's process: every piece ibuf holds (more than one output
+ * call takes: go on) while the client keeps up. */
+static int resp_process(fd_upstream_req_t *u, int eof)
 {
-    if (!fx->got)
-        return fcgi_next(fx, 0, err, err ? "recv() failed while reading "
-                                           "the response header"
-                                         : "closed the connection before "
-                                           "the response header");
-    if (!fx->r->header_sent) {
-        fd_log_error(FD_LOG_ERR, err, "FastCGI upstream \"%s\" server %s: "
-                     "closed the connection before END_REQUEST",
-                     fx->up->name, fx->peer ? fx->peer->name : "-");
-        if (fx->peer)
-            fd_upstream_peer_failed(fx->peer);
-        return fcgi_fail(fx, 502);
-    }
-    fd_log_error(FD_LOG_ERR, err, "FastCGI upstream \"%s\" server %s: closed "
-                 "the connection before END_REQUEST", fx->up->name,
-                 fx->peer ? fx->peer->name : "-");
-    if (fx->peer)
-        fd_upstream_peer_failed(fx->peer);
-    return fcgi_abort_response(fx);
-}
+    fcgi_req_t *fx = (fcgi_req_t *)u;
+    int rc;
 
-static void fcgi_drain(fd_request_t *r);
-
-/* Read what the application sent, as long as the client keeps up. */
-static int fcgi_read(fcgi_req_t *fx)
-{
-    int until_eagain = fd_worker->cycle->events.read_until_eagain;
-    int drained = 0;
-
-    for (;;) {
-        fd_upstream_conn_t *uc = fx->uc;
-        ssize_t n;
-
-        if (fx->paused)
-            return FX_OK;
-        if (fx->ibuf == NULL && (fx->ibuf = fd_block_get(&bufs)) == NULL)
-            return fcgi_fail(fx, 500);
-        if (fx->ipos < fx->ilast) {
-            /* more pieces than one output call takes: go on with them */
-            if (resp_process(fx) != FX_OK)
-                return FX_DONE;
-            if (fx->paused) {
-                /* above the engine's high water: read on once drained */
-                fx->r->on_drain = fcgi_drain;
-                fcgi_arm(fx);
-                return FX_OK;
-            }
-            continue;
-        }
-        if (drained) {
-            /* a short read drained the socket (EPOLLET: an edge comes
-             * with the next bytes; a FIN seen with these is read on) */
-            uc->s.readable = 0;
-            fcgi_arm(fx);
-            return FX_OK;
-        }
-        fx->ipos = fx->ilast = 0;
-        n = fd_stream_recv(&uc->s, fx->ibuf, BUF_SIZE);
-        if (n > 0) {
-            fx->ilast = (size_t)n;
-            fx->got = 1;
-            drained = !until_eagain && (size_t)n < BUF_SIZE &&
-                      uc->s.tp->short_read_drains && !uc->s.eof;
-            continue;
-        }
-        if (n == 0) {
-            uc->s.eof = 1;
-            uc->s.readable = 0;
-            return resp_eof(fx, 0);
-        }
-        if (n == FD_AGAIN) {
-            fcgi_arm(fx);
-            return FX_OK;
-        }
-        uc->s.eof = 1;
-        uc->s.readable = 0;
-        return resp_eof(fx, errno ? errno : ECONNRESET);
-    }
-}
-
-/* r->on_drain: the client took the output; read on. */
-static void fcgi_drain(fd_request_t *r)
-{
-    fcgi_req_t *fx = r->ctx;
-
-    r->on_drain = NULL;
-    if (fx == NULL || fx->done || !fx->paused)
-        return;
-    fx->paused = 0;
-    fcgi_arm(fx);
-    if (fx->uc->s.readable || fx->uc->s.eof)
-        fcgi_read(fx);
-}
-
-/* r->on_abort: the client closed; drop the connection (the application
- * may still be writing to it). */
-static void fcgi_abort(fd_request_t *r)
-{
-    fcgi_req_t *fx = r->ctx;
-
-    if (fx == NULL || fx->done)
-        return;
-    fd_log_error(FD_LOG_INFO, 0, "client closed the connection while "
-                 "waiting for FastCGI upstream \"%s\"", fx->up->name);
-    fcgi_release(fx, 0);
-    fx->done = 1;
-}
-
-/* --- 4. events and timeouts ---------------------------------------------- */
-
-static void fcgi_run(fcgi_req_t *fx)
-{
-    fd_upstream_conn_t *uc = fx->uc;
-
-    if (uc->connecting) {
-        int err, rc = fd_upstream_conn_connected(uc, &err);
-        if (rc == FD_AGAIN)
-            return;
-        if (rc == FD_ERROR) {
-            fcgi_next(fx, 0, err, "connect() failed");
-            return;
-        }
-        fcgi_arm(fx);
-    }
-    if (!fx->req_sent && uc->s.writable &&
-        (!fx->wait_body || fx->hdr_sent < fx->hdr_len ||
-         fx->opos < fx->olen)) {
-        if (fcgi_send(fx) == FX_DONE || fx->uc != uc)
-            return;
-    }
-    if ((uc->s.readable || uc->s.eof) && !fx->paused)
-        fcgi_read(fx);
-}
-
-static void conn_event(fd_upstream_conn_t *uc)
-{
-    fcgi_req_t *fx = uc->data;
-
-    fd_log_conn_id = fx->r->c->id;
-    fcgi_run(fx);
-    fd_log_conn_id = 0;
-}
-
-static void conn_timeout(fd_upstream_conn_t *uc)
-{
-    fcgi_req_t *fx = uc->data;
-
-    fd_log_conn_id = fx->r->c->id;
-    if (uc->connecting) {
-        fcgi_next(fx, 1, ETIMEDOUT, "connect() timed out");
-    } else if (fx->r->header_sent) {
-        fd_log_error(FD_LOG_ERR, ETIMEDOUT, "FastCGI upstream \"%s\" server "
-                     "%s: timed out reading the response body", fx->up->name,
-                     fx->peer->name);
-        fd_upstream_peer_failed(fx->peer);
-        fcgi_abort_response(fx);
-    } else if (fx->req_sent) {
-        fd_log_error(FD_LOG_ERR, ETIMEDOUT, "FastCGI upstream \"%s\" server "
-                     "%s: timed out reading the response header",
-                     fx->up->name, fx->peer->name);
-        fd_upstream_peer_failed(fx->peer);
-        fcgi_fail(fx, 504);
-    } else if (fx->wait_body) {
-        fd_log_error(FD_LOG_INFO, 0, "client timed out sending the request "
-                     "body");
-        fcgi_fail(fx, 408);
-    } else {
-        fcgi_next(fx, 1, ETIMEDOUT, "timed out sending the request");
-    }
-    fd_log_conn_id = 0;
+    (void)eof; /* END_REQUEST ends a response, never the close */
+    do {
+        rc = process_some(fx);
+    } while (rc == FD_OK && u->ipos < u->ilast);
+    return rc;
 }
 
 /* --- 5. the handler and the variables ------------------------------------ */
@@ -1279,41 +827,29 @@ static int fastcgi_handler(fd_request_t *r)
 {
     fcgi_loc_conf_t *lc = fd_loc_conf(r->loc, &fd_fastcgi_module);
     fd_upstream_t *up = lc->up;
-    size_t words = fd_upstream_tried_words(up);
     fcgi_req_t *fx;
-    int m = r->in.method_id;
 
     /* FastCGI needs CONTENT_LENGTH before the body: a chunked one would
      * have to be buffered whole first, which this handler does not do */
     if (r->in.chunked)
         return 411;
-    fx = fd_pcalloc(r->pool, sizeof(*fx) + words * sizeof(uint64_t));
+    fx = fd_pcalloc(r->pool, fd_upstream_req_size(sizeof(*fx), up));
     if (fx == NULL)
         return 500;
-    fx->tried = (uint64_t *)(fx + 1);
+    fd_upstream_req_init(&fx->u, r, up, &lc->u, &fcgi_proto,
+                         (uint64_t *)(fx + 1));
+    fx->u.key = &fd_fastcgi_module; /* the pool: never the proxy's */
+    fx->u.body_after_hdr = 1;       /* STDIN after the PARAMS' end */
     fx->r = r;
     fx->lc = lc;
     fx->up = up;
-    fx->idempotent = m == FD_HTTP_GET || m == FD_HTTP_HEAD ||
-                     m == FD_HTTP_PUT || m == FD_HTTP_DELETE ||
-                     m == FD_HTTP_OPTIONS;
-    fx->has_body = r->in.content_length > 0;
-    fx->body_done = !fx->has_body;
     fd_fcgi_parser_init(&fx->ps);
     r->ctx = fx;
     split_path(fx);
     if (request_build(fx) != FD_OK ||
         fd_sbuf_init(&fx->hb, r->pool, 512) != FD_OK)
         return 500;
-    if (up->balance == FD_UPSTREAM_HASH)
-        fx->hash = fd_upstream_request_hash(r, up);
-    r->on_abort = fcgi_abort;
-    if (fx->has_body)
-        r->on_body = fcgi_on_body;
-    fx->sync = 1;
-    fcgi_connect(fx);
-    fx->sync = 0;
-    return fx->done ? fx->rc : FD_AGAIN;
+    return fd_upstream_req_start(&fx->u);
 }
 
 static fcgi_req_t *request_fx(fd_request_t *r)
@@ -1381,7 +917,6 @@ static const fd_var_t fastcgi_vars[] = {
 
 fd_module_t fd_fastcgi_module = {
     FD_MODULE_LOC(fastcgi, fcgi_loc_conf_t),
-    .init_worker = fastcgi_init_worker,
     .exit_worker = fastcgi_exit_worker,
     .handler = fastcgi_handler,
     .flags = FD_MODULE_STREAM_BODY,

@@ -12,22 +12,22 @@
 #include "fd_sendq.h"
 #include "fd_ssl.h"
 #include "fd_upstream.h"
+#include "fd_upstream_proto.h"
 #include "fd_var.h"
 
 extern fd_module_t fd_proxy_module;
 
-#define BUF_SIZE 16384        /* response header limit, streaming piece */
-#define LOG_TRIES 8           /* servers remembered for the access log */
+#define BUF_SIZE FD_UPSTREAM_BUF /* the tunnel's buffers */
 
 enum { HOST_PASS, HOST_UPSTREAM };
 
 /* next_upstream */
-#define NEXT_ERROR 0x01
-#define NEXT_TIMEOUT 0x02
-#define NEXT_502 0x04
-#define NEXT_503 0x08
-#define NEXT_504 0x10
-#define NEXT_NON_IDEMPOTENT 0x20
+#define NEXT_ERROR FD_UPSTREAM_NEXT_ERROR
+#define NEXT_TIMEOUT FD_UPSTREAM_NEXT_TIMEOUT
+#define NEXT_502 FD_UPSTREAM_NEXT_502
+#define NEXT_503 FD_UPSTREAM_NEXT_503
+#define NEXT_504 FD_UPSTREAM_NEXT_504
+#define NEXT_NON_IDEMPOTENT FD_UPSTREAM_NEXT_NON_IDEMPOTENT
 
 /* request headers the proxy generates, which a set_header replaces */
 #define GEN_HOST 0x01
@@ -37,14 +37,17 @@ enum { HOST_PASS, HOST_UPSTREAM };
 #define GEN_XFH 0x10
 
 /*
- * Results of the steps of a request. PX_DONE: it is over (r may be gone),
- * touch nothing. PX_WAIT: stop here, an event resumes it (a new attempt
- * began, or the client's output is full). The response header parser
- * also says PX_MORE (incomplete) and PX_INTERIM (a 1xx was skipped).
+ * Results of the steps of a request, the engine's (fd_upstream_proto.h):
+ * PX_DONE: it is over (r may be gone), touch nothing. PX_WAIT: stop here,
+ * an event resumes it (a new attempt began, or the client's output is
+ * full). The response header parser also says PX_MORE (incomplete) and
+ * PX_INTERIM (a 1xx was skipped).
  */
-enum { PX_OK = 0, PX_WAIT, PX_DONE, PX_MORE, PX_INTERIM };
+#define PX_OK FD_OK
+#define PX_WAIT FD_AGAIN
+#define PX_DONE FD_DONE
+enum { PX_MORE = 1, PX_INTERIM };
 
-enum { RS_HEADER, RS_BODY };
 enum { FR_NONE, FR_LENGTH, FR_CHUNKED, FR_CLOSE };
 
 typedef struct proxy_req_s proxy_req_t;
@@ -75,12 +78,8 @@ typedef struct {
     char *pass;                /* pass = http[s]://NAME/uri */
     int proxy_host;
     fd_conf_list_t set_header;
-    int buffering;
-    fd_msec_t connect_timeout;
-    fd_msec_t send_timeout;
-    fd_msec_t read_timeout;
-    unsigned next_upstream;
-    fd_int_t next_upstream_tries;
+    fd_upstream_opts_t u;      /* timeouts, next_upstream, buffering,
+                                * TLS: the engine's */
     fd_msec_t websocket_idle_timeout;
     int websocket;
     fd_ssl_client_conf_t ssl;  /* proxy_ssl_* */
@@ -148,82 +147,33 @@ typedef struct {
 
 extern const fd_directive_t fd_proxy_directives[];
 int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf);
-/* Every group of cy: [upstream] sections in file order, then the implicit
- * ones of pass = (found through the locations); at most max. */
-unsigned fd_proxy_upstreams(fd_cycle_t *cy, fd_upstream_t **out,
-                            unsigned max);
 
 /* --- a request --- */
 
-typedef struct {
-    fd_upstream_peer_t *peer;
-    int status;                /* 0: no response header */
-    fd_msec_t msec;
-} try_log_t;
-
 struct proxy_req_s {
+    fd_upstream_req_t u;       /* first: the engine's (fd_upstream_proto.h) */
     fd_request_t *r;
     proxy_loc_conf_t *lc;
     fd_upstream_t *up;
-    fd_upstream_conn_t *uc;
-    fd_upstream_peer_t *peer;  /* of uc, counted active */
-    uint64_t *tried;           /* bitmap over up->peers */
-    uint32_t hash;
-    unsigned tries;
 
-    /* to the upstream */
-    char *hdr;
-    size_t hdr_len, hdr_sent;
-    char *obuf;                /* framed body bytes */
-    size_t opos, olen;
-    int64_t body_bytes;
-    fd_sendop_t sop;           /* the first write, batched (fd_sendq.h) */
-
-    /* from the upstream */
-    char *ibuf;
-    size_t ipos, ilast, hscan;
-    int rstate, framing;
-    int64_t rest;
+    /* the response */
+    int framing;               /* FR_* */
     fd_http_chunked_t ck;
-    fd_msec_t start;
 
-    unsigned sync:1;           /* inside the handler */
-    unsigned done:1;
-    unsigned paused:1;         /* the client's output is above high water */
-    unsigned wait_body:1;      /* the client's body is late */
-    unsigned has_body:1;
     unsigned chunked_body:1;
-    unsigned body_done:1;      /* all of the body is framed in obuf */
-    unsigned body_kept:1;      /* obuf holds all the body pulled so far */
-    unsigned req_sent:1;       /* this attempt wrote all of the request */
-    unsigned written:1;        /* some attempt wrote some of it */
-    unsigned pulled:1;         /* body bytes were taken from the client */
-    unsigned idempotent:1;
     unsigned upgrade:1;        /* a tunnel was asked for */
     unsigned keepalive:1;      /* the response lets us reuse uc */
-    unsigned timed_out:1;      /* the last failed try timed out */
-    unsigned invalid:1;        /* the last failed try sent nonsense */
-    unsigned bg:1;             /* a background update: the client has its
-                                * (stale) response, this one only fills
-                                * the cache */
     unsigned cache_fields:1;   /* the cache may answer it: the client's
                                 * If-* and Range stay here, not upstream */
-    int rc;                    /* the handler's result when sync */
     unsigned ninterim;         /* 1xx responses skipped */
     tunnel_t *tunnel;          /* 101 waiting for its header to drain */
-
-    try_log_t log[LOG_TRIES];
-    unsigned nlog;
 
     fd_proxy_cache_req_t *cr;  /* the location caches: the key's state */
     int cache_status;          /* FD_PROXY_CACHE_* */
 };
 
-/* fd_proxy_module.c, for the tunnel */
+/* fd_proxy_module.c, for the tunnel and the cache */
 int fd_proxy_fail(proxy_req_t *px, int status);
-void fd_proxy_conn_release(proxy_req_t *px, int reuse);
-void fd_proxy_bufs_release(proxy_req_t *px);
-void fd_proxy_drain(fd_request_t *r);
 
 /* The rest of the handler once the cache let the request go upstream:
  * the handler's result (FD_AGAIN, or a status when it failed at once). */

@@ -750,7 +750,7 @@ static void wait_abort(fd_request_t *r)
         return;
     if (px->cr && fd_timer_armed(&px->cr->timer))
         fd_timer_del(&px->cr->timer);
-    px->done = 1;
+    px->u.done = 1;
 }
 
 static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms);
@@ -1067,7 +1067,7 @@ int fd_proxy_cache_response(proxy_req_t *px, int status,
 
     if (cr == NULL || cr->stale_gen == 0)
         return FD_DECLINED;
-    if (px->bg && status >= 500) {
+    if (px->u.bg && status >= 500) {
         /* a background update that failed: the expired entry stays
          * (the client had it), another request tries again */
         store_abandon(cr);
@@ -1087,7 +1087,7 @@ int fd_proxy_cache_response(proxy_req_t *px, int status,
                                              (uint64_t)sec * 1000))
             refresh_file(cr, fd_current_sec + sec);
         store_abandon(cr);
-        if (px->bg)
+        if (px->u.bg)
             return FD_OK; /* the client had the entry already */
         unserve(r);
         if (serve(cr, cr->stale_gen) != FD_OK) {

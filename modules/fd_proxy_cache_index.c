@@ -1174,7 +1174,8 @@ void fd_proxy_cache_status(fd_status_t *st, const void *a, unsigned worker)
     unsigned i;
 
     (void)worker;
-
+    if (e == NULL)
+        return;
     for (i = 0; i < FD_PROXY_CACHE_MAX; i++, e++) {
         if (e->name[0] == '\0')
             continue;

@@ -71,17 +71,17 @@ const fd_directive_t fd_proxy_directives[] = {
             "URI, else /. Any proxy_redirect replaces the implied default "
             "(list default again to keep it); off removes every rule. E.g. "
             "proxy_redirect = http://app:3000/ https://$host/app/"},
-    {.name = "buffering", .type = FD_CONF_FLAG, .offset = LOC(buffering),
+    {.name = "buffering", .type = FD_CONF_FLAG, .offset = LOC(u.buffering),
      .def = "on",
      .doc = "on: the response body is read in pieces of up to 16k as fast "
             "as the client takes it (memory stays bounded; no temp files); "
             "off: each piece leaves as soon as it arrives (server-sent "
             "events, long polling)"},
     {.name = "connect_timeout", .type = FD_CONF_MSEC,
-     .offset = LOC(connect_timeout), .def = "60s",
+     .offset = LOC(u.connect_timeout), .def = "60s",
      .doc = "connecting to an upstream server; 504 on expiry"},
     {.name = "proxy_send_timeout", .type = FD_CONF_MSEC,
-     .offset = LOC(send_timeout), .def = "60s",
+     .offset = LOC(u.send_timeout), .def = "60s",
      .doc = "between two writes of the request to the upstream; 504 on "
             "expiry"},
     /* its old name, which [http] send_timeout (the client's) shares */
@@ -89,11 +89,11 @@ const fd_directive_t fd_proxy_directives[] = {
      .doc = "the upstream's is proxy_send_timeout; the client's is [http] "
             "send_timeout"},
     {.name = "read_timeout", .type = FD_CONF_MSEC,
-     .offset = LOC(read_timeout), .def = "60s",
+     .offset = LOC(u.read_timeout), .def = "60s",
      .doc = "between two reads of the response from the upstream; 504 on "
             "expiry before the response header"},
     {.name = "next_upstream", .type = FD_CONF_CUSTOM,
-     .offset = LOC(next_upstream), .def = "error timeout",
+     .offset = LOC(u.next_upstream), .def = "error timeout",
      .set = set_next_upstream,
      .doc = "when to try the next server: any of error timeout http_502 "
             "http_503 http_504 non_idempotent, or off. A request whose "
@@ -101,7 +101,7 @@ const fd_directive_t fd_proxy_directives[] = {
             "sent (or with non_idempotent), and never once its body was "
             "read from the client"},
     {.name = "next_upstream_tries", .type = FD_CONF_INT,
-     .offset = LOC(next_upstream_tries), .def = "0",
+     .offset = LOC(u.next_upstream_tries), .def = "0",
      .doc = "at most this many servers per request; 0: no limit"},
     {.name = "websocket", .type = FD_CONF_FLAG, .offset = LOC(websocket),
      .def = "off",
@@ -516,6 +516,7 @@ int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
             return FD_ERROR;
         if (lc->up->health_ssl == NULL)
             lc->up->health_ssl = lc->ssl_client;
+        lc->u.ssl = lc->ssl_client;
     }
     if (!lc->redirect_set) {
         redirect_t *rd = redirect_new(cf, lc);
@@ -576,38 +577,4 @@ int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
             lc->gen_replaced |= GEN_XFH;
     }
     return FD_OK;
-}
-
-unsigned fd_proxy_upstreams(fd_cycle_t *cy, fd_upstream_t **out,
-                            unsigned max)
-{
-    fd_conf_section_t *s;
-    fd_http_server_t *srv;
-    unsigned n = 0, i, j;
-
-    for (s = cy->sections; s; s = s->next)
-        if (s->module == &fd_proxy_module && n < max)
-            out[n++] = s->conf;
-    for (i = 0; i < n / 2; i++) { /* the list is newest first */
-        fd_upstream_t *t = out[i];
-        out[i] = out[n - 1 - i];
-        out[n - 1 - i] = t;
-    }
-    for (srv = cy->servers; srv; srv = srv->next) {
-        fd_http_loc_t *lists[4] = {srv->exact, srv->prefix, srv->regex,
-                                   srv->root_loc};
-        for (j = 0; j < 4; j++) {
-            fd_http_loc_t *loc;
-            for (loc = lists[j]; loc; loc = j == 3 ? NULL : loc->next) {
-                proxy_loc_conf_t *lc = fd_loc_conf(loc, &fd_proxy_module);
-                if (lc == NULL || lc->up == NULL)
-                    continue;
-                for (i = 0; i < n && out[i] != lc->up; i++)
-                    ;
-                if (i == n && n < max)
-                    out[n++] = lc->up;
-            }
-        }
-    }
-    return n;
 }

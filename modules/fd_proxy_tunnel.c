@@ -67,6 +67,18 @@ static void tunnel_done(fd_splice_t *sp)
     tunnel_release(t);
 }
 
+/* r->on_drain: the 101 left; the client's socket can go */
+static void tunnel_drain(fd_request_t *r)
+{
+    proxy_req_t *px = r->ctx;
+
+    r->on_drain = NULL;
+    if (px == NULL || px->u.done || !px->u.paused || px->tunnel == NULL)
+        return;
+    px->u.paused = 0;
+    fd_proxy_tunnel_detach(px);
+}
+
 /*
  * The upstream answered 101: take its socket into a tunnel, send the 101
  * to the client, then take the client's stream out of the engine.
@@ -74,10 +86,10 @@ static void tunnel_done(fd_splice_t *sp)
 int fd_proxy_tunnel_begin(proxy_req_t *px, fd_str_t upgrade)
 {
     fd_request_t *r = px->r;
-    fd_upstream_conn_t *uc = px->uc;
+    fd_upstream_conn_t *uc = px->u.uc;
     fd_splice_side_t *us;
     tunnel_t *t;
-    size_t left = px->ilast - px->ipos;
+    size_t left = px->u.ilast - px->u.ipos;
 
     t = malloc(sizeof(*t));
     if (t == NULL)
@@ -92,7 +104,7 @@ int fd_proxy_tunnel_begin(proxy_req_t *px, fd_str_t upgrade)
     /* what the upstream sent after the 101 goes to the client first */
     if (left > BUF_SIZE)
         left = BUF_SIZE;
-    memcpy(t->sp.side[CLIENT].buf, px->ibuf + px->ipos, left);
+    memcpy(t->sp.side[CLIENT].buf, px->u.ibuf + px->u.ipos, left);
     t->sp.side[CLIENT].len = left;
     /* the upstream stream moves into the tunnel with its transport; its
      * events are the tunnel's from now, while the 101 is written */
@@ -105,11 +117,11 @@ int fd_proxy_tunnel_begin(proxy_req_t *px, fd_str_t upgrade)
         return fd_proxy_fail(px, 500);
     }
     /* the request keeps counting as active on the server until the end */
-    t->peer = px->peer;
-    px->peer = NULL;
-    fd_proxy_conn_release(px, 0);
+    t->peer = px->u.peer;
+    px->u.peer = NULL;
+    fd_upstream_req_release_conn(&px->u, 0);
     /* what ibuf held past the 101 is in the tunnel */
-    fd_proxy_bufs_release(px);
+    fd_upstream_req_release_bufs(&px->u);
     px->tunnel = t;
 
     fd_http_header_add(r, fd_string("Upgrade"), upgrade);
@@ -132,8 +144,8 @@ int fd_proxy_tunnel_detach(proxy_req_t *px)
     rc = fd_http_detach(px->r, &t->sp.side[CLIENT].s, us->buf, BUF_SIZE,
                         &us->len, &t->ipref);
     if (rc == FD_AGAIN) {
-        px->paused = 1;
-        px->r->on_drain = fd_proxy_drain;
+        px->u.paused = 1;
+        px->r->on_drain = tunnel_drain;
         return PX_WAIT;
     }
     if (rc != FD_OK) {

@@ -644,20 +644,6 @@ static int set_hash_key(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     return FD_OK;
 }
 
-/* The groups pass = http://HOST:PORT made for the configuration being
- * loaded into implicit_pool. A reload loads the new one while the old one
- * lives: its groups must not be found (they die with the old pool). */
-static fd_upstream_t *implicit_list;
-static fd_pool_t *implicit_pool;
-
-static void implicit_reset(void *data)
-{
-    if (data == implicit_pool) {
-        implicit_list = NULL;
-        implicit_pool = NULL;
-    }
-}
-
 /* pass = http://HOST:PORT[/uri] [max_fails=N] [fail_timeout=T]: a group of
  * its own per address and options, shared by the locations naming both */
 fd_upstream_t *fd_upstream_implicit(fd_conf_t *cf, const char *hostport,
@@ -668,12 +654,8 @@ fd_upstream_t *fd_upstream_implicit(fd_conf_t *cf, const char *hostport,
                               .fail_timeout = 10000};
     char *s = fd_pstrdup(cf->pool, opts, strlen(opts)), *save, *tok;
 
-    if (implicit_pool != cf->pool) {
-        implicit_list = NULL;
-        implicit_pool = cf->pool;
-        fd_pool_cleanup_add(cf->pool, implicit_reset, cf->pool);
-    }
-    for (up = implicit_list; up; up = up->next_implicit)
+    /* the cycle's list: a reload's new groups are not the old ones */
+    for (up = cf->cycle->upstream_implicit; up; up = up->next_implicit)
         if (strcmp(up->name, hostport) == 0 &&
             strcmp(up->implicit_opts, opts) == 0)
             return up;
@@ -693,8 +675,8 @@ fd_upstream_t *fd_upstream_implicit(fd_conf_t *cf, const char *hostport,
     if (resolve_servers(cf, up, hostport, &opt, 0) != FD_OK)
         return NULL;
     upstream_finish(up);
-    up->next_implicit = implicit_list;
-    implicit_list = up;
+    up->next_implicit = cf->cycle->upstream_implicit;
+    cf->cycle->upstream_implicit = up;
     return up;
 }
 
@@ -1254,7 +1236,7 @@ void fd_upstream_init_worker(fd_upstream_t **ups, unsigned n,
         }
     }
     if (slot == FD_UPSTREAM_SHM_PEERS && n)
-        fd_log_error(FD_LOG_INFO, 0, "proxy: status counters for the first "
+        fd_log_error(FD_LOG_INFO, 0, "upstream: status counters for the first "
                      "%d servers only", FD_UPSTREAM_SHM_PEERS);
     fd_upstream_resolve_start(ups, n);
 }

@@ -16,8 +16,8 @@
  * the proxy module is one.
  *
  *   configuration: an [upstream NAME] section is parsed through
- *       fd_upstream_directives and fd_upstream_init_section (a module
- *       names them in its descriptor: it owns the section type), and
+ *       fd_upstream_directives and fd_upstream_init_section (the core's
+ *       fd_upstream_module owns the section type), and
  *       pass = http://HOST:PORT makes an implicit group with
  *       fd_upstream_implicit(). Servers are resolved at load time and
  *       the hash ring is built once, except for server = NAME:PORT
@@ -32,9 +32,10 @@
  *   keep-alive pool: idle connections per server, bounded per group
  *       (least recently used out first), each with its idle timer; an
  *       idle one that turns readable is closed.
- *   status: per server counters in the worker's stats slot (the owning
- *       module's shm area), reported by fd_upstream_status(); the shared
- *       health and resolve tables by fd_upstream_status_shared().
+ *   status: per server counters in the worker's stats slot
+ *       (fd_upstream_module's shm area), reported by
+ *       fd_upstream_status(); the shared health and resolve tables by
+ *       fd_upstream_status_shared().
  *
  * Everything runs on the worker's loop thread. The configuration's
  * fields marked "per worker" are written by each worker in its own copy.
@@ -137,6 +138,12 @@ struct fd_upstream_s {
 
 /* --- configuration --- */
 
+/* The core's module that owns [upstream NAME] (fd_upstream_module.c), and
+ * every group of cy: [upstream] sections in file order, then the implicit
+ * ones of pass = in the order they were made; at most max. */
+extern fd_module_t fd_upstream_module;
+unsigned fd_upstream_groups(fd_cycle_t *cy, fd_upstream_t **out,
+                            unsigned max);
 /* The keys of an [upstream NAME] section (conf: an fd_upstream_t). */
 extern const fd_directive_t fd_upstream_directives[];
 int fd_upstream_init_section(fd_conf_t *cf, const char *name, void *conf);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 static fd_conf_t cf;
+static fd_cycle_t cycle;       /* holds the implicit groups */
 static fd_worker_t worker;
 
 /* A group as [upstream name] with these "key = value" lines would make;
@@ -683,6 +684,7 @@ static void test_resolve_conf(void)
 int main(void)
 {
     cf.pool = fd_pool_create(16384);
+    cf.cycle = &cycle;
     worker.epfd = epoll_create1(EPOLL_CLOEXEC);
     if (cf.pool == NULL || worker.epfd < 0 || fd_timer_init() != FD_OK) {
         perror("setup");

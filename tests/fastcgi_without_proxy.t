@@ -1,0 +1,95 @@
+#!/usr/bin/perl
+# [upstream NAME] sections are the core's, not the proxy module's: a fastd
+# built --without-proxy (in a copy of the tree) still takes them, and
+# handler = fastcgi with pass = fastcgi://NAME balances over the group
+# against a real php-fpm: a first server that refuses connections is
+# failed over to the next, the request answered by PHP, and /status
+# reports the group's servers. Skips only when php-fpm is not installed.
+
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use FastdTest;
+use PhpFpm;
+use IO::Socket::INET;
+use Test::More;
+
+plan skip_all => 'php-fpm not installed (apt-get install php-fpm)'
+    unless PhpFpm::binary();
+
+my $root = $FastdTest::ROOT;
+my $t = FastdTest->new(conf => 'placeholder');
+my $dir = $t->dir;
+my $src = "$dir/src";
+
+# a copy of the tree, built without the proxy (and what this test does
+# not need, to build less)
+mkdir $src or die "mkdir $src: $!";
+system("cd '$root' && tar -cf - configure Makefile auto core modules conf html | tar -xf - -C '$src'") == 0
+    or BAIL_OUT('cannot copy the tree');
+my $out = `cd '$src' && ./configure --without-proxy --without-database --without-techempower --without-gzip --without-auth_basic 2>&1`;
+is($?, 0, './configure --without-proxy') or diag($out);
+unlike((grep { /^\s*modules:/ } split /\n/, $out)[0] // '', qr/\bproxy\b/,
+       '... builds no proxy');
+$out = `make -s -C '$src' -j2 build 2>&1`;
+is($?, 0, 'make') or diag($out);
+my $bin = "$src/objs/fastd";
+ok(-x $bin, 'objs/fastd built') or BAIL_OUT('no binary');
+
+my $fpm_port = FastdTest::free_port();
+my $dead_port = FastdTest::free_port();   # nothing listens there
+my $html = "$dir/html";
+mkdir $html or die;
+FastdTest::spew("$html/hello.php",
+                "<?php echo 'php says ', \$_SERVER['SCRIPT_NAME'];\n");
+my $php = PhpFpm->start($dir, <<"FPM");
+[test]
+listen = 127.0.0.1:$fpm_port
+pm = static
+pm.max_children = 2
+catch_workers_output = no
+FPM
+ok(FastdTest::wait_for(sub {
+    IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $fpm_port,
+                          Proto => 'tcp') }, 20, 0.05),
+   'php-fpm accepts connections')
+    or diag($php->output);
+
+my $conf = FastdTest::base_conf(
+    server => { root => $html },
+    locations => <<"L");
+[location ~ \\.php\$]
+handler = fastcgi
+pass = fastcgi://php
+
+[location = /status]
+handler = status
+L
+$conf .= <<"U";
+[upstream php]
+server = 127.0.0.1:$dead_port
+server = 127.0.0.1:$fpm_port
+U
+$t->write_conf($conf);
+{
+    local $FastdTest::BIN = $bin;
+    my ($rc, $o) = FastdTest::run_fastd('-t', '-c', $t->conf_file);
+    is($rc, 0, 'without the proxy: [upstream php] and pass = fastcgi://php load')
+        or diag($o);
+    $t->start;
+}
+
+for my $i (1 .. 4) {
+    my $r = $t->get('/hello.php');
+    is("$r->{status} $r->{body}", '200 php says /hello.php',
+       "request $i: answered by php-fpm through the group");
+}
+my $st = $t->get('/status?format=prometheus')->{body} // '';
+like($st, qr/fastd_upstream_requests_total\{upstream="php",server="127\.0\.0\.1:$fpm_port"\} [1-9]/,
+     '/status counts the group\'s live server');
+like($st, qr/fastd_upstream_fails_total\{upstream="php",server="127\.0\.0\.1:$dead_port"\} [1-9]/,
+     '... and the refusing one\'s failure');
+$t->stop;
+$php->stop;
+done_testing;
