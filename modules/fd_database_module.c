@@ -546,6 +546,12 @@ int fd_db_query(fd_request_t *r, fd_db_t *db, const char *stmt,
 
     if (st == NULL)
         return 500;
+    if (db->shm == NULL) { /* before the worker started its databases */
+        fd_log_error(FD_LOG_ALERT, 0, "database %s: a query before the "
+                     "worker started it (a module's init_worker that runs "
+                     "before the database module's)", db->name);
+        return 503;
+    }
     if ((q = q_new(r, db, Q_QUERY, st, nparams, params)) == NULL)
         return 500;
     q->done = done;
@@ -580,7 +586,7 @@ int fd_db_commit(fd_db_txn_t *t, fd_db_done_pt done, void *data)
 {
     db_q_t *txn = (db_q_t *)t;
 
-    if (txn->res.status || txn->nparts == 0) {
+    if (txn->res.status || txn->nparts == 0 || txn->db->shm == NULL) {
         db_free_q(txn);
         return 500;
     }
