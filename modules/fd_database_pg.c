@@ -764,7 +764,8 @@ static void tkey_create(void)
     pthread_key_create(&tkey, tconns_close);
 }
 
-static PGconn *tconn(fd_db_t *db, fd_db_res_t *res)
+/* a void * for db_sync_t: the thread's PGconn */
+static void *tconn(fd_db_t *db, fd_db_res_t *res)
 {
     db_pg_params_t *p = params_of(db);
     tconn_t *head, *t;
@@ -825,8 +826,9 @@ static PGconn *tconn(fd_db_t *db, fd_db_res_t *res)
     return t->pg;
 }
 
-static int exec_one(PGconn *pg, db_q_t *q, fd_db_res_t *res)
+static int exec_one(void *conn, db_q_t *q, fd_db_res_t *res)
 {
+    PGconn *pg = conn;
     PGresult *pr = PQexecPrepared(pg, q->stmt->name, q->nparams, q->params,
                                   q->lens, NULL, 0);
     ExecStatusType st = PQresultStatus(pr);
@@ -845,8 +847,9 @@ static int exec_one(PGconn *pg, db_q_t *q, fd_db_res_t *res)
     return FD_ERROR;
 }
 
-static void exec_simple(PGconn *pg, const char *sql, fd_db_res_t *res)
+static void exec_simple(void *conn, const char *sql, fd_db_res_t *res)
 {
+    PGconn *pg = conn;
     PGresult *pr = PQexec(pg, sql);
 
     if (PQresultStatus(pr) != PGRES_COMMAND_OK)
@@ -856,24 +859,9 @@ static void exec_simple(PGconn *pg, const char *sql, fd_db_res_t *res)
     PQclear(pr);
 }
 
-static void *sync_conn(fd_db_t *db, fd_db_res_t *res)
-{
-    return tconn(db, res);
-}
-
-static int sync_exec(void *conn, db_q_t *q, fd_db_res_t *res)
-{
-    return exec_one(conn, q, res);
-}
-
-static void sync_simple(void *conn, const char *sql, fd_db_res_t *res)
-{
-    exec_simple(conn, sql, res);
-}
-
 void db_pg_run_blocking(fd_db_t *db, db_q_t *q)
 {
-    static const db_sync_t pg = {sync_conn, sync_exec, sync_simple,
+    static const db_sync_t pg = {tconn, exec_one, exec_simple,
                                  "BEGIN"};
 
     db_run_sync(&pg, db, q);

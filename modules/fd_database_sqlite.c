@@ -295,7 +295,8 @@ static int progress(void *data)
     return t->deadline_usec && db_now_usec() > t->deadline_usec;
 }
 
-static tconn_t *tconn(fd_db_t *db, fd_db_res_t *res)
+/* a void * for db_sync_t: the thread's tconn_t */
+static void *tconn(fd_db_t *db, fd_db_res_t *res)
 {
     tconn_t *head, *t;
     int rc;
@@ -413,8 +414,9 @@ nomem:
     return FD_ERROR;
 }
 
-static int exec_one(tconn_t *t, db_q_t *q, fd_db_res_t *res)
+static int exec_one(void *conn, db_q_t *q, fd_db_res_t *res)
 {
+    tconn_t *t = conn;
     unsigned i = (unsigned)(q->stmt - t->db->stmts);
     sqlite3_stmt *st = t->st[i];
     char name[16];
@@ -446,32 +448,18 @@ static int exec_one(tconn_t *t, db_q_t *q, fd_db_res_t *res)
     return rc;
 }
 
-static void exec_simple(tconn_t *t, const char *sql, fd_db_res_t *res)
+static void exec_simple(void *conn, const char *sql, fd_db_res_t *res)
 {
+    tconn_t *t = conn;
     int rc = sqlite3_exec(t->s, sql, NULL, NULL, NULL);
 
     if (rc != SQLITE_OK)
         error_of(t, rc, res);
 }
 
-static void *sync_conn(fd_db_t *db, fd_db_res_t *res)
-{
-    return tconn(db, res);
-}
-
-static int sync_exec(void *conn, db_q_t *q, fd_db_res_t *res)
-{
-    return exec_one(conn, q, res);
-}
-
-static void sync_simple(void *conn, const char *sql, fd_db_res_t *res)
-{
-    exec_simple(conn, sql, res);
-}
-
 static void run(fd_db_t *db, db_q_t *q)
 {
-    static const db_sync_t lite = {sync_conn, sync_exec, sync_simple,
+    static const db_sync_t lite = {tconn, exec_one, exec_simple,
                                    "BEGIN IMMEDIATE"};
 
     db_run_sync(&lite, db, q);
