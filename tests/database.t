@@ -26,6 +26,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use FastdTest;
 use Pg;
+use H2;
 use JSON::PP;
 use Test::More;
 use Time::HiRes qw(time sleep);
@@ -270,6 +271,35 @@ SKIP: {
         is($r && $r->{status}, 503, 'its connection lost: 503 for the query on it');
         my $x = $t->get('/two?s=by_id&p1=8');
         is($x && $x->status, 200, 'the others go on') or diag($x && $x->body, $t->error_log);
+    }
+
+    # HTTP/2: a stream reset while its query runs; the connection's other
+    # streams go on, and the query's end finds the request alone
+    SKIP: {
+        skip 'HTTP/2: ' . H2::why_not(), 3 if H2::why_not();
+        my $h = FastdTest->new(conf => H2::conf(
+            main => { load_module => $so },
+            locations => "[location /two]\nhandler = dbq\ndbq_database = two\n\n"
+                . "[database two]\nurl = $url\npool = 2\n"
+                . "prepare = sleep SELECT pg_sleep(\$1::float8)\n$prepare\n"));
+        $h->start;
+        my $o = H2::py($h, <<'PY', timeout => 20);
+c = Raw()
+c.until(lambda: c.settings, 5)
+c.req(1, '/two?s=sleep&p1=1')
+c.rst(1)
+c.req(3, '/two?s=by_id&p1=3')
+r3 = c.response(3)
+time.sleep(1.5)
+c.req(5, '/two?s=by_id&p1=4')
+r5 = c.response(5)
+done(s3=r3.get('status'), s5=r5.get('status'), **c.summary())
+PY
+        is($o->{s3}, '200', 'HTTP/2: a stream reset mid-query; the next answers');
+        is($o->{s5}, '200', '... and after the query ended alone');
+        ok(!$o->{goaway}, '... on the same connection') or diag(explain $o);
+        $h->stop;
+        $h->no_alerts;
     }
 
     my $b = FastdTest->new(conf => FastdTest::base_conf(
