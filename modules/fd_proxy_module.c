@@ -14,7 +14,9 @@
  *      its high-water mark until r->on_drain (back-pressure); chunked is
  *      decoded here and framed again by the engine; client aborts;
  *   4. events and timeouts, and the handler;
- *   5. the module's variables ($upstream_addr ...).
+ *   5. the module's variable ($upstream_cache_status; $upstream_addr,
+ *      $upstream_status and $upstream_response_time are the upstream
+ *      engine's, for every protocol: core/http/fd_upstream_module.c).
  * After a 101 (WebSocket) the request becomes a tunnel: fd_proxy_tunnel.c.
  *
  * Everything runs on the worker's loop thread; state is per worker (each
@@ -817,43 +819,6 @@ static proxy_req_t *request_px(fd_request_t *r)
     return r->ctx;
 }
 
-enum { TRY_ADDR, TRY_STATUS, TRY_TIME };
-
-/* One value per server tried, ", " between them (nginx's form), in
- * r->pool; op->var->data says which. */
-static fd_str_t v_tries(fd_request_t *r, const fd_var_op_t *op, char *tmp)
-{
-    proxy_req_t *px = request_px(r);
-    uintptr_t what = op->var->data;
-    fd_sbuf_t sb;
-    unsigned i;
-
-    (void)tmp;
-    if (px == NULL || px->u.nlog == 0 ||
-        fd_sbuf_init(&sb, r->pool, px->u.nlog * 24) != FD_OK)
-        return fd_null_string;
-    for (i = 0; i < px->u.nlog; i++) {
-        fd_upstream_try_t *t = &px->u.log[i];
-        if (i)
-            fd_sbuf_add_lit(&sb, ", ");
-        if (what == TRY_ADDR) {
-            fd_sbuf_add(&sb, t->peer->name, strlen(t->peer->name));
-        } else if (what == TRY_STATUS) {
-            if (t->status)
-                fd_sbuf_add_uint(&sb, (uint64_t)t->status);
-            else
-                fd_sbuf_addc(&sb, '-');
-        } else {
-            fd_sbuf_add_uint(&sb, t->msec / 1000);
-            fd_sbuf_addc(&sb, '.');
-            fd_sbuf_addc(&sb, (char)('0' + t->msec % 1000 / 100));
-            fd_sbuf_addc(&sb, (char)('0' + t->msec % 100 / 10));
-            fd_sbuf_addc(&sb, (char)('0' + t->msec % 10));
-        }
-    }
-    return fd_sbuf_failed(&sb) ? fd_null_string : fd_sbuf_str(&sb);
-}
-
 /* $upstream_cache_status: MISS, HIT, EXPIRED, STALE, UPDATING,
  * REVALIDATED, BYPASS; empty when the location does not cache (or the
  * method is not cached) */
@@ -873,10 +838,8 @@ static fd_str_t v_cache_status(fd_request_t *r, const fd_var_op_t *op,
 
 static const fd_var_t proxy_vars[] = {
     {"upstream_cache_status", v_cache_status, 0, 0},
-    {"upstream_addr", v_tries, TRY_ADDR, 0},
-    {"upstream_status", v_tries, TRY_STATUS, 0},
-    {"upstream_response_time", v_tries, TRY_TIME, 0},
-    FD_VAR_END};
+    FD_VAR_END}; /* $upstream_addr and its kin are the core's (any
+                    protocol's tries): core/http/fd_upstream_module.c */
 
 fd_module_t fd_proxy_module = {
     .name = "proxy",

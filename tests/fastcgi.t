@@ -192,6 +192,12 @@ handler = fastcgi
 pass = fastcgi://unix:$dir/fpm.sock
 fastcgi_param = SCRIPT_FILENAME $html/php/hello.php
 
+[location ^~ /up/]
+handler = fastcgi
+pass = fastcgi://127.0.0.1:$fpm_port
+fastcgi_param = SCRIPT_FILENAME $html/php/hello.php
+add_header = X-Up "\$upstream_addr|\$upstream_status|\$upstream_response_time"
+
 [location ^~ /bad/]
 handler = fastcgi
 pass = fastcgi://127.0.0.1:$fake_port
@@ -274,6 +280,10 @@ $r = $t->get('/unix/x');
 is($r->{body}, 'Hello, World!', 'pass = fastcgi://unix:/path, and a fastcgi_param replacing a default');
 $r = $t->get('/php/dir/');
 is($r->{body}, 'index /php/dir/index.php', 'fastcgi_index for a URI ending in /');
+# the upstream engine's variables, for FastCGI as for the proxy
+$r = $t->get('/up/x');
+like($r->{headers}{'x-up'} // '', qr/^127\.0\.0\.1:$fpm_port\|200\|\d+\.\d{3}$/,
+     '$upstream_addr, $upstream_status, $upstream_response_time for FastCGI');
 $r = $t->get('/php/redirect.php');
 is($r->{status}, 302, 'Location without Status is a 302');
 is($r->{headers}{location}, '/elsewhere', '... with its Location');

@@ -205,6 +205,9 @@ struct fd_request_s {
     unsigned feed_queued;
     unsigned phase;
     int handler_rc;            /* from an offloaded handler */
+    /* the upstream engine's request for r (proxy, FastCGI), NULL when
+     * none ran: $upstream_addr and its kin read its log of tries */
+    struct fd_upstream_req_s *upstream;
     unsigned retry_after;      /* seconds: the error page, when one is
                                   made, says Retry-After (a database's 503
                                   from under the handler) */

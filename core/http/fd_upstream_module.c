@@ -11,9 +11,13 @@
  */
 #include "fd_core.h"
 #include "fd_cycle.h"
+#include "fd_http.h"
 #include "fd_module.h"
+#include "fd_sbuf.h"
 #include "fd_ssl.h"
 #include "fd_upstream.h"
+#include "fd_upstream_proto.h"
+#include "fd_var.h"
 
 #define MAX_GROUPS 256
 
@@ -68,7 +72,53 @@ static void upstream_exit_worker(fd_worker_t *w)
             fd_ssl_session_free(&ups[i]->peers[k].ssl_session);
 }
 
+/* --- $upstream_addr, $upstream_status, $upstream_response_time --- */
+
+enum { TRY_ADDR, TRY_STATUS, TRY_TIME };
+
+/* One value per server tried, ", " between them (nginx's form), in
+ * r->pool, whichever protocol tried them; op->var->data says which. */
+static fd_str_t v_tries(fd_request_t *r, const fd_var_op_t *op, char *tmp)
+{
+    const fd_upstream_req_t *u = r ? r->upstream : NULL;
+    uintptr_t what = op->var->data;
+    fd_sbuf_t sb;
+    unsigned i;
+
+    (void)tmp;
+    if (u == NULL || u->nlog == 0 ||
+        fd_sbuf_init(&sb, r->pool, u->nlog * 24) != FD_OK)
+        return fd_null_string;
+    for (i = 0; i < u->nlog; i++) {
+        const fd_upstream_try_t *t = &u->log[i];
+        if (i)
+            fd_sbuf_add_lit(&sb, ", ");
+        if (what == TRY_ADDR) {
+            fd_sbuf_add(&sb, t->peer->name, strlen(t->peer->name));
+        } else if (what == TRY_STATUS) {
+            if (t->status)
+                fd_sbuf_add_uint(&sb, (uint64_t)t->status);
+            else
+                fd_sbuf_addc(&sb, '-');
+        } else {
+            fd_sbuf_add_uint(&sb, t->msec / 1000);
+            fd_sbuf_addc(&sb, '.');
+            fd_sbuf_addc(&sb, (char)('0' + t->msec % 1000 / 100));
+            fd_sbuf_addc(&sb, (char)('0' + t->msec % 100 / 10));
+            fd_sbuf_addc(&sb, (char)('0' + t->msec % 10));
+        }
+    }
+    return fd_sbuf_failed(&sb) ? fd_null_string : fd_sbuf_str(&sb);
+}
+
+static const fd_var_t upstream_vars[] = {
+    {"upstream_addr", v_tries, TRY_ADDR, 0},
+    {"upstream_status", v_tries, TRY_STATUS, 0},
+    {"upstream_response_time", v_tries, TRY_TIME, 0},
+    FD_VAR_END};
+
 fd_module_t fd_upstream_module = {
+    .vars = upstream_vars,
     .name = "upstream",
     .init_worker = upstream_init_worker,
     .exit_worker = upstream_exit_worker,

@@ -62,6 +62,7 @@ int fd_upstream_req_init(fd_upstream_req_t *u, fd_request_t *r,
     int m = r->in.method_id;
 
     u->r = r;
+    r->upstream = u;
     u->up = up;
     u->o = o;
     u->proto = proto;
