@@ -440,7 +440,9 @@ int fd_req_set_ctx_of(fd_request_t *r, const fd_api_module_t *self,
 
 /* An access hook that returned FD_AGAIN lets the request go on: the
  * next module's access hook, then the body and the handler. From the
- * loop. (fd_api_finish(r, status) ends it instead.) */
+ * loop. (fd_api_finish(r, status) ends it instead, with that error page;
+ * fd_api_finish(r, FD_DONE) with the response set by fd_resp_error()
+ * and the headers added after it: a 401 and its WWW-Authenticate.) */
 void fd_api_continue(fd_request_t *r, const fd_api_module_t *self);
 
 /* The response of status as fastd's error page (the location's
