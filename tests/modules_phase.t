@@ -6,6 +6,10 @@
 # replaced by a location's own lines; its $variable is expanded by
 # add_header; its log hook's count is in /status's Prometheus text; a
 # module built for 1.1 (a descriptor that ends before set) still loads.
+# API 1.3: a variable compiled once by name (fd_api_var_compile, from
+# init_conf) and read per request by its handle (fd_req_var_value): a
+# plain one, one of the $http_NAME family, a number; an unknown name is
+# refused at -t with a "did you mean".
 
 use strict;
 use warnings;
@@ -40,7 +44,13 @@ $t->write_conf(FastdTest::base_conf(
         . "[location /held/]\nhandler = plaintext\ngate_hold = 150ms\n"
         . "add_header = X-Seen \$gate_seen\n\n"
         . "[location = /v11]\nhandler = v11\n\n"
-        . "[location = /status]\nhandler = status\n\n"));
+        . "[location = /status]\nhandler = status\n\n"
+        . "[location = /echo/method]\nhandler = gate_echo\n"
+        . "gate_echo = request_method\n\n"
+        . "[location = /echo/header]\nhandler = gate_echo\n"
+        . "gate_echo = http_x_thing\n\n"
+        . "[location = /echo/port]\nhandler = gate_echo\n"
+        . "gate_echo = server_port\n\n"));
 $t->start;
 
 my $r = $t->get('/v11');
@@ -74,6 +84,31 @@ for (1 .. 50) {
 }
 ok(defined $n && $n >= 5, 'the log hook counted the ended requests in /status')
     or diag(join "\n", $body =~ /(.*gate.*)/g);
+
+# 1.3: variables compiled once
+$r = $t->get('/echo/method', method => 'HEAD');
+is($r && $r->status, 200, 'a compiled variable: HEAD answered');
+$r = $t->get('/echo/method');
+is($r && $r->body, 'GET', 'fd_req_var_value: $request_method by its handle');
+$r = $t->get('/echo/header', 'X-Thing' => 'hello');
+is($r && $r->body, 'hello', '... $http_x_thing, of the $http_ family');
+$r = $t->get('/echo/header');
+is($r && $r->status . ' [' . $r->body . ']', '200 []', '... not set: empty');
+$r = $t->get('/echo/port');
+is($r && $r->body, $t->port . ' (number)',
+   '... $server_port, and fd_api_var_flags says it is a number');
 $t->stop;
+
+my $bad = FastdTest::base_conf(
+    main => { load_module => ["$dir/gate.so"] },
+    locations => "[location = /e]\nhandler = gate_echo\n"
+        . "gate_echo = request_metod\n\n");
+$t->write_conf($bad, 'bad.conf');
+my ($rc, $out) = FastdTest::run_fastd('-t', '-c', "$dir/bad.conf");
+ok($rc != 0 && $out =~ /unknown variable "\$request_metod"/
+       && $out =~ /did you mean "\$request_method"/
+       && $out =~ /bad\.conf:\d+/,
+   'fd_api_var_compile: an unknown name is refused at -t, with a hint')
+    or diag($out);
 
 done_testing();
