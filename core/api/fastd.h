@@ -184,6 +184,13 @@ typedef struct {
     /* Set by fastd when it registers the module: what FD_API_SELF
      * names. Leave it 0. */
     unsigned id;
+
+    /* --- 1.3 --- */
+
+    /* In each worker, on SIGUSR1 (fastd -s reopen), after fastd's own
+     * logs: reopen the module's own files (a log it writes, moved away
+     * by logrotate). NULL: none. */
+    void (*reopen)(void);
 } fd_api_module_t;
 
 /* The module's descriptor, the one symbol fastd looks for in its file:

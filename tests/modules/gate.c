@@ -6,7 +6,8 @@
  * hook counts the requests that ended in its status area, reported as
  * fastd_gate_logged_total. API 1.3: handler = gate_echo answers the
  * value of the variable gate_echo names, compiled once in init_conf
- * (fd_api_var_compile) and read per request by its handle.
+ * (fd_api_var_compile) and read per request by its handle; its reopen
+ * hook says so in the error log on SIGUSR1.
  */
 #include <stdio.h>
 #include <string.h>
@@ -149,6 +150,11 @@ static void gate_log(fd_request_t *r)
         __atomic_add_fetch(&area->logged, 1, __ATOMIC_RELAXED);
 }
 
+static void gate_reopen(void)
+{
+    fd_api_log(FD_API_LOG_NOTICE, 0, "gate: reopen");
+}
+
 static int gate_init_worker(void)
 {
     area = fd_api_status_area(FD_API_SELF);
@@ -186,4 +192,5 @@ FD_API_MODULE = {
     .shm_size = sizeof(gate_area_t),
     .status = gate_status,
     .retire = gate_retire,
+    .reopen = gate_reopen,
 };
