@@ -145,6 +145,11 @@ static void exit_worker(unsigned i)
     static void status_##i(fd_status_t *st, const void *area, unsigned w)    \
     {                                                                        \
         dsos[i].api.status((fd_api_status_t *)st, area, w);                  \
+    }                                                                        \
+    static void reopen_##i(fd_worker_t *w)                                   \
+    {                                                                        \
+        (void)w;                                                             \
+        dsos[i].api.reopen();                                                \
     }
 DSO_SLOT(0) DSO_SLOT(1) DSO_SLOT(2) DSO_SLOT(3) DSO_SLOT(4) DSO_SLOT(5)
 DSO_SLOT(6) DSO_SLOT(7) DSO_SLOT(8) DSO_SLOT(9) DSO_SLOT(10) DSO_SLOT(11)
@@ -152,13 +157,14 @@ DSO_SLOT(12) DSO_SLOT(13) DSO_SLOT(14) DSO_SLOT(15)
 
 #define HOOKS(i)                                                             \
     {init_conf_##i, init_worker_##i, exit_worker_##i, loc_active_##i,        \
-     status_##i}
+     status_##i, reopen_##i}
 static const struct {
     int (*init_conf)(fd_conf_t *, fd_http_loc_t *, void *);
     int (*init_worker)(fd_worker_t *);
     void (*exit_worker)(fd_worker_t *);
     int (*loc_active)(const fd_http_loc_t *);
     void (*status)(fd_status_t *, const void *, unsigned);
+    void (*reopen)(fd_worker_t *);
 } hooks[FD_DSO_MAX] = {
     HOOKS(0),  HOOKS(1),  HOOKS(2),  HOOKS(3),  HOOKS(4),  HOOKS(5),
     HOOKS(6),  HOOKS(7),  HOOKS(8),  HOOKS(9),  HOOKS(10), HOOKS(11),
@@ -270,6 +276,7 @@ static size_t descriptor_size(uint32_t minor)
 {
     return minor == 0   ? offsetof(fd_api_module_t, handlers)
            : minor == 1 ? offsetof(fd_api_module_t, set)
+           : minor == 2 ? offsetof(fd_api_module_t, reopen)
                         : sizeof(fd_api_module_t);
 }
 
@@ -488,6 +495,8 @@ static int add(fd_conf_t *cf, const fd_api_module_t *a, const char *file,
         .shm_size = d->api.shm_size,
         .status = d->api.status ? hooks[ndsos].status : NULL,
         .retire = d->api.retire,
+        /* 1.3 */
+        .reopen = d->api.reopen ? hooks[ndsos].reopen : NULL,
         .index = fd_nmodules};
     /* every key name once, in every table (fd_cycle_check_keys) */
     memcpy(list, fd_modules, fd_nmodules * sizeof(*list));

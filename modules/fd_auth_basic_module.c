@@ -19,40 +19,52 @@
  * same scheme and cost as a known user's, where the file keeps to one),
  * so timing does not tell which names exist; digests are compared in
  * constant time; no password is logged.
+ *
+ * Written on the public API (core/api/fastd.h) alone: its access hook is
+ * active only where a realm is set, the check goes to the pool with
+ * fd_api_offload(), a 401 is fd_resp_error() with a header of its own
+ * (FD_DONE), its figures are in its status area.
  */
 #include <crypt.h>
+#include <errno.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/sha.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
 
-#include "fd_core.h"
-#include "fd_http.h"
-#include "fd_offload.h"
-#include "fd_status.h"
+#include "fastd.h"
 
 #define CACHE_SLOTS 64
 #define CACHE_TTL 60000       /* ms */
 #define CRED_MAX 1024         /* decoded user:password */
+#define NELEMS(a) (sizeof(a) / sizeof((a)[0]))
 
 typedef struct {
     char *name;
     char *hash;
 } user_t;
 
+/* a block of a re-read file's memory (the config's is the config's) */
+typedef struct blk_s {
+    struct blk_s *next;
+    max_align_t data[];
+} blk_t;
+
 typedef struct {
     user_t *users;
     unsigned n;
-    fd_pool_t *pool;          /* a re-read file's; NULL: the config's */
+    int heap;                 /* re-read: its memory is blocks, freed */
+    blk_t *blocks;
 } users_t;
 
 typedef struct {
     char *realm;
-    char *file;
-    const char *conf_file;
-    int conf_line;
+    const char *file;         /* auth_basic_user_file */
 
     fd_str_t challenge;       /* Basic realm="...", charset="UTF-8" */
     /* per worker */
@@ -60,7 +72,7 @@ typedef struct {
     struct timespec mtime;
     off_t size;
     ino_t ino;
-    fd_msec_t checked;
+    uint64_t checked;
 } auth_loc_t;
 
 typedef struct {
@@ -69,22 +81,20 @@ typedef struct {
 
 typedef struct {
     unsigned char digest[SHA256_DIGEST_LENGTH];
-    fd_msec_t until;
+    uint64_t until;
 } cache_t;
 
 typedef struct {
     char cred[CRED_MAX + 1];  /* user:password, NUL-ended */
     size_t ulen;
-    const char *hash;         /* the user's (a copy in the request's pool:
-                               * a re-read of the file frees the table
-                               * while a pool thread checks), or the
+    const char *hash;         /* the user's (a copy in the request's
+                               * memory: a re-read of the file frees the
+                               * table while a pool thread checks), or the
                                * dummy's */
     int known;
     int ok;                   /* set by the pool thread */
     unsigned char digest[SHA256_DIGEST_LENGTH];
 } check_t;
-
-fd_module_t fd_auth_basic_module;
 
 static auth_shm_t *area;
 static cache_t cache[CACHE_SLOTS];
@@ -105,17 +115,55 @@ static int hash_ok(const char *h)
                                        "$6$",  "$y$",  "$gy$", "$7$"};
     size_t i;
 
-    for (i = 0; i < fd_nelems(good); i++)
+    for (i = 0; i < NELEMS(good); i++)
         if (strncmp(h, good[i], strlen(good[i])) == 0)
             return 1;
     return 0;
 }
 
-/* Parse path into users allocated from pool: FD_OK, or FD_ERROR with a
- * message in err ("line N: ..."), *bad_line set. */
-static int users_load(fd_pool_t *pool, const char *path, users_t *u,
-                      char *err, size_t errlen, int *bad_line,
-                      struct stat *st)
+/* Zeroed memory for u: the configuration's when the file is read at load,
+ * a block of u's own (freed with it) when it is re-read in a worker. */
+static void *ualloc(users_t *u, size_t n)
+{
+    blk_t *b;
+
+    if (!u->heap)
+        return fd_api_conf_alloc(n);
+    b = calloc(1, sizeof(*b) + n);
+    if (b == NULL)
+        return NULL;
+    b->next = u->blocks;
+    u->blocks = b;
+    return b->data;
+}
+
+static char *ustrdup(users_t *u, const char *s)
+{
+    size_t n = strlen(s);
+    char *d = ualloc(u, n + 1);
+
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+static void users_free(users_t *u)
+{
+    blk_t *b, *next;
+
+    if (u == NULL || !u->heap)
+        return;
+    for (b = u->blocks; b; b = next) {
+        next = b->next;
+        free(b);
+    }
+    free(u);
+}
+
+/* Parse path into u: FD_OK, or FD_ERROR with a message in err ("line N:
+ * ..."), *bad_line set. */
+static int users_load(const char *path, users_t *u, char *err,
+                      size_t errlen, int *bad_line, struct stat *st)
 {
     FILE *fp = fopen(path, "r");
     char line[4096];
@@ -163,7 +211,7 @@ static int users_load(fd_pool_t *pool, const char *path, users_t *u,
         }
         if (u->n == cap) {
             unsigned ncap = cap ? cap * 2 : 16;
-            user_t *nu = fd_palloc(pool, ncap * sizeof(*nu));
+            user_t *nu = ualloc(u, ncap * sizeof(*nu));
             if (nu == NULL)
                 goto oom;
             if (u->n)
@@ -171,8 +219,8 @@ static int users_load(fd_pool_t *pool, const char *path, users_t *u,
             u->users = nu;
             cap = ncap;
         }
-        u->users[u->n].name = fd_pstrdup(pool, p, strlen(p));
-        u->users[u->n].hash = fd_pstrdup(pool, colon, strlen(colon));
+        u->users[u->n].name = ustrdup(u, p);
+        u->users[u->n].hash = ustrdup(u, colon);
         if (u->users[u->n].name == NULL || u->users[u->n].hash == NULL)
             goto oom;
         u->n++;
@@ -190,89 +238,84 @@ bad:
 /* Look at the file at most once a second; re-read it when it changed. */
 static void users_refresh(auth_loc_t *lc)
 {
+    uint64_t now = fd_api_now_msec();
     struct stat st;
     users_t *nu;
-    fd_pool_t *pool;
     char err[512];
     int bad;
 
-    if (fd_current_msec - lc->checked < 1000)
+    if (now - lc->checked < 1000)
         return;
-    lc->checked = fd_current_msec;
+    lc->checked = now;
     if (stat(lc->file, &st) < 0 ||
         (st.st_mtim.tv_sec == lc->mtime.tv_sec &&
          st.st_mtim.tv_nsec == lc->mtime.tv_nsec && st.st_size == lc->size &&
          st.st_ino == lc->ino))
         return;
-    pool = fd_pool_create(4096);
-    nu = pool ? fd_pcalloc(pool, sizeof(*nu)) : NULL;
-    if (nu == NULL) {
-        if (pool)
-            fd_pool_destroy(pool);
+    if ((nu = calloc(1, sizeof(*nu))) == NULL)
         return;
-    }
-    if (users_load(pool, lc->file, nu, err, sizeof(err), &bad, &st) !=
-        FD_OK) {
-        fd_log_error(FD_LOG_ERR, 0, "auth_basic_user_file: %s; the last "
-                     "good file stays in use", err);
-        fd_pool_destroy(pool);
+    nu->heap = 1;
+    if (users_load(lc->file, nu, err, sizeof(err), &bad, &st) != FD_OK) {
+        fd_api_log(FD_API_LOG_ERR, 0, "auth_basic_user_file: %s; the last "
+                   "good file stays in use", err);
+        users_free(nu);
         lc->mtime = st.st_mtim; /* said once per change */
         lc->size = st.st_size;
         lc->ino = st.st_ino;
         return;
     }
-    nu->pool = pool;
-    if (lc->users && lc->users->pool)
-        fd_pool_destroy(lc->users->pool);
+    users_free(lc->users);
     lc->users = nu;
     lc->mtime = st.st_mtim;
     lc->size = st.st_size;
     lc->ino = st.st_ino;
-    fd_log_error(FD_LOG_NOTICE, 0, "auth_basic_user_file \"%s\" re-read: "
-                 "%u users", lc->file, nu->n);
+    fd_api_log(FD_API_LOG_NOTICE, 0, "auth_basic_user_file \"%s\" re-read: "
+               "%u users", lc->file, nu->n);
 }
 
 /* --- configuration ------------------------------------------------------- */
 
-#define AOFF(f) offsetof(auth_loc_t, f)
-
-static int set_realm(fd_conf_t *cf, const fd_directive_t *d, void *conf,
-                     const char *v)
+static int auth_set(void *conf, const char *key, const char *v, int own)
 {
     auth_loc_t *lc = conf;
     size_t n = strlen(v), i;
 
-    (void)d;
+    (void)key;
+    (void)own;
     if (n >= 2 && v[0] == '"' && v[n - 1] == '"') {
         v++;
         n -= 2;
     }
     for (i = 0; i < n; i++)
         if ((unsigned char)v[i] < 0x20 || v[i] == 0x7f || v[i] == '"' ||
-            v[i] == '\\')
-            return fd_conf_error(cf, "\"auth_basic\": the realm may not "
-                                 "hold control characters, '\"' or '\\'");
-    lc->realm = fd_pstrdup(cf->pool, v, n);
-    lc->conf_file = cf->file;
-    lc->conf_line = cf->line;
-    return lc->realm ? FD_OK : fd_conf_error(cf, "out of memory");
+            v[i] == '\\') {
+            fd_api_conf_error("\"auth_basic\": the realm may not hold "
+                              "control characters, '\"' or '\\'");
+            return FD_ERROR;
+        }
+    if ((lc->realm = fd_api_conf_alloc(n + 1)) == NULL) {
+        fd_api_conf_error("out of memory");
+        return FD_ERROR;
+    }
+    memcpy(lc->realm, v, n);
+    return FD_OK;
 }
 
-static const fd_directive_t auth_directives[] = {
-    {.name = "auth_basic", .type = FD_CONF_CUSTOM, .set = set_realm,
+static const fd_api_key_t auth_keys[] = {
+    {.name = "auth_basic", .type = FD_API_CUSTOM,
      .doc = "\"REALM\" or off: ask for a user and password (HTTP Basic, "
             "RFC 7617), checked against auth_basic_user_file; 401 with "
             "WWW-Authenticate otherwise. Basic sends the password in the "
             "clear: use it over TLS"},
-    {.name = "auth_basic_user_file", .type = FD_CONF_STR,
-     .offset = AOFF(file),
+    {.name = "auth_basic_user_file", .type = FD_API_STRING,
+     .offset = offsetof(auth_loc_t, file),
      .doc = "an htpasswd file of NAME:HASH lines, HASH bcrypt (htpasswd "
             "-B), $5$/$6$ (openssl passwd -6) or yescrypt; re-read when "
             "it changes (looked at once a second); a relative path is "
             "the prefix's"},
-    FD_CONF_END};
+    {.name = NULL}};
 
-static int auth_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
+static int auth_init_conf(void *conf)
 {
     auth_loc_t *lc = conf;
     users_t *u;
@@ -280,45 +323,45 @@ static int auth_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
     char err[512], *ch;
     int bad, len;
 
-    (void)loc;
     if (lc->realm && strcmp(lc->realm, "off") == 0)
         lc->realm = NULL;
     if (lc->realm == NULL)
         return FD_OK;
-    cf->file = lc->conf_file;
-    cf->line = lc->conf_line;
-    if (lc->file == NULL)
-        return fd_conf_error(cf, "\"auth_basic\" needs "
-                             "auth_basic_user_file");
+    fd_api_conf_at_key(conf, "auth_basic");
+    if (lc->file == NULL) {
+        fd_api_conf_error("\"auth_basic\" needs auth_basic_user_file");
+        return FD_ERROR;
+    }
     /* relative: the prefix's, as every path of the configuration */
-    if (lc->file[0] != '/' && (lc->file = fd_conf_path(cf, lc->file)) == NULL)
-        return fd_conf_error(cf, "out of memory");
-    u = fd_pcalloc(cf->pool, sizeof(*u));
-    if (u == NULL)
-        return fd_conf_error(cf, "out of memory");
-    if (users_load(cf->pool, lc->file, u, err, sizeof(err), &bad, &st) !=
-        FD_OK)
-        return fd_conf_error(cf, "auth_basic_user_file: %s", err);
+    if (lc->file[0] != '/' && (lc->file = fd_api_conf_path(lc->file)) == NULL)
+        goto oom;
+    if ((u = fd_api_conf_alloc(sizeof(*u))) == NULL)
+        goto oom;
+    if (users_load(lc->file, u, err, sizeof(err), &bad, &st) != FD_OK) {
+        fd_api_conf_error("auth_basic_user_file: %s", err);
+        return FD_ERROR;
+    }
     lc->users = u;
     lc->mtime = st.st_mtim;
     lc->size = st.st_size;
     lc->ino = st.st_ino;
     lc->checked = 0;
     len = (int)strlen(lc->realm) + 40;
-    ch = fd_pnalloc(cf->pool, (size_t)len);
-    if (ch == NULL)
-        return fd_conf_error(cf, "out of memory");
+    if ((ch = fd_api_conf_alloc((size_t)len)) == NULL)
+        goto oom;
     lc->challenge.len = (size_t)snprintf(ch, (size_t)len,
                                          "Basic realm=\"%s\", "
                                          "charset=\"UTF-8\"", lc->realm);
     lc->challenge.data = ch;
     return FD_OK;
+oom:
+    fd_api_conf_error("out of memory");
+    return FD_ERROR;
 }
 
-static int auth_init_worker(fd_worker_t *w)
+static int auth_init_worker(void)
 {
-    (void)w;
-    area = fd_stats ? fd_stats_area(fd_stats, &fd_auth_basic_module) : NULL;
+    area = fd_api_status_area(FD_API_SELF);
     if (area)
         memset(area, 0, sizeof(*area));
     return FD_OK;
@@ -326,11 +369,12 @@ static int auth_init_worker(fd_worker_t *w)
 
 /* --- checking ------------------------------------------------------------ */
 
+/* the 401, with the challenge (the configuration's: not copied) */
 static int challenge(fd_request_t *r, const auth_loc_t *lc)
 {
-    if (fd_http_error_page(r, 401) != FD_OK ||
-        fd_http_header_add(r, fd_string("WWW-Authenticate"),
-                           lc->challenge) != FD_OK)
+    if (fd_resp_error(r, 401) != FD_OK ||
+        fd_resp_header_static(r, (fd_str_t){16, "WWW-Authenticate"},
+                              lc->challenge) != FD_OK)
         return 500;
     return FD_DONE;
 }
@@ -391,11 +435,12 @@ static void digest_of(const check_t *x, unsigned char *d)
 
 static int cache_hit(const unsigned char *d)
 {
+    uint64_t now = fd_api_now_msec();
     unsigned i;
     int hit = 0;
 
     for (i = 0; i < CACHE_SLOTS; i++)
-        if (cache[i].until > fd_current_msec &&
+        if (cache[i].until > now &&
             CRYPTO_memcmp(cache[i].digest, d, SHA256_DIGEST_LENGTH) == 0)
             hit = 1;
     return hit;
@@ -409,13 +454,13 @@ static void cache_put(const unsigned char *d)
         if (cache[i].until < cache[old].until)
             old = i;
     memcpy(cache[old].digest, d, SHA256_DIGEST_LENGTH);
-    cache[old].until = fd_current_msec + CACHE_TTL;
+    cache[old].until = fd_api_now_msec() + CACHE_TTL;
 }
 
 /* On a pool thread: the slow part. */
 static void check_work(fd_request_t *r)
 {
-    check_t *x = *fd_request_ctx(r, &fd_auth_basic_module);
+    check_t *x = fd_req_get_ctx_of(r, FD_API_SELF);
     struct crypt_data *cd = calloc(1, sizeof(*cd));
     const char *h;
 
@@ -441,11 +486,10 @@ static int check_verdict(fd_request_t *r, check_t *x, const auth_loc_t *lc)
     } else {
         COUNT(failed);
         x->cred[x->ulen] = '\0';
-        fd_log_error(FD_LOG_INFO, 0, x->known
-                                         ? "user \"%s\": password mismatch"
-                                         : "user \"%s\" was not found in "
-                                           "\"%s\"",
-                     x->cred, lc->file);
+        fd_api_log(FD_API_LOG_INFO, 0,
+                   x->known ? "user \"%s\": password mismatch"
+                            : "user \"%s\" was not found in \"%s\"",
+                   x->cred, lc->file);
     }
     OPENSSL_cleanse(x->cred, sizeof(x->cred));
     return ok ? FD_OK : challenge(r, lc);
@@ -454,22 +498,21 @@ static int check_verdict(fd_request_t *r, check_t *x, const auth_loc_t *lc)
 /* Back on the loop. */
 static void check_done(fd_request_t *r)
 {
-    check_t *x = *fd_request_ctx(r, &fd_auth_basic_module);
-    auth_loc_t *lc = fd_loc_conf(r->loc, &fd_auth_basic_module);
+    check_t *x = fd_req_get_ctx_of(r, FD_API_SELF);
+    const auth_loc_t *lc = fd_req_conf_of(r, FD_API_SELF);
     int rc = check_verdict(r, x, lc);
 
     if (rc == FD_OK)
-        fd_http_access_continue(r, &fd_auth_basic_module);
+        fd_api_continue(r, FD_API_SELF);
     else
-        fd_request_finish(r, rc);
+        fd_api_finish(r, rc); /* FD_DONE: the 401 is set */
 }
 
 static int auth_access(fd_request_t *r)
 {
-    auth_loc_t *lc = fd_loc_conf(r->loc, &fd_auth_basic_module);
-    fd_str_t a = fd_http_var_header(r, fd_string("authorization"));
+    auth_loc_t *lc = fd_req_conf_of(r, FD_API_SELF);
+    fd_str_t a = fd_req_header(r, "Authorization");
     check_t *x;
-    void **ctx;
     ssize_t n;
     char *colon;
     const char *hash;
@@ -489,11 +532,12 @@ static int auth_access(fd_request_t *r)
     }
     while (a.len && (a.data[a.len - 1] == ' ' || a.data[a.len - 1] == '\t'))
         a.len--;
-    ctx = fd_request_ctx(r, &fd_auth_basic_module);
-    x = ctx ? fd_pcalloc(r->pool, sizeof(*x)) : NULL;
-    if (x == NULL)
+    x = fd_req_alloc(r, sizeof(*x));
+    if (x == NULL || fd_req_set_ctx_of(r, FD_API_SELF, x) != FD_OK)
         return 500;
-    *ctx = x;
+    x->ulen = 0;
+    x->known = 0;
+    x->ok = 0;
     n = b64_decode(a.data, a.len, x->cred, CRED_MAX);
     if (n <= 0 || memchr(x->cred, '\0', (size_t)n) ||
         (colon = memchr(x->cred, ':', (size_t)n)) == NULL) {
@@ -515,15 +559,21 @@ static int auth_access(fd_request_t *r)
             break;
         }
     }
-    if ((x->hash = fd_pstrdup(r->pool, hash, strlen(hash))) == NULL)
-        return 500;
+    {
+        size_t hl = strlen(hash);
+        char *copy = fd_req_alloc(r, hl + 1);
+        if (copy == NULL)
+            return 500;
+        memcpy(copy, hash, hl + 1);
+        x->hash = copy;
+    }
     digest_of(x, x->digest);
     if (x->known && cache_hit(x->digest)) {
         COUNT(cached);
         OPENSSL_cleanse(x->cred, sizeof(x->cred));
         return FD_OK;
     }
-    if (fd_offload(r, check_work, check_done) != FD_OK) {
+    if (fd_api_offload(r, check_work, check_done) != FD_OK) {
         /* no pool thread: inline, as a handler without a pool would */
         check_work(r);
         return check_verdict(r, x, lc);
@@ -531,27 +581,29 @@ static int auth_access(fd_request_t *r)
     return FD_AGAIN;
 }
 
-static int auth_loc_active(const fd_http_loc_t *loc)
+/* a request of a location without a realm pays nothing */
+static int auth_active(const void *conf)
 {
-    return ((const auth_loc_t *)fd_loc_conf(loc, &fd_auth_basic_module))
-               ->realm != NULL;
+    return ((const auth_loc_t *)conf)->realm != NULL;
 }
 
 /* --- status -------------------------------------------------------------- */
 
-static void auth_status(fd_status_t *st, const void *a, unsigned worker)
+static void auth_status(fd_api_status_t *st, const void *a, unsigned worker)
 {
     const auth_shm_t *e = a;
 
     (void)worker;
     if (e == NULL)
         return;
-    fd_status_counter(st, "auth_basic_verified", "Passwords checked by "
-                      "crypt() (on the offload pool).", "", e->verified);
-    fd_status_counter(st, "auth_basic_cached", "Credentials accepted from "
-                      "the cache of recent successes.", "", e->cached);
-    fd_status_counter(st, "auth_basic_failed", "Requests refused with 401 "
-                      "for bad credentials.", "", e->failed);
+    fd_api_status_counter(st, "auth_basic_verified", "Passwords checked by "
+                          "crypt() (on the offload pool).", NULL,
+                          e->verified);
+    fd_api_status_counter(st, "auth_basic_cached", "Credentials accepted "
+                          "from the cache of recent successes.", NULL,
+                          e->cached);
+    fd_api_status_counter(st, "auth_basic_failed", "Requests refused with "
+                          "401 for bad credentials.", NULL, e->failed);
 }
 
 static void auth_retire(void *retired, const void *a)
@@ -564,15 +616,17 @@ static void auth_retire(void *retired, const void *a)
     d->failed += s->failed;
 }
 
-fd_module_t fd_auth_basic_module = {
+FD_API_MODULE = {
+    FD_API_HEADER,
     .name = "auth_basic",
-    .directives = auth_directives,
+    .keys = auth_keys,
     .conf_size = sizeof(auth_loc_t),
+    .set = auth_set,
     .init_conf = auth_init_conf,
     .init_worker = auth_init_worker,
+    .access = auth_access,
+    .active = auth_active,
     .shm_size = sizeof(auth_shm_t),
     .status = auth_status,
     .retire = auth_retire,
-    .access = auth_access,
-    .loc_active = auth_loc_active,
 };

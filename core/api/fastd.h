@@ -1,10 +1,11 @@
 /*
- * fastd.h: the public API of fastd modules, version 1.2.
+ * fastd.h: the public API of fastd modules, version 1.3.
  *
  * Everything a module built outside the tree needs: its descriptor and
  * keys, the request, the response, asynchronous completion and logging;
  * from 1.2 also the access and log phases, its own $variables, its
- * figures for /status, the client's address and the offload pool.
+ * figures for /status, the client's address and the offload pool; from
+ * 1.3 variables compiled once and read without a lookup by name.
  * A module is a shared object that defines
  *
  *     FD_API_MODULE = { FD_API_HEADER, .name = "hello",
@@ -34,7 +35,7 @@ extern "C" {
 #endif
 
 #define FD_API_VERSION_MAJOR 1
-#define FD_API_VERSION_MINOR 2
+#define FD_API_VERSION_MINOR 3
 /* What must match besides the version: the size of a pointer and of the
  * structs below, which a module and fastd lay out alike only if built
  * for the same ABI (checked at load). */
@@ -183,6 +184,13 @@ typedef struct {
     /* Set by fastd when it registers the module: what FD_API_SELF
      * names. Leave it 0. */
     unsigned id;
+
+    /* --- 1.3 --- */
+
+    /* In each worker, on SIGUSR1 (fastd -s reopen), after fastd's own
+     * logs: reopen the module's own files (a log it writes, moved away
+     * by logrotate). NULL: none. */
+    void (*reopen)(void);
 } fd_api_module_t;
 
 /* The module's descriptor, the one symbol fastd looks for in its file:
@@ -440,7 +448,9 @@ int fd_req_set_ctx_of(fd_request_t *r, const fd_api_module_t *self,
 
 /* An access hook that returned FD_AGAIN lets the request go on: the
  * next module's access hook, then the body and the handler. From the
- * loop. (fd_api_finish(r, status) ends it instead.) */
+ * loop. (fd_api_finish(r, status) ends it instead, with that error page;
+ * fd_api_finish(r, FD_DONE) with the response set by fd_resp_error()
+ * and the headers added after it: a 401 and its WWW-Authenticate.) */
 void fd_api_continue(fd_request_t *r, const fd_api_module_t *self);
 
 /* The response of status as fastd's error page (the location's
@@ -551,6 +561,27 @@ void *fd_api_status_area(const fd_api_module_t *self);
 /* The loop's clock: milliseconds since some fixed time, as of this loop
  * turn (no system call): for ages and intervals. */
 uint64_t fd_api_now_msec(void);
+
+/* --- 1.3: variables compiled once ------------------------------------------ */
+
+/*
+ * fd_req_var() finds a variable by its name at each call. A module that
+ * reads the same ones for every request (a log format) compiles each name
+ * once, from init_conf or set: fd_api_var_compile("status") (without the
+ * "$"; the $http_NAME, $arg_NAME, ... families too) returns a handle that
+ * lives as long as the configuration, or NULL when there is no such
+ * variable: the error, with a "did you mean", is then set (return
+ * FD_ERROR). fd_req_var_value(r, v, tmp) is its value for r, with no
+ * lookup by name: in memory that lives as long as r, or in tmp
+ * (FD_API_VAR_TMP bytes of the caller's, which a number may be written
+ * into); len 0 when not set. fd_api_var_flags(v): FD_API_VAR_NUMBER when
+ * its value is a number (a JSON log writes it unquoted).
+ */
+typedef struct fd_api_cvar_s fd_api_cvar_t;
+const fd_api_cvar_t *fd_api_var_compile(const char *name);
+fd_str_t fd_req_var_value(fd_request_t *r, const fd_api_cvar_t *v,
+                          char *tmp);
+unsigned fd_api_var_flags(const fd_api_cvar_t *v);
 
 #ifdef __cplusplus
 }

@@ -571,3 +571,49 @@ uint64_t fd_api_now_msec(void)
 {
     return fd_current_msec;
 }
+
+/* --- 1.3: variables compiled once --- */
+
+/* The handle is the engine's op for "$name": fd_var_compile() parses it
+ * as every script's (the $http_ and $arg_ families, a did-you-mean for an
+ * unknown name), and fd_var_value() evaluates it as the access log does. */
+_Static_assert(FD_API_VAR_TMP >= FD_VAR_TMP,
+               "a getter's scratch fits the module's buffer");
+
+const fd_api_cvar_t *fd_api_var_compile(const char *name)
+{
+    fd_conf_t *cf = fd_dso_conf();
+    fd_var_script_t s;
+    size_t n = strlen(name);
+    char *src;
+
+    if (cf == NULL)
+        return NULL;
+    if (n == 0 || name[0] == '$' ||
+        (src = fd_pnalloc(cf->pool, n + 2)) == NULL) {
+        fd_conf_error(cf, n && name[0] == '$'
+                              ? "variable \"%s\": its name, without the \"$\""
+                              : "variable \"%s\": no name, or out of memory",
+                      name);
+        return NULL;
+    }
+    src[0] = '$';
+    memcpy(src + 1, name, n + 1);
+    if (fd_var_compile(cf, &s, src, n + 1, 0, "variable") != FD_OK)
+        return NULL;
+    if (s.n != 1 || s.ops[0].kind != FD_VAR_OP_VAR) {
+        fd_conf_error(cf, "variable \"%s\": not one variable's name", name);
+        return NULL;
+    }
+    return (const fd_api_cvar_t *)&s.ops[0];
+}
+
+fd_str_t fd_req_var_value(fd_request_t *r, const fd_api_cvar_t *v, char *tmp)
+{
+    return fd_var_value(r, (const fd_var_op_t *)v, NULL, tmp);
+}
+
+unsigned fd_api_var_flags(const fd_api_cvar_t *v)
+{
+    return ((const fd_var_op_t *)v)->flags & FD_VAR_NUMBER;
+}

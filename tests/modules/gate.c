@@ -4,8 +4,12 @@
  * own: fd_resp_error, then FD_DONE) and, with gate_hold, holds each request that long on a loop
  * timer before it lets it go on; $gate_seen says what it did; its log
  * hook counts the requests that ended in its status area, reported as
- * fastd_gate_logged_total.
+ * fastd_gate_logged_total. API 1.3: handler = gate_echo answers the
+ * value of the variable gate_echo names, compiled once in init_conf
+ * (fd_api_var_compile) and read per request by its handle; its reopen
+ * hook says so in the error log on SIGUSR1.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include <fastd.h>
@@ -15,6 +19,8 @@ typedef struct {
     unsigned n;
     int own;
     uint64_t hold;
+    const char *echo;          /* gate_echo: a variable's name */
+    const fd_api_cvar_t *var;  /* ... compiled */
 } gate_conf_t;
 
 typedef struct {
@@ -28,7 +34,42 @@ static const fd_api_key_t gate_keys[] = {
     {.name = "gate_hold", .type = FD_API_MSEC,
      .offset = offsetof(gate_conf_t, hold), .def = "0",
      .doc = "how long each request waits"},
+    {.name = "gate_echo", .type = FD_API_STRING,
+     .offset = offsetof(gate_conf_t, echo),
+     .doc = "handler = gate_echo: the variable it answers"},
     {.name = NULL}};
+
+static int gate_init_conf(void *conf)
+{
+    gate_conf_t *gc = conf;
+
+    if (gc->echo == NULL)
+        return FD_OK;
+    gc->var = fd_api_var_compile(gc->echo);
+    return gc->var ? FD_OK : FD_ERROR; /* the error says why */
+}
+
+/* the variable's value, and " (number)" when it is one */
+static int gate_echo(fd_request_t *r)
+{
+    const gate_conf_t *gc = fd_req_conf_of(r, FD_API_SELF);
+    char tmp[FD_API_VAR_TMP], body[256];
+    fd_str_t v;
+    int n;
+
+    if (gc->var == NULL)
+        return 404;
+    v = fd_req_var_value(r, gc->var, tmp);
+    n = snprintf(body, sizeof(body), "%.*s%s", (int)v.len,
+                 v.data ? v.data : "",
+                 fd_api_var_flags(gc->var) & FD_API_VAR_NUMBER ? " (number)"
+                                                               : "");
+    fd_resp_status(r, 200);
+    return fd_resp_body(r, body, (size_t)n);
+}
+
+static const fd_api_handler_t gate_handlers[] = {
+    {.name = "gate_echo", .handler = gate_echo}, {.name = NULL}};
 
 static int gate_set(void *conf, const char *key, const char *value, int own)
 {
@@ -109,6 +150,11 @@ static void gate_log(fd_request_t *r)
         __atomic_add_fetch(&area->logged, 1, __ATOMIC_RELAXED);
 }
 
+static void gate_reopen(void)
+{
+    fd_api_log(FD_API_LOG_NOTICE, 0, "gate: reopen");
+}
+
 static int gate_init_worker(void)
 {
     area = fd_api_status_area(FD_API_SELF);
@@ -135,7 +181,9 @@ FD_API_MODULE = {
     .name = "gate",
     .keys = gate_keys,
     .conf_size = sizeof(gate_conf_t),
+    .init_conf = gate_init_conf,
     .init_worker = gate_init_worker,
+    .handlers = gate_handlers,
     .set = gate_set,
     .access = gate_access,
     .active = gate_active,
@@ -144,4 +192,5 @@ FD_API_MODULE = {
     .shm_size = sizeof(gate_area_t),
     .status = gate_status,
     .retire = gate_retire,
+    .reopen = gate_reopen,
 };
