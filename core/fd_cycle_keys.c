@@ -340,6 +340,11 @@ const fd_directive_t fd_http_loc_directives[] = {
      .doc = "on: this location's handler runs on the worker's offload pool "
             "(static: open/stat on slow disks), whatever inline_completions "
             "says; only for thread-safe handlers"},
+    /* the fortunes module's file key, before databases: refused with
+     * the way to say it now */
+    {.name = "fortunes_db", .renamed = "[database world] url = sqlite:PATH",
+     .doc = "handler = fortunes reads its location's database = NAME "
+            "(default world): see conf/doc/database.md"},
     {.name = "blocking", .type = FD_CONF_FLAG, .offset = LOC(blocking),
      .def = "off",
      .doc = "on: this location's handler may block: it always runs on the "

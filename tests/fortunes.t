@@ -168,6 +168,15 @@ $t->no_alerts;
     $t2->no_alerts;
 }
 
+# the key of before databases: refused, saying what to write now
+{
+    my $path = $t->write_conf(FastdTest::base_conf(
+        locations => "[location = /f]\nhandler = fortunes\nfortunes_db = x.db\n"), 'old.conf');
+    my ($rc, $out) = FastdTest::run_fastd('-t', '-c', $path);
+    like($out, qr/old\.conf:\d+: "fortunes_db" is not a key here any more: use "\[database world\] url = sqlite:PATH"/,
+         'fortunes_db: refused, with the way to say it now');
+}
+
 # a database without the fortune table is a configuration error
 {
     my $bad = $t->dir . '/empty.db';
