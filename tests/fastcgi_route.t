@@ -35,18 +35,8 @@ FastdTest::spew("$html/static/index.html", "static index\n");
 FastdTest::spew("$html/both/index.html", "not this one\n");
 FastdTest::spew("$html/loop/index.html", "never\n");
 
-my $php = PhpFpm->start($dir, <<"FPM");
-[test]
-listen = 127.0.0.1:$fpm_port
-pm = static
-pm.max_children = 2
-catch_workers_output = no
-FPM
-ok(FastdTest::wait_for(sub {
-    IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $fpm_port,
-                          Proto => 'tcp') }, 20, 0.05),
-   'php-fpm accepts connections')
-    or diag($php->output);
+my $php = PhpFpm->start_tcp($dir, $fpm_port);
+ok($php->up, 'php-fpm accepts connections') or diag($php->output);
 
 # the README's FastCGI example, with the index of [server]
 $t->write_conf(FastdTest::base_conf(

@@ -43,18 +43,8 @@ my $html = "$dir/html";
 mkdir $html or die;
 FastdTest::spew("$html/hello.php",
                 "<?php echo 'php says ', \$_SERVER['SCRIPT_NAME'];\n");
-my $php = PhpFpm->start($dir, <<"FPM");
-[test]
-listen = 127.0.0.1:$fpm_port
-pm = static
-pm.max_children = 2
-catch_workers_output = no
-FPM
-ok(FastdTest::wait_for(sub {
-    IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $fpm_port,
-                          Proto => 'tcp') }, 20, 0.05),
-   'php-fpm accepts connections')
-    or diag($php->output);
+my $php = PhpFpm->start_tcp($dir, $fpm_port);
+ok($php->up, 'php-fpm accepts connections') or diag($php->output);
 
 my $conf = FastdTest::base_conf(
     server => { root => $html },

@@ -7,6 +7,7 @@ package PhpFpm;
 use strict;
 use warnings;
 use POSIX ();
+use IO::Socket::INET;
 use FastdTest;
 
 # Debian's php-fpm, or undef (the tests skip then)
@@ -33,6 +34,20 @@ sub start {
     return bless { pid => $pid, dir => $dir }, $class;
 }
 
+# The tests' usual one: a pool "test" of two children on 127.0.0.1:$port,
+# started and waited for (up to 20 s). ->up says whether it listens.
+sub start_tcp {
+    my ($class, $dir, $port) = @_;
+    my $self = $class->start($dir, "[test]\nlisten = 127.0.0.1:$port\n"
+                             . "pm = static\npm.max_children = 2\n"
+                             . "catch_workers_output = no\n");
+    $self->{up} = FastdTest::wait_for(sub {
+        IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port,
+                              Proto => 'tcp') }, 20, 0.05);
+    return $self;
+}
+
+sub up     { $_[0]{up} }
 sub pid    { $_[0]{pid} }
 sub output { FastdTest::slurp("$_[0]{dir}/fpm.out") // '' }
 
