@@ -136,6 +136,17 @@ void db_dispatch_waiting(fd_db_t *db);
 #define DB_SET(db, f, v)                                                     \
     __atomic_store_n(&(db)->shm->f, (uint64_t)(v), __ATOMIC_RELAXED)
 
+/* A pool thread's connection to one database: each driver's begins with
+ * this. The module keeps a thread's list (one thread-specific key for
+ * every driver) and closes them, by ->close, when the thread ends. */
+typedef struct db_tconn_s {
+    fd_db_t *db;
+    void (*close)(struct db_tconn_s *t);
+    struct db_tconn_s *next;
+} db_tconn_t;
+db_tconn_t *db_tconn_find(fd_db_t *db); /* this thread's for db, or NULL */
+void db_tconn_add(db_tconn_t *t);
+
 /* A driver's synchronous steps, on a pool thread: its connection of
  * that thread's, one statement, and a statement of no parameters */
 typedef struct {

@@ -23,6 +23,7 @@
  * room, the next gets 503; a lost connection fails the queries on it
  * only. The figures per database are in the worker's status slot.
  */
+#include <pthread.h>
 #include <strings.h>
 #include <time.h>
 
@@ -44,7 +45,7 @@ static const fd_directive_t database_section_directives[] = {
             "queries); SQLite: the offload pool's threads each have one"},
     {.name = "connect_timeout", .type = FD_CONF_MSEC,
      .offset = DOFF(connect_timeout), .def = "5s", .min = 1, .max = 3600000,
-     .doc = "longest a connection may take to open"},
+     .doc = "PostgreSQL: longest a connection may take to open"},
     {.name = "statement_timeout", .type = FD_CONF_MSEC,
      .offset = DOFF(statement_timeout), .def = "10s",
      .doc = "a statement running longer is cancelled and answered 504; "
@@ -374,6 +375,44 @@ void db_complete(db_q_t *q)
     if (q->done)
         q->done(q->r, &q->res, q->data);
     db_free_q(q);
+}
+
+/* --- pool threads' connections --- */
+
+static pthread_key_t tkey;
+static pthread_once_t tonce = PTHREAD_ONCE_INIT;
+
+static void tconns_close(void *data)
+{
+    db_tconn_t *t = data, *next;
+
+    for (; t; t = next) {
+        next = t->next;
+        t->close(t);
+    }
+}
+
+static void tkey_create(void)
+{
+    pthread_key_create(&tkey, tconns_close);
+}
+
+db_tconn_t *db_tconn_find(fd_db_t *db)
+{
+    db_tconn_t *t;
+
+    pthread_once(&tonce, tkey_create);
+    for (t = pthread_getspecific(tkey); t; t = t->next)
+        if (t->db == db)
+            return t;
+    return NULL;
+}
+
+void db_tconn_add(db_tconn_t *t)
+{
+    pthread_once(&tonce, tkey_create);
+    t->next = pthread_getspecific(tkey);
+    pthread_setspecific(tkey, t);
 }
 
 void db_run_sync(const db_sync_t *d, fd_db_t *db, db_q_t *q)

@@ -21,7 +21,6 @@
  * connection of that thread's own (PQexecPrepared), opened on first use
  * and closed when the thread ends.
  */
-#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <libpq-fe.h>
@@ -62,8 +61,6 @@ typedef struct {
     char options[64];
 } db_pg_params_t;
 
-static db_pg_params_t *params_of(fd_db_t *db);
-
 /* --- configuration --- */
 
 int db_pg_conf(fd_conf_t *cf, fd_db_t *db)
@@ -98,11 +95,6 @@ int db_pg_conf(fd_conf_t *cf, fd_db_t *db)
     }
     db->pg_params = p;
     return FD_OK;
-}
-
-static db_pg_params_t *params_of(fd_db_t *db)
-{
-    return db->pg_params;
 }
 
 /* --- results --- */
@@ -393,7 +385,7 @@ static int conn_ready(db_conn_t *c)
 
 static void conn_connect(db_conn_t *c)
 {
-    db_pg_params_t *p = params_of(c->db);
+    db_pg_params_t *p = c->db->pg_params;
 
     c->pg = PQconnectStartParams(p->kw, p->val, 1);
     if (c->pg == NULL) {
@@ -736,57 +728,39 @@ void db_pg_flush(fd_db_t *db)
 
 /* --- on a pool thread --- */
 
-typedef struct tconn_s {
-    fd_db_t *db;
-    PGconn *pg;
-    struct tconn_s *next;
+typedef struct {
+    db_tconn_t c;              /* first */
+    PGconn *pg;                /* NULL after a failed connect */
 } tconn_t;
 
-static pthread_key_t tkey;
-static pthread_once_t tonce = PTHREAD_ONCE_INIT;
-
-static void tconns_close(void *data)
+static void tconn_close(db_tconn_t *c)
 {
-    tconn_t *t = data, *next;
+    tconn_t *t = (tconn_t *)c;
 
-    for (; t; t = next) {
-        next = t->next;
-        if (t->pg) {
-            PQfinish(t->pg);
-            DB_INC(t->db, open, -1);
-        }
-        free(t);
+    if (t->pg) {
+        PQfinish(t->pg);
+        DB_INC(c->db, open, -1);
     }
-}
-
-static void tkey_create(void)
-{
-    pthread_key_create(&tkey, tconns_close);
+    free(t);
 }
 
 /* a void * for db_sync_t: the thread's PGconn */
 static void *tconn(fd_db_t *db, fd_db_res_t *res)
 {
-    db_pg_params_t *p = params_of(db);
-    tconn_t *head, *t;
+    db_pg_params_t *p = db->pg_params;
+    tconn_t *t = (tconn_t *)db_tconn_find(db);
     const char *kw[5], *val[5];
     char ct[24];
     unsigned i, n = 0;
     PGresult *pr;
 
-    pthread_once(&tonce, tkey_create);
-    head = pthread_getspecific(tkey);
-    for (t = head; t; t = t->next)
-        if (t->db == db) {
-            if (t->pg && PQstatus(t->pg) == CONNECTION_OK)
-                return t->pg;
-            if (t->pg) { /* lost: a new one */
-                PQfinish(t->pg);
-                DB_INC(db, open, -1);
-            }
-            t->pg = NULL;
-            break;
-        }
+    if (t && t->pg && PQstatus(t->pg) == CONNECTION_OK)
+        return t->pg;
+    if (t && t->pg) { /* lost: a new one */
+        PQfinish(t->pg);
+        DB_INC(db, open, -1);
+        t->pg = NULL;
+    }
     for (i = 0; i < 3 && p->kw[i]; i++, n++) {
         kw[n] = p->kw[i];
         val[n] = p->val[i];
@@ -802,9 +776,9 @@ static void *tconn(fd_db_t *db, fd_db_res_t *res)
             db_set_error(res, DB_UNAVAILABLE, "out of memory");
             return NULL;
         }
-        t->db = db;
-        t->next = head;
-        pthread_setspecific(tkey, t);
+        t->c.db = db;
+        t->c.close = tconn_close;
+        db_tconn_add(&t->c);
     }
     t->pg = PQconnectdbParams(kw, val, 1);
     if (t->pg == NULL || PQstatus(t->pg) != CONNECTION_OK) {

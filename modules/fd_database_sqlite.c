@@ -18,7 +18,6 @@
  * statement_timeout: a progress handler interrupts a statement past it
  * (504); a lock held longer by another writer is 503 (busy).
  */
-#include <pthread.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
 
@@ -256,35 +255,23 @@ int db_sqlite_conf(fd_conf_t *cf, fd_db_t *db, const fd_cycle_t *cycle)
 
 /* --- a pool thread's connections --- */
 
-typedef struct tconn_s {
-    fd_db_t *db;
+typedef struct {
+    db_tconn_t c;              /* first */
     sqlite3 *s;
     sqlite3_stmt **st;         /* [db->nstmts], prepared on first use */
     uint64_t deadline_usec;    /* the statement running now */
-    struct tconn_s *next;
 } tconn_t;
 
-static pthread_key_t tkey;
-static pthread_once_t tonce = PTHREAD_ONCE_INIT;
-
-static void tconns_close(void *data)
+static void tconn_close(db_tconn_t *c)
 {
-    tconn_t *t = data, *next;
+    tconn_t *t = (tconn_t *)c;
     unsigned i;
 
-    for (; t; t = next) {
-        next = t->next;
-        for (i = 0; i < t->db->nstmts; i++)
-            sqlite3_finalize(t->st[i]);
-        sqlite3_close(t->s);
-        DB_INC(t->db, open, -1);
-        free(t);
-    }
-}
-
-static void tkey_create(void)
-{
-    pthread_key_create(&tkey, tconns_close);
+    for (i = 0; i < c->db->nstmts; i++)
+        sqlite3_finalize(t->st[i]);
+    sqlite3_close(t->s);
+    DB_INC(c->db, open, -1);
+    free(t);
 }
 
 /* statement_timeout: past the deadline, the statement is interrupted */
@@ -298,20 +285,18 @@ static int progress(void *data)
 /* a void * for db_sync_t: the thread's tconn_t */
 static void *tconn(fd_db_t *db, fd_db_res_t *res)
 {
-    tconn_t *head, *t;
+    tconn_t *t = (tconn_t *)db_tconn_find(db);
     int rc;
 
-    pthread_once(&tonce, tkey_create);
-    head = pthread_getspecific(tkey);
-    for (t = head; t; t = t->next)
-        if (t->db == db)
-            return t;
+    if (t)
+        return t;
     t = calloc(1, sizeof(*t) + db->nstmts * sizeof(sqlite3_stmt *));
     if (t == NULL) {
         db_set_error(res, DB_UNAVAILABLE, "out of memory");
         return NULL;
     }
-    t->db = db;
+    t->c.db = db;
+    t->c.close = tconn_close;
     t->st = (sqlite3_stmt **)(t + 1);
     rc = sqlite3_open_v2(db->path, &t->s,
                          SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
@@ -328,8 +313,7 @@ static void *tconn(fd_db_t *db, fd_db_res_t *res)
                                    : 5000);
     sqlite3_progress_handler(t->s, 1000, progress, t);
     DB_INC(db, open, 1); /* a connection of a pool thread's */
-    t->next = head;
-    pthread_setspecific(tkey, t);
+    db_tconn_add(&t->c);
     return t;
 }
 
@@ -417,7 +401,7 @@ nomem:
 static int exec_one(void *conn, db_q_t *q, fd_db_res_t *res)
 {
     tconn_t *t = conn;
-    unsigned i = (unsigned)(q->stmt - t->db->stmts);
+    unsigned i = (unsigned)(q->stmt - t->c.db->stmts);
     sqlite3_stmt *st = t->st[i];
     char name[16];
     int rc, k, idx;
@@ -438,8 +422,8 @@ static int exec_one(void *conn, db_q_t *q, fd_db_res_t *res)
             sqlite3_bind_text(st, idx, q->params[k], q->lens[k],
                               SQLITE_STATIC);
     }
-    t->deadline_usec = t->db->statement_timeout
-                           ? db_now_usec() + t->db->statement_timeout * 1000
+    t->deadline_usec = t->c.db->statement_timeout
+                           ? db_now_usec() + t->c.db->statement_timeout * 1000
                            : 0;
     rc = rows(t, st, res);
     t->deadline_usec = 0;
