@@ -426,6 +426,8 @@ static fd_var_t core_vars[] = {
 
 /* --- the registry --- */
 
+static int is_name_char(char c);
+
 static void core_init(void)
 {
     static int done;
@@ -454,7 +456,8 @@ static const fd_var_t *table_find(const fd_var_t *t, const char *name,
     return NULL;
 }
 
-/* Exact names first (core's, then the modules'), then prefixes. */
+/* Exact names first (core's, the modules', the configuration's), then
+ * prefixes. */
 const fd_var_t *fd_var_find(const char *name, size_t n)
 {
     const fd_var_t *v;
@@ -468,8 +471,67 @@ const fd_var_t *fd_var_find(const char *name, size_t n)
         for (i = 0; fd_modules[i]; i++)
             if ((v = table_find(fd_modules[i]->vars, name, n, prefix)))
                 return v;
+        if (!prefix && (v = fd_var_declared(name, n)) != NULL)
+            return v;
     }
     return NULL;
+}
+
+/* --- variables a configuration declares --- */
+
+/* Each in a block of its own in the configuration's pool: a script
+ * compiled before the section that declares it was applied points at it,
+ * and its data is set then. */
+struct fd_var_decl_s {
+    fd_var_t var;
+    struct fd_var_decl_s *next;
+};
+
+static fd_var_decl_t *declared; /* the loading configuration's, then the
+                                 * serving one's */
+
+fd_var_decl_t *fd_var_declared_swap(fd_var_decl_t *list)
+{
+    fd_var_decl_t *old = declared;
+
+    declared = list;
+    return old;
+}
+
+fd_var_t *fd_var_declared(const char *name, size_t n)
+{
+    fd_var_decl_t *d;
+
+    for (d = declared; d; d = d->next)
+        if (strlen(d->var.name) == n && memcmp(d->var.name, name, n) == 0)
+            return &d->var;
+    return NULL;
+}
+
+int fd_var_declare(fd_conf_t *cf, const char *name, size_t n,
+                   fd_var_get_pt get)
+{
+    fd_var_decl_t *d;
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        if (!is_name_char(name[i]))
+            break;
+    if (n == 0 || i < n || (name[0] >= '0' && name[0] <= '9'))
+        return fd_conf_error(cf, "\"$%.*s\" is not a variable name (letters, "
+                             "digits and '_')", (int)n, name);
+    if (fd_var_declared(name, n))
+        return fd_conf_error(cf, "$%.*s is declared twice", (int)n, name);
+    if (fd_var_find(name, n))
+        return fd_conf_error(cf, "$%.*s is fastd's own variable: choose "
+                             "another name", (int)n, name);
+    if ((d = fd_pcalloc(cf->pool, sizeof(*d))) == NULL ||
+        (d->var.name = fd_pstrdup(cf->pool, name, n)) == NULL)
+        return fd_conf_error(cf, "out of memory");
+    d->var.get = get;
+    d->next = declared;
+    declared = d;
+    return FD_OK;
 }
 
 static void near_table(fd_conf_near_t *nr, const fd_var_t *t)
@@ -494,6 +556,8 @@ const char *fd_var_hint(const char *name, size_t n, char *buf, size_t size)
     near_table(&nr, core_vars);
     for (i = 0; fd_modules[i]; i++)
         near_table(&nr, fd_modules[i]->vars);
+    for (const fd_var_decl_t *d = declared; d; d = d->next)
+        fd_conf_near_add(&nr, d->var.name);
     if ((best = fd_conf_near_best(&nr)) == NULL)
         return "";
     snprintf(buf, size, "; did you mean \"$%s\"?", best);
