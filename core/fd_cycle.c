@@ -899,8 +899,31 @@ static int declare_sections(load_t *ld)
 
     for (i = 0; i < ld->n; i++) {
         fd_conf_entry_t *e = &ld->e[i];
-        if (e->key[0] != '\0')
+        if (e->key[0] != '\0') {
+            unsigned mod;
+            const fd_directive_t *d = find_loc_key(e->key, &mod);
+            const char *v = e->value;
+            size_t n = 0;
+            if (d == NULL || !d->declares)
+                continue;
+            at(ld, e);
+            while (*v == ' ' || *v == '\t')
+                v++;
+            if (*v == '$')
+                while (v[1 + n] && v[1 + n] != ' ' && v[1 + n] != '\t')
+                    n++;
+            if (n == 0)
+                return fd_conf_error(ld->cf, "%s needs $VARIABLE VALUE, not "
+                                     "\"%s\"", e->key, e->value);
+            {
+                const fd_var_t *had = fd_var_declared(v + 1, n);
+                if (had && had->get == fd_var_get_set)
+                    continue; /* set in another place too */
+            }
+            if (fd_var_declare(ld->cf, v + 1, n, fd_var_get_set) != FD_OK)
+                return FD_ERROR;
             continue;
+        }
         for (k = 0; k < 2 * fd_nmodules; k++) {
             const fd_module_t *m = section_module(k);
             if (m && m->declare_section &&

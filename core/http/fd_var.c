@@ -74,6 +74,17 @@ static fd_str_t v_field(fd_request_t *r, const fd_var_op_t *op, char *tmp)
     return *(fd_str_t *)((char *)r + op->var->data);
 }
 
+/* the client's target: a subrequest's is its parent's, as nginx's */
+static fd_str_t v_request_uri(fd_request_t *r, const fd_var_op_t *op,
+                              char *tmp)
+{
+    (void)op;
+    (void)tmp;
+    while (r->parent)
+        r = r->parent;
+    return r->in.target;
+}
+
 static fd_str_t v_is_args(fd_request_t *r, const fd_var_op_t *op, char *tmp)
 {
     (void)op;
@@ -128,6 +139,40 @@ static fd_str_t v_http(fd_request_t *r, const fd_var_op_t *op, char *tmp)
 {
     (void)tmp;
     return fd_http_var_header(r, op->text);
+}
+
+/* $sent_http_NAME: a response header (the argument is lower case, '_'
+ * for '-'), Content-Type from r's own field */
+static fd_str_t v_sent_http(fd_request_t *r, const fd_var_op_t *op, char *tmp)
+{
+    const fd_http_header_out_t *h;
+    size_t i;
+
+    (void)tmp;
+    if (r == NULL)
+        return fd_null_string;
+    if (op->text.len == 12 && memcmp(op->text.data, "content_type", 12) == 0)
+        return r->content_type;
+    for (h = r->headers_out; h; h = h->next) {
+        if (h->name.len != op->text.len)
+            continue;
+        for (i = 0; i < h->name.len; i++) {
+            char c = h->name.data[i] == '-' ? '_' : fd_tolower(h->name.data[i]);
+            if (c != op->text.data[i])
+                break;
+        }
+        if (i == h->name.len)
+            return h->value;
+    }
+    return fd_null_string;
+}
+
+/* $upstream_http_NAME: a header of the upstream's response (as passed on:
+ * what proxy_hide_header hides is not there) */
+static fd_str_t v_upstream_http(fd_request_t *r, const fd_var_op_t *op,
+                                char *tmp)
+{
+    return r && r->upstream ? v_sent_http(r, op, tmp) : fd_null_string;
 }
 
 static fd_str_t v_remote_addr(fd_request_t *r, const fd_var_op_t *op,
@@ -379,7 +424,7 @@ static fd_var_t core_vars[] = {
     {"host", v_host, 0, 0},
     {"uri", v_field, RQ(path), 0},
     {"document_uri", v_field, RQ(path), 0},
-    {"request_uri", v_field, RQ(in.target), FD_VAR_URLSAFE},
+    {"request_uri", v_request_uri, 0, FD_VAR_URLSAFE},
     {"args", v_field, RQ(in.query), FD_VAR_URLSAFE},
     {"query_string", v_field, RQ(in.query), FD_VAR_URLSAFE},
     {"is_args", v_is_args, 0, FD_VAR_URLSAFE},
@@ -420,6 +465,8 @@ static fd_var_t core_vars[] = {
     {"http2_stream_id", v_conn, CONN, FD_VAR_NUMBER},
     /* prefixes: $http_NAME (a request header), $arg_NAME, $cookie_NAME */
     {"http_", v_http, 0, FD_VAR_PREFIX},
+    {"sent_http_", v_sent_http, 0, FD_VAR_PREFIX},
+    {"upstream_http_", v_upstream_http, 0, FD_VAR_PREFIX},
     {"arg_", v_arg, 0, FD_VAR_PREFIX},
     {"cookie_", v_cookie, 0, FD_VAR_PREFIX},
     FD_VAR_END};
@@ -475,6 +522,43 @@ const fd_var_t *fd_var_find(const char *name, size_t n)
             return v;
     }
     return NULL;
+}
+
+/* --- variables a request sets (auth_request_set) --- */
+
+struct fd_var_val_s {
+    const fd_var_t *var;
+    fd_str_t value;
+    struct fd_var_val_s *next;
+};
+
+fd_str_t fd_var_get_set(fd_request_t *r, const fd_var_op_t *op, char *tmp)
+{
+    const fd_var_val_t *v;
+
+    (void)tmp;
+    for (v = r ? r->vals : NULL; v; v = v->next)
+        if (v->var == op->var)
+            return v->value;
+    return fd_null_string;
+}
+
+int fd_var_set(fd_request_t *r, const fd_var_t *var, fd_str_t value)
+{
+    fd_var_val_t *v;
+
+    for (v = r->vals; v; v = v->next)
+        if (v->var == var)
+            break;
+    if (v == NULL) {
+        if ((v = fd_palloc(r->pool, sizeof(*v))) == NULL)
+            return FD_ERROR;
+        v->var = var;
+        v->next = r->vals;
+        r->vals = v;
+    }
+    v->value = value;
+    return FD_OK;
 }
 
 /* --- variables a configuration declares --- */
@@ -609,9 +693,10 @@ static int var_op(fd_conf_t *cf, fd_var_script_t *s, const fd_var_t *v,
     if ((a = fd_pstrdup(cf->pool, name + l, n - l)) == NULL)
         return fd_conf_error(cf, "out of memory");
     op->text = (fd_str_t){n - l, a};
-    if (v->get == v_http || v->get == v_cookie)
+    if (v->get == v_http || v->get == v_cookie || v->get == v_sent_http ||
+        v->get == v_upstream_http)
         for (i = 0; i < op->text.len; i++)
-            a[i] = v->get == v_http && a[i] == '-' ? '_' : fd_tolower(a[i]);
+            a[i] = v->get != v_cookie && a[i] == '-' ? '_' : fd_tolower(a[i]);
     return FD_OK;
 }
 

@@ -97,6 +97,13 @@ int fd_var_declare(fd_conf_t *cf, const char *name, size_t n,
 fd_var_t *fd_var_declared(const char *name, size_t n);
 fd_var_decl_t *fd_var_declared_swap(fd_var_decl_t *list);
 
+/* A declared variable whose value a request sets (auth_request_set):
+ * fd_var_get_set is its getter (empty until set), fd_var_set sets it
+ * for r (value in r->pool). */
+typedef struct fd_var_val_s fd_var_val_t;
+fd_str_t fd_var_get_set(fd_request_t *r, const fd_var_op_t *op, char *tmp);
+int fd_var_set(fd_request_t *r, const fd_var_t *var, fd_str_t value);
+
 /* "; did you mean \"$NAME\"?" for an unknown name, or "". */
 const char *fd_var_hint(const char *name, size_t n, char *buf, size_t size);
 
