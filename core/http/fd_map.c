@@ -128,6 +128,21 @@ static int declare(fd_conf_t *cf, const char *type, const char *name,
     return fd_var_declare(cf, t.data, t.len, get);
 }
 
+/* The module of a section type that declares a variable read by get */
+#define VAR_SECTION_MODULE(nm, conf_type, get)                               \
+    static int nm##_declare(fd_conf_t *cf, const char *name)                 \
+    {                                                                        \
+        return declare(cf, #nm, name, get);                                  \
+    }                                                                        \
+    fd_module_t fd_##nm##_module = {                                         \
+        .name = #nm,                                                         \
+        .section = #nm,                                                      \
+        .section_directives = nm##_directives,                               \
+        .section_size = sizeof(conf_type),                                   \
+        .init_section = nm##_init_section,                                   \
+        .declare_section = nm##_declare,                                     \
+    }
+
 /* The section's variable, declared at load: its data is now conf. */
 static int section_bind(fd_conf_t *cf, const char *type, const char *name,
                 void *conf, fd_var_script_t *source, const char *dflt)
@@ -560,19 +575,7 @@ static const fd_directive_t map_directives[] = {
             "source that changes during it, as $status or $upstream_*)"},
     FD_CONF_END};
 
-static int map_declare(fd_conf_t *cf, const char *name)
-{
-    return declare(cf, "map", name, v_map);
-}
-
-fd_module_t fd_map_module = {
-    .name = "map",
-    .section = "map",
-    .section_directives = map_directives,
-    .section_size = sizeof(map_conf_t),
-    .init_section = map_init_section,
-    .declare_section = map_declare,
-};
+VAR_SECTION_MODULE(map, map_conf_t, v_map);
 
 /* --- [geo [SOURCE] $target] --- */
 
@@ -798,19 +801,7 @@ static const fd_directive_t geo_directives[] = {
             "address, as real_ip_recursive"},
     FD_CONF_END};
 
-static int geo_declare(fd_conf_t *cf, const char *name)
-{
-    return declare(cf, "geo", name, v_geo);
-}
-
-fd_module_t fd_geo_module = {
-    .name = "geo",
-    .section = "geo",
-    .section_directives = geo_directives,
-    .section_size = sizeof(geo_conf_t),
-    .init_section = geo_init_section,
-    .declare_section = geo_declare,
-};
+VAR_SECTION_MODULE(geo, geo_conf_t, v_geo);
 
 /* --- [split_clients SOURCE $target] --- */
 
@@ -921,7 +912,8 @@ static int split_set_part(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     return FD_OK;
 }
 
-static int split_init_section(fd_conf_t *cf, const char *name, void *conf)
+static int split_clients_init_section(fd_conf_t *cf, const char *name,
+                                      void *conf)
 {
     split_conf_t *sc = conf;
 
@@ -955,7 +947,7 @@ static fd_str_t v_split(fd_request_t *r, const fd_var_op_t *op, char *tmp)
     return done(c, fd_null_string);
 }
 
-static const fd_directive_t split_directives[] = {
+static const fd_directive_t split_clients_directives[] = {
     {.name = "part", .type = FD_CONF_LIST, .set = split_set_part,
      .doc = "repeatable, in order: PERCENT% VALUE (two decimals at most), "
             "or * VALUE for the rest, last; the parts add up to 100% at "
@@ -963,16 +955,4 @@ static const fd_directive_t split_directives[] = {
             "0.5% .one"},
     FD_CONF_END};
 
-static int split_declare(fd_conf_t *cf, const char *name)
-{
-    return declare(cf, "split_clients", name, v_split);
-}
-
-fd_module_t fd_split_clients_module = {
-    .name = "split_clients",
-    .section = "split_clients",
-    .section_directives = split_directives,
-    .section_size = sizeof(split_conf_t),
-    .init_section = split_init_section,
-    .declare_section = split_declare,
-};
+VAR_SECTION_MODULE(split_clients, split_conf_t, v_split);
