@@ -177,10 +177,8 @@ static int unknown_key(load_t *ld, const fd_conf_entry_t *e,
     static const struct {
         const char *name, *meant;
     } nginx[] = {
-        {"limit_conn", "max_conns_per_ip = N in [server] (open connections "
-                       "per client address)"},
-        {"limit_conn_zone", "max_conns_per_ip = N in [server] (open "
-                            "connections per client address)"},
+        {"limit_conn_zone", "a [limit_conn NAME] section (key = "
+                            "$binary_remote_addr, size = 10m)"},
     };
     size_t w;
 
