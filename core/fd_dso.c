@@ -58,10 +58,16 @@ typedef struct {
 static dso_t dsos[FD_DSO_MAX];
 static unsigned ndsos;
 static fd_conf_t *conf_cf; /* the load that runs an init_conf now */
+static const fd_http_loc_t *conf_loc; /* ... for this location */
 
 fd_conf_t *fd_dso_conf(void)
 {
     return conf_cf;
+}
+
+const fd_http_loc_t *fd_dso_conf_loc(void)
+{
+    return conf_loc;
 }
 
 void fd_api_conf_error(const char *fmt, ...)
@@ -95,9 +101,11 @@ static int init_conf(unsigned i, fd_conf_t *cf, const fd_http_loc_t *loc,
         (loc->handler != &dsos[i].m && !phase_module(&dsos[i].api)))
         return FD_OK;
     conf_cf = cf;
+    conf_loc = loc;
     cf->err[0] = '\0';
     rc = dsos[i].api.init_conf(conf);
     conf_cf = NULL;
+    conf_loc = NULL;
     if (rc != FD_OK && cf->err[0] == '\0')
         fd_conf_error(cf, "module %s refused its configuration",
                       dsos[i].m.name);

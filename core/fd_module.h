@@ -160,6 +160,8 @@ const fd_module_t *fd_dso_handler_find(const char *name, fd_handler_pt *fn,
 /* The load whose public-API module's init_conf runs now (a module's
  * fd_db_get() there reads its sections), else NULL */
 fd_conf_t *fd_dso_conf(void);
+/* ... and the location it configures (1.4: fd_api_conf_regex) */
+const fd_http_loc_t *fd_dso_conf_loc(void);
 /* Those handler names, for a "did you mean" hint */
 void fd_dso_handler_names(fd_conf_near_t *nr);
 #define FD_DSO_MAX 16

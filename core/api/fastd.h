@@ -1,11 +1,13 @@
 /*
- * fastd.h: the public API of fastd modules, version 1.3.
+ * fastd.h: the public API of fastd modules, version 1.4.
  *
  * Everything a module built outside the tree needs: its descriptor and
  * keys, the request, the response, asynchronous completion and logging;
  * from 1.2 also the access and log phases, its own $variables, its
  * figures for /status, the client's address and the offload pool; from
- * 1.3 variables compiled once and read without a lookup by name.
+ * 1.3 variables compiled once and read without a lookup by name; from
+ * 1.4 scripts with regex captures, the request's URI rewritten and
+ * routed again, and positions and clean-ups of the configuration.
  * A module is a shared object that defines
  *
  *     FD_API_MODULE = { FD_API_HEADER, .name = "hello",
@@ -35,7 +37,7 @@ extern "C" {
 #endif
 
 #define FD_API_VERSION_MAJOR 1
-#define FD_API_VERSION_MINOR 3
+#define FD_API_VERSION_MINOR 4
 /* What must match besides the version: the size of a pointer and of the
  * structs below, which a module and fastd lay out alike only if built
  * for the same ABI (checked at load). */
@@ -582,6 +584,104 @@ const fd_api_cvar_t *fd_api_var_compile(const char *name);
 fd_str_t fd_req_var_value(fd_request_t *r, const fd_api_cvar_t *v,
                           char *tmp);
 unsigned fd_api_var_flags(const fd_api_cvar_t *v);
+
+/* --- 1.4: scripts, captures, the URI routed again --------------------------- */
+
+/*
+ * A script is text with $variables in it ("/x/$1?id=$arg_id"), compiled
+ * once, from init_conf or set: fd_api_script_compile(src, len, flags,
+ * what) returns a handle that lives as long as the configuration, or NULL
+ * with the error set (what prefixes it: "rewrite"). With
+ * FD_API_SCRIPT_CAPTURES it also takes $1..$9 and named captures ($name,
+ * ${name}) of a regex, checked by the module (a name no variable has is
+ * such a part). Per request the module reads it part by part, so that it
+ * escapes each as it needs: fd_api_script_part() says what part i is,
+ * fd_req_script_value() its value for r (in memory that lives as long as
+ * r, or in tmp: FD_API_VAR_TMP bytes of the caller's).
+ */
+typedef struct fd_api_script_s fd_api_script_t;
+#define FD_API_SCRIPT_CAPTURES 0x1
+#define FD_API_VAR_URLSAFE 0x4 /* already URL-encoded: never escape it */
+enum {
+    FD_API_PART_TEXT,        /* literal text */
+    FD_API_PART_VAR,         /* a variable */
+    FD_API_PART_CAPTURE,     /* $1..$9 */
+    FD_API_PART_NAMED        /* a named capture: name is its name */
+};
+typedef struct {
+    unsigned kind;           /* FD_API_PART_* */
+    unsigned flags;          /* FD_API_VAR_NUMBER, FD_API_VAR_URLSAFE */
+    fd_str_t name;           /* NAMED: NUL-ended; VAR: as written */
+} fd_api_part_t;
+/* What a regex matched, as pcre2 says it: subject, ovector (2 * n
+ * offsets) and the regex (a pcre2_code *, for named captures; NULL: none
+ * named). n 0: no captures. */
+typedef struct {
+    const char *subject;
+    const size_t *ovector;
+    int n;
+    const void *regex;
+} fd_api_captures_t;
+const fd_api_script_t *fd_api_script_compile(const char *src, size_t len,
+                                             unsigned flags,
+                                             const char *what);
+unsigned fd_api_script_parts(const fd_api_script_t *s);
+/* FD_OK, or FD_ERROR when i is past the last part */
+int fd_api_script_part(const fd_api_script_t *s, unsigned i,
+                       fd_api_part_t *part);
+fd_str_t fd_req_script_value(fd_request_t *r, const fd_api_script_t *s,
+                             unsigned i, const fd_api_captures_t *caps,
+                             char *tmp);
+/* "; did you mean \"$NAME\"?" for an unknown variable's name, in buf,
+ * or "" */
+const char *fd_api_var_hint(const char *name, char *buf, size_t size);
+
+/* From init_conf: the regex of the location being configured ([location
+ * ~ RE]: a pcre2_code *), or NULL. */
+const void *fd_api_conf_regex(void);
+/* Where a line of the configuration is: fd_api_conf_pos() from set (the
+ * line being parsed), fd_api_conf_at() from init_conf, so that the next
+ * fd_api_conf_error() names that line (a check made later than the line
+ * was read). */
+typedef struct {
+    const char *file;
+    int line;
+} fd_api_conf_pos_t;
+void fd_api_conf_pos(fd_api_conf_pos_t *pos);
+void fd_api_conf_at(const fd_api_conf_pos_t *pos);
+/* From init_conf or set: fn(data) when the configuration is freed (a
+ * reload, or the end): what the module allocated outside it (a compiled
+ * regex). FD_OK or FD_ERROR (out of memory). */
+int fd_api_conf_cleanup(void (*fn)(void *data), void *data);
+
+/*
+ * The request's location: a handle to compare (the same location or
+ * not), and whether it is a named one ([location @name]: reached only by
+ * an internal redirect). fd_req_redirects() counts the request's internal
+ * redirects so far (try_files, rewrite ... last): an access hook that sees
+ * it grow knows the access phase began again. fd_req_captures() are the
+ * captures of the location's own regex ([location ~ RE]; n 0: none).
+ */
+typedef struct fd_api_loc_s fd_api_loc_t;
+const fd_api_loc_t *fd_req_loc(fd_request_t *r);
+int fd_req_loc_named(fd_request_t *r);
+unsigned fd_req_redirects(fd_request_t *r);
+void fd_req_captures(fd_request_t *r, fd_api_captures_t *caps);
+/*
+ * From an access hook: the request's URI becomes path?args (path as a
+ * request line has it, starting with "/": %XX is decoded, so write a
+ * '%' as %25, and it is normalised and encoded again for a handler that
+ * forwards the URI; args as sent, without the "?", in memory that lives
+ * as long as the request: its own query, or fd_req_alloc()'s) and
+ * fd_req_reroute() finds its location again (its captures are then
+ * fd_req_captures()). count = 1 counts it as an internal redirect (a
+ * rewrite ... last): past ten, a cycle, logged, and 500. FD_OK, or the
+ * HTTP status to return (500: a bad path, logged). The access hook that
+ * returns FD_OK after a reroute makes the new location's access phase
+ * run, from its first hook (its own included: fd_req_loc() tells it).
+ */
+int fd_req_set_uri(fd_request_t *r, fd_str_t path, fd_str_t args);
+int fd_req_reroute(fd_request_t *r, int count);
 
 #ifdef __cplusplus
 }

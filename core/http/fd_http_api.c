@@ -617,3 +617,170 @@ unsigned fd_api_var_flags(const fd_api_cvar_t *v)
 {
     return ((const fd_var_op_t *)v)->flags & FD_VAR_NUMBER;
 }
+
+/* --- 1.4: scripts, captures, the URI routed again --- */
+
+/* The handles are the engine's: a script is an fd_var_script_t, a part
+ * one of its ops, captures laid out as fd_var_caps_t (asserted). */
+_Static_assert(sizeof(fd_api_captures_t) == sizeof(fd_var_caps_t) &&
+                   offsetof(fd_api_captures_t, ovector) ==
+                       offsetof(fd_var_caps_t, ov) &&
+                   offsetof(fd_api_captures_t, n) ==
+                       offsetof(fd_var_caps_t, n) &&
+                   offsetof(fd_api_captures_t, regex) ==
+                       offsetof(fd_var_caps_t, re),
+               "the API's captures are the engine's");
+_Static_assert((int)FD_API_VAR_URLSAFE == (int)FD_VAR_URLSAFE &&
+                   (int)FD_API_VAR_NUMBER == (int)FD_VAR_NUMBER &&
+                   (int)FD_API_PART_TEXT == (int)FD_VAR_OP_LIT &&
+                   (int)FD_API_PART_VAR == (int)FD_VAR_OP_VAR &&
+                   (int)FD_API_PART_CAPTURE == (int)FD_VAR_OP_CAP &&
+                   (int)FD_API_PART_NAMED == (int)FD_VAR_OP_NAMED,
+               "the API's part kinds and flags are the engine's");
+
+const fd_api_script_t *fd_api_script_compile(const char *src, size_t len,
+                                             unsigned flags,
+                                             const char *what)
+{
+    fd_conf_t *cf = fd_dso_conf();
+    fd_var_script_t *s;
+
+    if (cf == NULL || (s = fd_pcalloc(cf->pool, sizeof(*s))) == NULL)
+        return NULL;
+    if (fd_var_compile(cf, s, src, len,
+                       flags & FD_API_SCRIPT_CAPTURES ? FD_VAR_CAPTURES : 0,
+                       what) != FD_OK)
+        return NULL;
+    return (const fd_api_script_t *)s;
+}
+
+unsigned fd_api_script_parts(const fd_api_script_t *s)
+{
+    return ((const fd_var_script_t *)s)->n;
+}
+
+int fd_api_script_part(const fd_api_script_t *s, unsigned i,
+                       fd_api_part_t *part)
+{
+    const fd_var_script_t *vs = (const fd_var_script_t *)s;
+
+    if (i >= vs->n)
+        return FD_ERROR;
+    *part = (fd_api_part_t){.kind = vs->ops[i].kind,
+                            .flags = vs->ops[i].flags,
+                            .name = vs->ops[i].kind == FD_VAR_OP_NAMED
+                                        ? vs->ops[i].text
+                                        : vs->ops[i].name};
+    return FD_OK;
+}
+
+fd_str_t fd_req_script_value(fd_request_t *r, const fd_api_script_t *s,
+                             unsigned i, const fd_api_captures_t *caps,
+                             char *tmp)
+{
+    return fd_var_value(r, &((const fd_var_script_t *)s)->ops[i],
+                        (const fd_var_caps_t *)caps, tmp);
+}
+
+const char *fd_api_var_hint(const char *name, char *buf, size_t size)
+{
+    return fd_var_hint(name, strlen(name), buf, size);
+}
+
+const void *fd_api_conf_regex(void)
+{
+    const fd_http_loc_t *loc = fd_dso_conf_loc();
+
+    return loc ? loc->regex : NULL;
+}
+
+void fd_api_conf_pos(fd_api_conf_pos_t *pos)
+{
+    fd_conf_t *cf = fd_dso_conf();
+
+    *pos = cf ? (fd_api_conf_pos_t){cf->file, cf->line}
+              : (fd_api_conf_pos_t){NULL, 0};
+}
+
+void fd_api_conf_at(const fd_api_conf_pos_t *pos)
+{
+    fd_conf_t *cf = fd_dso_conf();
+
+    if (cf && pos->file) {
+        cf->file = pos->file;
+        cf->line = pos->line;
+    }
+}
+
+int fd_api_conf_cleanup(void (*fn)(void *data), void *data)
+{
+    fd_conf_t *cf = fd_dso_conf();
+
+    return cf && fd_pool_cleanup_add(cf->pool, fn, data) ? FD_OK : FD_ERROR;
+}
+
+const fd_api_loc_t *fd_req_loc(fd_request_t *r)
+{
+    return (const fd_api_loc_t *)r->loc;
+}
+
+int fd_req_loc_named(fd_request_t *r)
+{
+    return r->loc && r->loc->kind == FD_LOC_NAMED;
+}
+
+unsigned fd_req_redirects(fd_request_t *r)
+{
+    return r->redirects;
+}
+
+void fd_req_captures(fd_request_t *r, fd_api_captures_t *caps)
+{
+    *caps = (fd_api_captures_t){.subject = r->path.data,
+                                .ovector = r->captures,
+                                .n = r->captures ? r->ncaptures : 0,
+                                .regex = r->captures ? r->loc->regex : NULL};
+}
+
+int fd_req_set_uri(fd_request_t *r, fd_str_t path, fd_str_t args)
+{
+    char *norm = fd_pnalloc(r->pool, path.len + 2);
+    fd_sbuf_t sb;
+    size_t n;
+
+    if (norm == NULL)
+        return 500;
+    if (path.len == 0 || path.data[0] != '/' ||
+        fd_http_normalize_path(path, norm, &n) != FD_OK) {
+        fd_log_error(FD_LOG_ERR, 0, "bad new URI \"%.*s\"",
+                     (int)fd_min(path.len, 256), path.data);
+        return 500;
+    }
+    norm[n] = '\0';
+    /* the encoded form too, for handlers that forward the URI */
+    if (fd_sbuf_init(&sb, r->pool, n + 16) != FD_OK)
+        return 500;
+    fd_sbuf_add_escaped_path(&sb, norm, n);
+    if (fd_sbuf_failed(&sb))
+        return 500;
+    r->path = (fd_str_t){n, norm};
+    r->in.path_raw = fd_sbuf_str(&sb);
+    r->in.query = args;
+    r->uri_changed = 1;
+    return FD_OK;
+}
+
+int fd_req_reroute(fd_request_t *r, int count)
+{
+    int rc;
+
+    if (count) {
+        if ((rc = fd_http_redirect_count(r, r->path)) != FD_OK)
+            return rc;
+    } else {
+        r->ncaptures = 0;
+        r->captures = NULL;
+    }
+    r->loc = fd_http_find_location(r);
+    return FD_OK;
+}
