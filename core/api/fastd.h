@@ -193,7 +193,35 @@ typedef struct {
      * logs: reopen the module's own files (a log it writes, moved away
      * by logrotate). NULL: none. */
     void (*reopen)(void);
+
+    /* --- 1.4 --- */
+
+    /* A section type of the module's own, [TYPE NAME] (see
+     * fd_api_section_t below); NULL: none. */
+    const struct fd_api_section_s *section;
 } fd_api_module_t;
+
+/*
+ * 1.4: named sections, [TYPE NAME] ([queue api], [database world]): the
+ * keys of a section (FD_API_STRING, INT, FLAG, MSEC, SIZE: the module's
+ * set() is not called for sections) are parsed into a conf_size struct of
+ * its own, and init(name, conf, index) runs after them, index being the
+ * section's number among the module's of this configuration (0, 1, ...,
+ * in file order): FD_OK, or FD_ERROR after fd_api_conf_error(). A name is
+ * checked before: with name_max, 1 to name_max - 1 letters, digits, '_',
+ * '-' and '.', not "off" (a name that labels figures); max: more sections
+ * than that are refused (0: any number). The same name twice is refused.
+ * A module finds a section's struct by its name with fd_api_section(),
+ * and walks them all with fd_api_section_each() (init_worker).
+ */
+typedef struct fd_api_section_s {
+    const char *type;
+    const fd_api_key_t *keys;  /* ended by an entry with a NULL name */
+    size_t conf_size;
+    size_t name_max;
+    unsigned max;
+    int (*init)(const char *name, void *conf, unsigned index);
+} fd_api_section_t;
 
 /* The module's descriptor, the one symbol fastd looks for in its file:
  *     FD_API_MODULE = { FD_API_HEADER, .name = "hello", ... };
@@ -558,6 +586,12 @@ void fd_api_status_gauge(fd_api_status_t *st, const char *name,
                          const char *help, const char *labels, uint64_t v);
 void *fd_api_status_area(const fd_api_module_t *self);
 
+/* 1.4, for retire(): in an area of n entries of size bytes, each beginning
+ * with a NUL-ended name of name_size bytes (a queue's, a zone's), the
+ * entry named name, or the first free one (then named name), or NULL. */
+void *fd_api_status_named_entry(void *entries, size_t size, unsigned n,
+                                const char *name, size_t name_size);
+
 /* --- 1.2: the clock ------------------------------------------------------- */
 
 /* The loop's clock: milliseconds since some fixed time, as of this loop
@@ -682,6 +716,39 @@ void fd_req_captures(fd_request_t *r, fd_api_captures_t *caps);
  */
 int fd_req_set_uri(fd_request_t *r, fd_str_t path, fd_str_t args);
 int fd_req_reroute(fd_request_t *r, int count);
+
+/* --- 1.4: sections, clean-ups, aborts, posted calls ------------------------- */
+
+/* The struct of [type name]: from init_conf, set or a section's init, the
+ * configuration's being loaded; from anywhere else, the running one's.
+ * NULL when there is none. */
+void *fd_api_section(const char *type, const char *name);
+/* fn(name, conf, data) for each [type NAME] of the running configuration
+ * (from init_worker on). */
+void fd_api_section_each(const char *type,
+                         void (*fn)(const char *name, void *conf,
+                                    void *data),
+                         void *data);
+
+/* fn(data) when the request's memory is freed: it ends, or its connection
+ * goes away (also while a handler works on the pool). FD_OK or FD_ERROR
+ * (out of memory). */
+int fd_req_cleanup(fd_request_t *r, void (*fn)(void *data), void *data);
+
+/* on_abort(r) runs when the client goes away while the request is held
+ * (FD_AGAIN): the module drops what it keeps for r, and fastd ends it.
+ * Returns the one there was (NULL: none): call it from yours, and put it
+ * back when you stop holding the request. */
+typedef void (*fd_api_req_pt)(fd_request_t *r);
+fd_api_req_pt fd_req_on_abort(fd_request_t *r, fd_api_req_pt on_abort);
+
+/* A call at the end of the loop's turn, after the events of this one (a
+ * request released then never runs inside another one's end). new, from
+ * init_worker: NULL when out of memory; post: once until it runs, however
+ * many times it is posted. */
+typedef struct fd_api_posted_s fd_api_posted_t;
+fd_api_posted_t *fd_api_posted_new(void (*fn)(void *data), void *data);
+void fd_api_post(fd_api_posted_t *p);
 
 #ifdef __cplusplus
 }

@@ -784,3 +784,87 @@ int fd_req_reroute(fd_request_t *r, int count)
     r->loc = fd_http_find_location(r);
     return FD_OK;
 }
+
+/* --- 1.4: sections, clean-ups, aborts, posted calls --- */
+
+/* the configuration being loaded (a module's hook runs in it), else the
+ * worker's */
+static fd_cycle_t *api_cycle(void)
+{
+    fd_conf_t *cf = fd_dso_conf();
+
+    return cf ? cf->cycle : fd_worker ? fd_worker->cycle : NULL;
+}
+
+void *fd_api_section(const char *type, const char *name)
+{
+    fd_cycle_t *cy = api_cycle();
+
+    return cy ? fd_cycle_section(cy, type, name) : NULL;
+}
+
+void fd_api_section_each(const char *type,
+                         void (*fn)(const char *name, void *conf, void *data),
+                         void *data)
+{
+    fd_cycle_t *cy = api_cycle();
+    fd_conf_section_t *s;
+
+    for (s = cy ? cy->sections : NULL; s; s = s->next)
+        if (s->module->section && strcmp(s->module->section, type) == 0)
+            fn(s->name, s->conf, data);
+}
+
+int fd_req_cleanup(fd_request_t *r, void (*fn)(void *data), void *data)
+{
+    return fd_pool_cleanup_add(r->pool, fn, data) ? FD_OK : FD_ERROR;
+}
+
+fd_api_req_pt fd_req_on_abort(fd_request_t *r, fd_api_req_pt on_abort)
+{
+    fd_api_req_pt prev = r->on_abort;
+
+    r->on_abort = on_abort;
+    return prev;
+}
+
+struct fd_api_posted_s {
+    fd_posted_t p;
+    int posted;
+    void (*fn)(void *data);
+    void *data;
+};
+
+static void api_posted_run(void *data)
+{
+    fd_api_posted_t *ap = data;
+
+    ap->posted = 0;
+    ap->fn(ap->data);
+}
+
+fd_api_posted_t *fd_api_posted_new(void (*fn)(void *data), void *data)
+{
+    fd_api_posted_t *ap = calloc(1, sizeof(*ap));
+
+    if (ap == NULL)
+        return NULL;
+    ap->p = (fd_posted_t){.handler = api_posted_run, .data = ap};
+    ap->fn = fn;
+    ap->data = data;
+    return ap;
+}
+
+void fd_api_post(fd_api_posted_t *ap)
+{
+    if (!ap->posted) {
+        ap->posted = 1;
+        fd_event_post(&ap->p);
+    }
+}
+
+void *fd_api_status_named_entry(void *entries, size_t size, unsigned n,
+                                const char *name, size_t name_size)
+{
+    return fd_status_named_entry(entries, size, n, name, name_size);
+}
