@@ -30,6 +30,7 @@
  * instead, loaded with load_module: the same file, either way.
  */
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include "fd_core.h"
@@ -140,6 +141,30 @@ static int init_section(unsigned i, fd_conf_t *cf, const char *name,
         fd_conf_error(cf, "module %s refused [%s %s]", dsos[i].m.name,
                       sec->type, name);
     return rc == FD_OK ? FD_OK : FD_ERROR;
+}
+
+void fd_dso_give_files(fd_cycle_t *cy)
+{
+    const char **p;
+    struct stat st;
+    int fd;
+
+    if (fd_conf_test || !cy->main.drop || cy->worker_files == NULL)
+        return;
+    for (p = cy->worker_files; *p; p++) {
+        /* O_NOFOLLOW, a regular file: never /dev/stdout's terminal or
+         * pipe */
+        fd = open(*p, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW,
+                  0644);
+        if (fd < 0)
+            continue; /* the worker's own open() reports it */
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+            st.st_uid != cy->main.uid &&
+            fchown(fd, cy->main.uid, cy->main.gid) < 0)
+            fd_log_error(FD_LOG_WARN, errno, "\"%s\": fchown() to user "
+                         "\"%s\" failed", *p, cy->main.user);
+        close(fd);
+    }
 }
 
 static int init_worker(unsigned i)

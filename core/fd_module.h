@@ -162,6 +162,10 @@ const fd_module_t *fd_dso_handler_find(const char *name, fd_handler_pt *fn,
 fd_conf_t *fd_dso_conf(void);
 /* ... and the location it configures (1.4: fd_api_conf_regex) */
 const fd_http_loc_t *fd_dso_conf_loc(void);
+/* A root master makes the files the workers of cy append to
+ * (fd_api_conf_worker_file) and gives them to their user: at load and
+ * before a reopen. Not at -t. */
+void fd_dso_give_files(fd_cycle_t *cy);
 /* Those handler names, for a "did you mean" hint */
 void fd_dso_handler_names(fd_conf_near_t *nr);
 #define FD_DSO_MAX 16

@@ -645,7 +645,9 @@ enum {
 typedef struct {
     unsigned kind;           /* FD_API_PART_* */
     unsigned flags;          /* FD_API_VAR_NUMBER, FD_API_VAR_URLSAFE */
-    fd_str_t name;           /* NAMED: NUL-ended; VAR: as written */
+    fd_str_t name;           /* TEXT: the text; NAMED: the capture's
+                                name, NUL-ended; VAR: the name as
+                                written, without the "$" */
 } fd_api_part_t;
 /* What a regex matched, as pcre2 says it: subject, ovector (2 * n
  * offsets) and the regex (a pcre2_code *, for named captures; NULL: none
@@ -749,6 +751,34 @@ fd_api_req_pt fd_req_on_abort(fd_request_t *r, fd_api_req_pt on_abort);
 typedef struct fd_api_posted_s fd_api_posted_t;
 fd_api_posted_t *fd_api_posted_new(void (*fn)(void *data), void *data);
 void fd_api_post(fd_api_posted_t *p);
+
+/* --- 1.4: logs of a module's own -------------------------------------------- */
+
+/* The module's configuration for the request's location, or, for a
+ * request refused before it was routed (a 400), its server's: the
+ * [http] and [server] keys (fd_req_conf_of() is NULL then). For a log
+ * hook. */
+void *fd_req_log_conf_of(fd_request_t *r, const fd_api_module_t *self);
+/* Whether fastd has the variable name (without the "$"): a module's
+ * default format names the proxy's only when it is built in. */
+int fd_api_var_exists(const char *name);
+/* fn(conf, data) for the module's configuration of every location of the
+ * running configuration (each server's own keys, then its locations),
+ * from init_worker: the files a log hook writes, say. */
+void fd_api_loc_each(const fd_api_module_t *self,
+                     void (*fn)(void *conf, void *data), void *data);
+/* From init_conf or set: path (absolute, as fd_api_conf_path() makes it)
+ * is a file the workers open to append to. A root master whose workers
+ * run as another user creates it and gives it to that user, at start, at
+ * a reload and before each reopen (SIGUSR1), so that a worker can open it
+ * in a directory of root's (logs/); a failure is the worker's to report
+ * when it opens the file. Never a terminal or a pipe (O_NOFOLLOW, a
+ * regular file only). FD_OK or FD_ERROR (out of memory). */
+int fd_api_conf_worker_file(const char *path);
+/* A size (512, 8k, 1m) or a duration (500ms, 75s, 1m30s, in ms) as keys
+ * take them, for a key the module parses: -1 when it is none. */
+int64_t fd_api_parse_size(const char *s);
+int64_t fd_api_parse_msec(const char *s);
 
 #ifdef __cplusplus
 }

@@ -668,7 +668,8 @@ int fd_api_script_part(const fd_api_script_t *s, unsigned i,
         return FD_ERROR;
     *part = (fd_api_part_t){.kind = vs->ops[i].kind,
                             .flags = vs->ops[i].flags,
-                            .name = vs->ops[i].kind == FD_VAR_OP_NAMED
+                            .name = vs->ops[i].kind == FD_VAR_OP_LIT ||
+                                            vs->ops[i].kind == FD_VAR_OP_NAMED
                                         ? vs->ops[i].text
                                         : vs->ops[i].name};
     return FD_OK;
@@ -867,4 +868,79 @@ void *fd_api_status_named_entry(void *entries, size_t size, unsigned n,
                                 const char *name, size_t name_size)
 {
     return fd_status_named_entry(entries, size, n, name, name_size);
+}
+
+/* --- 1.4: logs of a module's own --- */
+
+void *fd_req_log_conf_of(fd_request_t *r, const fd_api_module_t *self)
+{
+    const fd_http_server_t *s;
+
+    if (r->loc)
+        return r->loc->mconf[self->id];
+    /* failed before routing: the server's (or the address' default) */
+    s = r->server ? r->server : fd_conn_listening(r->c)->servers[0];
+    return s->root_loc->mconf[self->id];
+}
+
+int fd_api_var_exists(const char *name)
+{
+    return fd_var_find(name, strlen(name)) != NULL;
+}
+
+struct loc_each {
+    unsigned id;
+    void (*fn)(void *conf, void *data);
+    void *data;
+};
+
+static void loc_each_one(fd_http_loc_t *loc, void *data)
+{
+    struct loc_each *le = data;
+
+    le->fn(loc->mconf[le->id], le->data);
+}
+
+void fd_api_loc_each(const fd_api_module_t *self,
+                     void (*fn)(void *conf, void *data), void *data)
+{
+    struct loc_each le = {self->id, fn, data};
+    fd_cycle_t *cy = api_cycle();
+
+    if (cy)
+        fd_http_each_loc(cy, loc_each_one, &le);
+}
+
+int fd_api_conf_worker_file(const char *path)
+{
+    fd_conf_t *cf = fd_dso_conf();
+    const char **files, **p;
+    size_t n = 0;
+
+    if (cf == NULL)
+        return FD_ERROR;
+    for (p = cf->cycle->worker_files; p && *p; p++, n++)
+        if (strcmp(*p, path) == 0)
+            return FD_OK;
+    /* a few files: the list is copied whole to grow it (the old copy is
+     * the configuration's memory, freed with it) */
+    files = fd_palloc(cf->pool, (n + 2) * sizeof(*files));
+    if (files == NULL || (files[n] = fd_pstrdup(cf->pool, path,
+                                                strlen(path))) == NULL)
+        return FD_ERROR;
+    if (n)
+        memcpy(files, cf->cycle->worker_files, n * sizeof(*files));
+    files[n + 1] = NULL;
+    cf->cycle->worker_files = files;
+    return FD_OK;
+}
+
+int64_t fd_api_parse_size(const char *s)
+{
+    return fd_conf_parse_size(s);
+}
+
+int64_t fd_api_parse_msec(const char *s)
+{
+    return fd_conf_parse_msec(s);
 }
