@@ -220,7 +220,10 @@ static void exit_worker(unsigned i)
     }
 DSO_SLOT(0) DSO_SLOT(1) DSO_SLOT(2) DSO_SLOT(3) DSO_SLOT(4) DSO_SLOT(5)
 DSO_SLOT(6) DSO_SLOT(7) DSO_SLOT(8) DSO_SLOT(9) DSO_SLOT(10) DSO_SLOT(11)
-DSO_SLOT(12) DSO_SLOT(13) DSO_SLOT(14) DSO_SLOT(15)
+DSO_SLOT(12) DSO_SLOT(13) DSO_SLOT(14) DSO_SLOT(15) DSO_SLOT(16)
+DSO_SLOT(17) DSO_SLOT(18) DSO_SLOT(19) DSO_SLOT(20) DSO_SLOT(21)
+DSO_SLOT(22) DSO_SLOT(23) DSO_SLOT(24) DSO_SLOT(25) DSO_SLOT(26)
+DSO_SLOT(27) DSO_SLOT(28) DSO_SLOT(29) DSO_SLOT(30) DSO_SLOT(31)
 
 #define HOOKS(i)                                                             \
     {init_conf_##i, init_worker_##i, exit_worker_##i, loc_active_##i,        \
@@ -236,7 +239,10 @@ static const struct {
 } hooks[FD_DSO_MAX] = {
     HOOKS(0),  HOOKS(1),  HOOKS(2),  HOOKS(3),  HOOKS(4),  HOOKS(5),
     HOOKS(6),  HOOKS(7),  HOOKS(8),  HOOKS(9),  HOOKS(10), HOOKS(11),
-    HOOKS(12), HOOKS(13), HOOKS(14), HOOKS(15),
+    HOOKS(12), HOOKS(13), HOOKS(14), HOOKS(15), HOOKS(16), HOOKS(17),
+    HOOKS(18), HOOKS(19), HOOKS(20), HOOKS(21), HOOKS(22), HOOKS(23),
+    HOOKS(24), HOOKS(25), HOOKS(26), HOOKS(27), HOOKS(28), HOOKS(29),
+    HOOKS(30), HOOKS(31),
 };
 
 unsigned fd_api_version(void)

@@ -168,7 +168,7 @@ const fd_http_loc_t *fd_dso_conf_loc(void);
 void fd_dso_give_files(fd_cycle_t *cy);
 /* Those handler names, for a "did you mean" hint */
 void fd_dso_handler_names(fd_conf_near_t *nr);
-#define FD_DSO_MAX 16
+#define FD_DSO_MAX 32
 extern unsigned fd_nmodules;
 
 const fd_module_t *fd_module_find(const char *name);
