@@ -167,6 +167,21 @@ void fd_dso_give_files(fd_cycle_t *cy)
     }
 }
 
+/* 1.4: the whole configuration read, in the master */
+static int configured(unsigned i, fd_conf_t *cf)
+{
+    int rc;
+
+    conf_cf = cf;
+    cf->err[0] = '\0';
+    rc = dsos[i].api.configured();
+    conf_cf = NULL;
+    if (rc != FD_OK && cf->err[0] == '\0')
+        fd_conf_error(cf, "module %s refused the configuration",
+                      dsos[i].m.name);
+    return rc == FD_OK ? FD_OK : FD_ERROR;
+}
+
 static int init_worker(unsigned i)
 {
     if (dsos[i].api.init_worker == NULL)
@@ -217,6 +232,11 @@ static void exit_worker(unsigned i)
     static int init_section_##i(fd_conf_t *cf, const char *name, void *c)  \
     {                                                                        \
         return init_section(i, cf, name, c);                                 \
+    }                                                                        \
+    static int init_cycle_##i(fd_conf_t *cf, fd_cycle_t *cy)                 \
+    {                                                                        \
+        (void)cy;                                                            \
+        return configured(i, cf);                                            \
     }
 DSO_SLOT(0) DSO_SLOT(1) DSO_SLOT(2) DSO_SLOT(3) DSO_SLOT(4) DSO_SLOT(5)
 DSO_SLOT(6) DSO_SLOT(7) DSO_SLOT(8) DSO_SLOT(9) DSO_SLOT(10) DSO_SLOT(11)
@@ -227,7 +247,7 @@ DSO_SLOT(27) DSO_SLOT(28) DSO_SLOT(29) DSO_SLOT(30) DSO_SLOT(31)
 
 #define HOOKS(i)                                                             \
     {init_conf_##i, init_worker_##i, exit_worker_##i, loc_active_##i,        \
-     status_##i, reopen_##i, init_section_##i}
+     status_##i, reopen_##i, init_section_##i, init_cycle_##i}
 static const struct {
     int (*init_conf)(fd_conf_t *, fd_http_loc_t *, void *);
     int (*init_worker)(fd_worker_t *);
@@ -236,6 +256,7 @@ static const struct {
     void (*status)(fd_status_t *, const void *, unsigned);
     void (*reopen)(fd_worker_t *);
     int (*init_section)(fd_conf_t *, const char *, void *);
+    int (*init_cycle)(fd_conf_t *, fd_cycle_t *);
 } hooks[FD_DSO_MAX] = {
     HOOKS(0),  HOOKS(1),  HOOKS(2),  HOOKS(3),  HOOKS(4),  HOOKS(5),
     HOOKS(6),  HOOKS(7),  HOOKS(8),  HOOKS(9),  HOOKS(10), HOOKS(11),
@@ -276,15 +297,25 @@ static int dso_set(fd_conf_t *cf, const fd_directive_t *k, void *conf,
     unsigned i;
     int rc;
 
-    for (i = 0; i < ndsos; i++)
+    int section = 0;
+
+    for (i = 0; i < ndsos; i++) {
         if (dsos[i].keys && k >= dsos[i].keys &&
             fd_conf_find(dsos[i].keys, k->name) == k)
             break;
+        /* 1.4: a key of the module's [TYPE NAME] */
+        if (dsos[i].section_keys && k >= dsos[i].section_keys &&
+            fd_conf_find(dsos[i].section_keys, k->name) == k) {
+            section = 1;
+            break;
+        }
+    }
     if (i == ndsos)
         return fd_conf_error(cf, "\"%s\": no module parses it", k->name);
     conf_cf = cf;
     cf->err[0] = '\0';
-    rc = dsos[i].api.set(conf, k->name, value, cf->own_line);
+    rc = section ? dsos[i].api.section->set(conf, k->name, value, 1)
+                 : dsos[i].api.set(conf, k->name, value, cf->own_line);
     conf_cf = NULL;
     if (rc != FD_OK && cf->err[0] == '\0')
         fd_conf_error(cf, "\"%s\": module %s refused \"%s\"", k->name,
@@ -316,9 +347,9 @@ static int keys(fd_conf_t *cf, dso_t *d, const fd_api_key_t *k,
     if (*out == NULL)
         return fd_conf_error(cf, "out of memory");
     for (i = 0; i < n; i++) {
-        if (d->api.api_minor >= 2 && !section &&
+        if (d->api.api_minor >= 2 &&
             (k[i].type == FD_API_CUSTOM || k[i].type == FD_API_LIST)) {
-            if (d->api.set == NULL)
+            if (section ? d->api.section->set == NULL : d->api.set == NULL)
                 return fd_conf_error(cf, "load_module \"%s\": key \"%s\" "
                                      "is parsed by the module, which has no "
                                      "set()", file, k[i].name);
@@ -326,7 +357,8 @@ static int keys(fd_conf_t *cf, dso_t *d, const fd_api_key_t *k,
                 .name = k[i].name,
                 .type = k[i].type == FD_API_LIST ? FD_CONF_LIST
                                                  : FD_CONF_CUSTOM,
-                .set = dso_set, .handler_key = !phase_module(&d->api),
+                .set = dso_set,
+                .handler_key = !section && !phase_module(&d->api),
                 .doc = k[i].doc ? k[i].doc : ""};
             continue;
         }
@@ -586,6 +618,7 @@ static int add(fd_conf_t *cf, const fd_api_module_t *a, const char *file,
         .section_directives = d->section_keys,
         .section_size = d->api.section ? d->api.section->conf_size : 0,
         .init_section = d->api.section ? hooks[ndsos].init_section : NULL,
+        .init_cycle = d->api.configured ? hooks[ndsos].init_cycle : NULL,
         .index = fd_nmodules};
     /* every key name once, in every table (fd_cycle_check_keys) */
     memcpy(list, fd_modules, fd_nmodules * sizeof(*list));

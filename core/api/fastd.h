@@ -199,13 +199,20 @@ typedef struct {
     /* A section type of the module's own, [TYPE NAME] (see
      * fd_api_section_t below); NULL: none. */
     const struct fd_api_section_s *section;
+    /* In the master, once the whole configuration is read (every
+     * location's init_conf run), at -t too, before any worker starts:
+     * what needs all of it (a database's statements, which modules
+     * prepare from their init_conf, checked against its schema). FD_OK,
+     * or FD_ERROR after fd_api_conf_error() (fd_api_conf_at() names a
+     * line). NULL: none. */
+    int (*configured)(void);
 } fd_api_module_t;
 
 /*
  * 1.4: named sections, [TYPE NAME] ([queue api], [database world]): the
- * keys of a section (FD_API_STRING, INT, FLAG, MSEC, SIZE: the module's
- * set() is not called for sections) are parsed into a conf_size struct of
- * its own, and init(name, conf, index) runs after them, index being the
+ * keys of a section are parsed into a conf_size struct of its own (its
+ * FD_API_CUSTOM and FD_API_LIST keys by the section's set()), and
+ * init(name, conf, index) runs after them, index being the
  * section's number among the module's of this configuration (0, 1, ...,
  * in file order): FD_OK, or FD_ERROR after fd_api_conf_error(). A name is
  * checked before: with name_max, 1 to name_max - 1 letters, digits, '_',
@@ -221,6 +228,9 @@ typedef struct fd_api_section_s {
     size_t name_max;
     unsigned max;
     int (*init)(const char *name, void *conf, unsigned index);
+    /* its FD_API_CUSTOM and FD_API_LIST keys' lines, as the module's set
+     * has them (own is 1); NULL: the section has none */
+    int (*set)(void *conf, const char *key, const char *value, int own);
 } fd_api_section_t;
 
 /* The module's descriptor, the one symbol fastd looks for in its file:
@@ -751,6 +761,62 @@ fd_api_req_pt fd_req_on_abort(fd_request_t *r, fd_api_req_pt on_abort);
 typedef struct fd_api_posted_s fd_api_posted_t;
 fd_api_posted_t *fd_api_posted_new(void (*fn)(void *data), void *data);
 void fd_api_post(fd_api_posted_t *p);
+
+/* --- 1.4: the loop's descriptors, timers that are kept, the pool ----------- */
+
+/*
+ * A descriptor of the module's own on the worker's loop (a database's
+ * socket): fd_api_io_new(handler, data) from init_worker on (NULL: out of
+ * memory), then fd_api_io_watch(io, fd, events) to watch fd (again: other
+ * events, or another fd); handler(data, events) runs on the loop when fd
+ * is ready (FD_API_IO_ERR: an error or a hang-up, with IN). Stop before
+ * closing fd (fd_api_io_stop: the loop lets go of it at once), and free
+ * it when done. Under io_uring (fd_api_io_edge() says 1) a watch fires
+ * when readiness arrives, not while it lasts: read until EAGAIN, and
+ * watch again (stop, then watch) to look at the descriptor as it is.
+ */
+#define FD_API_IO_IN 0x1
+#define FD_API_IO_OUT 0x2
+#define FD_API_IO_ERR 0x4
+typedef struct fd_api_io_s fd_api_io_t;
+fd_api_io_t *fd_api_io_new(void (*handler)(void *data, unsigned events),
+                           void *data);
+int fd_api_io_watch(fd_api_io_t *io, int fd, unsigned events); /* FD_OK */
+void fd_api_io_stop(fd_api_io_t *io);
+void fd_api_io_free(fd_api_io_t *io);
+int fd_api_io_edge(void);
+
+/* A timer kept and set again (a connection's): fd_api_timer_new() makes
+ * it, unset (NULL: out of memory); fd_api_timer_set() sets it to fire in
+ * ms (again: later or sooner), fd_api_timer_unset() unsets it,
+ * fd_api_timer_is_set() says whether it is; fd_api_timer_cancel() frees
+ * it. It does not free itself when it fires. */
+fd_api_timer_t *fd_api_timer_new(void (*handler)(void *data), void *data);
+void fd_api_timer_set(fd_api_timer_t *t, uint64_t ms);
+void fd_api_timer_unset(fd_api_timer_t *t);
+int fd_api_timer_is_set(const fd_api_timer_t *t);
+
+/* work(data) on a thread of the worker's offload pool, then done(data)
+ * on the loop: work of the module's own, not a request's. FD_OK, or
+ * FD_ERROR when no pool thread can be had. */
+int fd_api_offload_call(void *data, void (*work)(void *data),
+                        void (*done)(void *data));
+/* Whether the caller runs on a pool thread (a blocking handler's). */
+int fd_api_on_pool_thread(void);
+/* A 503 the request gets carries Retry-After (the database is down). */
+void fd_resp_retry_after(fd_request_t *r);
+
+/* fastd -t: the configuration is checked, nothing is made on disk. */
+int fd_api_conf_test(void);
+/* From init_conf, a section's init or configured: 1 when the workers of
+ * this configuration run as another user than the master (a root
+ * master's user =), whose uid and gid are set then; 0 when they run as
+ * the master. What the master makes for them (a database's file) is given
+ * to that user. */
+int fd_api_conf_user(uid_t *uid, gid_t *gid, const char **name);
+/* mkdir -p path (mode): FD_OK, or FD_ERROR with errno. *made: the offset
+ * in path of the first directory it made, -1 when none. */
+int fd_api_mkdirs(const char *path, mode_t mode, long *made);
 
 /* --- 1.4: logs of a module's own -------------------------------------------- */
 

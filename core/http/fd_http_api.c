@@ -6,6 +6,7 @@
  * that a module may pass its stack or reuse its buffers at once.
  */
 #include <fcntl.h>
+#include <sys/epoll.h>
 #include <strings.h>
 #include <sys/stat.h>
 
@@ -416,6 +417,7 @@ struct fd_api_timer_s {
     fd_timer_t t; /* first: the engine's handler gets its address */
     void (*handler)(void *data);
     void *data;
+    int kept;     /* 1.4: fd_api_timer_new's, not freed when it fires */
 };
 
 static void api_timer_fire(fd_timer_t *t)
@@ -424,7 +426,8 @@ static void api_timer_fire(fd_timer_t *t)
     void (*handler)(void *) = at->handler;
     void *data = at->data;
 
-    free(at);
+    if (!at->kept)
+        free(at);
     handler(data);
 }
 
@@ -943,4 +946,163 @@ int64_t fd_api_parse_size(const char *s)
 int64_t fd_api_parse_msec(const char *s)
 {
     return fd_conf_parse_msec(s);
+}
+
+/* --- 1.4: the loop's descriptors, timers that are kept, the pool --- */
+
+fd_api_timer_t *fd_api_timer_new(void (*handler)(void *data), void *data)
+{
+    fd_api_timer_t *at = calloc(1, sizeof(*at));
+
+    if (at == NULL)
+        return NULL;
+    at->t.handler = api_timer_fire;
+    at->handler = handler;
+    at->data = data;
+    at->kept = 1;
+    return at;
+}
+
+void fd_api_timer_set(fd_api_timer_t *at, uint64_t ms)
+{
+    if (fd_timer_armed(&at->t))
+        fd_timer_del(&at->t);
+    fd_timer_add(&at->t, ms);
+}
+
+void fd_api_timer_unset(fd_api_timer_t *at)
+{
+    if (fd_timer_armed(&at->t))
+        fd_timer_del(&at->t);
+}
+
+int fd_api_timer_is_set(const fd_api_timer_t *at)
+{
+    return fd_timer_armed(&at->t);
+}
+
+struct fd_api_io_s {
+    fd_event_t ev; /* first: the loop hands its address to io_event */
+    void (*handler)(void *data, unsigned events);
+    void *data;
+    uint32_t events;
+    int registered;
+};
+
+static void io_event(fd_event_t *ev, uint32_t events)
+{
+    fd_api_io_t *io = (fd_api_io_t *)ev;
+
+    io->handler(io->data, (events & EPOLLIN ? FD_API_IO_IN : 0) |
+                              (events & EPOLLOUT ? FD_API_IO_OUT : 0) |
+                              (events & (EPOLLHUP | EPOLLERR)
+                                   ? FD_API_IO_ERR | FD_API_IO_IN
+                                   : 0));
+}
+
+fd_api_io_t *fd_api_io_new(void (*handler)(void *data, unsigned events),
+                           void *data)
+{
+    fd_api_io_t *io = calloc(1, sizeof(*io));
+
+    if (io == NULL)
+        return NULL;
+    io->ev.fd = -1;
+    io->ev.handler = io_event;
+    io->handler = handler;
+    io->data = data;
+    return io;
+}
+
+int fd_api_io_watch(fd_api_io_t *io, int fd, unsigned events)
+{
+    uint32_t ev = (events & FD_API_IO_IN ? EPOLLIN : 0) |
+                  (events & FD_API_IO_OUT ? EPOLLOUT : 0);
+
+    if (io->registered && io->ev.fd != fd) {
+        fd_event_del(&io->ev);
+        io->registered = 0;
+    }
+    io->ev.fd = fd;
+    if (!io->registered) {
+        if (fd < 0 || fd_event_add(&io->ev, ev) != 0)
+            return FD_ERROR;
+        io->registered = 1;
+    } else if (io->events != ev && fd_event_mod(&io->ev, ev) != 0) {
+        return FD_ERROR;
+    }
+    io->events = ev;
+    return FD_OK;
+}
+
+void fd_api_io_stop(fd_api_io_t *io)
+{
+    if (io->registered) {
+        /* out of the loop now: io_uring holds a registered descriptor
+         * open until its cancel is submitted */
+        fd_event_del(&io->ev);
+        fd_event_flush();
+        io->registered = 0;
+    }
+    io->ev.fd = -1;
+}
+
+void fd_api_io_free(fd_api_io_t *io)
+{
+    if (io == NULL)
+        return;
+    fd_api_io_stop(io);
+    free(io);
+}
+
+int fd_api_io_edge(void)
+{
+    return fd_event_uring;
+}
+
+int fd_api_offload_call(void *data, void (*work)(void *data),
+                        void (*done)(void *data))
+{
+    return fd_offload_call(data, work, done) == FD_OK ? FD_OK : FD_ERROR;
+}
+
+int fd_api_on_pool_thread(void)
+{
+    return fd_offload_on_pool_thread();
+}
+
+void fd_resp_retry_after(fd_request_t *r)
+{
+    r->retry_after = 1;
+}
+
+int fd_api_conf_test(void)
+{
+    return fd_conf_test;
+}
+
+int fd_api_conf_user(uid_t *uid, gid_t *gid, const char **name)
+{
+    fd_cycle_t *cy = api_cycle();
+
+    if (cy == NULL || !cy->main.drop)
+        return 0;
+    *uid = cy->main.uid;
+    *gid = cy->main.gid;
+    *name = cy->main.user;
+    return 1;
+}
+
+int fd_api_mkdirs(const char *path, mode_t mode, long *made)
+{
+    char *p = strdup(path);
+    int rc, err;
+
+    if (p == NULL)
+        return FD_ERROR;
+    rc = fd_mkdirs(p, 0, mode, made);
+    err = errno;
+    free(p);
+    errno = err;
+    return rc == FD_OK ? FD_OK : FD_ERROR;
 }
