@@ -199,17 +199,12 @@ static int database_init_section(const char *name, void *conf,
     db->name = name;
     db->index = index;
     fd_api_conf_pos(&db->pos);
-    for (i = 0; i < sizeof(bounds) / sizeof(bounds[0]); i++) {
-        int64_t v = *(int64_t *)((char *)db + bounds[i].offset);
-        if (v >= bounds[i].min && v <= bounds[i].max)
-            continue;
-        fd_api_conf_at_key(db, bounds[i].key);
-        return CONF_ERROR("\"%s\" must be between %lld%s and %lld%s",
-                          bounds[i].key, (long long)bounds[i].min,
-                          bounds[i].msec ? "ms" : "",
-                          (long long)bounds[i].max,
-                          bounds[i].msec ? "ms" : "");
-    }
+    for (i = 0; i < sizeof(bounds) / sizeof(bounds[0]); i++)
+        if (fd_api_conf_bounds(db, bounds[i].key,
+                               *(int64_t *)((char *)db + bounds[i].offset),
+                               bounds[i].min, bounds[i].max,
+                               bounds[i].msec) != FD_OK)
+            return FD_ERROR;
     if (db->url == NULL)
         return CONF_ERROR("[database %s] has no url", name);
     if (strncmp(db->url, "sqlite:", 7) == 0) {

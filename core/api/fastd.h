@@ -841,6 +841,12 @@ void fd_api_loc_each(const fd_api_module_t *self,
  * when it opens the file. Never a terminal or a pipe (O_NOFOLLOW, a
  * regular file only). FD_OK or FD_ERROR (out of memory). */
 int fd_api_conf_worker_file(const char *path);
+/* From init_conf or a section's init: key's value v (in conf) within
+ * [min, max], or the error fastd's own keys give, at the key's line
+ * ("pool" must be 1 .. 1024, not "0"); msec: v is a duration in ms.
+ * FD_OK or FD_ERROR. */
+int fd_api_conf_bounds(const void *conf, const char *key, int64_t v,
+                       int64_t min, int64_t max, int msec);
 /* A size (512, 8k, 1m) or a duration (500ms, 75s, 1m30s, in ms) as keys
  * take them, for a key the module parses: -1 when it is none. */
 int64_t fd_api_parse_size(const char *s);

@@ -1106,3 +1106,21 @@ int fd_api_mkdirs(const char *path, mode_t mode, long *made)
     errno = err;
     return rc == FD_OK ? FD_OK : FD_ERROR;
 }
+
+int fd_api_conf_bounds(const void *conf, const char *key, int64_t v,
+                       int64_t min, int64_t max, int msec)
+{
+    const char *ms = msec ? "ms" : "";
+
+    if (v >= min && v <= max)
+        return FD_OK;
+    fd_api_conf_at_key(conf, key);
+    if (min == 0)
+        fd_api_conf_error("\"%s\" is at most %lld%s, not \"%lld%s\"", key,
+                          (long long)max, ms, (long long)v, ms);
+    else
+        fd_api_conf_error("\"%s\" must be %lld%s .. %lld%s, not \"%lld%s\"",
+                          key, (long long)min, ms, (long long)max, ms,
+                          (long long)v, ms);
+    return FD_ERROR;
+}
