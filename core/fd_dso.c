@@ -88,7 +88,8 @@ void fd_api_conf_error(const char *fmt, ...)
  * location's, not its handlers' */
 static int phase_module(const fd_api_module_t *a)
 {
-    return a->access != NULL || a->log != NULL;
+    return a->access != NULL || a->log != NULL ||
+           (a->api_minor >= 4 && a->filter != NULL);
 }
 
 static int init_conf(unsigned i, fd_conf_t *cf, const fd_http_loc_t *loc,
@@ -527,7 +528,7 @@ static int check(fd_conf_t *cf, const fd_api_module_t *a, const char *file)
                                 a->handlers[0].name == NULL) &&
          (a->api_minor < 2 ||
           (!phase_module(a) && a->status == NULL && a->vars == NULL &&
-           (a->api_minor < 4 || a->section == NULL)))))
+           (a->api_minor < 4 || (a->section == NULL && a->filter == NULL))))))
         return fd_conf_error(cf, "load_module \"%s\": the module has no "
                              "name, or nothing to do (no handler; from 1.2 "
                              "neither an access or log hook, figures nor "
@@ -619,6 +620,7 @@ static int add(fd_conf_t *cf, const fd_api_module_t *a, const char *file,
         .section_size = d->api.section ? d->api.section->conf_size : 0,
         .init_section = d->api.section ? hooks[ndsos].init_section : NULL,
         .init_cycle = d->api.configured ? hooks[ndsos].init_cycle : NULL,
+        .filter = d->api.filter,
         .index = fd_nmodules};
     /* every key name once, in every table (fd_cycle_check_keys) */
     memcpy(list, fd_modules, fd_nmodules * sizeof(*list));

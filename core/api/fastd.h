@@ -206,6 +206,13 @@ typedef struct {
      * or FD_ERROR after fd_api_conf_error() (fd_api_conf_at() names a
      * line). NULL: none. */
     int (*configured)(void);
+    /* A response filter: for each response of a location where the module
+     * is active (active above), in module order, before its header is
+     * written; it reads the response (fd_resp_get_*) and may change its
+     * headers, replace a complete body (fd_resp_body_static) or set a body
+     * filter (fd_resp_body_filter) that transforms the body as it goes.
+     * FD_OK, or FD_ERROR (a 500). NULL: none. */
+    int (*filter)(fd_request_t *r);
 } fd_api_module_t;
 
 /*
@@ -817,6 +824,64 @@ int fd_api_conf_user(uid_t *uid, gid_t *gid, const char **name);
 /* mkdir -p path (mode): FD_OK, or FD_ERROR with errno. *made: the offset
  * in path of the first directory it made, -1 when none. */
 int fd_api_mkdirs(const char *path, mode_t mode, long *made);
+
+/* --- 1.4: response filters --------------------------------------------------- */
+
+/* The response as it stands, for a filter: its status; its type; the
+ * i-th header named name (0: the first; data NULL past the last); whether
+ * the body is streamed (it follows the header in pieces: a proxied one)
+ * rather than complete; whether it has no body (a HEAD, 204, 304: the
+ * length says what a GET would send); its length (-1: not known). */
+int fd_resp_get_status(fd_request_t *r);
+fd_str_t fd_resp_get_content_type(fd_request_t *r);
+fd_str_t fd_resp_get_header(fd_request_t *r, const char *name, unsigned i);
+int fd_resp_is_streamed(fd_request_t *r);
+int fd_resp_is_header_only(fd_request_t *r);
+int64_t fd_resp_get_length(fd_request_t *r);
+/* The headers named name taken away (the number taken). */
+unsigned fd_resp_remove_header(fd_request_t *r, const char *name);
+/* The body is transformed (compressed): its validator becomes weak, "W/"
+ * before a strong ETag, fastd's own or a header's. FD_OK or FD_ERROR. */
+int fd_resp_weaken_etag(fd_request_t *r);
+/* The length becomes unknown: no Content-Length is sent (a HEAD of what
+ * only a GET would know the length of, once compressed). */
+void fd_resp_length_unknown(fd_request_t *r);
+
+/* A piece of a body: bytes in memory, or a file's range (fd >= 0: len
+ * bytes at offset; data NULL). */
+typedef struct {
+    const char *data;
+    size_t len;
+    int fd;
+    int64_t offset;
+} fd_api_piece_t;
+/* A complete body's pieces, the first max into p: how many there are. */
+unsigned fd_resp_get_pieces(fd_request_t *r, fd_api_piece_t *p,
+                            unsigned max);
+/*
+ * A body filter: filter(r, in, n, last) gets each call's pieces of the
+ * body (a streamed one's fd_resp_write()s, the proxy's reads; or a
+ * complete one the engine feeds from memory and files as the client takes
+ * it) and passes on what it makes of them with fd_resp_filter_output()
+ * (copied); last = 1 ends the body. A streamed body's every call is a
+ * flush point: what came must be on its way when filter returns (a
+ * complete one's need not). FD_OK, or FD_ERROR (the response is cut).
+ * fd_resp_body_filter() from a response filter sets it: the length then
+ * is unknown (chunked over HTTP/1.1). FD_OK, or FD_DECLINED when another
+ * filter has set one (one transform only; fd_resp_has_body_filter()).
+ */
+typedef int (*fd_api_body_filter_pt)(fd_request_t *r,
+                                     const fd_api_piece_t *in, unsigned n,
+                                     int last);
+int fd_resp_body_filter(fd_request_t *r, fd_api_body_filter_pt filter);
+int fd_resp_has_body_filter(fd_request_t *r);
+int fd_resp_filter_output(fd_request_t *r, const void *data, size_t len);
+
+/* The content codings the client takes among offered (FD_API_ENC_*), the
+ * one it prefers (br before gzip at equal q), or 0 for none. */
+#define FD_API_ENC_GZIP 0x1
+#define FD_API_ENC_BR 0x2
+unsigned fd_req_accept_encoding(fd_request_t *r, unsigned offered);
 
 /* --- 1.4: logs of a module's own -------------------------------------------- */
 

@@ -13,6 +13,7 @@
 #include "fd_core.h"
 #include "fd_connection.h"
 #include "fd_http.h"
+#include "fd_http_accept.h"
 #include "fd_offload.h"
 #include "fd_realip.h"
 #include "fd_status.h"
@@ -1123,4 +1124,167 @@ int fd_api_conf_bounds(const void *conf, const char *key, int64_t v,
                           key, (long long)min, ms, (long long)max, ms,
                           (long long)v, ms);
     return FD_ERROR;
+}
+
+/* --- 1.4: response filters --- */
+
+_Static_assert(FD_API_ENC_GZIP == FD_ENC_GZIP && FD_API_ENC_BR == FD_ENC_BR,
+               "the API's codings are the engine's");
+
+int fd_resp_get_status(fd_request_t *r)
+{
+    return r->status;
+}
+
+fd_str_t fd_resp_get_content_type(fd_request_t *r)
+{
+    return r->content_type;
+}
+
+fd_str_t fd_resp_get_header(fd_request_t *r, const char *name, unsigned i)
+{
+    size_t n = strlen(name);
+    const fd_http_header_out_t *h;
+
+    for (h = r->headers_out; h; h = h->next)
+        if (h->name.len == n && strncasecmp(h->name.data, name, n) == 0 &&
+            i-- == 0)
+            return h->value;
+    return fd_null_string;
+}
+
+int fd_resp_is_streamed(fd_request_t *r)
+{
+    return r->streamed;
+}
+
+int fd_resp_is_header_only(fd_request_t *r)
+{
+    return r->header_only;
+}
+
+int64_t fd_resp_get_length(fd_request_t *r)
+{
+    return r->content_length;
+}
+
+unsigned fd_resp_remove_header(fd_request_t *r, const char *name)
+{
+    size_t n = strlen(name);
+    fd_http_header_out_t **pp = &r->headers_out, *h;
+    unsigned taken = 0;
+
+    while ((h = *pp) != NULL) {
+        if (h->name.len != n || strncasecmp(h->name.data, name, n) != 0) {
+            pp = &h->next;
+            continue;
+        }
+        *pp = h->next;
+        if (r->headers_out_last == &h->next)
+            r->headers_out_last = pp;
+        taken++;
+    }
+    return taken;
+}
+
+/* "W/" before a strong validator v, in r's memory */
+static int weaken(fd_request_t *r, fd_str_t *v)
+{
+    char *w;
+
+    if (v->len == 0 || v->data[0] != '"')
+        return FD_OK;
+    if ((w = fd_pnalloc(r->pool, v->len + 2)) == NULL)
+        return FD_ERROR;
+    memcpy(w, "W/", 2);
+    memcpy(w + 2, v->data, v->len);
+    *v = (fd_str_t){v->len + 2, w};
+    return FD_OK;
+}
+
+int fd_resp_weaken_etag(fd_request_t *r)
+{
+    fd_http_header_out_t *h;
+
+    if (weaken(r, &r->etag) != FD_OK)
+        return FD_ERROR;
+    /* a proxied one is a header of its own */
+    for (h = r->headers_out; h; h = h->next)
+        if (fd_str_caseeq_lit(h->name, "ETag"))
+            return weaken(r, &h->value);
+    return FD_OK;
+}
+
+void fd_resp_length_unknown(fd_request_t *r)
+{
+    r->content_length = -1;
+    if (r->header_only)
+        r->length_unknown = 1;
+}
+
+static fd_api_piece_t piece_of(const fd_buf_t *b)
+{
+    if (b->file_fd >= 0)
+        return (fd_api_piece_t){.len = (size_t)(b->file_last - b->file_pos),
+                                .fd = b->file_fd,
+                                .offset = (int64_t)b->file_pos};
+    return (fd_api_piece_t){.data = b->pos, .len = fd_buf_size(b),
+                            .fd = -1};
+}
+
+unsigned fd_resp_get_pieces(fd_request_t *r, fd_api_piece_t *p,
+                            unsigned max)
+{
+    const fd_buf_t *b;
+    unsigned n = 0;
+
+    for (b = r->out; b; b = b->next, n++)
+        if (n < max)
+            p[n] = piece_of(b);
+    return n;
+}
+
+/* The engine's body filter in front of a module's: the chain as pieces */
+static int api_body_filter(fd_request_t *r, fd_buf_t *in, int last)
+{
+    fd_api_piece_t local[16], *p = local;
+    const fd_buf_t *b;
+    unsigned n = 0;
+
+    for (b = in; b; b = b->next)
+        n++;
+    if (n > fd_nelems(local) &&
+        (p = fd_palloc(r->pool, n * sizeof(*p))) == NULL)
+        return FD_ERROR;
+    for (b = in, n = 0; b; b = b->next)
+        p[n++] = piece_of(b);
+    return r->api_body_filter(r, p, n, last);
+}
+
+int fd_resp_body_filter(fd_request_t *r, fd_api_body_filter_pt filter)
+{
+    if (r->body_filter)
+        return FD_DECLINED;
+    r->api_body_filter = filter;
+    r->body_filter = api_body_filter;
+    r->content_length = -1;
+    return FD_OK;
+}
+
+int fd_resp_has_body_filter(fd_request_t *r)
+{
+    return r->body_filter != NULL;
+}
+
+int fd_resp_filter_output(fd_request_t *r, const void *data, size_t len)
+{
+    fd_buf_t b = {.pos = (char *)(uintptr_t)data,
+                  .last = (char *)(uintptr_t)data + len, .file_fd = -1};
+
+    return fd_http_output_body(r, &b);
+}
+
+unsigned fd_req_accept_encoding(fd_request_t *r, unsigned offered)
+{
+    return fd_http_accept_encoding(r->in.accept_encoding, offered);
 }
