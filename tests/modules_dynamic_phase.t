@@ -1,15 +1,17 @@
 #!/usr/bin/perl
-# The tree's phase modules and its database, moved onto the public API
-# (API 1.4: scripts and rerouting for rewrite, sections for queue and
-# database, a log's files for access_log), build as shared objects too:
-# ./configure --with-rewrite=dynamic --with-queue=dynamic
-# --with-access_log=dynamic --with-database=dynamic (in a copy of the tree)
+# The tree's phase modules, its database and its response filter, moved
+# onto the public API (API 1.4: scripts and rerouting for rewrite,
+# sections for queue and database, a log's files for access_log, response
+# and body filters for gzip), build as shared objects too: ./configure
+# --with-rewrite=dynamic --with-queue=dynamic --with-access_log=dynamic
+# --with-database=dynamic --with-gzip=dynamic (in a copy of the tree)
 # builds objs/fd_NAME.so for each and links none of them in. That fastd
-# refuses their keys and sections alone, and with load_module of the four
+# refuses their keys and sections alone, and with load_module of the five
 # it rewrites (a redirect, an internal rewrite with a capture, a return
 # with a variable), queues (a queue's figures in /status; a full queue
-# answers reject_status with Retry-After), logs each request as a json
-# line, and makes an SQLite database's file with its statement checked.
+# answers reject_status with Retry-After), compresses (gzip, and brotli
+# for a client that prefers it), logs each request as a json line, and
+# makes an SQLite database's file with its statement checked.
 
 use strict;
 use warnings;
@@ -22,7 +24,7 @@ my $root = FastdTest::root();
 my $t = FastdTest->new;
 my $dir = $t->dir;
 my $src = "$dir/src";
-my @mods = qw(rewrite queue access_log database);
+my @mods = qw(rewrite queue access_log database gzip);
 
 mkdir $src or die "mkdir $src: $!";
 system("cd '$root' && tar -cf - configure Makefile auto core modules conf html | tar -xf - -C '$src'") == 0
@@ -32,7 +34,7 @@ my $out = `cd '$src' && ./configure $with 2>&1`;
 is($?, 0, "./configure $with") or diag($out);
 my ($dyn) = $out =~ /^dynamic modules \(objs\/fd_NAME\.so\): (.*)$/m;
 is(join(' ', sort split ' ', $dyn // ''), join(' ', sort @mods),
-   '... says the four are shared objects');
+   '... says the five are shared objects');
 $out = `make -s -C '$src' -j2 2>&1`;
 is($?, 0, 'make') or diag($out);
 for my $m (@mods) {
@@ -59,6 +61,8 @@ sub conf {
            . "\n[location /old/]\nrewrite = ^/old/(.*)\$ /new/\$1 permanent\n"
            . "\n[location /in/]\nrewrite = ^/in/(plain)text\$ /\$1text last\n"
            . "\n[location /t]\nreturn = 200 \"x=\$arg_x\"\n"
+           . "\n[location /z]\ngzip = on\nbrotli = on\n"
+           . "return = 200 \"" . ('word ' x 100) . "\"\n"
            . "\n[location /q]\nqueue = one\nhandler = delay\ndelay = 2s\n";
     return $text;
 }
@@ -71,7 +75,7 @@ like($o, qr/unknown|no module/i, '... on a key or section of theirs') or diag($o
 
 $t->write_conf(conf(1));
 ($rc, $o) = FastdTest::run_fastd('-t', '-c', $t->conf_file);
-is($rc, 0, 'with load_module of the four: -t passes') or diag($o);
+is($rc, 0, 'with load_module of the five: -t passes') or diag($o);
 ok(!-e "$dir/db/lite.db", '... and -t makes no database file');
 $t->start;
 ok(-f "$dir/db/lite.db", 'at start the SQLite file is made');
@@ -85,6 +89,16 @@ is($r->status . ' ' . $r->body, '200 Hello, World!',
    'rewrite ... last: routed to /plaintext');
 $r = $t->get('/t?x=42');
 is($r->status . ' ' . $r->body, '200 x=42', 'return with $arg_x');
+
+$r = $t->get('/z', 'Accept-Encoding' => 'gzip');
+is($r->header('content-encoding'), 'gzip', 'gzip: Content-Encoding: gzip');
+is(FastdTest::unzip($r->body), 'word ' x 100, '... which unzips to the body');
+like($r->header('vary') // '', qr/Accept-Encoding/, '... with Vary');
+$r = $t->get('/z', 'Accept-Encoding' => 'gzip, br');
+is($r->header('content-encoding'), 'br', 'brotli for a client that takes br');
+$r = $t->get('/z');
+ok(!defined $r->header('content-encoding') && $r->body eq 'word ' x 100,
+   'none for a client that takes neither');
 
 # the queue: one slot, no waiting place; the second is refused
 my $c = $t->connect;
@@ -101,7 +115,7 @@ $c->close;
 $t->stop;
 my @lines = split /\n/, FastdTest::slurp("$logs/access.log") // '';
 my @json = grep { /^\{"remote_addr":"127\.0\.0\.1",.*"status":\d+,/ } @lines;
-cmp_ok(scalar @json, '>=', 5, 'each request is a json line in the access log')
+cmp_ok(scalar @json, '>=', 8, 'each request is a json line in the access log')
     or diag(join "\n", @lines);
 ok((grep { m{"request":"GET /old/a%20b\?k=v HTTP/1\.1","status":301} } @lines),
    '... the redirect\'s among them');

@@ -6,8 +6,9 @@
  * from 1.2 also the access and log phases, its own $variables, its
  * figures for /status, the client's address and the offload pool; from
  * 1.3 variables compiled once and read without a lookup by name; from
- * 1.4 scripts with regex captures, the request's URI rewritten and
- * routed again, and positions and clean-ups of the configuration.
+ * 1.4 sections of a module's own, response and body filters, scripts
+ * with regex captures, the request's URI rewritten and routed again,
+ * descriptors on the loop, and what logs and databases need.
  * A module is a shared object that defines
  *
  *     FD_API_MODULE = { FD_API_HEADER, .name = "hello",
