@@ -432,8 +432,7 @@ static void api_timer_fire(fd_timer_t *t)
     handler(data);
 }
 
-fd_api_timer_t *fd_api_timer(uint64_t ms, void (*handler)(void *data),
-                             void *data)
+fd_api_timer_t *fd_api_timer_new(void (*handler)(void *data), void *data)
 {
     fd_api_timer_t *at = calloc(1, sizeof(*at));
 
@@ -442,6 +441,19 @@ fd_api_timer_t *fd_api_timer(uint64_t ms, void (*handler)(void *data),
     at->t.handler = api_timer_fire;
     at->handler = handler;
     at->data = data;
+    at->kept = 1;
+    return at;
+}
+
+/* a one-shot timer: freed when it fires */
+fd_api_timer_t *fd_api_timer(uint64_t ms, void (*handler)(void *data),
+                             void *data)
+{
+    fd_api_timer_t *at = fd_api_timer_new(handler, data);
+
+    if (at == NULL)
+        return NULL;
+    at->kept = 0;
     fd_timer_add(&at->t, ms);
     return at;
 }
@@ -951,18 +963,6 @@ int64_t fd_api_parse_msec(const char *s)
 
 /* --- 1.4: the loop's descriptors, timers that are kept, the pool --- */
 
-fd_api_timer_t *fd_api_timer_new(void (*handler)(void *data), void *data)
-{
-    fd_api_timer_t *at = calloc(1, sizeof(*at));
-
-    if (at == NULL)
-        return NULL;
-    at->t.handler = api_timer_fire;
-    at->handler = handler;
-    at->data = data;
-    at->kept = 1;
-    return at;
-}
 
 void fd_api_timer_set(fd_api_timer_t *at, uint64_t ms)
 {
