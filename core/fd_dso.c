@@ -144,6 +144,16 @@ static int init_section(unsigned i, fd_conf_t *cf, const char *name,
     return rc == FD_OK ? FD_OK : FD_ERROR;
 }
 
+int fd_dso_module(const fd_module_t *m)
+{
+    unsigned i;
+
+    for (i = 0; i < ndsos; i++)
+        if (&dsos[i].m == m)
+            return 1;
+    return 0;
+}
+
 void fd_dso_give_files(fd_cycle_t *cy)
 {
     const char **p;

@@ -162,6 +162,8 @@ const fd_module_t *fd_dso_handler_find(const char *name, fd_handler_pt *fn,
 fd_conf_t *fd_dso_conf(void);
 /* ... and the location it configures (1.4: fd_api_conf_regex) */
 const fd_http_loc_t *fd_dso_conf_loc(void);
+/* m is a public-API module's (built in or loaded) */
+int fd_dso_module(const fd_module_t *m);
 /* A root master makes the files the workers of cy append to
  * (fd_api_conf_worker_file) and gives them to their user: at load and
  * before a reopen. Not at -t. */

@@ -739,9 +739,10 @@ int fd_req_reroute(fd_request_t *r, int count);
 
 /* --- 1.4: sections, clean-ups, aborts, posted calls ------------------------- */
 
-/* The struct of [type name]: from init_conf, set or a section's init, the
- * configuration's being loaded; from anywhere else, the running one's.
- * NULL when there is none. */
+/* The struct of [type name], a section of a module on this API: from
+ * init_conf, set or a section's init, the configuration's being loaded;
+ * from anywhere else, the running one's. NULL when there is none (and
+ * for fastd's own sections: [upstream NAME] is not a module's to see). */
 void *fd_api_section(const char *type, const char *name);
 /* fn(name, conf, data) for each [type NAME] of the running configuration
  * (from init_worker on). */

@@ -813,11 +813,23 @@ static fd_cycle_t *api_cycle(void)
     return cf ? cf->cycle : fd_worker ? fd_worker->cycle : NULL;
 }
 
+/* a [type NAME] of a public-API module's: an engine module's section
+ * ([upstream]) is an engine struct, not for a module to see */
+static int api_section_of(const fd_conf_section_t *s, const char *type)
+{
+    return s->module->section && strcmp(s->module->section, type) == 0 &&
+           fd_dso_module(s->module);
+}
+
 void *fd_api_section(const char *type, const char *name)
 {
     fd_cycle_t *cy = api_cycle();
+    fd_conf_section_t *s;
 
-    return cy ? fd_cycle_section(cy, type, name) : NULL;
+    for (s = cy ? cy->sections : NULL; s; s = s->next)
+        if (api_section_of(s, type) && strcmp(s->name, name) == 0)
+            return s->conf;
+    return NULL;
 }
 
 void fd_api_section_each(const char *type,
@@ -828,7 +840,7 @@ void fd_api_section_each(const char *type,
     fd_conf_section_t *s;
 
     for (s = cy ? cy->sections : NULL; s; s = s->next)
-        if (s->module->section && strcmp(s->module->section, type) == 0)
+        if (api_section_of(s, type))
             fn(s->name, s->conf, data);
 }
 
