@@ -167,6 +167,8 @@ static void conn_register_again(db_conn_t *c, unsigned events, int again)
         fd_api_io_stop(c->io);
         c->registered = 0;
     }
+    if (fd < 0)
+        fd_api_io_stop(c->io); /* none: not the old one either */
     /* another socket (libpq's next host, sslmode=prefer): watched anew */
     c->registered = fd >= 0 && fd_api_io_watch(c->io, fd, events) == FD_OK;
     c->fd = fd;
