@@ -416,6 +416,7 @@ static int master_loop(void)
             for (unsigned m = 0; m < fd_nmodules; m++)
                 if (fd_modules[m]->reopen_master)
                     fd_modules[m]->reopen_master(cycle);
+            fd_dso_give_files(cycle);
             signal_workers(SIGUSR1, 0, 0);
         }
         /* the session ticket key's rotation is the master's only clock

@@ -1430,6 +1430,7 @@ fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
         if (m->init_cycle && m->init_cycle(&cf, cy) != FD_OK)
             goto failed;
     }
+    fd_dso_give_files(cy);
     /* certificates and keys: read now, so that -t and a reload that
      * would fail to serve them fail here */
     if (fd_ssl_init_cycle(cy, cf.err, sizeof(cf.err)) != FD_OK)

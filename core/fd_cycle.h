@@ -133,6 +133,9 @@ struct fd_cycle_s {
     fd_int_t nworkers;
     uint64_t generation;       /* incremented on each reload */
     struct fd_var_decl_s *vars; /* the $variables its file declared */
+    /* files the workers append to, made by a root master for them
+     * (fd_api_conf_worker_file): NULL-ended paths, or NULL */
+    const char **worker_files;
 };
 
 /* Load and validate a configuration; NULL with cf->err set on error. */

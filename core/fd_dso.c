@@ -30,6 +30,7 @@
  * instead, loaded with load_module: the same file, either way.
  */
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include "fd_core.h"
@@ -53,15 +54,22 @@ typedef struct {
     fd_module_t m;
     fd_directive_t *keys;
     fd_var_t *vars;            /* 1.2: its $variables, as the engine's */
+    fd_directive_t *section_keys; /* 1.4: its [TYPE NAME] keys */
 } dso_t;
 
 static dso_t dsos[FD_DSO_MAX];
 static unsigned ndsos;
 static fd_conf_t *conf_cf; /* the load that runs an init_conf now */
+static const fd_http_loc_t *conf_loc; /* ... for this location */
 
 fd_conf_t *fd_dso_conf(void)
 {
     return conf_cf;
+}
+
+const fd_http_loc_t *fd_dso_conf_loc(void)
+{
+    return conf_loc;
 }
 
 void fd_api_conf_error(const char *fmt, ...)
@@ -80,7 +88,8 @@ void fd_api_conf_error(const char *fmt, ...)
  * location's, not its handlers' */
 static int phase_module(const fd_api_module_t *a)
 {
-    return a->access != NULL || a->log != NULL;
+    return a->access != NULL || a->log != NULL ||
+           (a->api_minor >= 4 && a->filter != NULL);
 }
 
 static int init_conf(unsigned i, fd_conf_t *cf, const fd_http_loc_t *loc,
@@ -95,11 +104,91 @@ static int init_conf(unsigned i, fd_conf_t *cf, const fd_http_loc_t *loc,
         (loc->handler != &dsos[i].m && !phase_module(&dsos[i].api)))
         return FD_OK;
     conf_cf = cf;
+    conf_loc = loc;
     cf->err[0] = '\0';
     rc = dsos[i].api.init_conf(conf);
     conf_cf = NULL;
+    conf_loc = NULL;
     if (rc != FD_OK && cf->err[0] == '\0')
         fd_conf_error(cf, "module %s refused its configuration",
+                      dsos[i].m.name);
+    return rc == FD_OK ? FD_OK : FD_ERROR;
+}
+
+/* 1.4: a [TYPE NAME] of the module's, its keys set */
+static int init_section(unsigned i, fd_conf_t *cf, const char *name,
+                        void *conf)
+{
+    const fd_api_section_t *sec = dsos[i].api.section;
+    const fd_conf_section_t *s;
+    unsigned index = 0;
+    int rc;
+
+    if (sec->name_max &&
+        fd_cycle_section_name(cf, sec->type, name, sec->name_max) != FD_OK)
+        return FD_ERROR;
+    for (s = cf->cycle->sections; s; s = s->next)
+        index += s->module == &dsos[i].m;
+    if (sec->max && index >= sec->max)
+        return fd_conf_error(cf, "more than %u [%s] sections", sec->max,
+                             sec->type);
+    if (sec->init == NULL)
+        return FD_OK;
+    conf_cf = cf;
+    cf->err[0] = '\0';
+    rc = sec->init(name, conf, index);
+    conf_cf = NULL;
+    if (rc != FD_OK && cf->err[0] == '\0')
+        fd_conf_error(cf, "module %s refused [%s %s]", dsos[i].m.name,
+                      sec->type, name);
+    return rc == FD_OK ? FD_OK : FD_ERROR;
+}
+
+int fd_dso_module(const fd_module_t *m)
+{
+    unsigned i;
+
+    for (i = 0; i < ndsos; i++)
+        if (&dsos[i].m == m)
+            return 1;
+    return 0;
+}
+
+void fd_dso_give_files(fd_cycle_t *cy)
+{
+    const char **p;
+    struct stat st;
+    int fd;
+
+    if (fd_conf_test || !cy->main.drop || cy->worker_files == NULL)
+        return;
+    for (p = cy->worker_files; *p; p++) {
+        /* O_NOFOLLOW, a regular file: never /dev/stdout's terminal or
+         * pipe */
+        fd = open(*p, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW,
+                  0644);
+        if (fd < 0)
+            continue; /* the worker's own open() reports it */
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+            st.st_uid != cy->main.uid &&
+            fchown(fd, cy->main.uid, cy->main.gid) < 0)
+            fd_log_error(FD_LOG_WARN, errno, "\"%s\": fchown() to user "
+                         "\"%s\" failed", *p, cy->main.user);
+        close(fd);
+    }
+}
+
+/* 1.4: the whole configuration read, in the master */
+static int configured(unsigned i, fd_conf_t *cf)
+{
+    int rc;
+
+    conf_cf = cf;
+    cf->err[0] = '\0';
+    rc = dsos[i].api.configured();
+    conf_cf = NULL;
+    if (rc != FD_OK && cf->err[0] == '\0')
+        fd_conf_error(cf, "module %s refused the configuration",
                       dsos[i].m.name);
     return rc == FD_OK ? FD_OK : FD_ERROR;
 }
@@ -150,14 +239,26 @@ static void exit_worker(unsigned i)
     {                                                                        \
         (void)w;                                                             \
         dsos[i].api.reopen();                                                \
+    }                                                                        \
+    static int init_section_##i(fd_conf_t *cf, const char *name, void *c)  \
+    {                                                                        \
+        return init_section(i, cf, name, c);                                 \
+    }                                                                        \
+    static int init_cycle_##i(fd_conf_t *cf, fd_cycle_t *cy)                 \
+    {                                                                        \
+        (void)cy;                                                            \
+        return configured(i, cf);                                            \
     }
 DSO_SLOT(0) DSO_SLOT(1) DSO_SLOT(2) DSO_SLOT(3) DSO_SLOT(4) DSO_SLOT(5)
 DSO_SLOT(6) DSO_SLOT(7) DSO_SLOT(8) DSO_SLOT(9) DSO_SLOT(10) DSO_SLOT(11)
-DSO_SLOT(12) DSO_SLOT(13) DSO_SLOT(14) DSO_SLOT(15)
+DSO_SLOT(12) DSO_SLOT(13) DSO_SLOT(14) DSO_SLOT(15) DSO_SLOT(16)
+DSO_SLOT(17) DSO_SLOT(18) DSO_SLOT(19) DSO_SLOT(20) DSO_SLOT(21)
+DSO_SLOT(22) DSO_SLOT(23) DSO_SLOT(24) DSO_SLOT(25) DSO_SLOT(26)
+DSO_SLOT(27) DSO_SLOT(28) DSO_SLOT(29) DSO_SLOT(30) DSO_SLOT(31)
 
 #define HOOKS(i)                                                             \
     {init_conf_##i, init_worker_##i, exit_worker_##i, loc_active_##i,        \
-     status_##i, reopen_##i}
+     status_##i, reopen_##i, init_section_##i, init_cycle_##i}
 static const struct {
     int (*init_conf)(fd_conf_t *, fd_http_loc_t *, void *);
     int (*init_worker)(fd_worker_t *);
@@ -165,10 +266,15 @@ static const struct {
     int (*loc_active)(const fd_http_loc_t *);
     void (*status)(fd_status_t *, const void *, unsigned);
     void (*reopen)(fd_worker_t *);
+    int (*init_section)(fd_conf_t *, const char *, void *);
+    int (*init_cycle)(fd_conf_t *, fd_cycle_t *);
 } hooks[FD_DSO_MAX] = {
     HOOKS(0),  HOOKS(1),  HOOKS(2),  HOOKS(3),  HOOKS(4),  HOOKS(5),
     HOOKS(6),  HOOKS(7),  HOOKS(8),  HOOKS(9),  HOOKS(10), HOOKS(11),
-    HOOKS(12), HOOKS(13), HOOKS(14), HOOKS(15),
+    HOOKS(12), HOOKS(13), HOOKS(14), HOOKS(15), HOOKS(16), HOOKS(17),
+    HOOKS(18), HOOKS(19), HOOKS(20), HOOKS(21), HOOKS(22), HOOKS(23),
+    HOOKS(24), HOOKS(25), HOOKS(26), HOOKS(27), HOOKS(28), HOOKS(29),
+    HOOKS(30), HOOKS(31),
 };
 
 unsigned fd_api_version(void)
@@ -202,15 +308,25 @@ static int dso_set(fd_conf_t *cf, const fd_directive_t *k, void *conf,
     unsigned i;
     int rc;
 
-    for (i = 0; i < ndsos; i++)
+    int section = 0;
+
+    for (i = 0; i < ndsos; i++) {
         if (dsos[i].keys && k >= dsos[i].keys &&
             fd_conf_find(dsos[i].keys, k->name) == k)
             break;
+        /* 1.4: a key of the module's [TYPE NAME] */
+        if (dsos[i].section_keys && k >= dsos[i].section_keys &&
+            fd_conf_find(dsos[i].section_keys, k->name) == k) {
+            section = 1;
+            break;
+        }
+    }
     if (i == ndsos)
         return fd_conf_error(cf, "\"%s\": no module parses it", k->name);
     conf_cf = cf;
     cf->err[0] = '\0';
-    rc = dsos[i].api.set(conf, k->name, value, cf->own_line);
+    rc = section ? dsos[i].api.section->set(conf, k->name, value, 1)
+                 : dsos[i].api.set(conf, k->name, value, cf->own_line);
     conf_cf = NULL;
     if (rc != FD_OK && cf->err[0] == '\0')
         fd_conf_error(cf, "\"%s\": module %s refused \"%s\"", k->name,
@@ -218,9 +334,12 @@ static int dso_set(fd_conf_t *cf, const fd_directive_t *k, void *conf,
     return rc == FD_OK ? FD_OK : FD_ERROR;
 }
 
-/* The module's keys as the loader's directives: the API's types are the
+/* The module's keys k (conf_size bytes of conf; of its section: not
+ * parsed by set) as the loader's directives *out: the API's types are the
  * loader's, laid out alike (fastd.h says which C type each is). */
-static int keys(fd_conf_t *cf, dso_t *d, const char *file)
+static int keys(fd_conf_t *cf, dso_t *d, const fd_api_key_t *k,
+                size_t conf_size, int section, fd_directive_t **out,
+                const char *file)
 {
     static const struct {
         int api;
@@ -231,26 +350,26 @@ static int keys(fd_conf_t *cf, dso_t *d, const char *file)
                  {FD_API_FLAG, FD_CONF_FLAG, sizeof(int)},
                  {FD_API_MSEC, FD_CONF_MSEC, sizeof(fd_msec_t)},
                  {FD_API_SIZE, FD_CONF_SIZE, sizeof(size_t)}};
-    const fd_api_key_t *k = d->api.keys;
     size_t n = 0, i, t;
 
     while (k && k[n].name)
         n++;
-    d->keys = calloc(n + 1, sizeof(fd_directive_t));
-    if (d->keys == NULL)
+    *out = calloc(n + 1, sizeof(fd_directive_t));
+    if (*out == NULL)
         return fd_conf_error(cf, "out of memory");
     for (i = 0; i < n; i++) {
         if (d->api.api_minor >= 2 &&
             (k[i].type == FD_API_CUSTOM || k[i].type == FD_API_LIST)) {
-            if (d->api.set == NULL)
+            if (section ? d->api.section->set == NULL : d->api.set == NULL)
                 return fd_conf_error(cf, "load_module \"%s\": key \"%s\" "
                                      "is parsed by the module, which has no "
                                      "set()", file, k[i].name);
-            d->keys[i] = (fd_directive_t){
+            (*out)[i] = (fd_directive_t){
                 .name = k[i].name,
                 .type = k[i].type == FD_API_LIST ? FD_CONF_LIST
                                                  : FD_CONF_CUSTOM,
-                .set = dso_set, .handler_key = !phase_module(&d->api),
+                .set = dso_set,
+                .handler_key = !section && !phase_module(&d->api),
                 .doc = k[i].doc ? k[i].doc : ""};
             continue;
         }
@@ -258,14 +377,15 @@ static int keys(fd_conf_t *cf, dso_t *d, const char *file)
             if (types[t].api == k[i].type)
                 break;
         if (t == fd_nelems(types) ||
-            k[i].offset + types[t].size > d->api.conf_size)
+            k[i].offset + types[t].size > conf_size)
             return fd_conf_error(cf, "load_module \"%s\": key \"%s\" has "
                                  "an unknown type or lies outside the "
-                                 "module's conf_size", file, k[i].name);
-        d->keys[i] = (fd_directive_t){
+                                 "module's conf_size%s", file, k[i].name,
+                                 section ? " (of its section)" : "");
+        (*out)[i] = (fd_directive_t){
             .name = k[i].name, .type = types[t].type,
             .offset = k[i].offset, .def = k[i].def,
-            .handler_key = !phase_module(&d->api),
+            .handler_key = !section && !phase_module(&d->api),
             .doc = k[i].doc ? k[i].doc : ""};
     }
     return FD_OK;
@@ -277,6 +397,7 @@ static size_t descriptor_size(uint32_t minor)
     return minor == 0   ? offsetof(fd_api_module_t, handlers)
            : minor == 1 ? offsetof(fd_api_module_t, set)
            : minor == 2 ? offsetof(fd_api_module_t, reopen)
+           : minor == 3 ? offsetof(fd_api_module_t, section)
                         : sizeof(fd_api_module_t);
 }
 
@@ -416,11 +537,12 @@ static int check(fd_conf_t *cf, const fd_api_module_t *a, const char *file)
         (a->handler == NULL && (a->api_minor < 1 || a->handlers == NULL ||
                                 a->handlers[0].name == NULL) &&
          (a->api_minor < 2 ||
-          (!phase_module(a) && a->status == NULL && a->vars == NULL))))
+          (!phase_module(a) && a->status == NULL && a->vars == NULL &&
+           (a->api_minor < 4 || (a->section == NULL && a->filter == NULL))))))
         return fd_conf_error(cf, "load_module \"%s\": the module has no "
                              "name, or nothing to do (no handler; from 1.2 "
                              "neither an access or log hook, figures nor "
-                             "variables)", file);
+                             "variables; from 1.4 nor a section)", file);
     if (name_taken(a->name))
         return fd_conf_error(cf, "load_module \"%s\": a module or handler "
                              "named \"%s\" is already there", file, a->name);
@@ -470,10 +592,15 @@ static int add(fd_conf_t *cf, const fd_api_module_t *a, const char *file,
         d->dev = st->st_dev, d->ino = st->st_ino, d->mtime = st->st_mtim;
     list = malloc((fd_nmodules + 2) * sizeof(*list));
     if ((file && (d->path = strdup(file)) == NULL) || list == NULL ||
-        keys(cf, d, what) != FD_OK || vars(cf, d, what) != FD_OK) {
+        keys(cf, d, a->keys, d->api.conf_size, 0, &d->keys, what) != FD_OK ||
+        (d->api.section &&
+         keys(cf, d, d->api.section->keys, d->api.section->conf_size, 1,
+              &d->section_keys, what) != FD_OK) ||
+        vars(cf, d, what) != FD_OK) {
         free(list);
         free(d->path);
         free(d->keys);
+        free(d->section_keys);
         free(d->vars);
         return cf->err[0] ? FD_ERROR : fd_conf_error(cf, "out of memory");
     }
@@ -497,6 +624,13 @@ static int add(fd_conf_t *cf, const fd_api_module_t *a, const char *file,
         .retire = d->api.retire,
         /* 1.3 */
         .reopen = d->api.reopen ? hooks[ndsos].reopen : NULL,
+        /* 1.4 */
+        .section = d->api.section ? d->api.section->type : NULL,
+        .section_directives = d->section_keys,
+        .section_size = d->api.section ? d->api.section->conf_size : 0,
+        .init_section = d->api.section ? hooks[ndsos].init_section : NULL,
+        .init_cycle = d->api.configured ? hooks[ndsos].init_cycle : NULL,
+        .filter = d->api.filter,
         .index = fd_nmodules};
     /* every key name once, in every table (fd_cycle_check_keys) */
     memcpy(list, fd_modules, fd_nmodules * sizeof(*list));
@@ -515,6 +649,7 @@ static int add(fd_conf_t *cf, const fd_api_module_t *a, const char *file,
         ndsos--;
         fd_modules[fd_nmodules] = NULL;
         free(d->keys);
+        free(d->section_keys);
         free(d->vars);
         free(d->path);
         return fd_conf_error(cf, "load_module \"%s\": %s", what, why);

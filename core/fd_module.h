@@ -165,9 +165,17 @@ const fd_module_t *fd_dso_handler_find(const char *name, fd_handler_pt *fn,
 /* The load whose public-API module's init_conf runs now (a module's
  * fd_db_get() there reads its sections), else NULL */
 fd_conf_t *fd_dso_conf(void);
+/* ... and the location it configures (1.4: fd_api_conf_regex) */
+const fd_http_loc_t *fd_dso_conf_loc(void);
+/* m is a public-API module's (built in or loaded) */
+int fd_dso_module(const fd_module_t *m);
+/* A root master makes the files the workers of cy append to
+ * (fd_api_conf_worker_file) and gives them to their user: at load and
+ * before a reopen. Not at -t. */
+void fd_dso_give_files(fd_cycle_t *cy);
 /* Those handler names, for a "did you mean" hint */
 void fd_dso_handler_names(fd_conf_near_t *nr);
-#define FD_DSO_MAX 16
+#define FD_DSO_MAX 32
 extern unsigned fd_nmodules;
 
 const fd_module_t *fd_module_find(const char *name);

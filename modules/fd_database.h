@@ -7,13 +7,20 @@
 #ifndef FD_DATABASE_H
 #define FD_DATABASE_H
 
-#include "fd_core.h"
-#include "fd_cycle.h"
-#include "fd_event.h"
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fastd.h"
 
 #define DB_MAX 16           /* [database] sections per configuration */
 #define DB_NAME_MAX 32      /* name bytes, with the NUL */
 #define DB_MAX_PARAMS 64
+
+#define db_min(a, b) ((a) < (b) ? (a) : (b))
+#define db_max(a, b) ((a) > (b) ? (a) : (b))
+/* fd_api_conf_error(), then FD_ERROR */
+#define CONF_ERROR(...) (fd_api_conf_error(__VA_ARGS__), FD_ERROR)
 
 enum { DB_PG = 1, DB_SQLITE };
 
@@ -83,23 +90,24 @@ struct db_q_s {
 /* [database NAME]: its keys, then this worker's state (a worker's cycle
  * is its own after fork) */
 struct fd_db_s {
-    char *url;
-    fd_int_t pool;
-    fd_msec_t connect_timeout;
-    fd_msec_t statement_timeout;
-    fd_int_t max_waiting;
-    fd_int_t pipeline;
-    fd_conf_list_t prepare;
-    char *init;
+    const char *url;
+    int64_t pool;
+    uint64_t connect_timeout;
+    uint64_t statement_timeout;
+    int64_t max_waiting;
+    int64_t pipeline;
+    const char *init;
+    const char **prepare;      /* prepare = lines, in order */
+    unsigned nprepare;
 
-    char *name;
+    const char *name;
+    fd_api_conf_pos_t pos;     /* the section's line, for configured */
     int kind;                  /* DB_PG, DB_SQLITE */
-    char *path;                /* SQLite: the file, resolved */
-    char *init_path;
+    const char *path;          /* SQLite: the file, resolved */
+    const char *init_path;
     void *pg_params;           /* PostgreSQL: its connection keywords */
     db_stmt_t *stmts;
-    unsigned nstmts, stmts_cap;
-    fd_pool_t *cpool;          /* the cycle's: statements added later */
+    unsigned nstmts, stmts_cap; /* in the configuration's memory */
     unsigned index;            /* entry in the status area */
 
     /* the worker's */
@@ -111,14 +119,12 @@ struct fd_db_s {
     unsigned up_logged:1;
     db_q_t *wait_head, **wait_tail;
     unsigned waiting;
-    fd_posted_t flush;         /* the end of the turn: syncs, batches */
-    unsigned flush_posted:1;
+    fd_api_posted_t *flush;    /* the end of the turn: syncs, batches */
     db_batch_t *batch;         /* SQLite: this turn's queries */
     unsigned inflight;         /* SQLite: queries on the pool */
 };
 
 /* fd_database_module.c */
-extern fd_module_t fd_database_module;
 uint64_t db_now_usec(void);
 /* A query's end: figures, then its done (or its transaction's), then
  * it is freed. */
@@ -159,7 +165,7 @@ typedef struct {
 void db_run_sync(const db_sync_t *d, fd_db_t *db, db_q_t *q);
 
 /* fd_database_pg.c */
-int db_pg_conf(fd_conf_t *cf, fd_db_t *db);
+int db_pg_conf(fd_db_t *db);
 int db_pg_init_worker(fd_db_t *db);
 void db_pg_exit_worker(fd_db_t *db);
 /* Sends q (a query or a transaction) on a ready connection with room:
@@ -172,7 +178,7 @@ void db_pg_res_free(fd_db_res_t *res);
 fd_str_t db_pg_value(const fd_db_res_t *res, int row, int col);
 
 /* fd_database_sqlite.c */
-int db_sqlite_conf(fd_conf_t *cf, fd_db_t *db, const fd_cycle_t *cycle);
+int db_sqlite_conf(fd_db_t *db);
 int db_sqlite_send(fd_db_t *db, db_q_t *q);
 void db_sqlite_flush(fd_db_t *db);
 void db_sqlite_run_blocking(fd_db_t *db, db_q_t *q);

@@ -24,46 +24,52 @@
  * only. The figures per database are in the worker's status slot.
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <strings.h>
 #include <time.h>
 
-#include "fd_core.h"
-#include "fd_http.h"
-#include "fd_offload.h"
-#include "fd_status.h"
 #include "fd_database.h"
 
 #define DOFF(f) offsetof(fd_db_t, f)
 
-static const fd_directive_t database_section_directives[] = {
-    {.name = "url", .type = FD_CONF_STR, .offset = DOFF(url),
+static const fd_api_key_t database_section_keys[] = {
+    {.name = "url", .type = FD_API_STRING, .offset = DOFF(url),
      .doc = "postgresql://user:pass@host:port/db?... (or postgres://), or "
             "sqlite:PATH (relative to the prefix)"},
-    {.name = "pool", .type = FD_CONF_INT, .offset = DOFF(pool), .def = "4",
-     .min = 1, .max = 1024,
+    {.name = "pool", .type = FD_API_INT, .offset = DOFF(pool), .def = "4",
      .doc = "PostgreSQL: connections per worker (each pipelines its "
             "queries); SQLite: the offload pool's threads each have one"},
-    {.name = "connect_timeout", .type = FD_CONF_MSEC,
-     .offset = DOFF(connect_timeout), .def = "5s", .min = 1, .max = 3600000,
+    {.name = "connect_timeout", .type = FD_API_MSEC,
+     .offset = DOFF(connect_timeout), .def = "5s",
      .doc = "PostgreSQL: longest a connection may take to open"},
-    {.name = "statement_timeout", .type = FD_CONF_MSEC,
+    {.name = "statement_timeout", .type = FD_API_MSEC,
      .offset = DOFF(statement_timeout), .def = "10s",
      .doc = "a statement running longer is cancelled and answered 504; "
             "0: no limit"},
-    {.name = "max_waiting", .type = FD_CONF_INT,
+    {.name = "max_waiting", .type = FD_API_INT,
      .offset = DOFF(max_waiting), .def = "8192",
      .doc = "queries that may wait for room (per worker); the next gets "
             "503 with Retry-After"},
-    {.name = "pipeline", .type = FD_CONF_INT, .offset = DOFF(pipeline),
-     .def = "128", .min = 1, .max = 65536,
+    {.name = "pipeline", .type = FD_API_INT, .offset = DOFF(pipeline),
+     .def = "128",
      .doc = "PostgreSQL: queries in flight on one connection at most"},
-    {.name = "prepare", .type = FD_CONF_LIST, .offset = DOFF(prepare),
+    {.name = "prepare", .type = FD_API_LIST,
      .doc = "NAME SQL: a named statement ($1, $2, ... its parameters), "
             "prepared on every connection (repeatable)"},
-    {.name = "init", .type = FD_CONF_STR, .offset = DOFF(init),
+    {.name = "init", .type = FD_API_STRING, .offset = DOFF(init),
      .doc = "SQLite: an SQL file run when the database file does not "
             "exist yet (it is created; relative to the prefix)"},
-    FD_CONF_END};
+    {.name = NULL}};
+
+/* The bounds of the integer keys, as the engine's keys say theirs */
+static const struct {
+    const char *key;
+    size_t offset;
+    int msec;
+    int64_t min, max;
+} bounds[] = {{"pool", DOFF(pool), 0, 1, 1024},
+              {"connect_timeout", DOFF(connect_timeout), 1, 1, 3600000},
+              {"pipeline", DOFF(pipeline), 0, 1, 65536}};
 
 /* --- statements --- */
 
@@ -89,7 +95,7 @@ static int count_params(const char *sql)
         for (v = 0, p++; *p >= '0' && *p <= '9' && v < 100000; p++)
             v = v * 10 + (*p - '0');
         p--;
-        n = fd_max(n, v);
+        n = db_max(n, v);
     }
     return n;
 }
@@ -104,28 +110,28 @@ const db_stmt_t *db_stmt(const fd_db_t *db, const char *name)
     return NULL;
 }
 
-/* FD_OK or FD_ERROR after fd_conf_error() */
-static int stmt_add(fd_conf_t *cf, fd_db_t *db, const char *name,
-                    size_t nlen, const char *sql)
+/* FD_OK or FD_ERROR after fd_api_conf_error() */
+static int stmt_add(fd_db_t *db, const char *name, size_t nlen,
+                    const char *sql)
 {
     const db_stmt_t *old;
     db_stmt_t *more;
     unsigned i;
 
     if (nlen == 0 || nlen >= 64)
-        return fd_conf_error(cf, "[database %s]: a statement name is 1 to "
+        return CONF_ERROR("[database %s]: a statement name is 1 to "
                              "63 characters", db->name);
     for (i = 0; i < nlen; i++)
         if (!(name[i] == '_' || (name[i] >= 'a' && name[i] <= 'z') ||
               (name[i] >= 'A' && name[i] <= 'Z') ||
               (i && name[i] >= '0' && name[i] <= '9')))
-            return fd_conf_error(cf, "[database %s]: statement name \"%.*s\""
+            return CONF_ERROR("[database %s]: statement name \"%.*s\""
                                  ": letters, digits and _ only", db->name,
                                  (int)nlen, name);
     while (*sql == ' ' || *sql == '\t')
         sql++;
     if (*sql == '\0')
-        return fd_conf_error(cf, "[database %s]: statement \"%.*s\" has no "
+        return CONF_ERROR("[database %s]: statement \"%.*s\" has no "
                              "SQL", db->name, (int)nlen, name);
     for (i = 0; i < db->nstmts; i++) {
         old = &db->stmts[i];
@@ -133,28 +139,30 @@ static int stmt_add(fd_conf_t *cf, fd_db_t *db, const char *name,
             continue;
         if (strcmp(old->sql, sql) == 0)
             return FD_OK;
-        return fd_conf_error(cf, "[database %s]: statement \"%.*s\" is "
+        return CONF_ERROR("[database %s]: statement \"%.*s\" is "
                              "prepared twice, with two texts", db->name,
                              (int)nlen, name);
     }
     if (db->nstmts == db->stmts_cap) {
         unsigned cap = db->stmts_cap ? 2 * db->stmts_cap : 8;
-        more = fd_palloc(db->cpool, cap * sizeof(*more));
+        more = fd_api_conf_alloc(cap * sizeof(*more));
         if (more == NULL)
-            return fd_conf_error(cf, "out of memory");
+            return CONF_ERROR("out of memory");
         if (db->nstmts)
             memcpy(more, db->stmts, db->nstmts * sizeof(*more));
         db->stmts = more;
         db->stmts_cap = cap;
     }
     more = &db->stmts[db->nstmts];
-    more->name = fd_pstrdup(db->cpool, name, nlen);
-    more->sql = fd_pstrdup(db->cpool, sql, strlen(sql));
+    more->name = fd_api_conf_alloc(nlen + 1);
+    more->sql = fd_api_conf_alloc(strlen(sql) + 1);
     if (more->name == NULL || more->sql == NULL)
-        return fd_conf_error(cf, "out of memory");
+        return CONF_ERROR("out of memory");
+    memcpy(more->name, name, nlen);
+    strcpy(more->sql, sql);
     more->nparams = count_params(sql);
     if (more->nparams > DB_MAX_PARAMS)
-        return fd_conf_error(cf, "[database %s]: statement \"%s\" has more "
+        return CONF_ERROR("[database %s]: statement \"%s\" has more "
                              "than %d parameters", db->name, more->name,
                              DB_MAX_PARAMS);
     db->nstmts++;
@@ -163,106 +171,152 @@ static int stmt_add(fd_conf_t *cf, fd_db_t *db, const char *name,
 
 /* --- configuration --- */
 
-static int database_init_section(fd_conf_t *cf, const char *name,
-                                 void *conf)
+/* a prepare = line, kept for init (which knows the section's name) */
+static int database_set(void *conf, const char *key, const char *value,
+                        int own)
+{
+    fd_db_t *db = conf;
+    const char **more = fd_api_conf_alloc((db->nprepare + 1) *
+                                          sizeof(*more));
+
+    (void)key;
+    (void)own;
+    if (more == NULL)
+        return CONF_ERROR("out of memory");
+    if (db->nprepare)
+        memcpy(more, db->prepare, db->nprepare * sizeof(*more));
+    more[db->nprepare++] = value;
+    db->prepare = more;
+    return FD_OK;
+}
+
+static int database_init_section(const char *name, void *conf,
+                                 unsigned index)
 {
     fd_db_t *db = conf;
     unsigned i;
 
-    if (fd_cycle_section_name(cf, "database", name, DB_NAME_MAX) != FD_OK)
-        return FD_ERROR;
-    db->name = (char *)name;
-    db->cpool = cf->pool;
+    db->name = name;
+    db->index = index;
+    fd_api_conf_pos(&db->pos);
+    for (i = 0; i < sizeof(bounds) / sizeof(bounds[0]); i++)
+        if (fd_api_conf_bounds(db, bounds[i].key,
+                               *(int64_t *)((char *)db + bounds[i].offset),
+                               bounds[i].min, bounds[i].max,
+                               bounds[i].msec) != FD_OK)
+            return FD_ERROR;
     if (db->url == NULL)
-        return fd_conf_error(cf, "[database %s] has no url", name);
+        return CONF_ERROR("[database %s] has no url", name);
     if (strncmp(db->url, "sqlite:", 7) == 0) {
         db->kind = DB_SQLITE;
         if (db->url[7] == '\0')
-            return fd_conf_error(cf, "[database %s]: url = sqlite:PATH "
-                                 "needs a path", name);
-        db->path = fd_conf_path(cf, db->url + 7);
-        if (db->init && (db->init_path = fd_conf_path(cf, db->init)) == NULL)
-            return fd_conf_error(cf, "out of memory");
+            return CONF_ERROR("[database %s]: url = sqlite:PATH needs a "
+                              "path", name);
+        db->path = fd_api_conf_path(db->url + 7);
+        if (db->init && (db->init_path = fd_api_conf_path(db->init)) == NULL)
+            return CONF_ERROR("out of memory");
         if (db->path == NULL)
-            return fd_conf_error(cf, "out of memory");
+            return CONF_ERROR("out of memory");
     } else if (strncmp(db->url, "postgresql:", 11) == 0 ||
                strncmp(db->url, "postgres:", 9) == 0) {
         db->kind = DB_PG;
         if (db->init)
-            return fd_conf_error(cf, "[database %s]: init is for SQLite "
-                                 "(create a PostgreSQL schema with psql)",
-                                 name);
+            return CONF_ERROR("[database %s]: init is for SQLite (create a "
+                              "PostgreSQL schema with psql)", name);
     } else {
-        return fd_conf_error(cf, "[database %s]: url \"%s\" is neither "
-                             "postgresql://... nor sqlite:PATH", name,
-                             db->url);
+        return CONF_ERROR("[database %s]: url \"%s\" is neither "
+                          "postgresql://... nor sqlite:PATH", name, db->url);
     }
-    for (i = 0; i < db->prepare.n; i++) {
-        const char *v = db->prepare.items[i];
+    for (i = 0; i < db->nprepare; i++) {
+        const char *v = db->prepare[i];
         size_t n = strcspn(v, " \t");
-        fd_conf_at_key(cf, db, "prepare");
+        fd_api_conf_at_key(db, "prepare");
         if (v[n] == '\0')
-            return fd_conf_error(cf, "[database %s]: prepare = NAME SQL",
-                                 name);
-        if (stmt_add(cf, db, v, n, v + n) != FD_OK)
+            return CONF_ERROR("[database %s]: prepare = NAME SQL", name);
+        if (stmt_add(db, v, n, v + n) != FD_OK)
             return FD_ERROR;
     }
-    return db->kind == DB_PG ? db_pg_conf(cf, db) : FD_OK;
+    return db->kind == DB_PG ? db_pg_conf(db) : FD_OK;
 }
 
-/* Number the databases; SQLite files are made (or checked) now, when the
- * workers' user is known and every module has prepared its statements. */
-static int database_init_cycle(fd_conf_t *cf, fd_cycle_t *cycle)
-{
-    fd_conf_section_t *s;
+static const fd_api_section_t database_section = {
+    .type = "database",
+    .keys = database_section_keys,
+    .conf_size = sizeof(fd_db_t),
+    .name_max = DB_NAME_MAX,
+    .max = DB_MAX,
+    .init = database_init_section,
+    .set = database_set,
+};
 
-    if (fd_cycle_number_sections(cf, cycle, &fd_database_module, DB_MAX,
-                                 offsetof(fd_db_t, index)) != FD_OK)
-        return FD_ERROR;
-    for (s = cycle->sections; s; s = s->next) {
-        fd_db_t *db = s->conf;
-        if (s->module != &fd_database_module || db->kind != DB_SQLITE)
-            continue;
-        cf->file = s->file;
-        cf->line = s->line;
-        if (db_sqlite_conf(cf, db, cycle) != FD_OK)
-            return FD_ERROR;
-    }
-    cf->file = NULL;
-    return FD_OK;
+static void sqlite_conf(const char *name, void *conf, void *data)
+{
+    fd_db_t *db = conf;
+    int *rc = data;
+
+    (void)name;
+    if (*rc != FD_OK || db->kind != DB_SQLITE)
+        return;
+    fd_api_conf_at(&db->pos);
+    *rc = db_sqlite_conf(db);
+}
+
+/* SQLite files are made (or checked) once the whole configuration is
+ * read: the workers' user is known, and every module has prepared its
+ * statements. */
+static int database_configured(void)
+{
+    int rc = FD_OK;
+
+    fd_api_section_each("database", sqlite_conf, &rc);
+    return rc;
 }
 
 static void database_flush(void *data);
 
-static int database_init_worker(fd_worker_t *w)
-{
-    db_shm_t *area = fd_stats_area(fd_stats, &fd_database_module);
-    fd_conf_section_t *s;
+static int start_failed;
 
-    for (s = w->cycle->sections; s; s = s->next) {
-        fd_db_t *db = s->conf;
-        if (s->module != &fd_database_module)
-            continue;
-        db->shm = &area[db->index];
-        memset(db->shm, 0, sizeof(*db->shm));
-        snprintf(db->shm->name, sizeof(db->shm->name), "%s", db->name);
-        db->wait_tail = &db->wait_head;
-        db->flush.handler = database_flush;
-        db->flush.data = db;
-        if (db->kind == DB_PG && db_pg_init_worker(db) != FD_OK)
-            return FD_ERROR;
+static void db_start(const char *name, void *conf, void *data)
+{
+    db_shm_t *area = data;
+    fd_db_t *db = conf;
+
+    (void)name;
+    db->shm = &area[db->index];
+    memset(db->shm, 0, sizeof(*db->shm));
+    snprintf(db->shm->name, sizeof(db->shm->name), "%s", db->name);
+    db->wait_tail = &db->wait_head;
+    db->flush = fd_api_posted_new(database_flush, db);
+    if (db->flush == NULL ||
+        (db->kind == DB_PG && db_pg_init_worker(db) != FD_OK)) {
+        fd_api_log(FD_API_LOG_ERR, 0, "database %s: out of memory",
+                   db->name);
+        start_failed = 1;
     }
-    return FD_OK;
 }
 
-static void database_exit_worker(fd_worker_t *w)
+static int database_init_worker(void)
 {
-    fd_conf_section_t *s;
+    db_shm_t *area = fd_api_status_area(FD_API_SELF);
 
-    for (s = w->cycle->sections; s; s = s->next)
-        if (s->module == &fd_database_module &&
-            ((fd_db_t *)s->conf)->kind == DB_PG)
-            db_pg_exit_worker(s->conf);
+    if (area == NULL)
+        return FD_OK; /* no status slots: nothing runs (fastd -t) */
+    start_failed = 0;
+    fd_api_section_each("database", db_start, area);
+    return start_failed ? FD_ERROR : FD_OK;
+}
+
+static void db_stop(const char *name, void *conf, void *data)
+{
+    (void)name;
+    (void)data;
+    if (((fd_db_t *)conf)->kind == DB_PG)
+        db_pg_exit_worker(conf);
+}
+
+static void database_exit_worker(void)
+{
+    fd_api_section_each("database", db_stop, NULL);
 }
 
 /* --- queries --- */
@@ -289,17 +343,13 @@ void db_set_error(fd_db_res_t *res, int status, const char *msg)
 
 void db_post_flush(fd_db_t *db)
 {
-    if (!db->flush_posted) {
-        db->flush_posted = 1;
-        fd_event_post(&db->flush);
-    }
+    fd_api_post(db->flush);
 }
 
 static void database_flush(void *data)
 {
     fd_db_t *db = data;
 
-    db->flush_posted = 0;
     if (db->kind == DB_PG)
         db_pg_flush(db);
     else
@@ -369,7 +419,7 @@ void db_complete(db_q_t *q)
     default: DB_INC(db, errors_other, 1); break;
     }
     if (q->res.status && q->res.status != DB_UNAVAILABLE)
-        fd_log_error(FD_LOG_ERR, 0, "database %s: %s: %s", db->name,
+        fd_api_log(FD_API_LOG_ERR, 0, "database %s: %s: %s", db->name,
                      q->stmt ? q->stmt->name : "transaction",
                      q->res.error ? q->res.error : "failed");
     if (q->done)
@@ -438,7 +488,7 @@ static int reject(fd_db_t *db, db_q_t *q)
 {
     DB_INC(db, rejected, 1);
     if (q->r)
-        q->r->retry_after = 1; /* on the 503 the handler answers */
+        fd_resp_retry_after(q->r); /* on the 503 the handler answers */
     db_free_q(q);
     return DB_UNAVAILABLE;
 }
@@ -455,7 +505,7 @@ static int submit(fd_db_t *db, db_q_t *q)
         __atomic_load_n(&db->ready, __ATOMIC_RELAXED) == 0 &&
         db->failed_once)
         return reject(db, q);
-    if (fd_offload_on_pool_thread()) {
+    if (fd_api_on_pool_thread()) {
         if (db->kind == DB_PG)
             db_pg_run_blocking(db, q);
         else
@@ -519,7 +569,7 @@ void db_state(fd_db_t *db, int up, const char *msg)
         db->failed_once = 0;
         if (db->up_logged) {
             db->up_logged = 0;
-            fd_log_error(FD_LOG_NOTICE, 0, "database %s: up again",
+            fd_api_log(FD_API_LOG_NOTICE, 0, "database %s: up again",
                          db->name);
         }
         return;
@@ -527,7 +577,7 @@ void db_state(fd_db_t *db, int up, const char *msg)
     db->failed_once = 1;
     if (!db->up_logged) {
         db->up_logged = 1;
-        fd_log_error(FD_LOG_ERR, 0, "database %s: down: %s (queries get "
+        fd_api_log(FD_API_LOG_ERR, 0, "database %s: down: %s (queries get "
                      "503 until a connection is back)", db->name, msg);
     }
     fail_waiting(db, "the database is unreachable");
@@ -537,11 +587,10 @@ void db_state(fd_db_t *db, int up, const char *msg)
 
 fd_db_t *fd_db_get(const char *name)
 {
-    fd_conf_t *cf = fd_dso_conf();
-    fd_cycle_t *cy = cf ? cf->cycle : fd_worker ? fd_worker->cycle : NULL;
-    fd_db_t *db = cy ? fd_cycle_section(cy, "database", name) : NULL;
+    fd_db_t *db = fd_api_section("database", name);
 
-    if (db == NULL && cf)
+    /* (the error is said only while a configuration loads) */
+    if (db == NULL)
         fd_api_conf_error("unknown database \"%s\" (no [database %s] "
                           "section)", name, name);
     return db;
@@ -549,14 +598,13 @@ fd_db_t *fd_db_get(const char *name)
 
 int fd_db_prepare(fd_db_t *db, const char *name, const char *sql)
 {
-    fd_conf_t *cf = fd_dso_conf();
-
-    if (cf == NULL) {
-        fd_log_error(FD_LOG_ALERT, 0, "fd_db_prepare(\"%s\") outside "
-                     "init_conf", name);
-        return FD_ERROR;
-    }
-    return stmt_add(cf, db, name, strlen(name), sql);
+    if (stmt_add(db, name, strlen(name), sql) == FD_OK)
+        return FD_OK;
+    /* the configuration's memory is had only while it loads */
+    if (fd_api_conf_alloc(1) == NULL)
+        fd_api_log(FD_API_LOG_ERR, 0, "fd_db_prepare(\"%s\") outside "
+                   "init_conf", name);
+    return FD_ERROR;
 }
 
 /* The statement name and parameters, checked: NULL after a log line */
@@ -565,10 +613,10 @@ static const db_stmt_t *checked(fd_db_t *db, const char *name, int n)
     const db_stmt_t *st = db_stmt(db, name);
 
     if (st == NULL)
-        fd_log_error(FD_LOG_ERR, 0, "database %s: no statement \"%s\" "
+        fd_api_log(FD_API_LOG_ERR, 0, "database %s: no statement \"%s\" "
                      "(prepare = %s SQL)", db->name, name, name);
     else if (n != st->nparams)
-        fd_log_error(FD_LOG_ERR, 0, "database %s: statement \"%s\" takes "
+        fd_api_log(FD_API_LOG_ERR, 0, "database %s: statement \"%s\" takes "
                      "%d parameters, not %d", db->name, name, st->nparams,
                      n);
     else
@@ -586,7 +634,7 @@ int fd_db_query(fd_request_t *r, fd_db_t *db, const char *stmt,
     if (st == NULL)
         return 500;
     if (db->shm == NULL) { /* before the worker started its databases */
-        fd_log_error(FD_LOG_ALERT, 0, "database %s: a query before the "
+        fd_api_log(FD_API_LOG_ERR, 0, "database %s: a query before the "
                      "worker started it (a module's init_worker that runs "
                      "before the database module's)", db->name);
         return 503;
@@ -657,7 +705,7 @@ int fd_db_cols(const fd_db_res_t *res)
 fd_str_t fd_db_value(const fd_db_res_t *res, int row, int col)
 {
     if (row < 0 || col < 0 || row >= res->rows || col >= res->cols)
-        return fd_null_string;
+        return (fd_str_t){0, NULL};
     if (res->pg)
         return db_pg_value(res, row, col);
     return res->cells[(size_t)row * (size_t)res->cols + (size_t)col];
@@ -686,7 +734,7 @@ int64_t fd_db_changes(const fd_db_res_t *res)
 
 /* --- status --- */
 
-static void database_status(fd_status_t *st, const void *area,
+static void database_status(fd_api_status_t *st, const void *area,
                             unsigned worker)
 {
     const db_shm_t *e = area;
@@ -700,32 +748,32 @@ static void database_status(fd_status_t *st, const void *area,
             continue;
         snprintf(labels, sizeof(labels), "database=\"%.*s\"",
                  DB_NAME_MAX - 1, e->name);
-        if (worker != FD_STATUS_RETIRED) {
-            fd_status_gauge(st, "database_connections",
+        if (worker != FD_API_STATUS_RETIRED) {
+            fd_api_status_gauge(st, "database_connections",
                             "Connections open.", labels, e->open);
-            fd_status_gauge(st, "database_busy",
+            fd_api_status_gauge(st, "database_busy",
                             "Connections with queries in flight.", labels,
                             e->busy);
-            fd_status_gauge(st, "database_waiting",
+            fd_api_status_gauge(st, "database_waiting",
                             "Queries waiting for room on a connection.",
                             labels, e->waiting);
         }
-        fd_status_counter(st, "database_queries",
+        fd_api_status_counter(st, "database_queries",
                           "Queries and transactions answered.", labels,
                           e->queries);
-        fd_status_counter(st, "database_errors_unavailable",
+        fd_api_status_counter(st, "database_errors_unavailable",
                           "Answered 503: unreachable, or connection lost.",
                           labels, e->errors_unavailable);
-        fd_status_counter(st, "database_errors_timeout",
+        fd_api_status_counter(st, "database_errors_timeout",
                           "Answered 504: past statement_timeout.", labels,
                           e->errors_timeout);
-        fd_status_counter(st, "database_errors_other",
+        fd_api_status_counter(st, "database_errors_other",
                           "Answered with another error.", labels,
                           e->errors_other);
-        fd_status_counter(st, "database_rejected",
+        fd_api_status_counter(st, "database_rejected",
                           "Refused at once: down, or max_waiting.", labels,
                           e->rejected);
-        fd_status_counter(st, "database_query_usec_sum",
+        fd_api_status_counter(st, "database_query_usec_sum",
                           "Time from query to answer, summed.", labels,
                           e->query_usec_sum);
     }
@@ -739,7 +787,7 @@ static void database_retire(void *retired_area, const void *area)
 
     for (i = 0; i < DB_MAX; i++, s++) {
         if (s->name[0] == '\0' ||
-            (into = fd_status_named_entry(retired_area, sizeof(*s), DB_MAX,
+            (into = fd_api_status_named_entry(retired_area, sizeof(*s), DB_MAX,
                                           s->name, sizeof(s->name))) == NULL)
             continue;
         into->queries += s->queries;
@@ -751,16 +799,14 @@ static void database_retire(void *retired_area, const void *area)
     }
 }
 
-fd_module_t fd_database_module = {
+FD_API_MODULE = {
+    FD_API_HEADER,
     .name = "database",
     .init_worker = database_init_worker,
     .exit_worker = database_exit_worker,
-    .section = "database",
-    .section_directives = database_section_directives,
-    .section_size = sizeof(fd_db_t),
-    .init_section = database_init_section,
-    .init_cycle = database_init_cycle,
     .shm_size = DB_MAX * sizeof(db_shm_t),
     .status = database_status,
     .retire = database_retire,
+    .section = &database_section,
+    .configured = database_configured,
 };

@@ -24,8 +24,8 @@
 #include <sys/epoll.h>
 #include <libpq-fe.h>
 
-#include "fd_core.h"
-#include "fd_event.h"
+#include <stdio.h>
+
 #include "fd_database.h"
 
 #define BACKOFF_MIN 100
@@ -35,21 +35,22 @@
 enum { C_DOWN, C_CONNECTING, C_READY, C_BROKEN };
 
 struct db_conn_s {
-    fd_event_t ev;             /* first: the loop hands us its address */
+    fd_api_io_t *io;           /* its socket on the loop */
+    int fd;                    /* ... which is this one */
     fd_db_t *db;
     PGconn *pg;
     int state;                 /* C_* */
-    uint32_t events;           /* registered for */
+    unsigned events;           /* registered for */
     unsigned registered:1;
     unsigned fatal:1;          /* the server ended it (an answer of class
                                   08 or 57P): what follows will not run */
     unsigned sync_due:1;       /* queries sent since the last sync */
     unsigned inflight;         /* queries and transactions sent, open */
     db_q_t *head, **tail;      /* sent, in order, syncs included */
-    fd_timer_t timer;          /* connect, backoff, stall */
-    fd_msec_t progress;        /* when it last answered, or got its first
+    fd_api_timer_t *timer;     /* connect, backoff, stall */
+    uint64_t progress;        /* when it last answered, or got its first
                                   query after none (pick) */
-    fd_msec_t backoff;
+    uint64_t backoff;
     const char *why;           /* C_BROKEN: the error */
 };
 
@@ -62,7 +63,7 @@ typedef struct {
 
 /* --- configuration --- */
 
-int db_pg_conf(fd_conf_t *cf, fd_db_t *db)
+int db_pg_conf(fd_db_t *db)
 {
     PQconninfoOption *o;
     char *err = NULL;
@@ -72,15 +73,15 @@ int db_pg_conf(fd_conf_t *cf, fd_db_t *db)
     if (o == NULL) {
         if (err)
             err[strcspn(err, "\n")] = '\0'; /* libpq ends it with one */
-        fd_conf_error(cf, "[database %s]: url: %s", db->name,
-                      err ? err : "out of memory");
+        fd_api_conf_error("[database %s]: url: %s", db->name,
+                          err ? err : "out of memory");
         PQfreemem(err);
         return FD_ERROR;
     }
     PQconninfoFree(o);
-    p = fd_pcalloc(cf->pool, sizeof(*p));
+    p = fd_api_conf_alloc(sizeof(*p));
     if (p == NULL)
-        return fd_conf_error(cf, "out of memory");
+        return CONF_ERROR("out of memory");
     p->kw[0] = "dbname";
     p->val[0] = db->url;
     p->kw[1] = "fallback_application_name";
@@ -107,7 +108,7 @@ void db_pg_res_free(fd_db_res_t *res)
 fd_str_t db_pg_value(const fd_db_res_t *res, int row, int col)
 {
     if (PQgetisnull(res->pg, row, col))
-        return fd_null_string;
+        return (fd_str_t){0, NULL};
     return (fd_str_t){(size_t)PQgetlength(res->pg, row, col),
                       PQgetvalue(res->pg, row, col)};
 }
@@ -145,42 +146,31 @@ static void error_of(fd_db_res_t *res, const PGresult *pr)
 
 /* --- connections --- */
 
-static void conn_event(fd_event_t *ev, uint32_t events);
-static void conn_timer(fd_timer_t *t);
+static void conn_event(void *data, unsigned events);
+static void conn_timer(void *data);
 static void conn_connect(db_conn_t *c);
 
 /* The socket's registration: level-triggered on both backends, so what
  * libpq leaves (PQconsumeInput reads once, not to EAGAIN) fires again */
-static void conn_register(db_conn_t *c, uint32_t events)
+static void conn_register(db_conn_t *c, unsigned events)
 {
     int fd = PQsocket(c->pg);
 
-    if (c->registered && c->ev.fd != fd) {
-        /* libpq opened another socket (a next host, sslmode=prefer) */
-        fd_event_del(&c->ev);
-        c->registered = 0;
-    }
-    c->ev.fd = fd;
-    if (!c->registered) {
-        if (fd < 0 || fd_event_add(&c->ev, events) != 0)
-            return;
-        c->registered = 1;
-    } else if (c->events != events) {
-        fd_event_mod(&c->ev, events);
-    }
+    if (fd < 0)
+        fd_api_io_stop(c->io); /* none: not the old one either */
+    /* another socket (libpq's next host, sslmode=prefer): watched anew */
+    c->registered = fd >= 0 && fd_api_io_watch(c->io, fd, events) == FD_OK;
+    c->fd = fd;
     c->events = events;
 }
 
 static void conn_close(db_conn_t *c)
 {
-    if (c->registered) {
-        /* out of the loop before libpq closes the socket (io_uring holds
-         * a registered one open) */
-        fd_event_del(&c->ev);
-        fd_event_flush();
-        c->registered = 0;
-    }
-    c->ev.fd = -1;
+    /* out of the loop before libpq closes the socket (io_uring holds a
+     * registered one open) */
+    fd_api_io_stop(c->io);
+    c->registered = 0;
+    c->fd = -1;
     if (c->pg) {
         PQfinish(c->pg);
         c->pg = NULL;
@@ -326,9 +316,9 @@ static void conn_fail(db_conn_t *c, const char *why)
     busy_update(c, before);
     if (was_ready && db->ready)
         db->ready--;
-    c->backoff = c->backoff ? fd_min(2 * c->backoff, BACKOFF_MAX)
+    c->backoff = c->backoff ? db_min(2 * c->backoff, BACKOFF_MAX)
                             : BACKOFF_MIN;
-    fd_timer_add(&c->timer, c->backoff);
+    fd_api_timer_set(c->timer, c->backoff);
     if (db->ready == 0)
         db_state(db, 0, msg); /* fails what waits, the queries above too */
     else if (again)
@@ -358,11 +348,11 @@ static int conn_ready(db_conn_t *c)
         c->sync_due = 1;
     c->state = C_READY;
     c->backoff = 0;
-    if (fd_timer_armed(&c->timer))
-        fd_timer_del(&c->timer);
+    if (fd_api_timer_is_set(c->timer))
+        fd_api_timer_unset(c->timer);
     db->ready++;
     db_state(db, 1, NULL);
-    conn_register(c, EPOLLIN);
+    conn_register(c, FD_API_IO_IN);
     db_post_flush(db);
     return FD_OK;
 }
@@ -382,22 +372,22 @@ static void conn_connect(db_conn_t *c)
         return;
     }
     c->state = C_CONNECTING;
-    conn_register(c, EPOLLOUT);
+    conn_register(c, FD_API_IO_OUT);
     if (!c->registered) {
         conn_fail(c, "cannot watch its socket");
         return;
     }
-    fd_timer_add(&c->timer, c->db->connect_timeout);
+    fd_api_timer_set(c->timer, c->db->connect_timeout);
 }
 
 static void conn_poll(db_conn_t *c)
 {
     switch (PQconnectPoll(c->pg)) {
     case PGRES_POLLING_READING:
-        conn_register(c, EPOLLIN);
+        conn_register(c, FD_API_IO_IN);
         break;
     case PGRES_POLLING_WRITING:
-        conn_register(c, EPOLLOUT);
+        conn_register(c, FD_API_IO_OUT);
         break;
     case PGRES_POLLING_OK:
         if (conn_ready(c) != FD_OK)
@@ -419,7 +409,7 @@ static void conn_read(db_conn_t *c)
     PGresult *pr;
     db_q_t *q;
 
-    c->progress = fd_current_msec;
+    c->progress = fd_api_now_msec();
     if (!PQconsumeInput(c->pg)) {
         conn_fail(c, PQerrorMessage(c->pg));
         return;
@@ -458,7 +448,7 @@ static void conn_read(db_conn_t *c)
             break;
         default:
             if (q->kind == Q_PREPARE)
-                fd_log_error(FD_LOG_ERR, 0, "database %s: prepare %s: %s",
+                fd_api_log(FD_API_LOG_ERR, 0, "database %s: prepare %s: %s",
                              c->db->name, q->stmt->name,
                              PQresultErrorMessage(pr));
             else
@@ -473,11 +463,11 @@ static void conn_read(db_conn_t *c)
         conn_fail(c, PQerrorMessage(c->pg));
         return;
     }
-    if (c->head == NULL && fd_timer_armed(&c->timer))
-        fd_timer_del(&c->timer); /* nothing owed: no stall to watch */
+    if (c->head == NULL && fd_api_timer_is_set(c->timer))
+        fd_api_timer_unset(c->timer); /* nothing owed: no stall to watch */
     else if (c->head && c->db->statement_timeout)
         /* progress: the stall clock starts again */
-        fd_timer_add(&c->timer, c->db->statement_timeout + 2000);
+        fd_api_timer_set(c->timer, c->db->statement_timeout + 2000);
     if (c->db->wait_head)
         db_dispatch_waiting(c->db);
 }
@@ -489,12 +479,12 @@ static void conn_write(db_conn_t *c)
     if (rc < 0)
         conn_fail(c, PQerrorMessage(c->pg));
     else
-        conn_register(c, rc ? EPOLLIN | EPOLLOUT : EPOLLIN);
+        conn_register(c, rc ? FD_API_IO_IN | FD_API_IO_OUT : FD_API_IO_IN);
 }
 
-static void conn_event(fd_event_t *ev, uint32_t events)
+static void conn_event(void *data, unsigned events)
 {
-    db_conn_t *c = (db_conn_t *)ev;
+    db_conn_t *c = data;
 
     if (c->state == C_CONNECTING) {
         conn_poll(c);
@@ -502,18 +492,18 @@ static void conn_event(fd_event_t *ev, uint32_t events)
     }
     if (c->state != C_READY || c->pg == NULL)
         return;
-    if (events & EPOLLOUT) {
+    if (events & FD_API_IO_OUT) {
         conn_write(c);
         if (c->state != C_READY)
             return;
     }
-    if (events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+    if (events & (FD_API_IO_IN | FD_API_IO_ERR))
         conn_read(c);
 }
 
-static void conn_timer(fd_timer_t *t)
+static void conn_timer(void *data)
 {
-    db_conn_t *c = (db_conn_t *)((char *)t - offsetof(db_conn_t, timer));
+    db_conn_t *c = data;
 
     switch (c->state) {
     case C_DOWN:
@@ -533,7 +523,7 @@ static void conn_timer(fd_timer_t *t)
 
 int db_pg_init_worker(fd_db_t *db)
 {
-    fd_int_t i;
+    int64_t i;
 
     db->conns = calloc((size_t)db->pool, sizeof(db_conn_t));
     if (db->conns == NULL)
@@ -541,9 +531,11 @@ int db_pg_init_worker(fd_db_t *db)
     for (i = 0; i < db->pool; i++) {
         db_conn_t *c = &db->conns[i];
         c->db = db;
-        c->ev.fd = -1;
-        c->ev.handler = conn_event;
-        c->timer.handler = conn_timer;
+        c->fd = -1;
+        c->io = fd_api_io_new(conn_event, c);
+        c->timer = fd_api_timer_new(conn_timer, c);
+        if (c->io == NULL || c->timer == NULL)
+            return FD_ERROR;
         c->tail = &c->head;
         conn_connect(c);
     }
@@ -552,13 +544,17 @@ int db_pg_init_worker(fd_db_t *db)
 
 void db_pg_exit_worker(fd_db_t *db)
 {
-    fd_int_t i;
+    int64_t i;
 
     for (i = 0; db->conns && i < db->pool; i++) {
         db_conn_t *c = &db->conns[i];
-        if (fd_timer_armed(&c->timer))
-            fd_timer_del(&c->timer);
+        if (c->timer == NULL || c->io == NULL)
+            break; /* init_worker failed here */
         conn_close(c);
+        fd_api_timer_cancel(c->timer); /* freed */
+        fd_api_io_free(c->io);
+        c->timer = NULL;
+        c->io = NULL;
     }
 }
 
@@ -576,14 +572,14 @@ void db_pg_exit_worker(fd_db_t *db)
 static db_conn_t *pick(fd_db_t *db)
 {
     db_conn_t *stuck = NULL;
-    fd_int_t i;
+    int64_t i;
 
     for (i = 0; i < db->pool; i++) {
         db_conn_t *c = &db->conns[i];
         if (c->state != C_READY || c->fatal ||
             c->inflight >= (unsigned)db->pipeline)
             continue;
-        if (c->inflight && fd_current_msec - c->progress > PICK_STUCK) {
+        if (c->inflight && fd_api_now_msec() - c->progress > PICK_STUCK) {
             if (stuck == NULL)
                 stuck = c;
             continue;
@@ -618,7 +614,7 @@ static void conn_break(db_conn_t *c)
 {
     c->state = C_BROKEN;
     c->why = "send failed";
-    fd_timer_add(&c->timer, 0);
+    fd_api_timer_set(c->timer, 0);
 }
 
 /* FD_OK: sent and tracked on c; FD_DECLINED: tracked, but c cannot go
@@ -674,11 +670,11 @@ int db_pg_send(fd_db_t *db, db_q_t *q)
         rc = send_q(c, q);
         if (rc != FD_ERROR) {
             if (c->inflight == 0)
-                c->progress = fd_current_msec;
+                c->progress = fd_api_now_msec();
             before = c->inflight++;
             busy_update(c, before);
-            if (db->statement_timeout && !fd_timer_armed(&c->timer))
-                fd_timer_add(&c->timer, db->statement_timeout + 2000);
+            if (db->statement_timeout && !fd_api_timer_is_set(c->timer))
+                fd_api_timer_set(c->timer, db->statement_timeout + 2000);
             if (rc == FD_DECLINED)
                 conn_break(c);
             db_post_flush(db);
@@ -691,7 +687,7 @@ int db_pg_send(fd_db_t *db, db_q_t *q)
 
 void db_pg_flush(fd_db_t *db)
 {
-    fd_int_t i;
+    int64_t i;
 
     for (i = 0; i < db->pool; i++) {
         db_conn_t *c = &db->conns[i];
@@ -771,7 +767,7 @@ static void *tconn(fd_db_t *db, fd_db_res_t *res)
     for (i = 0; i < db->nstmts; i++) {
         pr = PQprepare(t->pg, db->stmts[i].name, db->stmts[i].sql, 0, NULL);
         if (PQresultStatus(pr) != PGRES_COMMAND_OK)
-            fd_log_error(FD_LOG_ERR, 0, "database %s: prepare %s: %s",
+            fd_api_log(FD_API_LOG_ERR, 0, "database %s: prepare %s: %s",
                          db->name, db->stmts[i].name,
                          PQresultErrorMessage(pr));
         PQclear(pr);

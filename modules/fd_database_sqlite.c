@@ -18,11 +18,12 @@
  * statement_timeout: a progress handler interrupts a statement past it
  * (504); a lock held longer by another writer is 503 (busy).
  */
+#include <errno.h>
 #include <sqlite3.h>
+#include <stdio.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
-#include "fd_core.h"
-#include "fd_offload.h"
 #include "fd_database.h"
 
 #define BATCH_MAX 64
@@ -73,39 +74,46 @@ static void dir_of(char *path)
 }
 
 /* the workers' user may write in dir? (as root, by the bits) */
-static int user_writes(const struct stat *sb, const fd_cycle_t *cycle)
+static int user_writes(const struct stat *sb, const char **user)
 {
-    if (!cycle->main.drop)
+    uid_t uid;
+    gid_t gid;
+
+    if (!fd_api_conf_user(&uid, &gid, user))
         return 1;
-    if (sb->st_uid == cycle->main.uid)
+    if (sb->st_uid == uid)
         return (sb->st_mode & S_IWUSR) != 0;
-    if (sb->st_gid == cycle->main.gid)
+    if (sb->st_gid == gid)
         return (sb->st_mode & S_IWGRP) != 0;
     return (sb->st_mode & S_IWOTH) != 0;
 }
 
-static int create(fd_conf_t *cf, fd_db_t *db, const fd_cycle_t *cycle)
+static int create(fd_db_t *db)
 {
     char dir[4096], err[256];
+    const char *user;
+    uid_t uid;
+    gid_t gid;
+    int drop = fd_api_conf_user(&uid, &gid, &user);
     sqlite3 *s = NULL;
     char *text = NULL, *msg = NULL;
     long made = -1;
     int rc;
 
     if (strlen(db->path) >= sizeof(dir))
-        return fd_conf_error(cf, "[database %s]: path too long", db->name);
+        return CONF_ERROR("[database %s]: path too long", db->name);
     strcpy(dir, db->path);
     dir_of(dir);
-    if (fd_mkdirs(dir, 0, 0755, &made) != FD_OK)
-        return fd_conf_error(cf, "[database %s]: mkdir %s: %s", db->name,
+    if (fd_api_mkdirs(dir, 0755, &made) != FD_OK)
+        return CONF_ERROR("[database %s]: mkdir %s: %s", db->name,
                              dir, strerror(errno));
-    if (made >= 0 && cycle->main.drop)
+    if (made >= 0 && drop)
         /* the directory is the database's: its journal goes there */
-        if (chown(dir, cycle->main.uid, cycle->main.gid) < 0)
-            fd_log_error(FD_LOG_WARN, errno, "chown(%s)", dir);
+        if (chown(dir, uid, gid) < 0)
+            fd_api_log(FD_API_LOG_WARN, errno, "chown(%s)", dir);
     if (db->init_path && (text = slurp(db->init_path, err, sizeof(err))) ==
                              NULL)
-        return fd_conf_error(cf, "[database %s]: init \"%s\": %s", db->name,
+        return CONF_ERROR("[database %s]: init \"%s\": %s", db->name,
                              db->init_path, err);
     rc = sqlite3_open_v2(db->path, &s,
                          SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
@@ -115,7 +123,7 @@ static int create(fd_conf_t *cf, fd_db_t *db, const fd_cycle_t *cycle)
         rc = sqlite3_exec(s, text, NULL, NULL, &msg);
     free(text);
     if (rc != SQLITE_OK) {
-        fd_conf_error(cf, "[database %s]: creating %s%s%s: %s", db->name,
+        fd_api_conf_error("[database %s]: creating %s%s%s: %s", db->name,
                       db->path, db->init_path ? " from " : "",
                       db->init_path ? db->init_path : "",
                       msg ? msg : s ? sqlite3_errmsg(s) : sqlite3_errstr(rc));
@@ -125,10 +133,9 @@ static int create(fd_conf_t *cf, fd_db_t *db, const fd_cycle_t *cycle)
         return FD_ERROR;
     }
     sqlite3_close(s);
-    if (cycle->main.drop &&
-        chown(db->path, cycle->main.uid, cycle->main.gid) < 0)
-        fd_log_error(FD_LOG_WARN, errno, "chown(%s)", db->path);
-    fd_log_error(FD_LOG_NOTICE, 0, "database %s: %s created%s%s", db->name,
+    if (drop && chown(db->path, uid, gid) < 0)
+        fd_api_log(FD_API_LOG_WARN, errno, "chown(%s)", db->path);
+    fd_api_log(FD_API_LOG_NOTICE, 0, "database %s: %s created%s%s", db->name,
                  db->path, db->init_path ? " from " : "",
                  db->init_path ? db->init_path : "");
     return FD_OK;
@@ -136,14 +143,14 @@ static int create(fd_conf_t *cf, fd_db_t *db, const fd_cycle_t *cycle)
 
 /* fastd -t and the file is missing: could the start make it? The
  * nearest ancestor that exists must be a directory we may write in. */
-static int could_create(fd_conf_t *cf, fd_db_t *db)
+static int could_create(fd_db_t *db)
 {
     struct stat sb;
     char dir[4096];
     char *slash;
 
     if (strlen(db->path) >= sizeof(dir))
-        return fd_conf_error(cf, "[database %s]: path too long", db->name);
+        return CONF_ERROR("[database %s]: path too long", db->name);
     strcpy(dir, db->path);
     for (;;) {
         slash = strrchr(dir, '/');
@@ -161,18 +168,18 @@ static int could_create(fd_conf_t *cf, fd_db_t *db)
     else if (access(dir, W_OK | X_OK) == 0)
         errno = 0;
     if (errno)
-        return fd_conf_error(cf, "[database %s]: %s cannot be created (%s: "
+        return CONF_ERROR("[database %s]: %s cannot be created (%s: "
                              "%s)", db->name, db->path, dir,
                              strerror(errno));
     if (db->init_path && access(db->init_path, R_OK) != 0)
-        return fd_conf_error(cf, "[database %s]: init \"%s\": %s", db->name,
+        return CONF_ERROR("[database %s]: init \"%s\": %s", db->name,
                              db->init_path, strerror(errno));
     return FD_OK;
 }
 
 /* The statements, prepared against the schema of s: FD_OK, or FD_ERROR
  * after fd_conf_error() naming the first that fails */
-static int check_stmts(fd_conf_t *cf, fd_db_t *db, sqlite3 *s)
+static int check_stmts(fd_db_t *db, sqlite3 *s)
 {
     sqlite3_stmt *st;
     unsigned i;
@@ -180,7 +187,7 @@ static int check_stmts(fd_conf_t *cf, fd_db_t *db, sqlite3 *s)
     for (i = 0; i < db->nstmts; i++) {
         if (sqlite3_prepare_v2(s, db->stmts[i].sql, -1, &st, NULL) !=
             SQLITE_OK)
-            return fd_conf_error(cf, "[database %s]: statement %s: %s",
+            return CONF_ERROR("[database %s]: statement %s: %s",
                                  db->name, db->stmts[i].name,
                                  sqlite3_errmsg(s));
         sqlite3_finalize(st);
@@ -190,7 +197,7 @@ static int check_stmts(fd_conf_t *cf, fd_db_t *db, sqlite3 *s)
 
 /* fastd -t, the file missing: the statements against what init would
  * make, in memory */
-static int check_in_memory(fd_conf_t *cf, fd_db_t *db)
+static int check_in_memory(fd_db_t *db)
 {
     char err[256], *text = NULL, *msg = NULL;
     sqlite3 *s = NULL;
@@ -198,57 +205,58 @@ static int check_in_memory(fd_conf_t *cf, fd_db_t *db)
 
     if (db->init_path && (text = slurp(db->init_path, err, sizeof(err))) ==
                              NULL)
-        return fd_conf_error(cf, "[database %s]: init \"%s\": %s", db->name,
+        return CONF_ERROR("[database %s]: init \"%s\": %s", db->name,
                              db->init_path, err);
     rc = sqlite3_open(":memory:", &s);
     if (rc == SQLITE_OK && text)
         rc = sqlite3_exec(s, text, NULL, NULL, &msg);
     free(text);
     if (rc != SQLITE_OK)
-        fd_conf_error(cf, "[database %s]: init \"%s\": %s", db->name,
+        fd_api_conf_error("[database %s]: init \"%s\": %s", db->name,
                       db->init_path ? db->init_path : "",
                       msg ? msg : s ? sqlite3_errmsg(s) : sqlite3_errstr(rc));
     else
-        rc = check_stmts(cf, db, s) == FD_OK ? SQLITE_OK : SQLITE_ERROR;
+        rc = check_stmts(db, s) == FD_OK ? SQLITE_OK : SQLITE_ERROR;
     sqlite3_free(msg);
     sqlite3_close(s);
     return rc == SQLITE_OK ? FD_OK : FD_ERROR;
 }
 
-int db_sqlite_conf(fd_conf_t *cf, fd_db_t *db, const fd_cycle_t *cycle)
+int db_sqlite_conf(fd_db_t *db)
 {
+    const char *user = NULL;
     struct stat sb;
     sqlite3 *s = NULL;
     char dir[4096];
     int rc;
 
     if (!sqlite3_threadsafe())
-        return fd_conf_error(cf, "[database %s]: SQLite is not built "
+        return CONF_ERROR("[database %s]: SQLite is not built "
                              "thread-safe", db->name);
     if (stat(db->path, &sb) < 0) {
         if (errno != ENOENT && errno != ENOTDIR)
-            return fd_conf_error(cf, "[database %s]: %s: %s", db->name,
+            return CONF_ERROR("[database %s]: %s: %s", db->name,
                                  db->path, strerror(errno));
-        if (fd_conf_test)
-            return could_create(cf, db) == FD_OK ? check_in_memory(cf, db)
-                                                 : FD_ERROR;
-        if (create(cf, db, cycle) != FD_OK)
+        if (fd_api_conf_test())
+            return could_create(db) == FD_OK ? check_in_memory(db)
+                                             : FD_ERROR;
+        if (create(db) != FD_OK)
             return FD_ERROR;
     }
     snprintf(dir, sizeof(dir), "%s", db->path);
     dir_of(dir);
-    if (stat(dir, &sb) == 0 && !user_writes(&sb, cycle))
-        fd_log_error(FD_LOG_WARN, 0, "database %s: the workers' user %s "
-                     "cannot write in %s, where SQLite keeps its journal: "
-                     "writes will fail", db->name, cycle->main.user, dir);
+    if (stat(dir, &sb) == 0 && !user_writes(&sb, &user))
+        fd_api_log(FD_API_LOG_WARN, 0, "database %s: the workers' user %s "
+                   "cannot write in %s, where SQLite keeps its journal: "
+                   "writes will fail", db->name, user, dir);
     rc = sqlite3_open_v2(db->path, &s, SQLITE_OPEN_READONLY, NULL);
     if (rc != SQLITE_OK) {
-        fd_conf_error(cf, "[database %s]: %s: %s", db->name, db->path,
+        fd_api_conf_error("[database %s]: %s: %s", db->name, db->path,
                       s ? sqlite3_errmsg(s) : sqlite3_errstr(rc));
         sqlite3_close(s);
         return FD_ERROR;
     }
-    rc = check_stmts(cf, db, s);
+    rc = check_stmts(db, s);
     sqlite3_close(s);
     return rc;
 }
@@ -308,7 +316,7 @@ static void *tconn(fd_db_t *db, fd_db_res_t *res)
         return NULL;
     }
     sqlite3_busy_timeout(t->s, db->statement_timeout
-                                   ? (int)fd_min(db->statement_timeout,
+                                   ? (int)db_min(db->statement_timeout,
                                                  INT32_MAX)
                                    : 5000);
     sqlite3_progress_handler(t->s, 1000, progress, t);
@@ -354,7 +362,7 @@ static int rows(tconn_t *t, sqlite3_stmt *st, fd_db_res_t *res)
             cell[ncells].off = blen;
             cell[ncells].len = n;
             if (blen + n + 1 > bcap) {
-                bcap = fd_max(2 * bcap, blen + n + 1 + 256);
+                bcap = db_max(2 * bcap, blen + n + 1 + 256);
                 if ((nb = realloc(buf, bcap)) == NULL)
                     goto nomem;
                 buf = nb;
@@ -381,7 +389,7 @@ static int rows(tconn_t *t, sqlite3_stmt *st, fd_db_res_t *res)
     if (blen)
         memcpy(nb, buf, blen);
     for (i = 0; i < ncells; i++)
-        res->cells[i] = cell[i].null ? fd_null_string
+        res->cells[i] = cell[i].null ? (fd_str_t){0, NULL}
                                      : (fd_str_t){cell[i].len,
                                                   nb + cell[i].off};
     res->rows = nrows;
@@ -509,7 +517,7 @@ void db_sqlite_flush(fd_db_t *db)
     for (b = db->batch, db->batch = NULL; b; b = next) {
         next = b->next;
         b->next = NULL;
-        if (fd_offload_call(b, batch_work, batch_done) == FD_OK)
+        if (fd_api_offload_call(b, batch_work, batch_done) == FD_OK)
             continue;
         for (q = b->head; q; q = q->next)
             db_set_error(&q->res, DB_UNAVAILABLE, "no offload thread");

@@ -6,8 +6,9 @@
  * coding, then drives one of these, the same way for both: deflate
  * (zlib) beside it, brotli in fd_gzip_brotli.c.
  */
-#include "fd_core.h"
-#include "fd_http.h"
+#include <stddef.h>
+
+#include "fastd.h"
 
 /* Where an encoder's output goes: a streamed response's output queue in
  * pieces (r set), or one buffer sized by bound() (r NULL). */

@@ -8,6 +8,7 @@
  * 1.9 MB, 256 KB 4.4 MB, 1 MB 10 MB, brotli's default 4 MB 16 MB.
  */
 #include <brotli/encode.h>
+#include <stdint.h>
 
 #include "fd_gzip.h"
 
@@ -26,7 +27,8 @@ static void *br_open(int level, size_t size_hint)
         !BrotliEncoderSetParameter(s, BROTLI_PARAM_LGWIN, BROTLI_WINDOW) ||
         (size_hint && !BrotliEncoderSetParameter(
                           s, BROTLI_PARAM_SIZE_HINT,
-                          (uint32_t)fd_min(size_hint, (size_t)1 << 30)))) {
+                          (uint32_t)(size_hint < ((size_t)1 << 30) ? size_hint
+                                                    : (size_t)1 << 30)))) {
         BrotliEncoderDestroyInstance(s);
         return NULL;
     }
@@ -73,7 +75,7 @@ static size_t br_bound(void *st, size_t len)
 }
 
 const fd_gzip_encoder_t fd_gzip_brotli = {
-    .coding = fd_string("br"),
+    .coding = {2, "br"},
     .open = br_open,
     .close = br_close,
     .feed = br_feed,

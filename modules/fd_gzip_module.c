@@ -5,24 +5,25 @@
  * (the proxy's, chunked or of a known length from the upstream) as they
  * flow.
  *
- * Complete responses up to GZIP_WHOLE_MAX: the header filter, run before
- * the header is written, compresses the body the engine holds whole in
- * r->out into one buffer from r->pool (Content-Length becomes the
- * compressed size). Longer ones: the filter sets r->body_filter, and the
- * engine feeds r->out through it in pieces as the client takes the
- * output, a bounded amount a loop turn (fd_module.h); no piece is a flush
- * point, and the body goes chunked (close-delimited for HTTP/1.0). So a
+ * Complete responses up to GZIP_WHOLE_MAX: the response filter, run
+ * before the header is written, compresses the body fastd holds whole
+ * (fd_resp_get_pieces) into one buffer of the request's memory
+ * (Content-Length becomes the compressed size). Longer ones: the filter
+ * sets a body filter (fd_resp_body_filter), and fastd feeds the body
+ * through it in pieces as the client takes the output, a bounded amount a
+ * loop turn; no piece is a flush point, and the body goes chunked
+ * (close-delimited for HTTP/1.0). So a
  * large file costs one deflate state and the output queue's high-water
  * mark, whatever its size, and never holds the loop. Files are read with
  * pread() through a per-worker 64 KB buffer.
  *
- * Streamed responses (fd_http_send_header / fd_http_output): the header
- * filter drops Content-Length (the engine then chunk-encodes for HTTP/1.1
- * or closes after the body for 1.0) and sets r->body_filter, which feeds
+ * Streamed responses (the proxy's, fd_resp_write's): the response filter
+ * drops Content-Length (fastd then chunk-encodes for HTTP/1.1 or closes
+ * after the body for 1.0) and sets a body filter, which feeds
  * each piece to deflate and queues the output in pieces of at most
  * GZIP_OUT_SIZE, copied by the engine; a stream holds no buffer of its
  * own. The engine's high-water mark still pauses the producer, so a slow
- * client slows the upstream read. Each fd_http_output() call ends with a
+ * client slows the upstream read. Each call of the filter ends with a
  * Z_SYNC_FLUSH, so what the upstream sent reaches the client without
  * waiting for more (server-sent events through buffering = off). The
  * price is a worse ratio when the pieces are small: the proxy hands what
@@ -41,8 +42,8 @@
  * streamed one until its last piece. Given back, they stay on a
  * per-worker free list of up to GZIP_KEEP (deflateReset on reuse), so a
  * steady load allocates none. A response whose client leaves (or whose
- * producer fails) returns its state through a cleanup of the request
- * pool, which dies with the connection.
+ * producer fails) returns its state through a cleanup of the request's
+ * (fd_req_cleanup), which runs when the connection goes.
  *
  * Not compressed: a status other than 200, 403 and 404 (nginx's three), a
  * Content-Encoding already set, a range (206 or Content-Range), a body
@@ -52,12 +53,17 @@
  * the header its GET would (Content-Encoding, Vary, the weak ETag), with
  * no length: that is known only once compressed.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* memmem */
+#endif
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <strings.h>
+#include <unistd.h>
 #include <zlib.h>
 
-#include "fd_core.h"
-#include "fd_http.h"
-#include "fd_http_accept.h"
 #include "fd_gzip.h"
 
 /* Complete bodies up to this are compressed at once, before the header,
@@ -68,15 +74,20 @@
 /* idle deflate states a worker keeps (~260 KB each) */
 #define GZIP_KEEP 8
 
+/* fd_api_conf_error(), then FD_ERROR */
+#define CONF_ERROR(...) (fd_api_conf_error(__VA_ARGS__), FD_ERROR)
+#define NELEMS(a) (sizeof(a) / sizeof((a)[0]))
+
 /* one coding's keys */
 typedef struct {
     int enable;
-    fd_conf_list_t types_in;  /* as configured, words split in init_conf */
+    const char **types_in;    /* as configured, words split in init_conf */
+    unsigned ntypes_in;
     fd_str_t *types;
     unsigned ntypes;
     int any_type;             /* *_types = * */
-    size_t min_length;
-    fd_int_t level;
+    uint64_t min_length;
+    int64_t level;
 } coding_conf_t;
 
 typedef struct {
@@ -90,14 +101,12 @@ typedef struct zstate_s {
     struct zstate_s *next;    /* on the free list */
 } zstate_t;
 
-/* a response compressed through r->body_filter, in r->pool */
+/* a response compressed through its body filter, in its memory */
 typedef struct {
     const fd_gzip_encoder_t *enc;
     void *st;                 /* the encoder's state, NULL once given back */
     unsigned complete:1;      /* a complete body fed by the engine */
 } gzip_ctx_t;
-
-fd_module_t fd_gzip_module;
 
 static zstate_t *zfree;       /* the worker's idle deflate states */
 static unsigned nzfree;
@@ -120,40 +129,47 @@ static const char *default_types[] = {
     "text/markdown", "text/calendar", "text/vtt", "text/x-component",
     "text/vnd.wap.wml"};
 
-static int set_level(fd_conf_t *cf, const fd_directive_t *d, void *conf,
-                     const char *v)
+/* gzip_types, brotli_types: the lines the module keeps */
+static int gzip_set(void *conf, const char *key, const char *v, int own)
 {
-    char *end;
-    long n = strtol(v, &end, 10);
+    gzip_conf_t *gc = conf;
+    coding_conf_t *cc = key[0] == 'g' ? &gc->gzip : &gc->br;
+    const char **more;
 
-    (void)d;
-    if (*end || end == v || n < 1 || n > 9)
-        return fd_conf_error(cf, "\"gzip_level\" must be 1..9, not \"%s\"",
-                             v);
-    ((gzip_conf_t *)conf)->gzip.level = n;
+    (void)own; /* the lists add up, inherited and own */
+    more = fd_api_conf_alloc((cc->ntypes_in + 1) * sizeof(*more));
+    if (more == NULL)
+        return CONF_ERROR("out of memory");
+    if (cc->ntypes_in)
+        memcpy(more, cc->types_in, cc->ntypes_in * sizeof(*more));
+    more[cc->ntypes_in++] = v;
+    cc->types_in = more;
     return FD_OK;
 }
 
 /* The types: the default list, then every *_types line inherited and
  * this level's (the README's "lists add up": a location that names one
  * more type keeps the defaults). */
-static int init_types(fd_conf_t *cf, coding_conf_t *cc)
+static int init_types(coding_conf_t *cc)
 {
-    unsigned i, n = fd_nelems(default_types);
+    unsigned i, n = NELEMS(default_types);
     char *tok, *save, *copy;
+    size_t len;
 
-    for (i = 0; i < cc->types_in.n; i++)
-        n += (unsigned)strlen(cc->types_in.items[i]) / 2 + 1;
-    cc->types = fd_palloc(cf->pool, n * sizeof(fd_str_t));
+    for (i = 0; i < cc->ntypes_in; i++)
+        n += (unsigned)strlen(cc->types_in[i]) / 2 + 1;
+    cc->types = fd_api_conf_alloc(n * sizeof(fd_str_t));
     if (cc->types == NULL)
-        return fd_conf_error(cf, "out of memory");
+        return CONF_ERROR("out of memory");
     cc->ntypes = 0;
-    for (i = 0; i < fd_nelems(default_types); i++)
+    for (i = 0; i < NELEMS(default_types); i++)
         cc->types[cc->ntypes++] = (fd_str_t){strlen(default_types[i]),
                                              default_types[i]};
-    for (i = 0; i < cc->types_in.n; i++) {
-        copy = fd_pstrdup(cf->pool, cc->types_in.items[i],
-                          strlen(cc->types_in.items[i]));
+    for (i = 0; i < cc->ntypes_in; i++) {
+        len = strlen(cc->types_in[i]);
+        if ((copy = fd_api_conf_alloc(len + 1)) == NULL)
+            return CONF_ERROR("out of memory");
+        memcpy(copy, cc->types_in[i], len + 1);
         for (tok = strtok_r(copy, " \t", &save); tok;
              tok = strtok_r(NULL, " \t", &save)) {
             if (strcmp(tok, "*") == 0)
@@ -164,13 +180,18 @@ static int init_types(fd_conf_t *cf, coding_conf_t *cc)
     return FD_OK;
 }
 
-static int gzip_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
+static int gzip_init_conf(void *conf)
 {
     gzip_conf_t *gc = conf;
 
-    (void)loc;
-    if (init_types(cf, &gc->gzip) != FD_OK || init_types(cf, &gc->br) !=
-                                                   FD_OK)
+    if (gc->gzip.level < 1 || gc->gzip.level > 9) {
+        fd_api_conf_at_key(gc, "gzip_level");
+        return CONF_ERROR("\"gzip_level\" must be 1..9, not \"%lld\"",
+                          (long long)gc->gzip.level);
+    }
+    if (fd_api_conf_bounds(gc, "brotli_level", gc->br.level, 0, 11, 0) !=
+            FD_OK ||
+        init_types(&gc->gzip) != FD_OK || init_types(&gc->br) != FD_OK)
         return FD_ERROR;
     return FD_OK;
 }
@@ -203,8 +224,8 @@ static void *zstate_get(int level, size_t size_hint)
         if (z == NULL || deflateInit2(&z->zs, level, Z_DEFLATED, 15 + 16, 8,
                                       Z_DEFAULT_STRATEGY) != Z_OK) {
             if (!zfailed)
-                fd_log_error(FD_LOG_ALERT, 0, "gzip: deflateInit2() failed, "
-                             "responses go uncompressed while it does");
+                fd_api_log(FD_API_LOG_ERR, 0, "gzip: deflateInit2() failed, "
+                           "responses go uncompressed while it does");
             zfailed = 1;
             free(z);
             return NULL;
@@ -272,16 +293,15 @@ static size_t zbound(void *st, size_t len)
 }
 
 static const fd_gzip_encoder_t deflate_encoder = {
-    .coding = fd_string("gzip"),
+    .coding = {4, "gzip"},
     .open = zstate_get,
     .close = zstate_put,
     .feed = zfeed,
     .bound = zbound,
 };
 
-static void gzip_exit_worker(fd_worker_t *w)
+static void gzip_exit_worker(void)
 {
-    (void)w;
     while (zfree) {
         zstate_t *z = zfree;
         zfree = z->next;
@@ -297,38 +317,14 @@ static void gzip_exit_worker(fd_worker_t *w)
 
 int fd_gzip_emit(fd_gzip_out_t *out, const void *p, size_t n)
 {
-    if (out->r) {
-        fd_buf_t b = {.pos = (char *)(uintptr_t)p,
-                      .last = (char *)(uintptr_t)p + n, .file_fd = -1};
-
-        return fd_http_output_body(out->r, &b);
-    }
+    if (out->r)
+        return fd_resp_filter_output(out->r, p, n);
     if (n > out->room)
         return FD_ERROR; /* beyond bound(): never */
     memcpy(out->dst, p, n);
     out->dst += n;
     out->room -= n;
     return FD_OK;
-}
-
-static fd_http_header_out_t **header_find(fd_request_t *r, const char *name,
-                                          size_t n)
-{
-    fd_http_header_out_t **pp;
-
-    for (pp = &r->headers_out; *pp; pp = &(*pp)->next)
-        if (fd_str_caseeq((*pp)->name, name, n))
-            return pp;
-    return NULL;
-}
-
-static void header_remove(fd_request_t *r, fd_http_header_out_t **pp)
-{
-    fd_http_header_out_t *h = *pp;
-
-    *pp = h->next;
-    if (r->headers_out_last == &h->next)
-        r->headers_out_last = pp;
 }
 
 static int type_matches(const coding_conf_t *cc, fd_str_t ct)
@@ -349,53 +345,53 @@ static int type_matches(const coding_conf_t *cc, fd_str_t ct)
 }
 
 /* The codings this location would use for a body of len bytes of the
- * response's type (len < 0: unknown, a stream), FD_ENC_* bits. */
+ * response's type (len < 0: unknown, a stream), FD_API_ENC_* bits. */
 static unsigned codings_for(const gzip_conf_t *gc, fd_str_t ct, int64_t len)
 {
     unsigned set = 0;
 
     if (gc->gzip.enable && type_matches(&gc->gzip, ct) &&
         (len < 0 || (uint64_t)len >= gc->gzip.min_length))
-        set |= FD_ENC_GZIP;
+        set |= FD_API_ENC_GZIP;
     if (gc->br.enable && type_matches(&gc->br, ct) &&
         (len < 0 || (uint64_t)len >= gc->br.min_length))
-        set |= FD_ENC_BR;
+        set |= FD_API_ENC_BR;
     return set;
 }
 
 /* Vary: Accept-Encoding, unless a Vary already names it. */
 static int add_vary(fd_request_t *r)
 {
-    fd_http_header_out_t *h;
+    static const fd_str_t vary = {4, "Vary"}, ae = {15, "Accept-Encoding"};
+    fd_str_t v;
+    unsigned i;
 
-    for (h = r->headers_out; h; h = h->next)
-        if (fd_str_caseeq_lit(h->name, "Vary") &&
-            (memmem(h->value.data, h->value.len, "ccept-", 6) ||
-             fd_str_eq_lit(h->value, "*")))
+    for (i = 0; (v = fd_resp_get_header(r, "Vary", i)).data; i++)
+        if (memmem(v.data, v.len, "ccept-", 6) ||
+            (v.len == 1 && v.data[0] == '*'))
             return FD_OK;
-    return fd_http_header_add(r, fd_string("Vary"),
-                              fd_string("Accept-Encoding"));
+    return fd_resp_header_static(r, vary, ae);
 }
 
-/* One buffer of a body into the encoder (no flush); files through rbuf. */
-static int feed_buf(const fd_gzip_encoder_t *enc, void *st, fd_buf_t *b,
-                    fd_gzip_out_t *out)
+/* One piece of a body into the encoder (no flush); files through rbuf. */
+static int feed_piece(const fd_gzip_encoder_t *enc, void *st,
+                      const fd_api_piece_t *p, fd_gzip_out_t *out)
 {
-    off_t pos;
+    int64_t pos, end;
 
-    if (b->file_fd < 0)
-        return enc->feed(st, b->pos, fd_buf_size(b), FD_GZIP_RUN, out);
+    if (p->fd < 0)
+        return enc->feed(st, p->data, p->len, FD_GZIP_RUN, out);
     if (rbuf == NULL && (rbuf = malloc(GZIP_READ_SIZE)) == NULL)
         return FD_ERROR;
-    for (pos = b->file_pos; pos < b->file_last;) {
-        size_t want = (size_t)fd_min((off_t)GZIP_READ_SIZE,
-                                     b->file_last - pos);
-        ssize_t n = pread(b->file_fd, rbuf, want, pos);
+    for (pos = p->offset, end = p->offset + (int64_t)p->len; pos < end;) {
+        size_t want = end - pos < GZIP_READ_SIZE ? (size_t)(end - pos)
+                                                 : GZIP_READ_SIZE;
+        ssize_t n = pread(p->fd, rbuf, want, (off_t)pos);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
-            fd_log_error(FD_LOG_ERR, n < 0 ? errno : 0,
-                         "gzip: pread() failed");
+            fd_api_log(FD_API_LOG_ERR, n < 0 ? errno : 0,
+                       "gzip: pread() failed");
             return FD_ERROR;
         }
         if (enc->feed(st, rbuf, (size_t)n, FD_GZIP_RUN, out) != FD_OK)
@@ -406,26 +402,24 @@ static int feed_buf(const fd_gzip_encoder_t *enc, void *st, fd_buf_t *b,
 }
 
 static int compress_body(fd_request_t *r, const fd_gzip_encoder_t *enc,
-                         void *st, size_t total, fd_buf_t **out)
+                         void *st, size_t total, const fd_api_piece_t *in,
+                         unsigned n, fd_str_t *out)
 {
     fd_gzip_out_t o = {0};
     size_t bound = enc->bound(st, total);
-    fd_buf_t *b;
     char *dst;
+    unsigned i;
 
-    if (bound == 0 || (dst = fd_pnalloc(r->pool, bound)) == NULL)
+    if (bound == 0 || (dst = fd_req_alloc(r, bound)) == NULL)
         return FD_ERROR;
     o.dst = dst;
     o.room = bound;
-    for (b = r->out; b; b = b->next)
-        if (feed_buf(enc, st, b, &o) != FD_OK)
+    for (i = 0; i < n; i++)
+        if (feed_piece(enc, st, &in[i], &o) != FD_OK)
             return FD_ERROR;
     if (enc->feed(st, NULL, 0, FD_GZIP_FINISH, &o) != FD_OK)
         return FD_ERROR;
-    b = fd_buf_wrap(r->pool, dst, (size_t)(o.dst - dst));
-    if (b == NULL)
-        return FD_ERROR;
-    *out = b;
+    *out = (fd_str_t){(size_t)(o.dst - dst), dst};
     return FD_OK;
 }
 
@@ -434,47 +428,26 @@ static int compress_body(fd_request_t *r, const fd_gzip_encoder_t *enc,
  * does). */
 static int set_encoded(fd_request_t *r, const fd_gzip_encoder_t *enc)
 {
-    fd_http_header_out_t **pp;
+    static const fd_str_t ce = {16, "Content-Encoding"};
 
-    if (fd_http_header_add(r, fd_string("Content-Encoding"), enc->coding) !=
-        FD_OK)
+    if (fd_resp_header_static(r, ce, enc->coding) != FD_OK)
         return FD_ERROR;
-    if ((pp = header_find(r, "Accept-Ranges", 13)) != NULL)
-        header_remove(r, pp);
-    if (r->etag.len && r->etag.data[0] == '"') {
-        char *w = fd_pnalloc(r->pool, r->etag.len + 2);
-        if (w == NULL)
-            return FD_ERROR;
-        memcpy(w, "W/", 2);
-        memcpy(w + 2, r->etag.data, r->etag.len);
-        r->etag = (fd_str_t){r->etag.len + 2, w};
-    }
-    /* a proxied one is a header of its own */
-    if ((pp = header_find(r, "ETag", 4)) != NULL && (*pp)->value.len &&
-        (*pp)->value.data[0] == '"') {
-        fd_str_t v = (*pp)->value;
-        char *w = fd_pnalloc(r->pool, v.len + 2);
-        if (w == NULL)
-            return FD_ERROR;
-        memcpy(w, "W/", 2);
-        memcpy(w + 2, v.data, v.len);
-        (*pp)->value = (fd_str_t){v.len + 2, w};
-    }
-    return FD_OK;
+    fd_resp_remove_header(r, "Accept-Ranges");
+    return fd_resp_weaken_etag(r);
 }
 
 /* The coding the client takes among set, its encoder and its level. */
 static const fd_gzip_encoder_t *choose(fd_request_t *r, const gzip_conf_t *gc,
                                        unsigned set, int *level)
 {
-    unsigned c = fd_http_accept_encoding(r->in.accept_encoding, set);
+    unsigned c = fd_req_accept_encoding(r, set);
 
-    if (c == FD_ENC_BR) {
+    if (c == FD_API_ENC_BR) {
         *level = (int)gc->br.level;
         return &fd_gzip_brotli;
     }
     *level = (int)gc->gzip.level;
-    return c == FD_ENC_GZIP ? &deflate_encoder : NULL;
+    return c == FD_API_ENC_GZIP ? &deflate_encoder : NULL;
 }
 
 /* --- streamed responses --- */
@@ -491,24 +464,25 @@ static void stream_cleanup(void *data)
     }
 }
 
-/* r->body_filter: each piece through the encoder, then a flush (every
- * fd_http_output() call is a flush point); finish on the last. The
+/* The body filter: each piece through the encoder, then a flush (every
+ * call of a streamed body is a flush point); finish on the last. The
  * pieces of a complete body need no flush: nothing waits for them, and
  * the encoder compresses better across them. */
-static int gzip_body(fd_request_t *r, fd_buf_t *in, int last)
+static int gzip_body(fd_request_t *r, const fd_api_piece_t *in, unsigned n,
+                     int last)
 {
-    gzip_ctx_t *x = r->mctx[fd_gzip_module.index];
+    gzip_ctx_t *x = fd_req_get_ctx_of(r, FD_API_SELF);
     fd_gzip_out_t o = {.r = r};
-    fd_buf_t *b;
+    unsigned i;
     int fed = 0;
 
-    if (x->st == NULL)
+    if (x == NULL || x->st == NULL)
         return FD_ERROR;
-    for (b = in; b; b = b->next) {
-        if (fd_buf_size(b) == 0)
+    for (i = 0; i < n; i++) {
+        if (in[i].len == 0)
             continue;
         fed = 1;
-        if (feed_buf(x->enc, x->st, b, &o) != FD_OK)
+        if (feed_piece(x->enc, x->st, &in[i], &o) != FD_OK)
             goto failed;
     }
     if ((last || (fed && !x->complete)) &&
@@ -522,41 +496,43 @@ static int gzip_body(fd_request_t *r, fd_buf_t *in, int last)
     return FD_OK;
 
 failed:
-    /* the engine cuts the response; a state in an unknown state is not
-     * worth keeping */
-    fd_log_error(FD_LOG_ERR, 0, "gzip: %s of a streamed response failed",
-                 x->enc->coding.data);
+    /* fastd cuts the response; a state in an unknown state is not worth
+     * keeping */
+    fd_api_log(FD_API_LOG_ERR, 0, "gzip: %s of a streamed response failed",
+               x->enc->coding.data);
     x->enc->close(x->st, 0);
     x->st = NULL;
     return FD_ERROR;
 }
 
-/* Compress the body as it goes through r->body_filter: a streamed one,
- * or a complete one the engine feeds in pieces. */
+/* Compress the body as it goes through the body filter: a streamed one,
+ * or a complete one fastd feeds in pieces. */
 static int filter_start(fd_request_t *r, const fd_gzip_encoder_t *enc,
                         int level, int complete)
 {
-    gzip_ctx_t *x;
-    void **slot;
+    int64_t len = fd_resp_get_length(r);
+    gzip_ctx_t *x = fd_req_alloc(r, sizeof(*x));
 
-    slot = fd_request_ctx(r, &fd_gzip_module);
-    x = fd_pcalloc(r->pool, sizeof(*x));
-    if (slot == NULL || x == NULL)
+    if (x == NULL)
         return FD_ERROR;
-    if (fd_pool_cleanup_add(r->pool, stream_cleanup, x) == NULL)
+    *x = (gzip_ctx_t){.enc = enc};
+    if (fd_req_set_ctx_of(r, FD_API_SELF, x) != FD_OK ||
+        fd_req_cleanup(r, stream_cleanup, x) != FD_OK)
         return FD_ERROR;
-    x->enc = enc;
-    if ((x->st = enc->open(level, r->content_length > 0
-                                      ? (size_t)r->content_length
-                                      : 0)) == NULL)
+    if ((x->st = enc->open(level, len > 0 ? (size_t)len : 0)) == NULL)
         return FD_OK; /* uncompressed */
     x->complete = (unsigned)complete;
-    *slot = x;
     if (set_encoded(r, enc) != FD_OK)
         return FD_ERROR; /* the cleanup gives the state back */
-    r->content_length = -1;
-    r->body_filter = gzip_body;
-    return FD_OK;
+    return fd_resp_body_filter(r, gzip_body) == FD_ERROR ? FD_ERROR : FD_OK;
+}
+
+/* Already encoded, or a range of the body: left alone (looked at once
+ * the type and length call for compression: the headers are a walk) */
+static int encoded(fd_request_t *r)
+{
+    return fd_resp_get_header(r, "Content-Encoding", 0).data != NULL ||
+           fd_resp_get_header(r, "Content-Range", 0).data != NULL;
 }
 
 /* A streamed response: a known length below *_min_length is left alone,
@@ -564,15 +540,16 @@ static int filter_start(fd_request_t *r, const fd_gzip_encoder_t *enc,
 static int stream_start(fd_request_t *r, const gzip_conf_t *gc)
 {
     const fd_gzip_encoder_t *enc;
-    unsigned set = codings_for(gc, r->content_type, r->content_length);
+    unsigned set = codings_for(gc, fd_resp_get_content_type(r),
+                               fd_resp_get_length(r));
     int level;
 
-    if (set == 0)
+    if (set == 0 || encoded(r))
         return FD_OK;
     if (add_vary(r) != FD_OK)
         return FD_ERROR;
     /* a body filter already set transforms the body: not twice */
-    if (r->header_only || r->body_filter ||
+    if (fd_resp_is_header_only(r) || fd_resp_has_body_filter(r) ||
         (enc = choose(r, gc, set, &level)) == NULL)
         return FD_OK;
     return filter_start(r, enc, level, 0);
@@ -581,73 +558,75 @@ static int stream_start(fd_request_t *r, const gzip_conf_t *gc)
 static int gzip_filter(fd_request_t *r)
 {
     const fd_gzip_encoder_t *enc;
-    gzip_conf_t *gc;
-    fd_buf_t *b, *out;
+    const gzip_conf_t *gc = fd_req_conf_of(r, FD_API_SELF);
+    fd_api_piece_t local[8], *in = local;
+    fd_str_t out, ct;
     size_t total = 0;
-    unsigned set;
-    int has_file = 0, level, rc;
+    unsigned set, n, i;
+    int has_file = 0, level, rc, status;
     void *st;
 
-    if (r->loc == NULL)
+    if (gc == NULL || (!gc->gzip.enable && !gc->br.enable))
         return FD_OK;
-    gc = fd_loc_conf(r->loc, &fd_gzip_module);
-    if ((!gc->gzip.enable && !gc->br.enable) ||
-        (r->status != 200 && r->status != 403 && r->status != 404) ||
-        r->content_type.len == 0 ||
-        header_find(r, "Content-Encoding", 16) ||
-        header_find(r, "Content-Range", 13))
+    status = fd_resp_get_status(r);
+    ct = fd_resp_get_content_type(r);
+    if ((status != 200 && status != 403 && status != 404) || ct.len == 0)
         return FD_OK;
-    if (r->streamed)
+    if (fd_resp_is_streamed(r))
         return stream_start(r, gc);
-    for (b = r->out; b; b = b->next) {
-        total += fd_buf_size(b);
-        has_file |= b->file_fd >= 0;
+    n = fd_resp_get_pieces(r, local, NELEMS(local));
+    if (n > NELEMS(local)) {
+        if ((in = fd_req_alloc(r, n * sizeof(*in))) == NULL)
+            return FD_ERROR;
+        fd_resp_get_pieces(r, in, n);
+    }
+    for (i = 0; i < n; i++) {
+        total += in[i].len;
+        has_file |= in[i].fd >= 0;
     }
     /* a HEAD has no body here: the length says what the GET would send */
-    if (r->header_only && r->content_length >= 0)
-        total = (size_t)r->content_length;
-    if ((set = codings_for(gc, r->content_type, (int64_t)total)) == 0)
+    if (fd_resp_is_header_only(r) && fd_resp_get_length(r) >= 0)
+        total = (size_t)fd_resp_get_length(r);
+    if ((set = codings_for(gc, ct, (int64_t)total)) == 0 || encoded(r))
         return FD_OK;
     /* from here on the response depends on Accept-Encoding */
     if (add_vary(r) != FD_OK)
         return FD_ERROR;
-    if (r->body_filter || (enc = choose(r, gc, set, &level)) == NULL)
+    if (fd_resp_has_body_filter(r) ||
+        (enc = choose(r, gc, set, &level)) == NULL)
         return FD_OK;
-    if (r->header_only) {
+    if (fd_resp_is_header_only(r)) {
         /* the GET's header: encoded, of a length known only once
          * compressed, so none is sent (as nginx) */
-        r->content_length = -1;
-        r->length_unknown = 1;
+        fd_resp_length_unknown(r);
         return set_encoded(r, enc);
     }
     if (total > GZIP_WHOLE_MAX)
         return filter_start(r, enc, level, 1);
     if ((st = enc->open(level, total)) == NULL)
         return FD_OK;
-    rc = compress_body(r, enc, st, total, &out);
+    rc = compress_body(r, enc, st, total, in, n, &out);
     enc->close(st, rc == FD_OK);
     if (rc != FD_OK) {
         /* the body is untouched: send it as it is */
-        fd_log_error(FD_LOG_ERR, 0, "gzip: %s of %zu bytes%s failed",
-                     enc->coding.data, total, has_file ? " of a file" : "");
+        fd_api_log(FD_API_LOG_ERR, 0, "gzip: %s of %zu bytes%s failed",
+                   enc->coding.data, total, has_file ? " of a file" : "");
         return FD_OK;
     }
-    r->out = out;
-    r->out_last = &out->next;
-    out->next = NULL;
-    r->content_length = (int64_t)fd_buf_size(out);
+    if (fd_resp_body_static(r, out.data, out.len) != FD_OK)
+        return FD_ERROR;
     return set_encoded(r, enc);
 }
 
 #define GZ(f) offsetof(gzip_conf_t, gzip.f)
 #define BR(f) offsetof(gzip_conf_t, br.f)
 
-static const fd_directive_t gzip_directives[] = {
-    {.name = "gzip", .type = FD_CONF_FLAG, .offset = GZ(enable),
+static const fd_api_key_t gzip_keys[] = {
+    {.name = "gzip", .type = FD_API_FLAG, .offset = GZ(enable),
      .def = "off",
      .doc = "on: compress responses for clients that accept gzip, complete "
             "ones and streamed ones (proxied) as they flow"},
-    {.name = "gzip_types", .type = FD_CONF_LIST, .offset = GZ(types_in),
+    {.name = "gzip_types", .type = FD_API_LIST,
      .doc = "media types to compress besides the defaults (text/html "
             "text/css text/javascript application/javascript "
             "application/x-javascript application/json text/plain "
@@ -659,45 +638,50 @@ static const fd_directive_t gzip_directives[] = {
             "repeatable, several per line, * for any; the "
             "[http], [server] and [location] lists add up, so a location "
             "that adds one keeps the others (gzip = off turns it off)"},
-    {.name = "gzip_min_length", .type = FD_CONF_SIZE,
+    {.name = "gzip_min_length", .type = FD_API_SIZE,
      .offset = GZ(min_length), .def = "256",
      .doc = "bodies shorter than this are sent uncompressed; a streamed "
             "(proxied) one goes by its Content-Length, and one of unknown "
             "length (chunked) is compressed"},
-    {.name = "gzip_level", .type = FD_CONF_CUSTOM, .offset = GZ(level),
-     .def = "1", .set = set_level,
+    {.name = "gzip_level", .type = FD_API_INT, .offset = GZ(level),
+     .def = "1",
      .doc = "deflate level 1 (fastest) .. 9 (smallest)"},
-    {.name = "brotli", .type = FD_CONF_FLAG, .offset = BR(enable),
+    {.name = "brotli", .type = FD_API_FLAG, .offset = BR(enable),
      .def = "off",
      .doc = "on: compress with brotli (Content-Encoding: br) for clients "
             "that accept br, as gzip does (complete and streamed "
             "responses, the same statuses, HEAD, Vary); with gzip on too, "
             "br is chosen when the client takes both at equal q"},
-    {.name = "brotli_types", .type = FD_CONF_LIST, .offset = BR(types_in),
+    {.name = "brotli_types", .type = FD_API_LIST,
      .doc = "media types brotli compresses besides the defaults (those of "
             "gzip_types), repeatable, several per line, * for any; the "
             "lists add up as gzip_types' do"},
-    {.name = "brotli_min_length", .type = FD_CONF_SIZE,
+    {.name = "brotli_min_length", .type = FD_API_SIZE,
      .offset = BR(min_length), .def = "256",
      .doc = "bodies shorter than this are not brotli-compressed (a "
             "streamed one goes by its Content-Length, as for gzip)"},
-    {.name = "brotli_level", .type = FD_CONF_INT, .offset = BR(level),
-     .def = "5", .min = 0, .max = 11,
+    {.name = "brotli_level", .type = FD_API_INT, .offset = BR(level),
+     .def = "5",
      .doc = "brotli quality 0 (fastest) .. 11 (smallest, far too slow on "
             "the fly); each response being compressed holds about 2 MB at "
             "4 or 5 (a 64 KB window), 1 MB at 3 and below"},
-    FD_CONF_END};
+    {.name = NULL}};
 
-static int gzip_loc_active(const fd_http_loc_t *loc)
+static int gzip_active(const void *conf)
 {
-    const gzip_conf_t *gc = fd_loc_conf(loc, &fd_gzip_module);
+    const gzip_conf_t *gc = conf;
 
     return gc->gzip.enable || gc->br.enable;
 }
 
-fd_module_t fd_gzip_module = {
-    FD_MODULE_LOC(gzip, gzip_conf_t),
+FD_API_MODULE = {
+    FD_API_HEADER,
+    .name = "gzip",
+    .keys = gzip_keys,
+    .conf_size = sizeof(gzip_conf_t),
+    .init_conf = gzip_init_conf,
     .exit_worker = gzip_exit_worker,
+    .set = gzip_set,
+    .active = gzip_active,
     .filter = gzip_filter,
-    .loc_active = gzip_loc_active,
 };

@@ -10,10 +10,10 @@
  * rejected request never holds a slot. The slot is given back when the
  * request ends, on every path: its response was produced (the log hook,
  * also for errors and upstream failures), or the connection went away
- * (a cleanup on the request's pool, which runs when the connection is
- * released, covers aborts while the handler works, also in the offload
- * pool). A client that leaves while waiting is taken out of the queue at
- * once (r->on_abort, chained to whatever was there).
+ * (a cleanup of the request's, fd_req_cleanup, which runs when the
+ * connection is released, covers aborts while the handler works, also in
+ * the offload pool). A client that leaves while waiting is taken out of
+ * the queue at once (fd_req_on_abort, chained to whatever was there).
  *
  * order = fifo: the oldest waiter gets the next free slot; a newcomer to a
  * full queue is rejected. order = lifo: the newest waiter gets it, and a
@@ -31,16 +31,15 @@
  * max_concurrent requests in all. The figures go to the worker's status
  * slot, group "queue", label queue="NAME".
  */
+#include <stdio.h>
+#include <string.h>
 #include <time.h>
 
-#include "fd_core.h"
-#include "fd_http.h"
-#include "fd_status.h"
+#include "fastd.h"
 
 #define QUEUE_MAX 16       /* [queue] sections per configuration */
 #define QUEUE_NAME_MAX 32  /* name bytes, with the NUL */
 
-enum { ORDER_FIFO, ORDER_LIFO };
 enum { Q_WAITING = 1, Q_READY, Q_ACTIVE, Q_DONE };
 
 /* One queue's figures in the worker's status slot. */
@@ -58,19 +57,21 @@ typedef struct {
 
 typedef struct queue_ctx_s queue_ctx_t;
 
-/* [queue NAME]: the conf, then this worker's state (the cycle is private
- * to each worker after fork). */
+/* [queue NAME]: the conf, then this worker's state (the configuration is
+ * private to each worker after fork). */
 typedef struct {
-    fd_int_t max_concurrent;
-    fd_int_t queue_limit;
-    int order;
-    fd_msec_t queue_timeout;
-    fd_int_t reject_status;
-    fd_msec_t retry_after;
+    int64_t max_concurrent;
+    int64_t queue_limit;
+    const char *order;
+    uint64_t queue_timeout;
+    int64_t reject_status;
+    uint64_t retry_after;
 
-    char *name;
+    int lifo;
+    const char *name;
     unsigned index;            /* entry in the status area */
     fd_str_t retry_after_text;
+    char retry_after_buf[24];
 
     uint64_t total;            /* admitted + waiting: the admission count */
     uint64_t active;           /* slots held (running or about to) */
@@ -78,8 +79,7 @@ typedef struct {
     queue_ctx_t *head, *tail;  /* waiting, oldest first */
     queue_ctx_t *ready;        /* given a slot, handler not run yet */
     queue_ctx_t **ready_last;
-    fd_posted_t dispatch;
-    int dispatch_posted;
+    fd_api_posted_t *dispatch;
     queue_shm_t *shm;
 } queue_t;
 
@@ -89,20 +89,16 @@ struct queue_ctx_s {
     queue_t *q;
     int state;
     queue_ctx_t *prev, *next;
-    fd_timer_t timer;
+    fd_api_timer_t *timer;
     uint64_t queued_usec;
-    void (*prev_abort)(fd_request_t *r);
+    fd_api_req_pt prev_abort;
 };
 
 /* The location key. */
 typedef struct {
-    char *name;
-    const char *file;
-    int line;
+    const char *name;
     queue_t *queue;
 } queue_loc_t;
-
-fd_module_t fd_queue_module;
 
 #define QS(q, f, v) __atomic_store_n(&(q)->shm->f, (uint64_t)(v), \
                                      __ATOMIC_RELAXED)
@@ -124,122 +120,124 @@ static void publish(queue_t *q)
 
 /* --- configuration --- */
 
-static const fd_conf_enum_t order_enums[] = {
-    {"fifo", ORDER_FIFO}, {"lifo", ORDER_LIFO}, {NULL, 0}};
-
 #define QOFF(f) offsetof(queue_t, f)
 
-static const fd_directive_t queue_section_directives[] = {
-    {.name = "max_concurrent", .type = FD_CONF_INT,
+static const fd_api_key_t queue_section_keys[] = {
+    {.name = "max_concurrent", .type = FD_API_INT,
      .offset = QOFF(max_concurrent), .def = "100",
      .doc = "requests running at once behind this queue, per worker"},
-    {.name = "queue_limit", .type = FD_CONF_INT, .offset = QOFF(queue_limit),
+    {.name = "queue_limit", .type = FD_API_INT, .offset = QOFF(queue_limit),
      .def = "100",
      .doc = "requests waiting for a slot, per worker; beyond: rejected"},
-    {.name = "order", .type = FD_CONF_ENUM, .offset = QOFF(order),
-     .def = "fifo", .enums = order_enums,
+    {.name = "order", .type = FD_API_STRING, .offset = QOFF(order),
+     .def = "fifo",
      .doc = "fifo: oldest waiter first, a newcomer to a full queue is "
             "rejected; lifo: newest first, the oldest waiter is rejected"},
-    {.name = "queue_timeout", .type = FD_CONF_MSEC,
+    {.name = "queue_timeout", .type = FD_API_MSEC,
      .offset = QOFF(queue_timeout), .def = "0",
      .doc = "longest wait for a slot, then reject_status; 0: no limit"},
-    {.name = "reject_status", .type = FD_CONF_INT,
+    {.name = "reject_status", .type = FD_API_INT,
      .offset = QOFF(reject_status), .def = "503",
      .doc = "status of a rejected request (400-599)"},
-    {.name = "retry_after", .type = FD_CONF_MSEC, .offset = QOFF(retry_after),
+    {.name = "retry_after", .type = FD_API_MSEC, .offset = QOFF(retry_after),
      .def = "0",
      .doc = "Retry-After (seconds, rounded up) on rejections; 0: none"},
-    FD_CONF_END};
+    {.name = NULL}};
 
-static int set_queue(fd_conf_t *cf, const fd_directive_t *d, void *conf,
-                     const char *value)
-{
-    queue_loc_t *lc = conf;
-
-    (void)d;
-    lc->name = fd_pstrdup(cf->pool, value, strlen(value));
-    if (lc->name == NULL)
-        return fd_conf_error(cf, "out of memory");
-    lc->file = cf->file;
-    lc->line = cf->line;
-    return FD_OK;
-}
-
-static const fd_directive_t queue_directives[] = {
-    {.name = "queue", .type = FD_CONF_CUSTOM, .set = set_queue,
+static const fd_api_key_t queue_keys[] = {
+    {.name = "queue", .type = FD_API_STRING,
+     .offset = offsetof(queue_loc_t, name),
      .doc = "take a slot of [queue NAME] before the handler runs; off: none"},
-    FD_CONF_END};
+    {.name = NULL}};
 
-static int queue_init_section(fd_conf_t *cf, const char *name, void *conf)
+static int queue_init_section(const char *name, void *conf, unsigned index)
 {
     queue_t *q = conf;
-    size_t n = strlen(name);
-    char *text;
+    int n;
 
-    if (fd_cycle_section_name(cf, "queue", name, QUEUE_NAME_MAX) != FD_OK)
+    if (q->max_concurrent < 1) {
+        fd_api_conf_error("[queue %s]: max_concurrent must be at least 1",
+                          name);
         return FD_ERROR;
-    if (q->max_concurrent < 1)
-        return fd_conf_error(cf, "[queue %s]: max_concurrent must be at "
-                             "least 1", name);
-    if (q->reject_status < 400 || q->reject_status > 599)
-        return fd_conf_error(cf, "[queue %s]: reject_status must be 400 .. "
-                             "599", name);
-    q->name = fd_pstrdup(cf->pool, name, n);
+    }
+    if (q->reject_status < 400 || q->reject_status > 599) {
+        fd_api_conf_error("[queue %s]: reject_status must be 400 .. 599",
+                          name);
+        return FD_ERROR;
+    }
+    if (strcmp(q->order, "fifo") != 0 && strcmp(q->order, "lifo") != 0) {
+        fd_api_conf_at_key(q, "order");
+        fd_api_conf_error("\"order\" must be one of fifo | lifo, not "
+                          "\"%s\" ([queue %s])", q->order, name);
+        return FD_ERROR;
+    }
+    q->lifo = strcmp(q->order, "lifo") == 0;
+    q->name = name;
+    q->index = index;
     if (q->retry_after) {
-        text = fd_pnalloc(cf->pool, 24);
-        if (q->name == NULL || text == NULL)
-            return fd_conf_error(cf, "out of memory");
-        q->retry_after_text.len =
-            (size_t)(fd_fmt_uint(text, (q->retry_after + 999) / 1000) - text);
-        q->retry_after_text.data = text;
+        n = snprintf(q->retry_after_buf, sizeof(q->retry_after_buf), "%llu",
+                     (unsigned long long)((q->retry_after + 999) / 1000));
+        q->retry_after_text = (fd_str_t){(size_t)n, q->retry_after_buf};
     }
     return FD_OK;
 }
 
-/* Number the queues (their entries in the status area). */
-static int queue_init_cycle(fd_conf_t *cf, fd_cycle_t *cycle)
-{
-    return fd_cycle_number_sections(cf, cycle, &fd_queue_module, QUEUE_MAX,
-                                    offsetof(queue_t, index));
-}
+static const fd_api_section_t queue_section = {
+    .type = "queue",
+    .keys = queue_section_keys,
+    .conf_size = sizeof(queue_t),
+    .name_max = QUEUE_NAME_MAX,
+    .max = QUEUE_MAX,
+    .init = queue_init_section,
+};
 
-static int queue_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
+static int queue_init_conf(void *conf)
 {
     queue_loc_t *lc = conf;
 
-    (void)loc;
     if (lc->name == NULL || strcmp(lc->name, "off") == 0)
         return FD_OK;
-    lc->queue = fd_cycle_section(cf->cycle, "queue", lc->name);
+    lc->queue = fd_api_section("queue", lc->name);
     if (lc->queue == NULL) {
-        cf->file = lc->file;
-        cf->line = lc->line;
-        return fd_conf_error(cf, "unknown queue \"%s\" (no [queue %s] "
-                             "section)", lc->name, lc->name);
+        fd_api_conf_at_key(lc, "queue");
+        fd_api_conf_error("unknown queue \"%s\" (no [queue %s] section)",
+                          lc->name, lc->name);
+        return FD_ERROR;
     }
     return FD_OK;
 }
 
 static void queue_dispatch(void *data);
 
-static int queue_init_worker(fd_worker_t *w)
-{
-    queue_shm_t *area = fd_stats_area(fd_stats, &fd_queue_module);
-    fd_conf_section_t *s;
-    queue_t *q;
+static int worker_failed;
 
-    for (s = w->cycle->sections; s; s = s->next) {
-        if (s->module != &fd_queue_module)
-            continue;
-        q = s->conf;
-        q->shm = &area[q->index];
-        memset(q->shm, 0, sizeof(*q->shm));
-        snprintf(q->shm->name, sizeof(q->shm->name), "%s", q->name);
-        QS(q, max_concurrent, q->max_concurrent);
-        QS(q, queue_limit, q->queue_limit);
-        q->ready_last = &q->ready;
-        q->dispatch.handler = queue_dispatch;
-        q->dispatch.data = q;
+static void queue_start(const char *name, void *conf, void *data)
+{
+    queue_shm_t *area = data;
+    queue_t *q = conf;
+
+    (void)name;
+    q->shm = &area[q->index];
+    memset(q->shm, 0, sizeof(*q->shm));
+    snprintf(q->shm->name, sizeof(q->shm->name), "%s", q->name);
+    QS(q, max_concurrent, q->max_concurrent);
+    QS(q, queue_limit, q->queue_limit);
+    q->ready_last = &q->ready;
+    if ((q->dispatch = fd_api_posted_new(queue_dispatch, q)) == NULL)
+        worker_failed = 1;
+}
+
+static int queue_init_worker(void)
+{
+    queue_shm_t *area = fd_api_status_area(FD_API_SELF);
+
+    if (area == NULL)
+        return FD_OK; /* fastd -t */
+    worker_failed = 0;
+    fd_api_section_each("queue", queue_start, area);
+    if (worker_failed) {
+        fd_api_log(FD_API_LOG_ERR, 0, "queue: out of memory");
+        return FD_ERROR;
     }
     return FD_OK;
 }
@@ -258,8 +256,8 @@ static void wait_unlink(queue_t *q, queue_ctx_t *x)
         q->tail = x->prev;
     x->prev = x->next = NULL;
     q->waiting--;
-    if (fd_timer_armed(&x->timer))
-        fd_timer_del(&x->timer);
+    fd_api_timer_cancel(x->timer);
+    x->timer = NULL;
 }
 
 static void ready_unlink(queue_t *q, queue_ctx_t *x)
@@ -279,11 +277,12 @@ static void ready_unlink(queue_t *q, queue_ctx_t *x)
 /* The rejection response: reject_status, Retry-After. */
 static int reject_response(fd_request_t *r, queue_t *q)
 {
-    if (fd_http_error_page(r, (int)q->reject_status) != FD_OK)
+    static const fd_str_t retry_after = {11, "Retry-After"};
+
+    if (fd_resp_error(r, (int)q->reject_status) != FD_OK)
         return 500;
     if (q->retry_after_text.len &&
-        fd_http_header_add(r, fd_string("Retry-After"),
-                           q->retry_after_text) != FD_OK)
+        fd_resp_header_static(r, retry_after, q->retry_after_text) != FD_OK)
         return 500;
     return FD_DONE;
 }
@@ -303,15 +302,15 @@ static void reject_waiter(queue_ctx_t *x, int timeout)
     else
         QINC(q, rejected_full, 1);
     publish(q);
-    r->on_abort = x->prev_abort;
-    fd_request_finish(r, reject_response(r, q));
+    fd_req_on_abort(r, x->prev_abort);
+    fd_api_finish(r, reject_response(r, q));
 }
 
-static void queue_timeout(fd_timer_t *t)
+static void queue_timeout(void *data)
 {
-    queue_ctx_t *x = (queue_ctx_t *)((char *)t -
-                                     offsetof(queue_ctx_t, timer));
+    queue_ctx_t *x = data;
 
+    x->timer = NULL; /* fired: freed by fastd */
     reject_waiter(x, 1);
 }
 
@@ -326,7 +325,7 @@ static void slot_release(queue_t *q)
         publish(q);
         return;
     }
-    x = q->order == ORDER_LIFO ? q->tail : q->head;
+    x = q->lifo ? q->tail : q->head;
     wait_unlink(q, x);
     x->state = Q_READY;
     *q->ready_last = x;
@@ -334,21 +333,17 @@ static void slot_release(queue_t *q)
     QINC(q, admitted, 1);
     QINC(q, wait_usec_sum, now_usec() - x->queued_usec);
     publish(q);
-    if (!q->dispatch_posted) {
-        q->dispatch_posted = 1;
-        fd_event_post(&q->dispatch);
-    }
+    fd_api_post(q->dispatch);
 }
 
-/* Run the handlers of the waiters that got a slot (end of a loop turn, so
- * a handler never runs inside another request's end). */
+/* Let the waiters that got a slot go on (end of a loop turn, so a handler
+ * never runs inside another request's end). */
 static void queue_dispatch(void *data)
 {
     queue_t *q = data;
     queue_ctx_t *x;
     fd_request_t *r;
 
-    q->dispatch_posted = 0;
     while ((x = q->ready) != NULL) {
         q->ready = x->next;
         if (q->ready == NULL)
@@ -356,10 +351,10 @@ static void queue_dispatch(void *data)
         x->next = NULL;
         x->state = Q_ACTIVE;
         r = x->r;
-        /* no on_abort of ours while the handler works: the engine keeps a
+        /* no on_abort of ours while the handler works: fastd keeps a
          * request it cannot cancel (offloaded) until it ends */
-        r->on_abort = x->prev_abort;
-        fd_http_run_handler(r);
+        fd_req_on_abort(r, x->prev_abort);
+        fd_api_continue(r, FD_API_SELF);
     }
 }
 
@@ -395,8 +390,8 @@ static void queue_cleanup(void *data)
 
 static void queue_abort(fd_request_t *r)
 {
-    queue_ctx_t *x = r->mctx[fd_queue_module.index];
-    void (*prev)(fd_request_t *) = x->prev_abort;
+    queue_ctx_t *x = fd_req_get_ctx_of(r, FD_API_SELF);
+    fd_api_req_pt prev = x->prev_abort;
 
     queue_end(x);
     if (prev)
@@ -405,31 +400,28 @@ static void queue_abort(fd_request_t *r)
 
 static void queue_log(fd_request_t *r)
 {
-    queue_ctx_t *x;
+    queue_ctx_t *x = fd_req_get_ctx_of(r, FD_API_SELF);
 
-    if (r->mctx == NULL || (x = r->mctx[fd_queue_module.index]) == NULL)
-        return;
-    queue_end(x);
+    if (x)
+        queue_end(x);
 }
 
 /* --- the access phase --- */
 
 static int queue_access(fd_request_t *r)
 {
-    queue_loc_t *lc = fd_loc_conf(r->loc, &fd_queue_module);
+    const queue_loc_t *lc = fd_req_conf_of(r, FD_API_SELF);
     queue_t *q = lc->queue;
     queue_ctx_t *x;
     uint64_t n;
-    void **ctx;
 
     /* no queue, or this request already passed (a second access phase
      * after a rewrite) */
-    if (q == NULL ||
-        (r->mctx != NULL && r->mctx[fd_queue_module.index] != NULL))
+    if (q == NULL || fd_req_get_ctx_of(r, FD_API_SELF) != NULL)
         return FD_OK;
     n = __atomic_add_fetch(&q->total, 1, __ATOMIC_RELAXED);
     if (n > (uint64_t)(q->max_concurrent + q->queue_limit)) {
-        if (q->order == ORDER_FIFO || q->waiting == 0) {
+        if (!q->lifo || q->waiting == 0) {
             __atomic_sub_fetch(&q->total, 1, __ATOMIC_RELAXED);
             QINC(q, rejected_full, 1);
             return reject_response(r, q);
@@ -438,15 +430,14 @@ static int queue_access(fd_request_t *r)
         reject_waiter(q->head, 0);
     }
 
-    ctx = fd_request_ctx(r, &fd_queue_module);
-    x = ctx ? fd_pcalloc(r->pool, sizeof(*x)) : NULL;
-    if (x == NULL || fd_pool_cleanup_add(r->pool, queue_cleanup, x) == NULL) {
+    x = fd_req_alloc(r, sizeof(*x));
+    if (x)
+        *x = (queue_ctx_t){.r = r, .q = q}; /* state 0: queue_end skips it */
+    if (x == NULL || fd_req_set_ctx_of(r, FD_API_SELF, x) != FD_OK ||
+        fd_req_cleanup(r, queue_cleanup, x) != FD_OK) {
         __atomic_sub_fetch(&q->total, 1, __ATOMIC_RELAXED);
         return 500;
     }
-    *ctx = x;
-    x->r = r;
-    x->q = q;
 
     if (n <= (uint64_t)q->max_concurrent) {
         /* a free slot (nobody can be waiting): straight in */
@@ -467,18 +458,16 @@ static int queue_access(fd_request_t *r)
     q->tail = x;
     q->waiting++;
     publish(q);
-    if (q->queue_timeout) {
-        x->timer.handler = queue_timeout;
-        fd_timer_add(&x->timer, q->queue_timeout);
-    }
-    x->prev_abort = r->on_abort;
-    r->on_abort = queue_abort;
+    if (q->queue_timeout)
+        x->timer = fd_api_timer(q->queue_timeout, queue_timeout, x);
+    x->prev_abort = fd_req_on_abort(r, queue_abort);
     return FD_AGAIN;
 }
 
 /* --- status --- */
 
-static void queue_status(fd_status_t *st, const void *area, unsigned worker)
+static void queue_status(fd_api_status_t *st, const void *area,
+                         unsigned worker)
 {
     const queue_shm_t *e = area;
     char labels[QUEUE_NAME_MAX + 16];
@@ -493,34 +482,37 @@ static void queue_status(fd_status_t *st, const void *area, unsigned worker)
             continue;
         snprintf(labels, sizeof(labels), "queue=\"%.*s\"",
                  QUEUE_NAME_MAX - 1, e->name);
-        if (worker != FD_STATUS_RETIRED) {
-            fd_status_gauge(st, "queue_active", "Requests holding a slot.",
-                            labels, e->active);
-            fd_status_gauge(st, "queue_waiting",
-                            "Requests waiting for a slot.", labels,
-                            e->waiting);
-            fd_status_gauge(st, "queue_max_concurrent",
-                            "Slots (per worker).", labels, e->max_concurrent);
-            fd_status_gauge(st, "queue_queue_limit",
-                            "Waiting places (per worker).", labels,
-                            e->queue_limit);
+        if (worker != FD_API_STATUS_RETIRED) {
+            fd_api_status_gauge(st, "queue_active",
+                                "Requests holding a slot.", labels,
+                                e->active);
+            fd_api_status_gauge(st, "queue_waiting",
+                                "Requests waiting for a slot.", labels,
+                                e->waiting);
+            fd_api_status_gauge(st, "queue_max_concurrent",
+                                "Slots (per worker).", labels,
+                                e->max_concurrent);
+            fd_api_status_gauge(st, "queue_queue_limit",
+                                "Waiting places (per worker).", labels,
+                                e->queue_limit);
         }
         full = __atomic_load_n(&e->rejected_full, __ATOMIC_RELAXED);
         timeout = __atomic_load_n(&e->rejected_timeout, __ATOMIC_RELAXED);
-        fd_status_counter(st, "queue_admitted",
-                          "Requests that got a slot.", labels, e->admitted);
-        fd_status_counter(st, "queue_rejected",
-                          "Requests rejected (full or timed out).", labels,
-                          full + timeout);
-        fd_status_counter(st, "queue_rejected_full",
-                          "Requests rejected because the queue was full.",
-                          labels, full);
-        fd_status_counter(st, "queue_rejected_timeout",
-                          "Requests rejected after queue_timeout.", labels,
-                          timeout);
-        fd_status_counter(st, "queue_wait_usec_sum",
-                          "Time admitted requests waited, summed.", labels,
-                          e->wait_usec_sum);
+        fd_api_status_counter(st, "queue_admitted",
+                              "Requests that got a slot.", labels,
+                              e->admitted);
+        fd_api_status_counter(st, "queue_rejected",
+                              "Requests rejected (full or timed out).",
+                              labels, full + timeout);
+        fd_api_status_counter(st, "queue_rejected_full",
+                              "Requests rejected because the queue was "
+                              "full.", labels, full);
+        fd_api_status_counter(st, "queue_rejected_timeout",
+                              "Requests rejected after queue_timeout.",
+                              labels, timeout);
+        fd_api_status_counter(st, "queue_wait_usec_sum",
+                              "Time admitted requests waited, summed.",
+                              labels, e->wait_usec_sum);
     }
 }
 
@@ -532,9 +524,9 @@ static void queue_retire(void *retired_area, const void *area)
 
     for (i = 0; i < QUEUE_MAX; i++, s++) {
         if (s->name[0] == '\0' ||
-            (into = fd_status_named_entry(retired_area, sizeof(*s),
-                                          QUEUE_MAX, s->name,
-                                          sizeof(s->name))) == NULL)
+            (into = fd_api_status_named_entry(retired_area, sizeof(*s),
+                                              QUEUE_MAX, s->name,
+                                              sizeof(s->name))) == NULL)
             continue;
         into->admitted += s->admitted;
         into->rejected_full += s->rejected_full;
@@ -543,24 +535,24 @@ static void queue_retire(void *retired_area, const void *area)
     }
 }
 
-/* the queue name is resolved later (init_cycle): its presence is enough */
-static int queue_loc_active(const fd_http_loc_t *loc)
+/* the queue name is resolved at init_conf: its presence is enough */
+static int queue_active(const void *conf)
 {
-    return ((queue_loc_t *)fd_loc_conf(loc, &fd_queue_module))->name != NULL;
+    return ((const queue_loc_t *)conf)->name != NULL;
 }
 
-fd_module_t fd_queue_module = {
-    FD_MODULE_LOC(queue, queue_loc_t),
+FD_API_MODULE = {
+    FD_API_HEADER,
+    .name = "queue",
+    .keys = queue_keys,
+    .conf_size = sizeof(queue_loc_t),
+    .init_conf = queue_init_conf,
     .init_worker = queue_init_worker,
-    .section = "queue",
-    .section_directives = queue_section_directives,
-    .section_size = sizeof(queue_t),
-    .init_section = queue_init_section,
-    .init_cycle = queue_init_cycle,
+    .access = queue_access,
+    .active = queue_active,
+    .log = queue_log,
     .shm_size = QUEUE_MAX * sizeof(queue_shm_t),
     .status = queue_status,
     .retire = queue_retire,
-    .log = queue_log,
-    .access = queue_access,
-    .loc_active = queue_loc_active,
+    .section = &queue_section,
 };

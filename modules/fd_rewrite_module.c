@@ -10,7 +10,7 @@
  * request's URI before the location's own; then the location's. The regex
  * is matched against the decoded, normalised path; the replacement may
  * use $1..$9, named captures ($name or ${name}) and every variable of the
- * registry (fd_var.h: $host, $request_uri, $uri, $args, $is_args,
+ * registry ($host, $request_uri, $uri, $args, $is_args,
  * $scheme, $remote_addr, $http_NAME, ...). A `return` sees the captures of the
  * last regex that matched: a rewrite's, or the [location ~ regex]'s own.
  *
@@ -24,16 +24,23 @@
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <string.h>
 
-#include "fd_core.h"
-#include "fd_connection.h"
-#include "fd_http.h"
-#include "fd_var.h"
+#include "fastd.h"
 
 #define RW_OVECTOR 32
+#define RW_MAX_URI 256 /* of a bad URI, logged */
 
 enum { F_NONE, F_LAST, F_BREAK, F_REDIRECT, F_PERMANENT };
 enum { OP_RETURN, OP_REWRITE };
+
+/* A script, and for each of its parts whether it goes as it is (text,
+ * URL-safe variables) rather than escaped: read once, not per request. */
+typedef struct {
+    const fd_api_script_t *s;
+    unsigned n;
+    unsigned char *raw;
+} rw_script_t;
 
 typedef struct {
     int type;
@@ -43,11 +50,10 @@ typedef struct {
     int has_args;       /* the replacement has "?" */
     int keep_args;      /* ... not at its end: append the request's */
     int has_text;
-    fd_var_script_t text; /* URL or body, or the replacement up to "?" */
-    fd_var_script_t args; /* the replacement after "?" */
+    rw_script_t text;   /* URL or body, or the replacement up to "?" */
+    rw_script_t args;   /* the replacement after "?" */
     pcre2_code *re;
-    const char *file;   /* where it was written, for errors at init_conf */
-    int line;
+    fd_api_conf_pos_t pos; /* where it was written, for init_conf */
 } rw_op_t;
 
 typedef struct {
@@ -57,40 +63,57 @@ typedef struct {
 } rw_conf_t;
 
 typedef struct {
-    fd_var_caps_t caps; /* of the last regex that matched */
-    fd_http_loc_t *settled;
+    fd_api_captures_t caps; /* of the last regex that matched */
+    const fd_api_loc_t *settled;
     unsigned server_done:1;
-    unsigned redirects; /* r->redirects when settled */
+    unsigned redirects; /* fd_req_redirects() when settled */
 } rw_ctx_t;
-
-fd_module_t fd_rewrite_module;
 
 static pcre2_match_data *md; /* the worker's, reused by every match */
 
 /* --- configuration --- */
 
+/* fd_api_conf_error(), then FD_ERROR */
+#define CONF_ERROR(...) (fd_api_conf_error(__VA_ARGS__), FD_ERROR)
+
 /* [src, end) into s: a script with captures */
-static int script_compile(fd_conf_t *cf, fd_var_script_t *s,
-                          const char *src, const char *end, const char *what)
+static int script_compile(rw_script_t *s, const char *src, const char *end,
+                          const char *what)
 {
-    return fd_var_compile(cf, s, src, (size_t)(end - src), FD_VAR_CAPTURES,
-                          what);
+    fd_api_part_t part;
+    unsigned i;
+
+    s->s = fd_api_script_compile(src, (size_t)(end - src),
+                                 FD_API_SCRIPT_CAPTURES, what);
+    if (s->s == NULL)
+        return FD_ERROR;
+    s->n = fd_api_script_parts(s->s);
+    if (s->n && (s->raw = fd_api_conf_alloc(s->n)) == NULL)
+        return CONF_ERROR("out of memory");
+    for (i = 0; i < s->n; i++) {
+        fd_api_script_part(s->s, i, &part);
+        s->raw[i] = part.kind == FD_API_PART_TEXT ||
+                    (part.flags & FD_API_VAR_URLSAFE);
+    }
+    return FD_OK;
 }
 
-static rw_op_t *op_new(fd_conf_t *cf, rw_conf_t *rc)
+static rw_op_t *op_new(rw_conf_t *rc, int own)
 {
-    rw_op_t *ops = fd_palloc(cf->pool, (rc->nops + 1) * sizeof(*ops));
+    rw_op_t *ops = fd_api_conf_alloc((rc->nops + 1) * sizeof(*ops));
 
     if (ops == NULL) {
-        fd_conf_error(cf, "out of memory");
+        fd_api_conf_error("out of memory");
         return NULL;
     }
     if (rc->nops)
         memcpy(ops, rc->ops, rc->nops * sizeof(*ops));
     rc->ops = ops;
     memset(&ops[rc->nops], 0, sizeof(*ops));
-    ops[rc->nops].file = cf->file;
-    ops[rc->nops].line = cf->line;
+    fd_api_conf_pos(&ops[rc->nops].pos);
+    /* inherited lines ([http], [server]) come first, before own ones */
+    if (!own)
+        rc->nsrv++;
     return &ops[rc->nops++];
 }
 
@@ -106,18 +129,16 @@ static int starts_url(const char *s)
            strncmp(s, "$scheme", 7) == 0 || strncmp(s, "${scheme}", 9) == 0;
 }
 
-static int set_return(fd_conf_t *cf, const fd_directive_t *d, void *conf,
-                      const char *v)
+static int set_return(rw_conf_t *rc, const char *v, int own)
 {
     rw_op_t *op;
     const char *p, *end;
     char *e;
     long code;
 
-    (void)d;
     while (*v == ' ' || *v == '\t')
         v++;
-    if ((op = op_new(cf, conf)) == NULL)
+    if ((op = op_new(rc, own)) == NULL)
         return FD_ERROR;
     op->type = OP_RETURN;
     if (starts_url(v)) {
@@ -127,8 +148,8 @@ static int set_return(fd_conf_t *cf, const fd_directive_t *d, void *conf,
         code = strtol(v, &e, 10);
         if (e == v || (*e && *e != ' ' && *e != '\t') || code < 200 ||
             code > 599)
-            return fd_conf_error(cf, "return needs a status 200..599 and "
-                                 "an optional URL or text, not \"%s\"", v);
+            return CONF_ERROR("return needs a status 200..599 and an "
+                              "optional URL or text, not \"%s\"", v);
         p = e;
     }
     op->code = (int)code;
@@ -140,31 +161,40 @@ static int set_return(fd_conf_t *cf, const fd_directive_t *d, void *conf,
         end--;
     }
     op->has_text = p < end;
-    if (is_redirect_code(op->code) && !op->has_text)
-        return fd_conf_error(cf, "return %ld needs a URL", code);
-    if (op->has_text &&
-        script_compile(cf, &op->text, p, end, "return") != FD_OK)
+    if (is_redirect_code(op->code) && !op->has_text) {
+        fd_api_conf_error("return %ld needs a URL", code);
+        return FD_ERROR;
+    }
+    if (op->has_text && script_compile(&op->text, p, end, "return") != FD_OK)
         return FD_ERROR;
     return FD_OK;
 }
 
-static int set_rewrite(fd_conf_t *cf, const fd_directive_t *d, void *conf,
-                       const char *v)
+static void re_free(void *re)
 {
-    char *copy = fd_pstrdup(cf->pool, v, strlen(v)), *save;
-    char *re_src = strtok_r(copy, " \t", &save);
-    char *rep = strtok_r(NULL, " \t", &save);
-    char *flag = strtok_r(NULL, " \t", &save);
+    pcre2_code_free(re);
+}
+
+static int set_rewrite(rw_conf_t *rc, const char *v, int own)
+{
+    size_t len = strlen(v);
+    char *copy = fd_api_conf_alloc(len + 1), *save;
+    char *re_src, *rep, *flag;
     const char *q, *end;
     rw_op_t *op;
     PCRE2_SIZE off;
     int err;
 
-    (void)d;
+    if (copy == NULL)
+        return CONF_ERROR("out of memory");
+    memcpy(copy, v, len + 1);
+    re_src = strtok_r(copy, " \t", &save);
+    rep = strtok_r(NULL, " \t", &save);
+    flag = strtok_r(NULL, " \t", &save);
     if (re_src == NULL || rep == NULL || strtok_r(NULL, " \t", &save))
-        return fd_conf_error(cf, "rewrite needs REGEX REPLACEMENT [last | "
-                             "break | redirect | permanent], not \"%s\"", v);
-    if ((op = op_new(cf, conf)) == NULL)
+        return CONF_ERROR("rewrite needs REGEX REPLACEMENT [last | break | "
+                          "redirect | permanent], not \"%s\"", v);
+    if ((op = op_new(rc, own)) == NULL)
         return FD_ERROR;
     op->type = OP_REWRITE;
     if (flag == NULL)
@@ -178,41 +208,51 @@ static int set_rewrite(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     else if (strcmp(flag, "permanent") == 0)
         op->flag = F_PERMANENT;
     else
-        return fd_conf_error(cf, "rewrite: unknown flag \"%s\" (last, "
-                             "break, redirect or permanent)", flag);
+        return CONF_ERROR("rewrite: unknown flag \"%s\" (last, break, "
+                          "redirect or permanent)", flag);
     op->re = pcre2_compile((PCRE2_SPTR)re_src, PCRE2_ZERO_TERMINATED, 0,
                            &err, &off, NULL);
     if (op->re == NULL) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof(msg));
-        return fd_conf_error(cf, "rewrite: regex \"%s\" at offset %zu: %s",
-                             re_src, (size_t)off, (char *)msg);
+        fd_api_conf_error("rewrite: regex \"%s\" at offset %zu: %s", re_src,
+                          (size_t)off, (char *)msg);
+        return FD_ERROR;
     }
-    fd_pool_cleanup_add(cf->pool, (void (*)(void *))pcre2_code_free, op->re);
+    if (fd_api_conf_cleanup(re_free, op->re) != FD_OK) {
+        pcre2_code_free(op->re);
+        return CONF_ERROR("out of memory");
+    }
     pcre2_jit_compile(op->re, PCRE2_JIT_COMPLETE); /* when available */
     op->redirect = starts_url(rep) || op->flag == F_REDIRECT ||
                    op->flag == F_PERMANENT;
     if (!starts_url(rep) && rep[0] != '/' && rep[0] != '$')
-        return fd_conf_error(cf, "rewrite: replacement \"%s\" must start "
-                             "with /, http://, https:// or a variable",
-                             rep);
+        return CONF_ERROR("rewrite: replacement \"%s\" must start with /, "
+                          "http://, https:// or a variable", rep);
     /* the arguments follow the first "?" (no variable name holds one) */
     end = rep + strlen(rep);
     if ((q = strchr(rep, '?')) == NULL)
         q = end;
-    if (script_compile(cf, &op->text, rep, q, "rewrite") != FD_OK)
+    if (script_compile(&op->text, rep, q, "rewrite") != FD_OK)
         return FD_ERROR;
     if (q < end) {
         op->has_args = 1;
         /* a last "?" drops the request's arguments: "/x?" adds none,
          * "/x?a=1?" adds a=1 (the "?" right after q is both) */
         op->keep_args = q + 1 < end && end[-1] != '?';
-        if (script_compile(cf, &op->args, q + 1,
+        if (script_compile(&op->args, q + 1,
                            end[-1] == '?' && end - 1 > q ? end - 1 : end,
                            "rewrite") != FD_OK)
             return FD_ERROR;
     }
     return FD_OK;
+}
+
+static int rewrite_set(void *conf, const char *key, const char *value,
+                       int own)
+{
+    return strcmp(key, "return") == 0 ? set_return(conf, value, own)
+                                      : set_rewrite(conf, value, own);
 }
 
 static int name_in(const pcre2_code *re, const char *name)
@@ -221,78 +261,113 @@ static int name_in(const pcre2_code *re, const char *name)
 }
 
 /* Every $name must be a named group of a regex that can match first. */
-static int check_names(fd_conf_t *cf, fd_http_loc_t *loc, rw_conf_t *rc,
-                       const rw_op_t *op, const fd_var_script_t *s)
+static int check_names(const rw_conf_t *rc, const rw_op_t *op,
+                       const rw_script_t *s)
 {
+    fd_api_part_t part;
     char hint[96];
     unsigned i, j;
 
     for (i = 0; i < s->n; i++) {
-        const char *name = s->ops[i].text.data;
         int found = 0;
-        if (s->ops[i].kind != FD_VAR_OP_NAMED)
+        if (fd_api_script_part(s->s, i, &part) != FD_OK ||
+            part.kind != FD_API_PART_NAMED)
             continue;
         if (op->type == OP_REWRITE) {
-            found = name_in(op->re, name);
+            found = name_in(op->re, part.name.data);
         } else {
-            found = name_in(loc->regex, name);
+            found = name_in(fd_api_conf_regex(), part.name.data);
             for (j = 0; j < rc->nops && !found; j++)
-                found = name_in(rc->ops[j].re, name);
+                found = name_in(rc->ops[j].re, part.name.data);
         }
         if (!found) {
-            cf->file = op->file;
-            cf->line = op->line;
-            return fd_conf_error(cf, "unknown variable \"$%s\" (not a "
-                                 "known variable nor a named capture)%s",
-                                 name, fd_var_hint(name, strlen(name), hint,
-                                                   sizeof(hint)));
+            fd_api_conf_at(&op->pos);
+            return CONF_ERROR("unknown variable \"$%s\" (not a known "
+                              "variable nor a named capture)%s",
+                              part.name.data,
+                              fd_api_var_hint(part.name.data, hint,
+                                              sizeof(hint)));
         }
     }
     return FD_OK;
 }
 
-static int rewrite_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
+static int rewrite_init_conf(void *conf)
 {
     rw_conf_t *rc = conf;
-    const char *file = cf->file;
-    int line = cf->line;
     unsigned i;
 
-    /* the server's implicit location holds the [http] and [server] rules,
-     * already applied when its [location]s are loaded */
-    if (loc == loc->server->root_loc)
-        rc->nsrv = rc->nops;
-    else
-        rc->nsrv = ((rw_conf_t *)fd_loc_conf(loc->server->root_loc,
-                                             &fd_rewrite_module))
-                       ->nops;
     for (i = 0; i < rc->nops; i++) {
         rw_op_t *op = &rc->ops[i];
-        if (check_names(cf, loc, rc, op, &op->text) != FD_OK ||
-            check_names(cf, loc, rc, op, &op->args) != FD_OK)
+        if (check_names(rc, op, &op->text) != FD_OK ||
+            check_names(rc, op, &op->args) != FD_OK)
             return FD_ERROR;
     }
-    cf->file = file;
-    cf->line = line;
     return FD_OK;
 }
 
-static int rewrite_init_worker(fd_worker_t *w)
+static int rewrite_init_worker(void)
 {
-    (void)w;
     md = pcre2_match_data_create(RW_OVECTOR, NULL);
     if (md == NULL) {
-        fd_log_error(FD_LOG_ALERT, 0, "rewrite: out of memory");
+        fd_api_log(FD_API_LOG_ERR, 0, "rewrite: out of memory");
         return FD_ERROR;
     }
     return FD_OK;
 }
 
-static void rewrite_exit_worker(fd_worker_t *w)
+static void rewrite_exit_worker(void)
 {
-    (void)w;
     pcre2_match_data_free(md);
     md = NULL;
+}
+
+/* --- strings built per request, in its memory --- */
+
+typedef struct {
+    fd_request_t *r;
+    char *p;
+    size_t len, cap;
+    int failed;
+} rw_buf_t;
+
+static inline int buf_room(rw_buf_t *b, size_t n)
+{
+    char *p;
+    size_t cap;
+
+    if (b->failed)
+        return 0;
+    if (b->len + n <= b->cap)
+        return 1;
+    cap = b->cap * 2 > b->len + n ? b->cap * 2 : b->len + n + 64;
+    if ((p = fd_req_alloc(b->r, cap)) == NULL) {
+        b->failed = 1;
+        return 0;
+    }
+    if (b->len)
+        memcpy(p, b->p, b->len);
+    b->p = p;
+    b->cap = cap;
+    return 1;
+}
+
+static inline void buf_add(rw_buf_t *b, const char *s, size_t n)
+{
+    if (n && buf_room(b, n)) {
+        memcpy(b->p + b->len, s, n);
+        b->len += n;
+    }
+}
+
+/* The bytes, NUL-ended, as *out; FD_ERROR if out of memory. */
+static int buf_done(rw_buf_t *b, fd_str_t *out)
+{
+    buf_add(b, "", 1);
+    if (b->failed)
+        return FD_ERROR;
+    *out = (fd_str_t){b->len - 1, b->p};
+    return FD_OK;
 }
 
 /* --- scripts at run time --- */
@@ -315,158 +390,121 @@ static int must_escape(unsigned char c, int esc)
     return 0;
 }
 
-/* v into sb, the bytes esc says escaped as %XX */
-static void escape_add(fd_sbuf_t *sb, fd_str_t v, int esc)
+/* v into b, the bytes esc says escaped as %XX */
+static void escape_add(rw_buf_t *b, fd_str_t v, int esc)
 {
+    static const char hex[] = "0123456789ABCDEF";
+    char *p;
     size_t j;
 
+    if (!buf_room(b, 3 * v.len)) /* at most */
+        return;
+    p = b->p + b->len;
     for (j = 0; j < v.len; j++) {
         unsigned char c = (unsigned char)v.data[j];
-        if (must_escape(c, esc))
-            fd_var_add_pct(sb, c);
-        else
-            fd_sbuf_addc(sb, (char)c);
+        if (must_escape(c, esc)) {
+            *p++ = '%';
+            *p++ = hex[c >> 4];
+            *p++ = hex[c & 15];
+        } else {
+            *p++ = (char)c;
+        }
     }
+    b->len = (size_t)(p - b->p);
 }
 
-/* The builder's bytes, NUL-ended, as *out; FD_ERROR if it failed. */
-static int sbuf_done(fd_sbuf_t *sb, fd_str_t *out)
+/* Run a script into r's memory; values escaped as esc says. */
+static int script_run(fd_request_t *r, rw_ctx_t *x, const rw_script_t *s,
+                      int esc, fd_str_t *out)
 {
-    fd_sbuf_addc(sb, '\0');
-    if (fd_sbuf_failed(sb))
-        return FD_ERROR;
-    *out = (fd_str_t){fd_sbuf_len(sb) - 1, sb->start};
-    return FD_OK;
-}
-
-static int escape(fd_request_t *r, fd_str_t v, int esc, fd_str_t *out)
-{
-    fd_sbuf_t sb;
-
-    if (fd_sbuf_init(&sb, r->pool, v.len + 1) != FD_OK)
-        return FD_ERROR;
-    escape_add(&sb, v, esc);
-    return sbuf_done(&sb, out);
-}
-
-/* Run a script into r->pool; values escaped as esc says. */
-static int script_run(fd_request_t *r, rw_ctx_t *x,
-                      const fd_var_script_t *s, int esc, fd_str_t *out)
-{
-    char tmp[FD_VAR_TMP];
-    fd_sbuf_t sb;
+    char tmp[FD_API_VAR_TMP];
+    rw_buf_t b = {.r = r};
     unsigned i;
 
-    if (fd_sbuf_init(&sb, r->pool, 128) != FD_OK)
+    if (!buf_room(&b, 128))
         return FD_ERROR;
     for (i = 0; i < s->n; i++) {
-        const fd_var_op_t *op = &s->ops[i];
-        fd_str_t v = fd_var_value(r, op, &x->caps, tmp);
+        fd_str_t v = fd_req_script_value(r, s->s, i, &x->caps, tmp);
         /* literals and URL-safe variables as they are; captures and
          * other values escaped */
-        if (esc == ESC_NONE || op->kind == FD_VAR_OP_LIT ||
-            (op->flags & FD_VAR_URLSAFE))
-            fd_sbuf_add_str(&sb, v);
+        if (esc == ESC_NONE || s->raw[i])
+            buf_add(&b, v.data, v.len);
         else
-            escape_add(&sb, v, esc);
+            escape_add(&b, v, esc);
     }
-    return sbuf_done(&sb, out);
+    return buf_done(&b, out);
+}
+
+/* a "?" b into r's memory */
+static int join(fd_request_t *r, fd_str_t a, char sep, fd_str_t b,
+                fd_str_t *out)
+{
+    rw_buf_t sb = {.r = r};
+
+    if (!buf_room(&sb, a.len + 1 + b.len + 1))
+        return FD_ERROR;
+    buf_add(&sb, a.data, a.len);
+    buf_add(&sb, &sep, 1);
+    buf_add(&sb, b.data, b.len);
+    return buf_done(&sb, out);
 }
 
 /* The arguments after a rewrite: new ones, then the request's own. */
 static int new_args(fd_request_t *r, rw_ctx_t *x, const rw_op_t *op,
                     fd_str_t *args)
 {
-    fd_str_t a;
-    fd_sbuf_t sb;
+    fd_str_t a, q = fd_req_query(r);
 
     if (!op->has_args) {
-        *args = r->in.query;
+        *args = q;
         return FD_OK;
     }
     if (script_run(r, x, &op->args, ESC_ARGS, &a) != FD_OK)
         return FD_ERROR;
-    if (!op->keep_args || r->in.query.len == 0) {
+    if (!op->keep_args || q.len == 0) {
         *args = a;
         return FD_OK;
     }
-    if (fd_sbuf_init(&sb, r->pool, a.len + 1 + r->in.query.len) != FD_OK)
-        return FD_ERROR;
-    fd_sbuf_add_str(&sb, a);
-    fd_sbuf_addc(&sb, '&');
-    fd_sbuf_add_str(&sb, r->in.query);
-    if (fd_sbuf_failed(&sb))
-        return FD_ERROR;
-    *args = fd_sbuf_str(&sb);
-    return FD_OK;
+    return join(r, a, '&', q, args);
 }
 
 /* Answer with status and a Location; FD_DONE. */
 static int redirect(fd_request_t *r, int status, fd_str_t path,
                     fd_str_t args)
 {
-    if (args.len) {
-        fd_sbuf_t sb;
-        if (fd_sbuf_init(&sb, r->pool, path.len + 1 + args.len) != FD_OK)
-            return 500;
-        fd_sbuf_add_str(&sb, path);
-        fd_sbuf_addc(&sb, '?');
-        fd_sbuf_add_str(&sb, args);
-        if (fd_sbuf_failed(&sb))
-            return 500;
-        path = fd_sbuf_str(&sb);
-    }
-    if (fd_http_error_page(r, status) != FD_OK ||
-        fd_http_header_add(r, fd_string("Location"), path) != FD_OK)
+    static const fd_str_t location = {8, "Location"};
+
+    if (args.len && join(r, path, '?', args, &path) != FD_OK)
+        return 500;
+    if (fd_resp_error(r, status) != FD_OK ||
+        fd_resp_header_static(r, location, path) != FD_OK)
         return 500;
     return FD_DONE;
 }
 
 static int run_return(fd_request_t *r, rw_ctx_t *x, const rw_op_t *op)
 {
+    static const fd_str_t text_plain = {10, "text/plain"};
     fd_str_t text;
 
     if (is_redirect_code(op->code)) {
         if (script_run(r, x, &op->text, ESC_PATH, &text) != FD_OK)
             return 500;
         /* the URL's own "?" and arguments are part of the text */
-        return redirect(r, op->code, text, fd_null_string);
+        return redirect(r, op->code, text, (fd_str_t){0, NULL});
     }
     if (!op->has_text) {
         if (op->code >= 400)
             return op->code; /* the engine's (or error_page) page */
-        r->status = op->code;
-        return fd_http_body_set(r, "", 0) == FD_OK ? FD_DONE : 500;
+        fd_resp_status(r, op->code);
+        return fd_resp_body_static(r, "", 0) == FD_OK ? FD_DONE : 500;
     }
     if (script_run(r, x, &op->text, ESC_NONE, &text) != FD_OK)
         return 500;
-    r->status = op->code;
-    r->content_type = fd_string("text/plain");
-    return fd_http_body_set(r, text.data, text.len) == FD_OK ? FD_DONE : 500;
-}
-
-/* Set the request's URI to path?args (path built by a rewrite). */
-static int set_uri(fd_request_t *r, fd_str_t path, fd_str_t args)
-{
-    char *norm = fd_pnalloc(r->pool, path.len + 2);
-    size_t n;
-
-    if (norm == NULL)
-        return 500;
-    if (path.len == 0 || path.data[0] != '/' ||
-        fd_http_normalize_path(path, norm, &n) != FD_OK) {
-        fd_log_error(FD_LOG_ERR, 0, "rewrite: bad new URI \"%.*s\"",
-                     (int)fd_min(path.len, 256), path.data);
-        return 500;
-    }
-    norm[n] = '\0';
-    r->path = (fd_str_t){n, norm};
-    /* the encoded form too, for handlers that forward the URI */
-    if (escape(r, r->path, ESC_PATH, &r->in.path_raw) != FD_OK)
-        return 500;
-    r->in.query = args;
-    r->uri_changed = 1;
-    return FD_OK;
+    fd_resp_status(r, op->code);
+    fd_resp_content_type_static(r, text_plain);
+    return fd_resp_body_static(r, text.data, text.len) == FD_OK ? FD_DONE
+                                                                : 500;
 }
 
 enum { RUN_END, RUN_LAST, RUN_BREAK };
@@ -483,32 +521,32 @@ static int run_ops(fd_request_t *r, rw_ctx_t *x, const rw_op_t *ops,
     *how = RUN_END;
     for (i = 0; i < n; i++) {
         const rw_op_t *op = &ops[i];
+        fd_str_t subj = fd_req_path(r), path, args;
         PCRE2_SIZE *ov;
         size_t *kept;
-        fd_str_t path, args;
         int rc, k;
 
         if (op->type == OP_RETURN)
             return run_return(r, x, op);
-        rc = pcre2_match(op->re, (PCRE2_SPTR)r->path.data, r->path.len, 0, 0,
-                         md, NULL);
+        rc = pcre2_match(op->re, (PCRE2_SPTR)subj.data, subj.len, 0, 0, md,
+                         NULL);
         if (rc == PCRE2_ERROR_NOMATCH)
             continue;
         if (rc < 0) {
-            fd_log_error(FD_LOG_ERR, 0, "rewrite: pcre2_match() failed: %d",
-                         rc);
+            fd_api_log(FD_API_LOG_ERR, 0, "rewrite: pcre2_match() failed: "
+                       "%d", rc);
             return 500;
         }
         if (rc == 0)
             rc = RW_OVECTOR; /* more groups than kept */
         ov = pcre2_get_ovector_pointer(md);
-        kept = fd_palloc(r->pool, 2 * (size_t)rc * sizeof(size_t));
+        kept = fd_req_alloc(r, 2 * (size_t)rc * sizeof(size_t));
         if (kept == NULL)
             return 500;
         for (k = 0; k < 2 * rc; k++)
             kept[k] = ov[k];
-        x->caps = (fd_var_caps_t){.subj = r->path.data, .ov = kept,
-                                  .n = rc, .re = op->re};
+        x->caps = (fd_api_captures_t){.subject = subj.data, .ovector = kept,
+                                      .n = rc, .regex = op->re};
         if (op->redirect) {
             if (script_run(r, x, &op->text, ESC_PATH, &path) != FD_OK ||
                 new_args(r, x, op, &args) != FD_OK)
@@ -519,7 +557,7 @@ static int run_ops(fd_request_t *r, rw_ctx_t *x, const rw_op_t *ops,
         if (script_run(r, x, &op->text, ESC_INTERNAL, &path) != FD_OK ||
             new_args(r, x, op, &args) != FD_OK)
             return 500;
-        if ((rc = set_uri(r, path, args)) != FD_OK)
+        if ((rc = fd_req_set_uri(r, path, args)) != FD_OK)
             return rc;
         *changed = 1;
         if (op->flag == F_LAST) {
@@ -534,51 +572,32 @@ static int run_ops(fd_request_t *r, rw_ctx_t *x, const rw_op_t *ops,
     return FD_OK;
 }
 
-/* Route the (new) URI; its location's captures become the current. */
-static void reroute(fd_request_t *r, rw_ctx_t *x)
-{
-    r->ncaptures = 0;
-    r->captures = NULL;
-    r->loc = fd_http_find_location(r);
-    x->caps = (fd_var_caps_t){.subj = r->path.data, .ov = r->captures,
-                              .n = r->ncaptures,
-                              .re = r->captures ? r->loc->regex : NULL};
-}
-
 static int rewrite_access(fd_request_t *r)
 {
-    rw_conf_t *rc = fd_loc_conf(r->loc, &fd_rewrite_module);
-    void **slot;
+    const rw_conf_t *rc = fd_req_conf_of(r, FD_API_SELF);
     rw_ctx_t *x;
     int how, changed, rv;
 
     if (rc->nops == 0)
         return FD_OK;
-    slot = fd_request_ctx(r, &fd_rewrite_module);
-    if (slot == NULL)
-        return 500;
-    x = *slot;
+    x = fd_req_get_ctx_of(r, FD_API_SELF);
     if (x == NULL) {
-        x = *slot = fd_pcalloc(r->pool, sizeof(*x));
-        if (x == NULL)
+        x = fd_req_alloc(r, sizeof(*x));
+        if (x == NULL || fd_req_set_ctx_of(r, FD_API_SELF, x) != FD_OK)
             return 500;
-        x->caps = (fd_var_caps_t){.subj = r->path.data,
-                                  .ov = r->captures,
-                                  .n = r->captures ? r->ncaptures : 0,
-                                  .re = r->captures ? r->loc->regex : NULL};
+        memset(x, 0, sizeof(*x));
+        fd_req_captures(r, &x->caps);
     }
-    if (x->redirects != r->redirects) {
+    if (x->redirects != fd_req_redirects(r)) {
         /* an internal redirect (try_files) restarted the access phase:
          * the new URI's rules run, as nginx's, the server's too unless
          * it went to a named location */
-        x->redirects = r->redirects;
+        x->redirects = fd_req_redirects(r);
         x->settled = NULL;
-        x->server_done = r->loc->kind == FD_LOC_NAMED;
-        x->caps = (fd_var_caps_t){.subj = r->path.data, .ov = r->captures,
-                                  .n = r->captures ? r->ncaptures : 0,
-                                  .re = r->captures ? r->loc->regex : NULL};
+        x->server_done = fd_req_loc_named(r);
+        fd_req_captures(r, &x->caps);
     }
-    if (x->settled == r->loc)
+    if (x->settled == fd_req_loc(r))
         return FD_OK; /* called again after the location changed */
     if (!x->server_done) {
         /* the [http]/[server] rules, once, as nginx's server rewrites */
@@ -588,8 +607,9 @@ static int rewrite_access(fd_request_t *r)
         if (rv != FD_OK)
             return rv;
         if (changed) {
-            reroute(r, x);
-            rc = fd_loc_conf(r->loc, &fd_rewrite_module);
+            fd_req_reroute(r, 0);
+            fd_req_captures(r, &x->caps);
+            rc = fd_req_conf_of(r, FD_API_SELF);
         }
     }
     for (;;) {
@@ -602,35 +622,39 @@ static int rewrite_access(fd_request_t *r)
             return rv;
         if (!changed || how == RUN_BREAK)
             break;
-        if ((rv = fd_http_redirect_count(r, r->path)) != FD_OK)
+        if ((rv = fd_req_reroute(r, 1)) != FD_OK)
             return rv;
-        reroute(r, x);
-        rc = fd_loc_conf(r->loc, &fd_rewrite_module);
+        fd_req_captures(r, &x->caps);
+        rc = fd_req_conf_of(r, FD_API_SELF);
     }
-    x->settled = r->loc;
+    x->settled = fd_req_loc(r);
     return FD_OK;
 }
 
-static const fd_directive_t rewrite_directives[] = {
-    {.name = "return", .type = FD_CONF_LIST, .offset = 0, .set = set_return,
+static const fd_api_key_t rewrite_keys[] = {
+    {.name = "return", .type = FD_API_LIST,
      .doc = "CODE [URL | TEXT], or URL (302): answer at once; for 301, 302, "
             "303, 307 and 308 the URL is the Location, otherwise TEXT is a "
             "text/plain body; $variables and captures are expanded"},
-    {.name = "rewrite", .type = FD_CONF_LIST, .offset = 0,
-     .set = set_rewrite,
+    {.name = "rewrite", .type = FD_API_LIST,
      .doc = "REGEX REPLACEMENT [last | break | redirect | permanent], "
             "repeatable, run in order; $1..$9 and named captures"},
-    FD_CONF_END};
+    {.name = NULL}};
 
-static int rewrite_loc_active(const fd_http_loc_t *loc)
+static int rewrite_active(const void *conf)
 {
-    return ((rw_conf_t *)fd_loc_conf(loc, &fd_rewrite_module))->nops > 0;
+    return ((const rw_conf_t *)conf)->nops > 0;
 }
 
-fd_module_t fd_rewrite_module = {
-    FD_MODULE_LOC(rewrite, rw_conf_t),
+FD_API_MODULE = {
+    FD_API_HEADER,
+    .name = "rewrite",
+    .keys = rewrite_keys,
+    .conf_size = sizeof(rw_conf_t),
+    .init_conf = rewrite_init_conf,
     .init_worker = rewrite_init_worker,
     .exit_worker = rewrite_exit_worker,
+    .set = rewrite_set,
     .access = rewrite_access,
-    .loc_active = rewrite_loc_active,
+    .active = rewrite_active,
 };

@@ -1,11 +1,14 @@
 /*
- * fastd.h: the public API of fastd modules, version 1.3.
+ * fastd.h: the public API of fastd modules, version 1.4.
  *
  * Everything a module built outside the tree needs: its descriptor and
  * keys, the request, the response, asynchronous completion and logging;
  * from 1.2 also the access and log phases, its own $variables, its
  * figures for /status, the client's address and the offload pool; from
- * 1.3 variables compiled once and read without a lookup by name.
+ * 1.3 variables compiled once and read without a lookup by name; from
+ * 1.4 sections of a module's own, response and body filters, scripts
+ * with regex captures, the request's URI rewritten and routed again,
+ * descriptors on the loop, and what logs and databases need.
  * A module is a shared object that defines
  *
  *     FD_API_MODULE = { FD_API_HEADER, .name = "hello",
@@ -35,7 +38,7 @@ extern "C" {
 #endif
 
 #define FD_API_VERSION_MAJOR 1
-#define FD_API_VERSION_MINOR 3
+#define FD_API_VERSION_MINOR 4
 /* What must match besides the version: the size of a pointer and of the
  * structs below, which a module and fastd lay out alike only if built
  * for the same ABI (checked at load). */
@@ -191,7 +194,52 @@ typedef struct {
      * logs: reopen the module's own files (a log it writes, moved away
      * by logrotate). NULL: none. */
     void (*reopen)(void);
+
+    /* --- 1.4 --- */
+
+    /* A section type of the module's own, [TYPE NAME] (see
+     * fd_api_section_t below); NULL: none. */
+    const struct fd_api_section_s *section;
+    /* In the master, once the whole configuration is read (every
+     * location's init_conf run), at -t too, before any worker starts:
+     * what needs all of it (a database's statements, which modules
+     * prepare from their init_conf, checked against its schema). FD_OK,
+     * or FD_ERROR after fd_api_conf_error() (fd_api_conf_at() names a
+     * line). NULL: none. */
+    int (*configured)(void);
+    /* A response filter: for each response of a location where the module
+     * is active (active above), in module order, before its header is
+     * written; it reads the response (fd_resp_get_*) and may change its
+     * headers, replace a complete body (fd_resp_body_static) or set a body
+     * filter (fd_resp_body_filter) that transforms the body as it goes.
+     * FD_OK, or FD_ERROR (a 500). NULL: none. */
+    int (*filter)(fd_request_t *r);
 } fd_api_module_t;
+
+/*
+ * 1.4: named sections, [TYPE NAME] ([queue api], [database world]): the
+ * keys of a section are parsed into a conf_size struct of its own (its
+ * FD_API_CUSTOM and FD_API_LIST keys by the section's set()), and
+ * init(name, conf, index) runs after them, index being the
+ * section's number among the module's of this configuration (0, 1, ...,
+ * in file order): FD_OK, or FD_ERROR after fd_api_conf_error(). A name is
+ * checked before: with name_max, 1 to name_max - 1 letters, digits, '_',
+ * '-' and '.', not "off" (a name that labels figures); max: more sections
+ * than that are refused (0: any number). The same name twice is refused.
+ * A module finds a section's struct by its name with fd_api_section(),
+ * and walks them all with fd_api_section_each() (init_worker).
+ */
+typedef struct fd_api_section_s {
+    const char *type;
+    const fd_api_key_t *keys;  /* ended by an entry with a NULL name */
+    size_t conf_size;
+    size_t name_max;
+    unsigned max;
+    int (*init)(const char *name, void *conf, unsigned index);
+    /* its FD_API_CUSTOM and FD_API_LIST keys' lines, as the module's set
+     * has them (own is 1); NULL: the section has none */
+    int (*set)(void *conf, const char *key, const char *value, int own);
+} fd_api_section_t;
 
 /* The module's descriptor, the one symbol fastd looks for in its file:
  *     FD_API_MODULE = { FD_API_HEADER, .name = "hello", ... };
@@ -556,6 +604,12 @@ void fd_api_status_gauge(fd_api_status_t *st, const char *name,
                          const char *help, const char *labels, uint64_t v);
 void *fd_api_status_area(const fd_api_module_t *self);
 
+/* 1.4, for retire(): in an area of n entries of size bytes, each beginning
+ * with a NUL-ended name of name_size bytes (a queue's, a zone's), the
+ * entry named name, or the first free one (then named name), or NULL. */
+void *fd_api_status_named_entry(void *entries, size_t size, unsigned n,
+                                const char *name, size_t name_size);
+
 /* --- 1.2: the clock ------------------------------------------------------- */
 
 /* The loop's clock: milliseconds since some fixed time, as of this loop
@@ -582,6 +636,287 @@ const fd_api_cvar_t *fd_api_var_compile(const char *name);
 fd_str_t fd_req_var_value(fd_request_t *r, const fd_api_cvar_t *v,
                           char *tmp);
 unsigned fd_api_var_flags(const fd_api_cvar_t *v);
+
+/* --- 1.4: scripts, captures, the URI routed again --------------------------- */
+
+/*
+ * A script is text with $variables in it ("/x/$1?id=$arg_id"), compiled
+ * once, from init_conf or set: fd_api_script_compile(src, len, flags,
+ * what) returns a handle that lives as long as the configuration, or NULL
+ * with the error set (what prefixes it: "rewrite"). With
+ * FD_API_SCRIPT_CAPTURES it also takes $1..$9 and named captures ($name,
+ * ${name}) of a regex, checked by the module (a name no variable has is
+ * such a part). Per request the module reads it part by part, so that it
+ * escapes each as it needs: fd_api_script_part() says what part i is,
+ * fd_req_script_value() its value for r (in memory that lives as long as
+ * r, or in tmp: FD_API_VAR_TMP bytes of the caller's).
+ */
+typedef struct fd_api_script_s fd_api_script_t;
+#define FD_API_SCRIPT_CAPTURES 0x1
+#define FD_API_VAR_URLSAFE 0x4 /* already URL-encoded: never escape it */
+enum {
+    FD_API_PART_TEXT,        /* literal text */
+    FD_API_PART_VAR,         /* a variable */
+    FD_API_PART_CAPTURE,     /* $1..$9 */
+    FD_API_PART_NAMED        /* a named capture: name is its name */
+};
+typedef struct {
+    unsigned kind;           /* FD_API_PART_* */
+    unsigned flags;          /* FD_API_VAR_NUMBER, FD_API_VAR_URLSAFE */
+    fd_str_t name;           /* TEXT: the text; NAMED: the capture's
+                                name, NUL-ended; VAR: the name as
+                                written, without the "$" */
+} fd_api_part_t;
+/* What a regex matched, as pcre2 says it: subject, ovector (2 * n
+ * offsets) and the regex (a pcre2_code *, for named captures; NULL: none
+ * named). n 0: no captures. */
+typedef struct {
+    const char *subject;
+    const size_t *ovector;
+    int n;
+    const void *regex;
+} fd_api_captures_t;
+const fd_api_script_t *fd_api_script_compile(const char *src, size_t len,
+                                             unsigned flags,
+                                             const char *what);
+unsigned fd_api_script_parts(const fd_api_script_t *s);
+/* FD_OK, or FD_ERROR when i is past the last part */
+int fd_api_script_part(const fd_api_script_t *s, unsigned i,
+                       fd_api_part_t *part);
+fd_str_t fd_req_script_value(fd_request_t *r, const fd_api_script_t *s,
+                             unsigned i, const fd_api_captures_t *caps,
+                             char *tmp);
+/* "; did you mean \"$NAME\"?" for an unknown variable's name, in buf,
+ * or "" */
+const char *fd_api_var_hint(const char *name, char *buf, size_t size);
+
+/* From init_conf: the regex of the location being configured ([location
+ * ~ RE]: a pcre2_code *), or NULL. */
+const void *fd_api_conf_regex(void);
+/* Where a line of the configuration is: fd_api_conf_pos() from set (the
+ * line being parsed), fd_api_conf_at() from init_conf, so that the next
+ * fd_api_conf_error() names that line (a check made later than the line
+ * was read). */
+typedef struct {
+    const char *file;
+    int line;
+} fd_api_conf_pos_t;
+void fd_api_conf_pos(fd_api_conf_pos_t *pos);
+void fd_api_conf_at(const fd_api_conf_pos_t *pos);
+/* From init_conf or set: fn(data) when the configuration is freed (a
+ * reload, or the end): what the module allocated outside it (a compiled
+ * regex). FD_OK or FD_ERROR (out of memory). */
+int fd_api_conf_cleanup(void (*fn)(void *data), void *data);
+
+/*
+ * The request's location: a handle to compare (the same location or
+ * not), and whether it is a named one ([location @name]: reached only by
+ * an internal redirect). fd_req_redirects() counts the request's internal
+ * redirects so far (try_files, rewrite ... last): an access hook that sees
+ * it grow knows the access phase began again. fd_req_captures() are the
+ * captures of the location's own regex ([location ~ RE]; n 0: none).
+ */
+typedef struct fd_api_loc_s fd_api_loc_t;
+const fd_api_loc_t *fd_req_loc(fd_request_t *r);
+int fd_req_loc_named(fd_request_t *r);
+unsigned fd_req_redirects(fd_request_t *r);
+void fd_req_captures(fd_request_t *r, fd_api_captures_t *caps);
+/*
+ * From an access hook: the request's URI becomes path?args (path as a
+ * request line has it, starting with "/": %XX is decoded, so write a
+ * '%' as %25, and it is normalised and encoded again for a handler that
+ * forwards the URI; args as sent, without the "?", in memory that lives
+ * as long as the request: its own query, or fd_req_alloc()'s) and
+ * fd_req_reroute() finds its location again (its captures are then
+ * fd_req_captures()). count = 1 counts it as an internal redirect (a
+ * rewrite ... last): past ten, a cycle, logged, and 500. FD_OK, or the
+ * HTTP status to return (500: a bad path, logged). The access hook that
+ * returns FD_OK after a reroute makes the new location's access phase
+ * run, from its first hook (its own included: fd_req_loc() tells it).
+ */
+int fd_req_set_uri(fd_request_t *r, fd_str_t path, fd_str_t args);
+int fd_req_reroute(fd_request_t *r, int count);
+
+/* --- 1.4: sections, clean-ups, aborts, posted calls ------------------------- */
+
+/* The struct of [type name], a section of a module on this API: from
+ * init_conf, set or a section's init, the configuration's being loaded;
+ * from anywhere else, the running one's. NULL when there is none (and
+ * for fastd's own sections: [upstream NAME] is not a module's to see). */
+void *fd_api_section(const char *type, const char *name);
+/* fn(name, conf, data) for each [type NAME] of the running configuration
+ * (from init_worker on). */
+void fd_api_section_each(const char *type,
+                         void (*fn)(const char *name, void *conf,
+                                    void *data),
+                         void *data);
+
+/* fn(data) when the request's memory is freed: it ends, or its connection
+ * goes away (also while a handler works on the pool). FD_OK or FD_ERROR
+ * (out of memory). */
+int fd_req_cleanup(fd_request_t *r, void (*fn)(void *data), void *data);
+
+/* on_abort(r) runs when the client goes away while the request is held
+ * (FD_AGAIN): the module drops what it keeps for r, and fastd ends it.
+ * Returns the one there was (NULL: none): call it from yours, and put it
+ * back when you stop holding the request. */
+typedef void (*fd_api_req_pt)(fd_request_t *r);
+fd_api_req_pt fd_req_on_abort(fd_request_t *r, fd_api_req_pt on_abort);
+
+/* A call at the end of the loop's turn, after the events of this one (a
+ * request released then never runs inside another one's end). new, from
+ * init_worker: NULL when out of memory; post: once until it runs, however
+ * many times it is posted. */
+typedef struct fd_api_posted_s fd_api_posted_t;
+fd_api_posted_t *fd_api_posted_new(void (*fn)(void *data), void *data);
+void fd_api_post(fd_api_posted_t *p);
+
+/* --- 1.4: the loop's descriptors, timers that are kept, the pool ----------- */
+
+/*
+ * A descriptor of the module's own on the worker's loop (a database's
+ * socket): fd_api_io_new(handler, data) from init_worker on (NULL: out of
+ * memory), then fd_api_io_watch(io, fd, events) to watch fd (again: other
+ * events, or another fd); handler(data, events) runs on the loop when fd
+ * is ready (FD_API_IO_ERR: an error or a hang-up, with IN). Stop before
+ * closing fd (fd_api_io_stop: the loop lets go of it at once), and free
+ * it when done. A watch is level-triggered on both event backends: it
+ * fires again on the next loop turn while the descriptor stays ready, so
+ * a handler may read once (not to EAGAIN).
+ */
+#define FD_API_IO_IN 0x1
+#define FD_API_IO_OUT 0x2
+#define FD_API_IO_ERR 0x4
+typedef struct fd_api_io_s fd_api_io_t;
+fd_api_io_t *fd_api_io_new(void (*handler)(void *data, unsigned events),
+                           void *data);
+int fd_api_io_watch(fd_api_io_t *io, int fd, unsigned events); /* FD_OK */
+void fd_api_io_stop(fd_api_io_t *io);
+void fd_api_io_free(fd_api_io_t *io);
+
+/* A timer kept and set again (a connection's): fd_api_timer_new() makes
+ * it, unset (NULL: out of memory); fd_api_timer_set() sets it to fire in
+ * ms (again: later or sooner), fd_api_timer_unset() unsets it,
+ * fd_api_timer_is_set() says whether it is; fd_api_timer_cancel() frees
+ * it. It does not free itself when it fires. */
+fd_api_timer_t *fd_api_timer_new(void (*handler)(void *data), void *data);
+void fd_api_timer_set(fd_api_timer_t *t, uint64_t ms);
+void fd_api_timer_unset(fd_api_timer_t *t);
+int fd_api_timer_is_set(const fd_api_timer_t *t);
+
+/* work(data) on a thread of the worker's offload pool, then done(data)
+ * on the loop: work of the module's own, not a request's. FD_OK, or
+ * FD_ERROR when no pool thread can be had. */
+int fd_api_offload_call(void *data, void (*work)(void *data),
+                        void (*done)(void *data));
+/* Whether the caller runs on a pool thread (a blocking handler's). */
+int fd_api_on_pool_thread(void);
+/* A 503 the request gets carries Retry-After (the database is down). */
+void fd_resp_retry_after(fd_request_t *r);
+
+/* fastd -t: the configuration is checked, nothing is made on disk. */
+int fd_api_conf_test(void);
+/* From init_conf, a section's init or configured: 1 when the workers of
+ * this configuration run as another user than the master (a root
+ * master's user =), whose uid and gid are set then; 0 when they run as
+ * the master. What the master makes for them (a database's file) is given
+ * to that user. */
+int fd_api_conf_user(uid_t *uid, gid_t *gid, const char **name);
+/* mkdir -p path (mode): FD_OK, or FD_ERROR with errno. *made: the offset
+ * in path of the first directory it made, -1 when none. */
+int fd_api_mkdirs(const char *path, mode_t mode, long *made);
+
+/* --- 1.4: response filters --------------------------------------------------- */
+
+/* The response as it stands, for a filter: its status; its type; the
+ * i-th header named name (0: the first; data NULL past the last); whether
+ * the body is streamed (it follows the header in pieces: a proxied one)
+ * rather than complete; whether it has no body (a HEAD, 204, 304: the
+ * length says what a GET would send); its length (-1: not known). */
+int fd_resp_get_status(fd_request_t *r);
+fd_str_t fd_resp_get_content_type(fd_request_t *r);
+fd_str_t fd_resp_get_header(fd_request_t *r, const char *name, unsigned i);
+int fd_resp_is_streamed(fd_request_t *r);
+int fd_resp_is_header_only(fd_request_t *r);
+int64_t fd_resp_get_length(fd_request_t *r);
+/* The headers named name taken away (the number taken). */
+unsigned fd_resp_remove_header(fd_request_t *r, const char *name);
+/* The body is transformed (compressed): its validator becomes weak, "W/"
+ * before a strong ETag, fastd's own or a header's. FD_OK or FD_ERROR. */
+int fd_resp_weaken_etag(fd_request_t *r);
+/* The length becomes unknown: no Content-Length is sent (a HEAD of what
+ * only a GET would know the length of, once compressed). */
+void fd_resp_length_unknown(fd_request_t *r);
+
+/* A piece of a body: bytes in memory, or a file's range (fd >= 0: len
+ * bytes at offset; data NULL). */
+typedef struct {
+    const char *data;
+    size_t len;
+    int fd;
+    int64_t offset;
+} fd_api_piece_t;
+/* A complete body's pieces, the first max into p: how many there are. */
+unsigned fd_resp_get_pieces(fd_request_t *r, fd_api_piece_t *p,
+                            unsigned max);
+/*
+ * A body filter: filter(r, in, n, last) gets each call's pieces of the
+ * body (a streamed one's fd_resp_write()s, the proxy's reads; or a
+ * complete one the engine feeds from memory and files as the client takes
+ * it) and passes on what it makes of them with fd_resp_filter_output()
+ * (copied); last = 1 ends the body. A streamed body's every call is a
+ * flush point: what came must be on its way when filter returns (a
+ * complete one's need not). FD_OK, or FD_ERROR (the response is cut).
+ * fd_resp_body_filter() from a response filter sets it: the length then
+ * is unknown (chunked over HTTP/1.1). FD_OK, or FD_DECLINED when another
+ * filter has set one (one transform only; fd_resp_has_body_filter()).
+ */
+typedef int (*fd_api_body_filter_pt)(fd_request_t *r,
+                                     const fd_api_piece_t *in, unsigned n,
+                                     int last);
+int fd_resp_body_filter(fd_request_t *r, fd_api_body_filter_pt filter);
+int fd_resp_has_body_filter(fd_request_t *r);
+int fd_resp_filter_output(fd_request_t *r, const void *data, size_t len);
+
+/* The content codings the client takes among offered (FD_API_ENC_*), the
+ * one it prefers (br before gzip at equal q), or 0 for none. */
+#define FD_API_ENC_GZIP 0x1
+#define FD_API_ENC_BR 0x2
+unsigned fd_req_accept_encoding(fd_request_t *r, unsigned offered);
+
+/* --- 1.4: logs of a module's own -------------------------------------------- */
+
+/* The module's configuration for the request's location, or, for a
+ * request refused before it was routed (a 400), its server's: the
+ * [http] and [server] keys (fd_req_conf_of() is NULL then). For a log
+ * hook. */
+void *fd_req_log_conf_of(fd_request_t *r, const fd_api_module_t *self);
+/* Whether fastd has the variable name (without the "$"): a module's
+ * default format names the proxy's only when it is built in. */
+int fd_api_var_exists(const char *name);
+/* fn(conf, data) for the module's configuration of every location of the
+ * running configuration (each server's own keys, then its locations),
+ * from init_worker: the files a log hook writes, say. */
+void fd_api_loc_each(const fd_api_module_t *self,
+                     void (*fn)(void *conf, void *data), void *data);
+/* From init_conf or set: path (absolute, as fd_api_conf_path() makes it)
+ * is a file the workers open to append to. A root master whose workers
+ * run as another user creates it and gives it to that user, at start, at
+ * a reload and before each reopen (SIGUSR1), so that a worker can open it
+ * in a directory of root's (logs/); a failure is the worker's to report
+ * when it opens the file. Never a terminal or a pipe (O_NOFOLLOW, a
+ * regular file only). FD_OK or FD_ERROR (out of memory). */
+int fd_api_conf_worker_file(const char *path);
+/* From init_conf or a section's init: key's value v (in conf) within
+ * [min, max], or the error fastd's own keys give, at the key's line
+ * ("pool" must be 1 .. 1024, not "0"); msec: v is a duration in ms.
+ * FD_OK or FD_ERROR. */
+int fd_api_conf_bounds(const void *conf, const char *key, int64_t v,
+                       int64_t min, int64_t max, int msec);
+/* A size (512, 8k, 1m) or a duration (500ms, 75s, 1m30s, in ms) as keys
+ * take them, for a key the module parses: -1 when it is none. */
+int64_t fd_api_parse_size(const char *s);
+int64_t fd_api_parse_msec(const char *s);
 
 #ifdef __cplusplus
 }

@@ -6,12 +6,14 @@
  * that a module may pass its stack or reuse its buffers at once.
  */
 #include <fcntl.h>
+#include <sys/epoll.h>
 #include <strings.h>
 #include <sys/stat.h>
 
 #include "fd_core.h"
 #include "fd_connection.h"
 #include "fd_http.h"
+#include "fd_http_accept.h"
 #include "fd_offload.h"
 #include "fd_realip.h"
 #include "fd_status.h"
@@ -416,6 +418,7 @@ struct fd_api_timer_s {
     fd_timer_t t; /* first: the engine's handler gets its address */
     void (*handler)(void *data);
     void *data;
+    int kept;     /* 1.4: fd_api_timer_new's, not freed when it fires */
 };
 
 static void api_timer_fire(fd_timer_t *t)
@@ -424,12 +427,12 @@ static void api_timer_fire(fd_timer_t *t)
     void (*handler)(void *) = at->handler;
     void *data = at->data;
 
-    free(at);
+    if (!at->kept)
+        free(at);
     handler(data);
 }
 
-fd_api_timer_t *fd_api_timer(uint64_t ms, void (*handler)(void *data),
-                             void *data)
+fd_api_timer_t *fd_api_timer_new(void (*handler)(void *data), void *data)
 {
     fd_api_timer_t *at = calloc(1, sizeof(*at));
 
@@ -438,6 +441,19 @@ fd_api_timer_t *fd_api_timer(uint64_t ms, void (*handler)(void *data),
     at->t.handler = api_timer_fire;
     at->handler = handler;
     at->data = data;
+    at->kept = 1;
+    return at;
+}
+
+/* a one-shot timer: freed when it fires */
+fd_api_timer_t *fd_api_timer(uint64_t ms, void (*handler)(void *data),
+                             void *data)
+{
+    fd_api_timer_t *at = fd_api_timer_new(handler, data);
+
+    if (at == NULL)
+        return NULL;
+    at->kept = 0;
     fd_timer_add(&at->t, ms);
     return at;
 }
@@ -616,4 +632,666 @@ fd_str_t fd_req_var_value(fd_request_t *r, const fd_api_cvar_t *v, char *tmp)
 unsigned fd_api_var_flags(const fd_api_cvar_t *v)
 {
     return ((const fd_var_op_t *)v)->flags & FD_VAR_NUMBER;
+}
+
+/* --- 1.4: scripts, captures, the URI routed again --- */
+
+/* The handles are the engine's: a script is an fd_var_script_t, a part
+ * one of its ops, captures laid out as fd_var_caps_t (asserted). */
+_Static_assert(sizeof(fd_api_captures_t) == sizeof(fd_var_caps_t) &&
+                   offsetof(fd_api_captures_t, ovector) ==
+                       offsetof(fd_var_caps_t, ov) &&
+                   offsetof(fd_api_captures_t, n) ==
+                       offsetof(fd_var_caps_t, n) &&
+                   offsetof(fd_api_captures_t, regex) ==
+                       offsetof(fd_var_caps_t, re),
+               "the API's captures are the engine's");
+_Static_assert((int)FD_API_VAR_URLSAFE == (int)FD_VAR_URLSAFE &&
+                   (int)FD_API_VAR_NUMBER == (int)FD_VAR_NUMBER &&
+                   (int)FD_API_PART_TEXT == (int)FD_VAR_OP_LIT &&
+                   (int)FD_API_PART_VAR == (int)FD_VAR_OP_VAR &&
+                   (int)FD_API_PART_CAPTURE == (int)FD_VAR_OP_CAP &&
+                   (int)FD_API_PART_NAMED == (int)FD_VAR_OP_NAMED,
+               "the API's part kinds and flags are the engine's");
+
+const fd_api_script_t *fd_api_script_compile(const char *src, size_t len,
+                                             unsigned flags,
+                                             const char *what)
+{
+    fd_conf_t *cf = fd_dso_conf();
+    fd_var_script_t *s;
+
+    if (cf == NULL || (s = fd_pcalloc(cf->pool, sizeof(*s))) == NULL)
+        return NULL;
+    if (fd_var_compile(cf, s, src, len,
+                       flags & FD_API_SCRIPT_CAPTURES ? FD_VAR_CAPTURES : 0,
+                       what) != FD_OK)
+        return NULL;
+    return (const fd_api_script_t *)s;
+}
+
+unsigned fd_api_script_parts(const fd_api_script_t *s)
+{
+    return ((const fd_var_script_t *)s)->n;
+}
+
+int fd_api_script_part(const fd_api_script_t *s, unsigned i,
+                       fd_api_part_t *part)
+{
+    const fd_var_script_t *vs = (const fd_var_script_t *)s;
+
+    if (i >= vs->n)
+        return FD_ERROR;
+    *part = (fd_api_part_t){.kind = vs->ops[i].kind,
+                            .flags = vs->ops[i].flags,
+                            .name = vs->ops[i].kind == FD_VAR_OP_LIT ||
+                                            vs->ops[i].kind == FD_VAR_OP_NAMED
+                                        ? vs->ops[i].text
+                                        : vs->ops[i].name};
+    return FD_OK;
+}
+
+fd_str_t fd_req_script_value(fd_request_t *r, const fd_api_script_t *s,
+                             unsigned i, const fd_api_captures_t *caps,
+                             char *tmp)
+{
+    return fd_var_value(r, &((const fd_var_script_t *)s)->ops[i],
+                        (const fd_var_caps_t *)caps, tmp);
+}
+
+const char *fd_api_var_hint(const char *name, char *buf, size_t size)
+{
+    return fd_var_hint(name, strlen(name), buf, size);
+}
+
+const void *fd_api_conf_regex(void)
+{
+    const fd_http_loc_t *loc = fd_dso_conf_loc();
+
+    return loc ? loc->regex : NULL;
+}
+
+void fd_api_conf_pos(fd_api_conf_pos_t *pos)
+{
+    fd_conf_t *cf = fd_dso_conf();
+
+    *pos = cf ? (fd_api_conf_pos_t){cf->file, cf->line}
+              : (fd_api_conf_pos_t){NULL, 0};
+}
+
+void fd_api_conf_at(const fd_api_conf_pos_t *pos)
+{
+    fd_conf_t *cf = fd_dso_conf();
+
+    if (cf && pos->file) {
+        cf->file = pos->file;
+        cf->line = pos->line;
+    }
+}
+
+int fd_api_conf_cleanup(void (*fn)(void *data), void *data)
+{
+    fd_conf_t *cf = fd_dso_conf();
+
+    return cf && fd_pool_cleanup_add(cf->pool, fn, data) ? FD_OK : FD_ERROR;
+}
+
+const fd_api_loc_t *fd_req_loc(fd_request_t *r)
+{
+    return (const fd_api_loc_t *)r->loc;
+}
+
+int fd_req_loc_named(fd_request_t *r)
+{
+    return r->loc && r->loc->kind == FD_LOC_NAMED;
+}
+
+unsigned fd_req_redirects(fd_request_t *r)
+{
+    return r->redirects;
+}
+
+void fd_req_captures(fd_request_t *r, fd_api_captures_t *caps)
+{
+    *caps = (fd_api_captures_t){.subject = r->path.data,
+                                .ovector = r->captures,
+                                .n = r->captures ? r->ncaptures : 0,
+                                .regex = r->captures ? r->loc->regex : NULL};
+}
+
+int fd_req_set_uri(fd_request_t *r, fd_str_t path, fd_str_t args)
+{
+    char *norm = fd_pnalloc(r->pool, path.len + 2);
+    fd_sbuf_t sb;
+    size_t n;
+
+    if (norm == NULL)
+        return 500;
+    if (path.len == 0 || path.data[0] != '/' ||
+        fd_http_normalize_path(path, norm, &n) != FD_OK) {
+        fd_log_error(FD_LOG_ERR, 0, "bad new URI \"%.*s\"",
+                     (int)fd_min(path.len, 256), path.data);
+        return 500;
+    }
+    norm[n] = '\0';
+    /* the encoded form too, for handlers that forward the URI */
+    if (fd_sbuf_init(&sb, r->pool, n + 16) != FD_OK)
+        return 500;
+    fd_sbuf_add_escaped_path(&sb, norm, n);
+    if (fd_sbuf_failed(&sb))
+        return 500;
+    r->path = (fd_str_t){n, norm};
+    r->in.path_raw = fd_sbuf_str(&sb);
+    r->in.query = args;
+    r->uri_changed = 1;
+    return FD_OK;
+}
+
+int fd_req_reroute(fd_request_t *r, int count)
+{
+    int rc;
+
+    if (count) {
+        if ((rc = fd_http_redirect_count(r, r->path)) != FD_OK)
+            return rc;
+    } else {
+        r->ncaptures = 0;
+        r->captures = NULL;
+    }
+    r->loc = fd_http_find_location(r);
+    return FD_OK;
+}
+
+/* --- 1.4: sections, clean-ups, aborts, posted calls --- */
+
+/* the configuration being loaded (a module's hook runs in it), else the
+ * worker's */
+static fd_cycle_t *api_cycle(void)
+{
+    fd_conf_t *cf = fd_dso_conf();
+
+    return cf ? cf->cycle : fd_worker ? fd_worker->cycle : NULL;
+}
+
+/* a [type NAME] of a public-API module's: an engine module's section
+ * ([upstream]) is an engine struct, not for a module to see */
+static int api_section_of(const fd_conf_section_t *s, const char *type)
+{
+    return s->module->section && strcmp(s->module->section, type) == 0 &&
+           fd_dso_module(s->module);
+}
+
+void *fd_api_section(const char *type, const char *name)
+{
+    fd_cycle_t *cy = api_cycle();
+    fd_conf_section_t *s;
+
+    for (s = cy ? cy->sections : NULL; s; s = s->next)
+        if (api_section_of(s, type) && strcmp(s->name, name) == 0)
+            return s->conf;
+    return NULL;
+}
+
+void fd_api_section_each(const char *type,
+                         void (*fn)(const char *name, void *conf, void *data),
+                         void *data)
+{
+    fd_cycle_t *cy = api_cycle();
+    fd_conf_section_t *s;
+
+    for (s = cy ? cy->sections : NULL; s; s = s->next)
+        if (api_section_of(s, type))
+            fn(s->name, s->conf, data);
+}
+
+int fd_req_cleanup(fd_request_t *r, void (*fn)(void *data), void *data)
+{
+    return fd_pool_cleanup_add(r->pool, fn, data) ? FD_OK : FD_ERROR;
+}
+
+fd_api_req_pt fd_req_on_abort(fd_request_t *r, fd_api_req_pt on_abort)
+{
+    fd_api_req_pt prev = r->on_abort;
+
+    r->on_abort = on_abort;
+    return prev;
+}
+
+struct fd_api_posted_s {
+    fd_posted_t p;
+    int posted;
+    void (*fn)(void *data);
+    void *data;
+};
+
+static void api_posted_run(void *data)
+{
+    fd_api_posted_t *ap = data;
+
+    ap->posted = 0;
+    ap->fn(ap->data);
+}
+
+fd_api_posted_t *fd_api_posted_new(void (*fn)(void *data), void *data)
+{
+    fd_api_posted_t *ap = calloc(1, sizeof(*ap));
+
+    if (ap == NULL)
+        return NULL;
+    ap->p = (fd_posted_t){.handler = api_posted_run, .data = ap};
+    ap->fn = fn;
+    ap->data = data;
+    return ap;
+}
+
+void fd_api_post(fd_api_posted_t *ap)
+{
+    if (!ap->posted) {
+        ap->posted = 1;
+        fd_event_post(&ap->p);
+    }
+}
+
+void *fd_api_status_named_entry(void *entries, size_t size, unsigned n,
+                                const char *name, size_t name_size)
+{
+    return fd_status_named_entry(entries, size, n, name, name_size);
+}
+
+/* --- 1.4: logs of a module's own --- */
+
+void *fd_req_log_conf_of(fd_request_t *r, const fd_api_module_t *self)
+{
+    const fd_http_server_t *s;
+
+    if (r->loc)
+        return r->loc->mconf[self->id];
+    /* failed before routing: the server's (or the address' default) */
+    s = r->server ? r->server : fd_conn_listening(r->c)->servers[0];
+    return s->root_loc->mconf[self->id];
+}
+
+int fd_api_var_exists(const char *name)
+{
+    return fd_var_find(name, strlen(name)) != NULL;
+}
+
+struct loc_each {
+    unsigned id;
+    void (*fn)(void *conf, void *data);
+    void *data;
+};
+
+static void loc_each_one(fd_http_loc_t *loc, void *data)
+{
+    struct loc_each *le = data;
+
+    le->fn(loc->mconf[le->id], le->data);
+}
+
+void fd_api_loc_each(const fd_api_module_t *self,
+                     void (*fn)(void *conf, void *data), void *data)
+{
+    struct loc_each le = {self->id, fn, data};
+    fd_cycle_t *cy = api_cycle();
+
+    if (cy)
+        fd_http_each_loc(cy, loc_each_one, &le);
+}
+
+int fd_api_conf_worker_file(const char *path)
+{
+    fd_conf_t *cf = fd_dso_conf();
+    const char **files, **p;
+    size_t n = 0;
+
+    if (cf == NULL)
+        return FD_ERROR;
+    for (p = cf->cycle->worker_files; p && *p; p++, n++)
+        if (strcmp(*p, path) == 0)
+            return FD_OK;
+    /* a few files: the list is copied whole to grow it (the old copy is
+     * the configuration's memory, freed with it) */
+    files = fd_palloc(cf->pool, (n + 2) * sizeof(*files));
+    if (files == NULL || (files[n] = fd_pstrdup(cf->pool, path,
+                                                strlen(path))) == NULL)
+        return FD_ERROR;
+    if (n)
+        memcpy(files, cf->cycle->worker_files, n * sizeof(*files));
+    files[n + 1] = NULL;
+    cf->cycle->worker_files = files;
+    return FD_OK;
+}
+
+int64_t fd_api_parse_size(const char *s)
+{
+    return fd_conf_parse_size(s);
+}
+
+int64_t fd_api_parse_msec(const char *s)
+{
+    return fd_conf_parse_msec(s);
+}
+
+/* --- 1.4: the loop's descriptors, timers that are kept, the pool --- */
+
+
+void fd_api_timer_set(fd_api_timer_t *at, uint64_t ms)
+{
+    if (fd_timer_armed(&at->t))
+        fd_timer_del(&at->t);
+    fd_timer_add(&at->t, ms);
+}
+
+void fd_api_timer_unset(fd_api_timer_t *at)
+{
+    if (fd_timer_armed(&at->t))
+        fd_timer_del(&at->t);
+}
+
+int fd_api_timer_is_set(const fd_api_timer_t *at)
+{
+    return fd_timer_armed(&at->t);
+}
+
+struct fd_api_io_s {
+    fd_event_t ev; /* first: the loop hands its address to io_event */
+    void (*handler)(void *data, unsigned events);
+    void *data;
+    uint32_t events;
+    int registered;
+};
+
+static void io_event(fd_event_t *ev, uint32_t events)
+{
+    fd_api_io_t *io = (fd_api_io_t *)ev;
+
+    io->handler(io->data, (events & EPOLLIN ? FD_API_IO_IN : 0) |
+                              (events & EPOLLOUT ? FD_API_IO_OUT : 0) |
+                              (events & (EPOLLHUP | EPOLLERR)
+                                   ? FD_API_IO_ERR | FD_API_IO_IN
+                                   : 0));
+}
+
+fd_api_io_t *fd_api_io_new(void (*handler)(void *data, unsigned events),
+                           void *data)
+{
+    fd_api_io_t *io = calloc(1, sizeof(*io));
+
+    if (io == NULL)
+        return NULL;
+    io->ev.fd = -1;
+    io->ev.handler = io_event;
+    io->handler = handler;
+    io->data = data;
+    return io;
+}
+
+int fd_api_io_watch(fd_api_io_t *io, int fd, unsigned events)
+{
+    uint32_t ev = (events & FD_API_IO_IN ? EPOLLIN : 0) |
+                  (events & FD_API_IO_OUT ? EPOLLOUT : 0);
+
+    if (io->registered && io->ev.fd != fd) {
+        fd_event_del(&io->ev);
+        io->registered = 0;
+    }
+    io->ev.fd = fd;
+    if (!io->registered) {
+        if (fd < 0 || fd_event_add(&io->ev, ev) != 0)
+            return FD_ERROR;
+        io->registered = 1;
+    } else if (io->events != ev && fd_event_mod(&io->ev, ev) != 0) {
+        return FD_ERROR;
+    }
+    io->events = ev;
+    return FD_OK;
+}
+
+void fd_api_io_stop(fd_api_io_t *io)
+{
+    if (io->registered) {
+        /* out of the loop now: io_uring holds a registered descriptor
+         * open until its cancel is submitted */
+        fd_event_del(&io->ev);
+        fd_event_flush();
+        io->registered = 0;
+    }
+    io->ev.fd = -1;
+}
+
+void fd_api_io_free(fd_api_io_t *io)
+{
+    if (io == NULL)
+        return;
+    fd_api_io_stop(io);
+    free(io);
+}
+
+int fd_api_offload_call(void *data, void (*work)(void *data),
+                        void (*done)(void *data))
+{
+    return fd_offload_call(data, work, done) == FD_OK ? FD_OK : FD_ERROR;
+}
+
+int fd_api_on_pool_thread(void)
+{
+    return fd_offload_on_pool_thread();
+}
+
+void fd_resp_retry_after(fd_request_t *r)
+{
+    r->retry_after = 1;
+}
+
+int fd_api_conf_test(void)
+{
+    return fd_conf_test;
+}
+
+int fd_api_conf_user(uid_t *uid, gid_t *gid, const char **name)
+{
+    fd_cycle_t *cy = api_cycle();
+
+    if (cy == NULL || !cy->main.drop)
+        return 0;
+    *uid = cy->main.uid;
+    *gid = cy->main.gid;
+    *name = cy->main.user;
+    return 1;
+}
+
+int fd_api_mkdirs(const char *path, mode_t mode, long *made)
+{
+    char *p = strdup(path);
+    int rc, err;
+
+    if (p == NULL)
+        return FD_ERROR;
+    rc = fd_mkdirs(p, 0, mode, made);
+    err = errno;
+    free(p);
+    errno = err;
+    return rc == FD_OK ? FD_OK : FD_ERROR;
+}
+
+int fd_api_conf_bounds(const void *conf, const char *key, int64_t v,
+                       int64_t min, int64_t max, int msec)
+{
+    const char *ms = msec ? "ms" : "";
+
+    if (v >= min && v <= max)
+        return FD_OK;
+    fd_api_conf_at_key(conf, key);
+    if (min == 0)
+        fd_api_conf_error("\"%s\" is at most %lld%s, not \"%lld%s\"", key,
+                          (long long)max, ms, (long long)v, ms);
+    else
+        fd_api_conf_error("\"%s\" must be %lld%s .. %lld%s, not \"%lld%s\"",
+                          key, (long long)min, ms, (long long)max, ms,
+                          (long long)v, ms);
+    return FD_ERROR;
+}
+
+/* --- 1.4: response filters --- */
+
+_Static_assert(FD_API_ENC_GZIP == FD_ENC_GZIP && FD_API_ENC_BR == FD_ENC_BR,
+               "the API's codings are the engine's");
+
+int fd_resp_get_status(fd_request_t *r)
+{
+    return r->status;
+}
+
+fd_str_t fd_resp_get_content_type(fd_request_t *r)
+{
+    return r->content_type;
+}
+
+fd_str_t fd_resp_get_header(fd_request_t *r, const char *name, unsigned i)
+{
+    size_t n = strlen(name);
+    const fd_http_header_out_t *h;
+
+    for (h = r->headers_out; h; h = h->next)
+        if (h->name.len == n && strncasecmp(h->name.data, name, n) == 0 &&
+            i-- == 0)
+            return h->value;
+    return fd_null_string;
+}
+
+int fd_resp_is_streamed(fd_request_t *r)
+{
+    return r->streamed;
+}
+
+int fd_resp_is_header_only(fd_request_t *r)
+{
+    return r->header_only;
+}
+
+int64_t fd_resp_get_length(fd_request_t *r)
+{
+    return r->content_length;
+}
+
+unsigned fd_resp_remove_header(fd_request_t *r, const char *name)
+{
+    size_t n = strlen(name);
+    fd_http_header_out_t **pp = &r->headers_out, *h;
+    unsigned taken = 0;
+
+    while ((h = *pp) != NULL) {
+        if (h->name.len != n || strncasecmp(h->name.data, name, n) != 0) {
+            pp = &h->next;
+            continue;
+        }
+        *pp = h->next;
+        if (r->headers_out_last == &h->next)
+            r->headers_out_last = pp;
+        taken++;
+    }
+    return taken;
+}
+
+/* "W/" before a strong validator v, in r's memory */
+static int weaken(fd_request_t *r, fd_str_t *v)
+{
+    char *w;
+
+    if (v->len == 0 || v->data[0] != '"')
+        return FD_OK;
+    if ((w = fd_pnalloc(r->pool, v->len + 2)) == NULL)
+        return FD_ERROR;
+    memcpy(w, "W/", 2);
+    memcpy(w + 2, v->data, v->len);
+    *v = (fd_str_t){v->len + 2, w};
+    return FD_OK;
+}
+
+int fd_resp_weaken_etag(fd_request_t *r)
+{
+    fd_http_header_out_t *h;
+
+    if (weaken(r, &r->etag) != FD_OK)
+        return FD_ERROR;
+    /* a proxied one is a header of its own */
+    for (h = r->headers_out; h; h = h->next)
+        if (fd_str_caseeq_lit(h->name, "ETag"))
+            return weaken(r, &h->value);
+    return FD_OK;
+}
+
+void fd_resp_length_unknown(fd_request_t *r)
+{
+    r->content_length = -1;
+    if (r->header_only)
+        r->length_unknown = 1;
+}
+
+static fd_api_piece_t piece_of(const fd_buf_t *b)
+{
+    if (b->file_fd >= 0)
+        return (fd_api_piece_t){.len = (size_t)(b->file_last - b->file_pos),
+                                .fd = b->file_fd,
+                                .offset = (int64_t)b->file_pos};
+    return (fd_api_piece_t){.data = b->pos, .len = fd_buf_size(b),
+                            .fd = -1};
+}
+
+unsigned fd_resp_get_pieces(fd_request_t *r, fd_api_piece_t *p,
+                            unsigned max)
+{
+    const fd_buf_t *b;
+    unsigned n = 0;
+
+    for (b = r->out; b; b = b->next, n++)
+        if (n < max)
+            p[n] = piece_of(b);
+    return n;
+}
+
+/* The engine's body filter in front of a module's: the chain as pieces */
+static int api_body_filter(fd_request_t *r, fd_buf_t *in, int last)
+{
+    fd_api_piece_t local[16], *p = local;
+    const fd_buf_t *b;
+    unsigned n = 0;
+
+    for (b = in; b; b = b->next)
+        n++;
+    if (n > fd_nelems(local) &&
+        (p = fd_palloc(r->pool, n * sizeof(*p))) == NULL)
+        return FD_ERROR;
+    for (b = in, n = 0; b; b = b->next)
+        p[n++] = piece_of(b);
+    return r->api_body_filter(r, p, n, last);
+}
+
+int fd_resp_body_filter(fd_request_t *r, fd_api_body_filter_pt filter)
+{
+    if (r->body_filter)
+        return FD_DECLINED;
+    r->api_body_filter = filter;
+    r->body_filter = api_body_filter;
+    r->content_length = -1;
+    return FD_OK;
+}
+
+int fd_resp_has_body_filter(fd_request_t *r)
+{
+    return r->body_filter != NULL;
+}
+
+int fd_resp_filter_output(fd_request_t *r, const void *data, size_t len)
+{
+    fd_buf_t b = {.pos = (char *)(uintptr_t)data,
+                  .last = (char *)(uintptr_t)data + len, .file_fd = -1};
+
+    return fd_http_output_body(r, &b);
+}
+
+unsigned fd_req_accept_encoding(fd_request_t *r, unsigned offered)
+{
+    return fd_http_accept_encoding(r->in.accept_encoding, offered);
 }
