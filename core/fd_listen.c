@@ -212,10 +212,52 @@ static int steer(group_t *g, int skip)
     return k ? steer_attach(g, idx, k) : FD_ERROR;
 }
 
+/*
+ * A quic address: one UDP socket per worker (SO_REUSEPORT: the kernel
+ * hashes the 4-tuple, so a client keeps reaching the same worker while
+ * its address stays), receiving the local address of each datagram
+ * (IP_PKTINFO), so that a wildcard address answers from the one asked.
+ * Not in a reuseport group: no backlog to retire, and a TCP socket on
+ * the same port is another group.
+ */
+static int open_udp(fd_listening_t *ls)
+{
+    int fd, one = 1;
+
+    fd = socket(ls->addr.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                0);
+    if (fd < 0) {
+        fd_log_error(FD_LOG_EMERG, errno, "socket() for %s quic failed",
+                     ls->text);
+        return -1;
+    }
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0) {
+        fd_log_error(FD_LOG_EMERG, errno, "SO_REUSEPORT on %s quic failed",
+                     ls->text);
+        close(fd);
+        return -1;
+    }
+    if (ls->addr.ss_family == AF_INET6) {
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+        setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof(one));
+    } else {
+        setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof(one));
+    }
+    if (bind(fd, (struct sockaddr *)&ls->addr, ls->addrlen) < 0) {
+        fd_log_error(FD_LOG_EMERG, errno, "bind() to %s quic failed",
+                     ls->text);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 static int open_one(fd_cycle_t *cycle, fd_listening_t *ls, int reuseport)
 {
     int fd, one = 1, secs = 1;
 
+    if (ls->quic)
+        return open_udp(ls);
     fd = socket(ls->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK |
                                          SOCK_CLOEXEC, 0);
     if (fd < 0) {
@@ -259,7 +301,8 @@ static int address_free(fd_listening_t *ls)
 {
     int fd, one = 1, rc, err;
 
-    fd = socket(ls->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    fd = socket(ls->addr.ss_family,
+                (ls->quic ? SOCK_DGRAM : SOCK_STREAM) | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return 1; /* the real socket() will say why */
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -294,7 +337,7 @@ static int held(fd_cycle_t *old, fd_listening_t *ls)
     fd_listening_t *ol;
 
     for (ol = old ? old->listening : NULL; ol; ol = ol->next)
-        if (ol->nfds && ol->addrlen == ls->addrlen &&
+        if (ol->nfds && ol->addrlen == ls->addrlen && ol->quic == ls->quic &&
             memcmp(&ol->addr, &ls->addr, ls->addrlen) == 0)
             return 1;
     return 0;
@@ -312,20 +355,24 @@ int fd_listening_open(fd_cycle_t *cycle, fd_cycle_t *old)
     unsigned want = reuseport ? (unsigned)cycle->nworkers : 1, i;
 
     for (ls = cycle->listening; ls; ls = ls->next) {
-        ls->fds = fd_palloc(cycle->pool, want * sizeof(int));
+        /* quic: a socket per worker whatever events.accept says */
+        unsigned n = ls->quic ? (unsigned)cycle->nworkers : want;
+        ls->fds = fd_palloc(cycle->pool, n * sizeof(int));
         ls->nfds = 0;
         ls->ev.fd = -1;
         ol = NULL;
-        if (old && (old->events.accept == FD_ACCEPT_REUSEPORT) == reuseport)
+        if (old && (ls->quic ||
+                    (old->events.accept == FD_ACCEPT_REUSEPORT) == reuseport))
             for (ol = old->listening; ol; ol = ol->next)
-                if (ol->addrlen == ls->addrlen &&
+                if (ol->addrlen == ls->addrlen && ol->quic == ls->quic &&
                     memcmp(&ol->addr, &ls->addr, ls->addrlen) == 0)
                     break;
-        for (i = 0; ol && i < ol->nfds && ls->nfds < want; i++)
+        for (i = 0; ol && i < ol->nfds && ls->nfds < n; i++)
             ls->fds[ls->nfds++] = ol->fds[i];
-        if (reuseport && ls->nfds == 0 && !held(old, ls) && !address_free(ls))
+        if ((reuseport || ls->quic) && ls->nfds == 0 && !held(old, ls) &&
+            !address_free(ls))
             goto failed;
-        while (ls->nfds < want) {
+        while (ls->nfds < n) {
             int fd = open_one(cycle, ls, reuseport);
             if (fd < 0)
                 goto failed;
