@@ -375,8 +375,8 @@ const fd_directive_t fd_http_loc_directives[] = {
      .def = "0",
      .doc = "bytes per second a response is sent at (k, m: 100k), per "
             "request as nginx (HTTP/1.1: the connection's response; "
-            "HTTP/2: the stream's DATA); 0 (the default): no limit. The "
-            "header and about a tenth of a second of body leave at once. "
+            "HTTP/2 and HTTP/3: the stream's DATA); 0 (the default): no "
+            "limit. The header and about a tenth of a second of body leave at once. "
             "E.g. limit_rate = 500k"},
     {.name = "limit_rate_after", .type = FD_CONF_SIZE,
      .offset = LOC(limit_rate_after), .def = "0",

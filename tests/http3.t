@@ -20,7 +20,9 @@ use Digest::SHA qw(sha256_hex);
 use File::Path qw(make_path);
 use IO::Socket::INET;
 use JSON::PP;
+use POSIX ();
 use Test::More;
+use Time::HiRes qw(time);
 
 my $root = FastdTest::root();
 my $cfg = FastdTest::slurp("$root/objs/fd_auto_config.h") // '';
@@ -39,6 +41,11 @@ my $h3get = "$FindBin::Bin/lib/h3get.py";
 # the backend: GET echoes the request, POST answers its body's digest
 my $be = Backend->new(handler => sub {
     my ($req) = @_;
+    if ($req->{path} =~ m{/slow$}) {
+        # a response that takes a second: in flight at a graceful stop
+        select(undef, undef, undef, 1);
+        return Backend::response(200, "slow answer\n");
+    }
     return Backend::response(200, "sha256=" . sha256_hex($req->{body})
                                   . " length=" . length($req->{body}) . "\n")
         if $req->{method} eq 'POST';
@@ -91,6 +98,8 @@ for my $backend ('epoll', 'io_uring') {
                            1 .. 1_500_000; # 6 MB, no two blocks alike
     FastdTest::spew("$dir/www/big.bin", $big);
     FastdTest::spew("$dir/www/small.txt", "small file\n");
+    my $mid = substr($big, 0, 1_500_000);
+    FastdTest::spew("$dir/www/mid.bin", $mid);
     my $post = join '', map { chr(($_ * 7 + ($_ >> 8)) % 256) } 1 .. 300_000;
     FastdTest::spew("$dir/post.bin", $post);
     $t->write_conf(<<"CONF");
@@ -118,6 +127,10 @@ root = %%DIR%%/www
 
 [location /plaintext]
 handler = plaintext
+
+[location /rated/]
+alias = %%DIR%%/www/
+limit_rate = 500k
 
 [location /proxy/]
 handler = proxy
@@ -218,7 +231,33 @@ CONF
     is(join(',', $t->workers), join(',', @before),
        "$backend: and the worker is the same one, alive");
 
-    $t->stop;
+    # --- limit_rate ----------------------------------------------------------------
+    my $t0 = time;
+    $r = h3($t, '/rated/mid.bin');
+    my $took = time - $t0;
+    is($r->{sha256}, sha256_hex($mid), "$backend: limit_rate: the body, byte for byte");
+    # 1.5 MB at 500 KB/s: about 3 s; well under that means no limit
+    cmp_ok($took, '>', 1.5, "$backend: limit_rate paces the stream's DATA");
+
+    # --- a graceful stop lets a stream in flight finish -----------------------------
+    my $n = $be->requests;
+    my $res = "$dir/slow.json";
+    my $kid = fork // die "fork: $!";
+    if ($kid == 0) {
+        open STDOUT, '>', $res or POSIX::_exit(1);
+        { no warnings 'exec'; exec $py, $h3get, "localhost:$port:127.0.0.1",
+            "https://localhost:$port/proxy/slow"; }
+        POSIX::_exit(127);
+    }
+    ok(FastdTest::wait_for(sub { $be->requests > $n }, 10),
+       "$backend: a slow proxied request is in flight");
+    $t->signal('QUIT');
+    waitpid($kid, 0);
+    my ($j) = grep { /^\{/ } split /\n/, FastdTest::slurp($res) // '';
+    $r = $j ? decode_json($j) : {};
+    is($r->{status}, 200, "$backend: after SIGQUIT the stream in flight is answered");
+    is($r->{body}, "slow answer\n", "$backend: with its whole body");
+    ok(defined $t->wait_exit(15), "$backend: then fastd exits");
     $t->no_alerts;
 }
 

@@ -66,6 +66,8 @@ struct fd_h3_stream_s {
     h3s_t *run_next;
     fd_quic_conn_t *held;      /* an orphan's connection, gone: its
                                 * struct waits for this request */
+    fd_http_rate_t rate;       /* limit_rate of the response's body */
+    fd_timer_t rate_timer;     /* deferred by it: resume then */
     unsigned in_ended:1, no_body:1, started:1, provider:1, out_end:1;
     unsigned deferred:1, closed:1, orphan:1, queued:1;
     unsigned job_start:1, job_body:1, job_drain:1;
@@ -197,6 +199,8 @@ static void stream_free(h3s_t *st)
     }
     buf_free_list(st->pend);
     buf_free_list(st->sent);
+    if (fd_timer_armed(&st->rate_timer))
+        fd_timer_del(&st->rate_timer);
     free(st->ib);
     free(st);
     if (held)
@@ -585,6 +589,18 @@ static int acked_stream_data(nghttp3_conn *conn, int64_t id, uint64_t len,
 
 /* --- the response side --- */
 
+static void resume_data(h3s_t *st);
+
+static void rate_wake(fd_timer_t *t)
+{
+    h3s_t *st = (h3s_t *)((char *)t - offsetof(h3s_t, rate_timer));
+
+    if (st->hc && !st->closed) {
+        resume_data(st);
+        fd_quic_post(st->hc->qc);
+    }
+}
+
 /* nghttp3 asks for body bytes: the pending pieces, a file range read a
  * piece at a time, while the unacknowledged stay under H3_UNACKED_MAX. */
 static nghttp3_ssize read_data(nghttp3_conn *conn, int64_t id,
@@ -592,16 +608,28 @@ static nghttp3_ssize read_data(nghttp3_conn *conn, int64_t id,
                                uint32_t *pflags, void *ud, void *sud)
 {
     h3s_t *st = sud;
-    size_t k = 0;
+    size_t k = 0, allow = SIZE_MAX;
 
     (void)conn;
     (void)id;
     (void)ud;
-    while (k < veccnt && st->pend && st->sent_bytes < H3_UNACKED_MAX) {
+    if (fd_unlikely(st->rate.rate) && st->pend &&
+        (allow = fd_http_rate_allow(&st->rate)) == 0) {
+        /* limit_rate: the stream waits, the others go on */
+        if (!fd_timer_armed(&st->rate_timer)) {
+            st->rate_timer.handler = rate_wake;
+            fd_timer_add(&st->rate_timer, fd_http_rate_delay(&st->rate));
+        }
+        st->deferred = 1;
+        return NGHTTP3_ERR_WOULDBLOCK;
+    }
+    while (k < veccnt && st->pend && st->sent_bytes < H3_UNACKED_MAX &&
+           allow) {
         h3buf_t *b = st->pend, *s;
         if (b->pos == NULL) {
             /* a file range: the next piece into memory of our own */
-            size_t want = fd_min(b->len, (size_t)H3_FILE_PIECE);
+            size_t want = fd_min(fd_min(b->len, (size_t)H3_FILE_PIECE),
+                                 allow);
             ssize_t n;
             if ((s = malloc(sizeof(*s))) == NULL ||
                 (s->own = malloc(want)) == NULL) {
@@ -625,9 +653,24 @@ static nghttp3_ssize read_data(nghttp3_conn *conn, int64_t id,
                 st->pend = b->next;
                 free(b);
             }
+        } else if (b->len > allow) {
+            /* limit_rate: a part now; the rest keeps the memory (it is
+             * acknowledged after this part) */
+            if ((s = malloc(sizeof(*s))) == NULL)
+                return NGHTTP3_ERR_CALLBACK_FAILURE;
+            s->pos = b->pos;
+            s->len = allow;
+            s->fd = -1;
+            s->own = NULL;
+            b->pos += allow;
+            b->len -= allow;
         } else {
             s = b;
             st->pend = b->next;
+        }
+        if (allow != SIZE_MAX) {
+            allow -= s->len;
+            st->rate.sent += s->len;
         }
         if (st->pend == NULL)
             st->pend_last = &st->pend;
@@ -692,6 +735,8 @@ int fd_h3_header(fd_request_t *r)
 
     if (st->closed || st->hc == NULL)
         return FD_ERROR;
+    if (fd_unlikely(r->loc && r->loc->limit_rate))
+        fd_http_rate_start(&st->rate, r);
     for (ho = r->headers_out; ho; ho = ho->next)
         max++;
     nv = fd_palloc(r->pool, max * sizeof(*nv));
