@@ -231,6 +231,16 @@ CONF
     is(join(',', $t->workers), join(',', @before),
        "$backend: and the worker is the same one, alive");
 
+    # --- clients that give up --------------------------------------------------------
+    my @ab = h3($t, ['--streams', 4, '--abort-after', 200_000], '/big.bin');
+    is(scalar(grep { $_->{error} } @ab), 4,
+       "$backend: four downloads reset by the client midway");
+    $r = h3($t, ['--timeout-ms', 300], '/proxy/slow');
+    ok($r->{error}, "$backend: a proxied request the client resets while the upstream works");
+    @rs = h3($t, ['--streams', 20], '/plaintext', '/big.bin');
+    is(scalar(grep { !$_->{error} && $_->{status} == 200 } @rs), 40,
+       "$backend: and the worker serves on");
+
     # --- limit_rate ----------------------------------------------------------------
     my $t0 = time;
     $r = h3($t, '/rated/mid.bin');

@@ -2,12 +2,15 @@
 """HTTP/3 requests for the tests, through Debian's pycurl on libcurl-gnutls
 (built with ngtcp2 and nghttp3): HTTP/3 only (no fallback to TCP).
 
-  h3get.py [--post FILE] [--streams N] [--cafile CA] HOST:PORT:ADDR URL...
+  h3get.py [--post FILE] [--streams N] [--cafile CA] [--abort-after BYTES]
+           [--timeout-ms MS] HOST:PORT:ADDR URL...
 
 --streams N fetches the URLs N times each, all at once, multiplexed on one
 connection (PIPEWAIT). One JSON line per response: status, HTTP version
 (30 for HTTP/3), body length and sha256, the header fields, and the
 connections libcurl opened for it; a failed transfer prints its curl error.
+--abort-after gives up on a response once that many body bytes came (its
+stream is reset), --timeout-ms on a transfer that takes longer.
 """
 import hashlib
 import io
@@ -15,6 +18,10 @@ import json
 import sys
 
 import pycurl
+
+
+ABORT_AFTER = None
+TIMEOUT_MS = None
 
 
 def handle(url, resolve, cafile, post):
@@ -29,10 +36,19 @@ def handle(url, resolve, cafile, post):
     else:
         c.setopt(pycurl.SSL_VERIFYPEER, 0)
         c.setopt(pycurl.SSL_VERIFYHOST, 0)
-    c.setopt(pycurl.WRITEDATA, c.body)
+    if ABORT_AFTER is None:
+        c.setopt(pycurl.WRITEDATA, c.body)
+    else:
+        def write(data, body=c.body):
+            body.write(data)
+            return 0 if body.tell() >= ABORT_AFTER else None
+        c.setopt(pycurl.WRITEFUNCTION, write)
+    if TIMEOUT_MS:
+        c.setopt(pycurl.TIMEOUT_MS, TIMEOUT_MS)
     c.setopt(pycurl.HEADERFUNCTION, c.hdr.write)
     c.setopt(pycurl.PIPEWAIT, 1)
-    c.setopt(pycurl.TIMEOUT, 60)
+    if not TIMEOUT_MS:
+        c.setopt(pycurl.TIMEOUT, 60)
     if post is not None:
         c.setopt(pycurl.POSTFIELDS, post)
     return c
@@ -59,6 +75,7 @@ def report(c, err=None):
 
 
 def main(argv):
+    global ABORT_AFTER, TIMEOUT_MS
     post, streams, cafile = None, 0, None
     while argv and argv[0].startswith('--'):
         opt = argv.pop(0)
@@ -69,6 +86,10 @@ def main(argv):
             streams = int(argv.pop(0))
         elif opt == '--cafile':
             cafile = argv.pop(0)
+        elif opt == '--abort-after':
+            ABORT_AFTER = int(argv.pop(0))
+        elif opt == '--timeout-ms':
+            TIMEOUT_MS = int(argv.pop(0))
     resolve, urls = argv[0], argv[1:]
     if not streams:
         for url in urls:
