@@ -252,6 +252,40 @@ static int open_udp(fd_listening_t *ls)
     return fd;
 }
 
+/*
+ * A quic address's n sockets: a datagram goes to the worker that owns its
+ * connection, whatever the client's address (migration, a NAT's new
+ * port). fastd's connection IDs carry the worker's index in their first
+ * byte (fd_quic.c), worker i reads the group's i-th socket (the kernel
+ * keeps them in the order they were bound: fds[i]), and this classic BPF
+ * program, run with the UDP payload at offset 0, returns the first byte
+ * of the Destination Connection ID modulo n: offset 1 in a short header,
+ * 6 in a long one. A client's first Initials carry an ID of its own
+ * choosing, the same in each, so they too reach one worker every time.
+ * A datagram too short for the load makes the program return 0.
+ */
+static void quic_steer(fd_listening_t *ls)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 0),
+        BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, 0x80, 0, 2),
+        BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 6),      /* long header */
+        BPF_JUMP(BPF_JMP | BPF_JA, 1, 0, 0),
+        BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 1),      /* short header */
+        BPF_STMT(BPF_ALU | BPF_MOD | BPF_K, ls->nfds),
+        BPF_STMT(BPF_RET | BPF_A, 0),
+    };
+    struct sock_fprog prog = {.len = fd_nelems(f), .filter = f};
+
+    if (ls->nfds < 2)
+        return;
+    if (setsockopt(ls->fds[0], SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog,
+                   sizeof(prog)) < 0)
+        fd_log_error(FD_LOG_WARN, errno, "SO_ATTACH_REUSEPORT_CBPF on %s "
+                     "quic failed: a client whose address changes may "
+                     "reach another worker", ls->text);
+}
+
 static int open_one(fd_cycle_t *cycle, fd_listening_t *ls, int reuseport)
 {
     int fd, one = 1, secs = 1;
@@ -378,6 +412,8 @@ int fd_listening_open(fd_cycle_t *cycle, fd_cycle_t *old)
                 goto failed;
             ls->fds[ls->nfds++] = fd;
         }
+        if (ls->quic)
+            quic_steer(ls);
     }
     return FD_OK;
 

@@ -10,9 +10,10 @@
  * Initial, makes a new connection; an unknown version gets Version
  * Negotiation (only for a datagram of 1200 bytes or more: an answer never
  * outgrows the question); anything else is dropped. The IDs fastd gives
- * out carry the worker's index in their first byte, for steering by ID
- * (not done yet: SO_REUSEPORT hashes the 4-tuple, so a client reaches
- * the same worker while its address stays).
+ * out carry the worker's index in their first byte, and the socket
+ * group's BPF program (fd_listen.c, quic_steer) hands each datagram to
+ * the worker its ID names, so a client that changes address (migration,
+ * a NAT's new port) still reaches the worker that owns its connection.
  *
  * Sending: after a connection's input, and at the end of a turn in which
  * its streams produced output (fd_quic_post), ngtcp2 frames packets until
