@@ -220,9 +220,31 @@ static int steer(group_t *g, int skip)
  * Not in a reuseport group: no backlog to retire, and a TCP socket on
  * the same port is another group.
  */
+#define QUIC_SOCKBUF (2 * 1024 * 1024)
+
+/* net.core.rmem_max (or wmem_max) caps what SO_RCVBUF may ask: say so
+ * once, with the sysctl that lifts it */
+static void sockbuf_check(const char *name)
+{
+    char path[64];
+    long v = 0;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/sys/net/core/%s", name);
+    if ((f = fopen(path, "r")) == NULL)
+        return;
+    if (fscanf(f, "%ld", &v) == 1 && v < QUIC_SOCKBUF)
+        fd_log_error(FD_LOG_WARN, 0, "net.core.%s is %ld: QUIC sockets get "
+                     "less than the %d bytes of buffer they ask for, and "
+                     "drop datagrams under load (sysctl -w net.core.%s=%d)",
+                     name, v, QUIC_SOCKBUF, name, QUIC_SOCKBUF);
+    fclose(f);
+}
+
 static int open_udp(fd_listening_t *ls)
 {
-    int fd, one = 1;
+    int fd, one = 1, size = QUIC_SOCKBUF;
+    static int checked;
 
     fd = socket(ls->addr.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
                 0);
@@ -236,6 +258,14 @@ static int open_udp(fd_listening_t *ls)
                      ls->text);
         close(fd);
         return -1;
+    }
+    /* a burst of a window's packets, in and out, without drops */
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
+    if (!checked) {
+        checked = 1;
+        sockbuf_check("rmem_max");
+        sockbuf_check("wmem_max");
     }
     if (ls->addr.ss_family == AF_INET6) {
         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
