@@ -653,8 +653,29 @@ static int server_listen(load_t *ld, fd_http_server_t *srv, unsigned from,
         if (fd_cycle_listen_parse(cf, srv->listen.items[i], &ss, &len,
                                   addr, &opts) != FD_OK)
             return FD_ERROR;
+        if (opts & FD_LISTEN_QUIC) {
+#ifndef FD_HTTP3
+            /* the default config has a quic listener: a build without
+             * the libraries serves the rest */
+            fd_log_error(FD_LOG_WARN, 0, "%s:%d: listen %s quic ignored: "
+                         "fastd was built without HTTP/3 (./configure "
+                         "--with-http3)", cf->file, cf->line, addr);
+            continue;
+#else
+            char *as = fd_pnalloc(cf->pool, 32);
+            unsigned port = ntohs(ss.ss_family == AF_INET6
+                                      ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                      : ((struct sockaddr_in *)&ss)->sin_port);
+            if (as == NULL)
+                return fd_conf_error(cf, "out of memory");
+            srv->alt_svc.len = (size_t)snprintf(as, 32, "h3=\":%u\"; ma=86400",
+                                                port);
+            srv->alt_svc.data = as;
+#endif
+        }
         for (ls = ld->cycle->listening; ls; ls = ls->next)
-            if (ls->addrlen == len && memcmp(&ls->addr, &ss, len) == 0)
+            if (ls->addrlen == len && memcmp(&ls->addr, &ss, len) == 0 &&
+                ls->quic == ((opts & FD_LISTEN_QUIC) != 0))
                 break;
         if (ls == NULL) {
             ls = fd_pcalloc(cf->pool, sizeof(*ls));
@@ -665,6 +686,7 @@ static int server_listen(load_t *ld, fd_http_server_t *srv, unsigned from,
             ls->proto = &fd_http_proto;
             ls->ssl = (opts & FD_LISTEN_SSL) != 0;
             ls->proxy_protocol = (opts & FD_LISTEN_PROXY) != 0;
+            ls->quic = (opts & FD_LISTEN_QUIC) != 0;
             ls->index = ld->cycle->nlistening++;
             ls->next = ld->cycle->listening;
             ld->cycle->listening = ls;
@@ -1435,6 +1457,10 @@ fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
      * would fail to serve them fail here */
     if (fd_ssl_init_cycle(cy, cf.err, sizeof(cf.err)) != FD_OK)
         goto failed;
+#ifdef FD_HTTP3
+    if (fd_quic_tls_init_cycle(cy, cf.err, sizeof(cf.err)) != FD_OK)
+        goto failed;
+#endif
     free(ld.e);
     if (cf.temp)
         fd_pool_destroy(cf.temp);
@@ -1450,6 +1476,9 @@ failed:
     if (cf.temp)
         fd_pool_destroy(cf.temp);
     fd_ssl_free_cycle(cy);
+#ifdef FD_HTTP3
+    fd_quic_tls_free_cycle(cy);
+#endif
     fd_pool_destroy(pool);
     return NULL;
 }
@@ -1558,6 +1587,9 @@ void fd_cycle_free(fd_cycle_t *cycle)
 {
     if (cycle) {
         fd_ssl_free_cycle(cycle);
+#ifdef FD_HTTP3
+        fd_quic_tls_free_cycle(cycle);
+#endif
         fd_pool_destroy(cycle->pool);
     }
 }

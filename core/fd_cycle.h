@@ -95,6 +95,10 @@ struct fd_listening_s {
     fd_msec_t ssl_handshake_timeout; /* the default server's */
     unsigned proxy_protocol;   /* listen ... proxy_protocol: a PROXY
                                 * header first (fd_worker.c) */
+    unsigned quic;             /* listen ... quic: a UDP socket speaking
+                                * HTTP/3 (fd_quic.c); its ev.fd stays -1,
+                                * so the TCP accept paths pass it by */
+    void *quic_tls;            /* its GnuTLS credentials (fd_quic_tls.c) */
     fd_listening_t *next;
 };
 
@@ -166,7 +170,7 @@ extern const fd_directive_t fd_offload_directives[];
 /* A [server] listen value, "ADDR:PORT [default] [ssl]": FD_OK with the
  * address and the FD_LISTEN_* bits, or FD_ERROR (said through cf). */
 enum { FD_LISTEN_DEFAULT = 1, FD_LISTEN_SSL = 2, FD_LISTEN_HTTP2 = 4,
-       FD_LISTEN_PROXY = 8 };
+       FD_LISTEN_PROXY = 8, FD_LISTEN_QUIC = 16 };
 int fd_cycle_listen_parse(fd_conf_t *cf, const char *v,
                           struct sockaddr_storage *ss, socklen_t *len,
                           char addr[300], unsigned *opts);

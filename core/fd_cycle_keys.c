@@ -375,8 +375,8 @@ const fd_directive_t fd_http_loc_directives[] = {
      .def = "0",
      .doc = "bytes per second a response is sent at (k, m: 100k), per "
             "request as nginx (HTTP/1.1: the connection's response; "
-            "HTTP/2: the stream's DATA); 0 (the default): no limit. The "
-            "header and about a tenth of a second of body leave at once. "
+            "HTTP/2 and HTTP/3: the stream's DATA); 0 (the default): no "
+            "limit. The header and about a tenth of a second of body leave at once. "
             "E.g. limit_rate = 500k"},
     {.name = "limit_rate_after", .type = FD_CONF_SIZE,
      .offset = LOC(limit_rate_after), .def = "0",
@@ -505,8 +505,9 @@ static int parse_addr(const char *text, struct sockaddr_storage *ss,
     return FD_ERROR;
 }
 
-/* "ADDR:PORT [default] [ssl] [http2] [proxy_protocol]", in any order, each
- * once: FD_OK with the address and the FD_LISTEN_* bits, or FD_ERROR. */
+/* "ADDR:PORT [default] [ssl] [http2] [proxy_protocol] [quic]", in any
+ * order, each once: FD_OK with the address and the FD_LISTEN_* bits, or
+ * FD_ERROR. quic goes with default alone: it is UDP, and HTTP/3. */
 int fd_cycle_listen_parse(fd_conf_t *cf, const char *v,
                           struct sockaddr_storage *ss, socklen_t *len,
                           char addr[300], unsigned *opts)
@@ -533,15 +534,23 @@ int fd_cycle_listen_parse(fd_conf_t *cf, const char *v,
             bit = FD_LISTEN_HTTP2;
         else if (strcmp(opt[i], "proxy_protocol") == 0)
             bit = FD_LISTEN_PROXY;
+        else if (strcmp(opt[i], "quic") == 0)
+            bit = FD_LISTEN_QUIC;
         else
             return fd_conf_error(cf, "unknown listen option \"%s\" "
-                                 "(default, ssl, http2, proxy_protocol)",
-                                 opt[i]);
+                                 "(default, ssl, http2, proxy_protocol, "
+                                 "quic)", opt[i]);
         if (*opts & bit)
             return fd_conf_error(cf, "listen \"%s\": \"%s\" twice", v,
                                  opt[i]);
         *opts |= bit;
     }
+    if ((*opts & FD_LISTEN_QUIC) &&
+        (*opts & (FD_LISTEN_SSL | FD_LISTEN_HTTP2 | FD_LISTEN_PROXY)))
+        return fd_conf_error(cf, "listen \"%s\": quic is HTTP/3 over UDP, "
+                             "with TLS 1.3 built in: it takes no ssl, http2 "
+                             "or proxy_protocol (listen on the same port "
+                             "with ssl for TCP beside it)", v);
     return FD_OK;
 }
 
@@ -564,7 +573,7 @@ static int set_listen(fd_conf_t *cf, const fd_directive_t *d, void *conf,
 const fd_directive_t fd_http_server_directives[] = {
     {.name = "listen", .type = FD_CONF_LIST, .offset = SRV(listen),
      .set = set_listen,
-     .doc = "ADDR:PORT [default] [ssl] [http2] [proxy_protocol], "
+     .doc = "ADDR:PORT [default] [ssl] [http2] [proxy_protocol] [quic], "
             "repeatable; [::]:PORT for "
             "IPv6. ssl: TLS on that address (every [server] on it says "
             "ssl, and has an ssl_certificate). http2: HTTP/2 beside "
@@ -578,7 +587,11 @@ const fd_directive_t fd_http_server_directives[] = {
             "address. A missing, malformed or truncated header, or none "
             "within proxy_protocol_timeout, closes the connection (logged at "
             "info); v2 LOCAL keeps the peer's address. Every [server] on the "
-            "address says it"},
+            "address says it. quic: HTTP/3 over QUIC on that UDP address "
+            "(alone or with default), with the server's ssl_certificate "
+            "(TLS 1.3, ALPN h3, SNI); its TCP responses then carry Alt-Svc: "
+            "h3=\":PORT\"; ma=86400 (conf/doc/http3.md). A build without "
+            "HTTP/3 ignores a quic listen, with a warning"},
     {.name = "server_name", .type = FD_CONF_CUSTOM, .offset = SRV(names),
      .set = set_names,
      .doc = "Host names this server answers, space-separated, repeatable "

@@ -212,10 +212,116 @@ static int steer(group_t *g, int skip)
     return k ? steer_attach(g, idx, k) : FD_ERROR;
 }
 
+/*
+ * A quic address: one UDP socket per worker (SO_REUSEPORT: the kernel
+ * hashes the 4-tuple, so a client keeps reaching the same worker while
+ * its address stays), receiving the local address of each datagram
+ * (IP_PKTINFO), so that a wildcard address answers from the one asked.
+ * Not in a reuseport group: no backlog to retire, and a TCP socket on
+ * the same port is another group.
+ */
+#define QUIC_SOCKBUF (2 * 1024 * 1024)
+
+/* net.core.rmem_max (or wmem_max) caps what SO_RCVBUF may ask: say so
+ * once, with the sysctl that lifts it */
+static void sockbuf_check(const char *name)
+{
+    char path[64];
+    long v = 0;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/sys/net/core/%s", name);
+    if ((f = fopen(path, "r")) == NULL)
+        return;
+    if (fscanf(f, "%ld", &v) == 1 && v < QUIC_SOCKBUF)
+        fd_log_error(FD_LOG_WARN, 0, "net.core.%s is %ld: QUIC sockets get "
+                     "less than the %d bytes of buffer they ask for, and "
+                     "drop datagrams under load (sysctl -w net.core.%s=%d)",
+                     name, v, QUIC_SOCKBUF, name, QUIC_SOCKBUF);
+    fclose(f);
+}
+
+static int open_udp(fd_listening_t *ls)
+{
+    int fd, one = 1, size = QUIC_SOCKBUF;
+    static int checked;
+
+    fd = socket(ls->addr.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                0);
+    if (fd < 0) {
+        fd_log_error(FD_LOG_EMERG, errno, "socket() for %s quic failed",
+                     ls->text);
+        return -1;
+    }
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0) {
+        fd_log_error(FD_LOG_EMERG, errno, "SO_REUSEPORT on %s quic failed",
+                     ls->text);
+        close(fd);
+        return -1;
+    }
+    /* a burst of a window's packets, in and out, without drops */
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
+    if (!checked) {
+        checked = 1;
+        sockbuf_check("rmem_max");
+        sockbuf_check("wmem_max");
+    }
+    if (ls->addr.ss_family == AF_INET6) {
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+        setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof(one));
+    } else {
+        setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof(one));
+    }
+    if (bind(fd, (struct sockaddr *)&ls->addr, ls->addrlen) < 0) {
+        fd_log_error(FD_LOG_EMERG, errno, "bind() to %s quic failed",
+                     ls->text);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/*
+ * A quic address's n sockets: a datagram goes to the worker that owns its
+ * connection, whatever the client's address (migration, a NAT's new
+ * port). fastd's connection IDs carry the worker's index in their first
+ * byte (fd_quic.c), worker i reads the group's i-th socket (the kernel
+ * keeps them in the order they were bound: fds[i]), and this classic BPF
+ * program, run with the UDP payload at offset 0, returns the first byte
+ * of the Destination Connection ID modulo n: offset 1 in a short header,
+ * 6 in a long one. A client's first Initials carry an ID of its own
+ * choosing, the same in each, so they too reach one worker every time.
+ * A datagram too short for the load makes the program return 0.
+ */
+static void quic_steer(fd_listening_t *ls)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 0),
+        BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, 0x80, 0, 2),
+        BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 6),      /* long header */
+        BPF_JUMP(BPF_JMP | BPF_JA, 1, 0, 0),
+        BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 1),      /* short header */
+        BPF_STMT(BPF_ALU | BPF_MOD | BPF_K, ls->nfds),
+        BPF_STMT(BPF_RET | BPF_A, 0),
+    };
+    struct sock_fprog prog = {.len = fd_nelems(f), .filter = f};
+
+    if (ls->nfds < 2)
+        return;
+    if (setsockopt(ls->fds[0], SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog,
+                   sizeof(prog)) < 0)
+        fd_log_error(FD_LOG_WARN, errno, "SO_ATTACH_REUSEPORT_CBPF on %s "
+                     "quic failed: a client whose address changes may "
+                     "reach another worker", ls->text);
+}
+
 static int open_one(fd_cycle_t *cycle, fd_listening_t *ls, int reuseport)
 {
     int fd, one = 1, secs = 1;
 
+    if (ls->quic)
+        return open_udp(ls);
     fd = socket(ls->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK |
                                          SOCK_CLOEXEC, 0);
     if (fd < 0) {
@@ -259,7 +365,8 @@ static int address_free(fd_listening_t *ls)
 {
     int fd, one = 1, rc, err;
 
-    fd = socket(ls->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    fd = socket(ls->addr.ss_family,
+                (ls->quic ? SOCK_DGRAM : SOCK_STREAM) | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return 1; /* the real socket() will say why */
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -294,7 +401,7 @@ static int held(fd_cycle_t *old, fd_listening_t *ls)
     fd_listening_t *ol;
 
     for (ol = old ? old->listening : NULL; ol; ol = ol->next)
-        if (ol->nfds && ol->addrlen == ls->addrlen &&
+        if (ol->nfds && ol->addrlen == ls->addrlen && ol->quic == ls->quic &&
             memcmp(&ol->addr, &ls->addr, ls->addrlen) == 0)
             return 1;
     return 0;
@@ -312,25 +419,31 @@ int fd_listening_open(fd_cycle_t *cycle, fd_cycle_t *old)
     unsigned want = reuseport ? (unsigned)cycle->nworkers : 1, i;
 
     for (ls = cycle->listening; ls; ls = ls->next) {
-        ls->fds = fd_palloc(cycle->pool, want * sizeof(int));
+        /* quic: a socket per worker whatever events.accept says */
+        unsigned n = ls->quic ? (unsigned)cycle->nworkers : want;
+        ls->fds = fd_palloc(cycle->pool, n * sizeof(int));
         ls->nfds = 0;
         ls->ev.fd = -1;
         ol = NULL;
-        if (old && (old->events.accept == FD_ACCEPT_REUSEPORT) == reuseport)
+        if (old && (ls->quic ||
+                    (old->events.accept == FD_ACCEPT_REUSEPORT) == reuseport))
             for (ol = old->listening; ol; ol = ol->next)
-                if (ol->addrlen == ls->addrlen &&
+                if (ol->addrlen == ls->addrlen && ol->quic == ls->quic &&
                     memcmp(&ol->addr, &ls->addr, ls->addrlen) == 0)
                     break;
-        for (i = 0; ol && i < ol->nfds && ls->nfds < want; i++)
+        for (i = 0; ol && i < ol->nfds && ls->nfds < n; i++)
             ls->fds[ls->nfds++] = ol->fds[i];
-        if (reuseport && ls->nfds == 0 && !held(old, ls) && !address_free(ls))
+        if ((reuseport || ls->quic) && ls->nfds == 0 && !held(old, ls) &&
+            !address_free(ls))
             goto failed;
-        while (ls->nfds < want) {
+        while (ls->nfds < n) {
             int fd = open_one(cycle, ls, reuseport);
             if (fd < 0)
                 goto failed;
             ls->fds[ls->nfds++] = fd;
         }
+        if (ls->quic)
+            quic_steer(ls);
     }
     return FD_OK;
 

@@ -98,6 +98,9 @@ void fd_connection_hop(const fd_connection_t *c, struct fd_addr_s *a);
 /* The worker's loop */
 int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot);
 void fd_worker_stop_accepting(void);
+/* A new connection's id (log lines, $connection): QUIC's take theirs
+ * from the same count */
+uint32_t fd_worker_conn_id(void);
 #ifdef FD_FUZZ
 /* tests/fuzz/fuzz_request.c drives the loop in its own process */
 int fd_worker_fuzz_cycle(fd_cycle_t *cycle);

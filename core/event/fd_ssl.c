@@ -931,7 +931,9 @@ int fd_ssl_init_cycle(fd_cycle_t *cycle, char *err, size_t errlen)
         }
     }
     for (ls = cycle->listening; ls; ls = ls->next) {
-        if (!ls->ssl)
+        /* a quic address's servers are checked here too: the same
+         * ssl_* keys, the same files (fd_quic_tls.c reads them again) */
+        if (!ls->ssl && !ls->quic)
             continue;
         for (i = 0; i < ls->nservers; i++) {
             ssl_conf_t *sc = ls->servers[i]->ssl;
@@ -943,6 +945,18 @@ int fd_ssl_init_cycle(fd_cycle_t *cycle, char *err, size_t errlen)
             ((ssl_conf_t *)ls->servers[0]->ssl)->handshake_timeout;
     }
     return FD_OK;
+}
+
+unsigned fd_ssl_server_certs(const fd_http_server_t *srv, unsigned i,
+                             const char **cert, const char **key)
+{
+    const ssl_conf_t *sc = srv->ssl;
+
+    if (sc == NULL || i >= sc->certs.n || i >= sc->keys.n)
+        return 0;
+    *cert = sc->certs.items[i].path;
+    *key = sc->keys.items[i].path;
+    return sc->certs.n;
 }
 
 void fd_ssl_free_cycle(fd_cycle_t *cycle)

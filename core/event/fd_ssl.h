@@ -49,6 +49,16 @@ void *fd_ssl_conf_create(fd_conf_t *cf);
  * fd_cycle_load(), so -t and a reload check the files too. */
 int fd_ssl_init_cycle(fd_cycle_t *cycle, char *err, size_t errlen);
 void fd_ssl_free_cycle(fd_cycle_t *cycle);
+/* The i-th ssl_certificate of srv and its key (paths): how many it has,
+ * 0 when i is past them. QUIC's TLS (fd_quic_tls.c) reads the same. */
+unsigned fd_ssl_server_certs(const fd_http_server_t *srv, unsigned i,
+                             const char **cert, const char **key);
+#ifdef FD_HTTP3
+/* fd_quic_tls.c: the GnuTLS credentials of each quic address, built by
+ * the master at load as fd_ssl_init_cycle() builds OpenSSL's */
+int fd_quic_tls_init_cycle(fd_cycle_t *cycle, char *err, size_t errlen);
+void fd_quic_tls_free_cycle(fd_cycle_t *cycle);
+#endif
 
 /*
  * Session ticket keys: a shared mapping the master makes once, before the

@@ -23,6 +23,9 @@
 #include "fd_realip.h"
 #include "fd_http.h"
 #include "fd_uring.h"
+#ifdef FD_HTTP3
+#include "fd_quic.h"
+#endif
 
 fd_worker_t *fd_worker;
 static fd_worker_t worker;
@@ -791,12 +794,25 @@ static void accept_some(fd_listening_t *ls, unsigned max)
     }
 }
 
+uint32_t fd_worker_conn_id(void)
+{
+    return ++conn_ids;
+}
+
 static int listen_start(fd_worker_t *w)
 {
     fd_listening_t *ls;
 
     for (ls = w->cycle->listening; ls; ls = ls->next) {
         uint32_t ev = EPOLLIN;
+        if (ls->quic) {
+            /* its own event (fd_quic.c); ls->ev.fd stays -1 */
+#ifdef FD_HTTP3
+            if (fd_quic_listen(ls, w) != FD_OK)
+                return FD_ERROR;
+#endif
+            continue;
+        }
         ls->ev.fd = ls->fds[ls->nfds > 1 ? w->index % ls->nfds : 0];
         ls->ev.handler = accept_handler;
         ls->ev.listen = 1;
@@ -821,6 +837,9 @@ void fd_worker_stop_accepting(void)
      * to the other sockets of the group unless net.ipv4.tcp_migrate_req
      * is on). Take them first; they are answered with Connection: close.
      */
+#ifdef FD_HTTP3
+    fd_quic_quit(); /* GOAWAY, no new connections; the old ones finish */
+#endif
     for (ls = fd_worker->cycle->listening; ls; ls = ls->next)
         if (ls->ev.fd >= 0 && !accept_paused)
             fd_event_del(&ls->ev); /* io_uring: accept4() from here */

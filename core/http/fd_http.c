@@ -350,9 +350,12 @@ fd_str_t fd_http_conn_var(fd_request_t *r, int id)
     fd_stream_t *s = &r->c->s;
 
     if (id == CV_SCHEME)
-        return s->tls ? fd_string("https") : fd_string("http");
+        return s->tls || r->h3 ? fd_string("https") : fd_string("http");
+    if (r->h3 && id == CV_HTTPS)
+        return fd_string("on"); /* QUIC is TLS; the ssl_* facts are not
+                                 * kept for it yet */
     if (id == CV_HTTP2)
-        return r->h2 == NULL ? fd_null_string
+        return r->h2 == NULL || r->h3 ? fd_null_string
                : s->tls      ? fd_string("h2")
                              : fd_string("h2c");
     if (id == CV_HTTP2_STREAM_ID) {

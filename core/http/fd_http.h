@@ -31,6 +31,8 @@ struct fd_http_server_s {
     fd_int_t max_conns_per_ip; /* 0: no limit */
     fd_msec_t proxy_protocol_timeout;
     void *ssl;                 /* the ssl_* keys and context (fd_ssl.c) */
+    fd_str_t alt_svc;          /* h3=":PORT"; ma=86400 when it listens on
+                                * QUIC: sent on its TCP responses */
     fd_http_server_t *next;
     unsigned seq;
     const char *file;          /* where its [server] line is */
@@ -200,7 +202,11 @@ struct fd_request_s {
     fd_body_filter_pt body_filter;
 
     /* engine-private */
-    struct fd_h2_stream_s *h2; /* the HTTP/2 stream carrying it, or NULL */
+    /* the multiplexed stream carrying it, or NULL (HTTP/1.1): HTTP/2's,
+     * or with h3 set HTTP/3's (fd_http3.c), whose fd_h2_* calls go to
+     * fd_h3_*: the engine takes both one way */
+    struct fd_h2_stream_s *h2;
+    unsigned h3;
     fd_request_t *feed_next, **feed_prev; /* in the body filter's queue */
     unsigned feed_queued;
     unsigned phase;

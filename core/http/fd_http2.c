@@ -873,6 +873,7 @@ int fd_h2_header(fd_request_t *r)
                          r->status == 304;
     int rv;
 
+    FD_H3_PASS(r, fd_h3_header(r));
     if (st == NULL || st->closed || st->hc == NULL)
         return FD_ERROR;
     if (fd_unlikely(r->loc && r->loc->limit_rate))
@@ -968,6 +969,7 @@ int fd_h2_body(fd_request_t *r, fd_buf_t *b, int copy)
     size_t n = fd_buf_size(b);
     int rc;
 
+    FD_H3_PASS(r, fd_h3_body(r, b, copy));
     if (st == NULL || st->closed || st->hc == NULL || !st->provider)
         return st && !st->closed && st->hc ? FD_OK : FD_ERROR;
     if (b->file_fd >= 0)
@@ -987,6 +989,7 @@ void fd_h2_end(fd_request_t *r)
 {
     h2s_t *st = r->h2;
 
+    FD_H3_PASS(r, fd_h3_end(r));
     if (st == NULL || st->hc == NULL)
         return;
     st->out_end = 1;
@@ -1009,6 +1012,7 @@ int fd_h2_flush(fd_request_t *r)
 {
     h2s_t *st = r->h2;
 
+    FD_H3_PASS(r, fd_h3_flush(r));
     if (st == NULL || st->closed || st->hc == NULL)
         return FD_ERROR;
     conn_post(st->hc);
@@ -1017,6 +1021,7 @@ int fd_h2_flush(fd_request_t *r)
 
 size_t fd_h2_pending(fd_request_t *r)
 {
+    FD_H3_PASS(r, fd_h3_pending(r));
     return r->h2 ? r->h2->oq.bytes : 0;
 }
 
@@ -1024,6 +1029,7 @@ void fd_h2_cut(fd_request_t *r)
 {
     h2s_t *st = r->h2;
 
+    FD_H3_PASS(r, fd_h3_cut(r));
     if (st == NULL || st->closed || st->hc == NULL)
         return;
     nghttp2_submit_rst_stream(st->hc->ss, NGHTTP2_FLAG_NONE, st->id,
@@ -1035,6 +1041,7 @@ void fd_h2_resume(fd_request_t *r)
 {
     h2s_t *st = r->h2;
 
+    FD_H3_PASS(r, fd_h3_resume(r));
     if (st == NULL || st->hc == NULL || st->closed)
         return;
     st->job_body = 1;
@@ -1044,6 +1051,7 @@ void fd_h2_resume(fd_request_t *r)
 
 int fd_h2_gone(fd_request_t *r)
 {
+    FD_H3_PASS(r, fd_h3_gone(r));
     return r->h2 && r->h2->closed;
 }
 
@@ -1051,6 +1059,7 @@ void fd_h2_finish(fd_request_t *r, int rc)
 {
     h2s_t *st = r->h2;
 
+    FD_H3_PASS(r, fd_h3_finish(r, rc));
     r->async = 0;
     r->on_abort = NULL;
     if (st->orphan) {
@@ -1078,6 +1087,7 @@ ssize_t fd_h2_body_pull(fd_request_t *r, char *buf, size_t size)
     h2s_t *st = r->h2;
     size_t n;
 
+    FD_H3_PASS(r, fd_h3_body_pull(r, buf, size));
     if (st == NULL || st->hc == NULL || st->closed)
         return FD_ERROR;
     n = fd_min(size, st->ib_len - st->ib_pos);
@@ -1096,6 +1106,7 @@ ssize_t fd_h2_body_pull(fd_request_t *r, char *buf, size_t size)
 
 unsigned fd_http_stream_id(fd_request_t *r)
 {
+    FD_H3_PASS(r, fd_h3_stream_id(r));
     return r->h2 ? (unsigned)r->h2->id : 0;
 }
 

@@ -95,6 +95,27 @@ void fd_h2_release(fd_connection_t *c);
 int fd_h2_idle(fd_connection_t *c);
 void fd_h2_quit(fd_connection_t *c);    /* a graceful stop: GOAWAY */
 
+#ifdef FD_HTTP3
+/* fd_http3.c: the same for a request an HTTP/3 stream carries (r->h3);
+ * each fd_h2_* call above passes r on to its fd_h3_* twin */
+int fd_h3_header(fd_request_t *r);
+int fd_h3_body(fd_request_t *r, fd_buf_t *b, int copy);
+void fd_h3_end(fd_request_t *r);
+int fd_h3_flush(fd_request_t *r);
+size_t fd_h3_pending(fd_request_t *r);
+void fd_h3_cut(fd_request_t *r);
+void fd_h3_resume(fd_request_t *r);
+void fd_h3_finish(fd_request_t *r, int rc);
+int fd_h3_gone(fd_request_t *r);
+ssize_t fd_h3_body_pull(fd_request_t *r, char *buf, size_t size);
+unsigned fd_h3_stream_id(fd_request_t *r);
+#define FD_H3_PASS(r, call) \
+    if (fd_unlikely((r)->h3)) \
+        return call
+#else
+#define FD_H3_PASS(r, call)
+#endif
+
 /* fd_http_output.c */
 int fd_http_error_detail(fd_request_t *r, int status, const char *detail);
 void fd_http_access_count(fd_request_t *r);

@@ -247,6 +247,11 @@ static int header_write(fd_request_t *r, fd_buf_t *body)
                            : r->server != NULL) &&
         fd_http_add_headers(r) != FD_OK)
         return FD_ERROR;
+    /* the server listens on QUIC too: say so over TCP (RFC 7838) */
+    if (fd_unlikely(r->server && r->server->alt_svc.len) && !r->h3 &&
+        fd_http_header_add(r, fd_string("Alt-Svc"), r->server->alt_svc) !=
+            FD_OK)
+        return FD_ERROR;
     if (r->h2) {
         /* HEADERS; the body, small or not, follows as DATA */
         if (fd_h2_header(r) != FD_OK)

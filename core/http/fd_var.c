@@ -273,6 +273,7 @@ static fd_str_t v_protocol(fd_request_t *r, const fd_var_op_t *op, char *tmp)
         return fd_null_string;
     return r->in.version == 10   ? fd_string("HTTP/1.0")
            : r->in.version == 20 ? fd_string("HTTP/2.0")
+           : r->in.version == 30 ? fd_string("HTTP/3.0")
                                  : fd_string("HTTP/1.1");
 }
 

@@ -1,0 +1,842 @@
+/*
+ * QUIC for clients (RFC 9000) on ngtcp2: the UDP socket each worker reads
+ * for a listen ... quic address, the table that maps connection IDs to
+ * connections, and each connection's packets, timer and end. TLS is
+ * fd_quic_tls.c's (GnuTLS); what the streams carry, HTTP/3, is
+ * core/http/fd_http3.c's.
+ *
+ * A datagram's Destination Connection ID finds its connection. An unknown
+ * one with a long header and a version ngtcp2 speaks, that is a client's
+ * Initial, makes a new connection; an unknown version gets Version
+ * Negotiation (only for a datagram of 1200 bytes or more: an answer never
+ * outgrows the question); anything else is dropped. The IDs fastd gives
+ * out carry the worker's index in their first byte, and the socket
+ * group's BPF program (fd_listen.c, quic_steer) hands each datagram to
+ * the worker its ID names, so a client that changes address (migration,
+ * a NAT's new port) still reaches the worker that owns its connection.
+ *
+ * Sending: after a connection's input, and at the end of a turn in which
+ * its streams produced output (fd_quic_post), ngtcp2 frames packets until
+ * congestion control, pacing or flow control stops it; its timer wakes it
+ * for losses, pacing and the idle timeout (ngtcp2_conn_get_expiry).
+ *
+ * The end: an error or a client's CONNECTION_CLOSE starts the closing or
+ * draining period (three PTOs), during which a closing connection answers
+ * input with its CONNECTION_CLOSE again (at most a few times), then it is
+ * freed. Requests a module still holds keep the struct (qc->refs).
+ */
+#include "fd_core.h"
+
+#ifdef FD_HTTP3
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/epoll.h>
+#include <sys/random.h>
+#include <time.h>
+
+#define FD_QUIC_PRIVATE
+#include "fd_cycle.h"
+#include "fd_http.h"
+#include "fd_quic.h"
+
+#define QUIC_READ_BATCH 256      /* datagrams per event, then the rest of
+                                  * the loop gets a turn */
+#define QUIC_MAX_PKT 1500        /* a packet fastd writes (ngtcp2 keeps to
+                                  * the path's limit, 1200 until probed) */
+#define QUIC_CLOSE_RESENDS 8
+#define QUIC_TABLE 4096          /* buckets of the CID table */
+
+struct fd_quic_sock_s {
+    fd_event_t ev;               /* a dup of the worker's socket: the
+                                  * worker closes its copies of listening
+                                  * sockets at a graceful stop, while QUIC
+                                  * connections still finish on this one */
+    fd_listening_t *ls;
+    fd_posted_t more;            /* the batch ended before EAGAIN */
+    unsigned posted:1;
+    fd_quic_sock_t *next;
+};
+
+typedef struct cid_ent_s {
+    ngtcp2_cid cid;
+    fd_quic_conn_t *qc;
+    struct cid_ent_s *next;
+} cid_ent_t;
+
+static cid_ent_t *table[QUIC_TABLE];
+static fd_quic_sock_t *socks;
+static unsigned nconns;
+static uint8_t reset_secret[32];
+static ngtcp2_callbacks callbacks;
+static uint8_t rbuf[65536];
+
+static void conn_write(fd_quic_conn_t *qc);
+static void conn_free(fd_quic_conn_t *qc);
+
+ngtcp2_tstamp fd_quic_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (ngtcp2_tstamp)ts.tv_sec * NGTCP2_SECONDS +
+           (ngtcp2_tstamp)ts.tv_nsec;
+}
+
+/* --- the connection ID table --- */
+
+static unsigned cid_hash(const uint8_t *p, size_t n)
+{
+    uint32_t h = 2166136261u;
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        h = (h ^ p[i]) * 16777619u;
+    return h % QUIC_TABLE;
+}
+
+static fd_quic_conn_t *cid_find(const uint8_t *p, size_t n)
+{
+    cid_ent_t *e;
+
+    for (e = table[cid_hash(p, n)]; e; e = e->next)
+        if (e->cid.datalen == n && memcmp(e->cid.data, p, n) == 0)
+            return e->qc;
+    return NULL;
+}
+
+static int cid_add(fd_quic_conn_t *qc, const ngtcp2_cid *cid)
+{
+    unsigned b = cid_hash(cid->data, cid->datalen);
+    cid_ent_t *e;
+
+    if (qc->ncids == FD_QUIC_MAX_CIDS || (e = malloc(sizeof(*e))) == NULL)
+        return FD_ERROR;
+    e->cid = *cid;
+    e->qc = qc;
+    e->next = table[b];
+    table[b] = e;
+    qc->cids[qc->ncids++] = *cid;
+    return FD_OK;
+}
+
+static void cid_del(fd_quic_conn_t *qc, const ngtcp2_cid *cid)
+{
+    cid_ent_t **pe, *e;
+    unsigned i;
+
+    for (pe = &table[cid_hash(cid->data, cid->datalen)]; (e = *pe);
+         pe = &e->next)
+        if (e->qc == qc && ngtcp2_cid_eq(&e->cid, cid)) {
+            *pe = e->next;
+            free(e);
+            break;
+        }
+    for (i = 0; i < qc->ncids; i++)
+        if (ngtcp2_cid_eq(&qc->cids[i], cid)) {
+            qc->cids[i] = qc->cids[--qc->ncids];
+            break;
+        }
+}
+
+/* A new ID of ours: random, but for the worker's index in byte 0. */
+static int cid_new(ngtcp2_cid *cid, size_t len)
+{
+    if (getrandom(cid->data, len, 0) != (ssize_t)len)
+        return FD_ERROR;
+    cid->data[0] = (uint8_t)fd_worker->index;
+    cid->datalen = len;
+    return FD_OK;
+}
+
+/* --- datagrams out --- */
+
+static void send_pkt(fd_quic_sock_t *qs, const ngtcp2_path *path,
+                     const uint8_t *data, size_t len)
+{
+    struct iovec iov = {(void *)data, len};
+    union {
+        char v4[CMSG_SPACE(sizeof(struct in_pktinfo))];
+        char v6[CMSG_SPACE(sizeof(struct in6_pktinfo))];
+    } cbuf;
+    struct msghdr msg = {.msg_name = path->remote.addr,
+                         .msg_namelen = path->remote.addrlen,
+                         .msg_iov = &iov,
+                         .msg_iovlen = 1};
+    struct cmsghdr *cm;
+    ssize_t n;
+
+    /* from the address the client wrote to (a wildcard socket) */
+    memset(&cbuf, 0, sizeof(cbuf));
+    msg.msg_control = &cbuf;
+    if (path->local.addr->sa_family == AF_INET) {
+        struct in_pktinfo pi = {0};
+        pi.ipi_spec_dst = ((struct sockaddr_in *)path->local.addr)->sin_addr;
+        msg.msg_controllen = CMSG_SPACE(sizeof(pi));
+        cm = CMSG_FIRSTHDR(&msg);
+        cm->cmsg_level = IPPROTO_IP;
+        cm->cmsg_type = IP_PKTINFO;
+        cm->cmsg_len = CMSG_LEN(sizeof(pi));
+        memcpy(CMSG_DATA(cm), &pi, sizeof(pi));
+    } else {
+        struct in6_pktinfo pi = {0};
+        pi.ipi6_addr = ((struct sockaddr_in6 *)path->local.addr)->sin6_addr;
+        msg.msg_controllen = CMSG_SPACE(sizeof(pi));
+        cm = CMSG_FIRSTHDR(&msg);
+        cm->cmsg_level = IPPROTO_IPV6;
+        cm->cmsg_type = IPV6_PKTINFO;
+        cm->cmsg_len = CMSG_LEN(sizeof(pi));
+        memcpy(CMSG_DATA(cm), &pi, sizeof(pi));
+    }
+    do
+        n = sendmsg(qs->ev.fd, &msg, 0);
+    while (n < 0 && errno == EINTR);
+    if (n < 0 && errno != EAGAIN)
+        fd_log_error(FD_LOG_INFO, errno, "sendmsg() of a QUIC packet failed");
+    else if (n > 0)
+        fd_stats->bytes_out += (uint64_t)n;
+    /* EAGAIN: the socket buffer is full; QUIC takes it as a loss */
+}
+
+static void send_version_negotiation(fd_quic_sock_t *qs,
+                                     const ngtcp2_version_cid *vc,
+                                     const ngtcp2_path *path)
+{
+    uint8_t buf[256];
+    uint32_t sv[] = {NGTCP2_PROTO_VER_V1, NGTCP2_PROTO_VER_V2};
+    uint8_t unused;
+    ngtcp2_ssize n;
+
+    if (getrandom(&unused, 1, 0) != 1)
+        unused = 0;
+    /* to the client's IDs, swapped (RFC 9000 17.2.1) */
+    n = ngtcp2_pkt_write_version_negotiation(buf, sizeof(buf), unused,
+                                             vc->scid, vc->scidlen, vc->dcid,
+                                             vc->dcidlen, sv, 2);
+    if (n > 0)
+        send_pkt(qs, path, buf, (size_t)n);
+}
+
+/* --- connections --- */
+
+static ngtcp2_conn *get_conn(ngtcp2_crypto_conn_ref *ref)
+{
+    return ((fd_quic_conn_t *)ref->user_data)->conn;
+}
+
+static void rand_cb(uint8_t *dest, size_t len, const ngtcp2_rand_ctx *ctx)
+{
+    (void)ctx;
+    if (getrandom(dest, len, 0) != (ssize_t)len)
+        memset(dest, 0, len); /* getrandom() does not fail once seeded */
+}
+
+static int get_new_cid(ngtcp2_conn *conn, ngtcp2_cid *cid, uint8_t *token,
+                       size_t len, void *ud)
+{
+    fd_quic_conn_t *qc = ud;
+
+    (void)conn;
+    if (cid_new(cid, len) != FD_OK ||
+        ngtcp2_crypto_generate_stateless_reset_token(
+            token, reset_secret, sizeof(reset_secret), cid) != 0 ||
+        cid_add(qc, cid) != FD_OK)
+        return NGTCP2_ERR_CALLBACK_FAILURE;
+    return 0;
+}
+
+static int remove_cid(ngtcp2_conn *conn, const ngtcp2_cid *cid, void *ud)
+{
+    (void)conn;
+    cid_del(ud, cid);
+    return 0;
+}
+
+static int handshake_completed(ngtcp2_conn *conn, void *ud)
+{
+    (void)conn;
+    (void)ud;
+    fd_stats->ssl_tls13++;
+    return 0;
+}
+
+static void conn_timer(fd_timer_t *t);
+static void conn_posted(void *data);
+
+static fd_quic_conn_t *conn_new(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
+                                const ngtcp2_path *path)
+{
+    const fd_cycle_t *cy = fd_worker->cycle;
+    fd_quic_conn_t *qc;
+    ngtcp2_settings settings;
+    ngtcp2_transport_params params;
+    ngtcp2_cid scid;
+    const struct sockaddr *ra = path->remote.addr;
+
+    qc = calloc(1, sizeof(*qc));
+    if (qc == NULL)
+        return NULL;
+    ngtcp2_path_storage_init(&qc->ps, path->local.addr, path->local.addrlen,
+                             path->remote.addr, path->remote.addrlen, NULL);
+    qc->qs = qs;
+    qc->c.s.ev.fd = -1;
+    qc->c.s.nodelay = 1;     /* no TCP_NODELAY to set (the proxy looks) */
+    qc->c.ls_index = (uint16_t)qs->ls->index;
+    qc->c.id = fd_worker_conn_id();
+    qc->c.state = FD_CONN_BUSY;
+    if (ra->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)ra;
+        qc->c.family = AF_INET6;
+        memcpy(qc->c.addr, &s6->sin6_addr, 16);
+        qc->c.port = ntohs(s6->sin6_port);
+    } else {
+        const struct sockaddr_in *s4 = (const struct sockaddr_in *)ra;
+        qc->c.family = AF_INET;
+        memcpy(qc->c.addr, &s4->sin_addr, 4);
+        qc->c.port = ntohs(s4->sin_port);
+    }
+    qc->timer.handler = conn_timer;
+    qc->post.handler = conn_posted;
+    qc->post.data = qc;
+    qc->ref.get_conn = get_conn;
+    qc->ref.user_data = qc;
+    ngtcp2_ccerr_default(&qc->ccerr);
+
+    ngtcp2_settings_default(&settings);
+    settings.initial_ts = fd_quic_now();
+    /* path MTU probing off: some paths drop what is above 1232 bytes
+     * and stall rather than lose a probe */
+    settings.no_pmtud = 1;
+    settings.handshake_timeout =
+        (ngtcp2_duration)qs->ls->ssl_handshake_timeout * NGTCP2_MILLISECONDS;
+    settings.max_window = 6 * 1024 * 1024;
+    settings.max_stream_window = 2 * 1024 * 1024;
+    ngtcp2_transport_params_default(&params);
+    params.initial_max_stream_data_bidi_remote = 256 * 1024;
+    params.initial_max_stream_data_uni = 256 * 1024;
+    params.initial_max_data = 1024 * 1024;
+    params.initial_max_streams_bidi =
+        (uint64_t)cy->http.http2_max_concurrent_streams;
+    params.initial_max_streams_uni = 3; /* control and the two QPACK */
+    params.max_idle_timeout =
+        (ngtcp2_duration)cy->http.http2_idle_timeout * NGTCP2_MILLISECONDS;
+    params.active_connection_id_limit = FD_QUIC_MAX_CIDS - 2;
+    params.original_dcid = hd->dcid;
+    params.original_dcid_present = 1;
+    params.stateless_reset_token_present = 1;
+    if (cid_new(&scid, FD_QUIC_SCID_LEN) != FD_OK ||
+        ngtcp2_crypto_generate_stateless_reset_token(
+            params.stateless_reset_token, reset_secret, sizeof(reset_secret),
+            &scid) != 0)
+        goto failed;
+    if (ngtcp2_conn_server_new(&qc->conn, &hd->scid, &scid, &qc->ps.path,
+                               hd->version, &callbacks, &settings, &params,
+                               NULL, qc) != 0) {
+        qc->conn = NULL;
+        goto failed;
+    }
+    if (fd_quic_tls_new(&qc->tls, qs->ls, &qc->ref) != FD_OK)
+        goto failed;
+    ngtcp2_conn_set_tls_native_handle(qc->conn, qc->tls);
+    /* the client's Initials (retransmitted too) name its own DCID */
+    if (cid_add(qc, &scid) != FD_OK || cid_add(qc, &hd->dcid) != FD_OK)
+        goto failed;
+    nconns++;
+    fd_worker_hold(1); /* a graceful stop waits for it */
+    fd_stats->conn_accepted++;
+    fd_stats->conn_handled++;
+    return qc;
+
+failed:
+    fd_log_error(FD_LOG_ERR, 0, "a QUIC connection could not be set up");
+    while (qc->ncids)
+        cid_del(qc, &qc->cids[0]);
+    if (qc->conn)
+        ngtcp2_conn_del(qc->conn);
+    fd_quic_tls_free(qc->tls);
+    free(qc);
+    return NULL;
+}
+
+static void conn_free(fd_quic_conn_t *qc)
+{
+    if (qc->dead)
+        return;
+    if (fd_timer_armed(&qc->timer))
+        fd_timer_del(&qc->timer);
+    if (qc->h3)
+        fd_h3_release(qc); /* its streams; qc->refs counts the held */
+    while (qc->ncids)
+        cid_del(qc, &qc->cids[0]);
+    ngtcp2_conn_del(qc->conn);
+    qc->conn = NULL;
+    fd_quic_tls_free(qc->tls);
+    qc->tls = NULL;
+    free(qc->close_pkt);
+    qc->close_pkt = NULL;
+    qc->dead = 1;
+    nconns--;
+    fd_worker_hold(-1);
+    /* freed at the end of the turn (conn_posted), when no request holds
+     * it: the caller may still look at qc->dead */
+    if (!qc->posted) {
+        qc->posted = 1;
+        fd_event_post(&qc->post);
+    }
+}
+
+static void conn_mem_free(fd_quic_conn_t *qc)
+{
+    free(qc->c.h); /* the engine's state for it (fd_http3.c) */
+    free(qc);
+}
+
+void fd_quic_unref(fd_quic_conn_t *qc)
+{
+    if (--qc->refs == 0 && qc->dead && !qc->posted)
+        conn_mem_free(qc);
+}
+
+static void conn_set_timer(fd_quic_conn_t *qc)
+{
+    ngtcp2_tstamp exp = ngtcp2_conn_get_expiry(qc->conn), now = fd_quic_now();
+    fd_msec_t ms = exp <= now ? 0
+                              : (fd_msec_t)((exp - now + NGTCP2_MILLISECONDS -
+                                             1) / NGTCP2_MILLISECONDS);
+
+    if (fd_timer_armed(&qc->timer))
+        fd_timer_del(&qc->timer);
+    fd_timer_add(&qc->timer, ms);
+}
+
+/* The closing (or draining) period: three PTOs, then freed. */
+static void conn_closing(fd_quic_conn_t *qc)
+{
+    ngtcp2_duration pto = ngtcp2_conn_get_pto(qc->conn);
+
+    qc->closing = 1;
+    if (fd_timer_armed(&qc->timer))
+        fd_timer_del(&qc->timer);
+    fd_timer_add(&qc->timer, (fd_msec_t)(3 * pto / NGTCP2_MILLISECONDS) + 1);
+}
+
+/* End qc with qc->ccerr: CONNECTION_CLOSE, then the closing period. An
+ * idle timeout (or a connection ngtcp2 says to drop) ends silently. */
+static void conn_close(fd_quic_conn_t *qc)
+{
+    uint8_t buf[QUIC_MAX_PKT];
+    ngtcp2_pkt_info pi;
+    ngtcp2_ssize n;
+
+    if (qc->closing || qc->dead)
+        return;
+    if (qc->ccerr.type == NGTCP2_CCERR_TYPE_IDLE_CLOSE ||
+        ngtcp2_conn_in_draining_period(qc->conn)) {
+        conn_free(qc);
+        return;
+    }
+    n = ngtcp2_conn_write_connection_close(qc->conn, &qc->ps.path, &pi, buf,
+                                           sizeof(buf), &qc->ccerr,
+                                           fd_quic_now());
+    if (n <= 0) {
+        conn_free(qc);
+        return;
+    }
+    if ((qc->close_pkt = malloc((size_t)n)) != NULL) {
+        memcpy(qc->close_pkt, buf, (size_t)n);
+        qc->close_len = (size_t)n;
+    }
+    send_pkt(qc->qs, &qc->ps.path, buf, (size_t)n);
+    conn_closing(qc);
+}
+
+void fd_quic_fail(fd_quic_conn_t *qc, uint64_t app_error, const char *why)
+{
+    if (qc->closing || qc->dead)
+        return;
+    fd_log_error(FD_LOG_INFO, 0, "QUIC connection closed: %s", why);
+    ngtcp2_ccerr_set_application_error(&qc->ccerr, app_error, NULL, 0);
+    conn_close(qc);
+}
+
+/* Frame and send what ngtcp2 and nghttp3 have, until something stops it. */
+static void conn_write(fd_quic_conn_t *qc)
+{
+    uint8_t buf[QUIC_MAX_PKT];
+    ngtcp2_tstamp ts = fd_quic_now();
+    size_t max = fd_min(sizeof(buf),
+                        ngtcp2_conn_get_max_tx_udp_payload_size(qc->conn));
+
+    if (qc->closing || qc->dead)
+        return;
+    for (;;) {
+        int64_t sid = -1;
+        int fin = 0, rv;
+        nghttp3_vec vec[16];
+        nghttp3_ssize nvec = 0;
+        ngtcp2_ssize ndatalen;
+        ngtcp2_ssize n;
+        ngtcp2_pkt_info pi;
+        uint32_t flags = NGTCP2_WRITE_STREAM_FLAG_MORE;
+
+        if (qc->h3conn && ngtcp2_conn_get_max_data_left(qc->conn)) {
+            nvec = nghttp3_conn_writev_stream(qc->h3conn, &sid, &fin, vec,
+                                              fd_nelems(vec));
+            if (nvec < 0) {
+                ngtcp2_ccerr_set_application_error(
+                    &qc->ccerr,
+                    nghttp3_err_infer_quic_app_error_code((int)nvec), NULL, 0);
+                conn_close(qc);
+                return;
+            }
+        }
+        if (fin)
+            flags |= NGTCP2_WRITE_STREAM_FLAG_FIN;
+        n = ngtcp2_conn_writev_stream(qc->conn, &qc->ps.path, &pi, buf, max,
+                                      &ndatalen, flags, sid,
+                                      (const ngtcp2_vec *)vec, (size_t)nvec,
+                                      ts);
+        if (n < 0) {
+            switch (n) {
+            case NGTCP2_ERR_STREAM_DATA_BLOCKED:
+                nghttp3_conn_block_stream(qc->h3conn, sid);
+                continue;
+            case NGTCP2_ERR_STREAM_SHUT_WR:
+                nghttp3_conn_shutdown_stream_write(qc->h3conn, sid);
+                continue;
+            case NGTCP2_ERR_WRITE_MORE:
+                rv = nghttp3_conn_add_write_offset(qc->h3conn, sid,
+                                                   (size_t)ndatalen);
+                if (rv != 0) {
+                    ngtcp2_ccerr_set_application_error(
+                        &qc->ccerr, nghttp3_err_infer_quic_app_error_code(rv),
+                        NULL, 0);
+                    conn_close(qc);
+                    return;
+                }
+                continue;
+            }
+            ngtcp2_ccerr_set_liberr(&qc->ccerr, (int)n, NULL, 0);
+            conn_close(qc);
+            return;
+        }
+        if (ndatalen >= 0 && sid >= 0 &&
+            (rv = nghttp3_conn_add_write_offset(qc->h3conn, sid,
+                                                (size_t)ndatalen)) != 0) {
+            ngtcp2_ccerr_set_application_error(
+                &qc->ccerr, nghttp3_err_infer_quic_app_error_code(rv), NULL,
+                0);
+            conn_close(qc);
+            return;
+        }
+        if (n == 0)
+            break;
+        send_pkt(qc->qs, &qc->ps.path, buf, (size_t)n);
+    }
+    ngtcp2_conn_update_pkt_tx_time(qc->conn, ts);
+    conn_set_timer(qc);
+}
+
+/* Streams' work, then the packets: the connection's turn. */
+static void conn_work(fd_quic_conn_t *qc)
+{
+    fd_log_conn_id = qc->c.id;
+    if (qc->h3)
+        fd_h3_run(qc);
+    if (!qc->dead)
+        conn_write(qc);
+    if (!qc->dead && !qc->closing && qc->goaway &&
+        (qc->h3 == NULL || fd_h3_nstreams(qc) == 0)) {
+        /* a graceful stop, and the last stream is done */
+        ngtcp2_ccerr_set_application_error(&qc->ccerr, NGHTTP3_H3_NO_ERROR,
+                                           NULL, 0);
+        conn_close(qc);
+    }
+    fd_log_conn_id = 0;
+}
+
+static void conn_posted(void *data)
+{
+    fd_quic_conn_t *qc = data;
+
+    qc->posted = 0;
+    if (qc->dead) {
+        if (qc->refs == 0)
+            conn_mem_free(qc);
+        return;
+    }
+    conn_work(qc);
+}
+
+void fd_quic_post(fd_quic_conn_t *qc)
+{
+    if (qc->posted || qc->dead)
+        return;
+    qc->posted = 1;
+    fd_event_post(&qc->post);
+}
+
+static void conn_timer(fd_timer_t *t)
+{
+    fd_quic_conn_t *qc = (fd_quic_conn_t *)((char *)t -
+                                            offsetof(fd_quic_conn_t, timer));
+    int rv;
+
+    if (qc->closing) {
+        conn_free(qc);
+        return;
+    }
+    rv = ngtcp2_conn_handle_expiry(qc->conn, fd_quic_now());
+    if (rv != 0) {
+        /* NGTCP2_ERR_IDLE_CLOSE: ends silently (conn_close) */
+        ngtcp2_ccerr_set_liberr(&qc->ccerr, rv, NULL, 0);
+        conn_close(qc);
+        return;
+    }
+    conn_work(qc);
+}
+
+/* One datagram for qc. */
+static void conn_read(fd_quic_conn_t *qc, const ngtcp2_path *path,
+                      const uint8_t *data, size_t len)
+{
+    ngtcp2_pkt_info pi = {0};
+    int rv;
+
+    if (qc->closing) {
+        /* answer a peer that missed our CONNECTION_CLOSE, a few times */
+        if (qc->close_pkt && qc->close_sent++ < QUIC_CLOSE_RESENDS)
+            send_pkt(qc->qs, &qc->ps.path, qc->close_pkt, qc->close_len);
+        return;
+    }
+    fd_log_conn_id = qc->c.id;
+    rv = ngtcp2_conn_read_pkt(qc->conn, path, &pi, data, len, fd_quic_now());
+    if (rv != 0) {
+        switch (rv) {
+        case NGTCP2_ERR_DRAINING:
+            /* the client closed: say nothing more */
+            conn_closing(qc);
+            break;
+        case NGTCP2_ERR_DROP_CONN:
+            conn_free(qc);
+            break;
+        case NGTCP2_ERR_CRYPTO:
+            fd_log_error(FD_LOG_INFO, 0, "QUIC TLS handshake failed: %s",
+                         ngtcp2_strerror(rv));
+            fd_stats->ssl_failed[FD_SSL_FAIL_OTHER]++;
+            ngtcp2_ccerr_set_tls_alert(
+                &qc->ccerr, ngtcp2_conn_get_tls_alert(qc->conn), NULL, 0);
+            conn_close(qc);
+            break;
+        default:
+            fd_log_error(FD_LOG_INFO, 0, "QUIC connection error: %s",
+                         ngtcp2_strerror(rv));
+            if (qc->ccerr.error_code == 0)
+                ngtcp2_ccerr_set_liberr(&qc->ccerr, rv, NULL, 0);
+            conn_close(qc);
+        }
+        fd_log_conn_id = 0;
+        return;
+    }
+    /* the path the client uses now (it may have moved: migration is
+     * ngtcp2's to validate) */
+    if (!ngtcp2_path_eq(path, &qc->ps.path))
+        ngtcp2_path_storage_init(&qc->ps, path->local.addr,
+                                 path->local.addrlen, path->remote.addr,
+                                 path->remote.addrlen, NULL);
+    fd_stats->bytes_in += len;
+    fd_log_conn_id = 0;
+}
+
+static void datagram(fd_quic_sock_t *qs, const uint8_t *data, size_t len,
+                     const ngtcp2_path *path)
+{
+    ngtcp2_version_cid vc;
+    ngtcp2_pkt_hd hd;
+    fd_quic_conn_t *qc;
+    int rv;
+
+    rv = ngtcp2_pkt_decode_version_cid(&vc, data, len, FD_QUIC_SCID_LEN);
+    if (rv == NGTCP2_ERR_VERSION_NEGOTIATION) {
+        if (len >= 1200 && !fd_worker->quitting)
+            send_version_negotiation(qs, &vc, path);
+        return;
+    }
+    if (rv != 0)
+        return; /* not QUIC: dropped */
+    qc = cid_find(vc.dcid, vc.dcidlen);
+    if (qc == NULL) {
+        /* only a client's Initial opens a connection; the rest (a short
+         * header for a connection gone, say) is dropped: no stateless
+         * reset while other workers may own the connection */
+        if (fd_worker->quitting || ngtcp2_accept(&hd, data, len) != 0 ||
+            hd.type != NGTCP2_PKT_INITIAL)
+            return;
+        if ((qc = conn_new(qs, &hd, path)) == NULL)
+            return;
+    }
+    conn_read(qc, path, data, len);
+    if (!qc->dead)
+        conn_work(qc);
+}
+
+/* Read the socket until it is empty, QUIC_READ_BATCH at a time. */
+static void sock_read(fd_quic_sock_t *qs)
+{
+    unsigned i;
+
+    for (i = 0; i < QUIC_READ_BATCH; i++) {
+        struct sockaddr_storage ra, la;
+        struct iovec iov = {rbuf, sizeof(rbuf)};
+        char cbuf[CMSG_SPACE(sizeof(struct in6_pktinfo)) + 64];
+        struct msghdr msg = {.msg_name = &ra,
+                             .msg_namelen = sizeof(ra),
+                             .msg_iov = &iov,
+                             .msg_iovlen = 1,
+                             .msg_control = cbuf,
+                             .msg_controllen = sizeof(cbuf)};
+        struct cmsghdr *cm;
+        ngtcp2_path path;
+        ssize_t n = recvmsg(qs->ev.fd, &msg, 0);
+
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN)
+                fd_log_error(FD_LOG_ERR, errno, "recvmsg() on %s quic failed",
+                             qs->ls->text);
+            return;
+        }
+        /* the local address the datagram came to */
+        memcpy(&la, &qs->ls->addr, qs->ls->addrlen);
+        for (cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+            if (cm->cmsg_level == IPPROTO_IP && cm->cmsg_type == IP_PKTINFO) {
+                struct in_pktinfo pi;
+                memcpy(&pi, CMSG_DATA(cm), sizeof(pi));
+                ((struct sockaddr_in *)&la)->sin_addr = pi.ipi_addr;
+            } else if (cm->cmsg_level == IPPROTO_IPV6 &&
+                       cm->cmsg_type == IPV6_PKTINFO) {
+                struct in6_pktinfo pi;
+                memcpy(&pi, CMSG_DATA(cm), sizeof(pi));
+                ((struct sockaddr_in6 *)&la)->sin6_addr = pi.ipi6_addr;
+            }
+        }
+        path.local.addr = (struct sockaddr *)&la;
+        path.local.addrlen = qs->ls->addrlen;
+        path.remote.addr = (struct sockaddr *)&ra;
+        path.remote.addrlen = msg.msg_namelen;
+        path.user_data = NULL;
+        if (n > 0)
+            datagram(qs, rbuf, (size_t)n, &path);
+    }
+    /* more may wait: after the others had their turn */
+    if (!qs->posted) {
+        qs->posted = 1;
+        fd_event_post(&qs->more);
+    }
+}
+
+static void sock_more(void *data)
+{
+    fd_quic_sock_t *qs = data;
+
+    qs->posted = 0;
+    sock_read(qs);
+}
+
+static void sock_event(fd_event_t *ev, uint32_t events)
+{
+    (void)events;
+    sock_read((fd_quic_sock_t *)ev);
+}
+
+static int global_init(void)
+{
+    static int done;
+
+    if (done)
+        return FD_OK;
+    if (getrandom(reset_secret, sizeof(reset_secret), 0) !=
+        (ssize_t)sizeof(reset_secret))
+        return FD_ERROR;
+    callbacks = (ngtcp2_callbacks){
+        .recv_client_initial = ngtcp2_crypto_recv_client_initial_cb,
+        .recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb,
+        .handshake_completed = handshake_completed,
+        .encrypt = ngtcp2_crypto_encrypt_cb,
+        .decrypt = ngtcp2_crypto_decrypt_cb,
+        .hp_mask = ngtcp2_crypto_hp_mask_cb,
+        .recv_stream_data = fd_h3_recv_stream_data,
+        .acked_stream_data_offset = fd_h3_acked_stream_data_offset,
+        .stream_close = fd_h3_stream_close,
+        .rand = rand_cb,
+        .get_new_connection_id = get_new_cid,
+        .remove_connection_id = remove_cid,
+        .update_key = ngtcp2_crypto_update_key_cb,
+        .stream_reset = fd_h3_stream_reset,
+        .extend_max_remote_streams_bidi = fd_h3_extend_max_remote_streams_bidi,
+        .extend_max_stream_data = fd_h3_extend_max_stream_data,
+        .delete_crypto_aead_ctx = ngtcp2_crypto_delete_crypto_aead_ctx_cb,
+        .delete_crypto_cipher_ctx = ngtcp2_crypto_delete_crypto_cipher_ctx_cb,
+        .get_path_challenge_data = ngtcp2_crypto_get_path_challenge_data_cb,
+        .stream_stop_sending = fd_h3_stream_stop_sending,
+        .version_negotiation = ngtcp2_crypto_version_negotiation_cb,
+    };
+    done = 1;
+    return FD_OK;
+}
+
+int fd_quic_listen(fd_listening_t *ls, fd_worker_t *w)
+{
+    fd_quic_sock_t *qs;
+    int fd;
+
+    if (global_init() != FD_OK)
+        return FD_ERROR;
+    fd = fcntl(ls->fds[ls->nfds > 1 ? w->index % ls->nfds : 0],
+               F_DUPFD_CLOEXEC, 0);
+    if (fd < 0 || (qs = calloc(1, sizeof(*qs))) == NULL) {
+        fd_log_error(FD_LOG_EMERG, errno, "the socket of %s quic", ls->text);
+        if (fd >= 0)
+            close(fd);
+        return FD_ERROR;
+    }
+    qs->ev.fd = fd;
+    qs->ev.handler = sock_event;
+    qs->ls = ls;
+    qs->more.handler = sock_more;
+    qs->more.data = qs;
+    if (fd_event_add(&qs->ev, EPOLLIN) < 0) {
+        fd_log_error(FD_LOG_EMERG, errno, "epoll_ctl(%s quic) failed",
+                     ls->text);
+        close(fd);
+        free(qs);
+        return FD_ERROR;
+    }
+    qs->next = socks;
+    socks = qs;
+    /* what arrived before the worker was ready */
+    sock_read(qs);
+    return FD_OK;
+}
+
+void fd_quic_quit(void)
+{
+    unsigned b;
+    cid_ent_t *e;
+
+    /* every connection once: it is in the table under each of its IDs,
+     * and goaway marks the ones done */
+    for (b = 0; b < QUIC_TABLE; b++)
+        for (e = table[b]; e; e = e->next) {
+            fd_quic_conn_t *qc = e->qc;
+            if (qc->goaway || qc->closing || qc->dead)
+                continue;
+            qc->goaway = 1;
+            if (qc->h3)
+                fd_h3_shutdown(qc);
+            fd_quic_post(qc);
+        }
+}
+
+#endif

@@ -1,0 +1,104 @@
+#ifndef FD_QUIC_H
+#define FD_QUIC_H
+
+/*
+ * QUIC for clients (fd_quic.c): a listen ... quic address is one UDP
+ * socket per worker on the worker's loop; each QUIC connection is an
+ * ngtcp2 server connection whose TLS is fd_quic_tls.c's and whose streams
+ * carry HTTP/3 (core/http/fd_http3.c, on nghttp3).
+ */
+#include "fd_connection.h"
+
+/* The worker's socket for a quic address, on its loop. */
+int fd_quic_listen(fd_listening_t *ls, fd_worker_t *w);
+/* A graceful stop began: GOAWAY on every connection, no new ones; the
+ * worker waits for them (fd_worker_hold) up to shutdown_timeout. */
+void fd_quic_quit(void);
+
+#ifdef FD_QUIC_PRIVATE
+/* fd_quic.c and fd_http3.c only */
+#include <ngtcp2/ngtcp2.h>
+#include <ngtcp2/ngtcp2_crypto.h>
+#include <nghttp3/nghttp3.h>
+
+#include "fd_quic_tls.h"
+
+#define FD_QUIC_SCID_LEN 18   /* our connection IDs; byte 0: the worker */
+#define FD_QUIC_MAX_CIDS 10   /* ours (active_connection_id_limit) + the
+                               * client's first DCID */
+
+typedef struct fd_quic_sock_s fd_quic_sock_t;
+typedef struct fd_quic_conn_s fd_quic_conn_t;
+typedef struct fd_h3_conn_s fd_h3_conn_t;
+
+struct fd_quic_conn_s {
+    /* first: the engine's view of it, r->c of every request it carries
+     * (address, server choice, log id); no socket of its own: s.ev.fd
+     * is -1, and nothing but this file closes it */
+    fd_connection_t c;
+    ngtcp2_conn *conn;
+    fd_quic_tls_t tls;
+    ngtcp2_crypto_conn_ref ref;
+    fd_quic_sock_t *qs;
+    ngtcp2_path_storage ps;     /* the client's current path */
+    fd_timer_t timer;           /* ngtcp2's expiry */
+    fd_posted_t post;           /* write at the end of the turn */
+    fd_h3_conn_t *h3;           /* fd_http3.c, once streams come */
+    nghttp3_conn *h3conn;       /* h3's session, for the write loop */
+    ngtcp2_ccerr ccerr;         /* why it closes, once it does */
+    uint8_t *close_pkt;         /* CONNECTION_CLOSE, sent again on input
+                                 * during the closing period */
+    size_t close_len;
+    unsigned close_sent;
+    ngtcp2_cid cids[FD_QUIC_MAX_CIDS]; /* in the worker's table */
+    unsigned ncids;
+    unsigned refs;              /* requests a module still holds after
+                                 * the connection ended (fd_http3.c) */
+    unsigned posted:1;
+    unsigned closing:1;         /* closing or draining: only the timer */
+    unsigned dead:1;            /* freed once refs drop to 0 */
+    unsigned goaway:1;
+};
+
+ngtcp2_tstamp fd_quic_now(void);
+/* Write what ngtcp2 and nghttp3 have, at the end of this turn. */
+void fd_quic_post(fd_quic_conn_t *qc);
+/* An error ends the connection: CONNECTION_CLOSE with the error. */
+void fd_quic_fail(fd_quic_conn_t *qc, uint64_t app_error, const char *why);
+/* A request released its hold on an ended connection. */
+void fd_quic_unref(fd_quic_conn_t *qc);
+
+/* fd_http3.c: ngtcp2's stream callbacks, and the connection's end */
+int fd_h3_recv_stream_data(ngtcp2_conn *conn, uint32_t flags,
+                           int64_t stream_id, uint64_t offset,
+                           const uint8_t *data, size_t datalen,
+                           void *user_data, void *stream_user_data);
+int fd_h3_acked_stream_data_offset(ngtcp2_conn *conn, int64_t stream_id,
+                                   uint64_t offset, uint64_t datalen,
+                                   void *user_data, void *stream_user_data);
+int fd_h3_stream_close(ngtcp2_conn *conn, uint32_t flags, int64_t stream_id,
+                       uint64_t app_error_code, void *user_data,
+                       void *stream_user_data);
+int fd_h3_stream_reset(ngtcp2_conn *conn, int64_t stream_id,
+                       uint64_t final_size, uint64_t app_error_code,
+                       void *user_data, void *stream_user_data);
+int fd_h3_stream_stop_sending(ngtcp2_conn *conn, int64_t stream_id,
+                              uint64_t app_error_code, void *user_data,
+                              void *stream_user_data);
+int fd_h3_extend_max_remote_streams_bidi(ngtcp2_conn *conn,
+                                         uint64_t max_streams,
+                                         void *user_data);
+int fd_h3_extend_max_stream_data(ngtcp2_conn *conn, int64_t stream_id,
+                                 uint64_t max_data, void *user_data,
+                                 void *stream_user_data);
+/* the streams' jobs (start requests, feed bodies, drains): before each
+ * write */
+void fd_h3_run(fd_quic_conn_t *qc);
+/* graceful: GOAWAY, then the connection ends when its streams have */
+void fd_h3_shutdown(fd_quic_conn_t *qc);
+/* streams still open (a graceful stop waits for them) */
+unsigned fd_h3_nstreams(fd_quic_conn_t *qc);
+void fd_h3_release(fd_quic_conn_t *qc);
+#endif
+
+#endif

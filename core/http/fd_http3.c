@@ -1,0 +1,1206 @@
+/*
+ * HTTP/3 for clients (RFC 9114) on nghttp3, over fd_quic.c's connections:
+ * framing and QPACK are nghttp3's; this file turns each request stream
+ * into the same fd_request_t HTTP/1.1 and HTTP/2 make, routed and run by
+ * the same engine, so every handler and module serves it unchanged. It
+ * follows fd_http2.c's shape: the engine's response side calls fd_h2_*,
+ * which pass a request with r->h3 set to the fd_h3_* twins here.
+ *
+ *   header  -> nghttp3_conn_submit_response(), with a data reader when a
+ *              body follows;
+ *   body    -> the stream's queue of pieces (copied bytes, referenced
+ *              memory, file ranges read a piece at a time: never whole in
+ *              memory), handed to nghttp3 by the reader and kept until
+ *              the client acknowledges them (QUIC retransmits from them);
+ *              at most H3_UNACKED_MAX unacknowledged per stream;
+ *   flush   -> the connection writes at the end of the loop turn.
+ *
+ * Request bodies: DATA goes into the stream's input buffer; QUIC's flow
+ * control credit is given back only as the request takes the bytes, so
+ * a streamed upload (the proxy) is paced by its reader, as over HTTP/2.
+ *
+ * A request a module still holds when its stream or connection goes is
+ * aborted through r->on_abort, or, when the module cannot be stopped,
+ * kept (with the connection struct: qc->refs) until it finishes.
+ */
+#include "fd_core.h"
+
+#ifdef FD_HTTP3
+
+#define FD_QUIC_PRIVATE
+#include "fd_http_int.h"
+#include "fd_quic.h"
+
+#define H3_UNACKED_MAX (1024 * 1024) /* handed to QUIC, not yet acked */
+#define H3_FILE_PIECE (64 * 1024)     /* a file range is read this much at
+                                       * a time */
+
+typedef struct h3buf_s h3buf_t;
+struct h3buf_s {
+    h3buf_t *next;
+    const uint8_t *pos;      /* memory: its bytes; NULL: a file range */
+    size_t len;
+    int fd;                  /* a file range: len bytes at off */
+    off_t off;
+    uint8_t *own;            /* a copy of ours, freed once acked */
+};
+
+typedef struct fd_h3_stream_s h3s_t;
+
+struct fd_h3_stream_s {
+    fd_h3_conn_t *hc;          /* NULL: the connection is gone */
+    fd_request_t *r;
+    int64_t id;
+    /* request side */
+    size_t hdr_bytes;
+    int bad;                   /* an HTTP status for the request, or 0 */
+    fd_str_t cookie;
+    size_t cookie_cap;
+    char *ib;                  /* DATA not yet taken by the request */
+    size_t ib_pos, ib_len, ib_cap;
+    /* response side */
+    h3buf_t *pend, **pend_last; /* not yet handed to nghttp3 */
+    h3buf_t *sent, **sent_last; /* handed, not yet acknowledged */
+    size_t pend_bytes, sent_bytes;
+    h3s_t *next, **prev;       /* hc->streams, or hc->orphans */
+    h3s_t *run_next;
+    fd_quic_conn_t *held;      /* an orphan's connection, gone: its
+                                * struct waits for this request */
+    fd_http_rate_t rate;       /* limit_rate of the response's body */
+    fd_timer_t rate_timer;     /* deferred by it: resume then */
+    unsigned in_ended:1, no_body:1, started:1, provider:1, out_end:1;
+    unsigned deferred:1, closed:1, orphan:1, queued:1;
+    unsigned job_start:1, job_body:1, job_drain:1;
+};
+
+struct fd_h3_conn_s {
+    nghttp3_conn *h3;
+    fd_quic_conn_t *qc;
+    h3s_t *streams, *orphans, *run, **run_last;
+    unsigned nstreams;
+    unsigned nrequests;
+};
+
+static const nghttp3_callbacks h3_callbacks;
+
+/* --- pieces of a response body --- */
+
+static void buf_free_list(h3buf_t *b)
+{
+    while (b) {
+        h3buf_t *n = b->next;
+        free(b->own);
+        free(b);
+        b = n;
+    }
+}
+
+static int buf_add(h3s_t *st, const uint8_t *pos, size_t len, int fd,
+                   off_t off, int copy)
+{
+    h3buf_t *b = malloc(sizeof(*b));
+
+    if (b == NULL)
+        return FD_ERROR;
+    b->next = NULL;
+    b->own = NULL;
+    b->fd = fd;
+    b->off = off;
+    b->len = len;
+    b->pos = pos;
+    if (copy) {
+        if ((b->own = malloc(len)) == NULL) {
+            free(b);
+            return FD_ERROR;
+        }
+        memcpy(b->own, pos, len);
+        b->pos = b->own;
+    }
+    *st->pend_last = b;
+    st->pend_last = &b->next;
+    st->pend_bytes += len;
+    return FD_OK;
+}
+
+/* --- streams --- */
+
+static void stream_job(h3s_t *st)
+{
+    fd_h3_conn_t *hc = st->hc;
+
+    if (hc == NULL || st->queued)
+        return;
+    st->queued = 1;
+    st->run_next = NULL;
+    *hc->run_last = st;
+    hc->run_last = &st->run_next;
+    fd_quic_post(hc->qc);
+}
+
+static void stream_link(h3s_t **list, h3s_t *st)
+{
+    st->next = *list;
+    if (*list)
+        (*list)->prev = &st->next;
+    st->prev = list;
+    *list = st;
+}
+
+static void stream_unlink(h3s_t *st)
+{
+    if (st->prev == NULL)
+        return;
+    *st->prev = st->next;
+    if (st->next)
+        st->next->prev = st->prev;
+    st->next = NULL;
+    st->prev = NULL;
+}
+
+static h3s_t *stream_new(fd_h3_conn_t *hc, int64_t id)
+{
+    h3s_t *st = calloc(1, sizeof(*st));
+    fd_pool_t *pool;
+
+    if (st == NULL)
+        return NULL;
+    if ((pool = fd_pool_create(4096)) == NULL) {
+        free(st);
+        return NULL;
+    }
+    if ((st->r = fd_http_request_new(&hc->qc->c, pool)) == NULL) {
+        fd_pool_destroy(pool);
+        free(st);
+        return NULL;
+    }
+    st->r->h2 = (struct fd_h2_stream_s *)(void *)st;
+    st->r->h3 = 1;
+    st->r->in.version = 30;
+    st->hc = hc;
+    st->id = id;
+    st->pend_last = &st->pend;
+    st->sent_last = &st->sent;
+    stream_link(&hc->streams, st);
+    hc->nstreams++;
+    return st;
+}
+
+static void stream_free(h3s_t *st)
+{
+    fd_request_t *r = st->r;
+    fd_quic_conn_t *held = st->hc ? NULL : st->held;
+
+    stream_unlink(st);
+    if (r) {
+        if (r->feed_queued)
+            fd_http_feed_unlink(r);
+        r->h2 = NULL;
+        fd_pool_destroy(r->pool);
+    }
+    buf_free_list(st->pend);
+    buf_free_list(st->sent);
+    if (fd_timer_armed(&st->rate_timer))
+        fd_timer_del(&st->rate_timer);
+    free(st->ib);
+    free(st);
+    if (held)
+        fd_quic_unref(held);
+}
+
+/* Flow control credit for n body bytes the request took (or nobody
+ * will read). */
+static void consume(fd_h3_conn_t *hc, int64_t id, size_t n, int stream)
+{
+    if (n == 0 || hc == NULL)
+        return;
+    if (stream)
+        ngtcp2_conn_extend_max_stream_offset(hc->qc->conn, id, n);
+    ngtcp2_conn_extend_max_offset(hc->qc->conn, n);
+    fd_quic_post(hc->qc);
+}
+
+/*
+ * nghttp3 closed the stream (its end, a reset either way, the connection
+ * gone). The request is stopped if a module still runs it, or kept until
+ * the module finishes it.
+ */
+static void stream_closed(h3s_t *st)
+{
+    fd_h3_conn_t *hc = st->hc;
+    fd_request_t *r = st->r;
+
+    st->closed = 1;
+    stream_unlink(st);
+    hc->nstreams--;
+    consume(hc, st->id, st->ib_len - st->ib_pos, 0);
+    st->ib_pos = st->ib_len = 0;
+    if (r && !r->done && st->started) {
+        if (r->feed_queued)
+            fd_http_feed_unlink(r);
+        if (r->on_abort && !r->response_done) {
+            void (*abort)(fd_request_t *) = r->on_abort;
+            r->on_abort = NULL;
+            r->on_drain = NULL;
+            r->on_body = NULL;
+            abort(r);
+        } else if (r->in_offload || r->async) {
+            /* it finishes on its own: freed then (fd_h3_finish) */
+            st->orphan = 1;
+            stream_link(&hc->orphans, st);
+            return;
+        }
+    }
+    stream_free(st);
+}
+
+/* --- the request side --- */
+
+static int begin_headers(nghttp3_conn *conn, int64_t id, void *ud, void *sud)
+{
+    fd_h3_conn_t *hc = ud;
+    h3s_t *st;
+
+    (void)sud;
+    st = stream_new(hc, id);
+    if (st == NULL) {
+        ngtcp2_conn_shutdown_stream(hc->qc->conn, 0, id,
+                                    NGHTTP3_H3_INTERNAL_ERROR);
+        return 0;
+    }
+    nghttp3_conn_set_stream_user_data(conn, id, st);
+    hc->nrequests++;
+    hc->qc->c.requests = hc->nrequests; /* $connection_requests */
+    return 0;
+}
+
+static fd_str_t pool_copy(fd_pool_t *pool, const uint8_t *p, size_t n)
+{
+    char *d = fd_pnalloc(pool, n + 1);
+
+    if (d == NULL)
+        return fd_null_string;
+    memcpy(d, p, n);
+    d[n] = '\0';
+    return (fd_str_t){n, d};
+}
+
+static int recv_header(nghttp3_conn *conn, int64_t id, int32_t token,
+                       nghttp3_rcbuf *name, nghttp3_rcbuf *value,
+                       uint8_t flags, void *ud, void *sud)
+{
+    h3s_t *st = sud;
+    nghttp3_vec nb = nghttp3_rcbuf_get_buf(name);
+    nghttp3_vec vb = nghttp3_rcbuf_get_buf(value);
+    fd_request_t *r;
+    fd_http_req_t *in;
+    fd_str_t n, v;
+    int rc = FD_OK;
+
+    (void)conn;
+    (void)id;
+    (void)token;
+    (void)flags;
+    (void)ud;
+    if (st == NULL || st->started)
+        return 0;
+    r = st->r;
+    in = &r->in;
+    st->hdr_bytes += nb.len + vb.len + 32;
+    if (st->hdr_bytes > fd_worker->cycle->http.http2_max_header_size) {
+        st->bad = 431;
+        return 0;
+    }
+    if (st->bad)
+        return 0;
+    n = pool_copy(r->pool, nb.base, nb.len);
+    v = pool_copy(r->pool, vb.base, vb.len);
+    if (n.data == NULL || v.data == NULL) {
+        st->bad = 500;
+        return 0;
+    }
+    if (n.len && n.data[0] == ':') {
+        /* nghttp3 checked the pseudo-fields: each once, before the rest */
+        if (fd_str_eq_lit(n, ":method"))
+            rc = fd_http_req_method(in, v.data, v.len);
+        else if (fd_str_eq_lit(n, ":path"))
+            rc = fd_http_req_path(in, v.data, v.len);
+        else if (fd_str_eq_lit(n, ":authority")) {
+            rc = fd_http_parse_host(v, &in->host, r->pool);
+            in->host_seen = 1;
+            in->host_from_target = 1;
+        }
+    } else if (fd_str_eq_lit(n, "cookie")) {
+        /* RFC 9114 4.2.1: joined with "; " */
+        if (st->cookie.len) {
+            size_t need = st->cookie.len + 2 + v.len;
+            char *d = (char *)st->cookie.data;
+            if (need > st->cookie_cap) {
+                size_t cap = fd_max(need, 2 * st->cookie_cap);
+                if ((d = fd_pnalloc(r->pool, cap)) == NULL) {
+                    st->bad = 500;
+                    return 0;
+                }
+                memcpy(d, st->cookie.data, st->cookie.len);
+                st->cookie.data = d;
+                st->cookie_cap = cap;
+            }
+            memcpy(d + st->cookie.len, "; ", 2);
+            memcpy(d + st->cookie.len + 2, v.data, v.len);
+            st->cookie.len = need;
+        } else {
+            st->cookie = v;
+            st->cookie_cap = v.len;
+        }
+    } else if (in->host_from_target && fd_str_eq_lit(n, "host")) {
+        /* a host beside :authority must name the same (as over h2) */
+        fd_str_t h;
+
+        rc = fd_http_parse_host(v, &h, r->pool);
+        if (rc == FD_OK && !fd_str_caseeq(h, in->host.data, in->host.len))
+            rc = 400;
+        if (rc == FD_OK)
+            rc = fd_http_req_header(in, n, v);
+    } else {
+        rc = fd_http_req_header(in, n, v);
+    }
+    if (rc != FD_OK)
+        st->bad = rc;
+    return 0;
+}
+
+static int end_headers(nghttp3_conn *conn, int64_t id, int fin, void *ud,
+                       void *sud)
+{
+    h3s_t *st = sud;
+
+    (void)conn;
+    (void)id;
+    (void)ud;
+    if (st == NULL || st->started)
+        return 0;
+    if (fin)
+        st->in_ended = st->no_body = 1;
+    st->job_start = 1;
+    stream_job(st);
+    return 0;
+}
+
+/* Body bytes into a buffered body (PH_BODY); the handler at its end. */
+static void body_feed(h3s_t *st)
+{
+    fd_request_t *r = st->r;
+    size_t n = st->ib_len - st->ib_pos, max = r->loc->max_body_size;
+
+    if (n) {
+        if (r->body_len + n > r->body_cap) {
+            size_t cap = r->body_cap ? r->body_cap : 4096;
+            char *nb;
+            while (cap < r->body_len + n)
+                cap *= 2;
+            if (r->body_len + n > max) {
+                fd_http_finalize(r, 413);
+                return;
+            }
+            cap = fd_min(cap, max);
+            if ((nb = fd_pnalloc(r->pool, cap)) == NULL) {
+                fd_http_finalize(r, 500);
+                return;
+            }
+            memcpy(nb, r->body, r->body_len);
+            r->body = nb;
+            r->body_cap = cap;
+        }
+        memcpy(r->body + r->body_len, st->ib + st->ib_pos, n);
+        r->body_len += n;
+        st->ib_pos = st->ib_len = 0;
+        consume(st->hc, st->id, n, 1);
+    }
+    if (st->in_ended) {
+        if (r->in.content_length >= 0 &&
+            (int64_t)r->body_len != r->in.content_length) {
+            fd_http_finalize(r, 400);
+            return;
+        }
+        r->body_rest = 0;
+        r->phase = PH_HANDLER;
+        fd_http_run_handler(r);
+    }
+}
+
+static void request_begin(h3s_t *st)
+{
+    fd_request_t *r = st->r;
+    fd_http_req_t *in = &r->in;
+
+    st->started = 1;
+    r->phase = PH_HANDLER;
+    if (st->bad == 0 && (in->method.len == 0 || in->target.len == 0))
+        st->bad = 400;
+    if (st->bad == 0 && st->cookie.len &&
+        fd_http_req_header(in, fd_string("cookie"), st->cookie) != FD_OK)
+        st->bad = 431;
+    if (st->bad) {
+        fd_http_finalize(r, st->bad);
+        return;
+    }
+    if (!st->no_body && in->content_length < 0)
+        in->chunked = 1; /* a body of unknown length: DATA until the end */
+    fd_http_request_start(r);
+}
+
+static int recv_data(nghttp3_conn *conn, int64_t id, const uint8_t *data,
+                     size_t len, void *ud, void *sud)
+{
+    fd_h3_conn_t *hc = ud;
+    h3s_t *st = sud;
+    fd_request_t *r;
+
+    (void)conn;
+    if (st == NULL || st->r == NULL || st->r->done) {
+        consume(hc, id, len, 1); /* nobody reads it */
+        return 0;
+    }
+    r = st->r;
+    if (st->ib_len + len > st->ib_cap) {
+        size_t keep = st->ib_len - st->ib_pos, cap = st->ib_cap ? st->ib_cap
+                                                                 : 16384;
+        char *nb;
+        if (st->ib_pos) {
+            memmove(st->ib, st->ib + st->ib_pos, keep);
+            st->ib_pos = 0;
+            st->ib_len = keep;
+        }
+        while (cap < keep + len)
+            cap *= 2;
+        if (cap > st->ib_cap) {
+            if ((nb = realloc(st->ib, cap)) == NULL)
+                return NGHTTP3_ERR_CALLBACK_FAILURE;
+            st->ib = nb;
+            st->ib_cap = cap;
+        }
+    }
+    memcpy(st->ib + st->ib_len, data, len);
+    st->ib_len += len;
+    if (st->started && (r->phase == PH_BODY || r->phase == PH_STREAM)) {
+        st->job_body = 1;
+        stream_job(st);
+    }
+    return 0;
+}
+
+static int end_stream(nghttp3_conn *conn, int64_t id, void *ud, void *sud)
+{
+    h3s_t *st = sud;
+
+    (void)conn;
+    (void)id;
+    (void)ud;
+    if (st == NULL)
+        return 0;
+    st->in_ended = 1;
+    if (st->started && st->r &&
+        (st->r->phase == PH_BODY || st->r->phase == PH_STREAM)) {
+        st->job_body = 1;
+        stream_job(st);
+    }
+    return 0;
+}
+
+static int deferred_consume(nghttp3_conn *conn, int64_t id, size_t n,
+                            void *ud, void *sud)
+{
+    (void)conn;
+    (void)sud;
+    consume(ud, id, n, 1);
+    return 0;
+}
+
+static int h3_stream_close(nghttp3_conn *conn, int64_t id, uint64_t code,
+                           void *ud, void *sud)
+{
+    fd_h3_conn_t *hc = ud;
+    h3s_t *st = sud;
+
+    (void)conn;
+    (void)code;
+    /* a request stream ended: the client may open one more */
+    if (ngtcp2_is_bidi_stream(id))
+        ngtcp2_conn_extend_max_streams_bidi(hc->qc->conn, 1);
+    if (st)
+        stream_closed(st);
+    return 0;
+}
+
+static int stop_sending(nghttp3_conn *conn, int64_t id, uint64_t code,
+                        void *ud, void *sud)
+{
+    fd_h3_conn_t *hc = ud;
+
+    (void)conn;
+    (void)sud;
+    ngtcp2_conn_shutdown_stream_read(hc->qc->conn, 0, id, code);
+    return 0;
+}
+
+static int reset_stream(nghttp3_conn *conn, int64_t id, uint64_t code,
+                        void *ud, void *sud)
+{
+    fd_h3_conn_t *hc = ud;
+
+    (void)conn;
+    (void)sud;
+    ngtcp2_conn_shutdown_stream_write(hc->qc->conn, 0, id, code);
+    return 0;
+}
+
+/* The client acknowledged len more bytes of the stream's body. */
+static int acked_stream_data(nghttp3_conn *conn, int64_t id, uint64_t len,
+                             void *ud, void *sud)
+{
+    h3s_t *st = sud;
+
+    (void)conn;
+    (void)id;
+    (void)ud;
+    if (st == NULL)
+        return 0;
+    while (len && st->sent) {
+        h3buf_t *b = st->sent;
+        size_t k = (size_t)fd_min((uint64_t)b->len, len);
+        b->pos += k;
+        b->len -= k;
+        st->sent_bytes -= k;
+        len -= k;
+        if (b->len == 0) {
+            st->sent = b->next;
+            if (st->sent == NULL)
+                st->sent_last = &st->sent;
+            free(b->own);
+            free(b);
+        }
+    }
+    if (st->deferred && st->sent_bytes < H3_UNACKED_MAX / 2 &&
+        (st->pend || st->out_end)) {
+        st->deferred = 0;
+        nghttp3_conn_resume_stream(conn, st->id);
+    }
+    return 0;
+}
+
+/* --- the response side --- */
+
+static void resume_data(h3s_t *st);
+
+static void rate_wake(fd_timer_t *t)
+{
+    h3s_t *st = (h3s_t *)((char *)t - offsetof(h3s_t, rate_timer));
+
+    if (st->hc && !st->closed) {
+        resume_data(st);
+        fd_quic_post(st->hc->qc);
+    }
+}
+
+/* nghttp3 asks for body bytes: the pending pieces, a file range read a
+ * piece at a time, while the unacknowledged stay under H3_UNACKED_MAX. */
+static nghttp3_ssize read_data(nghttp3_conn *conn, int64_t id,
+                               nghttp3_vec *vec, size_t veccnt,
+                               uint32_t *pflags, void *ud, void *sud)
+{
+    h3s_t *st = sud;
+    size_t k = 0, allow = SIZE_MAX;
+
+    (void)conn;
+    (void)id;
+    (void)ud;
+    if (fd_unlikely(st->rate.rate) && st->pend &&
+        (allow = fd_http_rate_allow(&st->rate)) == 0) {
+        /* limit_rate: the stream waits, the others go on */
+        if (!fd_timer_armed(&st->rate_timer)) {
+            st->rate_timer.handler = rate_wake;
+            fd_timer_add(&st->rate_timer, fd_http_rate_delay(&st->rate));
+        }
+        st->deferred = 1;
+        return NGHTTP3_ERR_WOULDBLOCK;
+    }
+    while (k < veccnt && st->pend && st->sent_bytes < H3_UNACKED_MAX &&
+           allow) {
+        h3buf_t *b = st->pend, *s;
+        if (b->pos == NULL) {
+            /* a file range: the next piece into memory of our own */
+            size_t want = fd_min(fd_min(b->len, (size_t)H3_FILE_PIECE),
+                                 allow);
+            ssize_t n;
+            if ((s = malloc(sizeof(*s))) == NULL ||
+                (s->own = malloc(want)) == NULL) {
+                free(s);
+                return NGHTTP3_ERR_CALLBACK_FAILURE;
+            }
+            n = pread(b->fd, s->own, want, b->off);
+            if (n <= 0) {
+                fd_log_error(FD_LOG_ERR, n < 0 ? errno : 0,
+                             "pread() of a response body failed");
+                free(s->own);
+                free(s);
+                return NGHTTP3_ERR_CALLBACK_FAILURE;
+            }
+            s->pos = s->own;
+            s->len = (size_t)n;
+            s->fd = -1;
+            b->off += n;
+            b->len -= (size_t)n;
+            if (b->len == 0) {
+                st->pend = b->next;
+                free(b);
+            }
+        } else if (b->len > allow) {
+            /* limit_rate: a part now; the rest keeps the memory (it is
+             * acknowledged after this part) */
+            if ((s = malloc(sizeof(*s))) == NULL)
+                return NGHTTP3_ERR_CALLBACK_FAILURE;
+            s->pos = b->pos;
+            s->len = allow;
+            s->fd = -1;
+            s->own = NULL;
+            b->pos += allow;
+            b->len -= allow;
+        } else {
+            s = b;
+            st->pend = b->next;
+        }
+        if (allow != SIZE_MAX) {
+            allow -= s->len;
+            st->rate.sent += s->len;
+        }
+        if (st->pend == NULL)
+            st->pend_last = &st->pend;
+        s->next = NULL;
+        *st->sent_last = s;
+        st->sent_last = &s->next;
+        st->pend_bytes -= s->len;
+        st->sent_bytes += s->len;
+        vec[k].base = (uint8_t *)s->pos;
+        vec[k].len = s->len;
+        k++;
+    }
+    if (st->r && !st->r->done && st->r->on_drain && k &&
+        st->pend_bytes < OUT_HIGH_WATER) {
+        st->job_drain = 1;
+        stream_job(st);
+    }
+    if (st->pend == NULL && st->out_end) {
+        *pflags |= NGHTTP3_DATA_FLAG_EOF;
+        return (nghttp3_ssize)k;
+    }
+    if (k == 0) {
+        st->deferred = 1;
+        return NGHTTP3_ERR_WOULDBLOCK;
+    }
+    return (nghttp3_ssize)k;
+}
+
+static int hop_field(fd_str_t n)
+{
+    return fd_str_caseeq_lit(n, "connection") ||
+           fd_str_caseeq_lit(n, "keep-alive") ||
+           fd_str_caseeq_lit(n, "proxy-connection") ||
+           fd_str_caseeq_lit(n, "transfer-encoding") ||
+           fd_str_caseeq_lit(n, "upgrade");
+}
+
+static void nv_set(nghttp3_nv *nv, const char *name, size_t nlen,
+                   const char *value, size_t vlen)
+{
+    nv->name = (uint8_t *)name;
+    nv->namelen = nlen;
+    nv->value = (uint8_t *)value;
+    nv->valuelen = vlen;
+    nv->flags = NGHTTP3_NV_FLAG_NONE; /* nghttp3 copies them */
+}
+
+#define NV_LIT(nv, lit, v, l) nv_set(nv, lit, sizeof(lit) - 1, v, l)
+
+int fd_h3_header(fd_request_t *r)
+{
+    h3s_t *st = (h3s_t *)(void *)r->h2;
+    const fd_http_conf_t *conf = &fd_worker->cycle->http;
+    fd_http_header_out_t *ho;
+    nghttp3_data_reader dr = {.read_data = read_data};
+    nghttp3_nv *nv;
+    size_t n = 0, max = 8;
+    char *p;
+    int no_body_status = r->status < 200 || r->status == 204 ||
+                         r->status == 304;
+    int rv;
+
+    if (st->closed || st->hc == NULL)
+        return FD_ERROR;
+    if (fd_unlikely(r->loc && r->loc->limit_rate))
+        fd_http_rate_start(&st->rate, r);
+    for (ho = r->headers_out; ho; ho = ho->next)
+        max++;
+    nv = fd_palloc(r->pool, max * sizeof(*nv));
+    p = fd_pnalloc(r->pool, 4 + 21 + sizeof(fd_http_date));
+    if (nv == NULL || p == NULL)
+        return FD_ERROR;
+    p[0] = (char)('0' + r->status / 100 % 10);
+    p[1] = (char)('0' + r->status / 10 % 10);
+    p[2] = (char)('0' + r->status % 10);
+    NV_LIT(&nv[n++], ":status", p, 3);
+    p += 4;
+    if (conf->server_header[0] && !r->server_passed)
+        NV_LIT(&nv[n++], "server", conf->server_header,
+               strlen(conf->server_header));
+    NV_LIT(&nv[n++], "date", fd_http_date, sizeof(fd_http_date) - 1);
+    if (r->content_type.len)
+        NV_LIT(&nv[n++], "content-type", r->content_type.data,
+               r->content_type.len);
+    if (r->content_length >= 0 && !no_body_status) {
+        char *e = fd_fmt_uint(p, (uint64_t)r->content_length);
+        NV_LIT(&nv[n++], "content-length", p, (size_t)(e - p));
+        p = e + 1;
+    }
+    if (r->last_modified >= 0) {
+        size_t k = fd_http_time(p, r->last_modified);
+        NV_LIT(&nv[n++], "last-modified", p, k);
+        p += k;
+    }
+    if (r->etag.len)
+        NV_LIT(&nv[n++], "etag", r->etag.data, r->etag.len);
+    for (ho = r->headers_out; ho; ho = ho->next) {
+        const char *name = ho->name.data;
+        size_t i;
+        if (ho->name.len == 0 || hop_field(ho->name))
+            continue;
+        if (fd_http_field_bad(ho->name.data, ho->name.len) ||
+            fd_http_field_bad(ho->value.data, ho->value.len)) {
+            fd_log_error(FD_LOG_ERR, 0, "a response header holding CR, LF "
+                         "or NUL was dropped");
+            continue;
+        }
+        /* names go lower case (RFC 9114 4.2) */
+        for (i = 0; i < ho->name.len && fd_tolower(name[i]) == name[i]; i++)
+            ;
+        if (i < ho->name.len) {
+            char *lc = fd_pnalloc(r->pool, ho->name.len);
+            if (lc == NULL)
+                return FD_ERROR;
+            for (i = 0; i < ho->name.len; i++)
+                lc[i] = fd_tolower(name[i]);
+            name = lc;
+        }
+        nv_set(&nv[n++], name, ho->name.len, ho->value.data, ho->value.len);
+    }
+    st->provider = !r->header_only && !no_body_status &&
+                   (r->streamed || r->body_filter || r->content_length != 0);
+    rv = nghttp3_conn_submit_response(st->hc->h3, st->id, nv, n,
+                                      st->provider ? &dr : NULL);
+    if (rv != 0) {
+        fd_log_error(FD_LOG_ERR, 0, "nghttp3_conn_submit_response() failed: "
+                     "%s", nghttp3_strerror(rv));
+        return FD_ERROR;
+    }
+    fd_quic_post(st->hc->qc);
+    return FD_OK;
+}
+
+static void resume_data(h3s_t *st)
+{
+    if (st->deferred && st->hc && !st->closed &&
+        st->sent_bytes < H3_UNACKED_MAX) {
+        st->deferred = 0;
+        nghttp3_conn_resume_stream(st->hc->h3, st->id);
+    }
+}
+
+int fd_h3_body(fd_request_t *r, fd_buf_t *b, int copy)
+{
+    h3s_t *st = (h3s_t *)(void *)r->h2;
+    size_t n = fd_buf_size(b);
+    int rc;
+
+    if (st->closed || st->hc == NULL)
+        return FD_ERROR;
+    if (!st->provider || n == 0)
+        return FD_OK;
+    if (b->file_fd >= 0)
+        rc = buf_add(st, NULL, n, b->file_fd, b->file_pos, 0);
+    else
+        rc = buf_add(st, (const uint8_t *)b->pos, n, -1, 0, copy);
+    if (rc != FD_OK)
+        return FD_ERROR;
+    resume_data(st);
+    fd_quic_post(st->hc->qc);
+    return FD_OK;
+}
+
+void fd_h3_end(fd_request_t *r)
+{
+    h3s_t *st = (h3s_t *)(void *)r->h2;
+
+    if (st->hc == NULL)
+        return;
+    st->out_end = 1;
+    if (!st->closed && !st->in_ended) {
+        /* answered before the body came: the rest is not wanted (RFC
+         * 9114 4.1) */
+        ngtcp2_conn_shutdown_stream_read(st->hc->qc->conn, 0, st->id,
+                                         NGHTTP3_H3_NO_ERROR);
+    }
+    if (st->ib_len > st->ib_pos && !st->closed) {
+        consume(st->hc, st->id, st->ib_len - st->ib_pos, 1);
+        st->ib_pos = st->ib_len = 0;
+    }
+    resume_data(st);
+    fd_quic_post(st->hc->qc);
+}
+
+int fd_h3_flush(fd_request_t *r)
+{
+    h3s_t *st = (h3s_t *)(void *)r->h2;
+
+    if (st->closed || st->hc == NULL)
+        return FD_ERROR;
+    fd_quic_post(st->hc->qc);
+    return FD_OK;
+}
+
+size_t fd_h3_pending(fd_request_t *r)
+{
+    return ((h3s_t *)(void *)r->h2)->pend_bytes;
+}
+
+void fd_h3_cut(fd_request_t *r)
+{
+    h3s_t *st = (h3s_t *)(void *)r->h2;
+
+    if (st->closed || st->hc == NULL)
+        return;
+    nghttp3_conn_shutdown_stream_write(st->hc->h3, st->id);
+    ngtcp2_conn_shutdown_stream(st->hc->qc->conn, 0, st->id,
+                                NGHTTP3_H3_INTERNAL_ERROR);
+    fd_quic_post(st->hc->qc);
+}
+
+void fd_h3_resume(fd_request_t *r)
+{
+    h3s_t *st = (h3s_t *)(void *)r->h2;
+
+    if (st->hc == NULL || st->closed)
+        return;
+    st->job_body = 1;
+    stream_job(st);
+}
+
+int fd_h3_gone(fd_request_t *r)
+{
+    return ((h3s_t *)(void *)r->h2)->closed;
+}
+
+void fd_h3_finish(fd_request_t *r, int rc)
+{
+    h3s_t *st = (h3s_t *)(void *)r->h2;
+
+    r->async = 0;
+    r->on_abort = NULL;
+    if (st->orphan) {
+        /* its stream went while the module worked: nothing to answer */
+        if (r->response_done)
+            fd_http_access_count(r);
+        stream_free(st);
+        return;
+    }
+    if (!r->done)
+        fd_http_finalize(r, rc);
+    if (st->hc)
+        fd_quic_post(st->hc->qc);
+}
+
+ssize_t fd_h3_body_pull(fd_request_t *r, char *buf, size_t size)
+{
+    h3s_t *st = (h3s_t *)(void *)r->h2;
+    size_t n;
+
+    if (st->hc == NULL || st->closed)
+        return FD_ERROR;
+    n = fd_min(size, st->ib_len - st->ib_pos);
+    if (n == 0)
+        return st->in_ended ? 0 : FD_AGAIN;
+    memcpy(buf, st->ib + st->ib_pos, n);
+    st->ib_pos += n;
+    if (st->ib_pos == st->ib_len)
+        st->ib_pos = st->ib_len = 0;
+    /* the window opens by what was taken: the upload's pace is the
+     * reader's */
+    consume(st->hc, st->id, n, 1);
+    return (ssize_t)n;
+}
+
+unsigned fd_h3_stream_id(fd_request_t *r)
+{
+    return (unsigned)((h3s_t *)(void *)r->h2)->id;
+}
+
+/* --- the connection --- */
+
+static int h3_setup(fd_quic_conn_t *qc)
+{
+    const fd_http_conf_t *conf = &fd_worker->cycle->http;
+    const ngtcp2_transport_params *tp;
+    fd_h3_conn_t *hc;
+    nghttp3_settings settings;
+    int64_t ctrl, enc, dec;
+
+    if (ngtcp2_conn_get_streams_uni_left(qc->conn) < 3)
+        return FD_ERROR;
+    if ((hc = calloc(1, sizeof(*hc))) == NULL)
+        return FD_ERROR;
+    if (qc->c.h == NULL) {
+        fd_http_conn_t *h = calloc(1, sizeof(*h));
+        if (h == NULL) {
+            free(hc);
+            return FD_ERROR;
+        }
+        h->c = &qc->c;
+        qc->c.h = h;
+    }
+    hc->qc = qc;
+    hc->run_last = &hc->run;
+    nghttp3_settings_default(&settings);
+    settings.max_field_section_size = conf->http2_max_header_size;
+    settings.qpack_max_dtable_capacity = 4096;
+    settings.qpack_blocked_streams = 100;
+    if (nghttp3_conn_server_new(&hc->h3, &h3_callbacks, &settings, NULL,
+                                hc) != 0) {
+        free(hc);
+        return FD_ERROR;
+    }
+    tp = ngtcp2_conn_get_local_transport_params(qc->conn);
+    nghttp3_conn_set_max_client_streams_bidi(hc->h3,
+                                             tp->initial_max_streams_bidi);
+    if (ngtcp2_conn_open_uni_stream(qc->conn, &ctrl, NULL) != 0 ||
+        nghttp3_conn_bind_control_stream(hc->h3, ctrl) != 0 ||
+        ngtcp2_conn_open_uni_stream(qc->conn, &enc, NULL) != 0 ||
+        ngtcp2_conn_open_uni_stream(qc->conn, &dec, NULL) != 0 ||
+        nghttp3_conn_bind_qpack_streams(hc->h3, enc, dec) != 0) {
+        nghttp3_conn_del(hc->h3);
+        free(hc);
+        return FD_ERROR;
+    }
+    qc->h3 = hc;
+    qc->h3conn = hc->h3;
+    if (qc->goaway)
+        fd_h3_shutdown(qc);
+    return FD_OK;
+}
+
+static int h3_error(fd_quic_conn_t *qc, int rv)
+{
+    ngtcp2_ccerr_set_application_error(
+        &qc->ccerr, nghttp3_err_infer_quic_app_error_code(rv), NULL, 0);
+    fd_log_error(FD_LOG_INFO, 0, "HTTP/3 connection error: %s",
+                 nghttp3_strerror(rv));
+    return NGTCP2_ERR_CALLBACK_FAILURE;
+}
+
+int fd_h3_recv_stream_data(ngtcp2_conn *conn, uint32_t flags,
+                           int64_t stream_id, uint64_t offset,
+                           const uint8_t *data, size_t datalen,
+                           void *user_data, void *stream_user_data)
+{
+    fd_quic_conn_t *qc = user_data;
+    nghttp3_ssize n;
+
+    (void)offset;
+    (void)stream_user_data;
+    if (qc->h3 == NULL && h3_setup(qc) != FD_OK) {
+        ngtcp2_ccerr_set_application_error(&qc->ccerr,
+                                           NGHTTP3_H3_INTERNAL_ERROR, NULL, 0);
+        return NGTCP2_ERR_CALLBACK_FAILURE;
+    }
+    n = nghttp3_conn_read_stream(qc->h3->h3, stream_id, data, datalen,
+                                 flags & NGTCP2_STREAM_DATA_FLAG_FIN);
+    if (n < 0)
+        return h3_error(qc, (int)n);
+    /* what nghttp3 consumed itself (frames, QPACK): its credit back now;
+     * a body's comes as the request takes it */
+    ngtcp2_conn_extend_max_stream_offset(conn, stream_id, (uint64_t)n);
+    ngtcp2_conn_extend_max_offset(conn, (uint64_t)n);
+    return 0;
+}
+
+int fd_h3_acked_stream_data_offset(ngtcp2_conn *conn, int64_t stream_id,
+                                   uint64_t offset, uint64_t datalen,
+                                   void *user_data, void *stream_user_data)
+{
+    fd_quic_conn_t *qc = user_data;
+    int rv;
+
+    (void)conn;
+    (void)offset;
+    (void)stream_user_data;
+    if (qc->h3 &&
+        (rv = nghttp3_conn_add_ack_offset(qc->h3->h3, stream_id, datalen)) !=
+            0)
+        return h3_error(qc, rv);
+    return 0;
+}
+
+int fd_h3_stream_close(ngtcp2_conn *conn, uint32_t flags, int64_t stream_id,
+                       uint64_t app_error_code, void *user_data,
+                       void *stream_user_data)
+{
+    fd_quic_conn_t *qc = user_data;
+    int rv;
+
+    (void)conn;
+    (void)stream_user_data;
+    if (qc->h3 == NULL)
+        return 0;
+    if (!(flags & NGTCP2_STREAM_CLOSE_FLAG_APP_ERROR_CODE_SET))
+        app_error_code = NGHTTP3_H3_NO_ERROR;
+    rv = nghttp3_conn_close_stream(qc->h3->h3, stream_id, app_error_code);
+    if (rv != 0 && rv != NGHTTP3_ERR_STREAM_NOT_FOUND)
+        return h3_error(qc, rv);
+    return 0;
+}
+
+int fd_h3_stream_reset(ngtcp2_conn *conn, int64_t stream_id,
+                       uint64_t final_size, uint64_t app_error_code,
+                       void *user_data, void *stream_user_data)
+{
+    fd_quic_conn_t *qc = user_data;
+    int rv;
+
+    (void)conn;
+    (void)final_size;
+    (void)app_error_code;
+    (void)stream_user_data;
+    if (qc->h3 &&
+        (rv = nghttp3_conn_shutdown_stream_read(qc->h3->h3, stream_id)) != 0)
+        return h3_error(qc, rv);
+    return 0;
+}
+
+int fd_h3_stream_stop_sending(ngtcp2_conn *conn, int64_t stream_id,
+                              uint64_t app_error_code, void *user_data,
+                              void *stream_user_data)
+{
+    return fd_h3_stream_reset(conn, stream_id, 0, app_error_code, user_data,
+                              stream_user_data);
+}
+
+int fd_h3_extend_max_remote_streams_bidi(ngtcp2_conn *conn,
+                                         uint64_t max_streams,
+                                         void *user_data)
+{
+    fd_quic_conn_t *qc = user_data;
+
+    (void)conn;
+    if (qc->h3)
+        nghttp3_conn_set_max_client_streams_bidi(qc->h3->h3, max_streams);
+    return 0;
+}
+
+int fd_h3_extend_max_stream_data(ngtcp2_conn *conn, int64_t stream_id,
+                                 uint64_t max_data, void *user_data,
+                                 void *stream_user_data)
+{
+    fd_quic_conn_t *qc = user_data;
+    int rv;
+
+    (void)conn;
+    (void)max_data;
+    (void)stream_user_data;
+    if (qc->h3 && (rv = nghttp3_conn_unblock_stream(qc->h3->h3, stream_id)) !=
+                      0)
+        return h3_error(qc, rv);
+    return 0;
+}
+
+void fd_h3_run(fd_quic_conn_t *qc)
+{
+    fd_h3_conn_t *hc = qc->h3;
+
+    while (hc->run && !qc->dead) {
+        h3s_t *st = hc->run;
+        fd_request_t *r = st->r;
+
+        hc->run = st->run_next;
+        if (hc->run == NULL)
+            hc->run_last = &hc->run;
+        st->queued = 0;
+        if (st->closed || r == NULL)
+            continue;
+        if (st->job_start) {
+            st->job_start = 0;
+            request_begin(st);
+        }
+        if (st->closed || r->done)
+            continue;
+        if (st->job_body) {
+            st->job_body = 0;
+            if (r->phase == PH_BODY)
+                body_feed(st);
+            else if (r->phase == PH_STREAM && r->on_body)
+                r->on_body(r);
+        }
+        if (st->closed || r->done)
+            continue;
+        if (st->job_drain) {
+            st->job_drain = 0;
+            if (r->on_drain)
+                r->on_drain(r);
+        }
+    }
+}
+
+void fd_h3_shutdown(fd_quic_conn_t *qc)
+{
+    if (qc->h3)
+        nghttp3_conn_submit_shutdown_notice(qc->h3->h3);
+}
+
+unsigned fd_h3_nstreams(fd_quic_conn_t *qc)
+{
+    return qc->h3 ? qc->h3->nstreams : 0;
+}
+
+/* The connection ends: every stream with it. */
+void fd_h3_release(fd_quic_conn_t *qc)
+{
+    fd_h3_conn_t *hc = qc->h3;
+    h3s_t *st;
+
+    while ((st = hc->streams) != NULL) {
+        nghttp3_conn_set_stream_user_data(hc->h3, st->id, NULL);
+        stream_closed(st);
+    }
+    /* orphans: freed when their module lets go; the connection struct
+     * (their r->c) waits for them */
+    while ((st = hc->orphans) != NULL) {
+        stream_unlink(st);
+        st->hc = NULL;
+        st->held = qc;
+        qc->refs++;
+    }
+    nghttp3_conn_del(hc->h3);
+    qc->h3 = NULL;
+    qc->h3conn = NULL;
+    free(hc);
+}
+
+static const nghttp3_callbacks h3_callbacks = {
+    .acked_stream_data = acked_stream_data,
+    .stream_close = h3_stream_close,
+    .recv_data = recv_data,
+    .deferred_consume = deferred_consume,
+    .begin_headers = begin_headers,
+    .recv_header = recv_header,
+    .end_headers = end_headers,
+    .stop_sending = stop_sending,
+    .end_stream = end_stream,
+    .reset_stream = reset_stream,
+};
+
+#endif
