@@ -45,7 +45,8 @@
 
 #define H2_WINDOW (256 * 1024)  /* a stream's receive window */
 #define H2_CONN_WINDOW (1 << 30) /* the streams' windows bound it */
-#define H2_ASSUMED_STREAMS 100  /* before the server's SETTINGS came */
+#define H2_ASSUMED_STREAMS 100  /* a new connection's share of streams
+                                 * before the server's SETTINGS came */
 #define H2_MAX_FIELDS 128       /* in a response header or its trailer */
 #define H2_MAX_NV 160           /* request fields */
 #define H2_WRITE 32768          /* frames gathered into one write */
@@ -312,20 +313,21 @@ static ssize_t body_read(nghttp2_session *ss, int32_t id, uint8_t *buf,
     h2u_stream_t *hs = src->ptr;
     h2u_conn_t *hc = ud;
     ssize_t n;
+    int status = 0;
 
     (void)ss;
     (void)id;
     if (hs->u == NULL)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* reset it */
-    n = fd_upstream_req_body(hs->u, (char *)buf, len);
+    n = fd_upstream_req_body(hs->u, (char *)buf, len, &status);
     if (n == FD_AGAIN) {
         hs->deferred = 1;
         stream_arm(hs);
         return NGHTTP2_ERR_DEFERRED;
     }
-    if (n >= 400) {
+    if (n == FD_ERROR) {
         /* failed outside nghttp2's call (conn_posted) */
-        hs->fail = (int)n;
+        hs->fail = status;
         hc->failing = 1;
         conn_post(hc);
         return NGHTTP2_ERR_DEFERRED;
@@ -567,8 +569,10 @@ static void response_header(h2u_stream_t *hs, int end)
     else
         r->content_length = end ? 0 : len;
     if (end) {
+        /* a whole response without a body (gRPC's Trailers-Only): one
+         * HEADERS that ends the stream to an HTTP/2 client, as it came */
         hs->end = 1;
-        fd_upstream_req_last(u, NULL, 1);
+        fd_upstream_req_end(u, FD_OK);
     } else if (u->proto->grpc) {
         /* a stream's metadata goes out before its first message */
         fd_upstream_req_output(u, NULL);
@@ -773,8 +777,10 @@ static int h2_setup(void)
     }
     /* windows open only as the client takes the bytes (h2_resume) */
     nghttp2_option_set_no_auto_window_update(options, 1);
-    nghttp2_option_set_peer_max_concurrent_streams(options,
-                                                   H2_ASSUMED_STREAMS);
+    /* the first stream alone until the server said how many it takes
+     * (its SETTINGS come with its preface): a burst before that would
+     * be refused, or kill the connection of a server less lenient */
+    nghttp2_option_set_peer_max_concurrent_streams(options, 1);
     callbacks = cb;
     return FD_OK;
 }

@@ -209,10 +209,11 @@ int fd_upstream_req_next(fd_upstream_req_t *u, unsigned ft, int err,
  * again; else as fd_upstream_req_next. */
 int fd_upstream_req_refused(fd_upstream_req_t *u, const char *what);
 /* A mux's stream wants body bytes for the upstream at buf: n, 0 (the
- * body is over), FD_AGAIN (r->on_body resumes the mux), or the status
- * the request must fail with (the caller fails it outside the mux's
- * library callbacks). */
-ssize_t fd_upstream_req_body(fd_upstream_req_t *u, char *buf, size_t size);
+ * body is over), FD_AGAIN (r->on_body resumes the mux), or FD_ERROR with
+ * the status the request must fail with (the caller fails it outside the
+ * mux's library callbacks). */
+ssize_t fd_upstream_req_body(fd_upstream_req_t *u, char *buf, size_t size,
+                             int *status);
 /* Let go of the connection (into the pool when reuse) and its server. */
 void fd_upstream_req_release_conn(fd_upstream_req_t *u, int reuse);
 /* Give back the I/O blocks. */
