@@ -892,6 +892,8 @@ static void conn_fail(h2u_conn_t *hc, int err, const char *what)
         fd_log_conn_id = u->r->c->id;
         if (hs->fail)
             fd_upstream_req_fail(u, hs->fail);
+        else if (!hc->ready)
+            fd_upstream_req_next(u, FD_UPSTREAM_NEXT_ERROR, err, what);
         else if (!u->written)
             fd_upstream_req_refused(u, what);
         else

@@ -163,6 +163,7 @@ struct fd_upstream_req_s {
                                  * are still allowed (a cache update) */
 
     void *stream;               /* the mux's stream, while a try has one */
+    unsigned refused;           /* tries not processed (bounded) */
     fd_msec_t read_timeout;     /* 0: o's (gRPC: the client's deadline
                                  * may shorten it) */
 

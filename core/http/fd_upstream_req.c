@@ -241,7 +241,8 @@ int fd_upstream_req_refused(fd_upstream_req_t *u, const char *what)
 {
     fd_upstream_peer_t *p = u->peer;
 
-    if (p == NULL || (u->pulled && !u->body_kept))
+    /* a server that refuses every stream is failing: a bound */
+    if (p == NULL || (u->pulled && !u->body_kept) || ++u->refused > 4)
         return req_next(u, FD_UPSTREAM_NEXT_ERROR, 0, what);
     fd_log_error(FD_LOG_INFO, 0, "%s \"%s\" server %s: %s, again",
                  u->proto->what, u->up->name, p->name, what);
