@@ -412,6 +412,7 @@ static void h2_detach(fd_upstream_req_t *u)
 {
     h2u_stream_t *hs = u->stream;
     h2u_conn_t *hc = hs->hc;
+    int over = hs->end && u->req_sent; /* nghttp2 closes it by itself */
 
     u->stream = NULL;
     hs->u = NULL;
@@ -425,8 +426,13 @@ static void h2_detach(fd_upstream_req_t *u)
         nghttp2_session_consume(hc->ss, hs->id, hs->unconsumed);
         hs->unconsumed = 0;
     }
-    nghttp2_submit_rst_stream(hc->ss, NGHTTP2_FLAG_NONE, hs->id,
-                              hs->end ? NGHTTP2_NO_ERROR : NGHTTP2_CANCEL);
+    /* a reset of a stream that ended both ways would reach the server
+     * after its close: a server counting resets (a flood's sign) would
+     * close the connection */
+    if (!over)
+        nghttp2_submit_rst_stream(hc->ss, NGHTTP2_FLAG_NONE, hs->id,
+                                  hs->end ? NGHTTP2_NO_ERROR
+                                          : NGHTTP2_CANCEL);
     conn_post(hc);
 }
 
