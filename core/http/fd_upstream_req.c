@@ -571,10 +571,13 @@ ssize_t fd_upstream_req_body(fd_upstream_req_t *u, char *buf, size_t size,
     fd_request_t *r = u->r;
     ssize_t n;
 
+    *status = 400; /* bad framing of the client's */
     if (u->body_kept) {
         /* a small body accumulates in obuf, to go again on a retry */
-        if (u->obuf == NULL && (u->obuf = fd_block_get(&bufs)) == NULL)
-            return *status = 500, FD_ERROR;
+        if (u->obuf == NULL && (u->obuf = fd_block_get(&bufs)) == NULL) {
+            *status = 500;
+            return FD_ERROR;
+        }
         if (u->opos == u->olen && !u->body_done) {
             n = fd_http_body_pull(r, u->obuf + u->olen,
                                   FD_UPSTREAM_BUF - u->olen);
@@ -583,7 +586,7 @@ ssize_t fd_upstream_req_body(fd_upstream_req_t *u, char *buf, size_t size,
                 return FD_AGAIN;
             }
             if (n < 0)
-                return *status = 400, FD_ERROR;
+                return FD_ERROR;
             if (n == 0)
                 u->body_done = 1;
             u->pulled = 1;
@@ -605,7 +608,7 @@ ssize_t fd_upstream_req_body(fd_upstream_req_t *u, char *buf, size_t size,
     }
     u->wait_body = 0;
     if (n < 0)
-        return *status = 400, FD_ERROR; /* bad framing of the client's */
+        return FD_ERROR;
     if (n == 0) {
         u->body_done = 1;
         return 0;
@@ -614,7 +617,8 @@ ssize_t fd_upstream_req_body(fd_upstream_req_t *u, char *buf, size_t size,
     u->body_bytes += n;
     if (r->in.chunked && u->body_bytes > (int64_t)r->loc->max_body_size) {
         fd_log_error(FD_LOG_INFO, 0, "client body over max_body_size");
-        return *status = 413, FD_ERROR;
+        *status = 413;
+        return FD_ERROR;
     }
     return n;
 }
