@@ -43,8 +43,8 @@ const fd_directive_t fd_proxy_directives[] = {
             "h2://NAME[/uri]: HTTP/2 to the upstream (prior knowledge), "
             "h2s:// over TLS with ALPN h2; requests share a few connections "
             "as streams (the group's h2_connections). grpc:// and grpcs://: "
-            "HTTP/2 for gRPC (te: trailers sent, grpc-timeout bounds "
-            "proxy_read_timeout); trailers pass through. An [upstream] whose "
+            "HTTP/2 for gRPC (te: trailers sent, grpc-timeout and a second "
+            "bound read_timeout); trailers pass through. An [upstream] whose "
             "servers say h2 is HTTP/2 with http:// too"},
     {.name = "proxy_host", .type = FD_CONF_ENUM, .offset = LOC(proxy_host),
      .def = "pass", .enums = host_enums,

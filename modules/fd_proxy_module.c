@@ -817,8 +817,11 @@ static int resp_process(fd_upstream_req_t *u, int eof)
 /*
  * gRPC: the client's deadline (grpc-timeout: up to 8 digits and a unit,
  * H M S m u n) bounds how long the upstream may stay silent; the header
- * itself goes on upstream, so the server knows it too.
+ * itself goes on upstream, so the server knows it too. A second's grace:
+ * the client ends the call at its deadline itself (DEADLINE_EXCEEDED),
+ * fastd's bound only frees what a client that went silent left.
  */
+#define GRPC_GRACE 1000
 static fd_msec_t grpc_timeout(fd_request_t *r, fd_msec_t read_timeout)
 {
     fd_str_t v = fd_http_var_header(r, fd_string("grpc_timeout"));
@@ -841,7 +844,7 @@ static fd_msec_t grpc_timeout(fd_request_t *r, fd_msec_t read_timeout)
     case 'n': ms = (n + 999999) / 1000000; break;
     default: return read_timeout;
     }
-    ms = fd_max(ms, 1);
+    ms += GRPC_GRACE;
     return ms < read_timeout ? (fd_msec_t)ms : read_timeout;
 }
 
