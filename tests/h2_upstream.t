@@ -54,6 +54,7 @@ server = 127.0.0.1:$hb h2
 [upstream mx]
 server = 127.0.0.1:$mx h2
 h2_connections = 2
+h2_ping_interval = 1s
 
 [location /n/]
 handler = proxy
@@ -187,6 +188,16 @@ ok($st->{connections} >= 1 && $st->{connections} <= 2,
    "on at most h2_connections = 2 connections ($st->{connections})");
 ok($st->{max_streams} > 1 && $st->{max_streams} <= 4,
    "as concurrent streams, up to the server's 4 ($st->{max_streams})");
+
+# an idle connection is kept with PINGs, and reused
+ok(FastdTest::wait_for(sub {
+    my (undef, $o) = curl1("http://127.0.0.1:$port/m/stats");
+    my $s = eval { decode_json($o) } || {};
+    return ($s->{pings} // 0) >= 1;
+}, 12, 2), 'an idle connection is PINGed (h2_ping_interval = 1s)');
+($rc, $out) = curl1("http://127.0.0.1:$port/m/stats");
+$st = eval { decode_json($out) } || {};
+ok($st->{connections} <= 2, "and still used ($st->{connections} connections)");
 
 diag($t->error_log) if $ENV{H2UP_DEBUG};
 $t->stop;

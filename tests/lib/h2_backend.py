@@ -16,7 +16,8 @@ Paths (the request's :path):
   /goaway-once    the first time GOAWAY below it and a close, then /echo
   /hang           never answers
   /delay/MS       /echo after MS milliseconds
-  /stats          JSON: connections so far, most streams open at once
+  /stats          JSON: connections so far, most streams open at once,
+                  PINGs received
 """
 import hashlib
 import json
@@ -33,7 +34,7 @@ import h2.events
 import h2.settings
 
 lock = threading.Lock()
-stats = {"connections": 0, "max_streams": 0}
+stats = {"connections": 0, "max_streams": 0, "pings": 0}
 once = {"refuse": True, "goaway": True}
 
 
@@ -82,6 +83,9 @@ class Conn:
             self.flush()
 
     def event(self, ev):
+        if isinstance(ev, h2.events.PingReceived):
+            with lock:
+                stats["pings"] += 1  # h2 answers it
         if isinstance(ev, h2.events.RequestReceived):
             self.req[ev.stream_id] = [dict(), b""]
             self.req[ev.stream_id][0] = ev.headers
