@@ -6,7 +6,8 @@
 # proxy's header rules, trailers to both kinds of client; streams
 # multiplexed on at most h2_connections connections; a reset before and
 # after the response header, a connection closed mid-response, a refused
-# stream and a GOAWAY (both retried), a silent server (504).
+# stream and a GOAWAY (both retried), a silent server (504), a response
+# stalled after its header (cut at read_timeout); PING on idle connections.
 
 use strict;
 use warnings;
@@ -171,6 +172,11 @@ is($e && $e->{len}, 3, 'GOAWAY below the stream: again on a new connection');
 ($rc, $out) = curl1('-o', '/dev/null', '-w', '%{http_code}',
                     "http://127.0.0.1:$port/b/hang");
 is($out, '504', 'a silent upstream: 504 after read_timeout');
+($rc, $out) = curl1("http://127.0.0.1:$port/b/stall");
+isnt($rc, 0, 'a response that stalls after its header: cut after '
+     . 'read_timeout');
+like($t->error_log, qr/timed out reading the response body/,
+     'logged as such');
 ($rc, $out) = curl1("http://127.0.0.1:$port/b/echo");
 ok(echo_of($out), 'the group still answers after all that');
 

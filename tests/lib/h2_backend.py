@@ -15,6 +15,7 @@ Paths (the request's :path):
   /refuse-once    the first time REFUSED_STREAM, then as /echo
   /goaway-once    the first time GOAWAY below it and a close, then /echo
   /hang           never answers
+  /stall          a header and "partial", then nothing more
   /delay/MS       /echo after MS milliseconds
   /stats          JSON: connections so far, most streams open at once,
                   PINGs received
@@ -131,6 +132,9 @@ class Conn:
         elif path == "/rst-before":
             c.reset_stream(sid, error_code=2)
             self.open.discard(sid)
+        elif path == "/stall":
+            c.send_headers(sid, [(":status", "200")])
+            c.send_data(sid, b"partial")
         elif path in ("/rst-after", "/close-mid"):
             c.send_headers(sid, [(":status", "200")])
             c.send_data(sid, b"partial")
