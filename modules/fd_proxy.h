@@ -21,6 +21,9 @@ extern fd_module_t fd_proxy_module;
 
 enum { HOST_PASS, HOST_UPSTREAM };
 
+/* what a location speaks to its upstream */
+enum { PROXY_H1, PROXY_H2, PROXY_GRPC };
+
 /* next_upstream */
 #define NEXT_ERROR FD_UPSTREAM_NEXT_ERROR
 #define NEXT_TIMEOUT FD_UPSTREAM_NEXT_TIMEOUT
@@ -92,6 +95,7 @@ typedef struct {
     fd_str_t uri;              /* the URI part of pass, if any */
     unsigned has_uri:1;
     unsigned https:1;
+    unsigned h2:2;             /* PROXY_H1, PROXY_H2, PROXY_GRPC */
     set_header_t *hdrs;
     unsigned nhdrs;
     unsigned gen_replaced;     /* GEN_* a set_header replaces */

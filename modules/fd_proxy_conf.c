@@ -39,7 +39,13 @@ const fd_directive_t fd_proxy_directives[] = {
             "locations); a regex location passes the request URI unchanged. "
             "HOST:PORT may be followed by max_fails=N and fail_timeout=T, as "
             "on an [upstream] server line. https://NAME[/uri]: TLS to the "
-            "upstream (HOST's port defaults to 443; see proxy_ssl_*)"},
+            "upstream (HOST's port defaults to 443; see proxy_ssl_*). "
+            "h2://NAME[/uri]: HTTP/2 to the upstream (prior knowledge), "
+            "h2s:// over TLS with ALPN h2; requests share a few connections "
+            "as streams (the group's h2_connections). grpc:// and grpcs://: "
+            "HTTP/2 for gRPC (te: trailers sent, grpc-timeout and a second "
+            "bound read_timeout); trailers pass through. An [upstream] whose "
+            "servers say h2 is HTTP/2 with http:// too"},
     {.name = "proxy_host", .type = FD_CONF_ENUM, .offset = LOC(proxy_host),
      .def = "pass", .enums = host_enums,
      .doc = "Host header sent upstream: pass (the client's) or upstream "
@@ -265,6 +271,7 @@ static int set_upstream(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     lc->pass = NULL;
     lc->has_uri = 0;
     lc->https = 0;
+    lc->h2 = PROXY_H1; /* the group's server lines may say h2 */
     return FD_OK;
 }
 
@@ -298,13 +305,26 @@ static int set_pass(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     const char *auth, *end, *slash, *opts;
     char name[256];
     size_t n, ulen;
+    static const struct {
+        const char *scheme;
+        unsigned https, h2;
+    } schemes[] = {{"http://", 0, PROXY_H1},  {"https://", 1, PROXY_H1},
+                   {"h2://", 0, PROXY_H2},    {"h2s://", 1, PROXY_H2},
+                   {"grpc://", 0, PROXY_GRPC}, {"grpcs://", 1, PROXY_GRPC}};
+    unsigned i;
 
     (void)d;
-    lc->https = strncmp(value, "https://", 8) == 0;
-    if (!lc->https && strncmp(value, "http://", 7) != 0)
-        return fd_conf_error(cf, "\"pass\" must be http[s]://NAME[/uri], "
-                             "not \"%s\"", value);
-    auth = value + (lc->https ? 8 : 7);
+    for (i = 0; i < fd_nelems(schemes); i++)
+        if (strncmp(value, schemes[i].scheme,
+                    strlen(schemes[i].scheme)) == 0)
+            break;
+    if (i == fd_nelems(schemes))
+        return fd_conf_error(cf, "\"pass\" must be http[s]://NAME[/uri] "
+                             "(or h2[s]://, grpc[s]://), not \"%s\"",
+                             value);
+    lc->https = schemes[i].https;
+    lc->h2 = schemes[i].h2;
+    auth = value + strlen(schemes[i].scheme);
     end = auth + strcspn(auth, " \t");
     for (opts = end; *opts == ' ' || *opts == '\t'; opts++)
         ;
@@ -507,6 +527,16 @@ int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
                              "NAME\" or \"pass = http://NAME/\"", loc->name);
     if (loc->kind == FD_LOC_REGEX || loc->kind == FD_LOC_REGEX_CASELESS)
         lc->has_uri = 0; /* documented: a regex location passes the URI */
+    if (lc->up->h2 && lc->h2 == PROXY_H1)
+        lc->h2 = PROXY_H2;
+    if (lc->h2 && lc->cache)
+        return fd_conf_error(cf, "%s: proxy_cache is not available with "
+                             "an HTTP/2 or gRPC upstream yet", loc->name);
+    if (lc->h2 && lc->up->proxy_protocol)
+        return fd_conf_error(cf, "%s: an HTTP/2 upstream's connections "
+                             "carry many clients' requests: no "
+                             "proxy_protocol", loc->name);
+    lc->ssl.alpn_h2 = lc->h2 != PROXY_H1;
     if (lc->https) {
         fd_conf_at_key(cf, conf, lc->ssl_name ? "proxy_ssl_name" : "pass");
         lc->ssl_client = fd_ssl_client(cf, &lc->ssl, lc->ssl_name
@@ -514,8 +544,8 @@ int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
                                                          : lc->pass_host);
         if (lc->ssl_client == NULL)
             return FD_ERROR;
-        if (lc->up->health_ssl == NULL)
-            lc->up->health_ssl = lc->ssl_client;
+        if (lc->up->health_ssl == NULL && lc->h2 == PROXY_H1)
+            lc->up->health_ssl = lc->ssl_client; /* probes: HTTP/1.1 */
         lc->u.ssl = lc->ssl_client;
     }
     if (!lc->redirect_set) {

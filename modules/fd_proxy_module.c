@@ -83,6 +83,28 @@ static const fd_upstream_proto_t proxy_proto = {
     .release = proxy_release,
 };
 
+static int h2_fields(fd_upstream_req_t *u, int status,
+                     const fd_http_header_t *f, unsigned nf);
+
+/* HTTP/2 and gRPC: the engine's mux carries the same request header
+ * (mapped to HTTP/2 fields there); the response's fields come decoded */
+static const fd_upstream_proto_t proxy_h2_proto = {
+    .what = "upstream",
+    .fail = proxy_fail_hook,
+    .release = proxy_release,
+    .mux = &fd_upstream_h2_mux,
+    .fields = h2_fields,
+};
+
+static const fd_upstream_proto_t proxy_grpc_proto = {
+    .what = "gRPC upstream",
+    .fail = proxy_fail_hook,
+    .release = proxy_release,
+    .mux = &fd_upstream_h2_mux,
+    .fields = h2_fields,
+    .grpc = 1,
+};
+
 /* What a request header line becomes upstream. */
 enum { H_PASS, H_DROP, H_XFF };
 
@@ -424,6 +446,102 @@ static fd_str_t redirect_apply(fd_request_t *r, const proxy_loc_conf_t *lc,
 }
 
 /*
+ * The upstream's response fields into r: what the client must not see
+ * dropped (hop-by-hop, those the engine makes, proxy_hide_header, the
+ * Connection tokens'), proxy_redirect applied. HTTP/1.1's and HTTP/2's.
+ */
+static int resp_fields(proxy_req_t *px, const fd_http_header_t *f,
+                       unsigned nf, const fd_str_t *conn_tok, unsigned ntok)
+{
+    fd_request_t *r = px->r;
+    proxy_loc_conf_t *lc = px->lc;
+    unsigned i;
+
+    for (i = 0; i < nf; i++) {
+        fd_str_t n = f[i].name, v = f[i].value;
+        if (lc->nhide && named_in(n, lc->hide, lc->nhide))
+            continue; /* proxy_hide_header */
+        switch (n.len) {
+        case 2:
+            if (fd_str_caseeq_lit(n, "te"))
+                continue;
+            break;
+        case 4:
+            if (fd_str_caseeq_lit(n, "date"))
+                continue; /* the engine's own */
+            break;
+        case 5:
+            if (fd_str_caseeq_lit(n, "x-pad") && !passed(lc, n))
+                continue;
+            break;
+        case 6:
+            if (fd_str_caseeq_lit(n, "server")) {
+                if (!passed(lc, n))
+                    continue;
+                r->server_passed = 1; /* it replaces the engine's */
+            }
+            break;
+        case 7:
+            if (fd_str_caseeq_lit(n, "trailer") ||
+                fd_str_caseeq_lit(n, "upgrade"))
+                continue;
+            if (fd_str_caseeq_lit(n, "refresh"))
+                v = redirect_apply(r, lc, v, 1);
+            break;
+        case 8:
+            if (fd_str_caseeq_lit(n, "location"))
+                v = redirect_apply(r, lc, v, 0);
+            break;
+        case 10:
+            if (fd_str_caseeq_lit(n, "connection") ||
+                fd_str_caseeq_lit(n, "keep-alive"))
+                continue;
+            break;
+        case 12:
+            if (fd_str_caseeq_lit(n, "content-type")) {
+                if (r->content_type.len == 0)
+                    r->content_type = f[i].value;
+                continue;
+            }
+            break;
+        case 14:
+            if (fd_str_caseeq_lit(n, "content-length"))
+                continue;
+            break;
+        case 16:
+            if (fd_str_caseeq_lit(n, "proxy-connection"))
+                continue;
+            break;
+        case 17:
+            if (fd_str_caseeq_lit(n, "transfer-encoding"))
+                continue;
+            break;
+        }
+        if (ntok && named_in(n, conn_tok, ntok))
+            continue;
+        /* X-Accel-*: meant for the proxy (nginx's), not the client */
+        if (n.len > 8 && fd_str_caseeq((fd_str_t){8, n.data}, "x-accel-", 8) &&
+            !passed(lc, n))
+            continue;
+        if (fd_http_header_add(r, n, v) != FD_OK)
+            return FD_ERROR;
+    }
+    return FD_OK;
+}
+
+/* An HTTP/2 upstream's response header (the mux's fields hook) */
+static int h2_fields(fd_upstream_req_t *u, int status,
+                     const fd_http_header_t *f, unsigned nf)
+{
+    proxy_req_t *px = (proxy_req_t *)u;
+
+    px->r->status = status;
+    if (resp_fields(px, f, nf, NULL, 0) != FD_OK)
+        return 500;
+    return FD_OK;
+}
+
+/*
  * The response header at ibuf + ipos, once complete: check it strictly
  * (fd_http_parse_response), then either fail over (next_upstream
  * http_5xx), or set the client's response and the body framing. PX_OK
@@ -433,7 +551,6 @@ static fd_str_t redirect_apply(fd_request_t *r, const proxy_loc_conf_t *lc,
 static int resp_header(proxy_req_t *px)
 {
     fd_request_t *r = px->r;
-    proxy_loc_conf_t *lc = px->lc;
     const char *buf = px->u.ibuf + px->u.ipos, *err;
     char *h;
     size_t hlen;
@@ -539,75 +656,8 @@ static int resp_header(proxy_req_t *px)
         r->content_type = fd_null_string;
     }
     r->status = status;
-    for (i = 0; i < nf; i++) {
-        fd_str_t n = f[i].name, v = f[i].value;
-        if (lc->nhide && named_in(n, lc->hide, lc->nhide))
-            continue; /* proxy_hide_header */
-        switch (n.len) {
-        case 2:
-            if (fd_str_caseeq_lit(n, "te"))
-                continue;
-            break;
-        case 4:
-            if (fd_str_caseeq_lit(n, "date"))
-                continue; /* the engine's own */
-            break;
-        case 5:
-            if (fd_str_caseeq_lit(n, "x-pad") && !passed(lc, n))
-                continue;
-            break;
-        case 6:
-            if (fd_str_caseeq_lit(n, "server")) {
-                if (!passed(lc, n))
-                    continue;
-                r->server_passed = 1; /* it replaces the engine's */
-            }
-            break;
-        case 7:
-            if (fd_str_caseeq_lit(n, "trailer") ||
-                fd_str_caseeq_lit(n, "upgrade"))
-                continue;
-            if (fd_str_caseeq_lit(n, "refresh"))
-                v = redirect_apply(r, lc, v, 1);
-            break;
-        case 8:
-            if (fd_str_caseeq_lit(n, "location"))
-                v = redirect_apply(r, lc, v, 0);
-            break;
-        case 10:
-            if (fd_str_caseeq_lit(n, "connection") ||
-                fd_str_caseeq_lit(n, "keep-alive"))
-                continue;
-            break;
-        case 12:
-            if (fd_str_caseeq_lit(n, "content-type")) {
-                if (r->content_type.len == 0)
-                    r->content_type = f[i].value;
-                continue;
-            }
-            break;
-        case 14:
-            if (fd_str_caseeq_lit(n, "content-length"))
-                continue;
-            break;
-        case 16:
-            if (fd_str_caseeq_lit(n, "proxy-connection"))
-                continue;
-            break;
-        case 17:
-            if (fd_str_caseeq_lit(n, "transfer-encoding"))
-                continue;
-            break;
-        }
-        if (ntok && named_in(n, rs.conn_tok, ntok))
-            continue;
-        /* X-Accel-*: meant for the proxy (nginx's), not the client */
-        if (n.len > 8 && fd_str_caseeq((fd_str_t){8, n.data}, "x-accel-", 8) &&
-            !passed(lc, n))
-            continue;
-        if (fd_http_header_add(r, n, v) != FD_OK)
-            return fd_proxy_fail(px, 500);
-    }
+    if (resp_fields(px, f, nf, rs.conn_tok, ntok) != FD_OK)
+        return fd_proxy_fail(px, 500);
     px->u.ipos += hlen;
     px->keepalive = (rs.version == 11 ? !rs.conn_close
                                       : rs.conn_keepalive && !rs.conn_close) &&
@@ -764,6 +814,40 @@ static int resp_process(fd_upstream_req_t *u, int eof)
 
 /* --- the handler --- */
 
+/*
+ * gRPC: the client's deadline (grpc-timeout: up to 8 digits and a unit,
+ * H M S m u n) bounds how long the upstream may stay silent; the header
+ * itself goes on upstream, so the server knows it too. A second's grace:
+ * the client ends the call at its deadline itself (DEADLINE_EXCEEDED),
+ * fastd's bound only frees what a client that went silent left.
+ */
+#define GRPC_GRACE 1000
+static fd_msec_t grpc_timeout(fd_request_t *r, fd_msec_t read_timeout)
+{
+    fd_str_t v = fd_http_var_header(r, fd_string("grpc_timeout"));
+    uint64_t n = 0, ms;
+    size_t i;
+
+    if (v.len < 2 || v.len > 9)
+        return read_timeout;
+    for (i = 0; i + 1 < v.len; i++) {
+        if (v.data[i] < '0' || v.data[i] > '9')
+            return read_timeout;
+        n = n * 10 + (uint64_t)(v.data[i] - '0');
+    }
+    switch (v.data[v.len - 1]) {
+    case 'H': ms = n * 3600000; break;
+    case 'M': ms = n * 60000; break;
+    case 'S': ms = n * 1000; break;
+    case 'm': ms = n; break;
+    case 'u': ms = (n + 999) / 1000; break;
+    case 'n': ms = (n + 999999) / 1000000; break;
+    default: return read_timeout;
+    }
+    ms += GRPC_GRACE;
+    return ms < read_timeout ? (fd_msec_t)ms : read_timeout;
+}
+
 static int proxy_handler(fd_request_t *r)
 {
     proxy_loc_conf_t *lc = fd_loc_conf(r->loc, &fd_proxy_module);
@@ -774,14 +858,20 @@ static int proxy_handler(fd_request_t *r)
     px = fd_pcalloc(r->pool, fd_upstream_req_size(sizeof(*px), up));
     if (px == NULL)
         return 500;
-    fd_upstream_req_init(&px->u, r, up, &lc->u, &proxy_proto,
+    fd_upstream_req_init(&px->u, r, up, &lc->u,
+                         lc->h2 == PROXY_H1     ? &proxy_proto
+                         : lc->h2 == PROXY_GRPC ? &proxy_grpc_proto
+                                                : &proxy_h2_proto,
                          (uint64_t *)(px + 1));
+    if (lc->h2 == PROXY_GRPC)
+        px->u.read_timeout = grpc_timeout(r, lc->u.read_timeout);
     px->r = r;
     px->lc = lc;
     px->up = up;
     /* only WebSocket, only where the location allows it: any other token
      * (h2c above all) would open a tunnel past every location rule */
-    px->upgrade = lc->websocket && r->in.conn_upgrade &&
+    px->upgrade = lc->websocket && lc->h2 == PROXY_H1 &&
+                  r->in.conn_upgrade &&
                   r->in.version == 11 && m == FD_HTTP_GET &&
                   fd_str_caseeq_lit(r->in.upgrade, "websocket");
     px->u.careful |= px->upgrade;

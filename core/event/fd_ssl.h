@@ -127,6 +127,7 @@ typedef struct {
     char *ciphers;
     int server_name;           /* send SNI */
     int session_reuse;         /* offer the last session of a peer */
+    int alpn_h2;               /* offer ALPN h2 alone (HTTP/2 upstreams) */
 } fd_ssl_client_conf_t;
 
 typedef struct fd_ssl_client_s fd_ssl_client_t;

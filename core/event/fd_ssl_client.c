@@ -91,6 +91,7 @@ static int same_client_conf(const fd_ssl_client_conf_t *a,
 {
     return a->verify == b->verify && a->server_name == b->server_name &&
            a->session_reuse == b->session_reuse &&
+           a->alpn_h2 == b->alpn_h2 &&
            a->protocols.min == b->protocols.min &&
            a->protocols.max == b->protocols.max &&
            same_str(a->ciphers, b->ciphers) &&
@@ -198,6 +199,12 @@ static SSL_CTX *client_ctx_build(fd_conf_t *cf,
     }
     SSL_CTX_set_verify(ctx, conf->verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE,
                        NULL);
+    if (conf->alpn_h2 &&
+        SSL_CTX_set_alpn_protos(ctx, (const unsigned char *)"\2h2", 3) != 0) {
+        ERR_clear_error();
+        fd_conf_error(cf, "SSL_CTX_set_alpn_protos() failed");
+        return NULL;
+    }
     if (cert->path) {
         if (!SSL_CTX_use_certificate_chain_file(ctx, cert->path))
             return client_error(cf, cert, "cannot be loaded");

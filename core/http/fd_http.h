@@ -155,6 +155,10 @@ struct fd_request_s {
     fd_http_header_out_t **headers_out_last;
     fd_buf_t *out;             /* body chain */
     fd_buf_t **out_last;
+    /* trailer fields after a streamed body (a proxied HTTP/2 upstream's,
+     * gRPC's grpc-status): a trailing HEADERS to an HTTP/2 client, the
+     * last chunk's trailer to a chunked HTTP/1.1 one, else dropped */
+    fd_http_header_out_t *trailers_out;
 
     unsigned keepalive:1;
     unsigned header_only:1;    /* HEAD, 204, 304 */

@@ -205,6 +205,7 @@ static void h2_event(fd_event_t *ev, uint32_t events);
 static void h2_posted(void *data);
 static void h2_send(h2c_t *hc);
 static void h2_after(h2c_t *hc);
+static int hop_field(fd_str_t n);
 
 /* --- streams --- */
 
@@ -767,6 +768,43 @@ static void rate_wake(fd_timer_t *t)
     }
 }
 
+/* The response's trailer fields (a proxied upstream's, gRPC's status) as
+ * a HEADERS frame that ends the stream after the last DATA: 0 when it is
+ * submitted. Names go lower case; nghttp2 copies them. */
+static int send_trailers(nghttp2_session *ss, h2s_t *st)
+{
+    fd_request_t *r = st->r;
+    fd_http_header_out_t *t;
+    nghttp2_nv *nv;
+    size_t n = 0, i;
+    char *name;
+
+    for (t = r->trailers_out; t; t = t->next)
+        n++;
+    nv = fd_palloc(r->pool, n * sizeof(*nv));
+    if (nv == NULL)
+        return -1;
+    n = 0;
+    for (t = r->trailers_out; t; t = t->next) {
+        if (t->name.len == 0 || t->name.data[0] == ':' ||
+            hop_field(t->name) ||
+            fd_http_field_bad(t->name.data, t->name.len) ||
+            fd_http_field_bad(t->value.data, t->value.len) ||
+            (name = fd_pnalloc(r->pool, t->name.len)) == NULL)
+            continue;
+        for (i = 0; i < t->name.len; i++)
+            name[i] = fd_tolower(t->name.data[i]);
+        nv[n].name = (uint8_t *)name;
+        nv[n].namelen = t->name.len;
+        nv[n].value = (uint8_t *)t->value.data;
+        nv[n].valuelen = t->value.len;
+        nv[n++].flags = NGHTTP2_NV_FLAG_NONE;
+    }
+    if (n == 0)
+        return -1;
+    return nghttp2_submit_trailer(ss, st->id, nv, n) == 0 ? 0 : -1;
+}
+
 static ssize_t data_read(nghttp2_session *ss, int32_t id, uint8_t *buf,
                          size_t len, uint32_t *flags,
                          nghttp2_data_source *src, void *ud)
@@ -797,8 +835,11 @@ static ssize_t data_read(nghttp2_session *ss, int32_t id, uint8_t *buf,
         return NGHTTP2_ERR_DEFERRED;
     }
     *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
-    if (st->out_end && n == st->oq.bytes)
+    if (st->out_end && n == st->oq.bytes) {
         *flags |= NGHTTP2_DATA_FLAG_EOF;
+        if (st->r && st->r->trailers_out && send_trailers(ss, st) == 0)
+            *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+    }
     return (ssize_t)n;
 }
 

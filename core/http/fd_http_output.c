@@ -383,6 +383,7 @@ int fd_http_error_detail(fd_request_t *r, int status, const char *detail)
     r->out_last = &r->out;
     r->headers_out = NULL;
     r->headers_out_last = &r->headers_out;
+    r->trailers_out = NULL;
     r->last_modified = -1;
     r->etag.len = 0;
     r->content_type = fd_string("text/html");
@@ -833,6 +834,26 @@ int fd_http_output_body(fd_request_t *r, fd_buf_t *chain)
     return FD_OK;
 }
 
+/* The last chunk, with the trailer fields if any (those with CR, LF or
+ * NUL dropped, as in a header) */
+static void last_chunk(fd_request_t *r, fd_http_conn_t *h)
+{
+    fd_http_header_out_t *t;
+
+    out_append(h, "0\r\n", 3);
+    for (t = r->trailers_out; t; t = t->next) {
+        if (t->name.len == 0 ||
+            fd_http_field_bad(t->name.data, t->name.len) ||
+            fd_http_field_bad(t->value.data, t->value.len))
+            continue;
+        out_append(h, t->name.data, t->name.len);
+        out_append(h, ": ", 2);
+        out_append(h, t->value.data, t->value.len);
+        out_append(h, "\r\n", 2);
+    }
+    out_append(h, "\r\n", 2);
+}
+
 int fd_http_output(fd_request_t *r, fd_buf_t *chain, int last)
 {
     fd_connection_t *c = r->c;
@@ -862,7 +883,7 @@ int fd_http_output(fd_request_t *r, fd_buf_t *chain, int last)
     }
     if (last) {
         if (r->chunked_out && !r->header_only)
-            out_append(h, "0\r\n\r\n", 5);
+            last_chunk(r, h);
         if (r->phase == PH_STREAM && r->body_rest != 0)
             r->keepalive = 0;
         r->on_drain = NULL;

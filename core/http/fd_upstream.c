@@ -49,7 +49,11 @@ const fd_directive_t fd_upstream_directives[] = {
             "server out for fail_timeout; max_fails=0 never does, nor does "
             "it take out a group's only server (as nginx; health_check "
             "does). backup "
-            "servers are used only when no other is available"},
+            "servers are used only when no other is available. h2: the "
+            "server speaks HTTP/2 (prior knowledge, or TLS with ALPN h2 "
+            "when a location passes here with https://): requests share "
+            "a few connections as streams (h2_connections); every server "
+            "of a group says h2, or none"},
     {.name = "balance", .type = FD_CONF_ENUM, .offset = UP(balance),
      .def = "round_robin", .enums = balance_enums,
      .doc = "round_robin (smooth, weighted), least_conn (fewest requests "
@@ -112,6 +116,21 @@ const fd_directive_t fd_upstream_directives[] = {
             "value (1s at least) overrides the TTL. A failed query is "
             "retried after 1s to 5s; until one succeeds the last good "
             "addresses stay"},
+    {.name = "h2_connections", .type = FD_CONF_INT,
+     .offset = UP(h2_connections), .def = "4", .min = 1, .max = 64,
+     .doc = "HTTP/2 upstreams (server = HOST:PORT h2, pass = h2:// or "
+            "grpc://): the connections each worker may open to one server. "
+            "Requests share them as concurrent streams, up to the server's "
+            "MAX_CONCURRENT_STREAMS each; a new connection opens only when "
+            "those are full, and past this bound requests queue on the "
+            "least busy one"},
+    {.name = "h2_ping_interval", .type = FD_CONF_MSEC,
+     .offset = UP(h2_ping_interval), .def = "30s", .min = 1000,
+     .max = 3600000,
+     .doc = "HTTP/2 upstreams: an idle connection sends a PING this often "
+            "and is closed when the server does not answer it by the next; "
+            "an idle connection is closed after keepalive_timeout (0: kept "
+            "while the server answers)"},
     FD_CONF_END};
 
 static fd_upstream_shm_t *shm; /* this worker's status area */
@@ -450,7 +469,7 @@ static int server_option(fd_conf_t *cf, const char *tok,
     } else {
         return fd_conf_error(cf, "unknown server option \"%s\" (weight=, "
                              "max_fails=, fail_timeout=, backup, down, "
-                             "resolve)", tok);
+                             "resolve, h2)", tok);
     }
     return FD_OK;
 }
@@ -460,7 +479,7 @@ static int parse_server(fd_conf_t *cf, fd_upstream_t *up, const char *text)
     char *s = fd_pstrdup(cf->pool, text, strlen(text)), *save, *tok, *addr;
     fd_upstream_peer_t opt = {.weight = 1, .max_fails = 1,
                               .fail_timeout = 10000};
-    int resolve = 0;
+    int resolve = 0, h2 = 0;
 
     addr = strtok_r(s, " \t", &save);
     if (addr == NULL)
@@ -468,9 +487,17 @@ static int parse_server(fd_conf_t *cf, fd_upstream_t *up, const char *text)
     while ((tok = strtok_r(NULL, " \t", &save)) != NULL) {
         if (strcmp(tok, "resolve") == 0)
             resolve = 1;
+        else if (strcmp(tok, "h2") == 0)
+            h2 = 1;
         else if (server_option(cf, tok, &opt, 0) != FD_OK)
             return FD_ERROR;
     }
+    /* one protocol per group: a request is mapped before a server is
+     * picked, and a retry may go to any of them */
+    if (up->npeers && h2 != up->h2)
+        return fd_conf_error(cf, "[upstream %s]: every \"server\" says h2, "
+                             "or none", up->name);
+    up->h2 = h2;
     return resolve_servers(cf, up, addr, &opt, resolve);
 }
 

@@ -86,6 +86,8 @@ struct fd_upstream_peer_s {
     unsigned active;           /* requests (and tunnels) using it */
     fd_upstream_conn_t *idle;  /* keep-alive connections, newest first */
     void *ssl_session;         /* TLS: the last session (fd_ssl.h) */
+    void *mux;                 /* per worker: the HTTP/2 connections to it
+                                * (fd_upstream_h2.c), or NULL */
 };
 
 typedef struct {
@@ -107,6 +109,10 @@ struct fd_upstream_s {
     fd_conf_list_t resolver;   /* IP[:PORT] of DNS servers */
     fd_msec_t resolver_timeout;
     fd_msec_t resolve_interval; /* 0: the answer's TTL */
+    fd_int_t h2_connections;   /* HTTP/2: connections per server, worker */
+    fd_msec_t h2_ping_interval; /* HTTP/2: PING on an idle connection */
+
+    unsigned h2:1;             /* its server lines say h2 */
 
     char *name;
     const char *file;

@@ -54,6 +54,27 @@ typedef struct {
 
 typedef struct fd_upstream_req_s fd_upstream_req_t;
 
+/*
+ * A protocol whose connections many requests share (HTTP/2: streams on a
+ * few connections per server, fd_upstream_h2.c). The engine still picks
+ * the server, counts the tries, retries and fails; the mux owns the
+ * connections, their I/O and the timers of its streams, and calls back
+ * the engine's verbs (fd_upstream_req_header, _output, _last, _fail,
+ * _next, _refused) from its own events.
+ */
+typedef struct {
+    /* A try on u->peer: take a stream (FD_OK; it goes on from events) or
+     * fail over (FD_DONE: the engine's verbs were called). */
+    int (*attach)(fd_upstream_req_t *u);
+    /* The try ends: let go of the stream (reset it unless it ended). */
+    void (*detach)(fd_upstream_req_t *u);
+    /* The client took output (paused no more), or sent more body. */
+    void (*resume)(fd_upstream_req_t *u);
+} fd_upstream_mux_t;
+
+/* HTTP/2, multiplexed (fd_upstream_h2.c) */
+extern const fd_upstream_mux_t fd_upstream_h2_mux;
+
 typedef struct {
     const char *what;           /* in log lines: "upstream", "FastCGI
                                  * upstream" */
@@ -72,6 +93,13 @@ typedef struct {
     int (*fail)(fd_upstream_req_t *u, int status);
     /* Optional: the request ends, whatever way: the module's state. */
     void (*release)(fd_upstream_req_t *u);
+    /* A shared-connection protocol (frame_body and process unused): */
+    const fd_upstream_mux_t *mux;
+    /* its response header (the mux decoded it): into r as the module
+     * wants it (FD_OK, or a status to fail with) */
+    int (*fields)(fd_upstream_req_t *u, int status,
+                  const fd_http_header_t *f, unsigned nf);
+    unsigned grpc:1;            /* te: trailers; grpc-timeout */
 } fd_upstream_proto_t;
 
 typedef struct {
@@ -134,6 +162,11 @@ struct fd_upstream_req_s {
     unsigned bg:1;              /* the client has its response: retries
                                  * are still allowed (a cache update) */
 
+    void *stream;               /* the mux's stream, while a try has one */
+    unsigned refused;           /* tries not processed (bounded) */
+    fd_msec_t read_timeout;     /* 0: o's (gRPC: the client's deadline
+                                 * may shorten it) */
+
     fd_upstream_try_t log[FD_UPSTREAM_LOG_TRIES];
     unsigned nlog;
 };
@@ -167,6 +200,21 @@ int fd_upstream_req_invalid(fd_upstream_req_t *u, const char *why);
 int fd_upstream_req_fail(fd_upstream_req_t *u, int status);
 /* The upstream side is over: the request ends with rc. FD_DONE. */
 int fd_upstream_req_end(fd_upstream_req_t *u, int rc);
+/* A mux's try failed (ft: FD_UPSTREAM_NEXT_ERROR or _TIMEOUT): counted
+ * against the server, then the next one or the error page. FD_DONE when
+ * the request is over. */
+int fd_upstream_req_next(fd_upstream_req_t *u, unsigned ft, int err,
+                         const char *what);
+/* A mux's try the server did not process (REFUSED_STREAM, a GOAWAY
+ * above it): again, on a new stream, uncounted when the body can go
+ * again; else as fd_upstream_req_next. */
+int fd_upstream_req_refused(fd_upstream_req_t *u, const char *what);
+/* A mux's stream wants body bytes for the upstream at buf: n, 0 (the
+ * body is over), FD_AGAIN (r->on_body resumes the mux), or FD_ERROR with
+ * the status the request must fail with (the caller fails it outside the
+ * mux's library callbacks). */
+ssize_t fd_upstream_req_body(fd_upstream_req_t *u, char *buf, size_t size,
+                             int *status);
 /* Let go of the connection (into the pool when reuse) and its server. */
 void fd_upstream_req_release_conn(fd_upstream_req_t *u, int reuse);
 /* Give back the I/O blocks. */

@@ -96,6 +96,8 @@ void fd_upstream_req_release_conn(fd_upstream_req_t *u, int reuse)
     fd_upstream_conn_t *uc = u->uc;
 
     fd_sendq_cancel(&u->sop);
+    if (u->stream)
+        u->proto->mux->detach(u); /* clears u->stream */
     if (uc) {
         u->uc = NULL;
         if (reuse)
@@ -229,6 +231,30 @@ static int req_next(fd_upstream_req_t *u, unsigned ft, int err,
                                                                   : 502);
 }
 
+int fd_upstream_req_next(fd_upstream_req_t *u, unsigned ft, int err,
+                         const char *what)
+{
+    return req_next(u, ft, err, what);
+}
+
+int fd_upstream_req_refused(fd_upstream_req_t *u, const char *what)
+{
+    fd_upstream_peer_t *p = u->peer;
+
+    /* a server that refuses every stream is failing: a bound */
+    if (p == NULL || (u->pulled && !u->body_kept) || ++u->refused > 4)
+        return req_next(u, FD_UPSTREAM_NEXT_ERROR, 0, what);
+    fd_log_error(FD_LOG_INFO, 0, "%s \"%s\" server %s: %s, again",
+                 u->proto->what, u->up->name, p->name, what);
+    fd_upstream_req_release_conn(u, 0);
+    fd_upstream_set_tried(u->tried, p, 0);
+    u->tries--;
+    if (u->nlog)
+        u->nlog--;
+    u->written = 0;
+    return req_connect(u);
+}
+
 /* the PROXY header of a new connection: the client, the address it
  * reached */
 static int proxy_header(fd_upstream_req_t *u)
@@ -321,6 +347,8 @@ static int req_connect(fd_upstream_req_t *u)
         u->body_done = !u->has_body;
     }
 
+    if (u->proto->mux)
+        return u->proto->mux->attach(u);
     uc = fd_upstream_keepalive_get(p, u->key, u->careful);
     if (uc == NULL) {
         uc = fd_upstream_conn_open(p); /* errno set when NULL */
@@ -527,10 +555,72 @@ static void req_on_body(fd_request_t *r)
 {
     fd_upstream_req_t *u = r->ctx;
 
+    if (u && !u->done && u->stream) {
+        u->proto->mux->resume(u);
+        return;
+    }
     if (u == NULL || u->done || u->uc == NULL || u->uc->connecting ||
         !u->uc->s.handshaken || u->req_sent || !u->uc->s.writable)
         return;
     req_send(u);
+}
+
+ssize_t fd_upstream_req_body(fd_upstream_req_t *u, char *buf, size_t size,
+                             int *status)
+{
+    fd_request_t *r = u->r;
+    ssize_t n;
+
+    *status = 400; /* bad framing of the client's */
+    if (u->body_kept) {
+        /* a small body accumulates in obuf, to go again on a retry */
+        if (u->obuf == NULL && (u->obuf = fd_block_get(&bufs)) == NULL) {
+            *status = 500;
+            return FD_ERROR;
+        }
+        if (u->opos == u->olen && !u->body_done) {
+            n = fd_http_body_pull(r, u->obuf + u->olen,
+                                  FD_UPSTREAM_BUF - u->olen);
+            if (n == FD_AGAIN) {
+                u->wait_body = 1;
+                return FD_AGAIN;
+            }
+            if (n < 0)
+                return FD_ERROR;
+            if (n == 0)
+                u->body_done = 1;
+            u->pulled = 1;
+            u->body_bytes += n;
+            u->olen += (size_t)n;
+        }
+        u->wait_body = 0;
+        n = (ssize_t)fd_min(size, u->olen - u->opos);
+        memcpy(buf, u->obuf + u->opos, (size_t)n);
+        u->opos += (size_t)n;
+        return n;
+    }
+    if (u->body_done)
+        return 0;
+    n = fd_http_body_pull(r, buf, size);
+    if (n == FD_AGAIN) {
+        u->wait_body = 1;
+        return FD_AGAIN;
+    }
+    u->wait_body = 0;
+    if (n < 0)
+        return FD_ERROR;
+    if (n == 0) {
+        u->body_done = 1;
+        return 0;
+    }
+    u->pulled = 1;
+    u->body_bytes += n;
+    if (r->in.chunked && u->body_bytes > (int64_t)r->loc->max_body_size) {
+        fd_log_error(FD_LOG_INFO, 0, "client body over max_body_size");
+        *status = 413;
+        return FD_ERROR;
+    }
+    return n;
 }
 
 /* --- 4. the response ----------------------------------------------------- */
@@ -713,6 +803,10 @@ static void req_drain(fd_request_t *r)
     if (u == NULL || u->done || !u->paused)
         return;
     u->paused = 0;
+    if (u->stream) {
+        u->proto->mux->resume(u);
+        return;
+    }
     req_arm(u);
     /* what ibuf still holds first: the upstream may have sent it all */
     if (u->header_done && u->ipos < u->ilast &&
