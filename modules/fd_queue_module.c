@@ -279,6 +279,7 @@ static void ready_unlink(queue_t *q, queue_ctx_t *x)
 /* The rejection response: reject_status, Retry-After. */
 static int reject_response(fd_request_t *r, queue_t *q)
 {
+    r->refused = 1;
     if (fd_http_error_page(r, (int)q->reject_status) != FD_OK)
         return 500;
     if (q->retry_after_text.len &&

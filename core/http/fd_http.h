@@ -173,6 +173,9 @@ struct fd_request_s {
                                   (proxy_pass_header): none of the engine's */
     unsigned rate_counted:1;   /* limit_req counted it: once a request,
                                   whatever location it is moved to */
+    unsigned refused:1;        /* a limit refused it (limit_req, queue):
+                                  a gRPC client is told RESOURCE_EXHAUSTED
+                                  whatever the status */
     unsigned try_done:1;       /* try_files ran for r->loc */
     unsigned held:1;           /* fd_http_respond_early(): the handler
                                 * goes on after its response */
