@@ -286,6 +286,12 @@ int fd_http_output_body(fd_request_t *r, fd_buf_t *chain);
  * its pool are gone. The tunnel is no longer counted in the connection
  * figures, but still in its address's max_conns_per_ip count: *ipref, for
  * fd_ip_release() when the tunnel ends.
+ *
+ * Over HTTP/2 (an extended CONNECT, RFC 8441: r->in.ext_connect, and a
+ * 200 rather than the 101) the connection stays: *to becomes a side with
+ * no socket whose transport is the request's stream (fd_stream.h, splices),
+ * nothing is copied (*n 0) and *ipref is NULL. r is over for its module
+ * as well; its memory stays with the stream.
  */
 int fd_http_detach(fd_request_t *r, fd_stream_t *to, char *buf, size_t size,
                    size_t *n, void **ipref);
