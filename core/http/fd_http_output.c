@@ -385,7 +385,7 @@ static int grpc_request(const fd_request_t *r)
 }
 
 /* The status code for an HTTP status fastd answers with (conf/doc/
- * grpc.md): gRPC's "HTTP to gRPC Status Code Mapping", but for what a
+ * http2.md, gRPC clients): gRPC's "HTTP to gRPC Status Code Mapping", but for what a
  * limit refused (RESOURCE_EXHAUSTED, whatever status it was given), a
  * gateway timeout (DEADLINE_EXCEEDED) and what no handler implements. */
 static unsigned grpc_code(const fd_request_t *r, int status)
