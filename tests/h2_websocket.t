@@ -192,6 +192,18 @@ ok(FastdTest::wait_for(sub { -e "$dir/track.closed" }, 10, 0.05),
    "a client's RST_STREAM closes the upstream connection");
 is($r->{m2}, 'again', 'and a new tunnel works');
 
+unlink "$dir/track.closed";
+$r = py(<<'PY');
+w = WS2('/ws/track')
+w.send('y', TEXT)
+m = w.msg()
+w.s.close()                          # the whole connection, no frame
+done(m=m[1].decode() if m else None)
+PY
+is($r->{m}, 'y', 'an echo before the client goes');
+ok(FastdTest::wait_for(sub { -e "$dir/track.closed" }, 10, 0.05),
+   "a client's connection closed: the upstream connection goes too");
+
 # --- a slow client: the upstream is held back, fastd's memory stays --------
 my ($worker) = FastdTest::children_of($t->pid);
 my $rss0 = FastdTest::rss_kb($worker);
