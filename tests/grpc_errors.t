@@ -1,7 +1,7 @@
 #!/usr/bin/perl
 # gRPC clients get gRPC errors: a request whose content-type is
 # application/grpc(+...) that fastd itself answers (a dead upstream, an
-# upstream timeout, a limit_req refusal, no such method) gets a
+# upstream timeout, a limit_req or queue refusal, no such method) gets a
 # "Trailers-Only" response (HTTP 200, grpc-status and grpc-message in the
 # one header block, no DATA), read by a real client (python3-grpcio's
 # generic API, raw bytes) over h2c and over TLS (ALPN h2). Other requests
@@ -15,6 +15,7 @@ use FastdTest;
 use H2;
 use TLS;
 use IO::Socket::INET;
+use JSON::PP ();
 use Test::More;
 
 plan skip_all => H2::why_not() if H2::why_not();
@@ -47,6 +48,12 @@ handler = proxy
 pass = http://127.0.0.1:$stuck_port
 read_timeout = 1s
 
+[location /queued.Svc/]
+handler = proxy
+pass = http://127.0.0.1:$stuck_port
+read_timeout = 2s
+queue = $zone
+
 [location /limited.Svc/]
 handler = proxy
 pass = http://127.0.0.1:$dead
@@ -59,7 +66,9 @@ $t->write_conf(H2::conf(
     extra => "[server]\nlisten = 127.0.0.1:%%PORT2%% ssl http2\n"
            . "ssl_certificate = $cert->{crt}\nssl_certificate_key = $cert->{key}\n"
            . "root = %%HTML%%\n\n" . locs('two')
-           . "[limit_req one]\nrate = 1r/m\n\n[limit_req two]\nrate = 1r/m\n\n"));
+           . "[limit_req one]\nrate = 1r/m\n\n[limit_req two]\nrate = 1r/m\n\n"
+           . "[queue one]\nmax_concurrent = 1\nqueue_limit = 0\n\n"
+           . "[queue two]\nmax_concurrent = 1\nqueue_limit = 0\n\n"));
 $t->start;
 
 # One unary call per argument (METHOD[=TARGET]): [code name, details].
@@ -104,6 +113,33 @@ for my $case ([ 'h2c', $t->port, undef ], [ 'TLS', $t->port2, $ca ]) {
               "$name: limit_req's refusal (its 503) is RESOURCE_EXHAUSTED");
     is($r->[4][0], 'UNIMPLEMENTED',
        "$name: a method no location serves is UNIMPLEMENTED");
+}
+
+# a queue's refusal (its 503): one call holds the only slot (an upstream
+# that never answers, 2 s), the other is refused meanwhile
+my $q = <<'PY';
+import grpc, json, sys
+ch = grpc.insecure_channel('127.0.0.1:' + sys.argv[1])
+call = ch.unary_unary('/queued.Svc/Call')
+def code(f):
+    try:
+        f.result()
+        return 'OK'
+    except grpc.RpcError as e:
+        return e.code().name
+a = call.future(b'\x08\x01', timeout=10)
+b = call.future(b'\x08\x01', timeout=10)
+print('RESULT ' + json.dumps(sorted([code(a), code(b)])), flush=True)
+PY
+FastdTest::spew("$dir/grpc_queue.py", $q);
+{
+    my ($rc, $out) = TLS::run([ H2::python(), "$dir/grpc_queue.py", $t->port ],
+                              timeout => 60);
+    my ($json) = $out =~ /^RESULT (.*)$/m;
+    is_deeply($json ? JSON::PP::decode_json($json) : $out,
+              [ 'DEADLINE_EXCEEDED', 'RESOURCE_EXHAUSTED' ],
+              "a queue's refusal is RESOURCE_EXHAUSTED (the call it let in "
+              . 'times out upstream)');
 }
 
 # the frames: one HEADERS with END_STREAM, no DATA, the fields as gRPC's
