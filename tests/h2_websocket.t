@@ -263,6 +263,47 @@ is($r->{out}{'/ws/echo foo'}, 501, 'another :protocol: 501');
 is($r->{out}{'/ws/deny websocket'}, 403, "an upstream's refusal is its answer");
 is($r->{out}{'/liar/x websocket'}, 502, 'a wrong Sec-WebSocket-Accept: 502');
 
+# --- a graceful stop: the tunnel goes on until it ends ----------------------
+# (h2lib's frame client: python-h2 sends nothing more once it read a
+# GOAWAY, even a graceful one that lets the stream run on)
+my $bgq = H2::py_start($t, <<"PY", timeout => 60);
+import struct
+from ws2lib import frame, parse, TEXT, CLOSE
+c = Raw()
+c.until(lambda: c.settings.get(8) == 1)
+c.req(1, '/ws/echo', method='CONNECT', end_stream=False,
+      headers=[(':protocol', 'websocket')])
+def msg():
+    r = c.until(lambda: parse(c.stream(1)['data']))
+    if not r:
+        return None
+    c.stream(1)['data'] = r[2]
+    return r[0], r[1]
+c.data(1, frame('before', TEXT))
+a = msg()
+open('$dir/tunnel.open', 'w').close()
+c.until(lambda: os.path.exists('$dir/quit.sent') and c.goaway, 30)
+c.data(1, frame('after', TEXT))
+b = msg()
+c.data(1, frame(struct.pack('!H', 1000), CLOSE))
+e = msg()
+r = c.response(1)
+done(a=a[1].decode('latin-1') if a else None,
+     b=b[1].decode('latin-1') if b else None, bop=b[0] if b else None,
+     c=e[0] if e else None, goaway=c.goaway, end=r['end'],
+     frames=c.summary()['frames'])
+PY
+ok(FastdTest::wait_for(sub { -e "$dir/tunnel.open" }, 20, 0.05), 'a tunnel is open');
+ok($t->signal('QUIT'), 'SIGQUIT sent');
+FastdTest::spew("$dir/quit.sent", '1');
+$r = H2::py_wait($bgq, 60);
+is_deeply([ @$r{qw(a b c)} ], [ 'before', 'after', 8 ],
+          'a graceful stop (GOAWAY) lets the tunnel carry on to its close')
+    or diag(H2::explain($r));
+ok($r->{end} && $r->{goaway} && $r->{goaway}[1] == 0,
+   'the stream ends after a GOAWAY NO_ERROR');
+ok(defined $t->wait_exit(20), 'then fastd exits');
+
 $t->stop;
 $t->no_alerts;
 done_testing;

@@ -8,7 +8,7 @@
 #   .../flood?N   N bytes in 64 KiB binary messages (byte i % 256 in the
 #                 i-th), DIR/flood.sent counting what send() let go
 #   .../deny      403 (no handshake)
-# DIR/ws.ready once listening.  usage: ws_backend.py PORT DIR
+# No pings of its own (a test reads every frame). DIR/ws.ready once listening.  usage: ws_backend.py PORT DIR
 import asyncio
 import http
 import json
@@ -68,6 +68,7 @@ async def process_request(path, headers):
 async def main():
     async with websockets.serve(handler, '127.0.0.1', PORT,
                                 subprotocols=['chat'], max_size=None,
+                                ping_interval=None,
                                 process_request=process_request):
         note('ws.ready', 'ready')
         await asyncio.Future()
