@@ -263,6 +263,23 @@ is($r->{out}{'/ws/echo foo'}, 501, 'another :protocol: 501');
 is($r->{out}{'/ws/deny websocket'}, 403, "an upstream's refusal is its answer");
 is($r->{out}{'/liar/x websocket'}, 502, 'a wrong Sec-WebSocket-Accept: 502');
 
+# malformed: :protocol on a GET (RFC 8441 4), a plain CONNECT (no :path)
+$r = H2::py($t, <<'PY');
+c = Raw()
+c.req(1, '/ws/echo', headers=[(':protocol', 'websocket')], end_stream=False)
+a = c.response(1)
+f = HeadersFrame(3, block([(':method', 'CONNECT'),
+                           (':authority', 'localhost:443')]))
+f.flags.add('END_HEADERS')
+c.send(f)
+b = c.response(3)
+done(a=a, b=b, goaway=c.goaway)
+PY
+is($r->{a}{rst}, 1,
+   ':protocol on a GET: RST_STREAM PROTOCOL_ERROR (nghttp2)') or diag(H2::explain($r));
+is($r->{b}{status}, 400, 'a plain CONNECT (no :path): 400')
+    or diag(H2::explain($r));
+
 # --- a graceful stop: the tunnel goes on until it ends ----------------------
 # (h2lib's frame client: python-h2 sends nothing more once it read a
 # GOAWAY, even a graceful one that lets the stream run on)
@@ -282,7 +299,11 @@ def msg():
 c.data(1, frame('before', TEXT))
 a = msg()
 open('$dir/tunnel.open', 'w').close()
-c.until(lambda: os.path.exists('$dir/quit.sent') and c.goaway, 30)
+# (Raw.until() waits for the socket, not the file: poll both)
+t0 = time.time()
+while not (os.path.exists('$dir/quit.sent') and c.goaway) and \\
+        time.time() - t0 < 30:
+    c.read(0.05)
 c.data(1, frame('after', TEXT))
 b = msg()
 c.data(1, frame(struct.pack('!H', 1000), CLOSE))
