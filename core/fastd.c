@@ -269,6 +269,7 @@ static void reload(void)
     }
     nc->generation = old->generation + 1;
     cycle = nc;
+    fd_cycle_use(nc);
     if (nc->main.error_log && strcmp(nc->main.error_log, "stderr") &&
         fd_log_open(&master_log, nc->main.error_log,
                     nc->main.error_log_level) != FD_OK)
@@ -573,6 +574,8 @@ int main(int argc, char **argv)
 load:
     fd_conf_test = test || sig != NULL;
     cycle = fd_cycle_load(conf_file, profile_arg, err, sizeof(err));
+    if (cycle != NULL)
+        fd_cycle_use(cycle);
     if (cycle == NULL) {
         fprintf(stderr, "fastd: [emerg] %s\n", err);
         if (cli)

@@ -70,6 +70,10 @@ struct fd_directive_s {
      * before handler =); a module that is not the handler never sees it.
      * Only such declarations may share a name (fd_conf_check_levels). */
     unsigned handler_key:1;
+    /* Its value begins with a $variable a request sets (auth_request_set
+     * = $user ...): declared (fd_var_get_set) before the file is applied,
+     * so that any key may read it; several keys may set one. */
+    unsigned declares:1;
     const char *doc;
 };
 

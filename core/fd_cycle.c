@@ -17,6 +17,7 @@
 #include "fd_core.h"
 #include "fd_http.h"
 #include "fd_ssl.h"
+#include "fd_var.h"
 
 /* --- helpers --- */
 
@@ -176,10 +177,8 @@ static int unknown_key(load_t *ld, const fd_conf_entry_t *e,
     static const struct {
         const char *name, *meant;
     } nginx[] = {
-        {"limit_conn", "max_conns_per_ip = N in [server] (open connections "
-                       "per client address)"},
-        {"limit_conn_zone", "max_conns_per_ip = N in [server] (open "
-                            "connections per client address)"},
+        {"limit_conn_zone", "a [limit_conn NAME] section (key = "
+                            "$binary_remote_addr, size = 10m)"},
     };
     size_t w;
 
@@ -889,6 +888,54 @@ static int apply_module_section(load_t *ld, unsigned from, unsigned to,
     return FD_OK;
 }
 
+/* Before pass 1: the $variables sections declare (fd_module_t
+ * .declare_section), so that any section may use them. */
+static int declare_sections(load_t *ld)
+{
+    const char *name;
+    unsigned i, k;
+
+    for (i = 0; i < ld->n; i++) {
+        fd_conf_entry_t *e = &ld->e[i];
+        if (e->key[0] != '\0') {
+            unsigned mod;
+            const fd_directive_t *d = find_loc_key(e->key, &mod);
+            const char *v = e->value;
+            size_t n = 0;
+            if (d == NULL || !d->declares)
+                continue;
+            at(ld, e);
+            while (*v == ' ' || *v == '\t')
+                v++;
+            if (*v == '$')
+                while (v[1 + n] && v[1 + n] != ' ' && v[1 + n] != '\t')
+                    n++;
+            if (n == 0)
+                return fd_conf_error(ld->cf, "%s needs $VARIABLE VALUE, not "
+                                     "\"%s\"", e->key, e->value);
+            {
+                const fd_var_t *had = fd_var_declared(v + 1, n);
+                if (had && had->get == fd_var_get_set)
+                    continue; /* set in another place too */
+            }
+            if (fd_var_declare(ld->cf, v + 1, n, fd_var_get_set) != FD_OK)
+                return FD_ERROR;
+            continue;
+        }
+        for (k = 0; k < 2 * fd_nmodules; k++) {
+            const fd_module_t *m = section_module(k);
+            if (m && m->declare_section &&
+                is_named(e->section, m->section, &name)) {
+                at(ld, e);
+                if (m->declare_section(ld->cf, name) != FD_OK)
+                    return FD_ERROR;
+                break;
+            }
+        }
+    }
+    return FD_OK;
+}
+
 /* Pass 1: every section except [server] and [location]. */
 static int apply_globals(load_t *ld)
 {
@@ -1239,6 +1286,7 @@ fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
     fd_cycle_t *cy;
     fd_conf_t cf = {0};
     load_t ld = {0};
+    fd_var_decl_t *serving_vars;
     unsigned i;
 
     if (pool == NULL) {
@@ -1267,6 +1315,9 @@ fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
         cf.prefix = make_prefix(pool, file);
     ld.cf = &cf;
     ld.cycle = cy;
+    /* the $variables this file declares; the serving ones come back if
+     * it fails */
+    serving_vars = fd_var_declared_swap(NULL);
 
     if (fd_conf_read(&cf, cy->conf_file, &ld.e, &ld.n) != FD_OK)
         goto failed;
@@ -1301,7 +1352,8 @@ fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
             goto failed;
         cy->profile = fd_pstrdup(pool, profile, strlen(profile));
     }
-    if (apply_globals(&ld) != FD_OK || apply_servers(&ld) != FD_OK)
+    if (declare_sections(&ld) != FD_OK || apply_globals(&ld) != FD_OK ||
+        apply_servers(&ld) != FD_OK)
         goto failed;
 
     /* from here on errors are about the file as a whole */
@@ -1385,9 +1437,13 @@ fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
     free(ld.e);
     if (cf.temp)
         fd_pool_destroy(cf.temp);
+    /* the serving configuration's stay until this one serves
+     * (fd_cycle_use) */
+    cy->vars = fd_var_declared_swap(serving_vars);
     return cy;
 
 failed:
+    fd_var_declared_swap(serving_vars);
     snprintf(err, errlen, "%s", cf.err);
     free(ld.e);
     if (cf.temp)
@@ -1395,6 +1451,11 @@ failed:
     fd_ssl_free_cycle(cy);
     fd_pool_destroy(pool);
     return NULL;
+}
+
+void fd_cycle_use(fd_cycle_t *cy)
+{
+    fd_var_declared_swap(cy->vars);
 }
 
 int fd_cycle_test_profiles(const char *file, const char *skip, char *err,

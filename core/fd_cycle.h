@@ -132,9 +132,13 @@ struct fd_cycle_s {
                                 * (fd_upstream_implicit), newest first */
     fd_int_t nworkers;
     uint64_t generation;       /* incremented on each reload */
+    struct fd_var_decl_s *vars; /* the $variables its file declared */
 };
 
 /* Load and validate a configuration; NULL with cf->err set on error. */
+/* cy serves from now on: the $variables its file declared are the ones
+ * found by name (fd_var_find), at run time too. */
+void fd_cycle_use(fd_cycle_t *cy);
 fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
                           size_t errlen);
 /*

@@ -87,6 +87,11 @@ struct fd_module_s {
     const fd_directive_t *section_directives;
     size_t section_size;
     int (*init_section)(fd_conf_t *cf, const char *name, void *conf);
+    /* Optional: called for each of its [section NAME] headers before any
+     * section is applied, to declare the $variables it makes
+     * (fd_var_declare): every section may then use them, whatever their
+     * order in the file. */
+    int (*declare_section)(fd_conf_t *cf, const char *name);
     /* A second section type of this module ([cache NAME] beside the
      * proxy's [upstream NAME]): a descriptor of which only section,
      * section_directives, section_size and init_section are read. Its

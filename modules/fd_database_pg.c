@@ -22,7 +22,6 @@
  * and closed when the thread ends.
  */
 #include <sys/epoll.h>
-#include <sys/ioctl.h>
 #include <libpq-fe.h>
 
 #include "fd_core.h"
@@ -150,22 +149,12 @@ static void conn_event(fd_event_t *ev, uint32_t events);
 static void conn_timer(fd_timer_t *t);
 static void conn_connect(db_conn_t *c);
 
-/*
- * The socket's registration. Under io_uring a poll is edge-triggered: it
- * fires when readiness arrives, not while it lasts, and libpq asks for
- * what may already be there (PQconnectPoll wants writing twice in a row;
- * PQconsumeInput reads once, not to EAGAIN). So the connect re-arms its
- * poll at each step (again: a fresh poll looks at the socket as it is
- * now), and a read goes on while the socket holds more (conn_read).
- */
-static void conn_register_again(db_conn_t *c, uint32_t events, int again)
+/* The socket's registration: level-triggered on both backends, so what
+ * libpq leaves (PQconsumeInput reads once, not to EAGAIN) fires again */
+static void conn_register(db_conn_t *c, uint32_t events)
 {
     int fd = PQsocket(c->pg);
 
-    if (again && c->registered && fd_event_uring) {
-        fd_event_del(&c->ev);
-        c->registered = 0;
-    }
     if (c->registered && c->ev.fd != fd) {
         /* libpq opened another socket (a next host, sslmode=prefer) */
         fd_event_del(&c->ev);
@@ -180,11 +169,6 @@ static void conn_register_again(db_conn_t *c, uint32_t events, int again)
         fd_event_mod(&c->ev, events);
     }
     c->events = events;
-}
-
-static void conn_register(db_conn_t *c, uint32_t events)
-{
-    conn_register_again(c, events, 0);
 }
 
 static void conn_close(db_conn_t *c)
@@ -410,10 +394,10 @@ static void conn_poll(db_conn_t *c)
 {
     switch (PQconnectPoll(c->pg)) {
     case PGRES_POLLING_READING:
-        conn_register_again(c, EPOLLIN, 1);
+        conn_register(c, EPOLLIN);
         break;
     case PGRES_POLLING_WRITING:
-        conn_register_again(c, EPOLLOUT, 1);
+        conn_register(c, EPOLLOUT);
         break;
     case PGRES_POLLING_OK:
         if (conn_ready(c) != FD_OK)
@@ -434,17 +418,12 @@ static void conn_read(db_conn_t *c)
 {
     PGresult *pr;
     db_q_t *q;
-    int more = 0;
 
     c->progress = fd_current_msec;
-    do {
-        if (!PQconsumeInput(c->pg)) {
-            conn_fail(c, PQerrorMessage(c->pg));
-            return;
-        }
-        /* io_uring: no second event for what is already there */
-    } while (fd_event_uring && ioctl(c->ev.fd, FIONREAD, &more) == 0 &&
-             more > 0);
+    if (!PQconsumeInput(c->pg)) {
+        conn_fail(c, PQerrorMessage(c->pg));
+        return;
+    }
     while (c->head && !PQisBusy(c->pg)) {
         q = c->head;
         pr = PQgetResult(c->pg);

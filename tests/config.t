@@ -152,9 +152,9 @@ bad_conf('root DIR without "=" (no delimiter at all)',
 bad_conf('[stream]: not "did you mean [upstream]" but not supported',
     FastdTest::base_conf(extra => "\n[stream]\nlisten = 1\n"),
     qr/^\[stream\]/, also => qr/\[stream\] is not supported: fastd has no TCP\/UDP \(L4\) stream proxy/);
-bad_conf('limit_conn (nginx): points to max_conns_per_ip',
-    FastdTest::base_conf(locations => "[location /x]\nlimit_conn = addr 10\n"),
-    qr/^limit_conn/, also => qr/unknown key "limit_conn" in \[location \/x\]: fastd's is max_conns_per_ip = N in \[server\]/);
+bad_conf('limit_conn_zone (nginx): points to [limit_conn NAME]',
+    FastdTest::base_conf(locations => "[location /x]\nlimit_conn_zone = addr 10\n"),
+    qr/^limit_conn_zone/, also => qr/unknown key "limit_conn_zone" in \[location \/x\]: fastd's is a \[limit_conn NAME\] section/);
 bad_conf('a bad key after a 900-byte line (line numbers stay right)',
     FastdTest::base_conf(server => { server_name => join(' ', map { "h$_.example" } 1 .. 80),
                                      zzz_bogus => 1 }),

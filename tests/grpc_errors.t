@@ -1,7 +1,8 @@
 #!/usr/bin/perl
 # gRPC clients get gRPC errors: a request whose content-type is
 # application/grpc(+...) that fastd itself answers (a dead upstream, an
-# upstream timeout, a limit_req or queue refusal, no such method) gets a
+# upstream timeout, a limit_req, limit_conn or queue refusal, no such
+# method) gets a
 # "Trailers-Only" response (HTTP 200, grpc-status and grpc-message in the
 # one header block, no DATA), read by a real client (python3-grpcio's
 # generic API, raw bytes) over h2c and over TLS (ALPN h2). Other requests
@@ -54,6 +55,12 @@ pass = http://127.0.0.1:$stuck_port
 read_timeout = 2s
 queue = $zone
 
+[location /conns.Svc/]
+handler = proxy
+pass = http://127.0.0.1:$stuck_port
+read_timeout = 2s
+limit_conn = $zone 1
+
 [location /limited.Svc/]
 handler = proxy
 pass = http://127.0.0.1:$dead
@@ -68,7 +75,8 @@ $t->write_conf(H2::conf(
            . "root = %%HTML%%\n\n" . locs('two')
            . "[limit_req one]\nrate = 1r/m\n\n[limit_req two]\nrate = 1r/m\n\n"
            . "[queue one]\nmax_concurrent = 1\nqueue_limit = 0\n\n"
-           . "[queue two]\nmax_concurrent = 1\nqueue_limit = 0\n\n"));
+           . "[queue two]\nmax_concurrent = 1\nqueue_limit = 0\n\n"
+           . "[limit_conn one]\n\n[limit_conn two]\n\n"));
 $t->start;
 
 # One unary call per argument (METHOD[=TARGET]): [code name, details].
@@ -115,12 +123,12 @@ for my $case ([ 'h2c', $t->port, undef ], [ 'TLS', $t->port2, $ca ]) {
        "$name: a method no location serves is UNIMPLEMENTED");
 }
 
-# a queue's refusal (its 503): one call holds the only slot (an upstream
-# that never answers, 2 s), the other is refused meanwhile
+# a queue's or limit_conn's refusal (their 503): one call holds the only
+# slot (an upstream that never answers, 2 s), the other is refused meanwhile
 my $q = <<'PY';
 import grpc, json, sys
 ch = grpc.insecure_channel('127.0.0.1:' + sys.argv[1])
-call = ch.unary_unary('/queued.Svc/Call')
+call = ch.unary_unary(sys.argv[2])
 def code(f):
     try:
         f.result()
@@ -132,13 +140,13 @@ b = call.future(b'\x08\x01', timeout=10)
 print('RESULT ' + json.dumps(sorted([code(a), code(b)])), flush=True)
 PY
 FastdTest::spew("$dir/grpc_queue.py", $q);
-{
-    my ($rc, $out) = TLS::run([ H2::python(), "$dir/grpc_queue.py", $t->port ],
-                              timeout => 60);
+for my $c ([ '/queued.Svc/Call', 'a queue' ], [ '/conns.Svc/Call', 'limit_conn' ]) {
+    my ($rc, $out) = TLS::run([ H2::python(), "$dir/grpc_queue.py", $t->port,
+                                $c->[0] ], timeout => 60);
     my ($json) = $out =~ /^RESULT (.*)$/m;
     is_deeply($json ? JSON::PP::decode_json($json) : $out,
               [ 'DEADLINE_EXCEEDED', 'RESOURCE_EXHAUSTED' ],
-              "a queue's refusal is RESOURCE_EXHAUSTED (the call it let in "
+              "$c->[1]'s refusal is RESOURCE_EXHAUSTED (the call it let in "
               . 'times out upstream)');
 }
 

@@ -84,8 +84,10 @@ extern char fd_log_time[sizeof("28/Sep/1970:12:00:00 +0000")];
  * behind one interface ([events] backend): epoll, and io_uring
  * (fd_uring.c), where a plain TCP stream's bytes arrive in the ring's
  * buffers, a listening socket accepts in the ring, sends of a turn go
- * with its wait in one io_uring_enter(), and everything else is a
- * multishot poll. The events mean what epoll's do under both.
+ * with its wait in one io_uring_enter(), and everything else is a poll
+ * (multishot for EPOLLET, one-shot and armed again after the handler
+ * otherwise). The events mean what epoll's do under both: level-
+ * triggered unless EPOLLET is asked for.
  *
  * Under io_uring a registration holds the socket open until it is
  * cancelled: a registered descriptor is closed with fd_event_close()

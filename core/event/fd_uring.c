@@ -13,9 +13,14 @@
  *   - a plain stream's writability is a one-shot poll, armed when a send
  *     would block (fd_stream_wait_out): a socket that takes everything
  *     costs no poll at all;
- *   - everything else (TLS streams, whose OpenSSL reads the socket itself;
- *     the offload pool's eventfd) is a multishot poll, edge-triggered as
- *     epoll's EPOLLET.
+ *   - everything else is a poll: a registration that asks for EPOLLET
+ *     (TLS streams, whose OpenSSL reads the socket itself; HTTP/2; the
+ *     splice pump) gets a multishot poll, which fires as readiness
+ *     arrives, as epoll's EPOLLET does; one that does not (the offload
+ *     pool's eventfd, the resolver's sockets, libpq's) gets a one-shot
+ *     poll armed again after its handler ran, which fires again while
+ *     the readiness lasts, as epoll's level-triggered default does (a
+ *     handler that reads once, not to EAGAIN, is called again).
  *
  * A registration is a slot; every entry it submits carries the slot's
  * index, its generation and an arming sequence in user_data, so that a
@@ -74,7 +79,7 @@ typedef struct {
     uint32_t gen;
     int fd;
     uint32_t mask;             /* the events asked for */
-    uint8_t poll:1;            /* a multishot poll is armed */
+    uint8_t poll:1;            /* a poll is armed */
     uint8_t recv:1;            /* a multishot receive is armed */
     uint8_t accept:1;          /* a multishot accept is armed */
     uint8_t ring_rx:1;         /* bytes come by the ring's receive */
@@ -165,9 +170,11 @@ static int arm_poll(uint32_t idx)
         return 0;
     if ((sqe = fd_uring_sqe()) == NULL)
         return -1;
-    if (sl->ring_rx) /* once, when a send would block (fd_uring_want_out) */
+    /* once: when a send would block (fd_uring_want_out), or level-
+     * triggered (on_poll arms it again after the handler) */
+    if (sl->ring_rx || !(sl->mask & EPOLLET))
         io_uring_prep_poll_add(sqe, sl->fd, mask);
-    else /* edge-triggered: multishot polls are unless asked otherwise */
+    else
         io_uring_prep_poll_multishot(sqe, sl->fd, mask);
     io_uring_sqe_set_data64(sqe, ud(idx, K_POLL, ++sl->poll_seq));
     sl->poll = 1;
@@ -689,13 +696,20 @@ static void on_poll(const struct io_uring_cqe *c, slot_t *sl, uint32_t idx,
                     unsigned seq)
 {
     int current = seq == (sl->poll_seq & 15u);
+    int level = 0;
+    uint32_t gen = sl->gen;
     fd_event_t *ev = sl->ev;
 
     if (current && !(c->flags & IORING_CQE_F_MORE)) {
-        /* a poll that ended by itself (not cancelled, not failed) */
+        /* a poll that ended: a one-shot one, or a multishot one the
+         * kernel ended (not cancelled, not failed) */
         sl->poll = 0;
-        if (c->res >= 0 && !sl->ring_rx)
-            (void)arm_poll(idx);
+        if (c->res >= 0 && !sl->ring_rx) {
+            if (sl->mask & EPOLLET)
+                (void)arm_poll(idx);
+            else
+                level = 1; /* after the handler: what it left fires */
+        }
     }
     if (c->res > 0 && sl->ring_rx && !sl->recv && !sl->paused &&
         !sl->eof && !sl->err && (sl->mask & EPOLLIN) &&
@@ -712,6 +726,10 @@ static void on_poll(const struct io_uring_cqe *c, slot_t *sl, uint32_t idx,
     } else if (c->res < 0 && c->res != -ECANCELED && current) {
         ev->handler(ev, EPOLLERR);
     }
+    /* unless the handler let go of the registration or armed a poll of
+     * its own (fd_event_mod) */
+    if (level && sl->gen == gen && sl->ev == ev && !sl->poll)
+        (void)arm_poll(idx);
 }
 
 static void on_accept(const struct io_uring_cqe *c, slot_t *sl, uint32_t idx)

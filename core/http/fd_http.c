@@ -1061,6 +1061,11 @@ static void run_handler(fd_request_t *r)
     run_access(r, (const fd_module_t *const *)r->loc->access);
 }
 
+void fd_http_request_run(fd_request_t *r)
+{
+    run_handler(r);
+}
+
 void fd_http_access_continue(fd_request_t *r, const fd_module_t *m)
 {
     const fd_module_t **k;
@@ -1081,6 +1086,10 @@ void fd_request_finish(fd_request_t *r, int rc)
 {
     fd_http_conn_t *h = r->c->h;
 
+    if (fd_unlikely(r->sub_post != NULL)) {
+        fd_http_finalize(r, rc); /* its end (fd_http_sub.c) */
+        return;
+    }
     if (r->h2) {
         fd_h2_finish(r, rc);
         return;
@@ -1149,6 +1158,8 @@ int fd_http_detach(fd_request_t *r, fd_stream_t *to, char *buf, size_t size,
     size_t left;
     int rc, dup;
 
+    if (r->sub_post)
+        return FD_ERROR; /* a subrequest has no client socket to give */
     if (r->h2 && r->header_sent) {
         /* RFC 8441: the stream is the tunnel's side, the connection stays
          * (what the client sent already is in the stream's buffer) */
@@ -1348,7 +1359,7 @@ static void http_process(fd_connection_t *c)
  * The read buffer is about to be reused while a parsed request lives on
  * (its body is still coming): copy the header out and re-point the slices.
  */
-static int request_pin(fd_request_t *r)
+int fd_http_request_pin(fd_request_t *r)
 {
     const char *from = r->in.start;
     size_t len = r->in.header_len;
@@ -1377,7 +1388,7 @@ static void http_read(fd_connection_t *c)
         h = c->h;
         if (h->rpos > 0 && (h->rpos == h->rlast || h->rlast == size) &&
             h->r && h->r->phase != PH_HEADER && !h->r->header_pinned &&
-            request_pin(h->r) != FD_OK) {
+            fd_http_request_pin(h->r) != FD_OK) {
             c->s.error = 1;
             c->s.eof = 1;
             return;

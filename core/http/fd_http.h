@@ -173,7 +173,8 @@ struct fd_request_s {
                                   (proxy_pass_header): none of the engine's */
     unsigned rate_counted:1;   /* limit_req counted it: once a request,
                                   whatever location it is moved to */
-    unsigned refused:1;        /* a limit refused it (limit_req, queue):
+    unsigned refused:1;        /* a limit refused it (limit_req,
+                                  limit_conn, queue):
                                   a gRPC client is told RESOURCE_EXHAUSTED
                                   whatever the status */
     unsigned try_done:1;       /* try_files ran for r->loc */
@@ -222,6 +223,14 @@ struct fd_request_s {
     /* what reading a streamed body failed with (400, 408, 413): the
      * status a handler's FD_ERROR answers, rather than 500 */
     int body_error;
+    /* variables set for this request (auth_request_set: fd_var_set) */
+    struct fd_var_val_s *vals;
+    /* a subrequest (fd_http_sub.c): the request it works for, and what
+     * hears of its end (its status and header in it) */
+    fd_request_t *parent;
+    void (*sub_done)(fd_request_t *sr);
+    void *sub_data;
+    struct fd_posted_s *sub_post;
 };
 
 /* Response construction (handlers) */
@@ -250,6 +259,19 @@ void fd_http_access_continue(fd_request_t *r, const fd_module_t *m);
  * outlives it.
  */
 void fd_http_respond_early(fd_request_t *r);
+
+/*
+ * A subrequest for r (fd_http_sub.c): a GET of path (decoded, normal)
+ * without a body, with r's header, routed among r's server's locations
+ * and run at once; its response is not sent. done(sr) is called at the
+ * end of the loop turn its response ended, with sr->status and
+ * sr->headers_out set and sr->sub_data = data (sr is freed after). NULL:
+ * out of memory. If r ends first, fd_http_subrequest_abort(sr) stops it
+ * (done is not called).
+ */
+fd_request_t *fd_http_subrequest(fd_request_t *r, fd_str_t path,
+                                 void (*done)(fd_request_t *sr), void *data);
+void fd_http_subrequest_abort(fd_request_t *sr);
 
 /* Finish a request that returned FD_AGAIN: FD_OK (response set in r) or an
  * HTTP status >= 400 for an error page. Runs on the loop. */

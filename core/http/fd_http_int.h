@@ -63,6 +63,14 @@ int fd_http_flush(fd_connection_t *c);
 void fd_http_request_start(fd_request_t *r);
 /* A new request on c, in pool (HTTP/2: one pool per stream). */
 fd_request_t *fd_http_request_new(fd_connection_t *c, fd_pool_t *pool);
+/* A routed request's access phase, then its handler. */
+void fd_http_request_run(fd_request_t *r);
+/* r's header slices copied out of the read buffer into r->pool. */
+int fd_http_request_pin(fd_request_t *r);
+
+/* fd_http_sub.c: a subrequest's response ended (rc: FD_OK, or the status
+ * it failed with); its parent hears of it at the end of the turn. */
+void fd_http_sub_end(fd_request_t *sr, int rc);
 
 /*
  * fd_http2.c: a request an HTTP/2 stream carries (r->h2). The response

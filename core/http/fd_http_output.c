@@ -572,6 +572,8 @@ void fd_http_access_count(fd_request_t *r)
  * defers its end to fd_request_finish()). */
 void fd_http_respond_early(fd_request_t *r)
 {
+    if (r->sub_post)
+        return; /* a subrequest's response is its end (fd_request_finish) */
     r->held = 1;
     fd_http_finalize(r, FD_OK);
     if (r->h2)
@@ -587,6 +589,13 @@ void fd_http_finalize(fd_request_t *r, int rc)
     fd_http_conn_t *h = c->h;
     fd_buf_t *b;
 
+    if (fd_unlikely(r->sub_post != NULL)) {
+        fd_http_sub_end(r, rc == FD_DECLINED ? 404
+                           : rc == FD_ERROR  ? (r->body_error ? r->body_error
+                                                              : 500)
+                                             : rc);
+        return;
+    }
     if (r->response_done) {
         /* answered early: whatever the handler's end, nothing more */
         request_done(c, h, r);
@@ -855,10 +864,22 @@ static int feed_start(fd_request_t *r)
     return FD_OK;
 }
 
+/* A subrequest's header stays in it (fd_http_sub.c) */
+static void sub_header(fd_request_t *r)
+{
+    r->header_sent = 1;
+    if (r->status == 0)
+        r->status = 200;
+}
+
 int fd_http_send_header(fd_request_t *r)
 {
     if (r->header_sent)
         return FD_OK;
+    if (fd_unlikely(r->sub_post != NULL)) {
+        sub_header(r);
+        return FD_OK;
+    }
     if (stream_header(r) != FD_OK)
         return FD_ERROR;
     if (r->h2)
@@ -907,6 +928,15 @@ int fd_http_output(fd_request_t *r, fd_buf_t *chain, int last)
     fd_connection_t *c = r->c;
     fd_http_conn_t *h = c->h;
     int rc = FD_OK;
+
+    if (fd_unlikely(r->sub_post != NULL)) {
+        /* its body goes nowhere */
+        if (!r->header_sent)
+            sub_header(r);
+        if (last)
+            fd_http_sub_end(r, FD_OK);
+        return FD_OK;
+    }
 
     if (!r->header_sent && stream_header(r) != FD_OK)
         return FD_ERROR;

@@ -74,6 +74,17 @@ static fd_str_t v_field(fd_request_t *r, const fd_var_op_t *op, char *tmp)
     return *(fd_str_t *)((char *)r + op->var->data);
 }
 
+/* the client's target: a subrequest's is its parent's, as nginx's */
+static fd_str_t v_request_uri(fd_request_t *r, const fd_var_op_t *op,
+                              char *tmp)
+{
+    (void)op;
+    (void)tmp;
+    while (r->parent)
+        r = r->parent;
+    return r->in.target;
+}
+
 static fd_str_t v_is_args(fd_request_t *r, const fd_var_op_t *op, char *tmp)
 {
     (void)op;
@@ -128,6 +139,40 @@ static fd_str_t v_http(fd_request_t *r, const fd_var_op_t *op, char *tmp)
 {
     (void)tmp;
     return fd_http_var_header(r, op->text);
+}
+
+/* $sent_http_NAME: a response header (the argument is lower case, '_'
+ * for '-'), Content-Type from r's own field */
+static fd_str_t v_sent_http(fd_request_t *r, const fd_var_op_t *op, char *tmp)
+{
+    const fd_http_header_out_t *h;
+    size_t i;
+
+    (void)tmp;
+    if (r == NULL)
+        return fd_null_string;
+    if (op->text.len == 12 && memcmp(op->text.data, "content_type", 12) == 0)
+        return r->content_type;
+    for (h = r->headers_out; h; h = h->next) {
+        if (h->name.len != op->text.len)
+            continue;
+        for (i = 0; i < h->name.len; i++) {
+            char c = h->name.data[i] == '-' ? '_' : fd_tolower(h->name.data[i]);
+            if (c != op->text.data[i])
+                break;
+        }
+        if (i == h->name.len)
+            return h->value;
+    }
+    return fd_null_string;
+}
+
+/* $upstream_http_NAME: a header of the upstream's response (as passed on:
+ * what proxy_hide_header hides is not there) */
+static fd_str_t v_upstream_http(fd_request_t *r, const fd_var_op_t *op,
+                                char *tmp)
+{
+    return r && r->upstream ? v_sent_http(r, op, tmp) : fd_null_string;
 }
 
 static fd_str_t v_remote_addr(fd_request_t *r, const fd_var_op_t *op,
@@ -379,7 +424,7 @@ static fd_var_t core_vars[] = {
     {"host", v_host, 0, 0},
     {"uri", v_field, RQ(path), 0},
     {"document_uri", v_field, RQ(path), 0},
-    {"request_uri", v_field, RQ(in.target), FD_VAR_URLSAFE},
+    {"request_uri", v_request_uri, 0, FD_VAR_URLSAFE},
     {"args", v_field, RQ(in.query), FD_VAR_URLSAFE},
     {"query_string", v_field, RQ(in.query), FD_VAR_URLSAFE},
     {"is_args", v_is_args, 0, FD_VAR_URLSAFE},
@@ -420,11 +465,15 @@ static fd_var_t core_vars[] = {
     {"http2_stream_id", v_conn, CONN, FD_VAR_NUMBER},
     /* prefixes: $http_NAME (a request header), $arg_NAME, $cookie_NAME */
     {"http_", v_http, 0, FD_VAR_PREFIX},
+    {"sent_http_", v_sent_http, 0, FD_VAR_PREFIX},
+    {"upstream_http_", v_upstream_http, 0, FD_VAR_PREFIX},
     {"arg_", v_arg, 0, FD_VAR_PREFIX},
     {"cookie_", v_cookie, 0, FD_VAR_PREFIX},
     FD_VAR_END};
 
 /* --- the registry --- */
+
+static int is_name_char(char c);
 
 static void core_init(void)
 {
@@ -454,7 +503,8 @@ static const fd_var_t *table_find(const fd_var_t *t, const char *name,
     return NULL;
 }
 
-/* Exact names first (core's, then the modules'), then prefixes. */
+/* Exact names first (core's, the modules', the configuration's), then
+ * prefixes. */
 const fd_var_t *fd_var_find(const char *name, size_t n)
 {
     const fd_var_t *v;
@@ -468,8 +518,104 @@ const fd_var_t *fd_var_find(const char *name, size_t n)
         for (i = 0; fd_modules[i]; i++)
             if ((v = table_find(fd_modules[i]->vars, name, n, prefix)))
                 return v;
+        if (!prefix && (v = fd_var_declared(name, n)) != NULL)
+            return v;
     }
     return NULL;
+}
+
+/* --- variables a request sets (auth_request_set) --- */
+
+struct fd_var_val_s {
+    const fd_var_t *var;
+    fd_str_t value;
+    struct fd_var_val_s *next;
+};
+
+fd_str_t fd_var_get_set(fd_request_t *r, const fd_var_op_t *op, char *tmp)
+{
+    const fd_var_val_t *v;
+
+    (void)tmp;
+    for (v = r ? r->vals : NULL; v; v = v->next)
+        if (v->var == op->var)
+            return v->value;
+    return fd_null_string;
+}
+
+int fd_var_set(fd_request_t *r, const fd_var_t *var, fd_str_t value)
+{
+    fd_var_val_t *v;
+
+    for (v = r->vals; v; v = v->next)
+        if (v->var == var)
+            break;
+    if (v == NULL) {
+        if ((v = fd_palloc(r->pool, sizeof(*v))) == NULL)
+            return FD_ERROR;
+        v->var = var;
+        v->next = r->vals;
+        r->vals = v;
+    }
+    v->value = value;
+    return FD_OK;
+}
+
+/* --- variables a configuration declares --- */
+
+/* Each in a block of its own in the configuration's pool: a script
+ * compiled before the section that declares it was applied points at it,
+ * and its data is set then. */
+struct fd_var_decl_s {
+    fd_var_t var;
+    struct fd_var_decl_s *next;
+};
+
+static fd_var_decl_t *declared; /* the loading configuration's, then the
+                                 * serving one's */
+
+fd_var_decl_t *fd_var_declared_swap(fd_var_decl_t *list)
+{
+    fd_var_decl_t *old = declared;
+
+    declared = list;
+    return old;
+}
+
+fd_var_t *fd_var_declared(const char *name, size_t n)
+{
+    fd_var_decl_t *d;
+
+    for (d = declared; d; d = d->next)
+        if (strlen(d->var.name) == n && memcmp(d->var.name, name, n) == 0)
+            return &d->var;
+    return NULL;
+}
+
+int fd_var_declare(fd_conf_t *cf, const char *name, size_t n,
+                   fd_var_get_pt get)
+{
+    fd_var_decl_t *d;
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        if (!is_name_char(name[i]))
+            break;
+    if (n == 0 || i < n || (name[0] >= '0' && name[0] <= '9'))
+        return fd_conf_error(cf, "\"$%.*s\" is not a variable name (letters, "
+                             "digits and '_')", (int)n, name);
+    if (fd_var_declared(name, n))
+        return fd_conf_error(cf, "$%.*s is declared twice", (int)n, name);
+    if (fd_var_find(name, n))
+        return fd_conf_error(cf, "$%.*s is fastd's own variable: choose "
+                             "another name", (int)n, name);
+    if ((d = fd_pcalloc(cf->pool, sizeof(*d))) == NULL ||
+        (d->var.name = fd_pstrdup(cf->pool, name, n)) == NULL)
+        return fd_conf_error(cf, "out of memory");
+    d->var.get = get;
+    d->next = declared;
+    declared = d;
+    return FD_OK;
 }
 
 static void near_table(fd_conf_near_t *nr, const fd_var_t *t)
@@ -494,6 +640,8 @@ const char *fd_var_hint(const char *name, size_t n, char *buf, size_t size)
     near_table(&nr, core_vars);
     for (i = 0; fd_modules[i]; i++)
         near_table(&nr, fd_modules[i]->vars);
+    for (const fd_var_decl_t *d = declared; d; d = d->next)
+        fd_conf_near_add(&nr, d->var.name);
     if ((best = fd_conf_near_best(&nr)) == NULL)
         return "";
     snprintf(buf, size, "; did you mean \"$%s\"?", best);
@@ -545,9 +693,10 @@ static int var_op(fd_conf_t *cf, fd_var_script_t *s, const fd_var_t *v,
     if ((a = fd_pstrdup(cf->pool, name + l, n - l)) == NULL)
         return fd_conf_error(cf, "out of memory");
     op->text = (fd_str_t){n - l, a};
-    if (v->get == v_http || v->get == v_cookie)
+    if (v->get == v_http || v->get == v_cookie || v->get == v_sent_http ||
+        v->get == v_upstream_http)
         for (i = 0; i < op->text.len; i++)
-            a[i] = v->get == v_http && a[i] == '-' ? '_' : fd_tolower(a[i]);
+            a[i] = v->get != v_cookie && a[i] == '-' ? '_' : fd_tolower(a[i]);
     return FD_OK;
 }
 

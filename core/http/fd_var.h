@@ -82,6 +82,28 @@ int fd_var_compile(fd_conf_t *cf, fd_var_script_t *s, const char *src,
 
 /* The variable named name[0..n) (no '$'), or NULL. */
 const fd_var_t *fd_var_find(const char *name, size_t n);
+/*
+ * Variables the configuration declares ([map], [geo], [split_clients]
+ * targets: fd_module_t.declare_section), found after core's and the
+ * modules'. fd_var_declare adds name with its getter (data 0, set once
+ * its section is applied: fd_var_declared finds it); a name that is
+ * taken is an error. The list is the loading configuration's:
+ * fd_cycle_load swaps in an empty one, and back the serving one's when
+ * the load fails.
+ */
+typedef struct fd_var_decl_s fd_var_decl_t;
+int fd_var_declare(fd_conf_t *cf, const char *name, size_t n,
+                   fd_var_get_pt get);
+fd_var_t *fd_var_declared(const char *name, size_t n);
+fd_var_decl_t *fd_var_declared_swap(fd_var_decl_t *list);
+
+/* A declared variable whose value a request sets (auth_request_set):
+ * fd_var_get_set is its getter (empty until set), fd_var_set sets it
+ * for r (value in r->pool). */
+typedef struct fd_var_val_s fd_var_val_t;
+fd_str_t fd_var_get_set(fd_request_t *r, const fd_var_op_t *op, char *tmp);
+int fd_var_set(fd_request_t *r, const fd_var_t *var, fd_str_t value);
+
 /* "; did you mean \"$NAME\"?" for an unknown name, or "". */
 const char *fd_var_hint(const char *name, size_t n, char *buf, size_t size);
 
