@@ -33,6 +33,9 @@ typedef int (*fd_body_filter_pt)(fd_request_t *r, fd_buf_t *in, int last);
 #define FD_MODULE_THREAD_SAFE 0x1  /* handler may run on an offload thread */
 #define FD_MODULE_STREAM_BODY 0x2  /* handler pulls the request body itself */
 #define FD_MODULE_BLOCKING 0x4     /* handler may block: always on the pool */
+#define FD_MODULE_TUNNEL 0x8       /* handler may answer an HTTP/2 extended
+                                    * CONNECT (r->in.ext_connect) with a
+                                    * tunnel; other handlers never see one */
 
 /*
  * The methods a handler implements (fd_module_t.methods): one bit per

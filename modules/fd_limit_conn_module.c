@@ -410,6 +410,7 @@ static int limit_access(fd_request_t *r)
         fd_log_error(FD_LOG_WARN, 0, "limiting connections by zone \"%s\"",
                      z->name);
         release_all(x); /* what the zones before took */
+        r->refused = 1;
         return (int)lc->status;
     }
     return FD_OK;

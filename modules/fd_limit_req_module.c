@@ -473,6 +473,7 @@ static int limit_access(fd_request_t *r)
         COUNT(z, rejected);
         fd_log_error(FD_LOG_WARN, 0, "limiting requests by zone \"%s\"",
                      z->name);
+        r->refused = 1;
         return (int)lc->status;
     }
     if (wait == 0 || lc->dry_run) {

@@ -171,6 +171,7 @@ struct proxy_req_s {
                                 * If-* and Range stay here, not upstream */
     unsigned ninterim;         /* 1xx responses skipped */
     tunnel_t *tunnel;          /* 101 waiting for its header to drain */
+    char ws_key[24];           /* HTTP/2 WebSocket: the upstream's key */
 
     fd_proxy_cache_req_t *cr;  /* the location caches: the key's state */
     int cache_status;          /* FD_PROXY_CACHE_* */
@@ -263,6 +264,15 @@ int fd_proxy_tunnel_begin(proxy_req_t *px, fd_str_t upgrade);
 int fd_proxy_tunnel_detach(proxy_req_t *px);
 /* Close both sides; the memory goes at the end of the turn. */
 void fd_proxy_tunnel_free(tunnel_t *t);
+/* WebSocket over HTTP/2 (RFC 8441, r->in.ext_connect): the handshake to
+ * the upstream is fastd's. A fresh Sec-WebSocket-Key in px->ws_key
+ * (FD_OK, FD_ERROR); the client's own fields for it, which are not
+ * passed; whether the 101's fields hold the Sec-WebSocket-Accept that
+ * answers the key. */
+int fd_proxy_tunnel_key(proxy_req_t *px);
+int fd_proxy_tunnel_own_field(fd_str_t name);
+int fd_proxy_tunnel_accepted(proxy_req_t *px, const fd_http_header_t *f,
+                             unsigned nf);
 
 /* The master's, once the whole file is read: the directories it made for
  * the caches (0700) go to [main] user, whose workers write there. */

@@ -112,7 +112,9 @@ const fd_directive_t fd_proxy_directives[] = {
     {.name = "websocket", .type = FD_CONF_FLAG, .offset = LOC(websocket),
      .def = "off",
      .doc = "on: a GET with \"Upgrade: websocket\" is passed with its "
-            "Upgrade, and the upstream's 101 opens a tunnel. Off (as "
+            "Upgrade, and the upstream's 101 opens a tunnel; so is an "
+            "HTTP/2 extended CONNECT with :protocol websocket (RFC 8441, "
+            "answered 200; 501 where this is off). Off (as "
             "nginx, where the Upgrade headers must be set by hand): the "
             "tunnel's bytes escape every location rule, so a location "
             "opts in. No other upgrade token (h2c, TLS/1.0) is ever passed"},

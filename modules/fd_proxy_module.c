@@ -261,6 +261,7 @@ static int request_build(proxy_req_t *px)
     for (i = 0; i < r->in.nheaders; i++) {
         fd_http_header_t *h = &r->in.headers[i];
         if (header_kind(h->name) != H_PASS || named_in(h->name, tok, ntok) ||
+            (r->in.ext_connect && fd_proxy_tunnel_own_field(h->name)) ||
             replaced_by_set_header(lc, h->name) ||
             (px->cache_fields && fd_proxy_cache_drops_field(h->name)))
             continue;
@@ -308,9 +309,16 @@ static int request_build(proxy_req_t *px)
         fd_sbuf_add_uint(&sb, (uint64_t)r->in.content_length);
         fd_sbuf_add_crlf(&sb);
     }
-    if (px->upgrade)
+    if (px->upgrade) {
         fd_sbuf_add_lit(&sb, "Connection: upgrade\r\nUpgrade: websocket\r\n");
-    else if (up->keepalive)
+        if (r->in.ext_connect) {
+            /* RFC 8441 has no key: the handshake to the upstream is
+             * fastd's own (its answer is checked: fd_proxy_tunnel.c) */
+            fd_sbuf_add_lit(&sb, "Sec-WebSocket-Version: 13\r\n");
+            fd_sbuf_add_header(&sb, fd_string("Sec-WebSocket-Key"),
+                               (fd_str_t){sizeof(px->ws_key), px->ws_key});
+        }
+    } else if (up->keepalive)
         fd_sbuf_add_lit(&sb, "Connection: keep-alive\r\n");
     else
         fd_sbuf_add_lit(&sb, "Connection: close\r\n");
@@ -623,10 +631,16 @@ static int resp_header(proxy_req_t *px)
         if (rs.upgrade.data && !fd_str_caseeq_lit(rs.upgrade, "websocket"))
             return fd_upstream_req_invalid(&px->u, "sent 101 switching to another "
                                  "protocol than websocket");
+        if (r->in.ext_connect && !fd_proxy_tunnel_accepted(px, f, nf))
+            return fd_upstream_req_invalid(&px->u, "sent a 101 whose "
+                                 "Sec-WebSocket-Accept does not answer its key");
         px->u.ipos += hlen;
         r->status = 101;
         for (i = 0; i < nf; i++) {
             fd_str_t n = f[i].name;
+            if (r->in.ext_connect &&
+                fd_str_caseeq_lit(n, "sec-websocket-accept"))
+                continue;
             if (fd_str_caseeq_lit(n, "connection") ||
                 fd_str_caseeq_lit(n, "upgrade") ||
                 fd_str_caseeq_lit(n, "keep-alive") ||
@@ -872,8 +886,12 @@ static int proxy_handler(fd_request_t *r)
      * (h2c above all) would open a tunnel past every location rule */
     px->upgrade = lc->websocket && lc->h2 == PROXY_H1 &&
                   r->in.conn_upgrade &&
-                  r->in.version == 11 && m == FD_HTTP_GET &&
+                  (r->in.version == 11 || r->in.ext_connect) &&
+                  m == FD_HTTP_GET &&
                   fd_str_caseeq_lit(r->in.upgrade, "websocket");
+    if (r->in.ext_connect &&
+        (!px->upgrade || fd_proxy_tunnel_key(px) != FD_OK))
+        return px->upgrade ? 500 : 501; /* websocket = off: no tunnel */
     px->u.careful |= px->upgrade;
     px->chunked_body = r->in.chunked;
     px->u.body_kept = px->u.has_body && !px->chunked_body &&
@@ -939,7 +957,7 @@ fd_module_t fd_proxy_module = {
     .init_worker = proxy_init_worker,
     .exit_worker = proxy_exit_worker,
     .handler = proxy_handler,
-    .flags = FD_MODULE_STREAM_BODY,
+    .flags = FD_MODULE_STREAM_BODY | FD_MODULE_TUNNEL,
     .methods = FD_METHODS_ANY, /* the backend decides, but TRACE/CONNECT */
     .shm_size = FD_PROXY_CACHE_SHM_SIZE,
     .also = &fd_proxy_cache_section,

@@ -6,8 +6,17 @@
  * one failed, or websocket_idle_timeout passed with no byte; the proxy
  * only starts it and accounts for it. Memory: two 16k buffers, whatever
  * the traffic.
+ *
+ * Over HTTP/2 (RFC 8441) the client's side is its request's stream (a
+ * side with no socket: fd_http_detach()), the answer a 200 instead of the
+ * 101, and the WebSocket handshake to the upstream fastd's own: a key of
+ * its making, the 101's Sec-WebSocket-Accept checked against it.
  */
 #include <sys/epoll.h>
+
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <openssl/sha.h>
 
 #include "fd_core.h"
 #include "fd_connection.h"
@@ -124,8 +133,12 @@ int fd_proxy_tunnel_begin(proxy_req_t *px, fd_str_t upgrade)
     fd_upstream_req_release_bufs(&px->u);
     px->tunnel = t;
 
-    fd_http_header_add(r, fd_string("Upgrade"), upgrade);
-    fd_http_header_add(r, fd_string("Connection"), fd_string("upgrade"));
+    if (r->in.ext_connect) {
+        r->status = 200; /* the stream is the tunnel: RFC 8441 5 */
+    } else {
+        fd_http_header_add(r, fd_string("Upgrade"), upgrade);
+        fd_http_header_add(r, fd_string("Connection"), fd_string("upgrade"));
+    }
     r->content_length = -1;
     if (fd_http_send_header(r) != FD_OK) {
         px->tunnel = NULL;
@@ -157,4 +170,46 @@ int fd_proxy_tunnel_detach(proxy_req_t *px)
     fd_worker_hold(1); /* a graceful stop waits for the tunnel */
     fd_stream_splice(&t->sp);
     return PX_DONE;
+}
+
+/* --- WebSocket over HTTP/2: fastd's handshake with the upstream --- */
+
+int fd_proxy_tunnel_key(proxy_req_t *px)
+{
+    unsigned char raw[16], b64[25];
+
+    if (RAND_bytes(raw, sizeof(raw)) != 1)
+        return FD_ERROR;
+    EVP_EncodeBlock(b64, raw, sizeof(raw)); /* 24 characters and a NUL */
+    memcpy(px->ws_key, b64, sizeof(px->ws_key));
+    return FD_OK;
+}
+
+int fd_proxy_tunnel_own_field(fd_str_t name)
+{
+    return fd_str_caseeq_lit(name, "sec-websocket-key") ||
+           fd_str_caseeq_lit(name, "sec-websocket-version");
+}
+
+int fd_proxy_tunnel_accepted(proxy_req_t *px, const fd_http_header_t *f,
+                             unsigned nf)
+{
+    static const char guid[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+    unsigned char in[sizeof(px->ws_key) + sizeof(guid) - 1];
+    unsigned char md[SHA_DIGEST_LENGTH], want[29];
+    unsigned i, seen = 0;
+    int ok = 0;
+
+    /* RFC 6455 4.2.2: base64(SHA-1(key . GUID)), one field */
+    memcpy(in, px->ws_key, sizeof(px->ws_key));
+    memcpy(in + sizeof(px->ws_key), guid, sizeof(guid) - 1);
+    SHA1(in, sizeof(in), md);
+    EVP_EncodeBlock(want, md, sizeof(md)); /* 28 characters and a NUL */
+    for (i = 0; i < nf; i++) {
+        if (!fd_str_caseeq_lit(f[i].name, "sec-websocket-accept"))
+            continue;
+        seen++;
+        ok = f[i].value.len == 28 && memcmp(f[i].value.data, want, 28) == 0;
+    }
+    return seen == 1 && ok;
 }

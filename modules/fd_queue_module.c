@@ -279,6 +279,7 @@ static int reject_response(fd_request_t *r, queue_t *q)
 {
     static const fd_str_t retry_after = {11, "Retry-After"};
 
+    fd_resp_refused(r);
     if (fd_resp_error(r, (int)q->reject_status) != FD_OK)
         return 500;
     if (q->retry_after_text.len &&

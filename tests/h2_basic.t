@@ -161,7 +161,7 @@ for my $p (sort keys %want) {
 }
 is($resp->{'/big.txt'}{len}, length $big, 'the big file, multiplexed, complete');
 my $s = $o->{settings} || {};
-ok(!exists $s->{8}, 'no SETTINGS_ENABLE_CONNECT_PROTOCOL: WebSocket stays HTTP/1.1')
+is($s->{8}, 1, 'SETTINGS_ENABLE_CONNECT_PROTOCOL: WebSocket over HTTP/2 (RFC 8441)')
     or diag(H2::explain($s));
 is($s->{3}, 128, 'SETTINGS_MAX_CONCURRENT_STREAMS: the default 128');
 is($s->{4}, 65536, 'SETTINGS_INITIAL_WINDOW_SIZE: the default 64k');

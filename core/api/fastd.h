@@ -813,6 +813,9 @@ int fd_api_offload_call(void *data, void (*work)(void *data),
 int fd_api_on_pool_thread(void);
 /* A 503 the request gets carries Retry-After (the database is down). */
 void fd_resp_retry_after(fd_request_t *r);
+/* The answer is a limit's refusal (a queue full, a rate): a gRPC client
+ * reads RESOURCE_EXHAUSTED whatever its status. */
+void fd_resp_refused(fd_request_t *r);
 
 /* fastd -t: the configuration is checked, nothing is made on disk. */
 int fd_api_conf_test(void);

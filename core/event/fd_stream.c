@@ -161,7 +161,8 @@ void fd_stream_shutdown(fd_stream_t *s)
 {
     if (s->tp->shutdown)
         s->tp->shutdown(s);
-    if (shutdown(s->ev.fd, SHUT_WR) < 0 && errno != ENOTCONN)
+    if (s->ev.fd >= 0 && shutdown(s->ev.fd, SHUT_WR) < 0 &&
+        errno != ENOTCONN)
         fd_log_error(FD_LOG_INFO, errno, "shutdown() failed");
 }
 
@@ -217,8 +218,8 @@ int fd_splice_watch(fd_splice_t *sp, unsigned i)
      * until it would block, and TLS may read to write */
     uint32_t mask = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
 
-    if (d->watched)
-        return FD_OK;
+    if (d->watched || d->s.ev.fd < 0)
+        return FD_OK; /* no socket: its transport says when it is ready */
     if ((d->s.registered ? fd_event_mod(&d->s.ev, mask)
                          : fd_event_add(&d->s.ev, mask)) < 0)
         return FD_ERROR;
@@ -234,8 +235,12 @@ void fd_splice_close(fd_splice_t *sp)
     fd_timer_del(&sp->timer);
     for (i = 0; i < 2; i++) {
         fd_stream_t *s = &sp->side[i].s;
-        if (s->ev.fd < 0)
+        if (s->ev.fd < 0) {
+            /* a side over another protocol's stream lets it go */
+            if (s->tls)
+                fd_stream_close_transport(s);
             continue;
+        }
         fd_stream_close_transport(s);
         fd_event_close(&s->ev);
     }
@@ -359,6 +364,18 @@ static void splice_event(fd_event_t *ev, uint32_t events)
     fd_log_conn_id = sp->log_id;
     splice_run(sp);
     fd_log_conn_id = 0;
+}
+
+void fd_splice_kick(fd_stream_t *s)
+{
+    fd_splice_t *sp = ((fd_splice_side_t *)s)->sp;
+    uint64_t id = fd_log_conn_id;
+
+    if (!sp->started || sp->over)
+        return;
+    fd_log_conn_id = sp->log_id;
+    splice_run(sp);
+    fd_log_conn_id = id;
 }
 
 static void splice_timer(fd_timer_t *tm)

@@ -160,6 +160,12 @@ void fd_stream_move(fd_stream_t *to, fd_stream_t *from);
  * len), then fd_stream_splice(). The struct must stay until the end of
  * the loop turn in which done() ran: an event for a side may still be in
  * that turn's batch (fd_event_post() a free).
+ *
+ * A side may have no socket (ev.fd -1) but a transport over another
+ * protocol's stream: an HTTP/2 stream carrying an extended CONNECT (RFC
+ * 8441, fd_http2.c). The loop never sees it; its transport sets the
+ * side's readable, writable, eof and error flags and calls
+ * fd_splice_kick() when they change, and its close() lets the stream go.
  */
 typedef struct fd_splice_s fd_splice_t;
 
@@ -208,6 +214,9 @@ void fd_stream_splice(fd_splice_t *sp);
 /* Close both sides now (a splice that is not to start, or not to go on);
  * done() does not run. */
 void fd_splice_close(fd_splice_t *sp);
+/* A side with no socket (s is side[i].s) may move bytes now: the splice
+ * runs at once (done() may run: call it where its owner may end it). */
+void fd_splice_kick(fd_stream_t *s);
 
 /*
  * The output queue: what a stream still has to send, in order. Bytes

@@ -956,6 +956,11 @@ void fd_http_run_handler(fd_request_t *r)
         rc = method_refuse(r, methods);
         goto finish;
     }
+    if (r->in.ext_connect && !(loc->handler_flags & FD_MODULE_TUNNEL)) {
+        /* an HTTP/2 WebSocket (RFC 8441) where nothing tunnels */
+        rc = 501;
+        goto finish;
+    }
     if (r->body_wanted) {
         /* past the access phase: now the body, for the final location
          * (a rewrite may have moved the request) */
@@ -1158,9 +1163,15 @@ int fd_http_detach(fd_request_t *r, fd_stream_t *to, char *buf, size_t size,
 
     if (r->sub_post)
         return FD_ERROR; /* a subrequest has no client socket to give */
-
+    if (r->h2 && r->header_sent) {
+        /* RFC 8441: the stream is the tunnel's side, the connection stays
+         * (what the client sent already is in the stream's buffer) */
+        *n = 0;
+        *ipref = NULL;
+        return fd_h2_detach(r, to);
+    }
     if (!r->header_sent || h == NULL || h->r != r || r->h2)
-        return FD_ERROR; /* no tunnel over HTTP/2 (RFC 8441 is not here) */
+        return FD_ERROR;
     rc = fd_http_flush(c);
     if (rc != FD_OK)
         return rc; /* FD_AGAIN: r->on_drain is called when it is written */

@@ -179,6 +179,10 @@ struct fd_request_s {
                                   (proxy_pass_header): none of the engine's */
     unsigned rate_counted:1;   /* limit_req counted it: once a request,
                                   whatever location it is moved to */
+    unsigned refused:1;        /* a limit refused it (limit_req,
+                                  limit_conn, queue):
+                                  a gRPC client is told RESOURCE_EXHAUSTED
+                                  whatever the status */
     unsigned try_done:1;       /* try_files ran for r->loc */
     unsigned held:1;           /* fd_http_respond_early(): the handler
                                 * goes on after its response */
@@ -317,6 +321,12 @@ int fd_http_output_body(fd_request_t *r, fd_buf_t *chain);
  * its pool are gone. The tunnel is no longer counted in the connection
  * figures, but still in its address's max_conns_per_ip count: *ipref, for
  * fd_ip_release() when the tunnel ends.
+ *
+ * Over HTTP/2 (an extended CONNECT, RFC 8441: r->in.ext_connect, and a
+ * 200 rather than the 101) the connection stays: *to becomes a side with
+ * no socket whose transport is the request's stream (fd_stream.h, splices),
+ * nothing is copied (*n 0) and *ipref is NULL. r is over for its module
+ * as well; its memory stays with the stream.
  */
 int fd_http_detach(fd_request_t *r, fd_stream_t *to, char *buf, size_t size,
                    size_t *n, void **ipref);

@@ -35,6 +35,16 @@
  * taken: NO_AUTO_WINDOW_UPDATE), so a streamed upload (the proxy) is paced
  * by its reader; a buffered one is copied into r->body as it comes, up to
  * max_body_size.
+ *
+ * WebSocket over HTTP/2 (RFC 8441): SETTINGS_ENABLE_CONNECT_PROTOCOL is
+ * sent, and a CONNECT with :protocol websocket becomes a GET with Upgrade:
+ * websocket for a handler that tunnels (the proxy); other handlers never
+ * see one (501). Once its 200 is submitted, the stream is one side of a
+ * splice (fd_stream.h) through a transport of its own (tunnel_*): DATA
+ * from the client is read out of the stream's input buffer (its window
+ * opens as the splice takes it), bytes for the client go to the stream's
+ * queue, at most H2_TUNNEL_OUT of them (the client's window is the
+ * back-pressure: past that the splice stops reading the upstream).
  */
 #include <netinet/tcp.h>
 #include <nghttp2/nghttp2.h>
@@ -56,6 +66,8 @@
 #define H2_CTL_EARN 4
 #define H2_RUN_ROUNDS 8          /* stream jobs and sends in one event */
 #define H2_POOL_KEEP 64          /* request pools kept for reuse */
+#define H2_TUNNEL_OUT (64 * 1024) /* a tunnel's bytes queued for the
+                                   * client: the splice waits past it */
 
 typedef struct fd_h2_stream_s h2s_t;
 typedef struct fd_h2_conn_s h2c_t;
@@ -84,7 +96,9 @@ struct fd_h2_stream_s {
     unsigned closed:1;         /* nghttp2 closed the stream */
     unsigned orphan:1;         /* closed while a module holds r */
     unsigned queued:1;         /* in hc->run */
-    unsigned job_start:1, job_body:1, job_drain:1;
+    unsigned job_start:1, job_body:1, job_drain:1, job_tunnel:1;
+    fd_str_t protocol;         /* :protocol (extended CONNECT) */
+    fd_stream_t *tunnel;       /* the splice side it carries, or NULL */
     fd_http_rate_t rate;       /* limit_rate of the response's DATA */
     fd_timer_t rate_timer;     /* deferred by it: resume then */
     /* kept when the struct is reused (stream_new clears up to here) */
@@ -361,6 +375,18 @@ static void stream_closed(h2s_t *st)
     st->closed = 1;
     stream_unlink(st);
     hc->nstreams--;
+    if (st->tunnel) {
+        /* after fastd's END_STREAM the tunnel's end; else a reset (the
+         * client's, or the connection went) */
+        fd_stream_t *s = st->tunnel;
+        st->tunnel = NULL;
+        s->tls = NULL;
+        if (st->out_end)
+            s->eof = s->readable = 1;
+        else
+            s->error = 1;
+        fd_splice_kick(s);
+    }
     if (st->ib_len > st->ib_pos) {
         /* DATA nobody will read: the connection's window gets it back */
         nghttp2_session_consume_connection(hc->ss, st->ib_len - st->ib_pos);
@@ -492,6 +518,8 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *frame,
             rc = fd_http_req_method(in, v.data, v.len);
         else if (fd_str_eq_lit(n, ":path"))
             rc = fd_http_req_path(in, v.data, v.len);
+        else if (fd_str_eq_lit(n, ":protocol"))
+            st->protocol = v;
         else if (fd_str_eq_lit(n, ":authority")) {
             rc = fd_http_parse_host(v, &in->host, r->pool);
             in->host_seen = 1;
@@ -590,6 +618,21 @@ static void request_begin(h2s_t *st)
 
     st->started = 1;
     r->phase = PH_HANDLER;
+    if (st->bad == 0 && st->protocol.len) {
+        /* RFC 8441: an extended CONNECT (nghttp2 checked :protocol came
+         * with CONNECT, :scheme and :path); WebSocket is the one protocol
+         * fastd tunnels, as the GET with Upgrade it stands for */
+        if (!fd_str_caseeq_lit(st->protocol, "websocket"))
+            st->bad = 501;
+        else if (in->content_length >= 0)
+            st->bad = 400;
+        else {
+            fd_http_req_method(in, "GET", 3);
+            in->upgrade = fd_string("websocket");
+            in->conn_upgrade = 1;
+            in->ext_connect = 1;
+        }
+    }
     if (st->bad == 0 && (in->method.len == 0 || in->target.len == 0))
         st->bad = 400;
     if (st->bad == 0 && st->cookie.len &&
@@ -599,7 +642,7 @@ static void request_begin(h2s_t *st)
         fd_http_finalize(r, st->bad);
         return;
     }
-    if (!st->no_body && in->content_length < 0)
+    if (!st->no_body && in->content_length < 0 && !in->ext_connect)
         in->chunked = 1; /* a body of unknown length: DATA until the end */
     fd_http_request_start(r);
 }
@@ -612,7 +655,7 @@ static int on_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id,
 
     (void)flags;
     (void)ud;
-    if (st == NULL || st->r == NULL || st->r->done) {
+    if (st == NULL || st->r == NULL || (st->r->done && !st->tunnel)) {
         /* nobody reads it any more: the window opens again at once */
         nghttp2_session_consume(ss, id, len);
         return 0;
@@ -640,7 +683,12 @@ static int on_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id,
     }
     memcpy(st->ib + st->ib_len, data, len);
     st->ib_len += len;
-    if (st->started && (r->phase == PH_BODY || r->phase == PH_STREAM)) {
+    if (st->tunnel) {
+        st->tunnel->readable = 1;
+        st->job_tunnel = 1;
+        stream_job(st);
+    } else if (st->started &&
+               (r->phase == PH_BODY || r->phase == PH_STREAM)) {
         st->job_body = 1;
         stream_job(st);
     }
@@ -651,7 +699,11 @@ static int on_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id,
 static void body_ended(h2s_t *st)
 {
     st->in_ended = 1;
-    if (st->started && st->r &&
+    if (st->tunnel) {
+        st->tunnel->readable = 1;
+        st->job_tunnel = 1;
+        stream_job(st);
+    } else if (st->started && st->r &&
         (st->r->phase == PH_BODY || st->r->phase == PH_STREAM)) {
         st->job_body = 1;
         stream_job(st);
@@ -861,6 +913,12 @@ static int send_data(nghttp2_session *ss, nghttp2_frame *frame,
     if (st->r && !st->r->done && st->r->on_drain &&
         st->oq.bytes < OUT_HIGH_WATER) {
         st->job_drain = 1;
+        stream_job(st);
+    }
+    if (st->tunnel && !st->tunnel->writable &&
+        st->oq.bytes < H2_TUNNEL_OUT / 2) {
+        st->tunnel->writable = 1;
+        st->job_tunnel = 1;
         stream_job(st);
     }
     return 0;
@@ -1151,6 +1209,145 @@ unsigned fd_http_stream_id(fd_request_t *r)
     return r->h2 ? (unsigned)r->h2->id : 0;
 }
 
+/* --- a tunnel on a stream (RFC 8441) --- */
+
+/* The client's DATA, as a socket's bytes: 0 once it sent END_STREAM. */
+static ssize_t tunnel_recv(fd_stream_t *s, char *buf, size_t size)
+{
+    h2s_t *st = s->tls;
+    size_t n;
+
+    if (st == NULL) {
+        /* the stream closed (stream_closed() said how) */
+        if (s->eof)
+            return 0;
+        s->error = 1;
+        return FD_ERROR;
+    }
+    n = fd_min(size, st->ib_len - st->ib_pos);
+    if (n == 0) {
+        if (st->in_ended)
+            return 0;
+        s->readable = 0; /* on_data_chunk() says when */
+        return FD_AGAIN;
+    }
+    memcpy(buf, st->ib + st->ib_pos, n);
+    st->ib_pos += n;
+    if (st->ib_pos == st->ib_len)
+        st->ib_pos = st->ib_len = 0;
+    nghttp2_session_consume(st->hc->ss, st->id, n);
+    conn_post(st->hc);
+    return (ssize_t)n;
+}
+
+/* Bytes for the client: into the stream's queue, framed as its window
+ * allows; a full queue waits (send_data() says when it drained). */
+static ssize_t tunnel_send(fd_stream_t *s, const struct iovec *iov, int niov,
+                           int more)
+{
+    h2s_t *st = s->tls;
+    size_t room, n = 0;
+    int i;
+
+    (void)more;
+    if (st == NULL || st->out_end) {
+        s->error = 1;
+        return FD_ERROR;
+    }
+    if (st->oq.bytes >= H2_TUNNEL_OUT) {
+        s->writable = 0;
+        return FD_AGAIN;
+    }
+    room = H2_TUNNEL_OUT - st->oq.bytes;
+    for (i = 0; i < niov && room; i++) {
+        size_t k = fd_min(room, iov[i].iov_len);
+        if (fd_outq_append(&st->oq, iov[i].iov_base, k) != FD_OK) {
+            s->error = 1;
+            return FD_ERROR;
+        }
+        n += k;
+        room -= k;
+    }
+    resume_data(st);
+    conn_post(st->hc);
+    return (ssize_t)n;
+}
+
+static ssize_t tunnel_sendfile(fd_stream_t *s, int fd, off_t off, size_t len)
+{
+    (void)fd;
+    (void)off;
+    (void)len;
+    s->error = 1; /* a splice sends memory only */
+    return FD_ERROR;
+}
+
+/* The upstream's end: END_STREAM after what is queued (the client's half
+ * may still send; the stream then closes with RST_STREAM NO_ERROR, as
+ * any answered stream does: on_frame_send). */
+static void tunnel_shutdown(fd_stream_t *s)
+{
+    h2s_t *st = s->tls;
+
+    if (st == NULL || st->out_end)
+        return;
+    st->out_end = 1;
+    resume_data(st);
+    conn_post(st->hc);
+}
+
+/* The splice is over: a stream not ended both ways is reset
+ * (CONNECT_ERROR, RFC 9113 8.5: the tunnel failed or timed out). */
+static void tunnel_close(fd_stream_t *s)
+{
+    h2s_t *st = s->tls;
+
+    if (st == NULL)
+        return;
+    s->tls = NULL;
+    st->tunnel = NULL;
+    if (!(st->out_end && st->in_ended)) {
+        st->out_end = 1;
+        nghttp2_submit_rst_stream(st->hc->ss, NGHTTP2_FLAG_NONE, st->id,
+                                  NGHTTP2_CONNECT_ERROR);
+    }
+    resume_data(st);
+    conn_post(st->hc);
+}
+
+static const fd_transport_t tunnel_transport = {
+    .name = "h2-stream",
+    .recv = tunnel_recv,
+    .send = tunnel_send,
+    .sendfile = tunnel_sendfile,
+    .shutdown = tunnel_shutdown,
+    .close = tunnel_close,
+};
+
+int fd_h2_detach(fd_request_t *r, fd_stream_t *to)
+{
+    h2s_t *st = r->h2;
+
+    if (st == NULL || st->hc == NULL || st->closed || !r->in.ext_connect ||
+        !st->provider || st->out_end)
+        return FD_ERROR;
+    to->tp = &tunnel_transport;
+    to->tls = st;
+    to->ev.fd = -1;
+    st->tunnel = to;
+    /* the request is over for the engine (logged with its 200); its
+     * memory stays with the stream until that closes */
+    r->on_drain = NULL;
+    r->on_abort = NULL;
+    r->on_body = NULL;
+    r->async = 0;
+    r->phase = PH_RESPONSE;
+    fd_http_access_count(r);
+    r->done = 1;
+    conn_post(st->hc);
+    return FD_OK;
+}
+
 /* --- the connection --- */
 
 /* The streams' jobs: start requests, feed bodies, tell producers the
@@ -1167,6 +1364,14 @@ static void h2_run(h2c_t *hc)
         st->queued = 0;
         if (st->closed || r == NULL)
             continue;
+        if (st->job_tunnel) {
+            /* the splice moves what the stream now has room or bytes for
+             * (it may end, and let the stream go) */
+            st->job_tunnel = 0;
+            if (st->tunnel)
+                fd_splice_kick(st->tunnel);
+            continue;
+        }
         if (st->job_start) {
             st->job_start = 0;
             request_begin(st);
@@ -1454,7 +1659,7 @@ int fd_h2_start(fd_connection_t *c)
 {
     const fd_http_conf_t *conf = &fd_worker->cycle->http;
     fd_http_conn_t *h = c->h;
-    nghttp2_settings_entry set[3];
+    nghttp2_settings_entry set[4];
     h2c_t *hc;
     uint32_t mask = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
 
@@ -1490,7 +1695,10 @@ int fd_h2_start(fd_connection_t *c)
     set[1].value = (uint32_t)conf->http2_initial_window;
     set[2].settings_id = NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE;
     set[2].value = (uint32_t)conf->http2_max_header_size;
-    if (nghttp2_submit_settings(hc->ss, NGHTTP2_FLAG_NONE, set, 3) != 0 ||
+    /* RFC 8441: WebSocket over a stream (request_begin) */
+    set[3].settings_id = NGHTTP2_SETTINGS_ENABLE_CONNECT_PROTOCOL;
+    set[3].value = 1;
+    if (nghttp2_submit_settings(hc->ss, NGHTTP2_FLAG_NONE, set, 4) != 0 ||
         nghttp2_session_set_local_window_size(hc->ss, NGHTTP2_FLAG_NONE, 0,
                                               H2_CONN_WINDOW) != 0)
         return FD_ERROR;

@@ -1084,6 +1084,11 @@ void fd_resp_retry_after(fd_request_t *r)
     r->retry_after = 1;
 }
 
+void fd_resp_refused(fd_request_t *r)
+{
+    r->refused = 1;
+}
+
 int fd_api_conf_test(void)
 {
     return fd_conf_test;

@@ -94,6 +94,9 @@ void fd_h2_timeout(fd_connection_t *c);
 void fd_h2_release(fd_connection_t *c);
 int fd_h2_idle(fd_connection_t *c);
 void fd_h2_quit(fd_connection_t *c);    /* a graceful stop: GOAWAY */
+/* An extended CONNECT's stream (RFC 8441) becomes the side `to` of a
+ * splice once its 200 is submitted: fd_http_detach() */
+int fd_h2_detach(fd_request_t *r, fd_stream_t *to);
 
 #ifdef FD_HTTP3
 /* fd_http3.c: the same for a request an HTTP/3 stream carries (r->h3);

@@ -372,6 +372,99 @@ int fd_http_body_copy(fd_request_t *r, const void *data, size_t len)
     return fd_http_body_set(r, m, len);
 }
 
+/*
+ * gRPC requests (application/grpc, application/grpc+proto...) are not
+ * answered with a page a gRPC client cannot read: an error fastd makes
+ * itself is a "Trailers-Only" response (HTTP 200, grpc-status and
+ * grpc-message in the only header block, no body), as gRPC's
+ * PROTOCOL-HTTP2 says. gRPC-Web (application/grpc-web) is not this.
+ */
+static int grpc_request(const fd_request_t *r)
+{
+    fd_str_t ct = r->in.content_type;
+    size_t n = sizeof("application/grpc") - 1;
+
+    return ct.len >= n &&
+           fd_str_caseeq((fd_str_t){n, ct.data}, "application/grpc", n) &&
+           (ct.len == n || ct.data[n] == '+' || ct.data[n] == ';');
+}
+
+/* The status code for an HTTP status fastd answers with (conf/doc/
+ * http2.md, gRPC clients): gRPC's "HTTP to gRPC Status Code Mapping", but for what a
+ * limit refused (RESOURCE_EXHAUSTED, whatever status it was given), a
+ * gateway timeout (DEADLINE_EXCEEDED) and what no handler implements. */
+static unsigned grpc_code(const fd_request_t *r, int status)
+{
+    if (r->refused)
+        return 8; /* RESOURCE_EXHAUSTED */
+    switch (status) {
+    case 400:
+    case 500:
+        return 13; /* INTERNAL */
+    case 401:
+        return 16; /* UNAUTHENTICATED */
+    case 403:
+        return 7; /* PERMISSION_DENIED */
+    case 404:
+    case 405:
+    case 501:
+        return 12; /* UNIMPLEMENTED */
+    case 408:
+    case 504:
+        return 4; /* DEADLINE_EXCEEDED */
+    case 413:
+    case 429:
+    case 431:
+        return 8; /* RESOURCE_EXHAUSTED */
+    case 502:
+    case 503:
+        return 14; /* UNAVAILABLE */
+    default:
+        return 2; /* UNKNOWN */
+    }
+}
+
+static int grpc_error(fd_request_t *r, int status, const char *detail)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    fd_str_t sl = fd_http_status_line(status);
+    char *code = fd_pnalloc(r->pool, 4);
+    fd_sbuf_t sb;
+    size_t i, n = detail ? strlen(detail) : 0;
+
+    if (code == NULL || fd_sbuf_init(&sb, r->pool, 64 + 3 * n) != FD_OK)
+        return FD_ERROR;
+    /* grpc-message is percent-encoded: what is not printable ASCII, and
+     * '%' itself */
+    fd_sbuf_add_str(&sb, sl);
+    if (n)
+        fd_sbuf_add_lit(&sb, ": ");
+    for (i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)detail[i];
+        if (ch >= 0x20 && ch < 0x7f && ch != '%') {
+            fd_sbuf_addc(&sb, (char)ch);
+        } else {
+            fd_sbuf_addc(&sb, '%');
+            fd_sbuf_addc(&sb, hex[ch >> 4]);
+            fd_sbuf_addc(&sb, hex[ch & 15]);
+        }
+    }
+    if (fd_sbuf_failed(&sb))
+        return FD_ERROR;
+    r->status = 200;
+    r->content_type = fd_string("application/grpc");
+    r->content_length = 0;
+    return fd_http_header_add(
+               r, fd_string("grpc-status"),
+               (fd_str_t){(size_t)(fd_fmt_uint(code, grpc_code(r, status)) -
+                                   code),
+                          code}) == FD_OK &&
+                   fd_http_header_add(r, fd_string("grpc-message"),
+                                      fd_sbuf_str(&sb)) == FD_OK
+               ? FD_OK
+               : FD_ERROR;
+}
+
 int fd_http_error_detail(fd_request_t *r, int status, const char *detail)
 {
     fd_error_page_t *ep;
@@ -386,6 +479,8 @@ int fd_http_error_detail(fd_request_t *r, int status, const char *detail)
     r->trailers_out = NULL;
     r->last_modified = -1;
     r->etag.len = 0;
+    if (grpc_request(r))
+        return grpc_error(r, status, detail);
     r->content_type = fd_string("text/html");
     if (r->retry_after && (status == 503 || status == 429)) {
         char *v = fd_pnalloc(r->pool, 16);

@@ -68,6 +68,10 @@ typedef struct {
                                * "/." (fd_http_normalize_path copies it) */
     unsigned preconditions:1; /* If-Match or If-Unmodified-Since came (a
                                * file's response looks them up) */
+    unsigned ext_connect:1;   /* HTTP/2's extended CONNECT with :protocol
+                               * websocket (RFC 8441), made a GET with
+                               * Upgrade: websocket for a handler that
+                               * tunnels (FD_MODULE_TUNNEL) */
     unsigned host_headers;
     unsigned te_flags;
 

@@ -104,6 +104,10 @@ fd_request_t *fd_http_subrequest(fd_request_t *r, fd_str_t path,
     sr->in.expect_continue = 0;
     sr->in.content_type = fd_null_string;
     sr->in.query = fd_null_string;
+    /* it asks, it never becomes a tunnel (WebSocket, RFC 8441's too) */
+    sr->in.conn_upgrade = 0;
+    sr->in.upgrade = fd_null_string;
+    sr->in.ext_connect = 0;
     if (sub_headers(sr, r) != FD_OK || fd_sbuf_init(&sb, pool, path.len + 16)
                                            != FD_OK) {
         fd_pool_destroy(pool);
