@@ -868,8 +868,9 @@ static int apply_module_section(load_t *ld, unsigned from, unsigned to,
     for (s = ld->cycle->sections; s; s = s->next)
         if (s->module == m && strcmp(s->name, name) == 0) {
             at(ld, &ld->e[from]);
-            return fd_conf_error(cf, "duplicate [%s %s] (first at %s:%d)",
-                                 m->section, name, s->file, s->line);
+            return fd_conf_error(cf, "duplicate [%s%s%s] (first at %s:%d)",
+                                 m->section, *name ? " " : "", name,
+                                 s->file, s->line);
         }
     s = fd_pcalloc(cf->pool, sizeof(*s));
     s->module = m;
@@ -949,13 +950,21 @@ static int apply_globals(load_t *ld)
         for (k = 0; k < 2 * fd_nmodules; k++) {
             const fd_module_t *m = section_module(k);
             if (m && is_named(e->section, m->section, &name)) {
+                if (m->section_unnamed)
+                    return fd_conf_error(cf, "[%s] takes no name",
+                                         m->section);
                 if (apply_module_section(ld, i, j, m, name) != FD_OK)
                     return FD_ERROR;
                 break;
             }
-            if (m && strcmp(e->section, m->section) == 0)
-                return fd_conf_error(cf, "[%s] needs a name: [%s NAME]",
-                                     m->section, m->section);
+            if (m && strcmp(e->section, m->section) == 0) {
+                if (!m->section_unnamed)
+                    return fd_conf_error(cf, "[%s] needs a name: [%s NAME]",
+                                         m->section, m->section);
+                if (apply_module_section(ld, i, j, m, "") != FD_OK)
+                    return FD_ERROR;
+                break;
+            }
         }
         if (k == 2 * fd_nmodules) {
             fd_conf_near_t nr;

@@ -335,6 +335,22 @@ static inline int64_t drained(const zone_t *z, const entry_t *e, uint64_t now)
     return out < (uint64_t)e->excess ? e->excess - (int64_t)out : 0;
 }
 
+/* e's excess with one more request at now: nginx's, what is left after
+ * draining plus the request, at least 0 (not the drained excess, at
+ * least 0, plus one: that kept a drained key a request above the rate,
+ * and burst=0 let one request through, then none ever again) */
+static inline int64_t next_excess(const zone_t *z, const entry_t *e,
+                                  uint64_t now)
+{
+    uint64_t ms = now > e->last ? now - e->last : 0, out;
+    uint64_t full = (uint64_t)e->excess + 1000;
+
+    if (ms > UINT64_MAX / (uint64_t)z->rate)
+        return 0;
+    out = ms * (uint64_t)z->rate / 1000;
+    return out < full ? (int64_t)(full - out) : 0;
+}
+
 /*
  * Count one request of key k in zone z: FD_OK with *wait (ms; 0: none),
  * or FD_DECLINED past the burst (the request is not counted, as nginx).
@@ -383,7 +399,7 @@ static int account(const zone_t *z, const limit_loc_t *lc, const char *k,
         *wait = 0;
         return FD_OK;
     }
-    excess = drained(z, e, now) + 1000;
+    excess = next_excess(z, e, now);
     if (excess > lc->burst) {
         unlock(b);
         return FD_DECLINED;
