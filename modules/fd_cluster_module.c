@@ -177,12 +177,14 @@ static int parse_addr(fd_conf_t *cf, const char *url, addr_t *a)
     host[n] = '\0';
     if (colon) {
         n = (size_t)(end - colon - 1);
-        if (n == 0 || n >= sizeof(port) ||
-            fd_conf_parse_uint(colon + 1, 65535) <= 0)
+        if (n == 0 || n >= sizeof(port))
             return fd_conf_error(cf, "[cluster] redis: bad port in \"%s\"",
                                  url);
         memcpy(port, colon + 1, n);
         port[n] = '\0';
+        if (fd_conf_parse_uint(port, 65535) <= 0)
+            return fd_conf_error(cf, "[cluster] redis: bad port in \"%s\"",
+                                 url);
     }
     if (*end == '/' && end[1]) {
         errno = 0;
