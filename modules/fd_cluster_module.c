@@ -392,10 +392,12 @@ static fd_redis_cmd_t *cmd_push(rconn_t *c, fd_redis_done_pt done,
     cmd->sent = now_usec();
     *c->tail = cmd;
     c->tail = &cmd->next;
-    if (c->watch == NULL && done)
+    c->pending++;
+    if (c->watch == NULL && done) {
+        /* the first not timed out: its deadline is the next */
         c->watch = cmd;
-    if (c->pending++ == 0)
         watch_arm(c);
+    }
     return cmd;
 }
 
