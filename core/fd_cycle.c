@@ -154,7 +154,8 @@ static const char *key_home(const char *key, char *buf, size_t n)
     for (i = 0; i < 2 * fd_nmodules; i++) {
         const fd_module_t *m = section_module(i);
         if (m && fd_conf_find(m->section_directives, key)) {
-            snprintf(buf, n, "[%s NAME]", m->section);
+            snprintf(buf, n, m->section_unnamed ? "[%s]" : "[%s NAME]",
+                     m->section);
             return buf;
         }
     }
@@ -1605,8 +1606,10 @@ void fd_conf_dump_keys(FILE *fp)
         snprintf(title, sizeof(title), "module %s: location keys", m->name);
         dump_table(fp, title, m->directives);
         if (m->section) {
-            snprintf(title, sizeof(title), "module %s: [%s NAME]", m->name,
-                     m->section);
+            snprintf(title, sizeof(title),
+                     m->section_unnamed ? "module %s: [%s]"
+                                        : "module %s: [%s NAME]",
+                     m->name, m->section);
             dump_table(fp, title, m->section_directives);
         }
         if (m->also) {
