@@ -436,7 +436,17 @@ static void conn_connected(rconn_t *c)
     const char *argv[2];
     size_t len[2];
     char db[16];
+    /* what was asked while it connected goes after the handshake */
+    char *out = c->out;
+    size_t olen = c->olen;
+    fd_redis_cmd_t *head = c->head, **tail = c->tail, *cmd;
+    unsigned pending = c->pending;
 
+    c->out = NULL;
+    c->olen = c->osize = 0;
+    c->head = c->watch = NULL;
+    c->tail = &c->head;
+    c->pending = 0;
     c->state = C_HANDSHAKE;
     c->handshake = 1;
     if (a->password) {
@@ -470,9 +480,30 @@ static void conn_connected(rconn_t *c)
         c->handshake++;
     }
     c->handshake--;
+    if (head) {
+        /* the handshake is owed by when they are */
+        for (cmd = c->head; cmd; cmd = cmd->next)
+            cmd->deadline = head->deadline;
+        if (out_reserve(c, olen) != FD_OK)
+            goto failed;
+        memcpy(c->out + c->olen, out, olen);
+        c->olen += olen;
+        *c->tail = head;
+        c->tail = tail;
+        c->pending += pending;
+        head = NULL;
+        watch_arm(c);
+    }
+    free(out);
     return;
 
 failed:
+    free(out);
+    if (head) { /* answered by the failure */
+        *c->tail = head;
+        c->tail = tail;
+        c->pending += pending;
+    }
     conn_fail(c, "out of memory");
 }
 
@@ -724,6 +755,16 @@ static fd_redis_cmd_t *redis_command(int argc, const char **argv,
         if (c->state == C_READY && c->pending < MAX_PENDING)
             break;
     }
+    /* a worker's first connect (a start, a reload): the command waits for
+     * it, within its timeout, rather than be refused; after a failure a
+     * connect is no promise, and commands are refused until one is up */
+    if (i == nconns)
+        for (i = 0; i < nconns; i++) {
+            c = &conns[i];
+            if (c->state != C_DOWN && !c->logged_down &&
+                c->pending < MAX_PENDING)
+                break;
+        }
     if (i == nconns || out_command(c, argc, argv, len) != FD_OK) {
         area->refused++;
         return NULL;

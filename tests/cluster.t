@@ -15,6 +15,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use FastdTest;
 use Redis;
+use POSIX ();
 use Test::More;
 use Time::HiRes qw(time sleep);
 
@@ -144,7 +145,7 @@ is(metric($t2, 'limit_req_fallbacks') // 0, 0, 'and no fallback taken');
 my $sleeper = fork // die;
 if (!$sleeper) {
     $redis->cli('DEBUG', 'SLEEP', '1.5');
-    exit 0;
+    POSIX::_exit(0);
 }
 FastdTest::wait_for(sub {
     my $t = time;

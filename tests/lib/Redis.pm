@@ -34,6 +34,7 @@ sub new {
         port  => $o{port} // FastdTest::free_port(),
         netns => $o{netns},
         name  => $o{name} // 'redis',
+        owner => $$,
     }, $class;
     return $self->start ? $self : undef;
 }
@@ -99,6 +100,7 @@ sub stop {
     $self->{pid} = undef;
 }
 
-sub DESTROY { $_[0]->stop }
+# a forked child of the test leaves the server alone
+sub DESTROY { $_[0]->stop if $_[0]{owner} == $$ }
 
 1;
