@@ -2,6 +2,9 @@
 # A fleet: three fastd instances in three network namespaces, a real
 # redis-server in a fourth, all on a bridge the test makes (as root) and
 # always removes; the clients (wrk) in the root namespace. Checked:
+#   - a TLS 1.3 session made on A resumes on B and C (openssl s_client
+#     -sess_out / -sess_in: "Reused"; the same ssl_session_ticket_key
+#     file), and still after a rotation of the key files and reloads;
 #   - a 20 r/s limit_req (store = redis) with 3 clients hammering the 3
 #     instances admits 20 r/s in total, within 10%;
 #   - redis-server killed under load: every request answered (on_error =
@@ -18,6 +21,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use FastdTest;
 use Redis;
+use TLS;
 use IO::Socket::INET;
 use POSIX qw(:sys_wait_h);
 use Test::More;
@@ -83,12 +87,16 @@ my $redis = Redis->new(dir => $tmp->dir, host => $ip{$redis_ns},
     or BAIL_OUT('redis-server did not start in its namespace');
 ok(1, "redis-server in $redis_ns at $ip{$redis_ns}:6379");
 
-my @f;
-for my $i (0 .. 2) {
-    my $t = FastdTest->new;
-    my $port = $t->port;
-    $t->write_conf(FastdTest::base_conf(
+my $pki = TLS->new($tmp->dir);
+my $cert = $pki->server('a.test');
+my @tk = map { my $f = $tmp->dir . "/ticket$_.key";
+               system("openssl rand 80 > '$f'") == 0 or die; $f } 1 .. 2;
+
+sub fleet_conf {
+    my ($i, $port, $tport, $keys) = @_;
+    return FastdTest::base_conf(
         main => { workers => 1 },
+        http => { ssl_session_ticket_key => $keys },
         server => { listen => "$ip{$ns[$i]}:$port" },
         locations => <<"L",
 [location /api]
@@ -97,8 +105,17 @@ limit_req = fleet nodelay
 
 [location = /status]
 handler = status
+
+[server]
+listen = $ip{$ns[$i]}:$tport ssl
+server_name = a.test
+ssl_certificate = $cert->{crt}
+ssl_certificate_key = $cert->{key}
+
+[location /plaintext]
+handler = plaintext
 L
-        extra => <<"E"));
+        extra => <<"E");
 [cluster]
 redis = redis://$ip{$redis_ns}:6379/0
 timeout = 200ms
@@ -108,8 +125,18 @@ rate = 20r/s
 store = redis
 on_error = local
 E
+}
+
+my @f;
+for my $i (0 .. 2) {
+    my $t = FastdTest->new;
+    my $port = $t->port;
+    $t->{tport} = $t->another_port;
+    $t->{i} = $i;
+    $t->write_conf(fleet_conf($i, $port, $t->{tport}, $tk[0]));
     $t->start({ wrap => ['ip', 'netns', 'exec', $ns[$i]], nowait => 1 });
     $t->{addr} = "$ip{$ns[$i]}:$port";
+    $t->{taddr} = "$ip{$ns[$i]}:$t->{tport}";
     push @f, $t;
 }
 
@@ -137,6 +164,41 @@ sub all_up {
         !grep { (metric($_, 'redis_up') // 0) != 1 } @t }, 15, 0.1);
 }
 ok(all_up(@f), 'each instance\'s worker is connected to Redis');
+
+# --- TLS sessions resume across the fleet ------------------------------
+# one s_client connection: "New" or "Reused" (a request with Connection:
+# close, so the TLS 1.3 ticket that follows the handshake is read)
+sub tls {
+    my ($t, @args) = @_;
+    my $out = `printf 'GET /plaintext HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n' | timeout 10 openssl s_client -connect $t->{taddr} -servername a.test -tls1_3 -ign_eof -CAfile $pki->{dir}/ca.crt @args 2>&1`;
+    return $out =~ /^(New|Reused), TLSv1\.3/m ? $1 : "none: $out";
+}
+for my $t (@f) {
+    FastdTest::wait_for(sub { up_at($t->{taddr}) }, 15);
+}
+my $sess = $tmp->dir . '/sess.pem';
+is(tls($f[0], '-sess_out', $sess), 'New', 'TLS 1.3: a new session on A');
+is(tls($f[1], '-sess_in', $sess), 'Reused', 'resumed on B');
+is(tls($f[2], '-sess_in', $sess), 'Reused', 'and on C');
+
+# a rotation: every instance takes the new file, the old still decrypts
+for my $t (@f) {
+    my ($port) = $t->{addr} =~ /:(\d+)$/;
+    $t->write_conf(fleet_conf($t->{i}, $port, $t->{tport}, "$tk[1] $tk[0]"));
+    my @old = $t->workers;
+    $t->signal('HUP');
+    ok(FastdTest::wait_for(sub {
+        my %o = map { $_ => 1 } @old;
+        my @w = $t->workers;
+        @w == 1 && !grep { $o{$_} } @w;
+    }, 15), 'reloaded with the next ticket key');
+}
+is(tls($f[2], '-sess_in', $sess), 'Reused', 'after the rotation: the old '
+   . 'ticket still resumes on C');
+my $sess2 = $tmp->dir . '/sess2.pem';
+is(tls($f[1], '-sess_out', $sess2), 'New', 'a new session on B');
+is(tls($f[0], '-sess_in', $sess2), 'Reused', 'resumed on A');
+ok(all_up(@f), 'the reloads reconnected to Redis');
 
 # wrk against each instance at once, for $secs: the 200s, the others,
 # the socket errors and the longest latency (s) of all
