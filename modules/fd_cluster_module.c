@@ -647,7 +647,11 @@ static void conn_read(rconn_t *c)
                 area->errors++;
             if (reply.type == FD_REDIS_ERR && reply.str.len >= 8 &&
                 memcmp(reply.str.data, "READONLY", 8) == 0) {
-                /* a replica (a failover demoted it): the next address */
+                /* a replica (a failover demoted it): the next address;
+                 * its caller answered as the others will be */
+                reply.type = FD_REDIS_FAIL;
+                if (cmd->done)
+                    cmd->done(cmd->data, &reply);
                 freeReplyObject(r);
                 cmd_free(cmd);
                 conn_fail(c, "a read-only replica");
