@@ -165,6 +165,8 @@ static int start_workers(void)
                      "\"%s\" (user = root keeps them root)",
                      cycle->main.user);
 
+    /* ssl_session_ticket_key files are the keys before a worker runs */
+    (void)fd_ssl_ticket_rotate(cycle);
     for (i = 0; i < (unsigned)cycle->nworkers; i++)
         if (spawn_worker(i) < 0)
             return FD_ERROR;

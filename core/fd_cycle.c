@@ -155,7 +155,8 @@ static const char *key_home(const char *key, char *buf, size_t n)
     for (i = 0; i < 2 * fd_nmodules; i++) {
         const fd_module_t *m = section_module(i);
         if (m && fd_conf_find(m->section_directives, key)) {
-            snprintf(buf, n, "[%s NAME]", m->section);
+            snprintf(buf, n, m->section_unnamed ? "[%s]" : "[%s NAME]",
+                     m->section);
             return buf;
         }
     }
@@ -889,8 +890,9 @@ static int apply_module_section(load_t *ld, unsigned from, unsigned to,
     for (s = ld->cycle->sections; s; s = s->next)
         if (s->module == m && strcmp(s->name, name) == 0) {
             at(ld, &ld->e[from]);
-            return fd_conf_error(cf, "duplicate [%s %s] (first at %s:%d)",
-                                 m->section, name, s->file, s->line);
+            return fd_conf_error(cf, "duplicate [%s%s%s] (first at %s:%d)",
+                                 m->section, *name ? " " : "", name,
+                                 s->file, s->line);
         }
     s = fd_pcalloc(cf->pool, sizeof(*s));
     s->module = m;
@@ -1018,13 +1020,21 @@ static int apply_globals(load_t *ld)
         for (k = 0; k < 2 * fd_nmodules; k++) {
             const fd_module_t *m = section_module(k);
             if (m && is_named(e->section, m->section, &name)) {
+                if (m->section_unnamed)
+                    return fd_conf_error(cf, "[%s] takes no name",
+                                         m->section);
                 if (apply_module_section(ld, i, j, m, name) != FD_OK)
                     return FD_ERROR;
                 break;
             }
-            if (m && strcmp(e->section, m->section) == 0)
-                return fd_conf_error(cf, "[%s] needs a name: [%s NAME]",
-                                     m->section, m->section);
+            if (m && strcmp(e->section, m->section) == 0) {
+                if (!m->section_unnamed)
+                    return fd_conf_error(cf, "[%s] needs a name: [%s NAME]",
+                                         m->section, m->section);
+                if (apply_module_section(ld, i, j, m, "") != FD_OK)
+                    return FD_ERROR;
+                break;
+            }
         }
         if (k == 2 * fd_nmodules) {
             fd_conf_near_t nr;
@@ -1690,8 +1700,10 @@ void fd_conf_dump_keys(FILE *fp)
         snprintf(title, sizeof(title), "module %s: location keys", m->name);
         dump_table(fp, title, m->directives);
         if (m->section) {
-            snprintf(title, sizeof(title), "module %s: [%s NAME]", m->name,
-                     m->section);
+            snprintf(title, sizeof(title),
+                     m->section_unnamed ? "module %s: [%s]"
+                                        : "module %s: [%s NAME]",
+                     m->name, m->section);
             dump_table(fp, title, m->section_directives);
         }
         if (m->also) {

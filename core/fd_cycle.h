@@ -62,6 +62,9 @@ typedef struct {
     int inline_completions;
     fd_int_t max_headers;
     fd_msec_t ssl_session_ticket_rotate;
+    /* ssl_session_ticket_key files, read at load: 80 bytes each */
+    fd_conf_list_t ssl_session_ticket_key;
+    unsigned char *ssl_ticket_keys; /* their bytes, in order */
     fd_int_t http2_max_concurrent_streams;
     size_t http2_max_header_size;
     size_t http2_initial_window;

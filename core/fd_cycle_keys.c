@@ -68,6 +68,48 @@ static int set_load_module(fd_conf_t *cf, const fd_directive_t *d,
     return FD_OK;
 }
 
+/* ssl_session_ticket_key = FILE [OLD]: 80 bytes from each, read at load
+ * (so -t checks them) */
+static int set_ticket_key(fd_conf_t *cf, const fd_directive_t *d,
+                          void *conf, const char *v)
+{
+    fd_http_conf_t *h = conf;
+    unsigned char *keys = fd_palloc(cf->pool, 160);
+    char *names = fd_pstrdup(cf->pool, v, strlen(v)), *save, *name, *path;
+    char extra;
+    unsigned n = 0;
+    FILE *f;
+    size_t got;
+
+    (void)d;
+    if (keys == NULL || names == NULL)
+        return fd_conf_error(cf, "out of memory");
+    for (name = strtok_r(names, " \t", &save); name;
+         name = strtok_r(NULL, " \t", &save), n++) {
+        if (n == 2)
+            return fd_conf_error(cf, "ssl_session_ticket_key: two files at "
+                                 "most (the key that encrypts, one that "
+                                 "still decrypts)");
+        path = fd_conf_path(cf, name);
+        if (path == NULL || (f = fopen(path, "rb")) == NULL)
+            return fd_conf_error(cf, "ssl_session_ticket_key: cannot open "
+                                 "\"%s\": %s", name, strerror(errno));
+        got = fread(keys + 80 * n, 1, 80, f);
+        if (got == 80 && fread(&extra, 1, 1, f) == 1)
+            got++;
+        fclose(f);
+        if (got != 80)
+            return fd_conf_error(cf, "ssl_session_ticket_key: \"%s\" is "
+                                 "not 80 bytes (openssl rand 80 > FILE; the "
+                                 "48-byte form is not taken)", name);
+    }
+    if (n == 0)
+        return fd_conf_error(cf, "ssl_session_ticket_key: FILE [OLD]");
+    h->ssl_ticket_keys = keys;
+    h->ssl_session_ticket_key.n = n;
+    return FD_OK;
+}
+
 static int set_user(fd_conf_t *cf, const fd_directive_t *d, void *conf,
                     const char *v)
 {
@@ -222,6 +264,15 @@ const fd_directive_t fd_http_directives[] = {
             "key before it still decrypts, so a ticket lives one to two "
             "periods (and never longer than ssl_session_timeout). The "
             "keys are shared by every worker and outlive reloads"},
+    {.name = "ssl_session_ticket_key", .type = FD_CONF_CUSTOM,
+     .set = set_ticket_key,
+     .doc = "FILE [OLD]: session ticket keys of nginx's format (80 random "
+            "bytes: name, HMAC and AES-256 keys; openssl rand 80 > FILE), "
+            "so every instance of a fleet given the same files resumes "
+            "the others' sessions. FILE encrypts, OLD still decrypts "
+            "(rotate by hand: a new FILE, the old one as OLD, reload); "
+            "ssl_session_ticket_rotate does not apply. Relative: to the "
+            "prefix. The 48-byte form (AES-128) is not taken"},
     {.name = "http2_max_concurrent_streams", .type = FD_CONF_INT,
      .offset = HTTP(http2_max_concurrent_streams), .def = "128", .min = 1,
      .max = 65536,

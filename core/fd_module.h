@@ -97,6 +97,8 @@ struct fd_module_s {
      * section_directives, section_size and init_section are read. Its
      * sections' ->module is that descriptor. */
     const struct fd_module_s *also;
+    /* The section is one, without a name ([cluster]): found as "" */
+    unsigned section_unnamed;
     /* After the whole file is applied (resolve names, check references). */
     int (*init_cycle)(fd_conf_t *cf, fd_cycle_t *cycle);
 

@@ -30,8 +30,10 @@
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
+#include <openssl/sha.h>
 
 #include "fd_core.h"
+#include "fd_cluster.h"
 #include "fd_http.h"
 #include "fd_status.h"
 #include "fd_var.h"
@@ -61,6 +63,8 @@ typedef struct {
     int key_line;
     char *rate_text;
     size_t size;
+    int store;                /* STORE_LOCAL, STORE_REDIS */
+    int on_error;             /* ON_ERROR_* */
 
     char *name;
     unsigned index;           /* in the status area */
@@ -95,7 +99,49 @@ typedef struct {
 typedef struct {
     char name[ZONE_NAME_MAX];
     uint64_t passed, delayed, rejected, dry_run;
+    uint64_t fallbacks;       /* store = redis: answered by on_error */
 } zone_shm_t;
+
+enum { STORE_LOCAL, STORE_REDIS };
+enum { ON_ERROR_LOCAL, ON_ERROR_ALLOW, ON_ERROR_DENY };
+
+static const fd_conf_enum_t stores[] = {
+    {"local", STORE_LOCAL}, {"redis", STORE_REDIS}, {NULL, 0}};
+static const fd_conf_enum_t on_errors[] = {
+    {"local", ON_ERROR_LOCAL}, {"allow", ON_ERROR_ALLOW},
+    {"deny", ON_ERROR_DENY}, {NULL, 0}};
+
+/*
+ * store = redis: the same leaky bucket, kept in Redis by a script that
+ * runs atomically there, on Redis's clock (the fleet's clocks need not
+ * agree). KEYS[1] the zone's key; ARGV rate, burst, delay in
+ * milli-requests (per second for the rate). A hash of e (excess) and t
+ * (ms of the last counted request), expiring once it has drained, so an
+ * idle key vanishes. It answers the ms to wait (0: none), or -1: past
+ * the burst (not counted, as the local zone).
+ */
+static const char script[] =
+    "local t = redis.call('TIME')\n"
+    "local now = t[1] * 1000 + math.floor(t[2] / 1000)\n"
+    "local rate, burst, delay = tonumber(ARGV[1]), tonumber(ARGV[2]), "
+    "tonumber(ARGV[3])\n"
+    "local v = redis.call('HMGET', KEYS[1], 'e', 't')\n"
+    "local excess = 0\n"
+    "if v[1] then\n"
+    "  local ms = now - tonumber(v[2])\n"
+    "  if ms < 0 then ms = 0 end\n"
+    "  excess = tonumber(v[1]) + 1000 - math.floor(ms * rate / 1000)\n"
+    "  if excess < 0 then excess = 0 end\n"
+    "  if excess > burst then return -1 end\n"
+    "end\n"
+    "redis.call('HSET', KEYS[1], 'e', excess, 't', now)\n"
+    "redis.call('PEXPIRE', KEYS[1], "
+    "math.floor((excess + 1000) * 1000 / rate) + 1)\n"
+    "if excess > delay then\n"
+    "  return math.floor((excess - delay) * 1000 / rate)\n"
+    "end\n"
+    "return 0\n";
+static char script_sha[41];
 
 fd_module_t fd_limit_req_module;
 
@@ -132,6 +178,16 @@ static const fd_directive_t zone_directives[] = {
      .doc = "the table shared by every worker: 264 bytes per 4 keys "
             "(1m holds about 15,800 keys); a full bucket gives a new "
             "key the place of the one with the least excess left"},
+    {.name = "store", .type = FD_CONF_ENUM, .offset = ZOFF(store),
+     .def = "local", .enums = stores,
+     .doc = "local: the table above, this machine's; redis: the buckets "
+            "are kept in the [cluster]'s Redis, one limit for a whole "
+            "fleet (a request waits at most [cluster] timeout for it)"},
+    {.name = "on_error", .type = FD_CONF_ENUM, .offset = ZOFF(on_error),
+     .def = "local", .enums = on_errors,
+     .doc = "store = redis, when Redis does not answer in time: local "
+            "(this machine's table decides), allow (the request passes) "
+            "or deny (limit_req_status)"},
     FD_CONF_END};
 
 static int parse_rate(const char *s, int64_t *rate)
@@ -274,6 +330,24 @@ static int limit_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
 /* Number the zones (their entries in the status area). */
 static int limit_init_cycle(fd_conf_t *cf, fd_cycle_t *cycle)
 {
+    fd_conf_section_t *s;
+    unsigned char md[SHA_DIGEST_LENGTH];
+    unsigned i;
+
+    for (s = cycle->sections; s; s = s->next) {
+        zone_t *z = s->conf;
+        if (s->module != &fd_limit_req_module || z->store != STORE_REDIS ||
+            fd_cluster_configured(cycle))
+            continue;
+        cf->file = s->file;
+        cf->line = s->line;
+        return fd_conf_error(cf, "[limit_req %s]: store = redis needs a "
+                             "[cluster] section (redis = redis://HOST:6379)",
+                             z->name);
+    }
+    SHA1((const unsigned char *)script, sizeof(script) - 1, md);
+    for (i = 0; i < SHA_DIGEST_LENGTH; i++)
+        snprintf(script_sha + 2 * i, 3, "%02x", md[i]);
     return fd_cycle_number_sections(cf, cycle, &fd_limit_req_module,
                                     ZONE_MAX, offsetof(zone_t, index));
 }
@@ -335,6 +409,22 @@ static inline int64_t drained(const zone_t *z, const entry_t *e, uint64_t now)
     return out < (uint64_t)e->excess ? e->excess - (int64_t)out : 0;
 }
 
+/* e's excess with one more request at now: nginx's, what is left after
+ * draining plus the request, at least 0 (not the drained excess, at
+ * least 0, plus one: that kept a drained key a request above the rate,
+ * and burst=0 let one request through, then none ever again) */
+static inline int64_t next_excess(const zone_t *z, const entry_t *e,
+                                  uint64_t now)
+{
+    uint64_t ms = now > e->last ? now - e->last : 0, out;
+    uint64_t full = (uint64_t)e->excess + 1000;
+
+    if (ms > UINT64_MAX / (uint64_t)z->rate)
+        return 0;
+    out = ms * (uint64_t)z->rate / 1000;
+    return out < full ? (int64_t)(full - out) : 0;
+}
+
 /*
  * Count one request of key k in zone z: FD_OK with *wait (ms; 0: none),
  * or FD_DECLINED past the burst (the request is not counted, as nginx).
@@ -383,7 +473,7 @@ static int account(const zone_t *z, const limit_loc_t *lc, const char *k,
         *wait = 0;
         return FD_OK;
     }
-    excess = drained(z, e, now) + 1000;
+    excess = next_excess(z, e, now);
     if (excess > lc->burst) {
         unlock(b);
         return FD_DECLINED;
@@ -403,6 +493,11 @@ typedef struct {
     fd_timer_t timer;         /* first */
     fd_request_t *r;
     void (*prev_abort)(fd_request_t *r);
+    const limit_loc_t *lc;
+    fd_redis_cmd_t *cmd;      /* store = redis: the question in flight */
+    fd_str_t key;             /* the request's key (store = redis) */
+    fd_str_t rkey;            /* its name in Redis */
+    unsigned eval:1;          /* asked with the script's text */
 } wait_t;
 
 #define COUNT(z, f) \
@@ -420,17 +515,198 @@ static void wait_over(fd_timer_t *t)
 
 static void wait_cleanup(void *data)
 {
-    fd_timer_del(&((wait_t *)data)->timer);
+    wait_t *w = data;
+
+    fd_timer_del(&w->timer);
+    if (w->cmd) {
+        fd_cluster->cancel(w->cmd);
+        w->cmd = NULL;
+    }
 }
 
 static void wait_abort(fd_request_t *r)
 {
     wait_t *w = *fd_request_ctx(r, &fd_limit_req_module);
 
-    fd_timer_del(&w->timer);
+    wait_cleanup(w);
     r->on_abort = w->prev_abort;
     if (w->prev_abort)
         w->prev_abort(r);
+}
+
+/* r's wait state, made once; NULL: out of memory */
+static wait_t *wait_of(fd_request_t *r, const limit_loc_t *lc)
+{
+    void **ctx = fd_request_ctx(r, &fd_limit_req_module);
+    wait_t *w;
+
+    if (ctx == NULL)
+        return NULL;
+    if (*ctx)
+        return *ctx;
+    w = fd_pcalloc(r->pool, sizeof(*w));
+    if (w == NULL || fd_pool_cleanup_add(r->pool, wait_cleanup, w) == NULL)
+        return NULL;
+    *ctx = w;
+    w->r = r;
+    w->lc = lc;
+    w->timer.handler = wait_over;
+    w->prev_abort = r->on_abort;
+    return w;
+}
+
+/* The answer for a count that gave rc (FD_DECLINED: past the burst) and
+ * wait ms: FD_OK, FD_AGAIN (r waits on its timer) or the status */
+static int verdict(fd_request_t *r, const limit_loc_t *lc, const zone_t *z,
+                   int rc, uint64_t wait)
+{
+    wait_t *w;
+
+    if (rc != FD_OK) {
+        if (lc->dry_run) {
+            COUNT(z, dry_run);
+            fd_log_error(FD_LOG_WARN, 0, "limiting requests, dry run, by "
+                         "zone \"%s\"", z->name);
+            return FD_OK;
+        }
+        COUNT(z, rejected);
+        fd_log_error(FD_LOG_WARN, 0, "limiting requests by zone \"%s\"",
+                     z->name);
+        r->refused = 1;
+        return (int)lc->status;
+    }
+    if (wait == 0 || lc->dry_run) {
+        COUNT(z, passed);
+        return FD_OK;
+    }
+    COUNT(z, delayed);
+    if ((w = wait_of(r, lc)) == NULL)
+        return 500;
+    r->on_abort = wait_abort;
+    fd_timer_add(&w->timer, (fd_msec_t)wait);
+    return FD_AGAIN;
+}
+
+/* store = redis without an answer: on_error's */
+static int fallback(fd_request_t *r, const limit_loc_t *lc, const zone_t *z,
+                    fd_str_t key)
+{
+    uint64_t wait = 0;
+    int rc;
+
+    COUNT(z, fallbacks);
+    switch (z->on_error) {
+    case ON_ERROR_ALLOW:
+        return verdict(r, lc, z, FD_OK, 0);
+    case ON_ERROR_DENY:
+        return verdict(r, lc, z, FD_DECLINED, 0);
+    default:
+        rc = account(z, lc, key.data, key.len, fd_current_msec, &wait);
+        return verdict(r, lc, z, rc, wait);
+    }
+}
+
+static void redis_done(void *data, const fd_redis_reply_t *reply);
+
+/* Ask Redis for w's key: FD_OK (asked) or FD_ERROR (not sent) */
+static int redis_ask(wait_t *w)
+{
+    const zone_t *z = w->lc->zone;
+    char rate[24], burst[24], delay[24];
+    const char *argv[7];
+    size_t len[7];
+
+    argv[0] = w->eval ? "EVAL" : "EVALSHA";
+    argv[1] = w->eval ? script : script_sha;
+    argv[2] = "1";
+    argv[3] = w->rkey.data;
+    argv[4] = rate;
+    argv[5] = burst;
+    argv[6] = delay;
+    len[0] = strlen(argv[0]);
+    len[1] = w->eval ? sizeof(script) - 1 : 40;
+    len[2] = 1;
+    len[3] = w->rkey.len;
+    len[4] = (size_t)snprintf(rate, sizeof(rate), "%lld", (long long)z->rate);
+    len[5] = (size_t)snprintf(burst, sizeof(burst), "%lld",
+                              (long long)w->lc->burst);
+    len[6] = (size_t)snprintf(delay, sizeof(delay), "%lld",
+                              (long long)w->lc->delay);
+    w->cmd = fd_cluster->command(7, argv, len, redis_done, w);
+    return w->cmd ? FD_OK : FD_ERROR;
+}
+
+/* The request resumes with rc (verdict's) */
+static void resume(wait_t *w, int rc)
+{
+    fd_request_t *r = w->r;
+
+    if (rc == FD_AGAIN)
+        return; /* on its timer */
+    r->on_abort = w->prev_abort;
+    if (rc == FD_OK)
+        fd_http_access_continue(r, &fd_limit_req_module);
+    else
+        fd_request_finish(r, rc);
+}
+
+static void redis_done(void *data, const fd_redis_reply_t *reply)
+{
+    wait_t *w = data;
+    const limit_loc_t *lc = w->lc;
+    const zone_t *z = lc->zone;
+
+    w->cmd = NULL;
+    if (reply->type == FD_REDIS_INT) {
+        resume(w, verdict(w->r, lc, z, reply->integer < 0 ? FD_DECLINED
+                                                          : FD_OK,
+                          reply->integer < 0 ? 0
+                                             : (uint64_t)reply->integer));
+        return;
+    }
+    if (reply->type == FD_REDIS_ERR && !w->eval && reply->str.len >= 8 &&
+        memcmp(reply->str.data, "NOSCRIPT", 8) == 0) {
+        /* a Redis that has not seen the script (new, restarted, failed
+         * over): its text, once; later requests find it by its SHA */
+        w->eval = 1;
+        if (redis_ask(w) == FD_OK)
+            return;
+    } else if (reply->type == FD_REDIS_ERR) {
+        fd_log_error(FD_LOG_ERR, 0, "limit_req zone \"%s\": redis: %.*s",
+                     z->name, (int)fd_min(reply->str.len, 200),
+                     reply->str.data);
+    }
+    resume(w, fallback(w->r, lc, z, w->key));
+}
+
+/* store = redis: FD_AGAIN while Redis is asked, else on_error's answer */
+static int redis_start(fd_request_t *r, const limit_loc_t *lc,
+                       const zone_t *z, fd_str_t key)
+{
+    static const char prefix[] = "fastd:limit_req:";
+    size_t zn = strlen(z->name);
+    wait_t *w;
+    char *p;
+
+    if (fd_cluster == NULL)
+        return fallback(r, lc, z, key);
+    if ((w = wait_of(r, lc)) == NULL)
+        return 500;
+    w->rkey.len = sizeof(prefix) - 1 + zn + 1 + key.len;
+    if ((p = fd_palloc(r->pool, w->rkey.len + key.len)) == NULL)
+        return 500;
+    /* fastd:limit_req:ZONE:KEY, and the key alone (a fallback's) */
+    memcpy(p, prefix, sizeof(prefix) - 1);
+    memcpy(p + sizeof(prefix) - 1, z->name, zn);
+    p[sizeof(prefix) - 1 + zn] = ':';
+    memcpy(p + sizeof(prefix) + zn, key.data, key.len);
+    w->rkey.data = p;
+    w->key.data = p + sizeof(prefix) + zn;
+    w->key.len = key.len;
+    if (redis_ask(w) != FD_OK)
+        return fallback(r, lc, z, w->key); /* down: no wait for it */
+    r->on_abort = wait_abort;
+    return FD_AGAIN;
 }
 
 static int limit_access(fd_request_t *r)
@@ -441,8 +717,7 @@ static int limit_access(fd_request_t *r)
     fd_sbuf_t sb;
     fd_str_t key;
     uint64_t wait;
-    void **ctx;
-    wait_t *w;
+    int rc;
 
     /* counted once: not again after a rewrite, nor once it waited */
     if (z == NULL || r->rate_counted)
@@ -462,36 +737,10 @@ static int limit_access(fd_request_t *r)
     }
     if (key.len == 0)
         return FD_OK; /* nothing to count by: not limited */
-    if (account(z, lc, key.data, key.len, fd_current_msec, &wait) !=
-        FD_OK) {
-        if (lc->dry_run) {
-            COUNT(z, dry_run);
-            fd_log_error(FD_LOG_WARN, 0, "limiting requests, dry run, by "
-                         "zone \"%s\"", z->name);
-            return FD_OK;
-        }
-        COUNT(z, rejected);
-        fd_log_error(FD_LOG_WARN, 0, "limiting requests by zone \"%s\"",
-                     z->name);
-        r->refused = 1;
-        return (int)lc->status;
-    }
-    if (wait == 0 || lc->dry_run) {
-        COUNT(z, passed);
-        return FD_OK;
-    }
-    COUNT(z, delayed);
-    ctx = fd_request_ctx(r, &fd_limit_req_module);
-    w = ctx ? fd_pcalloc(r->pool, sizeof(*w)) : NULL;
-    if (w == NULL || fd_pool_cleanup_add(r->pool, wait_cleanup, w) == NULL)
-        return 500;
-    *ctx = w;
-    w->r = r;
-    w->timer.handler = wait_over;
-    w->prev_abort = r->on_abort;
-    r->on_abort = wait_abort;
-    fd_timer_add(&w->timer, (fd_msec_t)wait);
-    return FD_AGAIN;
+    if (z->store == STORE_REDIS)
+        return redis_start(r, lc, z, key);
+    rc = account(z, lc, key.data, key.len, fd_current_msec, &wait);
+    return verdict(r, lc, z, rc, wait);
 }
 
 static int limit_loc_active(const fd_http_loc_t *loc)
@@ -524,6 +773,9 @@ static void limit_status(fd_status_t *st, const void *a, unsigned worker)
                           "past the burst.", labels, e->rejected);
         fd_status_counter(st, "limit_req_dry_run", "Requests a dry run "
                           "would have rejected.", labels, e->dry_run);
+        fd_status_counter(st, "limit_req_fallbacks", "Requests on_error "
+                          "answered (store = redis without an answer).",
+                          labels, e->fallbacks);
     }
 }
 
@@ -542,6 +794,7 @@ static void limit_retire(void *retired, const void *a)
         into->delayed += s->delayed;
         into->rejected += s->rejected;
         into->dry_run += s->dry_run;
+        into->fallbacks += s->fallbacks;
     }
 }
 

@@ -432,6 +432,27 @@ static int cycle_has_ssl(const fd_cycle_t *cycle)
     return 0;
 }
 
+/* ssl_session_ticket_key: nginx's 80 bytes are the name, the HMAC key
+ * and the AES key, in that order; no rotation (0: no alarm) */
+static unsigned tickets_from_files(const fd_cycle_t *cycle)
+{
+    const unsigned char *b = cycle->http.ssl_ticket_keys;
+    ticket_key_t k[2];
+    unsigned i;
+
+    for (i = 0; i < 2; i++) {
+        const unsigned char *f =
+            b + 80 * (i < cycle->http.ssl_session_ticket_key.n ? i : 0);
+        memcpy(k[i].name, f, 16);
+        memcpy(k[i].hmac, f + 16, 32);
+        memcpy(k[i].aes, f + 48, 32);
+    }
+    if (memcmp(k, tickets->keys, sizeof(k)) != 0)
+        tickets_store(k);
+    OPENSSL_cleanse(k, sizeof(k));
+    return 0;
+}
+
 unsigned fd_ssl_ticket_rotate(const fd_cycle_t *cycle)
 {
     fd_msec_t every = cycle->http.ssl_session_ticket_rotate, now, left;
@@ -439,6 +460,8 @@ unsigned fd_ssl_ticket_rotate(const fd_cycle_t *cycle)
 
     if (tickets == NULL || !cycle_has_ssl(cycle))
         return 0;
+    if (cycle->http.ssl_session_ticket_key.n)
+        return tickets_from_files(cycle);
     now = mono_msec();
     if (now - tickets_rotated >= every) {
         tickets_load(k);
