@@ -308,10 +308,14 @@ static int database_init_worker(void)
 
 static void db_stop(const char *name, void *conf, void *data)
 {
+    fd_db_t *db = conf;
+
     (void)name;
     (void)data;
-    if (((fd_db_t *)conf)->kind == DB_PG)
-        db_pg_exit_worker(conf);
+    if (db->kind == DB_PG)
+        db_pg_exit_worker(db);
+    fd_api_posted_free(db->flush);
+    db->flush = NULL;
 }
 
 static void database_exit_worker(void)

@@ -242,6 +242,21 @@ static int queue_init_worker(void)
     return FD_OK;
 }
 
+static void queue_stop(const char *name, void *conf, void *data)
+{
+    queue_t *q = conf;
+
+    (void)name;
+    (void)data;
+    fd_api_posted_free(q->dispatch);
+    q->dispatch = NULL;
+}
+
+static void queue_exit_worker(void)
+{
+    fd_api_section_each("queue", queue_stop, NULL);
+}
+
 /* --- the waiting list --- */
 
 static void wait_unlink(queue_t *q, queue_ctx_t *x)
@@ -549,6 +564,7 @@ FD_API_MODULE = {
     .conf_size = sizeof(queue_loc_t),
     .init_conf = queue_init_conf,
     .init_worker = queue_init_worker,
+    .exit_worker = queue_exit_worker,
     .access = queue_access,
     .active = queue_active,
     .log = queue_log,

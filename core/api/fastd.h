@@ -766,10 +766,12 @@ fd_api_req_pt fd_req_on_abort(fd_request_t *r, fd_api_req_pt on_abort);
 /* A call at the end of the loop's turn, after the events of this one (a
  * request released then never runs inside another one's end). new, from
  * init_worker: NULL when out of memory; post: once until it runs, however
- * many times it is posted. */
+ * many times it is posted. free, from exit_worker: fn is not called
+ * after it, even when it was posted (NULL is fine). */
 typedef struct fd_api_posted_s fd_api_posted_t;
 fd_api_posted_t *fd_api_posted_new(void (*fn)(void *data), void *data);
 void fd_api_post(fd_api_posted_t *p);
+void fd_api_posted_free(fd_api_posted_t *p);
 
 /* --- 1.4: the loop's descriptors, timers that are kept, the pool ----------- */
 

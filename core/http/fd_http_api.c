@@ -868,6 +868,10 @@ static void api_posted_run(void *data)
 {
     fd_api_posted_t *ap = data;
 
+    if (ap->fn == NULL) { /* freed while posted */
+        free(ap);
+        return;
+    }
     ap->posted = 0;
     ap->fn(ap->data);
 }
@@ -882,6 +886,18 @@ fd_api_posted_t *fd_api_posted_new(void (*fn)(void *data), void *data)
     ap->fn = fn;
     ap->data = data;
     return ap;
+}
+
+/* A posted one is on the loop's list: it goes when its turn comes */
+void fd_api_posted_free(fd_api_posted_t *ap)
+{
+    if (ap == NULL)
+        return;
+    if (ap->posted) {
+        ap->fn = NULL;
+        return;
+    }
+    free(ap);
 }
 
 void fd_api_post(fd_api_posted_t *ap)
