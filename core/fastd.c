@@ -219,8 +219,13 @@ static void reap(void)
         for (i = 0; i < FD_MAX_WORKER_SLOTS; i++)
             if (workers[i].pid == pid)
                 break;
-        if (i == FD_MAX_WORKER_SLOTS)
+        if (i == FD_MAX_WORKER_SLOTS) {
+            for (unsigned m = 0; m < fd_nmodules; m++)
+                if (fd_modules[m]->master_reap &&
+                    fd_modules[m]->master_reap(pid, status))
+                    break;
             continue;
+        }
         fd_stats_retire(workers[i].slot);
         workers[i].pid = 0;
         if (workers[i].quitting || sig_quit || sig_term)
@@ -246,6 +251,14 @@ static void reap(void)
     /* a reload's retired reuseport sockets close with the last worker
      * that held them */
     fd_listening_retire(oldest_generation());
+}
+
+/* The modules' helper processes (ACME), after the workers of a cycle. */
+static void start_helpers(void)
+{
+    for (unsigned m = 0; m < fd_nmodules; m++)
+        if (fd_modules[m]->master_start)
+            fd_modules[m]->master_start(cycle);
 }
 
 static void reload(void)
@@ -290,6 +303,7 @@ static void reload(void)
         fd_log_error(FD_LOG_ALERT, 0, "not all new workers started");
     /* the new workers accept on the same sockets; the old ones drain */
     signal_workers(SIGQUIT, 1, nc->generation);
+    start_helpers();
     fd_cycle_free(old);
     fd_log_error(FD_LOG_NOTICE, 0, "configuration reloaded (generation "
                  "%llu)", (unsigned long long)nc->generation);
@@ -365,6 +379,7 @@ static int master_loop(void)
     fd_proctitle_set("master process");
     if (start_workers() != FD_OK)
         return 1;
+    start_helpers();
     notify("READY=1");
     fd_log_error(FD_LOG_NOTICE, 0, "fastd %s started, %ld workers",
                  FASTD_VERSION, (long)cycle->nworkers);
@@ -434,7 +449,7 @@ static int master_loop(void)
     return 0;
 }
 
-static int send_signal(const char *name)
+static int send_signal(const char *name, const char *arg)
 {
     static const struct {
         const char *name;
@@ -449,9 +464,21 @@ static int send_signal(const char *name)
     for (i = 0; i < fd_nelems(sigs); i++)
         if (strcmp(sigs[i].name, name) == 0)
             break;
-    if (i == fd_nelems(sigs)) {
-        fprintf(stderr, "fastd: invalid signal \"%s\" (reload, quit, stop, "
-                "reopen)\n", name);
+    if (i == fd_nelems(sigs) || arg != NULL) {
+        /* a module's command (renew NAME) */
+        for (unsigned m = 0; m < fd_nmodules; m++) {
+            int rc;
+            if (fd_modules[m]->command == NULL)
+                continue;
+            rc = fd_modules[m]->command(cycle, name, arg);
+            if (rc != FD_DECLINED)
+                return rc == FD_OK ? 0 : 1;
+        }
+    }
+    if (i == fd_nelems(sigs) || arg != NULL) {
+        fprintf(stderr, "fastd: invalid signal \"%s%s%s\" (reload, quit, "
+                "stop, reopen, renew NAME)\n", name, arg ? " " : "",
+                arg ? arg : "");
         return 1;
     }
     fp = fopen(cycle->main.pid, "r");
@@ -487,7 +514,9 @@ static void usage(FILE *fp)
             "it, and exit\n"
             "  -s SIGNAL      signal the master named by the pid file: "
             "reload, quit,\n"
-            "                 stop or reopen (the log files)\n"
+            "                 stop or reopen (the log files); -s renew "
+            "NAME: renew\n"
+            "                 the ACME certificate NAME now\n"
             "  -k             print every configuration key (Markdown) and "
             "exit\n"
             "  -v, -V, --version  print the version, the module API's and "
@@ -519,7 +548,7 @@ int main(int argc, char **argv)
         {"version", no_argument, NULL, 'v'},
         {NULL, 0, NULL, 0},
     };
-    const char *sig = NULL;
+    const char *sig = NULL, *sig_arg = NULL;
     int test = 0, cli = 0, opt;
 
     fd_ssl_mem_init(); /* before OpenSSL allocates anything */
@@ -569,6 +598,9 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    /* -s renew NAME: the one signal with an argument */
+    if (sig && optind < argc && optind + 1 == argc)
+        sig_arg = argv[optind++];
     if (optind < argc) {
         fprintf(stderr, "fastd: unexpected argument \"%s\" (see fastd "
                 "-h)\n", argv[optind]);
@@ -604,7 +636,7 @@ load:
         return 0;
     }
     if (sig)
-        return send_signal(sig);
+        return send_signal(sig, sig_arg);
 
     if (cycle->main.error_log && strcmp(cycle->main.error_log, "stderr"))
         make_parent_dir(cycle->main.error_log);

@@ -141,9 +141,32 @@ struct fd_module_s {
     int (*try_file)(fd_request_t *r, fd_str_t uri, int dir);
     /* Its $variables (fd_var.h), FD_VAR_END-ended; NULL: none. */
     const struct fd_var_s *vars;
+    /*
+     * Before routing (after the path is normalised), for every request on
+     * every server: FD_DECLINED goes on to the locations; FD_OK: the
+     * module set the whole response in r (ACME's http-01 answers, which
+     * no location may shadow). NULL: none. Called only in a worker where
+     * some module's init_worker set fd_http_early_on (below): requests
+     * pay nothing for a hook with no work.
+     */
+    int (*early)(fd_request_t *r);
+    /* Master, once the workers of a cycle run (start and every reload):
+     * start or restart the module's helper processes. */
+    void (*master_start)(fd_cycle_t *cycle);
+    /* Master: a child that is no worker exited; 1 when it was this
+     * module's (it may start it again), 0 when not. */
+    int (*master_reap)(pid_t pid, int status);
+    /* fastd -s CMD ARG for a command no signal names ("renew NAME"):
+     * FD_OK done, FD_DECLINED not this module's, FD_ERROR (said on
+     * stderr). Runs in the fastd that was asked, not the master. */
+    int (*command)(fd_cycle_t *cycle, const char *cmd, const char *arg);
 
     unsigned index;                   /* set at startup: position in list */
 };
+
+/* Cleared before the modules' init_worker; set by one whose early hook
+ * has work in this worker (fd_http.c). */
+extern int fd_http_early_on;
 
 /* objs/fd_modules.c's built-in ones, then those [main] load_module adds
  * (fd_dso.c, at most FD_DSO_MAX): NULL-ended */

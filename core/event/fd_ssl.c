@@ -81,7 +81,10 @@ static int add_path(fd_conf_t *cf, const fd_directive_t *d, ssl_paths_t *l,
         return fd_conf_error(cf, "out of memory");
     if (l->n)
         memcpy(items, l->items, l->n * sizeof(*items));
-    items[l->n].path = fd_conf_path(cf, value);
+    /* ssl_certificate = acme:NAME names an issuer, not a file */
+    items[l->n].path = strncmp(value, "acme:", 5) == 0
+                           ? fd_pstrdup(cf->pool, value, strlen(value))
+                           : fd_conf_path(cf, value);
     items[l->n].key = d->name;
     items[l->n].file = cf->file;
     items[l->n].line = cf->line;
@@ -244,7 +247,9 @@ const fd_directive_t fd_ssl_server_directives[] = {
      .doc = "PEM certificate (then its chain) served on a listen ... ssl "
             "address; repeatable, paired in order with "
             "ssl_certificate_key: an ECDSA and an RSA pair side by side, "
-            "OpenSSL picks by the client's signature algorithms"},
+            "OpenSSL picks by the client's signature algorithms; "
+            "acme:NAME instead: obtained and renewed from [acme NAME] "
+            "for the server's server_names (then alone, with no key)"},
     {.name = "ssl_certificate_key", .type = FD_CONF_LIST,
      .offset = SSL_OFF(keys), .set = set_paths,
      .doc = "PEM private key of the ssl_certificate of the same rank; a "
@@ -647,6 +652,11 @@ static int alpn_cb(SSL *ssl, const unsigned char **out, unsigned char *outlen,
     unsigned char *sel;
 
     (void)arg;
+    /* tls-alpn-01 (RFC 8737): the provider answers with the challenge's
+     * certificate */
+    if (fd_ssl_cert_provider && fd_ssl_cert_provider->alpn &&
+        fd_ssl_cert_provider->alpn(ssl, out, outlen, in, inlen))
+        return SSL_TLSEXT_ERR_OK;
     if (ls && ls->http2) {
         ours = h2h1;
         ourlen = sizeof(h2h1) - 1;
@@ -804,6 +814,41 @@ int fd_ssl_ctx_setup(SSL_CTX *ctx, const fd_ssl_protocols_t *p,
     return FD_OK;
 }
 
+const fd_ssl_cert_provider_t *fd_ssl_cert_provider;
+
+static int ctx_build(fd_cycle_t *cycle, fd_http_server_t *srv,
+                     const fd_listening_t *ls, char *err, size_t errlen);
+
+/*
+ * ssl_certificate = acme:NAME: the context is built as for files, with no
+ * certificate of its own; the provider (the acme module) gives it the
+ * current one and a cert callback that takes a newer one at a handshake.
+ */
+static int acme_build(fd_cycle_t *cycle, fd_http_server_t *srv,
+                      const fd_listening_t *ls, char *err, size_t errlen)
+{
+    ssl_conf_t *sc = srv->ssl;
+    fd_ssl_path_t *c = &sc->certs.items[0];
+
+    if (fd_ssl_cert_provider == NULL)
+        return ssl_conf_error(err, errlen, c->file, c->line,
+                              "ssl_certificate \"%s\": fastd was built "
+                              "without the acme module", c->path);
+    if (sc->certs.n != 1 || sc->keys.n != 0)
+        return ssl_conf_error(err, errlen, c->file, c->line,
+                              "ssl_certificate \"%s\" is the server's only "
+                              "certificate, with no ssl_certificate_key",
+                              c->path);
+    sc->certs.n = 0; /* ctx_build loads no file */
+    if (ctx_build(cycle, srv, ls, err, errlen) != FD_OK) {
+        sc->certs.n = 1;
+        return FD_ERROR;
+    }
+    sc->certs.n = 1;
+    return fd_ssl_cert_provider->attach(sc->ctx, c->path + 5, srv, c->file,
+                                        c->line, err, errlen);
+}
+
 static int ctx_build(fd_cycle_t *cycle, fd_http_server_t *srv,
                      const fd_listening_t *ls, char *err, size_t errlen)
 {
@@ -812,10 +857,15 @@ static int ctx_build(fd_cycle_t *cycle, fd_http_server_t *srv,
     uint64_t opts;
     unsigned i;
 
-    if (sc->certs.n == 0)
+    /* acme_build() comes here with certs.n = 0 on purpose */
+    if (sc->certs.n == 0 &&
+        !(sc->certs.items && strncmp(sc->certs.items[0].path, "acme:", 5) ==
+                                 0))
         return ssl_conf_error(err, errlen, srv->file, srv->line,
                               "[server] listens on %s ssl but has no "
                               "ssl_certificate", ls->text);
+    if (sc->certs.n && strncmp(sc->certs.items[0].path, "acme:", 5) == 0)
+        return acme_build(cycle, srv, ls, err, errlen);
     if (sc->keys.n != sc->certs.n) {
         const ssl_paths_t *more = sc->keys.n > sc->certs.n ? &sc->keys
                                                             : &sc->certs;

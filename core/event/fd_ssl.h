@@ -5,6 +5,9 @@
 #include "fd_conf.h"
 #include "fd_stream.h"
 
+typedef struct ssl_st SSL;
+typedef struct ssl_ctx_st SSL_CTX;
+
 /*
  * TLS with OpenSSL 3: the per-[server] contexts, SNI, session tickets
  * shared by every worker, and the TLS transport under fd_stream_t.
@@ -43,6 +46,22 @@ int fd_ssl_set_path(fd_conf_t *cf, const fd_directive_t *d, void *conf,
  * fd_ssl_conf_create() makes, with the defaults, for every server). */
 extern const fd_directive_t fd_ssl_server_directives[];
 void *fd_ssl_conf_create(fd_conf_t *cf);
+
+/*
+ * ssl_certificate = acme:NAME: a module that obtains certificates (acme)
+ * registers itself here. attach() gives a server's new context its
+ * certificate (the current one, or a placeholder) and whatever callback
+ * keeps it current: FD_OK, or FD_ERROR with err naming file:line. alpn(),
+ * from the ALPN callback of every ssl address: 1 when it answered the
+ * handshake itself (tls-alpn-01), with *out the protocol chosen.
+ */
+typedef struct {
+    int (*attach)(SSL_CTX *ctx, const char *name, fd_http_server_t *srv,
+                  const char *file, int line, char *err, size_t errlen);
+    int (*alpn)(SSL *ssl, const unsigned char **out, unsigned char *outlen,
+                const unsigned char *in, unsigned inlen);
+} fd_ssl_cert_provider_t;
+extern const fd_ssl_cert_provider_t *fd_ssl_cert_provider;
 
 /* Load time, in the master: the contexts of every server that listens on
  * an "ssl" address. FD_OK, or FD_ERROR with err naming file:line. Part of

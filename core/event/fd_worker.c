@@ -987,6 +987,7 @@ static int worker_init(fd_worker_t *w, fd_cycle_t *cycle)
     fd_uring_wake = park_wake_hook;
     fd_time_update();
 
+    fd_http_early_on = 0;
     for (m = 0; m < fd_nmodules; m++)
         if (fd_modules[m]->init_worker &&
             fd_modules[m]->init_worker(w) != FD_OK)
@@ -1099,6 +1100,7 @@ int fd_worker_fuzz_cycle(fd_cycle_t *cycle)
         return FD_OK;
     }
     w->cycle = cycle;
+    fd_http_early_on = 0;
     for (m = 0; m < fd_nmodules; m++)
         if (fd_modules[m]->init_worker &&
             fd_modules[m]->init_worker(w) != FD_OK)

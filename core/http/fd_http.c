@@ -43,6 +43,8 @@
  */
 enum { LT_NONE = 0, LT_IN = 1, LT_HUP = 2 };
 
+int fd_http_early_on;
+
 static uint32_t lt_events(int in, int out)
 {
     return (in == LT_IN ? EPOLLIN | EPOLLRDHUP : in == LT_HUP ? EPOLLRDHUP : 0)
@@ -690,6 +692,12 @@ void fd_http_request_start(fd_request_t *r)
     }
     r->path.data = path;
     r->path.len = plen;
+    if (fd_http_early_on)
+        for (unsigned m = 0; m < fd_nmodules; m++)
+            if (fd_modules[m]->early && fd_modules[m]->early(r) == FD_OK) {
+                fd_http_finalize(r, FD_OK);
+                return;
+            }
     r->loc = fd_http_find_location(r);
     if (r->loc->realip_own)
         request_realip(r, &r->loc->realip);
