@@ -43,6 +43,9 @@
 /* small output pieces are gathered up to this before going on */
 #define SUBF_STAGE (16 * 1024)
 #define SUBF_READ (64 * 1024)
+/* up to this many bytes that begin a FROM are looked for with memchr()
+ * (vectorised), more with the table a byte at a time */
+#define SUBF_FB 4
 
 typedef struct {
     fd_str_t from;                /* lowercased */
@@ -63,6 +66,13 @@ typedef struct {
     int any_type;
     size_t maxlen;                /* the longest FROM */
     uint8_t first[256];           /* 1: a FROM begins with this byte */
+    /* the FROMs' first two bytes (lowercased), a bit each pair: a
+     * candidate whose next byte begins no FROM is passed without trying
+     * them; short1: a FROM of one byte, no such check */
+    uint8_t pair[256 * 256 / 8];
+    int short1;
+    unsigned nfb;                 /* how many bytes begin one */
+    unsigned char fb[SUBF_FB];    /* those bytes, when few */
 } subf_conf_t;
 
 /* one filtered response's state, in its memory */
@@ -195,7 +205,6 @@ static int subf_init_conf(void *conf)
     char *tok, *save, *copy;
     size_t len;
 
-    /* a lone "sub_filter = off"-like location has no patterns: inactive */
     memset(sc->first, 0, sizeof(sc->first));
     sc->maxlen = 0;
     for (i = 0; i < sc->npats; i++) {
@@ -204,8 +213,26 @@ static int subf_init_conf(void *conf)
         sc->first[b] = 1;
         if (b >= 'a' && b <= 'z')
             sc->first[b - 32] = 1;
+    }
+    for (i = 0, sc->nfb = 0; i < 256; i++) {
+        if (!sc->first[i])
+            continue;
+        if (sc->nfb < SUBF_FB)
+            sc->fb[sc->nfb] = (unsigned char)i;
+        sc->nfb++;
+    }
+    memset(sc->pair, 0, sizeof(sc->pair));
+    sc->short1 = 0;
+    for (i = 0; i < sc->npats; i++) {
+        const unsigned char *f = (const unsigned char *)sc->pats[i].from.data;
+        unsigned pi = (unsigned)f[0] << 8 | f[1];
+
         if (sc->pats[i].from.len > sc->maxlen)
             sc->maxlen = sc->pats[i].from.len;
+        if (sc->pats[i].from.len == 1)
+            sc->short1 = 1;
+        else
+            sc->pair[pi >> 3] |= (uint8_t)(1 << (pi & 7));
     }
     /* text/html always, as nginx */
     for (i = 0; i < sc->ntypes_in; i++)
@@ -300,7 +327,9 @@ static int feed(fd_request_t *r, subf_ctx_t *x, const char *d, size_t len,
                 int end)
 {
     const subf_conf_t *c = x->c;
+    const char *nx[SUBF_FB];
     size_t i, run, p;
+    unsigned j;
     int k;
 
     if (x->hlen) {
@@ -338,12 +367,36 @@ static int feed(fd_request_t *r, subf_ctx_t *x, const char *d, size_t len,
         d += p - hlen;
         len -= p - hlen;
     }
+    if (c->nfb <= SUBF_FB)
+        for (j = 0; j < c->nfb; j++)
+            nx[j] = d - 1; /* not looked for yet */
     for (i = run = 0; i < len;) {
         if (x->done == x->all)
             break; /* once: nothing left to replace */
-        while (i < len && !c->first[(unsigned char)d[i]])
-            i++;
-        if (i == len || (k = match_at(x, d + i, len - i, end)) == -1) {
+        if (c->nfb <= SUBF_FB) {
+            /* the nearest of each first byte, found again only once passed */
+            const char *best = d + len;
+
+            for (j = 0; j < c->nfb; j++) {
+                if (nx[j] != NULL && nx[j] < d + i)
+                    nx[j] = memchr(d + i, c->fb[j], len - i);
+                if (nx[j] != NULL && nx[j] < best)
+                    best = nx[j];
+            }
+            i = (size_t)(best - d);
+        } else
+            while (i < len && !c->first[(unsigned char)d[i]])
+                i++;
+        if (i + 1 < len && !c->short1) {
+            unsigned pi = (unsigned)lower[(unsigned char)d[i]] << 8 |
+                          lower[(unsigned char)d[i + 1]];
+
+            if (!(c->pair[pi >> 3] & (1 << (pi & 7)))) {
+                i++;
+                continue;
+            }
+        }
+        if (i >= len || (k = match_at(x, d + i, len - i, end)) == -1) {
             i++;
             continue;
         }
