@@ -512,6 +512,7 @@ static int filter_start(fd_request_t *r, const fd_gzip_encoder_t *enc,
 {
     int64_t len = fd_resp_get_length(r);
     gzip_ctx_t *x = fd_req_alloc(r, sizeof(*x));
+    int rc;
 
     if (x == NULL)
         return FD_ERROR;
@@ -522,9 +523,16 @@ static int filter_start(fd_request_t *r, const fd_gzip_encoder_t *enc,
     if ((x->st = enc->open(level, len > 0 ? (size_t)len : 0)) == NULL)
         return FD_OK; /* uncompressed */
     x->complete = (unsigned)complete;
-    if (set_encoded(r, enc) != FD_OK)
+    rc = fd_resp_body_filter(r, gzip_body);
+    if (rc == FD_DECLINED) {
+        /* no room in the chain: uncompressed */
+        enc->close(x->st, 1);
+        x->st = NULL;
+        return FD_OK;
+    }
+    if (rc != FD_OK)
         return FD_ERROR; /* the cleanup gives the state back */
-    return fd_resp_body_filter(r, gzip_body) == FD_ERROR ? FD_ERROR : FD_OK;
+    return set_encoded(r, enc);
 }
 
 /* Already encoded, or a range of the body: left alone (looked at once
@@ -548,8 +556,8 @@ static int stream_start(fd_request_t *r, const gzip_conf_t *gc)
         return FD_OK;
     if (add_vary(r) != FD_OK)
         return FD_ERROR;
-    /* a body filter already set transforms the body: not twice */
-    if (fd_resp_is_header_only(r) || fd_resp_has_body_filter(r) ||
+    /* a body filter already set (sub_filter) comes before gzip's */
+    if (fd_resp_is_header_only(r) ||
         (enc = choose(r, gc, set, &level)) == NULL)
         return FD_OK;
     return filter_start(r, enc, level, 0);
@@ -592,8 +600,7 @@ static int gzip_filter(fd_request_t *r)
     /* from here on the response depends on Accept-Encoding */
     if (add_vary(r) != FD_OK)
         return FD_ERROR;
-    if (fd_resp_has_body_filter(r) ||
-        (enc = choose(r, gc, set, &level)) == NULL)
+    if ((enc = choose(r, gc, set, &level)) == NULL)
         return FD_OK;
     if (fd_resp_is_header_only(r)) {
         /* the GET's header: encoded, of a length known only once
@@ -601,7 +608,9 @@ static int gzip_filter(fd_request_t *r)
         fd_resp_length_unknown(r);
         return set_encoded(r, enc);
     }
-    if (total > GZIP_WHOLE_MAX)
+    /* long, or transformed by a body filter before gzip's (sub_filter):
+     * compressed as it is fed */
+    if (total > GZIP_WHOLE_MAX || fd_resp_has_body_filter(r))
         return filter_start(r, enc, level, 1);
     if ((st = enc->open(level, total)) == NULL)
         return FD_OK;

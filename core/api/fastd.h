@@ -873,8 +873,13 @@ unsigned fd_resp_get_pieces(fd_request_t *r, fd_api_piece_t *p,
  * flush point: what came must be on its way when filter returns (a
  * complete one's need not). FD_OK, or FD_ERROR (the response is cut).
  * fd_resp_body_filter() from a response filter sets it: the length then
- * is unknown (chunked over HTTP/1.1). FD_OK, or FD_DECLINED when another
- * filter has set one (one transform only; fd_resp_has_body_filter()).
+ * is unknown (chunked over HTTP/1.1). Body filters chain, up to four, in
+ * the order the response filters set them (module order: sub_filter's
+ * before gzip's): what one passes on is gathered and given to the next as
+ * one piece when it returns, one call for one call. FD_OK, or
+ * FD_DECLINED when the chain is full or the engine transforms the body
+ * itself. fd_resp_has_body_filter(): one is set (the body will not be
+ * the one fd_resp_get_pieces() shows).
  */
 typedef int (*fd_api_body_filter_pt)(fd_request_t *r,
                                      const fd_api_piece_t *in, unsigned n,
@@ -882,6 +887,9 @@ typedef int (*fd_api_body_filter_pt)(fd_request_t *r,
 int fd_resp_body_filter(fd_request_t *r, fd_api_body_filter_pt filter);
 int fd_resp_has_body_filter(fd_request_t *r);
 int fd_resp_filter_output(fd_request_t *r, const void *data, size_t len);
+/* Drops the response's validators, Last-Modified and ETag (the body is
+ * another than the one they name: sub_filter). */
+void fd_resp_remove_validators(fd_request_t *r);
 
 /* The content codings the client takes among offered (FD_API_ENC_*), the
  * one it prefers (br before gzip at equal q), or 0 for none. */

@@ -230,9 +230,10 @@ struct fd_request_s {
     size_t body_cap;
     /* the public API's reader of the body (fd_http_api.c), or NULL */
     struct fd_api_body_s *api_body;
-    /* a public-API module's body filter, behind the engine's body_filter
-     * (fd_resp_body_filter, 1.4) */
-    fd_api_body_filter_pt api_body_filter;
+    /* the public-API modules' body filters, behind the engine's
+     * body_filter, in the order their response filters set them
+     * (fd_resp_body_filter, 1.4), or NULL */
+    struct fd_api_filters_s *api_filters;
     /* what reading a streamed body failed with (400, 408, 413): the
      * status a handler's FD_ERROR answers, rather than 500 */
     int body_error;

@@ -1272,7 +1272,49 @@ unsigned fd_resp_get_pieces(fd_request_t *r, fd_api_piece_t *p,
     return n;
 }
 
-/* The engine's body filter in front of a module's: the chain as pieces */
+/* Body filters of modules in a chain (sub_filter, then gzip): what
+ * filter i passes on with fd_resp_filter_output() is gathered (copied:
+ * the filter may reuse its buffer) and handed to filter i + 1 as one
+ * piece when filter i returns, so that each call of one is one call of
+ * the next and a flush point stays one. The gathering buffer of a link
+ * grows by doubling, at most to twice the most one call has passed on. */
+#define API_FILTERS_MAX 4
+
+typedef struct {
+    char *data;
+    size_t len, cap;
+} api_link_t;
+
+typedef struct fd_api_filters_s {
+    fd_api_body_filter_pt fn[API_FILTERS_MAX];
+    api_link_t out[API_FILTERS_MAX - 1]; /* fn[i]'s output, for fn[i + 1] */
+    unsigned n;                          /* filters set */
+    unsigned cur;                        /* the one running */
+} fd_api_filters_t;
+
+static int api_chain(fd_request_t *r, const fd_api_piece_t *p, unsigned n,
+                     int last)
+{
+    fd_api_filters_t *f = r->api_filters;
+    fd_api_piece_t one;
+    unsigned i;
+    int rc;
+
+    for (i = 0;; i++) {
+        f->cur = i;
+        if (i + 1 < f->n)
+            f->out[i].len = 0;
+        rc = f->fn[i](r, p, n, last);
+        if (rc != FD_OK || i + 1 >= f->n)
+            return rc;
+        one = (fd_api_piece_t){.data = f->out[i].data, .len = f->out[i].len,
+                               .fd = -1};
+        p = &one;
+        n = one.len > 0;
+    }
+}
+
+/* The engine's body filter in front of the modules': the chain as pieces */
 static int api_body_filter(fd_request_t *r, fd_buf_t *in, int last)
 {
     fd_api_piece_t local[16], *p = local;
@@ -1286,14 +1328,22 @@ static int api_body_filter(fd_request_t *r, fd_buf_t *in, int last)
         return FD_ERROR;
     for (b = in, n = 0; b; b = b->next)
         p[n++] = piece_of(b);
-    return r->api_body_filter(r, p, n, last);
+    return api_chain(r, p, n, last);
 }
 
 int fd_resp_body_filter(fd_request_t *r, fd_api_body_filter_pt filter)
 {
-    if (r->body_filter)
+    fd_api_filters_t *f = r->api_filters;
+
+    /* an engine's own body filter, or a full chain */
+    if ((r->body_filter && f == NULL) || (f && f->n == API_FILTERS_MAX))
         return FD_DECLINED;
-    r->api_body_filter = filter;
+    if (f == NULL) {
+        if ((f = fd_pcalloc(r->pool, sizeof(*f))) == NULL)
+            return FD_ERROR;
+        r->api_filters = f;
+    }
+    f->fn[f->n++] = filter;
     r->body_filter = api_body_filter;
     r->content_length = -1;
     return FD_OK;
@@ -1306,10 +1356,37 @@ int fd_resp_has_body_filter(fd_request_t *r)
 
 int fd_resp_filter_output(fd_request_t *r, const void *data, size_t len)
 {
+    fd_api_filters_t *f = r->api_filters;
     fd_buf_t b = {.pos = (char *)(uintptr_t)data,
                   .last = (char *)(uintptr_t)data + len, .file_fd = -1};
+    api_link_t *l;
+    char *more;
+    size_t cap;
 
-    return fd_http_output_body(r, &b);
+    if (f == NULL || f->cur + 1 >= f->n)
+        return fd_http_output_body(r, &b);
+    l = &f->out[f->cur];
+    if (len > l->cap - l->len) {
+        for (cap = l->cap ? l->cap * 2 : 16384; cap < l->len + len; cap *= 2)
+            ;
+        if ((more = fd_pnalloc(r->pool, cap)) == NULL)
+            return FD_ERROR;
+        if (l->len)
+            memcpy(more, l->data, l->len);
+        l->data = more;
+        l->cap = cap;
+    }
+    memcpy(l->data + l->len, data, len);
+    l->len += len;
+    return FD_OK;
+}
+
+void fd_resp_remove_validators(fd_request_t *r)
+{
+    r->last_modified = -1;
+    r->etag = fd_null_string;
+    fd_resp_remove_header(r, "Last-Modified");
+    fd_resp_remove_header(r, "ETag");
 }
 
 unsigned fd_req_accept_encoding(fd_request_t *r, unsigned offered)

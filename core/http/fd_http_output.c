@@ -631,6 +631,7 @@ void fd_http_finalize(fd_request_t *r, int rc)
     if (!r->header_sent) {
         if (run_filters(r) != FD_OK) {
             r->body_filter = NULL;
+            r->api_filters = NULL;
             fd_http_error_page(r, 500);
         }
         if (r->content_length < 0 && r->body_filter == NULL &&
