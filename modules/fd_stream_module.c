@@ -352,7 +352,7 @@ static int stream_init_section(fd_conf_t *cf, const char *name, void *conf)
     if (fd_cycle_listening_add(cf, sc->listen, &stream_proto, sc) == NULL)
         return FD_ERROR;
     if (strchr(sc->pass, ':') != NULL) {
-        sc->up = fd_upstream_implicit(cf, sc->pass, NULL);
+        sc->up = fd_upstream_implicit(cf, sc->pass, "");
         if (sc->up == NULL)
             return FD_ERROR;
     }
@@ -360,8 +360,6 @@ static int stream_init_section(fd_conf_t *cf, const char *name, void *conf)
         cf->cycle->conns_per_ip = 1;
     if (sc->access_log && strcmp(sc->access_log, "off") == 0)
         sc->access_log = NULL;
-    if (sc->access_log && fd_api_conf_worker_file(sc->access_log) != FD_OK)
-        return fd_conf_error(cf, "out of memory");
     return FD_OK;
 }
 
@@ -431,11 +429,11 @@ static const fd_directive_t stream_directives[] = {
             "balance, max_fails, fail_timeout and health checks choose the "
             "server; a failed connect goes on to the next one)"},
     {.name = "proxy_timeout", .type = FD_CONF_MSEC,
-     .offset = SC(proxy_timeout), .def = "10m", .min = 1,
+     .offset = SC(proxy_timeout), .def = "10m", .min = 1, .max = 86400000,
      .doc = "a connection with no byte moved either way for this long is "
             "closed (nginx's proxy_timeout)"},
     {.name = "proxy_connect_timeout", .type = FD_CONF_MSEC,
-     .offset = SC(connect_timeout), .def = "60s", .min = 1,
+     .offset = SC(connect_timeout), .def = "60s", .min = 1, .max = 86400000,
      .doc = "time to connect to a server before trying the next one"},
     {.name = "proxy_protocol", .type = FD_CONF_FLAG,
      .offset = SC(proxy_protocol), .def = "off",
