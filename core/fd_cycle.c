@@ -678,6 +678,9 @@ static int server_listen(load_t *ld, fd_http_server_t *srv, unsigned from,
             if (ls->addrlen == len && memcmp(&ls->addr, &ss, len) == 0 &&
                 ls->quic == ((opts & FD_LISTEN_QUIC) != 0))
                 break;
+        if (ls && ls->owner)
+            return fd_conf_error(cf, "listen %s: a [stream] listens on "
+                                 "it", addr);
         if (ls == NULL) {
             ls = fd_pcalloc(cf->pool, sizeof(*ls));
             ls->addr = ss;
@@ -723,6 +726,43 @@ static int server_listen(load_t *ld, fd_http_server_t *srv, unsigned from,
         ls->nservers++;
     }
     return FD_OK;
+}
+
+fd_listening_t *fd_cycle_listening_add(fd_conf_t *cf, const char *value,
+                                       const struct fd_proto_s *proto,
+                                       void *owner)
+{
+    char addr[300];
+    struct sockaddr_storage ss;
+    socklen_t len;
+    unsigned opts;
+    fd_listening_t *ls;
+
+    if (fd_cycle_listen_parse(cf, value, &ss, &len, addr, &opts) != FD_OK)
+        return NULL;
+    if (opts)
+        return fd_conf_error(cf, "listen %s: no options here", addr),
+               NULL;
+    /* the [server]s' listen lines come later in the load: they check
+     * this list too (server_listen) */
+    for (ls = cf->cycle->listening; ls; ls = ls->next)
+        if (!ls->quic && ls->addrlen == len && memcmp(&ls->addr, &ss, len) == 0)
+            return fd_conf_error(cf, "listen %s: the address is already "
+                                 "listened on", addr),
+                   NULL;
+    ls = fd_pcalloc(cf->pool, sizeof(*ls));
+    if (ls == NULL)
+        return fd_conf_error(cf, "out of memory"), NULL;
+    ls->addr = ss;
+    ls->addrlen = len;
+    ls->text = fd_pstrdup(cf->pool, addr, strlen(addr));
+    ls->ev.fd = -1;
+    ls->proto = proto;
+    ls->owner = owner;
+    ls->index = cf->cycle->nlistening++;
+    ls->next = cf->cycle->listening;
+    cf->cycle->listening = ls;
+    return ls;
 }
 
 /* --- error pages (read once per load) --- */

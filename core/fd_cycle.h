@@ -102,6 +102,8 @@ struct fd_listening_s {
                                 * HTTP/3 (fd_quic.c); its ev.fd stays -1,
                                 * so the TCP accept paths pass it by */
     void *quic_tls;            /* its GnuTLS credentials (fd_quic_tls.c) */
+    void *owner;               /* a module's listener: its conf (a
+                                * [stream]); NULL for HTTP's */
     fd_listening_t *next;
 };
 
@@ -177,6 +179,13 @@ enum { FD_LISTEN_DEFAULT = 1, FD_LISTEN_SSL = 2, FD_LISTEN_HTTP2 = 4,
 int fd_cycle_listen_parse(fd_conf_t *cf, const char *v,
                           struct sockaddr_storage *ss, socklen_t *len,
                           char addr[300], unsigned *opts);
+/* A module's own listening address ([stream] listen = ADDR:PORT): no
+ * [server] on it, its connections go to proto with ls->owner = owner.
+ * NULL after fd_conf_error() (a bad address, or one already in use by
+ * another listener of the file). */
+fd_listening_t *fd_cycle_listening_add(fd_conf_t *cf, const char *value,
+                                       const struct fd_proto_s *proto,
+                                       void *owner);
 /* Find a module-owned section by type and name, e.g. ("upstream", "app") */
 void *fd_cycle_section(fd_cycle_t *cycle, const char *type, const char *name);
 /* A [TYPE NAME] section's name as the named-entry modules take it (queue,

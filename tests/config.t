@@ -149,9 +149,9 @@ bad_conf('listen ADDR:PORT without "=" (inih splits at the colon)',
 bad_conf('root DIR without "=" (no delimiter at all)',
     FastdTest::base_conf(locations => "[location /x]\nroot %%DIR%%\n"),
     qr/^root \//, also => qr/syntax error .*; missing "=" after "root"\?/);
-bad_conf('[stream]: not "did you mean [upstream]" but not supported',
+bad_conf('[stream] without a name',
     FastdTest::base_conf(extra => "\n[stream]\nlisten = 1\n"),
-    qr/^\[stream\]/, also => qr/\[stream\] is not supported: fastd has no TCP\/UDP \(L4\) stream proxy/);
+    qr/^\[stream\]/, also => qr/\[stream\] needs a name: \[stream NAME\]/);
 bad_conf('limit_conn_zone (nginx): points to [limit_conn NAME]',
     FastdTest::base_conf(locations => "[location /x]\nlimit_conn_zone = addr 10\n"),
     qr/^limit_conn_zone/, also => qr/unknown key "limit_conn_zone" in \[location \/x\]: fastd's is a \[limit_conn NAME\] section/);

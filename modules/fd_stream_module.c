@@ -1,0 +1,465 @@
+/*
+ * The L4 stream proxy: [stream NAME] sections, each a TCP listener whose
+ * connections are joined byte for byte to a server of an upstream group
+ * (pass = HOST:PORT makes an implicit one, pass = NAME names an
+ * [upstream NAME]): its balancer, max_fails and health checks choose the
+ * server, a refused or timed-out connect goes on to the next one.
+ *
+ * A connection is taken out of the engine at accept (its proto's init:
+ * no HTTP ever runs on it) into a splice (fd_stream.h), which does the
+ * copying on either event backend, bounded buffers both ways, a half-close
+ * passed on as shutdown(SHUT_WR), and proxy_timeout as its idle timeout.
+ * This file only picks, connects, and accounts: one access log line per
+ * connection, as nginx's stream log.
+ */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <time.h>
+
+#include "fd_core.h"
+#include "fd_connection.h"
+#include "fd_cycle.h"
+#include "fd_http.h"
+#include "fd_upstream.h"
+
+#define STREAM_BUF 16384
+
+enum { CLIENT, UPSTREAM }; /* the splice's sides */
+
+typedef struct {
+    char *listen;
+    char *pass;
+    fd_msec_t proxy_timeout;
+    fd_msec_t connect_timeout;
+    fd_int_t max_conns_per_ip;
+    int proxy_protocol;
+    char *access_log;
+    /* resolved */
+    const char *name;
+    fd_upstream_t *up;
+    int log_fd;                /* per worker; -1: none */
+} stream_conf_t;
+
+typedef struct {
+    fd_splice_t sp;
+    stream_conf_t *sc;
+    fd_upstream_conn_t *uc;    /* while connecting */
+    fd_upstream_peer_t *peer;  /* acquired: counted active on it */
+    void *ipref;               /* the client's place in max_conns_per_ip */
+    fd_api_addr_t client, local;
+    fd_msec_t start;
+    int status;                /* nginx's $status: 200, 502, 503 */
+    fd_posted_t free_post;
+    char mem[2][STREAM_BUF];
+    uint64_t tried[];          /* fd_upstream_tried_words(up) */
+} session_t;
+
+fd_module_t fd_stream_module;
+
+static const fd_directive_t stream_directives[];
+
+#define SC(f) offsetof(stream_conf_t, f)
+
+static void session_connect(session_t *ss);
+
+static void session_log(session_t *ss)
+{
+    stream_conf_t *sc = ss->sc;
+    char line[512], addr[INET6_ADDRSTRLEN], when[32];
+    struct tm tm;
+    time_t now = time(NULL);
+    fd_msec_t ms = fd_current_msec - ss->start;
+    int n;
+
+    if (sc->log_fd < 0)
+        return;
+    if (inet_ntop(ss->client.family, ss->client.addr, addr, sizeof(addr)) ==
+        NULL)
+        strcpy(addr, "-");
+    localtime_r(&now, &tm);
+    strftime(when, sizeof(when), "%d/%b/%Y:%H:%M:%S %z", &tm);
+    /* nginx's stream log: $remote_addr [$time_local] $protocol $status
+     * $bytes_sent $bytes_received $session_time "$upstream_addr" */
+    n = snprintf(line, sizeof(line),
+                 "%s [%s] TCP %d %llu %llu %llu.%03llu \"%s\" %s\n", addr,
+                 when, ss->status,
+                 (unsigned long long)ss->sp.side[CLIENT].sent,
+                 (unsigned long long)ss->sp.side[UPSTREAM].sent,
+                 (unsigned long long)(ms / 1000),
+                 (unsigned long long)(ms % 1000),
+                 ss->peer ? ss->peer->name : "-", sc->name);
+    if (n > 0 && write(sc->log_fd, line, (size_t)n) < 0)
+        fd_log_error(FD_LOG_ERR, errno, "write() to %s failed",
+                     sc->access_log);
+}
+
+/* The session's end: log, give back, free at the end of the turn (an
+ * event of this turn may still name a side). */
+static void session_end(session_t *ss)
+{
+    session_log(ss);
+    if (ss->peer)
+        fd_upstream_peer_release(ss->peer);
+    fd_ip_release(ss->ipref);
+    fd_worker_hold(-1);
+    ss->free_post.handler = free;
+    ss->free_post.data = ss;
+    fd_event_post(&ss->free_post);
+}
+
+static void session_done(fd_splice_t *sp)
+{
+    session_t *ss = sp->data;
+
+    static const char *const side[] = {"the client", "the upstream"};
+    static const char *const op[] = {"on", "reading from", "sending to"};
+
+    if (sp->reason == FD_SPLICE_TIMEOUT)
+        fd_log_error(FD_LOG_INFO, 0, "stream %s: proxy_timeout %llums "
+                     "passed, closed", ss->sc->name,
+                     (unsigned long long)sp->idle);
+    else if (sp->reason == FD_SPLICE_ERROR)
+        fd_log_error(FD_LOG_INFO, sp->err, "stream %s: closed on an error "
+                     "%s %s", ss->sc->name, op[sp->err_op],
+                     side[sp->err_side]);
+    session_end(ss);
+}
+
+/* No server took the connection: close the client (502, as nginx). */
+static void session_fail(session_t *ss, int status)
+{
+    ss->status = status;
+    fd_splice_close(&ss->sp);
+    session_end(ss);
+}
+
+/* The connect to ss->peer failed (err) or timed out (err 0). */
+static void connect_failed(session_t *ss, int err)
+{
+    fd_upstream_peer_t *p = ss->peer;
+
+    fd_log_error(FD_LOG_ERR, err, "stream %s: connect() to %s %s",
+                 ss->sc->name, p->name, err ? "failed" : "timed out");
+    fd_upstream_peer_failed(p);
+    fd_upstream_peer_release(p);
+    ss->peer = NULL;
+    if (ss->uc) {
+        fd_upstream_conn_close(ss->uc);
+        ss->uc = NULL;
+    }
+    session_connect(ss);
+}
+
+/* Connected: the upstream's socket goes into the splice, which starts. */
+static void session_connected(session_t *ss)
+{
+    fd_upstream_conn_t *uc = ss->uc;
+    fd_splice_side_t *us = &ss->sp.side[UPSTREAM];
+
+    fd_upstream_peer_ok(ss->peer);
+    if (ss->sc->proxy_protocol &&
+        fd_upstream_proxy_protocol(uc, &ss->client, &ss->local) != FD_OK) {
+        connect_failed(ss, errno);
+        return;
+    }
+    fd_stream_move(&us->s, &uc->s);
+    us->s.registered = 1;
+    ss->uc = NULL;
+    fd_upstream_conn_close(uc); /* its fd is -1 now: frees only uc */
+    if (fd_splice_watch(&ss->sp, UPSTREAM) != FD_OK) {
+        fd_log_error(FD_LOG_ERR, errno, "epoll_ctl() failed");
+        session_fail(ss, 500);
+        return;
+    }
+    ss->status = 200;
+    fd_stream_splice(&ss->sp);
+}
+
+static void connect_event(fd_upstream_conn_t *uc)
+{
+    session_t *ss = uc->data;
+    int err = 0;
+
+    fd_log_conn_id = ss->sp.log_id;
+    switch (fd_upstream_conn_connected(uc, &err)) {
+    case FD_AGAIN:
+        break;
+    case FD_OK:
+        session_connected(ss);
+        break;
+    default:
+        connect_failed(ss, err);
+    }
+    fd_log_conn_id = 0;
+}
+
+static void connect_timeout(fd_upstream_conn_t *uc)
+{
+    session_t *ss = uc->data;
+
+    fd_log_conn_id = ss->sp.log_id;
+    connect_failed(ss, 0);
+    fd_log_conn_id = 0;
+}
+
+/* Pick the next server not yet tried and connect to it. */
+static void session_connect(session_t *ss)
+{
+    stream_conf_t *sc = ss->sc;
+    fd_upstream_peer_t *p;
+    fd_upstream_conn_t *uc;
+
+    for (;;) {
+        p = fd_upstream_pick(sc->up, ss->tried,
+                             fd_upstream_hash(ss->client.addr,
+                                              ss->client.family == AF_INET
+                                                  ? 4 : 16));
+        if (p == NULL) {
+            fd_log_error(FD_LOG_ERR, 0, "stream %s: no live server in "
+                         "upstream \"%s\"", sc->name, sc->up->name);
+            session_fail(ss, 502);
+            return;
+        }
+        fd_upstream_set_tried(ss->tried, p, 1);
+        fd_upstream_peer_acquire(p);
+        ss->peer = p;
+        uc = fd_upstream_conn_open(p);
+        if (uc != NULL)
+            break;
+        fd_log_error(FD_LOG_ERR, errno, "stream %s: connect() to %s failed",
+                     sc->name, p->name);
+        fd_upstream_peer_failed(p);
+        fd_upstream_peer_release(p);
+        ss->peer = NULL;
+    }
+    ss->uc = uc;
+    uc->data = ss;
+    uc->on_event = connect_event;
+    uc->on_timeout = connect_timeout;
+    if (!uc->connecting) {
+        session_connected(ss);
+        return;
+    }
+    fd_upstream_conn_deadline(uc, sc->connect_timeout);
+}
+
+/* The proto's init: a connection accepted on a [stream] listener. */
+static void stream_init(fd_connection_t *c)
+{
+    stream_conf_t *sc = fd_conn_listening(c)->owner;
+    size_t words = fd_upstream_tried_words(sc->up);
+    session_t *ss;
+    int dup;
+
+    if (sc->max_conns_per_ip &&
+        fd_connection_ip_count(c) > (unsigned)sc->max_conns_per_ip) {
+        char addr[INET6_ADDRSTRLEN];
+        fd_connection_addr_text(c, addr, sizeof(addr));
+        fd_log_error(FD_LOG_WARN, 0, "stream %s: %s has %u connections "
+                     "open, max_conns_per_ip %ld", sc->name, addr,
+                     fd_connection_ip_count(c) - 1,
+                     (long)sc->max_conns_per_ip);
+        fd_connection_close(c);
+        return;
+    }
+    ss = malloc(sizeof(*ss) + words * sizeof(uint64_t));
+    if (ss == NULL) {
+        fd_log_error(FD_LOG_ERR, errno, "malloc() failed");
+        fd_connection_close(c);
+        return;
+    }
+    memset(ss, 0, offsetof(session_t, mem));
+    memset(ss->tried, 0, words * sizeof(uint64_t));
+    fd_splice_init(&ss->sp, ss->mem[CLIENT], ss->mem[UPSTREAM], STREAM_BUF);
+    ss->sp.idle = sc->proxy_timeout;
+    ss->sp.done = session_done;
+    ss->sp.data = ss;
+    ss->sp.log_id = c->id;
+    ss->sc = sc;
+    ss->start = fd_current_msec;
+    ss->status = 502;
+    fd_connection_addr(c, &ss->client);
+    fd_connection_hop(c, &ss->local);
+    {
+        /* the PROXY header's destination: the address the client reached */
+        struct sockaddr_storage la;
+        socklen_t ll = sizeof(la);
+        if (getsockname(c->s.ev.fd, (struct sockaddr *)&la, &ll) == 0) {
+            ss->local.family = (uint8_t)la.ss_family;
+            if (la.ss_family == AF_INET) {
+                struct sockaddr_in *s4 = (struct sockaddr_in *)&la;
+                memcpy(ss->local.addr, &s4->sin_addr, 4);
+                ss->local.port = ntohs(s4->sin_port);
+            } else if (la.ss_family == AF_INET6) {
+                struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&la;
+                memcpy(ss->local.addr, &s6->sin6_addr, 16);
+                ss->local.port = ntohs(s6->sin6_port);
+            }
+        }
+    }
+    /* The client's stream leaves the engine for the splice, as a tunnel's
+     * does (fd_http_detach): the connection closes a duplicate, so that
+     * its own accounting runs and the socket stays the splice's. */
+    dup = fcntl(c->s.ev.fd, F_DUPFD_CLOEXEC, 0);
+    if (dup < 0) {
+        fd_log_error(FD_LOG_ERR, errno, "fcntl(F_DUPFD) failed");
+        free(ss);
+        fd_connection_close(c);
+        return;
+    }
+    fd_stream_move(&ss->sp.side[CLIENT].s, &c->s);
+    c->s.ev.fd = dup;
+    ss->ipref = fd_connection_ip_take(c);
+    fd_connection_close(c);
+    fd_worker_hold(1); /* a graceful stop waits for the session */
+    if (fd_splice_watch(&ss->sp, CLIENT) != FD_OK) {
+        fd_log_error(FD_LOG_ERR, errno, "epoll_ctl() failed");
+        session_fail(ss, 500);
+        return;
+    }
+    session_connect(ss);
+}
+
+/* The engine's other hooks never see a stream connection: it leaves at
+ * init. They are here for the proto's shape. */
+static void stream_timeout(fd_connection_t *c) { fd_connection_close(c); }
+static void stream_release(fd_connection_t *c) { (void)c; }
+static int stream_idle(fd_connection_t *c) { (void)c; return 1; }
+
+static const fd_proto_t stream_proto = {
+    .name = "stream",
+    .init = stream_init,
+    .timeout = stream_timeout,
+    .release = stream_release,
+    .idle = stream_idle,
+};
+
+static int stream_init_section(fd_conf_t *cf, const char *name, void *conf)
+{
+    stream_conf_t *sc = conf;
+
+    if (fd_cycle_section_name(cf, "stream", name, 64) != FD_OK)
+        return FD_ERROR;
+    sc->name = name;
+    sc->log_fd = -1;
+    if (sc->listen == NULL)
+        return fd_conf_error(cf, "[stream %s] needs listen = ADDR:PORT",
+                             name);
+    if (sc->pass == NULL)
+        return fd_conf_error(cf, "[stream %s] needs pass = HOST:PORT or "
+                             "an [upstream] name", name);
+    if (fd_cycle_listening_add(cf, sc->listen, &stream_proto, sc) == NULL)
+        return FD_ERROR;
+    if (strchr(sc->pass, ':') != NULL) {
+        sc->up = fd_upstream_implicit(cf, sc->pass, "");
+        if (sc->up == NULL)
+            return FD_ERROR;
+    }
+    if (sc->max_conns_per_ip)
+        cf->cycle->conns_per_ip = 1;
+    if (sc->access_log && strcmp(sc->access_log, "off") == 0)
+        sc->access_log = NULL;
+    return FD_OK;
+}
+
+/* pass = NAME: the [upstream NAME], wherever it is in the file. */
+static int stream_init_cycle(fd_conf_t *cf, fd_cycle_t *cycle)
+{
+    fd_conf_section_t *s;
+
+    for (s = cycle->sections; s; s = s->next) {
+        stream_conf_t *sc = s->conf;
+        if (s->module != &fd_stream_module || sc->up)
+            continue;
+        sc->up = fd_cycle_section(cycle, "upstream", sc->pass);
+        if (sc->up == NULL) {
+            cf->file = s->file;
+            cf->line = s->line;
+            return fd_conf_error(cf, "[stream %s]: pass = %s: no [upstream "
+                                 "%s] section (or HOST:PORT)", s->name,
+                                 sc->pass, sc->pass);
+        }
+    }
+    return FD_OK;
+}
+
+static int stream_init_worker(fd_worker_t *w)
+{
+    fd_conf_section_t *s;
+
+    for (s = w->cycle->sections; s; s = s->next) {
+        stream_conf_t *sc = s->conf;
+        if (s->module != &fd_stream_module || sc->access_log == NULL)
+            continue;
+        sc->log_fd = open(sc->access_log, O_WRONLY | O_APPEND | O_CREAT |
+                          O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (sc->log_fd < 0)
+            fd_log_error(FD_LOG_ERR, errno, "open(\"%s\") failed",
+                         sc->access_log);
+    }
+    return FD_OK;
+}
+
+static void stream_exit_worker(fd_worker_t *w)
+{
+    fd_conf_section_t *s;
+
+    for (s = w->cycle->sections; s; s = s->next) {
+        stream_conf_t *sc = s->conf;
+        if (s->module == &fd_stream_module && sc->log_fd >= 0) {
+            close(sc->log_fd);
+            sc->log_fd = -1;
+        }
+    }
+}
+
+static void stream_reopen(fd_worker_t *w)
+{
+    stream_exit_worker(w);
+    stream_init_worker(w);
+}
+
+static const fd_directive_t stream_directives[] = {
+    {.name = "listen", .type = FD_CONF_STR, .offset = SC(listen),
+     .doc = "ADDR:PORT ([::]:PORT for IPv6) of this TCP listener: its "
+            "connections are proxied to pass, byte for byte"},
+    {.name = "pass", .type = FD_CONF_STR, .offset = SC(pass),
+     .doc = "HOST:PORT, or the NAME of an [upstream NAME] group (its "
+            "balance, max_fails, fail_timeout and health checks choose the "
+            "server; a failed connect goes on to the next one)"},
+    {.name = "proxy_timeout", .type = FD_CONF_MSEC,
+     .offset = SC(proxy_timeout), .def = "10m", .min = 1, .max = 86400000,
+     .doc = "a connection with no byte moved either way for this long is "
+            "closed (nginx's proxy_timeout)"},
+    {.name = "proxy_connect_timeout", .type = FD_CONF_MSEC,
+     .offset = SC(connect_timeout), .def = "60s", .min = 1, .max = 86400000,
+     .doc = "time to connect to a server before trying the next one"},
+    {.name = "proxy_protocol", .type = FD_CONF_FLAG,
+     .offset = SC(proxy_protocol), .def = "off",
+     .doc = "on: a PROXY protocol v1 header (the client's address and the "
+            "one it reached) first on each connection to the server"},
+    {.name = "max_conns_per_ip", .type = FD_CONF_INT,
+     .offset = SC(max_conns_per_ip), .def = "0", .min = 0,
+     .max = 1000000,
+     .doc = "connections one client address may hold open, per worker; "
+            "more are closed at once. 0: no limit"},
+    {.name = "access_log", .type = FD_CONF_STR, .offset = SC(access_log),
+     .doc = "a file that gets one line per connection, or off (the "
+            "default): client, time, TCP, status (200; 502: no server "
+            "answered), bytes sent to the client, bytes received from it, "
+            "duration, the server's address and the [stream] name"},
+    {.name = NULL},
+};
+
+fd_module_t fd_stream_module = {
+    .name = "stream",
+    .init_worker = stream_init_worker,
+    .exit_worker = stream_exit_worker,
+    .reopen = stream_reopen,
+    .section = "stream",
+    .section_directives = stream_directives,
+    .section_size = sizeof(stream_conf_t),
+    .init_section = stream_init_section,
+    .init_cycle = stream_init_cycle,
+};

@@ -1,0 +1,165 @@
+#!/usr/bin/perl
+# [stream NAME]: the L4 TCP proxy. An echo server behind it (bytes both
+# ways, a client half-close passed on and answered), a backend that
+# half-closes first and still reads, one that resets mid-connection, a
+# dead server of a group skipped for the next, a pass to nothing at all
+# (the client is closed, 502 in the log), proxy_timeout, max_conns_per_ip
+# and the access log line.
+
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use FastdTest;
+use Test::More;
+$| = 1;
+use Time::HiRes qw(time);
+
+my $PY = "$FindBin::Bin/lib/stream_backend.py";
+my (@kids, @pipes);
+
+# a backend of stream_backend.py; its port once it listens
+sub backend {
+    my (@args) = @_;
+    my $pid = open(my $fh, '-|', '/usr/bin/python3', $PY, @args)
+        or die "python3: $!";
+    push @kids, $pid;
+    push @pipes, $fh;    # closing a piped open waits for the child
+    my $port = <$fh>;
+    die "backend @args did not start" unless defined $port;
+    chomp $port;
+    return $port;
+}
+END { local $?; kill "KILL", @kids if @kids; waitpid $_, 0 for @kids }
+
+my $echo = backend('echo');
+my $die = backend('die');
+my $t0 = FastdTest->new;    # for its directory
+my $count_file = $t0->dir . '/banner.count';
+my $banner = backend('banner', $count_file);
+my $dead = FastdTest::free_port();    # nothing listens there
+
+my $t = FastdTest->new;
+my ($p_echo, $p_group, $p_banner, $p_die, $p_none, $p_idle, $p_lim) =
+    map { $t->another_port } 1 .. 7;
+my $dir = $t->dir;
+$t->write_conf(FastdTest::base_conf(extra => <<"C"));
+[upstream pair]
+server = 127.0.0.1:$dead
+server = 127.0.0.1:$echo
+
+[stream echo]
+listen = 127.0.0.1:$p_echo
+pass = 127.0.0.1:$echo
+access_log = $dir/stream.log
+
+[stream group]
+listen = 127.0.0.1:$p_group
+pass = pair
+proxy_connect_timeout = 2s
+
+[stream banner]
+listen = 127.0.0.1:$p_banner
+pass = 127.0.0.1:$banner
+
+[stream die]
+listen = 127.0.0.1:$p_die
+pass = 127.0.0.1:$die
+
+[stream none]
+listen = 127.0.0.1:$p_none
+pass = 127.0.0.1:$dead
+access_log = $dir/stream.log
+
+[stream idle]
+listen = 127.0.0.1:$p_idle
+pass = 127.0.0.1:$echo
+proxy_timeout = 300ms
+
+[stream lim]
+listen = 127.0.0.1:$p_lim
+pass = 127.0.0.1:$echo
+max_conns_per_ip = 2
+C
+$t->start;
+ok(FastdTest::wait_for(sub { $t->port_open($_) }, 5), "listening on $_")
+    for $p_echo, $p_lim;
+
+sub conn { FastdTest::Conn->new($_[0], timeout => 10) }
+
+# echo, then the client's half-close comes back as the server's
+my $c = conn($p_echo);
+ok($c->send("hello\n"), 'sent');
+ok($c->wait_for_bytes(qr/hello\n/), 'echoed through the proxy');
+my $big = join '', map { chr(($_ * 7 + 3) % 256) } 1 .. 1_000_000;
+ok($c->send($big), '1 MB sent');
+$c->shut_wr;
+ok($c->wait_eof, "the client's FIN reached the server and its came back");
+is($c->{raw}, "hello\n$big", 'every byte back, in order');
+$c->close;
+
+# the server half-closes first: the client reads its EOF and still sends
+$c = conn($p_banner);
+ok($c->wait_for_bytes(qr/banner\n/), 'banner');
+ok($c->wait_eof, "the server's FIN reached the client");
+ok($c->send('x' x 5000), 'the client sends after the server closed its half');
+$c->shut_wr;
+ok(FastdTest::wait_for(sub { (FastdTest::slurp($count_file) // '') =~ /\n/ },
+                       10), 'the server saw the client end');
+is(FastdTest::slurp($count_file), "5000\n",
+   'the server read all the client sent after its own FIN');
+$c->close;
+
+# a group whose first server is dead: the next one takes it
+for my $i (1 .. 3) {
+    $c = conn($p_group);
+    $c->send("g$i");
+    ok($c->wait_for_bytes(qr/g$i/), "group connection $i reached the live server");
+    $c->close;
+}
+like($t->error_log, qr/connect\(\) to 127\.0\.0\.1:$dead failed/,
+     'the refused connect is logged');
+
+# a backend that resets mid-connection: the client is closed
+$c = conn($p_die);
+$c->send('first');
+ok($c->wait_eof, 'a reset backend closes the client');
+$c->close;
+
+# nothing to connect to
+$c = conn($p_none);
+ok($c->wait_eof, 'no server: the client is closed');
+$c->close;
+
+# proxy_timeout
+$c = conn($p_idle);
+$c->send('a');
+ok($c->wait_for_bytes(qr/a/), 'idle stream works');
+my $s = time;
+ok($c->wait_eof(5), 'closed after proxy_timeout');
+cmp_ok(time - $s, '<', 3, 'in about proxy_timeout');
+$c->close;
+
+# max_conns_per_ip = 2
+my @held = map { conn($p_lim) } 1 .. 2;
+$_->send('k') for @held;
+ok($_->wait_for_bytes(qr/k/), 'within the limit') for @held;
+my $third = conn($p_lim);
+ok($third->wait_eof, 'a third connection is closed');
+is($third->{raw}, '', 'and got nothing');
+$_->close for @held, $third;
+like($t->error_log, qr/max_conns_per_ip 2/, 'the limit is logged');
+
+# the access log: one line per connection
+ok(FastdTest::wait_for(sub {
+    (() = (FastdTest::slurp("$dir/stream.log") // '') =~ /\n/g) >= 2 }, 5),
+   'access log lines');
+my $log = FastdTest::slurp("$dir/stream.log") // '';
+like($log, qr/^127\.0\.0\.1 \[[^\]]+\] TCP 200 1000006 1000006 \d+\.\d{3} "127\.0\.0\.1:$echo" echo$/m,
+     'echo line: status, bytes both ways, duration, server');
+like($log, qr/^127\.0\.0\.1 \[[^\]]+\] TCP 502 0 0 \d+\.\d{3} "-" none$/m,
+     'no server: 502');
+
+$t->stop;
+$t->no_alerts;
+done_testing;
