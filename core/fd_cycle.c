@@ -1083,12 +1083,12 @@ static int apply_globals(load_t *ld)
             static const char *const known[] = {
                 "main", "events", "http", "offload", "server", "location",
                 "profile"};
-            /* nginx's blocks fastd has no counterpart of: a spelling
+            /* nginx's blocks with no module here: a spelling
              * suggestion ([stream] -> [upstream]) would mislead */
             static const struct {
                 const char *name, *why;
             } absent[] = {
-                {"stream", "fastd has no TCP/UDP (L4) stream proxy yet"},
+                {"stream", "this build has no stream module (auto/modules)"},
                 {"mail", "fastd has no mail proxy"},
             };
 
