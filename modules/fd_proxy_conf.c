@@ -539,6 +539,8 @@ int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
                              "carry many clients' requests: no "
                              "proxy_protocol", loc->name);
     lc->ssl.alpn_h2 = lc->h2 != PROXY_H1;
+    if (lc->h2 != PROXY_H1)
+        lc->up->health_h2 = 1;
     if (lc->https) {
         fd_conf_at_key(cf, conf, lc->ssl_name ? "proxy_ssl_name" : "pass");
         lc->ssl_client = fd_ssl_client(cf, &lc->ssl, lc->ssl_name
@@ -546,8 +548,10 @@ int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
                                                          : lc->pass_host);
         if (lc->ssl_client == NULL)
             return FD_ERROR;
-        if (lc->up->health_ssl == NULL && lc->h2 == PROXY_H1)
-            lc->up->health_ssl = lc->ssl_client; /* probes: HTTP/1.1 */
+        /* probes speak TLS (and HTTP/2) as the first https:// location
+         * here does */
+        if (lc->up->health_ssl == NULL)
+            lc->up->health_ssl = lc->ssl_client;
         lc->u.ssl = lc->ssl_client;
     }
     if (!lc->redirect_set) {

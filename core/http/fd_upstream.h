@@ -58,6 +58,9 @@ typedef struct {
     unsigned fails, passes;    /* in a row, to go out / to come back */
     unsigned status_lo, status_hi;
     unsigned port;             /* 0: the server's own */
+    unsigned grpc:1;           /* type=grpc: the gRPC health protocol */
+    int grpc_status;           /* grpc_status=N passes too; -1: none */
+    char *grpc_service;        /* grpc_service=NAME; "" the server's */
 } fd_upstream_health_t;
 
 struct fd_upstream_peer_s {
@@ -128,6 +131,8 @@ struct fd_upstream_s {
     void *health_ssl;          /* fd_ssl_client_t of the first location
                                 * passing here with https://: its probes
                                 * speak TLS as its requests do */
+    unsigned health_h2:1;      /* a location passes here with h2:// or
+                                * grpc://: probes speak HTTP/2 too */
     char *resolvers;           /* "IP:PORT,..." for c-ares, or NULL */
     fd_upstream_resolve_t *resolve; /* its server = ... resolve lines */
     void *resolver_state;      /* per worker: the c-ares channel */

@@ -19,7 +19,12 @@
  * A probe is a plain HTTP/1.1 GET with Connection: close on a connection
  * of its own (never a pooled one), bounded by timeout; a status in the
  * status= range is a pass, anything else (a refused or reset connection,
- * a timeout, another status, garbage) a failure.
+ * a timeout, another status, garbage) a failure. A group that locations
+ * pass to with h2:// or grpc:// is probed over HTTP/2 (the GET on a
+ * libnghttp2 client session of its own: prior knowledge, or ALPN h2 over
+ * TLS); type=grpc asks the gRPC health protocol's
+ * /grpc.health.v1.Health/Check instead, and passes on grpc-status 0 with
+ * SERVING (or on grpc_status=N).
  *
  * A slot of server = NAME resolve (fd_upstream_resolve.c) has an entry of
  * its own, and the entry remembers the address it judged: a slot that
@@ -30,6 +35,8 @@
 #include <netinet/in.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <nghttp2/nghttp2.h>
 
 #include "fd_core.h"
 #include "fd_realip.h"
@@ -64,6 +71,17 @@ typedef struct probe_s {
     size_t sent, got;
     unsigned gen;              /* the peer's when the probe started */
     char buf[64];
+    /* HTTP/2 probes */
+    nghttp2_session *ss;
+    const uint8_t *out;        /* what mem_send gave, not sent yet */
+    size_t outlen;
+    int32_t stream;
+    unsigned status;           /* :status of the final answer */
+    int grpc_status;           /* -1: none yet */
+    unsigned closed:1;         /* the stream ended */
+    uint32_t reset;            /* its RST_STREAM code */
+    uint8_t msg[16];           /* the gRPC answer's first bytes */
+    size_t msglen;
 } probe_t;
 
 static health_entry_t *entry_of(const fd_upstream_peer_t *p)
@@ -121,18 +139,47 @@ int fd_upstream_health_parse(fd_conf_t *cf, fd_upstream_t *up,
     hc->passes = 1;
     hc->status_lo = 200;
     hc->status_hi = 399;
+    hc->grpc_status = -1;
     tok = strtok_r(s, " \t", &save);
-    if (tok == NULL || tok[0] != '/')
-        return fd_conf_error(cf, "\"health_check\" needs a URI that starts "
-                             "with / (health_check = /healthz interval=2s)");
-    for (i = 0; tok[i]; i++)
-        if ((unsigned char)tok[i] <= ' ' || tok[i] == 0x7f)
-            return fd_conf_error(cf, "\"health_check\": a control "
-                                 "character in the URI");
-    hc->uri = tok;
-    while ((tok = strtok_r(NULL, " \t", &save)) != NULL) {
+    if (tok && tok[0] == '/') {
+        for (i = 0; tok[i]; i++)
+            if ((unsigned char)tok[i] <= ' ' || tok[i] == 0x7f)
+                return fd_conf_error(cf, "\"health_check\": a control "
+                                     "character in the URI");
+        hc->uri = tok;
+        tok = strtok_r(NULL, " \t", &save);
+    }
+    for (; tok; tok = strtok_r(NULL, " \t", &save)) {
         int64_t ms;
-        if (strncmp(tok, "interval=", 9) == 0 ||
+        if (tok[0] == '/') {
+            return fd_conf_error(cf, "\"health_check\": the URI (%s) goes "
+                                 "first", tok);
+        } else if (strchr(tok, '=') == NULL) {
+            return fd_conf_error(cf, "\"health_check\" needs a URI that "
+                                 "starts with / first, not \"%s\" "
+                                 "(health_check = /healthz interval=2s)",
+                                 tok);
+        } else if (strcmp(tok, "type=grpc") == 0) {
+            hc->grpc = 1;
+        } else if (strncmp(tok, "type=", 5) == 0) {
+            return fd_conf_error(cf, "\"health_check\": bad \"%s\" "
+                                 "(type=grpc, or a URI for HTTP)", tok);
+        } else if (strncmp(tok, "grpc_service=", 13) == 0) {
+            /* HealthCheckRequest's service: one byte of length */
+            for (i = 13; tok[i]; i++)
+                if ((unsigned char)tok[i] <= ' ' || tok[i] == 0x7f)
+                    break;
+            if (tok[i] || i - 13 > 100)
+                return fd_conf_error(cf, "\"health_check\": bad \"%s\" "
+                                     "(a service name, at most 100 "
+                                     "characters)", tok);
+            hc->grpc_service = tok + 13;
+        } else if (strncmp(tok, "grpc_status=", 12) == 0) {
+            if (parse_uint(tok + 12, 16, &v) != FD_OK)
+                return fd_conf_error(cf, "\"health_check\": bad \"%s\" "
+                                     "(a gRPC status code, 0..16)", tok);
+            hc->grpc_status = (int)v;
+        } else if (strncmp(tok, "interval=", 9) == 0 ||
             strncmp(tok, "timeout=", 8) == 0) {
             int iv = tok[0] == 'i';
             ms = fd_conf_parse_msec(tok + (iv ? 9 : 8));
@@ -179,9 +226,23 @@ int fd_upstream_health_parse(fd_conf_t *cf, fd_upstream_t *up,
         } else {
             return fd_conf_error(cf, "\"health_check\": unknown option "
                                  "\"%s\" (interval=, timeout=, fails=, "
-                                 "passes=, status=, port=)", tok);
+                                 "passes=, status=, port=, type=grpc, "
+                                 "grpc_service=, grpc_status=)", tok);
         }
     }
+    if (hc->grpc && hc->uri)
+        return fd_conf_error(cf, "\"health_check\": type=grpc asks "
+                             "/grpc.health.v1.Health/Check, not %s (name "
+                             "the service with grpc_service=)", hc->uri);
+    if (!hc->grpc && hc->uri == NULL)
+        return fd_conf_error(cf, "\"health_check\" needs a URI that starts "
+                             "with / (health_check = /healthz interval=2s), "
+                             "or type=grpc");
+    if (!hc->grpc && (hc->grpc_service || hc->grpc_status >= 0))
+        return fd_conf_error(cf, "\"health_check\": grpc_service= and "
+                             "grpc_status= go with type=grpc");
+    if (hc->grpc_service == NULL)
+        hc->grpc_service = "";
     if (hc->timeout > hc->interval)
         hc->timeout = hc->interval;
     up->health = hc;
@@ -258,14 +319,19 @@ int fd_upstream_health_bind(fd_conf_t *cf, fd_upstream_t *up)
 
 static void probe_arm(probe_t *pr);
 
-static void verdict(probe_t *pr, unsigned status, const char *why)
+/* The probe's end: pass or not, with why it failed (NULL: the status
+ * was out of range). */
+static void judge(probe_t *pr, unsigned status, int pass, const char *why)
 {
     fd_upstream_peer_t *p = pr->peer;
     const fd_upstream_health_t *hc = p->up->health;
     health_entry_t *e = entry_of(p);
-    int pass = status >= hc->status_lo && status <= hc->status_hi;
     char got[64];
 
+    if (pr->ss) {
+        nghttp2_session_del(pr->ss);
+        pr->ss = NULL;
+    }
     if (pr->uc) {
         pr->uc->data = NULL;
         fd_upstream_conn_close(pr->uc);
@@ -299,7 +365,7 @@ static void verdict(probe_t *pr, unsigned status, const char *why)
     __atomic_add_fetch(&e->failed, 1, __ATOMIC_RELAXED);
     e->passes = 0;
     /* a response that failed: what it said, against what passes */
-    if (status) {
+    if (why == NULL) {
         snprintf(got, sizeof(got), "status %u, not %u-%u", status,
                  hc->status_lo, hc->status_hi);
         why = got;
@@ -316,6 +382,14 @@ static void verdict(probe_t *pr, unsigned status, const char *why)
     }
 }
 
+static void verdict(probe_t *pr, unsigned status, const char *why)
+{
+    const fd_upstream_health_t *hc = pr->peer->up->health;
+
+    judge(pr, status, status >= hc->status_lo && status <= hc->status_hi,
+          status ? NULL : why);
+}
+
 /* A failure of a call, named with its error: "connect(): Connection
  * refused" */
 static void verdict_errno(probe_t *pr, const char *call, int err)
@@ -324,6 +398,264 @@ static void verdict_errno(probe_t *pr, const char *call, int err)
 
     snprintf(why, sizeof(why), "%s: %s", call, strerror(err));
     verdict(pr, 0, why);
+}
+
+/* --- HTTP/2 and gRPC probes ---------------------------------------------- */
+
+static nghttp2_session_callbacks *h2_callbacks;
+
+static int h2_on_header(nghttp2_session *ss, const nghttp2_frame *f,
+                        const uint8_t *name, size_t namelen,
+                        const uint8_t *value, size_t valuelen, uint8_t flags,
+                        void *data)
+{
+    probe_t *pr = data;
+    unsigned v = 0;
+    size_t i;
+
+    (void)ss;
+    (void)flags;
+    if (f->hd.stream_id != pr->stream || valuelen == 0 || valuelen > 3)
+        return 0;
+    for (i = 0; i < valuelen; i++) {
+        if (value[i] < '0' || value[i] > '9')
+            return 0;
+        v = v * 10 + (unsigned)(value[i] - '0');
+    }
+    if (namelen == 7 && memcmp(name, ":status", 7) == 0 && v >= 200)
+        pr->status = v; /* 1xx: an interim answer, not the one */
+    else if (namelen == 11 && memcmp(name, "grpc-status", 11) == 0)
+        pr->grpc_status = (int)v;
+    return 0;
+}
+
+static int h2_on_data(nghttp2_session *ss, uint8_t flags, int32_t stream,
+                      const uint8_t *data, size_t len, void *user)
+{
+    probe_t *pr = user;
+    size_t n = fd_min(len, sizeof(pr->msg) - pr->msglen);
+
+    (void)ss;
+    (void)flags;
+    if (stream == pr->stream) {
+        memcpy(pr->msg + pr->msglen, data, n);
+        pr->msglen += n;
+    }
+    return 0;
+}
+
+static int h2_on_close(nghttp2_session *ss, int32_t stream, uint32_t code,
+                       void *data)
+{
+    probe_t *pr = data;
+
+    (void)ss;
+    if (stream == pr->stream) {
+        pr->closed = 1;
+        pr->reset = code;
+    }
+    return 0;
+}
+
+/* The request's body (type=grpc): one length-prefixed HealthCheckRequest,
+ * its only field the service name. */
+static ssize_t h2_body(nghttp2_session *ss, int32_t stream, uint8_t *buf,
+                       size_t len, uint32_t *flags, nghttp2_data_source *src,
+                       void *data)
+{
+    probe_t *pr = data;
+    const char *svc = pr->peer->up->health->grpc_service;
+    size_t n = strlen(svc), m = n ? n + 2 : 0;
+
+    (void)ss;
+    (void)stream;
+    (void)src;
+    if (len < 5 + m) /* never: nghttp2 offers 16 KB */
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    buf[0] = 0; /* not compressed */
+    buf[1] = buf[2] = buf[3] = 0;
+    buf[4] = (uint8_t)m;
+    if (n) {
+        buf[5] = 0x0a; /* field 1, length-delimited */
+        buf[6] = (uint8_t)n;
+        memcpy(buf + 7, svc, n);
+    }
+    *flags |= NGHTTP2_DATA_FLAG_EOF;
+    return (ssize_t)(5 + m);
+}
+
+static int h2_begin(probe_t *pr)
+{
+    const fd_upstream_health_t *hc = pr->peer->up->health;
+    fd_upstream_conn_t *uc = pr->uc;
+    const char *host = pr->peer->sa.ss_family == AF_UNIX ? "localhost"
+                                                          : pr->peer->name;
+    nghttp2_data_provider body = {.read_callback = h2_body};
+    nghttp2_settings_entry set[] = {{NGHTTP2_SETTINGS_ENABLE_PUSH, 0}};
+    /* name, value: nghttp2_nv wants them writable, and copies them */
+    char *h[][2] = {
+        {":method", hc->grpc ? "POST" : "GET"},
+        {":scheme", uc->s.tls ? "https" : "http"},
+        {":path", hc->grpc ? "/grpc.health.v1.Health/Check" : hc->uri},
+        {":authority", (char *)host},
+        {"user-agent", "fastd health check"},
+        {"content-type", "application/grpc"},
+        {"te", "trailers"},
+    };
+    nghttp2_nv nv[fd_nelems(h)];
+    size_t i, n = hc->grpc ? fd_nelems(h) : fd_nelems(h) - 2;
+
+    if (uc->s.tls && !fd_str_eq_lit(fd_ssl_alpn(&uc->s), "h2")) {
+        verdict(pr, 0, "the server did not choose h2 (ALPN)");
+        return FD_ERROR;
+    }
+    if (h2_callbacks == NULL) {
+        if (nghttp2_session_callbacks_new(&h2_callbacks) != 0) {
+            verdict(pr, 0, "out of memory");
+            return FD_ERROR;
+        }
+        nghttp2_session_callbacks_set_on_header_callback(h2_callbacks,
+                                                         h2_on_header);
+        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(
+            h2_callbacks, h2_on_data);
+        nghttp2_session_callbacks_set_on_stream_close_callback(h2_callbacks,
+                                                               h2_on_close);
+    }
+    for (i = 0; i < n; i++)
+        nv[i] = (nghttp2_nv){(uint8_t *)h[i][0], (uint8_t *)h[i][1],
+                             strlen(h[i][0]), strlen(h[i][1]),
+                             NGHTTP2_NV_FLAG_NONE};
+    pr->status = 0;
+    pr->grpc_status = -1;
+    pr->closed = 0;
+    pr->reset = 0;
+    pr->msglen = 0;
+    pr->outlen = 0;
+    if (nghttp2_session_client_new(&pr->ss, h2_callbacks, pr) != 0 ||
+        nghttp2_submit_settings(pr->ss, NGHTTP2_FLAG_NONE, set,
+                                fd_nelems(set)) != 0 ||
+        (pr->stream = nghttp2_submit_request(pr->ss, NULL, nv, n,
+                                             hc->grpc ? &body : NULL,
+                                             pr)) < 0) {
+        verdict(pr, 0, "nghttp2 could not make the request");
+        return FD_ERROR;
+    }
+    return FD_OK;
+}
+
+/* A gRPC answer that ended: grpc-status 0 and SERVING pass, as does the
+ * status grpc_status= names. */
+static void h2_grpc_verdict(probe_t *pr)
+{
+    const fd_upstream_health_t *hc = pr->peer->up->health;
+    char why[96];
+    unsigned serving = 0;
+
+    if (pr->status != 200) {
+        snprintf(why, sizeof(why), "HTTP status %u, not 200", pr->status);
+        judge(pr, pr->status, 0, pr->status ? why
+                                            : "closed without a response");
+        return;
+    }
+    if (pr->grpc_status < 0) {
+        judge(pr, 200, 0, "no grpc-status");
+        return;
+    }
+    if (pr->grpc_status == hc->grpc_status) {
+        judge(pr, 200, 1, NULL);
+        return;
+    }
+    if (pr->grpc_status != 0) {
+        snprintf(why, sizeof(why), "grpc-status %d", pr->grpc_status);
+        judge(pr, 200, 0, why);
+        return;
+    }
+    /* HealthCheckResponse after the 5-byte prefix: field 1 (status), a
+     * varint; absent is UNKNOWN (0) */
+    if (pr->msglen >= 7 && pr->msg[5] == 0x08)
+        serving = pr->msg[6];
+    if (serving == 1) {
+        judge(pr, 200, 1, NULL);
+        return;
+    }
+    snprintf(why, sizeof(why), "%s", serving == 2 ? "NOT_SERVING"
+                                     : serving == 3 ? "SERVICE_UNKNOWN"
+                                                    : "status UNKNOWN");
+    judge(pr, 200, 0, why);
+}
+
+/* Writes what the session has, reads what came, and judges once the
+ * answer's status (HTTP) or its end (gRPC) is in. */
+static void h2_io(probe_t *pr)
+{
+    fd_upstream_conn_t *uc = pr->uc;
+    const fd_upstream_health_t *hc = pr->peer->up->health;
+    char why[96], rb[2048];
+
+    if (pr->ss == NULL && h2_begin(pr) != FD_OK)
+        return;
+    for (;;) {
+        while (uc->s.writable) {
+            if (pr->outlen == 0) {
+                ssize_t m = nghttp2_session_mem_send(pr->ss, &pr->out);
+                if (m < 0) {
+                    verdict(pr, 0, nghttp2_strerror((int)m));
+                    return;
+                }
+                if (m == 0)
+                    break;
+                pr->outlen = (size_t)m;
+            }
+            struct iovec iov = {.iov_base = (void *)pr->out,
+                                .iov_len = pr->outlen};
+            ssize_t n = fd_stream_send(&uc->s, &iov, 1, 0);
+            if (n == FD_AGAIN)
+                break;
+            if (n < 0) {
+                verdict(pr, 0, "send() failed");
+                return;
+            }
+            pr->out += n;
+            pr->outlen -= (size_t)n;
+        }
+        if (!uc->s.readable)
+            return;
+        ssize_t n = fd_stream_recv(&uc->s, rb, sizeof(rb));
+        if (n == FD_AGAIN)
+            return;
+        if (n <= 0) {
+            if (hc->grpc || pr->status == 0)
+                verdict(pr, 0, pr->status ? "closed before the gRPC status"
+                                          : "closed without a response");
+            else
+                verdict(pr, pr->status, NULL);
+            return;
+        }
+        ssize_t rv = nghttp2_session_mem_recv(pr->ss, (uint8_t *)rb,
+                                              (size_t)n);
+        if (rv < 0) {
+            snprintf(why, sizeof(why), "not an HTTP/2 response: %s",
+                     nghttp2_strerror((int)rv));
+            verdict(pr, 0, why);
+            return;
+        }
+        if (!hc->grpc && pr->status) {
+            verdict(pr, pr->status, NULL);
+            return;
+        }
+        if (pr->closed) {
+            if (pr->reset && (pr->status == 0 || hc->grpc)) {
+                snprintf(why, sizeof(why), "stream reset: %s",
+                         nghttp2_http2_strerror(pr->reset));
+                verdict(pr, 0, why);
+            } else if (hc->grpc) {
+                h2_grpc_verdict(pr);
+            } else {
+                verdict(pr, pr->status, "closed without a response");
+            }
+            return;
+        }
+    }
 }
 
 static void probe_event(fd_upstream_conn_t *uc)
@@ -359,6 +691,10 @@ static void probe_event(fd_upstream_conn_t *uc)
             verdict(pr, 0, why);
             return;
         }
+    }
+    if (pr->peer->up->health_h2 || hc->grpc) {
+        h2_io(pr);
+        return;
     }
     len = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: %s\r\n"
                    "User-Agent: fastd health check\r\n"
@@ -452,6 +788,7 @@ static void probe_start(probe_t *pr)
         return;
     }
     pr->sent = pr->got = 0;
+    pr->ss = NULL;
     pr->uc->data = pr;
     pr->uc->on_event = probe_event;
     pr->uc->on_timeout = probe_timeout;

@@ -15,6 +15,11 @@ Methods of service echo.Echo:
   Slow           sleeps the request's seconds, then answers
   Fail           aborts: status FAILED_PRECONDITION, message "no way"
   Die            two replies, then the server process exits at once
+
+and grpc.health.v1.Health/Check (the gRPC health protocol, by hand:
+HealthCheckRequest's service in, HealthCheckResponse's status out):
+SERVING for "" and "echo.Echo", NOT_SERVING while the file named by
+$GRPC_ECHO_SICK exists, NOT_FOUND for other services.
 """
 import json
 import os
@@ -64,6 +69,15 @@ def die(req, ctx):
     os._exit(3)
 
 
+def health_check(req, ctx):
+    # field 1 (service), length-delimited: 0x0a LEN NAME
+    svc = req[2:2 + req[1]].decode() if req[:1] == b"\x0a" else ""
+    if svc not in ("", SERVICE):
+        ctx.abort(grpc.StatusCode.NOT_FOUND, "unknown service")
+    sick = os.environ.get("GRPC_ECHO_SICK")
+    return b"\x08\x02" if sick and os.path.exists(sick) else b"\x08\x01"
+
+
 def serve(port, cert=None, key=None):
     h = grpc.method_handlers_generic_handler(SERVICE, {
         "Unary": grpc.unary_unary_rpc_method_handler(unary),
@@ -74,8 +88,11 @@ def serve(port, cert=None, key=None):
         "Fail": grpc.unary_unary_rpc_method_handler(fail),
         "Die": grpc.unary_stream_rpc_method_handler(die),
     })
+    hh = grpc.method_handlers_generic_handler("grpc.health.v1.Health", {
+        "Check": grpc.unary_unary_rpc_method_handler(health_check),
+    })
     s = grpc.server(futures.ThreadPoolExecutor(max_workers=32),
-                    handlers=(h,))
+                    handlers=(h, hh))
     addr = "127.0.0.1:%d" % port
     if cert:
         creds = grpc.ssl_server_credentials(
