@@ -38,7 +38,7 @@ my $bin = "$src/objs/fastd";
 ok(-x $bin, 'objs/fastd built') or BAIL_OUT('no binary');
 
 my $fpm_port = FastdTest::free_port();
-my $dead_port = FastdTest::free_port();   # nothing listens there
+my $dead_port = FastdTest::dead_port();
 my $html = "$dir/html";
 mkdir $html or die;
 FastdTest::spew("$html/hello.php",

@@ -25,7 +25,7 @@ my ($grc) = TLS::run([ H2::python(), '-c', 'import grpc' ]);
 plan skip_all => 'python3-grpcio is not installed' if $grc != 0;
 
 # a port nothing listens on, and one that accepts and never answers
-my $dead = FastdTest::free_port();
+my $dead = FastdTest::dead_port();
 my $stuck = IO::Socket::INET->new(Listen => 16, LocalAddr => '127.0.0.1',
                                   LocalPort => 0, ReuseAddr => 1)
     or die "listen: $!";

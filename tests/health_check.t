@@ -33,7 +33,7 @@ sub backend {
     });
 }
 my ($a, $b, $solo) = map { backend($_) } qw(a b solo);
-my $dead = FastdTest::free_port();   # nothing listens there
+my $dead = FastdTest::dead_port();
 
 $t->write_conf(FastdTest::base_conf(
     main => { workers => 2 },

@@ -81,6 +81,18 @@ sub free_port {
     return $port;
 }
 
+# A port whose connects are refused for the whole test: bound and never
+# listened on, so no test running beside this one (make test's other
+# lane) can take it, as it could take a free_port() nobody holds.
+my @held_ports;
+sub dead_port {
+    my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
+                                  Proto => 'tcp')
+        or die "cannot bind a port: $!";
+    push @held_ports, $s;
+    return $s->sockport;
+}
+
 sub slurp {
     my ($path) = @_;
     open my $fh, '<', $path or return undef;
