@@ -154,6 +154,27 @@ int fd_dso_module(const fd_module_t *m)
     return 0;
 }
 
+int fd_dso_worker_file(fd_conf_t *cf, const char *path)
+{
+    const char **files, **p;
+    size_t n = 0;
+
+    for (p = cf->cycle->worker_files; p && *p; p++, n++)
+        if (strcmp(*p, path) == 0)
+            return FD_OK;
+    /* a few files: the list is copied whole to grow it (the old copy is
+     * the configuration's memory, freed with it) */
+    files = fd_palloc(cf->pool, (n + 2) * sizeof(*files));
+    if (files == NULL || (files[n] = fd_pstrdup(cf->pool, path,
+                                                strlen(path))) == NULL)
+        return FD_ERROR;
+    if (n)
+        memcpy(files, cf->cycle->worker_files, n * sizeof(*files));
+    files[n + 1] = NULL;
+    cf->cycle->worker_files = files;
+    return FD_OK;
+}
+
 void fd_dso_give_files(fd_cycle_t *cy)
 {
     const char **p;

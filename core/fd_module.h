@@ -197,6 +197,9 @@ fd_conf_t *fd_dso_conf(void);
 const fd_http_loc_t *fd_dso_conf_loc(void);
 /* m is a public-API module's (built in or loaded) */
 int fd_dso_module(const fd_module_t *m);
+/* path is a file the workers append to (an access log): a root master
+ * makes it for their user (fd_dso_give_files). FD_OK, or out of memory */
+int fd_dso_worker_file(fd_conf_t *cf, const char *path);
 /* A root master makes the files the workers of cy append to
  * (fd_api_conf_worker_file) and gives them to their user: at load and
  * before a reopen. Not at -t. */

@@ -10,7 +10,9 @@
  * copying on either event backend, bounded buffers both ways, a half-close
  * passed on as shutdown(SHUT_WR), and proxy_timeout as its idle timeout.
  * This file only picks, connects, and accounts: one access log line per
- * connection, as nginx's stream log.
+ * connection, as nginx's stream log, and per [stream] counters in each
+ * worker's stats slot (/status: stream_connections, _active, _failed,
+ * _bytes_received, _bytes_sent).
  */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -21,9 +23,24 @@
 #include "fd_connection.h"
 #include "fd_cycle.h"
 #include "fd_http.h"
+#include "fd_status.h"
 #include "fd_upstream.h"
 
 #define STREAM_BUF 16384
+#define STREAM_STATS 64        /* [stream] sections counted in /status */
+
+/* One [stream]'s figures in a worker's stats slot, found by name (a
+ * reload may reorder the sections). */
+typedef struct {
+    char name[64];
+    uint64_t connections;      /* accepted */
+    uint64_t active;           /* gauge: open now */
+    uint64_t failed;           /* no server took it (502), or an error */
+    uint64_t received;         /* bytes from clients */
+    uint64_t sent;             /* bytes to clients */
+} stream_stats_t;
+
+static stream_stats_t *stats_area; /* this worker's slot, or NULL */
 
 enum { CLIENT, UPSTREAM }; /* the splice's sides */
 
@@ -39,6 +56,7 @@ typedef struct {
     const char *name;
     fd_upstream_t *up;
     int log_fd;                /* per worker; -1: none */
+    stream_stats_t *stats;     /* per worker: its entry, or NULL */
 } stream_conf_t;
 
 typedef struct {
@@ -98,6 +116,14 @@ static void session_log(session_t *ss)
  * event of this turn may still name a side). */
 static void session_end(session_t *ss)
 {
+    stream_stats_t *st = ss->sc->stats;
+
+    if (st) {
+        st->active--;
+        st->failed += ss->status != 200;
+        st->received += ss->sp.side[UPSTREAM].sent;
+        st->sent += ss->sp.side[CLIENT].sent;
+    }
     session_log(ss);
     if (ss->peer)
         fd_upstream_peer_release(ss->peer);
@@ -151,6 +177,30 @@ static void connect_failed(session_t *ss, int err)
     session_connect(ss);
 }
 
+/* The PROXY header, first on the new connection: the group's own
+ * (proxy_protocol in [upstream], its version), else the [stream]'s
+ * proxy_protocol = on (v1, as nginx's stream module). */
+static int send_proxy_header(session_t *ss)
+{
+    fd_upstream_conn_t *uc = ss->uc;
+    uint8_t buf[FD_PROXY_PROTOCOL_V1_MAX + 1];
+    size_t n;
+    ssize_t k;
+
+    if (uc->peer->up->proxy_protocol || !ss->sc->proxy_protocol)
+        return fd_upstream_proxy_protocol(uc, &ss->client, &ss->local);
+    n = fd_proxy_protocol_write(buf, sizeof(buf), 1, &ss->client,
+                                &ss->local);
+    /* a new connection's send buffer takes ~100 bytes whole */
+    k = send(uc->s.ev.fd, buf, n, MSG_NOSIGNAL);
+    if (k != (ssize_t)n) {
+        if (k >= 0)
+            errno = EAGAIN;
+        return FD_ERROR;
+    }
+    return FD_OK;
+}
+
 /* Connected: the upstream's socket goes into the splice, which starts. */
 static void session_connected(session_t *ss)
 {
@@ -158,8 +208,7 @@ static void session_connected(session_t *ss)
     fd_splice_side_t *us = &ss->sp.side[UPSTREAM];
 
     fd_upstream_peer_ok(ss->peer);
-    if (ss->sc->proxy_protocol &&
-        fd_upstream_proxy_protocol(uc, &ss->client, &ss->local) != FD_OK) {
+    if (send_proxy_header(ss) != FD_OK) {
         connect_failed(ss, errno);
         return;
     }
@@ -279,6 +328,10 @@ static void stream_init(fd_connection_t *c)
     ss->sc = sc;
     ss->start = fd_current_msec;
     ss->status = 502;
+    if (sc->stats) {
+        sc->stats->connections++;
+        sc->stats->active++;
+    }
     fd_connection_addr(c, &ss->client);
     fd_connection_hop(c, &ss->local);
     {
@@ -360,6 +413,13 @@ static int stream_init_section(fd_conf_t *cf, const char *name, void *conf)
         cf->cycle->conns_per_ip = 1;
     if (sc->access_log && strcmp(sc->access_log, "off") == 0)
         sc->access_log = NULL;
+    /* the workers open it as their user: a root master makes it theirs */
+    if (sc->access_log) {
+        sc->access_log = (char *)fd_conf_path(cf, sc->access_log);
+        if (sc->access_log == NULL ||
+            fd_dso_worker_file(cf, sc->access_log) != FD_OK)
+            return fd_conf_error(cf, "out of memory");
+    }
     return FD_OK;
 }
 
@@ -388,9 +448,17 @@ static int stream_init_worker(fd_worker_t *w)
 {
     fd_conf_section_t *s;
 
+    stats_area = fd_stats ? fd_stats_area(fd_stats, &fd_stream_module) : NULL;
     for (s = w->cycle->sections; s; s = s->next) {
         stream_conf_t *sc = s->conf;
-        if (s->module != &fd_stream_module || sc->access_log == NULL)
+        if (s->module != &fd_stream_module)
+            continue;
+        sc->stats = stats_area ? fd_status_named_entry(
+                                     stats_area, sizeof(stream_stats_t),
+                                     STREAM_STATS, sc->name,
+                                     sizeof(stats_area->name))
+                               : NULL;
+        if (sc->access_log == NULL)
             continue;
         sc->log_fd = open(sc->access_log, O_WRONLY | O_APPEND | O_CREAT |
                           O_CLOEXEC | O_NOFOLLOW, 0644);
@@ -418,6 +486,56 @@ static void stream_reopen(fd_worker_t *w)
 {
     stream_exit_worker(w);
     stream_init_worker(w);
+}
+
+/* --- status -------------------------------------------------------------- */
+
+static void stream_status(fd_status_t *st, const void *a, unsigned worker)
+{
+    const stream_stats_t *e = a;
+    char labels[96];
+    unsigned i;
+
+    if (e == NULL)
+        return;
+    for (i = 0; i < STREAM_STATS; i++, e++) {
+        if (e->name[0] == '\0')
+            continue;
+        snprintf(labels, sizeof(labels), "stream=\"%s\"", e->name);
+        fd_status_counter(st, "stream_connections", "Connections accepted "
+                          "on the [stream] listener.", labels,
+                          e->connections);
+        if (worker != FD_STATUS_RETIRED)
+            fd_status_gauge(st, "stream_active", "Connections open now.",
+                            labels, e->active);
+        fd_status_counter(st, "stream_failed", "Connections no server "
+                          "took (502) or that failed before one did.",
+                          labels, e->failed);
+        fd_status_counter(st, "stream_bytes_received", "Bytes read from "
+                          "clients (and passed to the servers).", labels,
+                          e->received);
+        fd_status_counter(st, "stream_bytes_sent", "Bytes sent to clients "
+                          "(read from the servers).", labels, e->sent);
+    }
+}
+
+static void stream_retire(void *retired, const void *a)
+{
+    const stream_stats_t *s = a;
+    stream_stats_t *into;
+    unsigned i;
+
+    for (i = 0; i < STREAM_STATS; i++, s++) {
+        if (s->name[0] == '\0' ||
+            (into = fd_status_named_entry(retired, sizeof(*s), STREAM_STATS,
+                                          s->name, sizeof(s->name))) ==
+                NULL)
+            continue;
+        into->connections += s->connections;
+        into->failed += s->failed;
+        into->received += s->received;
+        into->sent += s->sent;
+    }
 }
 
 static const fd_directive_t stream_directives[] = {
@@ -462,4 +580,7 @@ fd_module_t fd_stream_module = {
     .section_size = sizeof(stream_conf_t),
     .init_section = stream_init_section,
     .init_cycle = stream_init_cycle,
+    .shm_size = STREAM_STATS * sizeof(stream_stats_t),
+    .status = stream_status,
+    .retire = stream_retire,
 };

@@ -3,8 +3,9 @@
 # ways, a client half-close passed on and answered), a backend that
 # half-closes first and still reads, one that resets mid-connection, a
 # dead server of a group skipped for the next, a pass to nothing at all
-# (the client is closed, 502 in the log), proxy_timeout, max_conns_per_ip
-# and the access log line.
+# (the client is closed, 502 in the log), proxy_timeout, max_conns_per_ip,
+# the PROXY protocol to the server, the access log line (made by a root
+# master for workers that run as nobody) and the /status counters.
 
 use strict;
 use warnings;
@@ -37,13 +38,20 @@ my $die = backend('die');
 my $t0 = FastdTest->new;    # for its directory
 my $count_file = $t0->dir . '/banner.count';
 my $banner = backend('banner', $count_file);
-my $dead = FastdTest::free_port();    # nothing listens there
+my $dead = FastdTest::dead_port();
 
 my $t = FastdTest->new;
-my ($p_echo, $p_group, $p_banner, $p_die, $p_none, $p_idle, $p_lim) =
-    map { $t->another_port } 1 .. 7;
+my ($p_echo, $p_group, $p_banner, $p_die, $p_none, $p_idle, $p_lim, $p_pp) =
+    map { $t->another_port } 1 .. 8;
 my $dir = $t->dir;
-$t->write_conf(FastdTest::base_conf(extra => <<"C"));
+# as root, the workers run as nobody: the log's directory is not theirs
+my $logdir = "$dir/logs";
+mkdir $logdir, 0755;
+chmod 0711, $dir;
+my $user = $> == 0 ? "user = nobody\n" : '';
+(my $conf = FastdTest::base_conf(
+    locations => "[location = /status]\nhandler = status\n\n",
+    extra => <<"C")) =~ s/^user = root\n/$user/m;
 [upstream pair]
 server = 127.0.0.1:$dead
 server = 127.0.0.1:$echo
@@ -51,7 +59,7 @@ server = 127.0.0.1:$echo
 [stream echo]
 listen = 127.0.0.1:$p_echo
 pass = 127.0.0.1:$echo
-access_log = $dir/stream.log
+access_log = $logdir/stream.log
 
 [stream group]
 listen = 127.0.0.1:$p_group
@@ -69,7 +77,12 @@ pass = 127.0.0.1:$die
 [stream none]
 listen = 127.0.0.1:$p_none
 pass = 127.0.0.1:$dead
-access_log = $dir/stream.log
+access_log = $logdir/stream.log
+
+[stream pp]
+listen = 127.0.0.1:$p_pp
+pass = 127.0.0.1:$echo
+proxy_protocol = on
 
 [stream idle]
 listen = 127.0.0.1:$p_idle
@@ -81,6 +94,7 @@ listen = 127.0.0.1:$p_lim
 pass = 127.0.0.1:$echo
 max_conns_per_ip = 2
 C
+$t->write_conf($conf);
 $t->start;
 ok(FastdTest::wait_for(sub { $t->port_open($_) }, 5), "listening on $_")
     for $p_echo, $p_lim;
@@ -150,15 +164,49 @@ is($third->{raw}, '', 'and got nothing');
 $_->close for @held, $third;
 like($t->error_log, qr/max_conns_per_ip 2/, 'the limit is logged');
 
+# the PROXY protocol: the echo server sends the header back
+$c = conn($p_pp);
+$c->send("after\n");
+ok($c->wait_for_bytes(qr/after\n/), 'proxy_protocol: the data follows');
+like($c->{raw}, qr/^PROXY TCP4 127\.0\.0\.1 127\.0\.0\.1 \d+ $p_pp\r\nafter\n\z/,
+     "the server got a PROXY v1 header first: the client, the address it reached") or diag($c->{raw});
+$c->close;
+
 # the access log: one line per connection
 ok(FastdTest::wait_for(sub {
-    (() = (FastdTest::slurp("$dir/stream.log") // '') =~ /\n/g) >= 2 }, 5),
+    (() = (FastdTest::slurp("$logdir/stream.log") // '') =~ /\n/g) >= 2 }, 5),
    'access log lines');
-my $log = FastdTest::slurp("$dir/stream.log") // '';
+if ($> == 0) {
+    my @st = stat "$logdir/stream.log";
+    is(scalar getpwuid($st[4]), 'nobody',
+       "a root master made the log for the workers' user");
+}
+my $log = FastdTest::slurp("$logdir/stream.log") // '';
 like($log, qr/^127\.0\.0\.1 \[[^\]]+\] TCP 200 1000006 1000006 \d+\.\d{3} "127\.0\.0\.1:$echo" echo$/m,
      'echo line: status, bytes both ways, duration, server');
 like($log, qr/^127\.0\.0\.1 \[[^\]]+\] TCP 502 0 0 \d+\.\d{3} "-" none$/m,
      'no server: 502');
+
+# /status: per [stream] counters
+my $m;
+ok(FastdTest::wait_for(sub {
+    my $r = $t->get('/status?format=prometheus');
+    $m = $r ? $r->body : '';
+    $m =~ /^fastd_stream_active\{stream="lim"\} 0$/m }, 5),
+   '/status: no connection open once all are closed');
+# two: the readiness check's connection, and the test's
+like($m, qr/^fastd_stream_connections_total\{stream="echo"\} 2$/m,
+     'stream_connections');
+like($m, qr/^fastd_stream_bytes_received_total\{stream="echo"\} 1000006$/m,
+     'bytes received from clients');
+like($m, qr/^fastd_stream_bytes_sent_total\{stream="echo"\} 1000006$/m,
+     'bytes sent to clients');
+like($m, qr/^fastd_stream_failed_total\{stream="none"\} 1$/m,
+     'no server: failed');
+like($m, qr/^fastd_stream_connections_total\{stream="lim"\} 3$/m,
+     'connections refused by max_conns_per_ip are counted as accepted');
+my $j = $t->get('/status');
+like($j ? $j->body : '', qr/"stream":\s*\[/, 'and in the JSON');
 
 $t->stop;
 $t->no_alerts;

@@ -958,25 +958,8 @@ void fd_api_loc_each(const fd_api_module_t *self,
 int fd_api_conf_worker_file(const char *path)
 {
     fd_conf_t *cf = fd_dso_conf();
-    const char **files, **p;
-    size_t n = 0;
 
-    if (cf == NULL)
-        return FD_ERROR;
-    for (p = cf->cycle->worker_files; p && *p; p++, n++)
-        if (strcmp(*p, path) == 0)
-            return FD_OK;
-    /* a few files: the list is copied whole to grow it (the old copy is
-     * the configuration's memory, freed with it) */
-    files = fd_palloc(cf->pool, (n + 2) * sizeof(*files));
-    if (files == NULL || (files[n] = fd_pstrdup(cf->pool, path,
-                                                strlen(path))) == NULL)
-        return FD_ERROR;
-    if (n)
-        memcpy(files, cf->cycle->worker_files, n * sizeof(*files));
-    files[n + 1] = NULL;
-    cf->cycle->worker_files = files;
-    return FD_OK;
+    return cf ? fd_dso_worker_file(cf, path) : FD_ERROR;
 }
 
 int64_t fd_api_parse_size(const char *s)
