@@ -1430,8 +1430,9 @@ fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
 
     /* from here on errors are about the file as a whole */
     cf.file = NULL;
-    if (cy->servers == NULL) {
-        fd_conf_error(&cf, "no [server] section");
+    /* a file of [stream] sections alone is a whole L4 proxy */
+    if (cy->servers == NULL && cy->listening == NULL) {
+        fd_conf_error(&cf, "no [server] section (nor a [stream])");
         goto failed;
     }
     if (cy->nlistening > UINT16_MAX) {

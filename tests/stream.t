@@ -210,4 +210,17 @@ like($j ? $j->body : '', qr/"stream":\s*\[/, 'and in the JSON');
 
 $t->stop;
 $t->no_alerts;
+
+# a file of [stream] sections alone (no [server]) is a whole L4 proxy
+my $t2 = FastdTest->new(conf => '');
+my $p2 = $t2->another_port;
+$t2->write_conf(FastdTest::main_section()
+                . "[stream only]\nlisten = 127.0.0.1:$p2\npass = 127.0.0.1:$echo\n");
+$t2->start({ port => $p2 });
+$c = conn($p2);
+$c->send("alone\n");
+ok($c->wait_for_bytes(qr/alone\n/), 'a configuration of [stream] alone proxies');
+$c->close;
+$t2->stop;
+$t2->no_alerts;
 done_testing;
