@@ -13,6 +13,12 @@
  * connection, as nginx's stream log, and per [stream] counters in each
  * worker's stats slot (/status: stream_connections, _active, _failed,
  * _bytes_received, _bytes_sent).
+ *
+ * ssl_preread = on reads the client's TLS ClientHello first (into the
+ * buffer that goes on to the server: nothing is decrypted or changed) and
+ * chooses the server by its server_name: the sni = NAME TARGET routes,
+ * else pass. Until the hello is whole (preread_timeout) the client's
+ * events come here, not to the splice.
  */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -25,6 +31,7 @@
 #include "fd_http.h"
 #include "fd_status.h"
 #include "fd_upstream.h"
+#include "fd_stream_preread.h"
 
 #define STREAM_BUF 16384
 #define STREAM_STATS 64        /* [stream] sections counted in /status */
@@ -44,9 +51,19 @@ static stream_stats_t *stats_area; /* this worker's slot, or NULL */
 
 enum { CLIENT, UPSTREAM }; /* the splice's sides */
 
+/* sni = NAME TARGET */
+typedef struct {
+    char *name;                /* lowercased; "*.x.y": any name under x.y */
+    char *target;
+    fd_upstream_t *up;
+} stream_route_t;
+
 typedef struct {
     char *listen;
     char *pass;
+    int preread;
+    fd_msec_t preread_timeout;
+    fd_conf_list_t sni;
     fd_msec_t proxy_timeout;
     fd_msec_t connect_timeout;
     fd_int_t max_conns_per_ip;
@@ -54,7 +71,10 @@ typedef struct {
     char *access_log;
     /* resolved */
     const char *name;
-    fd_upstream_t *up;
+    fd_upstream_t *up;         /* pass's, or NULL (ssl_preread: none) */
+    stream_route_t *routes;
+    unsigned nroutes;
+    size_t words;              /* of tried[]: the largest group's */
     int log_fd;                /* per worker; -1: none */
     stream_stats_t *stats;     /* per worker: its entry, or NULL */
 } stream_conf_t;
@@ -62,7 +82,12 @@ typedef struct {
 typedef struct {
     fd_splice_t sp;
     stream_conf_t *sc;
+    fd_upstream_t *up;         /* the group chosen */
     fd_upstream_conn_t *uc;    /* while connecting */
+    fd_timer_t preread;        /* preread_timeout, while reading */
+    void (*handler)(fd_event_t *ev, uint32_t events); /* the splice's */
+    size_t got;                /* preread: bytes of the hello so far */
+    char sni[256];             /* its server_name, for the log */
     fd_upstream_peer_t *peer;  /* acquired: counted active on it */
     void *ipref;               /* the client's place in max_conns_per_ip */
     fd_api_addr_t client, local;
@@ -100,13 +125,15 @@ static void session_log(session_t *ss)
     /* nginx's stream log: $remote_addr [$time_local] $protocol $status
      * $bytes_sent $bytes_received $session_time "$upstream_addr" */
     n = snprintf(line, sizeof(line),
-                 "%s [%s] TCP %d %llu %llu %llu.%03llu \"%s\" %s\n", addr,
-                 when, ss->status,
+                 "%s [%s] TCP %d %llu %llu %llu.%03llu \"%s\" %s%s%s%s\n",
+                 addr, when, ss->status,
                  (unsigned long long)ss->sp.side[CLIENT].sent,
                  (unsigned long long)ss->sp.side[UPSTREAM].sent,
                  (unsigned long long)(ms / 1000),
                  (unsigned long long)(ms % 1000),
-                 ss->peer ? ss->peer->name : "-", sc->name);
+                 ss->peer ? ss->peer->name : "-", sc->name,
+                 sc->preread ? " \"" : "", sc->preread ? ss->sni : "",
+                 sc->preread ? "\"" : "");
     if (n > 0 && write(sc->log_fd, line, (size_t)n) < 0)
         fd_log_error(FD_LOG_ERR, errno, "write() to %s failed",
                      sc->access_log);
@@ -125,6 +152,8 @@ static void session_end(session_t *ss)
         st->sent += ss->sp.side[CLIENT].sent;
     }
     session_log(ss);
+    if (fd_timer_armed(&ss->preread))
+        fd_timer_del(&ss->preread);
     if (ss->peer)
         fd_upstream_peer_release(ss->peer);
     fd_ip_release(ss->ipref);
@@ -259,14 +288,20 @@ static void session_connect(session_t *ss)
     fd_upstream_peer_t *p;
     fd_upstream_conn_t *uc;
 
+    if (ss->up == NULL) {
+        fd_log_error(FD_LOG_ERR, 0, "stream %s: no route for \"%s\" and "
+                     "no pass", sc->name, ss->sni);
+        session_fail(ss, 502);
+        return;
+    }
     for (;;) {
-        p = fd_upstream_pick(sc->up, ss->tried,
+        p = fd_upstream_pick(ss->up, ss->tried,
                              fd_upstream_hash(ss->client.addr,
                                               ss->client.family == AF_INET
                                                   ? 4 : 16));
         if (p == NULL) {
             fd_log_error(FD_LOG_ERR, 0, "stream %s: no live server in "
-                         "upstream \"%s\"", sc->name, sc->up->name);
+                         "upstream \"%s\"", sc->name, ss->up->name);
             session_fail(ss, 502);
             return;
         }
@@ -293,11 +328,100 @@ static void session_connect(session_t *ss)
     fd_upstream_conn_deadline(uc, sc->connect_timeout);
 }
 
+/* --- ssl_preread ----------------------------------------------------------- */
+
+/* The group for the hello's server_name: an exact route, else the
+ * longest "*." one that covers it, else pass's. */
+static fd_upstream_t *route(const stream_conf_t *sc, const char *sni)
+{
+    const stream_route_t *best = NULL;
+    size_t n = strlen(sni), bl = 0;
+    unsigned i;
+
+    if (n == 0)
+        return sc->up;
+    for (i = 0; i < sc->nroutes; i++) {
+        const stream_route_t *r = &sc->routes[i];
+        size_t k = strlen(r->name) - 1; /* "*.x.y": ".x.y" */
+        if (r->name[0] != '*') {
+            if (strcmp(r->name, sni) == 0)
+                return r->up;
+        } else if (n > k && strcmp(sni + n - k, r->name + 1) == 0 &&
+                   k > bl) {
+            best = r;
+            bl = k;
+        }
+    }
+    return best ? best->up : sc->up;
+}
+
+/* The hello is in (or will never be): to its server. */
+static void preread_done(session_t *ss, const fd_preread_t *hello)
+{
+    fd_splice_side_t *cs = &ss->sp.side[CLIENT];
+
+    fd_timer_del(&ss->preread);
+    cs->s.ev.handler = ss->handler;
+    ss->sp.side[UPSTREAM].len = ss->got; /* owed to the server first */
+    if (hello) {
+        memcpy(ss->sni, hello->sni, sizeof(ss->sni));
+        ss->up = route(ss->sc, hello->sni);
+    }
+    session_connect(ss);
+}
+
+static void preread_event(fd_event_t *ev, uint32_t events)
+{
+    fd_splice_side_t *cs = (fd_splice_side_t *)ev;
+    session_t *ss = cs->sp->data;
+    fd_preread_t hello;
+    int rc = FD_AGAIN;
+
+    fd_log_conn_id = ss->sp.log_id;
+    fd_stream_events(&cs->s, events);
+    while (cs->s.readable && ss->got < STREAM_BUF) {
+        ssize_t n = fd_stream_recv(&cs->s, ss->mem[UPSTREAM] + ss->got,
+                                   STREAM_BUF - ss->got);
+        if (n == FD_AGAIN)
+            break;
+        if (n <= 0) {
+            fd_log_error(FD_LOG_INFO, n < 0 ? errno : 0, "stream %s: the "
+                         "client %s before its TLS ClientHello ended",
+                         ss->sc->name, n < 0 ? "failed" : "closed");
+            session_fail(ss, 400);
+            fd_log_conn_id = 0;
+            return;
+        }
+        ss->got += (size_t)n;
+        rc = fd_preread_parse((const uint8_t *)ss->mem[UPSTREAM], ss->got,
+                              &hello);
+        if (rc != FD_AGAIN)
+            break;
+    }
+    if (rc == FD_AGAIN && ss->got == STREAM_BUF)
+        rc = FD_DECLINED; /* a hello larger than the buffer: no name */
+    if (rc != FD_AGAIN)
+        preread_done(ss, rc == FD_OK ? &hello : NULL);
+    fd_log_conn_id = 0;
+}
+
+static void preread_timeout(fd_timer_t *t)
+{
+    session_t *ss = (session_t *)((char *)t - offsetof(session_t, preread));
+
+    fd_log_conn_id = ss->sp.log_id;
+    fd_log_error(FD_LOG_INFO, 0, "stream %s: no whole TLS ClientHello in "
+                 "preread_timeout %llums", ss->sc->name,
+                 (unsigned long long)ss->sc->preread_timeout);
+    session_fail(ss, 400);
+    fd_log_conn_id = 0;
+}
+
 /* The proto's init: a connection accepted on a [stream] listener. */
 static void stream_init(fd_connection_t *c)
 {
     stream_conf_t *sc = fd_conn_listening(c)->owner;
-    size_t words = fd_upstream_tried_words(sc->up);
+    size_t words = sc->words;
     session_t *ss;
     int dup;
 
@@ -326,6 +450,7 @@ static void stream_init(fd_connection_t *c)
     ss->sp.data = ss;
     ss->sp.log_id = c->id;
     ss->sc = sc;
+    ss->up = sc->up;
     ss->start = fd_current_msec;
     ss->status = 502;
     if (sc->stats) {
@@ -371,6 +496,15 @@ static void stream_init(fd_connection_t *c)
         session_fail(ss, 500);
         return;
     }
+    if (sc->preread) {
+        /* the client's events come here until the hello is in */
+        fd_splice_side_t *cs = &ss->sp.side[CLIENT];
+        ss->handler = cs->s.ev.handler;
+        cs->s.ev.handler = preread_event;
+        ss->preread.handler = preread_timeout;
+        fd_timer_add(&ss->preread, sc->preread_timeout);
+        return;
+    }
     session_connect(ss);
 }
 
@@ -388,6 +522,54 @@ static const fd_proto_t stream_proto = {
     .idle = stream_idle,
 };
 
+/* sni = NAME TARGET: NAME a host name or *.DOMAIN, TARGET HOST:PORT or
+ * an [upstream] name (found in init_cycle) */
+static int routes_parse(fd_conf_t *cf, stream_conf_t *sc)
+{
+    unsigned i, k;
+
+    if (sc->sni.n == 0)
+        return FD_OK;
+    sc->routes = fd_pcalloc(cf->pool, sc->sni.n * sizeof(stream_route_t));
+    if (sc->routes == NULL)
+        return fd_conf_error(cf, "out of memory");
+    for (i = 0; i < sc->sni.n; i++) {
+        stream_route_t *r = &sc->routes[i];
+        char *s = fd_pstrdup(cf->pool, sc->sni.items[i],
+                             strlen(sc->sni.items[i]));
+        char *save, *extra;
+        fd_conf_at_key(cf, sc, "sni");
+        if (s == NULL)
+            return fd_conf_error(cf, "out of memory");
+        r->name = strtok_r(s, " \t", &save);
+        r->target = strtok_r(NULL, " \t", &save);
+        extra = strtok_r(NULL, " \t", &save);
+        if (r->name == NULL || r->target == NULL || extra)
+            return fd_conf_error(cf, "sni = NAME TARGET (a host name or "
+                                 "*.DOMAIN, then HOST:PORT or an "
+                                 "[upstream] name), not \"%s\"",
+                                 sc->sni.items[i]);
+        for (k = 0; r->name[k]; k++) {
+            char ch = r->name[k];
+            if (ch >= 'A' && ch <= 'Z')
+                r->name[k] = (char)(ch + 32);
+            else if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+                       ch == '-' || ch == '.' || ch == '_' ||
+                       (ch == '*' && k == 0 && r->name[1] == '.')))
+                return fd_conf_error(cf, "sni: \"%s\" is not a host name "
+                                     "(or *.DOMAIN)", r->name);
+        }
+        if (r->name[0] == '*' && r->name[2] == '\0')
+            return fd_conf_error(cf, "sni: \"%s\" names no domain "
+                                 "(pass is the default route)", r->name);
+        if (strchr(r->target, ':') != NULL &&
+            (r->up = fd_upstream_implicit(cf, r->target, "")) == NULL)
+            return FD_ERROR;
+    }
+    sc->nroutes = sc->sni.n;
+    return FD_OK;
+}
+
 static int stream_init_section(fd_conf_t *cf, const char *name, void *conf)
 {
     stream_conf_t *sc = conf;
@@ -399,16 +581,23 @@ static int stream_init_section(fd_conf_t *cf, const char *name, void *conf)
     if (sc->listen == NULL)
         return fd_conf_error(cf, "[stream %s] needs listen = ADDR:PORT",
                              name);
-    if (sc->pass == NULL)
+    if (sc->pass == NULL && sc->sni.n == 0)
         return fd_conf_error(cf, "[stream %s] needs pass = HOST:PORT or "
                              "an [upstream] name", name);
+    if (sc->sni.n && !sc->preread) {
+        fd_conf_at_key(cf, sc, "sni");
+        return fd_conf_error(cf, "[stream %s]: sni routes need "
+                             "ssl_preread = on", name);
+    }
     if (fd_cycle_listening_add(cf, sc->listen, &stream_proto, sc) == NULL)
         return FD_ERROR;
-    if (strchr(sc->pass, ':') != NULL) {
+    if (sc->pass && strchr(sc->pass, ':') != NULL) {
         sc->up = fd_upstream_implicit(cf, sc->pass, "");
         if (sc->up == NULL)
             return FD_ERROR;
     }
+    if (routes_parse(cf, sc) != FD_OK)
+        return FD_ERROR;
     if (sc->max_conns_per_ip)
         cf->cycle->conns_per_ip = 1;
     if (sc->access_log && strcmp(sc->access_log, "off") == 0)
@@ -430,15 +619,27 @@ static int stream_init_cycle(fd_conf_t *cf, fd_cycle_t *cycle)
 
     for (s = cycle->sections; s; s = s->next) {
         stream_conf_t *sc = s->conf;
-        if (s->module != &fd_stream_module || sc->up)
+        unsigned i;
+        if (s->module != &fd_stream_module)
             continue;
-        sc->up = fd_cycle_section(cycle, "upstream", sc->pass);
-        if (sc->up == NULL) {
-            cf->file = s->file;
-            cf->line = s->line;
+        cf->file = s->file;
+        cf->line = s->line;
+        if (sc->pass && sc->up == NULL &&
+            (sc->up = fd_cycle_section(cycle, "upstream", sc->pass)) ==
+                NULL)
             return fd_conf_error(cf, "[stream %s]: pass = %s: no [upstream "
                                  "%s] section (or HOST:PORT)", s->name,
                                  sc->pass, sc->pass);
+        sc->words = sc->up ? fd_upstream_tried_words(sc->up) : 1;
+        for (i = 0; i < sc->nroutes; i++) {
+            stream_route_t *r = &sc->routes[i];
+            if (r->up == NULL &&
+                (r->up = fd_cycle_section(cycle, "upstream", r->target)) ==
+                    NULL)
+                return fd_conf_error(cf, "[stream %s]: sni = %s %s: no "
+                                     "[upstream %s] section (or HOST:PORT)",
+                                     s->name, r->name, r->target, r->target);
+            sc->words = fd_max(sc->words, fd_upstream_tried_words(r->up));
         }
     }
     return FD_OK;
@@ -545,7 +746,25 @@ static const fd_directive_t stream_directives[] = {
     {.name = "pass", .type = FD_CONF_STR, .offset = SC(pass),
      .doc = "HOST:PORT, or the NAME of an [upstream NAME] group (its "
             "balance, max_fails, fail_timeout and health checks choose the "
-            "server; a failed connect goes on to the next one)"},
+            "server; a failed connect goes on to the next one). With "
+            "ssl_preread, the route of a name no sni line names (optional: "
+            "without it such a client is closed)"},
+    {.name = "ssl_preread", .type = FD_CONF_FLAG, .offset = SC(preread),
+     .def = "off",
+     .doc = "on: read the client's TLS ClientHello first (nothing is "
+            "decrypted; the bytes go on to the server unchanged) and choose "
+            "the server by its server_name: the sni routes, else pass. For "
+            "TLS passthrough to servers that terminate TLS themselves"},
+    {.name = "preread_timeout", .type = FD_CONF_MSEC,
+     .offset = SC(preread_timeout), .def = "30s", .min = 1, .max = 3600000,
+     .doc = "ssl_preread: time for the whole ClientHello; past it the "
+            "client is closed (400 in the access log)"},
+    {.name = "sni", .type = FD_CONF_LIST, .offset = SC(sni),
+     .doc = "NAME TARGET, repeatable (ssl_preread = on): a ClientHello "
+            "whose server_name is NAME goes to TARGET (HOST:PORT or an "
+            "[upstream] name). NAME is a host name, or *.DOMAIN for any name "
+            "under DOMAIN (an exact NAME wins, then the longest DOMAIN); "
+            "no match, no server_name or not TLS: pass"},
     {.name = "proxy_timeout", .type = FD_CONF_MSEC,
      .offset = SC(proxy_timeout), .def = "10m", .min = 1, .max = 86400000,
      .doc = "a connection with no byte moved either way for this long is "
@@ -566,7 +785,8 @@ static const fd_directive_t stream_directives[] = {
      .doc = "a file that gets one line per connection, or off (the "
             "default): client, time, TCP, status (200; 502: no server "
             "answered), bytes sent to the client, bytes received from it, "
-            "duration, the server's address and the [stream] name"},
+            "duration, the server's address and the [stream] name (with "
+            "ssl_preread, then the ClientHello's server_name in quotes)"},
     {.name = NULL},
 };
 

@@ -236,4 +236,35 @@ seed fuzz_conf '' '[main]\npid = off\n[server]\nlisten = 127.0.0.1:1\n[location 
 seed fuzz_conf '' '[main]\npid = off\n[server]\nlisten = 127.0.0.1:1\n[server]\nlisten = [::1]:2\nunknown = 1\n'
 seed fuzz_conf '' '[main]\npid = off\n[server\nlisten 127.0.0.1:1\n'
 
+# --- ClientHellos (ssl_preread) ---------------------------------------------
+# real ones, from python's ssl client (memory BIOs): with SNI and ALPN,
+# without, and re-framed over small records
+mkdir -p "$dir/fuzz_preread"
+/usr/bin/python3 - "$dir/fuzz_preread" <<'PY' || true
+import ssl, sys
+def hello(sni, alpn):
+    c = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    c.check_hostname = False
+    c.verify_mode = ssl.CERT_NONE
+    if alpn:
+        c.set_alpn_protocols(alpn)
+    i, o = ssl.MemoryBIO(), ssl.MemoryBIO()
+    s = c.wrap_bio(i, o, server_hostname=sni)
+    try:
+        s.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return o.read()
+def reframe(h, k):
+    body, out = h[5:], b""
+    for a in range(0, len(body), k):
+        part = body[a:a + k]
+        out += bytes([22, 3, 1, len(part) >> 8, len(part) & 255]) + part
+    return out
+seeds = [hello("app.example.com", ["h2", "http/1.1"]), hello(None, None),
+         reframe(hello("x.test", ["h2"]), 50)]
+for n, b in enumerate(seeds):
+    open("%s/hello-%d" % (sys.argv[1], n), "wb").write(b)
+PY
+
 echo "seeds written to $dir ($n text seeds)"
