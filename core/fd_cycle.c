@@ -654,6 +654,9 @@ static int server_listen(load_t *ld, fd_http_server_t *srv, unsigned from,
         if (fd_cycle_listen_parse(cf, srv->listen.items[i], &ss, &len,
                                   addr, &opts) != FD_OK)
             return FD_ERROR;
+        if (opts & FD_LISTEN_UDP)
+            return fd_conf_error(cf, "listen %s udp: plain UDP is for a "
+                                 "[stream] (HTTP/3 over UDP: quic)", addr);
         if (opts & FD_LISTEN_QUIC) {
 #ifndef FD_HTTP3
             /* the default config has a quic listener: a build without
@@ -676,7 +679,7 @@ static int server_listen(load_t *ld, fd_http_server_t *srv, unsigned from,
         }
         for (ls = ld->cycle->listening; ls; ls = ls->next)
             if (ls->addrlen == len && memcmp(&ls->addr, &ss, len) == 0 &&
-                ls->quic == ((opts & FD_LISTEN_QUIC) != 0))
+                ls->quic == ((opts & FD_LISTEN_QUIC) != 0) && !ls->udp)
                 break;
         if (ls && ls->owner)
             return fd_conf_error(cf, "listen %s: a [stream] listens on "
@@ -740,15 +743,18 @@ fd_listening_t *fd_cycle_listening_add(fd_conf_t *cf, const char *value,
 
     if (fd_cycle_listen_parse(cf, value, &ss, &len, addr, &opts) != FD_OK)
         return NULL;
-    if (opts)
-        return fd_conf_error(cf, "listen %s: no options here", addr),
+    if (opts & ~FD_LISTEN_UDP)
+        return fd_conf_error(cf, "listen %s: no options here but udp",
+                             addr),
                NULL;
     /* the [server]s' listen lines come later in the load: they check
-     * this list too (server_listen) */
+     * this list too (server_listen); TCP and UDP on one port are two */
     for (ls = cf->cycle->listening; ls; ls = ls->next)
-        if (!ls->quic && ls->addrlen == len && memcmp(&ls->addr, &ss, len) == 0)
-            return fd_conf_error(cf, "listen %s: the address is already "
-                                 "listened on", addr),
+        if (ls->addrlen == len && memcmp(&ls->addr, &ss, len) == 0 &&
+            (ls->quic || ls->udp) == ((opts & FD_LISTEN_UDP) != 0))
+            return fd_conf_error(cf, "listen %s%s: the address is already "
+                                 "listened on", addr,
+                                 opts & FD_LISTEN_UDP ? " udp" : ""),
                    NULL;
     ls = fd_pcalloc(cf->pool, sizeof(*ls));
     if (ls == NULL)
@@ -759,6 +765,7 @@ fd_listening_t *fd_cycle_listening_add(fd_conf_t *cf, const char *value,
     ls->ev.fd = -1;
     ls->proto = proto;
     ls->owner = owner;
+    ls->udp = (opts & FD_LISTEN_UDP) != 0;
     ls->index = cf->cycle->nlistening++;
     ls->next = cf->cycle->listening;
     cf->cycle->listening = ls;

@@ -102,6 +102,11 @@ struct fd_listening_s {
                                 * HTTP/3 (fd_quic.c); its ev.fd stays -1,
                                 * so the TCP accept paths pass it by */
     void *quic_tls;            /* its GnuTLS credentials (fd_quic_tls.c) */
+    unsigned udp;              /* a module's listen ... udp ([stream]): a
+                                * UDP socket per worker as quic's (no
+                                * steering: the kernel's hash of the
+                                * client's address picks one), read by
+                                * its owner; ev.fd stays -1 */
     void *owner;               /* a module's listener: its conf (a
                                 * [stream]); NULL for HTTP's */
     fd_listening_t *next;
@@ -175,7 +180,7 @@ extern const fd_directive_t fd_offload_directives[];
 /* A [server] listen value, "ADDR:PORT [default] [ssl]": FD_OK with the
  * address and the FD_LISTEN_* bits, or FD_ERROR (said through cf). */
 enum { FD_LISTEN_DEFAULT = 1, FD_LISTEN_SSL = 2, FD_LISTEN_HTTP2 = 4,
-       FD_LISTEN_PROXY = 8, FD_LISTEN_QUIC = 16 };
+       FD_LISTEN_PROXY = 8, FD_LISTEN_QUIC = 16, FD_LISTEN_UDP = 32 };
 int fd_cycle_listen_parse(fd_conf_t *cf, const char *v,
                           struct sockaddr_storage *ss, socklen_t *len,
                           char addr[300], unsigned *opts);

@@ -587,6 +587,8 @@ int fd_cycle_listen_parse(fd_conf_t *cf, const char *v,
             bit = FD_LISTEN_PROXY;
         else if (strcmp(opt[i], "quic") == 0)
             bit = FD_LISTEN_QUIC;
+        else if (strcmp(opt[i], "udp") == 0)
+            bit = FD_LISTEN_UDP; /* a [stream]'s: its caller says */
         else
             return fd_conf_error(cf, "unknown listen option \"%s\" "
                                  "(default, ssl, http2, proxy_protocol, "

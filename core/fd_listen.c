@@ -234,8 +234,9 @@ static void sockbuf_check(const char *name)
     if ((f = fopen(path, "r")) == NULL)
         return;
     if (fscanf(f, "%ld", &v) == 1 && v < QUIC_SOCKBUF)
-        fd_log_error(FD_LOG_WARN, 0, "net.core.%s is %ld: QUIC sockets get "
-                     "less than the %d bytes of buffer they ask for, and "
+        fd_log_error(FD_LOG_WARN, 0, "net.core.%s is %ld: UDP listeners "
+                     "(quic, udp) get less than the %d bytes of buffer "
+                     "they ask for, and "
                      "drop datagrams under load (sysctl -w net.core.%s=%d)",
                      name, v, QUIC_SOCKBUF, name, QUIC_SOCKBUF);
     fclose(f);
@@ -249,13 +250,13 @@ static int open_udp(fd_listening_t *ls)
     fd = socket(ls->addr.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
                 0);
     if (fd < 0) {
-        fd_log_error(FD_LOG_EMERG, errno, "socket() for %s quic failed",
-                     ls->text);
+        fd_log_error(FD_LOG_EMERG, errno, "socket() for %s%s failed",
+                     ls->text, ls->quic ? " quic" : " udp");
         return -1;
     }
     if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0) {
-        fd_log_error(FD_LOG_EMERG, errno, "SO_REUSEPORT on %s quic failed",
-                     ls->text);
+        fd_log_error(FD_LOG_EMERG, errno, "SO_REUSEPORT on %s%s failed",
+                     ls->text, ls->quic ? " quic" : " udp");
         close(fd);
         return -1;
     }
@@ -274,8 +275,8 @@ static int open_udp(fd_listening_t *ls)
         setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof(one));
     }
     if (bind(fd, (struct sockaddr *)&ls->addr, ls->addrlen) < 0) {
-        fd_log_error(FD_LOG_EMERG, errno, "bind() to %s quic failed",
-                     ls->text);
+        fd_log_error(FD_LOG_EMERG, errno, "bind() to %s%s failed",
+                     ls->text, ls->quic ? " quic" : " udp");
         close(fd);
         return -1;
     }
@@ -320,7 +321,7 @@ static int open_one(fd_cycle_t *cycle, fd_listening_t *ls, int reuseport)
 {
     int fd, one = 1, secs = 1;
 
-    if (ls->quic)
+    if (ls->quic || ls->udp)
         return open_udp(ls);
     fd = socket(ls->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK |
                                          SOCK_CLOEXEC, 0);
@@ -366,7 +367,9 @@ static int address_free(fd_listening_t *ls)
     int fd, one = 1, rc, err;
 
     fd = socket(ls->addr.ss_family,
-                (ls->quic ? SOCK_DGRAM : SOCK_STREAM) | SOCK_CLOEXEC, 0);
+                (ls->quic || ls->udp ? SOCK_DGRAM : SOCK_STREAM) |
+                    SOCK_CLOEXEC,
+                0);
     if (fd < 0)
         return 1; /* the real socket() will say why */
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -402,6 +405,7 @@ static int held(fd_cycle_t *old, fd_listening_t *ls)
 
     for (ol = old ? old->listening : NULL; ol; ol = ol->next)
         if (ol->nfds && ol->addrlen == ls->addrlen && ol->quic == ls->quic &&
+            ol->udp == ls->udp &&
             memcmp(&ol->addr, &ls->addr, ls->addrlen) == 0)
             return 1;
     return 0;
@@ -419,21 +423,23 @@ int fd_listening_open(fd_cycle_t *cycle, fd_cycle_t *old)
     unsigned want = reuseport ? (unsigned)cycle->nworkers : 1, i;
 
     for (ls = cycle->listening; ls; ls = ls->next) {
-        /* quic: a socket per worker whatever events.accept says */
-        unsigned n = ls->quic ? (unsigned)cycle->nworkers : want;
+        /* quic, udp: a socket per worker whatever events.accept says */
+        unsigned n = ls->quic || ls->udp ? (unsigned)cycle->nworkers : want;
         ls->fds = fd_palloc(cycle->pool, n * sizeof(int));
         ls->nfds = 0;
         ls->ev.fd = -1;
         ol = NULL;
-        if (old && (ls->quic ||
+        if (old && (ls->quic || ls->udp ||
                     (old->events.accept == FD_ACCEPT_REUSEPORT) == reuseport))
             for (ol = old->listening; ol; ol = ol->next)
                 if (ol->addrlen == ls->addrlen && ol->quic == ls->quic &&
+                    ol->udp == ls->udp &&
                     memcmp(&ol->addr, &ls->addr, ls->addrlen) == 0)
                     break;
         for (i = 0; ol && i < ol->nfds && ls->nfds < n; i++)
             ls->fds[ls->nfds++] = ol->fds[i];
-        if ((reuseport || ls->quic) && ls->nfds == 0 && !held(old, ls) &&
+        if ((reuseport || ls->quic || ls->udp) && ls->nfds == 0 &&
+            !held(old, ls) &&
             !address_free(ls))
             goto failed;
         while (ls->nfds < n) {

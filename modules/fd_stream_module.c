@@ -14,6 +14,13 @@
  * worker's stats slot (/status: stream_connections, _active, _failed,
  * _bytes_received, _bytes_sent).
  *
+ * listen = ADDR udp: a UDP socket per worker (the kernel's hash of the
+ * client's address keeps a client on one worker). A client address's
+ * datagrams make a session: a connected UDP socket to a server of the
+ * group, datagrams passed both ways (the answers sent from the address
+ * the client wrote to), ended by proxy_timeout of silence or once
+ * proxy_responses answers per datagram came back (nginx's semantics).
+ *
  * ssl_preread = on reads the client's TLS ClientHello first (into the
  * buffer that goes on to the server: nothing is decrypted or changed) and
  * chooses the server by its server_name: the sni = NAME TARGET routes,
@@ -22,6 +29,7 @@
  */
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/epoll.h>
 #include <time.h>
 
@@ -67,6 +75,7 @@ typedef struct {
     fd_msec_t proxy_timeout;
     fd_msec_t connect_timeout;
     fd_int_t max_conns_per_ip;
+    fd_int_t proxy_responses;
     int proxy_protocol;
     char *access_log;
     /* resolved */
@@ -75,7 +84,9 @@ typedef struct {
     stream_route_t *routes;
     unsigned nroutes;
     size_t words;              /* of tried[]: the largest group's */
+    fd_listening_t *ls;
     int log_fd;                /* per worker; -1: none */
+    struct udp_listener_s *udp; /* per worker: listen ... udp's state */
     stream_stats_t *stats;     /* per worker: its entry, or NULL */
 } stream_conf_t;
 
@@ -105,38 +116,53 @@ static const fd_directive_t stream_directives[];
 #define SC(f) offsetof(stream_conf_t, f)
 
 static void session_connect(session_t *ss);
+static int udp_init_worker(fd_worker_t *w, stream_conf_t *sc);
+static void udp_exit_worker(stream_conf_t *sc);
+
+/* One access log line, nginx's stream log: $remote_addr [$time_local]
+ * $protocol $status $bytes_sent $bytes_received $session_time
+ * "$upstream_addr", then the [stream]'s name (and the SNI: ssl_preread).
+ * sent: bytes to the client; received: from it. */
+static void stream_log(const stream_conf_t *sc, const char *addr,
+                       const char *proto, int status, uint64_t sent,
+                       uint64_t received, fd_msec_t start,
+                       const fd_upstream_peer_t *peer, const char *sni)
+{
+    char line[600], when[32];
+    struct tm tm;
+    time_t now = time(NULL);
+    fd_msec_t ms = fd_current_msec - start;
+    int n;
+
+    localtime_r(&now, &tm);
+    strftime(when, sizeof(when), "%d/%b/%Y:%H:%M:%S %z", &tm);
+    n = snprintf(line, sizeof(line),
+                 "%s [%s] %s %d %llu %llu %llu.%03llu \"%s\" %s%s%s%s\n",
+                 addr, when, proto, status, (unsigned long long)sent,
+                 (unsigned long long)received,
+                 (unsigned long long)(ms / 1000),
+                 (unsigned long long)(ms % 1000), peer ? peer->name : "-",
+                 sc->name, sni ? " \"" : "", sni ? sni : "",
+                 sni ? "\"" : "");
+    if (n > 0 && write(sc->log_fd, line, (size_t)fd_min((size_t)n,
+                                                       sizeof(line) - 1)) <
+                     0)
+        fd_log_error(FD_LOG_ERR, errno, "write() to %s failed",
+                     sc->access_log);
+}
 
 static void session_log(session_t *ss)
 {
-    stream_conf_t *sc = ss->sc;
-    char line[512], addr[INET6_ADDRSTRLEN], when[32];
-    struct tm tm;
-    time_t now = time(NULL);
-    fd_msec_t ms = fd_current_msec - ss->start;
-    int n;
+    char addr[INET6_ADDRSTRLEN];
 
-    if (sc->log_fd < 0)
+    if (ss->sc->log_fd < 0)
         return;
     if (inet_ntop(ss->client.family, ss->client.addr, addr, sizeof(addr)) ==
         NULL)
         strcpy(addr, "-");
-    localtime_r(&now, &tm);
-    strftime(when, sizeof(when), "%d/%b/%Y:%H:%M:%S %z", &tm);
-    /* nginx's stream log: $remote_addr [$time_local] $protocol $status
-     * $bytes_sent $bytes_received $session_time "$upstream_addr" */
-    n = snprintf(line, sizeof(line),
-                 "%s [%s] TCP %d %llu %llu %llu.%03llu \"%s\" %s%s%s%s\n",
-                 addr, when, ss->status,
-                 (unsigned long long)ss->sp.side[CLIENT].sent,
-                 (unsigned long long)ss->sp.side[UPSTREAM].sent,
-                 (unsigned long long)(ms / 1000),
-                 (unsigned long long)(ms % 1000),
-                 ss->peer ? ss->peer->name : "-", sc->name,
-                 sc->preread ? " \"" : "", sc->preread ? ss->sni : "",
-                 sc->preread ? "\"" : "");
-    if (n > 0 && write(sc->log_fd, line, (size_t)n) < 0)
-        fd_log_error(FD_LOG_ERR, errno, "write() to %s failed",
-                     sc->access_log);
+    stream_log(ss->sc, addr, "TCP", ss->status, ss->sp.side[CLIENT].sent,
+               ss->sp.side[UPSTREAM].sent, ss->start, ss->peer,
+               ss->sc->preread ? ss->sni : NULL);
 }
 
 /* The session's end: log, give back, free at the end of the turn (an
@@ -589,8 +615,24 @@ static int stream_init_section(fd_conf_t *cf, const char *name, void *conf)
         return fd_conf_error(cf, "[stream %s]: sni routes need "
                              "ssl_preread = on", name);
     }
-    if (fd_cycle_listening_add(cf, sc->listen, &stream_proto, sc) == NULL)
+    sc->ls = fd_cycle_listening_add(cf, sc->listen, &stream_proto, sc);
+    if (sc->ls == NULL)
         return FD_ERROR;
+    if (sc->ls->udp) {
+        const char *tcp = sc->preread ? "ssl_preread"
+                          : sc->proxy_protocol ? "proxy_protocol"
+                          : sc->max_conns_per_ip ? "max_conns_per_ip"
+                                                 : NULL;
+        if (tcp) {
+            fd_conf_at_key(cf, sc, tcp);
+            return fd_conf_error(cf, "[stream %s]: %s is for TCP, not "
+                                 "listen ... udp", name, tcp);
+        }
+    } else if (sc->proxy_responses) {
+        fd_conf_at_key(cf, sc, "proxy_responses");
+        return fd_conf_error(cf, "[stream %s]: proxy_responses is for "
+                             "listen ... udp", name);
+    }
     if (sc->pass && strchr(sc->pass, ':') != NULL) {
         sc->up = fd_upstream_implicit(cf, sc->pass, "");
         if (sc->up == NULL)
@@ -659,6 +701,9 @@ static int stream_init_worker(fd_worker_t *w)
                                      STREAM_STATS, sc->name,
                                      sizeof(stats_area->name))
                                : NULL;
+        if (sc->ls->udp && sc->udp == NULL &&
+            udp_init_worker(w, sc) != FD_OK)
+            return FD_ERROR;
         if (sc->access_log == NULL)
             continue;
         sc->log_fd = open(sc->access_log, O_WRONLY | O_APPEND | O_CREAT |
@@ -670,23 +715,384 @@ static int stream_init_worker(fd_worker_t *w)
     return FD_OK;
 }
 
-static void stream_exit_worker(fd_worker_t *w)
+/* The access logs (and, at exit, the UDP sessions: logged first) */
+static void logs_close(fd_worker_t *w, int udp_too)
 {
     fd_conf_section_t *s;
 
     for (s = w->cycle->sections; s; s = s->next) {
         stream_conf_t *sc = s->conf;
-        if (s->module == &fd_stream_module && sc->log_fd >= 0) {
+        if (s->module != &fd_stream_module)
+            continue;
+        if (udp_too)
+            udp_exit_worker(sc);
+        if (sc->log_fd >= 0) {
             close(sc->log_fd);
             sc->log_fd = -1;
         }
     }
 }
 
+static void stream_exit_worker(fd_worker_t *w)
+{
+    logs_close(w, 1);
+}
+
 static void stream_reopen(fd_worker_t *w)
 {
-    stream_exit_worker(w);
-    stream_init_worker(w);
+    logs_close(w, 0);
+    stream_init_worker(w); /* a UDP listener already set up stays */
+}
+
+/* --- UDP ----------------------------------------------------------------- */
+
+#define UDP_BUCKETS 1024
+#define UDP_MAX_DGRAM 65536
+
+typedef struct udp_sess_s udp_sess_t;
+
+typedef struct udp_listener_s {
+    fd_event_t ev;             /* this worker's socket of the listener */
+    stream_conf_t *sc;
+    udp_sess_t *table[UDP_BUCKETS];
+} udp_listener_t;
+
+/* One client address's session: its socket to the server. */
+struct udp_sess_s {
+    fd_event_t ev;             /* the server's socket; first */
+    udp_listener_t *ul;
+    udp_sess_t *next;          /* in its bucket */
+    struct sockaddr_storage client;
+    socklen_t clen;
+    union {                    /* the address the client wrote to */
+        struct in_pktinfo v4;
+        struct in6_pktinfo v6;
+    } local;
+    unsigned has_local:1;
+    fd_upstream_peer_t *peer;
+    fd_timer_t timer;          /* proxy_timeout */
+    fd_msec_t start;
+    uint64_t received, sent;   /* bytes from the client, to it */
+    uint64_t requests, responses; /* datagrams each way */
+    int status;
+    fd_posted_t free_post;
+};
+
+static char udp_buf[UDP_MAX_DGRAM];
+
+static unsigned udp_hash(const struct sockaddr_storage *sa, socklen_t len)
+{
+    const unsigned char *p = (const unsigned char *)sa;
+    uint32_t h = 2166136261u;
+    socklen_t i;
+
+    for (i = 0; i < len; i++)
+        h = (h ^ p[i]) * 16777619u;
+    return h % UDP_BUCKETS;
+}
+
+static void udp_end(udp_sess_t *us)
+{
+    udp_listener_t *ul = us->ul;
+    stream_conf_t *sc = ul->sc;
+    udp_sess_t **pp = &ul->table[udp_hash(&us->client, us->clen)];
+
+    while (*pp && *pp != us)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = us->next;
+    if (fd_timer_armed(&us->timer))
+        fd_timer_del(&us->timer);
+    if (us->ev.fd >= 0)
+        fd_event_close(&us->ev);
+    if (sc->stats) {
+        sc->stats->active--;
+        sc->stats->failed += us->status != 200;
+        sc->stats->received += us->received;
+        sc->stats->sent += us->sent;
+    }
+    if (sc->log_fd >= 0) {
+        char addr[INET6_ADDRSTRLEN] = "-";
+        if (us->client.ss_family == AF_INET)
+            inet_ntop(AF_INET, &((struct sockaddr_in *)&us->client)->sin_addr,
+                      addr, sizeof(addr));
+        else if (us->client.ss_family == AF_INET6)
+            inet_ntop(AF_INET6,
+                      &((struct sockaddr_in6 *)&us->client)->sin6_addr, addr,
+                      sizeof(addr));
+        stream_log(sc, addr, "UDP", us->status, us->sent, us->received,
+                   us->start, us->peer, NULL);
+    }
+    if (us->peer)
+        fd_upstream_peer_release(us->peer);
+    /* an event of this turn may still name it */
+    us->free_post.handler = free;
+    us->free_post.data = us;
+    fd_event_post(&us->free_post);
+}
+
+static void udp_timeout(fd_timer_t *t)
+{
+    udp_sess_t *us = (udp_sess_t *)((char *)t - offsetof(udp_sess_t, timer));
+
+    udp_end(us);
+}
+
+/* A datagram of the server's, to the client from the address it wrote to */
+static int udp_reply(udp_sess_t *us, const char *buf, size_t n)
+{
+    struct iovec iov = {.iov_base = (void *)buf, .iov_len = n};
+    char cbuf[CMSG_SPACE(sizeof(struct in6_pktinfo))];
+    struct msghdr mh = {.msg_name = &us->client, .msg_namelen = us->clen,
+                        .msg_iov = &iov, .msg_iovlen = 1};
+    struct cmsghdr *cm;
+
+    if (us->has_local) {
+        memset(cbuf, 0, sizeof(cbuf));
+        mh.msg_control = cbuf;
+        cm = (struct cmsghdr *)cbuf;
+        if (us->client.ss_family == AF_INET6) {
+            cm->cmsg_level = IPPROTO_IPV6;
+            cm->cmsg_type = IPV6_PKTINFO;
+            cm->cmsg_len = CMSG_LEN(sizeof(struct in6_pktinfo));
+            memcpy(CMSG_DATA(cm), &us->local.v6, sizeof(us->local.v6));
+            mh.msg_controllen = CMSG_SPACE(sizeof(struct in6_pktinfo));
+        } else {
+            struct in_pktinfo pi = {.ipi_spec_dst = us->local.v4.ipi_addr};
+            cm->cmsg_level = IPPROTO_IP;
+            cm->cmsg_type = IP_PKTINFO;
+            cm->cmsg_len = CMSG_LEN(sizeof(pi));
+            memcpy(CMSG_DATA(cm), &pi, sizeof(pi));
+            mh.msg_controllen = CMSG_SPACE(sizeof(pi));
+        }
+    }
+    return sendmsg(us->ul->ev.fd, &mh, MSG_DONTWAIT) < 0 ? FD_ERROR : FD_OK;
+}
+
+/* The server's socket: its datagrams go back to the client. */
+static void udp_upstream_event(fd_event_t *ev, uint32_t events)
+{
+    udp_sess_t *us = (udp_sess_t *)ev;
+    stream_conf_t *sc = us->ul->sc;
+    int i;
+
+    (void)events;
+    for (i = 0; i < 64; i++) {
+        ssize_t n = recv(ev->fd, udp_buf, sizeof(udp_buf), 0);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EINTR)
+                break;
+            /* ECONNREFUSED: an ICMP port unreachable for what we sent */
+            fd_log_error(FD_LOG_ERR, errno, "stream %s: recv() from %s "
+                         "failed", sc->name, us->peer->name);
+            if (us->responses == 0) {
+                fd_upstream_peer_failed(us->peer);
+                us->status = 502;
+            }
+            udp_end(us);
+            return;
+        }
+        if (us->responses == 0)
+            fd_upstream_peer_ok(us->peer);
+        us->responses++;
+        if (udp_reply(us, udp_buf, (size_t)n) == FD_OK)
+            us->sent += (uint64_t)n;
+        us->status = 200;
+        if (sc->proxy_responses &&
+            us->responses >= us->requests * (uint64_t)sc->proxy_responses) {
+            udp_end(us);
+            return;
+        }
+    }
+    fd_timer_del(&us->timer);
+    fd_timer_add(&us->timer, sc->proxy_timeout);
+}
+
+/* A new client address: a server of the group, a socket connected to it */
+static udp_sess_t *udp_session(udp_listener_t *ul,
+                               const struct sockaddr_storage *sa,
+                               socklen_t len)
+{
+    stream_conf_t *sc = ul->sc;
+    uint64_t *tried;
+    udp_sess_t *us;
+    const void *key = sa->ss_family == AF_INET6
+                          ? (const void *)&((struct sockaddr_in6 *)sa)->sin6_addr
+                          : (const void *)&((struct sockaddr_in *)sa)->sin_addr;
+    fd_upstream_peer_t *p;
+    int fd = -1;
+
+    us = calloc(1, sizeof(*us));
+    tried = calloc(sc->words, sizeof(*tried));
+    if (us == NULL || tried == NULL) {
+        free(us);
+        free(tried);
+        return NULL;
+    }
+    us->ul = ul;
+    us->client = *sa;
+    us->clen = len;
+    us->start = fd_current_msec;
+    us->status = 502;
+    us->ev.fd = -1;
+    us->timer.handler = udp_timeout;
+    /* a server the socket can be made for; sends fail later, if at all */
+    while ((p = fd_upstream_pick(sc->up, tried,
+                                 fd_upstream_hash(
+                                     key, sa->ss_family == AF_INET6 ? 16
+                                                                    : 4))) !=
+           NULL) {
+        fd = socket(p->sa.ss_family, SOCK_DGRAM | SOCK_NONBLOCK |
+                                         SOCK_CLOEXEC, 0);
+        if (fd >= 0 && connect(fd, (struct sockaddr *)&p->sa, p->salen) == 0)
+            break;
+        fd_log_error(FD_LOG_ERR, errno, "stream %s: UDP socket to %s failed",
+                     sc->name, p->name);
+        if (fd >= 0)
+            close(fd);
+        fd = -1;
+        fd_upstream_peer_failed(p);
+        fd_upstream_set_tried(tried, p, 1);
+    }
+    free(tried);
+    if (sc->stats) {
+        sc->stats->connections++;
+        sc->stats->active++;
+    }
+    if (fd < 0) {
+        if (p == NULL)
+            fd_log_error(FD_LOG_ERR, 0, "stream %s: no live server in "
+                         "upstream \"%s\"", sc->name, sc->up->name);
+        us->status = 502;
+        udp_end(us); /* logged, counted */
+        return NULL;
+    }
+    fd_upstream_peer_acquire(p);
+    us->peer = p;
+    us->ev.fd = fd;
+    us->ev.handler = udp_upstream_event;
+    if (fd_event_add(&us->ev, EPOLLIN) < 0) {
+        fd_log_error(FD_LOG_ERR, errno, "epoll_ctl() failed");
+        close(fd);
+        us->ev.fd = -1;
+        udp_end(us);
+        return NULL;
+    }
+    us->next = ul->table[udp_hash(sa, len)];
+    ul->table[udp_hash(sa, len)] = us;
+    return us;
+}
+
+/* The listener: each datagram to its client's session. */
+static void udp_listen_event(fd_event_t *ev, uint32_t events)
+{
+    udp_listener_t *ul = (udp_listener_t *)ev;
+    stream_conf_t *sc = ul->sc;
+    int i;
+
+    (void)events;
+    for (i = 0; i < 64; i++) {
+        struct sockaddr_storage sa;
+        char cbuf[CMSG_SPACE(sizeof(struct in6_pktinfo)) + 64];
+        struct iovec iov = {.iov_base = udp_buf, .iov_len = sizeof(udp_buf)};
+        struct msghdr mh = {.msg_name = &sa, .msg_namelen = sizeof(sa),
+                            .msg_iov = &iov, .msg_iovlen = 1,
+                            .msg_control = cbuf,
+                            .msg_controllen = sizeof(cbuf)};
+        struct cmsghdr *cm;
+        udp_sess_t *us;
+        ssize_t n = recvmsg(ev->fd, &mh, MSG_DONTWAIT);
+
+        if (n < 0)
+            break; /* EAGAIN; an error of a datagram is that datagram's */
+        if (mh.msg_namelen > sizeof(sa))
+            continue;
+        for (us = ul->table[udp_hash(&sa, mh.msg_namelen)]; us;
+             us = us->next)
+            if (us->clen == mh.msg_namelen &&
+                memcmp(&us->client, &sa, mh.msg_namelen) == 0)
+                break;
+        if (us == NULL) {
+            us = udp_session(ul, &sa, mh.msg_namelen);
+            if (us == NULL)
+                continue;
+            for (cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+                if (cm->cmsg_level == IPPROTO_IP &&
+                    cm->cmsg_type == IP_PKTINFO) {
+                    memcpy(&us->local.v4, CMSG_DATA(cm),
+                           sizeof(us->local.v4));
+                    us->has_local = 1;
+                } else if (cm->cmsg_level == IPPROTO_IPV6 &&
+                           cm->cmsg_type == IPV6_PKTINFO) {
+                    memcpy(&us->local.v6, CMSG_DATA(cm),
+                           sizeof(us->local.v6));
+                    us->has_local = 1;
+                }
+            }
+        }
+        us->requests++;
+        us->received += (uint64_t)n;
+        if (send(us->ev.fd, udp_buf, (size_t)n, MSG_DONTWAIT) < 0 &&
+            errno != EAGAIN) {
+            /* ECONNREFUSED: the server's port said no to an earlier one */
+            fd_log_error(FD_LOG_ERR, errno, "stream %s: send() to %s failed",
+                         sc->name, us->peer->name);
+            if (us->responses == 0) {
+                fd_upstream_peer_failed(us->peer);
+                us->status = 502;
+            }
+            udp_end(us);
+            continue;
+        }
+        if (fd_timer_armed(&us->timer))
+            fd_timer_del(&us->timer);
+        fd_timer_add(&us->timer, sc->proxy_timeout);
+    }
+}
+
+static int udp_init_worker(fd_worker_t *w, stream_conf_t *sc)
+{
+    fd_listening_t *ls = sc->ls;
+    udp_listener_t *ul = calloc(1, sizeof(*ul));
+    int fd;
+
+    if (ul == NULL)
+        return FD_ERROR;
+    fd = fcntl(ls->fds[ls->nfds > 1 ? w->index % ls->nfds : 0],
+               F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) {
+        fd_log_error(FD_LOG_EMERG, errno, "the socket of %s udp", ls->text);
+        free(ul);
+        return FD_ERROR;
+    }
+    ul->ev.fd = fd;
+    ul->ev.handler = udp_listen_event;
+    ul->sc = sc;
+    if (fd_event_add(&ul->ev, EPOLLIN) < 0) {
+        fd_log_error(FD_LOG_EMERG, errno, "epoll_ctl(%s udp) failed",
+                     ls->text);
+        close(fd);
+        free(ul);
+        return FD_ERROR;
+    }
+    sc->udp = ul;
+    return FD_OK;
+}
+
+/* The worker's end: its sessions logged, its socket closed. */
+static void udp_exit_worker(stream_conf_t *sc)
+{
+    udp_listener_t *ul = sc->udp;
+    unsigned i;
+
+    if (ul == NULL)
+        return;
+    for (i = 0; i < UDP_BUCKETS; i++)
+        while (ul->table[i])
+            udp_end(ul->table[i]);
+    fd_event_close(&ul->ev);
+    sc->udp = NULL;
+    free(ul); /* the sessions' frees are posted: none names it */
 }
 
 /* --- status -------------------------------------------------------------- */
@@ -742,7 +1148,9 @@ static void stream_retire(void *retired, const void *a)
 static const fd_directive_t stream_directives[] = {
     {.name = "listen", .type = FD_CONF_STR, .offset = SC(listen),
      .doc = "ADDR:PORT ([::]:PORT for IPv6) of this TCP listener: its "
-            "connections are proxied to pass, byte for byte"},
+            "connections are proxied to pass, byte for byte. ADDR:PORT "
+            "udp: a UDP listener; each client address's datagrams are a "
+            "session with one server (proxy_responses, proxy_timeout)"},
     {.name = "pass", .type = FD_CONF_STR, .offset = SC(pass),
      .doc = "HOST:PORT, or the NAME of an [upstream NAME] group (its "
             "balance, max_fails, fail_timeout and health checks choose the "
@@ -772,6 +1180,12 @@ static const fd_directive_t stream_directives[] = {
     {.name = "proxy_connect_timeout", .type = FD_CONF_MSEC,
      .offset = SC(connect_timeout), .def = "60s", .min = 1, .max = 86400000,
      .doc = "time to connect to a server before trying the next one"},
+    {.name = "proxy_responses", .type = FD_CONF_INT,
+     .offset = SC(proxy_responses), .def = "0", .min = 0, .max = 1000000,
+     .doc = "listen ... udp: the datagrams a server answers each client "
+            "datagram with; once they all came, the session ends (1 for "
+            "DNS). 0: no number, the session ends after proxy_timeout of "
+            "silence"},
     {.name = "proxy_protocol", .type = FD_CONF_FLAG,
      .offset = SC(proxy_protocol), .def = "off",
      .doc = "on: a PROXY protocol v1 header (the client's address and the "

@@ -805,6 +805,8 @@ static int listen_start(fd_worker_t *w)
 
     for (ls = w->cycle->listening; ls; ls = ls->next) {
         uint32_t ev = EPOLLIN;
+        if (ls->udp)
+            continue; /* its owner reads it (fd_stream_module.c) */
         if (ls->quic) {
             /* its own event (fd_quic.c); ls->ev.fd stays -1 */
 #ifdef FD_HTTP3
