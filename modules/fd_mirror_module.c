@@ -31,8 +31,16 @@
 
 fd_module_t fd_mirror_module;
 
+/* mirror = /path or @name */
 typedef struct {
-    fd_str_t *uris;            /* none: off */
+    fd_str_t uri;
+    fd_http_loc_t *named;      /* @name: its location (init_cycle) */
+    const char *file;          /* where the line is, for init_cycle */
+    int line;
+} mirror_to_t;
+
+typedef struct {
+    mirror_to_t *uris;         /* none: off */
     unsigned nuris, cap;
     int body;                  /* mirror_request_body */
     fd_int_t max_in_flight;
@@ -62,25 +70,32 @@ static int mirror_set(fd_conf_t *cf, const fd_directive_t *d, void *conf,
                       const char *v)
 {
     mirror_conf_t *mc = conf;
-    fd_str_t *us;
+    mirror_to_t *us;
 
     (void)d;
     if (strcmp(v, "off") == 0) {
         mc->nuris = 0;
         return FD_OK;
     }
-    if (v[0] != '/' || strpbrk(v, "?# \t") != NULL || strstr(v, "/../") ||
-        strstr(v, "/./") || strstr(v, "//"))
+    if (v[0] == '@' ? v[1] == '\0' || strpbrk(v, " \t") != NULL
+                    : v[0] != '/' || strpbrk(v, "?# \t") != NULL ||
+                          strstr(v, "/../") || strstr(v, "/./") ||
+                          strstr(v, "//"))
         return fd_conf_error(cf, "mirror: \"%s\" is not a path (a normal "
-                             "one, from \"/\", without a query) nor off", v);
+                             "one, from \"/\", without a query), an @name "
+                             "nor off", v);
     us = fd_parray_reserve(cf->pool, mc->uris, mc->nuris, &mc->cap,
                            sizeof(*us));
     if (us == NULL)
         return fd_conf_error(cf, "out of memory");
     mc->uris = us;
-    us[mc->nuris].len = strlen(v);
-    us[mc->nuris].data = fd_pstrdup(cf->pool, v, strlen(v));
-    if (us[mc->nuris].data == NULL)
+    us += mc->nuris;
+    us->uri.len = strlen(v);
+    us->uri.data = fd_pstrdup(cf->pool, v, strlen(v));
+    us->named = NULL;
+    us->file = cf->file;
+    us->line = cf->line;
+    if (us->uri.data == NULL)
         return fd_conf_error(cf, "out of memory");
     mc->nuris++;
     return FD_OK;
@@ -92,6 +107,39 @@ static int mirror_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
     (void)loc;
     (void)conf;
     return FD_OK;
+}
+
+/* mirror = @name: each location's own @names, found in its server once
+ * the file is read (a named location may come after its users) */
+typedef struct {
+    fd_conf_t *cf;
+    int rc;
+} resolve_t;
+
+static void resolve_loc(fd_http_loc_t *loc, void *data)
+{
+    resolve_t *rs = data;
+    mirror_conf_t *mc = fd_loc_conf(loc, &fd_mirror_module);
+    unsigned k;
+
+    for (k = 0; k < mc->nuris && rs->rc == FD_OK; k++) {
+        mirror_to_t *to = &mc->uris[k];
+        if (to->uri.data[0] != '@' ||
+            (to->named = fd_http_named_location(loc->server, to->uri.data)))
+            continue;
+        rs->cf->file = to->file;
+        rs->cf->line = to->line;
+        rs->rc = fd_conf_error(rs->cf, "mirror: no [location %s] in this "
+                               "[server]", to->uri.data);
+    }
+}
+
+static int mirror_init_cycle(fd_conf_t *cf, fd_cycle_t *cy)
+{
+    resolve_t rs = {cf, FD_OK};
+
+    fd_http_each_loc(cy, resolve_loc, &rs);
+    return rs.rc;
 }
 
 static int mirror_active(const fd_http_loc_t *loc)
@@ -130,8 +178,10 @@ static void copy_timeout(fd_timer_t *t)
     fd_log_conn_id = id;
 }
 
-static void copy_start(fd_request_t *r, const mirror_conf_t *mc, fd_str_t uri)
+static void copy_start(fd_request_t *r, const mirror_conf_t *mc,
+                       const mirror_to_t *to)
 {
+    fd_str_t uri = to->uri;
     fd_request_t *sr;
     copy_t *x;
 
@@ -142,7 +192,7 @@ static void copy_start(fd_request_t *r, const mirror_conf_t *mc, fd_str_t uri)
                      (int)uri.len, uri.data, in_flight);
         return;
     }
-    sr = fd_http_background(r, uri, mc->body ? FD_SUB_BODY : 0);
+    sr = fd_http_background(r, uri, to->named, mc->body ? FD_SUB_BODY : 0);
     if (sr == NULL || (x = fd_pcalloc(sr->pool, sizeof(*x))) == NULL ||
         fd_pool_cleanup_add(sr->pool, copy_end, x) == NULL) {
         if (sr)
@@ -171,7 +221,7 @@ static void mirror_start(fd_request_t *r)
     unsigned i;
 
     for (i = 0; i < mc->nuris; i++)
-        copy_start(r, mc, mc->uris[i]);
+        copy_start(r, mc, &mc->uris[i]);
 }
 
 static int mirror_access(fd_request_t *r)
@@ -229,12 +279,14 @@ static void mirror_retire(void *retired, const void *area)
 static const fd_directive_t mirror_directives[] = {
     {.name = "mirror", .type = FD_CONF_LIST, .set = mirror_set,
      .replace = 1,
-     .doc = "repeatable: PATH | off: a copy of each request (its method, "
-            "header, query and body) goes, just before the handler, to the "
-            "location PATH routes to (usually an internal one that proxies "
-            "to a shadow service, with pass = http://shadow$request_uri); "
-            "its answer is dropped and the client never waits for it. A "
-            "section's own lines replace the inherited ones; off: none"},
+     .doc = "repeatable: PATH | @NAME | off: a copy of each request (its "
+            "method, target, header and body) goes, just before the handler, "
+            "to the location PATH routes to, or to [location @NAME] (which "
+            "no client can reach), usually one that proxies to a shadow "
+            "service; a pass without a URI sends the client's target "
+            "(nginx's proxy_pass http://shadow$request_uri). Its answer is "
+            "dropped and the client never waits for it. A section's own "
+            "lines replace the inherited ones; off: none"},
     {.name = "mirror_request_body", .type = FD_CONF_FLAG,
      .offset = offsetof(mirror_conf_t, body), .def = "on",
      .doc = "on: the copies carry the request body, read whole before the "
@@ -257,6 +309,7 @@ fd_module_t fd_mirror_module = {
     FD_MODULE_LOC(mirror, mirror_conf_t),
     .access = mirror_access,
     .loc_active = mirror_active,
+    .init_cycle = mirror_init_cycle,
     .init_worker = mirror_init_worker,
     .shm_size = sizeof(mirror_shm_t),
     .status = mirror_status,

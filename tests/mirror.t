@@ -111,6 +111,16 @@ mirror = /_dead/
 handler = proxy
 pass = http://127.0.0.1:$ap
 
+[location /named/]
+mirror = \@shadow
+handler = proxy
+pass = http://127.0.0.1:$ap
+
+[location \@shadow]
+handler = proxy
+pass = http://127.0.0.1:$sp
+set_header = X-Orig: \$request_uri \$uri \$args
+
 [location /off/]
 mirror = off
 handler = plaintext
@@ -179,6 +189,13 @@ ok(wait_copy(qr{^copy GET /shadow/\?k=v x-test=twice }),
 ok(FastdTest::wait_for(sub { grep { $_ eq 'orig /twice/t?k=v /_uri_mirror/ k=v' } $shadow->log_lines }, 10),
    '... its $request_uri is the client\'s, $uri the mirror path, $args the client\'s')
     or diag(join "\n", $shadow->log_lines);
+
+$r = $t->get('/named/n?m=1', 'X-Test' => 'named');
+is($r->body, 'app GET /named/n?m=1 body=', 'mirror = @name: the main answer');
+ok(wait_copy(qr{^copy GET /named/n\?m=1 x-test=named }), '... the copy went to the named location');
+ok(FastdTest::wait_for(sub { grep { $_ eq 'orig /named/n?m=1 /named/n m=1' } $shadow->log_lines }, 10),
+   '... there $uri is the client\'s path') or diag(join "\n", $shadow->log_lines);
+is($t->get('/@shadow')->status, 404, 'a client cannot reach the named location');
 
 # --- inheritance and off ----------------------------------------------------------
 my $n = copies();
@@ -307,6 +324,20 @@ sub conf_error {
 }
 conf_error("[location /x]\nmirror = shadow\nhandler = plaintext\n",
            qr/fastd\.conf:\d+: mirror: "shadow" is not a path/, 'a relative path');
+conf_error("[location /x]\nhandler = plaintext\nmirror = \@nosuch\n",
+           qr/fastd\.conf:\d+: mirror: no \[location \@nosuch\] in this \[server\]/, 'an unknown @name');
+{
+    # the line named is the mirror line's
+    my $d = tempdir(CLEANUP => 1);
+    my $conf = FastdTest::base_conf(locations => "[location /x]\nhandler = plaintext\nmirror = \@nosuch\n");
+    my @l = split /\n/, $conf;
+    my ($n) = grep { $l[$_ - 1] eq 'mirror = @nosuch' } 1 .. @l;
+    $conf =~ s/%%PORT%%/1/g;
+    $conf =~ s/%%\w+%%/$d/g;
+    FastdTest::spew("$d/fastd.conf", $conf);
+    my (undef, $out) = FastdTest::run_fastd('-t', '-c', "$d/fastd.conf");
+    like($out, qr/fastd\.conf:$n: mirror: no/, '... at the line of its mirror key') or diag $out;
+}
 conf_error("[location /x]\nmirror = /m?a=1\nhandler = plaintext\n",
            qr/fastd\.conf:\d+: mirror: "\/m\?a=1" is not a path/, 'a query');
 conf_error("[location /x]\nmirror = /m\nmirror_max_in_flight = 0\nhandler = plaintext\n",

@@ -300,7 +300,9 @@ void fd_http_subrequest_abort(fd_request_t *sr);
  * address and, with FD_SUB_BODY, r's buffered body (r->body); a
  * connection struct of its own stands for r's (no socket, no TLS state:
  * its $scheme reads "http"). Its path ($uri, what routes it) is path
- * (decoded, normal); its target is r's ($request_uri, and what a proxy
+ * (decoded, normal), or with a location `to` (a named one: [location
+ * @name]) r's path, and it goes to `to`; its target is r's ($request_uri,
+ * and what a proxy
  * without a URI in pass sends: nginx's proxy_pass ...$request_uri), its
  * query r's ($args). It is made but not run: the caller sets its
  * clean-ups (fd_pool_cleanup_add(sr->pool, ...): they run whenever it
@@ -310,7 +312,7 @@ void fd_http_subrequest_abort(fd_request_t *sr);
  */
 #define FD_SUB_BODY 0x1
 fd_request_t *fd_http_background(fd_request_t *r, fd_str_t path,
-                                 unsigned flags);
+                                 fd_http_loc_t *to, unsigned flags);
 void fd_http_background_run(fd_request_t *sr);
 
 /* Finish a request that returned FD_AGAIN: FD_OK (response set in r) or an

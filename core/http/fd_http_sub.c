@@ -191,13 +191,14 @@ static fd_connection_t *sub_connection(fd_pool_t *pool,
     return bc;
 }
 
-fd_request_t *fd_http_background(fd_request_t *r, fd_str_t path, unsigned flags)
+fd_request_t *fd_http_background(fd_request_t *r, fd_str_t path,
+                                 fd_http_loc_t *to, unsigned flags)
 {
     int body = (flags & FD_SUB_BODY) && r->body && r->body_len > 0;
     fd_request_t *sr;
     fd_addr_t *ra = NULL;
 
-    if ((sr = sub_new(r, path)) == NULL)
+    if ((sr = sub_new(r, to ? r->path : path)) == NULL)
         return NULL;
     if (fd_http_req_copy(&sr->in, &r->in, sr->pool) != FD_OK ||
         sub_headers(sr, &sr->in, body) != FD_OK ||
@@ -228,7 +229,7 @@ fd_request_t *fd_http_background(fd_request_t *r, fd_str_t path, unsigned flags)
         sr->body_whole = 1;
     }
     sr->header_pinned = 1; /* nothing of it is in a read buffer */
-    sr->loc = fd_http_find_location(sr);
+    sr->loc = to ? to : fd_http_find_location(sr);
     return sr;
 
 failed:
