@@ -65,6 +65,7 @@ typedef struct {
 static mirror_shm_t local_stats;
 static mirror_shm_t *stats = &local_stats;
 static unsigned in_flight;
+static fd_msec_t drop_logged; /* when a drop was last logged */
 
 static int mirror_set(fd_conf_t *cf, const fd_directive_t *d, void *conf,
                       const char *v)
@@ -187,9 +188,14 @@ static void copy_start(fd_request_t *r, const mirror_conf_t *mc,
 
     if (in_flight >= (unsigned)mc->max_in_flight) {
         stats->dropped++;
-        fd_log_error(FD_LOG_INFO, 0, "mirror \"%.*s\": %u copies in flight "
-                     "(mirror_max_in_flight): this one is dropped",
-                     (int)uri.len, uri.data, in_flight);
+        /* once a second at most: a slow shadow drops a copy per request */
+        if (drop_logged == 0 || fd_current_msec - drop_logged >= 1000) {
+            drop_logged = fd_current_msec;
+            fd_log_error(FD_LOG_INFO, 0, "mirror \"%.*s\": %u copies in "
+                         "flight (mirror_max_in_flight): this one is dropped "
+                         "(/status counts them all)", (int)uri.len, uri.data,
+                         in_flight);
+        }
         return;
     }
     sr = fd_http_background(r, uri, to->named, mc->body ? FD_SUB_BODY : 0);
@@ -218,8 +224,14 @@ static void copy_start(fd_request_t *r, const mirror_conf_t *mc,
 static void mirror_start(fd_request_t *r)
 {
     const mirror_conf_t *mc = fd_loc_conf(r->loc, &fd_mirror_module);
+    void **done = fd_request_ctx(r, &fd_mirror_module);
     unsigned i;
 
+    if (done == NULL || *done || mc->nuris == 0)
+        return;
+    /* once a request: a handler that moves it (static's index) runs the
+     * new location's access phase and handler again */
+    *done = (void *)mc;
     for (i = 0; i < mc->nuris; i++)
         copy_start(r, mc, &mc->uris[i]);
 }
@@ -228,8 +240,9 @@ static int mirror_access(fd_request_t *r)
 {
     const mirror_conf_t *mc = fd_loc_conf(r->loc, &fd_mirror_module);
 
-    if (r->sub_post || mc->nuris == 0)
-        return FD_OK; /* a copy is not copied again */
+    if (r->sub_post || mc->nuris == 0 ||
+        (r->mctx && r->mctx[fd_mirror_module.index]))
+        return FD_OK; /* a copy is not copied again, nor a request twice */
     if (mc->body)
         r->body_whole = 1;
     r->pre_handler = mirror_start;

@@ -127,6 +127,9 @@ handler = plaintext
 
 [location /static/]
 handler = plaintext
+
+[location = /index.html]
+handler = plaintext
 EOF
 my $tls_port = FastdTest::free_port();
 my $t = FastdTest->new(conf => FastdTest::base_conf(
@@ -201,10 +204,13 @@ is($t->get('/@shadow')->status, 404, 'a client cannot reach the named location')
 my $n = copies();
 is($t->get('/static/s', 'X-Test' => 'inherit')->status, 200, 'the server\'s mirror in a location without one');
 ok(wait_copy(qr{^copy GET /static/s x-test=inherit }), '... is inherited');
+is($t->get('/', 'X-Test' => 'index')->status, 200, 'a directory: its index served (an internal redirect)');
 is($t->get('/off/o', 'X-Test' => 'off')->status, 200, 'mirror = off: answered');
 is($t->get('/app/after-off', 'X-Test' => 'marker')->status, 200, 'a marker request');
 ok(wait_copy(qr{x-test=marker}), '... copied');
 ok(!grep({ /x-test=off/ } copies()), 'mirror = off: no copy') or diag(join "\n", copies());
+is(scalar(grep { /x-test=index/ } copies()), 1, 'a request moved by its handler is copied once')
+    or diag(join "\n", copies());
 
 # --- mirror services that fail: the client never notices ---------------------------
 for my $case (['hang', 'a mirror that never answers'],
