@@ -319,12 +319,7 @@ EOF
 # --- configuration errors -------------------------------------------------------------
 sub conf_error {
     my ($loc, $re, $name) = @_;
-    my $d = tempdir(CLEANUP => 1);
-    my $conf = FastdTest::base_conf(locations => $loc);
-    $conf =~ s/%%PORT%%/1/g;
-    $conf =~ s/%%\w+%%/$d/g;
-    FastdTest::spew("$d/fastd.conf", $conf);
-    my ($code, $out) = FastdTest::run_fastd('-t', '-c', "$d/fastd.conf");
+    my ($code, $out) = FastdTest::test_conf(locations => $loc);
     isnt($code, 0, "$name: -t fails");
     like($out, $re, "$name: the message") or diag $out;
 }
@@ -333,15 +328,10 @@ conf_error("[location /x]\nmirror = shadow\nhandler = plaintext\n",
 conf_error("[location /x]\nhandler = plaintext\nmirror = \@nosuch\n",
            qr/fastd\.conf:\d+: mirror: no \[location \@nosuch\] in this \[server\]/, 'an unknown @name');
 {
-    # the line named is the mirror line's
-    my $d = tempdir(CLEANUP => 1);
-    my $conf = FastdTest::base_conf(locations => "[location /x]\nhandler = plaintext\nmirror = \@nosuch\n");
+    my ($code, $out, $conf) = FastdTest::test_conf(
+        locations => "[location /x]\nhandler = plaintext\nmirror = \@nosuch\n");
     my @l = split /\n/, $conf;
     my ($n) = grep { $l[$_ - 1] eq 'mirror = @nosuch' } 1 .. @l;
-    $conf =~ s/%%PORT%%/1/g;
-    $conf =~ s/%%\w+%%/$d/g;
-    FastdTest::spew("$d/fastd.conf", $conf);
-    my (undef, $out) = FastdTest::run_fastd('-t', '-c', "$d/fastd.conf");
     like($out, qr/fastd\.conf:$n: mirror: no/, '... at the line of its mirror key') or diag $out;
 }
 conf_error("[location /x]\nmirror = /m?a=1\nhandler = plaintext\n",
@@ -351,13 +341,10 @@ conf_error("[location /x]\nmirror = /m\nmirror_max_in_flight = 0\nhandler = plai
 conf_error("[location /x]\nmirror_request_body = maybe\nhandler = plaintext\n",
            qr/fastd\.conf:\d+: .*mirror_request_body/, 'a bad flag');
 {
-    # a path no location takes is not an error (as nginx): its copies get 404
-    my $d = tempdir(CLEANUP => 1);
-    my $conf = FastdTest::base_conf(locations => "[location /x]\nmirror = /nowhere\nhandler = plaintext\n");
-    $conf =~ s/%%PORT%%/1/g;
-    $conf =~ s/%%\w+%%/$d/g;
-    FastdTest::spew("$d/fastd.conf", $conf);
-    my ($code, $out) = FastdTest::run_fastd('-t', '-c', "$d/fastd.conf");
+    # a path no location takes is not an error (as nginx): its copies get
+    # the server's default answer
+    my ($code, $out) = FastdTest::test_conf(
+        locations => "[location /x]\nmirror = /nowhere\nhandler = plaintext\n");
     is($code, 0, 'a mirror path no location takes: accepted') or diag $out;
 }
 
