@@ -736,7 +736,7 @@ static int body_start(fd_request_t *r)
 {
     fd_http_conn_t *h = r->c->h;
 
-    if (r->loc->handler_flags & FD_MODULE_STREAM_BODY) {
+    if ((r->loc->handler_flags & FD_MODULE_STREAM_BODY) && !r->body_whole) {
         r->phase = PH_STREAM;
         if (h->rpos == h->rlast)
             send_continue(r);
@@ -844,6 +844,14 @@ ssize_t fd_http_body_pull(fd_request_t *r, char *buf, size_t size)
 {
     ssize_t n;
 
+    if (r->body_whole) {
+        /* read whole before the handler (body_start): from r->body */
+        size_t left = r->body_len - r->body_pulled;
+        n = (ssize_t)fd_min(left, size);
+        memcpy(buf, r->body + r->body_pulled, (size_t)n);
+        r->body_pulled += (size_t)n;
+        return n;
+    }
     if (r->h2)
         return fd_h2_body_pull(r, buf, size);
     if (r->body_rest == 0)
@@ -999,6 +1007,11 @@ void fd_http_run_handler(fd_request_t *r)
         }
     }
 
+    if (r->pre_handler) {
+        void (*pre)(fd_request_t *) = r->pre_handler;
+        r->pre_handler = NULL;
+        pre(r);
+    }
     if (((!fd_worker->cycle->http.inline_completions || r->loc->offload) &&
          (loc->handler_flags & FD_MODULE_THREAD_SAFE)) ||
         (loc->handler_flags & FD_MODULE_BLOCKING)) {

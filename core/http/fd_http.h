@@ -122,8 +122,6 @@ typedef struct fd_http_header_out_s {
     struct fd_http_header_out_s *next;
 } fd_http_header_out_t;
 
-typedef int (*fd_body_handler_pt)(fd_request_t *r);
-
 struct fd_request_s {
     fd_connection_t *c;
     fd_pool_t *pool;           /* freed after the response is written */
@@ -143,7 +141,11 @@ struct fd_request_s {
     /* request body (buffered unless the module streams it) */
     char *body;
     size_t body_len;
-    fd_body_handler_pt body_done; /* engine: body complete, run handler */
+    size_t body_pulled;        /* body_whole: what fd_http_body_pull gave */
+    /* called once just before the handler runs, the buffered body read
+     * (an access module's: mirror starts its copies there, as nginx's
+     * precontent phase); NULL: none */
+    void (*pre_handler)(fd_request_t *r);
 
     /* response */
     int status;
@@ -190,6 +192,10 @@ struct fd_request_s {
     unsigned moved:1;          /* an offloaded handler redirected it */
     unsigned api_finished:1;   /* fd_api_finish() from the handler's own
                                   pool thread: handler_rc holds its rc */
+    unsigned body_whole:1;     /* an access module (mirror) wants the body
+                                  read whole before the handler, even one
+                                  that streams it: its fd_http_body_pull()
+                                  then reads r->body */
     unsigned redirects;        /* internal redirects so far (try_files):
                                   a module's per-location state compares
                                   it to know the access phase restarted */
@@ -286,6 +292,28 @@ void fd_http_respond_early(fd_request_t *r);
 fd_request_t *fd_http_subrequest(fd_request_t *r, fd_str_t path,
                                  void (*done)(fd_request_t *sr), void *data);
 void fd_http_subrequest_abort(fd_request_t *sr);
+
+/*
+ * A background subrequest (mirror): a copy of r that owns everything it
+ * reads, so that it outlives r, r's connection and r's stream. Its pool
+ * holds a copy of r's method, target's query ($args), header, client
+ * address and, with FD_SUB_BODY, r's buffered body (r->body); a
+ * connection struct of its own stands for r's (no socket, no TLS state:
+ * its $scheme reads "http"). Its path ($uri, what routes it) is path
+ * (decoded, normal), or with a location `to` (a named one: [location
+ * @name]) r's path, and it goes to `to`; its target is r's ($request_uri,
+ * and what a proxy
+ * without a URI in pass sends: nginx's proxy_pass ...$request_uri), its
+ * query r's ($args). It is made but not run: the caller sets its
+ * clean-ups (fd_pool_cleanup_add(sr->pool, ...): they run whenever it
+ * ends, on its own or by fd_http_subrequest_abort()) and then calls
+ * fd_http_background_run(sr). No done callback: nobody waits for it.
+ * NULL: out of memory.
+ */
+#define FD_SUB_BODY 0x1
+fd_request_t *fd_http_background(fd_request_t *r, fd_str_t path,
+                                 fd_http_loc_t *to, unsigned flags);
+void fd_http_background_run(fd_request_t *sr);
 
 /* Finish a request that returned FD_AGAIN: FD_OK (response set in r) or an
  * HTTP status >= 400 for an error page. Runs on the loop. */

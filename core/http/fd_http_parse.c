@@ -951,23 +951,34 @@ int fd_http_normalize_path(fd_str_t src, char *dst, size_t *dst_len)
  * in to (the header was copied there), so the buffer it came from can be
  * reused while the request lives on.
  */
-void fd_http_req_rebase(fd_http_req_t *p, const char *from, size_t len,
-                        const char *to)
+/* Every slice of p's own fields (the header fields' are in p->headers) */
+static unsigned req_slices(fd_http_req_t *p, fd_str_t **s)
 {
-    fd_str_t *s[] = {
+    fd_str_t *all[] = {
         &p->method, &p->target, &p->path_raw, &p->query, &p->host,
         &p->connection, &p->upgrade, &p->expect, &p->if_modified_since,
         &p->if_none_match, &p->range, &p->accept_encoding, &p->user_agent,
         &p->referer, &p->content_type,
     };
-    unsigned i;
+
+    memcpy(s, all, sizeof(all));
+    return fd_nelems(all);
+}
+
+#define REQ_SLICES_MAX 16
+
+void fd_http_req_rebase(fd_http_req_t *p, const char *from, size_t len,
+                        const char *to)
+{
+    fd_str_t *s[REQ_SLICES_MAX];
+    unsigned i, n = req_slices(p, s);
 
 #define REBASE(str)                                                          \
     do {                                                                     \
         if ((str)->data >= from && (str)->data < from + len)                 \
             (str)->data = to + ((str)->data - from);                         \
     } while (0)
-    for (i = 0; i < fd_nelems(s); i++)
+    for (i = 0; i < n; i++)
         REBASE(s[i]);
     for (i = 0; i < p->nheaders; i++) {
         REBASE(&p->headers[i].name);
@@ -976,6 +987,49 @@ void fd_http_req_rebase(fd_http_req_t *p, const char *from, size_t len,
 #undef REBASE
     if (p->start >= from && p->start < from + len)
         p->start = to + (p->start - from);
+}
+
+int fd_http_req_copy(fd_http_req_t *p, const fd_http_req_t *src,
+                     fd_pool_t *pool)
+{
+    fd_str_t *s[REQ_SLICES_MAX];
+    fd_http_header_t *hs;
+    unsigned i, n;
+    size_t len = 0;
+    char *to;
+
+    *p = *src;
+    p->pool = pool;
+    p->start = NULL; /* no raw header: its bytes are src's */
+    n = req_slices(p, s);
+    for (i = 0; i < n; i++)
+        len += s[i]->len;
+    for (i = 0; i < p->nheaders; i++)
+        len += p->headers[i].name.len + p->headers[i].value.len;
+    hs = fd_palloc(pool, (p->nheaders + 1) * sizeof(*hs));
+    to = fd_pnalloc(pool, len + 1);
+    if (hs == NULL || to == NULL)
+        return FD_ERROR;
+    memcpy(hs, src->headers, p->nheaders * sizeof(*hs));
+    p->headers = hs;
+    p->headers_cap = p->nheaders;
+
+#define COPY(str)                                                            \
+    do {                                                                     \
+        if ((str)->len) {                                                    \
+            memcpy(to, (str)->data, (str)->len);                             \
+            (str)->data = to;                                                \
+            to += (str)->len;                                                \
+        }                                                                    \
+    } while (0)
+    for (i = 0; i < n; i++)
+        COPY(s[i]);
+    for (i = 0; i < p->nheaders; i++) {
+        COPY(&hs[i].name);
+        COPY(&hs[i].value);
+    }
+#undef COPY
+    return FD_OK;
 }
 
 /* --- response ---------------------------------------------------------- */

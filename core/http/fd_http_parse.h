@@ -118,6 +118,11 @@ int fd_http_req_header(fd_http_req_t *p, fd_str_t name, fd_str_t value);
 /* Re-point slices from a copy of the header at from..from+len to to. */
 void fd_http_req_rebase(fd_http_req_t *p, const char *from, size_t len,
                         const char *to);
+/* p becomes a copy of src whose slices (its own and its header fields')
+ * are all in pool: FD_OK, or FD_ERROR out of memory. No raw header
+ * (p->start is NULL). */
+int fd_http_req_copy(fd_http_req_t *p, const fd_http_req_t *src,
+                     fd_pool_t *pool);
 
 /* Chunked transfer coding decoder, resumable at any byte. */
 #define FD_HTTP_CK_DATA 3 /* state: inside chunk data (size bytes left) */

@@ -207,6 +207,18 @@ sub run_fastd {
 # DESIGN.md's [http] access_log key; until the server knows it, leave it out
 # (and say so once) rather than fail every test on it.
 my $access_log_supported;
+# `fastd -t` on base_conf(%o) (no server started; %%PORT%% and the other
+# placeholders filled in): (exit code, output, the configuration's text).
+sub test_conf {
+    my (%o) = @_;
+    my $d = File::Temp::tempdir(CLEANUP => 1);
+    my $conf = base_conf(%o);
+    $conf =~ s/%%PORT%%/1/g;
+    $conf =~ s/%%\w+%%/$d/g;
+    spew("$d/fastd.conf", $conf);
+    return (run_fastd('-t', '-c', "$d/fastd.conf"), $conf);
+}
+
 sub access_log_supported {
     return $access_log_supported if defined $access_log_supported;
     return $access_log_supported = 1 unless -x $BIN;

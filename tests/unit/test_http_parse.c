@@ -715,9 +715,54 @@ static void test_h2_parts(void)
            "fields past max_headers are 431");
 }
 
+/* fd_http_req_copy: every slice in the copy's pool, none in the source
+ * (which a background subrequest outlives) */
+static void test_copy(void)
+{
+    char buf[256];
+    const char *req = "POST /a/b?x=1 HTTP/1.1\r\nHost: example.com\r\n"
+                      "User-Agent: t\r\nContent-Type: text/plain\r\n"
+                      "Content-Length: 3\r\nX-A: 1\r\n\r\n";
+    fd_pool_t *cp = fd_pool_create(256);
+    fd_http_req_t p, c;
+    unsigned i;
+    int inside = 0;
+
+    memcpy(buf, req, strlen(req) + 1);
+    fd_http_parse_init(&p, pool, 8192, 100);
+    is_int(fd_http_parse_request(&p, buf, strlen(buf)), FD_OK, "parsed");
+    is_int(fd_http_req_copy(&c, &p, cp), FD_OK, "copied");
+    memset(buf, 'Z', sizeof(buf)); /* the source's bytes are gone */
+    is_strn(c.method.data, c.method.len, "POST", "copy: method");
+    is_strn(c.target.data, c.target.len, "/a/b?x=1", "copy: target");
+    is_strn(c.path_raw.data, c.path_raw.len, "/a/b", "copy: path");
+    is_strn(c.query.data, c.query.len, "x=1", "copy: query");
+    is_strn(c.host.data, c.host.len, "example.com", "copy: host");
+    is_strn(c.user_agent.data, c.user_agent.len, "t", "copy: user agent");
+    is_strn(c.content_type.data, c.content_type.len, "text/plain",
+            "copy: content type");
+    is_int(c.content_length, 3, "copy: content length");
+    is_int(c.nheaders, 5, "copy: five fields");
+    is_strn(c.headers[4].name.data, c.headers[4].name.len, "X-A",
+            "copy: a field's name");
+    is_strn(c.headers[4].value.data, c.headers[4].value.len, "1",
+            "copy: its value");
+    ok(c.headers != p.headers && c.pool == cp && c.start == NULL,
+       "copy: its own array and pool, no raw header");
+    for (i = 0; i < c.nheaders; i++)
+        if ((c.headers[i].name.data >= buf &&
+             c.headers[i].name.data < buf + sizeof(buf)) ||
+            (c.headers[i].value.data >= buf &&
+             c.headers[i].value.data < buf + sizeof(buf)))
+            inside = 1;
+    ok(!inside, "copy: no field points into the source");
+    fd_pool_destroy(cp);
+}
+
 int main(void)
 {
     pool = fd_pool_create(4096);
+    test_copy();
     test_h2_parts();
     test_plain_paths();
     test_requests();
