@@ -41,7 +41,6 @@
 #include "fd_upstream.h"
 #include "fd_stream_preread.h"
 
-#define STREAM_BUF 16384
 #define STREAM_STATS 64        /* [stream] sections counted in /status */
 
 /* One [stream]'s figures in a worker's stats slot, found by name (a
@@ -76,6 +75,7 @@ typedef struct {
     fd_msec_t connect_timeout;
     fd_int_t max_conns_per_ip;
     fd_int_t proxy_responses;
+    size_t buffer_size;
     int proxy_protocol;
     char *access_log;
     /* resolved */
@@ -105,8 +105,8 @@ typedef struct {
     fd_msec_t start;
     int status;                /* nginx's $status: 200, 502, 503 */
     fd_posted_t free_post;
-    char mem[2][STREAM_BUF];
-    uint64_t tried[];          /* fd_upstream_tried_words(up) */
+    char *mem[2];              /* proxy_buffer_size each, after tried[] */
+    uint64_t tried[];          /* sc->words */
 } session_t;
 
 fd_module_t fd_stream_module;
@@ -405,9 +405,9 @@ static void preread_event(fd_event_t *ev, uint32_t events)
 
     fd_log_conn_id = ss->sp.log_id;
     fd_stream_events(&cs->s, events);
-    while (cs->s.readable && ss->got < STREAM_BUF) {
+    while (cs->s.readable && ss->got < ss->sc->buffer_size) {
         ssize_t n = fd_stream_recv(&cs->s, ss->mem[UPSTREAM] + ss->got,
-                                   STREAM_BUF - ss->got);
+                                   ss->sc->buffer_size - ss->got);
         if (n == FD_AGAIN)
             break;
         if (n <= 0) {
@@ -424,7 +424,7 @@ static void preread_event(fd_event_t *ev, uint32_t events)
         if (rc != FD_AGAIN)
             break;
     }
-    if (rc == FD_AGAIN && ss->got == STREAM_BUF)
+    if (rc == FD_AGAIN && ss->got == ss->sc->buffer_size)
         rc = FD_DECLINED; /* a hello larger than the buffer: no name */
     if (rc != FD_AGAIN)
         preread_done(ss, rc == FD_OK ? &hello : NULL);
@@ -462,15 +462,20 @@ static void stream_init(fd_connection_t *c)
         fd_connection_close(c);
         return;
     }
-    ss = malloc(sizeof(*ss) + words * sizeof(uint64_t));
+    /* the session, its tried[], then the two buffers (not zeroed) */
+    ss = malloc(sizeof(*ss) + words * sizeof(uint64_t) +
+                2 * sc->buffer_size);
     if (ss == NULL) {
         fd_log_error(FD_LOG_ERR, errno, "malloc() failed");
         fd_connection_close(c);
         return;
     }
-    memset(ss, 0, offsetof(session_t, mem));
+    memset(ss, 0, sizeof(*ss));
     memset(ss->tried, 0, words * sizeof(uint64_t));
-    fd_splice_init(&ss->sp, ss->mem[CLIENT], ss->mem[UPSTREAM], STREAM_BUF);
+    ss->mem[CLIENT] = (char *)(ss->tried + words);
+    ss->mem[UPSTREAM] = ss->mem[CLIENT] + sc->buffer_size;
+    fd_splice_init(&ss->sp, ss->mem[CLIENT], ss->mem[UPSTREAM],
+                   sc->buffer_size);
     ss->sp.idle = sc->proxy_timeout;
     ss->sp.done = session_done;
     ss->sp.data = ss;
@@ -1180,6 +1185,13 @@ static const fd_directive_t stream_directives[] = {
     {.name = "proxy_connect_timeout", .type = FD_CONF_MSEC,
      .offset = SC(connect_timeout), .def = "60s", .min = 1, .max = 86400000,
      .doc = "time to connect to a server before trying the next one"},
+    {.name = "proxy_buffer_size", .type = FD_CONF_SIZE,
+     .offset = SC(buffer_size), .def = "16k", .min = 1024,
+     .max = 16777216,
+     .doc = "the buffer each way of a TCP connection (two per "
+            "connection): larger moves bulk transfers in fewer system "
+            "calls, at that much memory per connection. ssl_preread's "
+            "ClientHello must fit in it (nginx's proxy_buffer_size)"},
     {.name = "proxy_responses", .type = FD_CONF_INT,
      .offset = SC(proxy_responses), .def = "0", .min = 0, .max = 1000000,
      .doc = "listen ... udp: the datagrams a server answers each client "
