@@ -52,6 +52,12 @@ match = 10.1.2.3 host
 match = 2001:db8::/32 doc6
 default = far
 
+[geo $arg_ip $g0]
+match = 0.0.0.0/0 all
+match = 128.0.0.0/1 upper
+match = 192.0.2.128/25 half
+match = 192.0.2.255/32 top
+
 [geo $gx]
 proxy = 127.0.0.0/8
 proxy_recursive = on
@@ -86,6 +92,9 @@ return = 200 "y=$y hy=$hy sp=$sp api=$api chain=$chain e=$e vol=$vol"
 
 [location /geo]
 return = 200 "g=$g gx=$gx"
+
+[location /geo0]
+return = 200 "g0=$g0"
 
 [location /loop]
 return = 200 "c1=$c1"
@@ -170,6 +179,14 @@ my %geo = ('10.2.3.4' => 'ten', '10.1.9.9' => 'ten-one', '10.1.2.3' => 'host',
            '[2001:db8::5]:80' => 'doc6');
 for my $ip (sort keys %geo) {
     like(body("/geo?ip=$ip"), qr/^g=$geo{$ip} /, "geo: '$ip' is $geo{$ip}");
+}
+# short prefixes, /0 to /32 (IPv4 is compared as one number)
+my %g0 = ('1.2.3.4' => 'all', '127.255.255.255' => 'all',
+          '128.0.0.0' => 'upper', '200.1.1.1' => 'upper',
+          '192.0.2.127' => 'upper', '192.0.2.128' => 'half',
+          '192.0.2.254' => 'half', '192.0.2.255' => 'top');
+for my $ip (sort keys %g0) {
+    like(body("/geo0?ip=$ip"), qr/^g0=$g0{$ip}$/, "geo: '$ip' is $g0{$ip}");
 }
 like(body('/geo'), qr/ gx=loopback$/m, 'geo of $remote_addr');
 like(body('/geo', 'X-Forwarded-For' => '192.0.2.7'), qr/ gx=test-net$/m,

@@ -22,6 +22,7 @@
  * modules): they have no location keys and no handler.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <arpa/inet.h>
 #include <pcre2.h>
 #include <sys/socket.h>
 
@@ -144,8 +145,10 @@ static int declare(fd_conf_t *cf, const char *type, const char *name,
     }
 
 /* The section's variable, declared at load: its data is now conf. */
+/* plain (when not NULL): 1 when the source is dflt itself */
 static int section_bind(fd_conf_t *cf, const char *type, const char *name,
-                void *conf, fd_var_script_t *source, const char *dflt)
+                        void *conf, fd_var_script_t *source, const char *dflt,
+                        int *plain)
 {
     fd_str_t src, t;
     fd_var_t *v;
@@ -156,6 +159,9 @@ static int section_bind(fd_conf_t *cf, const char *type, const char *name,
         src.data = (char *)dflt;
         src.len = strlen(dflt);
     }
+    if (plain)
+        *plain = src.len == strlen(dflt) && memcmp(src.data, dflt,
+                                                   src.len) == 0;
     if (fd_var_compile(cf, source, src.data, src.len, 0, type) != FD_OK)
         return FD_ERROR;
     if ((v = fd_var_declared(t.data, t.len)) == NULL)
@@ -419,7 +425,7 @@ static int map_init_section(fd_conf_t *cf, const char *name, void *conf)
     map_conf_t *m = conf;
     unsigned i;
 
-    if (section_bind(cf, "map", name, m, &m->source, "") != FD_OK)
+    if (section_bind(cf, "map", name, m, &m->source, "", NULL) != FD_OK)
         return FD_ERROR;
     if (m->source.n == 0)
         return fd_conf_error(cf, "[map %s]: an empty source", name);
@@ -590,6 +596,7 @@ typedef struct geo_net_s {
     uint8_t addr[16];          /* masked to bits */
     fd_str_t value;
     int line;
+    const char *file;          /* ... of the file it is in (include) */
 } geo_net_t;
 
 typedef struct {
@@ -602,6 +609,8 @@ typedef struct {
     unsigned char order4[33], order6[129]; /* lengths present, longest
                                             * first */
     unsigned n4, n6;
+    int remote;                /* the source is $remote_addr: read in
+                                * binary, not formatted and parsed */
 } geo_conf_t;
 
 static int geo_set_match(fd_conf_t *cf, const fd_directive_t *d, void *conf,
@@ -630,11 +639,9 @@ static int geo_set_match(fd_conf_t *cf, const fd_directive_t *d, void *conf,
         return fd_conf_error(cf, "match: bad network \"%s\" (ADDR or "
                              "ADDR/BITS with no bits set past BITS)",
                              net.data);
+    /* a network twice is found once they are sorted (init_section):
+     * a scan here made a table of 100,000 load in seconds */
     l = c.family == AF_INET ? &g->len4[c.bits] : &g->len6[c.bits];
-    for (unsigned i = 0; i < l->n; i++)
-        if (memcmp(l->nets[i].addr, c.addr, 16) == 0)
-            return fd_conf_error(cf, "match: network %s twice (first at "
-                                 "line %d)", net.data, l->nets[i].line);
     ns = fd_parray_reserve(cf->pool, l->nets, l->n, &l->cap, sizeof(*ns));
     if (ns == NULL)
         return fd_conf_error(cf, "out of memory");
@@ -644,6 +651,7 @@ static int geo_set_match(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     memcpy(ns[l->n].addr, c.addr, 16);
     ns[l->n].value = val;
     ns[l->n].line = cf->line;
+    ns[l->n].file = cf->file;
     l->n++;
     return FD_OK;
 }
@@ -673,10 +681,33 @@ static int geo_set_proxy(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     return FD_OK;
 }
 
+/* by address, then by line: the first of two equal ones is first */
 static int by_addr(const void *a, const void *b)
 {
-    return memcmp(((const geo_net_t *)a)->addr, ((const geo_net_t *)b)->addr,
-                  16);
+    const geo_net_t *x = a, *y = b;
+    int d = memcmp(x->addr, y->addr, 16);
+
+    return d ? d : (x->line > y->line) - (x->line < y->line);
+}
+
+/* One prefix length's networks sorted; a network twice is an error at
+ * its second line. */
+static int geo_sort(fd_conf_t *cf, geo_len_t *l, int family)
+{
+    char text[INET6_ADDRSTRLEN];
+    unsigned i;
+
+    qsort(l->nets, l->n, sizeof(geo_net_t), by_addr);
+    for (i = 1; i < l->n; i++)
+        if (memcmp(l->nets[i].addr, l->nets[i - 1].addr, 16) == 0) {
+            inet_ntop(family, l->nets[i].addr, text, sizeof(text));
+            cf->file = l->nets[i].file;
+            cf->line = l->nets[i].line;
+            return fd_conf_error(cf, "match: network %s/%u twice (first "
+                                 "at line %d)", text, l->bits,
+                                 l->nets[i - 1].line);
+        }
+    return FD_OK;
 }
 
 static int geo_init_section(fd_conf_t *cf, const char *name, void *conf)
@@ -684,16 +715,19 @@ static int geo_init_section(fd_conf_t *cf, const char *name, void *conf)
     geo_conf_t *g = conf;
     int b;
 
-    if (section_bind(cf, "geo", name, g, &g->source, "$remote_addr") != FD_OK)
+    if (section_bind(cf, "geo", name, g, &g->source, "$remote_addr",
+                     &g->remote) != FD_OK)
         return FD_ERROR;
     for (b = 32; b >= 0; b--)
         if (g->len4[b].n) {
-            qsort(g->len4[b].nets, g->len4[b].n, sizeof(geo_net_t), by_addr);
+            if (geo_sort(cf, &g->len4[b], AF_INET) != FD_OK)
+                return FD_ERROR;
             g->order4[g->n4++] = (unsigned char)b;
         }
     for (b = 128; b >= 0; b--)
         if (g->len6[b].n) {
-            qsort(g->len6[b].nets, g->len6[b].n, sizeof(geo_net_t), by_addr);
+            if (geo_sort(cf, &g->len6[b], AF_INET6) != FD_OK)
+                return FD_ERROR;
             g->order6[g->n6++] = (unsigned char)b;
         }
     return FD_OK;
@@ -720,6 +754,34 @@ static const geo_net_t *geo_find(const geo_len_t *l, const uint8_t *a)
     return NULL;
 }
 
+/* IPv4: the first 4 bytes as one number (big-endian: the same order as
+ * memcmp's), compared without a call */
+static uint32_t be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
+           p[3];
+}
+
+static const geo_net_t *geo_find4(const geo_len_t *l, const uint8_t *a)
+{
+    uint32_t key = be32(a), k;
+    unsigned lo = 0, hi = l->n;
+
+    if (l->bits < 32)
+        key &= l->bits ? ~(uint32_t)0 << (32 - l->bits) : 0;
+    while (lo < hi) {
+        unsigned mid = (lo + hi) / 2;
+        k = be32(l->nets[mid].addr);
+        if (k == key)
+            return &l->nets[mid];
+        if (k < key)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
 /* The value of the longest network holding a (NULL: none). */
 static const fd_str_t *geo_lookup(const geo_conf_t *g, const fd_addr_t *a)
 {
@@ -735,7 +797,7 @@ static const fd_str_t *geo_lookup(const geo_conf_t *g, const fd_addr_t *a)
     }
     if (a->family == AF_INET) {
         for (i = 0; i < g->n4; i++)
-            if ((n = geo_find(&g->len4[g->order4[i]], a->addr)) != NULL)
+            if ((n = geo_find4(&g->len4[g->order4[i]], a->addr)) != NULL)
                 return &n->value;
     } else if (a->family == AF_INET6) {
         for (i = 0; i < g->n6; i++)
@@ -761,9 +823,13 @@ static fd_str_t v_geo(fd_request_t *r, const fd_var_op_t *op, char *tmp)
         return fd_null_string;
     if (hit)
         return src;
-    src = eval(r, &g->source, NULL);
-    if (src.len == 0 || fd_addr_parse(src.data, src.len, &a) != FD_OK)
-        return done(c, g->dflt); /* not an address: nginx's default too */
+    if (g->remote) {
+        fd_request_addr(r, &a); /* the client after real_ip */
+    } else {
+        src = eval(r, &g->source, NULL);
+        if (src.len == 0 || fd_addr_parse(src.data, src.len, &a) != FD_OK)
+            return done(c, g->dflt); /* not an address: nginx's default */
+    }
     if (g->nproxy && fd_cidr_match(g->proxy, g->nproxy, &a)) {
         /* from a trusted proxy: the client its X-Forwarded-For names */
         for (i = 0; i < r->in.nheaders; i++)
@@ -917,7 +983,8 @@ static int split_clients_init_section(fd_conf_t *cf, const char *name,
 {
     split_conf_t *sc = conf;
 
-    if (section_bind(cf, "split_clients", name, sc, &sc->source, "") != FD_OK)
+    if (section_bind(cf, "split_clients", name, sc, &sc->source, "",
+                     NULL) != FD_OK)
         return FD_ERROR;
     if (sc->n == 0)
         return fd_conf_error(cf, "[split_clients %s] has no part", name);
