@@ -49,6 +49,9 @@ typedef struct {
 
 #define FD_SERVER_HEADER_MAX 256 /* [http] server_header, the Server: value */
 
+/* [http] ssl_session_ticket_keys: who makes them (fd_ssl_tickets.c) */
+enum { FD_SSL_TICKETS_LOCAL, FD_SSL_TICKETS_REDIS };
+
 /* [http]: the engine-wide settings (location keys live in fd_http_loc_t) */
 typedef struct {
     char *server_header;       /* Server: header value, "" to omit */
@@ -62,6 +65,7 @@ typedef struct {
     int inline_completions;
     fd_int_t max_headers;
     fd_msec_t ssl_session_ticket_rotate;
+    int ssl_session_ticket_keys; /* FD_SSL_TICKETS_* */
     /* ssl_session_ticket_key files, read at load: 80 bytes each */
     fd_conf_list_t ssl_session_ticket_key;
     unsigned char *ssl_ticket_keys; /* their bytes, in order */

@@ -166,6 +166,11 @@ static const fd_conf_enum_t accept_enums[] = {
     {"shared", FD_ACCEPT_SHARED},
     {NULL, 0}};
 
+static const fd_conf_enum_t ticket_keys_enums[] = {
+    {"local", FD_SSL_TICKETS_LOCAL},
+    {"redis", FD_SSL_TICKETS_REDIS},
+    {NULL, 0}};
+
 static const fd_conf_enum_t backend_enums[] = {
     {"epoll", FD_BACKEND_EPOLL},
     {"io_uring", FD_BACKEND_URING},
@@ -264,6 +269,14 @@ const fd_directive_t fd_http_directives[] = {
             "key before it still decrypts, so a ticket lives one to two "
             "periods (and never longer than ssl_session_timeout). The "
             "keys are shared by every worker and outlive reloads"},
+    {.name = "ssl_session_ticket_keys", .type = FD_CONF_ENUM,
+     .offset = HTTP(ssl_session_ticket_keys), .def = "local",
+     .enums = ticket_keys_enums,
+     .doc = "local: the master makes and rotates them; redis: the "
+            "fleet's, kept in the [cluster]'s Redis and rotated there every "
+            "ssl_session_ticket_rotate by whichever instance asks first, so "
+            "a session resumes on every instance (each reads them every "
+            "second; while Redis does not answer, the keys in use stay)"},
     {.name = "ssl_session_ticket_key", .type = FD_CONF_CUSTOM,
      .set = set_ticket_key,
      .doc = "FILE [OLD]: session ticket keys of nginx's format (80 random "

@@ -5,6 +5,8 @@
 #   - a TLS 1.3 session made on A resumes on B and C (openssl s_client
 #     -sess_out / -sess_in: "Reused"; the same ssl_session_ticket_key
 #     file), and still after a rotation of the key files and reloads;
+#     then with ssl_session_ticket_keys = redis (no files: the pair kept
+#     in Redis);
 #   - a 20 r/s limit_req (store = redis) with 3 clients hammering the 3
 #     instances admits 20 r/s in total, within 10%;
 #   - redis-server killed under load: every request answered (on_error =
@@ -96,7 +98,8 @@ sub fleet_conf {
     my ($i, $port, $tport, $keys) = @_;
     return FastdTest::base_conf(
         main => { workers => 1 },
-        http => { ssl_session_ticket_key => $keys },
+        http => $keys eq 'redis' ? { ssl_session_ticket_keys => 'redis' }
+                                 : { ssl_session_ticket_key => $keys },
         server => { listen => "$ip{$ns[$i]}:$port" },
         locations => <<"L",
 [location /api]
@@ -199,6 +202,27 @@ my $sess2 = $tmp->dir . '/sess2.pem';
 is(tls($f[1], '-sess_out', $sess2), 'New', 'a new session on B');
 is(tls($f[0], '-sess_in', $sess2), 'Reused', 'resumed on A');
 ok(all_up(@f), 'the reloads reconnected to Redis');
+
+# no files: ssl_session_ticket_keys = redis, the pair kept in Redis
+for my $t (@f) {
+    my ($port) = $t->{addr} =~ /:(\d+)$/;
+    $t->write_conf(fleet_conf($t->{i}, $port, $t->{tport}, 'redis'));
+    my @old = $t->workers;
+    $t->signal('HUP');
+    ok(FastdTest::wait_for(sub {
+        my %o = map { $_ => 1 } @old;
+        my @w = $t->workers;
+        @w == 1 && !grep { $o{$_} } @w;
+    }, 15), 'reloaded with ssl_session_ticket_keys = redis');
+}
+my $sess3 = $tmp->dir . '/sess3.pem';
+# each instance takes the fleet's pair within a second of its start
+ok(FastdTest::wait_for(sub {
+    tls($f[0], '-sess_out', $sess3) eq 'New'
+        && tls($f[1], '-sess_in', $sess3) eq 'Reused'
+        && tls($f[2], '-sess_in', $sess3) eq 'Reused' }, 15, 0.5),
+   'keys in Redis: a session made on A resumes on B and C');
+ok(all_up(@f), 'connected to Redis');
 
 # wrk against each instance at once, for $secs: the 200s, the others,
 # the socket errors and the longest latency (s) of all

@@ -335,209 +335,6 @@ void *fd_ssl_conf_create(fd_conf_t *cf)
     return sc;
 }
 
-/* --- the session ticket keys, shared by every worker --- */
-
-/* One key: 16 bytes of name (sent in the ticket), AES-256, HMAC-SHA256. */
-typedef struct {
-    unsigned char name[16];
-    unsigned char aes[32];
-    unsigned char hmac[32];
-} ticket_key_t;
-
-/*
- * The master writes (a rotation) under a seqlock: seq is odd while it
- * does; a worker copies both keys and copies again if seq moved.
- */
-typedef struct {
-    uint64_t seq;
-    uint64_t keys[2 * sizeof(ticket_key_t) / sizeof(uint64_t)];
-} ticket_shm_t;
-
-static ticket_shm_t *tickets;
-static fd_msec_t tickets_rotated; /* master: monotonic ms of the last one */
-
-static fd_msec_t mono_msec(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (fd_msec_t)ts.tv_sec * 1000 + (fd_msec_t)ts.tv_nsec / 1000000;
-}
-
-static int key_new(ticket_key_t *k)
-{
-    return RAND_bytes((unsigned char *)k, sizeof(*k)) == 1 ? FD_OK
-                                                           : FD_ERROR;
-}
-
-int fd_ssl_shm_init(void)
-{
-    ticket_key_t k[2];
-
-    if (tickets)
-        return FD_OK;
-    tickets = mmap(NULL, sizeof(*tickets), PROT_READ | PROT_WRITE,
-                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (tickets == MAP_FAILED) {
-        tickets = NULL;
-        fd_log_error(FD_LOG_EMERG, errno, "mmap(%zu) failed",
-                     sizeof(*tickets));
-        return FD_ERROR;
-    }
-    /* the previous key too: a random name that no ticket carries */
-    if (key_new(&k[0]) != FD_OK || key_new(&k[1]) != FD_OK) {
-        fd_log_error(FD_LOG_EMERG, 0, "RAND_bytes() failed");
-        return FD_ERROR;
-    }
-    memcpy(tickets->keys, k, sizeof(k));
-    OPENSSL_cleanse(k, sizeof(k));
-    tickets_rotated = mono_msec();
-    return FD_OK;
-}
-
-static void tickets_store(const ticket_key_t k[2])
-{
-    const uint64_t *src = (const uint64_t *)k;
-    uint64_t seq = tickets->seq;
-    unsigned i;
-
-    __atomic_store_n(&tickets->seq, seq + 1, __ATOMIC_RELAXED);
-    __atomic_thread_fence(__ATOMIC_RELEASE);
-    for (i = 0; i < fd_nelems(tickets->keys); i++)
-        __atomic_store_n(&tickets->keys[i], src[i], __ATOMIC_RELAXED);
-    __atomic_store_n(&tickets->seq, seq + 2, __ATOMIC_RELEASE);
-}
-
-static void tickets_load(ticket_key_t k[2])
-{
-    uint64_t *dst = (uint64_t *)k, seq;
-    unsigned i;
-
-    for (;;) {
-        seq = __atomic_load_n(&tickets->seq, __ATOMIC_ACQUIRE);
-        if (seq & 1) {
-            sched_yield(); /* the master is half way through a rotation */
-            continue;
-        }
-        for (i = 0; i < fd_nelems(tickets->keys); i++)
-            dst[i] = __atomic_load_n(&tickets->keys[i], __ATOMIC_RELAXED);
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);
-        if (__atomic_load_n(&tickets->seq, __ATOMIC_RELAXED) == seq)
-            return;
-    }
-}
-
-static int cycle_has_ssl(const fd_cycle_t *cycle)
-{
-    const fd_listening_t *ls;
-
-    for (ls = cycle->listening; ls; ls = ls->next)
-        if (ls->ssl)
-            return 1;
-    return 0;
-}
-
-/* ssl_session_ticket_key: nginx's 80 bytes are the name, the HMAC key
- * and the AES key, in that order; no rotation (0: no alarm) */
-static unsigned tickets_from_files(const fd_cycle_t *cycle)
-{
-    const unsigned char *b = cycle->http.ssl_ticket_keys;
-    ticket_key_t k[2];
-    unsigned i;
-
-    for (i = 0; i < 2; i++) {
-        const unsigned char *f =
-            b + 80 * (i < cycle->http.ssl_session_ticket_key.n ? i : 0);
-        memcpy(k[i].name, f, 16);
-        memcpy(k[i].hmac, f + 16, 32);
-        memcpy(k[i].aes, f + 48, 32);
-    }
-    if (memcmp(k, tickets->keys, sizeof(k)) != 0)
-        tickets_store(k);
-    OPENSSL_cleanse(k, sizeof(k));
-    return 0;
-}
-
-unsigned fd_ssl_ticket_rotate(const fd_cycle_t *cycle)
-{
-    fd_msec_t every = cycle->http.ssl_session_ticket_rotate, now, left;
-    ticket_key_t k[2];
-
-    if (tickets == NULL || !cycle_has_ssl(cycle))
-        return 0;
-    if (cycle->http.ssl_session_ticket_key.n)
-        return tickets_from_files(cycle);
-    now = mono_msec();
-    if (now - tickets_rotated >= every) {
-        tickets_load(k);
-        k[1] = k[0];
-        if (key_new(&k[0]) == FD_OK) {
-            tickets_store(k);
-            tickets_rotated = now;
-            fd_log_error(FD_LOG_INFO, 0, "session ticket key rotated");
-        } else {
-            fd_log_error(FD_LOG_ALERT, 0, "RAND_bytes() failed: the session "
-                         "ticket key is not rotated");
-        }
-        OPENSSL_cleanse(k, sizeof(k));
-    }
-    left = every - (now - tickets_rotated);
-    return (unsigned)fd_min((left + 999) / 1000, UINT_MAX);
-}
-
-/*
- * OpenSSL asks for a key to encrypt a new ticket (enc = 1) or the key
- * that a ticket's name says (enc = 0): 1 found, 2 found but old (issue a
- * new ticket), 0 unknown (a full handshake), -1 error.
- */
-static int ticket_cb(SSL *ssl, unsigned char name[16], unsigned char *iv,
-                     EVP_CIPHER_CTX *ectx, EVP_MAC_CTX *hctx, int enc)
-{
-    /* fetched once: EVP_aes_256_cbc() would be looked up by name in the
-     * provider store at every ticket (a lock, a hash, string compares) */
-    static EVP_CIPHER *aes;
-    ticket_key_t k[2];
-    OSSL_PARAM params[3];
-    int i, rc = -1;
-
-    if (aes == NULL && (aes = EVP_CIPHER_fetch(NULL, "AES-256-CBC",
-                                               NULL)) == NULL)
-        return -1;
-    tickets_load(k);
-    if (enc) {
-        i = 0;
-        if (RAND_bytes(iv, EVP_MAX_IV_LENGTH) != 1)
-            goto done;
-        memcpy(name, k[0].name, sizeof(k[0].name));
-        if (EVP_EncryptInit_ex(ectx, aes, NULL, k[0].aes, iv) != 1)
-            goto done;
-    } else {
-        for (i = 0; i < 2; i++)
-            if (memcmp(name, k[i].name, sizeof(k[i].name)) == 0)
-                break;
-        if (i == 2) {
-            rc = 0;
-            goto done;
-        }
-        if (EVP_DecryptInit_ex(ectx, aes, NULL, k[i].aes, iv) != 1)
-            goto done;
-    }
-    params[0] = OSSL_PARAM_construct_octet_string("key", k[i].hmac,
-                                                  sizeof(k[i].hmac));
-    params[1] = OSSL_PARAM_construct_utf8_string("digest", "SHA256", 0);
-    params[2] = OSSL_PARAM_construct_end();
-    if (EVP_MAC_CTX_set_params(hctx, params) != 1)
-        goto done;
-    /* 2 has OpenSSL send a new ticket: for a ticket under the previous
-     * key, and for every TLS 1.3 resumption (RFC 8446 C.4: a ticket is
-     * for one use; a client left without a new one makes a full
-     * handshake next time, every other connection) */
-    rc = i == 0 && SSL_version(ssl) != TLS1_3_VERSION ? 1 : 2;
-done:
-    OPENSSL_cleanse(k, sizeof(k));
-    return rc;
-}
-
 /* --- contexts --- */
 
 static int ex_listening = -1; /* SSL ex_data: the fd_listening_t */
@@ -951,7 +748,7 @@ static int ctx_build(fd_cycle_t *cycle, fd_http_server_t *srv,
         SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
     }
     if (sc->session_tickets &&
-        !SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, ticket_cb))
+        !SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, fd_ssl_ticket_cb))
         return ssl_conf_error(err, errlen, srv->file, srv->line,
                               "SSL_CTX_set_tlsext_ticket_key_evp_cb() "
                               "failed");
@@ -1003,6 +800,8 @@ int fd_ssl_init_cycle(fd_cycle_t *cycle, char *err, size_t errlen)
             return FD_ERROR;
         }
     }
+    if (fd_ssl_tickets_check(cycle, err, errlen) != FD_OK)
+        return FD_ERROR;
     for (ls = cycle->listening; ls; ls = ls->next) {
         /* a quic address's servers are checked here too: the same
          * ssl_* keys, the same files (fd_quic_tls.c reads them again) */

@@ -92,6 +92,13 @@ int fd_ssl_shm_init(void);
  * in main(), before OpenSSL allocates anything; no-op if it already has */
 void fd_ssl_mem_init(void);
 unsigned fd_ssl_ticket_rotate(const fd_cycle_t *cycle);
+/* Worker: with ssl_session_ticket_keys = redis, worker 0 (index) keeps
+ * the mapping to the fleet's pair in Redis (after the cluster module's
+ * init_worker started the client); a no-op otherwise. */
+void fd_ssl_tickets_init_worker(const fd_cycle_t *cycle, unsigned index);
+void fd_ssl_tickets_exit_worker(void);
+/* At load: ssl_session_ticket_keys = redis has a [cluster], no files */
+int fd_ssl_tickets_check(fd_cycle_t *cycle, char *err, size_t errlen);
 
 /*
  * A connection accepted on an "ssl" listening address (worker): s->tp

@@ -18,6 +18,10 @@ void fd_ssl_stream_bind(fd_stream_t *s, SSL *ssl, const fd_transport_t *tp);
 int fd_ssl_ctx_setup(SSL_CTX *ctx, const fd_ssl_protocols_t *p,
                      const char *ciphers);
 
+/* fd_ssl_tickets.c: OpenSSL's ticket key callback (the shared keys) */
+int fd_ssl_ticket_cb(SSL *ssl, unsigned char name[16], unsigned char *iv,
+                     EVP_CIPHER_CTX *ectx, EVP_MAC_CTX *hctx, int enc);
+
 /* fd_ssl_client.c: the handshake of fd_transport_tls_client */
 int fd_ssl_client_handshake(fd_stream_t *s);
 

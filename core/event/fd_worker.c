@@ -994,6 +994,8 @@ static int worker_init(fd_worker_t *w, fd_cycle_t *cycle)
         if (fd_modules[m]->init_worker &&
             fd_modules[m]->init_worker(w) != FD_OK)
             return FD_ERROR;
+    /* after the cluster module: ssl_session_ticket_keys = redis asks it */
+    fd_ssl_tickets_init_worker(cycle, w->index);
     if (fd_sendq_init(cycle->events.batch_sends) != FD_OK ||
         fd_offload_init_worker(w) != FD_OK)
         return FD_ERROR;
@@ -1065,6 +1067,7 @@ int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot)
                           -1) != FD_OK)
             break;
     }
+    fd_ssl_tickets_exit_worker(); /* before the cluster's client stops */
     for (m = 0; m < fd_nmodules; m++)
         if (fd_modules[m]->exit_worker)
             fd_modules[m]->exit_worker(w);
