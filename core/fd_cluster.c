@@ -12,3 +12,9 @@ int fd_cluster_configured(fd_cycle_t *cycle)
 {
     return fd_cycle_section(cycle, "cluster", "") != NULL;
 }
+
+const fd_cluster_addrs_t *fd_cluster_addrs(fd_cycle_t *cycle)
+{
+    /* the section's configuration begins with it (fd_cluster_module.c) */
+    return fd_cycle_section(cycle, "cluster", "");
+}

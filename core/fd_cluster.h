@@ -12,6 +12,8 @@
  * links, and a feature asks fd_cluster_configured() at load.
  */
 
+#include <sys/socket.h>
+
 #include "fd_core.h"
 
 enum {
@@ -50,6 +52,27 @@ extern const fd_cluster_t *fd_cluster;
 
 /* At load (init_cycle): whether the configuration has a [cluster] */
 int fd_cluster_configured(fd_cycle_t *cycle);
+
+/* One redis = line of [cluster], parsed (the cluster module's) */
+#define FD_CLUSTER_ADDRS 8
+typedef struct {
+    struct sockaddr_storage sa;
+    socklen_t len;
+    char *password;           /* AUTH, or NULL */
+    int db;                   /* SELECT, when not 0 */
+    char *name;               /* for the log: host:port, unix:PATH */
+} fd_cluster_addr_t;
+
+/* The addresses, in the order they are tried, and the timeout: what a
+ * process that talks to Redis off the loop reads (the ACME helper's
+ * blocking client). The cluster module's [cluster] configuration begins
+ * with it. NULL: no [cluster]. */
+typedef struct {
+    fd_cluster_addr_t addrs[FD_CLUSTER_ADDRS];
+    unsigned naddrs;
+    fd_msec_t timeout;
+} fd_cluster_addrs_t;
+const fd_cluster_addrs_t *fd_cluster_addrs(fd_cycle_t *cycle);
 
 /* The cluster module's client: started by its init_worker (conf: its
  * [cluster]), stopped by exit_worker; the unit tests start one for an

@@ -31,6 +31,7 @@
 
 enum { FD_ACME_HTTP01 = 1, FD_ACME_TLSALPN01 = 2 };
 enum { FD_ACME_KEY_EC = 0, FD_ACME_KEY_RSA = 1 };
+enum { FD_ACME_STORE_FILES = 0, FD_ACME_STORE_REDIS = 1 };
 
 /* One certificate in the shared zone (the slot outlives reloads: found
  * again by its id) */
@@ -76,6 +77,7 @@ typedef struct {
     int key_type;
     char *profile;
     char *state_path;
+    int storage;                     /* FD_ACME_STORE_FILES, _REDIS */
     int placeholder;                 /* 0: refuse handshakes until issued */
     fd_msec_t retry;                 /* the first retry after a failure */
     fd_msec_t retry_max;
@@ -110,10 +112,20 @@ struct fd_acme_store_s {
     /* a handle >= 0, or -1; blocks while another holds it */
     int (*lock)(fd_acme_store_t *st, const char *key);
     void (*unlock)(fd_acme_store_t *st, int handle);
+    /* when key was last put: FD_OK, FD_DECLINED (none), FD_ERROR */
+    int (*mtime)(fd_acme_store_t *st, const char *key, time_t *mtime);
+    /* this instance's own files, for what is not shared (a renewal
+     * asked for by fastd -s renew): st itself for the files store */
+    fd_acme_store_t *local;
     char dir[4096];
+    void *redis;               /* fd_acme_store_redis.c's state, or NULL */
 };
 /* create: make the directory (0700) if missing; else only read it */
 int fd_acme_store_files(fd_acme_store_t *st, const char *dir, int create);
+/* storage = redis: the [cluster]'s Redis, shared by a fleet, over the
+ * files under dir (this instance's copy); the helper process only */
+int fd_acme_store_redis(fd_acme_store_t *st, const char *dir,
+                        const char *issuer, fd_cycle_t *cycle);
 
 /* --- fd_acme_client.c: the helper process's main; never returns */
 void fd_acme_helper(fd_cycle_t *cycle);

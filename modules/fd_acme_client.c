@@ -1304,15 +1304,11 @@ static void schedule(job_t *j, time_t at)
 
 static int stored_changed(job_t *j)
 {
-    char key[300], *d = NULL;
-    size_t l;
+    char key[300];
     time_t mt = 0;
-    int rc;
 
     snprintf(key, sizeof(key), "%s.pem", j->c->names[0]);
-    rc = j->a->st.get(&j->a->st, key, &d, &l, &mt) == FD_OK && mt != j->seen;
-    free(d);
-    return rc;
+    return j->a->st.mtime(&j->a->st, key, &mt) == FD_OK && mt != j->seen;
 }
 
 static void renew(job_t *j, int forced)
@@ -1472,7 +1468,11 @@ void fd_acme_helper(fd_cycle_t *cycle)
             (a->curl = curl_easy_init()) == NULL)
             _exit(2);
         a->is = is;
-        if (fd_acme_store_files(&a->st, is->state_path, 1) != FD_OK) {
+        if ((is->storage == FD_ACME_STORE_REDIS
+                 ? fd_acme_store_redis(&a->st, is->state_path, is->name,
+                                       cycle)
+                 : fd_acme_store_files(&a->st, is->state_path, 1)) !=
+            FD_OK) {
             fd_log_error(FD_LOG_ALERT, errno, "acme: state_path \"%s\" "
                          "cannot be made", is->state_path);
             _exit(2);
@@ -1516,18 +1516,19 @@ void fd_acme_helper(fd_cycle_t *cycle)
 
             snprintf(key, sizeof(key), "%s.renew-%ld", j->c->names[0],
                      (long)getppid());
-            if (j->a->st.get(&j->a->st, key, &d, &l, NULL) == FD_OK) {
-                j->a->st.del(&j->a->st, key);
+            /* this instance's own request: in its own files */
+            if (j->a->st.local->get(j->a->st.local, key, &d, &l, NULL) ==
+                FD_OK) {
+                j->a->st.local->del(j->a->st.local, key);
                 fd_log_error(FD_LOG_NOTICE, 0, "acme: %s: renewal asked for "
                              "(fastd -s renew)", j->c->names[0]);
                 forced = 1;
             }
             free(d);
             d = NULL;
-            /* what another fastd sharing state_path stored */
+            /* what another fastd sharing the store stored */
             snprintf(key, sizeof(key), "%s.pem", j->c->names[0]);
-            if (!forced &&
-                j->a->st.get(&j->a->st, key, &d, &l, &mt) == FD_OK &&
+            if (!forced && j->a->st.mtime(&j->a->st, key, &mt) == FD_OK &&
                 mt != j->seen && load_stored(j, &at, 0) == FD_OK) {
                 j->fails = 0;
                 schedule(j, at);

@@ -21,6 +21,7 @@
 #include <openssl/x509v3.h>
 
 #include "fd_acme.h"
+#include "fd_cluster.h"
 #include "fd_connection.h"
 #include "fd_http.h"
 #include "fd_http_int.h"
@@ -46,6 +47,9 @@ static const fd_conf_enum_t key_enums[] = {
     {NULL, 0}};
 static const fd_conf_enum_t placeholder_enums[] = {
     {"self-signed", 1}, {"refuse", 0}, {NULL, 0}};
+static const fd_conf_enum_t storage_enums[] = {
+    {"files", FD_ACME_STORE_FILES}, {"redis", FD_ACME_STORE_REDIS},
+    {NULL, 0}};
 
 /* a path resolved against the prefix */
 static int set_path(fd_conf_t *cf, const fd_directive_t *d, void *conf,
@@ -95,6 +99,14 @@ static const fd_directive_t acme_directives[] = {
      .doc = "the directory of the account key, certificates and keys "
             "(0700; files 0600, written atomically); fastd processes "
             "sharing it order a name once"},
+    {.name = "storage", .type = FD_CONF_ENUM, .offset = IOFF(storage),
+     .enums = storage_enums, .def = "files",
+     .doc = "files: state_path alone; redis: the account key and the "
+            "certificates shared by a fleet through the [cluster]'s Redis "
+            "(state_path keeps this instance's copy), with a lease so that "
+            "one instance orders a name and the others take it; while "
+            "Redis does not answer, nothing is ordered and the "
+            "certificates in service stay"},
     {.name = "placeholder", .type = FD_CONF_ENUM,
      .offset = IOFF(placeholder), .enums = placeholder_enums,
      .def = "self-signed",
@@ -149,7 +161,19 @@ static int issuer_init_section(fd_conf_t *cf, const char *name, void *conf)
 
 static int acme_init_cycle(fd_conf_t *cf, fd_cycle_t *cycle)
 {
-    (void)cf;
+    fd_conf_section_t *s;
+
+    for (s = cycle->sections; s; s = s->next) {
+        const fd_acme_issuer_t *is = s->conf;
+        if (s->module == &fd_acme_module &&
+            is->storage == FD_ACME_STORE_REDIS &&
+            !fd_cluster_configured(cycle)) {
+            cf->file = s->file;
+            cf->line = s->line;
+            return fd_conf_error(cf, "[acme %s]: storage = redis needs a "
+                                 "[cluster] section (redis = ...)", s->name);
+        }
+    }
     loading = cycle; /* fd_ssl_init_cycle comes next, with attach() */
     return FD_OK;
 }

@@ -5,8 +5,8 @@
  * synced and renamed, so a reader (the master at a reload, another fastd
  * sharing the directory) sees the old one whole or the new one whole.
  * lock() is flock() on KEY.lock: held by one process at a time, let go
- * if that process dies. A shared store across machines (Redis) is the
- * same five calls.
+ * if that process dies. The store shared across machines
+ * (fd_acme_store_redis.c) is the same five calls over these files.
  */
 #include <fcntl.h>
 #include <sys/file.h>
@@ -56,6 +56,20 @@ static int files_get(fd_acme_store_t *st, const char *key, char **data,
     *len = (size_t)n;
     if (mtime)
         *mtime = sb.st_mtime;
+    return FD_OK;
+}
+
+static int files_mtime(fd_acme_store_t *st, const char *key, time_t *mtime)
+{
+    char path[4400];
+    struct stat sb;
+
+    if (!key_ok(key))
+        return FD_ERROR;
+    snprintf(path, sizeof(path), "%s/%s", st->dir, key);
+    if (stat(path, &sb) < 0)
+        return errno == ENOENT ? FD_DECLINED : FD_ERROR;
+    *mtime = sb.st_mtime;
     return FD_OK;
 }
 
@@ -139,6 +153,9 @@ int fd_acme_store_files(fd_acme_store_t *st, const char *dir, int create)
         return FD_ERROR;
     }
     snprintf(st->dir, sizeof(st->dir), "%s", dir);
+    st->redis = NULL;
+    st->local = st;
+    st->mtime = files_mtime;
     st->get = files_get;
     st->put = files_put;
     st->del = files_del;

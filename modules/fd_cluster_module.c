@@ -52,24 +52,17 @@
 #define BACKOFF_MAX 1000
 #define STALL 1000            /* ms past a timeout: the connection is shut */
 #define MAX_PENDING 8192      /* commands owed by one connection at most */
-#define ADDR_MAX 8
+#define ADDR_MAX FD_CLUSTER_ADDRS
 
-typedef struct {
-    struct sockaddr_storage sa;
-    socklen_t len;
-    char *password;           /* AUTH, or NULL */
-    int db;                   /* SELECT, when not 0 */
-    char *name;               /* for the log: host:port, unix:PATH */
-} addr_t;
+typedef fd_cluster_addr_t addr_t;
 
-/* [cluster] */
+/* [cluster]: what others read first (fd_cluster_addrs: the addresses,
+ * parsed, and the timeout), then the keys */
 typedef struct {
+    fd_cluster_addrs_t pub;
     fd_conf_list_t redis;
     fd_msec_t timeout;
     fd_int_t pool;
-
-    addr_t addrs[ADDR_MAX];
-    unsigned naddrs;
 } cluster_conf_t;
 
 /* each worker's figures */
@@ -223,9 +216,10 @@ static int cluster_init_section(fd_conf_t *cf, const char *name, void *cv)
         return fd_conf_error(cf, "[cluster]: %d redis addresses at most",
                              ADDR_MAX);
     for (i = 0; i < cc->redis.n; i++)
-        if (parse_addr(cf, cc->redis.items[i], &cc->addrs[i]) != FD_OK)
+        if (parse_addr(cf, cc->redis.items[i], &cc->pub.addrs[i]) != FD_OK)
             return FD_ERROR;
-    cc->naddrs = cc->redis.n;
+    cc->pub.naddrs = cc->redis.n;
+    cc->pub.timeout = cc->timeout;
     return FD_OK;
 }
 
@@ -262,7 +256,7 @@ static void conn_flush(void *data);
 
 static const addr_t *conn_addr(const rconn_t *c)
 {
-    return &conf->addrs[c->addr];
+    return &conf->pub.addrs[c->addr];
 }
 
 static void cmd_free(fd_redis_cmd_t *cmd)
@@ -313,7 +307,7 @@ static void conn_fail(rconn_t *c, const char *why)
         cmd_free(cmd);
     }
     /* the next address, if there is another: a failover */
-    c->addr = (c->addr + 1) % conf->naddrs;
+    c->addr = (c->addr + 1) % conf->pub.naddrs;
     if (fd_timer_armed(&c->timer))
         fd_timer_del(&c->timer);
     fd_timer_add(&c->timer, c->backoff);
@@ -841,10 +835,10 @@ int fd_cluster_redis_test(const struct sockaddr *sa, unsigned len,
     static char name[] = "test";
 
     memset(&cc, 0, sizeof(cc));
-    memcpy(&cc.addrs[0].sa, sa, len);
-    cc.addrs[0].len = len;
-    cc.addrs[0].name = name;
-    cc.naddrs = 1;
+    memcpy(&cc.pub.addrs[0].sa, sa, len);
+    cc.pub.addrs[0].len = len;
+    cc.pub.addrs[0].name = name;
+    cc.pub.naddrs = 1;
     cc.timeout = timeout;
     cc.pool = pool;
     if (area == NULL)
