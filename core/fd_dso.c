@@ -581,6 +581,10 @@ static int add(fd_conf_t *cf, const fd_api_module_t *a, const char *file,
     if (ndsos == FD_DSO_MAX)
         return fd_conf_error(cf, "load_module \"%s\": more than %d modules "
                              "on the public API", what, FD_DSO_MAX);
+    /* a request's fd_req_first() bits: one a module index */
+    if (fd_nmodules >= 64)
+        return fd_conf_error(cf, "load_module \"%s\": more than 64 modules "
+                             "in all", what);
     if (check(cf, a, what) != FD_OK)
         return FD_ERROR;
     if (a->api_minor >= 2 && a->shm_size && fd_shm)

@@ -9,7 +9,8 @@
  * 1.4 sections of a module's own, response and body filters, scripts
  * with regex captures, the request's URI rewritten and routed again,
  * descriptors on the loop, and what logs and databases need; from 1.5
- * shared memory every worker maps and scripts evaluated whole.
+ * shared memory every worker maps, scripts evaluated whole, and the
+ * [cluster]'s Redis.
  * A module is a shared object that defines
  *
  *     FD_API_MODULE = { FD_API_HEADER, .name = "hello",
@@ -938,7 +939,7 @@ int fd_api_conf_bounds(const void *conf, const char *key, int64_t v,
 int64_t fd_api_parse_size(const char *s);
 int64_t fd_api_parse_msec(const char *s);
 
-/* --- 1.5: shared memory, hashing, scripts whole ------------------------------ */
+/* --- 1.5: shared memory, hashing, scripts whole, enums, Redis ------------- */
 
 /*
  * A zone of shared memory every worker maps (a table of counters all of
@@ -999,6 +1000,55 @@ void fd_api_status_fold(void *retired, const void *area, size_t size,
 int fd_req_script_eval(fd_request_t *r, const fd_api_script_t *s,
                        const fd_api_captures_t *caps, char *tmp,
                        fd_str_t *out);
+
+/* 1 the first time the module asks about r, 0 after: whatever locations
+ * a rewrite moves r to and however often its access phase runs, what the
+ * module does once a request (limit_req counts a request once). A bit of
+ * the request's: no memory, a few instructions. */
+int fd_req_first(fd_request_t *r, const fd_api_module_t *self);
+
+/* From init_conf or a section's init: key's value (in conf) among names
+ * (ended by NULL): its index, or FD_ERROR after the error fastd's own
+ * keys give, at the key's line ("store" must be one of local | redis,
+ * not "x", with a "did you mean"). */
+int fd_api_conf_enum(const void *conf, const char *key, const char *value,
+                     const char *const *names);
+
+/*
+ * The [cluster]'s Redis, the store a fleet of fastd instances shares
+ * (modules/fd_cluster_module.c keeps the worker's client): a feature that
+ * keeps its state there sends commands and is answered on the loop, once,
+ * within [cluster] timeout, by a reply or by FD_API_REDIS_FAIL (down,
+ * busy, timed out, a broken connection), whereupon it applies its own
+ * policy. fd_api_cluster_configured(), from configured(): whether the
+ * configuration being loaded has a [cluster]. fd_api_redis_command()
+ * queues argv (argc strings of len bytes) as one command, sent with the
+ * others of this loop turn in one write; NULL when it is not sent (no
+ * [cluster], no connection up, too many waiting), and done is not called:
+ * answer by the policy now. done(data, reply): the reply lives until it
+ * returns. fd_api_redis_cancel(): done will not be called (the request
+ * that waited is gone).
+ */
+enum {
+    FD_API_REDIS_FAIL = 0,   /* no answer: str says why */
+    FD_API_REDIS_INT,
+    FD_API_REDIS_STR,        /* a bulk or status string */
+    FD_API_REDIS_NIL,
+    FD_API_REDIS_ERR,        /* an error reply: "NOSCRIPT ...", "ERR ..." */
+    FD_API_REDIS_OTHER       /* an array */
+};
+typedef struct {
+    int type;
+    long long integer;       /* INT */
+    fd_str_t str;            /* STR, ERR, and FAIL's reason */
+} fd_api_redis_reply_t;
+typedef struct fd_api_redis_cmd_s fd_api_redis_cmd_t;
+int fd_api_cluster_configured(void);
+fd_api_redis_cmd_t *fd_api_redis_command(
+    int argc, const char **argv, const size_t *len,
+    void (*done)(void *data, const fd_api_redis_reply_t *reply),
+    void *data);
+void fd_api_redis_cancel(fd_api_redis_cmd_t *c);
 
 #ifdef __cplusplus
 }

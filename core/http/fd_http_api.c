@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "fd_core.h"
+#include "fd_cluster.h"
 #include "fd_connection.h"
 #include "fd_http.h"
 #include "fd_http_accept.h"
@@ -1409,7 +1410,7 @@ unsigned fd_req_accept_encoding(fd_request_t *r, unsigned offered)
     return fd_http_accept_encoding(r->in.accept_encoding, offered);
 }
 
-/* --- 1.5: shared memory, hashing, scripts whole --- */
+/* --- 1.5: shared memory, hashing, scripts whole, enums, Redis --- */
 
 void *fd_api_shm_zone(const fd_api_module_t *self, const char *name,
                       size_t size, int *fresh)
@@ -1483,4 +1484,77 @@ int fd_req_script_eval(fd_request_t *r, const fd_api_script_t *s,
         return FD_ERROR;
     *out = fd_sbuf_str(&sb);
     return FD_OK;
+}
+
+/* a bit a module index: fd_dso.c loads no module past the 64th */
+int fd_req_first(fd_request_t *r, const fd_api_module_t *self)
+{
+    uint64_t bit = (uint64_t)1 << (self->id & 63);
+
+    if (r->first_done & bit)
+        return 0;
+    r->first_done |= bit;
+    return 1;
+}
+
+int fd_api_conf_enum(const void *conf, const char *key, const char *value,
+                     const char *const *names)
+{
+    fd_conf_t *cf = fd_dso_conf();
+    fd_conf_enum_t enums[17];
+    const char *file;
+    unsigned n;
+    int v, line;
+
+    for (n = 0; names[n] && n < fd_nelems(enums) - 1; n++)
+        enums[n] = (fd_conf_enum_t){names[n], (int)n};
+    enums[n] = (fd_conf_enum_t){NULL, 0};
+    if (cf == NULL)
+        return FD_ERROR;
+    file = cf->file;
+    line = cf->line;
+    fd_conf_at_key(cf, conf, key);
+    if (fd_conf_parse_enum(cf, key, enums, value, &v) != FD_OK)
+        return FD_ERROR;
+    cf->file = file; /* a later error is where it was */
+    cf->line = line;
+    return v;
+}
+
+/* The cluster module's client (fd_cluster.h), whose reply and done are
+ * the API's, laid out alike */
+_Static_assert(sizeof(fd_api_redis_reply_t) == sizeof(fd_redis_reply_t) &&
+                   offsetof(fd_api_redis_reply_t, integer) ==
+                       offsetof(fd_redis_reply_t, integer) &&
+                   offsetof(fd_api_redis_reply_t, str) ==
+                       offsetof(fd_redis_reply_t, str) &&
+                   (int)FD_API_REDIS_FAIL == (int)FD_REDIS_FAIL &&
+                   (int)FD_API_REDIS_INT == (int)FD_REDIS_INT &&
+                   (int)FD_API_REDIS_STR == (int)FD_REDIS_STR &&
+                   (int)FD_API_REDIS_NIL == (int)FD_REDIS_NIL &&
+                   (int)FD_API_REDIS_ERR == (int)FD_REDIS_ERR &&
+                   (int)FD_API_REDIS_OTHER == (int)FD_REDIS_OTHER,
+               "the API's Redis replies are the cluster's");
+
+int fd_api_cluster_configured(void)
+{
+    fd_cycle_t *cy = api_cycle();
+
+    return cy && fd_cluster_configured(cy);
+}
+
+fd_api_redis_cmd_t *fd_api_redis_command(
+    int argc, const char **argv, const size_t *len,
+    void (*done)(void *data, const fd_api_redis_reply_t *reply), void *data)
+{
+    if (fd_cluster == NULL)
+        return NULL;
+    return (fd_api_redis_cmd_t *)fd_cluster->command(
+        argc, argv, len, (fd_redis_done_pt)(void (*)(void))done, data);
+}
+
+void fd_api_redis_cancel(fd_api_redis_cmd_t *c)
+{
+    if (fd_cluster && c)
+        fd_cluster->cancel((fd_redis_cmd_t *)c);
 }
