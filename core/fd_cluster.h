@@ -5,7 +5,8 @@
  * State shared by a fleet of fastd instances: the worker's client of the
  * store named by [cluster] (Redis; modules/fd_cluster_module.c). A
  * feature that keeps its state there (limit_req's store = redis) sends
- * commands through fd_cluster and is answered on the loop, once, within
+ * commands through fd_cluster (a module on the public API: through
+ * fd_api_redis_command) and is answered on the loop, once, within
  * [cluster] timeout: by a reply, or by FD_REDIS_FAIL (down, busy, timed
  * out, a broken connection), whereupon it applies its own policy. The
  * core only holds the pointer, so a build without the cluster module

@@ -201,7 +201,7 @@ const fd_directive_t *fd_conf_find(const fd_directive_t *d, const char *key)
 }
 
 /* A bound as the user would write it: 1m rather than 1048576. */
-static void fmt_bound(char *buf, size_t n, fd_conf_type_t type, int64_t v)
+void fd_conf_fmt_bound(char *buf, size_t n, fd_conf_type_t type, int64_t v)
 {
     static const struct {
         int64_t m;
@@ -235,13 +235,39 @@ static int check_range(fd_conf_t *cf, const fd_directive_t *d, int64_t v,
 
     if ((d->min == 0 && d->max == 0) || (v >= d->min && v <= d->max))
         return FD_OK;
-    fmt_bound(lo, sizeof(lo), d->type, d->min);
-    fmt_bound(hi, sizeof(hi), d->type, d->max);
+    fd_conf_fmt_bound(lo, sizeof(lo), d->type, d->min);
+    fd_conf_fmt_bound(hi, sizeof(hi), d->type, d->max);
     if (d->min == 0)
         return fd_conf_error(cf, "\"%s\" is at most %s, not \"%s\"",
                              d->name, hi, value);
     return fd_conf_error(cf, "\"%s\" must be %s .. %s, not \"%s\"", d->name,
                          lo, hi, value);
+}
+
+int fd_conf_parse_enum(fd_conf_t *cf, const char *key,
+                       const fd_conf_enum_t *enums, const char *value,
+                       int *out)
+{
+    const fd_conf_enum_t *e;
+    char opts[256] = "";
+    size_t n = 0;
+    fd_conf_near_t nr;
+    char hint[96];
+
+    fd_conf_near_init(&nr, value);
+    for (e = enums; e->name; e++) {
+        if (strcmp(e->name, value) == 0) {
+            *out = e->value;
+            return FD_OK;
+        }
+        fd_conf_near_add(&nr, e->name);
+    }
+    for (e = enums; e->name && n < sizeof(opts) - 32; e++)
+        n += (size_t)snprintf(opts + n, sizeof(opts) - n, "%s%s",
+                              n ? " | " : "", e->name);
+    return fd_conf_error(cf, "\"%s\" must be one of %s, not \"%s\"%s", key,
+                         opts, value,
+                         fd_conf_near_hint(&nr, hint, sizeof(hint)));
 }
 
 static int set_value(fd_conf_t *cf, const fd_directive_t *d, void *conf,
@@ -250,7 +276,6 @@ static int set_value(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     char *field = (char *)conf + d->offset;
     int64_t v;
     int f;
-    const fd_conf_enum_t *e;
     fd_conf_list_t *l;
     char **items;
 
@@ -290,27 +315,9 @@ static int set_value(fd_conf_t *cf, const fd_directive_t *d, void *conf,
             return FD_ERROR;
         *(fd_msec_t *)field = (fd_msec_t)v;
         return FD_OK;
-    case FD_CONF_ENUM: {
-        char opts[256] = "";
-        size_t n = 0;
-        fd_conf_near_t nr;
-        char hint[96];
-
-        fd_conf_near_init(&nr, value);
-        for (e = d->enums; e->name; e++) {
-            if (strcmp(e->name, value) == 0) {
-                *(int *)field = e->value;
-                return FD_OK;
-            }
-            fd_conf_near_add(&nr, e->name);
-        }
-        for (e = d->enums; e->name && n < sizeof(opts) - 32; e++)
-            n += (size_t)snprintf(opts + n, sizeof(opts) - n, "%s%s",
-                                  n ? " | " : "", e->name);
-        return fd_conf_error(cf, "\"%s\" must be one of %s, not \"%s\"%s",
-                             d->name, opts, value,
-                             fd_conf_near_hint(&nr, hint, sizeof(hint)));
-    }
+    case FD_CONF_ENUM:
+        return fd_conf_parse_enum(cf, d->name, d->enums, value,
+                                  (int *)field);
     case FD_CONF_STR:
         *(char **)field = fd_pstrdup(cf->pool, value, strlen(value));
         return FD_OK;

@@ -153,6 +153,13 @@ int64_t fd_conf_parse_msec(const char *s);
 int fd_conf_parse_flag(const char *s);
 /* Digits only (no sign, no space), at most max; -1 otherwise. */
 int64_t fd_conf_parse_uint(const char *s, int64_t max);
+/* A bound of a key of type as its errors write it (64k, 75s). */
+void fd_conf_fmt_bound(char *buf, size_t n, fd_conf_type_t type, int64_t v);
+/* value among enums: *out its value, or FD_ERROR after the error an
+ * enum key gives ("key" must be one of a | b, not "x"; did you mean). */
+int fd_conf_parse_enum(fd_conf_t *cf, const char *key,
+                       const fd_conf_enum_t *enums, const char *value,
+                       int *out);
 
 /*
  * "Did you mean": feed the names valid where an unknown one was written;

@@ -287,17 +287,10 @@ int fd_shm_init(void);
 void *fd_shm_zone(const char *kind, const char *name, size_t size,
                   int *fresh);
 /* A spin lock in a zone (a word, 0: free), held for a few loads and
- * stores: a waiter that spun 64 times yields (the holder was preempted). */
-void fd_shm_lock_slow(uint32_t *l);
-static inline void fd_shm_lock(uint32_t *l)
-{
-    if (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
-        fd_shm_lock_slow(l);
-}
-static inline void fd_shm_unlock(uint32_t *l)
-{
-    __atomic_store_n(l, 0, __ATOMIC_RELEASE);
-}
+ * stores: the public API's (fastd.h), whose slow path, in fd_shm_zone.c,
+ * yields once a waiter spun 64 times (the holder was preempted). */
+#define fd_shm_lock fd_api_shm_lock
+#define fd_shm_unlock fd_api_shm_unlock
 fd_stats_t *fd_stats_slot(unsigned i);
 void *fd_stats_area(fd_stats_t *slot, const fd_module_t *m);
 extern fd_stats_t *fd_stats; /* this worker's slot */

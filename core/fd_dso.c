@@ -322,7 +322,8 @@ static unsigned methods(unsigned api)
     return m;
 }
 
-/* An FD_API_CUSTOM or FD_API_LIST key's line, to its module's set() */
+/* An FD_API_CUSTOM or FD_API_LIST(_REPLACE) key's line, to its module's
+ * set() */
 static int dso_set(fd_conf_t *cf, const fd_directive_t *k, void *conf,
                    const char *value)
 {
@@ -379,16 +380,18 @@ static int keys(fd_conf_t *cf, dso_t *d, const fd_api_key_t *k,
     if (*out == NULL)
         return fd_conf_error(cf, "out of memory");
     for (i = 0; i < n; i++) {
-        if (d->api.api_minor >= 2 &&
-            (k[i].type == FD_API_CUSTOM || k[i].type == FD_API_LIST)) {
+        if ((d->api.api_minor >= 2 &&
+             (k[i].type == FD_API_CUSTOM || k[i].type == FD_API_LIST)) ||
+            (d->api.api_minor >= 5 && k[i].type == FD_API_LIST_REPLACE)) {
             if (section ? d->api.section->set == NULL : d->api.set == NULL)
                 return fd_conf_error(cf, "load_module \"%s\": key \"%s\" "
                                      "is parsed by the module, which has no "
                                      "set()", file, k[i].name);
             (*out)[i] = (fd_directive_t){
                 .name = k[i].name,
-                .type = k[i].type == FD_API_LIST ? FD_CONF_LIST
-                                                 : FD_CONF_CUSTOM,
+                .type = k[i].type == FD_API_CUSTOM ? FD_CONF_CUSTOM
+                                                   : FD_CONF_LIST,
+                .replace = k[i].type == FD_API_LIST_REPLACE,
                 .set = dso_set,
                 .handler_key = !section && !phase_module(&d->api),
                 .doc = k[i].doc ? k[i].doc : ""};
@@ -599,6 +602,10 @@ static int add(fd_conf_t *cf, const fd_api_module_t *a, const char *file,
     if (ndsos == FD_DSO_MAX)
         return fd_conf_error(cf, "load_module \"%s\": more than %d modules "
                              "on the public API", what, FD_DSO_MAX);
+    /* a request's fd_req_first() bits: one a module index */
+    if (fd_nmodules >= 64)
+        return fd_conf_error(cf, "load_module \"%s\": more than 64 modules "
+                             "in all", what);
     if (check(cf, a, what) != FD_OK)
         return FD_ERROR;
     if (a->api_minor >= 2 && a->shm_size && fd_shm)

@@ -58,7 +58,7 @@ void *fd_shm_zone(const char *kind, const char *name, size_t size,
     return p;
 }
 
-void fd_shm_lock_slow(uint32_t *l)
+void fd_api_shm_lock_slow(uint32_t *l)
 {
     unsigned spins = 0;
 

@@ -29,15 +29,10 @@
  * its counts back: those keys stay counted until a reload with another
  * size starts a new table (as in nginx).
  */
+#include <stdio.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "fd_core.h"
-#include "fd_http.h"
-#include "fd_status.h"
-#include "fd_var.h"
+#include "fastd.h"
 
 #define ZONE_MAX 16
 #define ZONE_NAME_MAX 32
@@ -68,12 +63,11 @@ typedef struct {
 
 /* [limit_conn NAME] */
 typedef struct {
-    char *key;
-    int key_line;
-    size_t size;
-    char *name;
+    const char *key;
+    uint64_t size;
+    const char *name;
     unsigned index;           /* in the status area */
-    fd_var_script_t script;
+    const fd_api_script_t *script;
     bucket_t *table;
     size_t nbuckets;
     uint64_t seed[2];
@@ -86,8 +80,9 @@ typedef struct {
 
 /* a location's limit_conn lines */
 typedef struct {
-    fd_conf_list_t specs;
-    fd_int_t status;
+    const char **specs;       /* its lines, off included */
+    unsigned nspecs, cap;
+    int64_t status;
     int dry_run;
     limit_t limit[LIMITS_MAX];
     unsigned n;
@@ -113,8 +108,6 @@ typedef struct {
     uint64_t passed, rejected, dry_run, full;
 } zone_shm_t;
 
-fd_module_t fd_limit_conn_module;
-
 static zone_shm_t *area;
 
 #define COUNT(z, f) \
@@ -123,113 +116,143 @@ static zone_shm_t *area;
 
 /* --- configuration ------------------------------------------------------- */
 
-static int set_key(fd_conf_t *cf, const fd_directive_t *d, void *conf,
-                   const char *value)
-{
-    zone_t *z = conf;
-
-    (void)d;
-    if ((z->key = fd_pstrdup(cf->pool, value, strlen(value))) == NULL)
-        return fd_conf_error(cf, "out of memory");
-    z->key_line = cf->line;
-    return FD_OK;
-}
-
-static const fd_directive_t zone_directives[] = {
-    {.name = "key", .type = FD_CONF_CUSTOM, .set = set_key,
+static const fd_api_key_t zone_keys[] = {
+    {.name = "key", .type = FD_API_STRING, .offset = offsetof(zone_t, key),
      .def = "$binary_remote_addr",
      .doc = "what the requests in progress are counted by: text and "
             "$variables; a request whose key is empty is not counted. The "
             "default is the client's address as 4 or 16 bytes"},
-    {.name = "size", .type = FD_CONF_SIZE, .offset = offsetof(zone_t, size),
-     .def = "1m", .min = 65536, .max = 1 << 30,
+    {.name = "size", .type = FD_API_SIZE, .offset = offsetof(zone_t, size),
+     .def = "1m",
      .doc = "the table shared by every worker: 232 bytes per 4 keys in "
             "progress (1m holds about 18,000); a key whose bucket is full "
             "is refused"},
-    FD_CONF_END};
+    {.name = NULL}};
 
-static int zone_init_section(fd_conf_t *cf, const char *name, void *conf)
+static int zone_init(const char *name, void *conf, unsigned index)
 {
     zone_t *z = conf;
     table_t *t;
     int fresh;
 
-    if (fd_cycle_section_name(cf, "limit_conn", name, ZONE_NAME_MAX) !=
-        FD_OK)
+    if (fd_api_conf_bounds(z, "size", (int64_t)z->size, 65536, 1 << 30,
+                           FD_API_SIZE) != FD_OK)
         return FD_ERROR;
-    if (z->key_line)
-        cf->line = z->key_line;
-    if (fd_var_compile(cf, &z->script, z->key, strlen(z->key), 0, "key") !=
-        FD_OK)
+    fd_api_conf_at_key(z, "key");
+    z->script = fd_api_script_compile(z->key, strlen(z->key), 0, "key");
+    if (z->script == NULL)
         return FD_ERROR;
-    z->name = fd_pstrdup(cf->pool, name, strlen(name));
+    z->name = name;
+    z->index = index;
     z->nbuckets = z->size / sizeof(bucket_t);
     /* kept by a reload with the same name and size: the requests in
      * progress across it are still counted, and given back */
-    t = fd_shm_zone("limit_conn", name,
-                    sizeof(table_t) + z->nbuckets * sizeof(bucket_t), &fresh);
-    if (z->name == NULL || t == NULL)
-        return fd_conf_error(cf, "[limit_conn %s]: out of memory (the %zu "
-                             "byte table)", name, z->size);
-    if (fresh && getrandom(t->seed, sizeof(t->seed), 0) != sizeof(t->seed)) {
-        t->seed[0] = (uint64_t)getpid() << 32 ^ (uint64_t)time(NULL);
-        t->seed[1] = (uint64_t)(uintptr_t)t ^ 0x9e3779b97f4a7c15ULL;
+    t = fd_api_shm_zone(FD_API_SELF, name,
+                        sizeof(table_t) + z->nbuckets * sizeof(bucket_t),
+                        &fresh);
+    if (t == NULL) {
+        fd_api_conf_error("[limit_conn %s]: out of memory (the %zu byte "
+                          "table)", name, (size_t)z->size);
+        return FD_ERROR;
     }
-    z->seed[0] = t->seed[0];
-    z->seed[1] = t->seed[1];
+    if (fresh)
+        fd_api_random(t->seed, sizeof(t->seed));
+    memcpy(z->seed, t->seed, sizeof(z->seed));
     z->table = t->buckets;
     return FD_OK;
 }
 
+static const fd_api_section_t zone_section = {
+    .type = "limit_conn",
+    .keys = zone_keys,
+    .conf_size = sizeof(zone_t),
+    .name_max = ZONE_NAME_MAX,
+    .max = ZONE_MAX,
+    .init = zone_init,
+};
+
 #define LOFF(f) offsetof(limit_loc_t, f)
 
-static const fd_directive_t limit_directives[] = {
-    {.name = "limit_conn", .type = FD_CONF_LIST, .offset = LOFF(specs),
-     .replace = 1,
+static const fd_api_key_t limit_keys[] = {
+    {.name = "limit_conn", .type = FD_API_LIST_REPLACE,
      .doc = "NAME NUMBER, repeatable (one line a zone): at most NUMBER "
             "requests of a key of [limit_conn NAME] in progress at once "
             "(HTTP/1.1 connections with a request, HTTP/2 streams); off: "
             "none. Example: limit_conn = addr 10"},
-    {.name = "limit_conn_status", .type = FD_CONF_INT, .offset = LOFF(status),
-     .def = "503", .min = 400, .max = 599,
-     .doc = "the status of a request over the number"},
-    {.name = "limit_conn_dry_run", .type = FD_CONF_FLAG,
+    {.name = "limit_conn_status", .type = FD_API_INT, .offset = LOFF(status),
+     .def = "503", .doc = "the status of a request over the number"},
+    {.name = "limit_conn_dry_run", .type = FD_API_FLAG,
      .offset = LOFF(dry_run), .def = "off",
      .doc = "on: count and log what would be refused, but let every "
             "request through"},
-    FD_CONF_END};
+    {.name = NULL}};
 
-static int limit_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
+/* a limit_conn line, checked once the sections are known (init_conf) */
+static int limit_set(void *conf, const char *key, const char *value, int own)
+{
+    limit_loc_t *lc = conf;
+    size_t n = strlen(value) + 1;
+    const char **specs = lc->specs;
+    char *v;
+
+    (void)key;
+    (void)own;
+    if (lc->nspecs == lc->cap) {
+        lc->cap = lc->cap ? lc->cap * 2 : 4;
+        specs = fd_api_conf_alloc(lc->cap * sizeof(*specs));
+        if (specs && lc->nspecs)
+            memcpy(specs, lc->specs, lc->nspecs * sizeof(*specs));
+    }
+    if (specs == NULL || (v = fd_api_conf_alloc(n)) == NULL) {
+        fd_api_conf_error("out of memory");
+        return FD_ERROR;
+    }
+    memcpy(v, value, n);
+    lc->specs = specs;
+    lc->specs[lc->nspecs++] = v;
+    return FD_OK;
+}
+
+static int limit_init_conf(void *conf)
 {
     limit_loc_t *lc = conf;
     unsigned i, k;
 
-    (void)loc;
-    for (i = 0; i < lc->specs.n; i++) {
+    if (fd_api_conf_bounds(lc, "limit_conn_status", lc->status, 400, 599,
+                           0) != FD_OK)
+        return FD_ERROR;
+    for (i = 0; i < lc->nspecs; i++) {
         char name[ZONE_NAME_MAX + 1], extra;
         long long max;
         zone_t *z;
 
-        if (strcmp(lc->specs.items[i], "off") == 0) {
+        if (strcmp(lc->specs[i], "off") == 0) {
             lc->n = 0;
             continue;
         }
-        fd_conf_at_key(cf, lc, "limit_conn");
-        if (sscanf(lc->specs.items[i], "%32s %lld %c", name, &max, &extra) !=
-                2 || max < 1 || max > 1000000)
-            return fd_conf_error(cf, "limit_conn needs NAME NUMBER (1 to "
-                                 "1000000) or off, not \"%s\"",
-                                 lc->specs.items[i]);
-        if ((z = fd_cycle_section(cf->cycle, "limit_conn", name)) == NULL)
-            return fd_conf_error(cf, "unknown limit_conn \"%s\" (no "
-                                 "[limit_conn %s] section)", name, name);
+        fd_api_conf_at_key(lc, "limit_conn");
+        if (sscanf(lc->specs[i], "%32s %lld %c", name, &max, &extra) != 2 ||
+            max < 1 || max > 1000000) {
+            fd_api_conf_error("limit_conn needs NAME NUMBER (1 to 1000000) "
+                              "or off, not \"%s\"", lc->specs[i]);
+            return FD_ERROR;
+        }
+        if ((z = fd_api_section("limit_conn", name)) == NULL) {
+            fd_api_conf_error("unknown limit_conn \"%s\" (no [limit_conn "
+                              "%s] section)", name, name);
+            return FD_ERROR;
+        }
         for (k = 0; k < lc->n; k++)
-            if (lc->limit[k].zone == z)
-                return fd_conf_error(cf, "limit_conn \"%s\" twice in one "
-                                     "location", name);
-        if (lc->n == LIMITS_MAX)
-            return fd_conf_error(cf, "more than %d limit_conn lines in one "
-                                 "location", LIMITS_MAX);
+            if (lc->limit[k].zone == z) {
+                fd_api_conf_error("limit_conn \"%s\" twice in one location",
+                                  name);
+                return FD_ERROR;
+            }
+        if (lc->n == LIMITS_MAX) {
+            fd_api_conf_error("more than %d limit_conn lines in one "
+                              "location", LIMITS_MAX);
+            return FD_ERROR;
+        }
         lc->limit[lc->n].zone = z;
         lc->limit[lc->n].max = (uint32_t)max;
         lc->n++;
@@ -237,25 +260,21 @@ static int limit_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
     return FD_OK;
 }
 
-static int limit_init_cycle(fd_conf_t *cf, fd_cycle_t *cycle)
+static void zone_name(const char *name, void *conf, void *data)
 {
-    return fd_cycle_number_sections(cf, cycle, &fd_limit_conn_module,
-                                    ZONE_MAX, offsetof(zone_t, index));
+    const zone_t *z = conf;
+
+    (void)data;
+    snprintf(area[z->index].name, ZONE_NAME_MAX, "%s", name);
 }
 
-static int limit_init_worker(fd_worker_t *w)
+static int limit_init_worker(void)
 {
-    fd_conf_section_t *s;
-
-    area = fd_stats ? fd_stats_area(fd_stats, &fd_limit_conn_module) : NULL;
+    area = fd_api_status_area(FD_API_SELF);
     if (area == NULL)
         return FD_OK;
     memset(area, 0, ZONE_MAX * sizeof(*area));
-    for (s = w->cycle->sections; s; s = s->next) {
-        zone_t *z = s->conf;
-        if (s->module == &fd_limit_conn_module)
-            snprintf(area[z->index].name, ZONE_NAME_MAX, "%s", z->name);
-    }
+    fd_api_section_each("limit_conn", zone_name, NULL);
     return FD_OK;
 }
 
@@ -268,7 +287,7 @@ enum { TAKEN, OVER, FULL };
 static int take(const zone_t *z, uint32_t max, const char *k, size_t n,
                 held_t *held)
 {
-    uint64_t h = fd_siphash(z->seed, k, n);
+    uint64_t h = fd_api_siphash(z->seed, k, n);
     bucket_t *b = &z->table[(size_t)(((h >> 32) * (uint64_t)z->nbuckets) >>
                                      32)];
     size_t kept = n < KEY_MAX ? n : KEY_MAX;
@@ -277,7 +296,7 @@ static int take(const zone_t *z, uint32_t max, const char *k, size_t n,
     unsigned i;
     int rc = TAKEN;
 
-    fd_shm_lock(&b->lock);
+    fd_api_shm_lock(&b->lock);
     for (i = 0; i < WAYS; i++) {
         entry_t *x = &b->e[i];
         if (x->count == 0) {
@@ -301,7 +320,7 @@ static int take(const zone_t *z, uint32_t max, const char *k, size_t n,
         rc = OVER;
     else
         e->count++;
-    fd_shm_unlock(&b->lock);
+    fd_api_shm_unlock(&b->lock);
     held->b = b;
     held->e = e;
     held->hash = h;
@@ -310,11 +329,11 @@ static int take(const zone_t *z, uint32_t max, const char *k, size_t n,
 
 static void give_back(held_t *held)
 {
-    fd_shm_lock(&held->b->lock);
+    fd_api_shm_lock(&held->b->lock);
     /* the entry is still the key's: it is not free while counted */
     if (held->e->hash == held->hash && held->e->count)
         held->e->count--;
-    fd_shm_unlock(&held->b->lock);
+    fd_api_shm_unlock(&held->b->lock);
 }
 
 static void release_all(req_t *x)
@@ -344,45 +363,46 @@ static int counted(const req_t *x, const zone_t *z)
     return 0;
 }
 
+/* r's state, made once; NULL: out of memory */
+static req_t *req_of(fd_request_t *r)
+{
+    req_t *x = fd_req_get_ctx_of(r, FD_API_SELF);
+
+    if (x)
+        return x;
+    if ((x = fd_req_alloc(r, sizeof(*x))) == NULL)
+        return NULL;
+    memset(x, 0, sizeof(*x));
+    if (fd_req_cleanup(r, req_cleanup, x) != FD_OK ||
+        fd_req_set_ctx_of(r, FD_API_SELF, x) != FD_OK)
+        return NULL;
+    return x;
+}
+
 static int limit_access(fd_request_t *r)
 {
-    limit_loc_t *lc = fd_loc_conf(r->loc, &fd_limit_conn_module);
-    void **slot = fd_request_ctx(r, &fd_limit_conn_module);
-    char kb[512];
+    const limit_loc_t *lc = fd_req_conf_of(r, FD_API_SELF);
+    char kb[FD_API_VAR_TMP];
     req_t *x;
     unsigned i;
 
-    if (slot == NULL)
+    if ((x = req_of(r)) == NULL)
         return 500;
-    if ((x = *slot) == NULL) {
-        if ((x = fd_pcalloc(r->pool, sizeof(*x))) == NULL ||
-            fd_pool_cleanup_add(r->pool, req_cleanup, x) == NULL)
-            return 500;
-        *slot = x;
-    }
     for (i = 0; i < lc->n; i++) {
         const zone_t *z = lc->limit[i].zone;
-        fd_sbuf_t sb;
         fd_str_t key;
         held_t *h;
         int rc;
 
-        if (counted(x, z) || x->ncounted == fd_nelems(x->counted))
+        if (counted(x, z) ||
+            x->ncounted == sizeof(x->counted) / sizeof(x->counted[0]))
             continue; /* once a zone, whatever location it moved to */
         x->counted[x->ncounted++] = z;
-        if (z->script.n == 1 && z->script.ops[0].kind == FD_VAR_OP_VAR) {
-            key = fd_var_value(r, &z->script.ops[0], NULL, kb);
-        } else {
-            if (fd_sbuf_init(&sb, r->pool, 256) != FD_OK)
-                return 500;
-            fd_var_eval(r, &z->script, NULL, FD_VAR_ESC_NONE, &sb);
-            if (fd_sbuf_failed(&sb))
-                return 500;
-            key = fd_sbuf_str(&sb);
-        }
+        if (fd_req_script_eval(r, z->script, NULL, kb, &key) != FD_OK)
+            return 500;
         if (key.len == 0)
             continue; /* nothing to count by */
-        if ((h = fd_palloc(r->pool, sizeof(*h))) == NULL)
+        if ((h = fd_req_alloc(r, sizeof(*h))) == NULL)
             return 500;
         rc = take(z, lc->limit[i].max, key.data, key.len, h);
         if (rc == TAKEN) {
@@ -394,23 +414,23 @@ static int limit_access(fd_request_t *r)
         }
         if (rc == FULL) {
             COUNT(z, full);
-            fd_log_error(FD_LOG_ERR, 0, "limit_conn zone \"%s\" is full "
-                         "(its bucket of this key has %d keys in "
-                         "progress): make size larger", z->name, WAYS);
+            fd_api_log(FD_API_LOG_ERR, 0, "limit_conn zone \"%s\" is full "
+                       "(its bucket of this key has %d keys in progress): "
+                       "make size larger", z->name, WAYS);
         }
         if (lc->dry_run) {
             COUNT(z, dry_run);
             x->status = "REJECTED_DRY_RUN";
-            fd_log_error(FD_LOG_WARN, 0, "limiting connections, dry run, "
-                         "by zone \"%s\"", z->name);
+            fd_api_log(FD_API_LOG_WARN, 0, "limiting connections, dry run, "
+                       "by zone \"%s\"", z->name);
             continue;
         }
         COUNT(z, rejected);
         x->status = "REJECTED";
-        fd_log_error(FD_LOG_WARN, 0, "limiting connections by zone \"%s\"",
-                     z->name);
+        fd_api_log(FD_API_LOG_WARN, 0, "limiting connections by zone "
+                   "\"%s\"", z->name);
         release_all(x); /* what the zones before took */
-        r->refused = 1;
+        fd_resp_refused(r);
         return (int)lc->status;
     }
     return FD_OK;
@@ -419,44 +439,36 @@ static int limit_access(fd_request_t *r)
 /* the request ended: its counts go back now, not when its memory goes */
 static void limit_log(fd_request_t *r)
 {
-    req_t *x;
-    void **slot;
+    req_t *x = fd_req_get_ctx_of(r, FD_API_SELF);
 
-    if (r->mctx == NULL ||
-        (slot = fd_request_ctx(r, &fd_limit_conn_module)) == NULL ||
-        (x = *slot) == NULL)
-        return;
-    release_all(x);
+    if (x)
+        release_all(x);
 }
 
-static int limit_loc_active(const fd_http_loc_t *loc)
+static int limit_active(const void *conf)
 {
-    const limit_loc_t *lc = fd_loc_conf(loc, &fd_limit_conn_module);
+    const limit_loc_t *lc = conf;
 
     return lc->n > 0;
 }
 
-static fd_str_t v_status(fd_request_t *r, const fd_var_op_t *op, char *tmp)
+static fd_str_t v_status(fd_request_t *r, char *tmp)
 {
-    void **slot;
-    req_t *x;
+    const req_t *x = fd_req_get_ctx_of(r, FD_API_SELF);
 
-    (void)op;
     (void)tmp;
-    if (r == NULL || r->mctx == NULL ||
-        (slot = fd_request_ctx(r, &fd_limit_conn_module)) == NULL ||
-        (x = *slot) == NULL || x->status == NULL)
-        return fd_null_string;
+    if (x == NULL || x->status == NULL)
+        return (fd_str_t){0, NULL};
     return (fd_str_t){strlen(x->status), x->status};
 }
 
-static const fd_var_t limit_vars[] = {
-    {"limit_conn_status", v_status, 0, 0},
-    FD_VAR_END};
+static const fd_api_var_t limit_vars[] = {
+    {.name = "limit_conn_status", .get = v_status},
+    {.name = NULL}};
 
 /* --- status -------------------------------------------------------------- */
 
-static void limit_status(fd_status_t *st, const void *a, unsigned worker)
+static void limit_status(fd_api_status_t *st, const void *a, unsigned worker)
 {
     const zone_shm_t *e = a;
     char labels[ZONE_NAME_MAX + 16];
@@ -469,51 +481,38 @@ static void limit_status(fd_status_t *st, const void *a, unsigned worker)
         if (e->name[0] == '\0')
             continue;
         snprintf(labels, sizeof(labels), "zone=\"%s\"", e->name);
-        fd_status_counter(st, "limit_conn_passed", "Requests counted in "
-                          "progress within the number.", labels, e->passed);
-        fd_status_counter(st, "limit_conn_rejected", "Requests refused "
-                          "over the number.", labels, e->rejected);
-        fd_status_counter(st, "limit_conn_dry_run", "Requests a dry run "
-                          "would have refused.", labels, e->dry_run);
-        fd_status_counter(st, "limit_conn_full", "Requests whose key found "
-                          "no room in the zone.", labels, e->full);
+        fd_api_status_counter(st, "limit_conn_passed", "Requests counted "
+                              "in progress within the number.", labels,
+                              e->passed);
+        fd_api_status_counter(st, "limit_conn_rejected", "Requests refused "
+                              "over the number.", labels, e->rejected);
+        fd_api_status_counter(st, "limit_conn_dry_run", "Requests a dry "
+                              "run would have refused.", labels, e->dry_run);
+        fd_api_status_counter(st, "limit_conn_full", "Requests whose key "
+                              "found no room in the zone.", labels, e->full);
     }
 }
 
 static void limit_retire(void *retired, const void *a)
 {
-    const zone_shm_t *s = a;
-    zone_shm_t *into;
-    unsigned i;
-
-    for (i = 0; i < ZONE_MAX; i++, s++) {
-        if (s->name[0] == '\0' ||
-            (into = fd_status_named_entry(retired, sizeof(*s), ZONE_MAX,
-                                          s->name, sizeof(s->name))) == NULL)
-            continue;
-        into->passed += s->passed;
-        into->rejected += s->rejected;
-        into->dry_run += s->dry_run;
-        into->full += s->full;
-    }
+    fd_api_status_fold(retired, a, sizeof(zone_shm_t), ZONE_MAX,
+                       ZONE_NAME_MAX);
 }
 
-fd_module_t fd_limit_conn_module = {
+FD_API_MODULE = {
+    FD_API_HEADER,
     .name = "limit_conn",
-    .directives = limit_directives,
+    .keys = limit_keys,
     .conf_size = sizeof(limit_loc_t),
     .init_conf = limit_init_conf,
     .init_worker = limit_init_worker,
-    .section = "limit_conn",
-    .section_directives = zone_directives,
-    .section_size = sizeof(zone_t),
-    .init_section = zone_init_section,
-    .init_cycle = limit_init_cycle,
+    .set = limit_set,
+    .access = limit_access,
+    .active = limit_active,
+    .log = limit_log,
+    .vars = limit_vars,
     .shm_size = ZONE_MAX * sizeof(zone_shm_t),
     .status = limit_status,
     .retire = limit_retire,
-    .log = limit_log,
-    .access = limit_access,
-    .loc_active = limit_loc_active,
-    .vars = limit_vars,
+    .section = &zone_section,
 };

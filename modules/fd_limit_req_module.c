@@ -26,17 +26,13 @@
  * In the access phase, before the queue limiter: a request first passes
  * max_conns_per_ip (at accept), then limit_req, then its [queue].
  */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
-#include <unistd.h>
 #include <openssl/sha.h>
 
-#include "fd_core.h"
-#include "fd_cluster.h"
-#include "fd_http.h"
-#include "fd_status.h"
-#include "fd_var.h"
+#include "fastd.h"
 
 #define ZONE_MAX 16
 #define ZONE_NAME_MAX 32
@@ -57,18 +53,26 @@ typedef struct {
     entry_t e[WAYS];
 } bucket_t;
 
+enum { STORE_LOCAL, STORE_REDIS };
+enum { ON_ERROR_LOCAL, ON_ERROR_ALLOW, ON_ERROR_DENY };
+
+static const char *const stores[] = {"local", "redis", NULL};
+static const char *const on_errors[] = {"local", "allow", "deny", NULL};
+
 /* [limit_req NAME] */
 typedef struct {
-    char *key;
-    int key_line;
-    char *rate_text;
-    size_t size;
+    const char *key;
+    const char *rate_text;
+    uint64_t size;
+    const char *store_text;
+    const char *on_error_text;
+
     int store;                /* STORE_LOCAL, STORE_REDIS */
     int on_error;             /* ON_ERROR_* */
-
-    char *name;
+    const char *name;
     unsigned index;           /* in the status area */
-    fd_var_script_t script;
+    fd_api_conf_pos_t pos;    /* its [limit_req NAME] line */
+    const fd_api_script_t *script;
     int64_t rate;             /* milli-requests per second */
     bucket_t *table;
     size_t nbuckets;
@@ -87,11 +91,10 @@ typedef struct {
 
 /* the location's limit_req = NAME [burst=N] [nodelay | delay=N] */
 typedef struct {
-    char *spec;
-    fd_int_t status;
+    const char *spec;
+    int64_t status;
     int dry_run;
-    const char *file;
-    int line;
+    fd_api_conf_pos_t pos;    /* the limit_req line */
     zone_t *zone;
     int64_t burst, delay;     /* milli-requests */
 } limit_loc_t;
@@ -101,15 +104,6 @@ typedef struct {
     uint64_t passed, delayed, rejected, dry_run;
     uint64_t fallbacks;       /* store = redis: answered by on_error */
 } zone_shm_t;
-
-enum { STORE_LOCAL, STORE_REDIS };
-enum { ON_ERROR_LOCAL, ON_ERROR_ALLOW, ON_ERROR_DENY };
-
-static const fd_conf_enum_t stores[] = {
-    {"local", STORE_LOCAL}, {"redis", STORE_REDIS}, {NULL, 0}};
-static const fd_conf_enum_t on_errors[] = {
-    {"local", ON_ERROR_LOCAL}, {"allow", ON_ERROR_ALLOW},
-    {"deny", ON_ERROR_DENY}, {NULL, 0}};
 
 /*
  * store = redis: the same leaky bucket, kept in Redis by a script that
@@ -143,52 +137,36 @@ static const char script[] =
     "return 0\n";
 static char script_sha[41];
 
-fd_module_t fd_limit_req_module;
-
 static zone_shm_t *area; /* this worker's status slot */
 
 /* --- configuration ------------------------------------------------------- */
 
 #define ZOFF(f) offsetof(zone_t, f)
 
-/* key: kept with its line, for the compile's errors */
-static int set_key(fd_conf_t *cf, const fd_directive_t *d, void *conf,
-                   const char *value)
-{
-    zone_t *z = conf;
-
-    (void)d;
-    if ((z->key = fd_pstrdup(cf->pool, value, strlen(value))) == NULL)
-        return fd_conf_error(cf, "out of memory");
-    z->key_line = cf->line;
-    return FD_OK;
-}
-
-static const fd_directive_t zone_directives[] = {
-    {.name = "key", .type = FD_CONF_CUSTOM, .set = set_key,
+static const fd_api_key_t zone_keys[] = {
+    {.name = "key", .type = FD_API_STRING, .offset = ZOFF(key),
      .def = "$binary_remote_addr",
      .doc = "what a limit counts by: text and $variables, e.g. "
             "$http_x_api_key; requests whose key is empty are not "
             "limited. The default, $binary_remote_addr, is the client's "
             "address as 4 or 16 bytes"},
-    {.name = "rate", .type = FD_CONF_STR, .offset = ZOFF(rate_text),
+    {.name = "rate", .type = FD_API_STRING, .offset = ZOFF(rate_text),
      .doc = "the rate each key may keep up: Nr/s or Nr/m (10r/s, 30r/m)"},
-    {.name = "size", .type = FD_CONF_SIZE, .offset = ZOFF(size),
-     .def = "1m", .min = 65536, .max = 1 << 30,
+    {.name = "size", .type = FD_API_SIZE, .offset = ZOFF(size), .def = "1m",
      .doc = "the table shared by every worker: 264 bytes per 4 keys "
             "(1m holds about 15,800 keys); a full bucket gives a new "
             "key the place of the one with the least excess left"},
-    {.name = "store", .type = FD_CONF_ENUM, .offset = ZOFF(store),
-     .def = "local", .enums = stores,
+    {.name = "store", .type = FD_API_STRING, .offset = ZOFF(store_text),
+     .def = "local",
      .doc = "local: the table above, this machine's; redis: the buckets "
             "are kept in the [cluster]'s Redis, one limit for a whole "
             "fleet (a request waits at most [cluster] timeout for it)"},
-    {.name = "on_error", .type = FD_CONF_ENUM, .offset = ZOFF(on_error),
-     .def = "local", .enums = on_errors,
+    {.name = "on_error", .type = FD_API_STRING,
+     .offset = ZOFF(on_error_text), .def = "local",
      .doc = "store = redis, when Redis does not answer in time: local "
             "(this machine's table decides), allow (the request passes) "
             "or deny (limit_req_status)"},
-    FD_CONF_END};
+    {.name = NULL}};
 
 static int parse_rate(const char *s, int64_t *rate)
 {
@@ -210,161 +188,212 @@ static int parse_rate(const char *s, int64_t *rate)
     return FD_OK;
 }
 
-static int zone_init_section(fd_conf_t *cf, const char *name, void *conf)
+static int zone_init(const char *name, void *conf, unsigned index)
 {
     zone_t *z = conf;
-    size_t n = strlen(name);
     table_t *t;
     int fresh;
 
-    if (fd_cycle_section_name(cf, "limit_req", name, ZONE_NAME_MAX) != FD_OK)
+    fd_api_conf_pos(&z->pos);
+    if (fd_api_conf_bounds(z, "size", (int64_t)z->size, 65536, 1 << 30,
+                           FD_API_SIZE) != FD_OK ||
+        (z->store = fd_api_conf_enum(z, "store", z->store_text, stores)) < 0 ||
+        (z->on_error = fd_api_conf_enum(z, "on_error", z->on_error_text,
+                                        on_errors)) < 0)
         return FD_ERROR;
-    if (z->rate_text == NULL)
-        return fd_conf_error(cf, "[limit_req %s] has no \"rate\" (rate = "
-                             "10r/s)", name);
-    if (parse_rate(z->rate_text, &z->rate) != FD_OK)
-        return fd_conf_error(cf, "[limit_req %s]: bad rate \"%s\" (Nr/s or "
-                             "Nr/m, N from 1 to 1000000)", name,
-                             z->rate_text);
-    if (z->key_line)
-        cf->line = z->key_line;
-    if (fd_var_compile(cf, &z->script, z->key, strlen(z->key), 0, "key") !=
-        FD_OK)
+    fd_api_conf_at(&z->pos);
+    if (z->rate_text == NULL) {
+        fd_api_conf_error("[limit_req %s] has no \"rate\" (rate = 10r/s)",
+                          name);
         return FD_ERROR;
-    z->name = fd_pstrdup(cf->pool, name, n);
+    }
+    if (parse_rate(z->rate_text, &z->rate) != FD_OK) {
+        fd_api_conf_error("[limit_req %s]: bad rate \"%s\" (Nr/s or Nr/m, N "
+                          "from 1 to 1000000)", name, z->rate_text);
+        return FD_ERROR;
+    }
+    fd_api_conf_at_key(z, "key");
+    z->script = fd_api_script_compile(z->key, strlen(z->key), 0, "key");
+    if (z->script == NULL)
+        return FD_ERROR;
+    fd_api_conf_at(&z->pos);
+    z->name = name;
+    z->index = index;
     z->nbuckets = z->size / sizeof(bucket_t);
     /* the table outlives a configuration: a reload with the same name
      * and size finds its buckets again (the rates go on) */
-    t = fd_shm_zone("limit_req", name,
-                    sizeof(table_t) + z->nbuckets * sizeof(bucket_t), &fresh);
-    if (z->name == NULL || t == NULL)
-        return fd_conf_error(cf, "[limit_req %s]: out of memory (the %zu "
-                             "byte table)", name, z->size);
-    if (fresh && getrandom(t->seed, sizeof(t->seed), 0) != sizeof(t->seed)) {
-        t->seed[0] = (uint64_t)getpid() << 32 ^ (uint64_t)time(NULL);
-        t->seed[1] = (uint64_t)(uintptr_t)t ^ 0x9e3779b97f4a7c15ULL;
+    t = fd_api_shm_zone(FD_API_SELF, name,
+                        sizeof(table_t) + z->nbuckets * sizeof(bucket_t),
+                        &fresh);
+    if (t == NULL) {
+        fd_api_conf_error("[limit_req %s]: out of memory (the %zu byte "
+                          "table)", name, (size_t)z->size);
+        return FD_ERROR;
     }
-    z->seed[0] = t->seed[0];
-    z->seed[1] = t->seed[1];
+    if (fresh)
+        fd_api_random(t->seed, sizeof(t->seed));
+    memcpy(z->seed, t->seed, sizeof(z->seed));
     z->table = t->buckets;
     return FD_OK;
 }
 
-static int set_limit(fd_conf_t *cf, const fd_directive_t *d, void *conf,
-                     const char *value)
+static const fd_api_section_t zone_section = {
+    .type = "limit_req",
+    .keys = zone_keys,
+    .conf_size = sizeof(zone_t),
+    .name_max = ZONE_NAME_MAX,
+    .max = ZONE_MAX,
+    .init = zone_init,
+};
+
+/* limit_req: kept with its line, parsed once the sections are known */
+static int limit_set(void *conf, const char *key, const char *value, int own)
 {
     limit_loc_t *lc = conf;
+    size_t n = strlen(value) + 1;
+    char *spec = fd_api_conf_alloc(n);
 
-    (void)d;
-    lc->spec = fd_pstrdup(cf->pool, value, strlen(value));
-    if (lc->spec == NULL)
-        return fd_conf_error(cf, "out of memory");
-    lc->file = cf->file;
-    lc->line = cf->line;
+    (void)key;
+    (void)own;
+    if (spec == NULL) {
+        fd_api_conf_error("out of memory");
+        return FD_ERROR;
+    }
+    memcpy(spec, value, n);
+    lc->spec = spec;
+    fd_api_conf_pos(&lc->pos);
     return FD_OK;
 }
 
 #define LOFF(f) offsetof(limit_loc_t, f)
 
-static const fd_directive_t limit_directives[] = {
-    {.name = "limit_req", .type = FD_CONF_CUSTOM, .set = set_limit,
+static const fd_api_key_t limit_keys[] = {
+    {.name = "limit_req", .type = FD_API_CUSTOM,
      .doc = "NAME [burst=N] [nodelay | delay=N]: count the request in "
             "[limit_req NAME]; past its rate up to burst requests wait "
             "(none with nodelay; the first N without waiting with "
             "delay=N), past burst it is rejected; off: none. Example: "
             "limit_req = per_ip burst=20 nodelay"},
-    {.name = "limit_req_status", .type = FD_CONF_INT, .offset = LOFF(status),
-     .def = "503", .min = 400, .max = 599,
-     .doc = "the status of a rejected request"},
-    {.name = "limit_req_dry_run", .type = FD_CONF_FLAG,
+    {.name = "limit_req_status", .type = FD_API_INT, .offset = LOFF(status),
+     .def = "503", .doc = "the status of a rejected request"},
+    {.name = "limit_req_dry_run", .type = FD_API_FLAG,
      .offset = LOFF(dry_run), .def = "off",
      .doc = "on: count and log what would be rejected or delayed, but let "
             "every request through"},
-    FD_CONF_END};
+    {.name = NULL}};
 
-static int limit_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
+/* N of burst=N, delay=N: digits, at most max; -1 when it is not */
+static int64_t parse_count(const char *s, int64_t max)
+{
+    int64_t v = 0;
+
+    if (*s == '\0')
+        return -1;
+    for (; *s >= '0' && *s <= '9'; s++)
+        if ((v = v * 10 + (*s - '0')) > max)
+            return -1;
+    return *s == '\0' ? v : -1;
+}
+
+static int limit_init_conf(void *conf)
 {
     limit_loc_t *lc = conf;
     char *s, *save, *tok;
     int nodelay = 0, has_delay = 0;
     int64_t burst = 0, delay = 0, v;
+    size_t n;
 
-    (void)loc;
+    if (fd_api_conf_bounds(lc, "limit_req_status", lc->status, 400, 599,
+                           0) != FD_OK)
+        return FD_ERROR;
     if (lc->spec == NULL || strcmp(lc->spec, "off") == 0)
         return FD_OK;
-    cf->file = lc->file;
-    cf->line = lc->line;
-    s = fd_pstrdup(cf->pool, lc->spec, strlen(lc->spec));
-    if (s == NULL)
-        return fd_conf_error(cf, "out of memory");
+    fd_api_conf_at(&lc->pos);
+    n = strlen(lc->spec) + 1;
+    if ((s = fd_api_conf_alloc(n)) == NULL) {
+        fd_api_conf_error("out of memory");
+        return FD_ERROR;
+    }
+    memcpy(s, lc->spec, n);
     tok = strtok_r(s, " \t", &save);
-    lc->zone = tok ? fd_cycle_section(cf->cycle, "limit_req", tok) : NULL;
-    if (lc->zone == NULL)
-        return fd_conf_error(cf, "unknown limit_req \"%s\" (no [limit_req "
-                             "%s] section)", tok ? tok : "",
-                             tok ? tok : "NAME");
+    lc->zone = tok ? fd_api_section("limit_req", tok) : NULL;
+    if (lc->zone == NULL) {
+        fd_api_conf_error("unknown limit_req \"%s\" (no [limit_req %s] "
+                          "section)", tok ? tok : "", tok ? tok : "NAME");
+        return FD_ERROR;
+    }
     while ((tok = strtok_r(NULL, " \t", &save)) != NULL) {
         if (strncmp(tok, "burst=", 6) == 0 &&
-            (v = fd_conf_parse_uint(tok + 6, 1000000)) >= 0) {
+            (v = parse_count(tok + 6, 1000000)) >= 0) {
             burst = v;
         } else if (strncmp(tok, "delay=", 6) == 0 &&
-                   (v = fd_conf_parse_uint(tok + 6, 1000000)) >= 0) {
+                   (v = parse_count(tok + 6, 1000000)) >= 0) {
             delay = v;
             has_delay = 1;
         } else if (strcmp(tok, "nodelay") == 0) {
             nodelay = 1;
         } else {
-            return fd_conf_error(cf, "\"limit_req\": bad \"%s\" (burst=N, "
-                                 "nodelay or delay=N, N from 0 to "
-                                 "1000000)", tok);
+            fd_api_conf_error("\"limit_req\": bad \"%s\" (burst=N, nodelay "
+                              "or delay=N, N from 0 to 1000000)", tok);
+            return FD_ERROR;
         }
     }
-    if (nodelay && has_delay)
-        return fd_conf_error(cf, "\"limit_req\": nodelay and delay= "
-                             "together");
+    if (nodelay && has_delay) {
+        fd_api_conf_error("\"limit_req\": nodelay and delay= together");
+        return FD_ERROR;
+    }
     lc->burst = burst * 1000;
-    lc->delay = nodelay ? lc->burst : fd_min(delay, burst) * 1000;
+    lc->delay = nodelay ? lc->burst : (delay < burst ? delay : burst) * 1000;
     return FD_OK;
 }
 
-/* Number the zones (their entries in the status area). */
-static int limit_init_cycle(fd_conf_t *cf, fd_cycle_t *cycle)
+static int configured_failed;
+
+static void zone_check(const char *name, void *conf, void *data)
 {
-    fd_conf_section_t *s;
+    zone_t *z = conf;
+
+    (void)data;
+    if (configured_failed || z->store != STORE_REDIS ||
+        fd_api_cluster_configured())
+        return;
+    fd_api_conf_at(&z->pos);
+    fd_api_conf_error("[limit_req %s]: store = redis needs a [cluster] "
+                      "section (redis = redis://HOST:6379)", name);
+    configured_failed = 1;
+}
+
+/* The whole configuration read: a store = redis has its [cluster]. */
+static int limit_configured(void)
+{
     unsigned char md[SHA_DIGEST_LENGTH];
     unsigned i;
 
-    for (s = cycle->sections; s; s = s->next) {
-        zone_t *z = s->conf;
-        if (s->module != &fd_limit_req_module || z->store != STORE_REDIS ||
-            fd_cluster_configured(cycle))
-            continue;
-        cf->file = s->file;
-        cf->line = s->line;
-        return fd_conf_error(cf, "[limit_req %s]: store = redis needs a "
-                             "[cluster] section (redis = redis://HOST:6379)",
-                             z->name);
-    }
+    configured_failed = 0;
+    fd_api_section_each("limit_req", zone_check, NULL);
+    if (configured_failed)
+        return FD_ERROR;
     SHA1((const unsigned char *)script, sizeof(script) - 1, md);
     for (i = 0; i < SHA_DIGEST_LENGTH; i++)
         snprintf(script_sha + 2 * i, 3, "%02x", md[i]);
-    return fd_cycle_number_sections(cf, cycle, &fd_limit_req_module,
-                                    ZONE_MAX, offsetof(zone_t, index));
+    return FD_OK;
 }
 
-static int limit_init_worker(fd_worker_t *w)
+static void zone_name(const char *name, void *conf, void *data)
 {
-    fd_conf_section_t *s;
+    const zone_t *z = conf;
 
-    area = fd_stats ? fd_stats_area(fd_stats, &fd_limit_req_module) : NULL;
+    (void)data;
+    snprintf(area[z->index].name, ZONE_NAME_MAX, "%s", name);
+}
+
+static int limit_init_worker(void)
+{
+    area = fd_api_status_area(FD_API_SELF);
     if (area == NULL)
         return FD_OK;
     memset(area, 0, ZONE_MAX * sizeof(*area));
-    for (s = w->cycle->sections; s; s = s->next) {
-        zone_t *z = s->conf;
-        if (s->module == &fd_limit_req_module)
-            snprintf(area[z->index].name, ZONE_NAME_MAX, "%s", z->name);
-    }
+    fd_api_section_each("limit_req", zone_name, NULL);
     return FD_OK;
 }
 
@@ -389,12 +418,12 @@ static inline int key_eq(const char *a, const char *b, size_t n)
 
 static void lock(bucket_t *b)
 {
-    fd_shm_lock(&b->lock);
+    fd_api_shm_lock(&b->lock);
 }
 
 static void unlock(bucket_t *b)
 {
-    fd_shm_unlock(&b->lock);
+    fd_api_shm_unlock(&b->lock);
 }
 
 /* e's excess at now: what is left after draining since its last request */
@@ -432,7 +461,7 @@ static inline int64_t next_excess(const zone_t *z, const entry_t *e,
 static int account(const zone_t *z, const limit_loc_t *lc, const char *k,
                    size_t n, uint64_t now, uint64_t *wait)
 {
-    uint64_t h = fd_siphash(z->seed, k, n);
+    uint64_t h = fd_api_siphash(z->seed, k, n);
     /* the bucket: the hash's high half scaled to the table, no division */
     bucket_t *b = &z->table[(size_t)(((h >> 32) * (uint64_t)z->nbuckets) >>
                                      32)];
@@ -490,11 +519,11 @@ static int account(const zone_t *z, const limit_loc_t *lc, const char *k,
 /* --- the access phase ---------------------------------------------------- */
 
 typedef struct {
-    fd_timer_t timer;         /* first */
     fd_request_t *r;
-    void (*prev_abort)(fd_request_t *r);
+    fd_api_req_pt prev_abort;
     const limit_loc_t *lc;
-    fd_redis_cmd_t *cmd;      /* store = redis: the question in flight */
+    fd_api_timer_t *timer;    /* the wait for the rate */
+    fd_api_redis_cmd_t *cmd;  /* store = redis: the question in flight */
     fd_str_t key;             /* the request's key (store = redis) */
     fd_str_t rkey;            /* its name in Redis */
     unsigned eval:1;          /* asked with the script's text */
@@ -504,32 +533,45 @@ typedef struct {
     (area ? (void)__atomic_add_fetch(&area[(z)->index].f, 1, \
                                      __ATOMIC_RELAXED) : (void)0)
 
-static void wait_over(fd_timer_t *t)
+static void wait_abort(fd_request_t *r);
+
+/* r waits (on a timer, or Redis): a client that leaves is ours to see */
+static void hold(wait_t *w)
 {
-    wait_t *w = (wait_t *)t;
+    fd_api_req_pt prev = fd_req_on_abort(w->r, wait_abort);
+
+    if (prev != wait_abort)
+        w->prev_abort = prev;
+}
+
+static void wait_over(void *data)
+{
+    wait_t *w = data;
     fd_request_t *r = w->r;
 
-    r->on_abort = w->prev_abort;
-    fd_http_access_continue(r, &fd_limit_req_module);
+    w->timer = NULL; /* fired: freed by fastd */
+    fd_req_on_abort(r, w->prev_abort);
+    fd_api_continue(r, FD_API_SELF);
 }
 
 static void wait_cleanup(void *data)
 {
     wait_t *w = data;
 
-    fd_timer_del(&w->timer);
+    fd_api_timer_cancel(w->timer);
+    w->timer = NULL;
     if (w->cmd) {
-        fd_cluster->cancel(w->cmd);
+        fd_api_redis_cancel(w->cmd);
         w->cmd = NULL;
     }
 }
 
 static void wait_abort(fd_request_t *r)
 {
-    wait_t *w = *fd_request_ctx(r, &fd_limit_req_module);
+    wait_t *w = fd_req_get_ctx_of(r, FD_API_SELF);
 
     wait_cleanup(w);
-    r->on_abort = w->prev_abort;
+    fd_req_on_abort(r, w->prev_abort);
     if (w->prev_abort)
         w->prev_abort(r);
 }
@@ -537,21 +579,18 @@ static void wait_abort(fd_request_t *r)
 /* r's wait state, made once; NULL: out of memory */
 static wait_t *wait_of(fd_request_t *r, const limit_loc_t *lc)
 {
-    void **ctx = fd_request_ctx(r, &fd_limit_req_module);
-    wait_t *w;
+    wait_t *w = fd_req_get_ctx_of(r, FD_API_SELF);
 
-    if (ctx == NULL)
+    if (w)
+        return w;
+    if ((w = fd_req_alloc(r, sizeof(*w))) == NULL)
         return NULL;
-    if (*ctx)
-        return *ctx;
-    w = fd_pcalloc(r->pool, sizeof(*w));
-    if (w == NULL || fd_pool_cleanup_add(r->pool, wait_cleanup, w) == NULL)
+    memset(w, 0, sizeof(*w));
+    if (fd_req_cleanup(r, wait_cleanup, w) != FD_OK ||
+        fd_req_set_ctx_of(r, FD_API_SELF, w) != FD_OK)
         return NULL;
-    *ctx = w;
     w->r = r;
     w->lc = lc;
-    w->timer.handler = wait_over;
-    w->prev_abort = r->on_abort;
     return w;
 }
 
@@ -565,14 +604,14 @@ static int verdict(fd_request_t *r, const limit_loc_t *lc, const zone_t *z,
     if (rc != FD_OK) {
         if (lc->dry_run) {
             COUNT(z, dry_run);
-            fd_log_error(FD_LOG_WARN, 0, "limiting requests, dry run, by "
-                         "zone \"%s\"", z->name);
+            fd_api_log(FD_API_LOG_WARN, 0, "limiting requests, dry run, by "
+                       "zone \"%s\"", z->name);
             return FD_OK;
         }
         COUNT(z, rejected);
-        fd_log_error(FD_LOG_WARN, 0, "limiting requests by zone \"%s\"",
-                     z->name);
-        r->refused = 1;
+        fd_api_log(FD_API_LOG_WARN, 0, "limiting requests by zone \"%s\"",
+                   z->name);
+        fd_resp_refused(r);
         return (int)lc->status;
     }
     if (wait == 0 || lc->dry_run) {
@@ -580,10 +619,10 @@ static int verdict(fd_request_t *r, const limit_loc_t *lc, const zone_t *z,
         return FD_OK;
     }
     COUNT(z, delayed);
-    if ((w = wait_of(r, lc)) == NULL)
+    if ((w = wait_of(r, lc)) == NULL ||
+        (w->timer = fd_api_timer(wait, wait_over, w)) == NULL)
         return 500;
-    r->on_abort = wait_abort;
-    fd_timer_add(&w->timer, (fd_msec_t)wait);
+    hold(w);
     return FD_AGAIN;
 }
 
@@ -601,12 +640,12 @@ static int fallback(fd_request_t *r, const limit_loc_t *lc, const zone_t *z,
     case ON_ERROR_DENY:
         return verdict(r, lc, z, FD_DECLINED, 0);
     default:
-        rc = account(z, lc, key.data, key.len, fd_current_msec, &wait);
+        rc = account(z, lc, key.data, key.len, fd_api_now_msec(), &wait);
         return verdict(r, lc, z, rc, wait);
     }
 }
 
-static void redis_done(void *data, const fd_redis_reply_t *reply);
+static void redis_done(void *data, const fd_api_redis_reply_t *reply);
 
 /* Ask Redis for w's key: FD_OK (asked) or FD_ERROR (not sent) */
 static int redis_ask(wait_t *w)
@@ -632,7 +671,7 @@ static int redis_ask(wait_t *w)
                               (long long)w->lc->burst);
     len[6] = (size_t)snprintf(delay, sizeof(delay), "%lld",
                               (long long)w->lc->delay);
-    w->cmd = fd_cluster->command(7, argv, len, redis_done, w);
+    w->cmd = fd_api_redis_command(7, argv, len, redis_done, w);
     return w->cmd ? FD_OK : FD_ERROR;
 }
 
@@ -643,38 +682,38 @@ static void resume(wait_t *w, int rc)
 
     if (rc == FD_AGAIN)
         return; /* on its timer */
-    r->on_abort = w->prev_abort;
+    fd_req_on_abort(r, w->prev_abort);
     if (rc == FD_OK)
-        fd_http_access_continue(r, &fd_limit_req_module);
+        fd_api_continue(r, FD_API_SELF);
     else
-        fd_request_finish(r, rc);
+        fd_api_finish(r, rc);
 }
 
-static void redis_done(void *data, const fd_redis_reply_t *reply)
+static void redis_done(void *data, const fd_api_redis_reply_t *reply)
 {
     wait_t *w = data;
     const limit_loc_t *lc = w->lc;
     const zone_t *z = lc->zone;
 
     w->cmd = NULL;
-    if (reply->type == FD_REDIS_INT) {
+    if (reply->type == FD_API_REDIS_INT) {
         resume(w, verdict(w->r, lc, z, reply->integer < 0 ? FD_DECLINED
                                                           : FD_OK,
                           reply->integer < 0 ? 0
                                              : (uint64_t)reply->integer));
         return;
     }
-    if (reply->type == FD_REDIS_ERR && !w->eval && reply->str.len >= 8 &&
+    if (reply->type == FD_API_REDIS_ERR && !w->eval && reply->str.len >= 8 &&
         memcmp(reply->str.data, "NOSCRIPT", 8) == 0) {
         /* a Redis that has not seen the script (new, restarted, failed
          * over): its text, once; later requests find it by its SHA */
         w->eval = 1;
         if (redis_ask(w) == FD_OK)
             return;
-    } else if (reply->type == FD_REDIS_ERR) {
-        fd_log_error(FD_LOG_ERR, 0, "limit_req zone \"%s\": redis: %.*s",
-                     z->name, (int)fd_min(reply->str.len, 200),
-                     reply->str.data);
+    } else if (reply->type == FD_API_REDIS_ERR) {
+        fd_api_log(FD_API_LOG_ERR, 0, "limit_req zone \"%s\": redis: %.*s",
+                   z->name, (int)(reply->str.len < 200 ? reply->str.len : 200),
+                   reply->str.data);
     }
     resume(w, fallback(w->r, lc, z, w->key));
 }
@@ -688,12 +727,10 @@ static int redis_start(fd_request_t *r, const limit_loc_t *lc,
     wait_t *w;
     char *p;
 
-    if (fd_cluster == NULL)
-        return fallback(r, lc, z, key);
     if ((w = wait_of(r, lc)) == NULL)
         return 500;
     w->rkey.len = sizeof(prefix) - 1 + zn + 1 + key.len;
-    if ((p = fd_palloc(r->pool, w->rkey.len + key.len)) == NULL)
+    if ((p = fd_req_alloc(r, w->rkey.len + key.len)) == NULL)
         return 500;
     /* fastd:limit_req:ZONE:KEY, and the key alone (a fallback's) */
     memcpy(p, prefix, sizeof(prefix) - 1);
@@ -704,55 +741,43 @@ static int redis_start(fd_request_t *r, const limit_loc_t *lc,
     w->key.data = p + sizeof(prefix) + zn;
     w->key.len = key.len;
     if (redis_ask(w) != FD_OK)
-        return fallback(r, lc, z, w->key); /* down: no wait for it */
-    r->on_abort = wait_abort;
+        return fallback(r, lc, z, w->key); /* no [cluster], or down */
+    hold(w);
     return FD_AGAIN;
 }
 
 static int limit_access(fd_request_t *r)
 {
-    limit_loc_t *lc = fd_loc_conf(r->loc, &fd_limit_req_module);
+    const limit_loc_t *lc = fd_req_conf_of(r, FD_API_SELF);
     const zone_t *z = lc->zone;
-    char kb[512];
-    fd_sbuf_t sb;
+    char kb[FD_API_VAR_TMP];
     fd_str_t key;
     uint64_t wait;
     int rc;
 
     /* counted once: not again after a rewrite, nor once it waited */
-    if (z == NULL || r->rate_counted)
+    if (z == NULL || !fd_req_first(r, FD_API_SELF))
         return FD_OK;
-    r->rate_counted = 1;
-    if (z->script.n == 1 && z->script.ops[0].kind == FD_VAR_OP_VAR) {
-        key = fd_var_value(r, &z->script.ops[0], NULL, kb); /* one var */
-    } else {
-        /* the whole key, however long: a client's 600-byte first value
-         * must not leave it empty (which is not limited) or cut short */
-        if (fd_sbuf_init(&sb, r->pool, 256) != FD_OK)
-            return 500;
-        fd_var_eval(r, &z->script, NULL, FD_VAR_ESC_NONE, &sb);
-        if (fd_sbuf_failed(&sb))
-            return 500;
-        key = fd_sbuf_str(&sb);
-    }
+    if (fd_req_script_eval(r, z->script, NULL, kb, &key) != FD_OK)
+        return 500;
     if (key.len == 0)
         return FD_OK; /* nothing to count by: not limited */
     if (z->store == STORE_REDIS)
         return redis_start(r, lc, z, key);
-    rc = account(z, lc, key.data, key.len, fd_current_msec, &wait);
+    rc = account(z, lc, key.data, key.len, fd_api_now_msec(), &wait);
     return verdict(r, lc, z, rc, wait);
 }
 
-static int limit_loc_active(const fd_http_loc_t *loc)
+static int limit_active(const void *conf)
 {
-    const limit_loc_t *lc = fd_loc_conf(loc, &fd_limit_req_module);
+    const limit_loc_t *lc = conf;
 
     return lc->zone != NULL;
 }
 
 /* --- status -------------------------------------------------------------- */
 
-static void limit_status(fd_status_t *st, const void *a, unsigned worker)
+static void limit_status(fd_api_status_t *st, const void *a, unsigned worker)
 {
     const zone_shm_t *e = a;
     char labels[ZONE_NAME_MAX + 16];
@@ -765,53 +790,39 @@ static void limit_status(fd_status_t *st, const void *a, unsigned worker)
         if (e->name[0] == '\0')
             continue;
         snprintf(labels, sizeof(labels), "zone=\"%s\"", e->name);
-        fd_status_counter(st, "limit_req_passed", "Requests within the "
-                          "rate.", labels, e->passed);
-        fd_status_counter(st, "limit_req_delayed", "Requests that waited "
-                          "for the rate.", labels, e->delayed);
-        fd_status_counter(st, "limit_req_rejected", "Requests rejected "
-                          "past the burst.", labels, e->rejected);
-        fd_status_counter(st, "limit_req_dry_run", "Requests a dry run "
-                          "would have rejected.", labels, e->dry_run);
-        fd_status_counter(st, "limit_req_fallbacks", "Requests on_error "
-                          "answered (store = redis without an answer).",
-                          labels, e->fallbacks);
+        fd_api_status_counter(st, "limit_req_passed", "Requests within the "
+                              "rate.", labels, e->passed);
+        fd_api_status_counter(st, "limit_req_delayed", "Requests that "
+                              "waited for the rate.", labels, e->delayed);
+        fd_api_status_counter(st, "limit_req_rejected", "Requests rejected "
+                              "past the burst.", labels, e->rejected);
+        fd_api_status_counter(st, "limit_req_dry_run", "Requests a dry run "
+                              "would have rejected.", labels, e->dry_run);
+        fd_api_status_counter(st, "limit_req_fallbacks", "Requests on_error "
+                              "answered (store = redis without an "
+                              "answer).", labels, e->fallbacks);
     }
 }
 
 static void limit_retire(void *retired, const void *a)
 {
-    const zone_shm_t *s = a;
-    zone_shm_t *into;
-    unsigned i;
-
-    for (i = 0; i < ZONE_MAX; i++, s++) {
-        if (s->name[0] == '\0' ||
-            (into = fd_status_named_entry(retired, sizeof(*s), ZONE_MAX,
-                                          s->name, sizeof(s->name))) == NULL)
-            continue;
-        into->passed += s->passed;
-        into->delayed += s->delayed;
-        into->rejected += s->rejected;
-        into->dry_run += s->dry_run;
-        into->fallbacks += s->fallbacks;
-    }
+    fd_api_status_fold(retired, a, sizeof(zone_shm_t), ZONE_MAX,
+                       ZONE_NAME_MAX);
 }
 
-fd_module_t fd_limit_req_module = {
+FD_API_MODULE = {
+    FD_API_HEADER,
     .name = "limit_req",
-    .directives = limit_directives,
+    .keys = limit_keys,
     .conf_size = sizeof(limit_loc_t),
     .init_conf = limit_init_conf,
     .init_worker = limit_init_worker,
-    .section = "limit_req",
-    .section_directives = zone_directives,
-    .section_size = sizeof(zone_t),
-    .init_section = zone_init_section,
-    .init_cycle = limit_init_cycle,
+    .set = limit_set,
+    .access = limit_access,
+    .active = limit_active,
     .shm_size = ZONE_MAX * sizeof(zone_shm_t),
     .status = limit_status,
     .retire = limit_retire,
-    .access = limit_access,
-    .loc_active = limit_loc_active,
+    .section = &zone_section,
+    .configured = limit_configured,
 };

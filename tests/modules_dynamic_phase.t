@@ -18,30 +18,13 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use FastdTest;
+use ApiModule;
 use Test::More;
 
-my $root = FastdTest::root();
 my $t = FastdTest->new;
 my $dir = $t->dir;
-my $src = "$dir/src";
 my @mods = qw(rewrite queue access_log database gzip);
-
-mkdir $src or die "mkdir $src: $!";
-system("cd '$root' && tar -cf - configure Makefile auto core modules conf html | tar -xf - -C '$src'") == 0
-    or BAIL_OUT('cannot copy the tree');
-my $with = join ' ', map { "--with-$_=dynamic" } @mods;
-my $out = `cd '$src' && ./configure $with 2>&1`;
-is($?, 0, "./configure $with") or diag($out);
-my ($dyn) = $out =~ /^dynamic modules \(objs\/fd_NAME\.so\): (.*)$/m;
-is(join(' ', sort split ' ', $dyn // ''), join(' ', sort @mods),
-   '... says the five are shared objects');
-$out = `make -s -C '$src' -j2 2>&1`;
-is($?, 0, 'make') or diag($out);
-for my $m (@mods) {
-    ok(-f "$src/objs/fd_$m.so", "objs/fd_$m.so built");
-    like(`nm -D --defined-only '$src/objs/fd_$m.so' 2>&1`, qr/\bfastd_module\b/,
-         "... defining fastd_module");
-}
+my $src = ApiModule::dynamic_tree($dir, @mods);
 local $FastdTest::BIN = "$src/objs/fastd";
 
 my $logs = "$dir/logs";

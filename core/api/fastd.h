@@ -1,5 +1,5 @@
 /*
- * fastd.h: the public API of fastd modules, version 1.4.
+ * fastd.h: the public API of fastd modules, version 1.5.
  *
  * Everything a module built outside the tree needs: its descriptor and
  * keys, the request, the response, asynchronous completion and logging;
@@ -8,7 +8,9 @@
  * 1.3 variables compiled once and read without a lookup by name; from
  * 1.4 sections of a module's own, response and body filters, scripts
  * with regex captures, the request's URI rewritten and routed again,
- * descriptors on the loop, and what logs and databases need.
+ * descriptors on the loop, and what logs and databases need; from 1.5
+ * shared memory every worker maps, scripts evaluated whole, and the
+ * [cluster]'s Redis.
  * A module is a shared object that defines
  *
  *     FD_API_MODULE = { FD_API_HEADER, .name = "hello",
@@ -38,7 +40,7 @@ extern "C" {
 #endif
 
 #define FD_API_VERSION_MAJOR 1
-#define FD_API_VERSION_MINOR 4
+#define FD_API_VERSION_MINOR 5
 /* What must match besides the version: the size of a pointer and of the
  * structs below, which a module and fastd lay out alike only if built
  * for the same ABI (checked at load). */
@@ -81,7 +83,11 @@ enum {
     /* 1.2: parsed by the module's set() (fd_api_module_t.set); nothing
      * is stored at offset, which is ignored */
     FD_API_CUSTOM,     /* once a section */
-    FD_API_LIST        /* repeatable: one set() a line, lines add up */
+    FD_API_LIST,       /* repeatable: one set() a line, lines add up */
+    /* 1.5: repeatable, and the nearest section's lines replace the
+     * others': a [location]'s own lines are all it has, else its
+     * [server]'s, else [http]'s (set() sees only those) */
+    FD_API_LIST_REPLACE
 };
 
 typedef struct {
@@ -922,14 +928,127 @@ void fd_api_loc_each(const fd_api_module_t *self,
 int fd_api_conf_worker_file(const char *path);
 /* From init_conf or a section's init: key's value v (in conf) within
  * [min, max], or the error fastd's own keys give, at the key's line
- * ("pool" must be 1 .. 1024, not "0"); msec: v is a duration in ms.
- * FD_OK or FD_ERROR. */
+ * ("pool" must be 1 .. 1024, not "0"); msec: v is a duration in ms;
+ * 1.5: msec = FD_API_SIZE, v is a size in bytes, written as fastd's own
+ * size keys write it ("size" must be 64k .. 1g, not "32k"). FD_OK or
+ * FD_ERROR. */
 int fd_api_conf_bounds(const void *conf, const char *key, int64_t v,
                        int64_t min, int64_t max, int msec);
 /* A size (512, 8k, 1m) or a duration (500ms, 75s, 1m30s, in ms) as keys
  * take them, for a key the module parses: -1 when it is none. */
 int64_t fd_api_parse_size(const char *s);
 int64_t fd_api_parse_msec(const char *s);
+
+/* --- 1.5: shared memory, hashing, scripts whole, enums, Redis ------------- */
+
+/*
+ * A zone of shared memory every worker maps (a table of counters all of
+ * them update: limit_req's buckets). From init_conf, set or a section's
+ * init, in the master while it loads a configuration: the workers it
+ * forks then inherit it. size bytes, zeroed when new (*fresh = 1); a
+ * reload that asks again for the module's zone of the same name and size
+ * gets the same memory, its contents kept (*fresh = 0): the state goes
+ * on across the reload, shared by old and new workers while the old ones
+ * finish. Another size is another zone, zeroed. A zone is never unmapped
+ * (one a reload drops stays with the master, found whole if a later
+ * reload asks for it again): a few a module, not one a request. NULL,
+ * with errno, when it cannot be mapped. fresh may be NULL.
+ *
+ * The workers touch it concurrently: atomics, or a spin lock of the
+ * zone's (a uint32_t, 0 when free, as a fresh zone's are) held for a few
+ * loads and stores, never across a call that may wait;
+ * fd_api_shm_lock() spins, and yields the CPU now and then (the holder
+ * was preempted). A worker that dies holding one leaves it held: keep
+ * the locked code to plain memory accesses.
+ */
+void *fd_api_shm_zone(const fd_api_module_t *self, const char *name,
+                      size_t size, int *fresh);
+void fd_api_shm_lock_slow(uint32_t *lock);
+static inline void fd_api_shm_lock(uint32_t *lock)
+{
+    if (__atomic_exchange_n(lock, 1, __ATOMIC_ACQUIRE))
+        fd_api_shm_lock_slow(lock);
+}
+static inline void fd_api_shm_unlock(uint32_t *lock)
+{
+    __atomic_store_n(lock, 0, __ATOMIC_RELEASE);
+}
+
+/* SipHash-2-4 of data with a 128-bit key (random, kept with the table it
+ * places keys in, so that a client cannot aim its keys at one bucket). */
+uint64_t fd_api_siphash(const uint64_t key[2], const void *data, size_t n);
+
+/* n random bytes (getrandom(); should the kernel have none, bytes made
+ * of the time, the pid and buf's address): a hash's key, kept with the
+ * table it places keys in (fd_api_shm_zone's fresh). */
+void fd_api_random(void *buf, size_t n);
+
+/* For retire(): folds area's n entries of size bytes, each a NUL-ended
+ * name of name_size bytes (a multiple of 8) then uint64_t counters to the
+ * entry's end, into retired's entries of the same names
+ * (fd_api_status_named_entry); an entry with an empty name is skipped.
+ * For entries of counters only: a gauge is not to be added up. */
+void fd_api_status_fold(void *retired, const void *area, size_t size,
+                        unsigned n, size_t name_size);
+
+/* A script's whole value for r (fd_api_script_compile): its parts one
+ * after the other, none escaped; a script of one variable gives that
+ * variable's value as fd_req_script_value() does (in memory of r's or in
+ * tmp, FD_API_VAR_TMP bytes of the caller's), others are made in memory
+ * that lives as long as r, however long. FD_OK, or FD_ERROR when out of
+ * memory. A key a request is counted by (limit_req's key =). */
+int fd_req_script_eval(fd_request_t *r, const fd_api_script_t *s,
+                       const fd_api_captures_t *caps, char *tmp,
+                       fd_str_t *out);
+
+/* 1 the first time the module asks about r, 0 after: whatever locations
+ * a rewrite moves r to and however often its access phase runs, what the
+ * module does once a request (limit_req counts a request once). A bit of
+ * the request's: no memory, a few instructions. */
+int fd_req_first(fd_request_t *r, const fd_api_module_t *self);
+
+/* From init_conf or a section's init: key's value (in conf) among names
+ * (ended by NULL): its index, or FD_ERROR after the error fastd's own
+ * keys give, at the key's line ("store" must be one of local | redis,
+ * not "x", with a "did you mean"). */
+int fd_api_conf_enum(const void *conf, const char *key, const char *value,
+                     const char *const *names);
+
+/*
+ * The [cluster]'s Redis, the store a fleet of fastd instances shares
+ * (modules/fd_cluster_module.c keeps the worker's client): a feature that
+ * keeps its state there sends commands and is answered on the loop, once,
+ * within [cluster] timeout, by a reply or by FD_API_REDIS_FAIL (down,
+ * busy, timed out, a broken connection), whereupon it applies its own
+ * policy. fd_api_cluster_configured(), from configured(): whether the
+ * configuration being loaded has a [cluster]. fd_api_redis_command()
+ * queues argv (argc strings of len bytes) as one command, sent with the
+ * others of this loop turn in one write; NULL when it is not sent (no
+ * [cluster], no connection up, too many waiting), and done is not called:
+ * answer by the policy now. done(data, reply): the reply lives until it
+ * returns. fd_api_redis_cancel(): done will not be called (the request
+ * that waited is gone).
+ */
+enum {
+    FD_API_REDIS_FAIL = 0,   /* no answer: str says why */
+    FD_API_REDIS_INT,
+    FD_API_REDIS_STR,        /* a bulk or status string */
+    FD_API_REDIS_NIL,
+    FD_API_REDIS_ERR,        /* an error reply: "NOSCRIPT ...", "ERR ..." */
+    FD_API_REDIS_OTHER       /* an array */
+};
+typedef struct {
+    int type;
+    long long integer;       /* INT */
+    fd_str_t str;            /* STR, ERR, and FAIL's reason */
+} fd_api_redis_reply_t;
+typedef struct fd_api_redis_cmd_s fd_api_redis_cmd_t;
+int fd_api_cluster_configured(void);
+fd_api_redis_cmd_t *fd_api_redis_command(
+    int argc, const char **argv, const size_t *len,
+    void (*done)(void *data, const fd_api_redis_reply_t *reply),
+    void *data);
+void fd_api_redis_cancel(fd_api_redis_cmd_t *c);
 
 #ifdef __cplusplus
 }

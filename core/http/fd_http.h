@@ -179,8 +179,6 @@ struct fd_request_s {
                                   in.target is no longer what is served */
     unsigned server_passed:1;  /* headers_out has a Server of its own
                                   (proxy_pass_header): none of the engine's */
-    unsigned rate_counted:1;   /* limit_req counted it: once a request,
-                                  whatever location it is moved to */
     unsigned refused:1;        /* a limit refused it (limit_req,
                                   limit_conn, queue):
                                   a gRPC client is told RESOURCE_EXHAUSTED
@@ -203,6 +201,7 @@ struct fd_request_s {
     uint64_t bytes_sent;       /* body bytes, for logs */
     void *ctx;                 /* the handler module's request state */
     void **mctx;               /* other modules' state, fd_request_ctx() */
+    uint64_t first_done;       /* fd_req_first(): a bit a module (index) */
 
     /* streaming: called on the loop when the connection's output drained
      * below the low-water mark after fd_http_output() returned FD_AGAIN */

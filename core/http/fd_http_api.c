@@ -6,11 +6,14 @@
  * that a module may pass its stack or reuse its buffers at once.
  */
 #include <fcntl.h>
+#include <sys/random.h>
+#include <time.h>
 #include <sys/epoll.h>
 #include <strings.h>
 #include <sys/stat.h>
 
 #include "fd_core.h"
+#include "fd_cluster.h"
 #include "fd_connection.h"
 #include "fd_http.h"
 #include "fd_http_accept.h"
@@ -1123,10 +1126,23 @@ int fd_api_conf_bounds(const void *conf, const char *key, int64_t v,
                        int64_t min, int64_t max, int msec)
 {
     const char *ms = msec ? "ms" : "";
+    char lo[32], hi[32], val[32];
 
     if (v >= min && v <= max)
         return FD_OK;
     fd_api_conf_at_key(conf, key);
+    if (msec == FD_API_SIZE) { /* 1.5: as fastd's own size keys say it */
+        fd_conf_fmt_bound(lo, sizeof(lo), FD_CONF_SIZE, min);
+        fd_conf_fmt_bound(hi, sizeof(hi), FD_CONF_SIZE, max);
+        fd_conf_fmt_bound(val, sizeof(val), FD_CONF_SIZE, v);
+        if (min == 0)
+            fd_api_conf_error("\"%s\" is at most %s, not \"%s\"", key, hi,
+                              val);
+        else
+            fd_api_conf_error("\"%s\" must be %s .. %s, not \"%s\"", key,
+                              lo, hi, val);
+        return FD_ERROR;
+    }
     if (min == 0)
         fd_api_conf_error("\"%s\" is at most %lld%s, not \"%lld%s\"", key,
                           (long long)max, ms, (long long)v, ms);
@@ -1375,4 +1391,153 @@ void fd_resp_remove_validators(fd_request_t *r)
 unsigned fd_req_accept_encoding(fd_request_t *r, unsigned offered)
 {
     return fd_http_accept_encoding(r->in.accept_encoding, offered);
+}
+
+/* --- 1.5: shared memory, hashing, scripts whole, enums, Redis --- */
+
+void *fd_api_shm_zone(const fd_api_module_t *self, const char *name,
+                      size_t size, int *fresh)
+{
+    /* the kind is the module's name: its descriptor lives as long as
+     * the master (a loaded module is never unloaded) */
+    return fd_shm_zone(self->name, name, size, fresh);
+}
+
+void fd_api_random(void *buf, size_t n)
+{
+    uint64_t x = (uint64_t)getpid() << 32 ^ (uint64_t)time(NULL) ^
+                 (uint64_t)(uintptr_t)buf;
+    unsigned char *p = buf;
+    ssize_t got = getrandom(buf, n, 0);
+    size_t i;
+
+    if (got == (ssize_t)n)
+        return;
+    for (i = got > 0 ? (size_t)got : 0; i < n; i++) { /* splitmix64 */
+        uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+        p[i] = (unsigned char)(z ^ (z >> 31));
+    }
+}
+
+void fd_api_status_fold(void *retired, const void *area, size_t size,
+                        unsigned n, size_t name_size)
+{
+    const char *e = area;
+    unsigned i;
+    size_t k;
+
+    for (i = 0; i < n; i++, e += size) {
+        uint64_t *into, v;
+        if (e[0] == '\0' ||
+            (into = fd_status_named_entry(retired, size, n, e, name_size)) ==
+                NULL)
+            continue;
+        for (k = name_size; k + sizeof(v) <= size; k += sizeof(v)) {
+            memcpy(&v, e + k, sizeof(v));
+            into[k / sizeof(v)] += v;
+        }
+    }
+}
+
+uint64_t fd_api_siphash(const uint64_t key[2], const void *data, size_t n)
+{
+    return fd_siphash(key, data, n);
+}
+
+int fd_req_script_eval(fd_request_t *r, const fd_api_script_t *s,
+                       const fd_api_captures_t *caps, char *tmp,
+                       fd_str_t *out)
+{
+    const fd_var_script_t *vs = (const fd_var_script_t *)s;
+    fd_sbuf_t sb;
+
+    if (vs->n == 1 && vs->ops[0].kind == FD_VAR_OP_VAR) { /* not copied */
+        *out = fd_var_value(r, &vs->ops[0], (const fd_var_caps_t *)caps,
+                            tmp);
+        return FD_OK;
+    }
+    /* the whole value, however long: a client's 600-byte value must not
+     * be cut short */
+    if (fd_sbuf_init(&sb, r->pool, 256) != FD_OK)
+        return FD_ERROR;
+    fd_var_eval(r, vs, (const fd_var_caps_t *)caps, FD_VAR_ESC_NONE, &sb);
+    if (fd_sbuf_failed(&sb))
+        return FD_ERROR;
+    *out = fd_sbuf_str(&sb);
+    return FD_OK;
+}
+
+/* a bit a module index: fd_dso.c loads no module past the 64th */
+int fd_req_first(fd_request_t *r, const fd_api_module_t *self)
+{
+    uint64_t bit = (uint64_t)1 << (self->id & 63);
+
+    if (r->first_done & bit)
+        return 0;
+    r->first_done |= bit;
+    return 1;
+}
+
+int fd_api_conf_enum(const void *conf, const char *key, const char *value,
+                     const char *const *names)
+{
+    fd_conf_t *cf = fd_dso_conf();
+    fd_conf_enum_t enums[17];
+    const char *file;
+    unsigned n;
+    int v, line;
+
+    for (n = 0; names[n] && n < fd_nelems(enums) - 1; n++)
+        enums[n] = (fd_conf_enum_t){names[n], (int)n};
+    enums[n] = (fd_conf_enum_t){NULL, 0};
+    if (cf == NULL)
+        return FD_ERROR;
+    file = cf->file;
+    line = cf->line;
+    fd_conf_at_key(cf, conf, key);
+    if (fd_conf_parse_enum(cf, key, enums, value, &v) != FD_OK)
+        return FD_ERROR;
+    cf->file = file; /* a later error is where it was */
+    cf->line = line;
+    return v;
+}
+
+/* The cluster module's client (fd_cluster.h), whose reply and done are
+ * the API's, laid out alike */
+_Static_assert(sizeof(fd_api_redis_reply_t) == sizeof(fd_redis_reply_t) &&
+                   offsetof(fd_api_redis_reply_t, integer) ==
+                       offsetof(fd_redis_reply_t, integer) &&
+                   offsetof(fd_api_redis_reply_t, str) ==
+                       offsetof(fd_redis_reply_t, str) &&
+                   (int)FD_API_REDIS_FAIL == (int)FD_REDIS_FAIL &&
+                   (int)FD_API_REDIS_INT == (int)FD_REDIS_INT &&
+                   (int)FD_API_REDIS_STR == (int)FD_REDIS_STR &&
+                   (int)FD_API_REDIS_NIL == (int)FD_REDIS_NIL &&
+                   (int)FD_API_REDIS_ERR == (int)FD_REDIS_ERR &&
+                   (int)FD_API_REDIS_OTHER == (int)FD_REDIS_OTHER,
+               "the API's Redis replies are the cluster's");
+
+int fd_api_cluster_configured(void)
+{
+    fd_cycle_t *cy = api_cycle();
+
+    return cy && fd_cluster_configured(cy);
+}
+
+fd_api_redis_cmd_t *fd_api_redis_command(
+    int argc, const char **argv, const size_t *len,
+    void (*done)(void *data, const fd_api_redis_reply_t *reply), void *data)
+{
+    if (fd_cluster == NULL)
+        return NULL;
+    return (fd_api_redis_cmd_t *)fd_cluster->command(
+        argc, argv, len, (fd_redis_done_pt)(void (*)(void))done, data);
+}
+
+void fd_api_redis_cancel(fd_api_redis_cmd_t *c)
+{
+    if (fd_cluster && c)
+        fd_cluster->cancel((fd_redis_cmd_t *)c);
 }

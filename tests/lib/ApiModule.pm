@@ -39,4 +39,30 @@ sub build {
     return $? == 0 ? '' : $out || 'failed';
 }
 
+# A copy of the tree in $dir/src, configured with --with-NAME=dynamic for
+# each of @mods and built: checks that configure says so and that each
+# objs/fd_NAME.so is built. Returns the copy's root.
+sub dynamic_tree {
+    my ($dir, @mods) = @_;
+    my $root = FastdTest::root();
+    my $src = "$dir/src";
+    mkdir $src or die "mkdir $src: $!";
+    system("cd '$root' && tar -cf - configure Makefile auto core modules conf html | tar -xf - -C '$src'") == 0
+        or BAIL_OUT('cannot copy the tree');
+    my $with = join ' ', map { "--with-$_=dynamic" } @mods;
+    my $out = `cd '$src' && ./configure $with 2>&1`;
+    is($?, 0, "./configure $with") or diag($out);
+    my ($dyn) = $out =~ /^dynamic modules \(objs\/fd_NAME\.so\): (.*)$/m;
+    is(join(' ', sort split ' ', $dyn // ''), join(' ', sort @mods),
+       '... says they are shared objects');
+    $out = `make -s -C '$src' -j2 2>&1`;
+    is($?, 0, 'make') or diag($out);
+    for my $m (@mods) {
+        ok(-f "$src/objs/fd_$m.so", "objs/fd_$m.so built");
+        like(`nm -D --defined-only '$src/objs/fd_$m.so' 2>&1`,
+             qr/\bfastd_module\b/, "... defining fastd_module");
+    }
+    return $src;
+}
+
 1;
