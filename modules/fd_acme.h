@@ -50,6 +50,8 @@ typedef struct {
 
 typedef struct {
     uint32_t type;                   /* 0 free, FD_ACME_HTTP01, TLSALPN01 */
+    uint32_t remote;                 /* another instance's (storage =
+                                      * redis), copied by worker 0 */
     char token[128];                 /* http-01 */
     char keyauth[256];               /* http-01: the body */
     char name[256];                  /* tls-alpn-01: the SNI name */
@@ -114,6 +116,12 @@ struct fd_acme_store_s {
     void (*unlock)(fd_acme_store_t *st, int handle);
     /* when key was last put: FD_OK, FD_DECLINED (none), FD_ERROR */
     int (*mtime)(fd_acme_store_t *st, const char *key, time_t *mtime);
+    /* storage = redis: a challenge this helper answers, told to the
+     * fleet (every instance's worker 0 copies it, so the CA may validate
+     * at any of them); NULL for the files store */
+    int (*share)(fd_acme_store_t *st, int type, const char *name,
+                 const char *token, const char *keyauth);
+    void (*unshare)(fd_acme_store_t *st, const char *token);
     /* this instance's own files, for what is not shared (a renewal
      * asked for by fastd -s renew): st itself for the files store */
     fd_acme_store_t *local;
@@ -126,6 +134,11 @@ int fd_acme_store_files(fd_acme_store_t *st, const char *dir, int create);
  * files under dir (this instance's copy); the helper process only */
 int fd_acme_store_redis(fd_acme_store_t *st, const char *dir,
                         const char *issuer, fd_cycle_t *cycle);
+
+/* The fleet's challenges in Redis: a hash of token to "AT TYPE NAME
+ * TOKEN KEYAUTH" (AT: unix seconds; older than FD_ACME_CHAL_TTL ignored) */
+#define FD_ACME_CHALS_KEY "fastd:acme:challenges"
+#define FD_ACME_CHAL_TTL 600
 
 /* --- fd_acme_client.c: the helper process's main; never returns */
 void fd_acme_helper(fd_cycle_t *cycle);

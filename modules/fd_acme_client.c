@@ -738,6 +738,17 @@ static int authorize(acme_t *a, const char *url)
                  "under way at most)", what, FD_ACME_CHAL_MAX);
         goto done;
     }
+    if (a->st.share) {
+        /* the CA may reach any instance: every one's worker 0 copies the
+         * fleet's challenges once a second; give them two */
+        if (a->st.share(&a->st, a->is->challenge, name, tok, keyauth) !=
+            FD_OK) {
+            snprintf(a->err, sizeof(a->err), "%s: cannot be told to the "
+                     "fleet (Redis)", what);
+            goto unpublish;
+        }
+        sleep(2);
+    }
     {
         json_t *j = NULL;
         resp_t cr = {0};
@@ -776,6 +787,8 @@ static int authorize(acme_t *a, const char *url)
              what, POLL_MAX);
 unpublish:
     chal_remove(tok);
+    if (a->st.unshare)
+        a->st.unshare(&a->st, tok);
 done:
     json_decref(az);
     resp_free(&r);

@@ -544,17 +544,138 @@ static int early(fd_request_t *r)
     return FD_OK;
 }
 
+/* --- the fleet's challenges (storage = redis): worker 0's copy ----------- */
+
+static fd_timer_t chals_timer;
+static fd_redis_cmd_t *chals_cmd;
+
+/* One line "AT TYPE NAME TOKEN KEYAUTH" into the zone, unless there */
+static void chal_take(const char *line, size_t len, time_t now)
+{
+    char buf[1024], name[256], token[128], keyauth[256];
+    long long at;
+    int type, i, free_i = -1;
+    fd_acme_chal_t tmp;
+
+    if (len >= sizeof(buf))
+        return;
+    memcpy(buf, line, len);
+    buf[len] = '\0';
+    if (sscanf(buf, "%lld %d %255s %127s %255s", &at, &type, name, token,
+               keyauth) != 5 ||
+        (type != FD_ACME_HTTP01 && type != FD_ACME_TLSALPN01) ||
+        now - at > FD_ACME_CHAL_TTL)
+        return;
+    fd_shm_lock(&fd_acme_shm->lock);
+    for (i = 0; i < FD_ACME_CHAL_MAX; i++) {
+        fd_acme_chal_t *ch = &fd_acme_shm->chal[i];
+        if (ch->type && strcmp(ch->token, token) == 0) {
+            ch->remote |= 2; /* still listed */
+            fd_shm_unlock(&fd_acme_shm->lock);
+            return;
+        }
+        if (ch->type == 0 && free_i < 0)
+            free_i = i;
+    }
+    fd_shm_unlock(&fd_acme_shm->lock);
+    if (free_i < 0)
+        return;
+    memset(&tmp, 0, sizeof(tmp));
+    tmp.type = (uint32_t)type;
+    tmp.remote = 1 | 2;
+    snprintf(tmp.token, sizeof(tmp.token), "%s", token);
+    snprintf(tmp.keyauth, sizeof(tmp.keyauth), "%s", keyauth);
+    snprintf(tmp.name, sizeof(tmp.name), "%s", name);
+    /* tls-alpn-01: the challenge certificate, an EC key (fast to make
+     * on the loop, whatever key_type the orderer uses) */
+    if (type == FD_ACME_TLSALPN01 &&
+        fd_acme_self_signed(name, keyauth, FD_ACME_KEY_EC, tmp.pem,
+                            &tmp.cert_len, &tmp.key_len,
+                            sizeof(tmp.pem)) != FD_OK)
+        return;
+    fd_shm_lock(&fd_acme_shm->lock);
+    if (fd_acme_shm->chal[free_i].type == 0)
+        fd_acme_shm->chal[free_i] = tmp;
+    fd_shm_unlock(&fd_acme_shm->lock);
+    fd_log_error(FD_LOG_INFO, 0, "acme: took another instance's %s "
+                 "challenge for %s", type == FD_ACME_HTTP01 ? "http-01"
+                                                           : "tls-alpn-01",
+                 name);
+}
+
+static void chals_done(void *data, const fd_redis_reply_t *re)
+{
+    const char *p, *end, *nl;
+    time_t now = time(NULL);
+    unsigned i;
+
+    (void)data;
+    chals_cmd = NULL;
+    if (re->type != FD_REDIS_STR)
+        return; /* Redis away: the copies stay until it answers */
+    fd_shm_lock(&fd_acme_shm->lock);
+    for (i = 0; i < FD_ACME_CHAL_MAX; i++)
+        fd_acme_shm->chal[i].remote &= ~2u;
+    fd_shm_unlock(&fd_acme_shm->lock);
+    for (p = re->str.data, end = p + re->str.len; p < end; p = nl + 1) {
+        if ((nl = memchr(p, '\n', (size_t)(end - p))) == NULL)
+            nl = end;
+        chal_take(p, (size_t)(nl - p), now);
+    }
+    /* those no longer listed: answered, or given up */
+    fd_shm_lock(&fd_acme_shm->lock);
+    for (i = 0; i < FD_ACME_CHAL_MAX; i++)
+        if (fd_acme_shm->chal[i].remote == 1)
+            memset(&fd_acme_shm->chal[i], 0, sizeof(fd_acme_chal_t));
+    fd_shm_unlock(&fd_acme_shm->lock);
+}
+
+static void chals_ask(fd_timer_t *t)
+{
+    static const char *argv[] = {
+        "EVAL", "return table.concat(redis.call('HVALS', KEYS[1]), '\\n')",
+        "1", FD_ACME_CHALS_KEY};
+    size_t len[4];
+    unsigned i;
+
+    fd_timer_add(t, 1000);
+    if (chals_cmd || fd_cluster == NULL || fd_acme_shm == NULL)
+        return;
+    for (i = 0; i < 4; i++)
+        len[i] = strlen(argv[i]);
+    chals_cmd = fd_cluster->command(4, argv, len, chals_done, NULL);
+}
+
 static int acme_init_worker(fd_worker_t *w)
 {
     fd_conf_section_t *s;
+    int shared = 0;
 
     have_challenges = 0;
+    chals_cmd = NULL;
     for (s = w->cycle->sections; s; s = s->next)
-        if (s->module == &fd_acme_module)
+        if (s->module == &fd_acme_module) {
             have_challenges = 1;
+            shared |= ((fd_acme_issuer_t *)s->conf)->storage ==
+                      FD_ACME_STORE_REDIS;
+        }
     if (have_challenges)
         fd_http_early_on = 1;
+    if (shared && w->index == 0) {
+        chals_timer.handler = chals_ask;
+        fd_timer_add(&chals_timer, 1);
+    }
     return FD_OK;
+}
+
+static void acme_exit_worker(fd_worker_t *w)
+{
+    (void)w;
+    if (fd_timer_armed(&chals_timer))
+        fd_timer_del(&chals_timer);
+    if (chals_cmd && fd_cluster)
+        fd_cluster->cancel(chals_cmd);
+    chals_cmd = NULL;
 }
 
 /* --- the helper process -------------------------------------------------- */
@@ -781,6 +902,7 @@ fd_module_t fd_acme_module = {
     .init_section = issuer_init_section,
     .init_cycle = acme_init_cycle,
     .init_worker = acme_init_worker,
+    .exit_worker = acme_exit_worker,
     .status_shared = acme_status_shared,
     .early = early,
     .master_start = acme_master_start,

@@ -155,6 +155,8 @@ int fd_acme_store_files(fd_acme_store_t *st, const char *dir, int create)
     snprintf(st->dir, sizeof(st->dir), "%s", dir);
     st->redis = NULL;
     st->local = st;
+    st->share = NULL;
+    st->unshare = NULL;
     st->mtime = files_mtime;
     st->get = files_get;
     st->put = files_put;

@@ -319,6 +319,30 @@ static void redis_unlock(fd_acme_store_t *st, int handle)
     freeReplyObject(r); /* not answered: the lease ends by itself */
 }
 
+static int redis_share(fd_acme_store_t *st, int type, const char *name,
+                       const char *token, const char *keyauth)
+{
+    rstore_t *rs = of(st);
+    char line[1024];
+    redisReply *r;
+    int ok;
+
+    snprintf(line, sizeof(line), "%lld %d %s %s %s", (long long)time(NULL),
+             type, name, token, keyauth);
+    r = command(rs, "HSET %s %s %s", FD_ACME_CHALS_KEY, token, line);
+    ok = r && r->type != REDIS_REPLY_ERROR;
+    freeReplyObject(r);
+    return ok ? FD_OK : FD_ERROR;
+}
+
+static void redis_unshare(fd_acme_store_t *st, const char *token)
+{
+    rstore_t *rs = of(st);
+    redisReply *r = command(rs, "HDEL %s %s", FD_ACME_CHALS_KEY, token);
+
+    freeReplyObject(r);
+}
+
 int fd_acme_store_redis(fd_acme_store_t *st, const char *dir,
                         const char *issuer, fd_cycle_t *cycle)
 {
@@ -343,6 +367,8 @@ int fd_acme_store_redis(fd_acme_store_t *st, const char *dir,
     st->redis = rs;
     st->local = &rs->files;
     st->mtime = redis_mtime;
+    st->share = redis_share;
+    st->unshare = redis_unshare;
     st->get = redis_get;
     st->put = redis_put;
     st->del = redis_del;

@@ -7,7 +7,9 @@
 # by the other without an order; with Redis gone a renewal fails (the
 # lease cannot be had: nothing is ordered), the certificate in service
 # stays, and once Redis is back the renewal goes through. pebble's
-# http-01 checks go to the first fastd's plain listener only.
+# http-01 checks go to the first fastd's plain listener only; an
+# instance that cannot reach the CA answers the other's challenge, which
+# it took from Redis.
 
 use strict;
 use warnings;
@@ -113,6 +115,43 @@ ok(FastdTest::wait_for(sub {
 $fa->stop;
 $fb->stop;
 $fa->no_alerts;
+$fb->no_alerts;
+
+# The CA validates at an instance that did not order: the challenge is
+# the fleet's. pebble's checks go to A, whose CA is unreachable (it can
+# never order); B orders, and A answers B's challenge from Redis.
+$redis->cli('FLUSHALL');
+my $closed = FastdTest::dead_port();
+for my $t ($fa, $fb) {
+    my $text = FastdTest::slurp($t->conf_file);
+    $text =~ s/fleet\.test/fleet2.test/g;
+    $text =~ s{state_path = (\S+)}{state_path = $1-2};
+    $text =~ s{directory = \S+}{directory = https://127.0.0.1:$closed/dir}
+        if $t == $fa;
+    $t->write_conf($text);
+}
+$before = issued();
+my ($ma, $mb) = (length $fa->error_log, length $fb->error_log);
+$fa->start;
+$fb->start;
+ok(FastdTest::wait_for(sub { substr($fb->error_log, $mb) =~ /acme: fleet2\.test: new certificate/ }, 90, 0.2),
+   'B ordered (the CA validated at A)')
+    or do { diag(substr($fa->error_log, $ma)); diag(substr($fb->error_log, $mb)) };
+like(substr($fa->error_log, $ma), qr/took another instance's http-01 challenge for fleet2\.test/,
+     "A took B's challenge from Redis");
+like(substr($fa->error_log, $ma), qr/answered the http-01 challenge/, 'and answered it');
+is(issued(), $before + 1, 'one certificate');
+sub serial2 {
+    my ($t) = @_;
+    my $p = $t->port2;
+    return scalar `echo | openssl s_client -connect 127.0.0.1:$p -servername fleet2.test 2>/dev/null | openssl x509 -noout -serial 2>/dev/null`;
+}
+my $s2;
+ok(FastdTest::wait_for(sub { $s2 = serial2($fb); $s2 =~ /serial=/ && $s2 eq serial2($fa) }, 20, 0.2),
+   'A serves the certificate B ordered') or diag($s2 . serial2($fa));
+is(0 + ($redis->cli('HLEN', 'fastd:acme:challenges') // -1), 0, 'the challenge is gone from Redis');
+$fa->stop;
+$fb->stop;
 $fb->no_alerts;
 
 # storage = redis without a [cluster]
