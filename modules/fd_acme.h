@@ -78,6 +78,7 @@ typedef struct {
     int challenge;                   /* FD_ACME_HTTP01 | FD_ACME_TLSALPN01 */
     int key_type;
     char *profile;
+    char *preferred_chain;           /* the root's common name, or NULL */
     char *state_path;
     int storage;                     /* FD_ACME_STORE_FILES, _REDIS */
     int placeholder;                 /* 0: refuse handshakes until issued */

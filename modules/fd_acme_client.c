@@ -9,7 +9,8 @@
  * Account Binding), the order, its authorizations and their challenges
  * (http-01, tls-alpn-01, published in the shared zone for the workers),
  * finalize with a CSR, the download. The chain served is the one the CA
- * gives first (alternates are not chosen among). Every answer is checked
+ * gives first, or with preferred_chain the first (of it and the
+ * alternates its Link headers name) whose root has that common name. Every answer is checked
  * before it is used: its size (max_response), its content type, its JSON;
  * a certificate is taken only if it covers the names asked for and
  * matches the key made for it. Renewal: at two thirds of the lifetime
@@ -47,11 +48,15 @@ typedef struct {
     int too_big;
 } body_t;
 
+#define ALT_MAX 4
+
 typedef struct {
     long status;
     char ctype[128];
     char location[1024];
     long retry_after;
+    char alt[ALT_MAX][1024];   /* Link: <URL>;rel="alternate" (chains) */
+    unsigned nalt;
     body_t body;
 } resp_t;
 
@@ -312,6 +317,28 @@ typedef struct {
     resp_t *r;
 } hdr_ctx_t;
 
+/* Link: <URL>;rel="alternate", <URL2>;rel="index": the alternates */
+static void link_alternates(resp_t *r, const char *p, size_t n)
+{
+    const char *end = p + n, *lt, *gt, *next;
+
+    for (; p < end && (lt = memchr(p, '<', (size_t)(end - p))) != NULL;
+         p = next) {
+        if ((gt = memchr(lt, '>', (size_t)(end - lt))) == NULL)
+            return;
+        next = memchr(gt, ',', (size_t)(end - gt));
+        next = next ? next + 1 : end;
+        /* the parameters up to the next link */
+        if (r->nalt < ALT_MAX && (size_t)(gt - lt - 1) < sizeof(r->alt[0]) &&
+            (memmem(gt, (size_t)(next - gt), "rel=\"alternate\"", 15) ||
+             memmem(gt, (size_t)(next - gt), "rel=alternate", 13))) {
+            memcpy(r->alt[r->nalt], lt + 1, (size_t)(gt - lt - 1));
+            r->alt[r->nalt][gt - lt - 1] = '\0';
+            r->nalt++;
+        }
+    }
+}
+
 static size_t on_header(char *p, size_t size, size_t nmemb, void *ud)
 {
     hdr_ctx_t *h = ud;
@@ -324,6 +351,8 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *ud)
         header_value(h->r->location, sizeof(h->r->location), p + 9, n - 9);
     else if (n > 13 && strncasecmp(p, "Content-Type:", 13) == 0)
         header_value(h->r->ctype, sizeof(h->r->ctype), p + 13, n - 13);
+    else if (n > 5 && strncasecmp(p, "Link:", 5) == 0)
+        link_alternates(h->r, p + 5, n - 5);
     else if (n > 12 && strncasecmp(p, "Retry-After:", 12) == 0) {
         header_value(v, sizeof(v), p + 12, n - 12);
         h->r->retry_after = atol(v);
@@ -888,6 +917,69 @@ static char *chain_parse(const char *pem, size_t len, X509 **leaf)
     return s;
 }
 
+/* The common name of the issuer of a chain's topmost certificate: the
+ * root it leads to (certbot's --preferred-chain, Caddy's
+ * root_common_name) */
+static int chain_root_cn(const char *pem, char *cn, size_t size)
+{
+    BIO *in = BIO_new_mem_buf(pem, -1);
+    X509 *x, *top = NULL;
+    int n = -1;
+
+    while (in && (x = PEM_read_bio_X509(in, NULL, NULL, NULL)) != NULL) {
+        X509_free(top);
+        top = x;
+    }
+    ERR_clear_error();
+    if (top)
+        n = X509_NAME_get_text_by_NID(X509_get_issuer_name(top),
+                                      NID_commonName, cn, (int)size);
+    X509_free(top);
+    BIO_free(in);
+    return n > 0 ? FD_OK : FD_ERROR;
+}
+
+/* preferred_chain: the CA's first chain when its root is the one named,
+ * else the first alternate (Link rel="alternate") whose is, else the
+ * first; each alternate must hold the same certificate. */
+static void choose_chain(acme_t *a, const resp_t *first, char **chain,
+                         X509 *leaf)
+{
+    const char *want = a->is->preferred_chain;
+    char cn[256];
+    unsigned i;
+
+    if (want == NULL || (chain_root_cn(*chain, cn, sizeof(cn)) == FD_OK &&
+                         strcmp(cn, want) == 0))
+        return;
+    for (i = 0; i < first->nalt; i++) {
+        resp_t r = {0};
+        X509 *l = NULL;
+        char *alt = NULL;
+        if (post(a, first->alt[i], NULL, &r, NULL, "an alternate chain") ==
+                FD_OK &&
+            ctype_is(&r, "application/pem-certificate-chain") &&
+            r.body.data &&
+            (alt = chain_parse(r.body.data, r.body.len, &l)) != NULL &&
+            l && X509_cmp(l, leaf) == 0 &&
+            chain_root_cn(alt, cn, sizeof(cn)) == FD_OK &&
+            strcmp(cn, want) == 0) {
+            free(*chain);
+            *chain = alt;
+            X509_free(l);
+            resp_free(&r);
+            fd_log_error(FD_LOG_INFO, 0, "acme: the chain to \"%s\" (an "
+                         "alternate), as preferred_chain asks", want);
+            return;
+        }
+        free(alt);
+        X509_free(l);
+        resp_free(&r);
+    }
+    fd_log_error(FD_LOG_WARN, 0, "acme: no chain of the CA's leads to "
+                 "\"%s\" (preferred_chain): serving its first", want);
+}
+
 static int order(acme_t *a, fd_acme_cert_t *c, char **chain, X509 **leaf,
                  EVP_PKEY **key)
 {
@@ -1000,6 +1092,7 @@ static int order(acme_t *a, fd_acme_cert_t *c, char **chain, X509 **leaf,
                  c->names[0], c->nnames > 1 ? " and the other names" : "");
         goto done;
     }
+    choose_chain(a, &r, chain, *leaf);
     *key = k;
     k = NULL;
     rc = FD_OK;

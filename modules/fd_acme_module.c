@@ -99,6 +99,12 @@ static const fd_directive_t acme_directives[] = {
      .doc = "the directory of the account key, certificates and keys "
             "(0700; files 0600, written atomically); fastd processes "
             "sharing it order a name once"},
+    {.name = "preferred_chain", .type = FD_CONF_STR,
+     .offset = IOFF(preferred_chain),
+     .doc = "the common name of the root to chain to, where the CA offers "
+            "several chains (Link rel=\"alternate\"): the first chain whose "
+            "topmost certificate that root issued is served, else the CA's "
+            "first (certbot's --preferred-chain)"},
     {.name = "storage", .type = FD_CONF_ENUM, .offset = IOFF(storage),
      .enums = storage_enums, .def = "files",
      .doc = "files: state_path alone; redis: the account key and the "

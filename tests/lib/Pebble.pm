@@ -136,12 +136,13 @@ sub ca_file   { "$_[0]{dir}/pebble.crt" }
 sub log       { FastdTest::slurp("$_[0]{dir}/pebble.log") // '' }
 
 # The root pebble signs with now (a new one each start), PEM, written to
-# DIR/root.pem; its path.
+# DIR/root.pem; its path. root(N): the Nth (PEBBLE_ALTERNATE_ROOTS: the
+# alternate chains' roots), DIR/rootN.pem.
 sub root {
-    my ($self) = @_;
-    my $out = "$self->{dir}/root.pem";
+    my ($self, $n) = @_;
+    my $out = "$self->{dir}/root" . ($n // '') . ".pem";
     system('curl', '-sf', '--cacert', $self->ca_file, '-o', $out,
-           "https://127.0.0.1:$self->{mgmt}/roots/0") == 0
+           "https://127.0.0.1:$self->{mgmt}/roots/" . ($n // 0)) == 0
         or die "cannot fetch pebble's root\n";
     return $out;
 }
