@@ -43,12 +43,16 @@ sub new {
         pids     => [],
     }, $class;
     my $d = $self->{dir};
-    system('openssl', 'req', '-x509', '-newkey', 'ec', '-pkeyopt',
+    # openssl req says "-----" on stderr: not the test's output
+    open(my $err, '>&', \*STDERR) or die;
+    open(STDERR, '>', '/dev/null') or die;
+    my $rc = system('openssl', 'req', '-x509', '-newkey', 'ec', '-pkeyopt',
            'ec_paramgen_curve:P-256', '-nodes', '-days', '2', '-subj',
            '/CN=pebble', '-addext',
            'subjectAltName=IP:127.0.0.1,DNS:localhost',
-           '-keyout', "$d/pebble.key", '-out', "$d/pebble.crt") == 0
-        or die "openssl req failed\n";
+           '-keyout', "$d/pebble.key", '-out', "$d/pebble.crt");
+    open(STDERR, '>&', $err) or die;
+    $rc == 0 or die "openssl req failed\n";
     my $v = defined $self->{validity}
         ? qq(,\n    "certificateValidityPeriod": $self->{validity}) : '';
     my $eab = 'false';
