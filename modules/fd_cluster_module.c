@@ -330,6 +330,24 @@ static int out_reserve(rconn_t *c, size_t more)
     return FD_OK;
 }
 
+/* "<type>N\r\n" at p (RESP's headers): its end. sprintf was a third of
+ * a limit_req's instructions over Redis (callgrind) */
+static char *resp_header(char *p, char type, size_t n)
+{
+    char digits[24];
+    int k = 0;
+
+    *p++ = type;
+    do
+        digits[k++] = (char)('0' + n % 10);
+    while ((n /= 10) != 0);
+    while (k)
+        *p++ = digits[--k];
+    *p++ = '\r';
+    *p++ = '\n';
+    return p;
+}
+
 /* argv in RESP, at the end of c's output: FD_OK or FD_ERROR (memory) */
 static int out_command(rconn_t *c, int argc, const char **argv,
                        const size_t *len)
@@ -341,9 +359,11 @@ static int out_command(rconn_t *c, int argc, const char **argv,
         need += len[i] + 32;
     if (out_reserve(c, need) != FD_OK)
         return FD_ERROR;
-    c->olen += (size_t)sprintf(c->out + c->olen, "*%d\r\n", argc);
+    c->olen = (size_t)(resp_header(c->out + c->olen, '*', (size_t)argc) -
+                       c->out);
     for (i = 0; i < argc; i++) {
-        c->olen += (size_t)sprintf(c->out + c->olen, "$%zu\r\n", len[i]);
+        c->olen = (size_t)(resp_header(c->out + c->olen, '$', len[i]) -
+                           c->out);
         memcpy(c->out + c->olen, argv[i], len[i]);
         c->olen += len[i];
         c->out[c->olen++] = '\r';
