@@ -58,11 +58,13 @@ static stream_stats_t *stats_area; /* this worker's slot, or NULL */
 
 enum { CLIENT, UPSTREAM }; /* the splice's sides */
 
-/* sni = NAME TARGET */
+/* sni = NAME TARGET, alpn = PROTOCOL TARGET */
 typedef struct {
-    char *name;                /* lowercased; "*.x.y": any name under x.y */
+    char *name;                /* lowercased; "*.x.y": any name under x.y;
+                                * alpn: the protocol */
     char *target;
     fd_upstream_t *up;
+    unsigned alpn:1;
 } stream_route_t;
 
 typedef struct {
@@ -71,6 +73,7 @@ typedef struct {
     int preread;
     fd_msec_t preread_timeout;
     fd_conf_list_t sni;
+    fd_conf_list_t alpn;
     fd_msec_t proxy_timeout;
     fd_msec_t connect_timeout;
     fd_int_t max_conns_per_ip;
@@ -356,23 +359,41 @@ static void session_connect(session_t *ss)
 
 /* --- ssl_preread ----------------------------------------------------------- */
 
-/* The group for the hello's server_name: an exact route, else the
- * longest "*." one that covers it, else pass's. */
-static fd_upstream_t *route(const stream_conf_t *sc, const char *sni)
+/* Does the hello's list ("h2,http/1.1") offer proto? */
+static int offers(const char *list, const char *proto)
+{
+    size_t n = strlen(proto);
+    const char *p;
+
+    for (p = list; (p = strstr(p, proto)) != NULL; p += n)
+        if ((p == list || p[-1] == ',') && (p[n] == '\0' || p[n] == ','))
+            return 1;
+    return 0;
+}
+
+/* The group for the hello: the first alpn route whose protocol it
+ * offers, else an exact sni route for its server_name, else the longest
+ * "*." one that covers it, else pass's. */
+static fd_upstream_t *route(const stream_conf_t *sc, const fd_preread_t *h)
 {
     const stream_route_t *best = NULL;
-    size_t n = strlen(sni), bl = 0;
+    size_t n = strlen(h->sni), bl = 0;
     unsigned i;
 
+    for (i = 0; i < sc->nroutes; i++)
+        if (sc->routes[i].alpn && offers(h->alpn, sc->routes[i].name))
+            return sc->routes[i].up;
     if (n == 0)
         return sc->up;
     for (i = 0; i < sc->nroutes; i++) {
         const stream_route_t *r = &sc->routes[i];
         size_t k = strlen(r->name) - 1; /* "*.x.y": ".x.y" */
+        if (r->alpn)
+            continue;
         if (r->name[0] != '*') {
-            if (strcmp(r->name, sni) == 0)
+            if (strcmp(r->name, h->sni) == 0)
                 return r->up;
-        } else if (n > k && strcmp(sni + n - k, r->name + 1) == 0 &&
+        } else if (n > k && strcmp(h->sni + n - k, r->name + 1) == 0 &&
                    k > bl) {
             best = r;
             bl = k;
@@ -391,7 +412,7 @@ static void preread_done(session_t *ss, const fd_preread_t *hello)
     ss->sp.side[UPSTREAM].len = ss->got; /* owed to the server first */
     if (hello) {
         memcpy(ss->sni, hello->sni, sizeof(ss->sni));
-        ss->up = route(ss->sc, hello->sni);
+        ss->up = route(ss->sc, hello);
     }
     session_connect(ss);
 }
@@ -553,33 +574,47 @@ static const fd_proto_t stream_proto = {
     .idle = stream_idle,
 };
 
-/* sni = NAME TARGET: NAME a host name or *.DOMAIN, TARGET HOST:PORT or
- * an [upstream] name (found in init_cycle) */
+/* sni = NAME TARGET: NAME a host name or *.DOMAIN; alpn = PROTOCOL
+ * TARGET; TARGET HOST:PORT or an [upstream] name (found in init_cycle) */
 static int routes_parse(fd_conf_t *cf, stream_conf_t *sc)
 {
-    unsigned i, k;
+    unsigned i, k, n = sc->sni.n + sc->alpn.n;
 
-    if (sc->sni.n == 0)
+    if (n == 0)
         return FD_OK;
-    sc->routes = fd_pcalloc(cf->pool, sc->sni.n * sizeof(stream_route_t));
+    sc->routes = fd_pcalloc(cf->pool, n * sizeof(stream_route_t));
     if (sc->routes == NULL)
         return fd_conf_error(cf, "out of memory");
-    for (i = 0; i < sc->sni.n; i++) {
+    for (i = 0; i < n; i++) {
         stream_route_t *r = &sc->routes[i];
-        char *s = fd_pstrdup(cf->pool, sc->sni.items[i],
-                             strlen(sc->sni.items[i]));
+        int alpn = i >= sc->sni.n;
+        const char *v = alpn ? sc->alpn.items[i - sc->sni.n]
+                             : sc->sni.items[i];
+        char *s = fd_pstrdup(cf->pool, v, strlen(v));
         char *save, *extra;
-        fd_conf_at_key(cf, sc, "sni");
+        fd_conf_at_key(cf, sc, alpn ? "alpn" : "sni");
         if (s == NULL)
             return fd_conf_error(cf, "out of memory");
+        r->alpn = (unsigned)alpn;
         r->name = strtok_r(s, " \t", &save);
         r->target = strtok_r(NULL, " \t", &save);
         extra = strtok_r(NULL, " \t", &save);
         if (r->name == NULL || r->target == NULL || extra)
-            return fd_conf_error(cf, "sni = NAME TARGET (a host name or "
-                                 "*.DOMAIN, then HOST:PORT or an "
-                                 "[upstream] name), not \"%s\"",
-                                 sc->sni.items[i]);
+            return fd_conf_error(cf, alpn ? "alpn = PROTOCOL TARGET (h2, "
+                                 "acme-tls/1..., then HOST:PORT or an "
+                                 "[upstream] name), not \"%s\""
+                                          : "sni = NAME TARGET (a host name "
+                                 "or *.DOMAIN, then HOST:PORT or an "
+                                 "[upstream] name), not \"%s\"", v);
+        if (alpn) {
+            if (strlen(r->name) > 255 || strchr(r->name, ',') != NULL)
+                return fd_conf_error(cf, "alpn: \"%s\" is not one "
+                                     "protocol name", r->name);
+            if (strchr(r->target, ':') != NULL &&
+                (r->up = fd_upstream_implicit(cf, r->target, "")) == NULL)
+                return FD_ERROR;
+            continue;
+        }
         for (k = 0; r->name[k]; k++) {
             char ch = r->name[k];
             if (ch >= 'A' && ch <= 'Z')
@@ -597,7 +632,7 @@ static int routes_parse(fd_conf_t *cf, stream_conf_t *sc)
             (r->up = fd_upstream_implicit(cf, r->target, "")) == NULL)
             return FD_ERROR;
     }
-    sc->nroutes = sc->sni.n;
+    sc->nroutes = n;
     return FD_OK;
 }
 
@@ -612,13 +647,14 @@ static int stream_init_section(fd_conf_t *cf, const char *name, void *conf)
     if (sc->listen == NULL)
         return fd_conf_error(cf, "[stream %s] needs listen = ADDR:PORT",
                              name);
-    if (sc->pass == NULL && sc->sni.n == 0)
+    if (sc->pass == NULL && sc->sni.n == 0 && sc->alpn.n == 0)
         return fd_conf_error(cf, "[stream %s] needs pass = HOST:PORT or "
                              "an [upstream] name", name);
-    if (sc->sni.n && !sc->preread) {
-        fd_conf_at_key(cf, sc, "sni");
-        return fd_conf_error(cf, "[stream %s]: sni routes need "
-                             "ssl_preread = on", name);
+    if ((sc->sni.n || sc->alpn.n) && !sc->preread) {
+        fd_conf_at_key(cf, sc, sc->sni.n ? "sni" : "alpn");
+        return fd_conf_error(cf, "[stream %s]: %s routes need "
+                             "ssl_preread = on", name,
+                             sc->sni.n ? "sni" : "alpn");
     }
     sc->ls = fd_cycle_listening_add(cf, sc->listen, &stream_proto, sc);
     if (sc->ls == NULL)
@@ -683,9 +719,10 @@ static int stream_init_cycle(fd_conf_t *cf, fd_cycle_t *cycle)
             if (r->up == NULL &&
                 (r->up = fd_cycle_section(cycle, "upstream", r->target)) ==
                     NULL)
-                return fd_conf_error(cf, "[stream %s]: sni = %s %s: no "
+                return fd_conf_error(cf, "[stream %s]: %s = %s %s: no "
                                      "[upstream %s] section (or HOST:PORT)",
-                                     s->name, r->name, r->target, r->target);
+                                     s->name, r->alpn ? "alpn" : "sni",
+                                     r->name, r->target, r->target);
             sc->words = fd_max(sc->words, fd_upstream_tried_words(r->up));
         }
     }
@@ -1178,6 +1215,11 @@ static const fd_directive_t stream_directives[] = {
             "[upstream] name). NAME is a host name, or *.DOMAIN for any name "
             "under DOMAIN (an exact NAME wins, then the longest DOMAIN); "
             "no match, no server_name or not TLS: pass"},
+    {.name = "alpn", .type = FD_CONF_LIST, .offset = SC(alpn),
+     .doc = "PROTOCOL TARGET, repeatable (ssl_preread = on): a ClientHello "
+            "that offers PROTOCOL (among its ALPN list: h2, http/1.1, "
+            "acme-tls/1...) goes to TARGET, before the sni routes; the "
+            "first such line wins"},
     {.name = "proxy_timeout", .type = FD_CONF_MSEC,
      .offset = SC(proxy_timeout), .def = "10m", .min = 1, .max = 86400000,
      .doc = "a connection with no byte moved either way for this long is "

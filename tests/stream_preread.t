@@ -37,7 +37,7 @@ my $pki = TLS->new($dir);
 my $crt = $pki->server('localhost');
 my %be = map { $_ => backend('tls', $crt->{crt}, $crt->{key}, $_) } qw(A B C);
 my $echo = backend('echo');
-my ($p, $pn, $pe) = map { $t->another_port } 1 .. 3;
+my ($p, $pn, $pe, $pa) = map { $t->another_port } 1 .. 4;
 
 $t->write_conf(FastdTest::base_conf(extra => <<"C"));
 [upstream b_pool]
@@ -59,6 +59,14 @@ preread_timeout = 500ms
 sni = a.test 127.0.0.1:$be{A}
 access_log = $dir/stream.log
 
+[stream alpn]
+listen = 127.0.0.1:$pa
+ssl_preread = on
+alpn = acme-tls/1 127.0.0.1:$be{B}
+alpn = h2 127.0.0.1:$be{A}
+sni = x.test 127.0.0.1:$be{A}
+pass = 127.0.0.1:$be{C}
+
 [stream plain]
 listen = 127.0.0.1:$pe
 ssl_preread = on
@@ -67,7 +75,7 @@ pass = 127.0.0.1:$echo
 C
 $t->start;
 ok(FastdTest::wait_for(sub { $t->port_open($_) }, 5), "listening on $_")
-    for $p, $pn, $pe;
+    for $p, $pn, $pe, $pa;
 
 sub hello {
     my ($port, $sni, $alpn, @piece) = @_;
@@ -92,6 +100,16 @@ is(hello($p, 'other.test'), 'C sni=other.test alpn=', 'another name: pass');
 is(hello($p, '-'), 'C sni= alpn=', 'no SNI: pass');
 is(hello($p, 'a.test', 'h2', 50), 'A sni=a.test alpn=h2',
    'a ClientHello sent 50 bytes at a time, 50 ms apart');
+
+# alpn routes: a protocol offered, before the sni routes
+is(hello($pa, 'x.test', 'acme-tls/1'), 'B sni=x.test alpn=',
+   'alpn: acme-tls/1 offered goes to its route, before sni');
+is(hello($pa, 'y.test', 'http/1.1,h2'), 'A sni=y.test alpn=h2',
+   'alpn: h2 anywhere in the list');
+is(hello($pa, 'y.test', 'http/1.1'), 'C sni=y.test alpn=http/1.1',
+   'alpn: a list with none of them: sni, then pass');
+is(hello($pa, 'y.test', 'h2c'), 'C sni=y.test alpn=',
+   'alpn: a protocol is matched whole (h2c is not h2)');
 
 # not TLS: the bytes go to pass as they came
 my $c = FastdTest::Conn->new($pe, timeout => 10);
@@ -131,7 +149,11 @@ for my $bad (["listen = 127.0.0.1:1\npass = 127.0.0.1:2\nsni = a.test 127.0.0.1:
              ["listen = 127.0.0.1:1\nssl_preread = on\nsni = * 127.0.0.1:3\n",
               qr/is not a host name|names no domain/],
              ["listen = 127.0.0.1:1\nssl_preread = on\nsni = a.test nosuch\n",
-              qr/sni = a\.test nosuch: no \[upstream nosuch\]/]) {
+              qr/sni = a\.test nosuch: no \[upstream nosuch\]/],
+             ["listen = 127.0.0.1:1\nalpn = h2 127.0.0.1:2\npass = 127.0.0.1:2\n",
+              qr/alpn routes need ssl_preread = on/],
+             ["listen = 127.0.0.1:1\nssl_preread = on\nalpn = h2,http/1.1 127.0.0.1:2\n",
+              qr/"h2,http\/1\.1" is not one protocol name/]) {
     my ($body, $re) = @$bad;
     my $file = "$dir/bad.conf";
     FastdTest::spew($file, "[main]\ndaemon = off\nerror_log = $dir/bad.log\n\n[stream s]\n$body");
