@@ -21,6 +21,11 @@
  * the client wrote to), ended by proxy_timeout of silence or once
  * proxy_responses answers per datagram came back (nginx's semantics).
  *
+ * listen = ADDR ssl ends TLS here: the client's stream gets the TLS
+ * transport (a context of the section's own, built by the master), its
+ * handshake runs with its events before any server is chosen, and the
+ * splice then carries plaintext to the server.
+ *
  * ssl_preread = on reads the client's TLS ClientHello first (into the
  * buffer that goes on to the server: nothing is decrypted or changed) and
  * chooses the server by its server_name: the sni = NAME TARGET routes,
@@ -37,6 +42,7 @@
 #include "fd_connection.h"
 #include "fd_cycle.h"
 #include "fd_http.h"
+#include "fd_ssl.h"
 #include "fd_status.h"
 #include "fd_upstream.h"
 #include "fd_stream_preread.h"
@@ -72,6 +78,12 @@ typedef struct {
     char *pass;
     int preread;
     fd_msec_t preread_timeout;
+    /* listen ... ssl: TLS ends here, the server gets the plaintext */
+    char *ssl_certificate, *ssl_certificate_key;
+    fd_ssl_protocols_t ssl_protocols;
+    char *ssl_ciphers;
+    fd_msec_t ssl_handshake_timeout;
+    void *ssl_ctx;             /* the master's, at load */
     fd_conf_list_t sni;
     fd_conf_list_t alpn;
     fd_msec_t proxy_timeout;
@@ -464,6 +476,46 @@ static void preread_timeout(fd_timer_t *t)
     fd_log_conn_id = 0;
 }
 
+/* --- listen ... ssl: the handshake before the server ------------------- */
+
+static void handshake_event(fd_event_t *ev, uint32_t events)
+{
+    fd_splice_side_t *cs = (fd_splice_side_t *)ev;
+    session_t *ss = cs->sp->data;
+    int rc;
+
+    fd_log_conn_id = ss->sp.log_id;
+    fd_stream_events(&cs->s, events);
+    if (events & EPOLLHUP)
+        cs->s.writable = 1;
+    rc = fd_stream_handshake(&cs->s);
+    if (rc == FD_OK) {
+        fd_timer_del(&ss->preread);
+        cs->s.ev.handler = ss->handler;
+        session_connect(ss);
+    } else if (rc != FD_AGAIN) {
+        fd_log_error(FD_LOG_INFO, 0, "stream %s: the TLS handshake failed%s",
+                     ss->sc->name, rc == FD_DECLINED ? " (plain HTTP sent "
+                                                       "to a TLS port)"
+                                                     : "");
+        session_fail(ss, 400);
+    }
+    fd_log_conn_id = 0;
+}
+
+static void handshake_timeout(fd_timer_t *t)
+{
+    session_t *ss = (session_t *)((char *)t - offsetof(session_t, preread));
+
+    fd_log_conn_id = ss->sp.log_id;
+    fd_ssl_handshake_timeout(&ss->sp.side[CLIENT].s);
+    fd_log_error(FD_LOG_INFO, 0, "stream %s: no TLS handshake in "
+                 "ssl_handshake_timeout %llums", ss->sc->name,
+                 (unsigned long long)ss->sc->ssl_handshake_timeout);
+    session_fail(ss, 400);
+    fd_log_conn_id = 0;
+}
+
 /* The proto's init: a connection accepted on a [stream] listener. */
 static void stream_init(fd_connection_t *c)
 {
@@ -543,9 +595,23 @@ static void stream_init(fd_connection_t *c)
     ss->ipref = fd_connection_ip_take(c);
     fd_connection_close(c);
     fd_worker_hold(1); /* a graceful stop waits for the session */
+    if (sc->ssl_ctx &&
+        fd_ssl_accept_ctx(&ss->sp.side[CLIENT].s, sc->ssl_ctx) != FD_OK) {
+        session_fail(ss, 500);
+        return;
+    }
     if (fd_splice_watch(&ss->sp, CLIENT) != FD_OK) {
         fd_log_error(FD_LOG_ERR, errno, "epoll_ctl() failed");
         session_fail(ss, 500);
+        return;
+    }
+    if (sc->ssl_ctx) {
+        /* the client's events come here until the handshake is done */
+        fd_splice_side_t *cs = &ss->sp.side[CLIENT];
+        ss->handler = cs->s.ev.handler;
+        cs->s.ev.handler = handshake_event;
+        ss->preread.handler = handshake_timeout;
+        fd_timer_add(&ss->preread, sc->ssl_handshake_timeout);
         return;
     }
     if (sc->preread) {
@@ -636,6 +702,38 @@ static int routes_parse(fd_conf_t *cf, stream_conf_t *sc)
     return FD_OK;
 }
 
+static void ssl_ctx_free(void *ctx)
+{
+    fd_ssl_server_ctx_free(ctx);
+}
+
+/* listen ... ssl: the context, built now by the master (the files are
+ * read as its user), freed with the configuration */
+static int ssl_build(fd_conf_t *cf, stream_conf_t *sc)
+{
+    char err[512], *cert, *key;
+
+    if (sc->ssl_certificate == NULL || sc->ssl_certificate_key == NULL)
+        return fd_conf_error(cf, "[stream %s]: listen ... ssl needs "
+                             "ssl_certificate and ssl_certificate_key",
+                             sc->name);
+    cert = fd_conf_path(cf, sc->ssl_certificate);
+    key = fd_conf_path(cf, sc->ssl_certificate_key);
+    if (cert == NULL || key == NULL)
+        return fd_conf_error(cf, "out of memory");
+    sc->ssl_ctx = fd_ssl_server_ctx(cert, key, &sc->ssl_protocols,
+                                    sc->ssl_ciphers, err, sizeof(err));
+    if (sc->ssl_ctx == NULL) {
+        fd_conf_at_key(cf, sc, "ssl_certificate");
+        return fd_conf_error(cf, "[stream %s]: %s", sc->name, err);
+    }
+    if (fd_pool_cleanup_add(cf->pool, ssl_ctx_free, sc->ssl_ctx) == NULL) {
+        fd_ssl_server_ctx_free(sc->ssl_ctx);
+        return fd_conf_error(cf, "out of memory");
+    }
+    return FD_OK;
+}
+
 static int stream_init_section(fd_conf_t *cf, const char *name, void *conf)
 {
     stream_conf_t *sc = conf;
@@ -656,9 +754,37 @@ static int stream_init_section(fd_conf_t *cf, const char *name, void *conf)
                              "ssl_preread = on", name,
                              sc->sni.n ? "sni" : "alpn");
     }
-    sc->ls = fd_cycle_listening_add(cf, sc->listen, &stream_proto, sc);
-    if (sc->ls == NULL)
-        return FD_ERROR;
+    {
+        /* "ADDR ssl": TLS ends here (the listening socket is a plain one
+         * to the engine: the handshake is this module's) */
+        size_t n = strlen(sc->listen);
+        if (n > 4 && strcmp(sc->listen + n - 4, " ssl") == 0) {
+            char *a = fd_pstrdup(cf->pool, sc->listen, n - 4);
+            if (a == NULL)
+                return fd_conf_error(cf, "out of memory");
+            sc->ls = fd_cycle_listening_add(cf, a, &stream_proto, sc);
+            if (sc->ls == NULL)
+                return FD_ERROR;
+            if (sc->ls->udp || sc->preread)
+                return fd_conf_error(cf, "[stream %s]: listen ... ssl goes "
+                                     "with neither udp nor ssl_preread "
+                                     "(which passes TLS on as it is)", name);
+            if (ssl_build(cf, sc) != FD_OK)
+                return FD_ERROR;
+        } else {
+            sc->ls = fd_cycle_listening_add(cf, sc->listen, &stream_proto,
+                                            sc);
+            if (sc->ls == NULL)
+                return FD_ERROR;
+            if (sc->ssl_certificate || sc->ssl_certificate_key) {
+                fd_conf_at_key(cf, sc, sc->ssl_certificate
+                                           ? "ssl_certificate"
+                                           : "ssl_certificate_key");
+                return fd_conf_error(cf, "[stream %s]: a certificate "
+                                     "without listen = ADDR ssl", name);
+            }
+        }
+    }
     if (sc->ls->udp) {
         const char *tcp = sc->preread ? "ssl_preread"
                           : sc->proxy_protocol ? "proxy_protocol"
@@ -1191,8 +1317,10 @@ static const fd_directive_t stream_directives[] = {
     {.name = "listen", .type = FD_CONF_STR, .offset = SC(listen),
      .doc = "ADDR:PORT ([::]:PORT for IPv6) of this TCP listener: its "
             "connections are proxied to pass, byte for byte. ADDR:PORT "
-            "udp: a UDP listener; each client address's datagrams are a "
-            "session with one server (proxy_responses, proxy_timeout)"},
+            "ssl: TLS ends here (ssl_certificate...), the server gets the "
+            "plaintext. ADDR:PORT udp: a UDP listener; each client "
+            "address's datagrams are a session with one server "
+            "(proxy_responses, proxy_timeout)"},
     {.name = "pass", .type = FD_CONF_STR, .offset = SC(pass),
      .doc = "HOST:PORT, or the NAME of an [upstream NAME] group (its "
             "balance, max_fails, fail_timeout and health checks choose the "
@@ -1215,6 +1343,26 @@ static const fd_directive_t stream_directives[] = {
             "[upstream] name). NAME is a host name, or *.DOMAIN for any name "
             "under DOMAIN (an exact NAME wins, then the longest DOMAIN); "
             "no match, no server_name or not TLS: pass"},
+    {.name = "ssl_certificate", .type = FD_CONF_STR,
+     .offset = SC(ssl_certificate),
+     .doc = "listen = ADDR ssl: the certificate chain (PEM) TLS ends "
+            "with; the server gets the plaintext"},
+    {.name = "ssl_certificate_key", .type = FD_CONF_STR,
+     .offset = SC(ssl_certificate_key),
+     .doc = "listen = ADDR ssl: its key (PEM)"},
+    {.name = "ssl_protocols", .type = FD_CONF_CUSTOM,
+     .offset = SC(ssl_protocols), .set = fd_ssl_set_protocols,
+     .def = "TLSv1.2 TLSv1.3",
+     .doc = "listen = ADDR ssl: the TLS versions taken"},
+    {.name = "ssl_ciphers", .type = FD_CONF_CUSTOM, .offset = SC(ssl_ciphers),
+     .set = fd_ssl_set_ciphers, .def = "ECDHE+AESGCM:ECDHE+CHACHA20",
+     .doc = "listen = ADDR ssl: the TLS 1.2 cipher list (OpenSSL's syntax)"},
+    {.name = "ssl_handshake_timeout", .type = FD_CONF_MSEC,
+     .offset = SC(ssl_handshake_timeout), .def = "60s", .min = 1,
+     .max = 3600000,
+     .doc = "listen = ADDR ssl: time for the client's TLS handshake "
+            "(nginx's default); past it the client is closed (400 in the "
+            "access log)"},
     {.name = "alpn", .type = FD_CONF_LIST, .offset = SC(alpn),
      .doc = "PROTOCOL TARGET, repeatable (ssl_preread = on): a ClientHello "
             "that offers PROTOCOL (among its ALPN list: h2, http/1.1, "

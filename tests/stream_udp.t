@@ -185,7 +185,7 @@ for my $bad (["listen = 127.0.0.1:1 udp\npass = 127.0.0.1:2\nssl_preread = on\n"
              ["listen = 127.0.0.1:1\npass = 127.0.0.1:2\nproxy_responses = 1\n",
               qr/proxy_responses is for listen \.\.\. udp/],
              ["listen = 127.0.0.1:1 udp ssl\npass = 127.0.0.1:2\n",
-              qr/no options here but udp/]) {
+              qr/goes with neither udp nor ssl_preread/]) {
     my ($body, $re) = @$bad;
     my $file = "$dir/bad.conf";
     FastdTest::spew($file, "[main]\ndaemon = off\nerror_log = $dir/bad.log\n\n[stream s]\n$body");

@@ -1688,6 +1688,60 @@ int fd_ssl_accept(fd_stream_t *s, fd_listening_t *ls)
     return FD_OK;
 }
 
+/* A server context of a module's own (a [stream] listen ... ssl): one
+ * certificate chain and its key, TLS 1.2 and 1.3, tickets under the
+ * shared keys; no SNI choice, no ALPN. */
+void *fd_ssl_server_ctx(const char *cert, const char *key,
+                        const fd_ssl_protocols_t *p, const char *ciphers,
+                        char *err, size_t errlen)
+{
+    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    unsigned long e;
+
+    if (ctx == NULL || fd_ssl_ctx_setup(ctx, p, ciphers) != FD_OK ||
+        SSL_CTX_use_certificate_chain_file(ctx, cert) != 1 ||
+        SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1 ||
+        SSL_CTX_check_private_key(ctx) != 1) {
+        e = ERR_peek_last_error();
+        snprintf(err, errlen, "%s, %s: %s", cert, key,
+                 ERR_reason_error_string(e) ? ERR_reason_error_string(e)
+                                            : "OpenSSL error");
+        ERR_clear_error();
+        SSL_CTX_free(ctx);
+        return NULL;
+    }
+    SSL_CTX_set_num_tickets(ctx, 1);
+    SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, fd_ssl_ticket_cb);
+    return ctx;
+}
+
+void fd_ssl_server_ctx_free(void *ctx)
+{
+    SSL_CTX_free(ctx);
+}
+
+int fd_ssl_accept_ctx(fd_stream_t *s, void *ctx)
+{
+    SSL *ssl = SSL_new(ctx);
+    BIO *rb = sbio_new(s), *wb = wbio_new();
+
+    if (ssl && rb && wb) {
+        SSL_set_bio(ssl, rb, wb); /* the SSL owns them now */
+        rb = wb = NULL;
+    }
+    BIO_free(rb);
+    BIO_free(wb);
+    if (ssl == NULL || SSL_get_wbio(ssl) == NULL) {
+        fd_log_error(FD_LOG_ALERT, 0, "SSL_new() or BIO_new() failed");
+        ERR_clear_error();
+        SSL_free(ssl);
+        return FD_ERROR;
+    }
+    SSL_set_accept_state(ssl);
+    fd_ssl_stream_bind(s, ssl, &fd_transport_tls);
+    return FD_OK;
+}
+
 /* --- the connection's facts --- */
 
 static fd_str_t cstr(const char *p)

@@ -111,6 +111,16 @@ int fd_ssl_tickets_check(fd_cycle_t *cycle, char *err, size_t errlen);
  * fd_ssl_handshake_timeout() (it counts the failure) and close.
  */
 int fd_ssl_accept(fd_stream_t *s, fd_listening_t *ls);
+/* A module's own server context (a [stream] listen ... ssl): the chain
+ * and key files, protocols p, TLS 1.2 ciphers; NULL with err written.
+ * Built by the master at load; freed with fd_ssl_server_ctx_free. */
+void *fd_ssl_server_ctx(const char *cert, const char *key,
+                        const fd_ssl_protocols_t *p, const char *ciphers,
+                        char *err, size_t errlen);
+void fd_ssl_server_ctx_free(void *ctx);
+/* As fd_ssl_accept, on such a context: the handshake runs from
+ * fd_stream_handshake() */
+int fd_ssl_accept_ctx(fd_stream_t *s, void *ctx);
 void fd_ssl_handshake_timeout(fd_stream_t *s);
 extern const fd_transport_t fd_transport_tls;
 
