@@ -266,14 +266,20 @@ static fd_timer_t sync_timer;
 static fd_redis_cmd_t *sync_cmd;
 static fd_msec_t sync_rotate;
 static int sync_down;          /* the last ask failed (logged once) */
+static int sync_answered;      /* Redis answered since the start */
+static unsigned sync_fails;    /* asks in a row without an answer */
 
+/* Logged once per outage; at the start, the client's first connection
+ * may not be up at the first ask: said after 3 s of no answer */
 static void sync_down_log(const char *why, size_t len)
 {
-    if (!sync_down)
+    sync_fails++;
+    if (!sync_down && (sync_answered || sync_fails >= 3)) {
         fd_log_error(FD_LOG_WARN, 0, "ssl_session_ticket_keys: Redis "
                      "does not answer (%.*s): the keys in use stay",
                      (int)len, why);
-    sync_down = 1;
+        sync_down = 1;
+    }
 }
 
 static void sync_done(void *data, const fd_redis_reply_t *re)
@@ -297,6 +303,8 @@ static void sync_done(void *data, const fd_redis_reply_t *re)
         fd_log_error(FD_LOG_NOTICE, 0, "ssl_session_ticket_keys: Redis "
                      "answers again: the fleet's keys are in use");
     sync_down = 0;
+    sync_answered = 1;
+    sync_fails = 0;
     b = (const unsigned char *)re->str.data + 13;
     for (i = 0; i < 2; i++) { /* nginx's order: name, HMAC, AES */
         memcpy(k[i].name, b + 80 * i, 16);
@@ -381,6 +389,8 @@ void fd_ssl_tickets_init_worker(const fd_cycle_t *cycle, unsigned index)
 {
     sync_cmd = NULL;
     sync_down = 0;
+    sync_answered = 0;
+    sync_fails = 0;
     if (cycle->http.ssl_session_ticket_keys != FD_SSL_TICKETS_REDIS ||
         index != 0 || tickets == NULL || !cycle_has_ssl(cycle))
         return;
