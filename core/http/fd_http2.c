@@ -1328,6 +1328,10 @@ int fd_h2_detach(fd_request_t *r, fd_stream_t *to)
 {
     h2s_t *st = r->h2;
 
+    /* an HTTP/3 stream (r->h2 is its h3s_t) carries no tunnel: RFC 9220
+     * is not spoken; never read it as an HTTP/2 one */
+    FD_H3_PASS(r, FD_ERROR);
+
     if (st == NULL || st->hc == NULL || st->closed || !r->in.ext_connect ||
         !st->provider || st->out_end)
         return FD_ERROR;
