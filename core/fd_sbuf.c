@@ -53,17 +53,17 @@ failed:
     return FD_ERROR;
 }
 
-void fd_sbuf_printf(fd_sbuf_t *sb, const char *fmt, ...)
+void fd_sbuf_vprintf(fd_sbuf_t *sb, const char *fmt, va_list ap)
 {
-    va_list ap;
+    va_list again;
     int n;
 
     if (sb->failed)
         return;
-    va_start(ap, fmt);
+    va_copy(again, ap);
     n = vsnprintf(sb->pos, (size_t)(sb->end - sb->pos), fmt, ap);
-    va_end(ap);
     if (n < 0) {
+        va_end(again);
         sb->failed = 1;
         sb->end = sb->pos;
         return;
@@ -71,13 +71,23 @@ void fd_sbuf_printf(fd_sbuf_t *sb, const char *fmt, ...)
     if ((size_t)n >= (size_t)(sb->end - sb->pos)) {
         /* did not fit (vsnprintf wrote a truncated copy): again, in room
          * for all of it and its NUL */
-        if (fd_sbuf_grow(sb, (size_t)n + 1) != FD_OK)
+        if (fd_sbuf_grow(sb, (size_t)n + 1) != FD_OK) {
+            va_end(again);
             return;
-        va_start(ap, fmt);
-        vsnprintf(sb->pos, (size_t)(sb->end - sb->pos), fmt, ap);
-        va_end(ap);
+        }
+        vsnprintf(sb->pos, (size_t)(sb->end - sb->pos), fmt, again);
     }
+    va_end(again);
     sb->pos += n;
+}
+
+void fd_sbuf_printf(fd_sbuf_t *sb, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    fd_sbuf_vprintf(sb, fmt, ap);
+    va_end(ap);
 }
 
 /* RFC 3986 pchar and '/': what a path may hold unescaped */

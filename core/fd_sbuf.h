@@ -41,6 +41,8 @@ int fd_sbuf_grow(fd_sbuf_t *sb, size_t n);
 /* printf-style append (config-time and cold paths only). */
 void fd_sbuf_printf(fd_sbuf_t *sb, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+void fd_sbuf_vprintf(fd_sbuf_t *sb, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
 /* s[0..n) with every byte outside RFC 3986's unreserved and pchar sets
  * (and '/') written as %XX: a path for a request line or a Location. */
 void fd_sbuf_add_escaped_path(fd_sbuf_t *sb, const char *s, size_t n);

@@ -3,7 +3,7 @@
  * the shared-memory segment (plus the folded counters of exited workers),
  * with per-worker detail. GET or HEAD only; never cached.
  *
- * JSON (the default; written with fd_sbuf like every document here):
+ * JSON (the default; written with the API's string builder):
  *   {
  *     "version": "0.1.0", "pid": MASTER_PID, "time_msec": NOW,
  *     "uptime_s": N, "generation": N, "profile": "name" | null,
@@ -28,6 +28,9 @@
  * core/http/fd_status.h): metric "queue_waiting" with labels queue="api" is
  * modules.queue[{"queue": "api", "waiting": N}].
  *
+ * A module on the public API (fastd.h, 1.6): fd_req_figures() gathers the
+ * figures, this file only writes them.
+ *
  * Prometheus text exposition 0.0.4, for ?format=prometheus or an Accept
  * header asking for text/plain;version=0.0.4: every figure as fastd_NAME
  * (counters fastd_NAME_total, times in seconds) summed over workers, and
@@ -36,224 +39,184 @@
  * addresses, cache indexes); the totals include exited workers.
  */
 
+#include <string.h>
 #include <strings.h>
+#include <sys/types.h>
 
-#include "fd_core.h"
-#include "fd_http.h"
-#include "fd_ssl.h"
-#include "fd_status.h"
+#include "fastd.h"
 
 static const char *const classes[6] = {"other", "1xx", "2xx",
                                        "3xx",   "4xx", "5xx"};
 
-/* Gathering from a snapshot of the segment */
+/*
+ * The metrics, read once a request into a table (fd_api_metric_* is a call
+ * a field, and the documents look at each metric many times: a family is
+ * the metrics of one name, found by comparing names).
+ */
+typedef struct {
+    const fd_api_metric_t *m;
+    const char *name;
+    const char *labels;
+    unsigned flags;          /* FD_API_METRIC_* */
+    int sampled;             /* a live worker reported it */
+    uint64_t total;
+    uint64_t per_second;     /* a time (fd_status.h): how many a second */
+    size_t base;             /* the name's length before its unit (both
+                                for Prometheus only) */
+} metric_t;
 
 typedef struct {
-    fd_shm_header_t *shm;
-    uint64_t now;
-    uint64_t generation;
-    fd_stats_t total;          /* counters of every slot + retired; gauges
-                                  of the live workers */
-} status_view_t;
+    metric_t *v;
+    unsigned n;
+} metrics_t;
 
-static void core_metrics(fd_status_t *st, const fd_stats_t *s, int alive)
+/* A time's unit, from the end of its name (fd_status.h): how many make a
+ * second and where the unit starts, or 0. */
+static uint64_t prom_unit(const char *name, size_t *base)
 {
-    static const char *const code[6] = {
-        "code=\"other\"", "code=\"1xx\"", "code=\"2xx\"",
-        "code=\"3xx\"",   "code=\"4xx\"", "code=\"5xx\""};
-    unsigned k;
-
-    st->core = 1;
-    fd_status_counter(st, "connections_accepted",
-                      "Client connections accepted.", NULL,
-                      s->conn_accepted);
-    fd_status_counter(st, "connections_handled",
-                      "Client connections handled to their end.", NULL,
-                      s->conn_handled);
-    if (alive) {
-        fd_status_gauge(st, "connections_active",
-                        "Open client connections.", NULL, s->conn_active);
-        fd_status_gauge(st, "connections_reading",
-                        "Connections reading a request.", NULL,
-                        s->conn_reading);
-        fd_status_gauge(st, "connections_writing",
-                        "Connections writing a response.", NULL,
-                        s->conn_writing);
-        fd_status_gauge(st, "connections_idle",
-                        "Idle keep-alive connections.", NULL, s->conn_idle);
-        fd_status_gauge(st, "connections_parked",
-                        "Of the idle, those parked in the io_uring ring.",
-                        NULL, s->conn_parked);
-    }
-    fd_status_counter(st, "requests", "Requests received.", NULL,
-                      s->requests);
-    for (k = 0; k < 6; k++) {
-        fd_status_counter(st, "responses", "Responses by status class.",
-                          code[k], s->status[k]);
-    }
-    fd_status_counter(st, "received_bytes", "Bytes read from clients.", NULL,
-                      s->bytes_in);
-    fd_status_counter(st, "sent_bytes", "Bytes written to clients.", NULL,
-                      s->bytes_out);
-    fd_status_counter(st, "tls_handshakes",
-                      "TLS handshakes completed, by protocol version.",
-                      "protocol=\"TLSv1.2\"", s->ssl_tls12);
-    fd_status_counter(st, "tls_handshakes",
-                      "TLS handshakes completed, by protocol version.",
-                      "protocol=\"TLSv1.3\"", s->ssl_tls13);
-    fd_status_counter(st, "tls_resumed",
-                      "TLS handshakes that resumed a session.", NULL,
-                      s->ssl_resumed);
-    for (k = 0; k < FD_SSL_FAIL_N; k++) {
-        char label[64];
-
-        snprintf(label, sizeof(label), "reason=\"%s\"",
-                 fd_ssl_failure_names[k]);
-        fd_status_counter(st, "tls_failures",
-                          "TLS handshakes that failed, by reason.", label,
-                          s->ssl_failed[k]);
-    }
-    fd_status_counter(st, "http2_connections",
-                      "HTTP/2 connections taken (h2 and h2c).", NULL,
-                      s->h2_conns);
-    if (alive) {
-        fd_status_gauge(st, "http2_active_connections",
-                        "Open HTTP/2 connections.", NULL, s->h2_active);
-    }
-    fd_status_counter(st, "http2_streams",
-                      "Requests carried by HTTP/2 streams.", NULL,
-                      s->h2_streams);
-    fd_status_counter(st, "http2_resets", "HTTP/2 streams the client reset.",
-                      NULL, s->h2_resets);
-    fd_status_counter(st, "http2_goaways",
-                      "HTTP/2 connections ended with GOAWAY for an error.",
-                      NULL, s->h2_goaways);
-    st->core = 0;
-}
-
-static void add_stats(fd_stats_t *d, const fd_stats_t *s, int counters,
-                      int gauges)
-{
-    unsigned k;
-
-    if (counters) {
-        d->conn_accepted += s->conn_accepted;
-        d->conn_handled += s->conn_handled;
-        d->requests += s->requests;
-        for (k = 0; k < 6; k++) {
-            d->status[k] += s->status[k];
-        }
-        d->bytes_in += s->bytes_in;
-        d->bytes_out += s->bytes_out;
-        d->ssl_resumed += s->ssl_resumed;
-        d->ssl_tls12 += s->ssl_tls12;
-        d->ssl_tls13 += s->ssl_tls13;
-        for (k = 0; k < FD_SSL_FAIL_N; k++) {
-            d->ssl_failed[k] += s->ssl_failed[k];
-        }
-        d->h2_conns += s->h2_conns;
-        d->h2_streams += s->h2_streams;
-        d->h2_resets += s->h2_resets;
-        d->h2_goaways += s->h2_goaways;
-    }
-    if (gauges) {
-        d->conn_active += s->conn_active;
-        d->h2_active += s->h2_active;
-        d->conn_reading += s->conn_reading;
-        d->conn_writing += s->conn_writing;
-        d->conn_idle += s->conn_idle;
-        d->conn_parked += s->conn_parked;
-    }
-}
-
-static void gather(fd_status_t *st, status_view_t *v)
-{
-    fd_stats_t *s;
+    static const struct {
+        const char *suffix;
+        uint64_t per_second;
+    } units[] = {{"_msec", 1000},
+                 {"_usec", 1000000},
+                 {"_msec_sum", 1000},
+                 {"_usec_sum", 1000000}};
+    size_t n = strlen(name), k;
     unsigned i;
 
-    v->generation = v->shm->generation;
-
-    for (i = 0; i < v->shm->slots_used; i++) {
-        s = fd_shm_slot(v->shm, i);
-        if (s->pid == 0) {
-            continue; /* free, or retired */
-        }
-        /* an exited worker not yet retired still counts, but only the
-         * live ones have connections */
-        add_stats(&v->total, s, 1, s->alive != 0);
-        v->generation = fd_max(v->generation, s->generation);
-
-        st->worker = i;
-        core_metrics(st, s, s->alive != 0);
-        for (unsigned k = 0; fd_modules[k] != NULL; k++) {
-            const fd_module_t *m = fd_modules[k];
-
-            if (m->status != NULL) {
-                m->status(st, fd_stats_area(s, m), i);
-            }
+    for (i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        k = strlen(units[i].suffix);
+        if (n > k && strcmp(name + n - k, units[i].suffix) == 0) {
+            *base = n - k;
+            return units[i].per_second;
         }
     }
+    *base = n;
+    return 0;
+}
 
-    add_stats(&v->total, &v->shm->retired, 1, 0);
-    st->worker = FD_STATUS_RETIRED;
-    core_metrics(st, &v->shm->retired, 0);
-    for (unsigned k = 0; fd_modules[k] != NULL; k++) {
-        const fd_module_t *m = fd_modules[k];
+static int metrics_load(fd_request_t *r, const fd_api_figures_t *f,
+                        metrics_t *ms)
+{
+    const fd_api_metric_t *m;
+    unsigned n = 0, worker;
+    uint64_t v;
+    metric_t *e;
 
-        if (m->status != NULL) {
-            m->status(st, fd_shm_retired_area(v->shm, m), FD_STATUS_RETIRED);
-        }
+    for (m = fd_api_figures_metrics(f); m != NULL; m = fd_api_metric_next(m))
+    {
+        n++;
     }
-
-    st->worker = FD_STATUS_SHARED;
-    for (unsigned k = 0; fd_modules[k] != NULL; k++) {
-        if (fd_modules[k]->status_shared != NULL) {
-            fd_modules[k]->status_shared(st);
-        }
+    ms->n = n;
+    ms->v = fd_req_alloc(r, (n ? n : 1) * sizeof(metric_t));
+    if (ms->v == NULL) {
+        return FD_ERROR;
     }
+    for (m = fd_api_figures_metrics(f), e = ms->v; m != NULL;
+         m = fd_api_metric_next(m), e++)
+    {
+        e->m = m;
+        e->name = fd_api_metric_name(m);
+        e->labels = fd_api_metric_labels(m);
+        e->flags = fd_api_metric_flags(m);
+        e->sampled = fd_api_metric_sample(m, NULL, &worker, &v) != NULL;
+        e->total = fd_api_metric_total(m);
+    }
+    return FD_OK;
 }
 
 /*
- * JSON, written straight into an fd_sbuf in the request pool, laid out as
+ * JSON, written straight into the request's string builder, laid out as
  * one member per line with one space of indent per level. The writer keeps
  * only the depth and whether the open object or array has a member yet.
  */
 
 typedef struct {
-    fd_sbuf_t *sb;
+    fd_request_t *r;
+    fd_api_sbuf_t *sb;
     unsigned depth;
     int empty; /* the innermost open object or array has no member yet */
-    int failed; /* out of pool memory outside the builder */
+    int failed; /* out of request memory outside the builder */
 } json_w_t;
 
 static void jw_indent(json_w_t *w)
 {
-    char *p = fd_sbuf_reserve(w->sb, w->depth + 1);
+    static const char nl[] = "\n                                ";
+    unsigned d = w->depth, n;
 
-    if (p == NULL) {
-        return;
+    n = d < sizeof(nl) - 2 ? d : (unsigned)sizeof(nl) - 2;
+    fd_api_sbuf_add(w->sb, nl, n + 1);
+    for (d -= n; d > 0; d -= n) {
+        n = d < sizeof(nl) - 2 ? d : (unsigned)sizeof(nl) - 2;
+        fd_api_sbuf_add(w->sb, nl + 1, n);
     }
-    *p = '\n';
-    memset(p + 1, ' ', w->depth);
-    fd_sbuf_commit(w->sb, p + 1 + w->depth);
 }
 
-/* Before a member or an element: the comma, the new line and the indent. */
-static void jw_next(json_w_t *w)
+/* The comma and the new line and indent before a member or an element,
+ * into buf (2 + depth bytes): their length. */
+#define JW_DEPTH_MAX 32
+static size_t jw_prefix(json_w_t *w, char *buf)
 {
+    size_t n = 0;
+
     if (!w->empty) {
-        fd_sbuf_addc(w->sb, ',');
+        buf[n++] = ',';
     }
     w->empty = 0;
-    jw_indent(w);
+    buf[n++] = '\n';
+    memset(buf + n, ' ', w->depth);
+    return n + w->depth;
+}
+
+/* Before a member or an element: the comma, the new line and the indent,
+ * and a member's opening quote (quote), in one append. */
+static void jw_next_quote(json_w_t *w, int quote)
+{
+    char buf[2 + JW_DEPTH_MAX + 1];
+    size_t n;
+
+    if (w->depth > JW_DEPTH_MAX) { /* deeper than any document here */
+        fd_api_sbuf_add(w->sb, ",", !w->empty);
+        w->empty = 0;
+        jw_indent(w);
+        fd_api_sbuf_add(w->sb, "\"", quote ? 1 : 0);
+        return;
+    }
+    n = jw_prefix(w, buf);
+    if (quote) {
+        buf[n++] = '"';
+    }
+    fd_api_sbuf_add(w->sb, buf, n);
+}
+
+static void jw_next(json_w_t *w)
+{
+    jw_next_quote(w, 0);
 }
 
 static void jw_key_n(json_w_t *w, const char *k, size_t n)
 {
-    jw_next(w);
-    fd_sbuf_addc(w->sb, '"');
-    fd_sbuf_add_json(w->sb, k, n);
-    fd_sbuf_add_lit(w->sb, "\": ");
+    jw_next_quote(w, 1);
+    fd_api_sbuf_add_json(w->sb, k, n);
+    fd_api_sbuf_add(w->sb, "\": ", 3);
+}
+
+/* A member's key that needs no escaping (this file's names, fastd's TLS
+ * failure names), with what goes before it, in one append. */
+static void jw_key_plain(json_w_t *w, const char *k)
+{
+    char buf[2 + JW_DEPTH_MAX + 64 + 4];
+    size_t kn = strlen(k), n;
+
+    if (w->depth > JW_DEPTH_MAX || kn > 64) {
+        jw_key_n(w, k, kn);
+        return;
+    }
+    n = jw_prefix(w, buf);
+    buf[n++] = '"';
+    memcpy(buf + n, k, kn);
+    memcpy(buf + n + kn, "\": ", 3);
+    fd_api_sbuf_add(w->sb, buf, n + kn + 3);
 }
 
 static void jw_key(json_w_t *w, const char *k)
@@ -263,7 +226,7 @@ static void jw_key(json_w_t *w, const char *k)
 
 static void jw_open(json_w_t *w, char c)
 {
-    fd_sbuf_addc(w->sb, c);
+    fd_api_sbuf_addc(w->sb, c);
     w->depth++;
     w->empty = 1;
 }
@@ -274,26 +237,34 @@ static void jw_close(json_w_t *w, char c)
     if (!w->empty) {
         jw_indent(w);
     }
-    fd_sbuf_addc(w->sb, c);
+    fd_api_sbuf_addc(w->sb, c);
     w->empty = 0;
 }
 
+/* A number member, its key one of jw_key_plain()'s. */
 static void jw_uint(json_w_t *w, const char *k, uint64_t v)
 {
-    jw_key(w, k);
-    fd_sbuf_add_uint(w->sb, v);
+    jw_key_plain(w, k);
+    fd_api_sbuf_add_uint(w->sb, v);
 }
 
 static void jw_string(json_w_t *w, const char *k, const char *s)
 {
     jw_key(w, k);
-    fd_sbuf_addc(w->sb, '"');
-    fd_sbuf_add_json(w->sb, s, strlen(s));
-    fd_sbuf_addc(w->sb, '"');
+    fd_api_sbuf_addc(w->sb, '"');
+    fd_api_sbuf_add_json(w->sb, s, strlen(s));
+    fd_api_sbuf_addc(w->sb, '"');
 }
 
-static void json_stats(json_w_t *w, const fd_stats_t *s)
+static void jw_literal(json_w_t *w, const char *k, const char *lit)
 {
+    jw_key(w, k);
+    fd_api_sbuf_add(w->sb, lit, strlen(lit));
+}
+
+static void json_stats(json_w_t *w, const fd_api_core_figures_t *s)
+{
+    const char *name;
     unsigned k;
 
     jw_key(w, "connections");
@@ -313,7 +284,7 @@ static void json_stats(json_w_t *w, const fd_stats_t *s)
     jw_key(w, "responses");
     jw_open(w, '{');
     for (k = 1; k <= 6; k++) {
-        jw_uint(w, classes[k % 6], s->status[k % 6]);
+        jw_uint(w, classes[k % 6], s->responses[k % 6]);
     }
     jw_close(w, '}');
 
@@ -325,17 +296,20 @@ static void json_stats(json_w_t *w, const fd_stats_t *s)
 
     jw_key(w, "tls");
     jw_open(w, '{');
-    jw_uint(w, "handshakes", s->ssl_tls12 + s->ssl_tls13);
-    jw_uint(w, "resumed", s->ssl_resumed);
+    jw_uint(w, "handshakes", s->tls12 + s->tls13);
+    jw_uint(w, "resumed", s->tls_resumed);
     jw_key(w, "protocols");
     jw_open(w, '{');
-    jw_uint(w, "TLSv1.2", s->ssl_tls12);
-    jw_uint(w, "TLSv1.3", s->ssl_tls13);
+    jw_uint(w, "TLSv1.2", s->tls12);
+    jw_uint(w, "TLSv1.3", s->tls13);
     jw_close(w, '}');
     jw_key(w, "failures");
     jw_open(w, '{');
-    for (k = 0; k < FD_SSL_FAIL_N; k++) {
-        jw_uint(w, fd_ssl_failure_names[k], s->ssl_failed[k]);
+    for (k = 0; k < FD_API_TLS_FAILURES_MAX
+                && (name = fd_api_tls_failure_name(k)) != NULL;
+         k++)
+    {
+        jw_uint(w, name, s->tls_failed[k]);
     }
     jw_close(w, '}');
     jw_close(w, '}');
@@ -404,16 +378,16 @@ static void json_labels(json_w_t *w, const char *p)
 
     while (*p != '\0' && (vn = label_pair(p, &k, &kn)) >= 0) {
         jw_key_n(w, k, kn);
-        fd_sbuf_addc(w->sb, '"');
+        fd_api_sbuf_addc(w->sb, '"');
         for (v = k + kn + 2, end = v + vn; v < end; v++) {
             char c = *v;
 
             if (c == '\\') {
                 c = *++v == 'n' ? '\n' : *v;
             }
-            fd_sbuf_add_json(w->sb, &c, 1);
+            fd_api_sbuf_add_json(w->sb, &c, 1);
         }
-        fd_sbuf_addc(w->sb, '"');
+        fd_api_sbuf_addc(w->sb, '"');
         p = end + 1;
         if (*p == ',') {
             p++;
@@ -424,7 +398,8 @@ static void json_labels(json_w_t *w, const char *p)
 /*
  * The modules' view, {GROUP: [entity, ...]}: one entity per group and
  * label set, in the order first reported, with the labels as strings and
- * the fields as numbers. Built as lists in the pool, then written.
+ * the fields as numbers. Built as lists in the request's memory, then
+ * written.
  */
 typedef struct status_field_s {
     const char *name;
@@ -445,65 +420,88 @@ typedef struct status_group_s {
     struct status_group_s *next;
 } status_group_t;
 
-/* worker: a slot for the per-worker detail, or FD_STATUS_RETIRED for the
- * totals. */
-static void json_modules(json_w_t *w, fd_status_t *st, unsigned worker)
+/* The value of metric m for worker slot i: 1 and *v, or 0 if none. */
+static int worker_value(const metric_t *m, unsigned i, uint64_t *v)
+{
+    const fd_api_sample_t *s = NULL;
+    unsigned worker;
+
+    if (!m->sampled) {
+        return 0;
+    }
+    while ((s = fd_api_metric_sample(m->m, s, &worker, v)) != NULL) {
+        if (worker == i) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* worker: a slot for the per-worker detail, or FD_API_FIGURES_TOTAL for
+ * the totals. */
+static void json_modules(json_w_t *w, const metrics_t *ms, unsigned worker)
 {
     status_group_t *groups = NULL, **groups_last = &groups, *g;
     status_entity_t *e;
     status_field_t *f;
-    fd_status_metric_t *m;
-    const char *us;
+    const metric_t *m;
+    const char *name, *labels, *us;
     size_t len;
     uint64_t v;
 
-    for (m = st->metrics; m != NULL; m = m->next) {
-        if (m->core) {
+    for (m = ms->v; m < ms->v + ms->n; m++) {
+        if (m->flags & FD_API_METRIC_CORE) {
             continue;
         }
-        if (worker == FD_STATUS_RETIRED) {
+        if (worker == FD_API_FIGURES_TOTAL) {
             v = m->total;
-        } else if (!fd_status_worker_value(m, worker, &v)) {
+        } else if (!worker_value(m, worker, &v)) {
             continue;
         }
 
-        us = strchr(m->name, '_');
-        len = us ? (size_t)(us - m->name) : strlen(m->name);
+        name = m->name;
+        labels = m->labels;
+        us = strchr(name, '_');
+        len = us ? (size_t)(us - name) : strlen(name);
 
         for (g = groups; g != NULL; g = g->next) {
-            if (g->len == len && memcmp(g->name, m->name, len) == 0) {
+            if (g->len == len && memcmp(g->name, name, len) == 0) {
                 break;
             }
         }
         if (g == NULL) {
-            g = fd_pcalloc(st->pool, sizeof(status_group_t));
+            g = fd_req_alloc(w->r, sizeof(status_group_t));
             if (g == NULL) {
                 goto failed;
             }
-            g->name = m->name;
+            g->name = name;
             g->len = len;
+            g->entities = NULL;
             g->entities_last = &g->entities;
+            g->next = NULL;
             *groups_last = g;
             groups_last = &g->next;
         }
 
         for (e = g->entities; e != NULL; e = e->next) {
-            if (strcmp(e->labels, m->labels) == 0) {
+            if (strcmp(e->labels, labels) == 0) {
                 break;
             }
         }
         if (e == NULL) {
-            e = fd_pcalloc(st->pool, sizeof(status_entity_t));
+            e = fd_req_alloc(w->r, sizeof(status_entity_t));
             if (e == NULL) {
                 goto failed;
             }
-            e->labels = m->labels;
+            e->labels = labels;
+            e->fields = NULL;
             e->fields_last = &e->fields;
+            e->next = NULL;
             *g->entities_last = e;
             g->entities_last = &e->next;
         }
 
-        f = fd_palloc(st->pool, sizeof(status_field_t));
+        f = fd_req_alloc(w->r, sizeof(status_field_t));
         if (f == NULL) {
             goto failed;
         }
@@ -528,7 +526,8 @@ static void json_modules(json_w_t *w, fd_status_t *st, unsigned worker)
                 jw_string(w, "labels", e->labels);
             }
             for (f = e->fields; f != NULL; f = f->next) {
-                jw_uint(w, f->name, f->v);
+                jw_key(w, f->name);
+                fd_api_sbuf_add_uint(w->sb, f->v);
             }
             jw_close(w, '}');
         }
@@ -541,170 +540,150 @@ failed:
     w->failed = 1;
 }
 
-static void json_worker(json_w_t *w, fd_status_t *st, status_view_t *v,
-                        unsigned i)
+static void json_worker(json_w_t *w, const fd_api_figures_t *f,
+                        const metrics_t *ms, const fd_api_server_info_t *srv,
+                        unsigned i, const fd_api_worker_info_t *wi)
 {
-    fd_stats_t *s = fd_shm_slot(v->shm, i);
-    uint64_t up = v->now > s->started_msec ? v->now - s->started_msec : 0;
+    fd_api_core_figures_t c;
+    uint64_t up =
+        srv->now_msec > wi->started_msec ? srv->now_msec - wi->started_msec
+                                         : 0;
 
     jw_next(w);
     jw_open(w, '{');
     jw_uint(w, "slot", i);
-    jw_uint(w, "pid", s->pid);
-    jw_uint(w, "generation", s->generation);
-    jw_key(w, "alive");
-    if (s->alive != 0) {
-        fd_sbuf_add_lit(w->sb, "true");
-    } else {
-        fd_sbuf_add_lit(w->sb, "false");
-    }
+    jw_uint(w, "pid", wi->pid);
+    jw_uint(w, "generation", wi->generation);
+    jw_literal(w, "alive", wi->alive ? "true" : "false");
     jw_uint(w, "uptime_s", up / 1000);
-    json_stats(w, s);
-    json_modules(w, st, i);
+    fd_api_figures_core(f, i, &c, sizeof(c));
+    json_stats(w, &c);
+    json_modules(w, ms, i);
     jw_close(w, '}');
 }
 
-static int render_json(fd_request_t *r, fd_status_t *st, status_view_t *v)
+static int render_json(fd_request_t *r, const fd_api_figures_t *f)
 {
-    fd_sbuf_t sb;
-    json_w_t w = {.sb = &sb};
+    json_w_t w = {.r = r};
+    metrics_t ms;
+    fd_api_server_info_t srv;
+    fd_api_worker_info_t wi;
+    fd_api_core_figures_t c;
     uint64_t up;
     unsigned i;
+    fd_str_t doc;
 
-    if (fd_sbuf_init(&sb, r->pool, 16384) != FD_OK) {
+    if ((w.sb = fd_req_sbuf(r, 16384)) == NULL
+        || metrics_load(r, f, &ms) != FD_OK)
+    {
         return FD_ERROR;
     }
-    up = v->now > v->shm->started_msec ? v->now - v->shm->started_msec : 0;
+    fd_api_figures_server(f, &srv, sizeof(srv));
+    up = srv.now_msec > srv.started_msec ? srv.now_msec - srv.started_msec
+                                         : 0;
 
     jw_open(&w, '{');
-    jw_string(&w, "version", FASTD_VERSION);
-    jw_uint(&w, "pid", v->shm->master_pid);
-    jw_uint(&w, "time_msec", v->now);
+    jw_string(&w, "version", fd_api_fastd_version());
+    jw_uint(&w, "pid", srv.master_pid);
+    jw_uint(&w, "time_msec", srv.now_msec);
     jw_uint(&w, "uptime_s", up / 1000);
-    jw_uint(&w, "generation", v->generation);
-    if (v->shm->profile[0] != '\0') {
-        jw_string(&w, "profile", v->shm->profile);
+    jw_uint(&w, "generation", srv.generation);
+    if (srv.profile[0] != '\0') {
+        jw_string(&w, "profile", srv.profile);
     } else {
-        jw_key(&w, "profile");
-        fd_sbuf_add_lit(&sb, "null");
+        jw_literal(&w, "profile", "null");
     }
-    json_stats(&w, &v->total);
+    fd_api_figures_core(f, FD_API_FIGURES_TOTAL, &c, sizeof(c));
+    json_stats(&w, &c);
 
     jw_key(&w, "workers");
     jw_open(&w, '[');
-    for (i = 0; i < v->shm->slots_used; i++) {
-        if (fd_shm_slot(v->shm, i)->pid != 0) {
-            json_worker(&w, st, v, i);
+    for (i = 0; i < srv.slots; i++) {
+        if (fd_api_figures_worker(f, i, &wi, sizeof(wi)) == FD_OK) {
+            json_worker(&w, f, &ms, &srv, i, &wi);
         }
     }
     jw_close(&w, ']');
 
-    json_modules(&w, st, FD_STATUS_RETIRED);
+    json_modules(&w, &ms, FD_API_FIGURES_TOTAL);
     jw_close(&w, '}');
-    fd_sbuf_addc(&sb, '\n');
+    fd_api_sbuf_addc(w.sb, '\n');
 
-    if (fd_sbuf_failed(&sb) || w.failed) {
+    if (fd_api_sbuf_failed(w.sb) || w.failed) {
         return FD_ERROR;
     }
-    r->content_type = fd_string("application/json");
-    return fd_http_body_set(r, sb.start, fd_sbuf_len(&sb));
+    fd_resp_content_type_static(r, (fd_str_t){16, "application/json"});
+    doc = fd_api_sbuf_str(w.sb);
+    return fd_resp_body_static(r, doc.data, doc.len);
 }
 
-/* Prometheus text exposition 0.0.4, into an fd_sbuf in the request pool */
+/* Prometheus text exposition 0.0.4, into the request's string builder */
 
 /* s with '\\' and newlines escaped (HELP text); also '"' for a label value */
-static void prom_escape(fd_sbuf_t *sb, const char *s, int label)
+static void prom_escape(fd_api_sbuf_t *sb, const char *s, int label)
 {
+    const char *run = s;
+
     for (; *s != '\0'; s++) {
-        if (*s == '\\' || (label && *s == '"')) {
-            fd_sbuf_addc(sb, '\\');
-            fd_sbuf_addc(sb, *s);
-        } else if (*s == '\n') {
-            fd_sbuf_add_lit(sb, "\\n");
-        } else {
-            fd_sbuf_addc(sb, *s);
+        if (*s == '\\' || (label && *s == '"') || *s == '\n') {
+            fd_api_sbuf_add(sb, run, (size_t)(s - run));
+            fd_api_sbuf_addc(sb, '\\');
+            fd_api_sbuf_addc(sb, *s == '\n' ? 'n' : *s);
+            run = s + 1;
         }
     }
-}
-
-/* A time's unit, from the end of its name (fd_status.h): how many make a
- * second and where the unit starts, or 0. */
-static uint64_t prom_unit(const char *name, size_t *base)
-{
-    static const struct {
-        const char *suffix;
-        uint64_t per_second;
-    } units[] = {{"_msec", 1000},
-                 {"_usec", 1000000},
-                 {"_msec_sum", 1000},
-                 {"_usec_sum", 1000000}};
-    size_t n = strlen(name), k;
-    unsigned i;
-
-    for (i = 0; i < fd_nelems(units); i++) {
-        k = strlen(units[i].suffix);
-        if (n > k && strcmp(name + n - k, units[i].suffix) == 0) {
-            *base = n - k;
-            return units[i].per_second;
-        }
-    }
-    *base = n;
-    return 0;
+    fd_api_sbuf_add(sb, run, (size_t)(s - run));
 }
 
 /* fastd_NAME, times in seconds, counters with _total */
-static void prom_name(fd_sbuf_t *sb, const fd_status_metric_t *m,
-                      int per_worker)
+static void prom_name(fd_api_sbuf_t *sb, const metric_t *m, int per_worker)
 {
-    size_t n;
-    uint64_t time = prom_unit(m->name, &n);
-
     if (per_worker) {
-        fd_sbuf_add_lit(sb, "fastd_worker_");
+        fd_api_sbuf_add(sb, "fastd_worker_", 13);
     } else {
-        fd_sbuf_add_lit(sb, "fastd_");
+        fd_api_sbuf_add(sb, "fastd_", 6);
     }
-    fd_sbuf_add(sb, m->name, n);
-    if (time != 0) {
-        fd_sbuf_add_lit(sb, "_seconds");
+    fd_api_sbuf_add(sb, m->name, m->base);
+    if (m->per_second != 0) {
+        fd_api_sbuf_add(sb, "_seconds", 8);
     }
-    if (!m->gauge) {
-        fd_sbuf_add_lit(sb, "_total");
+    if (!(m->flags & FD_API_METRIC_GAUGE)) {
+        fd_api_sbuf_add(sb, "_total", 6);
     }
 }
 
 /* A sample's value: a time in seconds as an exact decimal, or as it is. */
-static void prom_value(fd_sbuf_t *sb, const fd_status_metric_t *m, uint64_t v)
+static void prom_value(fd_api_sbuf_t *sb, const metric_t *m, uint64_t v)
 {
-    size_t n;
-    uint64_t per = prom_unit(m->name, &n);
+    uint64_t per = m->per_second;
 
     if (per == 0) {
-        fd_sbuf_add_uint(sb, v);
+        fd_api_sbuf_add_uint(sb, v);
         return;
     }
-    fd_sbuf_add_uint(sb, v / per);
-    fd_sbuf_printf(sb, per == 1000 ? ".%03u" : ".%06u", (unsigned)(v % per));
+    fd_api_sbuf_add_uint(sb, v / per);
+    fd_api_sbuf_printf(sb, per == 1000 ? ".%03u" : ".%06u",
+                       (unsigned)(v % per));
 }
 
-/* A family without labels, from a core figure of the segment. */
-static void prom_gauge(fd_sbuf_t *sb, const char *name, const char *help,
+/* A family without labels, from a figure of the server. */
+static void prom_gauge(fd_api_sbuf_t *sb, const char *name, const char *help,
                        uint64_t v)
 {
-    fd_sbuf_printf(sb, "# HELP %s %s\n# TYPE %s gauge\n%s ", name, help, name,
-                   name);
-    fd_sbuf_add_uint(sb, v);
-    fd_sbuf_addc(sb, '\n');
+    fd_api_sbuf_printf(sb, "# HELP %s %s\n# TYPE %s gauge\n%s ", name, help,
+                       name, name);
+    fd_api_sbuf_add_uint(sb, v);
+    fd_api_sbuf_addc(sb, '\n');
 }
 
 /* Has a worker a sample of the family named like m? Not of a shared
  * figure, nor of one only exited workers had. */
-static int prom_per_worker(const fd_status_metric_t *m)
+static int prom_per_worker(const metrics_t *ms, const metric_t *m)
 {
-    const fd_status_metric_t *e;
+    const metric_t *e;
 
-    for (e = m; e != NULL; e = e->next) {
-        if (e->samples != NULL && strcmp(e->name, m->name) == 0) {
+    for (e = m; e < ms->v + ms->n; e++) {
+        if (e->sampled && strcmp(e->name, m->name) == 0) {
             return 1;
         }
     }
@@ -713,115 +692,128 @@ static int prom_per_worker(const fd_status_metric_t *m)
 
 /* One family: the metrics named like m (all label sets), totals or per
  * worker. */
-static void prom_family(fd_sbuf_t *sb, fd_status_metric_t *m, int per_worker)
+static void prom_family(fd_api_sbuf_t *sb, const metrics_t *ms,
+                        const metric_t *m, int per_worker)
 {
-    fd_status_metric_t *e;
-    fd_status_sample_t *s;
+    const fd_api_sample_t *s;
+    const metric_t *e;
+    unsigned worker;
+    uint64_t v;
 
-    fd_sbuf_add_lit(sb, "# HELP ");
+    fd_api_sbuf_add(sb, "# HELP ", 7);
     prom_name(sb, m, per_worker);
-    fd_sbuf_addc(sb, ' ');
-    prom_escape(sb, m->help, 0);
+    fd_api_sbuf_addc(sb, ' ');
+    prom_escape(sb, fd_api_metric_help(m->m), 0);
     if (per_worker) {
-        fd_sbuf_add_lit(sb, " (per worker)");
+        fd_api_sbuf_add(sb, " (per worker)", 13);
     }
-    fd_sbuf_add_lit(sb, "\n# TYPE ");
+    fd_api_sbuf_add(sb, "\n# TYPE ", 8);
     prom_name(sb, m, per_worker);
-    if (m->gauge) {
-        fd_sbuf_add_lit(sb, " gauge\n");
+    if (m->flags & FD_API_METRIC_GAUGE) {
+        fd_api_sbuf_add(sb, " gauge\n", 7);
     } else {
-        fd_sbuf_add_lit(sb, " counter\n");
+        fd_api_sbuf_add(sb, " counter\n", 9);
     }
 
-    for (e = m; e != NULL; e = e->next) {
-        size_t ln = strlen(e->labels);
+    for (e = m; e < ms->v + ms->n; e++) {
+        size_t ln;
 
         if (strcmp(e->name, m->name) != 0) {
             continue;
         }
+        ln = strlen(e->labels);
         if (!per_worker) {
             prom_name(sb, e, 0);
             if (ln) {
-                fd_sbuf_addc(sb, '{');
-                fd_sbuf_add(sb, e->labels, ln);
-                fd_sbuf_addc(sb, '}');
+                fd_api_sbuf_addc(sb, '{');
+                fd_api_sbuf_add(sb, e->labels, ln);
+                fd_api_sbuf_addc(sb, '}');
             }
-            fd_sbuf_addc(sb, ' ');
+            fd_api_sbuf_addc(sb, ' ');
             prom_value(sb, e, e->total);
-            fd_sbuf_addc(sb, '\n');
+            fd_api_sbuf_addc(sb, '\n');
             continue;
         }
-        for (s = e->samples; s != NULL; s = s->next) {
+        for (s = fd_api_metric_sample(e->m, NULL, &worker, &v); s != NULL;
+             s = fd_api_metric_sample(e->m, s, &worker, &v))
+        {
             prom_name(sb, e, 1);
-            fd_sbuf_add_lit(sb, "{worker=\"");
-            fd_sbuf_add_uint(sb, s->worker);
-            fd_sbuf_addc(sb, '"');
+            fd_api_sbuf_add(sb, "{worker=\"", 9);
+            fd_api_sbuf_add_uint(sb, worker);
+            fd_api_sbuf_addc(sb, '"');
             if (ln) {
-                fd_sbuf_addc(sb, ',');
-                fd_sbuf_add(sb, e->labels, ln);
+                fd_api_sbuf_addc(sb, ',');
+                fd_api_sbuf_add(sb, e->labels, ln);
             }
-            fd_sbuf_add_lit(sb, "} ");
-            prom_value(sb, e, s->v);
-            fd_sbuf_addc(sb, '\n');
+            fd_api_sbuf_add(sb, "} ", 2);
+            prom_value(sb, e, v);
+            fd_api_sbuf_addc(sb, '\n');
         }
     }
 }
 
-static int render_prometheus(fd_request_t *r, fd_status_t *st,
-                             status_view_t *v)
+static int render_prometheus(fd_request_t *r, const fd_api_figures_t *f)
 {
-    fd_status_metric_t *m, *e;
-    unsigned i, n = 0;
+    static const char ct[] = "text/plain; version=0.0.4; charset=utf-8";
+    const metric_t *m, *e;
+    metric_t *u;
+    fd_api_server_info_t srv;
+    fd_api_sbuf_t *sb;
+    metrics_t ms;
     int per_worker;
-    fd_sbuf_t sb;
+    fd_str_t doc;
 
-    if (fd_sbuf_init(&sb, r->pool, 16384) != FD_OK) {
+    if ((sb = fd_req_sbuf(r, 16384)) == NULL
+        || metrics_load(r, f, &ms) != FD_OK)
+    {
         return FD_ERROR;
     }
+    fd_api_figures_server(f, &srv, sizeof(srv));
 
-    for (i = 0; i < v->shm->slots_used; i++) {
-        fd_stats_t *s = fd_shm_slot(v->shm, i);
-        n += s->pid != 0 && s->alive != 0;
-    }
-
-    fd_sbuf_add_lit(&sb, "# HELP fastd_info Build and configuration.\n"
-                         "# TYPE fastd_info gauge\n"
-                         "fastd_info{version=\"" FASTD_VERSION
-                         "\",profile=\"");
-    prom_escape(&sb, v->shm->profile, 1);
-    fd_sbuf_add_lit(&sb, "\"} 1\n");
-    prom_gauge(&sb, "fastd_start_time_seconds", "Master start time.",
-               v->shm->started_msec / 1000);
-    prom_gauge(&sb, "fastd_uptime_seconds", "Seconds since start.",
-               v->now > v->shm->started_msec
-                   ? (v->now - v->shm->started_msec) / 1000
+    fd_api_sbuf_printf(sb,
+                       "# HELP fastd_info Build and configuration.\n"
+                       "# TYPE fastd_info gauge\n"
+                       "fastd_info{version=\"%s\",profile=\"",
+                       fd_api_fastd_version());
+    prom_escape(sb, srv.profile, 1);
+    fd_api_sbuf_add(sb, "\"} 1\n", 5);
+    prom_gauge(sb, "fastd_start_time_seconds", "Master start time.",
+               srv.started_msec / 1000);
+    prom_gauge(sb, "fastd_uptime_seconds", "Seconds since start.",
+               srv.now_msec > srv.started_msec
+                   ? (srv.now_msec - srv.started_msec) / 1000
                    : 0);
-    prom_gauge(&sb, "fastd_master_pid", "Process id of the master.",
-               v->shm->master_pid);
-    prom_gauge(&sb, "fastd_generation",
+    prom_gauge(sb, "fastd_master_pid", "Process id of the master.",
+               srv.master_pid);
+    prom_gauge(sb, "fastd_generation",
                "Configuration generation, incremented on each reload.",
-               v->generation);
-    prom_gauge(&sb, "fastd_workers", "Worker processes running.", n);
+               srv.generation);
+    prom_gauge(sb, "fastd_workers", "Worker processes running.",
+               srv.workers);
 
     /* the totals, then the per-worker families; each family once */
+    for (u = ms.v; u < ms.v + ms.n; u++) {
+        u->per_second = prom_unit(u->name, &u->base);
+    }
     for (per_worker = 0; per_worker <= 1; per_worker++) {
-        for (m = st->metrics; m != NULL; m = m->next) {
-            for (e = st->metrics; e != m; e = e->next) {
+        for (m = ms.v; m < ms.v + ms.n; m++) {
+            for (e = ms.v; e != m; e++) {
                 if (strcmp(e->name, m->name) == 0) {
                     break;
                 }
             }
-            if (e == m && (!per_worker || prom_per_worker(m))) {
-                prom_family(&sb, m, per_worker);
+            if (e == m && (!per_worker || prom_per_worker(&ms, m))) {
+                prom_family(sb, &ms, m, per_worker);
             }
         }
     }
 
-    if (fd_sbuf_failed(&sb)) {
+    if (fd_api_sbuf_failed(sb)) {
         return FD_ERROR;
     }
-    r->content_type = fd_string("text/plain; version=0.0.4; charset=utf-8");
-    return fd_http_body_set(r, sb.start, fd_sbuf_len(&sb));
+    fd_resp_content_type_static(r, (fd_str_t){sizeof(ct) - 1, ct});
+    doc = fd_api_sbuf_str(sb);
+    return fd_resp_body_static(r, doc.data, doc.len);
 }
 
 /* The handler */
@@ -878,20 +870,17 @@ static int accepts_prometheus(fd_str_t a)
 
 static int want_prometheus(fd_request_t *r)
 {
+    fd_str_t q = fd_req_query(r), a;
     unsigned i;
 
-    if (has_param(r->in.query, "format=prometheus")) {
+    if (has_param(q, "format=prometheus")) {
         return 1;
     }
-    if (has_param(r->in.query, "format=json")) {
+    if (has_param(q, "format=json")) {
         return 0;
     }
-    for (i = 0; i < r->in.nheaders; i++) {
-        fd_http_header_t *h = &r->in.headers[i];
-
-        if (h->name.len == 6 && strncasecmp(h->name.data, "Accept", 6) == 0
-            && accepts_prometheus(h->value))
-        {
+    for (i = 0; (a = fd_req_header_at(r, "Accept", i)).data != NULL; i++) {
+        if (accepts_prometheus(a)) {
             return 1;
         }
     }
@@ -900,39 +889,23 @@ static int want_prometheus(fd_request_t *r)
 
 static int status_handler(fd_request_t *r)
 {
-    fd_status_t st;
-    status_view_t v = {.now = 0};
-    void *copy;
+    const fd_api_figures_t *f;
     int rc;
 
     /* GET and HEAD only: the engine answers the others (.methods) */
-    if (fd_shm == NULL) {
-        return 503;
+    rc = fd_req_figures(r, &f);
+    if (rc != FD_OK) {
+        return rc; /* 503: no shared memory; 500 */
     }
 
-    copy = fd_palloc(r->pool, fd_shm_size());
-    if (copy == NULL) {
-        return 500;
-    }
-    v.shm = fd_shm_snapshot(copy);
-    v.shm->profile[sizeof(v.shm->profile) - 1] = '\0'; /* torn by a reload */
-    v.now = fd_stats_wall_msec();
-    fd_status_init(&st, r->pool);
-
-    gather(&st, &v);
-    if (st.failed) {
-        return 500;
-    }
-
-    rc = want_prometheus(r) ? render_prometheus(r, &st, &v)
-                            : render_json(r, &st, &v);
+    rc = want_prometheus(r) ? render_prometheus(r, f) : render_json(r, f);
     if (rc != FD_OK) {
         return 500;
     }
 
-    r->status = 200;
-    if (fd_http_header_add(r, fd_string("Cache-Control"),
-                           fd_string("no-store"))
+    fd_resp_status(r, 200);
+    if (fd_resp_header_static(r, (fd_str_t){13, "Cache-Control"},
+                              (fd_str_t){8, "no-store"})
         != FD_OK)
     {
         return 500;
@@ -940,9 +913,10 @@ static int status_handler(fd_request_t *r)
     return FD_OK;
 }
 
-fd_module_t fd_status_module = {
+FD_API_MODULE = {
+    FD_API_HEADER,
     .name = "status",
     .handler = status_handler,
-    .flags = FD_MODULE_THREAD_SAFE,
-    .methods = FD_METHODS_GET,
+    .flags = FD_API_THREAD_SAFE,
+    .methods = FD_API_GET | FD_API_HEAD,
 };

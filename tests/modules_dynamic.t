@@ -1,13 +1,14 @@
 #!/usr/bin/perl
 # A module of the tree written on the public API builds into the binary
 # or as a shared object: ./configure --with-plaintext=dynamic
-# --with-json=dynamic (in a copy of the tree) builds objs/fd_plaintext.so
-# and objs/fd_json.so instead of linking them in, make install puts them
-# in PREFIX/modules/, and that fastd, which has no plaintext or json of
-# its own, answers with them after load_module exactly as the fastd under
-# test (both built in) does: status, Content-Type, Content-Length, body,
-# for GET, HEAD and POST, over HTTP/1.1. A module not on the public API,
-# or not in auto/modules, cannot be made dynamic.
+# --with-json=dynamic --with-status=dynamic (in a copy of the tree) builds
+# objs/fd_plaintext.so, objs/fd_json.so and objs/fd_status.so instead of
+# linking them in, make install puts them in PREFIX/modules/, and that
+# fastd, which has none of them of its own, answers with them after
+# load_module exactly as the fastd under test (built in) does: status,
+# Content-Type, Content-Length, body, for GET, HEAD and POST, over
+# HTTP/1.1 (/status's figures, numbers aside). A module not on the public
+# API, or not in auto/modules, cannot be made dynamic.
 
 use strict;
 use warnings;
@@ -20,7 +21,9 @@ plan skip_all => 'jansson is not installed (libjansson-dev)'
     if system('pkg-config --exists jansson 2>/dev/null') != 0;
 
 my $root = FastdTest::root();
-my $t = FastdTest->new;  # the fastd under test: plaintext and json built in
+my $status = "[location /status]\nhandler = status\n\n";
+my $t = FastdTest->new;  # the fastd under test: the three built in
+$t->write_conf(FastdTest::base_conf(locations => $status));
 my $dir = $t->dir;
 my $src = "$dir/src";
 my $prefix = "$dir/prefix";
@@ -29,16 +32,17 @@ my $prefix = "$dir/prefix";
 mkdir $src or die "mkdir $src: $!";
 system("cd '$root' && tar -cf - configure Makefile auto core modules conf html | tar -xf - -C '$src'") == 0
     or BAIL_OUT('cannot copy the tree');
-my $out = `cd '$src' && ./configure --prefix='$prefix' --with-plaintext=dynamic --with-json=dynamic 2>&1`;
-is($?, 0, './configure --with-plaintext=dynamic --with-json=dynamic') or diag($out);
-like($out, qr/^dynamic modules \(objs\/fd_NAME\.so\): plaintext json$/m,
+my $out = `cd '$src' && ./configure --prefix='$prefix' --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic 2>&1`;
+is($?, 0, './configure --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic') or diag($out);
+like($out, qr/^dynamic modules \(objs\/fd_NAME\.so\): plaintext json status$/m,
      '... says which modules are shared objects');
-unlike((grep { /^\s*modules:/ } split /\n/, $out)[0] // '', qr/\b(plaintext|json)\b/,
+unlike((grep { /^\s*modules:/ } split /\n/, $out)[0] // '', qr/\b(plaintext|json|status)\b/,
        '... and that they are not linked in');
 $out = `make -s -C '$src' -j2 2>&1`;
 is($?, 0, 'make') or diag($out);
-ok(-f "$src/objs/fd_plaintext.so" && -f "$src/objs/fd_json.so",
-   'objs/fd_plaintext.so and objs/fd_json.so built');
+ok(-f "$src/objs/fd_plaintext.so" && -f "$src/objs/fd_json.so"
+   && -f "$src/objs/fd_status.so",
+   'objs/fd_plaintext.so, objs/fd_json.so and objs/fd_status.so built');
 like(`nm -D --defined-only '$src/objs/fd_plaintext.so' 2>&1`, qr/\bfastd_module\b/,
      'fd_plaintext.so defines fastd_module, as a module built outside the tree');
 $out = `make -s -C '$src' install PREFIX='$prefix' LOGROTATE_DIR='$dir/lr' FASTD_USER=nobody 2>&1`;
@@ -57,11 +61,13 @@ $d->write_conf(FastdTest::base_conf());
 }
 $d->write_conf(FastdTest::base_conf(
     main => { load_module => [ "$prefix/modules/fd_plaintext.so",
-                               "$prefix/modules/fd_json.so" ] }));
+                               "$prefix/modules/fd_json.so",
+                               "$prefix/modules/fd_status.so" ] },
+    locations => $status));
 {
     local $FastdTest::BIN = $bin;
     my ($rc, $o) = FastdTest::run_fastd('-t', '-c', $d->conf_file);
-    is($rc, 0, 'with load_module = PREFIX/modules/fd_plaintext.so and fd_json.so: -t passes')
+    is($rc, 0, 'with load_module = PREFIX/modules/fd_plaintext.so, fd_json.so and fd_status.so: -t passes')
         or diag($o);
     $d->start;
 }
@@ -83,6 +89,20 @@ for my $req ("GET /plaintext HTTP/1.1\r\nHost: x\r\n\r\n",
     my ($line) = $req =~ /^(\S+ \S+)/;
     my $builtin = answer($t, $req);
     is(answer($d, $req), $builtin, "$line: loaded as a .so, the built-in's answer ($builtin)");
+}
+# the figures differ (pids, times, counts): their documents, numbers aside
+for my $req ("GET /status HTTP/1.1\r\nHost: x\r\n\r\n",
+             "GET /status?format=prometheus HTTP/1.1\r\nHost: x\r\n\r\n",
+             "GET /status HTTP/1.1\r\nHost: x\r\nAccept: text/html\r\n"
+             . "Accept: text/plain;version=0.0.4\r\n\r\n",
+             "HEAD /status HTTP/1.1\r\nHost: x\r\n\r\n",
+             "POST /status HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n") {
+    my ($line) = $req =~ /^(\S+ \S+)/;
+    (my $builtin = answer($t, $req)) =~ s/\d+/N/g;
+    (my $loaded = answer($d, $req)) =~ s/\d+/N/g;
+    ok($loaded eq $builtin && $builtin =~ /^N \| content-type: \S/,
+       "$line: loaded as a .so, the built-in's document")
+        or diag("loaded:\n$loaded\nbuilt in:\n$builtin");
 }
 like(answer($d, "GET /plaintext HTTP/1.1\r\nHost: x\r\n\r\n"),
      qr{^200 \| content-type: text/plain \| content-length: 13 \| Hello, World!$},

@@ -1,5 +1,5 @@
 /*
- * fastd.h: the public API of fastd modules, version 1.5.
+ * fastd.h: the public API of fastd modules, version 1.6.
  *
  * Everything a module built outside the tree needs: its descriptor and
  * keys, the request, the response, asynchronous completion and logging;
@@ -10,7 +10,8 @@
  * with regex captures, the request's URI rewritten and routed again,
  * descriptors on the loop, and what logs and databases need; from 1.5
  * shared memory every worker maps, scripts evaluated whole, and the
- * [cluster]'s Redis.
+ * [cluster]'s Redis; from 1.6 the server's figures, read as a status
+ * page shows them, and a string builder.
  * A module is a shared object that defines
  *
  *     FD_API_MODULE = { FD_API_HEADER, .name = "hello",
@@ -40,7 +41,7 @@ extern "C" {
 #endif
 
 #define FD_API_VERSION_MAJOR 1
-#define FD_API_VERSION_MINOR 5
+#define FD_API_VERSION_MINOR 6
 /* What must match besides the version: the size of a pointer and of the
  * structs below, which a module and fastd lay out alike only if built
  * for the same ABI (checked at load). */
@@ -1049,6 +1050,145 @@ fd_api_redis_cmd_t *fd_api_redis_command(
     void (*done)(void *data, const fd_api_redis_reply_t *reply),
     void *data);
 void fd_api_redis_cancel(fd_api_redis_cmd_t *c);
+
+/* --- 1.6: the server's figures, a string builder ---------------------------- */
+
+/* The version of the running fastd ("0.1.0"), not the API's. */
+const char *fd_api_fastd_version(void);
+
+/* The i-th request header named name (any case; 0: the first), as
+ * fd_req_header() the first: data NULL past the last (a request may
+ * carry several Accept headers). */
+fd_str_t fd_req_header_at(fd_request_t *r, const char *name, unsigned i);
+
+/*
+ * A string builder in the request's memory, what a document of any length
+ * is written with: fd_req_sbuf(r, cap) makes one (cap: a first capacity,
+ * a hint; it grows, doubling; NULL when out of memory). The appends never
+ * fail one by one: once memory runs out they do nothing, and
+ * fd_api_sbuf_failed() says so once, at the end. fd_api_sbuf_str() is
+ * what was written, in memory that lives as long as the request: a body
+ * for fd_resp_body_static(), not copied. add_json writes a JSON string's
+ * contents (no quotes: '"', '\\' and controls escaped); printf is for
+ * cold paths.
+ */
+typedef struct fd_api_sbuf_s fd_api_sbuf_t;
+fd_api_sbuf_t *fd_req_sbuf(fd_request_t *r, size_t cap);
+void fd_api_sbuf_add(fd_api_sbuf_t *sb, const void *data, size_t n);
+void fd_api_sbuf_addc(fd_api_sbuf_t *sb, char c);
+void fd_api_sbuf_add_uint(fd_api_sbuf_t *sb, uint64_t v);
+void fd_api_sbuf_add_json(fd_api_sbuf_t *sb, const char *s, size_t n);
+void fd_api_sbuf_printf(fd_api_sbuf_t *sb, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+int fd_api_sbuf_failed(const fd_api_sbuf_t *sb);
+fd_str_t fd_api_sbuf_str(const fd_api_sbuf_t *sb);
+
+/*
+ * The server's figures, what a status page shows (the status module's
+ * /status): fd_req_figures(r, &f) takes a consistent copy of every
+ * worker's slot of the shared memory, with the folded counters of exited
+ * workers, and gathers fastd's own figures and every module's (their
+ * status hooks), in memory that lives as long as the request. FD_OK, 503
+ * when there is no shared memory (fastd -t, a test), 500 when out of
+ * memory: the status to answer.
+ *
+ * The structs below are filled by fastd up to size bytes (pass
+ * sizeof(yours)): a later minor version adds fields at their ends only,
+ * which a module built for this one does not see.
+ */
+typedef struct fd_api_figures_s fd_api_figures_t;
+int fd_req_figures(fd_request_t *r, const fd_api_figures_t **f);
+
+/* The server: its master, when the copy was taken, its configuration. */
+typedef struct {
+    uint64_t master_pid;
+    uint64_t started_msec;   /* the master's start, wall clock (ms) */
+    uint64_t now_msec;       /* when the copy was taken, wall clock (ms) */
+    uint64_t generation;     /* configuration generation: +1 a reload */
+    const char *profile;     /* the profile applied; "" when none */
+    unsigned slots;          /* worker slots 0 .. slots - 1 to look at */
+    unsigned workers;        /* worker processes running */
+} fd_api_server_info_t;
+void fd_api_figures_server(const fd_api_figures_t *f,
+                           fd_api_server_info_t *info, size_t size);
+
+/* A worker slot: FD_OK, or FD_DECLINED for a free one (never used, or its
+ * worker exited and was folded into the totals) and one past slots. */
+typedef struct {
+    uint64_t pid;
+    uint64_t generation;     /* the configuration it serves */
+    uint64_t started_msec;   /* wall clock (ms) */
+    int alive;               /* 0: exited, not yet folded */
+} fd_api_worker_info_t;
+int fd_api_figures_worker(const fd_api_figures_t *f, unsigned slot,
+                          fd_api_worker_info_t *info, size_t size);
+
+/*
+ * fastd's own figures, of a worker slot or, with FD_API_FIGURES_TOTAL, of
+ * all: every counter summed over the slots and the exited workers, the
+ * gauges (conn_active .. conn_parked, h2_active) over the live workers.
+ * An exited worker's gauges are its last. FD_OK, or FD_DECLINED as
+ * fd_api_figures_worker().
+ */
+#define FD_API_FIGURES_TOTAL ((unsigned)-1)
+#define FD_API_TLS_FAILURES_MAX 16
+typedef struct {
+    uint64_t conn_active;    /* gauges: open client connections, */
+    uint64_t conn_reading;   /* reading a request, */
+    uint64_t conn_writing;   /* writing a response, */
+    uint64_t conn_idle;      /* idle keep-alive ones, */
+    uint64_t conn_parked;    /* of the idle, parked in the io_uring ring */
+    uint64_t conn_accepted;
+    uint64_t conn_handled;   /* handled to their end */
+    uint64_t requests;
+    uint64_t responses[6];   /* [1] .. [5]: 1xx .. 5xx; [0]: other */
+    uint64_t bytes_in;
+    uint64_t bytes_out;
+    uint64_t tls12;          /* TLS handshakes completed, by version */
+    uint64_t tls13;
+    uint64_t tls_resumed;    /* of those, resumed sessions */
+    /* failed TLS handshakes, by reason: fd_api_tls_failure_name(k) */
+    uint64_t tls_failed[FD_API_TLS_FAILURES_MAX];
+    uint64_t h2_conns;       /* HTTP/2 connections taken (h2 and h2c) */
+    uint64_t h2_active;      /* gauge: of those, open */
+    uint64_t h2_streams;     /* requests carried by HTTP/2 */
+    uint64_t h2_resets;      /* streams the client reset */
+    uint64_t h2_goaways;     /* connections ended with GOAWAY for an error */
+} fd_api_core_figures_t;
+int fd_api_figures_core(const fd_api_figures_t *f, unsigned slot,
+                        fd_api_core_figures_t *c, size_t size);
+/* The name of TLS failure reason k ("protocol", "no_shared_cipher", ...),
+ * NULL past the last. */
+const char *fd_api_tls_failure_name(unsigned k);
+
+/*
+ * Every figure as a metric, fastd's own (FD_API_METRIC_CORE) and then the
+ * modules' (what their status hooks report, fd_api_status_counter()), in
+ * the order first reported: fd_api_figures_metrics() is the first,
+ * fd_api_metric_next() the one after (NULL after the last). A metric is
+ * a name (without "fastd_" and "_total") and a label set (labels "" or
+ * k="v" pairs joined by ',', escaped as Prometheus wants); several
+ * metrics of one name and other labels make a family. Its total is every
+ * worker's, exited ones included; its samples, one a live worker that
+ * reported it, in report order: fd_api_metric_sample(m, NULL, ...) is the
+ * first, fd_api_metric_sample(m, s, ...) the one after s, each with its
+ * worker slot and value (NULL after the last, and for a figure all
+ * workers share, which has its total only).
+ */
+#define FD_API_METRIC_GAUGE 0x1  /* else a counter: it only grows */
+#define FD_API_METRIC_CORE 0x2   /* fastd's own: fd_api_figures_core() */
+typedef struct fd_api_metric_s fd_api_metric_t;
+typedef struct fd_api_sample_s fd_api_sample_t;
+const fd_api_metric_t *fd_api_figures_metrics(const fd_api_figures_t *f);
+const fd_api_metric_t *fd_api_metric_next(const fd_api_metric_t *m);
+const char *fd_api_metric_name(const fd_api_metric_t *m);
+const char *fd_api_metric_help(const fd_api_metric_t *m);
+const char *fd_api_metric_labels(const fd_api_metric_t *m);
+unsigned fd_api_metric_flags(const fd_api_metric_t *m);
+uint64_t fd_api_metric_total(const fd_api_metric_t *m);
+const fd_api_sample_t *fd_api_metric_sample(const fd_api_metric_t *m,
+                                            const fd_api_sample_t *prev,
+                                            unsigned *worker, uint64_t *v);
 
 #ifdef __cplusplus
 }

@@ -1541,3 +1541,75 @@ void fd_api_redis_cancel(fd_api_redis_cmd_t *c)
     if (fd_cluster && c)
         fd_cluster->cancel((fd_redis_cmd_t *)c);
 }
+
+/* --- 1.6: the version, the i-th header, a string builder --- */
+
+const char *fd_api_fastd_version(void)
+{
+    return FASTD_VERSION;
+}
+
+fd_str_t fd_req_header_at(fd_request_t *r, const char *name, unsigned i)
+{
+    size_t n = strlen(name);
+    unsigned k;
+
+    for (k = 0; k < r->in.nheaders; k++) {
+        const fd_http_header_t *h = &r->in.headers[k];
+        if (h->name.len == n && strncasecmp(h->name.data, name, n) == 0
+            && i-- == 0)
+            return h->value;
+    }
+    return fd_null_string;
+}
+
+/* The public builder is the engine's, in the request's pool. */
+#define SBUF(sb) ((fd_sbuf_t *)(void *)(sb))
+
+fd_api_sbuf_t *fd_req_sbuf(fd_request_t *r, size_t cap)
+{
+    fd_sbuf_t *sb = fd_palloc(r->pool, sizeof(*sb));
+
+    if (sb == NULL || fd_sbuf_init(sb, r->pool, cap ? cap : 64) != FD_OK)
+        return NULL;
+    return (fd_api_sbuf_t *)(void *)sb;
+}
+
+void fd_api_sbuf_add(fd_api_sbuf_t *sb, const void *data, size_t n)
+{
+    fd_sbuf_add(SBUF(sb), data, n);
+}
+
+void fd_api_sbuf_addc(fd_api_sbuf_t *sb, char c)
+{
+    fd_sbuf_addc(SBUF(sb), c);
+}
+
+void fd_api_sbuf_add_uint(fd_api_sbuf_t *sb, uint64_t v)
+{
+    fd_sbuf_add_uint(SBUF(sb), v);
+}
+
+void fd_api_sbuf_add_json(fd_api_sbuf_t *sb, const char *s, size_t n)
+{
+    fd_sbuf_add_json(SBUF(sb), s, n);
+}
+
+void fd_api_sbuf_printf(fd_api_sbuf_t *sb, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    fd_sbuf_vprintf(SBUF(sb), fmt, ap);
+    va_end(ap);
+}
+
+int fd_api_sbuf_failed(const fd_api_sbuf_t *sb)
+{
+    return fd_sbuf_failed((const fd_sbuf_t *)(const void *)sb);
+}
+
+fd_str_t fd_api_sbuf_str(const fd_api_sbuf_t *sb)
+{
+    return fd_sbuf_str((const fd_sbuf_t *)(const void *)sb);
+}

@@ -70,9 +70,10 @@ void *fd_status_named_entry(void *entries, size_t size, unsigned n,
 /*
  * The metric writer lives in core (core/http/fd_status.c), not in the status
  * module: every module's status hook calls it, and each module must build
- * and link whether or not the status handler is compiled in. The status
- * handler (or any other reader) sets one up with fd_status_init(), runs the
- * hooks, then renders st->metrics.
+ * and link whether or not the status handler is compiled in. A reader
+ * takes the figures with fd_status_figures_take() and _gather() (below),
+ * which set one up with fd_status_init() and run the hooks; the status
+ * module renders them through the public API (fd_req_figures()).
  */
 typedef struct fd_status_sample_s {
     unsigned worker;
@@ -111,6 +112,28 @@ void fd_status_gauge(fd_status_t *st, const char *name, const char *help,
 /* The figure of metric m for one worker slot: 1 and *v, or 0 if none. */
 int fd_status_worker_value(const fd_status_metric_t *m, unsigned worker,
                            uint64_t *v);
+
+/*
+ * The figures a reader renders (fastd.h's fd_api_figures_t, behind
+ * fd_req_figures()): a copy of the segment, the metrics gathered from it
+ * (fastd's own, then the modules'), and what the copy's slots add up to.
+ * core/http/fd_status_figures.c.
+ */
+struct fd_api_figures_s {
+    fd_status_t st;
+    fd_shm_header_t *shm;      /* the copy */
+    uint64_t now;              /* wall clock (ms) when it was taken */
+    uint64_t generation;       /* the newest of the master's and slots' */
+    unsigned workers;          /* live workers */
+    fd_stats_t total;          /* counters of every slot + retired; gauges
+                                  of the live workers */
+};
+typedef struct fd_api_figures_s fd_status_figures_t;
+
+/* A copy of the segment in pool, nothing gathered yet (NULL: out of
+ * memory); then fd_status_figures_gather() reports every figure of it. */
+fd_status_figures_t *fd_status_figures_take(fd_pool_t *pool);
+void fd_status_figures_gather(fd_status_figures_t *f);
 
 /* Wall-clock milliseconds (fd_stats_t.started_msec, uptime). */
 uint64_t fd_stats_wall_msec(void);
