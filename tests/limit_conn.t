@@ -20,7 +20,9 @@ use Test::More;
 
 my $slow = Backend->new(handler => sub {
     my ($req) = @_;
-    select(undef, undef, undef, $req->{target} =~ /long/ ? 3 : 0.8);
+    # long: held until its client leaves (20 s: past any busy machine's
+    # delay between the requests of the test that uses it)
+    select(undef, undef, undef, $req->{target} =~ /long/ ? 20 : 0.8);
     return Backend::response(200, "slow\n");
 });
 my $sp = $slow->port;

@@ -311,7 +311,7 @@ FastdTest::wait_for(sub { closes() >= 60 && !half_closed($bp) }, 5);
         # the backend closed that connection: wait until fastd has seen it
         # (no backend socket left half-closed, waiting for fastd's FIN)
         FastdTest::wait_for(sub { closes() >= $base + $i && !half_closed($bp) },
-                            5);
+                            20);
     }
 }
 is($ok, 30, 'POSTs never go to a pooled connection the backend closed');
