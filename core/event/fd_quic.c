@@ -67,7 +67,6 @@ typedef struct cid_ent_s {
 static cid_ent_t *table[QUIC_TABLE];
 static fd_quic_sock_t *socks;
 static unsigned nconns;
-static uint8_t reset_secret[32];
 static ngtcp2_callbacks callbacks;
 static uint8_t rbuf[65536];
 
@@ -239,7 +238,8 @@ static int get_new_cid(ngtcp2_conn *conn, ngtcp2_cid *cid, uint8_t *token,
     (void)conn;
     if (cid_new(cid, len) != FD_OK ||
         ngtcp2_crypto_generate_stateless_reset_token(
-            token, reset_secret, sizeof(reset_secret), cid) != 0 ||
+            token, fd_quic_keys->secrets.reset,
+            sizeof(fd_quic_keys->secrets.reset), cid) != 0 ||
         cid_add(qc, cid) != FD_OK)
         return NGTCP2_ERR_CALLBACK_FAILURE;
     return 0;
@@ -326,8 +326,8 @@ static fd_quic_conn_t *conn_new(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
     params.stateless_reset_token_present = 1;
     if (cid_new(&scid, FD_QUIC_SCID_LEN) != FD_OK ||
         ngtcp2_crypto_generate_stateless_reset_token(
-            params.stateless_reset_token, reset_secret, sizeof(reset_secret),
-            &scid) != 0)
+            params.stateless_reset_token, fd_quic_keys->secrets.reset,
+            sizeof(fd_quic_keys->secrets.reset), &scid) != 0)
         goto failed;
     if (ngtcp2_conn_server_new(&qc->conn, &hd->scid, &scid, &qc->ps.path,
                                hd->version, &callbacks, &settings, &params,
@@ -756,9 +756,10 @@ static int global_init(void)
 
     if (done)
         return FD_OK;
-    if (getrandom(reset_secret, sizeof(reset_secret), 0) !=
-        (ssize_t)sizeof(reset_secret))
+    if (fd_quic_keys == NULL) { /* the master makes them */
+        fd_log_error(FD_LOG_EMERG, 0, "no QUIC keys (fd_quic_shm_init)");
         return FD_ERROR;
+    }
     callbacks = (ngtcp2_callbacks){
         .recv_client_initial = ngtcp2_crypto_recv_client_initial_cb,
         .recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb,
