@@ -138,12 +138,15 @@ static void cid_del(fd_quic_conn_t *qc, const ngtcp2_cid *cid)
         }
 }
 
-/* A new ID of ours: random, but for the worker's index in byte 0. */
+/* A new ID of ours: random, but for the worker's index in byte 0 (the
+ * steering's) and its generation's low byte in byte 1 (whether a
+ * stateless reset is ours to send: stateless_reset) */
 static int cid_new(ngtcp2_cid *cid, size_t len)
 {
     if (getrandom(cid->data, len, 0) != (ssize_t)len)
         return FD_ERROR;
     cid->data[0] = (uint8_t)fd_worker->index;
+    cid->data[1] = (uint8_t)fd_worker->cycle->generation;
     cid->datalen = len;
     return FD_OK;
 }
@@ -214,6 +217,45 @@ static void send_version_negotiation(fd_quic_sock_t *qs,
                                              vc->dcidlen, sv, 2);
     if (n > 0)
         send_pkt(qs, path, buf, (size_t)n);
+}
+
+/*
+ * A short header for no connection this worker has: one it closed, or
+ * one from before it was respawned. A stateless reset (RFC 9000 10.3)
+ * tells the client at once rather than after its idle timeout, but only
+ * for an ID this worker of this generation gave out: the other workers
+ * own the other indexes, and after a reload the old generation's workers
+ * read the same sockets and still own theirs. Never in answer to 43
+ * bytes or fewer, always shorter than what it answers (10.3.3: two
+ * endpoints cannot reset each other in a loop), at most one per packet
+ * and FD_QUIC_RESETS_PER_SEC a second for all workers together.
+ */
+static void stateless_reset(fd_quic_sock_t *qs, const ngtcp2_version_cid *vc,
+                            size_t len, const ngtcp2_path *path)
+{
+    uint8_t buf[QUIC_MAX_PKT], rnd[QUIC_MAX_PKT];
+    uint8_t token[NGTCP2_STATELESS_RESET_TOKENLEN];
+    size_t n = fd_min(len - 1, sizeof(buf)) - sizeof(token);
+    ngtcp2_cid cid;
+    ngtcp2_ssize w;
+
+    if (len <= 43 || vc->dcidlen != FD_QUIC_SCID_LEN ||
+        vc->dcid[0] != (uint8_t)fd_worker->index ||
+        vc->dcid[1] != (uint8_t)fd_worker->cycle->generation ||
+        !fd_quic_reset_allowed(fd_quic_now() / NGTCP2_SECONDS))
+        return;
+    ngtcp2_cid_init(&cid, vc->dcid, vc->dcidlen);
+    /* the random part first, the token last */
+    if (getrandom(rnd, n, 0) != (ssize_t)n ||
+        ngtcp2_crypto_generate_stateless_reset_token(
+            token, fd_quic_keys->secrets.reset,
+            sizeof(fd_quic_keys->secrets.reset), &cid) != 0)
+        return;
+    w = ngtcp2_pkt_write_stateless_reset(buf, sizeof(buf), token, rnd, n);
+    if (w <= 0)
+        return;
+    fd_log_debug("QUIC stateless reset sent (%zd bytes for %zu)", w, len);
+    send_pkt(qs, path, buf, (size_t)w);
 }
 
 /* --- connections --- */
@@ -666,9 +708,13 @@ static void datagram(fd_quic_sock_t *qs, const uint8_t *data, size_t len,
         return; /* not QUIC: dropped */
     qc = cid_find(vc.dcid, vc.dcidlen);
     if (qc == NULL) {
-        /* only a client's Initial opens a connection; the rest (a short
-         * header for a connection gone, say) is dropped: no stateless
-         * reset while other workers may own the connection */
+        /* only a client's Initial opens a connection; a short header
+         * for a connection gone may get a stateless reset, the rest is
+         * dropped */
+        if (!(data[0] & 0x80)) {
+            stateless_reset(qs, &vc, len, path);
+            return;
+        }
         if (fd_worker->quitting || ngtcp2_accept(&hd, data, len) != 0 ||
             hd.type != NGTCP2_PKT_INITIAL)
             return;
