@@ -46,6 +46,9 @@
                                   * the path's limit, 1200 until probed) */
 #define QUIC_CLOSE_RESENDS 8
 #define QUIC_TABLE 4096          /* buckets of the CID table */
+#define QUIC_RETRY_TTL 3         /* seconds a Retry token is good for */
+#define QUIC_HALF_OPEN 128       /* quic_retry = auto: Retry beyond this
+                                  * many handshakes in progress */
 
 struct fd_quic_sock_s {
     fd_event_t ev;               /* a dup of the worker's socket: the
@@ -67,6 +70,7 @@ typedef struct cid_ent_s {
 static cid_ent_t *table[QUIC_TABLE];
 static fd_quic_sock_t *socks;
 static unsigned nconns;
+static unsigned half_open;       /* connections before their handshake's end */
 static ngtcp2_callbacks callbacks;
 static uint8_t rbuf[65536];
 
@@ -296,8 +300,13 @@ static int remove_cid(ngtcp2_conn *conn, const ngtcp2_cid *cid, void *ud)
 
 static int handshake_completed(ngtcp2_conn *conn, void *ud)
 {
+    fd_quic_conn_t *qc = ud;
+
     (void)conn;
-    (void)ud;
+    if (!qc->handshaked) {
+        qc->handshaked = 1;
+        half_open--;
+    }
     fd_stats->ssl_tls13++;
     return 0;
 }
@@ -305,8 +314,11 @@ static int handshake_completed(ngtcp2_conn *conn, void *ud)
 static void conn_timer(fd_timer_t *t);
 static void conn_posted(void *data);
 
+/* odcid: the client's first DCID when a Retry token validated its
+ * address (hd->dcid is then our Retry's SCID), NULL without Retry */
 static fd_quic_conn_t *conn_new(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
-                                const ngtcp2_path *path)
+                                const ngtcp2_path *path,
+                                const ngtcp2_cid *odcid)
 {
     const fd_cycle_t *cy = fd_worker->cycle;
     fd_quic_conn_t *qc;
@@ -365,6 +377,15 @@ static fd_quic_conn_t *conn_new(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
     params.active_connection_id_limit = FD_QUIC_MAX_CIDS - 2;
     params.original_dcid = hd->dcid;
     params.original_dcid_present = 1;
+    if (odcid) {
+        /* RFC 9000 7.3: the IDs before and in the Retry, authenticated */
+        params.original_dcid = *odcid;
+        params.retry_scid = hd->dcid;
+        params.retry_scid_present = 1;
+        settings.token = hd->token;
+        settings.tokenlen = hd->tokenlen;
+        settings.token_type = NGTCP2_TOKEN_TYPE_RETRY;
+    }
     params.stateless_reset_token_present = 1;
     if (cid_new(&scid, FD_QUIC_SCID_LEN) != FD_OK ||
         ngtcp2_crypto_generate_stateless_reset_token(
@@ -384,6 +405,7 @@ static fd_quic_conn_t *conn_new(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
     if (cid_add(qc, &scid) != FD_OK || cid_add(qc, &hd->dcid) != FD_OK)
         goto failed;
     nconns++;
+    half_open++;
     fd_worker_hold(1); /* a graceful stop waits for it */
     fd_stats->conn_accepted++;
     fd_stats->conn_handled++;
@@ -418,6 +440,8 @@ static void conn_free(fd_quic_conn_t *qc)
     qc->close_pkt = NULL;
     qc->dead = 1;
     nconns--;
+    if (!qc->handshaked)
+        half_open--;
     fd_worker_hold(-1);
     /* freed at the end of the turn (conn_posted), when no request holds
      * it: the caller may still look at qc->dead */
@@ -690,13 +714,94 @@ static void conn_read(fd_quic_conn_t *qc, const ngtcp2_path *path,
     fd_log_conn_id = 0;
 }
 
+/* --- address validation: Retry (RFC 9000 8.1.2) --- */
+
+static void send_retry(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
+                       const ngtcp2_path *path)
+{
+    uint8_t buf[QUIC_MAX_PKT], token[NGTCP2_CRYPTO_MAX_RETRY_TOKENLEN2];
+    ngtcp2_cid scid;
+    ngtcp2_ssize tlen, n;
+
+    /* the client's next Initial names this ID: this worker's, steered
+     * here; any worker could check the token */
+    if (cid_new(&scid, FD_QUIC_SCID_LEN) != FD_OK)
+        return;
+    tlen = ngtcp2_crypto_generate_retry_token2(
+        token, fd_quic_keys->secrets.retry, sizeof(fd_quic_keys->secrets.retry),
+        hd->version, path->remote.addr, path->remote.addrlen, &scid,
+        &hd->dcid, fd_quic_now());
+    if (tlen < 0)
+        return;
+    n = ngtcp2_crypto_write_retry(buf, sizeof(buf), hd->version, &hd->scid,
+                                  &scid, &hd->dcid, token, (size_t)tlen);
+    if (n <= 0)
+        return;
+    fd_log_debug("QUIC Retry sent");
+    send_pkt(qs, path, buf, (size_t)n);
+}
+
+/* A Retry token that does not check: the client will not take another
+ * Retry, so end the attempt at once with INVALID_TOKEN (8.1.3) */
+static void send_invalid_token(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
+                               const ngtcp2_path *path)
+{
+    uint8_t buf[QUIC_MAX_PKT];
+    ngtcp2_ssize n;
+
+    n = ngtcp2_crypto_write_connection_close(buf, sizeof(buf), hd->version,
+                                             &hd->scid, &hd->dcid,
+                                             NGTCP2_INVALID_TOKEN, NULL, 0);
+    if (n > 0)
+        send_pkt(qs, path, buf, (size_t)n);
+}
+
+/*
+ * A client's Initial for no connection: FD_OK to make one (*odcid set
+ * when a Retry token of ours proved its address), FD_DECLINED when it
+ * was answered instead (a Retry, INVALID_TOKEN). Tokens are checked
+ * whatever quic_retry says now: it may have been on before a reload.
+ */
+static int validate(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
+                    const ngtcp2_path *path, ngtcp2_cid *odcid, int *retried)
+{
+    int mode = qs->ls->servers[0]->quic_retry, rv;
+
+    *retried = 0;
+    if (hd->tokenlen && hd->token[0] == NGTCP2_CRYPTO_TOKEN_MAGIC_RETRY2) {
+        rv = ngtcp2_crypto_verify_retry_token2(
+            odcid, hd->token, hd->tokenlen, fd_quic_keys->secrets.retry,
+            sizeof(fd_quic_keys->secrets.retry), hd->version,
+            path->remote.addr, path->remote.addrlen, &hd->dcid,
+            QUIC_RETRY_TTL * NGTCP2_SECONDS, fd_quic_now());
+        if (rv == 0) {
+            fd_log_debug("QUIC address validated by a Retry token");
+            *retried = 1;
+            return FD_OK;
+        }
+        fd_log_error(FD_LOG_INFO, 0, "QUIC Retry token refused: %s",
+                     rv == NGTCP2_CRYPTO_ERR_VERIFY_TOKEN
+                         ? "expired, or for another address or ID"
+                         : "not one of ours");
+        send_invalid_token(qs, hd, path);
+        return FD_DECLINED;
+    }
+    /* no token, or a NEW_TOKEN one (fastd sends none): not validated */
+    if (mode == FD_QUIC_RETRY_OFF ||
+        (mode == FD_QUIC_RETRY_AUTO && half_open < QUIC_HALF_OPEN))
+        return FD_OK;
+    send_retry(qs, hd, path);
+    return FD_DECLINED;
+}
+
 static void datagram(fd_quic_sock_t *qs, const uint8_t *data, size_t len,
                      const ngtcp2_path *path)
 {
     ngtcp2_version_cid vc;
     ngtcp2_pkt_hd hd;
+    ngtcp2_cid odcid;
     fd_quic_conn_t *qc;
-    int rv;
+    int rv, retried;
 
     rv = ngtcp2_pkt_decode_version_cid(&vc, data, len, FD_QUIC_SCID_LEN);
     if (rv == NGTCP2_ERR_VERSION_NEGOTIATION) {
@@ -716,9 +821,10 @@ static void datagram(fd_quic_sock_t *qs, const uint8_t *data, size_t len,
             return;
         }
         if (fd_worker->quitting || ngtcp2_accept(&hd, data, len) != 0 ||
-            hd.type != NGTCP2_PKT_INITIAL)
+            hd.type != NGTCP2_PKT_INITIAL ||
+            validate(qs, &hd, path, &odcid, &retried) != FD_OK)
             return;
-        if ((qc = conn_new(qs, &hd, path)) == NULL)
+        if ((qc = conn_new(qs, &hd, path, retried ? &odcid : NULL)) == NULL)
             return;
     }
     conn_read(qc, path, data, len);

@@ -62,6 +62,7 @@ struct fd_quic_conn_s {
     unsigned closing:1;         /* closing or draining: only the timer */
     unsigned dead:1;            /* freed once refs drop to 0 */
     unsigned goaway:1;
+    unsigned handshaked:1;      /* no longer half-open (quic_retry auto) */
 };
 
 /* fd_quic_keys.c: made by the master, read by every worker */

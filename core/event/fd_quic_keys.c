@@ -61,8 +61,8 @@ int fd_quic_reset_allowed(uint64_t now_sec)
     uint64_t sec = __atomic_load_n(&fd_quic_keys->reset_sec, __ATOMIC_RELAXED);
 
     if (sec != now_sec &&
-        __atomic_compare_exchange_n(&fd_quic_keys->reset_sec, &sec, now_sec,
-                                    0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        __atomic_compare_exchange_n(&fd_quic_keys->reset_sec, &sec, now_sec, 0,
+                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         __atomic_store_n(&fd_quic_keys->resets, 0, __ATOMIC_RELAXED);
     return __atomic_add_fetch(&fd_quic_keys->resets, 1, __ATOMIC_RELAXED) <=
            FD_QUIC_RESETS_PER_SEC;
