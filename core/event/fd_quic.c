@@ -31,6 +31,7 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <sys/epoll.h>
 #include <sys/random.h>
 #include <time.h>
@@ -44,6 +45,8 @@
                                   * the loop gets a turn */
 #define QUIC_MAX_PKT 1500        /* a packet fastd writes (ngtcp2 keeps to
                                   * the path's limit, 1200 until probed) */
+#define QUIC_GSO_PKTS 64         /* packets in one send (UDP_SEGMENT) */
+#define QUIC_GSO_BYTES 65000     /* and bytes: under UDP's 64 KB */
 #define QUIC_CLOSE_RESENDS 8
 #define QUIC_TABLE 4096          /* buckets of the CID table */
 #define QUIC_RETRY_TTL 3         /* seconds a Retry token is good for */
@@ -58,6 +61,7 @@ struct fd_quic_sock_s {
     fd_listening_t *ls;
     fd_posted_t more;            /* the batch ended before EAGAIN */
     unsigned posted:1;
+    unsigned no_gso:1;           /* UDP_SEGMENT refused: one send each */
     fd_quic_sock_t *next;
 };
 
@@ -73,6 +77,7 @@ static unsigned nconns;
 static unsigned half_open;       /* connections before their handshake's end */
 static ngtcp2_callbacks callbacks;
 static uint8_t rbuf[65536];
+static uint8_t wbuf[QUIC_GSO_BYTES]; /* conn_write's batch */
 
 static void conn_write(fd_quic_conn_t *qc);
 static void conn_free(fd_quic_conn_t *qc);
@@ -157,13 +162,20 @@ static int cid_new(ngtcp2_cid *cid, size_t len)
 
 /* --- datagrams out --- */
 
-static void send_pkt(fd_quic_sock_t *qs, const ngtcp2_path *path,
-                     const uint8_t *data, size_t len)
+/*
+ * One sendmsg() for len bytes: one packet, or with gso (UDP_SEGMENT)
+ * packets of gso bytes each but the last, which the kernel splits into
+ * datagrams (one pass down the stack for all). 0, or the errno.
+ */
+static int send_dgrams(fd_quic_sock_t *qs, const ngtcp2_path *path,
+                       const uint8_t *data, size_t len, size_t gso)
 {
     struct iovec iov = {(void *)data, len};
     union {
-        char v4[CMSG_SPACE(sizeof(struct in_pktinfo))];
-        char v6[CMSG_SPACE(sizeof(struct in6_pktinfo))];
+        char v4[CMSG_SPACE(sizeof(struct in_pktinfo)) +
+                CMSG_SPACE(sizeof(uint16_t))];
+        char v6[CMSG_SPACE(sizeof(struct in6_pktinfo)) +
+                CMSG_SPACE(sizeof(uint16_t))];
     } cbuf;
     struct msghdr msg = {.msg_name = path->remote.addr,
                          .msg_namelen = path->remote.addrlen,
@@ -194,14 +206,57 @@ static void send_pkt(fd_quic_sock_t *qs, const ngtcp2_path *path,
         cm->cmsg_len = CMSG_LEN(sizeof(pi));
         memcpy(CMSG_DATA(cm), &pi, sizeof(pi));
     }
+    if (gso && len > gso) {
+        uint16_t seg = (uint16_t)gso;
+        msg.msg_controllen += CMSG_SPACE(sizeof(seg));
+        cm = CMSG_NXTHDR(&msg, cm);
+        cm->cmsg_level = SOL_UDP;
+        cm->cmsg_type = UDP_SEGMENT;
+        cm->cmsg_len = CMSG_LEN(sizeof(seg));
+        memcpy(CMSG_DATA(cm), &seg, sizeof(seg));
+    }
     do
         n = sendmsg(qs->ev.fd, &msg, 0);
     while (n < 0 && errno == EINTR);
-    if (n < 0 && errno != EAGAIN)
-        fd_log_error(FD_LOG_INFO, errno, "sendmsg() of a QUIC packet failed");
-    else if (n > 0)
-        fd_stats->bytes_out += (uint64_t)n;
+    if (n < 0)
+        return errno;
+    fd_stats->bytes_out += (uint64_t)n;
+    return 0;
+}
+
+static void send_pkt(fd_quic_sock_t *qs, const ngtcp2_path *path,
+                     const uint8_t *data, size_t len)
+{
+    int err = send_dgrams(qs, path, data, len, 0);
+
     /* EAGAIN: the socket buffer is full; QUIC takes it as a loss */
+    if (err && err != EAGAIN)
+        fd_log_error(FD_LOG_INFO, err, "sendmsg() of a QUIC packet failed");
+}
+
+/* Packets of gso bytes but the last: one send with GSO, or one each
+ * where the kernel (or the device under the route) refuses it. */
+static void send_batch(fd_quic_sock_t *qs, const ngtcp2_path *path,
+                       const uint8_t *data, size_t len, size_t gso)
+{
+    size_t off;
+    int err;
+
+    if (len > gso && !qs->no_gso) {
+        err = send_dgrams(qs, path, data, len, gso);
+        if (err == 0 || err == EAGAIN)
+            return;
+        if (err != EIO && err != EINVAL && err != ENOPROTOOPT) {
+            fd_log_error(FD_LOG_INFO, err, "sendmsg() of QUIC packets "
+                         "failed");
+            return;
+        }
+        qs->no_gso = 1;
+        fd_log_error(FD_LOG_NOTICE, err, "UDP GSO refused on %s quic: a "
+                     "sendmsg() per packet from now on", qs->ls->text);
+    }
+    for (off = 0; off < len; off += gso)
+        send_pkt(qs, path, data + off, fd_min(gso, len - off));
 }
 
 static void send_version_negotiation(fd_quic_sock_t *qs,
@@ -525,13 +580,21 @@ void fd_quic_fail(fd_quic_conn_t *qc, uint64_t app_error, const char *why)
     conn_close(qc);
 }
 
-/* Frame and send what ngtcp2 and nghttp3 have, until something stops it. */
+/*
+ * Frame and send what ngtcp2 and nghttp3 have, until something stops it.
+ * The packets go out in batches of the same size and path, each in one
+ * send (GSO): a batch ends at QUIC_GSO_PKTS, at a shorter packet (the
+ * last of its batch), before a longer one or one for another path.
+ */
 static void conn_write(fd_quic_conn_t *qc)
 {
-    uint8_t buf[QUIC_MAX_PKT];
     ngtcp2_tstamp ts = fd_quic_now();
-    size_t max = fd_min(sizeof(buf),
+    size_t max = fd_min(QUIC_MAX_PKT,
                         ngtcp2_conn_get_max_tx_udp_payload_size(qc->conn));
+    size_t limit = fd_min(QUIC_GSO_PKTS, QUIC_GSO_BYTES / max);
+    size_t npkts = 0, gso = 0;
+    uint8_t *p = wbuf;
+    ngtcp2_path_storage bps;    /* the batch's path */
 
     if (qc->closing || qc->dead)
         return;
@@ -558,7 +621,7 @@ static void conn_write(fd_quic_conn_t *qc)
         }
         if (fin)
             flags |= NGTCP2_WRITE_STREAM_FLAG_FIN;
-        n = ngtcp2_conn_writev_stream(qc->conn, &qc->ps.path, &pi, buf, max,
+        n = ngtcp2_conn_writev_stream(qc->conn, &qc->ps.path, &pi, p, max,
                                       &ndatalen, flags, sid,
                                       (const ngtcp2_vec *)vec, (size_t)nvec,
                                       ts);
@@ -597,8 +660,29 @@ static void conn_write(fd_quic_conn_t *qc)
         }
         if (n == 0)
             break;
-        send_pkt(qc->qs, &qc->ps.path, buf, (size_t)n);
+        if (npkts && ((size_t)n > gso ||
+                      !ngtcp2_path_eq(&bps.path, &qc->ps.path))) {
+            /* this one starts the next batch */
+            send_batch(qc->qs, &bps.path, wbuf, (size_t)(p - wbuf), gso);
+            memmove(wbuf, p, (size_t)n);
+            p = wbuf;
+            npkts = 0;
+        }
+        if (npkts++ == 0) {
+            ngtcp2_path_storage_init(
+                &bps, qc->ps.path.local.addr, qc->ps.path.local.addrlen,
+                qc->ps.path.remote.addr, qc->ps.path.remote.addrlen, NULL);
+            gso = (size_t)n;
+        }
+        p += n;
+        if (npkts == limit || (size_t)n < gso) {
+            send_batch(qc->qs, &bps.path, wbuf, (size_t)(p - wbuf), gso);
+            p = wbuf;
+            npkts = 0;
+        }
     }
+    if (npkts)
+        send_batch(qc->qs, &bps.path, wbuf, (size_t)(p - wbuf), gso);
     ngtcp2_conn_update_pkt_tx_time(qc->conn, ts);
     conn_set_timer(qc);
 }
