@@ -4,8 +4,9 @@
 # one; a client's Initial without a token gets a Retry; its token brought
 # back from the same address and port makes a connection, and brought
 # back from another port, altered, or after its 3 s are over, ends the
-# attempt with INVALID_TOKEN. A token from before a reload is still good
-# after it (the key is the master's, kept across reloads).
+# attempt with INVALID_TOKEN; an Initial under 1200 bytes gets nothing.
+# A token from before a reload is still good after it (the key is the
+# master's, kept across reloads).
 #
 # The Initials the test writes carry no valid TLS (their payload is
 # random): the server looks at the token before it decrypts anything.
@@ -136,6 +137,21 @@ ok(defined $token && length $token > 16,
    'an Initial without a token gets a Retry carrying one');
 is(ord(substr($rscid // "\xff", 0, 1)), 0,
    'its new connection ID names the worker that steered it');
+
+# an Initial under 1200 bytes: nothing (an answer never outgrows what
+# could have been spoofed); the next full one's Retry is the first reply
+{
+    my ($dcid, $scid) = (chr(0) . rnd(15), rnd(8));
+    my $h = chr(0xc3) . pack('N', 1) . chr(16) . chr(0) . rnd(15) . chr(8)
+          . rnd(8) . chr(0);
+    my $short = $h . pack('n', 0x4000 | (600 - length($h) - 2))
+              . rnd(600 - length($h) - 2);
+    $s->send($short);
+    $s->send(initial($dcid, $scid, ''));
+    my $r = reply($s) // '';
+    ok(type($r) == 3 && substr($r, 6, 8) eq $scid,
+       'no Retry for an Initial of 600 bytes');
+}
 
 # altered: refused at once, with a CONNECTION_CLOSE in an Initial
 my $refused = count(qr/QUIC Retry token refused: not one of ours/);
