@@ -5,11 +5,12 @@ protected as RFC 9001 5 says (so the server takes it and waits for a
 ClientHello that never comes: a half-open connection), carrying the first
 bytes of a ClientHello and PADDING.
 
-  quic_flood.py ADDR PORT N WANT
+  quic_flood.py ADDR PORT N
 
-Sends them all, then reads the Retries they get until WANT came (or
-nothing came for 10 s), and prints one JSON line: how many were answered
-with a Retry, and the index of the first that was (null: none).
+Sends them one at a time, each once the previous one was answered (the
+server acknowledges each, or sends a Retry), and prints one JSON line:
+how many were answered with a Retry, and the index of the first that
+was (null: none).
 """
 import json
 import os
@@ -66,26 +67,29 @@ def initial(dcid, scid):
     return first + header[1:] + pn_prot + ct
 
 
-def main(addr, port, n, want):
+def main(addr, port, n):
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.connect((addr, int(port)))
     s.settimeout(10)
-    scids = {}
+    retries, first = 0, None
     for i in range(int(n)):
         dcid, scid = b'\0' + os.urandom(15), os.urandom(8)
-        scids[scid] = i
         s.send(initial(dcid, scid))
-    # the Retries, until WANT came (or none for 10 s)
-    got = []
-    while len(got) < int(want):
-        try:
-            d = s.recv(65536)
-        except socket.timeout:
-            break
-        if d[0] & 0xb0 == 0xb0 and d[6:14] in scids:
-            got.append(scids[d[6:14]])
-    print(json.dumps({'retries': len(got),
-                      'first': min(got) if got else None}))
+        # its first answer (an ACK, a Retry): the next is sent after it,
+        # so none is lost to a full socket buffer
+        while True:
+            try:
+                d = s.recv(65536)
+            except socket.timeout:
+                print(json.dumps({'error': 'no answer to Initial %d' % i}))
+                return 1
+            if d[0] & 0x80 and d[6:14] == scid:
+                break
+        if d[0] & 0xb0 == 0xb0:
+            retries += 1
+            if first is None:
+                first = i
+    print(json.dumps({'retries': retries, 'first': first}))
     return 0
 
 
