@@ -5,7 +5,9 @@
 # worker and generation the ID names (byte 0: the worker, byte 1: the
 # generation's low byte), never for 43 bytes or fewer. The token is the
 # same after the workers are killed and respawned (the secret is the
-# master's, shared). A real HTTP/3 request is served all along.
+# master's, shared), and a real client (ngtcp2's gtlsclient) whose
+# connection's worker was killed takes the new worker's reset as its
+# connection's. A real HTTP/3 request is served all along.
 #
 # No reply is awaited for a set time: a packet that must get none is
 # followed, on the same worker's socket, by one that must get a reply of
@@ -19,6 +21,7 @@ use FastdTest;
 use TLS;
 use IO::Select;
 use IO::Socket::INET;
+use POSIX ();
 use JSON::PP;
 use Test::More;
 
@@ -136,13 +139,41 @@ is(scalar @r, 1, 'no reset for an ID of another generation');
 
 ok(h3_ok(), 'HTTP/3 still served');
 
-# the workers die and are respawned: the same secret, the same tokens
+# the workers die and are respawned: the same secret, the same tokens.
+# A real client (ngtcp2's) holds a connection across it, and sends its
+# request only 3 s after its handshake: the new worker does not know the
+# connection, and the client takes its stateless reset as the one the
+# dead worker's transport parameters announced.
+my $gtls = '/usr/bin/gtlsclient';
+my $client;
+if (-x $gtls) {
+    $client = fork // die "fork: $!";
+    if ($client == 0) {
+        no warnings 'exec';
+        exec "timeout 60 $gtls -q --delay-stream=3s "
+           . "--exit-on-all-streams-close --qlog-file=$dir/client.qlog "
+           . "127.0.0.1 $port https://localhost:$port/index.html "
+           . ">/dev/null 2>&1";
+        POSIX::_exit(127);
+    }
+    FastdTest::wait_for(sub {
+        (FastdTest::slurp("$dir/client.qlog") // '') =~ /handshake_done/
+    }, 10);
+}
 my @old = $t->workers;
 kill 'KILL', @old;
 ok(FastdTest::wait_for(sub {
     my %o = map { $_ => 1 } @old;
     (grep { !$o{$_} } $t->workers) >= 2;
 }, 15), 'two new workers after both were killed');
+SKIP: {
+    skip 'ngtcp2-client (gtlsclient) is not installed', 2 unless $client;
+    waitpid $client, 0;
+    my $q = FastdTest::slurp("$dir/client.qlog") // '';
+    like($q, qr/handshake_done/, 'a real client had a connection');
+    like($q, qr/"packet_type":"stateless_reset"/,
+         'which it took as reset by the respawned worker');
+}
 @r = exchange(short_pkt($c0, 100));
 is(substr($r[0] // '', -16), $token, 'worker 0 respawned: the same token');
 @r = exchange(short_pkt($c1, 100));
