@@ -294,15 +294,16 @@ static void stateless_reset(fd_quic_sock_t *qs, const ngtcp2_version_cid *vc,
 {
     uint8_t buf[QUIC_MAX_PKT], rnd[QUIC_MAX_PKT];
     uint8_t token[NGTCP2_STATELESS_RESET_TOKENLEN];
-    size_t n = fd_min(len - 1, sizeof(buf)) - sizeof(token);
     ngtcp2_cid cid;
     ngtcp2_ssize w;
+    size_t n;
 
     if (len <= 43 || vc->dcidlen != FD_QUIC_SCID_LEN ||
         vc->dcid[0] != (uint8_t)fd_worker->index ||
         vc->dcid[1] != (uint8_t)fd_worker->cycle->generation ||
         !fd_quic_reset_allowed(fd_quic_now() / NGTCP2_SECONDS))
         return;
+    n = fd_min(len - 1, sizeof(buf)) - sizeof(token); /* 27 or more */
     ngtcp2_cid_init(&cid, vc->dcid, vc->dcidlen);
     /* the random part first, the token last */
     if (getrandom(rnd, n, 0) != (ssize_t)n ||
