@@ -22,6 +22,7 @@
 #include "fd_connection.h"
 #include "fd_http.h"
 #include "fd_proctitle.h"
+#include "fd_quic.h"
 #include "fd_ssl.h"
 #include "fd_status.h"
 
@@ -657,7 +658,8 @@ load:
                       isatty(STDERR_FILENO);
     fd_log = &master_log;
     log_owner();
-    if (fd_shm_init() != FD_OK || fd_ssl_shm_init() != FD_OK) {
+    if (fd_shm_init() != FD_OK || fd_ssl_shm_init() != FD_OK ||
+        fd_quic_shm_init() != FD_OK) {
         fprintf(stderr, "fastd: [emerg] shared memory setup failed\n");
         return 1;
     }

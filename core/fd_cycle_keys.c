@@ -636,6 +636,12 @@ static int set_listen(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     return fd_conf_set(cf, &list, conf, v);
 }
 
+static const fd_conf_enum_t quic_retry_enums[] = {
+    {"off", FD_QUIC_RETRY_OFF},
+    {"on", FD_QUIC_RETRY_ON},
+    {"auto", FD_QUIC_RETRY_AUTO},
+    {NULL, 0}};
+
 const fd_directive_t fd_http_server_directives[] = {
     {.name = "listen", .type = FD_CONF_LIST, .offset = SRV(listen),
      .set = set_listen,
@@ -682,4 +688,16 @@ const fd_directive_t fd_http_server_directives[] = {
      .doc = "how long a connection to a listen ... proxy_protocol address "
             "may take to send its PROXY header (the address's default "
             "server's value)"},
+    {.name = "quic_retry", .type = FD_CONF_ENUM, .offset = SRV(quic_retry),
+     .def = "auto", .enums = quic_retry_enums,
+     .doc = "on: a client's first Initial on a quic address gets a Retry, "
+            "and only an Initial bringing back its token (bound to the "
+            "client's address, valid 3s, known to every worker and across "
+            "reloads) makes a connection: the client's address is proven "
+            "before the server spends a handshake on it, for one more "
+            "round trip. auto: Retry only while the worker has more than "
+            "128 connections whose handshake has not ended (an Initial "
+            "flood); off: never. A forged or expired token ends the "
+            "attempt with INVALID_TOKEN. The address's default server's "
+            "value applies (as nginx's quic_retry)"},
     FD_CONF_END};

@@ -31,6 +31,7 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <sys/epoll.h>
 #include <sys/random.h>
 #include <time.h>
@@ -44,8 +45,13 @@
                                   * the loop gets a turn */
 #define QUIC_MAX_PKT 1500        /* a packet fastd writes (ngtcp2 keeps to
                                   * the path's limit, 1200 until probed) */
+#define QUIC_GSO_PKTS 64         /* packets in one send (UDP_SEGMENT) */
+#define QUIC_GSO_BYTES 65000     /* and bytes: under UDP's 64 KB */
 #define QUIC_CLOSE_RESENDS 8
 #define QUIC_TABLE 4096          /* buckets of the CID table */
+#define QUIC_RETRY_TTL 3         /* seconds a Retry token is good for */
+#define QUIC_HALF_OPEN 128       /* quic_retry = auto: Retry beyond this
+                                  * many handshakes in progress */
 
 struct fd_quic_sock_s {
     fd_event_t ev;               /* a dup of the worker's socket: the
@@ -55,6 +61,7 @@ struct fd_quic_sock_s {
     fd_listening_t *ls;
     fd_posted_t more;            /* the batch ended before EAGAIN */
     unsigned posted:1;
+    unsigned no_gso:1;           /* UDP_SEGMENT refused: one send each */
     fd_quic_sock_t *next;
 };
 
@@ -67,9 +74,10 @@ typedef struct cid_ent_s {
 static cid_ent_t *table[QUIC_TABLE];
 static fd_quic_sock_t *socks;
 static unsigned nconns;
-static uint8_t reset_secret[32];
+static unsigned half_open;       /* connections before their handshake's end */
 static ngtcp2_callbacks callbacks;
 static uint8_t rbuf[65536];
+static uint8_t wbuf[QUIC_GSO_BYTES]; /* conn_write's batch */
 
 static void conn_write(fd_quic_conn_t *qc);
 static void conn_free(fd_quic_conn_t *qc);
@@ -139,25 +147,35 @@ static void cid_del(fd_quic_conn_t *qc, const ngtcp2_cid *cid)
         }
 }
 
-/* A new ID of ours: random, but for the worker's index in byte 0. */
+/* A new ID of ours: random, but for the worker's index in byte 0 (the
+ * steering's) and its generation's low byte in byte 1 (whether a
+ * stateless reset is ours to send: stateless_reset) */
 static int cid_new(ngtcp2_cid *cid, size_t len)
 {
     if (getrandom(cid->data, len, 0) != (ssize_t)len)
         return FD_ERROR;
     cid->data[0] = (uint8_t)fd_worker->index;
+    cid->data[1] = (uint8_t)fd_worker->cycle->generation;
     cid->datalen = len;
     return FD_OK;
 }
 
 /* --- datagrams out --- */
 
-static void send_pkt(fd_quic_sock_t *qs, const ngtcp2_path *path,
-                     const uint8_t *data, size_t len)
+/*
+ * One sendmsg() for len bytes: one packet, or with gso (UDP_SEGMENT)
+ * packets of gso bytes each but the last, which the kernel splits into
+ * datagrams (one pass down the stack for all). 0, or the errno.
+ */
+static int send_dgrams(fd_quic_sock_t *qs, const ngtcp2_path *path,
+                       const uint8_t *data, size_t len, size_t gso)
 {
     struct iovec iov = {(void *)data, len};
     union {
-        char v4[CMSG_SPACE(sizeof(struct in_pktinfo))];
-        char v6[CMSG_SPACE(sizeof(struct in6_pktinfo))];
+        char v4[CMSG_SPACE(sizeof(struct in_pktinfo)) +
+                CMSG_SPACE(sizeof(uint16_t))];
+        char v6[CMSG_SPACE(sizeof(struct in6_pktinfo)) +
+                CMSG_SPACE(sizeof(uint16_t))];
     } cbuf;
     struct msghdr msg = {.msg_name = path->remote.addr,
                          .msg_namelen = path->remote.addrlen,
@@ -188,14 +206,57 @@ static void send_pkt(fd_quic_sock_t *qs, const ngtcp2_path *path,
         cm->cmsg_len = CMSG_LEN(sizeof(pi));
         memcpy(CMSG_DATA(cm), &pi, sizeof(pi));
     }
+    if (gso && len > gso) {
+        uint16_t seg = (uint16_t)gso;
+        msg.msg_controllen += CMSG_SPACE(sizeof(seg));
+        cm = CMSG_NXTHDR(&msg, cm);
+        cm->cmsg_level = SOL_UDP;
+        cm->cmsg_type = UDP_SEGMENT;
+        cm->cmsg_len = CMSG_LEN(sizeof(seg));
+        memcpy(CMSG_DATA(cm), &seg, sizeof(seg));
+    }
     do
         n = sendmsg(qs->ev.fd, &msg, 0);
     while (n < 0 && errno == EINTR);
-    if (n < 0 && errno != EAGAIN)
-        fd_log_error(FD_LOG_INFO, errno, "sendmsg() of a QUIC packet failed");
-    else if (n > 0)
-        fd_stats->bytes_out += (uint64_t)n;
+    if (n < 0)
+        return errno;
+    fd_stats->bytes_out += (uint64_t)n;
+    return 0;
+}
+
+static void send_pkt(fd_quic_sock_t *qs, const ngtcp2_path *path,
+                     const uint8_t *data, size_t len)
+{
+    int err = send_dgrams(qs, path, data, len, 0);
+
     /* EAGAIN: the socket buffer is full; QUIC takes it as a loss */
+    if (err && err != EAGAIN)
+        fd_log_error(FD_LOG_INFO, err, "sendmsg() of a QUIC packet failed");
+}
+
+/* Packets of gso bytes but the last: one send with GSO, or one each
+ * where the kernel (or the device under the route) refuses it. */
+static void send_batch(fd_quic_sock_t *qs, const ngtcp2_path *path,
+                       const uint8_t *data, size_t len, size_t gso)
+{
+    size_t off;
+    int err;
+
+    if (len > gso && !qs->no_gso) {
+        err = send_dgrams(qs, path, data, len, gso);
+        if (err == 0 || err == EAGAIN)
+            return;
+        if (err != EIO && err != EINVAL && err != ENOPROTOOPT) {
+            fd_log_error(FD_LOG_INFO, err, "sendmsg() of QUIC packets "
+                         "failed");
+            return;
+        }
+        qs->no_gso = 1;
+        fd_log_error(FD_LOG_NOTICE, err, "UDP GSO refused on %s quic: a "
+                     "sendmsg() per packet from now on", qs->ls->text);
+    }
+    for (off = 0; off < len; off += gso)
+        send_pkt(qs, path, data + off, fd_min(gso, len - off));
 }
 
 static void send_version_negotiation(fd_quic_sock_t *qs,
@@ -215,6 +276,46 @@ static void send_version_negotiation(fd_quic_sock_t *qs,
                                              vc->dcidlen, sv, 2);
     if (n > 0)
         send_pkt(qs, path, buf, (size_t)n);
+}
+
+/*
+ * A short header for no connection this worker has: one it closed, or
+ * one from before it was respawned. A stateless reset (RFC 9000 10.3)
+ * tells the client at once rather than after its idle timeout, but only
+ * for an ID this worker of this generation gave out: the other workers
+ * own the other indexes, and after a reload the old generation's workers
+ * read the same sockets and still own theirs. Never in answer to 43
+ * bytes or fewer, always shorter than what it answers (10.3.3: two
+ * endpoints cannot reset each other in a loop), at most one per packet
+ * and FD_QUIC_RESETS_PER_SEC a second for all workers together.
+ */
+static void stateless_reset(fd_quic_sock_t *qs, const ngtcp2_version_cid *vc,
+                            size_t len, const ngtcp2_path *path)
+{
+    uint8_t buf[QUIC_MAX_PKT], rnd[QUIC_MAX_PKT];
+    uint8_t token[NGTCP2_STATELESS_RESET_TOKENLEN];
+    ngtcp2_cid cid;
+    ngtcp2_ssize w;
+    size_t n;
+
+    if (len <= 43 || vc->dcidlen != FD_QUIC_SCID_LEN ||
+        vc->dcid[0] != (uint8_t)fd_worker->index ||
+        vc->dcid[1] != (uint8_t)fd_worker->cycle->generation ||
+        !fd_quic_reset_allowed(fd_quic_now() / NGTCP2_SECONDS))
+        return;
+    n = fd_min(len - 1, sizeof(buf)) - sizeof(token); /* 27 or more */
+    ngtcp2_cid_init(&cid, vc->dcid, vc->dcidlen);
+    /* the random part first, the token last */
+    if (getrandom(rnd, n, 0) != (ssize_t)n ||
+        ngtcp2_crypto_generate_stateless_reset_token(
+            token, fd_quic_keys->secrets.reset,
+            sizeof(fd_quic_keys->secrets.reset), &cid) != 0)
+        return;
+    w = ngtcp2_pkt_write_stateless_reset(buf, sizeof(buf), token, rnd, n);
+    if (w <= 0)
+        return;
+    fd_log_debug("QUIC stateless reset sent (%zd bytes for %zu)", w, len);
+    send_pkt(qs, path, buf, (size_t)w);
 }
 
 /* --- connections --- */
@@ -239,7 +340,8 @@ static int get_new_cid(ngtcp2_conn *conn, ngtcp2_cid *cid, uint8_t *token,
     (void)conn;
     if (cid_new(cid, len) != FD_OK ||
         ngtcp2_crypto_generate_stateless_reset_token(
-            token, reset_secret, sizeof(reset_secret), cid) != 0 ||
+            token, fd_quic_keys->secrets.reset,
+            sizeof(fd_quic_keys->secrets.reset), cid) != 0 ||
         cid_add(qc, cid) != FD_OK)
         return NGTCP2_ERR_CALLBACK_FAILURE;
     return 0;
@@ -254,8 +356,13 @@ static int remove_cid(ngtcp2_conn *conn, const ngtcp2_cid *cid, void *ud)
 
 static int handshake_completed(ngtcp2_conn *conn, void *ud)
 {
+    fd_quic_conn_t *qc = ud;
+
     (void)conn;
-    (void)ud;
+    if (!qc->handshaked) {
+        qc->handshaked = 1;
+        half_open--;
+    }
     fd_stats->ssl_tls13++;
     return 0;
 }
@@ -263,8 +370,11 @@ static int handshake_completed(ngtcp2_conn *conn, void *ud)
 static void conn_timer(fd_timer_t *t);
 static void conn_posted(void *data);
 
+/* odcid: the client's first DCID when a Retry token validated its
+ * address (hd->dcid is then our Retry's SCID), NULL without Retry */
 static fd_quic_conn_t *conn_new(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
-                                const ngtcp2_path *path)
+                                const ngtcp2_path *path,
+                                const ngtcp2_cid *odcid)
 {
     const fd_cycle_t *cy = fd_worker->cycle;
     fd_quic_conn_t *qc;
@@ -323,11 +433,20 @@ static fd_quic_conn_t *conn_new(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
     params.active_connection_id_limit = FD_QUIC_MAX_CIDS - 2;
     params.original_dcid = hd->dcid;
     params.original_dcid_present = 1;
+    if (odcid) {
+        /* RFC 9000 7.3: the IDs before and in the Retry, authenticated */
+        params.original_dcid = *odcid;
+        params.retry_scid = hd->dcid;
+        params.retry_scid_present = 1;
+        settings.token = hd->token;
+        settings.tokenlen = hd->tokenlen;
+        settings.token_type = NGTCP2_TOKEN_TYPE_RETRY;
+    }
     params.stateless_reset_token_present = 1;
     if (cid_new(&scid, FD_QUIC_SCID_LEN) != FD_OK ||
         ngtcp2_crypto_generate_stateless_reset_token(
-            params.stateless_reset_token, reset_secret, sizeof(reset_secret),
-            &scid) != 0)
+            params.stateless_reset_token, fd_quic_keys->secrets.reset,
+            sizeof(fd_quic_keys->secrets.reset), &scid) != 0)
         goto failed;
     if (ngtcp2_conn_server_new(&qc->conn, &hd->scid, &scid, &qc->ps.path,
                                hd->version, &callbacks, &settings, &params,
@@ -342,6 +461,7 @@ static fd_quic_conn_t *conn_new(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
     if (cid_add(qc, &scid) != FD_OK || cid_add(qc, &hd->dcid) != FD_OK)
         goto failed;
     nconns++;
+    half_open++;
     fd_worker_hold(1); /* a graceful stop waits for it */
     fd_stats->conn_accepted++;
     fd_stats->conn_handled++;
@@ -376,6 +496,8 @@ static void conn_free(fd_quic_conn_t *qc)
     qc->close_pkt = NULL;
     qc->dead = 1;
     nconns--;
+    if (!qc->handshaked)
+        half_open--;
     fd_worker_hold(-1);
     /* freed at the end of the turn (conn_posted), when no request holds
      * it: the caller may still look at qc->dead */
@@ -459,13 +581,21 @@ void fd_quic_fail(fd_quic_conn_t *qc, uint64_t app_error, const char *why)
     conn_close(qc);
 }
 
-/* Frame and send what ngtcp2 and nghttp3 have, until something stops it. */
+/*
+ * Frame and send what ngtcp2 and nghttp3 have, until something stops it.
+ * The packets go out in batches of the same size and path, each in one
+ * send (GSO): a batch ends at QUIC_GSO_PKTS, at a shorter packet (the
+ * last of its batch), before a longer one or one for another path.
+ */
 static void conn_write(fd_quic_conn_t *qc)
 {
-    uint8_t buf[QUIC_MAX_PKT];
     ngtcp2_tstamp ts = fd_quic_now();
-    size_t max = fd_min(sizeof(buf),
+    size_t max = fd_min(QUIC_MAX_PKT,
                         ngtcp2_conn_get_max_tx_udp_payload_size(qc->conn));
+    size_t limit = fd_min(QUIC_GSO_PKTS, QUIC_GSO_BYTES / max);
+    size_t npkts = 0, gso = 0;
+    uint8_t *p = wbuf;
+    ngtcp2_path_storage bps;    /* the batch's path */
 
     if (qc->closing || qc->dead)
         return;
@@ -492,7 +622,7 @@ static void conn_write(fd_quic_conn_t *qc)
         }
         if (fin)
             flags |= NGTCP2_WRITE_STREAM_FLAG_FIN;
-        n = ngtcp2_conn_writev_stream(qc->conn, &qc->ps.path, &pi, buf, max,
+        n = ngtcp2_conn_writev_stream(qc->conn, &qc->ps.path, &pi, p, max,
                                       &ndatalen, flags, sid,
                                       (const ngtcp2_vec *)vec, (size_t)nvec,
                                       ts);
@@ -531,8 +661,29 @@ static void conn_write(fd_quic_conn_t *qc)
         }
         if (n == 0)
             break;
-        send_pkt(qc->qs, &qc->ps.path, buf, (size_t)n);
+        if (npkts && ((size_t)n > gso ||
+                      !ngtcp2_path_eq(&bps.path, &qc->ps.path))) {
+            /* this one starts the next batch */
+            send_batch(qc->qs, &bps.path, wbuf, (size_t)(p - wbuf), gso);
+            memmove(wbuf, p, (size_t)n);
+            p = wbuf;
+            npkts = 0;
+        }
+        if (npkts++ == 0) {
+            ngtcp2_path_storage_init(
+                &bps, qc->ps.path.local.addr, qc->ps.path.local.addrlen,
+                qc->ps.path.remote.addr, qc->ps.path.remote.addrlen, NULL);
+            gso = (size_t)n;
+        }
+        p += n;
+        if (npkts == limit || (size_t)n < gso) {
+            send_batch(qc->qs, &bps.path, wbuf, (size_t)(p - wbuf), gso);
+            p = wbuf;
+            npkts = 0;
+        }
     }
+    if (npkts)
+        send_batch(qc->qs, &bps.path, wbuf, (size_t)(p - wbuf), gso);
     ngtcp2_conn_update_pkt_tx_time(qc->conn, ts);
     conn_set_timer(qc);
 }
@@ -648,13 +799,94 @@ static void conn_read(fd_quic_conn_t *qc, const ngtcp2_path *path,
     fd_log_conn_id = 0;
 }
 
+/* --- address validation: Retry (RFC 9000 8.1.2) --- */
+
+static void send_retry(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
+                       const ngtcp2_path *path)
+{
+    uint8_t buf[QUIC_MAX_PKT], token[NGTCP2_CRYPTO_MAX_RETRY_TOKENLEN2];
+    ngtcp2_cid scid;
+    ngtcp2_ssize tlen, n;
+
+    /* the client's next Initial names this ID: this worker's, steered
+     * here; any worker could check the token */
+    if (cid_new(&scid, FD_QUIC_SCID_LEN) != FD_OK)
+        return;
+    tlen = ngtcp2_crypto_generate_retry_token2(
+        token, fd_quic_keys->secrets.retry, sizeof(fd_quic_keys->secrets.retry),
+        hd->version, path->remote.addr, path->remote.addrlen, &scid,
+        &hd->dcid, fd_quic_now());
+    if (tlen < 0)
+        return;
+    n = ngtcp2_crypto_write_retry(buf, sizeof(buf), hd->version, &hd->scid,
+                                  &scid, &hd->dcid, token, (size_t)tlen);
+    if (n <= 0)
+        return;
+    fd_log_debug("QUIC Retry sent");
+    send_pkt(qs, path, buf, (size_t)n);
+}
+
+/* A Retry token that does not check: the client will not take another
+ * Retry, so end the attempt at once with INVALID_TOKEN (8.1.3) */
+static void send_invalid_token(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
+                               const ngtcp2_path *path)
+{
+    uint8_t buf[QUIC_MAX_PKT];
+    ngtcp2_ssize n;
+
+    n = ngtcp2_crypto_write_connection_close(buf, sizeof(buf), hd->version,
+                                             &hd->scid, &hd->dcid,
+                                             NGTCP2_INVALID_TOKEN, NULL, 0);
+    if (n > 0)
+        send_pkt(qs, path, buf, (size_t)n);
+}
+
+/*
+ * A client's Initial for no connection: FD_OK to make one (*odcid set
+ * when a Retry token of ours proved its address), FD_DECLINED when it
+ * was answered instead (a Retry, INVALID_TOKEN). Tokens are checked
+ * whatever quic_retry says now: it may have been on before a reload.
+ */
+static int validate(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
+                    const ngtcp2_path *path, ngtcp2_cid *odcid, int *retried)
+{
+    int mode = qs->ls->servers[0]->quic_retry, rv;
+
+    *retried = 0;
+    if (hd->tokenlen && hd->token[0] == NGTCP2_CRYPTO_TOKEN_MAGIC_RETRY2) {
+        rv = ngtcp2_crypto_verify_retry_token2(
+            odcid, hd->token, hd->tokenlen, fd_quic_keys->secrets.retry,
+            sizeof(fd_quic_keys->secrets.retry), hd->version,
+            path->remote.addr, path->remote.addrlen, &hd->dcid,
+            QUIC_RETRY_TTL * NGTCP2_SECONDS, fd_quic_now());
+        if (rv == 0) {
+            fd_log_debug("QUIC address validated by a Retry token");
+            *retried = 1;
+            return FD_OK;
+        }
+        fd_log_error(FD_LOG_INFO, 0, "QUIC Retry token refused: %s",
+                     rv == NGTCP2_CRYPTO_ERR_VERIFY_TOKEN
+                         ? "expired, or for another address or ID"
+                         : "not one of ours");
+        send_invalid_token(qs, hd, path);
+        return FD_DECLINED;
+    }
+    /* no token, or a NEW_TOKEN one (fastd sends none): not validated */
+    if (mode == FD_QUIC_RETRY_OFF ||
+        (mode == FD_QUIC_RETRY_AUTO && half_open < QUIC_HALF_OPEN))
+        return FD_OK;
+    send_retry(qs, hd, path);
+    return FD_DECLINED;
+}
+
 static void datagram(fd_quic_sock_t *qs, const uint8_t *data, size_t len,
                      const ngtcp2_path *path)
 {
     ngtcp2_version_cid vc;
     ngtcp2_pkt_hd hd;
+    ngtcp2_cid odcid;
     fd_quic_conn_t *qc;
-    int rv;
+    int rv, retried;
 
     rv = ngtcp2_pkt_decode_version_cid(&vc, data, len, FD_QUIC_SCID_LEN);
     if (rv == NGTCP2_ERR_VERSION_NEGOTIATION) {
@@ -666,13 +898,18 @@ static void datagram(fd_quic_sock_t *qs, const uint8_t *data, size_t len,
         return; /* not QUIC: dropped */
     qc = cid_find(vc.dcid, vc.dcidlen);
     if (qc == NULL) {
-        /* only a client's Initial opens a connection; the rest (a short
-         * header for a connection gone, say) is dropped: no stateless
-         * reset while other workers may own the connection */
-        if (fd_worker->quitting || ngtcp2_accept(&hd, data, len) != 0 ||
-            hd.type != NGTCP2_PKT_INITIAL)
+        /* only a client's Initial opens a connection; a short header
+         * for a connection gone may get a stateless reset, the rest is
+         * dropped */
+        if (!(data[0] & 0x80)) {
+            stateless_reset(qs, &vc, len, path);
             return;
-        if ((qc = conn_new(qs, &hd, path)) == NULL)
+        }
+        if (fd_worker->quitting || ngtcp2_accept(&hd, data, len) != 0 ||
+            hd.type != NGTCP2_PKT_INITIAL ||
+            validate(qs, &hd, path, &odcid, &retried) != FD_OK)
+            return;
+        if ((qc = conn_new(qs, &hd, path, retried ? &odcid : NULL)) == NULL)
             return;
     }
     conn_read(qc, path, data, len);
@@ -756,9 +993,10 @@ static int global_init(void)
 
     if (done)
         return FD_OK;
-    if (getrandom(reset_secret, sizeof(reset_secret), 0) !=
-        (ssize_t)sizeof(reset_secret))
+    if (fd_quic_keys == NULL) { /* the master makes them */
+        fd_log_error(FD_LOG_EMERG, 0, "no QUIC keys (fd_quic_shm_init)");
         return FD_ERROR;
+    }
     callbacks = (ngtcp2_callbacks){
         .recv_client_initial = ngtcp2_crypto_recv_client_initial_cb,
         .recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb,

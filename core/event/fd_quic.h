@@ -14,6 +14,9 @@ int fd_quic_listen(fd_listening_t *ls, fd_worker_t *w);
 /* A graceful stop began: GOAWAY on every connection, no new ones; the
  * worker waits for them (fd_worker_hold) up to shutdown_timeout. */
 void fd_quic_quit(void);
+/* The master, before the first fork: the secrets every worker shares and
+ * that survive reloads (fd_quic_keys.c); FD_OK without HTTP/3. */
+int fd_quic_shm_init(void);
 
 #ifdef FD_QUIC_PRIVATE
 /* fd_quic.c and fd_http3.c only */
@@ -24,6 +27,7 @@ void fd_quic_quit(void);
 #include "fd_quic_tls.h"
 
 #define FD_QUIC_SCID_LEN 18   /* our connection IDs; byte 0: the worker */
+#define FD_QUIC_RESETS_PER_SEC 1024 /* stateless resets, all workers */
 #define FD_QUIC_MAX_CIDS 10   /* ours (active_connection_id_limit) + the
                                * client's first DCID */
 
@@ -58,7 +62,22 @@ struct fd_quic_conn_s {
     unsigned closing:1;         /* closing or draining: only the timer */
     unsigned dead:1;            /* freed once refs drop to 0 */
     unsigned goaway:1;
+    unsigned handshaked:1;      /* no longer half-open (quic_retry auto) */
 };
+
+/* fd_quic_keys.c: made by the master, read by every worker */
+typedef struct {
+    struct {
+        uint8_t reset[32];      /* stateless reset tokens' static key */
+        uint8_t retry[32];      /* Retry tokens' key */
+    } secrets;
+    uint64_t reset_sec;         /* the second resets are counted in */
+    uint32_t resets;            /* sent in it, by all workers */
+} fd_quic_keys_t;
+
+extern fd_quic_keys_t *fd_quic_keys;
+/* One more stateless reset in second now_sec: 0 once the budget is out */
+int fd_quic_reset_allowed(uint64_t now_sec);
 
 ngtcp2_tstamp fd_quic_now(void);
 /* Write what ngtcp2 and nghttp3 have, at the end of this turn. */

@@ -17,6 +17,10 @@ typedef struct fd_error_page_s {
     struct fd_error_page_s *next;
 } fd_error_page_t;
 
+/* quic_retry: when a client's first Initial gets a Retry (fd_quic.c);
+ * auto is 0, the default: [server] keys' defaults are their zeroes */
+enum { FD_QUIC_RETRY_AUTO, FD_QUIC_RETRY_ON, FD_QUIC_RETRY_OFF };
+
 /* [server] */
 struct fd_http_server_s {
     fd_conf_list_t listen;
@@ -30,6 +34,8 @@ struct fd_http_server_s {
     fd_error_page_t *error_pages;
     fd_int_t max_conns_per_ip; /* 0: no limit */
     fd_msec_t proxy_protocol_timeout;
+    int quic_retry;            /* FD_QUIC_RETRY_*: the default server's
+                                * of a quic address applies */
     void *ssl;                 /* the ssl_* keys and context (fd_ssl.c) */
     fd_str_t alt_svc;          /* h3=":PORT"; ma=86400 when it listens on
                                 * QUIC: sent on its TCP responses */
