@@ -1143,6 +1143,12 @@ static int apply_servers(load_t *ld)
             last = &srv->next;
             srv_from = i;
             srv_to = j;
+            /* the [server] keys' defaults first (proxy_protocol_timeout
+             * was 0 without it: a PROXY header later than the accept's
+             * turn found the connection closed) */
+            if (fd_conf_defaults(cf, fd_http_server_directives, srv) !=
+                FD_OK)
+                return FD_ERROR;
             srv->root_loc = loc_create(ld, srv, "server", i, j, i, j);
             srv->ssl = fd_ssl_conf_create(cf);
             if (srv->root_loc == NULL || srv->ssl == NULL)

@@ -304,6 +304,25 @@ SKIP: {
     waitpid($pid, 0);
 }
 
+# proxy_protocol_timeout's default (30s) applies when the key is absent:
+# it was 0 (the [server] keys' defaults were never set), which reset a
+# connection whose header came in two pieces (the accept waits for the
+# first bytes: TCP_DEFER_ACCEPT)
+{
+    my $d = FastdTest->new(conf => FastdTest::base_conf(
+        server => { listen => '127.0.0.1:%%PORT%% proxy_protocol' },
+        locations => $locs));
+    $d->start({ nowait => 1 });
+    local $port = $d->port;
+    FastdTest::wait_for(sub { $d->port_open($port) }, 10);
+    my $late = talk('PROX', "Y TCP4 192.0.2.9 192.0.2.1 5000 80\r\n$get");
+    is(body($late // ''), '192.0.2.9',
+       'no proxy_protocol_timeout: a header in two pieces, 0.2 s apart')
+        or diag($late);
+    $d->stop;
+    $d->no_alerts;
+}
+
 # --- config errors -----------------------------------------------------------
 {
     my $conf = FastdTest::base_conf(
