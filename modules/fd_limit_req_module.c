@@ -91,25 +91,6 @@ typedef struct {
     bucket_t buckets[];
 } table_t;
 
-/* v in decimal at buf (24 bytes): its length. The script's numbers are
- * made once, at load: snprintf at each request was a third of its
- * instructions over Redis (callgrind) */
-static size_t decimal(char *buf, int64_t v)
-{
-    char d[24];
-    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-    size_t n = 0, k = 0;
-
-    do
-        d[k++] = (char)('0' + u % 10);
-    while ((u /= 10) != 0);
-    if (v < 0)
-        buf[n++] = '-';
-    while (k)
-        buf[n++] = d[--k];
-    return n;
-}
-
 /* the location's limit_req = NAME [burst=N] [nodelay | delay=N] */
 typedef struct {
     const char *spec;
@@ -235,7 +216,9 @@ static int zone_init(const char *name, void *conf, unsigned index)
                           "from 1 to 1000000)", name, z->rate_text);
         return FD_ERROR;
     }
-    z->rate_n = decimal(z->rate_s, z->rate);
+    /* the script's numbers, made once (not at each request) */
+    z->rate_n = (size_t)snprintf(z->rate_s, sizeof(z->rate_s), "%lld",
+                                 (long long)z->rate);
     fd_api_conf_at_key(z, "key");
     z->script = fd_api_script_compile(z->key, strlen(z->key), 0, "key");
     if (z->script == NULL)
@@ -368,8 +351,10 @@ static int limit_init_conf(void *conf)
     }
     lc->burst = burst * 1000;
     lc->delay = nodelay ? lc->burst : (delay < burst ? delay : burst) * 1000;
-    lc->burst_n = decimal(lc->burst_s, lc->burst);
-    lc->delay_n = decimal(lc->delay_s, lc->delay);
+    lc->burst_n = (size_t)snprintf(lc->burst_s, sizeof(lc->burst_s), "%lld",
+                                   (long long)lc->burst);
+    lc->delay_n = (size_t)snprintf(lc->delay_s, sizeof(lc->delay_s), "%lld",
+                                   (long long)lc->delay);
     return FD_OK;
 }
 

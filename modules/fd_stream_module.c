@@ -143,17 +143,14 @@ static void stream_log(const stream_conf_t *sc, const char *addr,
                        uint64_t received, fd_msec_t start,
                        const fd_upstream_peer_t *peer, const char *sni)
 {
-    char line[600], when[32];
-    struct tm tm;
-    time_t now = time(NULL);
+    char line[600];
     fd_msec_t ms = fd_current_msec - start;
     int n;
 
-    localtime_r(&now, &tm);
-    strftime(when, sizeof(when), "%d/%b/%Y:%H:%M:%S %z", &tm);
+    /* the time: fd_log_time, made once a second (fd_time.c) */
     n = snprintf(line, sizeof(line),
                  "%s [%s] %s %d %llu %llu %llu.%03llu \"%s\" %s%s%s%s\n",
-                 addr, when, proto, status, (unsigned long long)sent,
+                 addr, fd_log_time, proto, status, (unsigned long long)sent,
                  (unsigned long long)received,
                  (unsigned long long)(ms / 1000),
                  (unsigned long long)(ms % 1000), peer ? peer->name : "-",
