@@ -1,5 +1,5 @@
 /*
- * fastd.h: the public API of fastd modules, version 1.6.
+ * fastd.h: the public API of fastd modules, version 1.7.
  *
  * Everything a module built outside the tree needs: its descriptor and
  * keys, the request, the response, asynchronous completion and logging;
@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define FD_API_VERSION_MAJOR 1
-#define FD_API_VERSION_MINOR 6
+#define FD_API_VERSION_MINOR 7
 /* What must match besides the version: the size of a pointer and of the
  * structs below, which a module and fastd lay out alike only if built
  * for the same ABI (checked at load). */
