@@ -17,6 +17,8 @@ use lib "$FindBin::Bin/lib";
 use FastdTest;
 use Test::More;
 
+FastdTest::skip_in_sanitizer_stage('it builds a plain fastd of its own');
+
 plan skip_all => 'jansson is not installed (libjansson-dev)'
     if system('pkg-config --exists jansson 2>/dev/null') != 0;
 
