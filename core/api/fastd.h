@@ -1239,6 +1239,39 @@ void fd_api_bg_stop(fd_api_bg_t *bg, const char *why);
  * "WHAT: no [location @name] in this [server]". FD_OK or FD_ERROR. */
 int fd_api_conf_named_location(const char *what, const char *name);
 
+/* --- 1.7: upstream protocols (fastd_upstream.h), and what FastCGI needs --- */
+
+/* Methods a handler takes (fd_api_module_t.methods): those fastd does not
+ * name (PROPFIND, ...), and every one (an application behind a gateway
+ * decides: FastCGI). */
+#define FD_API_OTHER 0x80
+#define FD_API_ANY 0xff
+
+/* The request body's length as the client declared it: -1 when it is not
+ * known ahead (chunked, or HTTP/2 without content-length), 0 for none. */
+int64_t fd_req_content_length(fd_request_t *r);
+/* The i-th request header as it came (0: the first): FD_OK with its name
+ * and value, or FD_DECLINED past the last. */
+int fd_req_header_line(fd_request_t *r, unsigned i, fd_str_t *name,
+                       fd_str_t *value);
+/* The response's Content-Length (-1: not known, chunked over HTTP/1.1),
+ * for a streamed response whose header has not left. */
+void fd_resp_content_length(fd_request_t *r, int64_t n);
+
+/*
+ * Writing into a string builder (fd_req_sbuf) in place, as protocol bytes
+ * are written: fd_api_sbuf_reserve(sb, n, &room) is where at least n bytes
+ * may be written at its end (room: how many, >= n: a writer keeps that
+ * window and asks again only when it is used up), NULL once out of memory;
+ * fd_api_sbuf_commit(sb, end) says what was written there ends at end.
+ * fd_api_sbuf_data() is what was written so far, to change in place (a
+ * length known once what it counts is written): it moves when the builder
+ * grows, at a reserve.
+ */
+char *fd_api_sbuf_reserve(fd_api_sbuf_t *sb, size_t n, size_t *room);
+void fd_api_sbuf_commit(fd_api_sbuf_t *sb, char *end);
+char *fd_api_sbuf_data(fd_api_sbuf_t *sb);
+
 #ifdef __cplusplus
 }
 #endif

@@ -261,6 +261,10 @@ sub base_conf {
             # a root master's workers run as nobody without user =, and
             # nobody cannot reach a test's files (its directory is 0700)
             $> == 0 ? (user => 'root') : (),
+            # FASTD_TEST_LOAD=PATH.so: a test of a built-in module run
+            # against a fastd built with --with-NAME=dynamic
+            $ENV{FASTD_TEST_LOAD} ? (load_module => $ENV{FASTD_TEST_LOAD})
+                                  : (),
         ] ],
         # FASTD_TEST_LT=1: the same test with level-triggered events
         [ events => [ max_connections => 1024,
