@@ -268,6 +268,7 @@ static int begin_headers(nghttp3_conn *conn, int64_t id, void *ud, void *sud)
         return 0;
     }
     nghttp3_conn_set_stream_user_data(conn, id, st);
+    fd_stats->quic_streams++;
     hc->nrequests++;
     hc->qc->c.requests = hc->nrequests; /* $connection_requests */
     return 0;
@@ -1053,8 +1054,9 @@ int fd_h3_stream_close(ngtcp2_conn *conn, uint32_t flags, int64_t stream_id,
     fd_quic_conn_t *qc = user_data;
     int rv;
 
-    (void)conn;
     (void)stream_user_data;
+    /* ngtcp2 1.11 counts losses per stream only: read before it goes */
+    fd_stats->quic_lost += ngtcp2_conn_get_stream_loss_count(conn, stream_id);
     if (qc->h3 == NULL)
         return 0;
     if (!(flags & NGTCP2_STREAM_CLOSE_FLAG_APP_ERROR_CODE_SET))
