@@ -265,6 +265,18 @@ typedef struct {
     uint64_t h2_resets;        /* streams the client reset */
     uint64_t h2_goaways;       /* connections fastd ended with GOAWAY for
                                 * an error (flood, protocol error) */
+    uint64_t quic_conns;       /* QUIC connections made */
+    uint64_t quic_active;      /* of those, open now (a gauge) */
+    uint64_t quic_closed;      /* of those, ended */
+    uint64_t quic_streams;     /* requests carried by HTTP/3 */
+    uint64_t quic_retries;     /* Retry packets sent */
+    uint64_t quic_validated;   /* Initials a Retry token validated */
+    uint64_t quic_lost;        /* packets with stream data declared lost,
+                                * once per stream in them */
+    uint64_t quic_migrations;  /* moves to a client's new address */
+    uint64_t quic_resets;      /* stateless resets sent */
+    uint64_t quic_dropped;     /* client Initials that made no connection
+                                * (and no Retry) */
     uint64_t alive;            /* 1 while the worker runs */
 } fd_stats_t;
 

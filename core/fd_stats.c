@@ -203,11 +203,20 @@ void fd_stats_retire(unsigned i)
     for (k = 0; k < FD_SSL_FAIL_N; k++) {
         fold(&d->ssl_failed[k], &s->ssl_failed[k]);
     }
-    /* h2_active is a gauge: it ends with the worker */
+    /* h2_active and quic_active are gauges: they end with the worker */
     fold(&d->h2_conns, &s->h2_conns);
     fold(&d->h2_streams, &s->h2_streams);
     fold(&d->h2_resets, &s->h2_resets);
     fold(&d->h2_goaways, &s->h2_goaways);
+    fold(&d->quic_conns, &s->quic_conns);
+    fold(&d->quic_closed, &s->quic_closed);
+    fold(&d->quic_streams, &s->quic_streams);
+    fold(&d->quic_retries, &s->quic_retries);
+    fold(&d->quic_validated, &s->quic_validated);
+    fold(&d->quic_lost, &s->quic_lost);
+    fold(&d->quic_migrations, &s->quic_migrations);
+    fold(&d->quic_resets, &s->quic_resets);
+    fold(&d->quic_dropped, &s->quic_dropped);
 
     for (k = 0; fd_modules[k] != NULL; k++) {
         const fd_module_t *m = fd_modules[k];

@@ -18,15 +18,20 @@
  *                          "client_certificate", "plain_http", "closed",
  *                          "timeout", "other"}},
  *     "http2": {"connections", "active", "streams", "resets", "goaways"},
+ *     "quic": {"connections", "active_connections", "closed_connections",
+ *              "streams", "retries", "retries_validated", "lost_packets",
+ *              "migrations", "stateless_resets", "dropped_initials"},
  *     "workers": [{"slot", "pid", "generation", "alive", "uptime_s",
  *                  "connections": {...}, "requests",
  *                  "responses": {...}, "bytes": {...}, "tls": {...},
- *                  "http2": {...}, "modules": {...}}],
+ *                  "http2": {...}, "quic": {...}, "modules": {...}}],
  *     "modules": {GROUP: [{LABEL: "value", ..., FIELD: N, ...}]}
  *   }
  * "modules" holds what the modules report through their status hook (see
  * core/http/fd_status.h): metric "queue_waiting" with labels queue="api" is
- * modules.queue[{"queue": "api", "waiting": N}].
+ * modules.queue[{"queue": "api", "waiting": N}]. "quic" is there when
+ * fastd is built with HTTP/3: fastd's own figures that the API's struct
+ * has no place for, found by their names (quic_connections, ...).
  *
  * A module on the public API (fastd.h, 1.6): fd_req_figures() gathers the
  * figures, this file only writes them.
@@ -437,6 +442,39 @@ static int worker_value(const metric_t *m, unsigned i, uint64_t *v)
     return 0;
 }
 
+/* fastd's own figures of group (the metrics named group_FIELD) as an
+ * object {FIELD: N}, of a worker slot or FD_API_FIGURES_TOTAL; nothing
+ * when there are none. */
+static void json_core_group(json_w_t *w, const metrics_t *ms, unsigned worker,
+                            const char *group)
+{
+    size_t len = strlen(group);
+    const metric_t *m;
+    int open = 0;
+    uint64_t v;
+
+    for (m = ms->v; m < ms->v + ms->n; m++) {
+        if (!(m->flags & FD_API_METRIC_CORE) ||
+            strncmp(m->name, group, len) != 0 || m->name[len] != '_') {
+            continue;
+        }
+        if (worker == FD_API_FIGURES_TOTAL) {
+            v = m->total;
+        } else if (!worker_value(m, worker, &v)) {
+            continue;
+        }
+        if (!open) {
+            jw_key(w, group);
+            jw_open(w, '{');
+            open = 1;
+        }
+        jw_uint(w, m->name + len + 1, v);
+    }
+    if (open) {
+        jw_close(w, '}');
+    }
+}
+
 /* worker: a slot for the per-worker detail, or FD_API_FIGURES_TOTAL for
  * the totals. */
 static void json_modules(json_w_t *w, const metrics_t *ms, unsigned worker)
@@ -558,6 +596,7 @@ static void json_worker(json_w_t *w, const fd_api_figures_t *f,
     jw_uint(w, "uptime_s", up / 1000);
     fd_api_figures_core(f, i, &c, sizeof(c));
     json_stats(w, &c);
+    json_core_group(w, ms, i, "quic");
     json_modules(w, ms, i);
     jw_close(w, '}');
 }
@@ -595,6 +634,7 @@ static int render_json(fd_request_t *r, const fd_api_figures_t *f)
     }
     fd_api_figures_core(f, FD_API_FIGURES_TOTAL, &c, sizeof(c));
     json_stats(&w, &c);
+    json_core_group(&w, &ms, FD_API_FIGURES_TOTAL, "quic");
 
     jw_key(&w, "workers");
     jw_open(&w, '[');

@@ -7,6 +7,8 @@
 # carry Alt-Svc; the access log says HTTP/3.0. Bad input -- garbage
 # datagrams, a truncated Initial, an Initial that does not decrypt, an
 # unknown version (answered with Version Negotiation) -- breaks nothing.
+# /status and Prometheus count QUIC connections, streams, the Initials
+# dropped and a client's migration (gtlsclient --change-local-addr).
 # Each on the epoll and the io_uring backend.
 
 use strict;
@@ -80,6 +82,16 @@ sub udp {
     return $buf;
 }
 
+# /status over TCP: its "quic" object (Prometheus text with $prom)
+sub quic_status {
+    my ($t, $prom) = @_;
+    my ($rc, $out) = TLS::run([TLS::curl(), '-sk', 'https://127.0.0.1:'
+        . $t->port . '/status' . ($prom ? '?format=prometheus' : '')]);
+    return $out if $prom;
+    my $s = eval { decode_json($out) } // {};
+    return $s->{quic} // {};
+}
+
 # A QUIC long header: type (0: Initial), version, the IDs, then payload
 sub long_header {
     my ($version, $dcid, $scid, $rest) = @_;
@@ -127,6 +139,9 @@ root = %%DIR%%/www
 
 [location /plaintext]
 handler = plaintext
+
+[location = /status]
+handler = status
 
 [location /rated/]
 alias = %%DIR%%/www/
@@ -198,6 +213,7 @@ CONF
          "$backend: \$server_protocol is HTTP/3.0 and \$scheme https");
 
     # --- bad input -------------------------------------------------------------------
+    my $q0 = quic_status($t);
     my @before = $t->workers;
     udp($port, "\x00" x 3);
     udp($port, join('', map { chr(rand 256) } 1 .. 1200));
@@ -230,6 +246,29 @@ CONF
     is($r->{status}, 200, "$backend: after the bad datagrams the worker serves on");
     is(join(',', $t->workers), join(',', @before),
        "$backend: and the worker is the same one, alive");
+
+    # --- the figures ----------------------------------------------------------------
+    # a client that moves to a new port after its handshake, then asks
+    $out = `timeout 20 $gtls -q --exit-on-all-streams-close --change-local-addr=10ms --delay-stream=200ms 127.0.0.1 $port https://localhost:$port/plaintext 2>&1`;
+    my $q = quic_status($t);
+    cmp_ok($q->{dropped_initials} // 0, '>=', ($q0->{dropped_initials} // 0)
+           + 2, "$backend: /status: the truncated and the undecryptable "
+           . 'Initials dropped');
+    cmp_ok($q->{migrations} // 0, '>', $q0->{migrations} // 0,
+           "$backend: /status: a client's migration");
+    # h3get.py's 200 + 6 streams above on their own connections, gtlsclient's
+    cmp_ok($q->{streams} // 0, '>=', 206, "$backend: /status: streams");
+    cmp_ok($q->{connections} // 0, '>=', 10, "$backend: /status: connections");
+    is($q->{active_connections} // -1, ($q->{connections} // 0)
+       - ($q->{closed_connections} // 0),
+       "$backend: /status: open connections: made less ended");
+    my $prom = quic_status($t, 1);
+    is(scalar(() = $prom =~ /^fastd_quic_(?:connections|closed_connections|
+        streams|retries|retries_validated|lost_packets|migrations|
+        stateless_resets|dropped_initials)_total\ \d+$/mgx), 9,
+       "$backend: Prometheus: the nine QUIC counters");
+    like($prom, qr/^fastd_quic_active_connections \d+$/m,
+         "$backend: Prometheus: the open QUIC connections");
 
     # --- clients that give up --------------------------------------------------------
     my @ab = h3($t, ['--streams', 4, '--abort-after', 200_000], '/big.bin');

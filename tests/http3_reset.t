@@ -7,7 +7,8 @@
 # same after the workers are killed and respawned (the secret is the
 # master's, shared), and a real client (ngtcp2's gtlsclient) whose
 # connection's worker was killed takes the new worker's reset as its
-# connection's. A real HTTP/3 request is served all along.
+# connection's. A real HTTP/3 request is served all along, and /status
+# counts every reset, the killed workers' too.
 #
 # No reply is awaited for a set time: a packet that must get none is
 # followed, on the same worker's socket, by one that must get a reply of
@@ -56,6 +57,9 @@ listen = 127.0.0.1:%%PORT%% quic
 ssl_certificate = $cert->{crt}
 ssl_certificate_key = $cert->{key}
 root = %%DIR%%/www
+
+[location = /status]
+handler = status
 CONF
 $t->start;
 my $port = $t->port;
@@ -193,6 +197,12 @@ is(scalar @r, 1, 'after a reload: generation 2 resets, generation 1\'s ID '
 ok(h3_ok(), 'HTTP/3 served after the reload');
 
 like($t->error_log, qr/QUIC stateless reset sent/, 'logged at debug');
+my ($rc, $out) = TLS::run([TLS::curl(), '-sk',
+                           "https://127.0.0.1:$port/status"]);
+my $q = (eval { decode_json($out) } // {})->{quic} // {};
+is($q->{stateless_resets},
+   scalar(() = $t->error_log =~ /QUIC stateless reset sent/g),
+   '/status counts each, the killed workers\' too');
 $t->stop;
 $t->no_alerts(allow => qr/exited on signal 9|killed/);
 done_testing;

@@ -6,7 +6,9 @@
 # back from another port, altered, or after its 3 s are over, ends the
 # attempt with INVALID_TOKEN; an Initial under 1200 bytes gets nothing.
 # A token from before a reload is still good after it (the key is the
-# master's, kept across reloads).
+# master's, kept across reloads). /status counts the Retries, the
+# addresses they validated and the Initials refused, the old workers'
+# too.
 #
 # The Initials the test writes carry no valid TLS (their payload is
 # random): the server looks at the token before it decrypts anything.
@@ -55,6 +57,9 @@ ssl_certificate = $cert->{crt}
 ssl_certificate_key = $cert->{key}
 quic_retry = on
 root = %%DIR%%/www
+
+[location = /status]
+handler = status
 CONF
 $t->start;
 my $port = $t->port;
@@ -211,6 +216,18 @@ SKIP: {
 $retries = count(qr/QUIC Retry sent/);
 ok(h3_ok(), 'a real client is served after the reload');
 is(count(qr/QUIC Retry sent/), $retries + 1, 'after a Retry');
+
+# the figures, of the workers before the reload too: every Retry and
+# validation the log has, and the Initials refused (the 600-byte one,
+# the altered, other port's and expired tokens)
+my ($rc, $out) = TLS::run([TLS::curl(), '-sk',
+                           "https://127.0.0.1:$port/status"]);
+my $q = (eval { decode_json($out) } // {})->{quic} // {};
+is($q->{retries}, count(qr/QUIC Retry sent/), '/status: the Retries sent');
+is($q->{retries_validated}, count(qr/QUIC address validated/),
+   '/status: the addresses their tokens validated');
+cmp_ok($q->{dropped_initials} // 0, '>=', 4,
+       '/status: the Initials refused');
 
 $t->stop;
 $t->no_alerts;

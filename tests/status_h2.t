@@ -2,7 +2,7 @@
 # status: the HTTP/2 figures. /status has an "http2" object in the totals
 # and per worker, Prometheus the five fastd_http2_* families; the
 # dashboard's HTTP/2 card shows what a document holds (from fixtures, in
-# headless Chromium). Then, when fastd speaks HTTP/2 (h2c, prior
+# headless Chromium), and the HTTP/3 card beside it. Then, when fastd speaks HTTP/2 (h2c, prior
 # knowledge; python3-h2 on /usr/bin/python3), real connections move the
 # counters: streams, a client reset, a connection held open (the gauge),
 # and a GOAWAY fastd sends for a protocol error.
@@ -67,12 +67,17 @@ like($prom, qr/^fastd_worker_http2_streams_total\{worker="\d+"\} \d+$/m,
 
 # --- the dashboard card, from fixtures ---------------------------------------
 SKIP: {
-    skip 'chromium is not installed (apt-get install chromium)', 7
+    skip 'chromium is not installed (apt-get install chromium)', 10
         unless FastdTest::chromium();
     my %doc = (connections => { active => 9 }, requests => 1, workers => []);
     FastdTest::spew("$dir/www/fx/h2.json", encode_json({ %doc,
         http2 => { connections => 1234, active => 5, streams => 40000,
-                   resets => 7, goaways => 2 } }));
+                   resets => 7, goaways => 2 },
+        quic => { connections => 300, active_connections => 12,
+                  closed_connections => 288, streams => 9000, retries => 40,
+                  retries_validated => 38, lost_packets => 17,
+                  migrations => 3, stateless_resets => 4,
+                  dropped_initials => 6 } }));
     FastdTest::spew("$dir/www/fx/none.json", encode_json({ %doc,
         http2 => { map { $_ => 0 } @F } }));
 
@@ -88,11 +93,21 @@ SKIP: {
          'streams, per connection');
     like($card, qr/reset by clients\s+7.*GOAWAY for an error\s+2/s,
          'client resets and GOAWAYs');
+    like($dom, qr{id="h3-connections"[^>]*>300<}, 'the HTTP/3 card: 300 '
+         . 'QUIC connections');
+    ($card) = $dom =~ m{<div id="h3"[^>]*>(.*?)</div>\s*</section>}s;
+    like($card // '', qr/open\s+12,\ ended\ 288 .* streams\s+9000\s+
+         \(30\ per\ connection\) .* Retry\ sent\s+40,\ validated\ 38 .*
+         packets\ lost\s+17 .* migrations\s+3 .* stateless\ resets\s+4 .*
+         Initials\ dropped\s+6/sx,
+         'open, streams, Retry, losses, migrations, resets, drops');
 
     $dom = FastdTest::browse($dir, '--virtual-time-budget=3000',
         '--dump-dom', "http://127.0.0.1:$port/status.html?src=/fx/none.json");
     like($dom, qr{<div id="h2" class="mute">no HTTP/2 connections</div>},
          'zero connections: "no HTTP/2 connections"');
+    like($dom, qr{<div id="h3" class="mute">no QUIC connections</div>},
+         'no "quic" object: "no QUIC connections"');
 
     my $console = FastdTest::slurp("$dir/console.log") // '';
     my @errors = grep { /CONSOLE/ && /(Uncaught|Error|error)/ }

@@ -316,6 +316,7 @@ static void stateless_reset(fd_quic_sock_t *qs, const ngtcp2_version_cid *vc,
         return;
     fd_log_debug("QUIC stateless reset sent (%zd bytes for %zu)", w, len);
     send_pkt(qs, path, buf, (size_t)w);
+    fd_stats->quic_resets++;
 }
 
 /* --- connections --- */
@@ -388,6 +389,8 @@ static fd_quic_conn_t *conn_new(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
         return NULL;
     ngtcp2_path_storage_init(&qc->ps, path->local.addr, path->local.addrlen,
                              path->remote.addr, path->remote.addrlen, NULL);
+    memcpy(&qc->remote, path->remote.addr, path->remote.addrlen);
+    qc->remotelen = path->remote.addrlen;
     qc->qs = qs;
     qc->c.s.ev.fd = -1;
     qc->c.s.nodelay = 1;     /* no TCP_NODELAY to set (the proxy looks) */
@@ -465,6 +468,8 @@ static fd_quic_conn_t *conn_new(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
     fd_worker_hold(1); /* a graceful stop waits for it */
     fd_stats->conn_accepted++;
     fd_stats->conn_handled++;
+    fd_stats->quic_conns++;
+    fd_stats->quic_active++;
     return qc;
 
 failed:
@@ -498,6 +503,8 @@ static void conn_free(fd_quic_conn_t *qc)
     nconns--;
     if (!qc->handshaked)
         half_open--;
+    fd_stats->quic_active--;
+    fd_stats->quic_closed++;
     fd_worker_hold(-1);
     /* freed at the end of the turn (conn_posted), when no request holds
      * it: the caller may still look at qc->dead */
@@ -752,6 +759,7 @@ static void conn_read(fd_quic_conn_t *qc, const ngtcp2_path *path,
                       const uint8_t *data, size_t len)
 {
     ngtcp2_pkt_info pi = {0};
+    const ngtcp2_addr *cur;
     int rv;
 
     if (qc->closing) {
@@ -769,6 +777,10 @@ static void conn_read(fd_quic_conn_t *qc, const ngtcp2_path *path,
             conn_closing(qc);
             break;
         case NGTCP2_ERR_DROP_CONN:
+            /* before the handshake: the client's first Initial did not
+             * decrypt */
+            if (!qc->handshaked)
+                fd_stats->quic_dropped++;
             conn_free(qc);
             break;
         case NGTCP2_ERR_CRYPTO:
@@ -789,8 +801,17 @@ static void conn_read(fd_quic_conn_t *qc, const ngtcp2_path *path,
         fd_log_conn_id = 0;
         return;
     }
-    /* the path the client uses now (it may have moved: migration is
-     * ngtcp2's to validate) */
+    /* ngtcp2 moved to the client's new address (migration, a NAT's new
+     * port): it validates the path, we count the move */
+    cur = &ngtcp2_conn_get_path(qc->conn)->remote;
+    if (cur->addrlen != qc->remotelen ||
+        memcmp(cur->addr, &qc->remote, cur->addrlen) != 0) {
+        fd_log_debug("QUIC connection migrated");
+        fd_stats->quic_migrations++;
+        memcpy(&qc->remote, cur->addr, cur->addrlen);
+        qc->remotelen = cur->addrlen;
+    }
+    /* the path the client uses now */
     if (!ngtcp2_path_eq(path, &qc->ps.path))
         ngtcp2_path_storage_init(&qc->ps, path->local.addr,
                                  path->local.addrlen, path->remote.addr,
@@ -824,6 +845,7 @@ static void send_retry(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
         return;
     fd_log_debug("QUIC Retry sent");
     send_pkt(qs, path, buf, (size_t)n);
+    fd_stats->quic_retries++;
 }
 
 /* A Retry token that does not check: the client will not take another
@@ -861,6 +883,7 @@ static int validate(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
             QUIC_RETRY_TTL * NGTCP2_SECONDS, fd_quic_now());
         if (rv == 0) {
             fd_log_debug("QUIC address validated by a Retry token");
+            fd_stats->quic_validated++;
             *retried = 1;
             return FD_OK;
         }
@@ -869,6 +892,7 @@ static int validate(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
                          ? "expired, or for another address or ID"
                          : "not one of ours");
         send_invalid_token(qs, hd, path);
+        fd_stats->quic_dropped++;
         return FD_DECLINED;
     }
     /* no token, or a NEW_TOKEN one (fastd sends none): not validated */
@@ -906,11 +930,16 @@ static void datagram(fd_quic_sock_t *qs, const uint8_t *data, size_t len,
             return;
         }
         if (fd_worker->quitting || ngtcp2_accept(&hd, data, len) != 0 ||
-            hd.type != NGTCP2_PKT_INITIAL ||
-            validate(qs, &hd, path, &odcid, &retried) != FD_OK)
+            hd.type != NGTCP2_PKT_INITIAL) {
+            fd_stats->quic_dropped++;
             return;
-        if ((qc = conn_new(qs, &hd, path, retried ? &odcid : NULL)) == NULL)
+        }
+        if (validate(qs, &hd, path, &odcid, &retried) != FD_OK)
             return;
+        if ((qc = conn_new(qs, &hd, path, retried ? &odcid : NULL)) == NULL) {
+            fd_stats->quic_dropped++;
+            return;
+        }
     }
     conn_read(qc, path, data, len);
     if (!qc->dead)

@@ -44,7 +44,10 @@ struct fd_quic_conn_s {
     fd_quic_tls_t tls;
     ngtcp2_crypto_conn_ref ref;
     fd_quic_sock_t *qs;
-    ngtcp2_path_storage ps;     /* the client's current path */
+    ngtcp2_path_storage ps;       /* the path of our last packet */
+    ngtcp2_sockaddr_union remote; /* the client's address ngtcp2 sends
+                                   * to: a move counts a migration */
+    ngtcp2_socklen remotelen;
     fd_timer_t timer;           /* ngtcp2's expiry */
     fd_posted_t post;           /* write at the end of the turn */
     fd_h3_conn_t *h3;           /* fd_http3.c, once streams come */

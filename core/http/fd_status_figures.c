@@ -30,6 +30,44 @@ fd_status_figures_t *fd_status_figures_take(fd_pool_t *pool)
     return f;
 }
 
+#ifdef FD_HTTP3
+/* Core figures a reader finds by name (fd_api_core_figures_t has no
+ * place for them): the status module writes the group as JSON "quic". */
+static void quic_metrics(fd_status_t *st, const fd_stats_t *s, int alive)
+{
+    fd_status_counter(st, "quic_connections", "QUIC connections made.", NULL,
+                      s->quic_conns);
+    if (alive) {
+        fd_status_gauge(st, "quic_active_connections", "Open QUIC connections.",
+                        NULL, s->quic_active);
+    }
+    fd_status_counter(st, "quic_closed_connections", "QUIC connections ended.",
+                      NULL, s->quic_closed);
+    fd_status_counter(st, "quic_streams", "Requests carried by HTTP/3 streams.",
+                      NULL, s->quic_streams);
+    fd_status_counter(st, "quic_retries",
+                      "Retry packets sent (address validation).", NULL,
+                      s->quic_retries);
+    fd_status_counter(st, "quic_retries_validated",
+                      "Client addresses a Retry token validated.", NULL,
+                      s->quic_validated);
+    fd_status_counter(st, "quic_lost_packets",
+                      "Packets with stream data declared lost, once for "
+                      "each stream in them.",
+                      NULL, s->quic_lost);
+    fd_status_counter(st, "quic_migrations",
+                      "Connections moved to the client's new address.", NULL,
+                      s->quic_migrations);
+    fd_status_counter(st, "quic_stateless_resets", "Stateless resets sent.",
+                      NULL, s->quic_resets);
+    fd_status_counter(st, "quic_dropped_initials",
+                      "Client Initials that made no connection: "
+                      "malformed, undecryptable, with a bad token, or "
+                      "while stopping.",
+                      NULL, s->quic_dropped);
+}
+#endif
+
 static void core_metrics(fd_status_t *st, const fd_stats_t *s, int alive)
 {
     static const char *const code[6] = {
@@ -102,6 +140,9 @@ static void core_metrics(fd_status_t *st, const fd_stats_t *s, int alive)
     fd_status_counter(st, "http2_goaways",
                       "HTTP/2 connections ended with GOAWAY for an error.",
                       NULL, s->h2_goaways);
+#ifdef FD_HTTP3
+    quic_metrics(st, s, alive);
+#endif
     st->core = 0;
 }
 
@@ -129,10 +170,20 @@ static void add_stats(fd_stats_t *d, const fd_stats_t *s, int counters,
         d->h2_streams += s->h2_streams;
         d->h2_resets += s->h2_resets;
         d->h2_goaways += s->h2_goaways;
+        d->quic_conns += s->quic_conns;
+        d->quic_closed += s->quic_closed;
+        d->quic_streams += s->quic_streams;
+        d->quic_retries += s->quic_retries;
+        d->quic_validated += s->quic_validated;
+        d->quic_lost += s->quic_lost;
+        d->quic_migrations += s->quic_migrations;
+        d->quic_resets += s->quic_resets;
+        d->quic_dropped += s->quic_dropped;
     }
     if (gauges) {
         d->conn_active += s->conn_active;
         d->h2_active += s->h2_active;
+        d->quic_active += s->quic_active;
         d->conn_reading += s->conn_reading;
         d->conn_writing += s->conn_writing;
         d->conn_idle += s->conn_idle;
