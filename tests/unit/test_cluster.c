@@ -241,15 +241,19 @@ static void test_client(const char *backend)
     wait_for(&a.calls, 1, 1000);
     ok(a.r.integer == 6, "%s: the connection stays after it", backend);
 
-    /* slower than the timeout (500 ms): answered at the timeout */
+    /* slower than the timeout (500 ms): answered at the timeout, not
+     * by the reply (800 ms: well before the connection is given up, a
+     * second past the timeout, even on a loaded machine). No upper bound
+     * on when: "timeout" says which answered, and a busy machine only
+     * delays the loop. */
     t0 = fd_current_msec;
-    send1(&a, "SLOW", "1300", ":7\r\n");
+    send1(&a, "SLOW", "800", ":7\r\n");
     wait_for(&a.calls, 1, 2000);
     ok(a.calls == 1 && a.r.type == FD_REDIS_FAIL &&
            strcmp(a.str, "timeout") == 0,
        "%s: a slow reply: FAIL \"%s\"", backend, a.str);
-    ok(a.at - t0 >= 500 && a.at - t0 < 1200, "%s: at the timeout (%u ms)",
-       backend, (unsigned)(a.at - t0));
+    ok(a.at - t0 >= 500, "%s: not before the timeout (%u ms)", backend,
+       (unsigned)(a.at - t0));
     /* the late :7 comes in while nothing else is asked */
     for (t0 = fd_current_msec; fd_current_msec - t0 < 1400;)
         turn(10);
