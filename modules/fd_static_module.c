@@ -573,7 +573,7 @@ static int static_handler(fd_request_t *r)
     static_conf_t *scf = fd_req_conf(r);
     fd_api_file_cache_t *cache = scf->cache;
     fd_str_t path = fd_req_path(r);
-    const char *name, *dot;
+    const char *ext, *end;
     fd_api_file_t f;
     int rc;
 
@@ -596,12 +596,17 @@ static int static_handler(fd_request_t *r)
                               : 403;
     }
 
-    /* the type comes from the file's name (a variant's is FILE's) */
-    name = strrchr(f.path.data, '/');
-    dot = strrchr(name, '.');
+    /* the type comes from the file's name (a variant's is FILE's): the
+     * extension after its last '.' */
+    end = f.path.data + f.path.len;
+    for (ext = end; ext > f.path.data && ext[-1] != '/' && ext[-1] != '.';
+         ext--)
+        ;
     fd_resp_content_type_static(
-        r, dot ? mime_lookup(scf->types, dot + 1, strlen(dot + 1))
-               : mime_lookup(scf->types, NULL, 0));
+        r, mime_lookup(scf->types, ext,
+                       ext > f.path.data && ext[-1] == '.'
+                           ? (size_t)(end - ext)
+                           : 0));
 
     if (scf->gzip_static != GZIP_STATIC_OFF) {
         int always = scf->gzip_static == GZIP_STATIC_ALWAYS;

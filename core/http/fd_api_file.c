@@ -120,7 +120,7 @@ int fd_http_alias_init(fd_conf_t *cf, fd_http_loc_t *loc)
 /* ---------------------------------------------------------------------- */
 /* Opening files beneath the root                                         */
 
-static int openat2_missing; /* set once the kernel said ENOSYS */
+int fd_file_no_openat2; /* set once the kernel said ENOSYS */
 
 static void close_fd(void *data)
 {
@@ -185,7 +185,7 @@ int fd_file_open_beneath(int rootfd, const char *rel, int flags)
 {
     if (*rel == '\0')
         rel = ".";
-    if (!__atomic_load_n(&openat2_missing, __ATOMIC_RELAXED)) {
+    if (!__atomic_load_n(&fd_file_no_openat2, __ATOMIC_RELAXED)) {
         struct open_how how = {
             .flags = (uint64_t)flags,
             .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
@@ -195,7 +195,7 @@ int fd_file_open_beneath(int rootfd, const char *rel, int flags)
 
         if (fd >= 0 || errno != ENOSYS)
             return (int)fd;
-        __atomic_store_n(&openat2_missing, 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&fd_file_no_openat2, 1, __ATOMIC_RELAXED);
     }
     return open_walk(rootfd, rel, flags);
 }
@@ -596,6 +596,14 @@ static int map_file(fd_request_t *r, fd_str_t path, size_t extra, map_t *m)
     return FD_OK;
 }
 
+/* a path of the request's kind, mapped */
+static int map_path(fd_request_t *r, fd_str_t path, map_t *m)
+{
+    if (path.len == 0 || path.data[0] != '/')
+        return 404;
+    return map_file(r, path, 0, m);
+}
+
 static const char *map_rel(const map_t *m)
 {
     return m->n > m->base ? m->full + m->base + 1 : "";
@@ -659,10 +667,11 @@ static ofc_t *usable(fd_request_t *r, ofc_t *c)
 }
 
 /*
- * The file at m->full (m->n bytes: its last len of them may be a suffix
- * tried, ".gz") for r, from the cache or opened and given to r's pool (and
- * kept in the cache when it is a regular file): FD_OK and *st, or -1 with
- * errno (missing or refused), or 500 (out of memory, logged fstat()).
+ * The file at full (len bytes; m maps it) for r, from the cache or opened
+ * (and kept in the cache when it is a regular file): FD_OK and *st, or
+ * -1 with errno (missing or refused), or 500 (out of memory, a failed
+ * fstat(), logged). With fdp, its descriptor, r's until r ends; without,
+ * only *st is wanted (an index: its request comes next, from the cache).
  */
 static int open_cached(fd_request_t *r, ofc_t *c, const char *full,
                        size_t len, const map_t *m, int *fdp, struct stat *st)
@@ -676,6 +685,10 @@ static int open_cached(fd_request_t *r, ofc_t *c, const char *full,
     if (c) {
         hash = fd_hash(full, len);
         if ((e = ofc_lookup(c, full, len, hash, st))) {
+            if (fdp == NULL) {
+                ofc_release(e);
+                return FD_OK;
+            }
             if (fd_pool_cleanup_add(r->pool, ofc_release, e) == NULL) {
                 ofc_release(e);
                 return 500;
@@ -686,6 +699,19 @@ static int open_cached(fd_request_t *r, ofc_t *c, const char *full,
     }
     if ((fd = map_open(m, flags)) == -1)
         return -1;
+    if (fdp == NULL) {
+        if (fstat(fd, st) == -1) {
+            fd_log_error(FD_LOG_ERR, errno, "fstat(\"%s\") failed", full);
+            close(fd);
+            return 500;
+        }
+        if (c && S_ISREG(st->st_mode) &&
+            (e = ofc_insert(c, full, len, hash, fd, st)))
+            ofc_release(e);
+        else
+            close(fd);
+        return FD_OK;
+    }
     cl = fd_pool_cleanup_add(r->pool, close_fd, (void *)(intptr_t)fd);
     if (cl == NULL) {
         close(fd);
@@ -711,9 +737,7 @@ int fd_req_file_open(fd_request_t *r, fd_api_file_cache_t *cache,
     map_t m;
     int rc, fd;
 
-    if (path.len == 0 || path.data[0] != '/')
-        return 404;
-    if ((rc = map_file(r, path, 0, &m)) != FD_OK)
+    if ((rc = map_path(r, path, &m)) != FD_OK)
         return rc;
     rc = open_cached(r, usable(r, cache), m.full, m.n, &m, &fd, &st);
     if (rc == -1)
@@ -744,7 +768,7 @@ int fd_req_file_index(fd_request_t *r, fd_api_file_cache_t *cache)
     struct stat st;
     map_t m;
     char *p;
-    int rc = -1, fd = -1;
+    int rc;
     unsigned i;
 
     if (r->path.len == 0 || r->path.data[r->path.len - 1] != '/')
@@ -766,7 +790,7 @@ int fd_req_file_index(fd_request_t *r, fd_api_file_cache_t *cache)
         if (il == 0 || ix[0] == '/' || strstr(ix, ".."))
             continue;
         memcpy(m.full + m.n, ix, il + 1);
-        rc = open_cached(r, c, m.full, m.n + il, &m, &fd, &st);
+        rc = open_cached(r, c, m.full, m.n + il, &m, NULL, &st);
         if (rc != -1 || errno != ENOENT)
             break;
     }
@@ -1015,9 +1039,7 @@ int fd_req_file_list(fd_request_t *r, fd_str_t path, size_t max,
     int rc, fd;
 
     *d = (fd_api_dir_t){.entries = NULL};
-    if (path.len == 0 || path.data[0] != '/')
-        return 404;
-    if ((rc = map_file(r, path, 0, &m)) != FD_OK)
+    if ((rc = map_path(r, path, &m)) != FD_OK)
         return rc;
     if ((fd = map_open(&m, flags)) == -1)
         return open_error(r, m.full, errno);

@@ -508,6 +508,9 @@ int fd_http_try_files_resolve(fd_conf_t *cf, fd_http_loc_t *loc);
 int fd_http_alias_init(fd_conf_t *cf, fd_http_loc_t *loc);
 int fd_http_file_test(fd_request_t *r, fd_str_t uri, int dir);
 int fd_file_open_beneath(int rootfd, const char *rel, int flags);
+/* set once the kernel said ENOSYS to openat2() (a test sets it: the walk
+ * one component at a time is used from then on) */
+extern int fd_file_no_openat2;
 
 /* Used by the cycle: core http keys */
 extern const fd_directive_t fd_http_loc_directives[];
