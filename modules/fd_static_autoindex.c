@@ -1,13 +1,13 @@
 /*
  * static, autoindex = on: the listing of a directory without an index
- * file, in HTML or JSON. Names are escaped for HTML, for links and for
- * JSON (bytes that are not UTF-8 show as U+FFFD); directories first, then
- * files, sorted by name, with mtime (UTC, or local time in HTML with
- * autoindex_localtime) and size (in HTML rounded to K, M, G unless
- * autoindex_exact_size); dot-files hidden, and
- * symlinks unless follow_symlinks is on (they could not be served). At
+ * file, in HTML or JSON. fastd reads the directory (fd_req_file_list:
+ * directories first, then files, sorted by name; dot-files hidden, and
+ * symlinks unless follow_symlinks is on, as they could not be served; at
  * most AUTOINDEX_MAX_ENTRIES entries and AUTOINDEX_MAX_NAMES bytes of
- * names: the rest is counted in X-Autoindex-Cut.
+ * names, the rest counted in X-Autoindex-Cut). Here names are escaped for
+ * HTML, for links and for JSON (bytes that are not UTF-8 show as U+FFFD),
+ * with mtime (UTC, or local time in HTML with autoindex_localtime) and
+ * size (in HTML rounded to K, M, G unless autoindex_exact_size).
  */
 #include <stdint.h>
 #include <string.h>
