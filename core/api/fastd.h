@@ -1247,6 +1247,10 @@ const fd_api_sample_t *fd_api_metric_sample(const fd_api_metric_t *m,
  * first, then files, each sorted by name (bytes); past max entries or
  * max_names bytes of names the rest is counted in d.cut, not listed.
  * FD_OK, or an HTTP status (404, 403, 500).
+ *
+ * fd_api_file_t, fd_api_dirent_t and fd_api_dir_t are fastd's to fill
+ * and laid out for good in major version 1: a later minor version does
+ * not grow them (it adds calls), so that a module's own stay as large.
  */
 #define FD_API_FILE_REG 1
 #define FD_API_FILE_DIR 2
