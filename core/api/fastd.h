@@ -1220,7 +1220,8 @@ const fd_api_sample_t *fd_api_metric_sample(const fd_api_metric_t *m,
  * else an HTTP status (403: the index is not a regular file).
  *
  * fd_req_file_variant(r, cache, &f, codings, always): a precompressed
- * variant of the regular file f, FILE.br or FILE.gz (codings:
+ * variant of the regular file f (as fd_req_file_open() filled it: its
+ * path has room for the suffix), FILE.br or FILE.gz (codings:
  * FD_API_ENC_BR | FD_API_ENC_GZIP), in the order the client's
  * Accept-Encoding prefers (always: whatever it says, .gz first), that is
  * a regular file not older than FILE: f becomes it (f.path stays FILE's,

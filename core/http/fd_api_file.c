@@ -1020,7 +1020,8 @@ static int read_dir(fd_request_t *r, int dfd, fd_api_dir_t *d, size_t max,
         return -1;
     }
     closedir(dir);
-    qsort(v, n, sizeof(*v), dirent_cmp);
+    if (n > 1)
+        qsort(v, n, sizeof(*v), dirent_cmp);
     d->entries = v;
     d->n = n;
     return 0;
