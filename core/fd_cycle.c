@@ -1275,7 +1275,8 @@ static int apply_servers(load_t *ld)
                 if (fd_http_try_files_resolve(cf, loc) != FD_OK)
                     return FD_ERROR;
     }
-    return FD_OK;
+    /* and a module's keys that name one (mirror = @name) */
+    return fd_http_named_checks(cf, cy);
 }
 
 static char *make_prefix(fd_pool_t *pool, const char *file)

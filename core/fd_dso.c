@@ -313,7 +313,8 @@ static unsigned methods(unsigned api)
                {FD_API_POST, FD_HTTP_POST},     {FD_API_PUT, FD_HTTP_PUT},
                {FD_API_DELETE, FD_HTTP_DELETE}, {FD_API_OPTIONS,
                                                  FD_HTTP_OPTIONS},
-               {FD_API_PATCH, FD_HTTP_PATCH}};
+               {FD_API_PATCH, FD_HTTP_PATCH},   {FD_API_OTHER,
+                                                 FD_HTTP_UNKNOWN}};
     unsigned m = 0, i;
 
     for (i = 0; i < fd_nelems(map); i++)

@@ -8,7 +8,9 @@
 #ifndef FD_FASTCGI_H
 #define FD_FASTCGI_H
 
-#include "fd_core.h"
+#include <string.h>
+
+#include "fastd.h"
 
 #define FD_FCGI_VERSION 1
 #define FD_FCGI_HEADER_LEN 8

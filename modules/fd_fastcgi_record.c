@@ -3,8 +3,9 @@
  * name-value pairs) and the strict, resumable parser of the application's
  * records (STDOUT, STDERR, END_REQUEST for request 1). See fd_fastcgi.h.
  */
-#include "fd_core.h"
 #include "fd_fastcgi.h"
+
+#define min(a, b) ((a) < (b) ? (a) : (b))
 
 void fd_fcgi_begin(char *dst, int keep_conn)
 {
@@ -109,7 +110,7 @@ int fd_fcgi_parse(fd_fcgi_parser_t *p, const char **pos, const char *end,
                 *why = "sent data after END_REQUEST";
                 return FD_ERROR;
             }
-            n = fd_min((size_t)(end - s), (size_t)(8 - p->hlen));
+            n = min((size_t)(end - s), (size_t)(8 - p->hlen));
             memcpy(p->h + p->hlen, s, n);
             p->hlen += (unsigned)n;
             s += n;
@@ -129,7 +130,7 @@ int fd_fcgi_parse(fd_fcgi_parser_t *p, const char **pos, const char *end,
                 *pos = s;
                 return FD_AGAIN;
             }
-            n = fd_min((size_t)(end - s), p->need);
+            n = min((size_t)(end - s), p->need);
             out->type = p->type;
             out->data = s;
             out->len = n;
@@ -137,7 +138,7 @@ int fd_fcgi_parse(fd_fcgi_parser_t *p, const char **pos, const char *end,
             *pos = s + n;
             return FD_OK;
         case S_END_BODY:
-            n = fd_min((size_t)(end - s), (size_t)(8 - p->hlen));
+            n = min((size_t)(end - s), (size_t)(8 - p->hlen));
             memcpy(p->h + p->hlen, s, n);
             p->hlen += (unsigned)n;
             s += n;
@@ -152,7 +153,7 @@ int fd_fcgi_parse(fd_fcgi_parser_t *p, const char **pos, const char *end,
             p->state = S_PAD;
             break;
         case S_PAD:
-            n = fd_min((size_t)(end - s), p->pad);
+            n = min((size_t)(end - s), p->pad);
             p->pad -= n;
             s += n;
             if (p->pad) {

@@ -1,7 +1,7 @@
 /*
  * mirror = /path (repeatable): nginx's mirror module. Each request of the
  * location is copied, just before its handler runs, to each path: a
- * background subrequest (fd_http_background) with the request's method,
+ * background copy (fd_req_background) with the request's method,
  * header, query and, with mirror_request_body = on (the default), its
  * body, routed among the server's locations (usually one that proxies to
  * a shadow service). The copy's answer is read and dropped; the client's
@@ -23,28 +23,24 @@
  * the handler runs (as nginx), also for a handler that would stream it
  * (the proxy): the handler then reads it from memory.
  */
-#include "fd_core.h"
-#include "fd_connection.h"
-#include "fd_http.h"
-#include "fd_module.h"
-#include "fd_status.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-fd_module_t fd_mirror_module;
+#include "fastd.h"
 
 /* mirror = /path or @name */
 typedef struct {
-    fd_str_t uri;
-    fd_http_loc_t *named;      /* @name: its location (init_cycle) */
-    const char *file;          /* where the line is, for init_cycle */
-    int line;
+    fd_str_t to;
+    fd_api_conf_pos_t pos;     /* its line */
 } mirror_to_t;
 
 typedef struct {
     mirror_to_t *uris;         /* none: off */
     unsigned nuris, cap;
     int body;                  /* mirror_request_body */
-    fd_int_t max_in_flight;
-    fd_msec_t timeout;
+    int64_t max_in_flight;
+    uint64_t timeout;
 } mirror_conf_t;
 
 /* this worker's figures, in its status slot */
@@ -55,25 +51,30 @@ typedef struct {
     uint64_t active;           /* in flight (a gauge) */
 } mirror_shm_t;
 
-/* one copy in flight; lives in the copy's pool */
+/* one copy in flight */
 typedef struct {
-    fd_request_t *sr;
-    fd_timer_t timer;          /* mirror_timeout */
+    fd_api_bg_t *bg;
+    fd_api_timer_t *timer;     /* mirror_timeout */
+    fd_str_t to;
     unsigned timed_out:1;
 } copy_t;
 
 static mirror_shm_t local_stats;
 static mirror_shm_t *stats = &local_stats;
 static unsigned in_flight;
-static fd_msec_t drop_logged; /* when a drop was last logged */
+static uint64_t drop_logged; /* when a drop was last logged */
 
-static int mirror_set(fd_conf_t *cf, const fd_directive_t *d, void *conf,
-                      const char *v)
+#define COUNT(f, n) __atomic_add_fetch(&stats->f, (n), __ATOMIC_RELAXED)
+
+static int mirror_set(void *conf, const char *key, const char *v, int own)
 {
     mirror_conf_t *mc = conf;
     mirror_to_t *us;
+    size_t n = strlen(v);
+    char *d;
 
-    (void)d;
+    (void)key;
+    (void)own;
     if (strcmp(v, "off") == 0) {
         mc->nuris = 0;
         return FD_OK;
@@ -81,202 +82,184 @@ static int mirror_set(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     if (v[0] == '@' ? v[1] == '\0' || strpbrk(v, " \t") != NULL
                     : v[0] != '/' || strpbrk(v, "?# \t") != NULL ||
                           strstr(v, "/../") || strstr(v, "/./") ||
-                          strstr(v, "//"))
-        return fd_conf_error(cf, "mirror: \"%s\" is not a path (a normal "
-                             "one, from \"/\", without a query), an @name "
-                             "nor off", v);
-    us = fd_parray_reserve(cf->pool, mc->uris, mc->nuris, &mc->cap,
-                           sizeof(*us));
-    if (us == NULL)
-        return fd_conf_error(cf, "out of memory");
-    mc->uris = us;
-    us += mc->nuris;
-    us->uri.len = strlen(v);
-    us->uri.data = fd_pstrdup(cf->pool, v, strlen(v));
-    us->named = NULL;
-    us->file = cf->file;
-    us->line = cf->line;
-    if (us->uri.data == NULL)
-        return fd_conf_error(cf, "out of memory");
-    mc->nuris++;
+                          strstr(v, "//")) {
+        fd_api_conf_error("mirror: \"%s\" is not a path (a normal one, "
+                          "from \"/\", without a query), an @name nor off",
+                          v);
+        return FD_ERROR;
+    }
+    if (mc->nuris == mc->cap) {
+        mc->cap = mc->cap ? mc->cap * 2 : 2;
+        us = fd_api_conf_alloc(mc->cap * sizeof(*us));
+        if (us && mc->nuris)
+            memcpy(us, mc->uris, mc->nuris * sizeof(*us));
+        mc->uris = us;
+    }
+    if (mc->uris == NULL || (d = fd_api_conf_alloc(n + 1)) == NULL) {
+        fd_api_conf_error("out of memory");
+        return FD_ERROR;
+    }
+    memcpy(d, v, n + 1);
+    us = &mc->uris[mc->nuris++];
+    us->to = (fd_str_t){n, d};
+    fd_api_conf_pos(&us->pos);
     return FD_OK;
 }
 
-static int mirror_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
+/* mirror = @name: a named location of this location's server, checked
+ * once the file is read (it may come after its users) */
+static int mirror_init_conf(void *conf)
 {
-    (void)cf;
-    (void)loc;
-    (void)conf;
-    return FD_OK;
-}
-
-/* mirror = @name: each location's own @names, found in its server once
- * the file is read (a named location may come after its users) */
-typedef struct {
-    fd_conf_t *cf;
-    int rc;
-} resolve_t;
-
-static void resolve_loc(fd_http_loc_t *loc, void *data)
-{
-    resolve_t *rs = data;
-    mirror_conf_t *mc = fd_loc_conf(loc, &fd_mirror_module);
+    mirror_conf_t *mc = conf;
     unsigned k;
 
-    for (k = 0; k < mc->nuris && rs->rc == FD_OK; k++) {
-        mirror_to_t *to = &mc->uris[k];
-        if (to->uri.data[0] != '@' ||
-            (to->named = fd_http_named_location(loc->server, to->uri.data)))
+    for (k = 0; k < mc->nuris; k++) {
+        if (mc->uris[k].to.data[0] != '@')
             continue;
-        rs->cf->file = to->file;
-        rs->cf->line = to->line;
-        rs->rc = fd_conf_error(rs->cf, "mirror: no [location %s] in this "
-                               "[server]", to->uri.data);
+        fd_api_conf_at(&mc->uris[k].pos);
+        if (fd_api_conf_named_location("mirror", mc->uris[k].to.data)
+            != FD_OK) {
+            fd_api_conf_error("out of memory");
+            return FD_ERROR;
+        }
     }
+    return FD_OK;
 }
 
-static int mirror_init_cycle(fd_conf_t *cf, fd_cycle_t *cy)
+static int mirror_active(const void *conf)
 {
-    resolve_t rs = {cf, FD_OK};
-
-    fd_http_each_loc(cy, resolve_loc, &rs);
-    return rs.rc;
-}
-
-static int mirror_active(const fd_http_loc_t *loc)
-{
-    const mirror_conf_t *mc = fd_loc_conf(loc, &fd_mirror_module);
+    const mirror_conf_t *mc = conf;
 
     return mc->nuris > 0;
 }
 
-/* The copy's pool is freed: whatever ended it, it is out of flight */
-static void copy_end(void *data)
+/* The copy ended, whatever ended it: it is out of flight */
+static void copy_done(void *data, int status)
 {
     copy_t *x = data;
-    int st = x->sr->status;
 
-    fd_timer_del(&x->timer);
+    fd_api_timer_cancel(x->timer);
     in_flight--;
-    stats->active = in_flight;
-    if (x->timed_out || !x->sr->done || st >= 500 || st == 0)
-        stats->failed++;
-    fd_worker_hold(-1);
+    __atomic_store_n(&stats->active, in_flight, __ATOMIC_RELAXED);
+    if (x->timed_out || status >= 500 || status == 0)
+        COUNT(failed, 1);
+    free(x);
 }
 
-static void copy_timeout(fd_timer_t *t)
+static void copy_timeout(void *data)
 {
-    copy_t *x = (copy_t *)((char *)t - offsetof(copy_t, timer));
-    uint64_t id = fd_log_conn_id;
+    copy_t *x = data;
+    char why[300];
 
-    fd_log_conn_id = x->sr->c->id;
     x->timed_out = 1;
-    fd_log_error(FD_LOG_INFO, 0, "mirror \"%.*s\" still running at "
-                 "mirror_timeout: stopped", (int)x->sr->path.len,
-                 x->sr->path.data);
-    /* frees it now (copy_end), or when its handler ends */
-    fd_http_subrequest_abort(x->sr);
-    fd_log_conn_id = id;
+    snprintf(why, sizeof(why), "mirror \"%.*s\" still running at "
+             "mirror_timeout: stopped", (int)x->to.len, x->to.data);
+    fd_api_bg_stop(x->bg, why);
 }
 
 static void copy_start(fd_request_t *r, const mirror_conf_t *mc,
                        const mirror_to_t *to)
 {
-    fd_str_t uri = to->uri;
-    fd_request_t *sr;
     copy_t *x;
+    int rc = FD_ERROR;
 
-    if (in_flight >= (unsigned)mc->max_in_flight) {
-        stats->dropped++;
+    if (in_flight >= (uint64_t)mc->max_in_flight) {
+        COUNT(dropped, 1);
         /* once a second at most: a slow shadow drops a copy per request */
-        if (drop_logged == 0 || fd_current_msec - drop_logged >= 1000) {
-            drop_logged = fd_current_msec;
-            fd_log_error(FD_LOG_INFO, 0, "mirror \"%.*s\": %u copies in "
-                         "flight (mirror_max_in_flight): this one is dropped "
-                         "(/status counts them all)", (int)uri.len, uri.data,
-                         in_flight);
+        if (drop_logged == 0 || fd_api_now_msec() - drop_logged >= 1000) {
+            drop_logged = fd_api_now_msec();
+            fd_api_log(FD_API_LOG_INFO, 0, "mirror \"%.*s\": %u copies in "
+                       "flight (mirror_max_in_flight): this one is dropped "
+                       "(/status counts them all)", (int)to->to.len,
+                       to->to.data, in_flight);
         }
         return;
     }
-    sr = fd_http_background(r, uri, to->named, mc->body ? FD_SUB_BODY : 0);
-    if (sr == NULL || (x = fd_pcalloc(sr->pool, sizeof(*x))) == NULL ||
-        fd_pool_cleanup_add(sr->pool, copy_end, x) == NULL) {
-        if (sr)
-            fd_pool_destroy(sr->pool);
-        stats->dropped++;
-        fd_log_error(FD_LOG_ERR, 0, "mirror \"%.*s\": out of memory",
-                     (int)uri.len, uri.data);
-        return;
+    x = calloc(1, sizeof(*x));
+    if (x && (x->timer = fd_api_timer_new(copy_timeout, x)) != NULL) {
+        x->to = to->to;
+        fd_api_timer_set(x->timer, mc->timeout);
+        /* counted in before it starts: a copy answered at once ends
+         * (copy_done) before fd_req_background returns */
+        in_flight++;
+        __atomic_store_n(&stats->active, in_flight, __ATOMIC_RELAXED);
+        COUNT(sent, 1);
+        rc = fd_req_background(r, to->to, mc->body ? FD_API_BG_BODY : 0,
+                               copy_done, x, &x->bg);
+        if (rc == FD_OK) {
+            /* x is gone if it ended already, its timer with it */
+            return;
+        }
+        in_flight--;
+        __atomic_store_n(&stats->active, in_flight, __ATOMIC_RELAXED);
+        __atomic_sub_fetch(&stats->sent, 1, __ATOMIC_RELAXED);
+        fd_api_timer_cancel(x->timer);
     }
-    x->sr = sr;
-    x->timer.handler = copy_timeout;
-    in_flight++;
-    stats->active = in_flight;
-    stats->sent++;
-    /* a graceful stop lets it finish (up to shutdown_timeout) */
-    fd_worker_hold(1);
-    fd_timer_add(&x->timer, mc->timeout);
-    fd_http_background_run(sr);
+    free(x);
+    COUNT(dropped, 1);
+    fd_api_log(FD_API_LOG_ERR, 0, "mirror \"%.*s\": %s", (int)to->to.len,
+               to->to.data, rc == FD_DECLINED ? "no such location"
+                                              : "out of memory");
 }
 
-/* r->pre_handler: the body is read (mirror_request_body), the handler is
- * next. The final location's mirrors (a rewrite may have moved r). */
+/* before the handler: the body is read (mirror_request_body). The final
+ * location's mirrors (a rewrite may have moved r). */
 static void mirror_start(fd_request_t *r)
 {
-    const mirror_conf_t *mc = fd_loc_conf(r->loc, &fd_mirror_module);
-    void **done = fd_request_ctx(r, &fd_mirror_module);
+    const mirror_conf_t *mc = fd_req_conf_of(r, FD_API_SELF);
     unsigned i;
 
-    if (done == NULL || *done || mc->nuris == 0)
+    if (mc == NULL || mc->nuris == 0 || fd_req_get_ctx_of(r, FD_API_SELF))
         return;
     /* once a request: a handler that moves it (static's index) runs the
      * new location's access phase and handler again */
-    *done = (void *)mc;
+    if (fd_req_set_ctx_of(r, FD_API_SELF, (void *)mc) != FD_OK)
+        return;
     for (i = 0; i < mc->nuris; i++)
         copy_start(r, mc, &mc->uris[i]);
 }
 
 static int mirror_access(fd_request_t *r)
 {
-    const mirror_conf_t *mc = fd_loc_conf(r->loc, &fd_mirror_module);
+    const mirror_conf_t *mc = fd_req_conf_of(r, FD_API_SELF);
 
-    if (r->sub_post || mc->nuris == 0 ||
-        (r->mctx && r->mctx[fd_mirror_module.index]))
-        return FD_OK; /* a copy is not copied again, nor a request twice */
-    if (mc->body)
-        r->body_whole = 1;
-    r->pre_handler = mirror_start;
+    /* a copy is not copied again, nor a request twice */
+    if (mc->nuris == 0 || fd_req_is_subrequest(r) ||
+        fd_req_get_ctx_of(r, FD_API_SELF))
+        return FD_OK;
+    if (fd_req_before_handler(r, mirror_start,
+                              mc->body ? FD_API_WHOLE_BODY : 0) != FD_OK)
+        return 500;
     return FD_OK;
 }
 
-static int mirror_init_worker(fd_worker_t *w)
+static int mirror_init_worker(void)
 {
-    mirror_shm_t *a = fd_stats ? fd_stats_area(fd_stats, &fd_mirror_module)
-                               : NULL;
+    mirror_shm_t *a = fd_api_status_area(FD_API_SELF);
 
-    (void)w;
     in_flight = 0;
     stats = a ? a : &local_stats;
     return FD_OK;
 }
 
-static void mirror_status(fd_status_t *st, const void *area, unsigned worker)
+static void mirror_status(fd_api_status_t *st, const void *area,
+                          unsigned worker)
 {
     const mirror_shm_t *e = area;
 
     if (e == NULL)
         return;
-    fd_status_counter(st, "mirror_sent", "requests copied to a mirror",
-                      NULL, e->sent);
-    fd_status_counter(st, "mirror_dropped", "copies not made: "
-                      "mirror_max_in_flight reached, or no memory", NULL,
-                      e->dropped);
-    fd_status_counter(st, "mirror_failed", "copies answered 5xx (the "
-                      "mirror service down, slow) or stopped at "
-                      "mirror_timeout", NULL, e->failed);
-    if (worker != FD_STATUS_RETIRED)
-        fd_status_gauge(st, "mirror_active", "copies in flight", NULL,
-                        e->active);
+    fd_api_status_counter(st, "mirror_sent", "requests copied to a mirror",
+                          NULL, e->sent);
+    fd_api_status_counter(st, "mirror_dropped", "copies not made: "
+                          "mirror_max_in_flight reached, or no memory", NULL,
+                          e->dropped);
+    fd_api_status_counter(st, "mirror_failed", "copies answered 5xx (the "
+                          "mirror service down, slow) or stopped at "
+                          "mirror_timeout", NULL, e->failed);
+    if (worker != FD_API_STATUS_RETIRED)
+        fd_api_status_gauge(st, "mirror_active", "copies in flight", NULL,
+                            e->active);
 }
 
 static void mirror_retire(void *retired, const void *area)
@@ -289,9 +272,8 @@ static void mirror_retire(void *retired, const void *area)
     d->failed += s->failed;
 }
 
-static const fd_directive_t mirror_directives[] = {
-    {.name = "mirror", .type = FD_CONF_LIST, .set = mirror_set,
-     .replace = 1,
+static const fd_api_key_t mirror_keys[] = {
+    {.name = "mirror", .type = FD_API_LIST_REPLACE,
      .doc = "repeatable: PATH | @NAME | off: a copy of each request (its "
             "method, target, header and body) goes, just before the handler, "
             "to the location PATH routes to, or to [location @NAME] (which "
@@ -300,30 +282,46 @@ static const fd_directive_t mirror_directives[] = {
             "(nginx's proxy_pass http://shadow$request_uri). Its answer is "
             "dropped and the client never waits for it. A section's own "
             "lines replace the inherited ones; off: none"},
-    {.name = "mirror_request_body", .type = FD_CONF_FLAG,
+    {.name = "mirror_request_body", .type = FD_API_FLAG,
      .offset = offsetof(mirror_conf_t, body), .def = "on",
      .doc = "on: the copies carry the request body, read whole before the "
             "handler runs (also for the proxy, which otherwise streams it; "
             "as nginx); off: they have none, and the body is not waited "
             "for"},
-    {.name = "mirror_max_in_flight", .type = FD_CONF_INT,
+    {.name = "mirror_max_in_flight", .type = FD_API_INT,
      .offset = offsetof(mirror_conf_t, max_in_flight), .def = "64",
-     .min = 1, .max = 1000000,
-     .doc = "copies in flight at most, per worker (all locations'); a "
-            "copy over it is dropped and counted (/status: mirror_dropped)"},
-    {.name = "mirror_timeout", .type = FD_CONF_MSEC,
-     .offset = offsetof(mirror_conf_t, timeout), .def = "30s", .min = 1,
-     .max = 86400000,
+     .doc = "copies in flight at most, per worker (all locations'), 1 to "
+            "1000000; a copy over it is dropped and counted (/status: "
+            "mirror_dropped)"},
+    {.name = "mirror_timeout", .type = FD_API_MSEC,
+     .offset = offsetof(mirror_conf_t, timeout), .def = "30s",
      .doc = "a copy still running after this is stopped (its upstream "
-            "connection closed, its memory freed) and counted as failed"},
-    FD_CONF_END};
+            "connection closed, its memory freed) and counted as failed; "
+            "1ms to 1d"},
+    {.name = NULL}};
 
-fd_module_t fd_mirror_module = {
-    FD_MODULE_LOC(mirror, mirror_conf_t),
-    .access = mirror_access,
-    .loc_active = mirror_active,
-    .init_cycle = mirror_init_cycle,
+static int mirror_check(void *conf)
+{
+    mirror_conf_t *mc = conf;
+
+    if (fd_api_conf_bounds(mc, "mirror_max_in_flight", mc->max_in_flight, 1,
+                           1000000, 0) != FD_OK ||
+        fd_api_conf_bounds(mc, "mirror_timeout", (int64_t)mc->timeout, 1,
+                           86400000, 1) != FD_OK)
+        return FD_ERROR;
+    return mirror_init_conf(conf);
+}
+
+FD_API_MODULE = {
+    FD_API_HEADER,
+    .name = "mirror",
+    .keys = mirror_keys,
+    .conf_size = sizeof(mirror_conf_t),
+    .init_conf = mirror_check,
     .init_worker = mirror_init_worker,
+    .set = mirror_set,
+    .access = mirror_access,
+    .active = mirror_active,
     .shm_size = sizeof(mirror_shm_t),
     .status = mirror_status,
     .retire = mirror_retire,

@@ -361,33 +361,8 @@ static int set_pass(fd_conf_t *cf, const fd_directive_t *d, void *conf,
 static int set_next_upstream(fd_conf_t *cf, const fd_directive_t *d,
                              void *conf, const char *value)
 {
-    static const struct {
-        const char *name;
-        unsigned flag;
-    } flags[] = {{"error", NEXT_ERROR},       {"timeout", NEXT_TIMEOUT},
-                 {"http_502", NEXT_502},      {"http_503", NEXT_503},
-                 {"http_504", NEXT_504},
-                 {"non_idempotent", NEXT_NON_IDEMPOTENT}};
-    unsigned *mask = (unsigned *)((char *)conf + d->offset), i, m = 0;
-    char *s = fd_pstrdup(cf->pool, value, strlen(value)), *save, *tok;
-
-    for (tok = strtok_r(s, " \t", &save); tok;
-         tok = strtok_r(NULL, " \t", &save)) {
-        if (strcmp(tok, "off") == 0) {
-            m = 0;
-            continue;
-        }
-        for (i = 0; i < fd_nelems(flags); i++)
-            if (strcmp(tok, flags[i].name) == 0)
-                break;
-        if (i == fd_nelems(flags))
-            return fd_conf_error(cf, "\"next_upstream\": unknown \"%s\" "
-                                 "(error timeout http_502 http_503 http_504 "
-                                 "non_idempotent off)", tok);
-        m |= flags[i].flag;
-    }
-    *mask = m;
-    return FD_OK;
+    return fd_upstream_parse_next(cf, value,
+                                  (unsigned *)((char *)conf + d->offset));
 }
 
 /* fields the proxy writes or drops for framing: never passed */

@@ -15,6 +15,8 @@ use PhpFpm;
 use IO::Socket::INET;
 use Test::More;
 
+FastdTest::skip_in_sanitizer_stage('it builds a plain fastd of its own');
+
 plan skip_all => 'php-fpm not installed (apt-get install php-fpm)'
     unless PhpFpm::binary();
 

@@ -30,13 +30,14 @@ my $prefix = ApiModule::install($dir);
 my $cflags = ApiModule::cflags();
 like($cflags, qr{-I\Q$prefix\E/include/fastd}, 'pkg-config --cflags fastd');
 
-# the public header alone, strictly
-{
-    my $out = `cc -std=c11 -Wall -Wextra -Werror -pedantic -fsyntax-only -x c '$prefix/include/fastd/fastd.h' 2>&1`;
-    is($?, 0, 'fastd.h compiles alone with -std=c11 -Wall -Wextra -Werror -pedantic')
+# the public headers alone, strictly (fastd_upstream.h: a backend
+# protocol's, 1.7)
+for my $h (qw(fastd.h fastd_upstream.h)) {
+    my $out = `cc -std=c11 -Wall -Wextra -Werror -pedantic -fsyntax-only -x c '$prefix/include/fastd/$h' 2>&1`;
+    is($?, 0, "$h compiles alone with -std=c11 -Wall -Wextra -Werror -pedantic")
         or diag($out);
-    unlike(FastdTest::slurp("$prefix/include/fastd/fastd.h"),
-           qr/fd_connection_t|fd_http_loc_t|fd_pool_t|fd_cycle_t|fd_buf_t/,
+    unlike(FastdTest::slurp("$prefix/include/fastd/$h"),
+           qr/fd_connection_t|fd_http_loc_t|fd_pool_t|fd_cycle_t|fd_buf_t|fd_upstream_(?:req_|peer_|opts_|proto_)?t\b|fd_sendop_t/,
            '... and names no engine type');
 }
 
@@ -45,6 +46,8 @@ my $app = "$root/tests/modules/app.c";
 is(build("$dir/app.so", $app), '', 'app.so builds against the installed API');
 is(build("$dir/app_blocking.so", $app, '-DAPP_BLOCKING'), '',
    'app_blocking.so (the same handler, declared blocking)');
+is(build("$dir/scgi.so", "$root/tests/modules/scgi.c"), '',
+   'scgi.so (a backend protocol on fastd_upstream.h, the guide\'s example) builds');
 
 FastdTest::self_signed("$dir/cert", 'localhost');
 my $tls_port = $t->another_port;

@@ -19,6 +19,8 @@ use ApiModule;
 use IO::Socket::INET;
 use Test::More;
 
+FastdTest::skip_in_sanitizer_stage('it builds a plain fastd of its own');
+
 my $t = FastdTest->new;
 my $dir = $t->dir;
 my @mods = qw(limit_conn limit_req);

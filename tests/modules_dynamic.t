@@ -1,16 +1,20 @@
 #!/usr/bin/perl
 # A module of the tree written on the public API builds into the binary
 # or as a shared object: ./configure --with-plaintext=dynamic
-# --with-json=dynamic --with-status=dynamic --with-static=dynamic (in a
-# copy of the tree) builds objs/fd_plaintext.so, objs/fd_json.so,
-# objs/fd_status.so and objs/fd_static.so instead of linking them in, make
-# install puts them in PREFIX/modules/, and that fastd, which has none of
-# them of its own, answers with them after load_module exactly as the
-# fastd under test (built in) does: status, Content-Type, Content-Length,
-# body, for GET, HEAD and POST, over HTTP/1.1 (/status's figures, numbers
-# aside; static's files with their ETag, ranges, conditionals, index,
-# listing and precompressed variant). A module not on the public API, or
-# not in auto/modules, cannot be made dynamic.
+# --with-json=dynamic --with-status=dynamic --with-static=dynamic
+# --with-fastcgi=dynamic (in a copy of the tree) builds
+# objs/fd_plaintext.so, objs/fd_json.so, objs/fd_status.so,
+# objs/fd_static.so and objs/fd_fastcgi.so (a backend protocol on
+# fastd_upstream.h; its configuration checked here, its requests by
+# FASTD_TEST_LOAD=.../fd_fastcgi.so FASTD_BIN=... prove tests/fastcgi.t)
+# instead of linking them in, make install puts them in PREFIX/modules/,
+# and that fastd, which has none of them of its own, answers with them
+# after load_module exactly as the fastd under test (built in) does:
+# status, Content-Type, Content-Length, body, for GET, HEAD and POST,
+# over HTTP/1.1 (/status's figures, numbers aside; static's files with
+# their ETag, ranges, conditionals, index, listing and precompressed
+# variant). A module not on the public API, or not in auto/modules,
+# cannot be made dynamic.
 
 use strict;
 use warnings;
@@ -18,6 +22,8 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use FastdTest;
 use Test::More;
+
+FastdTest::skip_in_sanitizer_stage('it builds a plain fastd of its own');
 
 plan skip_all => 'jansson is not installed (libjansson-dev)'
     if system('pkg-config --exists jansson 2>/dev/null') != 0;
@@ -43,17 +49,18 @@ my $prefix = "$dir/prefix";
 mkdir $src or die "mkdir $src: $!";
 system("cd '$root' && tar -cf - configure Makefile auto core modules conf html | tar -xf - -C '$src'") == 0
     or BAIL_OUT('cannot copy the tree');
-my $out = `cd '$src' && ./configure --prefix='$prefix' --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic 2>&1`;
-is($?, 0, './configure --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic') or diag($out);
-like($out, qr/^dynamic modules \(objs\/fd_NAME\.so\): plaintext json static status$/m,
+my $out = `cd '$src' && ./configure --prefix='$prefix' --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic --with-fastcgi=dynamic 2>&1`;
+is($?, 0, './configure --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic --with-fastcgi=dynamic') or diag($out);
+like($out, qr/^dynamic modules \(objs\/fd_NAME\.so\): plaintext json static status fastcgi$/m,
      '... says which modules are shared objects');
-unlike((grep { /^\s*modules:/ } split /\n/, $out)[0] // '', qr/\b(plaintext|json|status|static)\b/,
+unlike((grep { /^\s*modules:/ } split /\n/, $out)[0] // '', qr/\b(plaintext|json|status|static|fastcgi)\b/,
        '... and that they are not linked in');
 $out = `make -s -C '$src' -j2 2>&1`;
 is($?, 0, 'make') or diag($out);
 ok(-f "$src/objs/fd_plaintext.so" && -f "$src/objs/fd_json.so"
-   && -f "$src/objs/fd_status.so" && -f "$src/objs/fd_static.so",
-   'objs/fd_plaintext.so, objs/fd_json.so, objs/fd_status.so and objs/fd_static.so built');
+   && -f "$src/objs/fd_status.so" && -f "$src/objs/fd_static.so"
+   && -f "$src/objs/fd_fastcgi.so",
+   'objs/fd_plaintext.so, fd_json.so, fd_status.so, fd_static.so and fd_fastcgi.so built');
 like(`nm -D --defined-only '$src/objs/fd_plaintext.so' 2>&1`, qr/\bfastd_module\b/,
      'fd_plaintext.so defines fastd_module, as a module built outside the tree');
 $out = `make -s -C '$src' install PREFIX='$prefix' LOGROTATE_DIR='$dir/lr' FASTD_USER=nobody 2>&1`;
@@ -81,6 +88,30 @@ $d->write_conf(FastdTest::base_conf(
     my ($rc, $o) = FastdTest::run_fastd('-t', '-c', $d->conf_file);
     is($rc, 0, 'with load_module = PREFIX/modules/fd_plaintext.so, fd_json.so, fd_status.so and fd_static.so: -t passes')
         or diag($o);
+    # FastCGI, a backend protocol on the public API alone: its keys
+    # (pass to a group of one server, its params' variables) and their
+    # checks are the loaded module's
+    my $fcgi = "[location ~ \\.php\$]\nhandler = fastcgi\n"
+             . "pass = fastcgi://127.0.0.1:9\nfastcgi_param = X \$fastcgi_path_info\n";
+    my @pj = ("$prefix/modules/fd_plaintext.so",
+              "$prefix/modules/fd_json.so",
+              "$prefix/modules/fd_static.so");
+    $d->write_conf(FastdTest::base_conf(main => { load_module => [@pj] },
+                                        locations => $fcgi));
+    isnt((FastdTest::run_fastd('-t', '-c', $d->conf_file))[0], 0,
+         'handler = fastcgi without its load_module: refused');
+    $d->write_conf(FastdTest::base_conf(
+        main => { load_module => [ @pj, "$prefix/modules/fd_fastcgi.so" ] },
+        locations => $fcgi));
+    ($rc, $o) = FastdTest::run_fastd('-t', '-c', $d->conf_file);
+    is($rc, 0, 'with load_module = PREFIX/modules/fd_fastcgi.so: -t passes')
+        or diag($o);
+    $d->write_conf(FastdTest::base_conf(
+        main => { load_module => [ "$prefix/modules/fd_plaintext.so",
+                                   "$prefix/modules/fd_json.so",
+                                   "$prefix/modules/fd_status.so",
+                                   "$prefix/modules/fd_static.so" ] },
+        locations => $status));
     $d->start;
 }
 $t->start;

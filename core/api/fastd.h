@@ -11,7 +11,8 @@
  * descriptors on the loop, and what logs and databases need; from 1.5
  * shared memory every worker maps, scripts evaluated whole, and the
  * [cluster]'s Redis; from 1.6 the server's figures, read as a status
- * page shows them, and a string builder.
+ * page shows them, and a string builder; from 1.7 copies of a request
+ * run in the background.
  * A module is a shared object that defines
  *
  *     FD_API_MODULE = { FD_API_HEADER, .name = "hello",
@@ -1190,6 +1191,86 @@ const fd_api_sample_t *fd_api_metric_sample(const fd_api_metric_t *m,
                                             const fd_api_sample_t *prev,
                                             unsigned *worker, uint64_t *v);
 
+/* --- 1.7: copies of a request in the background (mirror) ---------------- */
+
+/*
+ * From an access hook: fn(r) runs once just before r's handler (after an
+ * internal redirect, before the new location's handler), every access
+ * hook done and, with FD_API_WHOLE_BODY, the request body read whole into
+ * memory first, also for a handler that would stream it (it then reads
+ * it from there, as usual). fn must not end r. Calls run in the order
+ * they were asked for. FD_OK, or FD_ERROR (out of memory).
+ */
+#define FD_API_WHOLE_BODY 0x1
+int fd_req_before_handler(fd_request_t *r, void (*fn)(fd_request_t *r),
+                          unsigned flags);
+/* Whether r is a subrequest (auth_request's check, a background copy) */
+int fd_req_is_subrequest(fd_request_t *r);
+
+/*
+ * A copy of r run in the background (nginx's mirror): r's method, target,
+ * header, client address and, with FD_API_BG_BODY, its body (read whole:
+ * FD_API_WHOLE_BODY above), routed to `to`: a path ("/shadow": the
+ * location it matches among r's server's, r's target kept for a proxy
+ * that passes it on) or "@name" (that named location of r's server). Its
+ * response is read and dropped. The copy owns all it reads, so r may end
+ * first, or it may; a graceful stop waits for it (up to
+ * shutdown_timeout). done(data, status) runs once when it ends, however
+ * it ends: status is its response's, 0 when it ended without one (it was
+ * stopped, or failed); the handle is gone after. *bg is set before the
+ * copy starts (done may run before this returns, a copy answered at
+ * once). FD_OK; FD_DECLINED: no such named location; FD_ERROR: out of
+ * memory (done is not called).
+ */
+typedef struct fd_api_bg_s fd_api_bg_t;
+#define FD_API_BG_BODY 0x1
+int fd_req_background(fd_request_t *r, fd_str_t to, unsigned flags,
+                      void (*done)(void *data, int status), void *data,
+                      fd_api_bg_t **bg);
+/* Stop a copy (a timeout of the module's): done runs now, or when a
+ * handler that cannot be stopped at once ends. why: NULL, or a line
+ * logged at info as the copy's (its connection's id). */
+void fd_api_bg_stop(fd_api_bg_t *bg, const char *why);
+
+/* From init_conf: name ("@name") must be a [location @name] of the
+ * server this location is in. It is checked once every server is read
+ * (a named location may come after its users): a missing one refuses
+ * the configuration at the line fd_api_conf_at() last named, with
+ * "WHAT: no [location @name] in this [server]". FD_OK or FD_ERROR. */
+int fd_api_conf_named_location(const char *what, const char *name);
+
+/* --- 1.7: upstream protocols (fastd_upstream.h), and what FastCGI needs --- */
+
+/* Methods a handler takes (fd_api_module_t.methods): those fastd does not
+ * name (PROPFIND, ...), and every one (an application behind a gateway
+ * decides: FastCGI). */
+#define FD_API_OTHER 0x80
+#define FD_API_ANY 0xff
+
+/* The request body's length as the client declared it: -1 when it is not
+ * known ahead (chunked, or HTTP/2 without content-length), 0 for none. */
+int64_t fd_req_content_length(fd_request_t *r);
+/* The i-th request header as it came (0: the first): FD_OK with its name
+ * and value, or FD_DECLINED past the last. */
+int fd_req_header_line(fd_request_t *r, unsigned i, fd_str_t *name,
+                       fd_str_t *value);
+/* The response's Content-Length (-1: not known, chunked over HTTP/1.1),
+ * for a streamed response whose header has not left. */
+void fd_resp_content_length(fd_request_t *r, int64_t n);
+
+/*
+ * Writing into a string builder (fd_req_sbuf) in place, as protocol bytes
+ * are written: fd_api_sbuf_reserve(sb, n, &room) is where at least n bytes
+ * may be written at its end (room: how many, >= n: a writer keeps that
+ * window and asks again only when it is used up), NULL once out of memory;
+ * fd_api_sbuf_commit(sb, end) says what was written there ends at end.
+ * fd_api_sbuf_data() is what was written so far, to change in place (a
+ * length known once what it counts is written): it moves when the builder
+ * grows, at a reserve.
+ */
+char *fd_api_sbuf_reserve(fd_api_sbuf_t *sb, size_t n, size_t *room);
+void fd_api_sbuf_commit(fd_api_sbuf_t *sb, char *end);
+char *fd_api_sbuf_data(fd_api_sbuf_t *sb);
 /* --- 1.7: files (static) --- */
 
 /*

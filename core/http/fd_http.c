@@ -1007,11 +1007,8 @@ void fd_http_run_handler(fd_request_t *r)
         }
     }
 
-    if (r->pre_handler) {
-        void (*pre)(fd_request_t *) = r->pre_handler;
-        r->pre_handler = NULL;
-        pre(r);
-    }
+    if (r->pre)
+        fd_http_run_pre(r);
     if (((!fd_worker->cycle->http.inline_completions || r->loc->offload) &&
          (loc->handler_flags & FD_MODULE_THREAD_SAFE)) ||
         (loc->handler_flags & FD_MODULE_BLOCKING)) {

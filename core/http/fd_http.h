@@ -55,6 +55,7 @@ enum {
 };
 
 typedef struct fd_http_try_files_s fd_http_try_files_t;
+typedef struct fd_pre_s fd_pre_t; /* fd_api_bg.c */
 
 /* add_header = NAME VALUE [always] */
 typedef struct {
@@ -158,10 +159,10 @@ struct fd_request_s {
     char *body;
     size_t body_len;
     size_t body_pulled;        /* body_whole: what fd_http_body_pull gave */
-    /* called once just before the handler runs, the buffered body read
-     * (an access module's: mirror starts its copies there, as nginx's
-     * precontent phase); NULL: none */
-    void (*pre_handler)(fd_request_t *r);
+    /* called once each just before the handler runs, the buffered body
+     * read (an access module's fd_req_before_handler: mirror starts its
+     * copies there, as nginx's precontent phase); NULL: none */
+    fd_pre_t *pre;
 
     /* response */
     int status;
@@ -329,6 +330,12 @@ void fd_http_subrequest_abort(fd_request_t *sr);
 fd_request_t *fd_http_background(fd_request_t *r, fd_str_t path,
                                  fd_http_loc_t *to, unsigned flags);
 void fd_http_background_run(fd_request_t *sr);
+
+/* fd_api_bg.c: the request's fd_req_before_handler() calls, in order;
+ * the configuration's fd_api_conf_named_location() checks, once every
+ * server is read (fd_cycle.c): FD_OK, or FD_ERROR with cf's error. */
+void fd_http_run_pre(fd_request_t *r);
+int fd_http_named_checks(fd_conf_t *cf, fd_cycle_t *cy);
 
 /* Finish a request that returned FD_AGAIN: FD_OK (response set in r) or an
  * HTTP status >= 400 for an error page. Runs on the loop. */

@@ -1613,3 +1613,48 @@ fd_str_t fd_api_sbuf_str(const fd_api_sbuf_t *sb)
 {
     return fd_sbuf_str((const fd_sbuf_t *)(const void *)sb);
 }
+
+/* --- 1.7: what a backend protocol needs of the request --- */
+
+int64_t fd_req_content_length(fd_request_t *r)
+{
+    return r->in.chunked ? -1
+           : r->in.content_length > 0 ? r->in.content_length : 0;
+}
+
+int fd_req_header_line(fd_request_t *r, unsigned i, fd_str_t *name,
+                       fd_str_t *value)
+{
+    if (i >= r->in.nheaders)
+        return FD_DECLINED;
+    *name = r->in.headers[i].name;
+    *value = r->in.headers[i].value;
+    return FD_OK;
+}
+
+void fd_resp_content_length(fd_request_t *r, int64_t n)
+{
+    r->content_length = n;
+}
+
+char *fd_api_sbuf_reserve(fd_api_sbuf_t *sb, size_t n, size_t *room)
+{
+    fd_sbuf_t *b = SBUF(sb);
+    char *p = fd_sbuf_reserve(b, n);
+
+    *room = p ? fd_sbuf_avail(b) : 0;
+#if FD_DEBUG
+    b->reserved = b->end; /* the whole window is the writer's */
+#endif
+    return p;
+}
+
+void fd_api_sbuf_commit(fd_api_sbuf_t *sb, char *end)
+{
+    fd_sbuf_commit(SBUF(sb), end);
+}
+
+char *fd_api_sbuf_data(fd_api_sbuf_t *sb)
+{
+    return SBUF(sb)->start;
+}

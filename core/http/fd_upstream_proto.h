@@ -38,7 +38,12 @@
 #define FD_UPSTREAM_NEXT_502 0x04
 #define FD_UPSTREAM_NEXT_503 0x08
 #define FD_UPSTREAM_NEXT_504 0x10
-#define FD_UPSTREAM_NEXT_NON_IDEMPOTENT 0x20
+#define FD_UPSTREAM_NEXT_NON_IDEMPOTENT 0x20 /* 1 << i: next_upstream's
+                                              * i-th word */
+
+/* next_upstream = VALUE (error timeout http_502 http_503 http_504
+ * non_idempotent off) into *mask: FD_OK, or FD_ERROR after fd_conf_error */
+int fd_upstream_parse_next(fd_conf_t *cf, const char *value, unsigned *mask);
 
 /* What a location says of its upstream requests (in the module's
  * location conf, its keys' offsets pointing into it). */
@@ -93,6 +98,9 @@ typedef struct {
     int (*fail)(fd_upstream_req_t *u, int status);
     /* Optional: the request ends, whatever way: the module's state. */
     void (*release)(fd_upstream_req_t *u);
+    /* Optional: a new try begins after a failed one (before the response
+     * header was taken): the module's parse state back to its start. */
+    void (*retry)(fd_upstream_req_t *u);
     /* A shared-connection protocol (frame_body and process unused): */
     const fd_upstream_mux_t *mux;
     /* its response header (the mux decoded it): into r as the module

@@ -168,6 +168,37 @@ int fd_upstream_req_invalid(fd_upstream_req_t *u, const char *why)
     return fd_upstream_req_fail(u, 502);
 }
 
+/* next_upstream = ... as nginx's proxy_next_upstream, into *mask: the
+ * words name the bits FD_UPSTREAM_NEXT_* in their order */
+int fd_upstream_parse_next(fd_conf_t *cf, const char *value, unsigned *mask)
+{
+    static const char *const names[] = {"error", "timeout", "http_502",
+                                        "http_503", "http_504",
+                                        "non_idempotent"};
+    char *s = fd_pstrdup(cf->pool, value, strlen(value)), *save, *tok;
+    unsigned i, m = 0;
+
+    if (s == NULL)
+        return fd_conf_error(cf, "out of memory");
+    for (tok = strtok_r(s, " \t", &save); tok;
+         tok = strtok_r(NULL, " \t", &save)) {
+        if (strcmp(tok, "off") == 0) {
+            m = 0;
+            continue;
+        }
+        for (i = 0; i < fd_nelems(names); i++)
+            if (strcmp(tok, names[i]) == 0)
+                break;
+        if (i == fd_nelems(names))
+            return fd_conf_error(cf, "\"next_upstream\": unknown \"%s\" "
+                                 "(error timeout http_502 http_503 http_504 "
+                                 "non_idempotent off)", tok);
+        m |= 1u << i;
+    }
+    *mask = m;
+    return FD_OK;
+}
+
 /* --- 2. a try ------------------------------------------------------------ */
 
 static int retry_allowed(fd_upstream_req_t *u)
@@ -325,6 +356,8 @@ static int req_connect(fd_upstream_req_t *u)
                          u->proto->what, u->up->name);
         return fd_upstream_req_fail(u, u->timed_out ? 504 : 502);
     }
+    if (u->tries && u->proto->retry)
+        u->proto->retry(u);
     fd_upstream_set_tried(u->tried, p, 1);
     u->tries++;
     u->peer = p;

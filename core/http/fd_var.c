@@ -418,6 +418,38 @@ static fd_str_t v_conn_requests(fd_request_t *r, const fd_var_op_t *op,
     return num(tmp, r->c->requests + !r->h2);
 }
 
+/* $document_root, $content_length, $server_name: nginx's core
+ * variables (what a FastCGI request's parameters say) */
+static fd_str_t v_document_root(fd_request_t *r, const fd_var_op_t *op,
+                                char *tmp)
+{
+    (void)op;
+    (void)tmp;
+    if (r->loc == NULL || r->loc->root == NULL)
+        return fd_null_string;
+    return (fd_str_t){r->loc->root_len, r->loc->root};
+}
+
+static fd_str_t v_content_length(fd_request_t *r, const fd_var_op_t *op,
+                                 char *tmp)
+{
+    (void)op;
+    if (r->in.content_length < 0)
+        return fd_null_string;
+    return num(tmp, (uint64_t)r->in.content_length);
+}
+
+static fd_str_t v_server_name(fd_request_t *r, const fd_var_op_t *op,
+                              char *tmp)
+{
+    (void)op;
+    (void)tmp;
+    if (r->server == NULL || r->server->names.n == 0)
+        return fd_null_string;
+    return (fd_str_t){strlen(r->server->names.items[0]),
+                      r->server->names.items[0]};
+}
+
 #define RQ(f) offsetof(fd_request_t, f)
 #define CONN 0 /* data: fd_http_conn_var_id(name), set at first use */
 
@@ -432,6 +464,10 @@ static fd_var_t core_vars[] = {
     {"request_method", v_field, RQ(in.method), FD_VAR_URLSAFE},
     {"method", v_field, RQ(in.method), FD_VAR_URLSAFE},
     {"server_protocol", v_protocol, 0, 0},
+    {"document_root", v_document_root, 0, 0},
+    {"content_type", v_field, RQ(in.content_type), 0},
+    {"content_length", v_content_length, 0, FD_VAR_NUMBER},
+    {"server_name", v_server_name, 0, 0},
     {"request", v_request, 0, 0},
     /* the host as the request gave it (Host, :authority or the
      * absolute-form target), port and case kept: what the proxy forwards

@@ -25,6 +25,17 @@ our $BIN  = $ENV{FASTD_BIN} || "$ROOT/objs/fastd";
 our $LOG_LEVEL_KEY = 'error_log_level';
 
 sub root { $ROOT }
+
+# .ci/run's sanitizer stage (ASAN_OPTIONS set) runs every test again on
+# the sanitized fastd and io_uring. A test whose subject is a fastd it
+# builds itself from a copy of the tree (plain, not sanitized), or one
+# stage 1 checked with the same code, only adds minutes there: it says
+# why and skips.
+sub skip_in_sanitizer_stage {
+    my ($why) = @_;
+    Test::More::plan(skip_all => "checked in stage 1: $why")
+        if $ENV{ASAN_OPTIONS};
+}
 sub bin  { $BIN }
 
 # ---------------------------------------------------------------------------
@@ -250,6 +261,10 @@ sub base_conf {
             # a root master's workers run as nobody without user =, and
             # nobody cannot reach a test's files (its directory is 0700)
             $> == 0 ? (user => 'root') : (),
+            # FASTD_TEST_LOAD=PATH.so: a test of a built-in module run
+            # against a fastd built with --with-NAME=dynamic
+            $ENV{FASTD_TEST_LOAD} ? (load_module => $ENV{FASTD_TEST_LOAD})
+                                  : (),
         ] ],
         # FASTD_TEST_LT=1: the same test with level-triggered events
         [ events => [ max_connections => 1024,

@@ -1,0 +1,343 @@
+/*
+ * The public face of the upstream engine (core/api/fastd_upstream.h): a
+ * backend protocol of a module's own on fd_upstream_req.c, as FastCGI is.
+ *
+ * An adapter, not a second engine. A location's fd_api_upstream_conf_t
+ * holds the engine's fd_upstream_proto_t made from the module's table
+ * (its framing sizes, and callbacks that call the module's) and its
+ * fd_upstream_opts_t; a request's fd_api_upstream_req_t is the engine's
+ * fd_upstream_req_t with the module's table and state after it. The
+ * engine calls its proto as for any protocol; each call costs one call
+ * more (this file's to the module's), a few instructions a response.
+ */
+#include <stdarg.h>
+
+#include "fd_core.h"
+#include "fd_cycle.h"
+#include "fd_upstream_proto.h"
+#include "fastd_upstream.h"
+
+struct fd_api_upstream_conf_s {
+    fd_upstream_proto_t proto;  /* the engine's, calling the module's */
+    fd_upstream_opts_t o;
+    fd_upstream_t *up;
+    const fd_api_upstream_proto_t *api;
+};
+
+typedef struct {
+    fd_upstream_req_t u;        /* first: the engine's */
+    const fd_api_upstream_proto_t *api;
+    void *data;                 /* the module's */
+} api_req_t;
+
+#define A(u) ((api_req_t *)(u))
+#define U(a) ((fd_api_upstream_req_t *)(a))
+
+_Static_assert(FD_API_UPSTREAM_NEXT_ERROR == FD_UPSTREAM_NEXT_ERROR &&
+                   FD_API_UPSTREAM_NEXT_TIMEOUT == FD_UPSTREAM_NEXT_TIMEOUT &&
+                   FD_API_UPSTREAM_NEXT_502 == FD_UPSTREAM_NEXT_502 &&
+                   FD_API_UPSTREAM_NEXT_503 == FD_UPSTREAM_NEXT_503 &&
+                   FD_API_UPSTREAM_NEXT_504 == FD_UPSTREAM_NEXT_504 &&
+                   FD_API_UPSTREAM_NEXT_NON_IDEMPOTENT ==
+                       FD_UPSTREAM_NEXT_NON_IDEMPOTENT,
+               "the API's next_upstream bits are the engine's");
+
+/* --- the engine's callbacks, calling the module's ------------------------ */
+
+static int api_frame_body(fd_upstream_req_t *u, size_t n)
+{
+    api_req_t *a = A(u);
+    size_t len = 0;
+    int rc;
+
+    if (a->api->frame_body == NULL) { /* as it is: no head, no room */
+        u->opos = 0;
+        u->olen = n;
+        return FD_OK;
+    }
+    rc = a->api->frame_body(U(a), a->data, u->obuf, n, &len);
+    u->opos = 0;
+    u->olen = len;
+    if (rc == FD_DONE) {
+        u->body_done = 1;
+        return FD_OK;
+    }
+    return rc;
+}
+
+static int api_process(fd_upstream_req_t *u, int eof)
+{
+    api_req_t *a = A(u);
+
+    return a->api->process(U(a), a->data, u->ibuf + u->ipos,
+                           u->ilast - u->ipos, eof);
+}
+
+static void api_retry(fd_upstream_req_t *u)
+{
+    api_req_t *a = A(u);
+
+    if (a->api->retry)
+        a->api->retry(U(a), a->data);
+}
+
+static int api_fail(fd_upstream_req_t *u, int status)
+{
+    api_req_t *a = A(u);
+
+    return a->api->fail ? a->api->fail(U(a), a->data, status) : status;
+}
+
+static void api_release(fd_upstream_req_t *u)
+{
+    api_req_t *a = A(u);
+
+    if (a->api->release)
+        a->api->release(U(a), a->data);
+}
+
+/* --- configuration ------------------------------------------------------- */
+
+fd_api_upstream_t *fd_api_upstream_group(const char *name)
+{
+    fd_conf_t *cf = fd_dso_conf();
+
+    return cf ? fd_cycle_section(cf->cycle, "upstream", name) : NULL;
+}
+
+fd_api_upstream_t *fd_api_upstream_server(const char *addr, const char *opts)
+{
+    fd_conf_t *cf = fd_dso_conf();
+
+    return cf ? (fd_api_upstream_t *)fd_upstream_implicit(cf, addr, opts)
+              : NULL;
+}
+
+const char *fd_api_upstream_name(const fd_api_upstream_t *up)
+{
+    return ((const fd_upstream_t *)up)->name;
+}
+
+unsigned fd_api_upstream_keepalive(const fd_api_upstream_t *up)
+{
+    return (unsigned)((const fd_upstream_t *)up)->keepalive;
+}
+
+fd_api_upstream_conf_t *fd_api_upstream_conf(
+    fd_api_upstream_t *up, const fd_api_upstream_proto_t *proto)
+{
+    fd_conf_t *cf = fd_dso_conf();
+    fd_api_upstream_conf_t *c;
+
+    if (cf == NULL || (c = fd_pcalloc(cf->pool, sizeof(*c))) == NULL)
+        return NULL;
+    c->proto = (fd_upstream_proto_t){
+        .what = proto->what, .body_head = proto->body_head,
+        .body_room = proto->body_room, .frame_body = api_frame_body,
+        .process = api_process, .retry = api_retry,
+        .fail = proto->fail ? api_fail : NULL, .release = api_release};
+    c->o = (fd_upstream_opts_t){
+        .connect_timeout = 60000, .send_timeout = 60000,
+        .read_timeout = 60000,
+        .next_upstream = FD_UPSTREAM_NEXT_ERROR | FD_UPSTREAM_NEXT_TIMEOUT};
+    c->up = (fd_upstream_t *)up;
+    c->api = proto;
+    return c;
+}
+
+/* option opt of o: *v into it (set), or it into *v */
+static int conf_opt(fd_upstream_opts_t *o, int opt, int64_t *v, int set)
+{
+#define OPT(f, type)                                                         \
+    if (set)                                                                 \
+        o->f = (type)*v;                                                     \
+    else                                                                     \
+        *v = (int64_t)o->f;                                                  \
+    return FD_OK
+
+    switch (opt) {
+    case FD_API_UPSTREAM_CONNECT_TIMEOUT:
+        OPT(connect_timeout, fd_msec_t);
+    case FD_API_UPSTREAM_SEND_TIMEOUT:
+        OPT(send_timeout, fd_msec_t);
+    case FD_API_UPSTREAM_READ_TIMEOUT:
+        OPT(read_timeout, fd_msec_t);
+    case FD_API_UPSTREAM_NEXT:
+        OPT(next_upstream, unsigned);
+    case FD_API_UPSTREAM_NEXT_TRIES:
+        OPT(next_upstream_tries, fd_int_t);
+    case FD_API_UPSTREAM_BUFFERING:
+        OPT(buffering, int);
+    }
+    return FD_ERROR;
+#undef OPT
+}
+
+int fd_api_upstream_conf_set(fd_api_upstream_conf_t *c, int opt, int64_t v)
+{
+    return conf_opt(&c->o, opt, &v, 1);
+}
+
+int64_t fd_api_upstream_conf_get(const fd_api_upstream_conf_t *c, int opt)
+{
+    int64_t v;
+
+    return conf_opt((fd_upstream_opts_t *)&c->o, opt, &v, 0) == FD_OK
+               ? v
+               : FD_ERROR;
+}
+
+int fd_api_upstream_parse_next(const char *value, unsigned *next)
+{
+    fd_conf_t *cf = fd_dso_conf();
+
+    return cf ? fd_upstream_parse_next(cf, value, next) : FD_ERROR;
+}
+
+/* --- a request ----------------------------------------------------------- */
+
+fd_api_upstream_req_t *fd_api_upstream_req(fd_request_t *r,
+                                           const fd_api_upstream_conf_t *c,
+                                           size_t size)
+{
+    size_t at = fd_upstream_req_size(sizeof(api_req_t), c->up);
+    api_req_t *a;
+
+    /* the engine's, the tried bitmap, the module's: one block */
+    size = (size + 7) & ~(size_t)7;
+    a = fd_pcalloc(r->pool, at + size);
+    if (a == NULL)
+        return NULL;
+    fd_upstream_req_init(&a->u, r, c->up, &c->o, &c->proto,
+                         (uint64_t *)(a + 1));
+    a->u.key = c->api; /* the pool: the protocol's own connections */
+    a->u.body_after_hdr = (c->api->flags & FD_API_UPSTREAM_BODY_AFTER) != 0;
+    a->api = c->api;
+    a->data = (char *)a + at;
+    r->ctx = a; /* the engine's callbacks find u there */
+    return U(a);
+}
+
+void *fd_api_upstream_data(fd_api_upstream_req_t *u)
+{
+    return A(u)->data;
+}
+
+int fd_api_upstream_start(fd_api_upstream_req_t *au)
+{
+    api_req_t *a = A(au);
+    fd_str_t out = {0, NULL};
+    int rc = a->api->build(au, a->data, &out);
+
+    if (rc != FD_OK)
+        return rc;
+    a->u.hdr = (char *)out.data;
+    a->u.hdr_len = out.len;
+    return fd_upstream_req_start(&a->u);
+}
+
+fd_api_upstream_req_t *fd_api_upstream_of(fd_request_t *r,
+                                          const fd_api_upstream_proto_t *proto)
+{
+    fd_upstream_req_t *u = r ? r->upstream : NULL;
+
+    /* ours: its proto is an adapter's, inside a conf made for proto */
+    if (u == NULL || u->proto->process != api_process ||
+        A(u)->api != proto)
+        return NULL;
+    return U(u);
+}
+
+void fd_api_upstream_log(fd_api_upstream_req_t *au, int level, int err,
+                         const char *fmt, ...)
+{
+    fd_upstream_req_t *u = &A(au)->u;
+    char buf[1024];
+    va_list ap;
+
+    if (level > fd_log->level)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    fd_log_write(fd_log, level, err, "%s \"%s\" server %s%s",
+                 u->proto->what, u->up->name, u->peer ? u->peer->name : "-",
+                 buf);
+}
+
+/* --- process's verbs ----------------------------------------------------- */
+
+void fd_api_upstream_consume(fd_api_upstream_req_t *u, size_t n)
+{
+    A(u)->u.ipos += n;
+}
+
+int fd_api_upstream_header(fd_api_upstream_req_t *u, int status)
+{
+    A(u)->u.header_done = 1;
+    return fd_upstream_req_header(&A(u)->u, status);
+}
+
+void fd_api_upstream_until_close(fd_api_upstream_req_t *u)
+{
+    A(u)->u.close_delimited = 1;
+}
+
+/* The pieces as the engine's chain (the output copies what it keeps):
+ * on the caller's stack, or in the request's memory for a long one */
+#define CHAIN_MAX 32
+
+static fd_buf_t *chain_of(fd_upstream_req_t *u, fd_buf_t *b,
+                          const fd_api_piece_t *p, unsigned n)
+{
+    unsigned i;
+
+    if (n == 0)
+        return NULL;
+    if (n > CHAIN_MAX &&
+        (b = fd_palloc(u->r->pool, n * sizeof(fd_buf_t))) == NULL)
+        return NULL;
+    for (i = 0; i < n; i++)
+        b[i] = (fd_buf_t){.pos = (char *)p[i].data,
+                          .last = (char *)p[i].data + p[i].len,
+                          .file_fd = -1, .next = &b[i + 1]};
+    b[n - 1].next = NULL;
+    return b;
+}
+
+int fd_api_upstream_output(fd_api_upstream_req_t *au,
+                           const fd_api_piece_t *p, unsigned n)
+{
+    fd_upstream_req_t *u = &A(au)->u;
+    fd_buf_t b[CHAIN_MAX], *chain = chain_of(u, b, p, n);
+
+    if (chain == NULL && n)
+        return fd_upstream_req_fail(u, 500);
+    return fd_upstream_req_output(u, chain);
+}
+
+int fd_api_upstream_last(fd_api_upstream_req_t *au, const fd_api_piece_t *p,
+                         unsigned n, int reuse)
+{
+    fd_upstream_req_t *u = &A(au)->u;
+    fd_buf_t b[CHAIN_MAX], *chain = chain_of(u, b, p, n);
+
+    if (chain == NULL && n)
+        return fd_upstream_req_fail(u, 500);
+    return fd_upstream_req_last(u, chain, reuse);
+}
+
+int fd_api_upstream_invalid(fd_api_upstream_req_t *u, const char *why)
+{
+    return fd_upstream_req_invalid(&A(u)->u, why);
+}
+
+int fd_api_upstream_fail(fd_api_upstream_req_t *u, int status)
+{
+    return fd_upstream_req_fail(&A(u)->u, status);
+}
+
+int fd_api_upstream_end(fd_api_upstream_req_t *u, int rc)
+{
+    return fd_upstream_req_end(&A(u)->u, rc);
+}
