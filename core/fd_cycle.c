@@ -506,7 +506,7 @@ static int loc_finish(load_t *ld, fd_http_loc_t *loc)
     ld->cf->line = line;
     if (loc->root == NULL)
         loc_default_root(ld, loc);
-    if (fd_http_try_files_finish(ld->cf, loc) != FD_OK)
+    if (loc->alias && fd_http_alias_init(ld->cf, loc) != FD_OK)
         return FD_ERROR;
     fd_http_loc_headers_finish(loc);
     loc->realip_own = !fd_realip_conf_eq(&loc->realip,

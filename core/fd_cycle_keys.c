@@ -388,6 +388,15 @@ const fd_directive_t fd_http_loc_directives[] = {
      .doc = "the module that answers (static when not given)"},
     {.name = "root", .type = FD_CONF_CUSTOM, .offset = 0,
      .set = set_root, .doc = "document root for static files"},
+    {.name = "alias", .type = FD_CONF_STR, .offset = LOC(alias),
+     .doc = "[location] only, instead of root: the directory (or file) "
+            "that stands for the location's prefix, so /i/a.gif in "
+            "[location /i/] with alias = /data/img/ is /data/img/a.gif; "
+            "in a regex location the whole path, with $1..$9 its "
+            "captures ([location ~ ^/u/(.+)$], alias = /data/$1). Files "
+            "are confined beneath the alias's directory as they are "
+            "beneath root (no .., no symlink unless follow_symlinks); "
+            "root and alias in one location is an error"},
     {.name = "index", .type = FD_CONF_LIST, .offset = LOC(index),
      .doc = "index file names, repeatable (default index.html): a "
             "request for a directory (path ending in /) is internally "

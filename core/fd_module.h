@@ -132,13 +132,6 @@ struct fd_module_s {
      * only the hooks of the modules that say so. NULL: always.
      */
     int (*loc_active)(const fd_http_loc_t *loc);
-    /*
-     * try_files' test (one module, static, has it): would r's location
-     * serve the decoded, normalised path uri (dir: as a directory) from
-     * its root or alias, under the same confinement and symlink policy?
-     * 1 yes, 0 no, or an HTTP status (500). Costs about a stat().
-     */
-    int (*try_file)(fd_request_t *r, fd_str_t uri, int dir);
     /* Its $variables (fd_var.h), FD_VAR_END-ended; NULL: none. */
     const struct fd_var_s *vars;
     /*

@@ -1,18 +1,20 @@
 #!/usr/bin/perl
 # A module of the tree written on the public API builds into the binary
 # or as a shared object: ./configure --with-plaintext=dynamic
-# --with-json=dynamic --with-status=dynamic --with-fastcgi=dynamic (in a
-# copy of the tree) builds objs/fd_plaintext.so, objs/fd_json.so,
-# objs/fd_status.so and objs/fd_fastcgi.so (a backend protocol on
+# --with-json=dynamic --with-status=dynamic --with-static=dynamic
+# --with-fastcgi=dynamic (in a copy of the tree) builds
+# objs/fd_plaintext.so, objs/fd_json.so, objs/fd_status.so,
+# objs/fd_static.so and objs/fd_fastcgi.so (a backend protocol on
 # fastd_upstream.h; its configuration checked here, its requests by
 # FASTD_TEST_LOAD=.../fd_fastcgi.so FASTD_BIN=... prove tests/fastcgi.t)
-# instead of
-# linking them in, make install puts them in PREFIX/modules/, and that
-# fastd, which has none of them of its own, answers with them after
-# load_module exactly as the fastd under test (built in) does: status,
-# Content-Type, Content-Length, body, for GET, HEAD and POST, over
-# HTTP/1.1 (/status's figures, numbers aside). A module not on the public
-# API, or not in auto/modules, cannot be made dynamic.
+# instead of linking them in, make install puts them in PREFIX/modules/,
+# and that fastd, which has none of them of its own, answers with them
+# after load_module exactly as the fastd under test (built in) does:
+# status, Content-Type, Content-Length, body, for GET, HEAD and POST,
+# over HTTP/1.1 (/status's figures, numbers aside; static's files with
+# their ETag, ranges, conditionals, index, listing and precompressed
+# variant). A module not on the public API, or not in auto/modules,
+# cannot be made dynamic.
 
 use strict;
 use warnings;
@@ -27,10 +29,19 @@ plan skip_all => 'jansson is not installed (libjansson-dev)'
     if system('pkg-config --exists jansson 2>/dev/null') != 0;
 
 my $root = FastdTest::root();
-my $status = "[location /status]\nhandler = status\n\n";
-my $t = FastdTest->new;  # the fastd under test: the three built in
-$t->write_conf(FastdTest::base_conf(locations => $status));
+my $t = FastdTest->new;  # the fastd under test: the four built in
 my $dir = $t->dir;
+# static's files, the same for both
+mkdir "$dir/files"; mkdir "$dir/files/sub"; mkdir "$dir/files/list";
+$t->write_file("files/a.txt", "abcdefgh\n");
+$t->write_file("files/g.txt", "to be compressed\n");
+$t->write_file("files/g.txt.gz", "not really gzip\n");
+$t->write_file("files/sub/index.html", "<p>index</p>\n");
+$t->write_file("files/list/x.txt", "x\n");
+my $status = "[location /status]\nhandler = status\n\n"
+    . "[location /f/]\nalias = $dir/files/\nautoindex = on\n"
+    . "gzip_static = on\n\n";
+$t->write_conf(FastdTest::base_conf(locations => $status));
 my $src = "$dir/src";
 my $prefix = "$dir/prefix";
 
@@ -38,17 +49,18 @@ my $prefix = "$dir/prefix";
 mkdir $src or die "mkdir $src: $!";
 system("cd '$root' && tar -cf - configure Makefile auto core modules conf html | tar -xf - -C '$src'") == 0
     or BAIL_OUT('cannot copy the tree');
-my $out = `cd '$src' && ./configure --prefix='$prefix' --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-fastcgi=dynamic 2>&1`;
-is($?, 0, './configure --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-fastcgi=dynamic') or diag($out);
-like($out, qr/^dynamic modules \(objs\/fd_NAME\.so\): plaintext json status fastcgi$/m,
+my $out = `cd '$src' && ./configure --prefix='$prefix' --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic --with-fastcgi=dynamic 2>&1`;
+is($?, 0, './configure --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic --with-fastcgi=dynamic') or diag($out);
+like($out, qr/^dynamic modules \(objs\/fd_NAME\.so\): plaintext json static status fastcgi$/m,
      '... says which modules are shared objects');
-unlike((grep { /^\s*modules:/ } split /\n/, $out)[0] // '', qr/\b(plaintext|json|status|fastcgi)\b/,
+unlike((grep { /^\s*modules:/ } split /\n/, $out)[0] // '', qr/\b(plaintext|json|status|static|fastcgi)\b/,
        '... and that they are not linked in');
 $out = `make -s -C '$src' -j2 2>&1`;
 is($?, 0, 'make') or diag($out);
 ok(-f "$src/objs/fd_plaintext.so" && -f "$src/objs/fd_json.so"
-   && -f "$src/objs/fd_status.so" && -f "$src/objs/fd_fastcgi.so",
-   'objs/fd_plaintext.so, fd_json.so, fd_status.so and fd_fastcgi.so built');
+   && -f "$src/objs/fd_status.so" && -f "$src/objs/fd_static.so"
+   && -f "$src/objs/fd_fastcgi.so",
+   'objs/fd_plaintext.so, fd_json.so, fd_status.so, fd_static.so and fd_fastcgi.so built');
 like(`nm -D --defined-only '$src/objs/fd_plaintext.so' 2>&1`, qr/\bfastd_module\b/,
      'fd_plaintext.so defines fastd_module, as a module built outside the tree');
 $out = `make -s -C '$src' install PREFIX='$prefix' LOGROTATE_DIR='$dir/lr' FASTD_USER=nobody 2>&1`;
@@ -68,12 +80,13 @@ $d->write_conf(FastdTest::base_conf());
 $d->write_conf(FastdTest::base_conf(
     main => { load_module => [ "$prefix/modules/fd_plaintext.so",
                                "$prefix/modules/fd_json.so",
-                               "$prefix/modules/fd_status.so" ] },
+                               "$prefix/modules/fd_status.so",
+                               "$prefix/modules/fd_static.so" ] },
     locations => $status));
 {
     local $FastdTest::BIN = $bin;
     my ($rc, $o) = FastdTest::run_fastd('-t', '-c', $d->conf_file);
-    is($rc, 0, 'with load_module = PREFIX/modules/fd_plaintext.so, fd_json.so and fd_status.so: -t passes')
+    is($rc, 0, 'with load_module = PREFIX/modules/fd_plaintext.so, fd_json.so, fd_status.so and fd_static.so: -t passes')
         or diag($o);
     # FastCGI, a backend protocol on the public API alone: its keys
     # (pass to a group of one server, its params' variables) and their
@@ -81,7 +94,8 @@ $d->write_conf(FastdTest::base_conf(
     my $fcgi = "[location ~ \\.php\$]\nhandler = fastcgi\n"
              . "pass = fastcgi://127.0.0.1:9\nfastcgi_param = X \$fastcgi_path_info\n";
     my @pj = ("$prefix/modules/fd_plaintext.so",
-              "$prefix/modules/fd_json.so");
+              "$prefix/modules/fd_json.so",
+              "$prefix/modules/fd_static.so");
     $d->write_conf(FastdTest::base_conf(main => { load_module => [@pj] },
                                         locations => $fcgi));
     isnt((FastdTest::run_fastd('-t', '-c', $d->conf_file))[0], 0,
@@ -95,17 +109,18 @@ $d->write_conf(FastdTest::base_conf(
     $d->write_conf(FastdTest::base_conf(
         main => { load_module => [ "$prefix/modules/fd_plaintext.so",
                                    "$prefix/modules/fd_json.so",
-                                   "$prefix/modules/fd_status.so" ] },
+                                   "$prefix/modules/fd_status.so",
+                                   "$prefix/modules/fd_static.so" ] },
         locations => $status));
     $d->start;
 }
 $t->start;
 
 sub answer {
-    my ($srv, $req) = @_;
+    my ($srv, $req, @more) = @_;
     my $r = $srv->http($req) or return 'none';
     return join ' | ', $r->{status}, map({ "$_: " . ($r->{headers}{$_} // '-') }
-                                         qw(content-type content-length)),
+                                         qw(content-type content-length), @more),
                        $r->{body} // '';
 }
 for my $req ("GET /plaintext HTTP/1.1\r\nHost: x\r\n\r\n",
@@ -118,6 +133,29 @@ for my $req ("GET /plaintext HTTP/1.1\r\nHost: x\r\n\r\n",
     my $builtin = answer($t, $req);
     is(answer($d, $req), $builtin, "$line: loaded as a .so, the built-in's answer ($builtin)");
 }
+# static: the file, its validators, a range, a 304, a variant, the index,
+# the 301, the listing, the 404's page, the 405
+my ($etag) = (answer($t, "HEAD /f/a.txt HTTP/1.1\r\nHost: x\r\n\r\n", 'etag')
+              =~ /etag: (\S+)/);
+for my $req ("GET /f/a.txt HTTP/1.1\r\nHost: x\r\n\r\n",
+             "HEAD /f/a.txt HTTP/1.1\r\nHost: x\r\n\r\n",
+             "GET /f/a.txt HTTP/1.1\r\nHost: x\r\nRange: bytes=2-4\r\n\r\n",
+             "GET /f/a.txt HTTP/1.1\r\nHost: x\r\nIf-None-Match: $etag\r\n\r\n",
+             "GET /f/g.txt HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n\r\n",
+             "GET /f/sub/ HTTP/1.1\r\nHost: x\r\n\r\n",
+             "GET /f/sub HTTP/1.1\r\nHost: x\r\n\r\n",
+             "GET /f/list/ HTTP/1.1\r\nHost: x\r\n\r\n",
+             "GET /f/nope HTTP/1.1\r\nHost: x\r\n\r\n",
+             "POST /f/a.txt HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n") {
+    my ($line) = $req =~ /^(\S+ \S+)/;
+    my $builtin = answer($t, $req, qw(etag content-encoding content-range location));
+    is(answer($d, $req, qw(etag content-encoding content-range location)), $builtin,
+       "$line: static loaded as a .so, the built-in's answer");
+}
+like(answer($d, "GET /f/a.txt HTTP/1.1\r\nHost: x\r\nRange: bytes=2-4\r\n\r\n"),
+     qr{^206 \| content-type: text/plain \| content-length: 3 \| cde$},
+     '... which is the range asked for');
+
 # the figures differ (pids, times, counts): their documents, numbers aside
 for my $req ("GET /status HTTP/1.1\r\nHost: x\r\n\r\n",
              "GET /status?format=prometheus HTTP/1.1\r\nHost: x\r\n\r\n",
@@ -140,9 +178,9 @@ $d->stop;
 $t->stop;
 
 # only a module written on the public API can be a shared object
-$out = `cd '$src' && ./configure --with-static=dynamic 2>&1`;
-isnt($?, 0, '--with-static=dynamic: refused');
-like($out, qr/fd_static_module\.c is not written on the public API/, '... saying why');
+$out = `cd '$src' && ./configure --with-proxy=dynamic 2>&1`;
+isnt($?, 0, '--with-proxy=dynamic: refused');
+like($out, qr/fd_proxy_module\.c is not written on the public API/, '... saying why');
 $out = `cd '$src' && ./configure --with-nosuch=dynamic 2>&1`;
 like($out, qr/no module "nosuch" in auto\/modules/, '--with-nosuch=dynamic: no such module');
 

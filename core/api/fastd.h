@@ -1271,6 +1271,104 @@ void fd_resp_content_length(fd_request_t *r, int64_t n);
 char *fd_api_sbuf_reserve(fd_api_sbuf_t *sb, size_t n, size_t *room);
 void fd_api_sbuf_commit(fd_api_sbuf_t *sb, char *end);
 char *fd_api_sbuf_data(fd_api_sbuf_t *sb);
+/* --- 1.7: files (static) --- */
+
+/*
+ * The location's files, as fastd's static files are served. A path of the
+ * request's kind (decoded, normalised, "/a/b.html": fd_req_path()) names
+ * a file under the location's root, or under its alias; it is opened
+ * confined beneath that directory (no "..", no symlink unless
+ * follow_symlinks = on), and try_files tests files the same way.
+ *
+ * fd_api_file_cache(max, valid_ms): an open file cache of this worker's,
+ * max descriptors, each used valid_ms before its path is opened again
+ * (the first use in a loop turn checks it with fstat(): a file deleted or
+ * replaced is opened again). Make one a location, from the handler on the
+ * loop (NULL on a pool thread, for max 0, or out of memory), and keep it
+ * for the worker's life; the calls below use it on the loop only.
+ *
+ * fd_req_file_open(r, cache, path, &f): the file path names, open for
+ * reading, closed by fastd when r ends: FD_OK with f filled (a regular
+ * file or a directory: f.type), or the HTTP status to answer: 404 (none,
+ * or a ".." out of an alias), 403 (refused: a symlink, no permission,
+ * neither a file nor a directory), 500 (logged).
+ *
+ * fd_req_file_index(r, cache): for a path ending in '/', the location's
+ * index files (index =) in that directory: the first that exists is an
+ * internal redirect to path + its name, and FD_DECLINED is returned,
+ * which the handler returns (its location is chosen again: an index.php
+ * runs where PHP runs). FD_OK: none exists, or the path is no directory's;
+ * else an HTTP status (403: the index is not a regular file).
+ *
+ * fd_req_file_variant(r, cache, &f, codings, always): a precompressed
+ * variant of the regular file f (as fd_req_file_open() filled it: its
+ * path has room for the suffix), FILE.br or FILE.gz (codings:
+ * FD_API_ENC_BR | FD_API_ENC_GZIP), in the order the client's
+ * Accept-Encoding prefers (always: whatever it says, .gz first), that is
+ * a regular file not older than FILE: f becomes it (f.path stays FILE's,
+ * for its type; f.coding says which) and the coding is returned; 0: none
+ * (f unchanged); FD_ERROR: out of memory. Add Vary: Accept-Encoding
+ * yourself when the answer depends on the client's.
+ *
+ * fd_resp_file_send(r, &f, flags, max_ranges): f as the response, with
+ * its Content-Encoding (a variant's), Last-Modified, with FD_API_FILE_ETAG
+ * an ETag ("mtime-size" in hex as nginx's, a variant's with "-coding"),
+ * and what the client's If-Match, If-None-Match, If-Modified-Since,
+ * If-Unmodified-Since, Range and If-Range make of it (304, 412, 206 with
+ * up to max_ranges ranges, several as multipart/byteranges, at most 64;
+ * 0: none; 416), sent with sendfile(). Set the content type before.
+ * FD_OK or an HTTP status.
+ *
+ * fd_resp_redirect_slash(r): 301 to the request's path with a '/' added,
+ * the query kept (a directory asked for without it). FD_OK or 500.
+ *
+ * fd_req_file_list(r, path, max, max_names, &d): the directory path
+ * names, read into r's memory: its entries but the hidden ones (a name
+ * beginning with '.') and those that could not be served (a symlink,
+ * unless follow_symlinks; neither a file nor a directory), directories
+ * first, then files, each sorted by name (bytes); past max entries or
+ * max_names bytes of names the rest is counted in d.cut, not listed.
+ * FD_OK, or an HTTP status (404, 403, 500).
+ *
+ * fd_api_file_t, fd_api_dirent_t and fd_api_dir_t are fastd's to fill
+ * and laid out for good in major version 1: a later minor version does
+ * not grow them (it adds calls), so that a module's own stay as large.
+ */
+#define FD_API_FILE_REG 1
+#define FD_API_FILE_DIR 2
+#define FD_API_FILE_ETAG 0x1
+typedef struct fd_api_file_cache_s fd_api_file_cache_t;
+typedef struct {
+    int fd;
+    unsigned type;           /* FD_API_FILE_REG, FD_API_FILE_DIR */
+    int64_t size;
+    int64_t mtime;           /* seconds since the epoch */
+    unsigned coding;         /* a variant's: FD_API_ENC_*; 0: the file */
+    fd_str_t path;           /* on disk, NUL-ended, in r's memory */
+    size_t base;             /* path's first base bytes: root or alias */
+} fd_api_file_t;
+typedef struct {
+    fd_str_t name;           /* not NUL-ended */
+    int dir;                 /* a directory, else a regular file */
+    int64_t size;
+    int64_t mtime;
+} fd_api_dirent_t;
+typedef struct {
+    fd_api_dirent_t *entries;
+    size_t n;
+    size_t cut;              /* entries past the limits, not listed */
+} fd_api_dir_t;
+fd_api_file_cache_t *fd_api_file_cache(unsigned max, uint64_t valid_ms);
+int fd_req_file_open(fd_request_t *r, fd_api_file_cache_t *cache,
+                     fd_str_t path, fd_api_file_t *f);
+int fd_req_file_index(fd_request_t *r, fd_api_file_cache_t *cache);
+int fd_req_file_variant(fd_request_t *r, fd_api_file_cache_t *cache,
+                        fd_api_file_t *f, unsigned codings, int always);
+int fd_resp_file_send(fd_request_t *r, const fd_api_file_t *f,
+                      unsigned flags, unsigned max_ranges);
+int fd_resp_redirect_slash(fd_request_t *r);
+int fd_req_file_list(fd_request_t *r, fd_str_t path, size_t max,
+                     size_t max_names, fd_api_dir_t *d);
 
 #ifdef __cplusplus
 }

@@ -83,6 +83,16 @@ struct fd_http_loc_s {
     char *handler_name;
     char *root;
     size_t root_len;
+    /* alias = PATH (fd_api_file.c): files beneath alias_base, at
+     * alias_tail ($1..$9 a regex location's captures) followed, in a
+     * prefix location, by what of the path its prefix did not match */
+    char *alias;
+    char *alias_base;
+    size_t alias_base_len;
+    char *alias_tail;
+    /* this worker's O_PATH descriptor of root (or alias_base), opened on
+     * first use and kept: 0 not yet, else fd + 1 */
+    int rootfd1;
     fd_conf_list_t index;
     int follow_symlinks;
     size_t max_body_size;
@@ -482,16 +492,32 @@ int fd_http_redirect_count(fd_request_t *r, fd_str_t to);
  * handler: FD_OK (serve r->path here), FD_DECLINED (r moved: to the file
  * found when it is another path, or to the last argument; run the
  * access phase of r->loc, chosen again), or
- * an HTTP status. The key's parser and the load-time checks: _set,
- * _finish (at the end of the location's section: finds the module that
- * tests files) and _resolve (@names, once the server is read). The
- * loader does not let a location inherit it.
+ * an HTTP status. The key's parser and the load-time check: _set and
+ * _resolve (@names, once the server is read). The loader does not let a
+ * location inherit it.
  */
 int fd_http_try_files(fd_request_t *r);
 int fd_http_set_try_files(fd_conf_t *cf, const fd_directive_t *d,
                           void *conf, const char *v);
-int fd_http_try_files_finish(fd_conf_t *cf, fd_http_loc_t *loc);
 int fd_http_try_files_resolve(fd_conf_t *cf, fd_http_loc_t *loc);
+
+/*
+ * A location's files (fd_api_file.c, with the API's fd_req_file_*).
+ * _alias_init: at the end of a [location] with alias =, its checks and
+ * its split into the directory and the tail (FD_ERROR after
+ * fd_conf_error()). _file_test: try_files' test, would uri (decoded,
+ * normalised; dir: as a directory) be a file of r's location, under the
+ * same confinement and symlink policy as its handler's: 1 yes, 0 no, or
+ * 500. fd_file_open_beneath: rel (no leading '/'; "" the directory
+ * itself) opened beneath rootfd with no symlink and no ".." out of it:
+ * the descriptor, or -1 with errno (ELOOP, EXDEV: refused).
+ */
+int fd_http_alias_init(fd_conf_t *cf, fd_http_loc_t *loc);
+int fd_http_file_test(fd_request_t *r, fd_str_t uri, int dir);
+int fd_file_open_beneath(int rootfd, const char *rel, int flags);
+/* set once the kernel said ENOSYS to openat2() (a test sets it: the walk
+ * one component at a time is used from then on) */
+extern int fd_file_no_openat2;
 
 /* Used by the cycle: core http keys */
 extern const fd_directive_t fd_http_loc_directives[];

@@ -18,10 +18,10 @@
  *
  * It is core, not the static module's, because it routes: its last
  * argument names locations and chooses one, and it applies whatever the
- * location's handler is (a proxy location may try files first). Only the
- * test of a file belongs to a module: the one whose descriptor has
- * try_file (static), so a file is confined and its symlinks judged by
- * the very code that would serve it.
+ * location's handler is (a proxy location may try files first). A file
+ * is tested by the code that maps and opens a location's files for its
+ * handler (fd_http_file_test), so it is confined and its symlinks judged
+ * as they would be when served.
  *
  * Unlike the location keys around it, try_files is not inherited: given
  * in [http] or [server] it applies to requests no [location] matches (as
@@ -52,7 +52,6 @@ struct fd_http_try_files_s {
     int code;                   /* TF_CODE */
     char *name;                 /* TF_NAMED: "@name" */
     fd_http_loc_t *named;       /* ... found once the server is read */
-    const fd_module_t *resolver;
     const char *file;           /* where the key is */
     int line;
 };
@@ -150,25 +149,6 @@ int fd_http_set_try_files(fd_conf_t *cf, const fd_directive_t *d,
     tf->file = cf->file;
     tf->line = cf->line;
     loc->try_files = tf;
-    return FD_OK;
-}
-
-int fd_http_try_files_finish(fd_conf_t *cf, fd_http_loc_t *loc)
-{
-    fd_http_try_files_t *tf = loc->try_files;
-    unsigned i;
-
-    if (tf == NULL)
-        return FD_OK;
-    for (i = 0; i < fd_nmodules && tf->resolver == NULL; i++)
-        if (fd_modules[i]->try_file)
-            tf->resolver = fd_modules[i];
-    if (tf->resolver == NULL) {
-        cf->file = tf->file;
-        cf->line = tf->line;
-        return fd_conf_error(cf, "try_files needs the static module (this "
-                             "fastd is built without it)");
-    }
     return FD_OK;
 }
 
@@ -310,7 +290,7 @@ int fd_http_try_files(fd_request_t *r)
                 continue; /* no path under the root: not there */
             return rc;
         }
-        rc = tf->resolver->try_file(r, path, f->dir);
+        rc = fd_http_file_test(r, path, f->dir);
         if (rc == 0)
             continue;
         if (rc != 1)
