@@ -461,8 +461,10 @@ void fd_req_on_readable(fd_request_t *r, void (*on_readable)(fd_request_t *r));
  * HTTP/1.1 as fastd's static files are. The response is 200, or what the
  * client's If-None-Match / If-Modified-Since (by the file's time) and
  * Range (within the bytes given) make of it: 304, 206, 416. path is
- * absolute, or relative to the location's root; fastd opens it and closes
- * it when the request ends. Set the content type, headers and any
+ * absolute, or relative to the location's root (not alias), and opened
+ * as it is: nothing confines it to root, so a path made from the
+ * request's goes through fd_req_file_open() (1.7) instead, which does;
+ * fastd opens it and closes it when the request ends. Set the content type, headers and any
  * Last-Modified or ETag of your own before. FD_OK, or an HTTP status to
  * return: 404 (no such file), 403 (not a regular file, or not readable),
  * 416 (offset past the file's end), 500.
