@@ -148,6 +148,9 @@ struct fd_cycle_s {
     unsigned nlistening;
     int conns_per_ip;          /* a server has max_conns_per_ip: count them */
     fd_conf_section_t *sections;
+    /* [cluster]'s Redis servers and timeout (fd_api_redis_addrs_set), or
+     * NULL */
+    const struct fd_cluster_addrs_s *cluster;
     struct fd_upstream_s *upstream_implicit; /* the groups pass = made
                                 * (fd_upstream_implicit), newest first */
     fd_int_t nworkers;

@@ -124,7 +124,7 @@ static int init_section(unsigned i, fd_conf_t *cf, const char *name,
     unsigned index = 0;
     int rc;
 
-    if (sec->name_max &&
+    if (sec->name_max && !dsos[i].m.section_unnamed &&
         fd_cycle_section_name(cf, sec->type, name, sec->name_max) != FD_OK)
         return FD_ERROR;
     for (s = cf->cycle->sections; s; s = s->next)
@@ -658,6 +658,10 @@ static int add(fd_conf_t *cf, const fd_api_module_t *a, const char *file,
         .section_directives = d->section_keys,
         .section_size = d->api.section ? d->api.section->conf_size : 0,
         .init_section = d->api.section ? hooks[ndsos].init_section : NULL,
+        /* 1.7: [TYPE] alone, once (the loader refuses a name, a second) */
+        .section_unnamed = d->api.section && d->api.api_minor >= 7 &&
+                           d->api.section->name_max ==
+                               FD_API_SECTION_UNNAMED,
         .init_cycle = d->api.configured ? hooks[ndsos].init_cycle : NULL,
         .filter = d->api.filter,
         .index = fd_nmodules};

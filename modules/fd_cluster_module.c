@@ -1,6 +1,9 @@
 /*
  * [cluster]: the worker's client of the Redis a fleet of fastd instances
- * shares its state in (fd_cluster.h).
+ * shares its state in, on the public API alone (fastd.h): it provides
+ * fd_api_redis_command() to fastd and every module (fd_api_redis_provide)
+ * and hands the configuration the servers' addresses, which ACME's helper
+ * reads (fd_api_redis_addrs_set).
  *
  *   [cluster]
  *   redis = redis://:secret@10.0.0.4:6379/0
@@ -8,10 +11,12 @@
  *   timeout = 50ms
  *
  * Each worker keeps `pool` connections, sockets on its own loop (epoll or
- * io_uring, edge-triggered both ways). A command is written in RESP into
- * its connection's output as a handler asks, and at the end of the loop
- * turn one write sends all of them (the turn's pipeline); replies are
- * read to EAGAIN and matched to the commands in the order sent.
+ * io_uring; a watch is level-triggered, output watched only while a
+ * connect or a write waits). A command is written in RESP into its
+ * connection's output as a handler asks, and at the end of the loop turn
+ * (a posted call) one write sends all of them (the turn's pipeline);
+ * replies are read until a short read and matched to the commands in the
+ * order sent.
  *
  * hiredis (Debian's 0.14) parses the replies (redisReader); its
  * redisAsyncContext is not used: it asserts (aborts the process) on a
@@ -19,7 +24,7 @@
  * its own callbacks. Here a reply nobody asked for, or bytes that are not
  * RESP, close the connection like any other failure.
  *
- * Failures: a command is answered FD_REDIS_FAIL when its `timeout`
+ * Failures: a command is answered FD_API_REDIS_FAIL when its `timeout`
  * passes (the connection stays: its reply is read and dropped), and a
  * connection that owes a reply for a second past that is closed. A
  * closed connection answers what it owes at once, reconnects after a
@@ -33,36 +38,45 @@
  * stunnel, as conf/doc/fleet.md says. A host name is resolved at load;
  * the loop only connects to addresses.
  */
+#include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <sys/epoll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
+#include <unistd.h>
 #include <hiredis/hiredis.h>
 
-#include "fd_core.h"
-#include "fd_cycle.h"
-#include "fd_event.h"
-#include "fd_status.h"
-#include "fd_cluster.h"
+#include "fastd.h"
 
 #define BACKOFF_MIN 50
 #define BACKOFF_MAX 1000
 #define STALL 1000            /* ms past a timeout: the connection is shut */
 #define MAX_PENDING 8192      /* commands owed by one connection at most */
-#define ADDR_MAX FD_CLUSTER_ADDRS
+#define ADDR_MAX FD_API_REDIS_ADDRS
 
-typedef fd_cluster_addr_t addr_t;
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
 
-/* [cluster]: what others read first (fd_cluster_addrs: the addresses,
- * parsed, and the timeout), then the keys */
+/* One redis = line, parsed */
 typedef struct {
-    fd_cluster_addrs_t pub;
-    fd_conf_list_t redis;
-    fd_msec_t timeout;
-    fd_int_t pool;
+    struct sockaddr_storage sa;
+    socklen_t len;
+    char *password;           /* AUTH, or NULL */
+    int db;                   /* SELECT, when not 0 */
+    char *name;               /* for the log: host:port, unix:PATH */
+} addr_t;
+
+/* [cluster] */
+typedef struct {
+    addr_t addrs[ADDR_MAX];   /* the redis lines, parsed as they come */
+    unsigned naddrs;
+    uint64_t timeout;
+    int64_t pool;
 } cluster_conf_t;
 
 /* each worker's figures */
@@ -72,91 +86,109 @@ typedef struct {
     uint64_t connects, disconnects, latency_usec;
 } cluster_shm_t;
 
-struct fd_redis_cmd_s {
-    fd_redis_cmd_t *next;
-    fd_redis_done_pt done;    /* NULL: answered (timed out) or cancelled */
+struct fd_api_redis_cmd_s {
+    fd_api_redis_cmd_t *next;
+    /* NULL: answered (timed out) or cancelled */
+    void (*done)(void *data, const fd_api_redis_reply_t *reply);
     void *data;
-    fd_msec_t deadline;
+    uint64_t deadline;        /* ms, the loop's clock */
     uint64_t sent;            /* usec */
 };
+typedef fd_api_redis_cmd_t cmd_t;
+typedef void (*done_pt)(void *data, const fd_api_redis_reply_t *reply);
 
 enum { C_DOWN, C_CONNECTING, C_HANDSHAKE, C_READY };
 
 typedef struct {
-    fd_event_t ev;            /* first: the loop hands us its address */
+    int fd;
     int state;
     unsigned addr;            /* the one tried or used */
-    unsigned registered:1;
-    unsigned blocked:1;       /* output waits for EPOLLOUT */
+    unsigned blocked:1;       /* output waits for the socket */
     unsigned posted:1;
     unsigned logged_down:1;   /* said once until it is up again */
     unsigned handshake;       /* AUTH/SELECT replies owed */
     redisReader *reader;
     char *out;
     size_t olen, osize, osent;
-    fd_redis_cmd_t *head, **tail, *watch; /* watch: first not timed out */
+    cmd_t *head, **tail, *watch; /* watch: first not timed out */
     unsigned pending;
-    fd_timer_t timer;         /* backoff, connect, the watched deadline */
-    fd_msec_t backoff;
-    fd_posted_t flush;
+    fd_api_io_t *io;
+    fd_api_timer_t *timer;    /* backoff, connect, the watched deadline */
+    uint64_t backoff;
+    fd_api_posted_t *flush;
 } rconn_t;
-
-fd_module_t fd_cluster_module;
 
 static cluster_shm_t *area;
 static cluster_shm_t area_none; /* no status slot (tests) */
 static const cluster_conf_t *conf;
 static rconn_t *conns;
 static unsigned nconns, next_conn;
-static fd_redis_cmd_t *free_cmds;
-static fd_cluster_t client;
+static cmd_t *free_cmds;
 
 /* --- configuration ------------------------------------------------------- */
 
+static char *conf_strdup(const char *s, size_t n)
+{
+    char *p = fd_api_conf_alloc(n + 1);
+
+    if (p) {
+        memcpy(p, s, n);
+        p[n] = '\0';
+    }
+    return p;
+}
+
 /* redis://[:password@]host:port[/db] or unix:PATH; FD_OK or an error */
-static int parse_addr(fd_conf_t *cf, const char *url, addr_t *a)
+static int parse_addr(const char *url, addr_t *a)
 {
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res;
     char host[256], port[16] = "6379";
     const char *p, *at, *end, *colon;
-    char *dbend;
+    unsigned long num;
     size_t n;
     int rc;
 
     if (strncmp(url, "unix:", 5) == 0) {
         struct sockaddr_un *un = (struct sockaddr_un *)&a->sa;
-        if (url[5] == '\0' || strlen(url + 5) >= sizeof(un->sun_path))
-            return fd_conf_error(cf, "[cluster] redis: a unix socket path "
-                                 "of 1 to %zu bytes", sizeof(un->sun_path) -
-                                 1);
+        if (url[5] == '\0' || strlen(url + 5) >= sizeof(un->sun_path)) {
+            fd_api_conf_error("[cluster] redis: a unix socket path of 1 to "
+                              "%zu bytes", sizeof(un->sun_path) - 1);
+            return FD_ERROR;
+        }
         un->sun_family = AF_UNIX;
         strcpy(un->sun_path, url + 5);
         a->len = sizeof(*un);
-        a->name = fd_pstrdup(cf->pool, url, strlen(url));
-        return FD_OK;
+        a->name = conf_strdup(url, strlen(url));
+        return a->name ? FD_OK : FD_ERROR;
     }
-    if (strncmp(url, "redis://", 8) != 0)
-        return fd_conf_error(cf, "[cluster] redis: \"%s\" is not "
-                             "redis://[:password@]host:port/db or unix:PATH "
-                             "(rediss:// is not supported: no TLS)", url);
+    if (strncmp(url, "redis://", 8) != 0) {
+        fd_api_conf_error("[cluster] redis: \"%s\" is not "
+                          "redis://[:password@]host:port/db or unix:PATH "
+                          "(rediss:// is not supported: no TLS)", url);
+        return FD_ERROR;
+    }
     p = url + 8;
     end = p + strcspn(p, "/");
     at = memchr(p, '@', (size_t)(end - p));
     if (at) {
         /* the user part is ignored (Redis 6 ACLs: AUTH with one word) */
         colon = memchr(p, ':', (size_t)(at - p));
-        if (colon == NULL || colon + 1 == at)
-            return fd_conf_error(cf, "[cluster] redis: the password goes "
-                                 "as redis://:PASSWORD@host:port");
-        a->password = fd_pstrdup(cf->pool, colon + 1,
-                                 (size_t)(at - colon - 1));
+        if (colon == NULL || colon + 1 == at) {
+            fd_api_conf_error("[cluster] redis: the password goes as "
+                              "redis://:PASSWORD@host:port");
+            return FD_ERROR;
+        }
+        a->password = conf_strdup(colon + 1, (size_t)(at - colon - 1));
+        if (a->password == NULL)
+            return FD_ERROR;
         p = at + 1;
     }
     if (*p == '[') { /* [v6]:port */
         const char *close = memchr(p, ']', (size_t)(end - p));
-        if (close == NULL)
-            return fd_conf_error(cf, "[cluster] redis: bad address in "
-                                 "\"%s\"", url);
+        if (close == NULL) {
+            fd_api_conf_error("[cluster] redis: bad address in \"%s\"", url);
+            return FD_ERROR;
+        }
         n = (size_t)(close - p - 1);
         colon = close[1] == ':' ? close + 1 : NULL;
         p++;
@@ -164,81 +196,118 @@ static int parse_addr(fd_conf_t *cf, const char *url, addr_t *a)
         colon = memchr(p, ':', (size_t)(end - p));
         n = (size_t)((colon ? colon : end) - p);
     }
-    if (n == 0 || n >= sizeof(host))
-        return fd_conf_error(cf, "[cluster] redis: no host in \"%s\"", url);
+    if (n == 0 || n >= sizeof(host)) {
+        fd_api_conf_error("[cluster] redis: no host in \"%s\"", url);
+        return FD_ERROR;
+    }
     memcpy(host, p, n);
     host[n] = '\0';
     if (colon) {
         n = (size_t)(end - colon - 1);
-        if (n == 0 || n >= sizeof(port))
-            return fd_conf_error(cf, "[cluster] redis: bad port in \"%s\"",
-                                 url);
+        if (n == 0 || n >= sizeof(port) ||
+            strspn(colon + 1, "0123456789") < n ||
+            (num = strtoul(colon + 1, NULL, 10)) == 0 || num > 65535) {
+            fd_api_conf_error("[cluster] redis: bad port in \"%s\"", url);
+            return FD_ERROR;
+        }
         memcpy(port, colon + 1, n);
         port[n] = '\0';
-        if (fd_conf_parse_uint(port, 65535) <= 0)
-            return fd_conf_error(cf, "[cluster] redis: bad port in \"%s\"",
-                                 url);
     }
     if (*end == '/' && end[1]) {
-        errno = 0;
-        a->db = (int)strtol(end + 1, &dbend, 10);
-        if (errno || *dbend || a->db < 0 || a->db > 1000000)
-            return fd_conf_error(cf, "[cluster] redis: bad database number "
-                                 "in \"%s\"", url);
+        n = strlen(end + 1);
+        if (n > 7 || strspn(end + 1, "0123456789") < n ||
+            (num = strtoul(end + 1, NULL, 10)) > 1000000) {
+            fd_api_conf_error("[cluster] redis: bad database number in "
+                              "\"%s\"", url);
+            return FD_ERROR;
+        }
+        a->db = (int)num;
     }
     /* at load, where a slow resolver only delays the start: the loop
      * connects to the address */
     rc = getaddrinfo(host, port, &hints, &res);
-    if (rc != 0)
-        return fd_conf_error(cf, "[cluster] redis: %s: %s", host,
-                             gai_strerror(rc));
+    if (rc != 0) {
+        fd_api_conf_error("[cluster] redis: %s: %s", host, gai_strerror(rc));
+        return FD_ERROR;
+    }
     memcpy(&a->sa, res->ai_addr, res->ai_addrlen);
     a->len = res->ai_addrlen;
     freeaddrinfo(res);
     n = strlen(host) + strlen(port) + 4;
-    if ((a->name = fd_palloc(cf->pool, n)) == NULL)
-        return fd_conf_error(cf, "out of memory");
+    if ((a->name = fd_api_conf_alloc(n)) == NULL)
+        return FD_ERROR;
     snprintf(a->name, n, strchr(host, ':') ? "[%s]:%s" : "%s:%s", host,
              port);
     return FD_OK;
 }
 
-static int cluster_init_section(fd_conf_t *cf, const char *name, void *cv)
+/* a redis = line, at its line */
+static int cluster_set(void *cv, const char *key, const char *value, int own)
 {
+    cluster_conf_t *cc = cv;
+
+    (void)key;
+    (void)own;
+    if (cc->naddrs == ADDR_MAX) {
+        fd_api_conf_error("[cluster]: %d redis addresses at most", ADDR_MAX);
+        return FD_ERROR;
+    }
+    if (parse_addr(value, &cc->addrs[cc->naddrs]) != FD_OK)
+        return FD_ERROR;
+    cc->naddrs++;
+    return FD_OK;
+}
+
+static int cluster_init_section(const char *name, void *cv, unsigned index)
+{
+    fd_api_redis_addr_t pub[ADDR_MAX];
     cluster_conf_t *cc = cv;
     unsigned i;
 
     (void)name;
-    if (cc->redis.n == 0)
-        return fd_conf_error(cf, "[cluster] has no \"redis\" (redis = "
-                             "redis://host:6379/0)");
-    if (cc->redis.n > ADDR_MAX)
-        return fd_conf_error(cf, "[cluster]: %d redis addresses at most",
-                             ADDR_MAX);
-    for (i = 0; i < cc->redis.n; i++)
-        if (parse_addr(cf, cc->redis.items[i], &cc->pub.addrs[i]) != FD_OK)
-            return FD_ERROR;
-    cc->pub.naddrs = cc->redis.n;
-    cc->pub.timeout = cc->timeout;
-    return FD_OK;
+    (void)index;
+    if (cc->naddrs == 0) {
+        fd_api_conf_error("[cluster] has no \"redis\" (redis = "
+                          "redis://host:6379/0)");
+        return FD_ERROR;
+    }
+    if (fd_api_conf_bounds(cc, "timeout", (int64_t)cc->timeout, 1, 60000,
+                           1) != FD_OK ||
+        fd_api_conf_bounds(cc, "pool", cc->pool, 1, 64, 0) != FD_OK)
+        return FD_ERROR;
+    for (i = 0; i < cc->naddrs; i++) {
+        const addr_t *a = &cc->addrs[i];
+        pub[i] = (fd_api_redis_addr_t){.sa = &a->sa, .len = a->len,
+                                       .password = a->password,
+                                       .db = a->db, .name = a->name};
+    }
+    return fd_api_redis_addrs_set(pub, cc->naddrs, cc->timeout);
 }
 
 #define COFF(f) offsetof(cluster_conf_t, f)
 
-static const fd_directive_t cluster_directives[] = {
-    {.name = "redis", .type = FD_CONF_LIST, .offset = COFF(redis),
+static const fd_api_key_t cluster_keys[] = {
+    {.name = "redis", .type = FD_API_LIST,
      .doc = "redis://[:password@]host:port/db or unix:PATH: the Redis the "
             "fleet shares (no TLS); repeat it for servers to fail over to, "
             "tried in order when one fails"},
-    {.name = "timeout", .type = FD_CONF_MSEC, .offset = COFF(timeout),
-     .def = "50ms", .min = 1, .max = 60000,
+    {.name = "timeout", .type = FD_API_MSEC, .offset = COFF(timeout),
+     .def = "50ms",
      .doc = "the longest a request waits for Redis; past it the feature's "
             "policy answers (limit_req's on_error)"},
-    {.name = "pool", .type = FD_CONF_INT, .offset = COFF(pool), .def = "1",
-     .min = 1, .max = 64,
+    {.name = "pool", .type = FD_API_INT, .offset = COFF(pool), .def = "1",
      .doc = "connections per worker (each pipelines what a loop turn "
             "asks)"},
-    FD_CONF_END};
+    {.name = NULL}};
+
+static const fd_api_section_t cluster_section = {
+    .type = "cluster",
+    .keys = cluster_keys,
+    .conf_size = sizeof(cluster_conf_t),
+    .name_max = FD_API_SECTION_UNNAMED, /* [cluster], once */
+    .init = cluster_init_section,
+    .set = cluster_set,
+};
 
 /* --- connections --------------------------------------------------------- */
 
@@ -250,41 +319,40 @@ static uint64_t now_usec(void)
     return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
-static void conn_event(fd_event_t *ev, uint32_t events);
-static void conn_timer(fd_timer_t *t);
+static void conn_event(void *data, unsigned events);
+static void conn_timer(void *data);
 static void conn_flush(void *data);
 
 static const addr_t *conn_addr(const rconn_t *c)
 {
-    return &conf->pub.addrs[c->addr];
+    return &conf->addrs[c->addr];
 }
 
-static void cmd_free(fd_redis_cmd_t *cmd)
+static void cmd_free(cmd_t *cmd)
 {
     cmd->next = free_cmds;
     free_cmds = cmd;
 }
 
-/* Answer every command c owes with FD_REDIS_FAIL (why), then close it */
+/* Answer every command c owes with FD_API_REDIS_FAIL (why), then close */
 static void conn_fail(rconn_t *c, const char *why)
 {
-    fd_redis_reply_t fail = {.type = FD_REDIS_FAIL,
-                             .str = {strlen(why), (char *)why}};
-    fd_redis_cmd_t *cmd, *next;
+    fd_api_redis_reply_t fail = {.type = FD_API_REDIS_FAIL,
+                                 .str = {strlen(why), why}};
+    cmd_t *cmd, *next;
     int was_up = c->state == C_READY;
 
     if (was_up)
         area->up--;
     if (was_up || !c->logged_down)
-        fd_log_error(FD_LOG_WARN, 0, "redis %s: down: %s",
-                     conn_addr(c)->name, why);
+        fd_api_log(FD_API_LOG_WARN, 0, "redis %s: down: %s",
+                   conn_addr(c)->name, why);
     c->logged_down = 1;
-    if (c->registered)
-        fd_event_close(&c->ev);
-    else if (c->ev.fd >= 0)
-        close(c->ev.fd);
-    c->ev.fd = -1;
-    c->registered = 0;
+    if (c->fd >= 0) {
+        fd_api_io_stop(c->io);
+        close(c->fd);
+        c->fd = -1;
+    }
     c->state = C_DOWN;
     if (c->reader) {
         redisReaderFree(c->reader);
@@ -307,11 +375,9 @@ static void conn_fail(rconn_t *c, const char *why)
         cmd_free(cmd);
     }
     /* the next address, if there is another: a failover */
-    c->addr = (c->addr + 1) % conf->pub.naddrs;
-    if (fd_timer_armed(&c->timer))
-        fd_timer_del(&c->timer);
-    fd_timer_add(&c->timer, c->backoff);
-    c->backoff = fd_min(c->backoff * 2, BACKOFF_MAX);
+    c->addr = (c->addr + 1) % conf->naddrs;
+    fd_api_timer_set(c->timer, c->backoff);
+    c->backoff = MIN(c->backoff * 2, BACKOFF_MAX);
 }
 
 static int out_reserve(rconn_t *c, size_t more)
@@ -331,11 +397,26 @@ static int out_reserve(rconn_t *c, size_t more)
 }
 
 /* "<type>N\r\n" at p (RESP's headers): its end. Not sprintf: it was a
- * third of a limit_req's instructions over Redis (callgrind) */
+ * third of a limit_req's instructions over Redis (callgrind). N is mostly
+ * a count or a short argument's length: one or two digits. */
 static char *resp_header(char *p, char type, size_t n)
 {
+    char digits[20];
+    unsigned i = 0;
+
     *p++ = type;
-    p = fd_fmt_uint(p, n);
+    if (n < 10) {
+        *p++ = (char)('0' + n);
+    } else if (n < 100) {
+        *p++ = (char)('0' + n / 10);
+        *p++ = (char)('0' + n % 10);
+    } else {
+        do
+            digits[i++] = (char)('0' + n % 10);
+        while ((n /= 10) != 0);
+        while (i)
+            *p++ = digits[--i];
+    }
     *p++ = '\r';
     *p++ = '\n';
     return p;
@@ -365,28 +446,27 @@ static int out_command(rconn_t *c, int argc, const char **argv,
     if (!c->posted && !c->blocked) {
         /* the turn's commands go together when it ends */
         c->posted = 1;
-        fd_event_post(&c->flush);
+        fd_api_post(c->flush);
     }
     return FD_OK;
 }
 
 static void watch_arm(rconn_t *c)
 {
-    fd_msec_t at;
+    uint64_t at, now;
 
     if (c->head == NULL) {
-        if (fd_timer_armed(&c->timer))
-            fd_timer_del(&c->timer);
+        fd_api_timer_unset(c->timer);
         return;
     }
     at = c->watch ? c->watch->deadline : c->head->deadline + STALL;
-    fd_timer_add(&c->timer, at > fd_current_msec ? at - fd_current_msec : 0);
+    now = fd_api_now_msec();
+    fd_api_timer_set(c->timer, at > now ? at - now : 0);
 }
 
-static fd_redis_cmd_t *cmd_push(rconn_t *c, fd_redis_done_pt done,
-                                void *data)
+static cmd_t *cmd_push(rconn_t *c, done_pt done, void *data)
 {
-    fd_redis_cmd_t *cmd = free_cmds;
+    cmd_t *cmd = free_cmds;
 
     if (cmd)
         free_cmds = cmd->next;
@@ -395,7 +475,7 @@ static fd_redis_cmd_t *cmd_push(rconn_t *c, fd_redis_done_pt done,
     cmd->next = NULL;
     cmd->done = done;
     cmd->data = data;
-    cmd->deadline = fd_current_msec + conf->timeout;
+    cmd->deadline = fd_api_now_msec() + conf->timeout;
     cmd->sent = now_usec();
     *c->tail = cmd;
     c->tail = &cmd->next;
@@ -408,22 +488,22 @@ static fd_redis_cmd_t *cmd_push(rconn_t *c, fd_redis_done_pt done,
     return cmd;
 }
 
-static void handshake_done(void *data, const fd_redis_reply_t *reply)
+static void handshake_done(void *data, const fd_api_redis_reply_t *reply)
 {
     rconn_t *c = data;
     char why[128];
 
-    if (reply->type == FD_REDIS_FAIL)
+    if (reply->type == FD_API_REDIS_FAIL)
         return; /* c failed already */
-    if (reply->type == FD_REDIS_ERR) {
-        snprintf(why, sizeof(why), "%.*s", (int)fd_min(reply->str.len, 100),
+    if (reply->type == FD_API_REDIS_ERR) {
+        snprintf(why, sizeof(why), "%.*s", (int)MIN(reply->str.len, 100),
                  reply->str.data);
         /* after the reply is read, not under it */
         c->state = C_HANDSHAKE;
         c->handshake = (unsigned)-1;
-        fd_timer_add(&c->timer, 0);
-        fd_log_error(FD_LOG_ERR, 0, "redis %s: %s", conn_addr(c)->name,
-                     why);
+        fd_api_timer_set(c->timer, 0);
+        fd_api_log(FD_API_LOG_ERR, 0, "redis %s: %s", conn_addr(c)->name,
+                   why);
         return;
     }
     if (--c->handshake == 0) {
@@ -432,7 +512,7 @@ static void handshake_done(void *data, const fd_redis_reply_t *reply)
         c->logged_down = 0;
         area->up++;
         area->connects++;
-        fd_log_error(FD_LOG_NOTICE, 0, "redis %s: up", conn_addr(c)->name);
+        fd_api_log(FD_API_LOG_NOTICE, 0, "redis %s: up", conn_addr(c)->name);
     }
 }
 
@@ -446,7 +526,7 @@ static void conn_connected(rconn_t *c)
     /* what was asked while it connected goes after the handshake */
     char *out = c->out;
     size_t olen = c->olen;
-    fd_redis_cmd_t *head = c->head, **tail = c->tail, *cmd;
+    cmd_t *head = c->head, **tail = c->tail, *cmd;
     unsigned pending = c->pending;
 
     c->out = NULL;
@@ -522,11 +602,10 @@ static void conn_connect(rconn_t *c)
     fd = socket(a->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
                 0);
     if (fd < 0) {
-        c->ev.fd = -1;
         conn_fail(c, strerror(errno));
         return;
     }
-    c->ev.fd = fd;
+    c->fd = fd;
     if (a->sa.ss_family != AF_UNIX)
         (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if ((c->reader = redisReaderCreate()) == NULL) {
@@ -538,15 +617,25 @@ static void conn_connect(rconn_t *c)
         conn_fail(c, strerror(errno));
         return;
     }
-    c->ev.handler = conn_event;
-    if (fd_event_add(&c->ev, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET) < 0) {
+    if (fd_api_io_watch(c->io, fd, FD_API_IO_IN | FD_API_IO_OUT) != FD_OK) {
         conn_fail(c, "cannot watch its socket");
         return;
     }
-    c->registered = 1;
     c->state = C_CONNECTING;
     /* a connect gets ten timeouts, within 200 ms .. 2 s */
-    fd_timer_add(&c->timer, fd_max(fd_min(conf->timeout * 10, 2000), 200));
+    fd_api_timer_set(c->timer, MAX(MIN(conf->timeout * 10, 2000), 200));
+}
+
+/* Output watched while a write waits for room, not otherwise: a watch
+ * is level-triggered, and a writable socket would fire at every turn */
+static int conn_watch_out(rconn_t *c, int out)
+{
+    c->blocked = out != 0;
+    if (fd_api_io_watch(c->io, c->fd, FD_API_IO_IN |
+                                          (out ? FD_API_IO_OUT : 0)) == FD_OK)
+        return FD_OK;
+    conn_fail(c, "cannot watch its socket");
+    return FD_ERROR;
 }
 
 static void conn_flush(void *data)
@@ -558,12 +647,13 @@ static void conn_flush(void *data)
     if (c->state < C_HANDSHAKE)
         return;
     while (c->osent < c->olen) {
-        n = write(c->ev.fd, c->out + c->osent, c->olen - c->osent);
+        n = write(c->fd, c->out + c->osent, c->olen - c->osent);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
             if (errno == EAGAIN) {
-                c->blocked = 1;
+                if (!c->blocked)
+                    (void)conn_watch_out(c, 1);
                 return;
             }
             conn_fail(c, strerror(errno));
@@ -572,47 +662,49 @@ static void conn_flush(void *data)
         c->osent += (size_t)n;
     }
     c->olen = c->osent = 0;
-    c->blocked = 0;
+    if (c->blocked)
+        (void)conn_watch_out(c, 0);
 }
 
-static void reply_of(fd_redis_reply_t *out, const redisReply *r)
+static void reply_of(fd_api_redis_reply_t *out, const redisReply *r)
 {
     memset(out, 0, sizeof(*out));
     switch (r->type) {
     case REDIS_REPLY_INTEGER:
-        out->type = FD_REDIS_INT;
+        out->type = FD_API_REDIS_INT;
         out->integer = r->integer;
         break;
     case REDIS_REPLY_STRING:
     case REDIS_REPLY_STATUS:
-        out->type = FD_REDIS_STR;
+        out->type = FD_API_REDIS_STR;
         out->str = (fd_str_t){r->len, r->str};
         break;
     case REDIS_REPLY_ERROR:
-        out->type = FD_REDIS_ERR;
+        out->type = FD_API_REDIS_ERR;
         out->str = (fd_str_t){r->len, r->str};
         break;
     case REDIS_REPLY_NIL:
-        out->type = FD_REDIS_NIL;
+        out->type = FD_API_REDIS_NIL;
         break;
     default:
-        out->type = FD_REDIS_OTHER;
+        out->type = FD_API_REDIS_OTHER;
         break;
     }
 }
 
-/* Every reply that is in, each to the command it answers */
+/* Every reply that is in, each to the command it answers. A short read
+ * took all there was; more fires the watch again. */
 static void conn_read(rconn_t *c)
 {
     char buf[16384], why[160];
-    fd_redis_reply_t reply;
-    fd_redis_cmd_t *cmd;
+    fd_api_redis_reply_t reply;
+    cmd_t *cmd;
     uint64_t now = 0;
     void *r;
     ssize_t n;
 
-    for (;;) {
-        n = read(c->ev.fd, buf, sizeof(buf));
+    do {
+        n = read(c->fd, buf, sizeof(buf));
         if (n == 0) {
             conn_fail(c, "closed by Redis");
             return;
@@ -650,13 +742,13 @@ static void conn_read(rconn_t *c)
             area->replies++;
             area->latency_usec += now > cmd->sent ? now - cmd->sent : 0;
             reply_of(&reply, r);
-            if (reply.type == FD_REDIS_ERR)
+            if (reply.type == FD_API_REDIS_ERR)
                 area->errors++;
-            if (reply.type == FD_REDIS_ERR && reply.str.len >= 8 &&
+            if (reply.type == FD_API_REDIS_ERR && reply.str.len >= 8 &&
                 memcmp(reply.str.data, "READONLY", 8) == 0) {
                 /* a replica (a failover demoted it): the next address;
                  * its caller answered as the others will be */
-                reply.type = FD_REDIS_FAIL;
+                reply.type = FD_API_REDIS_FAIL;
                 if (cmd->done)
                     cmd->done(cmd->data, &reply);
                 freeReplyObject(r);
@@ -671,7 +763,7 @@ static void conn_read(rconn_t *c)
             if (c->state == C_DOWN)
                 return;
         }
-    }
+    } while (n < 0 || (size_t)n == sizeof(buf));
     watch_arm(c);
     return;
 
@@ -681,41 +773,43 @@ broken:
     conn_fail(c, why);
 }
 
-static void conn_event(fd_event_t *ev, uint32_t events)
+static void conn_event(void *data, unsigned events)
 {
-    rconn_t *c = (rconn_t *)ev;
+    rconn_t *c = data;
     int err = 0;
     socklen_t len = sizeof(err);
 
     if (c->state == C_CONNECTING) {
-        if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
+        if (!(events & (FD_API_IO_OUT | FD_API_IO_ERR)))
             return;
-        if (getsockopt(ev->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+        if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
             err = errno;
-        if (err || (events & (EPOLLERR | EPOLLHUP))) {
+        if (err || (events & FD_API_IO_ERR)) {
             conn_fail(c, strerror(err ? err : ECONNREFUSED));
             return;
         }
-        fd_timer_del(&c->timer);
+        fd_api_timer_unset(c->timer);
+        if (conn_watch_out(c, 0) != FD_OK)
+            return;
         conn_connected(c);
         if (c->state == C_DOWN)
             return;
     }
     if (c->state == C_DOWN)
         return;
-    if ((events & EPOLLOUT) && c->blocked)
+    if ((events & FD_API_IO_OUT) && c->blocked)
         conn_flush(c);
-    if (c->state != C_DOWN &&
-        (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
+    if (c->state != C_DOWN && (events & (FD_API_IO_IN | FD_API_IO_ERR)))
         conn_read(c);
 }
 
-static void conn_timer(fd_timer_t *t)
+static void conn_timer(void *data)
 {
-    rconn_t *c = (rconn_t *)((char *)t - offsetof(rconn_t, timer));
-    fd_redis_reply_t fail = {.type = FD_REDIS_FAIL,
-                             .str = fd_string("timeout")};
-    fd_redis_cmd_t *cmd;
+    rconn_t *c = data;
+    fd_api_redis_reply_t fail = {.type = FD_API_REDIS_FAIL,
+                                 .str = {7, "timeout"}};
+    uint64_t now = fd_api_now_msec();
+    cmd_t *cmd;
 
     switch (c->state) {
     case C_DOWN:
@@ -733,7 +827,7 @@ static void conn_timer(fd_timer_t *t)
     }
     /* the commands past their timeout are answered; their replies, when
      * they come, are dropped */
-    while ((cmd = c->watch) && cmd->deadline <= fd_current_msec) {
+    while ((cmd = c->watch) && cmd->deadline <= now) {
         c->watch = cmd->next;
         if (cmd->done) {
             area->timeouts++;
@@ -745,7 +839,7 @@ static void conn_timer(fd_timer_t *t)
     }
     while (c->watch && c->watch->done == NULL)
         c->watch = c->watch->next;
-    if (c->head && c->head->deadline + STALL <= fd_current_msec) {
+    if (c->head && c->head->deadline + STALL <= now) {
         conn_fail(c, "no reply within a second past the timeout");
         return;
     }
@@ -754,9 +848,8 @@ static void conn_timer(fd_timer_t *t)
 
 /* --- the client ---------------------------------------------------------- */
 
-static fd_redis_cmd_t *redis_command(int argc, const char **argv,
-                                     const size_t *len,
-                                     fd_redis_done_pt done, void *data)
+static cmd_t *redis_command(int argc, const char **argv, const size_t *len,
+                            done_pt done, void *data)
 {
     rconn_t *c = NULL;
     unsigned i;
@@ -784,12 +877,20 @@ static fd_redis_cmd_t *redis_command(int argc, const char **argv,
     return cmd_push(c, done, data);
 }
 
-static void redis_cancel(fd_redis_cmd_t *cmd)
+static void redis_cancel(cmd_t *cmd)
 {
     cmd->done = NULL;
 }
 
-int fd_cluster_redis_start(const void *cc)
+static const fd_api_redis_ops_t client = {
+    .command = redis_command,
+    .cancel = redis_cancel,
+};
+
+static void redis_stop(void);
+
+/* The client of cc's servers: each connection starts connecting */
+static int redis_start(const cluster_conf_t *cc)
 {
     unsigned i;
 
@@ -799,24 +900,32 @@ int fd_cluster_redis_start(const void *cc)
         return FD_ERROR;
     for (i = 0; i < nconns; i++) {
         rconn_t *c = &conns[i];
-        c->ev.fd = -1;
+        c->fd = -1;
         c->tail = &c->head;
-        c->timer.handler = conn_timer;
-        c->flush.handler = conn_flush;
-        c->flush.data = c;
         c->backoff = BACKOFF_MIN;
-        conn_connect(c);
+        c->io = fd_api_io_new(conn_event, c);
+        c->timer = fd_api_timer_new(conn_timer, c);
+        c->flush = fd_api_posted_new(conn_flush, c);
+        if (c->io == NULL || c->timer == NULL || c->flush == NULL) {
+            nconns = i + 1;
+            redis_stop();
+            return FD_ERROR;
+        }
     }
-    client.command = redis_command;
-    client.cancel = redis_cancel;
-    client.timeout = conf->timeout;
-    fd_cluster = &client;
+    for (i = 0; i < nconns; i++)
+        conn_connect(&conns[i]);
+    if (fd_api_redis_provide(&client) != FD_OK) {
+        fd_api_log(FD_API_LOG_ERR, 0, "[cluster]: another module provides "
+                   "the Redis client");
+        redis_stop();
+        return FD_ERROR;
+    }
     return FD_OK;
 }
 
-void fd_cluster_redis_stop(void)
+static void redis_stop(void)
 {
-    fd_redis_cmd_t *cmd;
+    cmd_t *cmd;
     unsigned i;
 
     for (i = 0; i < nconns; i++) {
@@ -825,9 +934,13 @@ void fd_cluster_redis_stop(void)
         if (c->state == C_READY)
             area->up--;
         c->state = C_DOWN;
-        conn_fail(c, "worker exits");
-        if (fd_timer_armed(&c->timer))
-            fd_timer_del(&c->timer);
+        if (c->io && c->timer) {
+            conn_fail(c, "worker exits");
+            fd_api_timer_unset(c->timer);
+        }
+        fd_api_io_free(c->io);
+        fd_api_timer_cancel(c->timer);
+        fd_api_posted_free(c->flush);
         free(c->out);
     }
     while ((cmd = free_cmds) != NULL) {
@@ -837,51 +950,32 @@ void fd_cluster_redis_stop(void)
     free(conns);
     conns = NULL;
     nconns = 0;
-    fd_cluster = NULL;
-}
-
-/* Unit tests: a client of one address, without a configuration */
-int fd_cluster_redis_test(const struct sockaddr *sa, unsigned len,
-                          fd_msec_t timeout, unsigned pool)
-{
-    static cluster_conf_t cc;
-    static char name[] = "test";
-
-    memset(&cc, 0, sizeof(cc));
-    memcpy(&cc.pub.addrs[0].sa, sa, len);
-    cc.pub.addrs[0].len = len;
-    cc.pub.addrs[0].name = name;
-    cc.pub.naddrs = 1;
-    cc.timeout = timeout;
-    cc.pool = pool;
-    if (area == NULL)
-        area = &area_none;
-    return fd_cluster_redis_start(&cc);
+    (void)fd_api_redis_provide(NULL);
 }
 
 /* --- the module ---------------------------------------------------------- */
 
-static int cluster_init_worker(fd_worker_t *w)
+static int cluster_init_worker(void)
 {
-    const cluster_conf_t *cc = fd_cycle_section(w->cycle, "cluster", "");
+    const cluster_conf_t *cc = fd_api_section("cluster", "");
 
-    area = fd_stats ? fd_stats_area(fd_stats, &fd_cluster_module) : NULL;
+    area = fd_api_status_area(FD_API_SELF);
     if (area == NULL)
         area = &area_none;
     memset(area, 0, sizeof(*area));
     if (cc == NULL)
         return FD_OK;
-    return fd_cluster_redis_start(cc);
+    return redis_start(cc);
 }
 
-static void cluster_exit_worker(fd_worker_t *w)
+static void cluster_exit_worker(void)
 {
-    (void)w;
     if (conns)
-        fd_cluster_redis_stop();
+        redis_stop();
 }
 
-static void cluster_status(fd_status_t *st, const void *a, unsigned worker)
+static void cluster_status(fd_api_status_t *st, const void *a,
+                           unsigned worker)
 {
     const cluster_shm_t *e = a;
 
@@ -889,24 +983,25 @@ static void cluster_status(fd_status_t *st, const void *a, unsigned worker)
     if (e == NULL || (e->connects == 0 && e->refused == 0 &&
                       e->disconnects == 0))
         return; /* no [cluster] */
-    fd_status_gauge(st, "redis_up", "Connections to Redis that are up.",
-                    NULL, e->up);
-    fd_status_counter(st, "redis_commands", "Commands sent to Redis.", NULL,
-                      e->commands);
-    fd_status_counter(st, "redis_replies", "Replies read from Redis.", NULL,
-                      e->replies);
-    fd_status_counter(st, "redis_errors", "Error replies from Redis.", NULL,
-                      e->errors);
-    fd_status_counter(st, "redis_timeouts", "Commands answered by the "
-                      "timeout.", NULL, e->timeouts);
-    fd_status_counter(st, "redis_refused", "Commands not sent: no "
-                      "connection up.", NULL, e->refused);
-    fd_status_counter(st, "redis_connects", "Connections made to Redis.",
-                      NULL, e->connects);
-    fd_status_counter(st, "redis_disconnects", "Connections to Redis "
-                      "lost.", NULL, e->disconnects);
-    fd_status_counter(st, "redis_latency_usec_sum", "Time from a command "
-                      "to its reply, added up.", NULL, e->latency_usec);
+    fd_api_status_gauge(st, "redis_up", "Connections to Redis that are up.",
+                        NULL, e->up);
+    fd_api_status_counter(st, "redis_commands", "Commands sent to Redis.",
+                          NULL, e->commands);
+    fd_api_status_counter(st, "redis_replies", "Replies read from Redis.",
+                          NULL, e->replies);
+    fd_api_status_counter(st, "redis_errors", "Error replies from Redis.",
+                          NULL, e->errors);
+    fd_api_status_counter(st, "redis_timeouts", "Commands answered by the "
+                          "timeout.", NULL, e->timeouts);
+    fd_api_status_counter(st, "redis_refused", "Commands not sent: no "
+                          "connection up.", NULL, e->refused);
+    fd_api_status_counter(st, "redis_connects", "Connections made to "
+                          "Redis.", NULL, e->connects);
+    fd_api_status_counter(st, "redis_disconnects", "Connections to Redis "
+                          "lost.", NULL, e->disconnects);
+    fd_api_status_counter(st, "redis_latency_usec_sum", "Time from a "
+                          "command to its reply, added up.", NULL,
+                          e->latency_usec);
 }
 
 static void cluster_retire(void *retired, const void *a)
@@ -924,16 +1019,13 @@ static void cluster_retire(void *retired, const void *a)
     into->latency_usec += e->latency_usec;
 }
 
-fd_module_t fd_cluster_module = {
+FD_API_MODULE = {
+    FD_API_HEADER,
     .name = "cluster",
     .init_worker = cluster_init_worker,
     .exit_worker = cluster_exit_worker,
-    .section = "cluster",
-    .section_directives = cluster_directives,
-    .section_size = sizeof(cluster_conf_t),
-    .init_section = cluster_init_section,
-    .section_unnamed = 1,
     .shm_size = sizeof(cluster_shm_t),
     .status = cluster_status,
     .retire = cluster_retire,
+    .section = &cluster_section,
 };

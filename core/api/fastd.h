@@ -1373,6 +1373,60 @@ int fd_resp_redirect_slash(fd_request_t *r);
 int fd_req_file_list(fd_request_t *r, fd_str_t path, size_t max,
                      size_t max_names, fd_api_dir_t *d);
 
+/* --- 1.7: the fleet's Redis client as a module (cluster) --- */
+
+/*
+ * A section without a name, [TYPE] alone and at most once (the fleet's
+ * [cluster]): fd_api_section_t.name_max = FD_API_SECTION_UNNAMED. [TYPE
+ * NAME] is then refused ("takes no name"), a second [TYPE] too, and the
+ * section's name is "" (init's, fd_api_section(type, ""),
+ * fd_api_section_each()). Read so for a module built for 1.7 or later; an
+ * older module's name_max keeps its meaning.
+ */
+#define FD_API_SECTION_UNNAMED ((size_t)-1)
+
+/*
+ * The client behind fd_api_redis_command(), which a module provides (the
+ * cluster module's, one a worker): from init_worker,
+ * fd_api_redis_provide(&ops) makes ops what fastd's own features (TLS
+ * session ticket keys, ACME's challenges) and every module's
+ * fd_api_redis_command() and fd_api_redis_cancel() call, with their
+ * contract (above: NULL when not sent, done once, within the timeout);
+ * from exit_worker, fd_api_redis_provide(NULL) takes it back. ops is kept,
+ * not copied (a static const), and this struct never grows: a later
+ * version adds a call, not a field. FD_OK; FD_DECLINED: another client is
+ * provided already. The provider defines struct fd_api_redis_cmd_s.
+ */
+typedef struct {
+    fd_api_redis_cmd_t *(*command)(
+        int argc, const char **argv, const size_t *len,
+        void (*done)(void *data, const fd_api_redis_reply_t *reply),
+        void *data);
+    void (*cancel)(fd_api_redis_cmd_t *c);
+} fd_api_redis_ops_t;
+int fd_api_redis_provide(const fd_api_redis_ops_t *ops);
+
+/*
+ * The Redis servers, in the order they are tried, and the timeout: from a
+ * section's init, fd_api_redis_addrs_set() hands them to the configuration
+ * being loaded (copied into its memory), where fastd's processes that
+ * talk to Redis off the loop find them (ACME's helper, with a blocking
+ * client of its own), and it is what fd_api_cluster_configured() says.
+ * At most FD_API_REDIS_ADDRS, each a resolved address (sa, len bytes: a
+ * struct sockaddr_in, _in6 or _un). Once a configuration. FD_OK, or
+ * FD_ERROR after fd_api_conf_error().
+ */
+#define FD_API_REDIS_ADDRS 8
+typedef struct {
+    const void *sa;          /* a struct sockaddr of len bytes */
+    unsigned len;
+    const char *password;    /* AUTH, or NULL */
+    int db;                  /* SELECT, when not 0 */
+    const char *name;        /* for the log: host:port, unix:PATH */
+} fd_api_redis_addr_t;
+int fd_api_redis_addrs_set(const fd_api_redis_addr_t *addrs, unsigned n,
+                           uint64_t timeout_msec);
+
 #ifdef __cplusplus
 }
 #endif

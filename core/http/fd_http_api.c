@@ -978,10 +978,9 @@ int64_t fd_api_parse_msec(const char *s)
 /* --- 1.4: the loop's descriptors, timers that are kept, the pool --- */
 
 
+/* fd_timer_add moves an armed timer in the heap: no delete and insert */
 void fd_api_timer_set(fd_api_timer_t *at, uint64_t ms)
 {
-    if (fd_timer_armed(&at->t))
-        fd_timer_del(&at->t);
     fd_timer_add(&at->t, ms);
 }
 
@@ -1504,21 +1503,7 @@ int fd_api_conf_enum(const void *conf, const char *key, const char *value,
     return v;
 }
 
-/* The cluster module's client (fd_cluster.h), whose reply and done are
- * the API's, laid out alike */
-_Static_assert(sizeof(fd_api_redis_reply_t) == sizeof(fd_redis_reply_t) &&
-                   offsetof(fd_api_redis_reply_t, integer) ==
-                       offsetof(fd_redis_reply_t, integer) &&
-                   offsetof(fd_api_redis_reply_t, str) ==
-                       offsetof(fd_redis_reply_t, str) &&
-                   (int)FD_API_REDIS_FAIL == (int)FD_REDIS_FAIL &&
-                   (int)FD_API_REDIS_INT == (int)FD_REDIS_INT &&
-                   (int)FD_API_REDIS_STR == (int)FD_REDIS_STR &&
-                   (int)FD_API_REDIS_NIL == (int)FD_REDIS_NIL &&
-                   (int)FD_API_REDIS_ERR == (int)FD_REDIS_ERR &&
-                   (int)FD_API_REDIS_OTHER == (int)FD_REDIS_OTHER,
-               "the API's Redis replies are the cluster's");
-
+/* The client a module provides (fd_cluster.c) */
 int fd_api_cluster_configured(void)
 {
     fd_cycle_t *cy = api_cycle();
@@ -1530,16 +1515,14 @@ fd_api_redis_cmd_t *fd_api_redis_command(
     int argc, const char **argv, const size_t *len,
     void (*done)(void *data, const fd_api_redis_reply_t *reply), void *data)
 {
-    if (fd_cluster == NULL)
-        return NULL;
-    return (fd_api_redis_cmd_t *)fd_cluster->command(
-        argc, argv, len, (fd_redis_done_pt)(void (*)(void))done, data);
+    return fd_cluster ? fd_cluster->command(argc, argv, len, done, data)
+                      : NULL;
 }
 
 void fd_api_redis_cancel(fd_api_redis_cmd_t *c)
 {
     if (fd_cluster && c)
-        fd_cluster->cancel((fd_redis_cmd_t *)c);
+        fd_cluster->cancel(c);
 }
 
 /* --- 1.6: the version, the i-th header, a string builder --- */
