@@ -303,11 +303,14 @@ sub base_conf {
 
 # The [main] section of a configuration written by hand (tests with
 # several [server] sections): one worker, the error log in the test's
-# directory at level info.
+# directory at level info; FASTD_TEST_LOAD's module loaded, as
+# base_conf's.
 sub main_section {
     return "[main]\ndaemon = off\nworkers = 1\npid = %%DIR%%/fastd.pid\n"
          . "error_log = %%DIR%%/error.log\n$LOG_LEVEL_KEY = info\n"
-         . ($> == 0 ? "user = root\n" : '') . "\n";
+         . ($> == 0 ? "user = root\n" : '')
+         . ($ENV{FASTD_TEST_LOAD} ? "load_module = $ENV{FASTD_TEST_LOAD}\n"
+                                  : '') . "\n";
 }
 
 # Line number (1-based) of the first line of $text matching $re.
