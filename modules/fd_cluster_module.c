@@ -62,18 +62,12 @@
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 
-/* One redis = line, parsed */
-typedef struct {
-    struct sockaddr_storage sa;
-    socklen_t len;
-    char *password;           /* AUTH, or NULL */
-    int db;                   /* SELECT, when not 0 */
-    char *name;               /* for the log: host:port, unix:PATH */
-} addr_t;
+typedef fd_api_redis_addr_t addr_t;
 
 /* [cluster] */
 typedef struct {
     addr_t addrs[ADDR_MAX];   /* the redis lines, parsed as they come */
+    struct sockaddr_storage sa[ADDR_MAX]; /* theirs */
     unsigned naddrs;
     uint64_t timeout;
     int64_t pool;
@@ -139,17 +133,17 @@ static char *conf_strdup(const char *s, size_t n)
 }
 
 /* redis://[:password@]host:port[/db] or unix:PATH; FD_OK or an error */
-static int parse_addr(const char *url, addr_t *a)
+static int parse_addr(const char *url, addr_t *a, struct sockaddr_storage *ss)
 {
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res;
-    char host[256], port[16] = "6379";
+    char host[256], port[16] = "6379", *name;
     const char *p, *at, *end, *colon;
     unsigned long num;
     size_t n;
     int rc;
 
     if (strncmp(url, "unix:", 5) == 0) {
-        struct sockaddr_un *un = (struct sockaddr_un *)&a->sa;
+        struct sockaddr_un *un = (struct sockaddr_un *)ss;
         if (url[5] == '\0' || strlen(url + 5) >= sizeof(un->sun_path)) {
             fd_api_conf_error("[cluster] redis: a unix socket path of 1 to "
                               "%zu bytes", sizeof(un->sun_path) - 1);
@@ -157,6 +151,7 @@ static int parse_addr(const char *url, addr_t *a)
         }
         un->sun_family = AF_UNIX;
         strcpy(un->sun_path, url + 5);
+        a->sa = un;
         a->len = sizeof(*un);
         a->name = conf_strdup(url, strlen(url));
         return a->name ? FD_OK : FD_ERROR;
@@ -230,14 +225,15 @@ static int parse_addr(const char *url, addr_t *a)
         fd_api_conf_error("[cluster] redis: %s: %s", host, gai_strerror(rc));
         return FD_ERROR;
     }
-    memcpy(&a->sa, res->ai_addr, res->ai_addrlen);
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    a->sa = ss;
     a->len = res->ai_addrlen;
     freeaddrinfo(res);
     n = strlen(host) + strlen(port) + 4;
-    if ((a->name = fd_api_conf_alloc(n)) == NULL)
+    if ((name = fd_api_conf_alloc(n)) == NULL)
         return FD_ERROR;
-    snprintf(a->name, n, strchr(host, ':') ? "[%s]:%s" : "%s:%s", host,
-             port);
+    snprintf(name, n, strchr(host, ':') ? "[%s]:%s" : "%s:%s", host, port);
+    a->name = name;
     return FD_OK;
 }
 
@@ -252,7 +248,8 @@ static int cluster_set(void *cv, const char *key, const char *value, int own)
         fd_api_conf_error("[cluster]: %d redis addresses at most", ADDR_MAX);
         return FD_ERROR;
     }
-    if (parse_addr(value, &cc->addrs[cc->naddrs]) != FD_OK)
+    if (parse_addr(value, &cc->addrs[cc->naddrs], &cc->sa[cc->naddrs]) !=
+        FD_OK)
         return FD_ERROR;
     cc->naddrs++;
     return FD_OK;
@@ -260,9 +257,7 @@ static int cluster_set(void *cv, const char *key, const char *value, int own)
 
 static int cluster_init_section(const char *name, void *cv, unsigned index)
 {
-    fd_api_redis_addr_t pub[ADDR_MAX];
     cluster_conf_t *cc = cv;
-    unsigned i;
 
     (void)name;
     (void)index;
@@ -275,13 +270,7 @@ static int cluster_init_section(const char *name, void *cv, unsigned index)
                            1) != FD_OK ||
         fd_api_conf_bounds(cc, "pool", cc->pool, 1, 64, 0) != FD_OK)
         return FD_ERROR;
-    for (i = 0; i < cc->naddrs; i++) {
-        const addr_t *a = &cc->addrs[i];
-        pub[i] = (fd_api_redis_addr_t){.sa = &a->sa, .len = a->len,
-                                       .password = a->password,
-                                       .db = a->db, .name = a->name};
-    }
-    return fd_api_redis_addrs_set(pub, cc->naddrs, cc->timeout);
+    return fd_api_redis_addrs_set(cc->addrs, cc->naddrs, cc->timeout);
 }
 
 #define COFF(f) offsetof(cluster_conf_t, f)
@@ -597,22 +586,21 @@ failed:
 static void conn_connect(rconn_t *c)
 {
     const addr_t *a = conn_addr(c);
-    int fd, one = 1;
+    int family = ((const struct sockaddr *)a->sa)->sa_family, fd, one = 1;
 
-    fd = socket(a->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                0);
+    fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         conn_fail(c, strerror(errno));
         return;
     }
     c->fd = fd;
-    if (a->sa.ss_family != AF_UNIX)
+    if (family != AF_UNIX)
         (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if ((c->reader = redisReaderCreate()) == NULL) {
         conn_fail(c, "out of memory");
         return;
     }
-    if (connect(fd, (struct sockaddr *)&a->sa, a->len) < 0 &&
+    if (connect(fd, a->sa, a->len) < 0 &&
         errno != EINPROGRESS && errno != EAGAIN) {
         conn_fail(c, strerror(errno));
         return;
@@ -974,10 +962,35 @@ static void cluster_exit_worker(void)
         redis_stop();
 }
 
+/* its counters, as /status reports them (after redis_up, a gauge) */
+static const struct {
+    const char *name, *help;
+    size_t off;
+} counters[] = {
+#define FIG(f) offsetof(cluster_shm_t, f)
+    {"redis_commands", "Commands sent to Redis.", FIG(commands)},
+    {"redis_replies", "Replies read from Redis.", FIG(replies)},
+    {"redis_errors", "Error replies from Redis.", FIG(errors)},
+    {"redis_timeouts", "Commands answered by the timeout.", FIG(timeouts)},
+    {"redis_refused", "Commands not sent: no connection up.", FIG(refused)},
+    {"redis_connects", "Connections made to Redis.", FIG(connects)},
+    {"redis_disconnects", "Connections to Redis lost.", FIG(disconnects)},
+    {"redis_latency_usec_sum", "Time from a command to its reply, added up.",
+     FIG(latency_usec)},
+#undef FIG
+};
+
+static uint64_t counter(const void *area, unsigned i)
+{
+    return *(const uint64_t *)(const void *)((const char *)area +
+                                             counters[i].off);
+}
+
 static void cluster_status(fd_api_status_t *st, const void *a,
                            unsigned worker)
 {
     const cluster_shm_t *e = a;
+    unsigned i;
 
     (void)worker;
     if (e == NULL || (e->connects == 0 && e->refused == 0 &&
@@ -985,38 +998,18 @@ static void cluster_status(fd_api_status_t *st, const void *a,
         return; /* no [cluster] */
     fd_api_status_gauge(st, "redis_up", "Connections to Redis that are up.",
                         NULL, e->up);
-    fd_api_status_counter(st, "redis_commands", "Commands sent to Redis.",
-                          NULL, e->commands);
-    fd_api_status_counter(st, "redis_replies", "Replies read from Redis.",
-                          NULL, e->replies);
-    fd_api_status_counter(st, "redis_errors", "Error replies from Redis.",
-                          NULL, e->errors);
-    fd_api_status_counter(st, "redis_timeouts", "Commands answered by the "
-                          "timeout.", NULL, e->timeouts);
-    fd_api_status_counter(st, "redis_refused", "Commands not sent: no "
-                          "connection up.", NULL, e->refused);
-    fd_api_status_counter(st, "redis_connects", "Connections made to "
-                          "Redis.", NULL, e->connects);
-    fd_api_status_counter(st, "redis_disconnects", "Connections to Redis "
-                          "lost.", NULL, e->disconnects);
-    fd_api_status_counter(st, "redis_latency_usec_sum", "Time from a "
-                          "command to its reply, added up.", NULL,
-                          e->latency_usec);
+    for (i = 0; i < sizeof(counters) / sizeof(counters[0]); i++)
+        fd_api_status_counter(st, counters[i].name, counters[i].help, NULL,
+                              counter(e, i));
 }
 
 static void cluster_retire(void *retired, const void *a)
 {
-    cluster_shm_t *into = retired;
-    const cluster_shm_t *e = a;
+    unsigned i;
 
-    into->commands += e->commands;
-    into->replies += e->replies;
-    into->errors += e->errors;
-    into->timeouts += e->timeouts;
-    into->refused += e->refused;
-    into->connects += e->connects;
-    into->disconnects += e->disconnects;
-    into->latency_usec += e->latency_usec;
+    for (i = 0; i < sizeof(counters) / sizeof(counters[0]); i++)
+        *(uint64_t *)(void *)((char *)retired + counters[i].off) +=
+            counter(a, i);
 }
 
 FD_API_MODULE = {

@@ -43,7 +43,8 @@ static int fd_cluster_redis_test(const struct sockaddr *sa, unsigned len,
     static char name[] = "test";
 
     memset(&cc, 0, sizeof(cc));
-    memcpy(&cc.addrs[0].sa, sa, len);
+    memcpy(&cc.sa[0], sa, len);
+    cc.addrs[0].sa = &cc.sa[0];
     cc.addrs[0].len = len;
     cc.addrs[0].name = name;
     cc.naddrs = 1;
