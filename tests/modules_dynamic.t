@@ -2,11 +2,14 @@
 # A module of the tree written on the public API builds into the binary
 # or as a shared object: ./configure --with-plaintext=dynamic
 # --with-json=dynamic --with-status=dynamic --with-static=dynamic
-# --with-fastcgi=dynamic (in a copy of the tree) builds
-# objs/fd_plaintext.so, objs/fd_json.so, objs/fd_status.so,
-# objs/fd_static.so and objs/fd_fastcgi.so (a backend protocol on
+# --with-fastcgi=dynamic --with-cluster=dynamic (in a copy of the tree)
+# builds objs/fd_plaintext.so, objs/fd_json.so, objs/fd_status.so,
+# objs/fd_static.so, objs/fd_fastcgi.so (a backend protocol on
 # fastd_upstream.h; its configuration checked here, its requests by
 # FASTD_TEST_LOAD=.../fd_fastcgi.so FASTD_BIN=... prove tests/fastcgi.t)
+# and objs/fd_cluster.so (the Redis client, its [cluster] section without
+# a name checked here; its client by FASTD_TEST_LOAD=.../fd_cluster.so
+# with tests/cluster.t)
 # instead of linking them in, make install puts them in PREFIX/modules/,
 # and that fastd, which has none of them of its own, answers with them
 # after load_module exactly as the fastd under test (built in) does:
@@ -49,18 +52,18 @@ my $prefix = "$dir/prefix";
 mkdir $src or die "mkdir $src: $!";
 system("cd '$root' && tar -cf - configure Makefile auto core modules conf html | tar -xf - -C '$src'") == 0
     or BAIL_OUT('cannot copy the tree');
-my $out = `cd '$src' && ./configure --prefix='$prefix' --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic --with-fastcgi=dynamic 2>&1`;
-is($?, 0, './configure --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic --with-fastcgi=dynamic') or diag($out);
-like($out, qr/^dynamic modules \(objs\/fd_NAME\.so\): plaintext json static status fastcgi$/m,
+my $out = `cd '$src' && ./configure --prefix='$prefix' --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic --with-fastcgi=dynamic --with-cluster=dynamic 2>&1`;
+is($?, 0, './configure --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic --with-fastcgi=dynamic --with-cluster=dynamic') or diag($out);
+like($out, qr/^dynamic modules \(objs\/fd_NAME\.so\): plaintext json static status fastcgi cluster$/m,
      '... says which modules are shared objects');
-unlike((grep { /^\s*modules:/ } split /\n/, $out)[0] // '', qr/\b(plaintext|json|status|static|fastcgi)\b/,
+unlike((grep { /^\s*modules:/ } split /\n/, $out)[0] // '', qr/\b(plaintext|json|status|static|fastcgi|cluster)\b/,
        '... and that they are not linked in');
 $out = `make -s -C '$src' -j2 2>&1`;
 is($?, 0, 'make') or diag($out);
 ok(-f "$src/objs/fd_plaintext.so" && -f "$src/objs/fd_json.so"
    && -f "$src/objs/fd_status.so" && -f "$src/objs/fd_static.so"
-   && -f "$src/objs/fd_fastcgi.so",
-   'objs/fd_plaintext.so, fd_json.so, fd_status.so, fd_static.so and fd_fastcgi.so built');
+   && -f "$src/objs/fd_fastcgi.so" && -f "$src/objs/fd_cluster.so",
+   'objs/fd_plaintext.so, fd_json.so, fd_status.so, fd_static.so, fd_fastcgi.so and fd_cluster.so built');
 like(`nm -D --defined-only '$src/objs/fd_plaintext.so' 2>&1`, qr/\bfastd_module\b/,
      'fd_plaintext.so defines fastd_module, as a module built outside the tree');
 $out = `make -s -C '$src' install PREFIX='$prefix' LOGROTATE_DIR='$dir/lr' FASTD_USER=nobody 2>&1`;
@@ -105,6 +108,26 @@ $d->write_conf(FastdTest::base_conf(
         locations => $fcgi));
     ($rc, $o) = FastdTest::run_fastd('-t', '-c', $d->conf_file);
     is($rc, 0, 'with load_module = PREFIX/modules/fd_fastcgi.so: -t passes')
+        or diag($o);
+    # [cluster], a section without a name, is the loaded module's
+    my $cl = "[cluster]\nredis = redis://127.0.0.1:6379/0\n";
+    $d->write_conf(FastdTest::base_conf(main => { load_module => [@pj] },
+                                        extra => $cl));
+    ($rc, $o) = FastdTest::run_fastd('-t', '-c', $d->conf_file);
+    ok($rc != 0 && $o =~ /unknown section \[cluster\]/,
+       '[cluster] without its load_module: refused') or diag($o);
+    my @pc = (@pj, "$prefix/modules/fd_cluster.so");
+    $d->write_conf(FastdTest::base_conf(main => { load_module => [@pc] },
+                                        extra => $cl));
+    ($rc, $o) = FastdTest::run_fastd('-t', '-c', $d->conf_file);
+    is($rc, 0, 'with load_module = PREFIX/modules/fd_cluster.so: -t passes')
+        or diag($o);
+    $d->write_conf(FastdTest::base_conf(main => { load_module => [@pc] },
+                                        extra => "[cluster x]\n"
+                                                 . "redis = unix:/x\n"));
+    ($rc, $o) = FastdTest::run_fastd('-t', '-c', $d->conf_file);
+    ok($rc != 0 && $o =~ /\[cluster\] takes no name/,
+       '... and [cluster x] is refused: the section has no name')
         or diag($o);
     $d->write_conf(FastdTest::base_conf(
         main => { load_module => [ "$prefix/modules/fd_plaintext.so",
