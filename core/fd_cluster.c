@@ -2,7 +2,8 @@
  * The engine's side of the fleet's Redis client (fd_cluster.h): the
  * worker's client, provided by a module (fastd.h 1.7:
  * fd_api_redis_provide), and the [cluster]'s addresses it hands to the
- * configuration (fd_api_redis_addrs_set); the public API's calls on them.
+ * configuration (fd_api_redis_addrs_set). fd_api_redis_command() and
+ * its fellows, which call the client, are fd_http_api.c's.
  */
 #include "fd_core.h"
 #include "fd_cycle.h"
