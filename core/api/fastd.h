@@ -12,8 +12,9 @@
  * shared memory every worker maps, scripts evaluated whole, and the
  * [cluster]'s Redis; from 1.6 the server's figures, read as a status
  * page shows them, and a string builder; from 1.7 files served as
- * static serves them, copies of a request run in the background, and
- * backend protocols of a module's own (fastd_upstream.h).
+ * static serves them, copies of a request run in the background,
+ * backend protocols of a module's own (fastd_upstream.h), and the
+ * fleet's Redis client.
  * A module is a shared object that defines
  *
  *     FD_API_MODULE = { FD_API_HEADER, .name = "hello",
