@@ -79,12 +79,13 @@ static void tunnel_done(fd_splice_t *sp)
 /* r->on_drain: the 101 left; the client's socket can go */
 static void tunnel_drain(fd_request_t *r)
 {
-    proxy_req_t *px = r->ctx;
+    proxy_req_t *px = fd_proxy_req(r);
+    fd_upstream_req_t *eu = px ? fd_proxy_eu(px) : NULL;
 
     r->on_drain = NULL;
-    if (px == NULL || px->u.done || !px->u.paused || px->tunnel == NULL)
+    if (px == NULL || eu->done || !eu->paused || px->tunnel == NULL)
         return;
-    px->u.paused = 0;
+    eu->paused = 0;
     fd_proxy_tunnel_detach(px);
 }
 
@@ -95,10 +96,11 @@ static void tunnel_drain(fd_request_t *r)
 int fd_proxy_tunnel_begin(proxy_req_t *px, fd_str_t upgrade)
 {
     fd_request_t *r = px->r;
-    fd_upstream_conn_t *uc = px->u.uc;
+    fd_upstream_req_t *eu = fd_proxy_eu(px);
+    fd_upstream_conn_t *uc = eu->uc;
     fd_splice_side_t *us;
     tunnel_t *t;
-    size_t left = px->u.ilast - px->u.ipos;
+    size_t left = eu->ilast - eu->ipos;
 
     t = malloc(sizeof(*t));
     if (t == NULL)
@@ -113,7 +115,7 @@ int fd_proxy_tunnel_begin(proxy_req_t *px, fd_str_t upgrade)
     /* what the upstream sent after the 101 goes to the client first */
     if (left > BUF_SIZE)
         left = BUF_SIZE;
-    memcpy(t->sp.side[CLIENT].buf, px->u.ibuf + px->u.ipos, left);
+    memcpy(t->sp.side[CLIENT].buf, eu->ibuf + eu->ipos, left);
     t->sp.side[CLIENT].len = left;
     /* the upstream stream moves into the tunnel with its transport; its
      * events are the tunnel's from now, while the 101 is written */
@@ -126,11 +128,11 @@ int fd_proxy_tunnel_begin(proxy_req_t *px, fd_str_t upgrade)
         return fd_proxy_fail(px, 500);
     }
     /* the request keeps counting as active on the server until the end */
-    t->peer = px->u.peer;
-    px->u.peer = NULL;
-    fd_upstream_req_release_conn(&px->u, 0);
+    t->peer = eu->peer;
+    eu->peer = NULL;
+    fd_upstream_req_release_conn(eu, 0);
     /* what ibuf held past the 101 is in the tunnel */
-    fd_upstream_req_release_bufs(&px->u);
+    fd_upstream_req_release_bufs(eu);
     px->tunnel = t;
 
     if (r->in.ext_connect) {
@@ -157,7 +159,7 @@ int fd_proxy_tunnel_detach(proxy_req_t *px)
     rc = fd_http_detach(px->r, &t->sp.side[CLIENT].s, us->buf, BUF_SIZE,
                         &us->len, &t->ipref);
     if (rc == FD_AGAIN) {
-        px->u.paused = 1;
+        fd_proxy_eu(px)->paused = 1;
         px->r->on_drain = tunnel_drain;
         return PX_WAIT;
     }
