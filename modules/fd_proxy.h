@@ -55,7 +55,6 @@ enum { PX_MORE = 1, PX_INTERIM };
 enum { FR_NONE, FR_LENGTH, FR_CHUNKED, FR_CLOSE };
 
 typedef struct proxy_req_s proxy_req_t;
-typedef struct tunnel_s tunnel_t;
 typedef struct fd_proxy_cache_s fd_proxy_cache_t;
 typedef struct fd_proxy_cache_valid_s fd_proxy_cache_valid_t;
 typedef struct fd_proxy_cache_req_s fd_proxy_cache_req_t;
@@ -179,7 +178,6 @@ struct proxy_req_s {
     unsigned cache_fields:1;   /* the cache may answer it: the client's
                                 * If-* and Range stay here, not upstream */
     unsigned ninterim;         /* 1xx responses skipped */
-    tunnel_t *tunnel;          /* 101 waiting for its header to drain */
     char ws_key[24];           /* HTTP/2 WebSocket: the upstream's key */
 
     fd_proxy_cache_req_t *cr;  /* the location caches: the key's state */
@@ -274,16 +272,8 @@ int64_t fd_proxy_cache_valid_for(const fd_http_header_t *f, unsigned nf,
                                  unsigned nvalid, time_t now, int auth,
                                  unsigned ignore);
 
-/* --- the tunnel after a 101 (fd_proxy_tunnel.c) --- */
+/* --- WebSocket (fd_proxy_tunnel.c) --- */
 
-/* Take the upstream socket into a tunnel and send the 101 (its headers
- * are set): PX_WAIT (the client's output drains first) or PX_DONE. */
-int fd_proxy_tunnel_begin(proxy_req_t *px, fd_str_t upgrade);
-/* The 101 left: take the client's socket out of the engine (PX_WAIT
- * while it has not yet left, PX_DONE). */
-int fd_proxy_tunnel_detach(proxy_req_t *px);
-/* Close both sides; the memory goes at the end of the turn. */
-void fd_proxy_tunnel_free(tunnel_t *t);
 /* WebSocket over HTTP/2 (RFC 8441, r->in.ext_connect): the handshake to
  * the upstream is fastd's. A fresh Sec-WebSocket-Key in px->ws_key
  * (FD_OK, FD_ERROR); the client's own fields for it, which are not

@@ -4,8 +4,8 @@
  * keeps its health and the idle connections to it, retries, and speaks
  * HTTP/2 and gRPC itself); HTTP/1.1's framing and parser are here. The
  * request's side (its fields, the response's) is still the engine's
- * structures, and the tunnel and the cache reach the engine's request
- * (fd_proxy_eu()): they move to the public API next (issue 41).
+ * structures, and the cache reaches the engine's request (fd_proxy_eu()):
+ * they move to the public API next (issue 41).
  *
  * The file reads in the order a request goes through it:
  *   1. worker setup (the location keys are fd_proxy_conf.c's);
@@ -22,7 +22,8 @@
  *   5. the module's variable ($upstream_cache_status; $upstream_addr,
  *      $upstream_status and $upstream_response_time are the upstream
  *      engine's, for every protocol: core/http/fd_upstream_module.c).
- * After a 101 (WebSocket) the request becomes a tunnel: fd_proxy_tunnel.c.
+ * After a 101 (WebSocket) the request becomes the engine's tunnel
+ * (fd_api_upstream_tunnel); the handshake over HTTP/2 is fd_proxy_tunnel.c.
  *
  * Everything runs on the worker's loop thread; state is per worker (each
  * worker has its own copy of the configuration, whose runtime fields it
@@ -365,17 +366,13 @@ static int frame_body(fd_api_upstream_req_t *u, void *data, char *buf,
     return FD_OK;
 }
 
-/* The request ends: the cache's fill, a tunnel not yet detached. */
+/* The request ends: the cache's fill. */
 static void proxy_release(fd_api_upstream_req_t *u, void *data)
 {
     proxy_req_t *px = data;
 
     (void)u;
     fd_proxy_cache_abandon(px);
-    if (px->tunnel) {
-        fd_proxy_tunnel_free(px->tunnel);
-        px->tunnel = NULL;
-    }
 }
 
 /* proxy_cache_use_stale error, timeout, invalid_header: the stale entry
@@ -385,12 +382,12 @@ static int proxy_fail_hook(fd_api_upstream_req_t *u, void *data, int status)
     proxy_req_t *px = data;
     unsigned cond;
 
-    (void)u;
     if (px->cr == NULL || (status != 502 && status != 504))
         return status;
-    cond = status == 504                ? FD_PROXY_STALE_TIMEOUT
-           : fd_proxy_eu(px)->invalid ? FD_PROXY_STALE_INVALID
-                                      : FD_PROXY_STALE_ERROR;
+    cond = status == 504 ? FD_PROXY_STALE_TIMEOUT
+           : fd_api_upstream_failure(u) == FD_API_UPSTREAM_INVALID
+               ? FD_PROXY_STALE_INVALID
+               : FD_PROXY_STALE_ERROR;
     return fd_proxy_cache_stale(px, cond) == FD_OK ? FD_OK : status;
 }
 
@@ -662,7 +659,14 @@ static int resp_header(proxy_req_t *px, const char **pp, const char *end)
                 continue;
             fd_http_header_add(r, n, f[i].value);
         }
-        return fd_proxy_tunnel_begin(px, fd_string("websocket"));
+        if (r->in.ext_connect) {
+            r->status = 200; /* the stream is the tunnel: RFC 8441 5 */
+        } else {
+            fd_http_header_add(r, fd_string("Upgrade"), fd_string("websocket"));
+            fd_http_header_add(r, fd_string("Connection"),
+                               fd_string("upgrade"));
+        }
+        return fd_api_upstream_tunnel(u, px->lc->websocket_idle_timeout);
     }
 
     if (px->bg) {

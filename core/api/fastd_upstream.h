@@ -223,6 +223,21 @@ int fd_api_upstream_output(fd_api_upstream_req_t *u,
  * fit for another request (the pool keeps it). FD_DONE. */
 int fd_api_upstream_last(fd_api_upstream_req_t *u, const fd_api_piece_t *p,
                          unsigned n, int reuse);
+/* After a server's 101 (a WebSocket's), whose response the module set in
+ * the request (its status, Upgrade and Connection; 200 for an HTTP/2
+ * extended CONNECT, RFC 8441): the client's connection and the server's
+ * (with what it sent past the header, not consumed) are spliced both
+ * ways, until both ends closed, one failed, or idle_ms passed with no
+ * byte either way (0: no bound). The response goes first. FD_AGAIN
+ * while it is written (the request waits, process is not called), or
+ * FD_DONE: the request is over (a tunnel, or it failed). */
+int fd_api_upstream_tunnel(fd_api_upstream_req_t *u, uint64_t idle_ms);
+/* Why the last failed try failed (the fail hook's question: a cache's
+ * stale copy may answer one kind and not another): FD_API_UPSTREAM_INVALID
+ * (the server broke the protocol), FD_API_UPSTREAM_NEXT_TIMEOUT, or
+ * FD_API_UPSTREAM_NEXT_ERROR. */
+#define FD_API_UPSTREAM_INVALID 0x40
+unsigned fd_api_upstream_failure(const fd_api_upstream_req_t *u);
 /* The server broke the protocol (why: "sent ..."): logged, counted
  * against it, 502 (or a cut response once the header left). FD_DONE. */
 int fd_api_upstream_invalid(fd_api_upstream_req_t *u, const char *why);

@@ -446,6 +446,20 @@ int fd_api_upstream_last(fd_api_upstream_req_t *au, const fd_api_piece_t *p,
     return fd_upstream_req_last(u, chain, reuse);
 }
 
+int fd_api_upstream_tunnel(fd_api_upstream_req_t *u, uint64_t idle_ms)
+{
+    return fd_upstream_req_tunnel(&A(u)->u, (fd_msec_t)idle_ms);
+}
+
+unsigned fd_api_upstream_failure(const fd_api_upstream_req_t *au)
+{
+    const fd_upstream_req_t *u = &((const api_req_t *)au)->u;
+
+    return u->invalid     ? FD_API_UPSTREAM_INVALID
+           : u->timed_out ? FD_API_UPSTREAM_NEXT_TIMEOUT
+                          : FD_API_UPSTREAM_NEXT_ERROR;
+}
+
 int fd_api_upstream_invalid(fd_api_upstream_req_t *u, const char *why)
 {
     return fd_upstream_req_invalid(&A(u)->u, why);

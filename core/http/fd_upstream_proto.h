@@ -171,6 +171,8 @@ struct fd_upstream_req_s {
                                  * are still allowed (a cache update) */
 
     void *stream;               /* the mux's stream, while a try has one */
+    void *tunnel;               /* after a 101, until the client's socket
+                                 * is taken (fd_upstream_tunnel.c) */
     unsigned refused;           /* tries not processed (bounded) */
     fd_msec_t read_timeout;     /* 0: o's (gRPC: the client's deadline
                                  * may shorten it) */
@@ -223,6 +225,14 @@ int fd_upstream_req_refused(fd_upstream_req_t *u, const char *what);
  * mux's library callbacks). */
 ssize_t fd_upstream_req_body(fd_upstream_req_t *u, char *buf, size_t size,
                              int *status);
+/* After a 101 whose response the module set in r: the server's stream
+ * (and what it sent past the header) and the client's are spliced both
+ * ways, until both ended, one failed, or idle passed with no byte (0:
+ * never). FD_AGAIN while the response is written (the request waits),
+ * FD_DONE (a tunnel; or it failed). */
+int fd_upstream_req_tunnel(fd_upstream_req_t *u, fd_msec_t idle);
+/* A tunnel whose client side was not yet taken (the request ended). */
+void fd_upstream_tunnel_free(void *tunnel);
 /* Let go of the connection (into the pool when reuse) and its server. */
 void fd_upstream_req_release_conn(fd_upstream_req_t *u, int reuse);
 /* Give back the I/O blocks. */
