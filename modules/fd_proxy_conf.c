@@ -504,7 +504,8 @@ int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
                              "NAME\" or \"pass = http://NAME/\"", loc->name);
     if (loc->kind == FD_LOC_REGEX || loc->kind == FD_LOC_REGEX_CASELESS)
         lc->has_uri = 0; /* documented: a regex location passes the URI */
-    if (lc->up->h2 && lc->h2 == PROXY_H1)
+    if (lc->h2 == PROXY_H1 &&
+        fd_api_upstream_is_h2((fd_api_upstream_t *)lc->up))
         lc->h2 = PROXY_H2;
     if (lc->h2 && lc->cache)
         return fd_conf_error(cf, "%s: proxy_cache is not available with "
