@@ -228,7 +228,7 @@ int fd_api_upstream_last(fd_api_upstream_req_t *u, const fd_api_piece_t *p,
  * extended CONNECT, RFC 8441): the client's connection and the server's
  * (with what it sent past the header, not consumed) are spliced both
  * ways, until both ends closed, one failed, or idle_ms passed with no
- * byte either way (0: no bound). The response goes first. FD_AGAIN
+ * byte either way (0: an hour). The response goes first. FD_AGAIN
  * while it is written (the request waits, process is not called), or
  * FD_DONE: the request is over (a tunnel, or it failed). */
 int fd_api_upstream_tunnel(fd_api_upstream_req_t *u, uint64_t idle_ms);

@@ -228,7 +228,7 @@ ssize_t fd_upstream_req_body(fd_upstream_req_t *u, char *buf, size_t size,
 /* After a 101 whose response the module set in r: the server's stream
  * (and what it sent past the header) and the client's are spliced both
  * ways, until both ended, one failed, or idle passed with no byte (0:
- * never). FD_AGAIN while the response is written (the request waits),
+ * an hour). FD_AGAIN while the response is written (the request waits),
  * FD_DONE (a tunnel; or it failed). */
 int fd_upstream_req_tunnel(fd_upstream_req_t *u, fd_msec_t idle);
 /* A tunnel whose client side was not yet taken (the request ended). */

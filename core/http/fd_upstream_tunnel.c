@@ -105,7 +105,7 @@ int fd_upstream_req_tunnel(fd_upstream_req_t *u, fd_msec_t idle)
         return fd_upstream_req_fail(u, 500);
     fd_splice_init(&t->sp, t->mem[CLIENT], t->mem[UPSTREAM],
                    FD_UPSTREAM_BUF);
-    t->sp.idle = idle;
+    t->sp.idle = idle ? idle : 3600000; /* the splice's is > 0 */
     t->sp.done = tunnel_done;
     t->sp.data = t;
     t->sp.log_id = r->c->id;
