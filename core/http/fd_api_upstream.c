@@ -283,8 +283,12 @@ fd_api_upstream_req_t *fd_api_upstream_req(fd_request_t *r,
         return NULL;
     fd_upstream_req_init(&a->u, r, c->up, &c->o, &c->proto,
                          (uint64_t *)(a + 1));
-    /* the pool: the protocol's own connections, a TLS client's own */
-    a->u.key = c->o.ssl ? c->o.ssl : (const void *)c->api;
+    /* the pool: a TLS client's own connections, else HTTP/2's (h2 and
+     * gRPC share them, as before the proxy was on this), else the
+     * protocol's own */
+    a->u.key = c->o.ssl       ? c->o.ssl
+               : c->proto.mux ? (const void *)c->proto.mux
+                              : (const void *)c->api;
     if (c->proto.grpc)
         a->u.read_timeout = grpc_timeout(r, c->o.read_timeout);
     a->u.body_after_hdr = (c->api->flags & FD_API_UPSTREAM_BODY_AFTER) != 0;
