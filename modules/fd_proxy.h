@@ -7,6 +7,7 @@
 #ifndef FD_PROXY_H
 #define FD_PROXY_H
 
+#include "fastd_upstream.h"
 #include "fd_core.h"
 #include "fd_http.h"
 #include "fd_sendq.h"
@@ -40,7 +41,7 @@ enum { PROXY_H1, PROXY_H2, PROXY_GRPC };
 #define GEN_XFH 0x10
 
 /*
- * Results of the steps of a request, the engine's (fd_upstream_proto.h):
+ * Results of the steps of a request, the engine's (fastd_upstream.h):
  * PX_DONE: it is over (r may be gone), touch nothing. PX_WAIT: stop here,
  * an event resumes it (a new attempt began, or the client's output is
  * full). The response header parser also says PX_MORE (incomplete) and
@@ -54,7 +55,6 @@ enum { PX_MORE = 1, PX_INTERIM };
 enum { FR_NONE, FR_LENGTH, FR_CHUNKED, FR_CLOSE };
 
 typedef struct proxy_req_s proxy_req_t;
-typedef struct tunnel_s tunnel_t;
 typedef struct fd_proxy_cache_s fd_proxy_cache_t;
 typedef struct fd_proxy_cache_valid_s fd_proxy_cache_valid_t;
 typedef struct fd_proxy_cache_req_s fd_proxy_cache_req_t;
@@ -90,6 +90,8 @@ typedef struct {
 
     /* built */
     fd_upstream_t *up;
+    fd_api_upstream_conf_t *uc; /* the location's requests to up, on
+                                 * fastd_upstream.h */
     char *pass_host;           /* HOST of pass, or the group's NAME */
     fd_ssl_client_t *ssl_client; /* pass = https://: TLS to the upstream */
     fd_str_t uri;              /* the URI part of pass, if any */
@@ -155,30 +157,45 @@ int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf);
 /* --- a request --- */
 
 struct proxy_req_s {
-    fd_upstream_req_t u;       /* first: the engine's (fd_upstream_proto.h) */
+    fd_api_upstream_req_t *au; /* the request's upstream side */
     fd_request_t *r;
     proxy_loc_conf_t *lc;
     fd_upstream_t *up;
 
     /* the response */
+    size_t hscan;              /* where the header's scan resumes */
     int framing;               /* FR_* */
     fd_http_chunked_t ck;
 
+    int64_t rest;              /* FR_LENGTH: body bytes still to come */
+    int64_t body_bytes;        /* of the client's, chunked */
+
+    unsigned header_done:1;    /* this try's response header was taken */
+    unsigned bg:1;             /* a background update (the cache's) */
     unsigned chunked_body:1;
     unsigned upgrade:1;        /* a tunnel was asked for */
     unsigned keepalive:1;      /* the response lets us reuse uc */
     unsigned cache_fields:1;   /* the cache may answer it: the client's
                                 * If-* and Range stay here, not upstream */
     unsigned ninterim;         /* 1xx responses skipped */
-    tunnel_t *tunnel;          /* 101 waiting for its header to drain */
     char ws_key[24];           /* HTTP/2 WebSocket: the upstream's key */
 
     fd_proxy_cache_req_t *cr;  /* the location caches: the key's state */
     int cache_status;          /* FD_PROXY_CACHE_* */
 };
 
-/* fd_proxy_module.c, for the tunnel and the cache */
+/* fd_proxy_module.c: HTTP/1.1, HTTP/2, gRPC (PROXY_H1 ...) */
+extern const fd_api_upstream_proto_t fd_proxy_protos[3];
+/* for the tunnel and the cache */
 int fd_proxy_fail(proxy_req_t *px, int status);
+/* The engine's request under px->au, for the tunnel and the cache until
+ * they are on the API */
+#define fd_proxy_eu(px) fd_api_upstream_engine((px)->au)
+/* r's proxy request (r->ctx is its upstream side), or NULL */
+static inline proxy_req_t *fd_proxy_req(fd_request_t *r)
+{
+    return r->ctx ? fd_api_upstream_data(r->ctx) : NULL;
+}
 
 /* The rest of the handler once the cache let the request go upstream:
  * the handler's result (FD_AGAIN, or a status when it failed at once). */
@@ -220,7 +237,8 @@ int fd_proxy_cache_lookup(proxy_req_t *px);
 void fd_proxy_cache_header(proxy_req_t *px, const fd_http_header_t *f,
                            unsigned nf, int64_t content_length);
 /* Body pieces as they go to the client. */
-void fd_proxy_cache_body(proxy_req_t *px, const fd_buf_t *chain);
+void fd_proxy_cache_body(proxy_req_t *px, const fd_api_piece_t *p,
+                         unsigned n);
 /* The body is complete (whole: no byte after it): commit the file. */
 void fd_proxy_cache_end(proxy_req_t *px, int whole);
 /* The request ends otherwise: drop the file, release the fill. */
@@ -254,16 +272,8 @@ int64_t fd_proxy_cache_valid_for(const fd_http_header_t *f, unsigned nf,
                                  unsigned nvalid, time_t now, int auth,
                                  unsigned ignore);
 
-/* --- the tunnel after a 101 (fd_proxy_tunnel.c) --- */
+/* --- WebSocket (fd_proxy_tunnel.c) --- */
 
-/* Take the upstream socket into a tunnel and send the 101 (its headers
- * are set): PX_WAIT (the client's output drains first) or PX_DONE. */
-int fd_proxy_tunnel_begin(proxy_req_t *px, fd_str_t upgrade);
-/* The 101 left: take the client's socket out of the engine (PX_WAIT
- * while it has not yet left, PX_DONE). */
-int fd_proxy_tunnel_detach(proxy_req_t *px);
-/* Close both sides; the memory goes at the end of the turn. */
-void fd_proxy_tunnel_free(tunnel_t *t);
 /* WebSocket over HTTP/2 (RFC 8441, r->in.ext_connect): the handshake to
  * the upstream is fastd's. A fresh Sec-WebSocket-Key in px->ws_key
  * (FD_OK, FD_ERROR); the client's own fields for it, which are not

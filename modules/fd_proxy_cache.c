@@ -744,13 +744,13 @@ static void wait_cleanup(void *data)
 
 static void wait_abort(fd_request_t *r)
 {
-    proxy_req_t *px = r->ctx;
+    proxy_req_t *px = fd_proxy_req(r);
 
     if (px == NULL)
         return;
     if (px->cr && fd_timer_armed(&px->cr->timer))
         fd_timer_del(&px->cr->timer);
-    px->u.done = 1;
+    fd_proxy_eu(px)->done = 1;
 }
 
 static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms);
@@ -1067,7 +1067,7 @@ int fd_proxy_cache_response(proxy_req_t *px, int status,
 
     if (cr == NULL || cr->stale_gen == 0)
         return FD_DECLINED;
-    if (px->u.bg && status >= 500) {
+    if (px->bg && status >= 500) {
         /* a background update that failed: the expired entry stays
          * (the client had it), another request tries again */
         store_abandon(cr);
@@ -1087,7 +1087,7 @@ int fd_proxy_cache_response(proxy_req_t *px, int status,
                                              (uint64_t)sec * 1000))
             refresh_file(cr, fd_current_sec + sec);
         store_abandon(cr);
-        if (px->u.bg)
+        if (px->bg)
             return FD_OK; /* the client had the entry already */
         unserve(r);
         if (serve(cr, cr->stale_gen) != FD_OK) {
@@ -1284,15 +1284,16 @@ failed:
 }
 
 /* Body bytes on their way to the client: into the file too. */
-void fd_proxy_cache_body(proxy_req_t *px, const fd_buf_t *chain)
+void fd_proxy_cache_body(proxy_req_t *px, const fd_api_piece_t *p,
+                         unsigned np)
 {
     fd_proxy_cache_req_t *cr = px->cr;
 
     if (cr == NULL || !cr->storing)
         return;
-    for (; chain; chain = chain->next) {
-        size_t n = (size_t)(chain->last - chain->pos);
-        if (write_all(cr->tmp_fd, chain->pos, n) != FD_OK) {
+    for (; np; p++, np--) {
+        size_t n = p->len;
+        if (write_all(cr->tmp_fd, p->data, n) != FD_OK) {
             store_warn(cr, errno, "write()");
             COUNT(cr->cache, store_failed);
             store_abandon(cr);

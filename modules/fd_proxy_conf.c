@@ -504,7 +504,8 @@ int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
                              "NAME\" or \"pass = http://NAME/\"", loc->name);
     if (loc->kind == FD_LOC_REGEX || loc->kind == FD_LOC_REGEX_CASELESS)
         lc->has_uri = 0; /* documented: a regex location passes the URI */
-    if (lc->up->h2 && lc->h2 == PROXY_H1)
+    if (lc->h2 == PROXY_H1 &&
+        fd_api_upstream_is_h2((fd_api_upstream_t *)lc->up))
         lc->h2 = PROXY_H2;
     if (lc->h2 && lc->cache)
         return fd_conf_error(cf, "%s: proxy_cache is not available with "
@@ -514,8 +515,6 @@ int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
                              "carry many clients' requests: no "
                              "proxy_protocol", loc->name);
     lc->ssl.alpn_h2 = lc->h2 != PROXY_H1;
-    if (lc->h2 != PROXY_H1)
-        lc->up->health_h2 = 1;
     if (lc->https) {
         fd_conf_at_key(cf, conf, lc->ssl_name ? "proxy_ssl_name" : "pass");
         lc->ssl_client = fd_ssl_client(cf, &lc->ssl, lc->ssl_name
@@ -529,6 +528,27 @@ int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
             lc->up->health_ssl = lc->ssl_client;
         lc->u.ssl = lc->ssl_client;
     }
+    /* its requests, on fastd_upstream.h; the TLS client is set the
+     * engine's way until the API has proxy_ssl_*'s options */
+    lc->uc = fd_api_upstream_conf_in(cf, (fd_api_upstream_t *)lc->up,
+                                     &fd_proxy_protos[lc->h2]);
+    if (lc->uc == NULL)
+        return FD_ERROR;
+    if (fd_api_upstream_conf_set(lc->uc, FD_API_UPSTREAM_CONNECT_TIMEOUT,
+                                 (int64_t)lc->u.connect_timeout) != FD_OK ||
+        fd_api_upstream_conf_set(lc->uc, FD_API_UPSTREAM_SEND_TIMEOUT,
+                                 (int64_t)lc->u.send_timeout) != FD_OK ||
+        fd_api_upstream_conf_set(lc->uc, FD_API_UPSTREAM_READ_TIMEOUT,
+                                 (int64_t)lc->u.read_timeout) != FD_OK ||
+        fd_api_upstream_conf_set(lc->uc, FD_API_UPSTREAM_NEXT,
+                                 (int64_t)lc->u.next_upstream) != FD_OK ||
+        fd_api_upstream_conf_set(lc->uc, FD_API_UPSTREAM_NEXT_TRIES,
+                                 (int64_t)lc->u.next_upstream_tries) !=
+            FD_OK ||
+        fd_api_upstream_conf_set(lc->uc, FD_API_UPSTREAM_BUFFERING,
+                                 (int64_t)lc->u.buffering) != FD_OK)
+        return FD_ERROR;
+    fd_api_upstream_conf_opts(lc->uc)->ssl = lc->ssl_client;
     if (!lc->redirect_set) {
         redirect_t *rd = redirect_new(cf, lc);
         if (rd == NULL)

@@ -1,6 +1,11 @@
 /*
- * handler = proxy: a reverse proxy to upstream groups (core/http/fd_upstream.c
- * picks the server, keeps its health and the idle connections to it).
+ * handler = proxy: a reverse proxy to upstream groups, on the upstream
+ * engine's public face (fastd_upstream.h: the engine picks the server,
+ * keeps its health and the idle connections to it, retries, and speaks
+ * HTTP/2 and gRPC itself); HTTP/1.1's framing and parser are here. The
+ * request's side (its fields, the response's) is still the engine's
+ * structures, and the cache reaches the engine's request (fd_proxy_eu()):
+ * they move to the public API next (issue 41).
  *
  * The file reads in the order a request goes through it:
  *   1. worker setup (the location keys are fd_proxy_conf.c's);
@@ -17,7 +22,8 @@
  *   5. the module's variable ($upstream_cache_status; $upstream_addr,
  *      $upstream_status and $upstream_response_time are the upstream
  *      engine's, for every protocol: core/http/fd_upstream_module.c).
- * After a 101 (WebSocket) the request becomes a tunnel: fd_proxy_tunnel.c.
+ * After a 101 (WebSocket) the request becomes the engine's tunnel
+ * (fd_api_upstream_tunnel); the handshake over HTTP/2 is fd_proxy_tunnel.c.
  *
  * Everything runs on the worker's loop thread; state is per worker (each
  * worker has its own copy of the configuration, whose runtime fields it
@@ -67,42 +73,42 @@ static void proxy_exit_worker(fd_worker_t *w)
 
 /* --- 2. the request ------------------------------------------------------ */
 
-static int frame_body(fd_upstream_req_t *u, size_t n);
-static int resp_process(fd_upstream_req_t *u, int eof);
-static int proxy_fail_hook(fd_upstream_req_t *u, int status);
-static void proxy_release(fd_upstream_req_t *u);
+static int request_build(fd_api_upstream_req_t *u, void *data,
+                         fd_str_t *out);
+static int frame_body(fd_api_upstream_req_t *u, void *data, char *buf,
+                      size_t n, size_t *len);
+static int resp_process(fd_api_upstream_req_t *u, void *data, const char *in,
+                        size_t len, int eof);
+static void resp_retry(fd_api_upstream_req_t *u, void *data);
+static int proxy_fail_hook(fd_api_upstream_req_t *u, void *data, int status);
+static void proxy_release(fd_api_upstream_req_t *u, void *data);
+static int h2_fields(fd_api_upstream_req_t *u, void *data, int status,
+                     const fd_api_field_t *f, unsigned nf);
 
-/* HTTP/1.1 on the upstream engine (fd_upstream_proto.h) */
-static const fd_upstream_proto_t proxy_proto = {
-    .what = "upstream",
-    .body_head = 16,          /* room for a chunk's size line */
-    .body_room = 24,          /* ... and its CRLF, and "0\r\n\r\n" */
-    .frame_body = frame_body,
-    .process = resp_process,
-    .fail = proxy_fail_hook,
-    .release = proxy_release,
-};
+/*
+ * On the upstream engine (fastd_upstream.h): HTTP/1.1, the module's own
+ * framing and parser; HTTP/2 and gRPC, the engine's transport, which
+ * carries the same request header (mapped to HTTP/2 fields there) and
+ * gives the response's fields decoded.
+ */
+#define H2_PROTO(w, grpc)                                                    \
+    {.what = w, .flags = FD_API_UPSTREAM_H2 | (grpc), .build = request_build, \
+     .fail = proxy_fail_hook, .release = proxy_release, .fields = h2_fields}
 
-static int h2_fields(fd_upstream_req_t *u, int status,
-                     const fd_http_header_t *f, unsigned nf);
-
-/* HTTP/2 and gRPC: the engine's mux carries the same request header
- * (mapped to HTTP/2 fields there); the response's fields come decoded */
-static const fd_upstream_proto_t proxy_h2_proto = {
-    .what = "upstream",
-    .fail = proxy_fail_hook,
-    .release = proxy_release,
-    .mux = &fd_upstream_h2_mux,
-    .fields = h2_fields,
-};
-
-static const fd_upstream_proto_t proxy_grpc_proto = {
-    .what = "gRPC upstream",
-    .fail = proxy_fail_hook,
-    .release = proxy_release,
-    .mux = &fd_upstream_h2_mux,
-    .fields = h2_fields,
-    .grpc = 1,
+const fd_api_upstream_proto_t fd_proxy_protos[3] = {
+    [PROXY_H1] = {
+        .what = "upstream",
+        .body_head = 16,      /* room for a chunk's size line */
+        .body_room = 24,      /* ... and its CRLF, and "0\r\n\r\n" */
+        .build = request_build,
+        .frame_body = frame_body,
+        .process = resp_process,
+        .retry = resp_retry,
+        .fail = proxy_fail_hook,
+        .release = proxy_release,
+    },
+    [PROXY_H2] = H2_PROTO("upstream", 0),
+    [PROXY_GRPC] = H2_PROTO("gRPC upstream", FD_API_UPSTREAM_GRPC),
 };
 
 /* What a request header line becomes upstream. */
@@ -231,8 +237,10 @@ query:
  * attempt sends the same bytes. The builder grows as it goes: the size
  * below is only a first guess.
  */
-static int request_build(proxy_req_t *px)
+static int request_build(fd_api_upstream_req_t *u, void *data,
+                         fd_str_t *out)
 {
+    proxy_req_t *px = data;
     fd_request_t *r = px->r;
     proxy_loc_conf_t *lc = px->lc;
     fd_upstream_t *up = px->up;
@@ -323,75 +331,69 @@ static int request_build(proxy_req_t *px)
     else
         fd_sbuf_add_lit(&sb, "Connection: close\r\n");
     fd_sbuf_add_crlf(&sb);
+    (void)u;
     if (fd_sbuf_failed(&sb))
-        return FD_ERROR;
-    px->u.hdr = sb.start;
-    px->u.hdr_len = fd_sbuf_len(&sb);
+        return 500;
+    *out = fd_sbuf_str(&sb);
     return FD_OK;
 }
 
-/* n body bytes at obuf + 16: as they are, or as a chunk (n == 0: the
- * last chunk) */
-static int frame_body(fd_upstream_req_t *u, size_t n)
+/* n body bytes at buf + 16 as a chunk (n == 0: the last chunk); a body
+ * of known length goes as it is (fd_api_upstream_body_raw) */
+static int frame_body(fd_api_upstream_req_t *u, void *data, char *buf,
+                      size_t n, size_t *len)
 {
-    proxy_req_t *px = (proxy_req_t *)u;
+    proxy_req_t *px = data;
     char hex[20];
     int k;
 
-    if (!px->chunked_body) {
-        u->opos = 16;
-        u->olen = 16 + n;
-        return FD_OK;
-    }
     if (n == 0) {
-        memcpy(u->obuf, "0\r\n\r\n", 5);
-        u->opos = 0;
-        u->olen = 5;
-        return FD_OK;
+        memcpy(buf, "0\r\n\r\n", 5);
+        *len = 5;
+        return FD_DONE;
     }
-    if (u->body_bytes > (int64_t)u->r->loc->max_body_size) {
+    px->body_bytes += (int64_t)n;
+    if (px->body_bytes > (int64_t)px->r->loc->max_body_size) {
         fd_log_error(FD_LOG_INFO, 0, "client body over max_body_size");
         return 413;
     }
+    /* the size line right before the bytes: the frame is one run */
     k = snprintf(hex, sizeof(hex), "%zx\r\n", n);
-    memcpy(u->obuf + 16 - (size_t)k, hex, (size_t)k);
-    u->opos = 16 - (size_t)k;
-    u->olen = 16 + n;
-    memcpy(u->obuf + u->olen, "\r\n", 2);
-    u->olen += 2;
+    memcpy(buf + 16 - (size_t)k, hex, (size_t)k);
+    memcpy(buf + 16 + n, "\r\n", 2);
+    fd_api_upstream_frame_at(u, 16 - (size_t)k);
+    *len = (size_t)k + n + 2;
     return FD_OK;
 }
 
-/* The request ends: the cache's fill, a tunnel not yet detached. */
-static void proxy_release(fd_upstream_req_t *u)
+/* The request ends: the cache's fill. */
+static void proxy_release(fd_api_upstream_req_t *u, void *data)
 {
-    proxy_req_t *px = (proxy_req_t *)u;
+    proxy_req_t *px = data;
 
+    (void)u;
     fd_proxy_cache_abandon(px);
-    if (px->tunnel) {
-        fd_proxy_tunnel_free(px->tunnel);
-        px->tunnel = NULL;
-    }
 }
 
 /* proxy_cache_use_stale error, timeout, invalid_header: the stale entry
  * answers instead of the error page */
-static int proxy_fail_hook(fd_upstream_req_t *u, int status)
+static int proxy_fail_hook(fd_api_upstream_req_t *u, void *data, int status)
 {
-    proxy_req_t *px = (proxy_req_t *)u;
+    proxy_req_t *px = data;
+    unsigned cond;
 
-    if (px->cr && (status == 502 || status == 504) &&
-        fd_proxy_cache_stale(px, status == 504 ? FD_PROXY_STALE_TIMEOUT
-                                 : u->invalid ? FD_PROXY_STALE_INVALID
-                                              : FD_PROXY_STALE_ERROR) ==
-            FD_OK)
-        return FD_OK;
-    return status;
+    if (px->cr == NULL || (status != 502 && status != 504))
+        return status;
+    cond = status == 504 ? FD_PROXY_STALE_TIMEOUT
+           : fd_api_upstream_failure(u) == FD_API_UPSTREAM_INVALID
+               ? FD_PROXY_STALE_INVALID
+               : FD_PROXY_STALE_ERROR;
+    return fd_proxy_cache_stale(px, cond) == FD_OK ? FD_OK : status;
 }
 
 int fd_proxy_fail(proxy_req_t *px, int status)
 {
-    return fd_upstream_req_fail(&px->u, status);
+    return fd_api_upstream_fail(px->au, status);
 }
 
 /* --- 3. the response ----------------------------------------------------- */
@@ -458,7 +460,7 @@ static fd_str_t redirect_apply(fd_request_t *r, const proxy_loc_conf_t *lc,
  * dropped (hop-by-hop, those the engine makes, proxy_hide_header, the
  * Connection tokens'), proxy_redirect applied. HTTP/1.1's and HTTP/2's.
  */
-static int resp_fields(proxy_req_t *px, const fd_http_header_t *f,
+static int resp_fields(proxy_req_t *px, const fd_api_field_t *f,
                        unsigned nf, const fd_str_t *conn_tok, unsigned ntok)
 {
     fd_request_t *r = px->r;
@@ -538,11 +540,12 @@ static int resp_fields(proxy_req_t *px, const fd_http_header_t *f,
 }
 
 /* An HTTP/2 upstream's response header (the mux's fields hook) */
-static int h2_fields(fd_upstream_req_t *u, int status,
-                     const fd_http_header_t *f, unsigned nf)
+static int h2_fields(fd_api_upstream_req_t *u, void *data, int status,
+                     const fd_api_field_t *f, unsigned nf)
 {
-    proxy_req_t *px = (proxy_req_t *)u;
+    proxy_req_t *px = data;
 
+    (void)u;
     px->r->status = status;
     if (resp_fields(px, f, nf, NULL, 0) != FD_OK)
         return 500;
@@ -556,10 +559,12 @@ static int h2_fields(fd_upstream_req_t *u, int status,
  * (body follows), PX_MORE (incomplete), PX_INTERIM (a 1xx was skipped),
  * PX_WAIT (a new attempt or a tunnel began), PX_DONE.
  */
-static int resp_header(proxy_req_t *px)
+static int resp_header(proxy_req_t *px, const char **pp, const char *end)
 {
     fd_request_t *r = px->r;
-    const char *buf = px->u.ibuf + px->u.ipos, *err;
+    fd_api_upstream_req_t *u = px->au;
+    const char *buf = *pp, *err;
+    size_t len = (size_t)(end - buf);
     char *h;
     size_t hlen;
     fd_http_header_t f[MAX_RESP_HEADERS];
@@ -574,12 +579,11 @@ static int resp_header(proxy_req_t *px)
         unsigned server_passed;
     } saved = {0};
 
-    switch (fd_http_parse_response_end(buf, px->u.ilast - px->u.ipos, &px->u.hscan,
-                                       &hlen, &err)) {
+    switch (fd_http_parse_response_end(buf, len, &px->hscan, &hlen, &err)) {
     case FD_AGAIN:
         return PX_MORE;
     case FD_ERROR:
-        return fd_upstream_req_invalid(&px->u, err);
+        return fd_api_upstream_invalid(u, err);
     }
     /* the fields outlive the buffer, which the body reuses */
     h = fd_pnalloc(r->pool, hlen);
@@ -587,7 +591,7 @@ static int resp_header(proxy_req_t *px)
         return fd_proxy_fail(px, 500);
     memcpy(h, buf, hlen);
     if (fd_http_parse_response(&rs, h, hlen, &err) != FD_OK)
-        return fd_upstream_req_invalid(&px->u, err);
+        return fd_api_upstream_invalid(u, err);
     status = rs.status;
     nf = rs.nfields;
     ntok = rs.ntok;
@@ -596,13 +600,14 @@ static int resp_header(proxy_req_t *px)
         /* 100 Continue, 102, 103: interim, not forwarded; each was copied
          * into the request's pool, so an upstream gets a handful */
         if (++px->ninterim > MAX_INTERIM)
-            return fd_upstream_req_invalid(&px->u, "sent too many 1xx responses");
-        px->u.ipos += hlen;
-        return PX_INTERIM;
+            return fd_api_upstream_invalid(u, "sent too many 1xx responses");
+        fd_api_upstream_consume(u, hlen);
+        *pp += hlen;
+            return PX_INTERIM;
     }
 
     /* logged, timed, passive health; next_upstream http_5xx */
-    rc = fd_upstream_req_header(&px->u, status);
+    rc = fd_api_upstream_header(u, status);
     if (rc != FD_OK)
         return rc;
 
@@ -613,28 +618,30 @@ static int resp_header(proxy_req_t *px)
         if (crc == FD_ERROR) {
             /* the upstream was right: the entry went meanwhile (evicted,
              * replaced). 502, and the server is not blamed for it */
-            fd_log_error(FD_LOG_WARN, 0, "upstream \"%s\" server %s "
-                         "answered 304 to a revalidation of an entry that "
-                         "is gone meanwhile", px->up->name, px->u.peer->name);
+            fd_api_upstream_log(u, FD_API_LOG_WARN, 0, " answered 304 to a "
+                                "revalidation of an entry that is gone "
+                                "meanwhile");
             return fd_proxy_fail(px, 502);
         }
         if (crc == FD_OK) {
-            px->u.ipos += hlen;
-            return fd_upstream_req_end(&px->u, FD_OK);
+            fd_api_upstream_consume(u, hlen);
+        *pp += hlen;
+            return fd_api_upstream_end(u, FD_OK);
         }
     }
 
     if (status == 101) {
         if (!px->upgrade)
-            return fd_upstream_req_invalid(&px->u, "sent 101 to a request without "
+            return fd_api_upstream_invalid(u, "sent 101 to a request without "
                                  "Upgrade");
         if (rs.upgrade.data && !fd_str_caseeq_lit(rs.upgrade, "websocket"))
-            return fd_upstream_req_invalid(&px->u, "sent 101 switching to another "
+            return fd_api_upstream_invalid(u, "sent 101 switching to another "
                                  "protocol than websocket");
         if (r->in.ext_connect && !fd_proxy_tunnel_accepted(px, f, nf))
-            return fd_upstream_req_invalid(&px->u, "sent a 101 whose "
+            return fd_api_upstream_invalid(u, "sent a 101 whose "
                                  "Sec-WebSocket-Accept does not answer its key");
-        px->u.ipos += hlen;
+        fd_api_upstream_consume(u, hlen);
+        *pp += hlen;
         r->status = 101;
         for (i = 0; i < nf; i++) {
             fd_str_t n = f[i].name;
@@ -652,10 +659,17 @@ static int resp_header(proxy_req_t *px)
                 continue;
             fd_http_header_add(r, n, f[i].value);
         }
-        return fd_proxy_tunnel_begin(px, fd_string("websocket"));
+        if (r->in.ext_connect) {
+            r->status = 200; /* the stream is the tunnel: RFC 8441 5 */
+        } else {
+            fd_http_header_add(r, fd_string("Upgrade"), fd_string("websocket"));
+            fd_http_header_add(r, fd_string("Connection"),
+                               fd_string("upgrade"));
+        }
+        return fd_api_upstream_tunnel(u, px->lc->websocket_idle_timeout);
     }
 
-    if (px->u.bg) {
+    if (px->bg) {
         /* a background update: r's response went out already; what the
          * upstream says is built in r for the cache alone, then r's own
          * fields come back */
@@ -670,9 +684,11 @@ static int resp_header(proxy_req_t *px)
         r->content_type = fd_null_string;
     }
     r->status = status;
-    if (resp_fields(px, f, nf, rs.conn_tok, ntok) != FD_OK)
+    if (resp_fields(px, (const fd_api_field_t *)f, nf, rs.conn_tok, ntok) !=
+        FD_OK)
         return fd_proxy_fail(px, 500);
-    px->u.ipos += hlen;
+    fd_api_upstream_consume(u, hlen);
+    *pp += hlen;
     px->keepalive = (rs.version == 11 ? !rs.conn_close
                                       : rs.conn_keepalive && !rs.conn_close) &&
                     !px->upgrade;
@@ -687,18 +703,19 @@ static int resp_header(proxy_req_t *px)
         r->content_length = -1;
     } else if (rs.content_length >= 0) {
         px->framing = FR_LENGTH;
-        px->u.rest = rs.content_length;
+        px->rest = rs.content_length;
+        fd_api_upstream_rest(u, px->rest);
         r->content_length = rs.content_length;
     } else {
         px->framing = FR_CLOSE;
-        px->u.close_delimited = 1;
+        fd_api_upstream_until_close(u);
         px->keepalive = 0;
         r->content_length = -1;
     }
-    px->u.header_done = 1;
+    px->header_done = 1;
     if (px->cr)
         fd_proxy_cache_header(px, f, nf, rs.content_length);
-    if (px->u.bg) {
+    if (px->bg) {
         r->status = saved.status;
         r->headers_out = saved.headers_out;
         r->headers_out_last = saved.headers_out_last;
@@ -716,15 +733,17 @@ static int resp_header(proxy_req_t *px)
 }
 
 /*
- * Hand the body bytes in ibuf to the engine (which copies them), decoding
- * chunked framing. Ends the request when the body is complete.
+ * Hand the body bytes in[0, len) to the engine (which copies them),
+ * decoding chunked framing. Ends the request when the body is complete.
  */
-static int resp_body(proxy_req_t *px, int eof)
+static int resp_body(proxy_req_t *px, const char **pp, const char *end,
+                     int eof)
 {
-    fd_request_t *r = px->r;
-    fd_buf_t b[16], *chain = NULL; /* slices of ibuf: the engine copies */
+    fd_api_upstream_req_t *u = px->au;
+    fd_api_piece_t b[16]; /* slices of the input: the engine copies */
     unsigned nb = 0;
-    char *p = px->u.ibuf + px->u.ipos, *end = px->u.ibuf + px->u.ilast;
+    const char *p = *pp;
+    size_t len = (size_t)(end - p);
     int done = 0, rc;
 
     switch (px->framing) {
@@ -732,31 +751,31 @@ static int resp_body(proxy_req_t *px, int eof)
         done = 1;
         break;
     case FR_LENGTH: {
-        size_t n = (size_t)fd_min((int64_t)(end - p), px->u.rest);
+        size_t n = (size_t)fd_min((int64_t)len, px->rest);
         if (n)
-            b[nb++] = (fd_buf_t){.pos = p, .last = p + n, .file_fd = -1};
+            b[nb++] = (fd_api_piece_t){.data = p, .len = n, .fd = -1};
         p += n;
-        px->u.rest -= (int64_t)n;
-        done = px->u.rest == 0;
+        px->rest -= (int64_t)n;
+        done = px->rest == 0;
+        if (!done)
+            fd_api_upstream_rest(u, px->rest);
         break;
     }
     case FR_CLOSE:
         if (p < end)
-            b[nb++] = (fd_buf_t){.pos = p, .last = end, .file_fd = -1};
+            b[nb++] = (fd_api_piece_t){.data = p, .len = len, .fd = -1};
         p = end;
         done = eof;
         break;
     case FR_CHUNKED:
         while (nb < fd_nelems(b)) {
-            const char *pos = p, *data;
-            size_t len;
-            rc = fd_http_parse_chunked(&px->ck, &pos, end, &data, &len);
-            p = (char *)pos;
+            const char *data;
+            size_t n;
+            rc = fd_http_parse_chunked(&px->ck, &p, end, &data, &n);
             if (rc == FD_OK) {
-                if (len)
-                    b[nb++] = (fd_buf_t){.pos = (char *)data,
-                                         .last = (char *)data + len,
-                                         .file_fd = -1};
+                if (n)
+                    b[nb++] = (fd_api_piece_t){.data = data, .len = n,
+                                               .fd = -1};
                 continue;
             }
             if (rc == FD_DONE) {
@@ -765,51 +784,51 @@ static int resp_body(proxy_req_t *px, int eof)
             }
             if (rc == FD_AGAIN)
                 break;
-            if (!r->header_sent)
-                return fd_upstream_req_invalid(&px->u, "sent an invalid chunked body");
-            fd_log_error(FD_LOG_ERR, 0, "upstream \"%s\" server %s: sent an "
-                         "invalid chunked body", px->up->name,
-                         px->u.peer->name);
+            if (!px->r->header_sent)
+                return fd_api_upstream_invalid(u, "sent an invalid chunked "
+                                                  "body");
+            fd_api_upstream_log(u, FD_API_LOG_ERR, 0,
+                                ": sent an invalid chunked body");
             return fd_proxy_fail(px, FD_ERROR);
         }
         break;
     }
-    for (unsigned k = 0; k + 1 < nb; k++)
-        b[k].next = &b[k + 1];
-    if (nb)
-        chain = &b[0];
-    px->u.ipos = (size_t)(p - px->u.ibuf);
-    if (px->cr && chain)
-        fd_proxy_cache_body(px, chain);
+    fd_api_upstream_consume(u, (size_t)(p - *pp));
+    *pp = p;
+    if (px->cr && nb)
+        fd_proxy_cache_body(px, b, nb);
 
     if (done) {
         /* bytes after the response: the upstream does not frame as we
          * read it, never reuse that connection */
-        int reuse = px->keepalive && px->framing != FR_CLOSE &&
-                    px->u.ipos == px->u.ilast;
-        if (px->u.ipos != px->u.ilast)
-            fd_log_error(FD_LOG_WARN, 0, "upstream \"%s\" server %s sent "
-                         "data after the response", px->up->name,
-                         px->u.peer->name);
+        int whole = p == end;
+        if (!whole)
+            fd_api_upstream_log(u, FD_API_LOG_WARN, 0,
+                                " sent data after the response");
         if (px->cr)
-            fd_proxy_cache_end(px, px->u.ipos == px->u.ilast);
-        return fd_upstream_req_last(&px->u, chain, reuse);
+            fd_proxy_cache_end(px, whole);
+        return fd_api_upstream_last(u, b, nb,
+                                    px->keepalive &&
+                                        px->framing != FR_CLOSE && whole);
     }
-    return fd_upstream_req_output(&px->u, chain);
+    return fd_api_upstream_output(u, b, nb);
 }
 
-/* Work through what ibuf holds (the engine's process). */
-static int resp_process(fd_upstream_req_t *u, int eof)
+/* Work through what the server sent (the engine's process). */
+static int resp_process(fd_api_upstream_req_t *u, void *data, const char *in,
+                        size_t len, int eof)
 {
-    proxy_req_t *px = (proxy_req_t *)u;
+    proxy_req_t *px = data;
+    const char *p = in, *end = in + len;
 
+    (void)u;
     for (;;) {
         int rc;
 
-        if (!u->header_done) {
-            if (px->u.ipos == px->u.ilast)
+        if (!px->header_done) {
+            if (p == end)
                 return PX_OK;
-            rc = resp_header(px);
+            rc = resp_header(px, &p, end);
             if (rc == PX_MORE)
                 return PX_OK;
             if (rc == PX_INTERIM)
@@ -817,71 +836,40 @@ static int resp_process(fd_upstream_req_t *u, int eof)
             if (rc != PX_OK)
                 return rc;
         }
-        rc = resp_body(px, eof);
-        if (rc != PX_OK)
+        rc = resp_body(px, &p, end, eof);
+        if (rc != PX_OK || p == end)
             return rc;
-        if (px->u.ipos == px->u.ilast)
-            return PX_OK;
         /* more chunks than one output call takes: go on */
     }
 }
 
-/* --- the handler --- */
-
-/*
- * gRPC: the client's deadline (grpc-timeout: up to 8 digits and a unit,
- * H M S m u n) bounds how long the upstream may stay silent; the header
- * itself goes on upstream, so the server knows it too. A second's grace:
- * the client ends the call at its deadline itself (DEADLINE_EXCEEDED),
- * fastd's bound only frees what a client that went silent left.
- */
-#define GRPC_GRACE 1000
-static fd_msec_t grpc_timeout(fd_request_t *r, fd_msec_t read_timeout)
+/* A new try: the response's parse from its start. */
+static void resp_retry(fd_api_upstream_req_t *u, void *data)
 {
-    fd_str_t v = fd_http_var_header(r, fd_string("grpc_timeout"));
-    uint64_t n = 0, ms;
-    size_t i;
+    proxy_req_t *px = data;
 
-    if (v.len < 2 || v.len > 9)
-        return read_timeout;
-    for (i = 0; i + 1 < v.len; i++) {
-        if (v.data[i] < '0' || v.data[i] > '9')
-            return read_timeout;
-        n = n * 10 + (uint64_t)(v.data[i] - '0');
-    }
-    switch (v.data[v.len - 1]) {
-    case 'H': ms = n * 3600000; break;
-    case 'M': ms = n * 60000; break;
-    case 'S': ms = n * 1000; break;
-    case 'm': ms = n; break;
-    case 'u': ms = (n + 999) / 1000; break;
-    case 'n': ms = (n + 999999) / 1000000; break;
-    default: return read_timeout;
-    }
-    ms += GRPC_GRACE;
-    return ms < read_timeout ? (fd_msec_t)ms : read_timeout;
+    (void)u;
+    px->hscan = 0;
+    px->header_done = 0;
 }
+
+/* --- the handler --- */
 
 static int proxy_handler(fd_request_t *r)
 {
     proxy_loc_conf_t *lc = fd_loc_conf(r->loc, &fd_proxy_module);
-    fd_upstream_t *up = lc->up;
+    fd_api_upstream_req_t *u;
     proxy_req_t *px;
     int m = r->in.method_id;
 
-    px = fd_pcalloc(r->pool, fd_upstream_req_size(sizeof(*px), up));
-    if (px == NULL)
+    u = fd_api_upstream_req(r, lc->uc, sizeof(*px));
+    if (u == NULL)
         return 500;
-    fd_upstream_req_init(&px->u, r, up, &lc->u,
-                         lc->h2 == PROXY_H1     ? &proxy_proto
-                         : lc->h2 == PROXY_GRPC ? &proxy_grpc_proto
-                                                : &proxy_h2_proto,
-                         (uint64_t *)(px + 1));
-    if (lc->h2 == PROXY_GRPC)
-        px->u.read_timeout = grpc_timeout(r, lc->u.read_timeout);
+    px = fd_api_upstream_data(u);
+    px->au = u;
     px->r = r;
     px->lc = lc;
-    px->up = up;
+    px->up = lc->up;
     /* only WebSocket, only where the location allows it: any other token
      * (h2c above all) would open a tunnel past every location rule */
     px->upgrade = lc->websocket && lc->h2 == PROXY_H1 &&
@@ -892,17 +880,18 @@ static int proxy_handler(fd_request_t *r)
     if (r->in.ext_connect &&
         (!px->upgrade || fd_proxy_tunnel_key(px) != FD_OK))
         return px->upgrade ? 500 : 501; /* websocket = off: no tunnel */
-    px->u.careful |= px->upgrade;
+    if (px->upgrade)
+        fd_api_upstream_careful(u);
     px->chunked_body = r->in.chunked;
-    px->u.body_kept = px->u.has_body && !px->chunked_body &&
-                      r->in.content_length <= BUF_SIZE;
-    r->ctx = px;
+    if (r->in.content_length > 0)
+        fd_api_upstream_body_raw(u); /* kept for a retry when short */
     if (lc->cache) {
         int rc = fd_proxy_cache_lookup(px);
         if (rc == FD_PROXY_CACHE_BACKGROUND) {
             /* proxy_cache_background_update: the stale entry answers
              * now, the request goes on upstream for the cache alone */
-            px->u.bg = 1;
+            px->bg = 1;
+            fd_api_upstream_background(u);
             fd_http_respond_early(r);
         } else if (rc != FD_DECLINED) {
             return rc;
@@ -913,9 +902,7 @@ static int proxy_handler(fd_request_t *r)
 
 int fd_proxy_start(proxy_req_t *px)
 {
-    if (request_build(px) != FD_OK)
-        return 500;
-    return fd_upstream_req_start(&px->u);
+    return fd_api_upstream_start(px->au);
 }
 
 /* --- 5. variables ------------------------------------------------------ */
@@ -924,7 +911,7 @@ static proxy_req_t *request_px(fd_request_t *r)
 {
     if (r == NULL || r->loc == NULL || r->loc->handler != &fd_proxy_module)
         return NULL;
-    return r->ctx;
+    return fd_proxy_req(r);
 }
 
 /* $upstream_cache_status: MISS, HIT, EXPIRED, STALE, UPDATING,

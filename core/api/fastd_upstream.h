@@ -48,6 +48,11 @@ typedef struct fd_api_upstream_s fd_api_upstream_t;
 typedef struct fd_api_upstream_conf_s fd_api_upstream_conf_t;
 /* One request's upstream side. */
 typedef struct fd_api_upstream_req_s fd_api_upstream_req_t;
+/* A response header field as the server sent it (the request's memory). */
+typedef struct {
+    fd_str_t name;
+    fd_str_t value;
+} fd_api_field_t;
 
 /*
  * A protocol. data is the module's per-request state (the size given to
@@ -89,11 +94,25 @@ typedef struct {
     int (*fail)(fd_api_upstream_req_t *u, void *data, int status);
     /* Optional: the request's upstream side ends, whatever way. */
     void (*release)(fd_api_upstream_req_t *u, void *data);
+    /* FD_API_UPSTREAM_H2's (in place of process): the response header
+     * the engine decoded, status and fields f[0, nf), into the request as
+     * the module wants it. FD_OK, or the status the request fails with. */
+    int (*fields)(fd_api_upstream_req_t *u, void *data, int status,
+                  const fd_api_field_t *f, unsigned nf);
 } fd_api_upstream_proto_t;
 
 /* proto flags: the body is pulled once the request's bytes left (not in
  * the same write) */
 #define FD_API_UPSTREAM_BODY_AFTER 0x1
+/* The engine speaks HTTP/2 to the group (h2c; over TLS, ALPN h2), its
+ * connections shared by many requests: build's bytes are an HTTP/1.1
+ * request header, which the engine sends as HTTP/2 fields, the body as
+ * DATA frames, and the response comes to fields, then to the client as
+ * the engine reads it (frame_body and process are not called). */
+#define FD_API_UPSTREAM_H2 0x2
+/* With FD_API_UPSTREAM_H2: gRPC (te: trailers; the client's grpc-timeout
+ * bounds the read timeout, with a second's grace) */
+#define FD_API_UPSTREAM_GRPC 0x4
 
 /* --- configuration: from init_conf or set --------------------------------- */
 
@@ -108,6 +127,8 @@ fd_api_upstream_t *fd_api_upstream_server(const char *addr,
 const char *fd_api_upstream_name(const fd_api_upstream_t *up);
 /* The group's keepalive: > 0 when connections are kept for reuse. */
 unsigned fd_api_upstream_keepalive(const fd_api_upstream_t *up);
+/* 1 when the group's server lines say h2 (its servers speak HTTP/2). */
+int fd_api_upstream_is_h2(const fd_api_upstream_t *up);
 
 /* A location's requests to up in protocol proto (which must outlive the
  * configuration: a static table). Options as nginx's defaults: 60s
@@ -148,6 +169,20 @@ fd_api_upstream_req_t *fd_api_upstream_req(fd_request_t *r,
                                            const fd_api_upstream_conf_t *c,
                                            size_t size);
 void *fd_api_upstream_data(fd_api_upstream_req_t *u);
+/* Before start: this request's body goes as it is (frame_body is not
+ * called for it; it is sent from body_head). 1 when it is also kept
+ * whole, to go again on a retry after a try that took some of it (a
+ * Content-Length of at most 16k; a body not kept cannot: such a try is
+ * the last), 0 when not (none, chunked, longer). */
+int fd_api_upstream_body_raw(fd_api_upstream_req_t *u);
+/* Before start: the client has its response already (a cache's stale
+ * copy): the server's response is the module's alone (output takes the
+ * body and sends nothing), and retries are still allowed. */
+void fd_api_upstream_background(fd_api_upstream_req_t *u);
+/* Before start: a kept-alive connection is checked before it takes this
+ * request (one that cannot go again once sent; a non-idempotent method's
+ * are already). */
+void fd_api_upstream_careful(fd_api_upstream_req_t *u);
 /* build, then the first try: what the handler returns (FD_AGAIN, or a
  * status). */
 int fd_api_upstream_start(fd_api_upstream_req_t *u);
@@ -172,6 +207,13 @@ int fd_api_upstream_header(fd_api_upstream_req_t *u, int status);
 /* The body's length is not known before the server closes: eof comes to
  * process (HTTP/1.0 style; without it a close is a cut response). */
 void fd_api_upstream_until_close(fd_api_upstream_req_t *u);
+/* frame_body's: this frame begins off bytes after buf (a head shorter
+ * than body_head, as a chunk's size line), *len counted from there. */
+void fd_api_upstream_frame_at(fd_api_upstream_req_t *u, size_t off);
+/* The body bytes still to come, when the module knows them (-1: it does
+ * not): with buffering on, the read that ends the body is handed on at
+ * once, not held to fill a block. Reset to -1 at each try. */
+void fd_api_upstream_rest(fd_api_upstream_req_t *u, int64_t n);
 /* Body bytes for the client (pieces in memory: copied; n 0: the header
  * goes now). FD_OK, FD_AGAIN (the client is slow: process is called
  * again when it took them, with what is left), FD_DONE (it went away). */
@@ -181,6 +223,21 @@ int fd_api_upstream_output(fd_api_upstream_req_t *u,
  * fit for another request (the pool keeps it). FD_DONE. */
 int fd_api_upstream_last(fd_api_upstream_req_t *u, const fd_api_piece_t *p,
                          unsigned n, int reuse);
+/* After a server's 101 (a WebSocket's), whose response the module set in
+ * the request (its status, Upgrade and Connection; 200 for an HTTP/2
+ * extended CONNECT, RFC 8441): the client's connection and the server's
+ * (with what it sent past the header, not consumed) are spliced both
+ * ways, until both ends closed, one failed, or idle_ms passed with no
+ * byte either way (0: an hour). The response goes first. FD_AGAIN
+ * while it is written (the request waits, process is not called), or
+ * FD_DONE: the request is over (a tunnel, or it failed). */
+int fd_api_upstream_tunnel(fd_api_upstream_req_t *u, uint64_t idle_ms);
+/* Why the last failed try failed (the fail hook's question: a cache's
+ * stale copy may answer one kind and not another): FD_API_UPSTREAM_INVALID
+ * (the server broke the protocol), FD_API_UPSTREAM_NEXT_TIMEOUT, or
+ * FD_API_UPSTREAM_NEXT_ERROR. */
+#define FD_API_UPSTREAM_INVALID 0x40
+unsigned fd_api_upstream_failure(const fd_api_upstream_req_t *u);
 /* The server broke the protocol (why: "sent ..."): logged, counted
  * against it, 502 (or a cut response once the header left). FD_DONE. */
 int fd_api_upstream_invalid(fd_api_upstream_req_t *u, const char *why);

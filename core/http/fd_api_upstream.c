@@ -14,8 +14,8 @@
 
 #include "fd_core.h"
 #include "fd_cycle.h"
-#include "fd_upstream_proto.h"
 #include "fastd_upstream.h"
+#include "fd_upstream_proto.h"
 
 struct fd_api_upstream_conf_s {
     fd_upstream_proto_t proto;  /* the engine's, calling the module's */
@@ -28,6 +28,8 @@ typedef struct {
     fd_upstream_req_t u;        /* first: the engine's */
     const fd_api_upstream_proto_t *api;
     void *data;                 /* the module's */
+    size_t fpos;                /* frame_body's frame begins here */
+    unsigned raw:1;             /* the body goes as it is */
 } api_req_t;
 
 #define A(u) ((api_req_t *)(u))
@@ -50,14 +52,15 @@ static int api_frame_body(fd_upstream_req_t *u, size_t n)
     size_t len = 0;
     int rc;
 
-    if (a->api->frame_body == NULL) { /* as it is: no head, no room */
-        u->opos = 0;
-        u->olen = n;
+    if (a->api->frame_body == NULL || a->raw) { /* as it is */
+        u->opos = u->proto->body_head;
+        u->olen = u->opos + n;
         return FD_OK;
     }
     rc = a->api->frame_body(U(a), a->data, u->obuf, n, &len);
-    u->opos = 0;
-    u->olen = len;
+    u->opos = a->fpos;
+    u->olen = a->fpos + len;
+    a->fpos = 0;
     if (rc == FD_DONE) {
         u->body_done = 1;
         return FD_OK;
@@ -96,6 +99,20 @@ static void api_release(fd_upstream_req_t *u)
         a->api->release(U(a), a->data);
 }
 
+_Static_assert(sizeof(fd_api_field_t) == sizeof(fd_http_header_t) &&
+                   offsetof(fd_api_field_t, value) ==
+                       offsetof(fd_http_header_t, value),
+               "the API's field is the engine's");
+
+static int api_fields(fd_upstream_req_t *u, int status,
+                      const fd_http_header_t *f, unsigned nf)
+{
+    api_req_t *a = A(u);
+
+    return a->api->fields(U(a), a->data, status, (const fd_api_field_t *)f,
+                          nf);
+}
+
 /* --- configuration ------------------------------------------------------- */
 
 fd_api_upstream_t *fd_api_upstream_group(const char *name)
@@ -113,6 +130,11 @@ fd_api_upstream_t *fd_api_upstream_server(const char *addr, const char *opts)
               : NULL;
 }
 
+int fd_api_upstream_is_h2(const fd_api_upstream_t *up)
+{
+    return ((const fd_upstream_t *)up)->h2;
+}
+
 const char *fd_api_upstream_name(const fd_api_upstream_t *up)
 {
     return ((const fd_upstream_t *)up)->name;
@@ -123,10 +145,9 @@ unsigned fd_api_upstream_keepalive(const fd_api_upstream_t *up)
     return (unsigned)((const fd_upstream_t *)up)->keepalive;
 }
 
-fd_api_upstream_conf_t *fd_api_upstream_conf(
-    fd_api_upstream_t *up, const fd_api_upstream_proto_t *proto)
+fd_api_upstream_conf_t *fd_api_upstream_conf_in(
+    fd_conf_t *cf, fd_api_upstream_t *up, const fd_api_upstream_proto_t *proto)
 {
-    fd_conf_t *cf = fd_dso_conf();
     fd_api_upstream_conf_t *c;
 
     if (cf == NULL || (c = fd_pcalloc(cf->pool, sizeof(*c))) == NULL)
@@ -136,6 +157,13 @@ fd_api_upstream_conf_t *fd_api_upstream_conf(
         .body_room = proto->body_room, .frame_body = api_frame_body,
         .process = api_process, .retry = api_retry,
         .fail = proto->fail ? api_fail : NULL, .release = api_release};
+    if (proto->flags & FD_API_UPSTREAM_H2) {
+        /* the engine's transport: it speaks HTTP/2 (probes too) */
+        c->proto.mux = &fd_upstream_h2_mux;
+        c->proto.fields = api_fields;
+        c->proto.grpc = (proto->flags & FD_API_UPSTREAM_GRPC) != 0;
+        ((fd_upstream_t *)up)->health_h2 = 1;
+    }
     c->o = (fd_upstream_opts_t){
         .connect_timeout = 60000, .send_timeout = 60000,
         .read_timeout = 60000,
@@ -143,6 +171,12 @@ fd_api_upstream_conf_t *fd_api_upstream_conf(
     c->up = (fd_upstream_t *)up;
     c->api = proto;
     return c;
+}
+
+fd_api_upstream_conf_t *fd_api_upstream_conf(
+    fd_api_upstream_t *up, const fd_api_upstream_proto_t *proto)
+{
+    return fd_api_upstream_conf_in(fd_dso_conf(), up, proto);
 }
 
 /* option opt of o: *v into it (set), or it into *v */
@@ -194,7 +228,46 @@ int fd_api_upstream_parse_next(const char *value, unsigned *next)
     return cf ? fd_upstream_parse_next(cf, value, next) : FD_ERROR;
 }
 
+fd_upstream_opts_t *fd_api_upstream_conf_opts(fd_api_upstream_conf_t *c)
+{
+    return &c->o;
+}
+
 /* --- a request ----------------------------------------------------------- */
+
+/*
+ * gRPC: the client's deadline (grpc-timeout: up to 8 digits and a unit,
+ * H M S m u n) bounds how long the upstream may stay silent; the header
+ * itself goes on upstream, so the server knows it too. A second's grace:
+ * the client ends the call at its deadline itself (DEADLINE_EXCEEDED),
+ * fastd's bound only frees what a client that went silent left.
+ */
+#define GRPC_GRACE 1000
+static fd_msec_t grpc_timeout(fd_request_t *r, fd_msec_t read_timeout)
+{
+    fd_str_t v = fd_http_var_header(r, fd_string("grpc_timeout"));
+    uint64_t n = 0, ms;
+    size_t i;
+
+    if (v.len < 2 || v.len > 9)
+        return read_timeout;
+    for (i = 0; i + 1 < v.len; i++) {
+        if (v.data[i] < '0' || v.data[i] > '9')
+            return read_timeout;
+        n = n * 10 + (uint64_t)(v.data[i] - '0');
+    }
+    switch (v.data[v.len - 1]) {
+    case 'H': ms = n * 3600000; break;
+    case 'M': ms = n * 60000; break;
+    case 'S': ms = n * 1000; break;
+    case 'm': ms = n; break;
+    case 'u': ms = (n + 999) / 1000; break;
+    case 'n': ms = (n + 999999) / 1000000; break;
+    default: return read_timeout;
+    }
+    ms += GRPC_GRACE;
+    return ms < read_timeout ? (fd_msec_t)ms : read_timeout;
+}
 
 fd_api_upstream_req_t *fd_api_upstream_req(fd_request_t *r,
                                            const fd_api_upstream_conf_t *c,
@@ -210,7 +283,14 @@ fd_api_upstream_req_t *fd_api_upstream_req(fd_request_t *r,
         return NULL;
     fd_upstream_req_init(&a->u, r, c->up, &c->o, &c->proto,
                          (uint64_t *)(a + 1));
-    a->u.key = c->api; /* the pool: the protocol's own connections */
+    /* the pool: a TLS client's own connections, else HTTP/2's (h2 and
+     * gRPC share them, as before the proxy was on this), else the
+     * protocol's own */
+    a->u.key = c->o.ssl       ? c->o.ssl
+               : c->proto.mux ? (const void *)c->proto.mux
+                              : (const void *)c->api;
+    if (c->proto.grpc)
+        a->u.read_timeout = grpc_timeout(r, c->o.read_timeout);
     a->u.body_after_hdr = (c->api->flags & FD_API_UPSTREAM_BODY_AFTER) != 0;
     a->api = c->api;
     a->data = (char *)a + at;
@@ -221,6 +301,32 @@ fd_api_upstream_req_t *fd_api_upstream_req(fd_request_t *r,
 void *fd_api_upstream_data(fd_api_upstream_req_t *u)
 {
     return A(u)->data;
+}
+
+fd_upstream_req_t *fd_api_upstream_engine(fd_api_upstream_req_t *u)
+{
+    return &A(u)->u;
+}
+
+int fd_api_upstream_body_raw(fd_api_upstream_req_t *au)
+{
+    fd_upstream_req_t *u = &A(au)->u;
+    fd_request_t *r = u->r;
+
+    A(au)->raw = 1;
+    u->body_kept = u->has_body && !r->in.chunked &&
+                   r->in.content_length <= FD_UPSTREAM_BUF;
+    return u->body_kept;
+}
+
+void fd_api_upstream_background(fd_api_upstream_req_t *u)
+{
+    A(u)->u.bg = 1;
+}
+
+void fd_api_upstream_careful(fd_api_upstream_req_t *u)
+{
+    A(u)->u.careful = 1;
 }
 
 int fd_api_upstream_start(fd_api_upstream_req_t *au)
@@ -278,6 +384,16 @@ int fd_api_upstream_header(fd_api_upstream_req_t *u, int status)
     return fd_upstream_req_header(&A(u)->u, status);
 }
 
+void fd_api_upstream_frame_at(fd_api_upstream_req_t *u, size_t off)
+{
+    A(u)->fpos = off;
+}
+
+void fd_api_upstream_rest(fd_api_upstream_req_t *u, int64_t n)
+{
+    A(u)->u.rest = n;
+}
+
 void fd_api_upstream_until_close(fd_api_upstream_req_t *u)
 {
     A(u)->u.close_delimited = 1;
@@ -292,8 +408,6 @@ static fd_buf_t *chain_of(fd_upstream_req_t *u, fd_buf_t *b,
 {
     unsigned i;
 
-    if (n == 0)
-        return NULL;
     if (n > CHAIN_MAX &&
         (b = fd_palloc(u->r->pool, n * sizeof(fd_buf_t))) == NULL)
         return NULL;
@@ -305,11 +419,20 @@ static fd_buf_t *chain_of(fd_upstream_req_t *u, fd_buf_t *b,
     return b;
 }
 
+/* one piece, the usual response: no loop, no call */
+#define CHAIN(u, b, p, n)                                                    \
+    ((n) == 0   ? NULL                                                       \
+     : (n) == 1 ? (b[0] = (fd_buf_t){.pos = (char *)(p)->data,               \
+                                     .last = (char *)(p)->data + (p)->len,   \
+                                     .file_fd = -1},                         \
+                   b)                                                        \
+                : chain_of(u, b, p, n))
+
 int fd_api_upstream_output(fd_api_upstream_req_t *au,
                            const fd_api_piece_t *p, unsigned n)
 {
     fd_upstream_req_t *u = &A(au)->u;
-    fd_buf_t b[CHAIN_MAX], *chain = chain_of(u, b, p, n);
+    fd_buf_t b[CHAIN_MAX], *chain = CHAIN(u, b, p, n);
 
     if (chain == NULL && n)
         return fd_upstream_req_fail(u, 500);
@@ -320,11 +443,25 @@ int fd_api_upstream_last(fd_api_upstream_req_t *au, const fd_api_piece_t *p,
                          unsigned n, int reuse)
 {
     fd_upstream_req_t *u = &A(au)->u;
-    fd_buf_t b[CHAIN_MAX], *chain = chain_of(u, b, p, n);
+    fd_buf_t b[CHAIN_MAX], *chain = CHAIN(u, b, p, n);
 
     if (chain == NULL && n)
         return fd_upstream_req_fail(u, 500);
     return fd_upstream_req_last(u, chain, reuse);
+}
+
+int fd_api_upstream_tunnel(fd_api_upstream_req_t *u, uint64_t idle_ms)
+{
+    return fd_upstream_req_tunnel(&A(u)->u, (fd_msec_t)idle_ms);
+}
+
+unsigned fd_api_upstream_failure(const fd_api_upstream_req_t *au)
+{
+    const fd_upstream_req_t *u = &((const api_req_t *)au)->u;
+
+    return u->invalid     ? FD_API_UPSTREAM_INVALID
+           : u->timed_out ? FD_API_UPSTREAM_NEXT_TIMEOUT
+                          : FD_API_UPSTREAM_NEXT_ERROR;
 }
 
 int fd_api_upstream_invalid(fd_api_upstream_req_t *u, const char *why)

@@ -171,6 +171,8 @@ struct fd_upstream_req_s {
                                  * are still allowed (a cache update) */
 
     void *stream;               /* the mux's stream, while a try has one */
+    void *tunnel;               /* after a 101, until the client's socket
+                                 * is taken (fd_upstream_tunnel.c) */
     unsigned refused;           /* tries not processed (bounded) */
     fd_msec_t read_timeout;     /* 0: o's (gRPC: the client's deadline
                                  * may shorten it) */
@@ -223,9 +225,29 @@ int fd_upstream_req_refused(fd_upstream_req_t *u, const char *what);
  * mux's library callbacks). */
 ssize_t fd_upstream_req_body(fd_upstream_req_t *u, char *buf, size_t size,
                              int *status);
+/* After a 101 whose response the module set in r: the server's stream
+ * (and what it sent past the header) and the client's are spliced both
+ * ways, until both ended, one failed, or idle passed with no byte (0:
+ * an hour). FD_AGAIN while the response is written (the request waits),
+ * FD_DONE (a tunnel; or it failed). */
+int fd_upstream_req_tunnel(fd_upstream_req_t *u, fd_msec_t idle);
+/* A tunnel whose client side was not yet taken (the request ended). */
+void fd_upstream_tunnel_free(void *tunnel);
 /* Let go of the connection (into the pool when reuse) and its server. */
 void fd_upstream_req_release_conn(fd_upstream_req_t *u, int reuse);
 /* Give back the I/O blocks. */
 void fd_upstream_req_release_bufs(fd_upstream_req_t *u);
+
+#ifdef FASTD_UPSTREAM_H
+/* The engine's side of fastd_upstream.h's (fd_api_upstream.c), for a
+ * module's parts not yet on the API alone (the proxy's tunnel, cache and
+ * keys): its request, its options (the TLS client), its conf made for a
+ * load without fd_dso_conf(). */
+fd_upstream_req_t *fd_api_upstream_engine(fd_api_upstream_req_t *u);
+fd_upstream_opts_t *fd_api_upstream_conf_opts(fd_api_upstream_conf_t *c);
+fd_api_upstream_conf_t *fd_api_upstream_conf_in(
+    fd_conf_t *cf, fd_api_upstream_t *up,
+    const fd_api_upstream_proto_t *proto);
+#endif
 
 #endif

@@ -129,6 +129,10 @@ static void req_release(fd_upstream_req_t *u, int reuse)
 
     fd_upstream_req_release_conn(u, reuse);
     fd_upstream_req_release_bufs(u);
+    if (u->tunnel) { /* the 101 did not leave */
+        fd_upstream_tunnel_free(u->tunnel);
+        u->tunnel = NULL;
+    }
     if (u->proto->release)
         u->proto->release(u);
     r->on_abort = NULL;
