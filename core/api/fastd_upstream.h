@@ -214,9 +214,11 @@ void fd_api_upstream_frame_at(fd_api_upstream_req_t *u, size_t off);
  * not): with buffering on, the read that ends the body is handed on at
  * once, not held to fill a block. Reset to -1 at each try. */
 void fd_api_upstream_rest(fd_api_upstream_req_t *u, int64_t n);
-/* Body bytes for the client (pieces in memory: copied; n 0: the header
- * goes now). FD_OK, FD_AGAIN (the client is slow: process is called
- * again when it took them, with what is left), FD_DONE (it went away). */
+/* Body bytes for the client (pieces in memory: copied; a file's range,
+ * data NULL, is not taken here: the request fails with 500; n 0: the
+ * header goes now). FD_OK, FD_AGAIN (the client is slow: process is
+ * called again when it took them, with what is left), FD_DONE (it went
+ * away). */
 int fd_api_upstream_output(fd_api_upstream_req_t *u,
                            const fd_api_piece_t *p, unsigned n);
 /* The last of the body (n may be 0); reuse: the server's connection is

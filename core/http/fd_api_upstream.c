@@ -408,6 +408,9 @@ static fd_buf_t *chain_of(fd_upstream_req_t *u, fd_buf_t *b,
 {
     unsigned i;
 
+    for (i = 0; i < n; i++)
+        if (p[i].data == NULL && p[i].len)
+            return NULL; /* a file's range: memory only here */
     if (n > CHAIN_MAX &&
         (b = fd_palloc(u->r->pool, n * sizeof(fd_buf_t))) == NULL)
         return NULL;
@@ -419,10 +422,11 @@ static fd_buf_t *chain_of(fd_upstream_req_t *u, fd_buf_t *b,
     return b;
 }
 
-/* one piece, the usual response: no loop, no call */
+/* one piece, the usual response: no loop, no call (a file's range, data
+ * NULL, goes to chain_of, which refuses it) */
 #define CHAIN(u, b, p, n)                                                    \
     ((n) == 0   ? NULL                                                       \
-     : (n) == 1 ? (b[0] = (fd_buf_t){.pos = (char *)(p)->data,               \
+     : (n) == 1 && (p)->data ? (b[0] = (fd_buf_t){.pos = (char *)(p)->data,               \
                                      .last = (char *)(p)->data + (p)->len,   \
                                      .file_fd = -1},                         \
                    b)                                                        \
