@@ -500,7 +500,8 @@ static void conn_free(fd_quic_conn_t *qc)
     free(qc->close_pkt);
     qc->close_pkt = NULL;
     qc->dead = 1;
-    nconns--;
+    if (--nconns == 0)
+        fd_quic_mem_trim(); /* idle: nghttp3's blocks back to libc */
     if (!qc->handshaked)
         half_open--;
     fd_stats->quic_active--;

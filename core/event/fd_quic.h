@@ -82,6 +82,14 @@ extern fd_quic_keys_t *fd_quic_keys;
 /* One more stateless reset in second now_sec: 0 once the budget is out */
 int fd_quic_reset_allowed(uint64_t now_sec);
 
+/* fd_quic_mem.c: the worker's free lists of small blocks, for nghttp3
+ * (passed to nghttp3_conn_server_new; NULL in sanitizer builds: libc's)
+ * and HTTP/3's own; trimmed when the worker's last connection ends */
+const nghttp3_mem *fd_quic_nghttp3_mem(void);
+void *fd_quic_alloc(size_t size);
+void fd_quic_free(void *p);
+void fd_quic_mem_trim(void);
+
 ngtcp2_tstamp fd_quic_now(void);
 /* Write what ngtcp2 and nghttp3 have, at the end of this turn. */
 void fd_quic_post(fd_quic_conn_t *qc);

@@ -100,8 +100,8 @@ static void buf_free_list(h3buf_t *b)
 {
     while (b) {
         h3buf_t *n = b->next;
-        free(b->own);
-        free(b);
+        fd_quic_free(b->own);
+        fd_quic_free(b);
         b = n;
     }
 }
@@ -109,7 +109,7 @@ static void buf_free_list(h3buf_t *b)
 static int buf_add(h3s_t *st, const uint8_t *pos, size_t len, int fd,
                    off_t off, int copy)
 {
-    h3buf_t *b = malloc(sizeof(*b));
+    h3buf_t *b = fd_quic_alloc(sizeof(*b));
 
     if (b == NULL)
         return FD_ERROR;
@@ -120,8 +120,8 @@ static int buf_add(h3s_t *st, const uint8_t *pos, size_t len, int fd,
     b->len = len;
     b->pos = pos;
     if (copy) {
-        if ((b->own = malloc(len)) == NULL) {
-            free(b);
+        if ((b->own = fd_quic_alloc(len)) == NULL) {
+            fd_quic_free(b);
             return FD_ERROR;
         }
         memcpy(b->own, pos, len);
@@ -610,8 +610,8 @@ static int acked_stream_data(nghttp3_conn *conn, int64_t id, uint64_t len,
             st->sent = b->next;
             if (st->sent == NULL)
                 st->sent_last = &st->sent;
-            free(b->own);
-            free(b);
+            fd_quic_free(b->own);
+            fd_quic_free(b);
         }
     }
     if (st->deferred && st->sent_bytes < H3_UNACKED_MAX / 2 &&
@@ -666,17 +666,17 @@ static nghttp3_ssize read_data(nghttp3_conn *conn, int64_t id,
             size_t want = fd_min(fd_min(b->len, (size_t)H3_FILE_PIECE),
                                  allow);
             ssize_t n;
-            if ((s = malloc(sizeof(*s))) == NULL ||
-                (s->own = malloc(want)) == NULL) {
-                free(s);
+            if ((s = fd_quic_alloc(sizeof(*s))) == NULL ||
+                (s->own = fd_quic_alloc(want)) == NULL) {
+                fd_quic_free(s);
                 return NGHTTP3_ERR_CALLBACK_FAILURE;
             }
             n = pread(b->fd, s->own, want, b->off);
             if (n <= 0) {
                 fd_log_error(FD_LOG_ERR, n < 0 ? errno : 0,
                              "pread() of a response body failed");
-                free(s->own);
-                free(s);
+                fd_quic_free(s->own);
+                fd_quic_free(s);
                 return NGHTTP3_ERR_CALLBACK_FAILURE;
             }
             s->pos = s->own;
@@ -686,12 +686,12 @@ static nghttp3_ssize read_data(nghttp3_conn *conn, int64_t id,
             b->len -= (size_t)n;
             if (b->len == 0) {
                 st->pend = b->next;
-                free(b);
+                fd_quic_free(b);
             }
         } else if (b->len > allow) {
             /* limit_rate: a part now; the rest keeps the memory (it is
              * acknowledged after this part) */
-            if ((s = malloc(sizeof(*s))) == NULL)
+            if ((s = fd_quic_alloc(sizeof(*s))) == NULL)
                 return NGHTTP3_ERR_CALLBACK_FAILURE;
             s->pos = b->pos;
             s->len = allow;
@@ -1010,8 +1010,8 @@ static int h3_setup(fd_quic_conn_t *qc)
      * some 40 bytes more a response head (a dynamic table would hold
      * the Server and Date lines) for 5% fewer instructions a request */
     settings.qpack_encoder_max_dtable_capacity = 0;
-    if (nghttp3_conn_server_new(&hc->h3, &h3_callbacks, &settings, NULL,
-                                hc) != 0) {
+    if (nghttp3_conn_server_new(&hc->h3, &h3_callbacks, &settings,
+                                fd_quic_nghttp3_mem(), hc) != 0) {
         free(hc);
         return FD_ERROR;
     }
