@@ -121,7 +121,9 @@ static void req_end(conn_t *c, req_t *r, int clean)
 {
     int k = r->status / 100;
 
-    if (measuring && !stopping) {
+    /* with -n, every response counts: one that ended before the last
+     * handshake (the clock's start) was issued all the same */
+    if ((measuring || opt.max_requests) && !stopping) {
         st.done++;
         st.codes[k >= 1 && k <= 5 ? k : 0]++;
         if (clean && r->ended && r->status == 200 &&
