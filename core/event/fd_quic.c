@@ -43,6 +43,9 @@
 
 #define QUIC_READ_BATCH 256      /* datagrams per event, then the rest of
                                   * the loop gets a turn */
+#define QUIC_RECV_MSGS 16       /* datagrams per recvmmsg() */
+#define QUIC_RECV_BUF 65536      /* one of them: with GRO, a train of
+                                  * datagrams up to 64 KB */
 #define QUIC_MAX_PKT 1500        /* a packet fastd writes (ngtcp2 keeps to
                                   * the path's limit, 1200 until probed) */
 #define QUIC_GSO_PKTS 64         /* packets in one send (UDP_SEGMENT) */
@@ -76,7 +79,8 @@ static fd_quic_sock_t *socks;
 static unsigned nconns;
 static unsigned half_open;       /* connections before their handshake's end */
 static ngtcp2_callbacks callbacks;
-static uint8_t rbuf[65536];
+static uint8_t rbuf[QUIC_RECV_MSGS][QUIC_RECV_BUF]; /* bss: touched as
+                                                     * used */
 static uint8_t wbuf[QUIC_GSO_BYTES]; /* conn_write's batch */
 
 static void conn_write(fd_quic_conn_t *qc);
@@ -943,58 +947,93 @@ static void datagram(fd_quic_sock_t *qs, const uint8_t *data, size_t len,
         }
     }
     conn_read(qc, path, data, len);
-    if (!qc->dead)
-        conn_work(qc);
+    /* its answer at the end of the turn: one for all the datagrams the
+     * batch had for it (ACKs together, its packets in one send) */
+    fd_quic_post(qc);
 }
 
-/* Read the socket until it is empty, QUIC_READ_BATCH at a time. */
+/* One datagram, or with GRO a train of them (seg bytes each but the
+ * last), as recvmmsg() gave it. */
+static void dgram_in(fd_quic_sock_t *qs, uint8_t *data, size_t n,
+                     struct msghdr *msg)
+{
+    struct sockaddr_storage la;
+    struct cmsghdr *cm;
+    ngtcp2_path path;
+    size_t seg = n, off;
+
+    /* the local address the datagram came to */
+    memcpy(&la, &qs->ls->addr, qs->ls->addrlen);
+    for (cm = CMSG_FIRSTHDR(msg); cm; cm = CMSG_NXTHDR(msg, cm)) {
+        if (cm->cmsg_level == IPPROTO_IP && cm->cmsg_type == IP_PKTINFO) {
+            struct in_pktinfo pi;
+            memcpy(&pi, CMSG_DATA(cm), sizeof(pi));
+            ((struct sockaddr_in *)&la)->sin_addr = pi.ipi_addr;
+        } else if (cm->cmsg_level == IPPROTO_IPV6 &&
+                   cm->cmsg_type == IPV6_PKTINFO) {
+            struct in6_pktinfo pi;
+            memcpy(&pi, CMSG_DATA(cm), sizeof(pi));
+            ((struct sockaddr_in6 *)&la)->sin6_addr = pi.ipi6_addr;
+        } else if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
+            int g;
+            memcpy(&g, CMSG_DATA(cm), sizeof(g));
+            if (g > 0)
+                seg = (size_t)g;
+        }
+    }
+    path.local.addr = (struct sockaddr *)&la;
+    path.local.addrlen = qs->ls->addrlen;
+    path.remote.addr = msg->msg_name;
+    path.remote.addrlen = msg->msg_namelen;
+    path.user_data = NULL;
+    for (off = 0; off < n; off += seg)
+        datagram(qs, data + off, fd_min(seg, n - off), &path);
+}
+
+/*
+ * Read the socket until it is empty, QUIC_READ_BATCH datagrams (or GRO
+ * trains) at a time, QUIC_RECV_MSGS to a recvmmsg(). Fewer than asked
+ * means it was empty: a datagram that comes later is a new event.
+ */
 static void sock_read(fd_quic_sock_t *qs)
 {
-    unsigned i;
+    struct mmsghdr mm[QUIC_RECV_MSGS];
+    struct iovec iov[QUIC_RECV_MSGS];
+    struct sockaddr_storage ra[QUIC_RECV_MSGS];
+    union {
+        char buf[CMSG_SPACE(sizeof(struct in6_pktinfo)) +
+                 CMSG_SPACE(sizeof(int)) + 64];
+        struct cmsghdr align;
+    } cbuf[QUIC_RECV_MSGS];
+    unsigned got = 0;
+    int i, n;
 
-    for (i = 0; i < QUIC_READ_BATCH; i++) {
-        struct sockaddr_storage ra, la;
-        struct iovec iov = {rbuf, sizeof(rbuf)};
-        char cbuf[CMSG_SPACE(sizeof(struct in6_pktinfo)) + 64];
-        struct msghdr msg = {.msg_name = &ra,
-                             .msg_namelen = sizeof(ra),
-                             .msg_iov = &iov,
-                             .msg_iovlen = 1,
-                             .msg_control = cbuf,
-                             .msg_controllen = sizeof(cbuf)};
-        struct cmsghdr *cm;
-        ngtcp2_path path;
-        ssize_t n = recvmsg(qs->ev.fd, &msg, 0);
-
+    while (got < QUIC_READ_BATCH) {
+        for (i = 0; i < QUIC_RECV_MSGS; i++) {
+            iov[i] = (struct iovec){rbuf[i], sizeof(rbuf[i])};
+            mm[i].msg_hdr = (struct msghdr){
+                .msg_name = &ra[i],
+                .msg_namelen = sizeof(ra[i]),
+                .msg_iov = &iov[i],
+                .msg_iovlen = 1,
+                .msg_control = &cbuf[i],
+                .msg_controllen = sizeof(cbuf[i])};
+        }
+        n = recvmmsg(qs->ev.fd, mm, QUIC_RECV_MSGS, 0, NULL);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
             if (errno != EAGAIN)
-                fd_log_error(FD_LOG_ERR, errno, "recvmsg() on %s quic failed",
+                fd_log_error(FD_LOG_ERR, errno, "recvmmsg() on %s quic failed",
                              qs->ls->text);
             return;
         }
-        /* the local address the datagram came to */
-        memcpy(&la, &qs->ls->addr, qs->ls->addrlen);
-        for (cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
-            if (cm->cmsg_level == IPPROTO_IP && cm->cmsg_type == IP_PKTINFO) {
-                struct in_pktinfo pi;
-                memcpy(&pi, CMSG_DATA(cm), sizeof(pi));
-                ((struct sockaddr_in *)&la)->sin_addr = pi.ipi_addr;
-            } else if (cm->cmsg_level == IPPROTO_IPV6 &&
-                       cm->cmsg_type == IPV6_PKTINFO) {
-                struct in6_pktinfo pi;
-                memcpy(&pi, CMSG_DATA(cm), sizeof(pi));
-                ((struct sockaddr_in6 *)&la)->sin6_addr = pi.ipi6_addr;
-            }
-        }
-        path.local.addr = (struct sockaddr *)&la;
-        path.local.addrlen = qs->ls->addrlen;
-        path.remote.addr = (struct sockaddr *)&ra;
-        path.remote.addrlen = msg.msg_namelen;
-        path.user_data = NULL;
-        if (n > 0)
-            datagram(qs, rbuf, (size_t)n, &path);
+        for (i = 0; i < n; i++)
+            if (mm[i].msg_len > 0 && !(mm[i].msg_hdr.msg_flags & MSG_TRUNC))
+                dgram_in(qs, rbuf[i], mm[i].msg_len, &mm[i].msg_hdr);
+        got += (unsigned)n;
+        if (n < QUIC_RECV_MSGS)
+            return;
     }
     /* more may wait: after the others had their turn */
     if (!qs->posted) {
@@ -1069,6 +1108,12 @@ int fd_quic_listen(fd_listening_t *ls, fd_worker_t *w)
             close(fd);
         return FD_ERROR;
     }
+    /* GRO: the kernel hands a client's train of datagrams over in one
+     * piece (a loopback peer's GSO send arrives whole); where it has no
+     * UDP_GRO, one datagram each */
+    if (setsockopt(fd, SOL_UDP, UDP_GRO, &(int){1}, sizeof(int)) < 0)
+        fd_log_debug("UDP_GRO refused on %s quic: %s", ls->text,
+                     strerror(errno));
     qs->ev.fd = fd;
     qs->ev.handler = sock_event;
     qs->ls = ls;
