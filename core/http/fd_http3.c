@@ -81,6 +81,8 @@ struct fd_h3_conn_s {
     h3s_t *streams, *orphans, *run, **run_last;
     unsigned nstreams;
     unsigned nrequests;
+    int rst_budget;            /* resets of unanswered requests the
+                                * client may still send (rapid reset) */
 };
 
 static const nghttp3_callbacks h3_callbacks;
@@ -302,6 +304,8 @@ static int begin_headers(nghttp3_conn *conn, int64_t id, void *ud, void *sud)
         return 0;
     }
     nghttp3_conn_set_stream_user_data(conn, id, st);
+    /* ngtcp2's too: a RESET_STREAM names its request (rapid reset) */
+    ngtcp2_conn_set_stream_user_data(hc->qc->conn, id, st);
     fd_stats->quic_streams++;
     hc->nrequests++;
     hc->qc->c.requests = hc->nrequests; /* $connection_requests */
@@ -876,6 +880,9 @@ void fd_h3_end(fd_request_t *r)
     if (st->hc == NULL)
         return;
     st->out_end = 1;
+    if (st->hc->rst_budget <
+        2 * (int)fd_worker->cycle->http.http2_max_concurrent_streams)
+        st->hc->rst_budget++;
     if (!st->closed && !st->in_ended) {
         /* answered before the body came: the rest is not wanted (RFC
          * 9114 4.1) */
@@ -1001,6 +1008,7 @@ static int h3_setup(fd_quic_conn_t *qc)
     }
     hc->qc = qc;
     hc->run_last = &hc->run;
+    hc->rst_budget = 2 * (int)conf->http2_max_concurrent_streams;
     nghttp3_settings_default(&settings);
     settings.max_field_section_size = conf->http2_max_header_size;
     settings.qpack_max_dtable_capacity = 4096;
@@ -1111,14 +1119,25 @@ int fd_h3_stream_reset(ngtcp2_conn *conn, int64_t stream_id,
                        void *user_data, void *stream_user_data)
 {
     fd_quic_conn_t *qc = user_data;
+    h3s_t *st = stream_user_data; /* a request stream's (begin_headers) */
     int rv;
 
     (void)conn;
     (void)final_size;
     (void)app_error_code;
-    (void)stream_user_data;
-    if (qc->h3 &&
-        (rv = nghttp3_conn_shutdown_stream_read(qc->h3->h3, stream_id)) != 0)
+    if (qc->h3 == NULL)
+        return 0;
+    if (st && st->r && !st->r->done && --qc->h3->rst_budget < 0) {
+        /* CVE-2023-44487 over QUIC: requests opened and reset faster
+         * than they can be answered, as HTTP/2's (each answer earns one
+         * back) */
+        fd_log_error(FD_LOG_INFO, 0, "HTTP/3 client reset too many "
+                     "streams");
+        ngtcp2_ccerr_set_application_error(
+            &qc->ccerr, NGHTTP3_H3_EXCESSIVE_LOAD, NULL, 0);
+        return NGTCP2_ERR_CALLBACK_FAILURE;
+    }
+    if ((rv = nghttp3_conn_shutdown_stream_read(qc->h3->h3, stream_id)) != 0)
         return h3_error(qc, rv);
     return 0;
 }
@@ -1127,8 +1146,17 @@ int fd_h3_stream_stop_sending(ngtcp2_conn *conn, int64_t stream_id,
                               uint64_t app_error_code, void *user_data,
                               void *stream_user_data)
 {
-    return fd_h3_stream_reset(conn, stream_id, 0, app_error_code, user_data,
-                              stream_user_data);
+    fd_quic_conn_t *qc = user_data;
+    int rv;
+
+    (void)conn;
+    (void)app_error_code;
+    (void)stream_user_data;
+    /* not counted as a reset: a client cancelling a request sends both */
+    if (qc->h3 &&
+        (rv = nghttp3_conn_shutdown_stream_read(qc->h3->h3, stream_id)) != 0)
+        return h3_error(qc, rv);
+    return 0;
 }
 
 int fd_h3_extend_max_remote_streams_bidi(ngtcp2_conn *conn,
