@@ -50,6 +50,8 @@
                                   * the path's limit, 1200 until probed) */
 #define QUIC_GSO_PKTS 64         /* packets in one send (UDP_SEGMENT) */
 #define QUIC_GSO_BYTES 65000     /* and bytes: under UDP's 64 KB */
+#define QUIC_TX_BYTES (4 * QUIC_GSO_BYTES) /* the turn's datagrams */
+#define QUIC_TX_MSGS 64          /* and batches: one sendmmsg() */
 #define QUIC_CLOSE_RESENDS 8
 #define QUIC_TABLE 4096          /* buckets of the CID table */
 #define QUIC_RETRY_TTL 3         /* seconds a Retry token is good for */
@@ -81,7 +83,6 @@ static unsigned half_open;       /* connections before their handshake's end */
 static ngtcp2_callbacks callbacks;
 static uint8_t rbuf[QUIC_RECV_MSGS][QUIC_RECV_BUF]; /* bss: touched as
                                                      * used */
-static uint8_t wbuf[QUIC_GSO_BYTES]; /* conn_write's batch */
 
 static void conn_write(fd_quic_conn_t *qc);
 static void conn_free(fd_quic_conn_t *qc);
@@ -166,45 +167,41 @@ static int cid_new(ngtcp2_cid *cid, size_t len)
 
 /* --- datagrams out --- */
 
-/*
- * One sendmsg() for len bytes: one packet, or with gso (UDP_SEGMENT)
- * packets of gso bytes each but the last, which the kernel splits into
- * datagrams (one pass down the stack for all). 0, or the errno.
- */
-static int send_dgrams(fd_quic_sock_t *qs, const ngtcp2_path *path,
-                       const uint8_t *data, size_t len, size_t gso)
-{
-    struct iovec iov = {(void *)data, len};
-    union {
-        char v4[CMSG_SPACE(sizeof(struct in_pktinfo)) +
-                CMSG_SPACE(sizeof(uint16_t))];
-        char v6[CMSG_SPACE(sizeof(struct in6_pktinfo)) +
-                CMSG_SPACE(sizeof(uint16_t))];
-    } cbuf;
-    struct msghdr msg = {.msg_name = path->remote.addr,
-                         .msg_namelen = path->remote.addrlen,
-                         .msg_iov = &iov,
-                         .msg_iovlen = 1};
-    struct cmsghdr *cm;
-    ssize_t n;
+typedef union {
+    char v4[CMSG_SPACE(sizeof(struct in_pktinfo)) +
+            CMSG_SPACE(sizeof(uint16_t))];
+    char v6[CMSG_SPACE(sizeof(struct in6_pktinfo)) +
+            CMSG_SPACE(sizeof(uint16_t))];
+    struct cmsghdr align;
+} ctl_t;
 
-    /* from the address the client wrote to (a wildcard socket) */
-    memset(&cbuf, 0, sizeof(cbuf));
-    msg.msg_control = &cbuf;
-    if (path->local.addr->sa_family == AF_INET) {
+/*
+ * A datagram's msghdr (its iov and name set): from the local address the
+ * client wrote to (a wildcard socket), and with gso, packets of gso bytes
+ * each but the last, which the kernel splits into datagrams
+ * (UDP_SEGMENT: one pass down the stack for all).
+ */
+static void msg_ctl(struct msghdr *msg, ctl_t *cbuf,
+                    const struct sockaddr *local, size_t len, size_t gso)
+{
+    struct cmsghdr *cm;
+
+    memset(cbuf, 0, sizeof(*cbuf));
+    msg->msg_control = cbuf;
+    if (local->sa_family == AF_INET) {
         struct in_pktinfo pi = {0};
-        pi.ipi_spec_dst = ((struct sockaddr_in *)path->local.addr)->sin_addr;
-        msg.msg_controllen = CMSG_SPACE(sizeof(pi));
-        cm = CMSG_FIRSTHDR(&msg);
+        pi.ipi_spec_dst = ((const struct sockaddr_in *)local)->sin_addr;
+        msg->msg_controllen = CMSG_SPACE(sizeof(pi));
+        cm = CMSG_FIRSTHDR(msg);
         cm->cmsg_level = IPPROTO_IP;
         cm->cmsg_type = IP_PKTINFO;
         cm->cmsg_len = CMSG_LEN(sizeof(pi));
         memcpy(CMSG_DATA(cm), &pi, sizeof(pi));
     } else {
         struct in6_pktinfo pi = {0};
-        pi.ipi6_addr = ((struct sockaddr_in6 *)path->local.addr)->sin6_addr;
-        msg.msg_controllen = CMSG_SPACE(sizeof(pi));
-        cm = CMSG_FIRSTHDR(&msg);
+        pi.ipi6_addr = ((const struct sockaddr_in6 *)local)->sin6_addr;
+        msg->msg_controllen = CMSG_SPACE(sizeof(pi));
+        cm = CMSG_FIRSTHDR(msg);
         cm->cmsg_level = IPPROTO_IPV6;
         cm->cmsg_type = IPV6_PKTINFO;
         cm->cmsg_len = CMSG_LEN(sizeof(pi));
@@ -212,13 +209,28 @@ static int send_dgrams(fd_quic_sock_t *qs, const ngtcp2_path *path,
     }
     if (gso && len > gso) {
         uint16_t seg = (uint16_t)gso;
-        msg.msg_controllen += CMSG_SPACE(sizeof(seg));
-        cm = CMSG_NXTHDR(&msg, cm);
+        msg->msg_controllen += CMSG_SPACE(sizeof(seg));
+        cm = CMSG_NXTHDR(msg, cm);
         cm->cmsg_level = SOL_UDP;
         cm->cmsg_type = UDP_SEGMENT;
         cm->cmsg_len = CMSG_LEN(sizeof(seg));
         memcpy(CMSG_DATA(cm), &seg, sizeof(seg));
     }
+}
+
+/* One sendmsg() for len bytes (gso: msg_ctl). 0, or the errno. */
+static int send_dgrams(fd_quic_sock_t *qs, const ngtcp2_path *path,
+                       const uint8_t *data, size_t len, size_t gso)
+{
+    struct iovec iov = {(void *)data, len};
+    ctl_t cbuf;
+    struct msghdr msg = {.msg_name = path->remote.addr,
+                         .msg_namelen = path->remote.addrlen,
+                         .msg_iov = &iov,
+                         .msg_iovlen = 1};
+    ssize_t n;
+
+    msg_ctl(&msg, &cbuf, path->local.addr, len, gso);
     do
         n = sendmsg(qs->ev.fd, &msg, 0);
     while (n < 0 && errno == EINTR);
@@ -261,6 +273,100 @@ static void send_batch(fd_quic_sock_t *qs, const ngtcp2_path *path,
     }
     for (off = 0; off < len; off += gso)
         send_pkt(qs, path, data + off, fd_min(gso, len - off));
+}
+
+/*
+ * The turn's datagrams: what the connections' writers framed this turn,
+ * in one arena, leaves in one sendmmsg() per socket before the loop
+ * waits (fd_event_before_wait), or earlier when the arena or the list is
+ * full. Each entry is one batch of a connection (GSO: packets of one
+ * size to one address).
+ */
+typedef struct {
+    fd_quic_sock_t *qs;
+    ngtcp2_sockaddr_union remote, local;
+    ngtcp2_socklen remotelen, locallen;
+    size_t off, len, gso;
+} tx_msg_t;
+
+static uint8_t txbuf[QUIC_TX_BYTES];
+static size_t tx_used;
+static tx_msg_t txq[QUIC_TX_MSGS];
+static unsigned ntx;
+
+static void tx_add(fd_quic_sock_t *qs, const ngtcp2_path *path,
+                   const uint8_t *data, size_t len, size_t gso)
+{
+    tx_msg_t *m = &txq[ntx++];
+
+    m->qs = qs;
+    memcpy(&m->remote, path->remote.addr, path->remote.addrlen);
+    m->remotelen = path->remote.addrlen;
+    memcpy(&m->local, path->local.addr, path->local.addrlen);
+    m->locallen = path->local.addrlen;
+    m->off = (size_t)(data - txbuf);
+    m->len = len;
+    m->gso = gso;
+    tx_used = m->off + len;
+}
+
+/* Where sendmmsg() stopped on m: a socket without GSO sends its packets
+ * one by one; EAGAIN (the socket buffer is full) loses the rest of the
+ * run, as QUIC expects of UDP. 1 to go on with the next. */
+static int tx_failed(tx_msg_t *m, int err)
+{
+    ngtcp2_path path = {
+        .local = {(struct sockaddr *)&m->local, m->locallen},
+        .remote = {(struct sockaddr *)&m->remote, m->remotelen}};
+
+    if (err == EAGAIN)
+        return 0;
+    if (m->len > m->gso && !m->qs->no_gso &&
+        (err == EIO || err == EINVAL || err == ENOPROTOOPT)) {
+        send_batch(m->qs, &path, txbuf + m->off, m->len, m->gso);
+        return 1;
+    }
+    fd_log_error(FD_LOG_INFO, err, "sendmmsg() of QUIC packets failed");
+    return 1;
+}
+
+void fd_quic_flush(void)
+{
+    static struct mmsghdr mm[QUIC_TX_MSGS];
+    static struct iovec iov[QUIC_TX_MSGS];
+    static ctl_t cbuf[QUIC_TX_MSGS];
+    unsigned i = 0, j, k;
+    int n;
+
+    while (i < ntx) {
+        fd_quic_sock_t *qs = txq[i].qs;
+        for (j = i; j < ntx && txq[j].qs == qs; j++) {
+            tx_msg_t *m = &txq[j];
+            iov[j] = (struct iovec){txbuf + m->off, m->len};
+            mm[j].msg_hdr = (struct msghdr){.msg_name = &m->remote,
+                                            .msg_namelen = m->remotelen,
+                                            .msg_iov = &iov[j],
+                                            .msg_iovlen = 1};
+            msg_ctl(&mm[j].msg_hdr, &cbuf[j], (struct sockaddr *)&m->local,
+                    m->len, m->gso);
+        }
+        for (k = i; k < j;) {
+            n = sendmmsg(qs->ev.fd, &mm[k], j - k, 0);
+            if (n < 0) {
+                if (errno == EINTR)
+                    continue;
+                if (!tx_failed(&txq[k], errno))
+                    break;
+                k++;
+                continue;
+            }
+            for (; n > 0; n--, k++)
+                fd_stats->bytes_out += mm[k].msg_len;
+        }
+        i = j;
+    }
+    ntx = 0;
+    tx_used = 0;
 }
 
 static void send_version_negotiation(fd_quic_sock_t *qs,
@@ -594,19 +700,21 @@ void fd_quic_fail(fd_quic_conn_t *qc, uint64_t app_error, const char *why)
 }
 
 /*
- * Frame and send what ngtcp2 and nghttp3 have, until something stops it.
- * The packets go out in batches of the same size and path, each in one
- * send (GSO): a batch ends at QUIC_GSO_PKTS, at a shorter packet (the
- * last of its batch), before a longer one or one for another path.
+ * Frame what ngtcp2 and nghttp3 have, until something stops it, into the
+ * turn's datagrams (fd_quic_flush sends them). The packets go in batches
+ * of the same size and path, each one message (GSO): a batch ends at
+ * QUIC_GSO_PKTS, at a shorter packet (the last of its batch), before a
+ * longer one or one for another path.
  */
 static void conn_write(fd_quic_conn_t *qc)
 {
     ngtcp2_tstamp ts = fd_quic_now();
     size_t max = fd_min(QUIC_MAX_PKT,
                         ngtcp2_conn_get_max_tx_udp_payload_size(qc->conn));
-    size_t limit = fd_min(QUIC_GSO_PKTS, QUIC_GSO_BYTES / max);
+    size_t limit = qc->qs->no_gso ? 1
+                                  : fd_min(QUIC_GSO_PKTS, QUIC_GSO_BYTES / max);
     size_t npkts = 0, gso = 0;
-    uint8_t *p = wbuf;
+    uint8_t *p = txbuf + tx_used, *b = p; /* b: the batch's first */
     ngtcp2_path_storage bps;    /* the batch's path */
 
     if (qc->closing || qc->dead)
@@ -620,6 +728,16 @@ static void conn_write(fd_quic_conn_t *qc)
         ngtcp2_ssize n;
         ngtcp2_pkt_info pi;
         uint32_t flags = NGTCP2_WRITE_STREAM_FLAG_MORE;
+
+        if ((size_t)(txbuf + sizeof(txbuf) - p) < max ||
+            ntx + 2 > QUIC_TX_MSGS) {
+            /* the turn's datagrams are as many as they may be: out now */
+            if (npkts)
+                tx_add(qc->qs, &bps.path, b, (size_t)(p - b), gso);
+            fd_quic_flush();
+            b = p = txbuf;
+            npkts = 0;
+        }
 
         if (qc->h3conn && ngtcp2_conn_get_max_data_left(qc->conn)) {
             nvec = nghttp3_conn_writev_stream(qc->h3conn, &sid, &fin, vec,
@@ -676,9 +794,8 @@ static void conn_write(fd_quic_conn_t *qc)
         if (npkts && ((size_t)n > gso ||
                       !ngtcp2_path_eq(&bps.path, &qc->ps.path))) {
             /* this one starts the next batch */
-            send_batch(qc->qs, &bps.path, wbuf, (size_t)(p - wbuf), gso);
-            memmove(wbuf, p, (size_t)n);
-            p = wbuf;
+            tx_add(qc->qs, &bps.path, b, (size_t)(p - b), gso);
+            b = p;
             npkts = 0;
         }
         if (npkts++ == 0) {
@@ -689,13 +806,13 @@ static void conn_write(fd_quic_conn_t *qc)
         }
         p += n;
         if (npkts == limit || (size_t)n < gso) {
-            send_batch(qc->qs, &bps.path, wbuf, (size_t)(p - wbuf), gso);
-            p = wbuf;
+            tx_add(qc->qs, &bps.path, b, (size_t)(p - b), gso);
+            b = p;
             npkts = 0;
         }
     }
     if (npkts)
-        send_batch(qc->qs, &bps.path, wbuf, (size_t)(p - wbuf), gso);
+        tx_add(qc->qs, &bps.path, b, (size_t)(p - b), gso);
     ngtcp2_conn_update_pkt_tx_time(qc->conn, ts);
     conn_set_timer(qc);
 }
@@ -1066,6 +1183,8 @@ static int global_init(void)
         fd_log_error(FD_LOG_EMERG, 0, "no QUIC keys (fd_quic_shm_init)");
         return FD_ERROR;
     }
+    /* the turn's datagrams leave before each wait */
+    fd_event_before_wait(fd_quic_flush);
     callbacks = (ngtcp2_callbacks){
         .recv_client_initial = ngtcp2_crypto_recv_client_initial_cb,
         .recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb,

@@ -14,6 +14,9 @@ int fd_quic_listen(fd_listening_t *ls, fd_worker_t *w);
 /* A graceful stop began: GOAWAY on every connection, no new ones; the
  * worker waits for them (fd_worker_hold) up to shutdown_timeout. */
 void fd_quic_quit(void);
+/* Send the datagrams the connections framed this turn (sendmmsg()); the
+ * loop calls it before each wait. */
+void fd_quic_flush(void);
 /* The master, before the first fork: the secrets every worker shares and
  * that survive reloads (fd_quic_keys.c); FD_OK without HTTP/3. */
 int fd_quic_shm_init(void);
