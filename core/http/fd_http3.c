@@ -747,17 +747,25 @@ static int hop_field(fd_str_t n)
            fd_str_caseeq_lit(n, "upgrade");
 }
 
+/* nghttp3 copies a field (and lower-cases its name) unless told not to:
+ * a HEADERS frame is encoded when the connection writes, at the end of
+ * the turn or later, so only what lives as long as the stream may be
+ * left in place (literals, the request pool, the configuration, the
+ * Date line, rewritten in place at most once a second) */
+#define NV_KEEP (NGHTTP3_NV_FLAG_NO_COPY_NAME | NGHTTP3_NV_FLAG_NO_COPY_VALUE)
+
 static void nv_set(nghttp3_nv *nv, const char *name, size_t nlen,
-                   const char *value, size_t vlen)
+                   const char *value, size_t vlen, uint8_t flags)
 {
     nv->name = (uint8_t *)name;
     nv->namelen = nlen;
     nv->value = (uint8_t *)value;
     nv->valuelen = vlen;
-    nv->flags = NGHTTP3_NV_FLAG_NONE; /* nghttp3 copies them */
+    nv->flags = flags;
 }
 
-#define NV_LIT(nv, lit, v, l) nv_set(nv, lit, sizeof(lit) - 1, v, l)
+/* a literal name, lower case, and a value that stays (flags) */
+#define NV_LIT(nv, lit, v, l, f) nv_set(nv, lit, sizeof(lit) - 1, v, l, f)
 
 int fd_h3_header(fd_request_t *r)
 {
@@ -785,27 +793,29 @@ int fd_h3_header(fd_request_t *r)
     p[0] = (char)('0' + r->status / 100 % 10);
     p[1] = (char)('0' + r->status / 10 % 10);
     p[2] = (char)('0' + r->status % 10);
-    NV_LIT(&nv[n++], ":status", p, 3);
+    NV_LIT(&nv[n++], ":status", p, 3, NV_KEEP);
     p += 4;
     if (conf->server_header[0] && !r->server_passed)
         NV_LIT(&nv[n++], "server", conf->server_header,
-               strlen(conf->server_header));
-    NV_LIT(&nv[n++], "date", fd_http_date, sizeof(fd_http_date) - 1);
+               strlen(conf->server_header), NV_KEEP);
+    NV_LIT(&nv[n++], "date", fd_http_date, sizeof(fd_http_date) - 1,
+           NV_KEEP);
     if (r->content_type.len)
         NV_LIT(&nv[n++], "content-type", r->content_type.data,
-               r->content_type.len);
+               r->content_type.len, NGHTTP3_NV_FLAG_NO_COPY_NAME);
     if (r->content_length >= 0 && !no_body_status) {
         char *e = fd_fmt_uint(p, (uint64_t)r->content_length);
-        NV_LIT(&nv[n++], "content-length", p, (size_t)(e - p));
+        NV_LIT(&nv[n++], "content-length", p, (size_t)(e - p), NV_KEEP);
         p = e + 1;
     }
     if (r->last_modified >= 0) {
         size_t k = fd_http_time(p, r->last_modified);
-        NV_LIT(&nv[n++], "last-modified", p, k);
+        NV_LIT(&nv[n++], "last-modified", p, k, NV_KEEP);
         p += k;
     }
     if (r->etag.len)
-        NV_LIT(&nv[n++], "etag", r->etag.data, r->etag.len);
+        NV_LIT(&nv[n++], "etag", r->etag.data, r->etag.len,
+               NGHTTP3_NV_FLAG_NO_COPY_NAME);
     for (ho = r->headers_out; ho; ho = ho->next) {
         const char *name = ho->name.data;
         size_t i;
@@ -828,7 +838,9 @@ int fd_h3_header(fd_request_t *r)
                 lc[i] = fd_tolower(name[i]);
             name = lc;
         }
-        nv_set(&nv[n++], name, ho->name.len, ho->value.data, ho->value.len);
+        /* a module's field may point into a buffer that moves on */
+        nv_set(&nv[n++], name, ho->name.len, ho->value.data, ho->value.len,
+               NGHTTP3_NV_FLAG_NONE);
     }
     st->provider = !r->header_only && !no_body_status &&
                    (r->streamed || r->body_filter || r->content_length != 0);
