@@ -15,10 +15,14 @@
  * the worker its ID names, so a client that changes address (migration,
  * a NAT's new port) still reaches the worker that owns its connection.
  *
- * Sending: after a connection's input, and at the end of a turn in which
- * its streams produced output (fd_quic_post), ngtcp2 frames packets until
- * congestion control, pacing or flow control stops it; its timer wakes it
- * for losses, pacing and the idle timeout (ngtcp2_conn_get_expiry).
+ * Receiving: recvmmsg(), with UDP GRO where the kernel has it; a
+ * connection's input posts it to the end of the turn (fd_quic_post).
+ * Sending: at the end of a turn in which it had input or its streams
+ * produced output, ngtcp2 frames packets until congestion control,
+ * pacing or flow control stops it, into the turn's datagrams, which
+ * leave in one sendmmsg() per socket before the loop waits
+ * (fd_quic_flush); its timer wakes it for losses, pacing and the idle
+ * timeout (ngtcp2_conn_get_expiry).
  *
  * The end: an error or a client's CONNECTION_CLOSE starts the closing or
  * draining period (three PTOs), during which a closing connection answers
