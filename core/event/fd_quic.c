@@ -59,6 +59,7 @@
 #define QUIC_CLOSE_RESENDS 8
 #define QUIC_TABLE 4096          /* buckets of the CID table */
 #define QUIC_RETRY_TTL 3         /* seconds a Retry token is good for */
+#define QUIC_TOKEN_TTL 600       /* and a NEW_TOKEN one (nginx's too) */
 #define QUIC_HALF_OPEN 128       /* quic_retry = auto: Retry beyond this
                                   * many handshakes in progress */
 
@@ -472,13 +473,24 @@ static int remove_cid(ngtcp2_conn *conn, const ngtcp2_cid *cid, void *ud)
 static int handshake_completed(ngtcp2_conn *conn, void *ud)
 {
     fd_quic_conn_t *qc = ud;
+    uint8_t token[NGTCP2_CRYPTO_MAX_REGULAR_TOKENLEN];
+    const ngtcp2_path *path = ngtcp2_conn_get_path(conn);
+    ngtcp2_ssize n;
 
-    (void)conn;
     if (!qc->handshaked) {
         qc->handshaked = 1;
         half_open--;
     }
     fd_stats->ssl_tls13++;
+    /* NEW_TOKEN (RFC 9000 8.1.3): the client's next connection from this
+     * address skips the Retry. Sealed with the Retry key (ngtcp2 derives
+     * a key of its own for each kind of token), so any worker, and the
+     * next configuration's, checks it */
+    n = ngtcp2_crypto_generate_regular_token(
+        token, fd_quic_keys->secrets.retry, sizeof(fd_quic_keys->secrets.retry),
+        path->remote.addr, path->remote.addrlen, fd_quic_now());
+    if (n > 0 && ngtcp2_conn_submit_new_token(conn, token, (size_t)n) != 0)
+        fd_log_error(FD_LOG_INFO, 0, "ngtcp2_conn_submit_new_token() failed");
     return 0;
 }
 
@@ -486,10 +498,11 @@ static void conn_timer(fd_timer_t *t);
 static void conn_posted(void *data);
 
 /* odcid: the client's first DCID when a Retry token validated its
- * address (hd->dcid is then our Retry's SCID), NULL without Retry */
+ * address (hd->dcid is then our Retry's SCID), NULL without Retry;
+ * token: a NEW_TOKEN one did (no Retry) */
 static fd_quic_conn_t *conn_new(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
                                 const ngtcp2_path *path,
-                                const ngtcp2_cid *odcid)
+                                const ngtcp2_cid *odcid, int token)
 {
     const fd_cycle_t *cy = fd_worker->cycle;
     fd_quic_conn_t *qc;
@@ -558,6 +571,11 @@ static fd_quic_conn_t *conn_new(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
         settings.token = hd->token;
         settings.tokenlen = hd->tokenlen;
         settings.token_type = NGTCP2_TOKEN_TYPE_RETRY;
+    } else if (token) {
+        /* the address is validated: no amplification limit */
+        settings.token = hd->token;
+        settings.tokenlen = hd->tokenlen;
+        settings.token_type = NGTCP2_TOKEN_TYPE_NEW_TOKEN;
     }
     params.stateless_reset_token_present = 1;
     if (cid_new(&scid, FD_QUIC_SCID_LEN) != FD_OK ||
@@ -990,17 +1008,35 @@ static void send_invalid_token(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
 }
 
 /*
- * A client's Initial for no connection: FD_OK to make one (*odcid set
- * when a Retry token of ours proved its address), FD_DECLINED when it
- * was answered instead (a Retry, INVALID_TOKEN). Tokens are checked
- * whatever quic_retry says now: it may have been on before a reload.
+ * A client's Initial for no connection: FD_OK to make one (*retried and
+ * *odcid set when a Retry token of ours proved its address, *token when
+ * a NEW_TOKEN one did), FD_DECLINED when it was answered instead (a
+ * Retry, INVALID_TOKEN). Tokens are checked whatever quic_retry says
+ * now: it may have been on before a reload.
  */
 static int validate(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
-                    const ngtcp2_path *path, ngtcp2_cid *odcid, int *retried)
+                    const ngtcp2_path *path, ngtcp2_cid *odcid, int *retried,
+                    int *token)
 {
     int mode = qs->ls->servers[0]->quic_retry, rv;
 
     *retried = 0;
+    *token = 0;
+    if (hd->tokenlen && hd->token[0] == NGTCP2_CRYPTO_TOKEN_MAGIC_REGULAR) {
+        rv = ngtcp2_crypto_verify_regular_token(
+            hd->token, hd->tokenlen, fd_quic_keys->secrets.retry,
+            sizeof(fd_quic_keys->secrets.retry), path->remote.addr,
+            path->remote.addrlen, QUIC_TOKEN_TTL * NGTCP2_SECONDS,
+            fd_quic_now());
+        if (rv == 0) {
+            fd_log_debug("QUIC NEW_TOKEN token accepted");
+            *token = 1;
+            return FD_OK;
+        }
+        /* expired, another address's, not ours: as if it had none
+         * (8.1.3), a Retry if quic_retry asks for one */
+        fd_log_debug("QUIC NEW_TOKEN token refused");
+    }
     if (hd->tokenlen && hd->token[0] == NGTCP2_CRYPTO_TOKEN_MAGIC_RETRY2) {
         rv = ngtcp2_crypto_verify_retry_token2(
             odcid, hd->token, hd->tokenlen, fd_quic_keys->secrets.retry,
@@ -1021,7 +1057,7 @@ static int validate(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
         fd_stats->quic_dropped++;
         return FD_DECLINED;
     }
-    /* no token, or a NEW_TOKEN one (fastd sends none): not validated */
+    /* no token, or a NEW_TOKEN one that did not check: not validated */
     if (mode == FD_QUIC_RETRY_OFF ||
         (mode == FD_QUIC_RETRY_AUTO && half_open < QUIC_HALF_OPEN))
         return FD_OK;
@@ -1036,7 +1072,7 @@ static void datagram(fd_quic_sock_t *qs, const uint8_t *data, size_t len,
     ngtcp2_pkt_hd hd;
     ngtcp2_cid odcid;
     fd_quic_conn_t *qc;
-    int rv, retried;
+    int rv, retried, token;
 
     rv = ngtcp2_pkt_decode_version_cid(&vc, data, len, FD_QUIC_SCID_LEN);
     if (rv == NGTCP2_ERR_VERSION_NEGOTIATION) {
@@ -1060,9 +1096,10 @@ static void datagram(fd_quic_sock_t *qs, const uint8_t *data, size_t len,
             fd_stats->quic_dropped++;
             return;
         }
-        if (validate(qs, &hd, path, &odcid, &retried) != FD_OK)
+        if (validate(qs, &hd, path, &odcid, &retried, &token) != FD_OK)
             return;
-        if ((qc = conn_new(qs, &hd, path, retried ? &odcid : NULL)) == NULL) {
+        if ((qc = conn_new(qs, &hd, path, retried ? &odcid : NULL, token)) ==
+            NULL) {
             fd_stats->quic_dropped++;
             return;
         }

@@ -75,7 +75,7 @@ struct fd_quic_conn_s {
 typedef struct {
     struct {
         uint8_t reset[32];      /* stateless reset tokens' static key */
-        uint8_t retry[32];      /* Retry tokens' key */
+        uint8_t retry[32];      /* Retry and NEW_TOKEN tokens' key */
     } secrets;
     uint64_t reset_sec;         /* the second resets are counted in */
     uint32_t resets;            /* sent in it, by all workers */
