@@ -6,7 +6,8 @@
 # back from another port, altered, or after its 3 s are over, ends the
 # attempt with INVALID_TOKEN; an Initial under 1200 bytes gets nothing.
 # A token from before a reload is still good after it (the key is the
-# master's, kept across reloads). /status counts the Retries, the
+# master's, kept across reloads). A client's connection brings it a
+# NEW_TOKEN token, with which its next one skips the Retry (gtlsclient). /status counts the Retries, the
 # addresses they validated and the Initials refused, the old workers'
 # too.
 #
@@ -216,6 +217,28 @@ SKIP: {
 $retries = count(qr/QUIC Retry sent/);
 ok(h3_ok(), 'a real client is served after the reload');
 is(count(qr/QUIC Retry sent/), $retries + 1, 'after a Retry');
+
+# NEW_TOKEN: a client's connection brings it a token for the next one
+# from its address, which skips the Retry (gtlsclient keeps it in a file)
+my $gtls = '/usr/bin/gtlsclient';
+SKIP: {
+    skip 'ngtcp2-client (gtlsclient) is not installed', 5 unless -x $gtls;
+    my $get = sub {
+        system("timeout 20 $gtls -q --exit-on-all-streams-close "
+             . "--token-file=$dir/token 127.0.0.1 $port "
+             . "https://localhost:$port/index.html >/dev/null 2>&1") == 0;
+    };
+    $retries = count(qr/QUIC Retry sent/);
+    ok($get->() && -s "$dir/token", 'a client keeps its NEW_TOKEN token');
+    is(count(qr/QUIC Retry sent/), $retries + 1,
+       'its first connection came after a Retry');
+    my $accepted = count(qr/QUIC NEW_TOKEN token accepted/);
+    ok($get->(), 'its next connection is served');
+    is(count(qr/QUIC Retry sent/), $retries + 1,
+       'without a Retry: the token validated its address');
+    is(count(qr/QUIC NEW_TOKEN token accepted/), $accepted + 1,
+       'the token accepted (logged at debug)');
+}
 
 # the figures, of the workers before the reload too: every Retry and
 # validation the log has, and the Initials refused (the 600-byte one,

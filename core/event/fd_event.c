@@ -15,6 +15,8 @@
 #include "fd_uring.h"
 
 static fd_posted_t *posted;
+static void (*before_wait[4])(void);
+static unsigned nbefore_wait;
 
 /* the low bit of data.ptr carries the event's instance (fd_event.h) */
 #define EV_PTR(ev) ((void *)((uintptr_t)(ev) | ((ev)->instance & 1)))
@@ -97,6 +99,17 @@ void fd_event_post(fd_posted_t *p)
     posted = p;
 }
 
+void fd_event_before_wait(void (*fn)(void))
+{
+    unsigned i;
+
+    for (i = 0; i < nbefore_wait; i++)
+        if (before_wait[i] == fn)
+            return;
+    if (nbefore_wait < fd_nelems(before_wait))
+        before_wait[nbefore_wait++] = fn;
+}
+
 /* What is posted while these run waits for the next turn, after a look
  * at epoll: work that posts itself again (a body fed in pieces) yields to
  * the other connections instead of running on. */
@@ -123,6 +136,8 @@ int fd_event_turn(struct epoll_event *events, int nevents,
     do {
         fd_sendq_flush();
         timeout = fd_timer_expire();
+        for (i = 0; i < (int)nbefore_wait; i++)
+            before_wait[i]();
     } while (fd_sendq_pending() && !fd_event_uring);
     if (fd_sig_terminate)
         return FD_OK; /* a timer closed the last connection of a drain */

@@ -121,6 +121,10 @@ typedef struct fd_posted_s {
 } fd_posted_t;
 void fd_event_post(fd_posted_t *p);
 
+/* fn runs before each wait, after the timers: where output a layer
+ * batched over the turn leaves (QUIC's datagrams). Per process, a few. */
+void fd_event_before_wait(void (*fn)(void));
+
 /*
  * One turn of the loop: the batched sends and the timers, one wait of at
  * most the next timer (and at most max_wait ms when that is >= 0), the

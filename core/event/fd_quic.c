@@ -15,10 +15,14 @@
  * the worker its ID names, so a client that changes address (migration,
  * a NAT's new port) still reaches the worker that owns its connection.
  *
- * Sending: after a connection's input, and at the end of a turn in which
- * its streams produced output (fd_quic_post), ngtcp2 frames packets until
- * congestion control, pacing or flow control stops it; its timer wakes it
- * for losses, pacing and the idle timeout (ngtcp2_conn_get_expiry).
+ * Receiving: recvmmsg(), with UDP GRO where the kernel has it; a
+ * connection's input posts it to the end of the turn (fd_quic_post).
+ * Sending: at the end of a turn in which it had input or its streams
+ * produced output, ngtcp2 frames packets until congestion control,
+ * pacing or flow control stops it, into the turn's datagrams, which
+ * leave in one sendmmsg() per socket before the loop waits
+ * (fd_quic_flush); its timer wakes it for losses, pacing and the idle
+ * timeout (ngtcp2_conn_get_expiry).
  *
  * The end: an error or a client's CONNECTION_CLOSE starts the closing or
  * draining period (three PTOs), during which a closing connection answers
@@ -43,13 +47,19 @@
 
 #define QUIC_READ_BATCH 256      /* datagrams per event, then the rest of
                                   * the loop gets a turn */
+#define QUIC_RECV_MSGS 16       /* datagrams per recvmmsg() */
+#define QUIC_RECV_BUF 65536      /* one of them: with GRO, a train of
+                                  * datagrams up to 64 KB */
 #define QUIC_MAX_PKT 1500        /* a packet fastd writes (ngtcp2 keeps to
                                   * the path's limit, 1200 until probed) */
 #define QUIC_GSO_PKTS 64         /* packets in one send (UDP_SEGMENT) */
 #define QUIC_GSO_BYTES 65000     /* and bytes: under UDP's 64 KB */
+#define QUIC_TX_BYTES (4 * QUIC_GSO_BYTES) /* the turn's datagrams */
+#define QUIC_TX_MSGS 64          /* and batches: one sendmmsg() */
 #define QUIC_CLOSE_RESENDS 8
 #define QUIC_TABLE 4096          /* buckets of the CID table */
 #define QUIC_RETRY_TTL 3         /* seconds a Retry token is good for */
+#define QUIC_TOKEN_TTL 600       /* and a NEW_TOKEN one (nginx's too) */
 #define QUIC_HALF_OPEN 128       /* quic_retry = auto: Retry beyond this
                                   * many handshakes in progress */
 
@@ -76,8 +86,8 @@ static fd_quic_sock_t *socks;
 static unsigned nconns;
 static unsigned half_open;       /* connections before their handshake's end */
 static ngtcp2_callbacks callbacks;
-static uint8_t rbuf[65536];
-static uint8_t wbuf[QUIC_GSO_BYTES]; /* conn_write's batch */
+static uint8_t rbuf[QUIC_RECV_MSGS][QUIC_RECV_BUF]; /* bss: touched as
+                                                     * used */
 
 static void conn_write(fd_quic_conn_t *qc);
 static void conn_free(fd_quic_conn_t *qc);
@@ -162,45 +172,41 @@ static int cid_new(ngtcp2_cid *cid, size_t len)
 
 /* --- datagrams out --- */
 
-/*
- * One sendmsg() for len bytes: one packet, or with gso (UDP_SEGMENT)
- * packets of gso bytes each but the last, which the kernel splits into
- * datagrams (one pass down the stack for all). 0, or the errno.
- */
-static int send_dgrams(fd_quic_sock_t *qs, const ngtcp2_path *path,
-                       const uint8_t *data, size_t len, size_t gso)
-{
-    struct iovec iov = {(void *)data, len};
-    union {
-        char v4[CMSG_SPACE(sizeof(struct in_pktinfo)) +
-                CMSG_SPACE(sizeof(uint16_t))];
-        char v6[CMSG_SPACE(sizeof(struct in6_pktinfo)) +
-                CMSG_SPACE(sizeof(uint16_t))];
-    } cbuf;
-    struct msghdr msg = {.msg_name = path->remote.addr,
-                         .msg_namelen = path->remote.addrlen,
-                         .msg_iov = &iov,
-                         .msg_iovlen = 1};
-    struct cmsghdr *cm;
-    ssize_t n;
+typedef union {
+    char v4[CMSG_SPACE(sizeof(struct in_pktinfo)) +
+            CMSG_SPACE(sizeof(uint16_t))];
+    char v6[CMSG_SPACE(sizeof(struct in6_pktinfo)) +
+            CMSG_SPACE(sizeof(uint16_t))];
+    struct cmsghdr align;
+} ctl_t;
 
-    /* from the address the client wrote to (a wildcard socket) */
-    memset(&cbuf, 0, sizeof(cbuf));
-    msg.msg_control = &cbuf;
-    if (path->local.addr->sa_family == AF_INET) {
+/*
+ * A datagram's msghdr (its iov and name set): from the local address the
+ * client wrote to (a wildcard socket), and with gso, packets of gso bytes
+ * each but the last, which the kernel splits into datagrams
+ * (UDP_SEGMENT: one pass down the stack for all).
+ */
+static void msg_ctl(struct msghdr *msg, ctl_t *cbuf,
+                    const struct sockaddr *local, size_t len, size_t gso)
+{
+    struct cmsghdr *cm;
+
+    memset(cbuf, 0, sizeof(*cbuf));
+    msg->msg_control = cbuf;
+    if (local->sa_family == AF_INET) {
         struct in_pktinfo pi = {0};
-        pi.ipi_spec_dst = ((struct sockaddr_in *)path->local.addr)->sin_addr;
-        msg.msg_controllen = CMSG_SPACE(sizeof(pi));
-        cm = CMSG_FIRSTHDR(&msg);
+        pi.ipi_spec_dst = ((const struct sockaddr_in *)local)->sin_addr;
+        msg->msg_controllen = CMSG_SPACE(sizeof(pi));
+        cm = CMSG_FIRSTHDR(msg);
         cm->cmsg_level = IPPROTO_IP;
         cm->cmsg_type = IP_PKTINFO;
         cm->cmsg_len = CMSG_LEN(sizeof(pi));
         memcpy(CMSG_DATA(cm), &pi, sizeof(pi));
     } else {
         struct in6_pktinfo pi = {0};
-        pi.ipi6_addr = ((struct sockaddr_in6 *)path->local.addr)->sin6_addr;
-        msg.msg_controllen = CMSG_SPACE(sizeof(pi));
-        cm = CMSG_FIRSTHDR(&msg);
+        pi.ipi6_addr = ((const struct sockaddr_in6 *)local)->sin6_addr;
+        msg->msg_controllen = CMSG_SPACE(sizeof(pi));
+        cm = CMSG_FIRSTHDR(msg);
         cm->cmsg_level = IPPROTO_IPV6;
         cm->cmsg_type = IPV6_PKTINFO;
         cm->cmsg_len = CMSG_LEN(sizeof(pi));
@@ -208,13 +214,28 @@ static int send_dgrams(fd_quic_sock_t *qs, const ngtcp2_path *path,
     }
     if (gso && len > gso) {
         uint16_t seg = (uint16_t)gso;
-        msg.msg_controllen += CMSG_SPACE(sizeof(seg));
-        cm = CMSG_NXTHDR(&msg, cm);
+        msg->msg_controllen += CMSG_SPACE(sizeof(seg));
+        cm = CMSG_NXTHDR(msg, cm);
         cm->cmsg_level = SOL_UDP;
         cm->cmsg_type = UDP_SEGMENT;
         cm->cmsg_len = CMSG_LEN(sizeof(seg));
         memcpy(CMSG_DATA(cm), &seg, sizeof(seg));
     }
+}
+
+/* One sendmsg() for len bytes (gso: msg_ctl). 0, or the errno. */
+static int send_dgrams(fd_quic_sock_t *qs, const ngtcp2_path *path,
+                       const uint8_t *data, size_t len, size_t gso)
+{
+    struct iovec iov = {(void *)data, len};
+    ctl_t cbuf;
+    struct msghdr msg = {.msg_name = path->remote.addr,
+                         .msg_namelen = path->remote.addrlen,
+                         .msg_iov = &iov,
+                         .msg_iovlen = 1};
+    ssize_t n;
+
+    msg_ctl(&msg, &cbuf, path->local.addr, len, gso);
     do
         n = sendmsg(qs->ev.fd, &msg, 0);
     while (n < 0 && errno == EINTR);
@@ -257,6 +278,100 @@ static void send_batch(fd_quic_sock_t *qs, const ngtcp2_path *path,
     }
     for (off = 0; off < len; off += gso)
         send_pkt(qs, path, data + off, fd_min(gso, len - off));
+}
+
+/*
+ * The turn's datagrams: what the connections' writers framed this turn,
+ * in one arena, leaves in one sendmmsg() per socket before the loop
+ * waits (fd_event_before_wait), or earlier when the arena or the list is
+ * full. Each entry is one batch of a connection (GSO: packets of one
+ * size to one address).
+ */
+typedef struct {
+    fd_quic_sock_t *qs;
+    ngtcp2_sockaddr_union remote, local;
+    ngtcp2_socklen remotelen, locallen;
+    size_t off, len, gso;
+} tx_msg_t;
+
+static uint8_t txbuf[QUIC_TX_BYTES];
+static size_t tx_used;
+static tx_msg_t txq[QUIC_TX_MSGS];
+static unsigned ntx;
+
+static void tx_add(fd_quic_sock_t *qs, const ngtcp2_path *path,
+                   const uint8_t *data, size_t len, size_t gso)
+{
+    tx_msg_t *m = &txq[ntx++];
+
+    m->qs = qs;
+    memcpy(&m->remote, path->remote.addr, path->remote.addrlen);
+    m->remotelen = path->remote.addrlen;
+    memcpy(&m->local, path->local.addr, path->local.addrlen);
+    m->locallen = path->local.addrlen;
+    m->off = (size_t)(data - txbuf);
+    m->len = len;
+    m->gso = gso;
+    tx_used = m->off + len;
+}
+
+/* Where sendmmsg() stopped on m: a socket without GSO sends its packets
+ * one by one; EAGAIN (the socket buffer is full) loses the rest of the
+ * run, as QUIC expects of UDP. 1 to go on with the next. */
+static int tx_failed(tx_msg_t *m, int err)
+{
+    ngtcp2_path path = {
+        .local = {(struct sockaddr *)&m->local, m->locallen},
+        .remote = {(struct sockaddr *)&m->remote, m->remotelen}};
+
+    if (err == EAGAIN)
+        return 0;
+    if (m->len > m->gso && !m->qs->no_gso &&
+        (err == EIO || err == EINVAL || err == ENOPROTOOPT)) {
+        send_batch(m->qs, &path, txbuf + m->off, m->len, m->gso);
+        return 1;
+    }
+    fd_log_error(FD_LOG_INFO, err, "sendmmsg() of QUIC packets failed");
+    return 1;
+}
+
+void fd_quic_flush(void)
+{
+    static struct mmsghdr mm[QUIC_TX_MSGS];
+    static struct iovec iov[QUIC_TX_MSGS];
+    static ctl_t cbuf[QUIC_TX_MSGS];
+    unsigned i = 0, j, k;
+    int n;
+
+    while (i < ntx) {
+        fd_quic_sock_t *qs = txq[i].qs;
+        for (j = i; j < ntx && txq[j].qs == qs; j++) {
+            tx_msg_t *m = &txq[j];
+            iov[j] = (struct iovec){txbuf + m->off, m->len};
+            mm[j].msg_hdr = (struct msghdr){.msg_name = &m->remote,
+                                            .msg_namelen = m->remotelen,
+                                            .msg_iov = &iov[j],
+                                            .msg_iovlen = 1};
+            msg_ctl(&mm[j].msg_hdr, &cbuf[j], (struct sockaddr *)&m->local,
+                    m->len, m->gso);
+        }
+        for (k = i; k < j;) {
+            n = sendmmsg(qs->ev.fd, &mm[k], j - k, 0);
+            if (n < 0) {
+                if (errno == EINTR)
+                    continue;
+                if (!tx_failed(&txq[k], errno))
+                    break;
+                k++;
+                continue;
+            }
+            for (; n > 0; n--, k++)
+                fd_stats->bytes_out += mm[k].msg_len;
+        }
+        i = j;
+    }
+    ntx = 0;
+    tx_used = 0;
 }
 
 static void send_version_negotiation(fd_quic_sock_t *qs,
@@ -358,13 +473,24 @@ static int remove_cid(ngtcp2_conn *conn, const ngtcp2_cid *cid, void *ud)
 static int handshake_completed(ngtcp2_conn *conn, void *ud)
 {
     fd_quic_conn_t *qc = ud;
+    uint8_t token[NGTCP2_CRYPTO_MAX_REGULAR_TOKENLEN];
+    const ngtcp2_path *path = ngtcp2_conn_get_path(conn);
+    ngtcp2_ssize n;
 
-    (void)conn;
     if (!qc->handshaked) {
         qc->handshaked = 1;
         half_open--;
     }
     fd_stats->ssl_tls13++;
+    /* NEW_TOKEN (RFC 9000 8.1.3): the client's next connection from this
+     * address skips the Retry. Sealed with the Retry key (ngtcp2 derives
+     * a key of its own for each kind of token), so any worker, and the
+     * next configuration's, checks it */
+    n = ngtcp2_crypto_generate_regular_token(
+        token, fd_quic_keys->secrets.retry, sizeof(fd_quic_keys->secrets.retry),
+        path->remote.addr, path->remote.addrlen, fd_quic_now());
+    if (n > 0 && ngtcp2_conn_submit_new_token(conn, token, (size_t)n) != 0)
+        fd_log_error(FD_LOG_INFO, 0, "ngtcp2_conn_submit_new_token() failed");
     return 0;
 }
 
@@ -372,10 +498,11 @@ static void conn_timer(fd_timer_t *t);
 static void conn_posted(void *data);
 
 /* odcid: the client's first DCID when a Retry token validated its
- * address (hd->dcid is then our Retry's SCID), NULL without Retry */
+ * address (hd->dcid is then our Retry's SCID), NULL without Retry;
+ * token: a NEW_TOKEN one did (no Retry) */
 static fd_quic_conn_t *conn_new(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
                                 const ngtcp2_path *path,
-                                const ngtcp2_cid *odcid)
+                                const ngtcp2_cid *odcid, int token)
 {
     const fd_cycle_t *cy = fd_worker->cycle;
     fd_quic_conn_t *qc;
@@ -444,6 +571,11 @@ static fd_quic_conn_t *conn_new(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
         settings.token = hd->token;
         settings.tokenlen = hd->tokenlen;
         settings.token_type = NGTCP2_TOKEN_TYPE_RETRY;
+    } else if (token) {
+        /* the address is validated: no amplification limit */
+        settings.token = hd->token;
+        settings.tokenlen = hd->tokenlen;
+        settings.token_type = NGTCP2_TOKEN_TYPE_NEW_TOKEN;
     }
     params.stateless_reset_token_present = 1;
     if (cid_new(&scid, FD_QUIC_SCID_LEN) != FD_OK ||
@@ -500,7 +632,8 @@ static void conn_free(fd_quic_conn_t *qc)
     free(qc->close_pkt);
     qc->close_pkt = NULL;
     qc->dead = 1;
-    nconns--;
+    if (--nconns == 0)
+        fd_quic_mem_trim(); /* idle: nghttp3's blocks back to libc */
     if (!qc->handshaked)
         half_open--;
     fd_stats->quic_active--;
@@ -589,19 +722,21 @@ void fd_quic_fail(fd_quic_conn_t *qc, uint64_t app_error, const char *why)
 }
 
 /*
- * Frame and send what ngtcp2 and nghttp3 have, until something stops it.
- * The packets go out in batches of the same size and path, each in one
- * send (GSO): a batch ends at QUIC_GSO_PKTS, at a shorter packet (the
- * last of its batch), before a longer one or one for another path.
+ * Frame what ngtcp2 and nghttp3 have, until something stops it, into the
+ * turn's datagrams (fd_quic_flush sends them). The packets go in batches
+ * of the same size and path, each one message (GSO): a batch ends at
+ * QUIC_GSO_PKTS, at a shorter packet (the last of its batch), before a
+ * longer one or one for another path.
  */
 static void conn_write(fd_quic_conn_t *qc)
 {
     ngtcp2_tstamp ts = fd_quic_now();
     size_t max = fd_min(QUIC_MAX_PKT,
                         ngtcp2_conn_get_max_tx_udp_payload_size(qc->conn));
-    size_t limit = fd_min(QUIC_GSO_PKTS, QUIC_GSO_BYTES / max);
+    size_t limit = qc->qs->no_gso ? 1
+                                  : fd_min(QUIC_GSO_PKTS, QUIC_GSO_BYTES / max);
     size_t npkts = 0, gso = 0;
-    uint8_t *p = wbuf;
+    uint8_t *p = txbuf + tx_used, *b = p; /* b: the batch's first */
     ngtcp2_path_storage bps;    /* the batch's path */
 
     if (qc->closing || qc->dead)
@@ -615,6 +750,16 @@ static void conn_write(fd_quic_conn_t *qc)
         ngtcp2_ssize n;
         ngtcp2_pkt_info pi;
         uint32_t flags = NGTCP2_WRITE_STREAM_FLAG_MORE;
+
+        if ((size_t)(txbuf + sizeof(txbuf) - p) < max ||
+            ntx + 2 > QUIC_TX_MSGS) {
+            /* the turn's datagrams are as many as they may be: out now */
+            if (npkts)
+                tx_add(qc->qs, &bps.path, b, (size_t)(p - b), gso);
+            fd_quic_flush();
+            b = p = txbuf;
+            npkts = 0;
+        }
 
         if (qc->h3conn && ngtcp2_conn_get_max_data_left(qc->conn)) {
             nvec = nghttp3_conn_writev_stream(qc->h3conn, &sid, &fin, vec,
@@ -671,9 +816,8 @@ static void conn_write(fd_quic_conn_t *qc)
         if (npkts && ((size_t)n > gso ||
                       !ngtcp2_path_eq(&bps.path, &qc->ps.path))) {
             /* this one starts the next batch */
-            send_batch(qc->qs, &bps.path, wbuf, (size_t)(p - wbuf), gso);
-            memmove(wbuf, p, (size_t)n);
-            p = wbuf;
+            tx_add(qc->qs, &bps.path, b, (size_t)(p - b), gso);
+            b = p;
             npkts = 0;
         }
         if (npkts++ == 0) {
@@ -684,13 +828,13 @@ static void conn_write(fd_quic_conn_t *qc)
         }
         p += n;
         if (npkts == limit || (size_t)n < gso) {
-            send_batch(qc->qs, &bps.path, wbuf, (size_t)(p - wbuf), gso);
-            p = wbuf;
+            tx_add(qc->qs, &bps.path, b, (size_t)(p - b), gso);
+            b = p;
             npkts = 0;
         }
     }
     if (npkts)
-        send_batch(qc->qs, &bps.path, wbuf, (size_t)(p - wbuf), gso);
+        tx_add(qc->qs, &bps.path, b, (size_t)(p - b), gso);
     ngtcp2_conn_update_pkt_tx_time(qc->conn, ts);
     conn_set_timer(qc);
 }
@@ -864,17 +1008,35 @@ static void send_invalid_token(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
 }
 
 /*
- * A client's Initial for no connection: FD_OK to make one (*odcid set
- * when a Retry token of ours proved its address), FD_DECLINED when it
- * was answered instead (a Retry, INVALID_TOKEN). Tokens are checked
- * whatever quic_retry says now: it may have been on before a reload.
+ * A client's Initial for no connection: FD_OK to make one (*retried and
+ * *odcid set when a Retry token of ours proved its address, *token when
+ * a NEW_TOKEN one did), FD_DECLINED when it was answered instead (a
+ * Retry, INVALID_TOKEN). Tokens are checked whatever quic_retry says
+ * now: it may have been on before a reload.
  */
 static int validate(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
-                    const ngtcp2_path *path, ngtcp2_cid *odcid, int *retried)
+                    const ngtcp2_path *path, ngtcp2_cid *odcid, int *retried,
+                    int *token)
 {
     int mode = qs->ls->servers[0]->quic_retry, rv;
 
     *retried = 0;
+    *token = 0;
+    if (hd->tokenlen && hd->token[0] == NGTCP2_CRYPTO_TOKEN_MAGIC_REGULAR) {
+        rv = ngtcp2_crypto_verify_regular_token(
+            hd->token, hd->tokenlen, fd_quic_keys->secrets.retry,
+            sizeof(fd_quic_keys->secrets.retry), path->remote.addr,
+            path->remote.addrlen, QUIC_TOKEN_TTL * NGTCP2_SECONDS,
+            fd_quic_now());
+        if (rv == 0) {
+            fd_log_debug("QUIC NEW_TOKEN token accepted");
+            *token = 1;
+            return FD_OK;
+        }
+        /* expired, another address's, not ours: as if it had none
+         * (8.1.3), a Retry if quic_retry asks for one */
+        fd_log_debug("QUIC NEW_TOKEN token refused");
+    }
     if (hd->tokenlen && hd->token[0] == NGTCP2_CRYPTO_TOKEN_MAGIC_RETRY2) {
         rv = ngtcp2_crypto_verify_retry_token2(
             odcid, hd->token, hd->tokenlen, fd_quic_keys->secrets.retry,
@@ -895,7 +1057,7 @@ static int validate(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
         fd_stats->quic_dropped++;
         return FD_DECLINED;
     }
-    /* no token, or a NEW_TOKEN one (fastd sends none): not validated */
+    /* no token, or a NEW_TOKEN one that did not check: not validated */
     if (mode == FD_QUIC_RETRY_OFF ||
         (mode == FD_QUIC_RETRY_AUTO && half_open < QUIC_HALF_OPEN))
         return FD_OK;
@@ -910,7 +1072,7 @@ static void datagram(fd_quic_sock_t *qs, const uint8_t *data, size_t len,
     ngtcp2_pkt_hd hd;
     ngtcp2_cid odcid;
     fd_quic_conn_t *qc;
-    int rv, retried;
+    int rv, retried, token;
 
     rv = ngtcp2_pkt_decode_version_cid(&vc, data, len, FD_QUIC_SCID_LEN);
     if (rv == NGTCP2_ERR_VERSION_NEGOTIATION) {
@@ -934,66 +1096,102 @@ static void datagram(fd_quic_sock_t *qs, const uint8_t *data, size_t len,
             fd_stats->quic_dropped++;
             return;
         }
-        if (validate(qs, &hd, path, &odcid, &retried) != FD_OK)
+        if (validate(qs, &hd, path, &odcid, &retried, &token) != FD_OK)
             return;
-        if ((qc = conn_new(qs, &hd, path, retried ? &odcid : NULL)) == NULL) {
+        if ((qc = conn_new(qs, &hd, path, retried ? &odcid : NULL, token)) ==
+            NULL) {
             fd_stats->quic_dropped++;
             return;
         }
     }
     conn_read(qc, path, data, len);
-    if (!qc->dead)
-        conn_work(qc);
+    /* its answer at the end of the turn: one for all the datagrams the
+     * batch had for it (ACKs together, its packets in one send) */
+    fd_quic_post(qc);
 }
 
-/* Read the socket until it is empty, QUIC_READ_BATCH at a time. */
+/* One datagram, or with GRO a train of them (seg bytes each but the
+ * last), as recvmmsg() gave it. */
+static void dgram_in(fd_quic_sock_t *qs, uint8_t *data, size_t n,
+                     struct msghdr *msg)
+{
+    struct sockaddr_storage la;
+    struct cmsghdr *cm;
+    ngtcp2_path path;
+    size_t seg = n, off;
+
+    /* the local address the datagram came to */
+    memcpy(&la, &qs->ls->addr, qs->ls->addrlen);
+    for (cm = CMSG_FIRSTHDR(msg); cm; cm = CMSG_NXTHDR(msg, cm)) {
+        if (cm->cmsg_level == IPPROTO_IP && cm->cmsg_type == IP_PKTINFO) {
+            struct in_pktinfo pi;
+            memcpy(&pi, CMSG_DATA(cm), sizeof(pi));
+            ((struct sockaddr_in *)&la)->sin_addr = pi.ipi_addr;
+        } else if (cm->cmsg_level == IPPROTO_IPV6 &&
+                   cm->cmsg_type == IPV6_PKTINFO) {
+            struct in6_pktinfo pi;
+            memcpy(&pi, CMSG_DATA(cm), sizeof(pi));
+            ((struct sockaddr_in6 *)&la)->sin6_addr = pi.ipi6_addr;
+        } else if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
+            int g;
+            memcpy(&g, CMSG_DATA(cm), sizeof(g));
+            if (g > 0)
+                seg = (size_t)g;
+        }
+    }
+    path.local.addr = (struct sockaddr *)&la;
+    path.local.addrlen = qs->ls->addrlen;
+    path.remote.addr = msg->msg_name;
+    path.remote.addrlen = msg->msg_namelen;
+    path.user_data = NULL;
+    for (off = 0; off < n; off += seg)
+        datagram(qs, data + off, fd_min(seg, n - off), &path);
+}
+
+/*
+ * Read the socket until it is empty, QUIC_READ_BATCH datagrams (or GRO
+ * trains) at a time, QUIC_RECV_MSGS to a recvmmsg(). Fewer than asked
+ * means it was empty: a datagram that comes later is a new event.
+ */
 static void sock_read(fd_quic_sock_t *qs)
 {
-    unsigned i;
+    struct mmsghdr mm[QUIC_RECV_MSGS];
+    struct iovec iov[QUIC_RECV_MSGS];
+    struct sockaddr_storage ra[QUIC_RECV_MSGS];
+    union {
+        char buf[CMSG_SPACE(sizeof(struct in6_pktinfo)) +
+                 CMSG_SPACE(sizeof(int)) + 64];
+        struct cmsghdr align;
+    } cbuf[QUIC_RECV_MSGS];
+    unsigned got = 0;
+    int i, n;
 
-    for (i = 0; i < QUIC_READ_BATCH; i++) {
-        struct sockaddr_storage ra, la;
-        struct iovec iov = {rbuf, sizeof(rbuf)};
-        char cbuf[CMSG_SPACE(sizeof(struct in6_pktinfo)) + 64];
-        struct msghdr msg = {.msg_name = &ra,
-                             .msg_namelen = sizeof(ra),
-                             .msg_iov = &iov,
-                             .msg_iovlen = 1,
-                             .msg_control = cbuf,
-                             .msg_controllen = sizeof(cbuf)};
-        struct cmsghdr *cm;
-        ngtcp2_path path;
-        ssize_t n = recvmsg(qs->ev.fd, &msg, 0);
-
+    while (got < QUIC_READ_BATCH) {
+        for (i = 0; i < QUIC_RECV_MSGS; i++) {
+            iov[i] = (struct iovec){rbuf[i], sizeof(rbuf[i])};
+            mm[i].msg_hdr = (struct msghdr){
+                .msg_name = &ra[i],
+                .msg_namelen = sizeof(ra[i]),
+                .msg_iov = &iov[i],
+                .msg_iovlen = 1,
+                .msg_control = &cbuf[i],
+                .msg_controllen = sizeof(cbuf[i])};
+        }
+        n = recvmmsg(qs->ev.fd, mm, QUIC_RECV_MSGS, 0, NULL);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
             if (errno != EAGAIN)
-                fd_log_error(FD_LOG_ERR, errno, "recvmsg() on %s quic failed",
+                fd_log_error(FD_LOG_ERR, errno, "recvmmsg() on %s quic failed",
                              qs->ls->text);
             return;
         }
-        /* the local address the datagram came to */
-        memcpy(&la, &qs->ls->addr, qs->ls->addrlen);
-        for (cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
-            if (cm->cmsg_level == IPPROTO_IP && cm->cmsg_type == IP_PKTINFO) {
-                struct in_pktinfo pi;
-                memcpy(&pi, CMSG_DATA(cm), sizeof(pi));
-                ((struct sockaddr_in *)&la)->sin_addr = pi.ipi_addr;
-            } else if (cm->cmsg_level == IPPROTO_IPV6 &&
-                       cm->cmsg_type == IPV6_PKTINFO) {
-                struct in6_pktinfo pi;
-                memcpy(&pi, CMSG_DATA(cm), sizeof(pi));
-                ((struct sockaddr_in6 *)&la)->sin6_addr = pi.ipi6_addr;
-            }
-        }
-        path.local.addr = (struct sockaddr *)&la;
-        path.local.addrlen = qs->ls->addrlen;
-        path.remote.addr = (struct sockaddr *)&ra;
-        path.remote.addrlen = msg.msg_namelen;
-        path.user_data = NULL;
-        if (n > 0)
-            datagram(qs, rbuf, (size_t)n, &path);
+        for (i = 0; i < n; i++)
+            if (mm[i].msg_len > 0 && !(mm[i].msg_hdr.msg_flags & MSG_TRUNC))
+                dgram_in(qs, rbuf[i], mm[i].msg_len, &mm[i].msg_hdr);
+        got += (unsigned)n;
+        if (n < QUIC_RECV_MSGS)
+            return;
     }
     /* more may wait: after the others had their turn */
     if (!qs->posted) {
@@ -1026,6 +1224,8 @@ static int global_init(void)
         fd_log_error(FD_LOG_EMERG, 0, "no QUIC keys (fd_quic_shm_init)");
         return FD_ERROR;
     }
+    /* the turn's datagrams leave before each wait */
+    fd_event_before_wait(fd_quic_flush);
     callbacks = (ngtcp2_callbacks){
         .recv_client_initial = ngtcp2_crypto_recv_client_initial_cb,
         .recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb,
@@ -1068,6 +1268,12 @@ int fd_quic_listen(fd_listening_t *ls, fd_worker_t *w)
             close(fd);
         return FD_ERROR;
     }
+    /* GRO: the kernel hands a client's train of datagrams over in one
+     * piece (a loopback peer's GSO send arrives whole); where it has no
+     * UDP_GRO, one datagram each */
+    if (setsockopt(fd, SOL_UDP, UDP_GRO, &(int){1}, sizeof(int)) < 0)
+        fd_log_debug("UDP_GRO refused on %s quic: %s", ls->text,
+                     strerror(errno));
     qs->ev.fd = fd;
     qs->ev.handler = sock_event;
     qs->ls = ls;

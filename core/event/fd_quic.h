@@ -14,6 +14,9 @@ int fd_quic_listen(fd_listening_t *ls, fd_worker_t *w);
 /* A graceful stop began: GOAWAY on every connection, no new ones; the
  * worker waits for them (fd_worker_hold) up to shutdown_timeout. */
 void fd_quic_quit(void);
+/* Send the datagrams the connections framed this turn (sendmmsg()); the
+ * loop calls it before each wait. */
+void fd_quic_flush(void);
 /* The master, before the first fork: the secrets every worker shares and
  * that survive reloads (fd_quic_keys.c); FD_OK without HTTP/3. */
 int fd_quic_shm_init(void);
@@ -72,7 +75,7 @@ struct fd_quic_conn_s {
 typedef struct {
     struct {
         uint8_t reset[32];      /* stateless reset tokens' static key */
-        uint8_t retry[32];      /* Retry tokens' key */
+        uint8_t retry[32];      /* Retry and NEW_TOKEN tokens' key */
     } secrets;
     uint64_t reset_sec;         /* the second resets are counted in */
     uint32_t resets;            /* sent in it, by all workers */
@@ -81,6 +84,14 @@ typedef struct {
 extern fd_quic_keys_t *fd_quic_keys;
 /* One more stateless reset in second now_sec: 0 once the budget is out */
 int fd_quic_reset_allowed(uint64_t now_sec);
+
+/* fd_quic_mem.c: the worker's free lists of small blocks, for nghttp3
+ * (passed to nghttp3_conn_server_new; NULL in sanitizer builds: libc's)
+ * and HTTP/3's own; trimmed when the worker's last connection ends */
+const nghttp3_mem *fd_quic_nghttp3_mem(void);
+void *fd_quic_alloc(size_t size);
+void fd_quic_free(void *p);
+void fd_quic_mem_trim(void);
 
 ngtcp2_tstamp fd_quic_now(void);
 /* Write what ngtcp2 and nghttp3 have, at the end of this turn. */

@@ -1,7 +1,8 @@
 /*
  * The QUIC secrets every worker shares (fd_quic.h): the static secret
  * that stateless reset tokens are derived from (RFC 9000 10.3.2), the key
- * of Retry tokens (RFC 9000 8.1.2), and the budget of stateless resets
+ * of Retry and NEW_TOKEN tokens (RFC 9000 8.1.2, 8.1.3; ngtcp2 derives
+ * a key of its own for each kind), and the budget of stateless resets
  * per second. The master makes them in a shared mapping before the first
  * fork (fd_quic_shm_init) and keeps it across reloads, as the session
  * ticket keys (fd_ssl_tickets.c): a token one worker gave is known to

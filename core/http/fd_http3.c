@@ -81,6 +81,8 @@ struct fd_h3_conn_s {
     h3s_t *streams, *orphans, *run, **run_last;
     unsigned nstreams;
     unsigned nrequests;
+    int rst_budget;            /* resets of unanswered requests the
+                                * client may still send (rapid reset) */
 };
 
 static const nghttp3_callbacks h3_callbacks;
@@ -100,8 +102,8 @@ static void buf_free_list(h3buf_t *b)
 {
     while (b) {
         h3buf_t *n = b->next;
-        free(b->own);
-        free(b);
+        fd_quic_free(b->own);
+        fd_quic_free(b);
         b = n;
     }
 }
@@ -109,7 +111,7 @@ static void buf_free_list(h3buf_t *b)
 static int buf_add(h3s_t *st, const uint8_t *pos, size_t len, int fd,
                    off_t off, int copy)
 {
-    h3buf_t *b = malloc(sizeof(*b));
+    h3buf_t *b = fd_quic_alloc(sizeof(*b));
 
     if (b == NULL)
         return FD_ERROR;
@@ -120,8 +122,8 @@ static int buf_add(h3s_t *st, const uint8_t *pos, size_t len, int fd,
     b->len = len;
     b->pos = pos;
     if (copy) {
-        if ((b->own = malloc(len)) == NULL) {
-            free(b);
+        if ((b->own = fd_quic_alloc(len)) == NULL) {
+            fd_quic_free(b);
             return FD_ERROR;
         }
         memcpy(b->own, pos, len);
@@ -302,6 +304,8 @@ static int begin_headers(nghttp3_conn *conn, int64_t id, void *ud, void *sud)
         return 0;
     }
     nghttp3_conn_set_stream_user_data(conn, id, st);
+    /* ngtcp2's too: a RESET_STREAM names its request (rapid reset) */
+    ngtcp2_conn_set_stream_user_data(hc->qc->conn, id, st);
     fd_stats->quic_streams++;
     hc->nrequests++;
     hc->qc->c.requests = hc->nrequests; /* $connection_requests */
@@ -610,8 +614,8 @@ static int acked_stream_data(nghttp3_conn *conn, int64_t id, uint64_t len,
             st->sent = b->next;
             if (st->sent == NULL)
                 st->sent_last = &st->sent;
-            free(b->own);
-            free(b);
+            fd_quic_free(b->own);
+            fd_quic_free(b);
         }
     }
     if (st->deferred && st->sent_bytes < H3_UNACKED_MAX / 2 &&
@@ -666,17 +670,17 @@ static nghttp3_ssize read_data(nghttp3_conn *conn, int64_t id,
             size_t want = fd_min(fd_min(b->len, (size_t)H3_FILE_PIECE),
                                  allow);
             ssize_t n;
-            if ((s = malloc(sizeof(*s))) == NULL ||
-                (s->own = malloc(want)) == NULL) {
-                free(s);
+            if ((s = fd_quic_alloc(sizeof(*s))) == NULL ||
+                (s->own = fd_quic_alloc(want)) == NULL) {
+                fd_quic_free(s);
                 return NGHTTP3_ERR_CALLBACK_FAILURE;
             }
             n = pread(b->fd, s->own, want, b->off);
             if (n <= 0) {
                 fd_log_error(FD_LOG_ERR, n < 0 ? errno : 0,
                              "pread() of a response body failed");
-                free(s->own);
-                free(s);
+                fd_quic_free(s->own);
+                fd_quic_free(s);
                 return NGHTTP3_ERR_CALLBACK_FAILURE;
             }
             s->pos = s->own;
@@ -686,12 +690,12 @@ static nghttp3_ssize read_data(nghttp3_conn *conn, int64_t id,
             b->len -= (size_t)n;
             if (b->len == 0) {
                 st->pend = b->next;
-                free(b);
+                fd_quic_free(b);
             }
         } else if (b->len > allow) {
             /* limit_rate: a part now; the rest keeps the memory (it is
              * acknowledged after this part) */
-            if ((s = malloc(sizeof(*s))) == NULL)
+            if ((s = fd_quic_alloc(sizeof(*s))) == NULL)
                 return NGHTTP3_ERR_CALLBACK_FAILURE;
             s->pos = b->pos;
             s->len = allow;
@@ -743,17 +747,25 @@ static int hop_field(fd_str_t n)
            fd_str_caseeq_lit(n, "upgrade");
 }
 
+/* nghttp3 copies a field (and lower-cases its name) unless told not to:
+ * a HEADERS frame is encoded when the connection writes, at the end of
+ * the turn or later, so only what lives as long as the stream may be
+ * left in place (literals, the request pool, the configuration, the
+ * Date line, rewritten in place at most once a second) */
+#define NV_KEEP (NGHTTP3_NV_FLAG_NO_COPY_NAME | NGHTTP3_NV_FLAG_NO_COPY_VALUE)
+
 static void nv_set(nghttp3_nv *nv, const char *name, size_t nlen,
-                   const char *value, size_t vlen)
+                   const char *value, size_t vlen, uint8_t flags)
 {
     nv->name = (uint8_t *)name;
     nv->namelen = nlen;
     nv->value = (uint8_t *)value;
     nv->valuelen = vlen;
-    nv->flags = NGHTTP3_NV_FLAG_NONE; /* nghttp3 copies them */
+    nv->flags = flags;
 }
 
-#define NV_LIT(nv, lit, v, l) nv_set(nv, lit, sizeof(lit) - 1, v, l)
+/* a literal name, lower case, and a value that stays (flags) */
+#define NV_LIT(nv, lit, v, l, f) nv_set(nv, lit, sizeof(lit) - 1, v, l, f)
 
 int fd_h3_header(fd_request_t *r)
 {
@@ -781,27 +793,29 @@ int fd_h3_header(fd_request_t *r)
     p[0] = (char)('0' + r->status / 100 % 10);
     p[1] = (char)('0' + r->status / 10 % 10);
     p[2] = (char)('0' + r->status % 10);
-    NV_LIT(&nv[n++], ":status", p, 3);
+    NV_LIT(&nv[n++], ":status", p, 3, NV_KEEP);
     p += 4;
     if (conf->server_header[0] && !r->server_passed)
         NV_LIT(&nv[n++], "server", conf->server_header,
-               strlen(conf->server_header));
-    NV_LIT(&nv[n++], "date", fd_http_date, sizeof(fd_http_date) - 1);
+               strlen(conf->server_header), NV_KEEP);
+    NV_LIT(&nv[n++], "date", fd_http_date, sizeof(fd_http_date) - 1,
+           NV_KEEP);
     if (r->content_type.len)
         NV_LIT(&nv[n++], "content-type", r->content_type.data,
-               r->content_type.len);
+               r->content_type.len, NGHTTP3_NV_FLAG_NO_COPY_NAME);
     if (r->content_length >= 0 && !no_body_status) {
         char *e = fd_fmt_uint(p, (uint64_t)r->content_length);
-        NV_LIT(&nv[n++], "content-length", p, (size_t)(e - p));
+        NV_LIT(&nv[n++], "content-length", p, (size_t)(e - p), NV_KEEP);
         p = e + 1;
     }
     if (r->last_modified >= 0) {
         size_t k = fd_http_time(p, r->last_modified);
-        NV_LIT(&nv[n++], "last-modified", p, k);
+        NV_LIT(&nv[n++], "last-modified", p, k, NV_KEEP);
         p += k;
     }
     if (r->etag.len)
-        NV_LIT(&nv[n++], "etag", r->etag.data, r->etag.len);
+        NV_LIT(&nv[n++], "etag", r->etag.data, r->etag.len,
+               NGHTTP3_NV_FLAG_NO_COPY_NAME);
     for (ho = r->headers_out; ho; ho = ho->next) {
         const char *name = ho->name.data;
         size_t i;
@@ -824,7 +838,9 @@ int fd_h3_header(fd_request_t *r)
                 lc[i] = fd_tolower(name[i]);
             name = lc;
         }
-        nv_set(&nv[n++], name, ho->name.len, ho->value.data, ho->value.len);
+        /* a module's field may point into a buffer that moves on */
+        nv_set(&nv[n++], name, ho->name.len, ho->value.data, ho->value.len,
+               NGHTTP3_NV_FLAG_NONE);
     }
     st->provider = !r->header_only && !no_body_status &&
                    (r->streamed || r->body_filter || r->content_length != 0);
@@ -876,6 +892,9 @@ void fd_h3_end(fd_request_t *r)
     if (st->hc == NULL)
         return;
     st->out_end = 1;
+    if (st->hc->rst_budget <
+        2 * (int)fd_worker->cycle->http.http2_max_concurrent_streams)
+        st->hc->rst_budget++;
     if (!st->closed && !st->in_ended) {
         /* answered before the body came: the rest is not wanted (RFC
          * 9114 4.1) */
@@ -1001,6 +1020,7 @@ static int h3_setup(fd_quic_conn_t *qc)
     }
     hc->qc = qc;
     hc->run_last = &hc->run;
+    hc->rst_budget = 2 * (int)conf->http2_max_concurrent_streams;
     nghttp3_settings_default(&settings);
     settings.max_field_section_size = conf->http2_max_header_size;
     settings.qpack_max_dtable_capacity = 4096;
@@ -1010,8 +1030,8 @@ static int h3_setup(fd_quic_conn_t *qc)
      * some 40 bytes more a response head (a dynamic table would hold
      * the Server and Date lines) for 5% fewer instructions a request */
     settings.qpack_encoder_max_dtable_capacity = 0;
-    if (nghttp3_conn_server_new(&hc->h3, &h3_callbacks, &settings, NULL,
-                                hc) != 0) {
+    if (nghttp3_conn_server_new(&hc->h3, &h3_callbacks, &settings,
+                                fd_quic_nghttp3_mem(), hc) != 0) {
         free(hc);
         return FD_ERROR;
     }
@@ -1111,14 +1131,25 @@ int fd_h3_stream_reset(ngtcp2_conn *conn, int64_t stream_id,
                        void *user_data, void *stream_user_data)
 {
     fd_quic_conn_t *qc = user_data;
+    h3s_t *st = stream_user_data; /* a request stream's (begin_headers) */
     int rv;
 
     (void)conn;
     (void)final_size;
     (void)app_error_code;
-    (void)stream_user_data;
-    if (qc->h3 &&
-        (rv = nghttp3_conn_shutdown_stream_read(qc->h3->h3, stream_id)) != 0)
+    if (qc->h3 == NULL)
+        return 0;
+    if (st && st->r && !st->r->done && --qc->h3->rst_budget < 0) {
+        /* CVE-2023-44487 over QUIC: requests opened and reset faster
+         * than they can be answered, as HTTP/2's (each answer earns one
+         * back) */
+        fd_log_error(FD_LOG_INFO, 0, "HTTP/3 client reset too many "
+                     "streams");
+        ngtcp2_ccerr_set_application_error(
+            &qc->ccerr, NGHTTP3_H3_EXCESSIVE_LOAD, NULL, 0);
+        return NGTCP2_ERR_CALLBACK_FAILURE;
+    }
+    if ((rv = nghttp3_conn_shutdown_stream_read(qc->h3->h3, stream_id)) != 0)
         return h3_error(qc, rv);
     return 0;
 }
@@ -1127,8 +1158,17 @@ int fd_h3_stream_stop_sending(ngtcp2_conn *conn, int64_t stream_id,
                               uint64_t app_error_code, void *user_data,
                               void *stream_user_data)
 {
-    return fd_h3_stream_reset(conn, stream_id, 0, app_error_code, user_data,
-                              stream_user_data);
+    fd_quic_conn_t *qc = user_data;
+    int rv;
+
+    (void)conn;
+    (void)app_error_code;
+    (void)stream_user_data;
+    /* not counted as a reset: a client cancelling a request sends both */
+    if (qc->h3 &&
+        (rv = nghttp3_conn_shutdown_stream_read(qc->h3->h3, stream_id)) != 0)
+        return h3_error(qc, rv);
+    return 0;
 }
 
 int fd_h3_extend_max_remote_streams_bidi(ngtcp2_conn *conn,

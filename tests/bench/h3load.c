@@ -19,6 +19,19 @@
  *
  * -v prints each response's status and body on stdout (for checks, with
  * -n). The certificate is not verified: this is a benchmark.
+ *
+ * -A CASE: one connection misbehaves (tests/http3_attacks.t), and what
+ * ended it is printed: "closed: application 0x107" (the server's
+ * CONNECTION_CLOSE), "idle" (it went silent), with "received N bytes".
+ *   unexpected  a request stream starting with DATA (H3_FRAME_UNEXPECTED)
+ *   nosettings  a control stream whose first frame is not SETTINGS
+ *   push        a push stream, which only servers open
+ *   frame       a SETTINGS frame cut inside a value (H3_FRAME_ERROR)
+ *   qpack       an encoder stream setting a table over the server's
+ *   blocked     120 request streams each waiting on a QPACK insert that
+ *               never comes, past the server's blocked-streams limit
+ *   reset       requests reset as soon as sent (rapid reset)
+ *   noack       a GET of URL, then not one packet more: no ACKs
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -77,7 +90,28 @@ static struct {
     int verbose;
     const char *host, *port, *path;
     char authority[300];
-} opt = {1, 1, 5.0, 0, 0, NULL, NULL, NULL, ""};
+    const char *attack;
+} opt = {1, 1, 5.0, 0, 0, NULL, NULL, NULL, "", NULL};
+
+/* -A: raw stream bytes to send, in order, and the attack's state */
+typedef struct {
+    int64_t id;
+    uint8_t data[64];
+    size_t len, off;
+    int fin;
+} raw_t;
+
+static raw_t raws[256];
+static unsigned nraw, rawi;
+static int64_t resets[256];
+static unsigned nresets;
+static uint64_t rx_bytes;
+static int muted;
+
+static int attack(const char *name)
+{
+    return opt.attack && strcmp(opt.attack, name) == 0;
+}
 
 static struct {
     uint64_t done, ok, errors, failed_conns, issued;
@@ -121,7 +155,9 @@ static void req_end(conn_t *c, req_t *r, int clean)
 {
     int k = r->status / 100;
 
-    if (measuring && !stopping) {
+    /* with -n, every response counts: one that ended before the last
+     * handshake (the clock's start) was issued all the same */
+    if ((measuring || opt.max_requests) && !stopping) {
         st.done++;
         st.codes[k >= 1 && k <= 5 ? k : 0]++;
         if (clean && r->ended && r->status == 200 &&
@@ -281,6 +317,8 @@ static int submit(conn_t *c)
         {(uint8_t *)"user-agent", (uint8_t *)"h3load", 10, 6, 0},
     };
 
+    if (c->h == NULL)
+        return 0; /* a raw case's */
     while (c->ready && !c->dead && !stopping && c->inflight < opt.streams &&
            (opt.max_requests == 0 || st.issued < opt.max_requests)) {
         req_t *r;
@@ -302,17 +340,103 @@ static int submit(conn_t *c)
         }
         c->inflight++;
         st.issued++;
+        if (attack("reset") && nresets < 256)
+            resets[nresets++] = id; /* reset once its HEADERS are out */
+        if (attack("noack"))
+            break; /* one request */
     }
     return 0;
 }
 
 /* --- ngtcp2 --- */
 
+static void raw_add(int64_t id, const void *data, size_t len, int fin)
+{
+    raw_t *w = &raws[nraw++];
+
+    w->id = id;
+    memcpy(w->data, data, len);
+    w->len = len;
+    w->off = 0;
+    w->fin = fin;
+}
+
+/* a QPACK prefixed integer (RFC 9204 4.1.1) after flags in its first
+ * byte */
+static size_t qpack_int(uint8_t *p, uint8_t flags, unsigned prefix,
+                        uint64_t v)
+{
+    uint64_t max = (1u << prefix) - 1;
+    size_t n = 0;
+
+    if (v < max) {
+        p[n++] = (uint8_t)(flags | v);
+        return n;
+    }
+    p[n++] = (uint8_t)(flags | max);
+    for (v -= max; v >= 128; v >>= 7)
+        p[n++] = (uint8_t)(0x80 | (v & 0x7f));
+    p[n++] = (uint8_t)v;
+    return n;
+}
+
+/* The raw cases: streams of our own bytes, no nghttp3 */
+static int attack_raw(conn_t *c)
+{
+    int64_t id;
+    unsigned i;
+
+    if (attack("unexpected")) {
+        /* DATA before HEADERS on a request stream */
+        if (ngtcp2_conn_open_bidi_stream(c->q, &id, NULL) != 0)
+            return -1;
+        raw_add(id, "\x00\x01x", 3, 1);
+    } else if (attack("nosettings") || attack("frame") || attack("push")) {
+        if (ngtcp2_conn_open_uni_stream(c->q, &id, NULL) != 0)
+            return -1;
+        if (attack("nosettings")) /* control, GOAWAY first */
+            raw_add(id, "\x00\x07\x01\x00", 4, 0);
+        else if (attack("frame")) /* control, SETTINGS of 1 byte: half
+                                   * of a 2-byte varint */
+            raw_add(id, "\x00\x04\x01\x40", 4, 0);
+        else /* a push stream (type 1), push ID 0 */
+            raw_add(id, "\x01\x00", 2, 0);
+    } else if (attack("qpack")) {
+        uint8_t b[16] = {0x02}; /* the encoder stream */
+        size_t n = 1;
+        if (ngtcp2_conn_open_uni_stream(c->q, &id, NULL) != 0)
+            return -1;
+        /* Set Dynamic Table Capacity 1 MB: over the server's 4 KB */
+        n += qpack_int(b + n, 0x20, 5, 1 << 20);
+        raw_add(id, b, n, 0);
+    } else if (attack("blocked")) {
+        /* each: HEADERS whose field line is dynamic entry 0, with a
+         * Required Insert Count of 1 (encoded 2) the encoder stream never
+         * brings */
+        for (i = 0; i < 120; i++) {
+            if (ngtcp2_conn_open_bidi_stream(c->q, &id, NULL) != 0)
+                break;
+            raw_add(id, "\x01\x03\x02\x00\x80", 5, 1);
+        }
+    } else {
+        return 1; /* an nghttp3 case */
+    }
+    return 0;
+}
+
 static int q_handshake_completed(ngtcp2_conn *q, void *ud)
 {
     conn_t *c = ud;
+    int rv;
 
     (void)q;
+    if (opt.attack && (rv = attack_raw(c)) <= 0) {
+        c->ready = 1;
+        nready++;
+        measuring = 1;
+        t_start = now_ns();
+        return rv == 0 ? 0 : NGTCP2_ERR_CALLBACK_FAILURE;
+    }
     if (h3_setup(c) != 0)
         return NGTCP2_ERR_CALLBACK_FAILURE;
     c->ready = 1;
@@ -330,6 +454,8 @@ static int q_recv_stream_data(ngtcp2_conn *q, uint32_t flags, int64_t id,
     conn_t *c = ud;
     nghttp3_ssize n;
 
+    if (c->h == NULL)
+        return 0; /* -A: a raw case's streams */
     (void)off, (void)sud;
     n = nghttp3_conn_read_stream(c->h, id, data, len,
                                  flags & NGTCP2_STREAM_DATA_FLAG_FIN);
@@ -345,6 +471,8 @@ static int q_acked(ngtcp2_conn *q, int64_t id, uint64_t off, uint64_t len,
 {
     conn_t *c = ud;
 
+    if (c->h == NULL)
+        return 0; /* -A: a raw case's streams */
     (void)q, (void)off, (void)sud;
     return nghttp3_conn_add_ack_offset(c->h, id, len) == 0
                ? 0
@@ -357,6 +485,8 @@ static int q_stream_close(ngtcp2_conn *q, uint32_t flags, int64_t id,
     conn_t *c = ud;
     int rv;
 
+    if (c->h == NULL)
+        return 0; /* -A: a raw case's streams */
     (void)q, (void)sud;
     if (!(flags & NGTCP2_STREAM_CLOSE_FLAG_APP_ERROR_CODE_SET))
         code = NGHTTP3_H3_NO_ERROR;
@@ -371,6 +501,8 @@ static int q_stream_reset(ngtcp2_conn *q, int64_t id, uint64_t size,
 {
     conn_t *c = ud;
 
+    if (c->h == NULL)
+        return 0; /* -A: a raw case's streams */
     (void)q, (void)size, (void)code, (void)sud;
     return nghttp3_conn_shutdown_stream_read(c->h, id) == 0
                ? 0
@@ -382,6 +514,8 @@ static int q_stop_sending(ngtcp2_conn *q, int64_t id, uint64_t code, void *ud,
 {
     conn_t *c = ud;
 
+    if (c->h == NULL)
+        return 0; /* -A: a raw case's streams */
     (void)q, (void)code, (void)sud;
     return nghttp3_conn_shutdown_stream_read(c->h, id) == 0
                ? 0
@@ -399,6 +533,8 @@ static int q_extend_max_stream_data(ngtcp2_conn *q, int64_t id, uint64_t max,
 {
     conn_t *c = ud;
 
+    if (c->h == NULL)
+        return 0; /* -A: a raw case's streams */
     (void)q, (void)max, (void)sud;
     return nghttp3_conn_unblock_stream(c->h, id) == 0
                ? 0
@@ -543,8 +679,9 @@ static void conn_write(conn_t *c)
     size_t npkts = 0, gso = 0;
     uint8_t *p = txbuf;
 
-    if (c->dead)
+    if (c->dead || muted)
         return;
+again:
     for (;;) {
         int64_t sid = -1;
         int fin = 0;
@@ -553,8 +690,15 @@ static void conn_write(conn_t *c)
         ngtcp2_ssize n, ndatalen;
         ngtcp2_pkt_info pi;
         uint32_t flags = NGTCP2_WRITE_STREAM_FLAG_MORE;
+        raw_t *w = rawi < nraw ? &raws[rawi] : NULL;
 
-        if (c->h && ngtcp2_conn_get_max_data_left(c->q)) {
+        if (w) {
+            sid = w->id;
+            vec[0].base = w->data + w->off;
+            vec[0].len = w->len - w->off;
+            nvec = 1;
+            fin = w->fin;
+        } else if (c->h && ngtcp2_conn_get_max_data_left(c->q)) {
             nvec = nghttp3_conn_writev_stream(c->h, &sid, &fin, vec, 16);
             if (nvec < 0) {
                 conn_fail(c, nghttp3_strerror((int)nvec));
@@ -566,6 +710,18 @@ static void conn_write(conn_t *c)
         n = ngtcp2_conn_writev_stream(
             c->q, &c->ps.path, &pi, p, MAX_PKT, &ndatalen, flags, sid,
             (const ngtcp2_vec *)vec, (size_t)nvec, ts);
+        if (w && ndatalen >= 0 && (w->off += (size_t)ndatalen) == w->len)
+            rawi++;
+        if (w && n < 0) {
+            if (n == NGTCP2_ERR_WRITE_MORE)
+                continue;
+            rawi++; /* blocked or shut: that stream's bytes are dropped */
+            if (n == NGTCP2_ERR_STREAM_DATA_BLOCKED ||
+                n == NGTCP2_ERR_STREAM_SHUT_WR)
+                continue;
+        }
+        if (w)
+            sid = -1; /* nghttp3 knows nothing of it */
         if (n < 0) {
             if (n == NGTCP2_ERR_STREAM_DATA_BLOCKED) {
                 nghttp3_conn_block_stream(c->h, sid);
@@ -612,6 +768,19 @@ static void conn_write(conn_t *c)
     if (npkts)
         send_batch(c, txbuf, (size_t)(p - txbuf), gso);
     ngtcp2_conn_update_pkt_tx_time(c->q, ts);
+    if (attack("noack") && c->inflight && st.issued)
+        muted = 1; /* the request is out: not a packet more */
+    if (nresets) {
+        /* rapid reset: the HEADERS went; RESET_STREAM each now */
+        unsigned i;
+        for (i = 0; i < nresets; i++)
+            ngtcp2_conn_shutdown_stream(c->q, 0, resets[i],
+                                        NGHTTP3_H3_REQUEST_CANCELLED);
+        nresets = 0;
+        npkts = 0;
+        p = txbuf;
+        goto again;
+    }
 }
 
 static void conn_fail(conn_t *c, const char *why)
@@ -648,8 +817,16 @@ static void conn_read(conn_t *c)
                 continue;
             break;
         }
+        rx_bytes += (uint64_t)n;
         rv = ngtcp2_conn_read_pkt(c->q, &c->ps.path, &pi, rbuf, (size_t)n,
                                   now_ns());
+        if (rv == NGTCP2_ERR_DRAINING && opt.attack) {
+            const ngtcp2_ccerr *ce = ngtcp2_conn_get_ccerr(c->q);
+            printf("closed: %s 0x%llx\n",
+                   ce->type == NGTCP2_CCERR_TYPE_APPLICATION ? "application"
+                                                             : "transport",
+                   (unsigned long long)ce->error_code);
+        }
         if (rv != 0) {
             conn_fail(c, ngtcp2_strerror(rv));
             return;
@@ -695,8 +872,9 @@ int main(int argc, char **argv)
     int ch, rv;
     double secs;
 
-    while ((ch = getopt(argc, argv, "c:m:D:n:v")) != -1) {
+    while ((ch = getopt(argc, argv, "c:m:D:n:vA:")) != -1) {
         switch (ch) {
+        case 'A': opt.attack = optarg; break;
         case 'c': opt.conns = (unsigned)atoi(optarg); break;
         case 'm': opt.streams = (unsigned)atoi(optarg); break;
         case 'D': opt.seconds = atof(optarg); break;
@@ -784,6 +962,12 @@ int main(int argc, char **argv)
                 /* the server times it out instead */
             }
         }
+    }
+    if (opt.attack) {
+        if (ndead == 0)
+            printf("idle\n");
+        printf("received %llu bytes\n", (unsigned long long)rx_bytes);
+        return 0;
     }
     if (opt.verbose)
         fflush(stdout);
