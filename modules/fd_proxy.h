@@ -190,7 +190,7 @@ extern const fd_api_upstream_proto_t fd_proxy_protos[3];
 int fd_proxy_fail(proxy_req_t *px, int status);
 /* The engine's request under px->au, for the tunnel and the cache until
  * they are on the API */
-#define fd_proxy_eu(px) fd_api_upstream_engine((px)->au)
+#define fd_proxy_eu(px) fd_upstream_api_engine((px)->au)
 /* r's proxy request (r->ctx is its upstream side), or NULL */
 static inline proxy_req_t *fd_proxy_req(fd_request_t *r)
 {

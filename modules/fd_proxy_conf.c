@@ -530,7 +530,7 @@ int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
     }
     /* its requests, on fastd_upstream.h; the TLS client is set the
      * engine's way until the API has proxy_ssl_*'s options */
-    lc->uc = fd_api_upstream_conf_in(cf, (fd_api_upstream_t *)lc->up,
+    lc->uc = fd_upstream_api_conf_in(cf, (fd_api_upstream_t *)lc->up,
                                      &fd_proxy_protos[lc->h2]);
     if (lc->uc == NULL)
         return FD_ERROR;
@@ -548,7 +548,7 @@ int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
         fd_api_upstream_conf_set(lc->uc, FD_API_UPSTREAM_BUFFERING,
                                  (int64_t)lc->u.buffering) != FD_OK)
         return FD_ERROR;
-    fd_api_upstream_conf_opts(lc->uc)->ssl = lc->ssl_client;
+    fd_upstream_api_conf_opts(lc->uc)->ssl = lc->ssl_client;
     if (!lc->redirect_set) {
         redirect_t *rd = redirect_new(cf, lc);
         if (rd == NULL)

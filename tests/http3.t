@@ -115,14 +115,7 @@ for my $backend ('epoll', 'io_uring') {
     my $post = join '', map { chr(($_ * 7 + ($_ >> 8)) % 256) } 1 .. 300_000;
     FastdTest::spew("$dir/post.bin", $post);
     $t->write_conf(<<"CONF");
-[main]
-daemon = off
-workers = 1
-pid = %%DIR%%/fastd.pid
-error_log = %%DIR%%/error.log
-$FastdTest::LOG_LEVEL_KEY = info
-@{[ $> == 0 ? "user = root" : "" ]}
-
+@{[ FastdTest::main_section() ]}
 [events]
 backend = $backend
 

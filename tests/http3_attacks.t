@@ -53,14 +53,7 @@ open my $fh, '>', "$dir/www/big" or die;
 print $fh 'x' x (4 << 20);
 close $fh;
 $t->write_conf(<<"CONF");
-[main]
-daemon = off
-workers = 1
-pid = %%DIR%%/fastd.pid
-error_log = %%DIR%%/error.log
-$FastdTest::LOG_LEVEL_KEY = info
-@{[ $> == 0 ? "user = root" : "" ]}
-
+@{[ FastdTest::main_section() ]}
 [http]
 http2_idle_timeout = 1s
 

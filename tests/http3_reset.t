@@ -43,14 +43,7 @@ my $cert = $pki->server('localhost');
 mkdir "$dir/www";
 FastdTest::spew("$dir/www/index.html", "hello\n");
 $t->write_conf(<<"CONF");
-[main]
-daemon = off
-workers = 2
-pid = %%DIR%%/fastd.pid
-error_log = %%DIR%%/error.log
-$FastdTest::LOG_LEVEL_KEY = debug
-@{[ $> == 0 ? "user = root" : "" ]}
-
+@{[ FastdTest::main_section(workers => 2, level => 'debug') ]}
 [server]
 listen = 127.0.0.1:%%PORT%% ssl
 listen = 127.0.0.1:%%PORT%% quic

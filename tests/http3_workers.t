@@ -39,14 +39,7 @@ my $file = join '', map { pack('N', $_ * 2654435761 % 4294967296) }
                         1 .. 375_000; # 1.5 MB
 FastdTest::spew("$dir/www/f.bin", $file);
 my $conf = <<"CONF";
-[main]
-daemon = off
-workers = 4
-pid = %%DIR%%/fastd.pid
-error_log = %%DIR%%/error.log
-$FastdTest::LOG_LEVEL_KEY = info
-@{[ $> == 0 ? "user = root" : "" ]}
-
+@{[ FastdTest::main_section(workers => 4) ]}
 [server]
 listen = 127.0.0.1:%%PORT%% ssl
 listen = 127.0.0.1:%%PORT%% quic

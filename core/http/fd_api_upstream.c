@@ -145,7 +145,7 @@ unsigned fd_api_upstream_keepalive(const fd_api_upstream_t *up)
     return (unsigned)((const fd_upstream_t *)up)->keepalive;
 }
 
-fd_api_upstream_conf_t *fd_api_upstream_conf_in(
+fd_api_upstream_conf_t *fd_upstream_api_conf_in(
     fd_conf_t *cf, fd_api_upstream_t *up, const fd_api_upstream_proto_t *proto)
 {
     fd_api_upstream_conf_t *c;
@@ -176,7 +176,7 @@ fd_api_upstream_conf_t *fd_api_upstream_conf_in(
 fd_api_upstream_conf_t *fd_api_upstream_conf(
     fd_api_upstream_t *up, const fd_api_upstream_proto_t *proto)
 {
-    return fd_api_upstream_conf_in(fd_dso_conf(), up, proto);
+    return fd_upstream_api_conf_in(fd_dso_conf(), up, proto);
 }
 
 /* option opt of o: *v into it (set), or it into *v */
@@ -228,7 +228,7 @@ int fd_api_upstream_parse_next(const char *value, unsigned *next)
     return cf ? fd_upstream_parse_next(cf, value, next) : FD_ERROR;
 }
 
-fd_upstream_opts_t *fd_api_upstream_conf_opts(fd_api_upstream_conf_t *c)
+fd_upstream_opts_t *fd_upstream_api_conf_opts(fd_api_upstream_conf_t *c)
 {
     return &c->o;
 }
@@ -303,7 +303,7 @@ void *fd_api_upstream_data(fd_api_upstream_req_t *u)
     return A(u)->data;
 }
 
-fd_upstream_req_t *fd_api_upstream_engine(fd_api_upstream_req_t *u)
+fd_upstream_req_t *fd_upstream_api_engine(fd_api_upstream_req_t *u)
 {
     return &A(u)->u;
 }

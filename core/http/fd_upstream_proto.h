@@ -243,9 +243,9 @@ void fd_upstream_req_release_bufs(fd_upstream_req_t *u);
  * module's parts not yet on the API alone (the proxy's tunnel, cache and
  * keys): its request, its options (the TLS client), its conf made for a
  * load without fd_dso_conf(). */
-fd_upstream_req_t *fd_api_upstream_engine(fd_api_upstream_req_t *u);
-fd_upstream_opts_t *fd_api_upstream_conf_opts(fd_api_upstream_conf_t *c);
-fd_api_upstream_conf_t *fd_api_upstream_conf_in(
+fd_upstream_req_t *fd_upstream_api_engine(fd_api_upstream_req_t *u);
+fd_upstream_opts_t *fd_upstream_api_conf_opts(fd_api_upstream_conf_t *c);
+fd_api_upstream_conf_t *fd_upstream_api_conf_in(
     fd_conf_t *cf, fd_api_upstream_t *up,
     const fd_api_upstream_proto_t *proto);
 #endif

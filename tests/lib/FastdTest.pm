@@ -305,9 +305,14 @@ sub base_conf {
 # several [server] sections): one worker, the error log in the test's
 # directory at level info; FASTD_TEST_LOAD's module loaded, as
 # base_conf's.
+# The [main] section of a test's own configuration: one worker, logs at
+# info, unless workers => N or level => 'debug' say otherwise.
 sub main_section {
-    return "[main]\ndaemon = off\nworkers = 1\npid = %%DIR%%/fastd.pid\n"
-         . "error_log = %%DIR%%/error.log\n$LOG_LEVEL_KEY = info\n"
+    my (%o) = @_;
+    my ($workers, $level) = ($o{workers} // 1, $o{level} // 'info');
+    return "[main]\ndaemon = off\nworkers = $workers\n"
+         . "pid = %%DIR%%/fastd.pid\n"
+         . "error_log = %%DIR%%/error.log\n$LOG_LEVEL_KEY = $level\n"
          . ($> == 0 ? "user = root\n" : '')
          . ($ENV{FASTD_TEST_LOAD} ? "load_module = $ENV{FASTD_TEST_LOAD}\n"
                                   : '') . "\n";
