@@ -147,15 +147,20 @@ if (-x $gtls) {
     $client = fork // die "fork: $!";
     if ($client == 0) {
         no warnings 'exec';
-        exec "timeout 60 $gtls -q --delay-stream=3s "
+        # its debug output says when the handshake is done (the frame
+        # HANDSHAKE_DONE); the qlog is written through stdio's buffer, and a
+        # wait on it once saw the line only after the request, 3 s on,
+        # was answered by the worker still alive
+        exec "timeout 60 $gtls --delay-stream=3s "
            . "--exit-on-all-streams-close --qlog-file=$dir/client.qlog "
            . "127.0.0.1 $port https://localhost:$port/index.html "
-           . ">/dev/null 2>&1";
+           . ">$dir/client.out 2>&1";
         POSIX::_exit(127);
     }
-    FastdTest::wait_for(sub {
-        (FastdTest::slurp("$dir/client.qlog") // '') =~ /handshake_done/
-    }, 10);
+    ok(FastdTest::wait_for(sub {
+        (FastdTest::slurp("$dir/client.out") // '') =~ /HANDSHAKE_DONE/
+    }, 10, 0.02), 'the client\'s handshake is done') or
+        diag(substr(FastdTest::slurp("$dir/client.out") // '', 0, 2000));
 }
 my @old = $t->workers;
 kill 'KILL', @old;
