@@ -80,12 +80,10 @@ $d->write_conf(FastdTest::base_conf());
     my ($rc, $o) = FastdTest::run_fastd('-t', '-c', $d->conf_file);
     isnt($rc, 0, 'that fastd alone: handler = plaintext is unknown');
 }
-$d->write_conf(FastdTest::base_conf(
-    main => { load_module => [ "$prefix/modules/fd_plaintext.so",
-                               "$prefix/modules/fd_json.so",
-                               "$prefix/modules/fd_status.so",
-                               "$prefix/modules/fd_static.so" ] },
-    locations => $status));
+# the four shared objects every configuration below loads
+my @loads = map { "$prefix/modules/fd_$_.so" } qw(plaintext json status static);
+$d->write_conf(FastdTest::base_conf(main => { load_module => [@loads] },
+                                    locations => $status));
 {
     local $FastdTest::BIN = $bin;
     my ($rc, $o) = FastdTest::run_fastd('-t', '-c', $d->conf_file);
@@ -129,12 +127,8 @@ $d->write_conf(FastdTest::base_conf(
     ok($rc != 0 && $o =~ /\[cluster\] takes no name/,
        '... and [cluster x] is refused: the section has no name')
         or diag($o);
-    $d->write_conf(FastdTest::base_conf(
-        main => { load_module => [ "$prefix/modules/fd_plaintext.so",
-                                   "$prefix/modules/fd_json.so",
-                                   "$prefix/modules/fd_status.so",
-                                   "$prefix/modules/fd_static.so" ] },
-        locations => $status));
+    $d->write_conf(FastdTest::base_conf(main => { load_module => [@loads] },
+                                        locations => $status));
     $d->start;
 }
 $t->start;
