@@ -1071,12 +1071,23 @@ int fd_h3_recv_stream_data(ngtcp2_conn *conn, uint32_t flags,
     fd_quic_conn_t *qc = user_data;
     nghttp3_ssize n;
 
-    (void)offset;
     (void)stream_user_data;
     if (qc->h3 == NULL && h3_setup(qc) != FD_OK) {
         ngtcp2_ccerr_set_application_error(&qc->ccerr,
                                            NGHTTP3_H3_INTERNAL_ERROR, NULL, 0);
         return NGTCP2_ERR_CALLBACK_FAILURE;
+    }
+    if (offset == 0 && datalen == 0 &&
+        (flags & NGTCP2_STREAM_DATA_FLAG_FIN) &&
+        ngtcp2_is_bidi_stream(stream_id)) {
+        /* a request stream ended before its first byte: RFC 9114 4.1
+         * makes it the stream's error, H3_REQUEST_INCOMPLETE (nghttp3
+         * would end the connection, H3_FRAME_UNEXPECTED); like a stream
+         * reset before its HEADERS, not a request, so not counted
+         * against rst_budget */
+        ngtcp2_conn_shutdown_stream(conn, 0, stream_id,
+                                    NGHTTP3_H3_REQUEST_INCOMPLETE);
+        return 0;
     }
     n = nghttp3_conn_read_stream(qc->h3->h3, stream_id, data, datalen,
                                  flags & NGTCP2_STREAM_DATA_FLAG_FIN);
@@ -1116,12 +1127,20 @@ int fd_h3_stream_close(ngtcp2_conn *conn, uint32_t flags, int64_t stream_id,
     (void)stream_user_data;
     /* ngtcp2 1.11 counts losses per stream only: read before it goes */
     fd_stats->quic_lost += ngtcp2_conn_get_stream_loss_count(conn, stream_id);
-    if (qc->h3 == NULL)
-        return 0;
+    rv = NGHTTP3_ERR_STREAM_NOT_FOUND;
     if (!(flags & NGTCP2_STREAM_CLOSE_FLAG_APP_ERROR_CODE_SET))
         app_error_code = NGHTTP3_H3_NO_ERROR;
-    rv = nghttp3_conn_close_stream(qc->h3->h3, stream_id, app_error_code);
-    if (rv != 0 && rv != NGHTTP3_ERR_STREAM_NOT_FOUND)
+    if (qc->h3)
+        rv = nghttp3_conn_close_stream(qc->h3->h3, stream_id, app_error_code);
+    if (rv == NGHTTP3_ERR_STREAM_NOT_FOUND) {
+        /* a request stream nghttp3 never saw (reset before its first
+         * byte, or ended empty): its credit back here, not in
+         * h3_stream_close */
+        if (ngtcp2_is_bidi_stream(stream_id))
+            ngtcp2_conn_extend_max_streams_bidi(conn, 1);
+        return 0;
+    }
+    if (rv != 0)
         return h3_error(qc, rv);
     return 0;
 }
@@ -1134,9 +1153,14 @@ int fd_h3_stream_reset(ngtcp2_conn *conn, int64_t stream_id,
     h3s_t *st = stream_user_data; /* a request stream's (begin_headers) */
     int rv;
 
-    (void)conn;
     (void)final_size;
     (void)app_error_code;
+    if (st == NULL && ngtcp2_is_bidi_stream(stream_id))
+        /* reset before a request began on it: nothing is to be
+         * answered, so our side ends too, or the stream (one of the
+         * client's MAX_STREAMS) stays open for good */
+        ngtcp2_conn_shutdown_stream_write(conn, 0, stream_id,
+                                          NGHTTP3_H3_REQUEST_CANCELLED);
     if (qc->h3 == NULL)
         return 0;
     if (st && st->r && !st->r->done && --qc->h3->rst_budget < 0) {
