@@ -47,15 +47,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <gnutls/gnutls.h>
 #include <nghttp3/nghttp3.h>
-#include <ngtcp2/ngtcp2.h>
-#include <ngtcp2/ngtcp2_crypto.h>
-#include <ngtcp2/ngtcp2_crypto_gnutls.h>
 
-#define PRIORITY                                                               \
-    "%DISABLE_TLS13_COMPAT_MODE:NORMAL:-VERS-ALL:+VERS-TLS1.3:"                \
-    "-CIPHER-ALL:+AES-128-GCM:-GROUP-ALL:+GROUP-X25519"
+#include "../lib/quic_client.h"
 #define MAX_PKT 1452
 #define GSO_PKTS 32
 
@@ -541,25 +535,6 @@ static int q_extend_max_stream_data(ngtcp2_conn *q, int64_t id, uint64_t max,
                : NGTCP2_ERR_CALLBACK_FAILURE;
 }
 
-static void q_rand(uint8_t *dest, size_t len, const ngtcp2_rand_ctx *ctx)
-{
-    (void)ctx;
-    if (getrandom(dest, len, 0) != (ssize_t)len)
-        die("getrandom() failed");
-}
-
-static int q_new_cid(ngtcp2_conn *q, ngtcp2_cid *cid, uint8_t *token,
-                     size_t len, void *ud)
-{
-    (void)q, (void)ud;
-    if (getrandom(cid->data, len, 0) != (ssize_t)len ||
-        getrandom(token, NGTCP2_STATELESS_RESET_TOKENLEN, 0) !=
-            NGTCP2_STATELESS_RESET_TOKENLEN)
-        return NGTCP2_ERR_CALLBACK_FAILURE;
-    cid->datalen = len;
-    return 0;
-}
-
 static ngtcp2_conn *get_conn(ngtcp2_crypto_conn_ref *ref)
 {
     return ((conn_t *)ref->user_data)->q;
@@ -569,19 +544,8 @@ static ngtcp2_conn *get_conn(ngtcp2_crypto_conn_ref *ref)
 
 static void conn_open(conn_t *c, const struct addrinfo *ai)
 {
-    static const gnutls_datum_t h3 = {(unsigned char *)"h3", 2};
     static const ngtcp2_callbacks cb = {
-        .client_initial = ngtcp2_crypto_client_initial_cb,
-        .recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb,
-        .encrypt = ngtcp2_crypto_encrypt_cb,
-        .decrypt = ngtcp2_crypto_decrypt_cb,
-        .hp_mask = ngtcp2_crypto_hp_mask_cb,
-        .recv_retry = ngtcp2_crypto_recv_retry_cb,
-        .update_key = ngtcp2_crypto_update_key_cb,
-        .delete_crypto_aead_ctx = ngtcp2_crypto_delete_crypto_aead_ctx_cb,
-        .delete_crypto_cipher_ctx = ngtcp2_crypto_delete_crypto_cipher_ctx_cb,
-        .get_path_challenge_data = ngtcp2_crypto_get_path_challenge_data_cb,
-        .version_negotiation = ngtcp2_crypto_version_negotiation_cb,
+        QUIC_CLIENT_CALLBACKS,
         .handshake_completed = q_handshake_completed,
         .recv_stream_data = q_recv_stream_data,
         .acked_stream_data_offset = q_acked,
@@ -590,8 +554,6 @@ static void conn_open(conn_t *c, const struct addrinfo *ai)
         .stream_stop_sending = q_stop_sending,
         .extend_max_local_streams_bidi = q_extend_max_streams,
         .extend_max_stream_data = q_extend_max_stream_data,
-        .rand = q_rand,
-        .get_new_connection_id = q_new_cid,
     };
     ngtcp2_settings s;
     ngtcp2_transport_params p;
@@ -628,18 +590,10 @@ static void conn_open(conn_t *c, const struct addrinfo *ai)
     if (ngtcp2_conn_client_new(&c->q, &dcid, &scid, &c->ps.path,
                                NGTCP2_PROTO_VER_V1, &cb, &s, &p, NULL, c) != 0)
         die("ngtcp2_conn_client_new() failed");
-    if (gnutls_init(&c->tls, GNUTLS_CLIENT) < 0 ||
-        gnutls_priority_set_direct(c->tls, PRIORITY, NULL) < 0 ||
-        ngtcp2_crypto_gnutls_configure_client_session(c->tls) != 0 ||
-        gnutls_credentials_set(c->tls, GNUTLS_CRD_CERTIFICATE, cred) < 0 ||
-        gnutls_alpn_set_protocols(c->tls, &h3, 1, GNUTLS_ALPN_MANDATORY) < 0 ||
-        gnutls_server_name_set(c->tls, GNUTLS_NAME_DNS, opt.host,
-                               strlen(opt.host)) < 0)
-        die("GnuTLS session setup failed");
     c->ref.get_conn = get_conn;
     c->ref.user_data = c;
-    gnutls_session_set_ptr(c->tls, &c->ref);
-    ngtcp2_conn_set_tls_native_handle(c->q, c->tls);
+    if (quic_client_tls(&c->tls, cred, opt.host, &c->ref, c->q) != 0)
+        die("GnuTLS session setup failed");
     if (epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev) < 0)
         die("epoll_ctl: %s", strerror(errno));
 }
