@@ -32,20 +32,10 @@ use TLS;
 use JSON::PP;
 use Test::More;
 
-my $root = FastdTest::root();
-my $cfg = FastdTest::slurp("$root/objs/fd_auto_config.h") // '';
-plan skip_all => 'fastd built without HTTP/3 (./configure --with-http3)'
-    unless $cfg =~ /^#define FD_HTTP3 1/m;
-plan skip_all => 'the openssl CLI is not installed' unless TLS::openssl();
-my $flags = `pkg-config --cflags --libs libngtcp2 libngtcp2_crypto_gnutls libnghttp3 gnutls 2>/dev/null`;
-plan skip_all => 'no ngtcp2, nghttp3 or gnutls development files'
-    unless $flags =~ /ngtcp2/;
-
+my $flags = TLS::quic_client_flags();
 my $t = FastdTest->new;
 my $dir = $t->dir;
-my $h3load = "$dir/h3load";
-system("cc -O2 -o $h3load $root/tests/bench/h3load.c $flags") == 0
-    or BAIL_OUT('cc tests/bench/h3load.c failed');
+my ($h3load) = TLS::quic_clients($dir, $flags, 'tests/bench/h3load.c');
 my $pki = TLS->new($dir);
 my $cert = $pki->server('localhost');
 mkdir "$dir/www";

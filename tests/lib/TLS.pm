@@ -182,6 +182,52 @@ sub server_keys {
     return $s;
 }
 
+# The keys of an HTTP/3 [server]: listen ADDR ssl and ADDR quic (the same
+# port) with one certificate pair. %o as server_keys (more: extra lines).
+sub quic_server_keys {
+    my ($cert, %o) = @_;
+    return server_keys(%o, certs => [$cert],
+                       more => "listen = 127.0.0.1:"
+                             . ($o{port} // '%%PORT%%') . " quic\n"
+                             . ($o{more} // ''));
+}
+
+# The compiler flags of the HTTP/3 tests' own clients (tests/bench/h3load.c,
+# tests/lib/quicraw.c); the test is skipped (plan skip_all) when fastd has
+# no HTTP/3, or the openssl CLI or ngtcp2, nghttp3 or GnuTLS headers are
+# missing.
+sub quic_client_flags {
+    require Test::More;
+    my $root = FastdTest::root();
+    my $cfg = FastdTest::slurp("$root/objs/fd_auto_config.h") // '';
+    Test::More::plan(skip_all =>
+        'fastd built without HTTP/3 (./configure --with-http3)')
+        unless $cfg =~ /^#define FD_HTTP3 1/m;
+    Test::More::plan(skip_all => 'the openssl CLI is not installed')
+        unless openssl();
+    my $flags = `pkg-config --cflags --libs libngtcp2 libngtcp2_crypto_gnutls libnghttp3 gnutls 2>/dev/null`;
+    Test::More::plan(skip_all =>
+        'no ngtcp2, nghttp3 or gnutls development files')
+        unless $flags =~ /ngtcp2/;
+    chomp $flags;
+    return $flags;
+}
+
+# Compile those clients (paths below the tree's root) into $dir, each
+# named as its source without .c; returns their paths. A failure bails out.
+sub quic_clients {
+    my ($dir, $flags, @srcs) = @_;
+    my $root = FastdTest::root();
+    my @bins;
+    for my $src (@srcs) {
+        my ($name) = $src =~ m{([^/]+)\.c$};
+        system("cc -O2 -o $dir/$name $root/$src $flags") == 0
+            or Test::More::BAIL_OUT("cc $src failed");
+        push @bins, "$dir/$name";
+    }
+    return @bins;
+}
+
 # A whole configuration: FastdTest::base_conf with its first [server] on
 # an ssl address with these certificates. %o: certs, names, more (server
 # keys), main/http/events (as base_conf), locations, extra.
