@@ -1448,6 +1448,10 @@ static void renew(job_t *j, int forced)
     }
     fd_log_error(FD_LOG_NOTICE, 0, "acme: %s: ordering a certificate from "
                  "%s", j->c->names[0], a->is->directory);
+    /* each order reads the directory afresh: a CA's meta (profiles, terms)
+     * may have changed since the last, weeks ago */
+    json_decref(a->dir);
+    a->dir = NULL;
     if (directory(a) != FD_OK || account(a) != FD_OK ||
         order(a, j->c, &chain, &leaf, &k) != FD_OK ||
         (kp = key_pem(k)) == NULL) {
