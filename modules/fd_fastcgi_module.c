@@ -369,63 +369,8 @@ static int fastcgi_init_conf(void *conf)
 
 /* --- 2. the request ------------------------------------------------------ */
 
-/*
- * What the module writes into a string builder of the request's (the
- * PARAMS, the CGI header): a window reserved in it, written through
- * inline and committed when a new one is needed or at the end, so that a
- * request costs a few calls, not one a byte string. base is where the
- * builder's bytes begin (offsets stay valid when it grows); p NULL: out
- * of memory, checked once, at the end.
- */
-typedef struct {
-    fd_api_sbuf_t *sb;
-    char *base, *p, *end;
-} out_t;
-
-static char *out_grow(out_t *o, size_t n)
-{
-    size_t room = 0;
-
-    if (o->p == NULL)
-        return NULL;
-    fd_api_sbuf_commit(o->sb, o->p);
-    o->p = fd_api_sbuf_reserve(o->sb, n, &room);
-    o->base = fd_api_sbuf_data(o->sb);
-    o->end = o->p ? o->p + room : NULL;
-    return o->p;
-}
-
-static inline char *out_room(out_t *o, size_t n)
-{
-    return (size_t)(o->end - o->p) >= n ? o->p : out_grow(o, n);
-}
-
-static inline void out_add(out_t *o, const void *data, size_t n)
-{
-    char *p = out_room(o, n);
-
-    if (p && n) {
-        memcpy(p, data, n);
-        o->p = p + n;
-    }
-}
-
-/* a builder of the request's with a first window of n bytes */
-static int out_init(out_t *o, fd_request_t *r, size_t n)
-{
-    size_t room = 0;
-
-    o->p = o->end = NULL;
-    o->sb = fd_req_sbuf(r, n);
-    if (o->sb == NULL ||
-        (o->p = fd_api_sbuf_reserve(o->sb, n, &room)) == NULL)
-        return FD_ERROR;
-    o->base = fd_api_sbuf_data(o->sb);
-    o->end = o->p + room;
-    return FD_OK;
-}
-
-#define out_len(o) ((size_t)((o)->p - (o)->base))
+/* What the module writes (the PARAMS, the CGI header) goes through a
+ * window in a string builder of the request's (fd_api_out_t). */
 
 typedef struct {
     fd_request_t *r;
@@ -438,7 +383,7 @@ typedef struct {
 
     /* from the application */
     fd_fcgi_parser_t ps;
-    out_t hb;                  /* the CGI header until its blank line */
+    fd_api_out_t hb;           /* the CGI header until its blank line */
     size_t hscan;              /* hb: where the scan for its end resumes */
     size_t held_at;            /* hb: where the held body begins */
     uint64_t out_bytes;        /* body bytes handed to the engine */
@@ -498,9 +443,10 @@ static void split_path(fcgi_req_t *fx)
  * value's length is written as 4 bytes first; pair_end() moves the name
  * and value down 3 bytes when 1 suffices (nearly always: they are short).
  */
-static void pair_begin(out_t *o, const char *name, size_t n, size_t *lat)
+static void pair_begin(fd_api_out_t *o, const char *name, size_t n,
+                       size_t *lat)
 {
-    char *p = out_room(o, 8 + n);
+    char *p = fd_api_out_room(o, 8 + n);
 
     if (p == NULL)
         return;
@@ -510,7 +456,7 @@ static void pair_begin(out_t *o, const char *name, size_t n, size_t *lat)
     o->p = p + 4 + n;
 }
 
-static void pair_end(out_t *o, size_t lat, size_t n)
+static void pair_end(fd_api_out_t *o, size_t lat, size_t n)
 {
     char *l;
     size_t vlen;
@@ -555,18 +501,18 @@ static int header_param(const fcgi_conf_t *lc, fd_str_t h, char *name)
 }
 
 /* A parameter's value for r, part by part, appended */
-static void param_value(out_t *b, fd_request_t *r, const param_t *pm)
+static void param_value(fd_api_out_t *b, fd_request_t *r, const param_t *pm)
 {
     char tmp[FD_API_VAR_TMP];
     unsigned i;
 
     if (pm->literal) {
-        out_add(b, pm->text.data, pm->text.len);
+        fd_api_out_add(b, pm->text.data, pm->text.len);
         return;
     }
     for (i = 0; i < pm->nparts; i++) {
         fd_str_t v = fd_req_script_value(r, pm->value, i, NULL, tmp);
-        out_add(b, v.data, v.len);
+        fd_api_out_add(b, v.data, v.len);
     }
 }
 
@@ -584,19 +530,20 @@ static int fcgi_build(fd_api_upstream_req_t *u, void *data, fd_str_t *out)
     size_t lat = 0, len;
     fd_str_t hn, hv, host;
     unsigned i;
-    out_t b;
+    fd_api_out_t b;
 
     (void)u;
-    if (out_init(&b, r, 2048) != FD_OK)
+    if (fd_api_out_init(&b, r, 2048) != FD_OK)
         return 500;
     fd_fcgi_begin(b.p, fd_api_upstream_keepalive(lc->up) > 0);
     b.p += 24;
     for (i = 0; i < lc->np; i++) {
         const param_t *pm = &lc->p[i];
-        size_t at = out_len(&b);
+        size_t at = fd_api_out_len(&b);
         pair_begin(&b, pm->name.data, pm->name.len, &lat);
         param_value(&b, r, pm);
-        if (pm->if_not_empty && b.p && out_len(&b) == lat + 4 + pm->name.len) {
+        if (pm->if_not_empty && b.p &&
+            fd_api_out_len(&b) == lat + 4 + pm->name.len) {
             b.p = b.base + at;
             continue;
         }
@@ -607,7 +554,7 @@ static int fcgi_build(fd_api_upstream_req_t *u, void *data, fd_str_t *out)
         if (lit_eq(hn, "host") || !header_param(lc, hn, name))
             continue;
         pair_begin(&b, name, hn.len + 5, &lat);
-        out_add(&b, hv.data, hv.len);
+        fd_api_out_add(&b, hv.data, hv.len);
         pair_end(&b, lat, hn.len + 5);
     }
     /* HTTP_HOST is the host fastd routed on, not the Host field as
@@ -618,12 +565,12 @@ static int fcgi_build(fd_api_upstream_req_t *u, void *data, fd_str_t *out)
     host = fd_req_var_value(r, lc->http_host, tmp);
     if (host.len && header_param(lc, (fd_str_t){4, "Host"}, name)) {
         pair_begin(&b, name, 9, &lat);
-        out_add(&b, host.data, host.len);
+        fd_api_out_add(&b, host.data, host.len);
         pair_end(&b, lat, 9);
     }
-    if ((p = out_room(&b, 16)) == NULL)
+    if ((p = fd_api_out_room(&b, 16)) == NULL)
         return 500;
-    len = out_len(&b) - 24;
+    len = fd_api_out_len(&b) - 24;
     if (len <= FD_FCGI_MAX_CONTENT) {
         /* in place: the PARAMS header, then the empty one after */
         fd_fcgi_header(b.base + 16, FD_FCGI_PARAMS, len);
@@ -820,14 +767,14 @@ static int header_feed(fcgi_req_t *fx, const char *s, size_t n)
     size_t len, i, hend = 0;
     char *h;
 
-    if (out_len(&fx->hb) + n > HEADER_MAX)
+    if (fd_api_out_len(&fx->hb) + n > HEADER_MAX)
         return fd_api_upstream_invalid(fx->u, "sent a response header over "
                                               "16k");
-    out_add(&fx->hb, s, n);
+    fd_api_out_add(&fx->hb, s, n);
     if (fx->hb.p == NULL)
         return fd_api_upstream_fail(fx->u, 500);
     h = fx->hb.base;
-    len = out_len(&fx->hb);
+    len = fd_api_out_len(&fx->hb);
     /* "\n\n" or "\n\r\n" ends it; a first line that is blank too */
     for (i = fx->hscan; i < len; i++) {
         if (h[i] != '\n')
@@ -908,11 +855,11 @@ static int process_some(fcgi_req_t *fx, const char *in, size_t len,
      * goes with its Content-Length instead of chunked.
      */
     if (!fx->streaming && !fx->discard) {
-        size_t held = out_len(&fx->hb) - fx->held_at;
+        size_t held = fd_api_out_len(&fx->hb) - fx->held_at;
         unsigned k;
         if (!ended && held + bytes <= HEADER_MAX) {
             for (k = 0; k < nb; k++)
-                out_add(&fx->hb, chain[k].data, chain[k].len);
+                fd_api_out_add(&fx->hb, chain[k].data, chain[k].len);
             if (fx->hb.p == NULL)
                 return fd_api_upstream_fail(fx->u, 500);
             return FD_OK;
@@ -966,7 +913,7 @@ static void fcgi_retry(fd_api_upstream_req_t *u, void *data)
 
     (void)u;
     fd_fcgi_parser_init(&fx->ps);
-    out_init(&fx->hb, fx->r, 512); /* a failure shows at the next byte */
+    fd_api_out_init(&fx->hb, fx->r, 512); /* a failure shows at the next byte */
     fx->hscan = 0;
     fx->held_at = 0;
     fx->nstderr = 0;
@@ -1007,7 +954,7 @@ static int fastcgi_handler(fd_request_t *r)
     fx->body_length = clen;
     fd_fcgi_parser_init(&fx->ps);
     split_path(fx);
-    if (out_init(&fx->hb, r, 512) != FD_OK)
+    if (fd_api_out_init(&fx->hb, r, 512) != FD_OK)
         return 500;
     return fd_api_upstream_start(u);
 }

@@ -22,7 +22,10 @@
  *               fd_api_upstream_output() and fd_api_upstream_last().
  *
  * tests/modules/scgi.c is a whole protocol (SCGI) in 200 lines, and
- * modules/fd_fastcgi_module.c is FastCGI on this header.
+ * modules/fd_fastcgi_module.c is FastCGI on this header. From 1.8 it
+ * also has what an HTTP proxy reads and writes of the request (the
+ * client's header lines, the HTTP/1.1 response head's parser, the
+ * chunked decoder: modules/fd_proxy_module.c).
  *
  * The verbs' results: FD_OK (go on), FD_AGAIN (stop here: the engine
  * calls process again when it can go on: a new try began, or the client's
@@ -34,6 +37,8 @@
  */
 #ifndef FASTD_UPSTREAM_H
 #define FASTD_UPSTREAM_H
+
+#include <string.h>
 
 #include "fastd.h"
 
@@ -249,6 +254,158 @@ int fd_api_upstream_fail(fd_api_upstream_req_t *u, int status);
 /* The upstream side is over, the request ends with rc (FD_OK: the module
  * set the response). FD_DONE. */
 int fd_api_upstream_end(fd_api_upstream_req_t *u, int rc);
+
+/* --- 1.8: an HTTP proxy's own (proxy) ------------------------------------- */
+
+/*
+ * What an HTTP proxy reads of the client's request, in one call a request
+ * (its hot path): fd_req_http(r, &h, sizeof(h)) fills h up to size bytes
+ * (a module built for this minor passes its own sizeof; a later one adds
+ * fields at the end only). The slices are the request's memory.
+ */
+typedef struct {
+    const fd_api_field_t *fields; /* the header lines as they came */
+    unsigned nfields;
+    unsigned version;         /* 10, 11, 20 (HTTP/2), 30 (HTTP/3) */
+    fd_str_t host;            /* the absolute-form authority, else Host,
+                               * checked and normal (len 0: none) */
+    fd_str_t path_raw;        /* the target's path, still %-encoded */
+    fd_str_t upgrade;         /* the Upgrade field's value */
+    fd_str_t path_rest;       /* the path past what a prefix location
+                               * matched ("" for an exact one) */
+    int64_t content_length;   /* as the client declared it; -1: none */
+    uint64_t max_body;        /* the location's max_body_size */
+    unsigned chunked:1;       /* the body comes chunked (HTTP/1.1) */
+    unsigned conn_upgrade:1;  /* Connection names "upgrade" */
+    unsigned ext_connect:1;   /* an HTTP/2 extended CONNECT (RFC 8441) */
+    unsigned tls:1;           /* the client came over TLS */
+    unsigned uri_changed:1;   /* a rewrite set the URI (fd_req_path) */
+} fd_api_http_req_t;
+void fd_req_http(fd_request_t *r, fd_api_http_req_t *h, size_t size);
+/* The client's address as $remote_addr says it (after real_ip) into
+ * buf: its length (0: none, or size too small; 46 is enough). */
+size_t fd_req_client_text(fd_request_t *r, char *buf, size_t size);
+
+/* The tokens of a list value as Connection's (split at ',', SP and HTAB,
+ * empty ones skipped) added to tok[*n], up to max in all. */
+void fd_api_http_tokens(fd_str_t v, fd_str_t *tok, unsigned *n,
+                        unsigned max);
+
+/* s[0, n) into sb, the bytes esc names as %XX: FD_API_ESC_PATH, all but
+ * RFC 3986's pchar and '/' (a path for a request line or a Location);
+ * FD_API_ESC_TARGET, SP, controls and 8-bit (a query for a request
+ * line); FD_API_ESC_HEADER, controls but HTAB (a value a $variable made
+ * cannot split a header field). */
+enum { FD_API_ESC_PATH = 1, FD_API_ESC_TARGET, FD_API_ESC_HEADER };
+void fd_api_sbuf_add_escaped(fd_api_sbuf_t *sb, const char *s, size_t n,
+                             int esc);
+/* A script's value (fd_api_script_compile) into sb, its variables'
+ * values escaped as esc says (0: none; literals go as written). */
+void fd_req_script_add(fd_request_t *r, const fd_api_script_t *s,
+                       int esc, fd_api_sbuf_t *sb);
+
+/*
+ * An HTTP/1.1 server's response header (RFC 9112), strictly: first its
+ * end, fd_api_http_response_end(buf, len, &scan, &hlen, &err) on what
+ * came so far (buf[0, len) grows between calls, scan 0 at first
+ * remembers how far it was checked): FD_OK with hlen (through the blank
+ * line), FD_AGAIN, or FD_ERROR with err ("sent ...", for
+ * fd_api_upstream_invalid()). Then the header whole,
+ * fd_api_http_response(rs, h, hlen, &err), rs.fields and rs.max_fields
+ * set by the caller (more fields is an error): FD_OK or FD_ERROR with
+ * err. The slices point into h.
+ */
+#define FD_API_HTTP_RESP_TOKENS 16
+typedef struct {
+    fd_api_field_t *fields;   /* the caller's array */
+    unsigned max_fields;
+    unsigned nfields;
+    int version;              /* 10 or 11 */
+    int status;               /* 100..599 */
+    /* framing, unset for an interim 1xx (not 101): it has no body */
+    int64_t content_length;   /* -1: none */
+    unsigned chunked:1;       /* Transfer-Encoding: chunked */
+    unsigned conn_close:1;
+    unsigned conn_keepalive:1;
+    /* the tokens of every Connection field (hop-by-hop fields' names),
+     * the first FD_API_HTTP_RESP_TOKENS */
+    fd_str_t conn_tok[FD_API_HTTP_RESP_TOKENS];
+    unsigned ntok;
+    fd_str_t upgrade;         /* the last Upgrade value, or {0, NULL} */
+} fd_api_http_resp_t;
+int fd_api_http_response_end(const char *buf, size_t len, size_t *scan,
+                             size_t *hlen, const char **err);
+int fd_api_http_response(fd_api_http_resp_t *rs, const char *h, size_t hlen,
+                         const char **err);
+
+/* A chunked body's decoder, resumable at any byte (zeroed to begin):
+ * from *pos up to end, FD_OK with a slice of the body in (*data, *n) (0
+ * bytes when only framing was taken), FD_AGAIN when the input is used
+ * up, FD_DONE after the last chunk and its trailer, or FD_ERROR. *pos
+ * moves past what was taken. */
+typedef struct {
+    uint64_t state_[6];       /* fastd's (room to grow) */
+} fd_api_http_chunked_t;
+int fd_api_http_chunked(fd_api_http_chunked_t *ck, const char **pos,
+                        const char *end, const char **data, size_t *n);
+
+/* The response's own Server field (a proxied one) goes to the client in
+ * place of fastd's. */
+void fd_resp_own_server(fd_request_t *r);
+/* 1 once the response header left (a body cut after it cannot become an
+ * error page). */
+int fd_resp_header_sent(fd_request_t *r);
+/* The client's connection sends each write at once (TCP_NODELAY): a
+ * response streamed unbuffered, in small pieces. */
+void fd_req_nodelay(fd_request_t *r);
+/* The response so far (status, fields, type, length) set aside, the
+ * request's response empty again: a background update builds another
+ * in it for a cache alone, then fd_resp_put_back() brings the first one
+ * back. NULL when out of memory. */
+typedef struct fd_api_resp_s fd_api_resp_t;
+fd_api_resp_t *fd_resp_set_aside(fd_request_t *r);
+void fd_resp_put_back(fd_request_t *r, fd_api_resp_t *saved);
+
+/*
+ * Protocol bytes written into a string builder of the request's
+ * (fd_req_sbuf) through a window reserved in it (fd_api_sbuf_reserve):
+ * fd_api_out_add() and fd_api_out_room() write inline, and only a full
+ * window costs a call (fd_api_out_grow), so that a request header is a
+ * few calls, not one a piece. base is where the builder's bytes begin
+ * (offsets from it stay valid when it grows); p NULL once out of memory,
+ * checked once, at the end. Between fd_api_out_sync() (the window
+ * committed) and fd_api_out_resume() (a new one of n bytes), o->sb takes
+ * fd_api_sbuf_* calls (an escaped value, a script's).
+ */
+typedef struct {
+    fd_api_sbuf_t *sb;
+    char *base, *p, *end;
+} fd_api_out_t;
+/* A builder of r's with a first window of n bytes: FD_OK, FD_ERROR. */
+int fd_api_out_init(fd_api_out_t *o, fd_request_t *r, size_t n);
+/* The window committed, a new one of at least n bytes: where to write,
+ * or NULL once out of memory. */
+char *fd_api_out_grow(fd_api_out_t *o, size_t n);
+void fd_api_out_sync(fd_api_out_t *o);
+char *fd_api_out_resume(fd_api_out_t *o, size_t n);
+
+static inline char *fd_api_out_room(fd_api_out_t *o, size_t n)
+{
+    return (size_t)(o->end - o->p) >= n ? o->p : fd_api_out_grow(o, n);
+}
+
+static inline void fd_api_out_add(fd_api_out_t *o, const void *data,
+                                  size_t n)
+{
+    char *p = fd_api_out_room(o, n);
+
+    if (p && n) {
+        memcpy(p, data, n);
+        o->p = p + n;
+    }
+}
+
+#define fd_api_out_len(o) ((size_t)((o)->p - (o)->base))
 
 #ifdef __cplusplus
 }
