@@ -18,8 +18,6 @@
 
 extern fd_module_t fd_proxy_module;
 
-#define BUF_SIZE FD_UPSTREAM_BUF /* the tunnel's buffers */
-
 enum { HOST_PASS, HOST_UPSTREAM };
 
 /* what a location speaks to its upstream */
@@ -64,13 +62,14 @@ typedef struct fd_proxy_cache_req_s fd_proxy_cache_req_t;
 typedef struct {
     fd_str_t name;
     fd_str_t value;            /* as written */
-    fd_var_script_t script;    /* the value, compiled; empty: not sent */
+    const fd_api_script_t *script; /* the value, compiled; empty: not
+                                    * sent */
 } set_header_t;
 
 /* proxy_redirect = FROM TO (or default: resolved at init_conf) */
 typedef struct {
     fd_str_t from;             /* a prefix of Location / Refresh's URL */
-    fd_var_script_t to;        /* what replaces it */
+    const fd_api_script_t *to; /* what replaces it */
     fd_str_t to_rest;          /* default: the client's scheme://host, then
                                 * this */
     unsigned dflt:1;
@@ -90,6 +89,7 @@ typedef struct {
 
     /* built */
     fd_upstream_t *up;
+    fd_api_upstream_t *group;  /* up, as fastd_upstream.h has it */
     fd_api_upstream_conf_t *uc; /* the location's requests to up, on
                                  * fastd_upstream.h */
     char *pass_host;           /* HOST of pass, or the group's NAME */
@@ -97,6 +97,8 @@ typedef struct {
     fd_str_t uri;              /* the URI part of pass, if any */
     unsigned has_uri:1;
     unsigned https:1;
+    unsigned nodelay:1;        /* no buffering: the client's writes go at
+                                * once (TCP_NODELAY) */
     unsigned h2:2;             /* PROXY_H1, PROXY_H2, PROXY_GRPC */
     set_header_t *hdrs;
     unsigned nhdrs;
@@ -156,16 +158,36 @@ int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf);
 
 /* --- a request --- */
 
+/* "Name: value\r\n" into o */
+static inline void fd_proxy_out_field(fd_api_out_t *o, fd_str_t n,
+                                      fd_str_t v)
+{
+    char *p = fd_api_out_room(o, n.len + v.len + 4);
+
+    if (p == NULL)
+        return;
+    memcpy(p, n.data, n.len);
+    p += n.len;
+    *p++ = ':';
+    *p++ = ' ';
+    memcpy(p, v.data, v.len);
+    p += v.len;
+    *p++ = '\r';
+    *p++ = '\n';
+    o->p = p;
+}
+
 struct proxy_req_s {
     fd_api_upstream_req_t *au; /* the request's upstream side */
     fd_request_t *r;
     proxy_loc_conf_t *lc;
-    fd_upstream_t *up;
+    fd_api_upstream_t *up;
+    fd_api_http_req_t in;      /* the client's request (fd_req_http) */
 
     /* the response */
     size_t hscan;              /* where the header's scan resumes */
     int framing;               /* FR_* */
-    fd_http_chunked_t ck;
+    fd_api_http_chunked_t ck;
 
     int64_t rest;              /* FR_LENGTH: body bytes still to come */
     int64_t body_bytes;        /* of the client's, chunked */
@@ -194,7 +216,9 @@ int fd_proxy_fail(proxy_req_t *px, int status);
 /* r's proxy request (r->ctx is its upstream side), or NULL */
 static inline proxy_req_t *fd_proxy_req(fd_request_t *r)
 {
-    return r->ctx ? fd_api_upstream_data(r->ctx) : NULL;
+    void *u = fd_req_get_ctx(r);
+
+    return u ? fd_api_upstream_data(u) : NULL;
 }
 
 /* The rest of the handler once the cache let the request go upstream:
@@ -231,10 +255,11 @@ const char *fd_proxy_cache_status_text(int s);
 
 /* The handler's first step where proxy_cache is set: FD_OK (a HIT is in
  * r), FD_AGAIN (it waits for another request's fill, then goes on by
- * itself), FD_DECLINED (go upstream), or an error status. */
+ * itself), FD_DECLINED (go upstream), FD_PROXY_CACHE_BACKGROUND (the
+ * stale entry went to the client already), or an error status. */
 int fd_proxy_cache_lookup(proxy_req_t *px);
 /* The response header was parsed (raw fields f, and r's): store it? */
-void fd_proxy_cache_header(proxy_req_t *px, const fd_http_header_t *f,
+void fd_proxy_cache_header(proxy_req_t *px, const fd_api_field_t *f,
                            unsigned nf, int64_t content_length);
 /* Body pieces as they go to the client. */
 void fd_proxy_cache_body(proxy_req_t *px, const fd_api_piece_t *p,
@@ -245,10 +270,10 @@ void fd_proxy_cache_end(proxy_req_t *px, int whole);
 void fd_proxy_cache_abandon(proxy_req_t *px);
 /* Stale entries and revalidation (see fd_proxy_cache.c) */
 int fd_proxy_cache_drops_field(fd_str_t name);
-void fd_proxy_cache_request_fields(proxy_req_t *px, fd_sbuf_t *sb);
+void fd_proxy_cache_request_fields(proxy_req_t *px, fd_api_out_t *o);
 int fd_proxy_cache_stale(proxy_req_t *px, unsigned cond);
 int fd_proxy_cache_response(proxy_req_t *px, int status,
-                            const fd_http_header_t *f, unsigned nf);
+                            const fd_api_field_t *f, unsigned nf);
 
 /* unit tested */
 void fd_proxy_cache_hash(const char *key, size_t n, uint8_t md5[16]);
@@ -281,7 +306,7 @@ int64_t fd_proxy_cache_valid_for(const fd_http_header_t *f, unsigned nf,
  * answers the key. */
 int fd_proxy_tunnel_key(proxy_req_t *px);
 int fd_proxy_tunnel_own_field(fd_str_t name);
-int fd_proxy_tunnel_accepted(proxy_req_t *px, const fd_http_header_t *f,
+int fd_proxy_tunnel_accepted(proxy_req_t *px, const fd_api_field_t *f,
                              unsigned nf);
 
 /* The master's, once the whole file is read: the directories it made for

@@ -908,6 +908,7 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
                 px->cache_status = FD_PROXY_CACHE_STALE;
                 COUNT(cr->cache, stale);
                 stale_keep(cr, gen); /* and its validators, revalidating */
+                fd_http_respond_early(r);
                 return FD_PROXY_CACHE_BACKGROUND;
             }
             unserve(r);
@@ -984,7 +985,7 @@ int fd_proxy_cache_drops_field(fd_str_t n)
 }
 
 /* The validators of an expired entry, when revalidating (see stale_keep). */
-void fd_proxy_cache_request_fields(proxy_req_t *px, fd_sbuf_t *sb)
+void fd_proxy_cache_request_fields(proxy_req_t *px, fd_api_out_t *o)
 {
     fd_proxy_cache_req_t *cr = px->cr;
 
@@ -992,9 +993,9 @@ void fd_proxy_cache_request_fields(proxy_req_t *px, fd_sbuf_t *sb)
         (cr->etag.len == 0 && cr->last_modified.len == 0))
         return;
     if (cr->etag.len)
-        fd_sbuf_add_header(sb, fd_string("If-None-Match"), cr->etag);
+        fd_proxy_out_field(o, fd_string("If-None-Match"), cr->etag);
     if (cr->last_modified.len)
-        fd_sbuf_add_header(sb, fd_string("If-Modified-Since"),
+        fd_proxy_out_field(o, fd_string("If-Modified-Since"),
                            cr->last_modified);
     cr->revalidating = 1;
 }
@@ -1051,8 +1052,10 @@ static void refresh_file(fd_proxy_cache_req_t *cr, int64_t expires)
  * response goes on to the client.
  */
 int fd_proxy_cache_response(proxy_req_t *px, int status,
-                            const fd_http_header_t *f, unsigned nf)
+                            const fd_api_field_t *af, unsigned nf)
 {
+    /* the engine's fields, as the API's (fd_api_http.c) */
+    const fd_http_header_t *f = (const fd_http_header_t *)af;
     static const struct {
         int status;
         unsigned cond;
@@ -1224,9 +1227,10 @@ static int store_key(fd_proxy_cache_req_t *cr, const fd_http_header_t *f,
  * it may be kept. Its fields as the client gets them (hidden and
  * hop-by-hop ones are gone; add_header comes at sending time).
  */
-void fd_proxy_cache_header(proxy_req_t *px, const fd_http_header_t *f,
+void fd_proxy_cache_header(proxy_req_t *px, const fd_api_field_t *af,
                            unsigned nf, int64_t content_length)
 {
+    const fd_http_header_t *f = (const fd_http_header_t *)af;
     fd_proxy_cache_req_t *cr = px->cr;
     fd_request_t *r = px->r;
     proxy_loc_conf_t *lc = px->lc;

@@ -407,6 +407,22 @@ static int set_hide_header(fd_conf_t *cf, const fd_directive_t *d,
     return FD_OK;
 }
 
+/* A value with $variables compiled as fd_api_script_compile() makes it:
+ * the request side reads it through the API (fd_req_script_add). */
+static const fd_api_script_t *script(fd_conf_t *cf, const char *v, size_t n,
+                                     const char *what)
+{
+    fd_var_script_t *s = fd_pcalloc(cf->pool, sizeof(*s));
+
+    if (s == NULL) {
+        fd_conf_error(cf, "out of memory");
+        return NULL;
+    }
+    if (fd_var_compile(cf, s, v, n, 0, what) != FD_OK)
+        return NULL;
+    return (const fd_api_script_t *)s;
+}
+
 static redirect_t *redirect_new(fd_conf_t *cf, proxy_loc_conf_t *lc)
 {
     redirect_t *rd = fd_palloc(cf->pool, (lc->nredirects + 1) * sizeof(*rd));
@@ -455,7 +471,8 @@ static int set_redirect(fd_conf_t *cf, const fd_directive_t *d, void *conf,
         return FD_ERROR;
     rd->from = (fd_str_t){(size_t)(sp - v),
                           fd_pstrdup(cf->pool, v, (size_t)(sp - v))};
-    return fd_var_compile(cf, &rd->to, to, strlen(to), 0, "proxy_redirect");
+    rd->to = script(cf, to, strlen(to), "proxy_redirect");
+    return rd->to ? FD_OK : FD_ERROR;
 }
 
 /* proxy_redirect default, for this location: FROM is the pass URL with
@@ -530,7 +547,9 @@ int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
     }
     /* its requests, on fastd_upstream.h; the TLS client is set the
      * engine's way until the API has proxy_ssl_*'s options */
-    lc->uc = fd_upstream_api_conf_in(cf, (fd_api_upstream_t *)lc->up,
+    lc->group = (fd_api_upstream_t *)lc->up;
+    lc->nodelay = !lc->u.buffering;
+    lc->uc = fd_upstream_api_conf_in(cf, lc->group,
                                      &fd_proxy_protos[lc->h2]);
     if (lc->uc == NULL)
         return FD_ERROR;
@@ -585,8 +604,7 @@ int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
             if ((uint8_t)v[k] < 0x20 && v[k] != '\t')
                 return fd_conf_error(cf, "\"set_header\": control character "
                                      "in \"%s\"", s);
-        if (fd_var_compile(cf, &h->script, v, h->value.len, 0,
-                           "set_header") != FD_OK)
+        if ((h->script = script(cf, v, h->value.len, "set_header")) == NULL)
             return FD_ERROR;
         if (fd_str_caseeq_lit(h->name, "connection") ||
             fd_str_caseeq_lit(h->name, "transfer-encoding") ||

@@ -2,10 +2,12 @@
  * handler = proxy: a reverse proxy to upstream groups, on the upstream
  * engine's public face (fastd_upstream.h: the engine picks the server,
  * keeps its health and the idle connections to it, retries, and speaks
- * HTTP/2 and gRPC itself); HTTP/1.1's framing and parser are here. The
- * request's side (its fields, the response's) is still the engine's
- * structures, and the cache reaches the engine's request (fd_proxy_eu()):
- * they move to the public API next (issue 41).
+ * HTTP/2 and gRPC itself); HTTP/1.1's framing is here, on the API's
+ * parser. The request side (the client's fields, the upstream request,
+ * the response) is on the public API alone (1.8); the module's
+ * descriptor and keys (fd_proxy_conf.c), its variable and the cache
+ * (fd_proxy_cache.c, which reaches the engine's request: fd_proxy_eu())
+ * are still the engine's: they move next (issue 41).
  *
  * The file reads in the order a request goes through it:
  *   1. worker setup (the location keys are fd_proxy_conf.c's);
@@ -14,10 +16,11 @@
  *      and goes to the next (next_upstream) or the error page; the body is
  *      pulled from the client only while the upstream takes it
  *      (back-pressure), Content-Length passed on, chunked re-chunked;
- *   3. the response: a strict parser (status line, header fields, framing),
- *      then the body streamed through fd_http_output(), which stops us at
- *      its high-water mark until r->on_drain (back-pressure); chunked is
- *      decoded here and framed again by the engine; client aborts;
+ *   3. the response: a strict parser (status line, header fields, framing:
+ *      fd_api_http_response), then the body handed to the engine
+ *      (fd_api_upstream_output), which stops us at the client's
+ *      high-water mark (back-pressure); chunked is decoded here and
+ *      framed again by the engine; client aborts;
  *   4. events and timeouts, and the handler;
  *   5. the module's variable ($upstream_cache_status; $upstream_addr,
  *      $upstream_status and $upstream_response_time are the upstream
@@ -27,7 +30,7 @@
  *
  * Everything runs on the worker's loop thread; state is per worker (each
  * worker has its own copy of the configuration, whose runtime fields it
- * alone writes). Memory per request: the request header in r->pool and at
+ * alone writes). Memory per request: the request header in r's memory and at
  * most two 16k blocks (response and request body), whatever the size of
  * the bodies.
  *
@@ -37,28 +40,17 @@
  * $upstream_status "502, 200", $upstream_response_time (seconds with
  * milliseconds) "0.002, 0.013".
  */
-#include <arpa/inet.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
+#include <strings.h>
 
-#include "fd_core.h"
-#include "fd_connection.h"
-#include "fd_http.h"
 #include "fd_proxy.h"
-#include "fd_var.h"
 
 #define MAX_RESP_HEADERS 128
 #define MAX_INTERIM 8         /* 1xx responses before a final one */
 
 /* --- 1. worker setup ----------------------------------------------------- */
 
-static fd_block_cache_t bufs;  /* 16k blocks: response, request body */
-
 static int proxy_init_worker(fd_worker_t *w)
 {
-    bufs.size = BUF_SIZE;
-    bufs.keep = 64;
     fd_proxy_cache_init_worker(w, fd_stats ? fd_stats_area(fd_stats,
                                                            &fd_proxy_module)
                                            : NULL);
@@ -111,6 +103,18 @@ const fd_api_upstream_proto_t fd_proxy_protos[3] = {
     [PROXY_GRPC] = H2_PROTO("gRPC upstream", FD_API_UPSTREAM_GRPC),
 };
 
+#define lit_eq(s, lit)                                                       \
+    ((s).len == sizeof(lit) - 1 && strncasecmp((s).data, lit, (s).len) == 0)
+#define out_lit(o, lit) fd_api_out_add(o, lit, sizeof(lit) - 1)
+#define out_str(o, s) fd_api_out_add(o, (s).data, (s).len)
+#define STR(lit) ((fd_str_t){sizeof(lit) - 1, (char *)(lit)})
+#define NELEMS(a) (sizeof(a) / sizeof((a)[0]))
+
+static int name_eq(fd_str_t a, fd_str_t b)
+{
+    return a.len == b.len && strncasecmp(a.data, b.data, a.len) == 0;
+}
+
 /* What a request header line becomes upstream. */
 enum { H_PASS, H_DROP, H_XFF };
 
@@ -118,35 +122,30 @@ static int header_kind(fd_str_t n)
 {
     switch (n.len) {
     case 2:
-        return fd_str_caseeq_lit(n, "te") ? H_DROP : H_PASS;
+        return lit_eq(n, "te") ? H_DROP : H_PASS;
     case 4:
-        return fd_str_caseeq_lit(n, "host") ? H_DROP : H_PASS;
+        return lit_eq(n, "host") ? H_DROP : H_PASS;
     case 6:
-        return fd_str_caseeq_lit(n, "expect") ? H_DROP : H_PASS;
+        return lit_eq(n, "expect") ? H_DROP : H_PASS;
     case 7:
-        return fd_str_caseeq_lit(n, "trailer") ||
-                       fd_str_caseeq_lit(n, "upgrade")
-                   ? H_DROP
-                   : H_PASS;
+        return lit_eq(n, "trailer") || lit_eq(n, "upgrade") ? H_DROP : H_PASS;
     case 9:
-        return fd_str_caseeq_lit(n, "x-real-ip") ? H_DROP : H_PASS;
+        return lit_eq(n, "x-real-ip") ? H_DROP : H_PASS;
     case 10:
-        return fd_str_caseeq_lit(n, "connection") ||
-                       fd_str_caseeq_lit(n, "keep-alive")
-                   ? H_DROP
-                   : H_PASS;
+        return lit_eq(n, "connection") || lit_eq(n, "keep-alive") ? H_DROP
+                                                                   : H_PASS;
     case 14:
-        return fd_str_caseeq_lit(n, "content-length") ? H_DROP : H_PASS;
+        return lit_eq(n, "content-length") ? H_DROP : H_PASS;
     case 15:
-        return fd_str_caseeq_lit(n, "x-forwarded-for") ? H_XFF : H_PASS;
+        return lit_eq(n, "x-forwarded-for") ? H_XFF : H_PASS;
     case 16:
-        return fd_str_caseeq_lit(n, "proxy-connection") ||
-                       fd_str_caseeq_lit(n, "x-forwarded-host")
+        return lit_eq(n, "proxy-connection") ||
+                       lit_eq(n, "x-forwarded-host")
                    ? H_DROP
                    : H_PASS;
     case 17:
-        return fd_str_caseeq_lit(n, "transfer-encoding") ||
-                       fd_str_caseeq_lit(n, "x-forwarded-proto")
+        return lit_eq(n, "transfer-encoding") ||
+                       lit_eq(n, "x-forwarded-proto")
                    ? H_DROP
                    : H_PASS;
     }
@@ -155,14 +154,14 @@ static int header_kind(fd_str_t n)
 
 /* The tokens of every Connection header: the headers they name are
  * hop-by-hop too. */
-static unsigned connection_tokens(fd_request_t *r, fd_str_t *tok,
+static unsigned connection_tokens(const fd_api_http_req_t *in, fd_str_t *tok,
                                   unsigned max)
 {
     unsigned i, n = 0;
 
-    for (i = 0; i < r->in.nheaders; i++)
-        if (fd_str_caseeq_lit(r->in.headers[i].name, "connection"))
-            fd_http_tokens(r->in.headers[i].value, tok, &n, max);
+    for (i = 0; i < in->nfields; i++)
+        if (lit_eq(in->fields[i].name, "connection"))
+            fd_api_http_tokens(in->fields[i].value, tok, &n, max);
     return n;
 }
 
@@ -171,7 +170,7 @@ static int named_in(fd_str_t name, const fd_str_t *list, unsigned n)
     unsigned i;
 
     for (i = 0; i < n; i++)
-        if (fd_str_caseeq(name, list[i].data, list[i].len))
+        if (name_eq(name, list[i]))
             return 1;
     return 0;
 }
@@ -181,9 +180,17 @@ static int replaced_by_set_header(proxy_loc_conf_t *lc, fd_str_t name)
     unsigned i;
 
     for (i = 0; i < lc->nhdrs; i++)
-        if (fd_str_caseeq(name, lc->hdrs[i].name.data, lc->hdrs[i].name.len))
+        if (name_eq(name, lc->hdrs[i].name))
             return 1;
     return 0;
+}
+
+/* s into o, the bytes esc (FD_API_ESC_*) names as %XX */
+static void out_escaped(fd_api_out_t *o, fd_str_t s, int esc)
+{
+    fd_api_out_sync(o);
+    fd_api_sbuf_add_escaped(o->sb, s.data, s.len, esc);
+    fd_api_out_resume(o, 256);
 }
 
 /*
@@ -197,38 +204,54 @@ static int replaced_by_set_header(proxy_loc_conf_t *lc, fd_str_t name)
  * - a URI a rewrite changed: the new (normalised) path, encoded, whatever
  *   pass holds, so a confinement written as a rewrite holds upstream too.
  */
-static void request_uri(fd_sbuf_t *sb, fd_request_t *r, proxy_loc_conf_t *lc)
+static void request_uri(fd_api_out_t *o, proxy_req_t *px)
 {
-    fd_http_loc_t *loc = r->loc;
-    fd_str_t q = r->in.query, path = r->path;
+    const fd_api_http_req_t *in = &px->in;
+    fd_str_t q = fd_req_query(px->r), t;
 
-    if (!r->uri_changed && !lc->has_uri) {
-        if (r->in.target.len && r->in.target.data[0] == '/') {
-            fd_sbuf_add_str(sb, r->in.target);
+    if (!in->uri_changed && !px->lc->has_uri) {
+        t = fd_req_target(px->r);
+        if (t.len && t.data[0] == '/') {
+            out_str(o, t);
             return;
         }
-        fd_sbuf_add_str(sb, r->in.path_raw); /* absolute-form */
-        goto query;
+        out_str(o, in->path_raw); /* absolute-form */
+    } else {
+        if (!in->uri_changed)
+            out_str(o, px->lc->uri);
+        out_escaped(o, in->uri_changed ? fd_req_path(px->r) : in->path_rest,
+                    FD_API_ESC_PATH);
+        if (q.len == 0)
+            return; /* "/x?" from a rewrite that drops the arguments */
     }
-    if (!r->uri_changed) {
-        fd_sbuf_add_str(sb, lc->uri);
-        if (loc->kind == FD_LOC_EXACT)
-            path.len = 0;
-        else if (path.len >= loc->match.len)
-            path = (fd_str_t){path.len - loc->match.len,
-                              path.data + loc->match.len};
-    }
-    fd_sbuf_add_escaped_path(sb, path.data, path.len);
-    if (q.len == 0)
-        return; /* "/x?" from a rewrite that drops the arguments */
-query:
     if (q.data) {
         /* a query a rewrite or try_files made may hold what a decoded
          * $uri gave it: no byte a request-target may not have (CR, LF,
          * SP...) reaches the request line, whatever the query's origin */
-        fd_sbuf_addc(sb, '?');
-        fd_var_add_escaped(sb, q, FD_VAR_ESC_TARGET);
+        out_lit(o, "?");
+        out_escaped(o, q, FD_API_ESC_TARGET);
     }
+}
+
+/* proxy_set_header lines: Name: value, unless the value comes out empty
+ * (made in vals, a builder of the request's, then copied) */
+static void set_headers(fd_api_out_t *o, proxy_req_t *px)
+{
+    proxy_loc_conf_t *lc = px->lc;
+    fd_api_sbuf_t *vals = fd_req_sbuf(px->r, 128);
+    size_t at;
+    unsigned i;
+
+    for (i = 0; vals && i < lc->nhdrs; i++) {
+        at = fd_api_sbuf_str(vals).len;
+        fd_req_script_add(px->r, lc->hdrs[i].script, FD_API_ESC_HEADER, vals);
+        fd_str_t v = fd_api_sbuf_str(vals);
+        if (v.len > at)
+            fd_proxy_out_field(o, lc->hdrs[i].name,
+                               (fd_str_t){v.len - at, v.data + at});
+    }
+    if (vals == NULL || fd_api_sbuf_failed(vals))
+        o->p = NULL; /* out of memory */
 }
 
 /*
@@ -242,99 +265,95 @@ static int request_build(fd_api_upstream_req_t *u, void *data,
 {
     proxy_req_t *px = data;
     fd_request_t *r = px->r;
+    const fd_api_http_req_t *in = &px->in;
     proxy_loc_conf_t *lc = px->lc;
-    fd_upstream_t *up = px->up;
-    fd_str_t tok[16], host, a;
-    char addr[INET6_ADDRSTRLEN];
-    unsigned ntok = connection_tokens(r, tok, fd_nelems(tok)), i;
+    fd_str_t tok[16], host, a, target = fd_req_target(r);
+    char addr[48];
+    unsigned ntok = connection_tokens(in, tok, NELEMS(tok)), i;
     int keep_xff = !(lc->gen_replaced & GEN_XFF);
-    size_t mark;
-    fd_sbuf_t sb;
+    fd_api_out_t o;
 
-    a.len = fd_request_addr_text(r, addr, sizeof(addr));
+    a.len = fd_req_client_text(r, addr, sizeof(addr));
     a.data = addr;
-    if (lc->proxy_host == HOST_PASS && r->in.host.len)
-        host = r->in.host;
-    else
-        host = (fd_str_t){strlen(up->name), up->name};
-    if (fd_sbuf_init(&sb, r->pool, 512 + r->in.target.len) != FD_OK)
+    if (lc->proxy_host == HOST_PASS && in->host.len) {
+        host = in->host;
+    } else {
+        host.data = (char *)fd_api_upstream_name(px->up);
+        host.len = strlen(host.data);
+    }
+    if (fd_api_out_init(&o, r, 512 + target.len) != FD_OK)
         return FD_ERROR;
 
-    fd_sbuf_add_str(&sb, r->in.method);
-    fd_sbuf_addc(&sb, ' ');
-    request_uri(&sb, r, lc);
-    fd_sbuf_add_lit(&sb, " HTTP/1.1\r\n");
+    out_str(&o, fd_req_method(r));
+    out_lit(&o, " ");
+    request_uri(&o, px);
+    out_lit(&o, " HTTP/1.1\r\n");
     if (!(lc->gen_replaced & GEN_HOST))
-        fd_sbuf_add_header(&sb, fd_string("Host"), host);
-    for (i = 0; i < r->in.nheaders; i++) {
-        fd_http_header_t *h = &r->in.headers[i];
+        fd_proxy_out_field(&o, STR("Host"), host);
+    for (i = 0; i < in->nfields; i++) {
+        const fd_api_field_t *h = &in->fields[i];
         if (header_kind(h->name) != H_PASS || named_in(h->name, tok, ntok) ||
-            (r->in.ext_connect && fd_proxy_tunnel_own_field(h->name)) ||
+            (in->ext_connect && fd_proxy_tunnel_own_field(h->name)) ||
             replaced_by_set_header(lc, h->name) ||
             (px->cache_fields && fd_proxy_cache_drops_field(h->name)))
             continue;
-        fd_sbuf_add_header(&sb, h->name, h->value);
+        fd_proxy_out_field(&o, h->name, h->value);
     }
     if (px->cr)
-        fd_proxy_cache_request_fields(px, &sb);
+        fd_proxy_cache_request_fields(px, &o);
     if (keep_xff) {
         /* every X-Forwarded-For the client sent, joined, then the client */
-        fd_sbuf_add_lit(&sb, "X-Forwarded-For: ");
-        for (i = 0; i < r->in.nheaders; i++) {
-            fd_http_header_t *h = &r->in.headers[i];
+        out_lit(&o, "X-Forwarded-For: ");
+        for (i = 0; i < in->nfields; i++) {
+            const fd_api_field_t *h = &in->fields[i];
             if (header_kind(h->name) != H_XFF || h->value.len == 0)
                 continue;
-            fd_sbuf_add_str(&sb, h->value);
-            fd_sbuf_add_lit(&sb, ", ");
+            out_str(&o, h->value);
+            out_lit(&o, ", ");
         }
-        fd_sbuf_add_str(&sb, a);
-        fd_sbuf_add_crlf(&sb);
+        out_str(&o, a);
+        out_lit(&o, "\r\n");
     }
     if (!(lc->gen_replaced & GEN_XRIP))
-        fd_sbuf_add_header(&sb, fd_string("X-Real-IP"), a);
+        fd_proxy_out_field(&o, STR("X-Real-IP"), a);
     if (!(lc->gen_replaced & GEN_XFP))
-        fd_sbuf_add_header(&sb, fd_string("X-Forwarded-Proto"),
-                           r->c->s.tls ? fd_string("https")
-                                       : fd_string("http"));
-    if (!(lc->gen_replaced & GEN_XFH) && r->in.host.len)
-        fd_sbuf_add_header(&sb, fd_string("X-Forwarded-Host"), r->in.host);
-    for (i = 0; i < lc->nhdrs; i++) {
-        /* Name: value, unless the value comes out empty */
-        size_t at = fd_sbuf_len(&sb);
-        fd_sbuf_add_str(&sb, lc->hdrs[i].name);
-        fd_sbuf_add_lit(&sb, ": ");
-        mark = fd_sbuf_len(&sb);
-        fd_var_eval(r, &lc->hdrs[i].script, NULL, FD_VAR_ESC_HEADER, &sb);
-        if (fd_sbuf_len(&sb) == mark && !fd_sbuf_failed(&sb))
-            sb.pos = sb.start + at;
-        else
-            fd_sbuf_add_crlf(&sb);
-    }
-    if (r->in.chunked) {
-        fd_sbuf_add_lit(&sb, "Transfer-Encoding: chunked\r\n");
-    } else if (r->in.content_length >= 0) {
-        fd_sbuf_add_lit(&sb, "Content-Length: ");
-        fd_sbuf_add_uint(&sb, (uint64_t)r->in.content_length);
-        fd_sbuf_add_crlf(&sb);
+        fd_proxy_out_field(&o, STR("X-Forwarded-Proto"),
+                           in->tls ? STR("https") : STR("http"));
+    if (!(lc->gen_replaced & GEN_XFH) && in->host.len)
+        fd_proxy_out_field(&o, STR("X-Forwarded-Host"), in->host);
+    if (lc->nhdrs)
+        set_headers(&o, px);
+    if (in->chunked) {
+        out_lit(&o, "Transfer-Encoding: chunked\r\n");
+    } else if (in->content_length >= 0) {
+        out_lit(&o, "Content-Length: ");
+        fd_api_out_sync(&o);
+        fd_api_sbuf_add_uint(o.sb, (uint64_t)in->content_length);
+        fd_api_out_resume(&o, 64);
+        out_lit(&o, "\r\n");
     }
     if (px->upgrade) {
-        fd_sbuf_add_lit(&sb, "Connection: upgrade\r\nUpgrade: websocket\r\n");
-        if (r->in.ext_connect) {
+        out_lit(&o, "Connection: upgrade\r\nUpgrade: websocket\r\n");
+        if (in->ext_connect) {
             /* RFC 8441 has no key: the handshake to the upstream is
              * fastd's own (its answer is checked: fd_proxy_tunnel.c) */
-            fd_sbuf_add_lit(&sb, "Sec-WebSocket-Version: 13\r\n");
-            fd_sbuf_add_header(&sb, fd_string("Sec-WebSocket-Key"),
+            out_lit(&o, "Sec-WebSocket-Version: 13\r\n");
+            fd_proxy_out_field(&o, STR("Sec-WebSocket-Key"),
                                (fd_str_t){sizeof(px->ws_key), px->ws_key});
         }
-    } else if (up->keepalive)
-        fd_sbuf_add_lit(&sb, "Connection: keep-alive\r\n");
-    else
-        fd_sbuf_add_lit(&sb, "Connection: close\r\n");
-    fd_sbuf_add_crlf(&sb);
+    } else if (fd_api_upstream_keepalive(px->up)) {
+        out_lit(&o, "Connection: keep-alive\r\n");
+    } else {
+        out_lit(&o, "Connection: close\r\n");
+    }
+    out_lit(&o, "\r\n");
     (void)u;
-    if (fd_sbuf_failed(&sb))
+    if (o.p == NULL)
         return 500;
-    *out = fd_sbuf_str(&sb);
+    fd_api_out_sync(&o);
+    if (fd_api_sbuf_failed(o.sb))
+        return 500;
+    *out = fd_api_sbuf_str(o.sb);
     return FD_OK;
 }
 
@@ -353,8 +372,8 @@ static int frame_body(fd_api_upstream_req_t *u, void *data, char *buf,
         return FD_DONE;
     }
     px->body_bytes += (int64_t)n;
-    if (px->body_bytes > (int64_t)px->r->loc->max_body_size) {
-        fd_log_error(FD_LOG_INFO, 0, "client body over max_body_size");
+    if (px->body_bytes > (int64_t)px->in.max_body) {
+        fd_api_log(FD_API_LOG_INFO, 0, "client body over max_body_size");
         return 413;
     }
     /* the size line right before the bytes: the frame is one run */
@@ -409,16 +428,17 @@ static int passed(const proxy_loc_conf_t *lc, fd_str_t n)
  * starts with a rule's FROM gets its TO instead; the first rule that
  * matches applies. v as it is when none does (or out of memory).
  */
-static fd_str_t redirect_apply(fd_request_t *r, const proxy_loc_conf_t *lc,
-                               fd_str_t v, int refresh)
+static fd_str_t redirect_apply(proxy_req_t *px, fd_str_t v, int refresh)
 {
+    const proxy_loc_conf_t *lc = px->lc;
+    fd_request_t *r = px->r;
     size_t off = 0, k;
     unsigned i;
-    fd_sbuf_t sb;
+    fd_api_sbuf_t *sb;
 
     if (refresh) {
         for (k = 0; k + 4 <= v.len; k++)
-            if (fd_str_caseeq((fd_str_t){4, v.data + k}, "url=", 4))
+            if (lit_eq(((fd_str_t){4, v.data + k}), "url="))
                 break;
         if (k + 4 > v.len)
             return v;
@@ -428,29 +448,27 @@ static fd_str_t redirect_apply(fd_request_t *r, const proxy_loc_conf_t *lc,
         const redirect_t *rd = &lc->redirects[i];
         fd_str_t url = {v.len - off, v.data + off};
         if (rd->from.len == 0 || url.len < rd->from.len ||
-            !fd_str_caseeq((fd_str_t){rd->from.len, url.data},
-                           rd->from.data, rd->from.len))
+            !name_eq((fd_str_t){rd->from.len, url.data}, rd->from))
             continue;
-        if (fd_sbuf_init(&sb, r->pool, v.len + 64) != FD_OK)
+        if ((sb = fd_req_sbuf(r, v.len + 64)) == NULL)
             return v;
-        fd_sbuf_add(&sb, v.data, off);
+        fd_api_sbuf_add(sb, v.data, off);
         if (rd->dflt) {
             /* the client's view: its scheme and Host, port and all */
-            fd_str_t host = r->in.host;
-            if (host.len == 0 && r->server && r->server->names.n)
-                host = (fd_str_t){strlen(r->server->names.items[0]),
-                                  r->server->names.items[0]};
-            if (r->c->s.tls)
-                fd_sbuf_add_lit(&sb, "https://");
+            fd_str_t host = px->in.host;
+            if (host.len == 0)
+                host = fd_req_var(r, "server_name");
+            if (px->in.tls)
+                fd_api_sbuf_add(sb, "https://", 8);
             else
-                fd_sbuf_add_lit(&sb, "http://");
-            fd_sbuf_add_str(&sb, host);
-            fd_sbuf_add_str(&sb, rd->to_rest);
+                fd_api_sbuf_add(sb, "http://", 7);
+            fd_api_sbuf_add(sb, host.data, host.len);
+            fd_api_sbuf_add(sb, rd->to_rest.data, rd->to_rest.len);
         } else {
-            fd_var_eval(r, &rd->to, NULL, FD_VAR_ESC_HEADER, &sb);
+            fd_req_script_add(r, rd->to, FD_API_ESC_HEADER, sb);
         }
-        fd_sbuf_add(&sb, url.data + rd->from.len, url.len - rd->from.len);
-        return fd_sbuf_failed(&sb) ? v : fd_sbuf_str(&sb);
+        fd_api_sbuf_add(sb, url.data + rd->from.len, url.len - rd->from.len);
+        return fd_api_sbuf_failed(sb) ? v : fd_api_sbuf_str(sb);
     }
     return v;
 }
@@ -466,6 +484,7 @@ static int resp_fields(proxy_req_t *px, const fd_api_field_t *f,
     fd_request_t *r = px->r;
     proxy_loc_conf_t *lc = px->lc;
     unsigned i;
+    int ctype = 0;
 
     for (i = 0; i < nf; i++) {
         fd_str_t n = f[i].name, v = f[i].value;
@@ -473,67 +492,65 @@ static int resp_fields(proxy_req_t *px, const fd_api_field_t *f,
             continue; /* proxy_hide_header */
         switch (n.len) {
         case 2:
-            if (fd_str_caseeq_lit(n, "te"))
+            if (lit_eq(n, "te"))
                 continue;
             break;
         case 4:
-            if (fd_str_caseeq_lit(n, "date"))
+            if (lit_eq(n, "date"))
                 continue; /* the engine's own */
             break;
         case 5:
-            if (fd_str_caseeq_lit(n, "x-pad") && !passed(lc, n))
+            if (lit_eq(n, "x-pad") && !passed(lc, n))
                 continue;
             break;
         case 6:
-            if (fd_str_caseeq_lit(n, "server")) {
+            if (lit_eq(n, "server")) {
                 if (!passed(lc, n))
                     continue;
-                r->server_passed = 1; /* it replaces the engine's */
+                fd_resp_own_server(r); /* it replaces the engine's */
             }
             break;
         case 7:
-            if (fd_str_caseeq_lit(n, "trailer") ||
-                fd_str_caseeq_lit(n, "upgrade"))
+            if (lit_eq(n, "trailer") || lit_eq(n, "upgrade"))
                 continue;
-            if (fd_str_caseeq_lit(n, "refresh"))
-                v = redirect_apply(r, lc, v, 1);
+            if (lit_eq(n, "refresh"))
+                v = redirect_apply(px, v, 1);
             break;
         case 8:
-            if (fd_str_caseeq_lit(n, "location"))
-                v = redirect_apply(r, lc, v, 0);
+            if (lit_eq(n, "location"))
+                v = redirect_apply(px, v, 0);
             break;
         case 10:
-            if (fd_str_caseeq_lit(n, "connection") ||
-                fd_str_caseeq_lit(n, "keep-alive"))
+            if (lit_eq(n, "connection") || lit_eq(n, "keep-alive"))
                 continue;
             break;
         case 12:
-            if (fd_str_caseeq_lit(n, "content-type")) {
-                if (r->content_type.len == 0)
-                    r->content_type = f[i].value;
+            if (lit_eq(n, "content-type")) {
+                if (!ctype++)
+                    fd_resp_content_type_static(r, v);
                 continue;
             }
             break;
         case 14:
-            if (fd_str_caseeq_lit(n, "content-length"))
+            if (lit_eq(n, "content-length"))
                 continue;
             break;
         case 16:
-            if (fd_str_caseeq_lit(n, "proxy-connection"))
+            if (lit_eq(n, "proxy-connection"))
                 continue;
             break;
         case 17:
-            if (fd_str_caseeq_lit(n, "transfer-encoding"))
+            if (lit_eq(n, "transfer-encoding"))
                 continue;
             break;
         }
         if (ntok && named_in(n, conn_tok, ntok))
             continue;
         /* X-Accel-*: meant for the proxy (nginx's), not the client */
-        if (n.len > 8 && fd_str_caseeq((fd_str_t){8, n.data}, "x-accel-", 8) &&
+        if (n.len > 8 && lit_eq(((fd_str_t){8, n.data}), "x-accel-") &&
             !passed(lc, n))
             continue;
-        if (fd_http_header_add(r, n, v) != FD_OK)
+        if (fd_resp_header_static(r, n, v) != FD_OK)
             return FD_ERROR;
     }
     return FD_OK;
@@ -546,15 +563,59 @@ static int h2_fields(fd_api_upstream_req_t *u, void *data, int status,
     proxy_req_t *px = data;
 
     (void)u;
-    px->r->status = status;
+    fd_resp_status(px->r, status);
     if (resp_fields(px, f, nf, NULL, 0) != FD_OK)
         return 500;
     return FD_OK;
 }
 
+/* The 101 that opens a WebSocket's tunnel, hlen bytes at *pp: checked
+ * (the Upgrade, over HTTP/2 the key's answer), then the client's
+ * response. What fd_api_upstream_tunnel() returns, or PX_DONE. */
+static int resp_upgrade(proxy_req_t *px, const fd_api_http_resp_t *rs,
+                        const char **pp, size_t hlen)
+{
+    fd_request_t *r = px->r;
+    fd_api_upstream_req_t *u = px->au;
+    const fd_api_field_t *f = rs->fields;
+    unsigned i;
+
+    if (!px->upgrade)
+        return fd_api_upstream_invalid(u, "sent 101 to a request without "
+                                          "Upgrade");
+    if (rs->upgrade.data && !lit_eq(rs->upgrade, "websocket"))
+        return fd_api_upstream_invalid(u, "sent 101 switching to another "
+                                          "protocol than websocket");
+    if (px->in.ext_connect && !fd_proxy_tunnel_accepted(px, f, rs->nfields))
+        return fd_api_upstream_invalid(u, "sent a 101 whose "
+                                          "Sec-WebSocket-Accept does not "
+                                          "answer its key");
+    fd_api_upstream_consume(u, hlen);
+    *pp += hlen;
+    fd_resp_status(r, 101);
+    for (i = 0; i < rs->nfields; i++) {
+        fd_str_t n = f[i].name;
+        if (px->in.ext_connect && lit_eq(n, "sec-websocket-accept"))
+            continue;
+        if (lit_eq(n, "connection") || lit_eq(n, "upgrade") ||
+            lit_eq(n, "keep-alive") || lit_eq(n, "transfer-encoding") ||
+            lit_eq(n, "content-length") || lit_eq(n, "server") ||
+            lit_eq(n, "date") || named_in(n, rs->conn_tok, rs->ntok))
+            continue;
+        fd_resp_header_static(r, n, f[i].value);
+    }
+    if (px->in.ext_connect) {
+        fd_resp_status(r, 200); /* the stream is the tunnel: RFC 8441 5 */
+    } else {
+        fd_resp_header_static(r, STR("Upgrade"), STR("websocket"));
+        fd_resp_header_static(r, STR("Connection"), STR("upgrade"));
+    }
+    return fd_api_upstream_tunnel(u, px->lc->websocket_idle_timeout);
+}
+
 /*
- * The response header at ibuf + ipos, once complete: check it strictly
- * (fd_http_parse_response), then either fail over (next_upstream
+ * The response header at *pp, once complete: check it strictly
+ * (fd_api_http_response), then either fail over (next_upstream
  * http_5xx), or set the client's response and the body framing. PX_OK
  * (body follows), PX_MORE (incomplete), PX_INTERIM (a 1xx was skipped),
  * PX_WAIT (a new attempt or a tunnel began), PX_DONE.
@@ -567,43 +628,36 @@ static int resp_header(proxy_req_t *px, const char **pp, const char *end)
     size_t len = (size_t)(end - buf);
     char *h;
     size_t hlen;
-    fd_http_header_t f[MAX_RESP_HEADERS];
-    fd_http_resp_t rs = {.fields = f, .max_fields = MAX_RESP_HEADERS};
-    unsigned nf, ntok, i;
-    int status, rc;
-    struct {
-        int status;
-        fd_http_header_out_t *headers_out, **headers_out_last;
-        fd_str_t content_type;
-        int64_t content_length;
-        unsigned server_passed;
-    } saved = {0};
+    fd_api_field_t f[MAX_RESP_HEADERS];
+    fd_api_http_resp_t rs = {.fields = f, .max_fields = MAX_RESP_HEADERS};
+    fd_api_resp_t *saved = NULL;
+    unsigned nf;
+    int status, rc, header_only;
 
-    switch (fd_http_parse_response_end(buf, len, &px->hscan, &hlen, &err)) {
+    switch (fd_api_http_response_end(buf, len, &px->hscan, &hlen, &err)) {
     case FD_AGAIN:
         return PX_MORE;
     case FD_ERROR:
         return fd_api_upstream_invalid(u, err);
     }
     /* the fields outlive the buffer, which the body reuses */
-    h = fd_pnalloc(r->pool, hlen);
+    h = fd_req_alloc(r, hlen);
     if (h == NULL)
         return fd_proxy_fail(px, 500);
     memcpy(h, buf, hlen);
-    if (fd_http_parse_response(&rs, h, hlen, &err) != FD_OK)
+    if (fd_api_http_response(&rs, h, hlen, &err) != FD_OK)
         return fd_api_upstream_invalid(u, err);
     status = rs.status;
     nf = rs.nfields;
-    ntok = rs.ntok;
 
     if (status >= 100 && status < 200 && status != 101) {
         /* 100 Continue, 102, 103: interim, not forwarded; each was copied
-         * into the request's pool, so an upstream gets a handful */
+         * into the request's memory, so an upstream gets a handful */
         if (++px->ninterim > MAX_INTERIM)
             return fd_api_upstream_invalid(u, "sent too many 1xx responses");
         fd_api_upstream_consume(u, hlen);
         *pp += hlen;
-            return PX_INTERIM;
+        return PX_INTERIM;
     }
 
     /* logged, timed, passive health; next_upstream http_5xx */
@@ -625,110 +679,57 @@ static int resp_header(proxy_req_t *px, const char **pp, const char *end)
         }
         if (crc == FD_OK) {
             fd_api_upstream_consume(u, hlen);
-        *pp += hlen;
+            *pp += hlen;
             return fd_api_upstream_end(u, FD_OK);
         }
     }
 
-    if (status == 101) {
-        if (!px->upgrade)
-            return fd_api_upstream_invalid(u, "sent 101 to a request without "
-                                 "Upgrade");
-        if (rs.upgrade.data && !fd_str_caseeq_lit(rs.upgrade, "websocket"))
-            return fd_api_upstream_invalid(u, "sent 101 switching to another "
-                                 "protocol than websocket");
-        if (r->in.ext_connect && !fd_proxy_tunnel_accepted(px, f, nf))
-            return fd_api_upstream_invalid(u, "sent a 101 whose "
-                                 "Sec-WebSocket-Accept does not answer its key");
-        fd_api_upstream_consume(u, hlen);
-        *pp += hlen;
-        r->status = 101;
-        for (i = 0; i < nf; i++) {
-            fd_str_t n = f[i].name;
-            if (r->in.ext_connect &&
-                fd_str_caseeq_lit(n, "sec-websocket-accept"))
-                continue;
-            if (fd_str_caseeq_lit(n, "connection") ||
-                fd_str_caseeq_lit(n, "upgrade") ||
-                fd_str_caseeq_lit(n, "keep-alive") ||
-                fd_str_caseeq_lit(n, "transfer-encoding") ||
-                fd_str_caseeq_lit(n, "content-length") ||
-                fd_str_caseeq_lit(n, "server") ||
-                fd_str_caseeq_lit(n, "date") ||
-                named_in(n, rs.conn_tok, ntok))
-                continue;
-            fd_http_header_add(r, n, f[i].value);
-        }
-        if (r->in.ext_connect) {
-            r->status = 200; /* the stream is the tunnel: RFC 8441 5 */
-        } else {
-            fd_http_header_add(r, fd_string("Upgrade"), fd_string("websocket"));
-            fd_http_header_add(r, fd_string("Connection"),
-                               fd_string("upgrade"));
-        }
-        return fd_api_upstream_tunnel(u, px->lc->websocket_idle_timeout);
-    }
+    if (status == 101)
+        return resp_upgrade(px, &rs, pp, hlen);
 
-    if (px->bg) {
-        /* a background update: r's response went out already; what the
-         * upstream says is built in r for the cache alone, then r's own
-         * fields come back */
-        saved.status = r->status;
-        saved.headers_out = r->headers_out;
-        saved.headers_out_last = r->headers_out_last;
-        saved.content_type = r->content_type;
-        saved.content_length = r->content_length;
-        saved.server_passed = r->server_passed;
-        r->headers_out = NULL;
-        r->headers_out_last = &r->headers_out;
-        r->content_type = fd_null_string;
-    }
-    r->status = status;
-    if (resp_fields(px, (const fd_api_field_t *)f, nf, rs.conn_tok, ntok) !=
-        FD_OK)
+    /* a background update: r's response went out already; what the
+     * upstream says is built in r for the cache alone, then r's own
+     * comes back */
+    if (px->bg && (saved = fd_resp_set_aside(r)) == NULL)
+        return fd_proxy_fail(px, 500);
+    fd_resp_status(r, status);
+    if (resp_fields(px, f, nf, rs.conn_tok, rs.ntok) != FD_OK)
         return fd_proxy_fail(px, 500);
     fd_api_upstream_consume(u, hlen);
     *pp += hlen;
     px->keepalive = (rs.version == 11 ? !rs.conn_close
                                       : rs.conn_keepalive && !rs.conn_close) &&
                     !px->upgrade;
-    if (r->header_only || status == 204 || status == 304) {
+    header_only = fd_resp_is_header_only(r);
+    if (header_only || status == 204 || status == 304) {
         px->framing = FR_NONE;
-        r->content_length = rs.content_length >= 0 && r->header_only
-                                ? rs.content_length
-                                : -1;
+        fd_resp_content_length(r, rs.content_length >= 0 && header_only
+                                      ? rs.content_length
+                                      : -1);
     } else if (rs.chunked) {
         px->framing = FR_CHUNKED;
         memset(&px->ck, 0, sizeof(px->ck));
-        r->content_length = -1;
+        fd_resp_content_length(r, -1);
     } else if (rs.content_length >= 0) {
         px->framing = FR_LENGTH;
         px->rest = rs.content_length;
         fd_api_upstream_rest(u, px->rest);
-        r->content_length = rs.content_length;
+        fd_resp_content_length(r, rs.content_length);
     } else {
         px->framing = FR_CLOSE;
         fd_api_upstream_until_close(u);
         px->keepalive = 0;
-        r->content_length = -1;
+        fd_resp_content_length(r, -1);
     }
     px->header_done = 1;
     if (px->cr)
         fd_proxy_cache_header(px, f, nf, rs.content_length);
-    if (px->bg) {
-        r->status = saved.status;
-        r->headers_out = saved.headers_out;
-        r->headers_out_last = saved.headers_out_last;
-        r->content_type = saved.content_type;
-        r->content_length = saved.content_length;
-        r->server_passed = saved.server_passed;
+    if (saved) {
+        fd_resp_put_back(r, saved);
         return PX_OK;
     }
-    if (!px->lc->u.buffering && !r->c->s.nodelay) {
-        int one = 1;
-        setsockopt(r->c->s.ev.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        r->c->s.nodelay = 1;
-    }
+    if (px->lc->nodelay)
+        fd_req_nodelay(r);
     return PX_OK;
 }
 
@@ -751,7 +752,7 @@ static int resp_body(proxy_req_t *px, const char **pp, const char *end,
         done = 1;
         break;
     case FR_LENGTH: {
-        size_t n = (size_t)fd_min((int64_t)len, px->rest);
+        size_t n = (int64_t)len < px->rest ? len : (size_t)px->rest;
         if (n)
             b[nb++] = (fd_api_piece_t){.data = p, .len = n, .fd = -1};
         p += n;
@@ -768,10 +769,10 @@ static int resp_body(proxy_req_t *px, const char **pp, const char *end,
         done = eof;
         break;
     case FR_CHUNKED:
-        while (nb < fd_nelems(b)) {
+        while (nb < NELEMS(b)) {
             const char *data;
             size_t n;
-            rc = fd_http_parse_chunked(&px->ck, &p, end, &data, &n);
+            rc = fd_api_http_chunked(&px->ck, &p, end, &data, &n);
             if (rc == FD_OK) {
                 if (n)
                     b[nb++] = (fd_api_piece_t){.data = data, .len = n,
@@ -784,7 +785,7 @@ static int resp_body(proxy_req_t *px, const char **pp, const char *end,
             }
             if (rc == FD_AGAIN)
                 break;
-            if (!px->r->header_sent)
+            if (!fd_resp_header_sent(px->r))
                 return fd_api_upstream_invalid(u, "sent an invalid chunked "
                                                   "body");
             fd_api_upstream_log(u, FD_API_LOG_ERR, 0,
@@ -857,10 +858,10 @@ static void resp_retry(fd_api_upstream_req_t *u, void *data)
 
 static int proxy_handler(fd_request_t *r)
 {
-    proxy_loc_conf_t *lc = fd_loc_conf(r->loc, &fd_proxy_module);
+    proxy_loc_conf_t *lc = fd_req_conf(r);
     fd_api_upstream_req_t *u;
     proxy_req_t *px;
-    int m = r->in.method_id;
+    fd_str_t m = fd_req_method(r);
 
     u = fd_api_upstream_req(r, lc->uc, sizeof(*px));
     if (u == NULL)
@@ -869,30 +870,30 @@ static int proxy_handler(fd_request_t *r)
     px->au = u;
     px->r = r;
     px->lc = lc;
-    px->up = lc->up;
+    px->up = lc->group;
+    fd_req_http(r, &px->in, sizeof(px->in));
     /* only WebSocket, only where the location allows it: any other token
      * (h2c above all) would open a tunnel past every location rule */
     px->upgrade = lc->websocket && lc->h2 == PROXY_H1 &&
-                  r->in.conn_upgrade &&
-                  (r->in.version == 11 || r->in.ext_connect) &&
-                  m == FD_HTTP_GET &&
-                  fd_str_caseeq_lit(r->in.upgrade, "websocket");
-    if (r->in.ext_connect &&
+                  px->in.conn_upgrade &&
+                  (px->in.version == 11 || px->in.ext_connect) &&
+                  m.len == 3 && memcmp(m.data, "GET", 3) == 0 &&
+                  lit_eq(px->in.upgrade, "websocket");
+    if (px->in.ext_connect &&
         (!px->upgrade || fd_proxy_tunnel_key(px) != FD_OK))
         return px->upgrade ? 500 : 501; /* websocket = off: no tunnel */
     if (px->upgrade)
         fd_api_upstream_careful(u);
-    px->chunked_body = r->in.chunked;
-    if (r->in.content_length > 0)
+    px->chunked_body = px->in.chunked;
+    if (px->in.content_length > 0)
         fd_api_upstream_body_raw(u); /* kept for a retry when short */
     if (lc->cache) {
         int rc = fd_proxy_cache_lookup(px);
         if (rc == FD_PROXY_CACHE_BACKGROUND) {
-            /* proxy_cache_background_update: the stale entry answers
-             * now, the request goes on upstream for the cache alone */
+            /* proxy_cache_background_update: the stale entry answered
+             * already, the request goes on upstream for the cache alone */
             px->bg = 1;
             fd_api_upstream_background(u);
-            fd_http_respond_early(r);
         } else if (rc != FD_DECLINED) {
             return rc;
         }

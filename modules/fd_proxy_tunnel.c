@@ -32,7 +32,7 @@ int fd_proxy_tunnel_own_field(fd_str_t name)
            fd_str_caseeq_lit(name, "sec-websocket-version");
 }
 
-int fd_proxy_tunnel_accepted(proxy_req_t *px, const fd_http_header_t *f,
+int fd_proxy_tunnel_accepted(proxy_req_t *px, const fd_api_field_t *f,
                              unsigned nf)
 {
     static const char guid[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
