@@ -172,6 +172,7 @@ CONF
     $r = h3($t, '/proxy/x?y=1');
     is($r->{status}, 200, "$backend: proxied GET: 200");
     like($r->{body} // '', qr{^GET /proxy/x\?y=1 HTTP/1\.1\n}, "$backend: proxied GET reached the backend");
+    like($r->{body} // '', qr{^X-Forwarded-Proto: https$}mi, "$backend: proxied: X-Forwarded-Proto https (QUIC is TLS)");
 
     $r = h3($t, ['--post', "$dir/post.bin"], '/proxy/upload');
     is($r->{status}, 200, "$backend: POST of 300 KB through the proxy: 200");

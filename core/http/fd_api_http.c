@@ -54,7 +54,7 @@ void fd_req_http(fd_request_t *r, fd_api_http_req_t *h, size_t size)
         .chunked = r->in.chunked,
         .conn_upgrade = r->in.conn_upgrade,
         .ext_connect = r->in.ext_connect,
-        .tls = r->c->s.tls != NULL,
+        .tls = r->c->s.tls != NULL || r->h3, /* QUIC is TLS */
         .uri_changed = r->uri_changed,
     };
     const fd_http_loc_t *loc = r->loc;
