@@ -12,6 +12,7 @@ package TLS;
 #   my $r = $pki->server('a.test', type => 'rsa');  # RSA 2048
 #   my $c = $pki->client('client.test');            # clientAuth, same CA
 #   my $m = $pki->mismatch('bad.test');             # crt and another key
+#   my $x = $pki->expired_client('old.test');       # clientAuth, expired
 #   my $der = $pki->ocsp($a);                       # an OCSP response
 #   $a->{crt}, $a->{key}, $a->{serial}; $pki->ca
 
@@ -130,6 +131,42 @@ sub server { my ($self, $cn, %o) = @_; $self->issue($cn, %o) }
 sub client {
     my ($self, $cn, %o) = @_;
     return $self->issue($cn, usage => 'clientAuth', %o);
+}
+
+# A client certificate for $cn from the CA that expired a day ago (the
+# openssl 3.0 CLI cannot backdate one: Debian's python3-cryptography makes
+# it), or undef without that module. Returns { crt, key, cn }.
+sub expired_client {
+    my ($self, $cn) = @_;
+    my $d = $self->{dir};
+    my ($crt, $key) = ("$d/$cn-expired.crt", "$d/$cn-expired.key");
+    $self->newkey('ec', $key);
+    my ($rc, $out) = run([ '/usr/bin/python3', '-c', <<'PY', "$d/ca.crt",
+import datetime, sys
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+ca_crt, ca_key, key, cn, serial, out = sys.argv[1:]
+ca = x509.load_pem_x509_certificate(open(ca_crt, 'rb').read())
+cak = serialization.load_pem_private_key(open(ca_key, 'rb').read(), None)
+k = serialization.load_pem_private_key(open(key, 'rb').read(), None)
+now = datetime.datetime.now(datetime.timezone.utc)
+name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, 'fastd tests'),
+                  x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+crt = (x509.CertificateBuilder().subject_name(name)
+       .issuer_name(ca.subject).public_key(k.public_key())
+       .serial_number(int(serial))
+       .not_valid_before(now - datetime.timedelta(days=3))
+       .not_valid_after(now - datetime.timedelta(days=1))
+       .add_extension(x509.BasicConstraints(ca=False, path_length=None), True)
+       .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]),
+                      False)
+       .sign(cak, hashes.SHA256()))
+open(out, 'wb').write(crt.public_bytes(serialization.Encoding.PEM))
+PY
+        "$d/ca.key", $key, $cn, ++$self->{serial}, $crt ]);
+    return undef if $rc != 0;
+    return { crt => $crt, key => $key, cn => $cn };
 }
 
 # A valid certificate whose key file holds another key.
