@@ -31,15 +31,7 @@ use TLS;
 use JSON::PP;
 use Test::More;
 
-my $root = FastdTest::root();
-my $cfg = FastdTest::slurp("$root/objs/fd_auto_config.h") // '';
-plan skip_all => 'fastd built without HTTP/3 (./configure --with-http3)'
-    unless $cfg =~ /^#define FD_HTTP3 1/m;
-my $py = '/usr/bin/python3';
-plan skip_all => 'python3-pycurl on libcurl with HTTP/3 is not installed'
-    unless system($py, '-c', 'import pycurl, sys; '
-                . 'sys.exit(0 if "nghttp3" in pycurl.version else 1)') == 0;
-plan skip_all => 'the openssl CLI is not installed' unless TLS::openssl();
+my $py = TLS::http3_or_skip();
 
 my $t = FastdTest->new;
 my $pki = TLS->new($t->dir);
@@ -255,6 +247,17 @@ for my $how (qw(tcp quic)) {
     is(lh_session($how, $lh{$how}), 'NONE r', "$how: which resumes");
 }
 
+# SIGHUP; passes once the one worker is a new one
+sub reload {
+    my ($name) = @_;
+    my %old = map { $_ => 1 } $t->workers;
+    $t->signal('HUP');
+    ok(FastdTest::wait_for(sub {
+        my @w = $t->workers;
+        @w == 1 && !grep { $old{$_} } @w;
+    }, 15), $name);
+}
+
 # --- a reload reads the certificate files again -----------------------------
 {
     my @before = map { get($_, 'on') } qw(tcp quic);
@@ -262,12 +265,7 @@ for my $how (qw(tcp quic)) {
     is($before[0]{serial}, $old, 'TCP: the certificate before the reload');
     is($before[1]{serial}, $old, 'QUIC: the certificate before the reload');
     my $new = $pki->server('on.test', file => 'on-test');
-    my %old = map { $_ => 1 } $t->workers;
-    $t->signal('HUP');
-    ok(FastdTest::wait_for(sub {
-        my @w = $t->workers;
-        @w == 1 && !grep { $old{$_} } @w;
-    }, 15), 'the reload replaced the worker');
+    reload('the reload replaced the worker');
     my @after = map { get($_, cert_opts($good), 'on') } qw(tcp quic);
     my $serial = sprintf '%x', $new->{serial};
     is($after[0]{serial}, $serial, 'TCP: the new certificate after it');
@@ -285,13 +283,8 @@ for my $how (qw(tcp quic)) {
 # a reload that makes localhost verify clients: its old sessions, made
 # without a certificate, no longer resume there
 {
-    my %old = map { $_ => 1 } $t->workers;
     $t->write_conf(conf('on'));
-    $t->signal('HUP');
-    ok(FastdTest::wait_for(sub {
-        my @w = $t->workers;
-        @w == 1 && !grep { $old{$_} } @w;
-    }, 15), 'a reload with ssl_verify_client = on for localhost');
+    reload('a reload with ssl_verify_client = on for localhost');
     for my $how (qw(tcp quic)) {
         is(lh_session($how, $lh{$how}), 'failed',
            "$how: its session from before is not resumed past the "

@@ -396,7 +396,20 @@ static int peer_cert(fd_quic_tls_t t, gnutls_x509_crt_t *crt)
  */
 static int verify_error(fd_quic_tls_t t, unsigned status)
 {
+    static const struct {
+        unsigned status;
+        int error;
+    } verdicts[] = {
+        {GNUTLS_CERT_SIGNER_NOT_CA, X509_V_ERR_INVALID_CA},
+        {GNUTLS_CERT_SIGNATURE_FAILURE, X509_V_ERR_CERT_SIGNATURE_FAILURE},
+        {GNUTLS_CERT_INSECURE_ALGORITHM, X509_V_ERR_CA_MD_TOO_WEAK},
+        {GNUTLS_CERT_NOT_ACTIVATED, X509_V_ERR_CERT_NOT_YET_VALID},
+        {GNUTLS_CERT_EXPIRED, X509_V_ERR_CERT_HAS_EXPIRED},
+        {GNUTLS_CERT_REVOKED, X509_V_ERR_CERT_REVOKED},
+        {GNUTLS_CERT_PURPOSE_MISMATCH, X509_V_ERR_INVALID_PURPOSE},
+    };
     gnutls_x509_crt_t crt;
+    unsigned i;
     int self = 0;
 
     if (status & GNUTLS_CERT_SIGNER_NOT_FOUND) {
@@ -412,20 +425,9 @@ static int verify_error(fd_quic_tls_t t, unsigned status)
         return self ? X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT
                     : X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE;
     }
-    if (status & GNUTLS_CERT_SIGNER_NOT_CA)
-        return X509_V_ERR_INVALID_CA;
-    if (status & GNUTLS_CERT_SIGNATURE_FAILURE)
-        return X509_V_ERR_CERT_SIGNATURE_FAILURE;
-    if (status & GNUTLS_CERT_INSECURE_ALGORITHM)
-        return X509_V_ERR_CA_MD_TOO_WEAK;
-    if (status & GNUTLS_CERT_NOT_ACTIVATED)
-        return X509_V_ERR_CERT_NOT_YET_VALID;
-    if (status & GNUTLS_CERT_EXPIRED)
-        return X509_V_ERR_CERT_HAS_EXPIRED;
-    if (status & GNUTLS_CERT_REVOKED)
-        return X509_V_ERR_CERT_REVOKED;
-    if (status & GNUTLS_CERT_PURPOSE_MISMATCH)
-        return X509_V_ERR_INVALID_PURPOSE;
+    for (i = 0; i < fd_nelems(verdicts); i++)
+        if (status & verdicts[i].status)
+            return verdicts[i].error;
     return X509_V_ERR_UNSPECIFIED;
 }
 

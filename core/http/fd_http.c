@@ -350,31 +350,12 @@ int fd_http_conn_var_id(const char *name, size_t len)
     return 0;
 }
 
+/* A TLS fact of the connection: over HTTP/3 from QUIC's TLS (fd_quic_tls.c,
+ * t set), over TCP from OpenSSL's (fd_ssl.c) */
 #ifdef FD_HTTP3
-/* The same facts of a QUIC connection's TLS (fd_quic_tls.c) */
-static fd_str_t quic_conn_var(fd_request_t *r, int id)
-{
-    fd_quic_tls_t t = fd_h3_tls(r);
-
-    switch (id) {
-    case CV_HTTPS:
-        return fd_string("on");
-    case CV_SSL_PROTOCOL:
-        return fd_quic_tls_protocol(t);
-    case CV_SSL_CIPHER:
-        return fd_quic_tls_cipher(t);
-    case CV_SSL_SERVER_NAME:
-        return fd_quic_tls_server_name_var(t, r->pool);
-    case CV_SSL_SESSION_REUSED:
-        return fd_quic_tls_session_reused(t) ? fd_string("r")
-                                             : fd_string(".");
-    case CV_SSL_CLIENT_VERIFY:
-        return fd_quic_tls_client_verify(t, r->pool);
-    case CV_SSL_CLIENT_S_DN:
-        return fd_quic_tls_client_s_dn(t, r->pool);
-    }
-    return fd_null_string;
-}
+#define TLS_FACT(quic, tcp) (t ? (quic) : (tcp))
+#else
+#define TLS_FACT(quic, tcp) (tcp)
 #endif
 
 fd_str_t fd_http_conn_var(fd_request_t *r, int id)
@@ -395,26 +376,31 @@ fd_str_t fd_http_conn_var(fd_request_t *r, int id)
                           p};
     }
 #ifdef FD_HTTP3
-    if (r->h3)
-        return quic_conn_var(r, id);
+    fd_quic_tls_t t = r->h3 ? fd_h3_tls(r) : NULL;
 #endif
-    if (s->tls == NULL)
+    if (s->tls == NULL && !r->h3)
         return fd_null_string;
     switch (id) {
     case CV_HTTPS:
         return fd_string("on");
     case CV_SSL_PROTOCOL:
-        return fd_ssl_protocol(s);
+        return TLS_FACT(fd_quic_tls_protocol(t), fd_ssl_protocol(s));
     case CV_SSL_CIPHER:
-        return fd_ssl_cipher(s);
+        return TLS_FACT(fd_quic_tls_cipher(t), fd_ssl_cipher(s));
     case CV_SSL_SERVER_NAME:
-        return fd_ssl_server_name(s);
+        return TLS_FACT(fd_quic_tls_server_name_var(t, r->pool),
+                        fd_ssl_server_name(s));
     case CV_SSL_SESSION_REUSED:
-        return fd_ssl_session_reused(s) ? fd_string("r") : fd_string(".");
+        return TLS_FACT(fd_quic_tls_session_reused(t),
+                        fd_ssl_session_reused(s))
+                   ? fd_string("r")
+                   : fd_string(".");
     case CV_SSL_CLIENT_VERIFY:
-        return fd_ssl_client_verify(s, r->pool);
+        return TLS_FACT(fd_quic_tls_client_verify(t, r->pool),
+                        fd_ssl_client_verify(s, r->pool));
     case CV_SSL_CLIENT_S_DN:
-        return fd_ssl_client_s_dn(s, r->pool);
+        return TLS_FACT(fd_quic_tls_client_s_dn(t, r->pool),
+                        fd_ssl_client_s_dn(s, r->pool));
     }
     return fd_null_string;
 }

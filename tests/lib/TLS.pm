@@ -27,6 +27,24 @@ use Time::HiRes qw(time);
 use FastdTest;
 
 sub openssl { (grep { -x } qw(/usr/bin/openssl /usr/local/bin/openssl))[0] }
+
+# An HTTP/3 test's skips: a fastd built with HTTP/3, Debian's pycurl on a
+# libcurl with HTTP/3, the openssl CLI. Returns the python that has it.
+sub http3_or_skip {
+    my $cfg = FastdTest::slurp(FastdTest::root() . '/objs/fd_auto_config.h')
+              // '';
+    Test::More::plan(skip_all => 'fastd built without HTTP/3 '
+                               . '(./configure --with-http3)')
+        unless $cfg =~ /^#define FD_HTTP3 1/m;
+    my $py = '/usr/bin/python3';
+    Test::More::plan(skip_all => 'python3-pycurl on libcurl with HTTP/3 is '
+                               . 'not installed')
+        unless system($py, '-c', 'import pycurl, sys; sys.exit(0 if '
+                      . '"nghttp3" in pycurl.version else 1)') == 0;
+    Test::More::plan(skip_all => 'the openssl CLI is not installed')
+        unless openssl();
+    return $py;
+}
 sub curl    { (grep { -x } qw(/usr/bin/curl /usr/local/bin/curl))[0] }
 
 # Run a command to completion, stdin from $o{in} (bytes) or /dev/null,

@@ -126,20 +126,12 @@ def main(argv):
         elif opt == '--resume':
             resume = True
     resolve, urls = argv[0], argv[1:]
-    if resume:
+    if resume or not streams:
         c = None
         for url in urls:
-            c = handle(url, resolve, cafile, post, c)
-            c.setopt(pycurl.FRESH_CONNECT, 1)
-            try:
-                c.perform()
-                report(c)
-            except pycurl.error as e:
-                report(c, str(e))
-        return 0
-    if not streams:
-        for url in urls:
-            c = handle(url, resolve, cafile, post)
+            c = handle(url, resolve, cafile, post, c if resume else None)
+            if resume:
+                c.setopt(pycurl.FRESH_CONNECT, 1)
             try:
                 c.perform()
                 report(c)
