@@ -27,24 +27,6 @@ use Time::HiRes qw(time);
 use FastdTest;
 
 sub openssl { (grep { -x } qw(/usr/bin/openssl /usr/local/bin/openssl))[0] }
-
-# An HTTP/3 test's skips: a fastd built with HTTP/3, Debian's pycurl on a
-# libcurl with HTTP/3, the openssl CLI. Returns the python that has it.
-sub http3_or_skip {
-    my $cfg = FastdTest::slurp(FastdTest::root() . '/objs/fd_auto_config.h')
-              // '';
-    Test::More::plan(skip_all => 'fastd built without HTTP/3 '
-                               . '(./configure --with-http3)')
-        unless $cfg =~ /^#define FD_HTTP3 1/m;
-    my $py = '/usr/bin/python3';
-    Test::More::plan(skip_all => 'python3-pycurl on libcurl with HTTP/3 is '
-                               . 'not installed')
-        unless system($py, '-c', 'import pycurl, sys; sys.exit(0 if '
-                      . '"nghttp3" in pycurl.version else 1)') == 0;
-    Test::More::plan(skip_all => 'the openssl CLI is not installed')
-        unless openssl();
-    return $py;
-}
 sub curl    { (grep { -x } qw(/usr/bin/curl /usr/local/bin/curl))[0] }
 
 # Run a command to completion, stdin from $o{in} (bytes) or /dev/null,
@@ -247,11 +229,9 @@ sub quic_server_keys {
                              . ($o{more} // ''));
 }
 
-# The compiler flags of the HTTP/3 tests' own clients (tests/bench/h3load.c,
-# tests/lib/quicraw.c); the test is skipped (plan skip_all) when fastd has
-# no HTTP/3, or the openssl CLI or ngtcp2, nghttp3 or GnuTLS headers are
-# missing.
-sub quic_client_flags {
+# An HTTP/3 test's first skips (plan skip_all): a fastd without HTTP/3, no
+# openssl CLI.
+sub http3_fastd_or_skip {
     require Test::More;
     my $root = FastdTest::root();
     my $cfg = FastdTest::slurp("$root/objs/fd_auto_config.h") // '';
@@ -260,6 +240,26 @@ sub quic_client_flags {
         unless $cfg =~ /^#define FD_HTTP3 1/m;
     Test::More::plan(skip_all => 'the openssl CLI is not installed')
         unless openssl();
+}
+
+# Those, and one without Debian's pycurl on a libcurl with HTTP/3 (for
+# tests/lib/h3get.py): returns the python that has it.
+sub http3_or_skip {
+    http3_fastd_or_skip();
+    my $py = '/usr/bin/python3';
+    Test::More::plan(skip_all => 'python3-pycurl on libcurl with HTTP/3 is '
+                               . 'not installed')
+        unless system($py, '-c', 'import pycurl, sys; sys.exit(0 if '
+                      . '"nghttp3" in pycurl.version else 1)') == 0;
+    return $py;
+}
+
+# The compiler flags of the HTTP/3 tests' own clients (tests/bench/h3load.c,
+# tests/lib/quicraw.c); the test is skipped (plan skip_all) when fastd has
+# no HTTP/3, or the openssl CLI or ngtcp2, nghttp3 or GnuTLS headers are
+# missing.
+sub quic_client_flags {
+    http3_fastd_or_skip();
     my $flags = `pkg-config --cflags --libs libngtcp2 libngtcp2_crypto_gnutls libnghttp3 gnutls 2>/dev/null`;
     Test::More::plan(skip_all =>
         'no ngtcp2, nghttp3 or gnutls development files')
