@@ -542,12 +542,13 @@ static int load_ocsp(fd_cycle_t *cycle, ssl_conf_t *sc, char *err,
  * The session id context: a session resumes only on the server it was
  * made for (another server may verify clients, or not). From what names
  * the server and what it serves, so it is the same in every worker and
- * after a reload of the same configuration.
+ * after a reload of the same configuration. QUIC's ticket keys are
+ * derived from it too (fd_quic_tls.c).
  */
-static int set_sid_ctx(SSL_CTX *ctx, const fd_http_server_t *srv,
-                       const ssl_conf_t *sc)
+int fd_ssl_server_id(const fd_http_server_t *srv,
+                     unsigned char id[FD_SSL_SERVER_ID_LEN])
 {
-    unsigned char md[EVP_MAX_MD_SIZE];
+    const ssl_conf_t *sc = srv->ssl;
     unsigned mdlen, i;
     EVP_MD_CTX *m = EVP_MD_CTX_new();
     int ok = m && EVP_DigestInit_ex(m, EVP_sha256(), NULL);
@@ -562,10 +563,17 @@ static int set_sid_ctx(SSL_CTX *ctx, const fd_http_server_t *srv,
     for (i = 0; ok && i < sc->client_ca.n; i++)
         ok = EVP_DigestUpdate(m, sc->client_ca.items[i].path,
                               strlen(sc->client_ca.items[i].path));
-    ok = ok && EVP_DigestFinal_ex(m, md, &mdlen);
+    ok = ok && EVP_DigestFinal_ex(m, id, &mdlen);
     EVP_MD_CTX_free(m);
-    return ok && SSL_CTX_set_session_id_context(
-                     ctx, md, fd_min(mdlen, SSL_MAX_SID_CTX_LENGTH));
+    return ok;
+}
+
+static int set_sid_ctx(SSL_CTX *ctx, const fd_http_server_t *srv)
+{
+    unsigned char id[FD_SSL_SERVER_ID_LEN];
+
+    return fd_ssl_server_id(srv, id) &&
+           SSL_CTX_set_session_id_context(ctx, id, sizeof(id));
 }
 
 /* A file that cannot be read: say why (OpenSSL would say "system lib"). */
@@ -752,7 +760,7 @@ static int ctx_build(fd_cycle_t *cycle, fd_http_server_t *srv,
         return ssl_conf_error(err, errlen, srv->file, srv->line,
                               "SSL_CTX_set_tlsext_ticket_key_evp_cb() "
                               "failed");
-    if (!set_sid_ctx(ctx, srv, sc))
+    if (!set_sid_ctx(ctx, srv))
         return ssl_conf_error(err, errlen, srv->file, srv->line,
                               "SSL_CTX_set_session_id_context() failed");
     SSL_CTX_set_client_hello_cb(ctx, client_hello_cb, NULL);
@@ -829,6 +837,21 @@ unsigned fd_ssl_server_certs(const fd_http_server_t *srv, unsigned i,
     *cert = sc->certs.items[i].path;
     *key = sc->keys.items[i].path;
     return sc->certs.n;
+}
+
+void fd_ssl_server_terms(const fd_http_server_t *srv, fd_ssl_terms_t *t)
+{
+    const ssl_conf_t *sc = srv->ssl;
+
+    t->tls13 = sc->protocols.max >= TLS1_3_VERSION;
+    t->verify = sc->verify == VERIFY_ON         ? FD_SSL_VERIFY_ON
+                : sc->verify == VERIFY_OPTIONAL ? FD_SSL_VERIFY_OPTIONAL
+                                                : FD_SSL_VERIFY_OFF;
+    t->client_ca = sc->client_ca.n ? sc->client_ca.items[0].path : NULL;
+    t->verify_file = sc->verify_file;
+    t->verify_line = sc->verify_line;
+    t->session_tickets = sc->session_tickets;
+    t->session_timeout = sc->session_timeout;
 }
 
 void fd_ssl_free_cycle(fd_cycle_t *cycle)

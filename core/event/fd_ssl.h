@@ -72,6 +72,27 @@ void fd_ssl_free_cycle(fd_cycle_t *cycle);
  * 0 when i is past them. QUIC's TLS (fd_quic_tls.c) reads the same. */
 unsigned fd_ssl_server_certs(const fd_http_server_t *srv, unsigned i,
                              const char **cert, const char **key);
+/* The rest of srv's TLS terms QUIC's TLS holds a client to: the
+ * protocols (QUIC is TLS 1.3 alone), the client verification and the
+ * session settings */
+enum { FD_SSL_VERIFY_OFF, FD_SSL_VERIFY_ON, FD_SSL_VERIFY_OPTIONAL };
+typedef struct {
+    int tls13;                 /* ssl_protocols has TLSv1.3 */
+    int verify;                /* ssl_verify_client: FD_SSL_VERIFY_* */
+    const char *client_ca;     /* ssl_client_certificate, NULL: none */
+    const char *verify_file;   /* where ssl_verify_client was set */
+    int verify_line;
+    int session_tickets;
+    fd_msec_t session_timeout;
+} fd_ssl_terms_t;
+void fd_ssl_server_terms(const fd_http_server_t *srv, fd_ssl_terms_t *t);
+/* What sets srv apart from the other servers in its TLS terms (SHA-256
+ * of its names, certificate files and client verification): OpenSSL's
+ * session id context, and what QUIC's ticket keys are derived with, so a
+ * session resumes only on the server it was made for. 0: failed. */
+#define FD_SSL_SERVER_ID_LEN 32
+int fd_ssl_server_id(const fd_http_server_t *srv,
+                     unsigned char id[FD_SSL_SERVER_ID_LEN]);
 #ifdef FD_HTTP3
 /* fd_quic_tls.c: the GnuTLS credentials of each quic address, built by
  * the master at load as fd_ssl_init_cycle() builds OpenSSL's */
@@ -92,6 +113,10 @@ int fd_ssl_shm_init(void);
  * in main(), before OpenSSL allocates anything; no-op if it already has */
 void fd_ssl_mem_init(void);
 unsigned fd_ssl_ticket_rotate(const fd_cycle_t *cycle);
+/* Worker: the session ticket key that encrypts now (nginx's 80-byte
+ * order), for QUIC's tickets to derive theirs from; 0 before
+ * fd_ssl_shm_init() made the keys. */
+int fd_ssl_ticket_secret(unsigned char key[80]);
 /* Worker: with ssl_session_ticket_keys = redis, worker 0 (index) keeps
  * the mapping to the fleet's pair in Redis (after the cluster module's
  * init_worker started the client); a no-op otherwise. */

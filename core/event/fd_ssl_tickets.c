@@ -330,6 +330,18 @@ static void key_bytes(const ticket_key_t *k, unsigned char b[80])
     memcpy(b + 48, k->aes, 32);
 }
 
+int fd_ssl_ticket_secret(unsigned char key[80])
+{
+    ticket_key_t k[2];
+
+    if (tickets == NULL)
+        return 0;
+    tickets_load(k);
+    key_bytes(&k[0], key);
+    OPENSSL_cleanse(k, sizeof(k));
+    return 1;
+}
+
 static void sync_ask(fd_timer_t *t)
 {
     unsigned char key[80], pair[160];

@@ -30,6 +30,9 @@
 #include "fd_offload.h"
 #include "fd_sendq.h"
 #include "fd_ssl.h"
+#ifdef FD_HTTP3
+#include "fd_quic_tls.h"
+#endif
 
 #define LINGER_MSEC 2000
 #define FD_HTTP_ALLOW "GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH"
@@ -347,15 +350,20 @@ int fd_http_conn_var_id(const char *name, size_t len)
     return 0;
 }
 
+/* A TLS fact of the connection: over HTTP/3 from QUIC's TLS (fd_quic_tls.c,
+ * t set), over TCP from OpenSSL's (fd_ssl.c) */
+#ifdef FD_HTTP3
+#define TLS_FACT(quic, tcp) (t ? (quic) : (tcp))
+#else
+#define TLS_FACT(quic, tcp) (tcp)
+#endif
+
 fd_str_t fd_http_conn_var(fd_request_t *r, int id)
 {
     fd_stream_t *s = &r->c->s;
 
     if (id == CV_SCHEME)
         return s->tls || r->h3 ? fd_string("https") : fd_string("http");
-    if (r->h3 && id == CV_HTTPS)
-        return fd_string("on"); /* QUIC is TLS; the ssl_* facts are not
-                                 * kept for it yet */
     if (id == CV_HTTP2)
         return r->h2 == NULL || r->h3 ? fd_null_string
                : s->tls      ? fd_string("h2")
@@ -367,23 +375,32 @@ fd_str_t fd_http_conn_var(fd_request_t *r, int id)
         return (fd_str_t){(size_t)(fd_fmt_uint(p, fd_http_stream_id(r)) - p),
                           p};
     }
-    if (s->tls == NULL)
+#ifdef FD_HTTP3
+    fd_quic_tls_t t = r->h3 ? fd_h3_tls(r) : NULL;
+#endif
+    if (s->tls == NULL && !r->h3)
         return fd_null_string;
     switch (id) {
     case CV_HTTPS:
         return fd_string("on");
     case CV_SSL_PROTOCOL:
-        return fd_ssl_protocol(s);
+        return TLS_FACT(fd_quic_tls_protocol(t), fd_ssl_protocol(s));
     case CV_SSL_CIPHER:
-        return fd_ssl_cipher(s);
+        return TLS_FACT(fd_quic_tls_cipher(t), fd_ssl_cipher(s));
     case CV_SSL_SERVER_NAME:
-        return fd_ssl_server_name(s);
+        return TLS_FACT(fd_quic_tls_server_name_var(t, r->pool),
+                        fd_ssl_server_name(s));
     case CV_SSL_SESSION_REUSED:
-        return fd_ssl_session_reused(s) ? fd_string("r") : fd_string(".");
+        return TLS_FACT(fd_quic_tls_session_reused(t),
+                        fd_ssl_session_reused(s))
+                   ? fd_string("r")
+                   : fd_string(".");
     case CV_SSL_CLIENT_VERIFY:
-        return fd_ssl_client_verify(s, r->pool);
+        return TLS_FACT(fd_quic_tls_client_verify(t, r->pool),
+                        fd_ssl_client_verify(s, r->pool));
     case CV_SSL_CLIENT_S_DN:
-        return fd_ssl_client_s_dn(s, r->pool);
+        return TLS_FACT(fd_quic_tls_client_s_dn(t, r->pool),
+                        fd_ssl_client_s_dn(s, r->pool));
     }
     return fd_null_string;
 }
@@ -458,6 +475,10 @@ static fd_http_server_t *find_server(fd_request_t *r, int *misdirected)
     if (ls->nservers == 1)
         return ls->servers[0];
     hs = r->c->s.tls ? fd_ssl_server(&r->c->s) : NULL;
+#ifdef FD_HTTP3
+    if (r->h3)
+        hs = fd_quic_tls_server(fd_h3_tls(r));
+#endif
     if (host.len == 0)
         return hs ? hs : ls->servers[0];
     /* strip the port; IPv6 literals keep their brackets. The parser

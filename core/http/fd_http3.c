@@ -995,6 +995,11 @@ unsigned fd_h3_stream_id(fd_request_t *r)
     return (unsigned)((h3s_t *)(void *)r->h2)->id;
 }
 
+void *fd_h3_tls(const fd_request_t *r)
+{
+    return ((fd_quic_conn_t *)(void *)r->c)->tls;
+}
+
 /* --- the connection --- */
 
 static int h3_setup(fd_quic_conn_t *qc)

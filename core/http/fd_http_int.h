@@ -112,6 +112,9 @@ void fd_h3_finish(fd_request_t *r, int rc);
 int fd_h3_gone(fd_request_t *r);
 ssize_t fd_h3_body_pull(fd_request_t *r, char *buf, size_t size);
 unsigned fd_h3_stream_id(fd_request_t *r);
+/* the QUIC connection's TLS session (fd_quic_tls_t), for the $ssl_*
+ * variables and the handshake's server */
+void *fd_h3_tls(const fd_request_t *r);
 #define FD_H3_PASS(r, call) \
     if (fd_unlikely((r)->h3)) \
         return call

@@ -12,6 +12,7 @@ package TLS;
 #   my $r = $pki->server('a.test', type => 'rsa');  # RSA 2048
 #   my $c = $pki->client('client.test');            # clientAuth, same CA
 #   my $m = $pki->mismatch('bad.test');             # crt and another key
+#   my $x = $pki->expired_client('old.test');       # clientAuth, expired
 #   my $der = $pki->ocsp($a);                       # an OCSP response
 #   $a->{crt}, $a->{key}, $a->{serial}; $pki->ca
 
@@ -132,6 +133,42 @@ sub client {
     return $self->issue($cn, usage => 'clientAuth', %o);
 }
 
+# A client certificate for $cn from the CA that expired a day ago (the
+# openssl 3.0 CLI cannot backdate one: Debian's python3-cryptography makes
+# it), or undef without that module. Returns { crt, key, cn }.
+sub expired_client {
+    my ($self, $cn) = @_;
+    my $d = $self->{dir};
+    my ($crt, $key) = ("$d/$cn-expired.crt", "$d/$cn-expired.key");
+    $self->newkey('ec', $key);
+    my ($rc, $out) = run([ '/usr/bin/python3', '-c', <<'PY', "$d/ca.crt",
+import datetime, sys
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+ca_crt, ca_key, key, cn, serial, out = sys.argv[1:]
+ca = x509.load_pem_x509_certificate(open(ca_crt, 'rb').read())
+cak = serialization.load_pem_private_key(open(ca_key, 'rb').read(), None)
+k = serialization.load_pem_private_key(open(key, 'rb').read(), None)
+now = datetime.datetime.now(datetime.timezone.utc)
+name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, 'fastd tests'),
+                  x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+crt = (x509.CertificateBuilder().subject_name(name)
+       .issuer_name(ca.subject).public_key(k.public_key())
+       .serial_number(int(serial))
+       .not_valid_before(now - datetime.timedelta(days=3))
+       .not_valid_after(now - datetime.timedelta(days=1))
+       .add_extension(x509.BasicConstraints(ca=False, path_length=None), True)
+       .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]),
+                      False)
+       .sign(cak, hashes.SHA256()))
+open(out, 'wb').write(crt.public_bytes(serialization.Encoding.PEM))
+PY
+        "$d/ca.key", $key, $cn, ++$self->{serial}, $crt ]);
+    return undef if $rc != 0;
+    return { crt => $crt, key => $key, cn => $cn };
+}
+
 # A valid certificate whose key file holds another key.
 sub mismatch {
     my ($self, $cn) = @_;
@@ -192,11 +229,9 @@ sub quic_server_keys {
                              . ($o{more} // ''));
 }
 
-# The compiler flags of the HTTP/3 tests' own clients (tests/bench/h3load.c,
-# tests/lib/quicraw.c); the test is skipped (plan skip_all) when fastd has
-# no HTTP/3, or the openssl CLI or ngtcp2, nghttp3 or GnuTLS headers are
-# missing.
-sub quic_client_flags {
+# An HTTP/3 test's first skips (plan skip_all): a fastd without HTTP/3, no
+# openssl CLI.
+sub http3_fastd_or_skip {
     require Test::More;
     my $root = FastdTest::root();
     my $cfg = FastdTest::slurp("$root/objs/fd_auto_config.h") // '';
@@ -205,6 +240,26 @@ sub quic_client_flags {
         unless $cfg =~ /^#define FD_HTTP3 1/m;
     Test::More::plan(skip_all => 'the openssl CLI is not installed')
         unless openssl();
+}
+
+# Those, and one without Debian's pycurl on a libcurl with HTTP/3 (for
+# tests/lib/h3get.py): returns the python that has it.
+sub http3_or_skip {
+    http3_fastd_or_skip();
+    my $py = '/usr/bin/python3';
+    Test::More::plan(skip_all => 'python3-pycurl on libcurl with HTTP/3 is '
+                               . 'not installed')
+        unless system($py, '-c', 'import pycurl, sys; sys.exit(0 if '
+                      . '"nghttp3" in pycurl.version else 1)') == 0;
+    return $py;
+}
+
+# The compiler flags of the HTTP/3 tests' own clients (tests/bench/h3load.c,
+# tests/lib/quicraw.c); the test is skipped (plan skip_all) when fastd has
+# no HTTP/3, or the openssl CLI or ngtcp2, nghttp3 or GnuTLS headers are
+# missing.
+sub quic_client_flags {
+    http3_fastd_or_skip();
     my $flags = `pkg-config --cflags --libs libngtcp2 libngtcp2_crypto_gnutls libnghttp3 gnutls 2>/dev/null`;
     Test::More::plan(skip_all =>
         'no ngtcp2, nghttp3 or gnutls development files')

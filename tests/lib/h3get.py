@@ -3,7 +3,8 @@
 (built with ngtcp2 and nghttp3): HTTP/3 only (no fallback to TCP).
 
   h3get.py [--post FILE] [--streams N] [--cafile CA] [--abort-after BYTES]
-           [--timeout-ms MS] HOST:PORT:ADDR URL...
+           [--timeout-ms MS] [--tcp] [--cert CRT --key KEY] [--host HOST]
+           [--resume] HOST:PORT:ADDR URL...
 
 --streams N fetches the URLs N times each, all at once, multiplexed on one
 connection (PIPEWAIT). One JSON line per response: status, HTTP version
@@ -11,6 +12,14 @@ connection (PIPEWAIT). One JSON line per response: status, HTTP version
 connections libcurl opened for it; a failed transfer prints its curl error.
 --abort-after gives up on a response once that many body bytes came (its
 stream is reset), --timeout-ms on a transfer that takes longer.
+
+HOST:PORT:ADDR may be several, comma-separated. For the TLS tests
+(tests/http3_tls.t), the same client over TCP too:
+--tcp speaks HTTP/1.1 over TLS instead, --cert/--key send a client
+certificate, --host a Host header of its own; --resume fetches the URLs
+one after the other on one handle, each on a new connection, so that
+each offers the session the one before got (TLS session resumption).
+Each line then has the serial number (hex) of the server's certificate.
 """
 import hashlib
 import io
@@ -22,15 +31,25 @@ import pycurl
 
 ABORT_AFTER = None
 TIMEOUT_MS = None
+TCP = False
+CERT = None
+HOST = None
 
 
-def handle(url, resolve, cafile, post):
-    c = pycurl.Curl()
+def handle(url, resolve, cafile, post, c=None):
+    c = c or pycurl.Curl()
     c.body = io.BytesIO()
     c.hdr = io.BytesIO()
     c.setopt(pycurl.URL, url)
-    c.setopt(pycurl.HTTP_VERSION, 31)  # CURL_HTTP_VERSION_3ONLY
-    c.setopt(pycurl.RESOLVE, [resolve])
+    # CURL_HTTP_VERSION_1_1 or CURL_HTTP_VERSION_3ONLY
+    c.setopt(pycurl.HTTP_VERSION, 2 if TCP else 31)
+    if CERT:
+        c.setopt(pycurl.SSLCERT, CERT[0])
+        c.setopt(pycurl.SSLKEY, CERT[1])
+    if HOST:
+        c.setopt(pycurl.HTTPHEADER, ['Host: ' + HOST])
+    c.setopt(pycurl.OPT_CERTINFO, 1)
+    c.setopt(pycurl.RESOLVE, resolve.split(','))
     if cafile:
         c.setopt(pycurl.CAINFO, cafile)
     else:
@@ -67,6 +86,12 @@ def report(c, err=None):
            'sha256': hashlib.sha256(body).hexdigest(),
            'connects': c.getinfo(pycurl.NUM_CONNECTS),
            'headers': headers}
+    try:
+        for field, value in c.getinfo(pycurl.INFO_CERTINFO)[0]:
+            if field == 'Serial Number':
+                out['serial'] = '%x' % int(value.replace(':', ''), 16)
+    except (pycurl.error, IndexError):
+        pass
     if len(body) <= 4096:
         out['body'] = body.decode('latin-1')
     if err:
@@ -75,8 +100,8 @@ def report(c, err=None):
 
 
 def main(argv):
-    global ABORT_AFTER, TIMEOUT_MS
-    post, streams, cafile = None, 0, None
+    global ABORT_AFTER, TIMEOUT_MS, TCP, CERT, HOST
+    post, streams, cafile, resume = None, 0, None, False
     while argv and argv[0].startswith('--'):
         opt = argv.pop(0)
         if opt == '--post':
@@ -90,10 +115,23 @@ def main(argv):
             ABORT_AFTER = int(argv.pop(0))
         elif opt == '--timeout-ms':
             TIMEOUT_MS = int(argv.pop(0))
+        elif opt == '--tcp':
+            TCP = True
+        elif opt == '--cert':
+            CERT = (argv.pop(0), None)
+        elif opt == '--key':
+            CERT = (CERT[0], argv.pop(0))
+        elif opt == '--host':
+            HOST = argv.pop(0)
+        elif opt == '--resume':
+            resume = True
     resolve, urls = argv[0], argv[1:]
-    if not streams:
+    if resume or not streams:
+        c = None
         for url in urls:
-            c = handle(url, resolve, cafile, post)
+            c = handle(url, resolve, cafile, post, c if resume else None)
+            if resume:
+                c.setopt(pycurl.FRESH_CONNECT, 1)
             try:
                 c.perform()
                 report(c)
