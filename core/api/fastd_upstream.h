@@ -278,7 +278,7 @@ typedef struct {
     unsigned chunked:1;       /* the body comes chunked (HTTP/1.1) */
     unsigned conn_upgrade:1;  /* Connection names "upgrade" */
     unsigned ext_connect:1;   /* an HTTP/2 extended CONNECT (RFC 8441) */
-    unsigned tls:1;           /* the client came over TLS */
+    unsigned tls:1;           /* the client came over TLS (or QUIC) */
     unsigned uri_changed:1;   /* a rewrite set the URI (fd_req_path) */
 } fd_api_http_req_t;
 void fd_req_http(fd_request_t *r, fd_api_http_req_t *h, size_t size);
