@@ -14,6 +14,9 @@
  * group's BPF program (fd_listen.c, quic_steer) hands each datagram to
  * the worker its ID names, so a client that changes address (migration,
  * a NAT's new port) still reaches the worker that owns its connection.
+ * After a reload the new workers read the same sockets: a datagram for
+ * an ID of another generation (or worker) is forwarded to its owner
+ * (route, fd_quic_fwd.c).
  *
  * Receiving: recvmmsg(), with UDP GRO where the kernel has it; a
  * connection's input posts it to the end of the turn (fd_quic_post).
