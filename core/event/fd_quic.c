@@ -1243,7 +1243,8 @@ void fd_quic_fwd_in(const fd_quic_fwd_rec_t *rec, const uint8_t *data,
         if (qs->ls->addrlen == rec->boundlen &&
             memcmp(&qs->ls->addr, &rec->bound, rec->boundlen) == 0)
             break;
-    if (qs == NULL || rec->locallen != rec->boundlen)
+    if (qs == NULL || rec->locallen != rec->boundlen ||
+        rec->remotelen != rec->boundlen)
         return;
     if (from == FD_QUIC_FWD_NEWER && fd_worker->quitting && !qs->left) {
         fd_log_debug("QUIC socket of %s left to the new workers",
