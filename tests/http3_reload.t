@@ -47,7 +47,7 @@ my $pki = TLS->new($dir);
 my $cert = $pki->server('localhost');
 make_path("$dir/www");
 my $file = join '', map { pack('N', $_ * 2654435761 % 4294967296) }
-                        1 .. 750_000; # 3 MB
+                        1 .. 1_000_000; # 4 MB
 FastdTest::spew("$dir/www/f.bin", $file);
 my $rate = 500_000;
 $t->write_conf(<<"CONF");
@@ -127,9 +127,9 @@ sub h3_ok {
 my $s0 = status();
 my $g1 = $s0->{generation};
 my @dl = map { download($_, '-q') } 1 .. 3;
-# the fourth moves to a new local port 4 s after its handshake: after the
-# reload, while the old workers drain (the download takes 6 s)
-push @dl, download(4, '-q', '--change-local-addr=4s');
+# the fourth moves to a new local port 5 s after its handshake: after the
+# reload, while the old workers drain (the download takes 8 s)
+push @dl, download(4, '-q', '--change-local-addr=5s');
 ok(FastdTest::wait_for(sub {
     sum_quic('active_connections', gen_workers(status(), $g1)) >= 4 }, 20),
    'four downloads on the old workers');
@@ -142,7 +142,7 @@ ok(FastdTest::wait_for(sub {
     ($s1->{generation} // 0) == $g1 + 1 &&
         gen_workers($s1, $g1 + 1) == 2 }, 20),
    'the reload started two new workers');
-cmp_ok(time - $dl[3]{start}, '<', 3.5,
+cmp_ok(time - $dl[3]{start}, '<', 4.5,
        'the reload was done before the client moved');
 my @old = map { $_->{pid} } gen_workers($s1, $g1);
 my $old_conns = sum_quic('connections', gen_workers($s1, $g1));
@@ -164,8 +164,8 @@ for my $d (map { finish($_) } @dl) {
         or diag(FastdTest::slurp("$dir/gtls$d->{n}.out"));
     ok(length $got == length $file && $got eq $file,
        "download $d->{n}: whole (" . length($got) . " bytes)");
-    # 6 s at the rate; a retransmission timeout's stall would add seconds
-    cmp_ok($d->{secs}, '<', length($file) / $rate + 3,
+    # 8 s at the rate; stalls on lost packets would add many seconds
+    cmp_ok($d->{secs}, '<', length($file) / $rate + 5,
            sprintf("download %d: in %.1f s, without stalls", $d->{n},
                    $d->{secs}));
 }
@@ -190,8 +190,11 @@ my $victim = download(5);
 ok(FastdTest::wait_for(sub {
     sum_quic('active_connections', gen_workers(status(), $g1 + 1)) >= 1 },
     20), 'a download on the generation-2 workers');
-my ($scid) = (FastdTest::slurp("$dir/gtls5.out") // '')
-    =~ /pkt rx .* scid=0x([0-9a-f]{36}) .*type=Initial/;
+my $scid;
+FastdTest::wait_for(sub {
+    ($scid) = (FastdTest::slurp("$dir/gtls5.out") // '')
+        =~ /pkt rx .* scid=0x([0-9a-f]{36}) .*type=Initial/;
+    $scid }, 10);
 ok($scid && hex(substr($scid, 2, 2)) == (($g1 + 1) & 0xff),
    'its connection ID names generation 2') or diag($scid // 'no ID');
 my $resets = status()->{quic}{stateless_resets} // 0;
