@@ -174,7 +174,7 @@ int fd_quic_fwd_init(void)
                      "forwarding failed");
         return FD_ERROR;
     }
-    uid = geteuid();
+    uid = getuid(); /* what SCM_CREDENTIALS carries */
     setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one));
     /* a message waits at the owner charged to its sender */
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
