@@ -101,8 +101,7 @@ sub download {
         open STDERR, '>&', \*STDOUT;
         exec('timeout', '60', $gtls, '--exit-on-all-streams-close',
              @opt, "--download=$dir/dl$n", '127.0.0.1', $port,
-             "https://localhost:$port/rated/f.bin");
-        POSIX::_exit(127);
+             "https://localhost:$port/rated/f.bin") or POSIX::_exit(127);
     }
     return { pid => $pid, n => $n, start => time };
 }
