@@ -13,7 +13,9 @@
 # none, and no Initial is dropped). Then the forwarding fails: the old
 # workers of a second reload are killed under a live connection, and a
 # packet for it, read by a new worker, gets a stateless reset on their
-# behalf.
+# behalf. Last, a stop of the whole server (SIGQUIT) during a drain: the
+# new workers exit at once, and the old one reads its socket again to
+# finish its download.
 
 use strict;
 use warnings;
@@ -221,6 +223,30 @@ like($t->error_log, qr/QUIC worker \d+ of generation \d+ is gone/,
 kill 'TERM', $victim->{pid};
 waitpid $victim->{pid}, 0;
 ok(h3_ok(), 'HTTP/3 still served');
+
+# --- a stop of the whole server during a drain ------------------------------
+# the old worker has left its socket to the new ones; told to stop, they
+# exit at once (no connection), and it reads the socket again
+my $last = download(6, '-q');
+ok(FastdTest::wait_for(sub {
+    sum_quic('active_connections', gen_workers(status(), $g1 + 2)) >= 1 },
+    20), 'a download on the generation-3 workers');
+my $left = () = $t->error_log =~ /left to the new workers/g;
+$t->signal('HUP');
+ok(FastdTest::wait_for(sub {
+    (() = $t->error_log =~ /left to the new workers/g) > $left }, 20),
+   'a reload, and the old worker left its socket to the new ones');
+$t->signal('QUIT');
+finish($last);
+my $got = FastdTest::slurp("$dir/dl6/f.bin") // '';
+ok(length $got == length $file && $got eq $file,
+   'fastd -s quit during the drain: the download ends whole ('
+   . length($got) . ' bytes)');
+cmp_ok($last->{secs}, '<', length($file) / $rate + 5,
+       sprintf('in %.1f s', $last->{secs}));
+like($t->error_log, qr/QUIC socket of \S+ read again/,
+     'the old worker read its socket again');
+ok(defined $t->wait_exit(20), 'fastd exited once the download ended');
 
 $t->stop;
 $t->no_alerts;

@@ -1227,11 +1227,12 @@ static void dgram_in(fd_quic_sock_t *qs, uint8_t *data, size_t n,
 
 /*
  * A datagram another worker read for this one, on the socket of the
- * same address (or its own, back: FD_QUIC_FWD_ORPHAN). Once a worker of
- * a newer generation forwards here, that one reads the address's socket
- * (a reload): a stopping worker leaves it, and its connections finish on
- * what is forwarded (it keeps reading after a stop without a reload, or
- * a reload that dropped the address).
+ * same address (or its own, back: FD_QUIC_FWD_ORPHAN). Once a running
+ * worker of a newer generation forwards here, that one reads the
+ * address's socket (a reload): a stopping worker leaves it, and its
+ * connections finish on what is forwarded (it keeps reading after a stop
+ * without a reload, or a reload that dropped the address, and reads
+ * again when the newer one is told to stop: fd_quic_quit_again).
  */
 void fd_quic_fwd_in(const fd_quic_fwd_rec_t *rec, const uint8_t *data,
                     int from)
@@ -1407,6 +1408,24 @@ int fd_quic_listen(fd_listening_t *ls, fd_worker_t *w)
     /* what arrived before the worker was ready */
     sock_read(qs);
     return FD_OK;
+}
+
+void fd_quic_quit_again(void)
+{
+    fd_quic_sock_t *qs;
+
+    for (qs = socks; qs; qs = qs->next) {
+        if (!qs->left)
+            continue;
+        if (fd_event_add(&qs->ev, EPOLLIN) < 0) {
+            fd_log_error(FD_LOG_ALERT, errno, "epoll_ctl(%s quic) failed",
+                         qs->ls->text);
+            continue;
+        }
+        fd_log_debug("QUIC socket of %s read again", qs->ls->text);
+        qs->left = 0;
+        sock_read(qs);
+    }
 }
 
 void fd_quic_quit(void)

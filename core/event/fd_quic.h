@@ -14,6 +14,9 @@ int fd_quic_listen(fd_listening_t *ls, fd_worker_t *w);
 /* A graceful stop began: GOAWAY on every connection, no new ones; the
  * worker waits for them (fd_worker_hold) up to shutdown_timeout. */
 void fd_quic_quit(void);
+/* SIGQUIT again during a graceful stop: read the sockets left to a newer
+ * generation again (fd_quic_fwd_in), which may be stopping too. */
+void fd_quic_quit_again(void);
 /* Send the datagrams the connections framed this turn (sendmmsg()); the
  * loop calls it before each wait. */
 void fd_quic_flush(void);
@@ -100,7 +103,8 @@ typedef struct {
 enum {
     FD_QUIC_READ,               /* read from the UDP socket */
     FD_QUIC_FWD_PEER,           /* forwarded to this worker, the owner */
-    FD_QUIC_FWD_NEWER,          /* the same, by a newer generation's */
+    FD_QUIC_FWD_NEWER,          /* the same, by a running worker of a
+                                 * newer generation */
     FD_QUIC_FWD_ORPHAN          /* its owner is gone: back to the reader */
 };
 

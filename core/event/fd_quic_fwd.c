@@ -39,7 +39,8 @@
 
 typedef struct {
     uint32_t magic;
-    uint32_t ndgrams;
+    uint16_t ndgrams;
+    uint16_t stopping;           /* the sender is */
     uint64_t generation;         /* the sender's */
 } fwd_hdr_t;
 
@@ -87,8 +88,9 @@ static void msg_in(const uint8_t *p, size_t n)
     memcpy(&h, p, sizeof(h));
     if (h.magic != FWD_MAGIC)
         return;
-    from = h.generation > fd_worker->cycle->generation ? FD_QUIC_FWD_NEWER
-                                                        : FD_QUIC_FWD_PEER;
+    from = h.generation > fd_worker->cycle->generation && !h.stopping
+               ? FD_QUIC_FWD_NEWER
+               : FD_QUIC_FWD_PEER;
     while (h.ndgrams-- && n - off >= sizeof(rec)) {
         memcpy(&rec, p + off, sizeof(rec));
         off += sizeof(rec);
@@ -207,7 +209,8 @@ int fd_quic_fwd_init(void)
 static void out_send(fwd_out_t *o)
 {
     struct sockaddr_un sun;
-    fwd_hdr_t h = {FWD_MAGIC, o->ndgrams, fd_worker->cycle->generation};
+    fwd_hdr_t h = {FWD_MAGIC, (uint16_t)o->ndgrams, fd_worker->quitting,
+                   fd_worker->cycle->generation};
     fd_quic_fwd_rec_t rec;
     socklen_t len = fwd_name(&sun, o->generation, o->index);
     size_t off;
