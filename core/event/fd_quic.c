@@ -442,10 +442,10 @@ static void send_version_negotiation(fd_quic_sock_t *qs,
  * a worker that has exited. A stateless reset (RFC 9000 10.3) tells the
  * client at once rather than after its idle timeout, but only for an ID
  * that names this worker of this generation, or a worker gone: the
- * others' are forwarded to them (route). Never in answer to 43 bytes or fewer, always shorter than
- * what it answers (10.3.3: two endpoints cannot reset each other in a
- * loop), at most one per packet and FD_QUIC_RESETS_PER_SEC a second for
- * all workers together.
+ * others' are forwarded to them (route). Never in answer to 43 bytes or
+ * fewer, always shorter than what it answers (10.3.3: two endpoints
+ * cannot reset each other in a loop), at most one per packet and
+ * FD_QUIC_RESETS_PER_SEC a second for all workers together.
  */
 static void stateless_reset(fd_quic_sock_t *qs, const ngtcp2_version_cid *vc,
                             size_t len, const ngtcp2_path *path, int from)
