@@ -31,17 +31,9 @@ use POSIX ();
 use Time::HiRes qw(time);
 use Test::More;
 
-my $root = FastdTest::root();
-my $cfg = FastdTest::slurp("$root/objs/fd_auto_config.h") // '';
-plan skip_all => 'fastd built without HTTP/3 (./configure --with-http3)'
-    unless $cfg =~ /^#define FD_HTTP3 1/m;
+my $py = TLS::http3_or_skip();
 my $gtls = '/usr/bin/gtlsclient';
 plan skip_all => 'ngtcp2-client (gtlsclient) is not installed' unless -x $gtls;
-my $py = '/usr/bin/python3';
-plan skip_all => 'python3-pycurl on libcurl with HTTP/3 is not installed'
-    unless system($py, '-c', 'import pycurl, sys; '
-                . 'sys.exit(0 if "nghttp3" in pycurl.version else 1)') == 0;
-plan skip_all => 'the openssl CLI is not installed' unless TLS::openssl();
 
 my $t = FastdTest->new;
 my $dir = $t->dir;
@@ -55,11 +47,7 @@ my $rate = 500_000;
 $t->write_conf(<<"CONF");
 @{[ FastdTest::main_section(workers => 2, level => 'debug') ]}
 [server]
-listen = 127.0.0.1:%%PORT%% ssl
-listen = 127.0.0.1:%%PORT%% quic
-ssl_certificate = $cert->{crt}
-ssl_certificate_key = $cert->{key}
-root = %%DIR%%/www
+@{[ TLS::quic_server_keys($cert) ]}root = %%DIR%%/www
 
 [location /rated/]
 alias = %%DIR%%/www/
