@@ -280,6 +280,8 @@ typedef struct {
     uint64_t quic_resets;      /* stateless resets sent */
     uint64_t quic_dropped;     /* client Initials that made no connection
                                 * (and no Retry) */
+    uint64_t quic_forwarded;   /* datagrams handed to the worker that owns
+                                * their connection (fd_quic_fwd.c) */
     uint64_t alive;            /* 1 while the worker runs */
 } fd_stats_t;
 

@@ -217,6 +217,7 @@ void fd_stats_retire(unsigned i)
     fold(&d->quic_migrations, &s->quic_migrations);
     fold(&d->quic_resets, &s->quic_resets);
     fold(&d->quic_dropped, &s->quic_dropped);
+    fold(&d->quic_forwarded, &s->quic_forwarded);
 
     for (k = 0; fd_modules[k] != NULL; k++) {
         const fd_module_t *m = fd_modules[k];

@@ -259,8 +259,8 @@ CONF
     my $prom = quic_status($t, 1);
     is(scalar(() = $prom =~ /^fastd_quic_(?:connections|closed_connections|
         streams|retries|retries_validated|lost_packets|migrations|
-        stateless_resets|dropped_initials)_total\ \d+$/mgx), 9,
-       "$backend: Prometheus: the nine QUIC counters");
+        stateless_resets|dropped_initials|forwarded_datagrams)_total\ \d+$/mgx),
+       10, "$backend: Prometheus: the ten QUIC counters");
     like($prom, qr/^fastd_quic_active_connections \d+$/m,
          "$backend: Prometheus: the open QUIC connections");
 

@@ -14,6 +14,9 @@
  * group's BPF program (fd_listen.c, quic_steer) hands each datagram to
  * the worker its ID names, so a client that changes address (migration,
  * a NAT's new port) still reaches the worker that owns its connection.
+ * After a reload the new workers read the same sockets: a datagram for
+ * an ID of another generation (or worker) is forwarded to its owner
+ * (route, fd_quic_fwd.c).
  *
  * Receiving: recvmmsg(), with UDP GRO where the kernel has it; a
  * connection's input posts it to the end of the turn (fd_quic_post).
@@ -72,6 +75,8 @@ struct fd_quic_sock_s {
     fd_posted_t more;            /* the batch ended before EAGAIN */
     unsigned posted:1;
     unsigned no_gso:1;           /* UDP_SEGMENT refused: one send each */
+    unsigned left:1;             /* not read any more: a newer generation
+                                  * reads it (fd_quic_fwd_in) */
     fd_quic_sock_t *next;
 };
 
@@ -157,15 +162,53 @@ static void cid_del(fd_quic_conn_t *qc, const ngtcp2_cid *cid)
         }
 }
 
+/* The tag of an ID of ours: a keyed hash of its other bytes (FNV-1a,
+ * then murmur3's finaliser), so a client's own ID (its first Initials')
+ * passes for one of ours once in 65536 */
+static uint16_t cid_tag(const uint8_t *p)
+{
+    const uint8_t *k = fd_quic_keys->secrets.cid;
+    uint32_t h = 2166136261u;
+    size_t i;
+
+    for (i = 0; i < sizeof(fd_quic_keys->secrets.cid); i++)
+        h = (h ^ k[i]) * 16777619u;
+    for (i = 0; i < FD_QUIC_SCID_LEN; i++)
+        if (i != 2 && i != 3)
+            h = (h ^ p[i]) * 16777619u;
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    return (uint16_t)h;
+}
+
+static int cid_ours(const uint8_t *p, size_t n)
+{
+    uint16_t t;
+
+    if (n != FD_QUIC_SCID_LEN)
+        return 0;
+    t = cid_tag(p);
+    return p[2] == (uint8_t)(t >> 8) && p[3] == (uint8_t)t;
+}
+
 /* A new ID of ours: random, but for the worker's index in byte 0 (the
- * steering's) and its generation's low byte in byte 1 (whether a
- * stateless reset is ours to send: stateless_reset) */
+ * steering's), its generation's low byte in byte 1 and the tag in bytes
+ * 2-3: a worker that reads a datagram for another worker's ID (another
+ * generation's after a reload) knows the owner (route) */
 static int cid_new(ngtcp2_cid *cid, size_t len)
 {
+    uint16_t t;
+
     if (getrandom(cid->data, len, 0) != (ssize_t)len)
         return FD_ERROR;
     cid->data[0] = (uint8_t)fd_worker->index;
     cid->data[1] = (uint8_t)fd_worker->cycle->generation;
+    t = cid_tag(cid->data);
+    cid->data[2] = (uint8_t)(t >> 8);
+    cid->data[3] = (uint8_t)t;
     cid->datalen = len;
     return FD_OK;
 }
@@ -394,18 +437,18 @@ static void send_version_negotiation(fd_quic_sock_t *qs,
 }
 
 /*
- * A short header for no connection this worker has: one it closed, or
- * one from before it was respawned. A stateless reset (RFC 9000 10.3)
- * tells the client at once rather than after its idle timeout, but only
- * for an ID this worker of this generation gave out: the other workers
- * own the other indexes, and after a reload the old generation's workers
- * read the same sockets and still own theirs. Never in answer to 43
- * bytes or fewer, always shorter than what it answers (10.3.3: two
- * endpoints cannot reset each other in a loop), at most one per packet
- * and FD_QUIC_RESETS_PER_SEC a second for all workers together.
+ * A short header for no connection: one this worker closed, one from
+ * before it was respawned, or (forwarded back, FD_QUIC_FWD_ORPHAN) one of
+ * a worker that has exited. A stateless reset (RFC 9000 10.3) tells the
+ * client at once rather than after its idle timeout, but only for an ID
+ * that names this worker of this generation, or a worker gone: the
+ * others' are forwarded to them (route). Never in answer to 43 bytes or
+ * fewer, always shorter than what it answers (10.3.3: two endpoints
+ * cannot reset each other in a loop), at most one per packet and
+ * FD_QUIC_RESETS_PER_SEC a second for all workers together.
  */
 static void stateless_reset(fd_quic_sock_t *qs, const ngtcp2_version_cid *vc,
-                            size_t len, const ngtcp2_path *path)
+                            size_t len, const ngtcp2_path *path, int from)
 {
     uint8_t buf[QUIC_MAX_PKT], rnd[QUIC_MAX_PKT];
     uint8_t token[NGTCP2_STATELESS_RESET_TOKENLEN];
@@ -414,8 +457,9 @@ static void stateless_reset(fd_quic_sock_t *qs, const ngtcp2_version_cid *vc,
     size_t n;
 
     if (len <= 43 || vc->dcidlen != FD_QUIC_SCID_LEN ||
-        vc->dcid[0] != (uint8_t)fd_worker->index ||
-        vc->dcid[1] != (uint8_t)fd_worker->cycle->generation ||
+        (from != FD_QUIC_FWD_ORPHAN &&
+         (vc->dcid[0] != (uint8_t)fd_worker->index ||
+          vc->dcid[1] != (uint8_t)fd_worker->cycle->generation)) ||
         !fd_quic_reset_allowed(fd_quic_now() / NGTCP2_SECONDS))
         return;
     n = fd_min(len - 1, sizeof(buf)) - sizeof(token); /* 27 or more */
@@ -1065,8 +1109,39 @@ static int validate(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
     return FD_DECLINED;
 }
 
+/*
+ * A datagram read from the socket for no connection of this worker: 1
+ * when it goes on to its owner (fd_quic_fwd). An ID of ours names its
+ * worker and generation; a long header with an ID of the client's (its
+ * first Initials, 0-RTT) goes to the worker of this index of the current
+ * generation when this one is older: new connections are the new
+ * workers'. Forwarded to a worker that is gone, it comes back
+ * (FD_QUIC_FWD_ORPHAN).
+ */
+static int route(fd_quic_sock_t *qs, const ngtcp2_version_cid *vc,
+                 const uint8_t *data, size_t len, const ngtcp2_path *path)
+{
+    uint64_t gen = fd_worker->cycle->generation, cur;
+
+    if (cid_ours(vc->dcid, vc->dcidlen)) {
+        if (vc->dcid[0] == (uint8_t)fd_worker->index &&
+            vc->dcid[1] == (uint8_t)gen)
+            return 0;
+        fd_quic_fwd(vc->dcid[1], vc->dcid[0], qs->ls, path, data, len);
+        return 1;
+    }
+    if (!(data[0] & 0x80))
+        return 0;
+    cur = __atomic_load_n(&fd_shm->generation, __ATOMIC_RELAXED);
+    if (cur <= gen)
+        return 0;
+    fd_quic_fwd((uint8_t)cur, fd_worker->index, qs->ls, path, data, len);
+    return 1;
+}
+
+/* from: FD_QUIC_READ, or how it was forwarded here */
 static void datagram(fd_quic_sock_t *qs, const uint8_t *data, size_t len,
-                     const ngtcp2_path *path)
+                     const ngtcp2_path *path, int from)
 {
     ngtcp2_version_cid vc;
     ngtcp2_pkt_hd hd;
@@ -1084,11 +1159,13 @@ static void datagram(fd_quic_sock_t *qs, const uint8_t *data, size_t len,
         return; /* not QUIC: dropped */
     qc = cid_find(vc.dcid, vc.dcidlen);
     if (qc == NULL) {
+        if (from == FD_QUIC_READ && route(qs, &vc, data, len, path))
+            return;
         /* only a client's Initial opens a connection; a short header
          * for a connection gone may get a stateless reset, the rest is
          * dropped */
         if (!(data[0] & 0x80)) {
-            stateless_reset(qs, &vc, len, path);
+            stateless_reset(qs, &vc, len, path, from);
             return;
         }
         if (fd_worker->quitting || ngtcp2_accept(&hd, data, len) != 0 ||
@@ -1145,7 +1222,43 @@ static void dgram_in(fd_quic_sock_t *qs, uint8_t *data, size_t n,
     path.remote.addrlen = msg->msg_namelen;
     path.user_data = NULL;
     for (off = 0; off < n; off += seg)
-        datagram(qs, data + off, fd_min(seg, n - off), &path);
+        datagram(qs, data + off, fd_min(seg, n - off), &path, FD_QUIC_READ);
+}
+
+/*
+ * A datagram another worker read for this one, on the socket of the
+ * same address (or its own, back: FD_QUIC_FWD_ORPHAN). Once a running
+ * worker of a newer generation forwards here, that one reads the
+ * address's socket (a reload): a stopping worker leaves it, and its
+ * connections finish on what is forwarded (it keeps reading after a stop
+ * without a reload, or a reload that dropped the address, and reads
+ * again when the newer one is told to stop: fd_quic_quit_again).
+ */
+void fd_quic_fwd_in(const fd_quic_fwd_rec_t *rec, const uint8_t *data,
+                    int from)
+{
+    fd_quic_sock_t *qs;
+    ngtcp2_path path;
+
+    for (qs = socks; qs; qs = qs->next)
+        if (qs->ls->addrlen == rec->boundlen &&
+            memcmp(&qs->ls->addr, &rec->bound, rec->boundlen) == 0)
+            break;
+    if (qs == NULL || rec->locallen != rec->boundlen ||
+        rec->remotelen != rec->boundlen)
+        return;
+    if (from == FD_QUIC_FWD_NEWER && fd_worker->quitting && !qs->left) {
+        fd_log_debug("QUIC socket of %s left to the new workers",
+                     qs->ls->text);
+        fd_event_del(&qs->ev); /* its fd still sends */
+        qs->left = 1;
+    }
+    path.local.addr = (struct sockaddr *)&rec->local;
+    path.local.addrlen = rec->locallen;
+    path.remote.addr = (struct sockaddr *)&rec->remote;
+    path.remote.addrlen = rec->remotelen;
+    path.user_data = NULL;
+    datagram(qs, data, rec->len, &path, from);
 }
 
 /*
@@ -1205,7 +1318,8 @@ static void sock_more(void *data)
     fd_quic_sock_t *qs = data;
 
     qs->posted = 0;
-    sock_read(qs);
+    if (!qs->left)
+        sock_read(qs);
 }
 
 static void sock_event(fd_event_t *ev, uint32_t events)
@@ -1224,6 +1338,9 @@ static int global_init(void)
         fd_log_error(FD_LOG_EMERG, 0, "no QUIC keys (fd_quic_shm_init)");
         return FD_ERROR;
     }
+    /* datagrams for other workers first: before reading a socket */
+    if (fd_quic_fwd_init() != FD_OK)
+        return FD_ERROR;
     /* the turn's datagrams leave before each wait */
     fd_event_before_wait(fd_quic_flush);
     callbacks = (ngtcp2_callbacks){
@@ -1291,6 +1408,24 @@ int fd_quic_listen(fd_listening_t *ls, fd_worker_t *w)
     /* what arrived before the worker was ready */
     sock_read(qs);
     return FD_OK;
+}
+
+void fd_quic_quit_again(void)
+{
+    fd_quic_sock_t *qs;
+
+    for (qs = socks; qs; qs = qs->next) {
+        if (!qs->left)
+            continue;
+        if (fd_event_add(&qs->ev, EPOLLIN) < 0) {
+            fd_log_error(FD_LOG_ALERT, errno, "epoll_ctl(%s quic) failed",
+                         qs->ls->text);
+            continue;
+        }
+        fd_log_debug("QUIC socket of %s read again", qs->ls->text);
+        qs->left = 0;
+        sock_read(qs);
+    }
 }
 
 void fd_quic_quit(void)

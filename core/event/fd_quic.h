@@ -14,6 +14,9 @@ int fd_quic_listen(fd_listening_t *ls, fd_worker_t *w);
 /* A graceful stop began: GOAWAY on every connection, no new ones; the
  * worker waits for them (fd_worker_hold) up to shutdown_timeout. */
 void fd_quic_quit(void);
+/* SIGQUIT again during a graceful stop: read the sockets left to a newer
+ * generation again (fd_quic_fwd_in), which may be stopping too. */
+void fd_quic_quit_again(void);
 /* Send the datagrams the connections framed this turn (sendmmsg()); the
  * loop calls it before each wait. */
 void fd_quic_flush(void);
@@ -29,7 +32,8 @@ int fd_quic_shm_init(void);
 
 #include "fd_quic_tls.h"
 
-#define FD_QUIC_SCID_LEN 18   /* our connection IDs; byte 0: the worker */
+#define FD_QUIC_SCID_LEN 18   /* our connection IDs; byte 0: the worker,
+                               * 1: its generation, 2-3: a tag (cid_new) */
 #define FD_QUIC_RESETS_PER_SEC 1024 /* stateless resets, all workers */
 #define FD_QUIC_MAX_CIDS 10   /* ours (active_connection_id_limit) + the
                                * client's first DCID */
@@ -76,6 +80,7 @@ typedef struct {
     struct {
         uint8_t reset[32];      /* stateless reset tokens' static key */
         uint8_t retry[32];      /* Retry and NEW_TOKEN tokens' key */
+        uint8_t cid[16];        /* our connection IDs' tag (fd_quic.c) */
     } secrets;
     uint64_t reset_sec;         /* the second resets are counted in */
     uint32_t resets;            /* sent in it, by all workers */
@@ -84,6 +89,36 @@ typedef struct {
 extern fd_quic_keys_t *fd_quic_keys;
 /* One more stateless reset in second now_sec: 0 once the budget is out */
 int fd_quic_reset_allowed(uint64_t now_sec);
+
+/* fd_quic_fwd.c: a datagram read by one worker for a connection of
+ * another (a reload's generations read the same sockets), handed to its
+ * owner as it came: the address of its listening socket, the local one
+ * it was sent to, the client's; its bytes follow */
+typedef struct {
+    ngtcp2_sockaddr_union bound, local, remote;
+    uint32_t len;
+    uint8_t boundlen, locallen, remotelen;
+} fd_quic_fwd_rec_t;
+
+enum {
+    FD_QUIC_READ,               /* read from the UDP socket */
+    FD_QUIC_FWD_PEER,           /* forwarded to this worker, the owner */
+    FD_QUIC_FWD_NEWER,          /* the same, by a running worker of a
+                                 * newer generation */
+    FD_QUIC_FWD_ORPHAN          /* its owner is gone: back to the reader */
+};
+
+/* The worker's forwarding socket (before it reads its UDP ones). */
+int fd_quic_fwd_init(void);
+/* Hand a datagram read on ls to the worker index of the generation
+ * whose low byte is generation; it leaves before the loop waits. */
+void fd_quic_fwd(unsigned generation, unsigned index,
+                 const fd_listening_t *ls, const ngtcp2_path *path,
+                 const uint8_t *data, size_t len);
+void fd_quic_fwd_flush(void);
+/* fd_quic.c: a forwarded datagram (from: FD_QUIC_FWD_*) */
+void fd_quic_fwd_in(const fd_quic_fwd_rec_t *rec, const uint8_t *data,
+                    int from);
 
 /* fd_quic_mem.c: the worker's free lists of small blocks, for nghttp3
  * (passed to nghttp3_conn_server_new; NULL in sanitizer builds: libc's)

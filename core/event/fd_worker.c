@@ -1048,6 +1048,7 @@ int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot)
         if (fd_sig_terminate)
             break;
         if (fd_sig_quit && !w->quitting) {
+            fd_sig_quit = 0;
             w->quitting = 1;
             fd_proctitle_set("worker process is shutting down");
             fd_worker_stop_accepting();
@@ -1056,6 +1057,14 @@ int fd_worker_run(fd_cycle_t *cycle, unsigned index, unsigned slot)
             if (w->nconns + w->nheld == 0)
                 break;
         }
+#ifdef FD_HTTP3
+        if (fd_sig_quit) {
+            /* again, while stopping: the master stops every worker, or
+             * a newer reload the one this worker's sockets were left to */
+            fd_sig_quit = 0;
+            fd_quic_quit_again();
+        }
+#endif
         if (fd_sig_reopen) {
             fd_sig_reopen = 0;
             fd_log_reopen(fd_log);

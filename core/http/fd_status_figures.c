@@ -65,6 +65,10 @@ static void quic_metrics(fd_status_t *st, const fd_stats_t *s, int alive)
                       "malformed, undecryptable, with a bad token, or "
                       "while stopping.",
                       NULL, s->quic_dropped);
+    fd_status_counter(st, "quic_forwarded_datagrams",
+                      "Datagrams handed to the worker that owns their "
+                      "connection (another generation's after a reload).",
+                      NULL, s->quic_forwarded);
 }
 #endif
 
@@ -179,6 +183,7 @@ static void add_stats(fd_stats_t *d, const fd_stats_t *s, int counters,
         d->quic_migrations += s->quic_migrations;
         d->quic_resets += s->quic_resets;
         d->quic_dropped += s->quic_dropped;
+        d->quic_forwarded += s->quic_forwarded;
     }
     if (gauges) {
         d->conn_active += s->conn_active;
