@@ -221,10 +221,7 @@ static void reap(void)
             if (workers[i].pid == pid)
                 break;
         if (i == FD_MAX_WORKER_SLOTS) {
-            for (unsigned m = 0; m < fd_nmodules; m++)
-                if (fd_modules[m]->master_reap &&
-                    fd_modules[m]->master_reap(pid, status))
-                    break;
+            fd_helper_reap(pid, status);
             continue;
         }
         fd_stats_retire(workers[i].slot);
@@ -252,14 +249,6 @@ static void reap(void)
     /* a reload's retired reuseport sockets close with the last worker
      * that held them */
     fd_listening_retire(oldest_generation());
-}
-
-/* The modules' helper processes (ACME), after the workers of a cycle. */
-static void start_helpers(void)
-{
-    for (unsigned m = 0; m < fd_nmodules; m++)
-        if (fd_modules[m]->master_start)
-            fd_modules[m]->master_start(cycle);
 }
 
 static void reload(void)
@@ -304,7 +293,7 @@ static void reload(void)
         fd_log_error(FD_LOG_ALERT, 0, "not all new workers started");
     /* the new workers accept on the same sockets; the old ones drain */
     signal_workers(SIGQUIT, 1, nc->generation);
-    start_helpers();
+    fd_helper_start(cycle); /* the modules' helpers, after the workers */
     fd_cycle_free(old);
     fd_log_error(FD_LOG_NOTICE, 0, "configuration reloaded (generation "
                  "%llu)", (unsigned long long)nc->generation);
@@ -380,7 +369,7 @@ static int master_loop(void)
     fd_proctitle_set("master process");
     if (start_workers() != FD_OK)
         return 1;
-    start_helpers();
+    fd_helper_start(cycle); /* the modules' helpers, after the workers */
     notify("READY=1");
     fd_log_error(FD_LOG_NOTICE, 0, "fastd %s started, %ld workers",
                  FASTD_VERSION, (long)cycle->nworkers);
@@ -431,9 +420,7 @@ static int master_loop(void)
                 fd_log_error(FD_LOG_ALERT, errno, "reopening \"%s\" failed",
                              fd_log->path);
             log_owner();
-            for (unsigned m = 0; m < fd_nmodules; m++)
-                if (fd_modules[m]->reopen_master)
-                    fd_modules[m]->reopen_master(cycle);
+            fd_helper_reopen();
             fd_dso_give_files(cycle);
             signal_workers(SIGUSR1, 0, 0);
         }

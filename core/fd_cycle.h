@@ -159,6 +159,8 @@ struct fd_cycle_s {
     /* files the workers append to, made by a root master for them
      * (fd_api_conf_worker_file): NULL-ended paths, or NULL */
     const char **worker_files;
+    /* the modules' helper processes (fd_api_helper), fd_helper.c */
+    struct fd_helper_s *helpers;
 };
 
 /* Load and validate a configuration; NULL with cf->err set on error. */

@@ -38,6 +38,7 @@
 #include "fd_http.h"
 #include "fd_http_parse.h"
 #include "fd_module.h"
+#include "fd_ssl.h"
 #include "fd_status.h"
 #include "fd_var.h"
 
@@ -65,6 +66,11 @@ static const fd_http_loc_t *conf_loc; /* ... for this location */
 fd_conf_t *fd_dso_conf(void)
 {
     return conf_cf;
+}
+
+void fd_dso_conf_enter(fd_conf_t *cf)
+{
+    conf_cf = cf;
 }
 
 const fd_http_loc_t *fd_dso_conf_loc(void)
@@ -232,6 +238,18 @@ static void exit_worker(unsigned i)
         dsos[i].api.exit_worker();
 }
 
+/* 1.8: fastd -s CMD ARG, in the configuration that was read */
+static int command(unsigned i, fd_cycle_t *cy, const char *cmd,
+                   const char *arg)
+{
+    int rc;
+
+    fd_dso_cycle = cy;
+    rc = dsos[i].api.command(cmd, arg);
+    fd_dso_cycle = NULL;
+    return rc;
+}
+
 /* slot i's hooks, as fd_module_t has them */
 #define DSO_SLOT(i)                                                          \
     static int init_conf_##i(fd_conf_t *cf, fd_http_loc_t *loc, void *c)    \
@@ -269,6 +287,14 @@ static void exit_worker(unsigned i)
     {                                                                        \
         (void)cy;                                                            \
         return configured(i, cf);                                            \
+    }                                                                        \
+    static void status_shared_##i(fd_status_t *st)                           \
+    {                                                                        \
+        dsos[i].api.status_shared((fd_api_status_t *)st);                    \
+    }                                                                        \
+    static int command_##i(fd_cycle_t *cy, const char *cmd, const char *arg) \
+    {                                                                        \
+        return command(i, cy, cmd, arg);                                     \
     }
 DSO_SLOT(0) DSO_SLOT(1) DSO_SLOT(2) DSO_SLOT(3) DSO_SLOT(4) DSO_SLOT(5)
 DSO_SLOT(6) DSO_SLOT(7) DSO_SLOT(8) DSO_SLOT(9) DSO_SLOT(10) DSO_SLOT(11)
@@ -279,7 +305,8 @@ DSO_SLOT(27) DSO_SLOT(28) DSO_SLOT(29) DSO_SLOT(30) DSO_SLOT(31)
 
 #define HOOKS(i)                                                             \
     {init_conf_##i, init_worker_##i, exit_worker_##i, loc_active_##i,        \
-     status_##i, reopen_##i, init_section_##i, init_cycle_##i}
+     status_##i, reopen_##i, init_section_##i, init_cycle_##i,               \
+     status_shared_##i, command_##i}
 static const struct {
     int (*init_conf)(fd_conf_t *, fd_http_loc_t *, void *);
     int (*init_worker)(fd_worker_t *);
@@ -289,6 +316,8 @@ static const struct {
     void (*reopen)(fd_worker_t *);
     int (*init_section)(fd_conf_t *, const char *, void *);
     int (*init_cycle)(fd_conf_t *, fd_cycle_t *);
+    void (*status_shared)(fd_status_t *);
+    int (*command)(fd_cycle_t *, const char *, const char *);
 } hooks[FD_DSO_MAX] = {
     HOOKS(0),  HOOKS(1),  HOOKS(2),  HOOKS(3),  HOOKS(4),  HOOKS(5),
     HOOKS(6),  HOOKS(7),  HOOKS(8),  HOOKS(9),  HOOKS(10), HOOKS(11),
@@ -423,6 +452,7 @@ static size_t descriptor_size(uint32_t minor)
            : minor == 1 ? offsetof(fd_api_module_t, set)
            : minor == 2 ? offsetof(fd_api_module_t, reopen)
            : minor == 3 ? offsetof(fd_api_module_t, section)
+           : minor <= 7 ? offsetof(fd_api_module_t, early)
                         : sizeof(fd_api_module_t);
 }
 
@@ -563,7 +593,8 @@ static int check(fd_conf_t *cf, const fd_api_module_t *a, const char *file)
                                 a->handlers[0].name == NULL) &&
          (a->api_minor < 2 ||
           (!phase_module(a) && a->status == NULL && a->vars == NULL &&
-           (a->api_minor < 4 || (a->section == NULL && a->filter == NULL))))))
+           (a->api_minor < 4 || (a->section == NULL && a->filter == NULL)) &&
+           (a->api_minor < 8 || (a->early == NULL && a->tls == NULL))))))
         return fd_conf_error(cf, "load_module \"%s\": the module has no "
                              "name, or nothing to do (no handler; from 1.2 "
                              "neither an access or log hook, figures nor "
@@ -609,6 +640,12 @@ static int add(fd_conf_t *cf, const fd_api_module_t *a, const char *file,
                              "in all", what);
     if (check(cf, a, what) != FD_OK)
         return FD_ERROR;
+    if (a->api_minor >= 8 && a->tls &&
+        fd_ssl_provider_add(a->tls, 1) != FD_OK)
+        return fd_conf_error(cf, "load_module \"%s\": the certificates it "
+                             "provides (tls) have no scheme, a scheme "
+                             "another module provides, or lack a call",
+                             what);
     if (a->api_minor >= 2 && a->shm_size && fd_shm)
         return fd_conf_error(cf, "load_module \"%s\": the module keeps "
                              "figures in the status slots (shm_size), which "
@@ -664,6 +701,11 @@ static int add(fd_conf_t *cf, const fd_api_module_t *a, const char *file,
                                FD_API_SECTION_UNNAMED,
         .init_cycle = d->api.configured ? hooks[ndsos].init_cycle : NULL,
         .filter = d->api.filter,
+        /* 1.8: early's type is the engine's */
+        .early = d->api.early,
+        .status_shared = d->api.status_shared ? hooks[ndsos].status_shared
+                                              : NULL,
+        .command = d->api.command ? hooks[ndsos].command : NULL,
         .index = fd_nmodules};
     /* every key name once, in every table (fd_cycle_check_keys) */
     memcpy(list, fd_modules, fd_nmodules * sizeof(*list));
@@ -689,6 +731,8 @@ static int add(fd_conf_t *cf, const fd_api_module_t *a, const char *file,
     }
     if (a->api_minor >= 2)
         d->self->id = d->m.index; /* FD_API_SELF's calls find it by this */
+    if (a->api_minor >= 8 && a->tls)
+        fd_ssl_provider_add(a->tls, 0); /* checked above */
     return FD_OK;
 }
 

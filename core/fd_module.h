@@ -113,9 +113,6 @@ struct fd_module_s {
     void (*log)(fd_request_t *r);
     /* Worker, on SIGUSR1 (fastd -s reopen): reopen the module's files. */
     void (*reopen)(fd_worker_t *w);
-    /* Master, on SIGUSR1 before the workers are told: what they reopen
-     * and cannot make themselves (a file in root's directory) */
-    void (*reopen_master)(fd_cycle_t *cycle);
     /*
      * Access phase: called for every request, in module order, before the
      * location's handler runs and before a buffered request body is read
@@ -143,12 +140,6 @@ struct fd_module_s {
      * pay nothing for a hook with no work.
      */
     int (*early)(fd_request_t *r);
-    /* Master, once the workers of a cycle run (start and every reload):
-     * start or restart the module's helper processes. */
-    void (*master_start)(fd_cycle_t *cycle);
-    /* Master: a child that is no worker exited; 1 when it was this
-     * module's (it may start it again), 0 when not. */
-    int (*master_reap)(pid_t pid, int status);
     /* fastd -s CMD ARG for a command no signal names ("renew NAME"):
      * FD_OK done, FD_DECLINED not this module's, FD_ERROR (said on
      * stderr). Runs in the fastd that was asked, not the master. */
@@ -183,9 +174,23 @@ int fd_modules_init(void);
  * (FD_MODULE_BLOCKING) and methods (FD_METHOD bits); NULL: no such. */
 const fd_module_t *fd_dso_handler_find(const char *name, fd_handler_pt *fn,
                                        unsigned *flags, unsigned *methods);
+/* The configuration a public-API module runs in outside the workers and
+ * the loads: a helper process's (fd_helper.c), fastd -s CMD's; NULL */
+extern fd_cycle_t *fd_dso_cycle;
+/* The modules' helper processes (fd_api_helper), in the master: start
+ * cy's once its workers run (stopping the previous configuration's);
+ * reap: 1 when pid was a helper (started again if it should be); reopen:
+ * SIGUSR1 to each. */
+void fd_helper_start(fd_cycle_t *cy);
+int fd_helper_reap(pid_t pid, int status);
+void fd_helper_reopen(void);
 /* The load whose public-API module's init_conf runs now (a module's
  * fd_db_get() there reads its sections), else NULL */
 fd_conf_t *fd_dso_conf(void);
+/* cf is the load a public-API module's hook runs in from now (NULL: none
+ * after): a hook the engine calls at load outside the modules' own
+ * (fastd_tls.h's attach, from fd_ssl_init_cycle) */
+void fd_dso_conf_enter(fd_conf_t *cf);
 /* ... and the location it configures (1.4: fd_api_conf_regex) */
 const fd_http_loc_t *fd_dso_conf_loc(void);
 /* m is a public-API module's (built in or loaded) */

@@ -10,19 +10,28 @@
  *   fd_acme_client.c  the helper: the ACME exchange (libcurl, OpenSSL
  *                     JWS and CSR, jansson), renewal times, ARI;
  *   fd_acme_store.c   the storage interface and its files under
- *                     state_path.
+ *                     state_path;
+ *   fd_acme_store_redis.c  the same in the [cluster]'s Redis.
+ *
+ * All of it is on the public API (fastd.h, fastd_tls.h): the helper is an
+ * fd_api_helper(), the certificates an fd_api_tls_provider_t.
  *
  * The helper writes each new certificate (chain and key, PEM) into the
- * shared zone and bumps its generation; a worker's cert callback sees the
- * new generation at its next handshake and puts the certificate into the
- * server's SSL_CTX for every handshake after. Connections already made
- * keep theirs.
+ * shared zone and bumps its generation; fastd asks the provider for the
+ * generation at each full handshake and, when it moved, for the
+ * certificate, which it serves from that handshake on. Connections
+ * already made keep theirs.
  */
+#include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
-#include "fd_core.h"
-#include "fd_cycle.h"
+#include "fastd_tls.h"
 
 #define FD_ACME_CERT_MAX 32          /* certificates a configuration holds */
 #define FD_ACME_PEM_MAX (48 * 1024)  /* a chain and its key */
@@ -67,35 +76,49 @@ typedef struct {
 
 extern fd_acme_shm_t *fd_acme_shm;
 
+#define FD_ACME_MIN(a, b) ((a) < (b) ? (a) : (b))
+
+/* contact = ..., repeatable */
+typedef struct {
+    char **items;
+    unsigned n;
+} fd_acme_list_t;
+
 /* [acme NAME] */
 typedef struct {
-    char *name;
-    char *directory;
-    fd_conf_list_t contact;
+    const char *name;
+    const char *directory;
+    fd_acme_list_t contact;
     int accept_terms;
-    char *eab_kid, *eab_hmac;
-    char *ca_certificate;            /* the CA's HTTPS, not the system's */
+    const char *eab_kid, *eab_hmac;
+    const char *ca_certificate;      /* the CA's HTTPS, not the system's */
+    /* the enums' values as written; the numbers below from init */
+    const char *challenge_s, *key_type_s, *storage_s, *placeholder_s;
     int challenge;                   /* FD_ACME_HTTP01 | FD_ACME_TLSALPN01 */
     int key_type;
-    char *profile;
-    char *preferred_chain;           /* the root's common name, or NULL */
-    char *state_path;
+    const char *profile;
+    const char *preferred_chain;     /* the root's common name, or NULL */
+    const char *state_path;
     int storage;                     /* FD_ACME_STORE_FILES, _REDIS */
     int placeholder;                 /* 0: refuse handshakes until issued */
-    fd_msec_t retry;                 /* the first retry after a failure */
-    fd_msec_t retry_max;
-    fd_int_t max_response;           /* bytes of a CA's answer */
-    const char *file;
-    int line;
+    uint64_t retry;                  /* ms: the first retry after a failure */
+    uint64_t retry_max;
+    uint64_t max_response;           /* bytes of a CA's answer */
+    fd_api_conf_pos_t pos;           /* the section's line */
     struct fd_acme_cert_s *certs;    /* the servers that use it */
 } fd_acme_issuer_t;
 
 /* One certificate of a configuration: a [server] with acme:NAME */
 typedef struct fd_acme_cert_s {
     fd_acme_issuer_t *issuer;
-    char *names[64];
+    const char *names[64];
     unsigned nnames;
     unsigned slot;                   /* in fd_acme_shm->slot */
+    /* until the helper's first: what the master found at load (the
+     * stored one, or the placeholder), or none with refuse */
+    int refuse;                      /* placeholder = refuse */
+    char *pem;                       /* the chain, then the key */
+    uint32_t cert_len, key_len;
     struct fd_acme_cert_s *next;
 } fd_acme_cert_t;
 
@@ -134,15 +157,15 @@ int fd_acme_store_files(fd_acme_store_t *st, const char *dir, int create);
 /* storage = redis: the [cluster]'s Redis, shared by a fleet, over the
  * files under dir (this instance's copy); the helper process only */
 int fd_acme_store_redis(fd_acme_store_t *st, const char *dir,
-                        const char *issuer, fd_cycle_t *cycle);
+                        const char *issuer);
 
 /* The fleet's challenges in Redis: a hash of token to "AT TYPE NAME
  * TOKEN KEYAUTH" (AT: unix seconds; older than FD_ACME_CHAL_TTL ignored) */
 #define FD_ACME_CHALS_KEY "fastd:acme:challenges"
 #define FD_ACME_CHAL_TTL 600
 
-/* --- fd_acme_client.c: the helper process's main; never returns */
-void fd_acme_helper(fd_cycle_t *cycle);
+/* --- fd_acme_client.c: the helper process (fd_api_helper) */
+extern const fd_api_helper_t fd_acme_helper;
 /* a self-signed certificate and key (PEM) for names; with keyauth, the
  * tls-alpn-01 challenge certificate (RFC 8737) */
 int fd_acme_self_signed(const char *name, const char *keyauth,

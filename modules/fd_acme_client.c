@@ -34,10 +34,6 @@
 #include <openssl/x509v3.h>
 
 #include "fd_acme.h"
-#include "fd_module.h"
-#include "fd_proctitle.h"
-
-extern fd_module_t fd_acme_module;
 
 #define NONCE_RETRIES 5
 #define POLL_MAX 60 /* a challenge or an order: 60 polls of 1 to 5 s */
@@ -74,6 +70,16 @@ typedef struct {
 } acme_t;
 
 /* --- encodings ----------------------------------------------------------- */
+
+/* "fastd/VERSION", as the CA sees the client */
+static const char *user_agent(void)
+{
+    static char ua[64];
+
+    if (ua[0] == '\0')
+        snprintf(ua, sizeof(ua), "fastd/%s", fd_api_fastd_version());
+    return ua;
+}
 
 static char *b64url(const unsigned char *p, size_t n)
 {
@@ -382,7 +388,7 @@ static int http(acme_t *a, const char *url, const char *body, int head,
     curl_easy_setopt(a->curl, CURLOPT_PROTOCOLS_STR, "https");
     curl_easy_setopt(a->curl, CURLOPT_CONNECTTIMEOUT, 10L);
     curl_easy_setopt(a->curl, CURLOPT_TIMEOUT, 60L);
-    curl_easy_setopt(a->curl, CURLOPT_USERAGENT, "fastd/" FASTD_VERSION);
+    curl_easy_setopt(a->curl, CURLOPT_USERAGENT, user_agent());
     curl_easy_setopt(a->curl, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(a->curl, CURLOPT_WRITEDATA, &r->body);
     curl_easy_setopt(a->curl, CURLOPT_HEADERFUNCTION, on_header);
@@ -517,8 +523,8 @@ static int post(acme_t *a, const char *url, const char *payload, resp_t *r,
             return FD_OK;
         if (!bad)
             return FD_ERROR;
-        fd_log_error(FD_LOG_INFO, 0, "acme: %s: badNonce, retrying with "
-                     "the CA's new nonce", what);
+        fd_api_log(FD_API_LOG_INFO, 0, "acme: %s: badNonce, retrying with "
+                   "the CA's new nonce", what);
     }
     return FD_ERROR;
 }
@@ -625,8 +631,8 @@ static int account(acme_t *a)
                 return FD_ERROR;
             }
             free(pem);
-            fd_log_error(FD_LOG_NOTICE, 0, "acme: %s: new account key %s/%s",
-                         a->is->name, a->st.dir, key);
+            fd_api_log(FD_API_LOG_NOTICE, 0, "acme: %s: new account key %s/%s",
+                       a->is->name, a->st.dir, key);
         }
         if (jwk_make(a) != FD_OK) {
             snprintf(a->err, sizeof(a->err), "the account key's JWK");
@@ -687,7 +693,7 @@ static int chal_publish(int type, const char *token, const char *keyauth,
         fd_acme_self_signed(name, keyauth, key_type, tmp.pem, &tmp.cert_len,
                             &tmp.key_len, sizeof(tmp.pem)) != FD_OK)
         return FD_ERROR;
-    fd_shm_lock(&fd_acme_shm->lock);
+    fd_api_shm_lock(&fd_acme_shm->lock);
     for (i = 0; i < FD_ACME_CHAL_MAX; i++) {
         ch = &fd_acme_shm->chal[i];
         if (ch->type == 0) {
@@ -695,7 +701,7 @@ static int chal_publish(int type, const char *token, const char *keyauth,
             break;
         }
     }
-    fd_shm_unlock(&fd_acme_shm->lock);
+    fd_api_shm_unlock(&fd_acme_shm->lock);
     return i < FD_ACME_CHAL_MAX ? FD_OK : FD_ERROR;
 }
 
@@ -703,12 +709,12 @@ static void chal_remove(const char *token)
 {
     unsigned i;
 
-    fd_shm_lock(&fd_acme_shm->lock);
+    fd_api_shm_lock(&fd_acme_shm->lock);
     for (i = 0; i < FD_ACME_CHAL_MAX; i++)
         if (fd_acme_shm->chal[i].type &&
             strcmp(fd_acme_shm->chal[i].token, token) == 0)
             fd_acme_shm->chal[i].type = 0;
-    fd_shm_unlock(&fd_acme_shm->lock);
+    fd_api_shm_unlock(&fd_acme_shm->lock);
 }
 
 static void poll_wait(const resp_t *r)
@@ -968,16 +974,16 @@ static void choose_chain(acme_t *a, const resp_t *first, char **chain,
             *chain = alt;
             X509_free(l);
             resp_free(&r);
-            fd_log_error(FD_LOG_INFO, 0, "acme: the chain to \"%s\" (an "
-                         "alternate), as preferred_chain asks", want);
+            fd_api_log(FD_API_LOG_INFO, 0, "acme: the chain to \"%s\" (an "
+                       "alternate), as preferred_chain asks", want);
             return;
         }
         free(alt);
         X509_free(l);
         resp_free(&r);
     }
-    fd_log_error(FD_LOG_WARN, 0, "acme: no chain of the CA's leads to "
-                 "\"%s\" (preferred_chain): serving its first", want);
+    fd_api_log(FD_API_LOG_WARN, 0, "acme: no chain of the CA's leads to "
+               "\"%s\" (preferred_chain): serving its first", want);
 }
 
 static int order(acme_t *a, fd_acme_cert_t *c, char **chain, X509 **leaf,
@@ -1008,9 +1014,9 @@ static int order(acme_t *a, fd_acme_cert_t *c, char **chain, X509 **leaf,
             json_object_set_new(p, "profile",
                                 json_string(a->is->profile));
         else
-            fd_log_error(FD_LOG_WARN, 0, "acme: %s: the CA offers no "
-                         "profile \"%s\"; ordering without one",
-                         a->is->name, a->is->profile);
+            fd_api_log(FD_API_LOG_WARN, 0, "acme: %s: the CA offers no "
+                       "profile \"%s\"; ordering without one",
+                       a->is->name, a->is->profile);
     }
     payload = json_dumps(p, JSON_COMPACT);
     json_decref(p);
@@ -1272,17 +1278,17 @@ static time_t ari(acme_t *a, X509 *leaf, long *retry, time_t keep)
              base[strlen(base) - 1] == '/' ? "" : "/", k, s);
     if (http(a, url, NULL, 0, &r) != FD_OK ||
         (j = resp_json(a, &r, "renewalInfo", NULL)) == NULL) {
-        fd_log_error(FD_LOG_WARN, 0, "acme: %s: %s", a->is->name, a->err);
+        fd_api_log(FD_API_LOG_WARN, 0, "acme: %s: %s", a->is->name, a->err);
         goto done;
     }
     if (r.retry_after > 0)
-        *retry = fd_min(r.retry_after, 86400);
+        *retry = FD_ACME_MIN(r.retry_after, 86400);
     w = json_object_get(j, "suggestedWindow");
     start = rfc3339(json_string_value(json_object_get(w, "start")));
     end = rfc3339(json_string_value(json_object_get(w, "end")));
     if (start == 0 || end < start) {
-        fd_log_error(FD_LOG_WARN, 0, "acme: %s: renewalInfo %s has no "
-                     "valid suggestedWindow: ignored", a->is->name, url);
+        fd_api_log(FD_API_LOG_WARN, 0, "acme: %s: renewalInfo %s has no "
+                   "valid suggestedWindow: ignored", a->is->name, url);
         goto done;
     }
     /* a time already chosen in the same window stays */
@@ -1323,14 +1329,14 @@ static void publish(job_t *j, const char *chain, const char *key, X509 *leaf)
     size_t cl = strlen(chain), kl = strlen(key);
 
     if (cl + kl > sizeof(s->pem)) {
-        fd_log_error(FD_LOG_ERR, 0, "acme: %s: the chain and key are over "
-                     "%d bytes: not served", j->c->names[0], FD_ACME_PEM_MAX);
+        fd_api_log(FD_API_LOG_ERR, 0, "acme: %s: the chain and key are over "
+                   "%d bytes: not served", j->c->names[0], FD_ACME_PEM_MAX);
         return;
     }
-    fd_shm_lock(&s->lock);
+    fd_api_shm_lock(&s->lock);
     if (s->cert_len == cl && s->key_len == kl &&
         memcmp(s->pem, chain, cl) == 0 && memcmp(s->pem + cl, key, kl) == 0) {
-        fd_shm_unlock(&s->lock);
+        fd_api_shm_unlock(&s->lock);
         return; /* the workers have it */
     }
     memcpy(s->pem, chain, cl);
@@ -1339,16 +1345,16 @@ static void publish(job_t *j, const char *chain, const char *key, X509 *leaf)
     s->key_len = (uint32_t)kl;
     s->not_after = asn1_time(X509_get0_notAfter(leaf));
     __atomic_add_fetch(&s->gen, 1, __ATOMIC_RELEASE);
-    fd_shm_unlock(&s->lock);
+    fd_api_shm_unlock(&s->lock);
 }
 
 static void set_error(job_t *j, const char *err)
 {
     fd_acme_slot_t *s = &fd_acme_shm->slot[j->c->slot];
 
-    fd_shm_lock(&s->lock);
+    fd_api_shm_lock(&s->lock);
     snprintf(s->error, sizeof(s->error), "%s", err);
-    fd_shm_unlock(&s->lock);
+    fd_api_shm_unlock(&s->lock);
 }
 
 /* The stored certificate, if it fits: published, and its renewal time in
@@ -1376,9 +1382,9 @@ static int load_stored(job_t *j, time_t *at, int ask_ari)
     ERR_clear_error();
     if (chain == NULL || leaf == NULL || k == NULL ||
         !cert_fits(leaf, k, j->c)) {
-        fd_log_error(FD_LOG_WARN, 0, "acme: %s/%s does not hold a "
-                     "certificate and key for %s: ordering a new one",
-                     j->a->st.dir, key, j->c->names[0]);
+        fd_api_log(FD_API_LOG_WARN, 0, "acme: %s/%s does not hold a "
+                   "certificate and key for %s: ordering a new one",
+                   j->a->st.dir, key, j->c->names[0]);
         goto done;
     }
     if ((kp = key_pem(k)) == NULL)
@@ -1425,7 +1431,7 @@ static void renew(job_t *j, int forced)
     EVP_PKEY *k = NULL;
     time_t at, now = time(NULL);
     int lock;
-    fd_msec_t wait;
+    uint64_t wait;
 
     snprintf(key, sizeof(key), "%s.pem", j->c->names[0]);
     lock = a->st.lock(&a->st, j->c->names[0]);
@@ -1439,15 +1445,15 @@ static void renew(job_t *j, int forced)
     if (!forced && stored_changed(j) && load_stored(j, &at, 0) == FD_OK &&
         at > now) {
         a->st.unlock(&a->st, lock);
-        fd_log_error(FD_LOG_NOTICE, 0, "acme: %s: a current certificate is "
-                     "in %s (another fastd ordered it): serving it",
-                     j->c->names[0], a->st.dir);
+        fd_api_log(FD_API_LOG_NOTICE, 0, "acme: %s: a current certificate is "
+                   "in %s (another fastd ordered it): serving it",
+                   j->c->names[0], a->st.dir);
         j->fails = 0;
         schedule(j, at);
         return;
     }
-    fd_log_error(FD_LOG_NOTICE, 0, "acme: %s: ordering a certificate from "
-                 "%s", j->c->names[0], a->is->directory);
+    fd_api_log(FD_API_LOG_NOTICE, 0, "acme: %s: ordering a certificate from "
+               "%s", j->c->names[0], a->is->directory);
     /* each order reads the directory afresh: a CA's meta (profiles, terms)
      * may have changed since the last, weeks ago */
     json_decref(a->dir);
@@ -1464,9 +1470,9 @@ static void renew(job_t *j, int forced)
     }
     sprintf(data, "%s%s", chain, kp);
     if (a->st.put(&a->st, key, data, strlen(data)) != FD_OK)
-        fd_log_error(FD_LOG_ALERT, errno, "acme: %s: cannot store %s/%s "
-                     "(served, but ordered again at the next start)",
-                     j->c->names[0], a->st.dir, key);
+        fd_api_log(FD_API_LOG_ERR, errno, "acme: %s: cannot store %s/%s "
+                   "(served, but ordered again at the next start)",
+                   j->c->names[0], a->st.dir, key);
     else {
         char *back = NULL;
         size_t blen;
@@ -1490,9 +1496,9 @@ static void renew(job_t *j, int forced)
         struct tm tm;
         strftime(na, sizeof(na), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
         __atomic_add_fetch(&s->renewals, 1, __ATOMIC_RELAXED);
-        fd_log_error(FD_LOG_NOTICE, 0, "acme: %s: new certificate, valid "
-                     "until %s, renewal in %lds", j->c->names[0], na,
-                     (long)(at - time(NULL)));
+        fd_api_log(FD_API_LOG_NOTICE, 0, "acme: %s: new certificate, valid "
+                   "until %s, renewal in %lds", j->c->names[0], na,
+                   (long)(at - time(NULL)));
     }
     set_error(j, "");
     j->fails = 0;
@@ -1504,13 +1510,13 @@ failed:
     wait = a->is->retry;
     for (unsigned i = 1; i < j->fails && wait < a->is->retry_max; i++)
         wait *= 2;
-    wait = fd_min(wait, a->is->retry_max);
+    wait = FD_ACME_MIN(wait, a->is->retry_max);
     __atomic_add_fetch(&fd_acme_shm->slot[j->c->slot].failures, 1,
                        __ATOMIC_RELAXED);
     set_error(j, a->err);
-    fd_log_error(FD_LOG_ERR, 0, "acme: %s: %s; the certificate served "
-                 "stays, retrying in %llus (failure %u)", j->c->names[0],
-                 a->err, (unsigned long long)(wait / 1000), j->fails);
+    fd_api_log(FD_API_LOG_ERR, 0, "acme: %s: %s; the certificate served "
+               "stays, retrying in %llus (failure %u)", j->c->names[0],
+               a->err, (unsigned long long)(wait / 1000), j->fails);
     schedule(j, now + (time_t)(wait / 1000));
     /* a nonce or directory may be what went wrong: start afresh */
     json_decref(a->dir);
@@ -1537,118 +1543,114 @@ static void ari_check(job_t *j)
     j->ari_next = time(NULL) + (retry > 0 ? retry : 1);
     if (t == 0 || t == j->next || j->fails)
         return; /* no window, the same, or a failure's retry under way */
-    fd_log_error(FD_LOG_NOTICE, 0, "acme: %s: the CA's renewal window "
-                 "(ARI) moves the renewal %s, in %lds", j->c->names[0],
-                 t < j->next ? "earlier" : "later", (long)(t - time(NULL)));
+    fd_api_log(FD_API_LOG_NOTICE, 0, "acme: %s: the CA's renewal window "
+               "(ARI) moves the renewal %s, in %lds", j->c->names[0],
+               t < j->next ? "earlier" : "later", (long)(t - time(NULL)));
     schedule(j, t);
 }
 
-static volatile sig_atomic_t reopen;
+/* The helper's state: one job a certificate */
+static job_t jobs[FD_ACME_CERT_MAX];
+static unsigned njobs;
 
-static void on_usr1(int signo)
+static void helper_issuer(const char *name, void *conf, void *data)
 {
-    (void)signo;
-    reopen = 1;
-}
-
-void fd_acme_helper(fd_cycle_t *cycle)
-{
-    struct sigaction sa;
-    fd_conf_section_t *sec;
+    fd_acme_issuer_t *is = conf;
     fd_acme_cert_t *c;
-    job_t jobs[FD_ACME_CERT_MAX];
-    unsigned n = 0, i;
+    acme_t *a;
 
-    fd_proctitle_set("acme helper");
-    /* fastd -s reopen: the master tells the helper too, which writes the
-     * same error log */
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_usr1;
-    sigaction(SIGUSR1, &sa, NULL);
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-        fd_log_error(FD_LOG_ALERT, 0, "acme: curl_global_init() failed");
+    (void)data;
+    if (is->certs == NULL)
+        return;
+    if ((a = calloc(1, sizeof(*a))) == NULL ||
+        (a->curl = curl_easy_init()) == NULL)
+        _exit(2);
+    a->is = is;
+    if ((is->storage == FD_ACME_STORE_REDIS
+             ? fd_acme_store_redis(&a->st, is->state_path, name)
+             : fd_acme_store_files(&a->st, is->state_path, 1)) != FD_OK) {
+        fd_api_log(FD_API_LOG_ERR, errno, "acme: state_path \"%s\" cannot "
+                   "be made", is->state_path);
         _exit(2);
     }
-    for (sec = cycle->sections; sec; sec = sec->next) {
-        fd_acme_issuer_t *is = sec->conf;
-        acme_t *a;
-        if (sec->module != &fd_acme_module || is->certs == NULL)
-            continue;
-        if ((a = calloc(1, sizeof(*a))) == NULL ||
-            (a->curl = curl_easy_init()) == NULL)
-            _exit(2);
-        a->is = is;
-        if ((is->storage == FD_ACME_STORE_REDIS
-                 ? fd_acme_store_redis(&a->st, is->state_path, is->name,
-                                       cycle)
-                 : fd_acme_store_files(&a->st, is->state_path, 1)) !=
-            FD_OK) {
-            fd_log_error(FD_LOG_ALERT, errno, "acme: state_path \"%s\" "
-                         "cannot be made", is->state_path);
-            _exit(2);
+    for (c = is->certs; c && njobs < FD_ACME_CERT_MAX; c = c->next) {
+        job_t *j = &jobs[njobs++];
+        time_t at;
+        memset(j, 0, sizeof(*j));
+        j->c = c;
+        j->a = a;
+        if (load_stored(j, &at, 0) == FD_OK) {
+            schedule(j, at);
+        } else {
+            /* said here too: the master said it before its error log
+             * was open (on stderr) */
+            fd_api_log(FD_API_LOG_NOTICE, 0, "acme: %s: no certificate "
+                       "yet, %s until the first arrives", c->names[0],
+                       is->placeholder ? "serving a self-signed "
+                                         "placeholder"
+                                       : "refusing handshakes");
+            schedule(j, time(NULL));
         }
-        for (c = is->certs; c && n < FD_ACME_CERT_MAX; c = c->next) {
-            time_t at;
-            memset(&jobs[n], 0, sizeof(jobs[n]));
-            jobs[n].c = c;
-            jobs[n].a = a;
-            if (load_stored(&jobs[n], &at, 0) == FD_OK) {
-                schedule(&jobs[n], at);
-            } else {
-                /* said here too: the master said it before its error
-                 * log was open (on stderr) */
-                fd_log_error(FD_LOG_NOTICE, 0, "acme: %s: no certificate "
-                             "yet, %s until the first arrives", c->names[0],
-                             is->placeholder ? "serving a self-signed "
-                                               "placeholder"
-                                             : "refusing handshakes");
-                schedule(&jobs[n], time(NULL));
-            }
-            n++;
-        }
-    }
-    fd_log_error(FD_LOG_NOTICE, 0, "acme: helper started, %u certificate%s",
-                 n, n == 1 ? "" : "s");
-    for (;;) {
-        time_t now = time(NULL);
-        if (reopen) {
-            reopen = 0;
-            if (fd_log_reopen(fd_log) != FD_OK)
-                fd_log_error(FD_LOG_ALERT, errno, "acme: reopening the "
-                             "error log failed");
-        }
-        for (i = 0; i < n; i++) {
-            job_t *j = &jobs[i];
-            char key[300], *d = NULL;
-            size_t l;
-            time_t mt = 0, at;
-            int forced = 0;
-
-            snprintf(key, sizeof(key), "%s.renew-%ld", j->c->names[0],
-                     (long)getppid());
-            /* this instance's own request: in its own files */
-            if (j->a->st.local->get(j->a->st.local, key, &d, &l, NULL) ==
-                FD_OK) {
-                j->a->st.local->del(j->a->st.local, key);
-                fd_log_error(FD_LOG_NOTICE, 0, "acme: %s: renewal asked for "
-                             "(fastd -s renew)", j->c->names[0]);
-                forced = 1;
-            }
-            free(d);
-            d = NULL;
-            /* what another fastd sharing the store stored */
-            snprintf(key, sizeof(key), "%s.pem", j->c->names[0]);
-            if (!forced && j->a->st.mtime(&j->a->st, key, &mt) == FD_OK &&
-                mt != j->seen && load_stored(j, &at, 0) == FD_OK) {
-                j->fails = 0;
-                schedule(j, at);
-            }
-            free(d);
-            if (!forced && j->leaf && now >= j->ari_next)
-                ari_check(j);
-            if (forced || now >= j->next)
-                renew(j, forced);
-        }
-        sleep(1);
     }
 }
+
+static int helper_init(void *data)
+{
+    (void)data;
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        fd_api_log(FD_API_LOG_ERR, 0, "acme: curl_global_init() failed");
+        return FD_ERROR;
+    }
+    njobs = 0;
+    fd_api_section_each("acme", helper_issuer, NULL);
+    fd_api_log(FD_API_LOG_NOTICE, 0, "acme: helper started, %u "
+               "certificate%s", njobs, njobs == 1 ? "" : "s");
+    return FD_OK;
+}
+
+/* Once a second: the renewals asked for, the certificates another fastd
+ * stored, the CA's renewal windows, and the renewals due */
+static void helper_tick(void *data)
+{
+    time_t now = time(NULL);
+    unsigned i;
+
+    (void)data;
+    for (i = 0; i < njobs; i++) {
+        job_t *j = &jobs[i];
+        char key[300], *d = NULL;
+        size_t l;
+        time_t mt = 0, at;
+        int forced = 0;
+
+        snprintf(key, sizeof(key), "%s.renew-%ld", j->c->names[0],
+                 (long)getppid());
+        /* this instance's own request: in its own files */
+        if (j->a->st.local->get(j->a->st.local, key, &d, &l, NULL) ==
+            FD_OK) {
+            j->a->st.local->del(j->a->st.local, key);
+            fd_api_log(FD_API_LOG_NOTICE, 0, "acme: %s: renewal asked for "
+                       "(fastd -s renew)", j->c->names[0]);
+            forced = 1;
+        }
+        free(d);
+        /* what another fastd sharing the store stored */
+        snprintf(key, sizeof(key), "%s.pem", j->c->names[0]);
+        if (!forced && j->a->st.mtime(&j->a->st, key, &mt) == FD_OK &&
+            mt != j->seen && load_stored(j, &at, 0) == FD_OK) {
+            j->fails = 0;
+            schedule(j, at);
+        }
+        if (!forced && j->leaf && now >= j->ari_next)
+            ari_check(j);
+        if (forced || now >= j->next)
+            renew(j, forced);
+    }
+}
+
+const fd_api_helper_t fd_acme_helper = {
+    .title = "acme helper",
+    .interval_msec = 1000,
+    .init = helper_init,
+    .tick = helper_tick,
+};

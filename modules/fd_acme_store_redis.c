@@ -28,7 +28,6 @@
 #include <openssl/rand.h>
 
 #include "fd_acme.h"
-#include "fd_cluster.h"
 
 #define LEASE_MS 30000
 #define RENEW_MS 10000
@@ -36,7 +35,9 @@
 
 typedef struct {
     fd_acme_store_t files;     /* first: the local copy */
-    const fd_cluster_addrs_t *cc;
+    fd_api_redis_addr_t addrs[FD_API_REDIS_ADDRS]; /* the [cluster]'s */
+    unsigned naddrs;
+    uint64_t timeout;
     char prefix[160];          /* fastd:acme:ISSUER: */
     redisContext *rc;
     /* the lease held, and its keeper */
@@ -54,28 +55,29 @@ static rstore_t *of(fd_acme_store_t *st)
 }
 
 /* A connection to the first address that answers PING (AUTH, SELECT) */
-static redisContext *connect_one(const fd_cluster_addrs_t *cc)
+static redisContext *connect_one(const rstore_t *rs)
 {
-    struct timeval tv = {.tv_sec = (time_t)(cc->timeout / 1000),
-                         .tv_usec = (suseconds_t)(cc->timeout % 1000) *
+    struct timeval tv = {.tv_sec = (time_t)(rs->timeout / 1000),
+                         .tv_usec = (suseconds_t)(rs->timeout % 1000) *
                                     1000};
     unsigned i;
 
-    for (i = 0; i < cc->naddrs; i++) {
-        const fd_cluster_addr_t *a = &cc->addrs[i];
+    for (i = 0; i < rs->naddrs; i++) {
+        const fd_api_redis_addr_t *a = &rs->addrs[i];
+        const struct sockaddr *sa = a->sa;
         redisContext *c = NULL;
         redisReply *r;
         char host[INET6_ADDRSTRLEN];
 
-        if (a->sa.ss_family == AF_UNIX) {
+        if (sa->sa_family == AF_UNIX) {
             c = redisConnectUnixWithTimeout(
-                ((const struct sockaddr_un *)&a->sa)->sun_path, tv);
-        } else if (a->sa.ss_family == AF_INET) {
-            const struct sockaddr_in *s4 = (const void *)&a->sa;
+                ((const struct sockaddr_un *)a->sa)->sun_path, tv);
+        } else if (sa->sa_family == AF_INET) {
+            const struct sockaddr_in *s4 = a->sa;
             inet_ntop(AF_INET, &s4->sin_addr, host, sizeof(host));
             c = redisConnectWithTimeout(host, ntohs(s4->sin_port), tv);
         } else {
-            const struct sockaddr_in6 *s6 = (const void *)&a->sa;
+            const struct sockaddr_in6 *s6 = a->sa;
             inet_ntop(AF_INET6, &s6->sin6_addr, host, sizeof(host));
             c = redisConnectWithTimeout(host, ntohs(s6->sin6_port), tv);
         }
@@ -87,8 +89,8 @@ static redisContext *connect_one(const fd_cluster_addrs_t *cc)
         redisSetTimeout(c, tv);
         r = a->password ? redisCommand(c, "AUTH %s", a->password) : NULL;
         if (a->password && (r == NULL || r->type == REDIS_REPLY_ERROR)) {
-            fd_log_error(FD_LOG_ERR, 0, "acme: Redis %s: AUTH failed",
-                         a->name);
+            fd_api_log(FD_API_LOG_ERR, 0, "acme: Redis %s: AUTH failed",
+                       a->name);
             freeReplyObject(r);
             redisFree(c);
             continue;
@@ -116,7 +118,7 @@ static redisReply *command(rstore_t *rs, const char *fmt, ...)
     va_list ap;
 
     for (attempt = 0; attempt < 2 && r == NULL; attempt++) {
-        if (rs->rc == NULL && (rs->rc = connect_one(rs->cc)) == NULL)
+        if (rs->rc == NULL && (rs->rc = connect_one(rs)) == NULL)
             break;
         va_start(ap, fmt);
         r = redisvCommand(rs->rc, fmt, ap);
@@ -200,8 +202,8 @@ static int redis_put(fd_acme_store_t *st, const char *key, const char *data,
 
     freeReplyObject(r);
     if (!ok) {
-        fd_log_error(FD_LOG_WARN, 0, "acme: %s%s not stored in Redis: the "
-                     "other instances do not see it", rs->prefix, key);
+        fd_api_log(FD_API_LOG_WARN, 0, "acme: %s%s not stored in Redis: the "
+                   "other instances do not see it", rs->prefix, key);
         errno = ECONNREFUSED;
     }
     return ok && local == FD_OK ? FD_OK : ok || local == FD_OK ? FD_OK
@@ -233,7 +235,7 @@ static void *keeper(void *arg)
             break;
         pthread_mutex_unlock(&rs->mu);
         if (c == NULL)
-            c = connect_one(rs->cc);
+            c = connect_one(rs);
         if (c) {
             redisReply *r = redisCommand(
                 c, "EVAL %s 1 %s %s %d",
@@ -344,22 +346,23 @@ static void redis_unshare(fd_acme_store_t *st, const char *token)
 }
 
 int fd_acme_store_redis(fd_acme_store_t *st, const char *dir,
-                        const char *issuer, fd_cycle_t *cycle)
+                        const char *issuer)
 {
-    const fd_cluster_addrs_t *cc = fd_cluster_addrs(cycle);
     rstore_t *rs;
 
-    if (cc == NULL) {
+    if ((rs = calloc(1, sizeof(*rs))) == NULL)
+        return FD_ERROR;
+    rs->naddrs = fd_api_redis_addrs(rs->addrs, FD_API_REDIS_ADDRS,
+                                    &rs->timeout);
+    if (rs->naddrs == 0) {
+        free(rs);
         errno = ENOENT;
         return FD_ERROR;
     }
-    if ((rs = calloc(1, sizeof(*rs))) == NULL)
-        return FD_ERROR;
     if (fd_acme_store_files(&rs->files, dir, 1) != FD_OK) {
         free(rs);
         return FD_ERROR;
     }
-    rs->cc = cc;
     snprintf(rs->prefix, sizeof(rs->prefix), "fastd:acme:%s:", issuer);
     pthread_mutex_init(&rs->mu, NULL);
     pthread_cond_init(&rs->cv, NULL);

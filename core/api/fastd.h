@@ -15,7 +15,9 @@
  * static serves them, copies of a request run in the background,
  * backend protocols of a module's own (fastd_upstream.h), and the
  * fleet's Redis client; from 1.8 (fastd_upstream.h) what an HTTP proxy
- * reads and writes of the request.
+ * reads and writes of the request, and a helper process beside the
+ * workers, a hook before routing, commands of fastd -s, figures of what
+ * the workers share, and certificates a module provides (fastd_tls.h).
  * A module is a shared object that defines
  *
  *     FD_API_MODULE = { FD_API_HEADER, .name = "hello",
@@ -225,6 +227,27 @@ typedef struct {
      * filter (fd_resp_body_filter) that transforms the body as it goes.
      * FD_OK, or FD_ERROR (a 500). NULL: none. */
     int (*filter)(fd_request_t *r);
+
+    /* --- 1.8 (a module beside the workers: acme) --- */
+
+    /* Before routing, on every server, for the requests of a worker where
+     * the module called fd_api_early_on() (from init_worker): FD_DECLINED
+     * goes on to the locations; FD_OK: the module set the whole response
+     * (fd_resp_status, fd_resp_body...), which no location may shadow
+     * (ACME's http-01 answers). NULL: none. */
+    int (*early)(fd_request_t *r);
+    /* Figures of what the workers share (a shared zone's), reported once
+     * by /status and /metrics, not once a worker. NULL: none. */
+    void (*status_shared)(fd_api_status_t *st);
+    /* fastd -s CMD ARG, for a CMD no signal names ("renew NAME"), in the
+     * fastd that was asked (the configuration is read; fd_api_section()
+     * finds its sections; fd_api_master_pid() is the master's): FD_OK
+     * done, FD_DECLINED not the module's, FD_ERROR (said on stderr).
+     * NULL: none. */
+    int (*command)(const char *cmd, const char *arg);
+    /* The certificates of ssl_certificate = SCHEME:NAME that the module
+     * provides (fastd_tls.h). NULL: none. */
+    const struct fd_api_tls_provider_s *tls;
 } fd_api_module_t;
 
 /*
@@ -1428,6 +1451,59 @@ typedef struct {
 } fd_api_redis_addr_t;
 int fd_api_redis_addrs_set(const fd_api_redis_addr_t *addrs, unsigned n,
                            uint64_t timeout_msec);
+
+/* --- 1.8: a helper process, the worker's number, the master (acme) --- */
+
+/*
+ * A process of the module's beside the workers, for work that may block
+ * and must be done once an instance, not once a worker (ACME's orders).
+ * From a section's init, configured() or fastd_tls.h's attach, in the
+ * master while it loads a configuration (not at -t: fd_api_conf_test()):
+ * when that configuration's workers run, the
+ * master forks the helper; h->init(h->data) runs in it, then h->tick(
+ * h->data) every h->interval_msec (it may block: the helper has no
+ * loop to keep, nor requests). The helper has the master's user, its
+ * name in ps is h->title, it holds no listening socket, and SIGUSR1
+ * (fastd -s reopen) reopens its error log between two ticks. A reload
+ * stops it (SIGTERM) and forks the new configuration's; one that exits
+ * is forked again, unless it exits within 2 s of its start (logged: not
+ * again until a reload). fd_api_log() writes to the error log. h and
+ * what h->data points to must live as long as the configuration (its
+ * memory: fd_api_conf_alloc, a section's struct, or a static const). One
+ * a module and configuration: asked again with the same *h, FD_OK and
+ * nothing more. FD_OK, or FD_ERROR after fd_api_conf_error().
+ */
+typedef struct {
+    const char *title;              /* "acme helper" */
+    uint64_t interval_msec;         /* between two ticks (0: 1000) */
+    int (*init)(void *data);        /* FD_OK; else it exits (code 2) */
+    void (*tick)(void *data);
+    void *data;
+} fd_api_helper_t;
+int fd_api_helper(const fd_api_module_t *self, const fd_api_helper_t *h);
+
+/* From init_worker: this worker's requests go through the modules' early
+ * hooks (fd_api_module_t.early); a worker where no module asks pays
+ * nothing for them. */
+void fd_api_early_on(void);
+
+/* This worker's number, 0 to workers - 1 (a respawned worker has its
+ * predecessor's): the one worker that does a thing for all (copies the
+ * fleet's state into a shared zone). -1 outside a worker. */
+int fd_api_worker_number(void);
+
+/* The running master's process id as the pid file has it ([main] pid),
+ * for fastd -s's command(); -1 (errno set) when it cannot be read. */
+long fd_api_master_pid(void);
+
+/* The [cluster]'s Redis servers of the configuration the caller runs in
+ * (the helper's, a worker's, the one loading), for a client of its own
+ * off the loop (a helper's blocking one): up to max of them into addrs,
+ * in the order they are tried, and the timeout. How many there are; 0:
+ * no [cluster]. What addrs points to lives as long as the
+ * configuration. */
+unsigned fd_api_redis_addrs(fd_api_redis_addr_t *addrs, unsigned max,
+                            uint64_t *timeout_msec);
 
 #ifdef __cplusplus
 }

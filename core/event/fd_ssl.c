@@ -81,8 +81,9 @@ static int add_path(fd_conf_t *cf, const fd_directive_t *d, ssl_paths_t *l,
         return fd_conf_error(cf, "out of memory");
     if (l->n)
         memcpy(items, l->items, l->n * sizeof(*items));
-    /* ssl_certificate = acme:NAME names an issuer, not a file */
-    items[l->n].path = strncmp(value, "acme:", 5) == 0
+    /* ssl_certificate = acme:NAME names a module's certificate, not a
+     * file */
+    items[l->n].path = fd_ssl_provider_path(value)
                            ? fd_pstrdup(cf->pool, value, strlen(value))
                            : fd_conf_path(cf, value);
     items[l->n].key = d->name;
@@ -451,8 +452,7 @@ static int alpn_cb(SSL *ssl, const unsigned char **out, unsigned char *outlen,
     (void)arg;
     /* tls-alpn-01 (RFC 8737): the provider answers with the challenge's
      * certificate */
-    if (fd_ssl_cert_provider && fd_ssl_cert_provider->alpn &&
-        fd_ssl_cert_provider->alpn(ssl, out, outlen, in, inlen))
+    if (fd_ssl_provider_alpn(ssl, out, outlen, in, inlen))
         return SSL_TLSEXT_ERR_OK;
     if (ls && ls->http2) {
         ours = h2h1;
@@ -619,26 +619,21 @@ int fd_ssl_ctx_setup(SSL_CTX *ctx, const fd_ssl_protocols_t *p,
     return FD_OK;
 }
 
-const fd_ssl_cert_provider_t *fd_ssl_cert_provider;
-
 static int ctx_build(fd_cycle_t *cycle, fd_http_server_t *srv,
                      const fd_listening_t *ls, char *err, size_t errlen);
 
 /*
- * ssl_certificate = acme:NAME: the context is built as for files, with no
- * certificate of its own; the provider (the acme module) gives it the
- * current one and a cert callback that takes a newer one at a handshake.
+ * ssl_certificate = SCHEME:NAME (acme:NAME): the context is built as for
+ * files, with no certificate of its own; the module that provides SCHEME
+ * gives it the current one and a cert callback that takes a newer one at
+ * a handshake (fd_ssl_provider.c).
  */
-static int acme_build(fd_cycle_t *cycle, fd_http_server_t *srv,
-                      const fd_listening_t *ls, char *err, size_t errlen)
+static int provider_build(fd_cycle_t *cycle, fd_http_server_t *srv,
+                          const fd_listening_t *ls, char *err, size_t errlen)
 {
     ssl_conf_t *sc = srv->ssl;
     fd_ssl_path_t *c = &sc->certs.items[0];
 
-    if (fd_ssl_cert_provider == NULL)
-        return ssl_conf_error(err, errlen, c->file, c->line,
-                              "ssl_certificate \"%s\": fastd was built "
-                              "without the acme module", c->path);
     if (sc->certs.n != 1 || sc->keys.n != 0)
         return ssl_conf_error(err, errlen, c->file, c->line,
                               "ssl_certificate \"%s\" is the server's only "
@@ -650,8 +645,7 @@ static int acme_build(fd_cycle_t *cycle, fd_http_server_t *srv,
         return FD_ERROR;
     }
     sc->certs.n = 1;
-    return fd_ssl_cert_provider->attach(sc->ctx, c->path + 5, srv, c->file,
-                                        c->line, err, errlen);
+    return fd_ssl_provider_attach(cycle, sc->ctx, srv, c, err, errlen);
 }
 
 static int ctx_build(fd_cycle_t *cycle, fd_http_server_t *srv,
@@ -662,15 +656,14 @@ static int ctx_build(fd_cycle_t *cycle, fd_http_server_t *srv,
     uint64_t opts;
     unsigned i;
 
-    /* acme_build() comes here with certs.n = 0 on purpose */
+    /* provider_build() comes here with certs.n = 0 on purpose */
     if (sc->certs.n == 0 &&
-        !(sc->certs.items && strncmp(sc->certs.items[0].path, "acme:", 5) ==
-                                 0))
+        !(sc->certs.items && fd_ssl_provider_path(sc->certs.items[0].path)))
         return ssl_conf_error(err, errlen, srv->file, srv->line,
                               "[server] listens on %s ssl but has no "
                               "ssl_certificate", ls->text);
-    if (sc->certs.n && strncmp(sc->certs.items[0].path, "acme:", 5) == 0)
-        return acme_build(cycle, srv, ls, err, errlen);
+    if (sc->certs.n && fd_ssl_provider_path(sc->certs.items[0].path))
+        return provider_build(cycle, srv, ls, err, errlen);
     if (sc->keys.n != sc->certs.n) {
         const ssl_paths_t *more = sc->keys.n > sc->certs.n ? &sc->keys
                                                             : &sc->certs;

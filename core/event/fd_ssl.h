@@ -48,20 +48,29 @@ extern const fd_directive_t fd_ssl_server_directives[];
 void *fd_ssl_conf_create(fd_conf_t *cf);
 
 /*
- * ssl_certificate = acme:NAME: a module that obtains certificates (acme)
- * registers itself here. attach() gives a server's new context its
- * certificate (the current one, or a placeholder) and whatever callback
- * keeps it current: FD_OK, or FD_ERROR with err naming file:line. alpn(),
- * from the ALPN callback of every ssl address: 1 when it answered the
- * handshake itself (tls-alpn-01), with *out the protocol chosen.
+ * ssl_certificate = SCHEME:NAME (acme:NAME): a certificate a module
+ * provides (fastd_tls.h, fd_ssl_provider.c). fd_ssl_provider_path():
+ * whether a value names one (SCHEME: lowercase letters, digits, '_', '-').
+ * attach(): the provider's certificate into a server's new context, and
+ * the callback that keeps it current: FD_OK, or FD_ERROR with err naming
+ * path's file:line. alpn(), from the ALPN callback of every ssl address:
+ * 1 when a provider answered the handshake itself (tls-alpn-01), with
+ * *out the protocol chosen.
  */
-typedef struct {
-    int (*attach)(SSL_CTX *ctx, const char *name, fd_http_server_t *srv,
-                  const char *file, int line, char *err, size_t errlen);
-    int (*alpn)(SSL *ssl, const unsigned char **out, unsigned char *outlen,
-                const unsigned char *in, unsigned inlen);
-} fd_ssl_cert_provider_t;
-extern const fd_ssl_cert_provider_t *fd_ssl_cert_provider;
+int fd_ssl_provider_path(const char *path);
+/* A module's provider (fd_api_module_t.tls), when the module is added:
+ * FD_OK; FD_DECLINED: its scheme is another's; FD_ERROR: a provider
+ * without its calls, a scheme not made of a-z 0-9 _ -, or too many.
+ * check_only: says so, and adds nothing. */
+struct fd_api_tls_provider_s;
+int fd_ssl_provider_add(const struct fd_api_tls_provider_s *p,
+                        int check_only);
+int fd_ssl_provider_attach(fd_cycle_t *cycle, SSL_CTX *ctx,
+                           fd_http_server_t *srv, const fd_ssl_path_t *path,
+                           char *err, size_t errlen);
+int fd_ssl_provider_alpn(SSL *ssl, const unsigned char **out,
+                         unsigned char *outlen, const unsigned char *in,
+                         unsigned inlen);
 
 /* Load time, in the master: the contexts of every server that listens on
  * an "ssl" address. FD_OK, or FD_ERROR with err naming file:line. Part of

@@ -813,7 +813,9 @@ static fd_cycle_t *api_cycle(void)
 {
     fd_conf_t *cf = fd_dso_conf();
 
-    return cf ? cf->cycle : fd_worker ? fd_worker->cycle : NULL;
+    return cf          ? cf->cycle
+           : fd_worker ? fd_worker->cycle
+                       : fd_dso_cycle; /* a helper's, fastd -s CMD's */
 }
 
 /* a [type NAME] of a public-API module's: an engine module's section
@@ -1640,4 +1642,54 @@ void fd_api_sbuf_commit(fd_api_sbuf_t *sb, char *end)
 char *fd_api_sbuf_data(fd_api_sbuf_t *sb)
 {
     return SBUF(sb)->start;
+}
+
+/* --- 1.8: before routing, the worker's number, the master, Redis --- */
+
+void fd_api_early_on(void)
+{
+    fd_http_early_on = 1;
+}
+
+int fd_api_worker_number(void)
+{
+    return fd_worker ? (int)fd_worker->index : -1;
+}
+
+long fd_api_master_pid(void)
+{
+    fd_cycle_t *cy = api_cycle();
+    long pid = -1;
+    FILE *fp;
+
+    errno = ENOENT;
+    if (cy == NULL || cy->main.pid == NULL ||
+        (fp = fopen(cy->main.pid, "r")) == NULL)
+        return -1;
+    if (fscanf(fp, "%ld", &pid) != 1 || pid <= 0) {
+        pid = -1;
+        errno = EINVAL;
+    }
+    fclose(fp);
+    return pid;
+}
+
+unsigned fd_api_redis_addrs(fd_api_redis_addr_t *addrs, unsigned max,
+                            uint64_t *timeout_msec)
+{
+    fd_cycle_t *cy = api_cycle();
+    const fd_cluster_addrs_t *cc = cy ? fd_cluster_addrs(cy) : NULL;
+    unsigned i;
+
+    if (cc == NULL)
+        return 0;
+    for (i = 0; i < cc->naddrs && i < max; i++)
+        addrs[i] = (fd_api_redis_addr_t){.sa = &cc->addrs[i].sa,
+                                         .len = cc->addrs[i].len,
+                                         .password = cc->addrs[i].password,
+                                         .db = cc->addrs[i].db,
+                                         .name = cc->addrs[i].name};
+    if (timeout_msec)
+        *timeout_msec = cc->timeout;
+    return cc->naddrs;
 }
