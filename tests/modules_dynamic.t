@@ -9,7 +9,9 @@
 # FASTD_TEST_LOAD=.../fd_fastcgi.so FASTD_BIN=... prove tests/fastcgi.t)
 # and objs/fd_cluster.so (the Redis client, its [cluster] section without
 # a name checked here; its client by FASTD_TEST_LOAD=.../fd_cluster.so
-# with tests/cluster.t)
+# with tests/cluster.t) and objs/fd_acme.so (automatic HTTPS: its
+# [acme NAME] and the acme: certificates it provides checked here; its
+# orders by FASTD_TEST_LOAD=.../fd_acme.so with tests/acme*.t)
 # instead of linking them in, make install puts them in PREFIX/modules/,
 # and that fastd, which has none of them of its own, answers with them
 # after load_module exactly as the fastd under test (built in) does:
@@ -30,6 +32,8 @@ FastdTest::skip_in_sanitizer_stage('it builds a plain fastd of its own');
 
 plan skip_all => 'jansson is not installed (libjansson-dev)'
     if system('pkg-config --exists jansson 2>/dev/null') != 0;
+plan skip_all => 'libcurl is not installed (libcurl4-openssl-dev: acme)'
+    if system('pkg-config --exists libcurl 2>/dev/null') != 0;
 
 my $root = FastdTest::root();
 my $t = FastdTest->new;  # the fastd under test: the four built in
@@ -52,18 +56,19 @@ my $prefix = "$dir/prefix";
 mkdir $src or die "mkdir $src: $!";
 system("cd '$root' && tar -cf - configure Makefile auto core modules conf html | tar -xf - -C '$src'") == 0
     or BAIL_OUT('cannot copy the tree');
-my $out = `cd '$src' && ./configure --prefix='$prefix' --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic --with-fastcgi=dynamic --with-cluster=dynamic 2>&1`;
-is($?, 0, './configure --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic --with-fastcgi=dynamic --with-cluster=dynamic') or diag($out);
-like($out, qr/^dynamic modules \(objs\/fd_NAME\.so\): plaintext json static status fastcgi cluster$/m,
+my $out = `cd '$src' && ./configure --prefix='$prefix' --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic --with-fastcgi=dynamic --with-cluster=dynamic --with-acme=dynamic 2>&1`;
+is($?, 0, './configure --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic --with-fastcgi=dynamic --with-cluster=dynamic --with-acme=dynamic') or diag($out);
+like($out, qr/^dynamic modules \(objs\/fd_NAME\.so\): plaintext json static status fastcgi cluster acme$/m,
      '... says which modules are shared objects');
-unlike((grep { /^\s*modules:/ } split /\n/, $out)[0] // '', qr/\b(plaintext|json|status|static|fastcgi|cluster)\b/,
+unlike((grep { /^\s*modules:/ } split /\n/, $out)[0] // '', qr/\b(plaintext|json|status|static|fastcgi|cluster|acme)\b/,
        '... and that they are not linked in');
 $out = `make -s -C '$src' -j2 2>&1`;
 is($?, 0, 'make') or diag($out);
 ok(-f "$src/objs/fd_plaintext.so" && -f "$src/objs/fd_json.so"
    && -f "$src/objs/fd_status.so" && -f "$src/objs/fd_static.so"
-   && -f "$src/objs/fd_fastcgi.so" && -f "$src/objs/fd_cluster.so",
-   'objs/fd_plaintext.so, fd_json.so, fd_status.so, fd_static.so, fd_fastcgi.so and fd_cluster.so built');
+   && -f "$src/objs/fd_fastcgi.so" && -f "$src/objs/fd_cluster.so"
+   && -f "$src/objs/fd_acme.so",
+   'objs/fd_plaintext.so, fd_json.so, fd_status.so, fd_static.so, fd_fastcgi.so, fd_cluster.so and fd_acme.so built');
 like(`nm -D --defined-only '$src/objs/fd_plaintext.so' 2>&1`, qr/\bfastd_module\b/,
      'fd_plaintext.so defines fastd_module, as a module built outside the tree');
 $out = `make -s -C '$src' install PREFIX='$prefix' LOGROTATE_DIR='$dir/lr' FASTD_USER=nobody 2>&1`;
@@ -126,6 +131,32 @@ $d->write_conf(FastdTest::base_conf(main => { load_module => [@loads] },
     ($rc, $o) = FastdTest::run_fastd('-t', '-c', $d->conf_file);
     ok($rc != 0 && $o =~ /\[cluster\] takes no name/,
        '... and [cluster x] is refused: the section has no name')
+        or diag($o);
+    # automatic HTTPS: [acme NAME] and ssl_certificate = acme:NAME are
+    # the loaded module's (fastd_tls.h)
+    my $https = FastdTest::free_port();
+    my $acme = "[acme le]\ndirectory = https://127.0.0.1:9/dir\n"
+             . "accept_terms = on\nstate_path = %%DIR%%/acme\n\n"
+             . "[server]\nlisten = 127.0.0.1:$https ssl\n"
+             . "server_name = a.test\nssl_certificate = acme:le\n";
+    $d->write_conf(FastdTest::base_conf(main => { load_module => [@pj] },
+                                        extra => $acme));
+    ($rc, $o) = FastdTest::run_fastd('-t', '-c', $d->conf_file);
+    ok($rc != 0 && $o =~ /unknown section \[acme le\]/,
+       '[acme NAME] without its load_module: refused') or diag($o);
+    $d->write_conf(FastdTest::base_conf(
+        main => { load_module => [ @pj, "$prefix/modules/fd_acme.so" ] },
+        extra => $acme));
+    ($rc, $o) = FastdTest::run_fastd('-t', '-c', $d->conf_file);
+    is($rc, 0, 'with load_module = PREFIX/modules/fd_acme.so: -t passes')
+        or diag($o);
+    $acme =~ s/acme:le/acme:none/;
+    $d->write_conf(FastdTest::base_conf(
+        main => { load_module => [ @pj, "$prefix/modules/fd_acme.so" ] },
+        extra => $acme));
+    ($rc, $o) = FastdTest::run_fastd('-t', '-c', $d->conf_file);
+    ok($rc != 0 && $o =~ /ssl_certificate "acme:none": no \[acme none\] section/,
+       '... and its attach refuses an issuer not there, at the line')
         or diag($o);
     $d->write_conf(FastdTest::base_conf(main => { load_module => [@loads] },
                                         locations => $status));
