@@ -1374,6 +1374,7 @@ fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
     load_t ld = {0};
     fd_var_decl_t *serving_vars;
     unsigned i;
+    int rc;
 
     if (pool == NULL) {
         snprintf(err, errlen, "out of memory");
@@ -1519,8 +1520,12 @@ fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
     }
     fd_dso_give_files(cy);
     /* certificates and keys: read now, so that -t and a reload that
-     * would fail to serve them fail here */
-    if (fd_ssl_init_cycle(cy, cf.err, sizeof(cf.err)) != FD_OK)
+     * would fail to serve them fail here (a module's, fastd_tls.h's
+     * attach, in this load) */
+    fd_dso_conf_enter(&cf);
+    rc = fd_ssl_init_cycle(cy, cf.err, sizeof(cf.err));
+    fd_dso_conf_enter(NULL);
+    if (rc != FD_OK)
         goto failed;
 #ifdef FD_HTTP3
     if (fd_quic_tls_init_cycle(cy, cf.err, sizeof(cf.err)) != FD_OK)

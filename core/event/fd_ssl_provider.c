@@ -166,8 +166,8 @@ int fd_ssl_provider_attach(fd_cycle_t *cycle, SSL_CTX *ctx,
 {
     const fd_api_tls_provider_t *p = provider_of(path->path);
     const char *name = path->path + strcspn(path->path, ":") + 1;
+    fd_conf_t cf, *load;
     ctx_cert_t *cc;
-    fd_conf_t cf;
 
     if (p == NULL) {
         snprintf(err, errlen, "%s:%d: ssl_certificate \"%s\": no module "
@@ -189,16 +189,19 @@ int fd_ssl_provider_attach(fd_cycle_t *cycle, SSL_CTX *ctx,
     }
     cc->p = p;
     cc->what = path->path;
-    /* the module's hook runs as at load: its errors at this line */
-    memset(&cf, 0, sizeof(cf));
-    cf.pool = cycle->pool;
-    cf.cycle = cycle;
+    /* the module's hook runs in the load (fd_cycle_load entered it: its
+     * prefix, its pools), its errors at the ssl_certificate line */
+    if ((load = fd_dso_conf()) != NULL)
+        cf = *load;
+    else
+        cf = (fd_conf_t){.pool = cycle->pool, .cycle = cycle};
     cf.file = path->file;
     cf.line = path->line;
+    cf.err[0] = '\0';
     fd_dso_conf_enter(&cf);
     cc->cert = p->attach(name, (const char *const *)srv->names.items,
                          srv->names.n);
-    fd_dso_conf_enter(NULL);
+    fd_dso_conf_enter(load);
     if (cc->cert == NULL) {
         if (cf.err[0] == '\0')
             fd_conf_error(&cf, "ssl_certificate \"%s\": refused by its "
