@@ -105,7 +105,17 @@ is($rc, 0, 'fastd -s pemzone hello: the module\'s command');
 like($out, qr/^pemzone hello, master ${\ $t->pid}$/m,
      '... which knows the running master');
 
-# the helper dies: the master starts another
+# the helper dies: the master starts another (one that dies within 2 s
+# of its start is not: wait until it is older)
+my $hz = `getconf CLK_TCK` || 100;
+sub age {
+    my ($pid) = @_;
+    my ($start) = (FastdTest::slurp("/proc/$pid/stat") // '') =~ /\)\s+(?:\S+\s+){19}(\d+)/;
+    my ($up) = (FastdTest::slurp('/proc/uptime') // '') =~ /^([\d.]+)/;
+    return defined $start && defined $up ? $up - $start / $hz : 0;
+}
+ok(FastdTest::wait_for(sub { age($h1) > 2.5 }, 10, 0.1),
+   'the helper has run for more than 2 s');
 kill 'KILL', $h1;
 my $h2;
 ok(FastdTest::wait_for(sub { $h2 = helper(); $h2 && $h2 != $h1 }, 10, 0.1),
