@@ -27,10 +27,22 @@ ok(-f "$prefix/include/fastd/fastd_tls.h", 'include/fastd/fastd_tls.h installed'
 is(ApiModule::build("$dir/pemzone.so", "$root/tests/modules/pemzone.c"), '',
    'pemzone.so (API 1.8, fastd_tls.h) builds against the installed API');
 
+# a module built for 1.7: its descriptor ends before .early
+FastdTest::spew("$dir/v17.c", qq{#include <fastd.h>
+#include <stddef.h>
+static int h(fd_request_t *r) { fd_resp_body(r, "v17", 3); return 0; }
+FD_API_MODULE = { FD_API_HEADER, .api_minor = 7,
+                  .size = offsetof(fd_api_module_t, early),
+                  .name = "v17", .handler = h };\n});
+is(ApiModule::build("$dir/v17.so", "$dir/v17.c", '-Wno-override-init'), '',
+   'a module built for API 1.7');
+
 my $https = FastdTest::free_port();
 $t->write_conf(FastdTest::base_conf(
-    main => { load_module => "$dir/pemzone.so", workers => 2 },
-    locations => "[location /status]\nhandler = status\n\n",
+    main => { load_module => ["$dir/pemzone.so", "$dir/v17.so"],
+              workers => 2 },
+    locations => "[location /status]\nhandler = status\n\n"
+               . "[location = /v17]\nhandler = v17\n\n",
     extra => "[server]\nlisten = 127.0.0.1:$https ssl\n"
            . "server_name = z.test\n"
            . "ssl_certificate = pemzone:%%DIR%%/site.pem\n\n"));
@@ -92,6 +104,8 @@ is($proto, 'http/1.1', 'another protocol: as usual');
 my $r = $t->get('/.pemzone');
 is($r && $r->status, 200, 'the early hook answers before routing');
 like($r && $r->body, qr/^gen 2 worker [01]$/, '... with the generation');
+$r = $t->get('/v17');
+is($r && $r->body, 'v17', 'the 1.7 module beside it answers');
 $r = $t->get('/.pemzone-not');
 is($r && $r->status, 404, 'another path goes on to the locations');
 
