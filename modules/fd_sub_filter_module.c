@@ -91,7 +91,7 @@ static char *rbuf;                /* the worker's file read buffer */
 
 static const unsigned char lower[256] = {
 #define L4(n) L1(n), L1(n + 1), L1(n + 2), L1(n + 3)
-#define L1(n) ((n) >= 'A' && (n) <= 'Z' ? (n) + 32 : (n))
+#define L1(n) ((n) + 32 * ((n) >= 'A' && (n) <= 'Z'))
 #define L16(n) L4(n), L4(n + 4), L4(n + 8), L4(n + 12)
     L16(0), L16(16), L16(32), L16(48), L16(64), L16(80), L16(96),
     L16(112), L16(128), L16(144), L16(160), L16(176), L16(192), L16(208),
