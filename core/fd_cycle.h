@@ -73,6 +73,9 @@ typedef struct {
     size_t http2_max_header_size;
     size_t http2_initial_window;
     fd_msec_t http2_idle_timeout;
+    fd_int_t http3_max_concurrent_streams;
+    size_t http3_stream_buffer_size;
+    int quic_gso;
     /* fd_api_conf_named_location()'s, while the configuration loads */
     struct fd_named_check_s *named_checks;
 } fd_http_conf_t;

@@ -309,6 +309,26 @@ const fd_directive_t fd_http_directives[] = {
      .offset = HTTP(http2_idle_timeout), .def = "75s",
      .doc = "an HTTP/2 connection with no open stream is closed after it "
             "(with GOAWAY); keepalive_requests bounds its streams"},
+    {.name = "http3_max_concurrent_streams", .type = FD_CONF_INT,
+     .offset = HTTP(http3_max_concurrent_streams), .def = "128", .min = 1,
+     .max = 65536,
+     .doc = "requests one HTTP/3 connection may have open at once (QUIC's "
+            "initial_max_streams_bidi; as nginx's); a client that opens "
+            "more breaks QUIC's stream limit (STREAM_LIMIT_ERROR)"},
+    {.name = "http3_stream_buffer_size", .type = FD_CONF_SIZE,
+     .offset = HTTP(http3_stream_buffer_size), .def = "256k",
+     .min = 4096, .max = 16 * 1024 * 1024,
+     .doc = "request body bytes a client may send on an HTTP/3 stream "
+            "before fastd reads them (QUIC's initial_max_stream_data): "
+            "the buffer a stream may hold, and the back-pressure of a "
+            "body streamed to an upstream (nginx's default is 64k)"},
+    {.name = "quic_gso", .type = FD_CONF_FLAG,
+     .offset = HTTP(quic_gso), .def = "on",
+     .doc = "send a connection's packets of one size in one message with "
+            "UDP_SEGMENT (GSO), split by the kernel; off: one datagram a "
+            "message (nginx's default), for a route whose device mangles "
+            "GSO without refusing it (fastd falls back by itself where "
+            "the kernel says EIO)"},
     FD_CONF_END};
 
 const fd_directive_t fd_offload_directives[] = {

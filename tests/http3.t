@@ -9,7 +9,8 @@
 # unknown version (answered with Version Negotiation) -- breaks nothing.
 # /status and Prometheus count QUIC connections, streams, the Initials
 # dropped and a client's migration (gtlsclient --change-local-addr).
-# Each on the epoll and the io_uring backend.
+# Each on the epoll and the io_uring backend (the latter with quic_gso =
+# off: one datagram a message).
 
 use strict;
 use warnings;
@@ -100,6 +101,9 @@ sub long_header {
 }
 
 for my $backend ('epoll', 'io_uring') {
+    # GSO on the epoll pass (the default), one datagram a message on the
+    # io_uring one
+    my $gso = $backend eq 'epoll' ? 'on' : 'off';
     my $t = FastdTest->new;
     my $dir = $t->dir;
     my $pki = TLS->new($dir);
@@ -122,6 +126,7 @@ backend = $backend
 [http]
 log_format = proto \$server_protocol \$status \$request_uri \$scheme
 access_log = %%DIR%%/access.log format=proto buffer=0
+quic_gso = $gso
 
 [server]
 listen = 127.0.0.1:%%PORT%% ssl

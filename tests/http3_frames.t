@@ -33,6 +33,10 @@ my $pki = TLS->new($dir);
 my $cert = $pki->server('localhost');
 $t->write_conf(<<"CONF");
 @{[ FastdTest::main_section() ]}
+[http]
+http3_max_concurrent_streams = 64
+http3_stream_buffer_size = 128k
+
 [server]
 @{[ TLS::quic_server_keys($cert) ]}
 [location = /plaintext]
@@ -51,6 +55,10 @@ sub served {
 }
 
 ok(served(), 'an HTTP/3 request is served');
+like(`$quicraw 127.0.0.1 $port params 2>&1`,
+     qr/^params: streams 64 stream_data 131072$/m,
+     'http3_max_concurrent_streams and http3_stream_buffer_size: the '
+     . 'transport parameters');
 
 my @cases = (
     # RFC 9000

@@ -74,7 +74,7 @@ struct fd_quic_sock_s {
     fd_listening_t *ls;
     fd_posted_t more;            /* the batch ended before EAGAIN */
     unsigned posted:1;
-    unsigned no_gso:1;           /* UDP_SEGMENT refused: one send each */
+    unsigned no_gso:1;           /* quic_gso off, or UDP_SEGMENT refused */
     unsigned left:1;             /* not read any more: a newer generation
                                   * reads it (fd_quic_fwd_in) */
     fd_quic_sock_t *next;
@@ -596,11 +596,12 @@ static fd_quic_conn_t *conn_new(fd_quic_sock_t *qs, const ngtcp2_pkt_hd *hd,
     settings.max_window = 6 * 1024 * 1024;
     settings.max_stream_window = 2 * 1024 * 1024;
     ngtcp2_transport_params_default(&params);
-    params.initial_max_stream_data_bidi_remote = 256 * 1024;
+    params.initial_max_stream_data_bidi_remote =
+        (uint64_t)cy->http.http3_stream_buffer_size;
     params.initial_max_stream_data_uni = 256 * 1024;
     params.initial_max_data = 1024 * 1024;
     params.initial_max_streams_bidi =
-        (uint64_t)cy->http.http2_max_concurrent_streams;
+        (uint64_t)cy->http.http3_max_concurrent_streams;
     params.initial_max_streams_uni = 3; /* control and the two QPACK */
     params.max_idle_timeout =
         (ngtcp2_duration)cy->http.http2_idle_timeout * NGTCP2_MILLISECONDS;
@@ -1394,6 +1395,7 @@ int fd_quic_listen(fd_listening_t *ls, fd_worker_t *w)
     qs->ev.fd = fd;
     qs->ev.handler = sock_event;
     qs->ls = ls;
+    qs->no_gso = !w->cycle->http.quic_gso;
     qs->more.handler = sock_more;
     qs->more.data = qs;
     if (fd_event_add(&qs->ev, EPOLLIN) < 0) {

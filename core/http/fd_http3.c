@@ -893,7 +893,7 @@ void fd_h3_end(fd_request_t *r)
         return;
     st->out_end = 1;
     if (st->hc->rst_budget <
-        2 * (int)fd_worker->cycle->http.http2_max_concurrent_streams)
+        2 * (int)fd_worker->cycle->http.http3_max_concurrent_streams)
         st->hc->rst_budget++;
     if (!st->closed && !st->in_ended) {
         /* answered before the body came: the rest is not wanted (RFC
@@ -1025,7 +1025,7 @@ static int h3_setup(fd_quic_conn_t *qc)
     }
     hc->qc = qc;
     hc->run_last = &hc->run;
-    hc->rst_budget = 2 * (int)conf->http2_max_concurrent_streams;
+    hc->rst_budget = 2 * (int)conf->http3_max_concurrent_streams;
     nghttp3_settings_default(&settings);
     settings.max_field_section_size = conf->http2_max_header_size;
     settings.qpack_max_dtable_capacity = 4096;

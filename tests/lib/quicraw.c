@@ -17,6 +17,8 @@
  * first "reset: stream N 0xC" (or "stop_sending: ..."), then "alive" when
  * a PING after it is acknowledged. The cases:
  *
+ *   params          prints the server's stream limits and exits:
+ *                   "params: streams N stream_data M"
  *   streams         a bidi stream past the server's MAX_STREAMS
  *   uni_streams     a uni stream past it
  *   stream_data     a stream's bytes past its MAX_STREAM_DATA
@@ -926,6 +928,12 @@ int main(int argc, char **argv)
         die("no transport parameters");
 
     fp = fb;
+    if (strcmp(c, "params") == 0) {
+        printf("params: streams %llu stream_data %llu\n",
+               (unsigned long long)sp->initial_max_streams_bidi,
+               (unsigned long long)sp->initial_max_stream_data_bidi_remote);
+        return 0;
+    }
     if (strcmp(c, "streams") == 0) {
         stream((int64_t)(4 * sp->initial_max_streams_bidi), 0, "", 0, 0);
     } else if (strcmp(c, "uni_streams") == 0) {
