@@ -1,5 +1,5 @@
 /*
- * fastd.h: the public API of fastd modules, version 1.7.
+ * fastd.h: the public API of fastd modules, version 1.8.
  *
  * Everything a module built outside the tree needs: its descriptor and
  * keys, the request, the response, asynchronous completion and logging;
@@ -14,7 +14,8 @@
  * page shows them, and a string builder; from 1.7 files served as
  * static serves them, copies of a request run in the background,
  * backend protocols of a module's own (fastd_upstream.h), and the
- * fleet's Redis client.
+ * fleet's Redis client; from 1.8 connections below HTTP, a layer-4
+ * proxy's (fastd_stream.h).
  * A module is a shared object that defines
  *
  *     FD_API_MODULE = { FD_API_HEADER, .name = "hello",
@@ -44,7 +45,7 @@ extern "C" {
 #endif
 
 #define FD_API_VERSION_MAJOR 1
-#define FD_API_VERSION_MINOR 7
+#define FD_API_VERSION_MINOR 8
 /* What must match besides the version: the size of a pointer and of the
  * structs below, which a module and fastd lay out alike only if built
  * for the same ABI (checked at load). */
