@@ -52,15 +52,18 @@ typedef struct fd_api_tls_s fd_api_tls_t;
 typedef struct fd_api_peer_s fd_api_peer_t;
 
 /* The module's hooks for a listener's connections (kept, not copied: a
- * static table). A later minor version adds fields at the end only. */
+ * static table, or the section's memory, which lives as long as the
+ * listener). A later minor version adds fields at the end only. */
 typedef struct {
     /* Log lines fastd writes for a connection begin with this: "stream
      * web". */
     const char *what;
     /* The module's bytes a connection: fd_api_conn_data(), zeroed. */
     size_t size;
-    /* A connection was accepted. It goes on with a verb below, now or
-     * later from the loop. */
+    /* A connection was accepted. It goes on with a verb below:
+     * fd_api_conn_tls or fd_api_conn_preread from here (the client's
+     * first events are theirs), pass and close from here, from a
+     * verb's hook, or later from the loop. */
     void (*accept)(fd_api_conn_t *c, void *data);
     /* It is over: fd_api_conn_info() says how; c is gone on return. */
     void (*end)(fd_api_conn_t *c, void *data);
