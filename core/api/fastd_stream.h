@@ -140,7 +140,9 @@ void fd_api_conn_pass(fd_api_conn_t *c, fd_api_upstream_t *up);
 /* Closed now; status is what fd_api_conn_info() says (400, 502...). */
 void fd_api_conn_close(fd_api_conn_t *c, int status);
 
-/* How a connection went, for end. */
+/* How a connection went, for end. fd_api_conn_info_t is fastd's to fill
+ * and laid out for good in major version 1: a later minor version does
+ * not grow it (it adds calls). where lives until the next call. */
 #define FD_API_STREAM_ENDED 1   /* both ends closed */
 #define FD_API_STREAM_FAILED 2  /* a side failed: err, where */
 #define FD_API_STREAM_IDLE 3    /* the idle timeout passed */
