@@ -5,14 +5,14 @@
  * [upstream NAME]): its balancer, max_fails and health checks choose the
  * server, a refused or timed-out connect goes on to the next one.
  *
- * A connection is taken out of the engine at accept (its proto's init:
- * no HTTP ever runs on it) into a splice (fd_stream.h), which does the
- * copying on either event backend, bounded buffers both ways, a half-close
- * passed on as shutdown(SHUT_WR), and proxy_timeout as its idle timeout.
- * This file only picks, connects, and accounts: one access log line per
- * connection, as nginx's stream log, and per [stream] counters in each
- * worker's stats slot (/status: stream_connections, _active, _failed,
- * _bytes_received, _bytes_sent).
+ * Written on the public API alone (fastd.h, and fastd_stream.h for the
+ * connections): fastd accepts, connects, and splices (the copying on
+ * either event backend, bounded buffers both ways, a half-close passed
+ * on as shutdown(SHUT_WR), proxy_timeout as the idle timeout). This file
+ * steers and accounts: TLS, the preread and its routes, one access log
+ * line per connection, as nginx's stream log, and per [stream] counters
+ * in each worker's stats slot (/status: stream_connections, _active,
+ * _failed, _bytes_received, _bytes_sent).
  *
  * listen = ADDR udp: a UDP socket per worker (the kernel's hash of the
  * client's address keeps a client on one worker). A client address's
@@ -23,36 +23,35 @@
  *
  * listen = ADDR ssl ends TLS here: the client's stream gets the TLS
  * transport (a context of the section's own, built by the master), its
- * handshake runs with its events before any server is chosen, and the
- * splice then carries plaintext to the server.
+ * handshake runs before any server is chosen, and the splice then
+ * carries plaintext to the server.
  *
  * ssl_preread = on reads the client's TLS ClientHello first (into the
  * buffer that goes on to the server: nothing is decrypted or changed) and
  * chooses the server by its server_name: the sni = NAME TARGET routes,
- * else pass. Until the hello is whole (preread_timeout) the client's
- * events come here, not to the splice.
+ * else pass, once the hello is whole (preread_timeout).
  */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <sys/epoll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
-#include "fd_core.h"
-#include "fd_connection.h"
-#include "fd_cycle.h"
-#include "fd_http.h"
-#include "fd_ssl.h"
-#include "fd_status.h"
-#include "fd_upstream.h"
+#include "fastd_stream.h"
 #include "fd_stream_preread.h"
 
 #define STREAM_STATS 64        /* [stream] sections counted in /status */
+#define NAME_MAX_ 64           /* a [stream]'s name, its NUL included */
 
 /* One [stream]'s figures in a worker's stats slot, found by name (a
  * reload may reorder the sections). */
 typedef struct {
-    char name[64];
+    char name[NAME_MAX_];
     uint64_t connections;      /* accepted */
     uint64_t active;           /* gauge: open now */
     uint64_t failed;           /* no server took it (502), or an error */
@@ -60,79 +59,72 @@ typedef struct {
     uint64_t sent;             /* bytes to clients */
 } stream_stats_t;
 
-static stream_stats_t *stats_area; /* this worker's slot, or NULL */
-
-enum { CLIENT, UPSTREAM }; /* the splice's sides */
-
 /* sni = NAME TARGET, alpn = PROTOCOL TARGET */
-typedef struct {
+typedef struct stream_route_s stream_route_t;
+struct stream_route_s {
     char *name;                /* lowercased; "*.x.y": any name under x.y;
                                 * alpn: the protocol */
     char *target;
-    fd_upstream_t *up;
+    fd_api_upstream_t *up;
+    fd_api_conf_pos_t pos;     /* its line */
     unsigned alpn:1;
-} stream_route_t;
+    stream_route_t *next;      /* in file order */
+};
 
 typedef struct {
-    char *listen;
-    char *pass;
+    const char *listen;
+    const char *pass;
     int preread;
-    fd_msec_t preread_timeout;
+    uint64_t preread_timeout;
     /* listen ... ssl: TLS ends here, the server gets the plaintext */
-    char *ssl_certificate, *ssl_certificate_key;
-    fd_ssl_protocols_t ssl_protocols;
-    char *ssl_ciphers;
-    fd_msec_t ssl_handshake_timeout;
-    void *ssl_ctx;             /* the master's, at load */
-    fd_conf_list_t sni;
-    fd_conf_list_t alpn;
-    fd_msec_t proxy_timeout;
-    fd_msec_t connect_timeout;
-    fd_int_t max_conns_per_ip;
-    fd_int_t proxy_responses;
-    size_t buffer_size;
+    const char *ssl_certificate, *ssl_certificate_key;
+    const char *ssl_protocols, *ssl_ciphers;
+    uint64_t ssl_handshake_timeout;
+    uint64_t proxy_timeout;
+    uint64_t connect_timeout;
+    int64_t max_conns_per_ip;
+    int64_t proxy_responses;
+    uint64_t buffer_size;
     int proxy_protocol;
-    char *access_log;
+    const char *access_log;
     /* resolved */
     const char *name;
-    fd_upstream_t *up;         /* pass's, or NULL (ssl_preread: none) */
-    stream_route_t *routes;
-    unsigned nroutes;
-    size_t words;              /* of tried[]: the largest group's */
-    fd_listening_t *ls;
+    char what[80];             /* "stream NAME": log lines begin so */
+    fd_api_stream_ops_t ops;
+    fd_api_stream_t *l;
+    fd_api_tls_t *tls;
+    fd_api_upstream_t *up;     /* pass's, or NULL (ssl_preread: none) */
+    stream_route_t *routes, **last;
+    unsigned nsni, nalpn;
     int log_fd;                /* per worker; -1: none */
     struct udp_listener_s *udp; /* per worker: listen ... udp's state */
     stream_stats_t *stats;     /* per worker: its entry, or NULL */
 } stream_conf_t;
 
+/* A TCP connection's: the module's bytes of an fd_api_conn_t */
 typedef struct {
-    fd_splice_t sp;
-    stream_conf_t *sc;
-    fd_upstream_t *up;         /* the group chosen */
-    fd_upstream_conn_t *uc;    /* while connecting */
-    fd_timer_t preread;        /* preread_timeout, while reading */
-    void (*handler)(fd_event_t *ev, uint32_t events); /* the splice's */
-    size_t got;                /* preread: bytes of the hello so far */
-    char sni[256];             /* its server_name, for the log */
-    fd_upstream_peer_t *peer;  /* acquired: counted active on it */
-    void *ipref;               /* the client's place in max_conns_per_ip */
-    fd_api_addr_t client, local;
-    fd_msec_t start;
-    int status;                /* nginx's $status: 200, 502, 503 */
-    fd_posted_t free_post;
-    char *mem[2];              /* proxy_buffer_size each, after tried[] */
-    uint64_t tried[];          /* sc->words */
+    unsigned counted:1;        /* in the figures and the access log */
+    char sni[256];             /* the hello's server_name, for the log */
 } session_t;
-
-fd_module_t fd_stream_module;
-
-static const fd_directive_t stream_directives[];
 
 #define SC(f) offsetof(stream_conf_t, f)
 
-static void session_connect(session_t *ss);
-static int udp_init_worker(fd_worker_t *w, stream_conf_t *sc);
-static void udp_exit_worker(stream_conf_t *sc);
+static stream_stats_t *stats_area; /* this worker's slot, or NULL */
+
+/* $time_local, made once a second */
+static const char *log_time(void)
+{
+    static char buf[sizeof("28/Sep/1970:12:00:00 +0000")];
+    static time_t made = -1;
+    time_t now = time(NULL);
+    struct tm tm;
+
+    if (now != made && localtime_r(&now, &tm) != NULL) {
+        strftime(buf, sizeof(buf), "%d/%b/%Y:%H:%M:%S %z", &tm);
+        made = now;
+    }
+    return buf;
+}
 
 /* One access log line, nginx's stream log: $remote_addr [$time_local]
  * $protocol $status $bytes_sent $bytes_received $session_time
@@ -140,230 +132,78 @@ static void udp_exit_worker(stream_conf_t *sc);
  * sent: bytes to the client; received: from it. */
 static void stream_log(const stream_conf_t *sc, const char *addr,
                        const char *proto, int status, uint64_t sent,
-                       uint64_t received, fd_msec_t start,
-                       const fd_upstream_peer_t *peer, const char *sni)
+                       uint64_t received, uint64_t start,
+                       const char *server, const char *sni)
 {
     char line[600];
-    fd_msec_t ms = fd_current_msec - start;
+    uint64_t ms = fd_api_now_msec() - start;
     int n;
 
-    /* the time: fd_log_time, made once a second (fd_time.c) */
     n = snprintf(line, sizeof(line),
                  "%s [%s] %s %d %llu %llu %llu.%03llu \"%s\" %s%s%s%s\n",
-                 addr, fd_log_time, proto, status, (unsigned long long)sent,
+                 addr, log_time(), proto, status, (unsigned long long)sent,
                  (unsigned long long)received,
                  (unsigned long long)(ms / 1000),
-                 (unsigned long long)(ms % 1000), peer ? peer->name : "-",
+                 (unsigned long long)(ms % 1000), server ? server : "-",
                  sc->name, sni ? " \"" : "", sni ? sni : "",
                  sni ? "\"" : "");
-    if (n > 0 && write(sc->log_fd, line, (size_t)fd_min((size_t)n,
-                                                       sizeof(line) - 1)) <
-                     0)
-        fd_log_error(FD_LOG_ERR, errno, "write() to %s failed",
-                     sc->access_log);
+    if (n > 0 && write(sc->log_fd, line,
+                       (size_t)n < sizeof(line) ? (size_t)n
+                                                : sizeof(line) - 1) < 0)
+        fd_api_log(FD_API_LOG_ERR, errno, "write() to %s failed",
+                   sc->access_log);
 }
 
-static void session_log(session_t *ss)
+static void addr_text(const fd_api_addr_t *a, char *buf, size_t size)
 {
-    char addr[INET6_ADDRSTRLEN];
+    if (inet_ntop(a->family, a->addr, buf, (socklen_t)size) == NULL)
+        snprintf(buf, size, "-");
+}
 
-    if (ss->sc->log_fd < 0)
+/* The ops' end: counted, logged. */
+static void session_end(fd_api_conn_t *c, void *data)
+{
+    session_t *ss = data;
+    stream_conf_t *sc = fd_api_conn_ctx(c);
+    stream_stats_t *st = sc->stats;
+    fd_api_conn_info_t in;
+
+    if (!ss->counted)
         return;
-    if (inet_ntop(ss->client.family, ss->client.addr, addr, sizeof(addr)) ==
-        NULL)
-        strcpy(addr, "-");
-    stream_log(ss->sc, addr, "TCP", ss->status, ss->sp.side[CLIENT].sent,
-               ss->sp.side[UPSTREAM].sent, ss->start, ss->peer,
-               ss->sc->preread ? ss->sni : NULL);
-}
-
-/* The session's end: log, give back, free at the end of the turn (an
- * event of this turn may still name a side). */
-static void session_end(session_t *ss)
-{
-    stream_stats_t *st = ss->sc->stats;
-
+    fd_api_conn_info(c, &in);
+    if (in.how == FD_API_STREAM_IDLE)
+        fd_api_log(FD_API_LOG_INFO, 0, "stream %s: proxy_timeout %llums "
+                   "passed, closed", sc->name,
+                   (unsigned long long)in.idle_msec);
+    else if (in.how == FD_API_STREAM_FAILED)
+        fd_api_log(FD_API_LOG_INFO, in.err, "stream %s: closed on an error "
+                   "%s", sc->name, in.where);
     if (st) {
         st->active--;
-        st->failed += ss->status != 200;
-        st->received += ss->sp.side[UPSTREAM].sent;
-        st->sent += ss->sp.side[CLIENT].sent;
+        st->failed += in.status != 200;
+        st->received += in.received;
+        st->sent += in.sent;
     }
-    session_log(ss);
-    if (fd_timer_armed(&ss->preread))
-        fd_timer_del(&ss->preread);
-    if (ss->peer)
-        fd_upstream_peer_release(ss->peer);
-    fd_ip_release(ss->ipref);
-    fd_worker_hold(-1);
-    ss->free_post.handler = free;
-    ss->free_post.data = ss;
-    fd_event_post(&ss->free_post);
-}
-
-static void session_done(fd_splice_t *sp)
-{
-    session_t *ss = sp->data;
-
-    static const char *const side[] = {"the client", "the upstream"};
-    static const char *const op[] = {"on", "reading from", "sending to"};
-
-    if (sp->reason == FD_SPLICE_TIMEOUT)
-        fd_log_error(FD_LOG_INFO, 0, "stream %s: proxy_timeout %llums "
-                     "passed, closed", ss->sc->name,
-                     (unsigned long long)sp->idle);
-    else if (sp->reason == FD_SPLICE_ERROR)
-        fd_log_error(FD_LOG_INFO, sp->err, "stream %s: closed on an error "
-                     "%s %s", ss->sc->name, op[sp->err_op],
-                     side[sp->err_side]);
-    session_end(ss);
-}
-
-/* No server took the connection: close the client (502, as nginx). */
-static void session_fail(session_t *ss, int status)
-{
-    ss->status = status;
-    fd_splice_close(&ss->sp);
-    session_end(ss);
-}
-
-/* The connect to ss->peer failed (err) or timed out (err 0). */
-static void connect_failed(session_t *ss, int err)
-{
-    fd_upstream_peer_t *p = ss->peer;
-
-    fd_log_error(FD_LOG_ERR, err, "stream %s: connect() to %s %s",
-                 ss->sc->name, p->name, err ? "failed" : "timed out");
-    fd_upstream_peer_failed(p);
-    fd_upstream_peer_release(p);
-    ss->peer = NULL;
-    if (ss->uc) {
-        fd_upstream_conn_close(ss->uc);
-        ss->uc = NULL;
+    if (sc->log_fd >= 0) {
+        char addr[INET6_ADDRSTRLEN];
+        fd_api_addr_t a;
+        fd_api_conn_client(c, &a);
+        addr_text(&a, addr, sizeof(addr));
+        stream_log(sc, addr, "TCP", in.status, in.sent, in.received,
+                   in.start_msec, in.server, sc->preread ? ss->sni : NULL);
     }
-    session_connect(ss);
 }
 
-/* The PROXY header, first on the new connection: the group's own
- * (proxy_protocol in [upstream], its version), else the [stream]'s
- * proxy_protocol = on (v1, as nginx's stream module). */
-static int send_proxy_header(session_t *ss)
+static void session_pass(fd_api_conn_t *c, stream_conf_t *sc,
+                         fd_api_upstream_t *up, const char *sni)
 {
-    fd_upstream_conn_t *uc = ss->uc;
-    uint8_t buf[FD_PROXY_PROTOCOL_V1_MAX + 1];
-    size_t n;
-    ssize_t k;
-
-    if (uc->peer->up->proxy_protocol || !ss->sc->proxy_protocol)
-        return fd_upstream_proxy_protocol(uc, &ss->client, &ss->local);
-    n = fd_proxy_protocol_write(buf, sizeof(buf), 1, &ss->client,
-                                &ss->local);
-    /* a new connection's send buffer takes ~100 bytes whole */
-    k = send(uc->s.ev.fd, buf, n, MSG_NOSIGNAL);
-    if (k != (ssize_t)n) {
-        if (k >= 0)
-            errno = EAGAIN;
-        return FD_ERROR;
-    }
-    return FD_OK;
-}
-
-/* Connected: the upstream's socket goes into the splice, which starts. */
-static void session_connected(session_t *ss)
-{
-    fd_upstream_conn_t *uc = ss->uc;
-    fd_splice_side_t *us = &ss->sp.side[UPSTREAM];
-
-    fd_upstream_peer_ok(ss->peer);
-    if (send_proxy_header(ss) != FD_OK) {
-        connect_failed(ss, errno);
+    if (up == NULL) {
+        fd_api_log(FD_API_LOG_ERR, 0, "stream %s: no route for \"%s\" and "
+                   "no pass", sc->name, sni);
+        fd_api_conn_close(c, 502);
         return;
     }
-    fd_stream_move(&us->s, &uc->s);
-    us->s.registered = 1;
-    ss->uc = NULL;
-    fd_upstream_conn_close(uc); /* its fd is -1 now: frees only uc */
-    if (fd_splice_watch(&ss->sp, UPSTREAM) != FD_OK) {
-        fd_log_error(FD_LOG_ERR, errno, "epoll_ctl() failed");
-        session_fail(ss, 500);
-        return;
-    }
-    ss->status = 200;
-    fd_stream_splice(&ss->sp);
-}
-
-static void connect_event(fd_upstream_conn_t *uc)
-{
-    session_t *ss = uc->data;
-    int err = 0;
-
-    fd_log_conn_id = ss->sp.log_id;
-    switch (fd_upstream_conn_connected(uc, &err)) {
-    case FD_AGAIN:
-        break;
-    case FD_OK:
-        session_connected(ss);
-        break;
-    default:
-        connect_failed(ss, err);
-    }
-    fd_log_conn_id = 0;
-}
-
-static void connect_timeout(fd_upstream_conn_t *uc)
-{
-    session_t *ss = uc->data;
-
-    fd_log_conn_id = ss->sp.log_id;
-    connect_failed(ss, 0);
-    fd_log_conn_id = 0;
-}
-
-/* Pick the next server not yet tried and connect to it. */
-static void session_connect(session_t *ss)
-{
-    stream_conf_t *sc = ss->sc;
-    fd_upstream_peer_t *p;
-    fd_upstream_conn_t *uc;
-
-    if (ss->up == NULL) {
-        fd_log_error(FD_LOG_ERR, 0, "stream %s: no route for \"%s\" and "
-                     "no pass", sc->name, ss->sni);
-        session_fail(ss, 502);
-        return;
-    }
-    for (;;) {
-        p = fd_upstream_pick(ss->up, ss->tried,
-                             fd_upstream_hash(ss->client.addr,
-                                              ss->client.family == AF_INET
-                                                  ? 4 : 16));
-        if (p == NULL) {
-            fd_log_error(FD_LOG_ERR, 0, "stream %s: no live server in "
-                         "upstream \"%s\"", sc->name, ss->up->name);
-            session_fail(ss, 502);
-            return;
-        }
-        fd_upstream_set_tried(ss->tried, p, 1);
-        fd_upstream_peer_acquire(p);
-        ss->peer = p;
-        uc = fd_upstream_conn_open(p);
-        if (uc != NULL)
-            break;
-        fd_log_error(FD_LOG_ERR, errno, "stream %s: connect() to %s failed",
-                     sc->name, p->name);
-        fd_upstream_peer_failed(p);
-        fd_upstream_peer_release(p);
-        ss->peer = NULL;
-    }
-    ss->uc = uc;
-    uc->data = ss;
-    uc->on_event = connect_event;
-    uc->on_timeout = connect_timeout;
-    if (!uc->connecting) {
-        session_connected(ss);
-        return;
-    }
-    fd_upstream_conn_deadline(uc, sc->connect_timeout);
+    fd_api_conn_pass(c, up);
 }
 
 /* --- ssl_preread ----------------------------------------------------------- */
@@ -383,19 +223,18 @@ static int offers(const char *list, const char *proto)
 /* The group for the hello: the first alpn route whose protocol it
  * offers, else an exact sni route for its server_name, else the longest
  * "*." one that covers it, else pass's. */
-static fd_upstream_t *route(const stream_conf_t *sc, const fd_preread_t *h)
+static fd_api_upstream_t *route(const stream_conf_t *sc,
+                                const fd_preread_t *h)
 {
-    const stream_route_t *best = NULL;
+    const stream_route_t *r, *best = NULL;
     size_t n = strlen(h->sni), bl = 0;
-    unsigned i;
 
-    for (i = 0; i < sc->nroutes; i++)
-        if (sc->routes[i].alpn && offers(h->alpn, sc->routes[i].name))
-            return sc->routes[i].up;
+    for (r = sc->routes; r; r = r->next)
+        if (r->alpn && offers(h->alpn, r->name))
+            return r->up;
     if (n == 0)
         return sc->up;
-    for (i = 0; i < sc->nroutes; i++) {
-        const stream_route_t *r = &sc->routes[i];
+    for (r = sc->routes; r; r = r->next) {
         size_t k = strlen(r->name) - 1; /* "*.x.y": ".x.y" */
         if (r->alpn)
             continue;
@@ -411,502 +250,389 @@ static fd_upstream_t *route(const stream_conf_t *sc, const fd_preread_t *h)
     return best ? best->up : sc->up;
 }
 
-/* The hello is in (or will never be): to its server. */
-static void preread_done(session_t *ss, const fd_preread_t *hello)
+/* The client's first bytes: the hello whole (or never), to its server. */
+static int preread_more(fd_api_conn_t *c, void *data, const char *buf,
+                        size_t len, int rc)
 {
-    fd_splice_side_t *cs = &ss->sp.side[CLIENT];
-
-    fd_timer_del(&ss->preread);
-    cs->s.ev.handler = ss->handler;
-    ss->sp.side[UPSTREAM].len = ss->got; /* owed to the server first */
-    if (hello) {
-        memcpy(ss->sni, hello->sni, sizeof(ss->sni));
-        ss->up = route(ss->sc, hello);
-    }
-    session_connect(ss);
-}
-
-static void preread_event(fd_event_t *ev, uint32_t events)
-{
-    fd_splice_side_t *cs = (fd_splice_side_t *)ev;
-    session_t *ss = cs->sp->data;
+    session_t *ss = data;
+    stream_conf_t *sc = fd_api_conn_ctx(c);
     fd_preread_t hello;
-    int rc = FD_AGAIN;
+    int err = errno, prc;
 
-    fd_log_conn_id = ss->sp.log_id;
-    fd_stream_events(&cs->s, events);
-    while (cs->s.readable && ss->got < ss->sc->buffer_size) {
-        ssize_t n = fd_stream_recv(&cs->s, ss->mem[UPSTREAM] + ss->got,
-                                   ss->sc->buffer_size - ss->got);
-        if (n == FD_AGAIN)
-            break;
-        if (n <= 0) {
-            fd_log_error(FD_LOG_INFO, n < 0 ? errno : 0, "stream %s: the "
-                         "client %s before its TLS ClientHello ended",
-                         ss->sc->name, n < 0 ? "failed" : "closed");
-            session_fail(ss, 400);
-            fd_log_conn_id = 0;
-            return;
-        }
-        ss->got += (size_t)n;
-        rc = fd_preread_parse((const uint8_t *)ss->mem[UPSTREAM], ss->got,
-                              &hello);
-        if (rc != FD_AGAIN)
-            break;
+    if (rc == FD_ERROR) {
+        fd_api_log(FD_API_LOG_INFO, err, "stream %s: the client %s before "
+                   "its TLS ClientHello ended", sc->name,
+                   err ? "failed" : "closed");
+        fd_api_conn_close(c, 400);
+        return FD_OK;
     }
-    if (rc == FD_AGAIN && ss->got == ss->sc->buffer_size)
-        rc = FD_DECLINED; /* a hello larger than the buffer: no name */
-    if (rc != FD_AGAIN)
-        preread_done(ss, rc == FD_OK ? &hello : NULL);
-    fd_log_conn_id = 0;
-}
-
-static void preread_timeout(fd_timer_t *t)
-{
-    session_t *ss = (session_t *)((char *)t - offsetof(session_t, preread));
-
-    fd_log_conn_id = ss->sp.log_id;
-    fd_log_error(FD_LOG_INFO, 0, "stream %s: no whole TLS ClientHello in "
-                 "preread_timeout %llums", ss->sc->name,
-                 (unsigned long long)ss->sc->preread_timeout);
-    session_fail(ss, 400);
-    fd_log_conn_id = 0;
+    if (rc == FD_AGAIN) {
+        fd_api_log(FD_API_LOG_INFO, 0, "stream %s: no whole TLS ClientHello "
+                   "in preread_timeout %llums", sc->name,
+                   (unsigned long long)sc->preread_timeout);
+        fd_api_conn_close(c, 400);
+        return FD_OK;
+    }
+    prc = fd_preread_parse((const uint8_t *)buf, len, &hello);
+    if (prc == FD_AGAIN && rc == FD_OK)
+        return FD_AGAIN;
+    /* else a hello larger than the buffer, or not one: no name */
+    if (prc == FD_OK) {
+        memcpy(ss->sni, hello.sni, sizeof(ss->sni));
+        session_pass(c, sc, route(sc, &hello), ss->sni);
+    } else {
+        session_pass(c, sc, sc->up, ss->sni);
+    }
+    return FD_OK;
 }
 
 /* --- listen ... ssl: the handshake before the server ------------------- */
 
-static void handshake_event(fd_event_t *ev, uint32_t events)
+static void handshake_done(fd_api_conn_t *c, void *data, int rc)
 {
-    fd_splice_side_t *cs = (fd_splice_side_t *)ev;
-    session_t *ss = cs->sp->data;
-    int rc;
+    session_t *ss = data;
+    stream_conf_t *sc = fd_api_conn_ctx(c);
 
-    fd_log_conn_id = ss->sp.log_id;
-    fd_stream_events(&cs->s, events);
-    if (events & EPOLLHUP)
-        cs->s.writable = 1;
-    rc = fd_stream_handshake(&cs->s);
     if (rc == FD_OK) {
-        fd_timer_del(&ss->preread);
-        cs->s.ev.handler = ss->handler;
-        session_connect(ss);
-    } else if (rc != FD_AGAIN) {
-        fd_log_error(FD_LOG_INFO, 0, "stream %s: the TLS handshake failed%s",
-                     ss->sc->name, rc == FD_DECLINED ? " (plain HTTP sent "
-                                                       "to a TLS port)"
-                                                     : "");
-        session_fail(ss, 400);
+        session_pass(c, sc, sc->up, ss->sni);
+        return;
     }
-    fd_log_conn_id = 0;
+    if (rc == FD_AGAIN)
+        fd_api_log(FD_API_LOG_INFO, 0, "stream %s: no TLS handshake in "
+                   "ssl_handshake_timeout %llums", sc->name,
+                   (unsigned long long)sc->ssl_handshake_timeout);
+    else
+        fd_api_log(FD_API_LOG_INFO, 0, "stream %s: the TLS handshake "
+                   "failed%s", sc->name, rc == FD_DECLINED
+                                             ? " (plain HTTP sent to a "
+                                               "TLS port)"
+                                             : "");
+    fd_api_conn_close(c, 400);
 }
 
-static void handshake_timeout(fd_timer_t *t)
+/* The ops' accept: a connection on a [stream] listener. */
+static void session_accept(fd_api_conn_t *c, void *data)
 {
-    session_t *ss = (session_t *)((char *)t - offsetof(session_t, preread));
-
-    fd_log_conn_id = ss->sp.log_id;
-    fd_ssl_handshake_timeout(&ss->sp.side[CLIENT].s);
-    fd_log_error(FD_LOG_INFO, 0, "stream %s: no TLS handshake in "
-                 "ssl_handshake_timeout %llums", ss->sc->name,
-                 (unsigned long long)ss->sc->ssl_handshake_timeout);
-    session_fail(ss, 400);
-    fd_log_conn_id = 0;
-}
-
-/* The proto's init: a connection accepted on a [stream] listener. */
-static void stream_init(fd_connection_t *c)
-{
-    stream_conf_t *sc = fd_conn_listening(c)->owner;
-    size_t words = sc->words;
-    session_t *ss;
-    int dup;
+    session_t *ss = data;
+    stream_conf_t *sc = fd_api_conn_ctx(c);
 
     if (sc->max_conns_per_ip &&
-        fd_connection_ip_count(c) > (unsigned)sc->max_conns_per_ip) {
+        fd_api_conn_ip_count(c) > (unsigned)sc->max_conns_per_ip) {
         char addr[INET6_ADDRSTRLEN];
-        fd_connection_addr_text(c, addr, sizeof(addr));
-        fd_log_error(FD_LOG_WARN, 0, "stream %s: %s has %u connections "
-                     "open, max_conns_per_ip %ld", sc->name, addr,
-                     fd_connection_ip_count(c) - 1,
-                     (long)sc->max_conns_per_ip);
-        fd_connection_close(c);
+        fd_api_addr_t a;
+        fd_api_conn_client(c, &a);
+        addr_text(&a, addr, sizeof(addr));
+        fd_api_log(FD_API_LOG_WARN, 0, "stream %s: %s has %u connections "
+                   "open, max_conns_per_ip %ld", sc->name, addr,
+                   fd_api_conn_ip_count(c) - 1, (long)sc->max_conns_per_ip);
+        fd_api_conn_close(c, 503); /* not counted, not logged */
         return;
     }
-    /* the session, its tried[], then the two buffers (not zeroed) */
-    ss = malloc(sizeof(*ss) + words * sizeof(uint64_t) +
-                2 * sc->buffer_size);
-    if (ss == NULL) {
-        fd_log_error(FD_LOG_ERR, errno, "malloc() failed");
-        fd_connection_close(c);
-        return;
-    }
-    memset(ss, 0, sizeof(*ss));
-    memset(ss->tried, 0, words * sizeof(uint64_t));
-    ss->mem[CLIENT] = (char *)(ss->tried + words);
-    ss->mem[UPSTREAM] = ss->mem[CLIENT] + sc->buffer_size;
-    fd_splice_init(&ss->sp, ss->mem[CLIENT], ss->mem[UPSTREAM],
-                   sc->buffer_size);
-    ss->sp.idle = sc->proxy_timeout;
-    ss->sp.done = session_done;
-    ss->sp.data = ss;
-    ss->sp.log_id = c->id;
-    ss->sc = sc;
-    ss->up = sc->up;
-    ss->start = fd_current_msec;
-    ss->status = 502;
+    ss->counted = 1;
     if (sc->stats) {
         sc->stats->connections++;
         sc->stats->active++;
     }
-    fd_connection_addr(c, &ss->client);
-    fd_connection_hop(c, &ss->local);
-    {
-        /* the PROXY header's destination: the address the client reached */
-        struct sockaddr_storage la;
-        socklen_t ll = sizeof(la);
-        if (getsockname(c->s.ev.fd, (struct sockaddr *)&la, &ll) == 0) {
-            ss->local.family = (uint8_t)la.ss_family;
-            if (la.ss_family == AF_INET) {
-                struct sockaddr_in *s4 = (struct sockaddr_in *)&la;
-                memcpy(ss->local.addr, &s4->sin_addr, 4);
-                ss->local.port = ntohs(s4->sin_port);
-            } else if (la.ss_family == AF_INET6) {
-                struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&la;
-                memcpy(ss->local.addr, &s6->sin6_addr, 16);
-                ss->local.port = ntohs(s6->sin6_port);
-            }
-        }
-    }
-    /* The client's stream leaves the engine for the splice, as a tunnel's
-     * does (fd_http_detach): the connection closes a duplicate, so that
-     * its own accounting runs and the socket stays the splice's. */
-    dup = fcntl(c->s.ev.fd, F_DUPFD_CLOEXEC, 0);
-    if (dup < 0) {
-        fd_log_error(FD_LOG_ERR, errno, "fcntl(F_DUPFD) failed");
-        free(ss);
-        fd_connection_close(c);
-        return;
-    }
-    fd_stream_move(&ss->sp.side[CLIENT].s, &c->s);
-    c->s.ev.fd = dup;
-    ss->ipref = fd_connection_ip_take(c);
-    fd_connection_close(c);
-    fd_worker_hold(1); /* a graceful stop waits for the session */
-    if (sc->ssl_ctx &&
-        fd_ssl_accept_ctx(&ss->sp.side[CLIENT].s, sc->ssl_ctx) != FD_OK) {
-        session_fail(ss, 500);
-        return;
-    }
-    if (fd_splice_watch(&ss->sp, CLIENT) != FD_OK) {
-        fd_log_error(FD_LOG_ERR, errno, "epoll_ctl() failed");
-        session_fail(ss, 500);
-        return;
-    }
-    if (sc->ssl_ctx) {
-        /* the client's events come here until the handshake is done */
-        fd_splice_side_t *cs = &ss->sp.side[CLIENT];
-        ss->handler = cs->s.ev.handler;
-        cs->s.ev.handler = handshake_event;
-        ss->preread.handler = handshake_timeout;
-        fd_timer_add(&ss->preread, sc->ssl_handshake_timeout);
+    if (sc->tls) {
+        if (fd_api_conn_tls(c, sc->tls, sc->ssl_handshake_timeout,
+                            handshake_done) != FD_OK)
+            fd_api_conn_close(c, 500);
         return;
     }
     if (sc->preread) {
-        /* the client's events come here until the hello is in */
-        fd_splice_side_t *cs = &ss->sp.side[CLIENT];
-        ss->handler = cs->s.ev.handler;
-        cs->s.ev.handler = preread_event;
-        ss->preread.handler = preread_timeout;
-        fd_timer_add(&ss->preread, sc->preread_timeout);
+        fd_api_conn_preread(c, sc->preread_timeout, preread_more);
         return;
     }
-    session_connect(ss);
+    fd_api_conn_pass(c, sc->up);
 }
 
-/* The engine's other hooks never see a stream connection: it leaves at
- * init. They are here for the proto's shape. */
-static void stream_timeout(fd_connection_t *c) { fd_connection_close(c); }
-static void stream_release(fd_connection_t *c) { (void)c; }
-static int stream_idle(fd_connection_t *c) { (void)c; return 1; }
-
-static const fd_proto_t stream_proto = {
-    .name = "stream",
-    .init = stream_init,
-    .timeout = stream_timeout,
-    .release = stream_release,
-    .idle = stream_idle,
-};
+/* --- configuration -------------------------------------------------------- */
 
 /* sni = NAME TARGET: NAME a host name or *.DOMAIN; alpn = PROTOCOL
- * TARGET; TARGET HOST:PORT or an [upstream] name (found in init_cycle) */
-static int routes_parse(fd_conf_t *cf, stream_conf_t *sc)
+ * TARGET; TARGET HOST:PORT or an [upstream] name (found once the whole
+ * file is read) */
+static int stream_set(void *conf, const char *key, const char *value,
+                      int own)
 {
-    unsigned i, k, n = sc->sni.n + sc->alpn.n;
+    stream_conf_t *sc = conf;
+    int alpn = strcmp(key, "alpn") == 0;
+    stream_route_t *r = fd_api_conf_alloc(sizeof(*r));
+    char *s = fd_api_conf_alloc(strlen(value) + 1);
+    char *save, *extra;
+    size_t k;
 
-    if (n == 0)
-        return FD_OK;
-    sc->routes = fd_pcalloc(cf->pool, n * sizeof(stream_route_t));
-    if (sc->routes == NULL)
-        return fd_conf_error(cf, "out of memory");
-    for (i = 0; i < n; i++) {
-        stream_route_t *r = &sc->routes[i];
-        int alpn = i >= sc->sni.n;
-        const char *v = alpn ? sc->alpn.items[i - sc->sni.n]
-                             : sc->sni.items[i];
-        char *s = fd_pstrdup(cf->pool, v, strlen(v));
-        char *save, *extra;
-        fd_conf_at_key(cf, sc, alpn ? "alpn" : "sni");
-        if (s == NULL)
-            return fd_conf_error(cf, "out of memory");
-        r->alpn = (unsigned)alpn;
-        r->name = strtok_r(s, " \t", &save);
-        r->target = strtok_r(NULL, " \t", &save);
-        extra = strtok_r(NULL, " \t", &save);
-        if (r->name == NULL || r->target == NULL || extra)
-            return fd_conf_error(cf, alpn ? "alpn = PROTOCOL TARGET (h2, "
-                                 "acme-tls/1..., then HOST:PORT or an "
-                                 "[upstream] name), not \"%s\""
-                                          : "sni = NAME TARGET (a host name "
-                                 "or *.DOMAIN, then HOST:PORT or an "
-                                 "[upstream] name), not \"%s\"", v);
-        if (alpn) {
-            if (strlen(r->name) > 255 || strchr(r->name, ',') != NULL)
-                return fd_conf_error(cf, "alpn: \"%s\" is not one "
-                                     "protocol name", r->name);
-            if (strchr(r->target, ':') != NULL &&
-                (r->up = fd_upstream_implicit(cf, r->target, "")) == NULL)
-                return FD_ERROR;
-            continue;
+    (void)own;
+    if (r == NULL || s == NULL) {
+        fd_api_conf_error("out of memory");
+        return FD_ERROR;
+    }
+    strcpy(s, value);
+    r->alpn = (unsigned)alpn;
+    r->name = strtok_r(s, " \t", &save);
+    r->target = strtok_r(NULL, " \t", &save);
+    extra = strtok_r(NULL, " \t", &save);
+    if (r->name == NULL || r->target == NULL || extra) {
+        fd_api_conf_error(alpn ? "alpn = PROTOCOL TARGET (h2, acme-tls/1..., "
+                                 "then HOST:PORT or an [upstream] name), "
+                                 "not \"%s\""
+                               : "sni = NAME TARGET (a host name or "
+                                 "*.DOMAIN, then HOST:PORT or an "
+                                 "[upstream] name), not \"%s\"",
+                          value);
+        return FD_ERROR;
+    }
+    if (alpn) {
+        if (strlen(r->name) > 255 || strchr(r->name, ',') != NULL) {
+            fd_api_conf_error("alpn: \"%s\" is not one protocol name",
+                              r->name);
+            return FD_ERROR;
         }
+        sc->nalpn++;
+    } else {
         for (k = 0; r->name[k]; k++) {
             char ch = r->name[k];
             if (ch >= 'A' && ch <= 'Z')
                 r->name[k] = (char)(ch + 32);
-            else if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
-                       ch == '-' || ch == '.' || ch == '_' ||
-                       (ch == '*' && k == 0 && r->name[1] == '.')))
-                return fd_conf_error(cf, "sni: \"%s\" is not a host name "
-                                     "(or *.DOMAIN)", r->name);
+            else if (!((ch >= 'a' && ch <= 'z') ||
+                       (ch >= '0' && ch <= '9') || ch == '-' || ch == '.' ||
+                       ch == '_' ||
+                       (ch == '*' && k == 0 && r->name[1] == '.'))) {
+                fd_api_conf_error("sni: \"%s\" is not a host name (or "
+                                  "*.DOMAIN)", r->name);
+                return FD_ERROR;
+            }
         }
-        if (r->name[0] == '*' && r->name[2] == '\0')
-            return fd_conf_error(cf, "sni: \"%s\" names no domain "
-                                 "(pass is the default route)", r->name);
-        if (strchr(r->target, ':') != NULL &&
-            (r->up = fd_upstream_implicit(cf, r->target, "")) == NULL)
+        if (r->name[0] == '*' && r->name[2] == '\0') {
+            fd_api_conf_error("sni: \"%s\" names no domain (pass is the "
+                              "default route)", r->name);
             return FD_ERROR;
+        }
+        sc->nsni++;
     }
-    sc->nroutes = n;
+    if (strchr(r->target, ':') != NULL &&
+        (r->up = fd_api_upstream_server(r->target, "")) == NULL)
+        return FD_ERROR;
+    fd_api_conf_pos(&r->pos);
+    if (sc->last == NULL)
+        sc->last = &sc->routes;
+    *sc->last = r;
+    sc->last = &r->next;
     return FD_OK;
-}
-
-static void ssl_ctx_free(void *ctx)
-{
-    fd_ssl_server_ctx_free(ctx);
 }
 
 /* listen ... ssl: the context, built now by the master (the files are
  * read as its user), freed with the configuration */
-static int ssl_build(fd_conf_t *cf, stream_conf_t *sc)
+static int ssl_build(stream_conf_t *sc)
 {
-    char err[512], *cert, *key;
+    const char *cert, *key;
+    char what[80];
 
-    if (sc->ssl_certificate == NULL || sc->ssl_certificate_key == NULL)
-        return fd_conf_error(cf, "[stream %s]: listen ... ssl needs "
-                             "ssl_certificate and ssl_certificate_key",
-                             sc->name);
-    cert = fd_conf_path(cf, sc->ssl_certificate);
-    key = fd_conf_path(cf, sc->ssl_certificate_key);
-    if (cert == NULL || key == NULL)
-        return fd_conf_error(cf, "out of memory");
-    sc->ssl_ctx = fd_ssl_server_ctx(cert, key, &sc->ssl_protocols,
-                                    sc->ssl_ciphers, err, sizeof(err));
-    if (sc->ssl_ctx == NULL) {
-        fd_conf_at_key(cf, sc, "ssl_certificate");
-        return fd_conf_error(cf, "[stream %s]: %s", sc->name, err);
+    if (sc->ssl_certificate == NULL || sc->ssl_certificate_key == NULL) {
+        fd_api_conf_error("[stream %s]: listen ... ssl needs "
+                          "ssl_certificate and ssl_certificate_key",
+                          sc->name);
+        return FD_ERROR;
     }
-    if (fd_pool_cleanup_add(cf->pool, ssl_ctx_free, sc->ssl_ctx) == NULL) {
-        fd_ssl_server_ctx_free(sc->ssl_ctx);
-        return fd_conf_error(cf, "out of memory");
+    cert = fd_api_conf_path(sc->ssl_certificate);
+    key = fd_api_conf_path(sc->ssl_certificate_key);
+    if (cert == NULL || key == NULL) {
+        fd_api_conf_error("out of memory");
+        return FD_ERROR;
+    }
+    fd_api_conf_at_key(sc, "ssl_certificate");
+    snprintf(what, sizeof(what), "[stream %s]", sc->name);
+    sc->tls = fd_api_tls_server(what, cert, key, sc->ssl_protocols,
+                                sc->ssl_ciphers);
+    return sc->tls ? FD_OK : FD_ERROR;
+}
+
+static int bounds(stream_conf_t *sc)
+{
+    static const struct {
+        const char *key;
+        size_t off;
+        int64_t min, max;
+        int msec;
+    } b[] = {
+        {"preread_timeout", SC(preread_timeout), 1, 3600000, 1},
+        {"ssl_handshake_timeout", SC(ssl_handshake_timeout), 1, 3600000, 1},
+        {"proxy_timeout", SC(proxy_timeout), 1, 86400000, 1},
+        {"proxy_connect_timeout", SC(connect_timeout), 1, 86400000, 1},
+        {"proxy_buffer_size", SC(buffer_size), 1024, 16777216,
+         FD_API_SIZE},
+        {"proxy_responses", SC(proxy_responses), 0, 1000000, 0},
+        {"max_conns_per_ip", SC(max_conns_per_ip), 0, 1000000, 0},
+    };
+    unsigned i;
+
+    for (i = 0; i < sizeof(b) / sizeof(b[0]); i++) {
+        const char *f = (const char *)sc + b[i].off;
+        int64_t v;
+        if (b[i].msec)
+            v = (int64_t) * (const uint64_t *)(const void *)f;
+        else
+            v = *(const int64_t *)(const void *)f;
+        if (fd_api_conf_bounds(sc, b[i].key, v, b[i].min, b[i].max,
+                               b[i].msec) != FD_OK)
+            return FD_ERROR;
     }
     return FD_OK;
 }
 
-static int stream_init_section(fd_conf_t *cf, const char *name, void *conf)
+static void session_end(fd_api_conn_t *c, void *data);
+
+static int stream_init_section(const char *name, void *conf, unsigned index)
 {
     stream_conf_t *sc = conf;
+    const char *listen = sc->listen;
+    size_t n;
+    int ssl = 0;
 
-    if (fd_cycle_section_name(cf, "stream", name, 64) != FD_OK)
-        return FD_ERROR;
+    (void)index;
     sc->name = name;
     sc->log_fd = -1;
-    if (sc->listen == NULL)
-        return fd_conf_error(cf, "[stream %s] needs listen = ADDR:PORT",
-                             name);
-    if (sc->pass == NULL && sc->sni.n == 0 && sc->alpn.n == 0)
-        return fd_conf_error(cf, "[stream %s] needs pass = HOST:PORT or "
-                             "an [upstream] name", name);
-    if ((sc->sni.n || sc->alpn.n) && !sc->preread) {
-        fd_conf_at_key(cf, sc, sc->sni.n ? "sni" : "alpn");
-        return fd_conf_error(cf, "[stream %s]: %s routes need "
-                             "ssl_preread = on", name,
-                             sc->sni.n ? "sni" : "alpn");
+    snprintf(sc->what, sizeof(sc->what), "stream %s", name);
+    sc->ops = (fd_api_stream_ops_t){.what = sc->what,
+                                    .size = sizeof(session_t),
+                                    .accept = session_accept,
+                                    .end = session_end};
+    if (bounds(sc) != FD_OK)
+        return FD_ERROR;
+    if (listen == NULL) {
+        fd_api_conf_error("[stream %s] needs listen = ADDR:PORT", name);
+        return FD_ERROR;
     }
-    {
-        /* "ADDR ssl": TLS ends here (the listening socket is a plain one
-         * to the engine: the handshake is this module's) */
-        size_t n = strlen(sc->listen);
-        if (n > 4 && strcmp(sc->listen + n - 4, " ssl") == 0) {
-            char *a = fd_pstrdup(cf->pool, sc->listen, n - 4);
-            if (a == NULL)
-                return fd_conf_error(cf, "out of memory");
-            sc->ls = fd_cycle_listening_add(cf, a, &stream_proto, sc);
-            if (sc->ls == NULL)
-                return FD_ERROR;
-            if (sc->ls->udp || sc->preread)
-                return fd_conf_error(cf, "[stream %s]: listen ... ssl goes "
-                                     "with neither udp nor ssl_preread "
-                                     "(which passes TLS on as it is)", name);
-            if (ssl_build(cf, sc) != FD_OK)
-                return FD_ERROR;
-        } else {
-            sc->ls = fd_cycle_listening_add(cf, sc->listen, &stream_proto,
-                                            sc);
-            if (sc->ls == NULL)
-                return FD_ERROR;
-            if (sc->ssl_certificate || sc->ssl_certificate_key) {
-                fd_conf_at_key(cf, sc, sc->ssl_certificate
-                                           ? "ssl_certificate"
-                                           : "ssl_certificate_key");
-                return fd_conf_error(cf, "[stream %s]: a certificate "
-                                     "without listen = ADDR ssl", name);
-            }
+    if (sc->pass == NULL && sc->routes == NULL) {
+        fd_api_conf_error("[stream %s] needs pass = HOST:PORT or an "
+                          "[upstream] name", name);
+        return FD_ERROR;
+    }
+    if (sc->routes && !sc->preread) {
+        const char *key = sc->nsni ? "sni" : "alpn";
+        fd_api_conf_at_key(sc, key);
+        fd_api_conf_error("[stream %s]: %s routes need ssl_preread = on",
+                          name, key);
+        return FD_ERROR;
+    }
+    /* "ADDR ssl": TLS ends here (the listening socket is a plain one to
+     * the engine: the handshake is this module's) */
+    n = strlen(listen);
+    if (n > 4 && strcmp(listen + n - 4, " ssl") == 0) {
+        char *a = fd_api_conf_alloc(n - 3);
+        if (a == NULL) {
+            fd_api_conf_error("out of memory");
+            return FD_ERROR;
         }
+        memcpy(a, listen, n - 4);
+        a[n - 4] = '\0';
+        listen = a;
+        ssl = 1;
     }
-    if (sc->ls->udp) {
+    fd_api_conf_at_key(sc, "listen");
+    sc->l = fd_api_stream_listen(listen, &sc->ops, sc);
+    if (sc->l == NULL)
+        return FD_ERROR;
+    if (ssl) {
+        if (fd_api_stream_is_udp(sc->l) || sc->preread) {
+            fd_api_conf_error("[stream %s]: listen ... ssl goes with "
+                              "neither udp nor ssl_preread (which passes "
+                              "TLS on as it is)", name);
+            return FD_ERROR;
+        }
+        if (ssl_build(sc) != FD_OK)
+            return FD_ERROR;
+    } else if (sc->ssl_certificate || sc->ssl_certificate_key) {
+        fd_api_conf_at_key(sc, sc->ssl_certificate ? "ssl_certificate"
+                                                   : "ssl_certificate_key");
+        fd_api_conf_error("[stream %s]: a certificate without listen = "
+                          "ADDR ssl", name);
+        return FD_ERROR;
+    }
+    if (fd_api_stream_is_udp(sc->l)) {
         const char *tcp = sc->preread ? "ssl_preread"
                           : sc->proxy_protocol ? "proxy_protocol"
                           : sc->max_conns_per_ip ? "max_conns_per_ip"
                                                  : NULL;
         if (tcp) {
-            fd_conf_at_key(cf, sc, tcp);
-            return fd_conf_error(cf, "[stream %s]: %s is for TCP, not "
-                                 "listen ... udp", name, tcp);
+            fd_api_conf_at_key(sc, tcp);
+            fd_api_conf_error("[stream %s]: %s is for TCP, not listen ... "
+                              "udp", name, tcp);
+            return FD_ERROR;
         }
     } else if (sc->proxy_responses) {
-        fd_conf_at_key(cf, sc, "proxy_responses");
-        return fd_conf_error(cf, "[stream %s]: proxy_responses is for "
-                             "listen ... udp", name);
+        fd_api_conf_at_key(sc, "proxy_responses");
+        fd_api_conf_error("[stream %s]: proxy_responses is for listen ... "
+                          "udp", name);
+        return FD_ERROR;
     }
+    if (fd_api_stream_set(sc->l, FD_API_STREAM_BUFFER_SIZE,
+                          (int64_t)sc->buffer_size) != FD_OK ||
+        fd_api_stream_set(sc->l, FD_API_STREAM_IDLE_TIMEOUT,
+                          (int64_t)sc->proxy_timeout) != FD_OK ||
+        fd_api_stream_set(sc->l, FD_API_STREAM_CONNECT_TIMEOUT,
+                          (int64_t)sc->connect_timeout) != FD_OK ||
+        fd_api_stream_set(sc->l, FD_API_STREAM_PROXY_PROTOCOL,
+                          sc->proxy_protocol) != FD_OK ||
+        fd_api_stream_set(sc->l, FD_API_STREAM_COUNT_IP,
+                          sc->max_conns_per_ip != 0) != FD_OK)
+        return FD_ERROR;
     if (sc->pass && strchr(sc->pass, ':') != NULL) {
-        sc->up = fd_upstream_implicit(cf, sc->pass, "");
+        sc->up = fd_api_upstream_server(sc->pass, "");
         if (sc->up == NULL)
             return FD_ERROR;
     }
-    if (routes_parse(cf, sc) != FD_OK)
-        return FD_ERROR;
-    if (sc->max_conns_per_ip)
-        cf->cycle->conns_per_ip = 1;
     if (sc->access_log && strcmp(sc->access_log, "off") == 0)
         sc->access_log = NULL;
     /* the workers open it as their user: a root master makes it theirs */
     if (sc->access_log) {
-        sc->access_log = (char *)fd_conf_path(cf, sc->access_log);
+        sc->access_log = fd_api_conf_path(sc->access_log);
         if (sc->access_log == NULL ||
-            fd_dso_worker_file(cf, sc->access_log) != FD_OK)
-            return fd_conf_error(cf, "out of memory");
-    }
-    return FD_OK;
-}
-
-/* pass = NAME: the [upstream NAME], wherever it is in the file. */
-static int stream_init_cycle(fd_conf_t *cf, fd_cycle_t *cycle)
-{
-    fd_conf_section_t *s;
-
-    for (s = cycle->sections; s; s = s->next) {
-        stream_conf_t *sc = s->conf;
-        unsigned i;
-        if (s->module != &fd_stream_module)
-            continue;
-        cf->file = s->file;
-        cf->line = s->line;
-        if (sc->pass && sc->up == NULL &&
-            (sc->up = fd_cycle_section(cycle, "upstream", sc->pass)) ==
-                NULL)
-            return fd_conf_error(cf, "[stream %s]: pass = %s: no [upstream "
-                                 "%s] section (or HOST:PORT)", s->name,
-                                 sc->pass, sc->pass);
-        sc->words = sc->up ? fd_upstream_tried_words(sc->up) : 1;
-        for (i = 0; i < sc->nroutes; i++) {
-            stream_route_t *r = &sc->routes[i];
-            if (r->up == NULL &&
-                (r->up = fd_cycle_section(cycle, "upstream", r->target)) ==
-                    NULL)
-                return fd_conf_error(cf, "[stream %s]: %s = %s %s: no "
-                                     "[upstream %s] section (or HOST:PORT)",
-                                     s->name, r->alpn ? "alpn" : "sni",
-                                     r->name, r->target, r->target);
-            sc->words = fd_max(sc->words, fd_upstream_tried_words(r->up));
-        }
-    }
-    return FD_OK;
-}
-
-static int stream_init_worker(fd_worker_t *w)
-{
-    fd_conf_section_t *s;
-
-    stats_area = fd_stats ? fd_stats_area(fd_stats, &fd_stream_module) : NULL;
-    for (s = w->cycle->sections; s; s = s->next) {
-        stream_conf_t *sc = s->conf;
-        if (s->module != &fd_stream_module)
-            continue;
-        sc->stats = stats_area ? fd_status_named_entry(
-                                     stats_area, sizeof(stream_stats_t),
-                                     STREAM_STATS, sc->name,
-                                     sizeof(stats_area->name))
-                               : NULL;
-        if (sc->ls->udp && sc->udp == NULL &&
-            udp_init_worker(w, sc) != FD_OK)
+            fd_api_conf_worker_file(sc->access_log) != FD_OK) {
+            fd_api_conf_error("out of memory");
             return FD_ERROR;
-        if (sc->access_log == NULL)
-            continue;
-        sc->log_fd = open(sc->access_log, O_WRONLY | O_APPEND | O_CREAT |
-                          O_CLOEXEC | O_NOFOLLOW, 0644);
-        if (sc->log_fd < 0)
-            fd_log_error(FD_LOG_ERR, errno, "open(\"%s\") failed",
-                         sc->access_log);
+        }
     }
     return FD_OK;
 }
 
-/* The access logs (and, at exit, the UDP sessions: logged first) */
-static void logs_close(fd_worker_t *w, int udp_too)
+/* pass = NAME, and the routes' names: the [upstream NAME], wherever it is
+ * in the file. */
+static void resolve(const char *name, void *conf, void *data)
 {
-    fd_conf_section_t *s;
+    stream_conf_t *sc = conf;
+    int *rc = data;
+    stream_route_t *r;
 
-    for (s = w->cycle->sections; s; s = s->next) {
-        stream_conf_t *sc = s->conf;
-        if (s->module != &fd_stream_module)
-            continue;
-        if (udp_too)
-            udp_exit_worker(sc);
-        if (sc->log_fd >= 0) {
-            close(sc->log_fd);
-            sc->log_fd = -1;
-        }
+    (void)name;
+    if (*rc != FD_OK)
+        return;
+    if (sc->pass && sc->up == NULL &&
+        (sc->up = fd_api_upstream_group(sc->pass)) == NULL) {
+        fd_api_conf_at_key(sc, "pass");
+        fd_api_conf_error("[stream %s]: pass = %s: no [upstream %s] section "
+                          "(or HOST:PORT)", sc->name, sc->pass, sc->pass);
+        *rc = FD_ERROR;
+        return;
     }
+    for (r = sc->routes; r; r = r->next)
+        if (r->up == NULL &&
+            (r->up = fd_api_upstream_group(r->target)) == NULL) {
+            fd_api_conf_at(&r->pos);
+            fd_api_conf_error("[stream %s]: %s = %s %s: no [upstream %s] "
+                              "section (or HOST:PORT)", sc->name,
+                              r->alpn ? "alpn" : "sni", r->name, r->target,
+                              r->target);
+            *rc = FD_ERROR;
+            return;
+        }
 }
 
-static void stream_exit_worker(fd_worker_t *w)
+static int stream_configured(void)
 {
-    logs_close(w, 1);
-}
+    int rc = FD_OK;
 
-static void stream_reopen(fd_worker_t *w)
-{
-    logs_close(w, 0);
-    stream_init_worker(w); /* a UDP listener already set up stays */
+    fd_api_section_each("stream", resolve, &rc);
+    return rc;
 }
 
 /* --- UDP ----------------------------------------------------------------- */
@@ -917,14 +643,18 @@ static void stream_reopen(fd_worker_t *w)
 typedef struct udp_sess_s udp_sess_t;
 
 typedef struct udp_listener_s {
-    fd_event_t ev;             /* this worker's socket of the listener */
+    fd_api_io_t *io;           /* this worker's socket of the listener */
+    int fd;                    /* fastd's: never closed here */
     stream_conf_t *sc;
     udp_sess_t *table[UDP_BUCKETS];
 } udp_listener_t;
 
 /* One client address's session: its socket to the server. */
 struct udp_sess_s {
-    fd_event_t ev;             /* the server's socket; first */
+    fd_api_io_t *io;           /* the server's socket */
+    int fd;
+    fd_api_timer_t *timer;     /* proxy_timeout */
+    fd_api_posted_t *free;     /* its end: freed at the end of the turn */
     udp_listener_t *ul;
     udp_sess_t *next;          /* in its bucket */
     struct sockaddr_storage client;
@@ -934,13 +664,12 @@ struct udp_sess_s {
         struct in6_pktinfo v6;
     } local;
     unsigned has_local:1;
-    fd_upstream_peer_t *peer;
-    fd_timer_t timer;          /* proxy_timeout */
-    fd_msec_t start;
+    unsigned ended:1;          /* an event of this turn finds it over */
+    fd_api_peer_t *peer;
+    uint64_t start;
     uint64_t received, sent;   /* bytes from the client, to it */
     uint64_t requests, responses; /* datagrams each way */
     int status;
-    fd_posted_t free_post;
 };
 
 static char udp_buf[UDP_MAX_DGRAM];
@@ -956,6 +685,16 @@ static unsigned udp_hash(const struct sockaddr_storage *sa, socklen_t len)
     return h % UDP_BUCKETS;
 }
 
+static void udp_free(void *data)
+{
+    udp_sess_t *us = data;
+
+    fd_api_io_free(us->io);
+    fd_api_timer_cancel(us->timer);
+    fd_api_posted_free(us->free);
+    free(us);
+}
+
 static void udp_end(udp_sess_t *us)
 {
     udp_listener_t *ul = us->ul;
@@ -966,10 +705,13 @@ static void udp_end(udp_sess_t *us)
         pp = &(*pp)->next;
     if (*pp)
         *pp = us->next;
-    if (fd_timer_armed(&us->timer))
-        fd_timer_del(&us->timer);
-    if (us->ev.fd >= 0)
-        fd_event_close(&us->ev);
+    us->ended = 1;
+    fd_api_timer_unset(us->timer);
+    if (us->fd >= 0) {
+        fd_api_io_stop(us->io);
+        close(us->fd);
+        us->fd = -1;
+    }
     if (sc->stats) {
         sc->stats->active--;
         sc->stats->failed += us->status != 200;
@@ -986,21 +728,18 @@ static void udp_end(udp_sess_t *us)
                       &((struct sockaddr_in6 *)&us->client)->sin6_addr, addr,
                       sizeof(addr));
         stream_log(sc, addr, "UDP", us->status, us->sent, us->received,
-                   us->start, us->peer, NULL);
+                   us->start, us->peer ? fd_api_peer_name(us->peer) : NULL,
+                   NULL);
     }
     if (us->peer)
-        fd_upstream_peer_release(us->peer);
+        fd_api_peer_release(us->peer);
     /* an event of this turn may still name it */
-    us->free_post.handler = free;
-    us->free_post.data = us;
-    fd_event_post(&us->free_post);
+    fd_api_post(us->free);
 }
 
-static void udp_timeout(fd_timer_t *t)
+static void udp_timeout(void *data)
 {
-    udp_sess_t *us = (udp_sess_t *)((char *)t - offsetof(udp_sess_t, timer));
-
-    udp_end(us);
+    udp_end(data);
 }
 
 /* A datagram of the server's, to the client from the address it wrote to */
@@ -1031,34 +770,36 @@ static int udp_reply(udp_sess_t *us, const char *buf, size_t n)
             mh.msg_controllen = CMSG_SPACE(sizeof(pi));
         }
     }
-    return sendmsg(us->ul->ev.fd, &mh, MSG_DONTWAIT) < 0 ? FD_ERROR : FD_OK;
+    return sendmsg(us->ul->fd, &mh, MSG_DONTWAIT) < 0 ? FD_ERROR : FD_OK;
 }
 
 /* The server's socket: its datagrams go back to the client. */
-static void udp_upstream_event(fd_event_t *ev, uint32_t events)
+static void udp_upstream_event(void *data, unsigned events)
 {
-    udp_sess_t *us = (udp_sess_t *)ev;
+    udp_sess_t *us = data;
     stream_conf_t *sc = us->ul->sc;
     int i;
 
     (void)events;
+    if (us->ended)
+        return;
     for (i = 0; i < 64; i++) {
-        ssize_t n = recv(ev->fd, udp_buf, sizeof(udp_buf), 0);
+        ssize_t n = recv(us->fd, udp_buf, sizeof(udp_buf), MSG_DONTWAIT);
         if (n < 0) {
             if (errno == EAGAIN || errno == EINTR)
                 break;
             /* ECONNREFUSED: an ICMP port unreachable for what we sent */
-            fd_log_error(FD_LOG_ERR, errno, "stream %s: recv() from %s "
-                         "failed", sc->name, us->peer->name);
+            fd_api_log(FD_API_LOG_ERR, errno, "stream %s: recv() from %s "
+                       "failed", sc->name, fd_api_peer_name(us->peer));
             if (us->responses == 0) {
-                fd_upstream_peer_failed(us->peer);
+                fd_api_peer_failed(us->peer);
                 us->status = 502;
             }
             udp_end(us);
             return;
         }
         if (us->responses == 0)
-            fd_upstream_peer_ok(us->peer);
+            fd_api_peer_ok(us->peer);
         us->responses++;
         if (udp_reply(us, udp_buf, (size_t)n) == FD_OK)
             us->sent += (uint64_t)n;
@@ -1069,8 +810,7 @@ static void udp_upstream_event(fd_event_t *ev, uint32_t events)
             return;
         }
     }
-    fd_timer_del(&us->timer);
-    fd_timer_add(&us->timer, sc->proxy_timeout);
+    fd_api_timer_set(us->timer, sc->proxy_timeout);
 }
 
 /* A new client address: a server of the group, a socket connected to it */
@@ -1079,67 +819,45 @@ static udp_sess_t *udp_session(udp_listener_t *ul,
                                socklen_t len)
 {
     stream_conf_t *sc = ul->sc;
-    uint64_t *tried;
-    udp_sess_t *us;
+    udp_sess_t *us = calloc(1, sizeof(*us));
     const void *key = sa->ss_family == AF_INET6
                           ? (const void *)&((struct sockaddr_in6 *)sa)->sin6_addr
                           : (const void *)&((struct sockaddr_in *)sa)->sin_addr;
-    fd_upstream_peer_t *p;
-    int fd = -1;
 
-    us = calloc(1, sizeof(*us));
-    tried = calloc(sc->words, sizeof(*tried));
-    if (us == NULL || tried == NULL) {
-        free(us);
-        free(tried);
+    if (us == NULL)
+        return NULL;
+    us->io = fd_api_io_new(udp_upstream_event, us);
+    us->timer = fd_api_timer_new(udp_timeout, us);
+    us->free = fd_api_posted_new(udp_free, us);
+    if (us->io == NULL || us->timer == NULL || us->free == NULL) {
+        us->fd = -1;
+        if (us->free)
+            udp_free(us); /* never posted */
+        else {
+            fd_api_io_free(us->io);
+            fd_api_timer_cancel(us->timer);
+            free(us);
+        }
         return NULL;
     }
     us->ul = ul;
     us->client = *sa;
     us->clen = len;
-    us->start = fd_current_msec;
+    us->start = fd_api_now_msec();
     us->status = 502;
-    us->ev.fd = -1;
-    us->timer.handler = udp_timeout;
-    /* a server the socket can be made for; sends fail later, if at all */
-    while ((p = fd_upstream_pick(sc->up, tried,
-                                 fd_upstream_hash(
-                                     key, sa->ss_family == AF_INET6 ? 16
-                                                                    : 4))) !=
-           NULL) {
-        fd = socket(p->sa.ss_family, SOCK_DGRAM | SOCK_NONBLOCK |
-                                         SOCK_CLOEXEC, 0);
-        if (fd >= 0 && connect(fd, (struct sockaddr *)&p->sa, p->salen) == 0)
-            break;
-        fd_log_error(FD_LOG_ERR, errno, "stream %s: UDP socket to %s failed",
-                     sc->name, p->name);
-        if (fd >= 0)
-            close(fd);
-        fd = -1;
-        fd_upstream_peer_failed(p);
-        fd_upstream_set_tried(tried, p, 1);
-    }
-    free(tried);
     if (sc->stats) {
         sc->stats->connections++;
         sc->stats->active++;
     }
-    if (fd < 0) {
-        if (p == NULL)
-            fd_log_error(FD_LOG_ERR, 0, "stream %s: no live server in "
-                         "upstream \"%s\"", sc->name, sc->up->name);
-        us->status = 502;
+    us->fd = fd_api_stream_dgram(sc->up, key,
+                                 sa->ss_family == AF_INET6 ? 16 : 4,
+                                 sc->what, &us->peer);
+    if (us->fd < 0) {
         udp_end(us); /* logged, counted */
         return NULL;
     }
-    fd_upstream_peer_acquire(p);
-    us->peer = p;
-    us->ev.fd = fd;
-    us->ev.handler = udp_upstream_event;
-    if (fd_event_add(&us->ev, EPOLLIN) < 0) {
-        fd_log_error(FD_LOG_ERR, errno, "epoll_ctl() failed");
-        close(fd);
-        us->ev.fd = -1;
+    if (fd_api_io_watch(us->io, us->fd, FD_API_IO_IN) != FD_OK) {
+        fd_api_log(FD_API_LOG_ERR, errno, "epoll_ctl() failed");
         udp_end(us);
         return NULL;
     }
@@ -1149,9 +867,9 @@ static udp_sess_t *udp_session(udp_listener_t *ul,
 }
 
 /* The listener: each datagram to its client's session. */
-static void udp_listen_event(fd_event_t *ev, uint32_t events)
+static void udp_listen_event(void *data, unsigned events)
 {
-    udp_listener_t *ul = (udp_listener_t *)ev;
+    udp_listener_t *ul = data;
     stream_conf_t *sc = ul->sc;
     int i;
 
@@ -1166,7 +884,7 @@ static void udp_listen_event(fd_event_t *ev, uint32_t events)
                             .msg_controllen = sizeof(cbuf)};
         struct cmsghdr *cm;
         udp_sess_t *us;
-        ssize_t n = recvmsg(ev->fd, &mh, MSG_DONTWAIT);
+        ssize_t n = recvmsg(ul->fd, &mh, MSG_DONTWAIT);
 
         if (n < 0)
             break; /* EAGAIN; an error of a datagram is that datagram's */
@@ -1197,46 +915,36 @@ static void udp_listen_event(fd_event_t *ev, uint32_t events)
         }
         us->requests++;
         us->received += (uint64_t)n;
-        if (send(us->ev.fd, udp_buf, (size_t)n, MSG_DONTWAIT) < 0 &&
+        if (send(us->fd, udp_buf, (size_t)n, MSG_DONTWAIT) < 0 &&
             errno != EAGAIN) {
             /* ECONNREFUSED: the server's port said no to an earlier one */
-            fd_log_error(FD_LOG_ERR, errno, "stream %s: send() to %s failed",
-                         sc->name, us->peer->name);
+            fd_api_log(FD_API_LOG_ERR, errno, "stream %s: send() to %s "
+                       "failed", sc->name, fd_api_peer_name(us->peer));
             if (us->responses == 0) {
-                fd_upstream_peer_failed(us->peer);
+                fd_api_peer_failed(us->peer);
                 us->status = 502;
             }
             udp_end(us);
             continue;
         }
-        if (fd_timer_armed(&us->timer))
-            fd_timer_del(&us->timer);
-        fd_timer_add(&us->timer, sc->proxy_timeout);
+        fd_api_timer_set(us->timer, sc->proxy_timeout);
     }
 }
 
-static int udp_init_worker(fd_worker_t *w, stream_conf_t *sc)
+static int udp_init_worker(stream_conf_t *sc)
 {
-    fd_listening_t *ls = sc->ls;
     udp_listener_t *ul = calloc(1, sizeof(*ul));
-    int fd;
 
     if (ul == NULL)
         return FD_ERROR;
-    fd = fcntl(ls->fds[ls->nfds > 1 ? w->index % ls->nfds : 0],
-               F_DUPFD_CLOEXEC, 0);
-    if (fd < 0) {
-        fd_log_error(FD_LOG_EMERG, errno, "the socket of %s udp", ls->text);
-        free(ul);
-        return FD_ERROR;
-    }
-    ul->ev.fd = fd;
-    ul->ev.handler = udp_listen_event;
+    ul->fd = fd_api_stream_socket(sc->l);
     ul->sc = sc;
-    if (fd_event_add(&ul->ev, EPOLLIN) < 0) {
-        fd_log_error(FD_LOG_EMERG, errno, "epoll_ctl(%s udp) failed",
-                     ls->text);
-        close(fd);
+    ul->io = fd_api_io_new(udp_listen_event, ul);
+    if (ul->io == NULL || fd_api_io_watch(ul->io, ul->fd, FD_API_IO_IN) !=
+                              FD_OK) {
+        fd_api_log(FD_API_LOG_ERR, errno, "stream %s: watching its UDP "
+                   "socket failed", sc->name);
+        fd_api_io_free(ul->io);
         free(ul);
         return FD_ERROR;
     }
@@ -1244,7 +952,7 @@ static int udp_init_worker(fd_worker_t *w, stream_conf_t *sc)
     return FD_OK;
 }
 
-/* The worker's end: its sessions logged, its socket closed. */
+/* The worker's end: its sessions logged, its socket let go. */
 static void udp_exit_worker(stream_conf_t *sc)
 {
     udp_listener_t *ul = sc->udp;
@@ -1255,14 +963,73 @@ static void udp_exit_worker(stream_conf_t *sc)
     for (i = 0; i < UDP_BUCKETS; i++)
         while (ul->table[i])
             udp_end(ul->table[i]);
-    fd_event_close(&ul->ev);
+    fd_api_io_free(ul->io);
     sc->udp = NULL;
     free(ul); /* the sessions' frees are posted: none names it */
 }
 
+/* --- the worker ------------------------------------------------------------ */
+
+static void worker_section(const char *name, void *conf, void *data)
+{
+    stream_conf_t *sc = conf;
+    int *rc = data;
+
+    (void)name;
+    sc->stats = stats_area ? fd_api_status_named_entry(
+                                 stats_area, sizeof(stream_stats_t),
+                                 STREAM_STATS, sc->name,
+                                 sizeof(stats_area->name))
+                           : NULL;
+    if (fd_api_stream_is_udp(sc->l) && sc->udp == NULL &&
+        udp_init_worker(sc) != FD_OK)
+        *rc = FD_ERROR;
+    if (sc->access_log == NULL || sc->log_fd >= 0)
+        return;
+    sc->log_fd = open(sc->access_log, O_WRONLY | O_APPEND | O_CREAT |
+                      O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (sc->log_fd < 0)
+        fd_api_log(FD_API_LOG_ERR, errno, "open(\"%s\") failed",
+                   sc->access_log);
+}
+
+static int stream_init_worker(void)
+{
+    int rc = FD_OK;
+
+    stats_area = fd_api_status_area(FD_API_SELF);
+    fd_api_section_each("stream", worker_section, &rc);
+    return rc;
+}
+
+/* The access logs (and, at exit, the UDP sessions: logged first) */
+static void close_section(const char *name, void *conf, void *data)
+{
+    stream_conf_t *sc = conf;
+
+    (void)name;
+    if (data)
+        udp_exit_worker(sc);
+    if (sc->log_fd >= 0) {
+        close(sc->log_fd);
+        sc->log_fd = -1;
+    }
+}
+
+static void stream_exit_worker(void)
+{
+    fd_api_section_each("stream", close_section, (void *)1);
+}
+
+static void stream_reopen(void)
+{
+    fd_api_section_each("stream", close_section, NULL);
+    stream_init_worker(); /* a UDP listener already set up stays */
+}
+
 /* --- status -------------------------------------------------------------- */
 
-static void stream_status(fd_status_t *st, const void *a, unsigned worker)
+static void stream_status(fd_api_status_t *st, const void *a, unsigned worker)
 {
     const stream_stats_t *e = a;
     char labels[96];
@@ -1274,19 +1041,19 @@ static void stream_status(fd_status_t *st, const void *a, unsigned worker)
         if (e->name[0] == '\0')
             continue;
         snprintf(labels, sizeof(labels), "stream=\"%s\"", e->name);
-        fd_status_counter(st, "stream_connections", "Connections accepted "
+        fd_api_status_counter(st, "stream_connections", "Connections accepted "
                           "on the [stream] listener.", labels,
                           e->connections);
-        if (worker != FD_STATUS_RETIRED)
-            fd_status_gauge(st, "stream_active", "Connections open now.",
+        if (worker != FD_API_STATUS_RETIRED)
+            fd_api_status_gauge(st, "stream_active", "Connections open now.",
                             labels, e->active);
-        fd_status_counter(st, "stream_failed", "Connections no server "
+        fd_api_status_counter(st, "stream_failed", "Connections no server "
                           "took (502) or that failed before one did.",
                           labels, e->failed);
-        fd_status_counter(st, "stream_bytes_received", "Bytes read from "
+        fd_api_status_counter(st, "stream_bytes_received", "Bytes read from "
                           "clients (and passed to the servers).", labels,
                           e->received);
-        fd_status_counter(st, "stream_bytes_sent", "Bytes sent to clients "
+        fd_api_status_counter(st, "stream_bytes_sent", "Bytes sent to clients "
                           "(read from the servers).", labels, e->sent);
     }
 }
@@ -1299,7 +1066,7 @@ static void stream_retire(void *retired, const void *a)
 
     for (i = 0; i < STREAM_STATS; i++, s++) {
         if (s->name[0] == '\0' ||
-            (into = fd_status_named_entry(retired, sizeof(*s), STREAM_STATS,
+            (into = fd_api_status_named_entry(retired, sizeof(*s), STREAM_STATS,
                                           s->name, sizeof(s->name))) ==
                 NULL)
             continue;
@@ -1310,91 +1077,87 @@ static void stream_retire(void *retired, const void *a)
     }
 }
 
-static const fd_directive_t stream_directives[] = {
-    {.name = "listen", .type = FD_CONF_STR, .offset = SC(listen),
+static const fd_api_key_t stream_keys[] = {
+    {.name = "listen", .type = FD_API_STRING, .offset = SC(listen),
      .doc = "ADDR:PORT ([::]:PORT for IPv6) of this TCP listener: its "
             "connections are proxied to pass, byte for byte. ADDR:PORT "
             "ssl: TLS ends here (ssl_certificate...), the server gets the "
             "plaintext. ADDR:PORT udp: a UDP listener; each client "
             "address's datagrams are a session with one server "
             "(proxy_responses, proxy_timeout)"},
-    {.name = "pass", .type = FD_CONF_STR, .offset = SC(pass),
+    {.name = "pass", .type = FD_API_STRING, .offset = SC(pass),
      .doc = "HOST:PORT, or the NAME of an [upstream NAME] group (its "
             "balance, max_fails, fail_timeout and health checks choose the "
             "server; a failed connect goes on to the next one). With "
             "ssl_preread, the route of a name no sni line names (optional: "
             "without it such a client is closed)"},
-    {.name = "ssl_preread", .type = FD_CONF_FLAG, .offset = SC(preread),
+    {.name = "ssl_preread", .type = FD_API_FLAG, .offset = SC(preread),
      .def = "off",
      .doc = "on: read the client's TLS ClientHello first (nothing is "
             "decrypted; the bytes go on to the server unchanged) and choose "
             "the server by its server_name: the sni routes, else pass. For "
             "TLS passthrough to servers that terminate TLS themselves"},
-    {.name = "preread_timeout", .type = FD_CONF_MSEC,
-     .offset = SC(preread_timeout), .def = "30s", .min = 1, .max = 3600000,
+    {.name = "preread_timeout", .type = FD_API_MSEC,
+     .offset = SC(preread_timeout), .def = "30s",
      .doc = "ssl_preread: time for the whole ClientHello; past it the "
             "client is closed (400 in the access log)"},
-    {.name = "sni", .type = FD_CONF_LIST, .offset = SC(sni),
+    {.name = "sni", .type = FD_API_LIST, 
      .doc = "NAME TARGET, repeatable (ssl_preread = on): a ClientHello "
             "whose server_name is NAME goes to TARGET (HOST:PORT or an "
             "[upstream] name). NAME is a host name, or *.DOMAIN for any name "
             "under DOMAIN (an exact NAME wins, then the longest DOMAIN); "
             "no match, no server_name or not TLS: pass"},
-    {.name = "ssl_certificate", .type = FD_CONF_STR,
+    {.name = "ssl_certificate", .type = FD_API_STRING,
      .offset = SC(ssl_certificate),
      .doc = "listen = ADDR ssl: the certificate chain (PEM) TLS ends "
             "with; the server gets the plaintext"},
-    {.name = "ssl_certificate_key", .type = FD_CONF_STR,
+    {.name = "ssl_certificate_key", .type = FD_API_STRING,
      .offset = SC(ssl_certificate_key),
      .doc = "listen = ADDR ssl: its key (PEM)"},
-    {.name = "ssl_protocols", .type = FD_CONF_CUSTOM,
-     .offset = SC(ssl_protocols), .set = fd_ssl_set_protocols,
+    {.name = "ssl_protocols", .type = FD_API_STRING,
+     .offset = SC(ssl_protocols),
      .def = "TLSv1.2 TLSv1.3",
      .doc = "listen = ADDR ssl: the TLS versions taken"},
-    {.name = "ssl_ciphers", .type = FD_CONF_CUSTOM, .offset = SC(ssl_ciphers),
-     .set = fd_ssl_set_ciphers, .def = "ECDHE+AESGCM:ECDHE+CHACHA20",
+    {.name = "ssl_ciphers", .type = FD_API_STRING, .offset = SC(ssl_ciphers), .def = "ECDHE+AESGCM:ECDHE+CHACHA20",
      .doc = "listen = ADDR ssl: the TLS 1.2 cipher list (OpenSSL's syntax)"},
-    {.name = "ssl_handshake_timeout", .type = FD_CONF_MSEC,
-     .offset = SC(ssl_handshake_timeout), .def = "60s", .min = 1,
-     .max = 3600000,
+    {.name = "ssl_handshake_timeout", .type = FD_API_MSEC,
+     .offset = SC(ssl_handshake_timeout), .def = "60s",
      .doc = "listen = ADDR ssl: time for the client's TLS handshake "
             "(nginx's default); past it the client is closed (400 in the "
             "access log)"},
-    {.name = "alpn", .type = FD_CONF_LIST, .offset = SC(alpn),
+    {.name = "alpn", .type = FD_API_LIST, 
      .doc = "PROTOCOL TARGET, repeatable (ssl_preread = on): a ClientHello "
             "that offers PROTOCOL (among its ALPN list: h2, http/1.1, "
             "acme-tls/1...) goes to TARGET, before the sni routes; the "
             "first such line wins"},
-    {.name = "proxy_timeout", .type = FD_CONF_MSEC,
-     .offset = SC(proxy_timeout), .def = "10m", .min = 1, .max = 86400000,
+    {.name = "proxy_timeout", .type = FD_API_MSEC,
+     .offset = SC(proxy_timeout), .def = "10m",
      .doc = "a connection with no byte moved either way for this long is "
             "closed (nginx's proxy_timeout)"},
-    {.name = "proxy_connect_timeout", .type = FD_CONF_MSEC,
-     .offset = SC(connect_timeout), .def = "60s", .min = 1, .max = 86400000,
+    {.name = "proxy_connect_timeout", .type = FD_API_MSEC,
+     .offset = SC(connect_timeout), .def = "60s",
      .doc = "time to connect to a server before trying the next one"},
-    {.name = "proxy_buffer_size", .type = FD_CONF_SIZE,
-     .offset = SC(buffer_size), .def = "16k", .min = 1024,
-     .max = 16777216,
+    {.name = "proxy_buffer_size", .type = FD_API_SIZE,
+     .offset = SC(buffer_size), .def = "16k",
      .doc = "the buffer each way of a TCP connection (two per "
             "connection): larger moves bulk transfers in fewer system "
             "calls, at that much memory per connection. ssl_preread's "
             "ClientHello must fit in it (nginx's proxy_buffer_size)"},
-    {.name = "proxy_responses", .type = FD_CONF_INT,
-     .offset = SC(proxy_responses), .def = "0", .min = 0, .max = 1000000,
+    {.name = "proxy_responses", .type = FD_API_INT,
+     .offset = SC(proxy_responses), .def = "0",
      .doc = "listen ... udp: the datagrams a server answers each client "
             "datagram with; once they all came, the session ends (1 for "
             "DNS). 0: no number, the session ends after proxy_timeout of "
             "silence"},
-    {.name = "proxy_protocol", .type = FD_CONF_FLAG,
+    {.name = "proxy_protocol", .type = FD_API_FLAG,
      .offset = SC(proxy_protocol), .def = "off",
      .doc = "on: a PROXY protocol v1 header (the client's address and the "
             "one it reached) first on each connection to the server"},
-    {.name = "max_conns_per_ip", .type = FD_CONF_INT,
-     .offset = SC(max_conns_per_ip), .def = "0", .min = 0,
-     .max = 1000000,
+    {.name = "max_conns_per_ip", .type = FD_API_INT,
+     .offset = SC(max_conns_per_ip), .def = "0",
      .doc = "connections one client address may hold open, per worker; "
             "more are closed at once. 0: no limit"},
-    {.name = "access_log", .type = FD_CONF_STR, .offset = SC(access_log),
+    {.name = "access_log", .type = FD_API_STRING, .offset = SC(access_log),
      .doc = "a file that gets one line per connection, or off (the "
             "default): client, time, TCP, status (200; 502: no server "
             "answered), bytes sent to the client, bytes received from it, "
@@ -1403,16 +1166,23 @@ static const fd_directive_t stream_directives[] = {
     {.name = NULL},
 };
 
-fd_module_t fd_stream_module = {
+static const fd_api_section_t stream_section = {
+    .type = "stream",
+    .keys = stream_keys,
+    .conf_size = sizeof(stream_conf_t),
+    .name_max = NAME_MAX_,
+    .init = stream_init_section,
+    .set = stream_set,
+};
+
+FD_API_MODULE = {
+    FD_API_HEADER,
     .name = "stream",
     .init_worker = stream_init_worker,
     .exit_worker = stream_exit_worker,
     .reopen = stream_reopen,
-    .section = "stream",
-    .section_directives = stream_directives,
-    .section_size = sizeof(stream_conf_t),
-    .init_section = stream_init_section,
-    .init_cycle = stream_init_cycle,
+    .section = &stream_section,
+    .configured = stream_configured,
     .shm_size = STREAM_STATS * sizeof(stream_stats_t),
     .status = stream_status,
     .retire = stream_retire,

@@ -6,7 +6,7 @@
  */
 #include <string.h>
 
-#include "fd_core.h"
+#include "fastd.h"
 #include "fd_stream_preread.h"
 
 /* A cursor over [p, end): every read checks what is left. */
@@ -156,7 +156,7 @@ int fd_preread_parse(const uint8_t *buf, size_t len, fd_preread_t *p)
         if (rlen == 0 || rlen > 16384)
             return FD_DECLINED;
         at += 5;
-        n = fd_min(rlen, len - at);
+        n = rlen < len - at ? rlen : len - at;
         if (got + n > sizeof(msg))
             return FD_DECLINED;
         memcpy(msg + got, buf + at, n);

@@ -31,13 +31,14 @@ my $cflags = ApiModule::cflags();
 like($cflags, qr{-I\Q$prefix\E/include/fastd}, 'pkg-config --cflags fastd');
 
 # the public headers alone, strictly (fastd_upstream.h: a backend
-# protocol's, 1.7; fastd_tls.h: certificates a module provides, 1.8)
-for my $h (qw(fastd.h fastd_upstream.h fastd_tls.h)) {
+# protocol's, 1.7; fastd_tls.h: certificates a module provides, 1.8;
+# fastd_stream.h: connections below HTTP, 1.8)
+for my $h (qw(fastd.h fastd_upstream.h fastd_tls.h fastd_stream.h)) {
     my $out = `cc -std=c11 -Wall -Wextra -Werror -pedantic -fsyntax-only -x c '$prefix/include/fastd/$h' 2>&1`;
     is($?, 0, "$h compiles alone with -std=c11 -Wall -Wextra -Werror -pedantic")
         or diag($out);
     unlike(FastdTest::slurp("$prefix/include/fastd/$h"),
-           qr/fd_connection_t|fd_http_loc_t|fd_pool_t|fd_cycle_t|fd_buf_t|fd_upstream_(?:req_|peer_|opts_|proto_)?t\b|fd_sendop_t|\bSSL(?:_CTX)?\b|X509|EVP_PKEY/,
+           qr/fd_connection_t|fd_http_loc_t|fd_pool_t|fd_cycle_t|fd_buf_t|fd_upstream_(?:req_|peer_|opts_|proto_|conn_)?t\b|fd_sendop_t|fd_splice_t|fd_stream_t|fd_listening_t|\bSSL(?:_CTX)?\b|X509|EVP_PKEY/,
            '... and names no engine type (nor OpenSSL\'s)');
 }
 

@@ -2,16 +2,21 @@
 # A module of the tree written on the public API builds into the binary
 # or as a shared object: ./configure --with-plaintext=dynamic
 # --with-json=dynamic --with-status=dynamic --with-static=dynamic
-# --with-fastcgi=dynamic --with-cluster=dynamic (in a copy of the tree)
+# --with-fastcgi=dynamic --with-cluster=dynamic --with-acme=dynamic
+# --with-stream=dynamic (in
+# a copy of the tree)
 # builds objs/fd_plaintext.so, objs/fd_json.so, objs/fd_status.so,
 # objs/fd_static.so, objs/fd_fastcgi.so (a backend protocol on
 # fastd_upstream.h; its configuration checked here, its requests by
 # FASTD_TEST_LOAD=.../fd_fastcgi.so FASTD_BIN=... prove tests/fastcgi.t)
-# and objs/fd_cluster.so (the Redis client, its [cluster] section without
+# objs/fd_cluster.so (the Redis client, its [cluster] section without
 # a name checked here; its client by FASTD_TEST_LOAD=.../fd_cluster.so
-# with tests/cluster.t) and objs/fd_acme.so (automatic HTTPS: its
+# with tests/cluster.t), objs/fd_acme.so (automatic HTTPS: its
 # [acme NAME] and the acme: certificates it provides checked here; its
-# orders by FASTD_TEST_LOAD=.../fd_acme.so with tests/acme*.t)
+# orders by FASTD_TEST_LOAD=.../fd_acme.so with tests/acme*.t) and
+# objs/fd_stream.so (the L4 proxy on fastd_stream.h: a [stream] proxies
+# a connection here; the rest by FASTD_TEST_LOAD=.../fd_stream.so with
+# tests/stream*.t)
 # instead of linking them in, make install puts them in PREFIX/modules/,
 # and that fastd, which has none of them of its own, answers with them
 # after load_module exactly as the fastd under test (built in) does:
@@ -35,6 +40,18 @@ plan skip_all => 'jansson is not installed (libjansson-dev)'
 plan skip_all => 'libcurl is not installed (libcurl4-openssl-dev: acme)'
     if system('pkg-config --exists libcurl 2>/dev/null') != 0;
 
+# an echo server for the loaded [stream] (tests/lib/stream_backend.py)
+# (a package variable: a file's lexical handle would be closed, waiting
+# for the server, before END kills it)
+our $echo_fh;
+my $echo_pid = open($echo_fh, '-|', '/usr/bin/python3',
+                    "$FindBin::Bin/lib/stream_backend.py", 'echo')
+    or die "python3: $!";
+my $echo = <$echo_fh>;
+die 'the echo backend did not start' unless defined $echo;
+chomp $echo;
+END { local $?; if ($echo_pid) { kill 'KILL', $echo_pid; waitpid $echo_pid, 0 } }
+
 my $root = FastdTest::root();
 my $t = FastdTest->new;  # the fastd under test: the four built in
 my $dir = $t->dir;
@@ -56,19 +73,19 @@ my $prefix = "$dir/prefix";
 mkdir $src or die "mkdir $src: $!";
 system("cd '$root' && tar -cf - configure Makefile auto core modules conf html | tar -xf - -C '$src'") == 0
     or BAIL_OUT('cannot copy the tree');
-my $out = `cd '$src' && ./configure --prefix='$prefix' --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic --with-fastcgi=dynamic --with-cluster=dynamic --with-acme=dynamic 2>&1`;
-is($?, 0, './configure --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic --with-fastcgi=dynamic --with-cluster=dynamic --with-acme=dynamic') or diag($out);
-like($out, qr/^dynamic modules \(objs\/fd_NAME\.so\): plaintext json static status fastcgi cluster acme$/m,
+my $out = `cd '$src' && ./configure --prefix='$prefix' --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic --with-fastcgi=dynamic --with-cluster=dynamic --with-acme=dynamic --with-stream=dynamic 2>&1`;
+is($?, 0, './configure --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic --with-fastcgi=dynamic --with-cluster=dynamic --with-acme=dynamic --with-stream=dynamic') or diag($out);
+like($out, qr/^dynamic modules \(objs\/fd_NAME\.so\): plaintext json static status stream fastcgi cluster acme$/m,
      '... says which modules are shared objects');
-unlike((grep { /^\s*modules:/ } split /\n/, $out)[0] // '', qr/\b(plaintext|json|status|static|fastcgi|cluster|acme)\b/,
+unlike((grep { /^\s*modules:/ } split /\n/, $out)[0] // '', qr/\b(plaintext|json|status|static|fastcgi|cluster|acme|stream)\b/,
        '... and that they are not linked in');
 $out = `make -s -C '$src' -j2 2>&1`;
 is($?, 0, 'make') or diag($out);
 ok(-f "$src/objs/fd_plaintext.so" && -f "$src/objs/fd_json.so"
    && -f "$src/objs/fd_status.so" && -f "$src/objs/fd_static.so"
    && -f "$src/objs/fd_fastcgi.so" && -f "$src/objs/fd_cluster.so"
-   && -f "$src/objs/fd_acme.so",
-   'objs/fd_plaintext.so, fd_json.so, fd_status.so, fd_static.so, fd_fastcgi.so, fd_cluster.so and fd_acme.so built');
+   && -f "$src/objs/fd_acme.so" && -f "$src/objs/fd_stream.so",
+   'objs/fd_plaintext.so, fd_json.so, fd_status.so, fd_static.so, fd_fastcgi.so, fd_cluster.so, fd_acme.so and fd_stream.so built');
 like(`nm -D --defined-only '$src/objs/fd_plaintext.so' 2>&1`, qr/\bfastd_module\b/,
      'fd_plaintext.so defines fastd_module, as a module built outside the tree');
 $out = `make -s -C '$src' install PREFIX='$prefix' LOGROTATE_DIR='$dir/lr' FASTD_USER=nobody 2>&1`;
@@ -158,6 +175,31 @@ $d->write_conf(FastdTest::base_conf(main => { load_module => [@loads] },
     ok($rc != 0 && $o =~ /ssl_certificate "acme:none": no \[acme none\] section/,
        '... and its attach refuses an issuer not there, at the line')
         or diag($o);
+    # [stream], an L4 proxy on fastd_stream.h: its section, its
+    # listener and its connections are the loaded module's (a fastd of
+    # its own: a loaded module's figures come last on /status, after
+    # the built-in ones the documents below compare)
+    my $e = FastdTest->new;
+    my $sp = $e->another_port;
+    my $st = "[stream echo]\nlisten = 127.0.0.1:$sp\npass = 127.0.0.1:$echo\n";
+    $e->write_conf(FastdTest::base_conf(main => { load_module => [@pj] },
+                                        extra => $st));
+    ($rc, $o) = FastdTest::run_fastd('-t', '-c', $e->conf_file);
+    ok($rc != 0 && $o =~ /\[stream echo\] is not supported/,
+       '[stream] without its load_module: refused') or diag($o);
+    $e->write_conf(FastdTest::base_conf(
+        main => { load_module => [ @pj, "$prefix/modules/fd_stream.so" ] },
+        extra => $st));
+    $e->start;
+    ok(FastdTest::wait_for(sub { $e->port_open($sp) }, 5),
+       'with load_module = PREFIX/modules/fd_stream.so: [stream echo] listens');
+    my $c = FastdTest::Conn->new($sp, timeout => 10);
+    ok($c && $c->send("through the loaded stream\n")
+       && $c->wait_for_bytes(qr/through the loaded stream\n/),
+       '... and proxies a connection to its server, byte for byte');
+    $c->close if $c;
+    $e->stop;
+    $e->no_alerts;
     $d->write_conf(FastdTest::base_conf(main => { load_module => [@loads] },
                                         locations => $status));
     $d->start;

@@ -17,7 +17,8 @@
  * fleet's Redis client; from 1.8 (fastd_upstream.h) what an HTTP proxy
  * reads and writes of the request, and a helper process beside the
  * workers, a hook before routing, commands of fastd -s, figures of what
- * the workers share, and certificates a module provides (fastd_tls.h).
+ * the workers share, certificates a module provides (fastd_tls.h), and
+ * connections below HTTP, a layer-4 proxy's (fastd_stream.h).
  * A module is a shared object that defines
  *
  *     FD_API_MODULE = { FD_API_HEADER, .name = "hello",

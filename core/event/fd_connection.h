@@ -71,6 +71,9 @@ typedef struct fd_proto_s {
 } fd_proto_t;
 
 void fd_connection_close(fd_connection_t *c);
+/* c's stream was moved out (fd_stream_move: its socket is a module's
+ * now): c is counted out and given back, the socket left alone. */
+void fd_connection_detach(fd_connection_t *c);
 /* c went idle with nothing held (keep-alive, its deadline set): under
  * io_uring it parks at the end of the loop turn, its struct given back
  * and its state kept in its ring slot, until bytes or its deadline come

@@ -271,6 +271,27 @@ unsigned fd_connection_ip_count(fd_connection_t *c)
     return e ? e->n : 0;
 }
 
+/* The end of c's struct: counted out, given back; its socket is closed
+ * (fd_connection_close) or has moved to a module (fd_connection_detach) */
+static void conn_end(fd_connection_t *c, int detached)
+{
+    fd_timer_del(&c->s.timer);
+    c->s.deadline = 0;
+    fd_conn_listening(c)->proto->release(c);
+    fd_connection_set_state(c, FD_CONN_FREE);
+    if (c->ip_counted)
+        ip_count_del(c);
+    if (!detached) {
+        fd_stream_close_transport(&c->s);
+        fd_event_close(&c->s.ev);
+    }
+    conn_put(c);
+    fd_worker->nconns--;
+    fd_stats->conn_active--;
+    if (fd_worker->quitting && fd_worker->nconns + fd_worker->nheld == 0)
+        fd_sig_terminate = 1;
+}
+
 void fd_connection_close(fd_connection_t *c)
 {
     if (c->s.ev.fd < 0) {
@@ -278,19 +299,12 @@ void fd_connection_close(fd_connection_t *c)
         fd_log_error(FD_LOG_ALERT, 0, "connection closed twice");
         return;
     }
-    fd_timer_del(&c->s.timer);
-    c->s.deadline = 0;
-    fd_conn_listening(c)->proto->release(c);
-    fd_connection_set_state(c, FD_CONN_FREE);
-    if (c->ip_counted)
-        ip_count_del(c);
-    fd_stream_close_transport(&c->s);
-    fd_event_close(&c->s.ev);
-    conn_put(c);
-    fd_worker->nconns--;
-    fd_stats->conn_active--;
-    if (fd_worker->quitting && fd_worker->nconns + fd_worker->nheld == 0)
-        fd_sig_terminate = 1;
+    conn_end(c, 0);
+}
+
+void fd_connection_detach(fd_connection_t *c)
+{
+    conn_end(c, 1);
 }
 
 /*
