@@ -24,7 +24,9 @@
  *    puts a real ClientHello (GnuTLS's, in CRYPTO frames, captured at
  *    start) first, with the IDs it was made for. A Retry from the
  *    quic_retry address is obeyed: the next Initials carry its token to
- *    its ID (the token's real check).
+ *    its ID (the token's real check); bit 6 gives the first Initials a
+ *    NEW_TOKEN token made with the worker's key for the harness's
+ *    address, as the worker sends one after a handshake.
  *  2 HTTP/3: an ngtcp2 client in the harness completes the handshake (and
  *    a Retry, bit 2), then each record [op][len:2][bytes] is stream data
  *    it sends: op bits 0-1 the stream (0 a request stream, bits 3-4 which
@@ -71,6 +73,7 @@
 #include "fd_connection.h"
 #include "fd_cycle.h"
 #include "fd_module.h"
+#define FD_QUIC_PRIVATE /* fd_quic_keys: a NEW_TOKEN token of the worker's */
 #include "fd_quic.h"
 #include "fd_status.h"
 #include "fuzz_rng.h"
@@ -625,10 +628,12 @@ static void client_read(client_t *q, const uint8_t *p, size_t n)
 
 /* --- the loop ---------------------------------------------------------------- */
 
-/* a Retry seen in mode 1: its token and the ID to send to */
-static uint8_t retry_token[256];
-static size_t retry_tokenlen;
+/* mode 1: the token its Initials carry (a Retry's, or a NEW_TOKEN one),
+ * and a Retry's ID to send them to */
+static uint8_t token[256];
+static size_t tokenlen;
 static ngtcp2_cid retry_scid;
+static int retried;
 
 static void retry_seen(const uint8_t *p, size_t n)
 {
@@ -637,11 +642,12 @@ static void retry_seen(const uint8_t *p, size_t n)
 
     /* the token: between the header and the 16-byte integrity tag */
     if (h <= 0 || hd.type != NGTCP2_PKT_RETRY || (size_t)h + 16 > n ||
-        n - (size_t)h - 16 > sizeof(retry_token) || retry_tokenlen)
+        n - (size_t)h - 16 > sizeof(token) || retried)
         return;
-    retry_tokenlen = n - (size_t)h - 16;
-    memcpy(retry_token, p + h, retry_tokenlen);
+    tokenlen = n - (size_t)h - 16;
+    memcpy(token, p + h, tokenlen);
     retry_scid = hd.scid;
+    retried = 1;
 }
 
 /* Turns of the loop, and the client's part, until nothing moves */
@@ -757,18 +763,27 @@ static void initial(uint8_t opt, const uint8_t *p, const uint8_t *end)
     size_t n, room;
     int due = opt & 0x08; /* the ClientHello goes first */
 
-    retry_tokenlen = 0;
+    retried = 0;
+    tokenlen = 0;
+    if (opt & 0x40) {
+        /* what the worker gives a client at the end of a handshake */
+        ngtcp2_ssize t = ngtcp2_crypto_generate_regular_token(
+            token, fd_quic_keys->secrets.retry,
+            sizeof(fd_quic_keys->secrets.retry),
+            (const struct sockaddr *)&cli_addr, sizeof(cli_addr), now());
+        tokenlen = t > 0 ? (size_t)t : 0;
+    }
     if (!due) {
         /* the first record is the Destination Connection ID */
         n = record(&p, end, 2, &rec);
         ngtcp2_cid_init(&dcid, rec, fd_min(n, NGTCP2_MAX_CIDLEN));
     }
     while (p < end || due) {
-        const ngtcp2_cid *d = retry_tokenlen ? &retry_scid : &dcid;
-        size_t had = retry_tokenlen;
+        const ngtcp2_cid *d = retried ? &retry_scid : &dcid;
+        int had = retried;
         /* room for the header, the token and the tag in 1200 bytes */
-        room = 1200 - (6 + d->datalen + 1 + scid.datalen + 2 + retry_tokenlen +
-                       2 + 4 + 16);
+        room = 1200 -
+               (6 + d->datalen + 1 + scid.datalen + 2 + tokenlen + 2 + 4 + 16);
         n = 0;
         if (due) {
             memcpy(frames, hello, hello_len);
@@ -785,12 +800,12 @@ static void initial(uint8_t opt, const uint8_t *p, const uint8_t *end)
             memset(frames + n, 0, room - n); /* PADDING */
             n = room;
         }
-        n = protect(pkt, sizeof(pkt), d, &scid, retry_token, retry_tokenlen,
-                    pn++, frames, fd_min(n, sizeof(frames) - 64));
+        n = protect(pkt, sizeof(pkt), d, &scid, token, tokenlen, pn++, frames,
+                    fd_min(n, sizeof(frames) - 64));
         send_to(to, pkt, n);
         settle(NULL, 1);
         /* after a Retry, the ClientHello again, with its token */
-        if (!had && retry_tokenlen && (opt & 0x08))
+        if (!had && retried && (opt & 0x08))
             due = 1;
     }
 }

@@ -302,6 +302,9 @@ seeds = {
   # own (a CRYPTO frame that is not TLS, ACK, PING, CONNECTION_CLOSE)
   "hello": b"\x09" + seed,
   "hello-retry": b"\x0d" + seed,
+  # with a NEW_TOKEN token of the worker's: no Retry, no amplification limit
+  "hello-newtoken": b"\x49" + seed,
+  "hello-newtoken-retry": b"\x4d" + seed + rec(b"\x01"),
   "hello-ping": b"\x09" + seed + rec(b"\x01") + rec(b"\x02\x00\x00\x00\x00"),
   "hello-close": b"\x09" + seed + rec(b"\x1c\x0a\x06\x03bye"),
   "crypto": b"\x01" + seed + rec(b"0123456789abcdef")
