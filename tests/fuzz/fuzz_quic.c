@@ -221,7 +221,7 @@ static int loopback(int type, struct sockaddr_in *sin)
 
 static void load(void)
 {
-    char text[4096], err[1200], path[sizeof(dir) + 32];
+    char text[8192], err[1200], path[sizeof(dir) + 32];
     struct sockaddr_in r;
     fd_listening_t *ls;
     int n, i;
@@ -241,11 +241,13 @@ static void load(void)
         "[location /plaintext]\nhandler = plaintext\n"
         "[location = /status]\nhandler = status\n"
         "[location /up/]\nhandler = proxy\npass = http://127.0.0.1:%u\n"
+        "[location /small/]\nhandler = plaintext\nmax_body_size = 64\n"
+        "[location /rated/]\nalias = %s/html/\nlimit_rate = 16k\n"
         "[server]\nlisten = 127.0.0.1:%u quic\nquic_retry = on\n"
         "server_name = retry.example\n"
         "ssl_certificate = %s/cert.pem\nssl_certificate_key = %s/key.pem\n"
         "root = %s/html\n",
-        ntohs(srv_addr[0].sin_port), dir, dir, dir, refused_port,
+        ntohs(srv_addr[0].sin_port), dir, dir, dir, refused_port, dir,
         ntohs(srv_addr[1].sin_port), dir, dir, dir);
     if (n < 0 || (size_t)n >= sizeof(text))
         abort();
@@ -287,6 +289,14 @@ static void setup(void)
     mkdir(path, 0755);
     put("html/index.html", "<h1>index</h1>\n", 15);
     put("html/a.txt", "text to compress, text to compress\n", 35);
+    {
+        /* beyond the client's first flow-control windows: 300 KB */
+        static char big[300 * 1024];
+        size_t i;
+        for (i = 0; i < sizeof(big); i++)
+            big[i] = (char)('a' + i * 7 % 26);
+        put("html/big.txt", big, sizeof(big));
+    }
     make_cert();
 
     for (i = 0; i < 2; i++) {

@@ -321,6 +321,20 @@ seeds = {
   "post": b"\x02" + seed + op(1, frame(4, b""))
       + op(0x20, b":method: POST\n:scheme: https\n:authority: localhost\n:path: /up/p\ncontent-length: 5\n")
       + op(0x04, frame(0, b"hello")),
+  # a body over max_body_size, its length not said; a Content-Length the
+  # DATA does not match; trailers; a response larger than the client's
+  # windows, and one paced by limit_rate; CONNECT; a bad :path
+  "post-big": b"\x02" + seed + op(1, frame(4, b""))
+      + op(0x20, b":method: POST\n:scheme: https\n:authority: localhost\n:path: /small/x\n")
+      + op(0x00, frame(0, b"x" * 100)) + op(0x04, frame(0, b"y" * 10)),
+  "post-cl": b"\x02" + seed + op(1, frame(4, b""))
+      + op(0x20, b":method: POST\n:scheme: https\n:authority: localhost\n:path: /small/x\ncontent-length: 3\n")
+      + op(0x00, frame(0, b"abcd")) + op(0x24, b"x-trailer: 1\n"),
+  "big": b"\x02" + seed + op(1, frame(4, b"")) + op(0x24, GET + b":path: /big.txt\n")
+      + op(0x2c, GET + b":path: /rated/a.txt\nrange: bytes=3-9\n"),
+  "connect": b"\x02" + seed + op(1, frame(4, b""))
+      + op(0x24, b":method: CONNECT\n:authority: localhost:443\n")
+      + op(0x2c, GET + b":path: ../x\nhost: other\ncookie: a=1\ncookie: b=2\n"),
   "stream-reset": b"\x02" + seed + op(1, frame(4, b""))
       + op(0x20, GET + b":path: /a.txt\n") + op(0x40, b""),
   "qpack": b"\x02" + seed + op(1, frame(4, vi(1) + vi(4096)))
