@@ -8,6 +8,9 @@
  * recvmmsg(), the connection ID table, ngtcp2's server connection, the
  * GnuTLS handshake, nghttp3 and fastd's HTTP/3 request mapping, the
  * handlers and the access log), as in a worker, under ASan and UBSan.
+ * Its locations: static files with gzip and add_header, plaintext,
+ * status, a proxy to a port that refuses, plaintext with max_body_size
+ * = 64 (a buffered body) and limit_rate.
  *
  * Byte 0's bits 0-1 pick the mode (3 is 2), its other bits options;
  * bytes 1-4 seed the random bytes; then records:
@@ -16,13 +19,15 @@
  *    parsing, Version Negotiation, tokens, stateless resets, Initials
  *    that do not decrypt). Bit 6: a short header's ID bytes 1-2 become
  *    the worker's index and generation, which a stateless reset needs.
- *  1 Initial: each record [len:2][frames] is the plaintext of an Initial
- *    packet the harness protects with the keys RFC 9001 5.2 derives from
- *    its Destination Connection ID, padded to 1200 bytes (bit 4: not),
+ *  1 Initial: the first record [len:2][bytes] is the Destination
+ *    Connection ID (up to 20 bytes), each next [len:2][frames] the
+ *    plaintext of an Initial packet the harness protects with the keys
+ *    RFC 9001 5.2 derives from that ID, padded to 1200 bytes (bit 4: not),
  *    packet numbers 0, 1, ...: fuzzed CRYPTO, ACK, PADDING, PING,
  *    CONNECTION_CLOSE frames reach ngtcp2 and the TLS handshake. Bit 3
  *    puts a real ClientHello (GnuTLS's, in CRYPTO frames, captured at
- *    start) first, with the IDs it was made for. A Retry from the
+ *    start) first, with the IDs it was made for (no ID record then). A
+ *    Retry from the
  *    quic_retry address is obeyed: the next Initials carry its token to
  *    its ID (the token's real check); bit 6 gives the first Initials a
  *    NEW_TOKEN token made with the worker's key for the harness's
@@ -43,10 +48,18 @@
  *
  * Deterministic: CLOCK_MONOTONIC (and _COARSE) and getrandom() are the
  * harness's own in its thread while an input runs (the clock stands
- * still but for those jumps, the bytes come from the input's seed), so
- * an input replays the same way: the connection IDs fastd picks, the
- * TLS key shares and the tokens' timestamps. Loopback UDP is delivered
- * at once; nothing is lost, so nothing is retransmitted.
+ * still but for those jumps and an hour's step before each input, the
+ * bytes come from the input's seed), so an input replays the same way:
+ * the connection IDs fastd and ngtcp2 pick, the tokens' timestamps, every
+ * timer. GnuTLS's generator, seeded once, is its own: key shares differ
+ * between runs, which changes the ciphertexts, not what they carry.
+ * Loopback UDP is delivered at once; nothing is lost, so nothing is
+ * retransmitted.
+ *
+ * FUZZ_QUIC_TRACE=1: the worker's log (debug level) and a line of counts
+ * after each input on stderr. FUZZ_QUIC_CAPTURE=FILE: the harness's
+ * client's first Initial, as a mode 0 input (the committed seed in
+ * tests/fuzz/corpus/fuzz_quic/ is one).
  */
 #include <dlfcn.h>
 #include <fcntl.h>
