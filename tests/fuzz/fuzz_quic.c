@@ -48,7 +48,9 @@
  *
  * Deterministic: CLOCK_MONOTONIC (and _COARSE) and getrandom() are the
  * harness's own in its thread while an input runs (the clock stands
- * still but for those jumps and an hour's step before each input, the
+ * still but for those jumps, an hour's step before each input and, when
+ * nothing else moves, a jump to a timer due within 30 ms: pacing,
+ * delayed ACKs, loss detection; the
  * bytes come from the input's seed), so an input replays the same way:
  * the connection IDs fastd and ngtcp2 pick, the tokens' timestamps, every
  * timer. GnuTLS's generator, seeded once, is its own: key shares differ
@@ -94,6 +96,7 @@
 #define MAX_STEPS 400 /* turns of the loop per settle, a bound on work */
 #define IDLE_STEPS 2  /* turns in a row with nothing moving: settled */
 #define JUMPS 6       /* an hour each, for the connections to end */
+#define SHORT_TIMER (30 * NGTCP2_MILLISECONDS) /* run within a settle */
 #define MAX_DGRAM 1500
 #define ARENA (1 << 18) /* HEADERS the harness encodes, for one input */
 
@@ -106,7 +109,9 @@ static fd_cycle_t *cycle;
 static fd_log_t quiet_log = {.fd = -1, .level = FD_LOG_EMERG};
 static gnutls_certificate_credentials_t client_cred;
 static int trace;
-static unsigned long long sent, answers; /* datagrams, for the trace */
+/* for the trace: datagrams sent and answered, stream bytes the client
+ * read */
+static unsigned long long sent, answers, stream_bytes;
 
 /* --- the input's clock and random bytes ---------------------------------- */
 
@@ -303,8 +308,8 @@ static void setup(void)
     put("html/index.html", "<h1>index</h1>\n", 15);
     put("html/a.txt", "text to compress, text to compress\n", 35);
     {
-        /* beyond the client's first flow-control windows: 300 KB */
-        static char big[300 * 1024];
+        /* past the client's stream window (16 KB) and its connection's */
+        static char big[80 * 1024];
         size_t i;
         for (i = 0; i < sizeof(big); i++)
             big[i] = (char)('a' + i * 7 % 26);
@@ -541,6 +546,7 @@ static int c_recv_stream_data(ngtcp2_conn *conn, uint32_t flags, int64_t id,
                               void *ud, void *sud)
 {
     (void)flags, (void)off, (void)data, (void)ud, (void)sud;
+    stream_bytes += len;
     ngtcp2_conn_extend_max_stream_offset(conn, id, len);
     ngtcp2_conn_extend_max_offset(conn, len);
     return 0;
@@ -567,10 +573,12 @@ static void client_new(client_t *q, const struct sockaddr_in *to,
                              sizeof(*to), NULL);
     ngtcp2_settings_default(&s);
     s.initial_ts = now();
+    /* small windows, moved on as it reads: the worker's streams block on
+     * them and resume (big.txt is five times one) */
     ngtcp2_transport_params_default(&p);
-    p.initial_max_stream_data_bidi_local = 1 << 20;
-    p.initial_max_stream_data_uni = 1 << 20;
-    p.initial_max_data = 4 << 20;
+    p.initial_max_stream_data_bidi_local = 16 << 10;
+    p.initial_max_stream_data_uni = 16 << 10;
+    p.initial_max_data = 64 << 10;
     p.initial_max_streams_uni = 3;
     p.max_idle_timeout = 30 * NGTCP2_SECONDS;
     q->ref.get_conn = get_conn;
@@ -608,6 +616,11 @@ static int client_write(client_t *q)
 
     if (q->dead)
         return 0;
+    if (ngtcp2_conn_get_expiry(q->conn) <= now() &&
+        ngtcp2_conn_handle_expiry(q->conn, now()) != 0) {
+        q->dead = 1;
+        return 0;
+    }
     for (;;) {
         ngtcp2_vec v = {(uint8_t *)q->data, q->len};
         uint32_t flags =
@@ -645,8 +658,14 @@ static void client_read(client_t *q, const uint8_t *p, size_t n)
     ngtcp2_pkt_info pi = {0};
     ngtcp2_path path = q->ps.path;
 
-    if (!q->dead && ngtcp2_conn_read_pkt(q->conn, &path, &pi, p, n, now()) != 0)
+    int rv;
+
+    if (!q->dead &&
+        (rv = ngtcp2_conn_read_pkt(q->conn, &path, &pi, p, n, now())) != 0) {
+        if (trace)
+            fprintf(stderr, "fuzz_quic: the client: %s\n", ngtcp2_strerror(rv));
         q->dead = 1;
+    }
 }
 
 /* --- the loop ---------------------------------------------------------------- */
@@ -673,14 +692,36 @@ static void retry_seen(const uint8_t *p, size_t n)
     retried = 1;
 }
 
-/* Turns of the loop, and the client's part, until nothing moves */
+/* When the next timer of the worker's or the client's is due (ns on the
+ * harness's clock), UINT64_MAX for none */
+static uint64_t next_timer(client_t *q)
+{
+    fd_timer_t *t = fd_timer_fuzz_first();
+    uint64_t due = UINT64_MAX, c;
+
+    if (t) {
+        int32_t left = fd_msec32_diff(t->when, (uint32_t)fd_current_msec);
+        due = fake_ns + (uint64_t)(left > 0 ? left : 0) * NGTCP2_MILLISECONDS;
+    }
+    if (q && !q->dead && (c = ngtcp2_conn_get_expiry(q->conn)) < due)
+        due = c;
+    return due;
+}
+
+/*
+ * Turns of the loop, and the client's part, until nothing moves and no
+ * timer is due within SHORT_TIMER: the clock jumps to the next one
+ * (pacing, delayed ACKs, loss detection), which runs; the idle timeouts
+ * are left for the end of the input.
+ */
 static void settle(client_t *q, int mode1)
 {
     uint8_t buf[65536];
     unsigned steps, idle = 0;
+    uint64_t due;
     ssize_t n;
 
-    for (steps = 0; steps < MAX_STEPS && idle < IDLE_STEPS; steps++) {
+    for (steps = 0; steps < MAX_STEPS; steps++) {
         int moved = q ? client_write(q) : 0;
         if (fd_worker_fuzz_turn(0) != FD_OK)
             abort();
@@ -693,6 +734,13 @@ static void settle(client_t *q, int mode1)
                 retry_seen(buf, (size_t)n);
         }
         idle = moved ? 0 : idle + 1;
+        if (idle < IDLE_STEPS)
+            continue;
+        if ((due = next_timer(q)) > fake_ns + SHORT_TIMER)
+            break;
+        if (due > fake_ns)
+            fake_ns = due;
+        idle = 0;
     }
 }
 
@@ -968,9 +1016,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (trace) {
         fd_stats_t *st = fd_stats;
         fprintf(stderr,
-                "fuzz_quic: so far %llu datagrams sent, %llu "
-                "answers\n",
-                sent, answers);
+                "fuzz_quic: so far %llu datagrams sent, %llu answers, "
+                "%llu stream bytes read\n",
+                sent, answers, stream_bytes);
         fprintf(stderr,
                 "fuzz_quic: so far %llu QUIC connections, %llu TLS 1.3 "
                 "handshakes, %llu HTTP/3 requests (%llu 2xx, %llu 4xx, %llu "
