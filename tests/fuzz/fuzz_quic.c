@@ -9,8 +9,10 @@
  * GnuTLS handshake, nghttp3 and fastd's HTTP/3 request mapping, the
  * handlers and the access log), as in a worker, under ASan and UBSan.
  * Its locations: static files with gzip and add_header, plaintext,
- * status, a proxy to a port that refuses, plaintext with max_body_size
- * = 64 (a buffered body) and limit_rate.
+ * status, the proxy to a port that refuses and to the harness's upstream
+ * (which answers /echo/ at once and /hold/ never, read_timeout = 2h),
+ * plaintext with
+ * max_body_size = 64 (a buffered body) and limit_rate.
  *
  * Byte 0's bits 0-1 pick the mode (3 is 2), its other bits options;
  * bytes 1-4 seed the random bytes; then records:
@@ -39,7 +41,10 @@
  *    decoder's; the harness opens them and writes their type byte), bit 2
  *    a FIN after the bytes, bit 5 the bytes are "name: value" lines the
  *    harness makes a HEADERS frame of (QPACK literals, no dynamic table),
- *    bit 6 the client resets the stream after them.
+ *    bit 6 the client resets the stream after them, bit 7 the worker
+ *    begins a graceful stop (fd_quic_quit: GOAWAY) after them. Bit 6 of
+ *    byte 0: after the records the client closes the connection
+ *    (CONNECTION_CLOSE) instead of going silent.
  *
  * Bit 2 in modes 0 and 1: the quic_retry address. Bit 5: the debug log
  * (to /dev/null: the formatting runs). After the records, the harness
@@ -103,8 +108,8 @@
 static char dir[] = "/dev/shm/fd-fuzz-quic-XXXXXX";
 static int srv[2] = {-1, -1}, cli = -1;
 static struct sockaddr_in srv_addr[2], cli_addr;
-static unsigned refused_port;
-static int refused = -1;
+static unsigned refused_port, up_port;
+static int refused = -1, up_ls = -1;
 static fd_cycle_t *cycle;
 static fd_log_t quiet_log = {.fd = -1, .level = FD_LOG_EMERG};
 static gnutls_certificate_credentials_t client_cred;
@@ -259,14 +264,17 @@ static void load(void)
         "[location /plaintext]\nhandler = plaintext\n"
         "[location = /status]\nhandler = status\n"
         "[location /up/]\nhandler = proxy\npass = http://127.0.0.1:%u\n"
+        "[location /echo/]\nhandler = proxy\npass = http://127.0.0.1:%u\n"
+        "[location /hold/]\nhandler = proxy\npass = http://127.0.0.1:%u\n"
+        "read_timeout = 2h\n"
         "[location /small/]\nhandler = plaintext\nmax_body_size = 64\n"
         "[location /rated/]\nalias = %s/html/\nlimit_rate = 16k\n"
         "[server]\nlisten = 127.0.0.1:%u quic\nquic_retry = on\n"
         "server_name = retry.example\n"
         "ssl_certificate = %s/cert.pem\nssl_certificate_key = %s/key.pem\n"
         "root = %s/html\n",
-        ntohs(srv_addr[0].sin_port), dir, dir, dir, refused_port, dir,
-        ntohs(srv_addr[1].sin_port), dir, dir, dir);
+        ntohs(srv_addr[0].sin_port), dir, dir, dir, refused_port, up_port,
+        up_port, dir, ntohs(srv_addr[1].sin_port), dir, dir, dir);
     if (n < 0 || (size_t)n >= sizeof(text))
         abort();
     put("fuzz.conf", text, (size_t)n);
@@ -326,6 +334,10 @@ static void setup(void)
         struct sockaddr_in r;
         refused = loopback(SOCK_STREAM, &r); /* bound, not listening */
         refused_port = ntohs(r.sin_port);
+        up_ls = loopback(SOCK_STREAM, &r); /* the harness's upstream */
+        if (listen(up_ls, 64) < 0)
+            abort();
+        up_port = ntohs(r.sin_port);
     }
     /* FUZZ_QUIC_TRACE=1: the worker's debug log on stderr, to see what
      * an input did */
@@ -692,6 +704,69 @@ static void retry_seen(const uint8_t *p, size_t n)
     retried = 1;
 }
 
+/*
+ * The upstream of /echo/ and /hold/: it reads what the proxy sends and
+ * answers a request line for /echo/ at once (a short body, chunked), one
+ * for /hold/ never: that request waits while the client resets its
+ * stream, the connection ends or the worker stops. The harness closes
+ * what is left at the input's end.
+ */
+#define MAX_UP 16
+
+static struct {
+    int fd;
+    unsigned answered : 1;
+} ups[MAX_UP];
+static unsigned nups;
+
+static int upstream(void)
+{
+    static const char answer[] = "HTTP/1.1 200 OK\r\nContent-Type: text/plain"
+                                 "\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                 "b\r\nhello world\r\n0\r\n\r\n";
+    char buf[16384];
+    unsigned i;
+    ssize_t n;
+    int fd, moved = 0;
+
+    while ((fd = accept4(up_ls, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >=
+           0) {
+        moved = 1;
+        if (nups == MAX_UP) {
+            close(fd);
+            continue;
+        }
+        ups[nups].fd = fd;
+        ups[nups++].answered = 0;
+    }
+    for (i = 0; i < nups;) {
+        n = recv(ups[i].fd, buf, sizeof(buf), 0);
+        if (n > 0) {
+            moved = 1;
+            /* the request line starts what it reads first */
+            if (!ups[i].answered &&
+                memmem(buf, (size_t)n, " /hold/", 7) == NULL &&
+                send(ups[i].fd, answer, sizeof(answer) - 1, MSG_NOSIGNAL) < 0)
+                n = 0;
+            ups[i].answered = 1;
+        }
+        if (n == 0 || (n < 0 && errno != EAGAIN)) {
+            moved = 1;
+            close(ups[i].fd);
+            ups[i] = ups[--nups];
+            continue;
+        }
+        i++;
+    }
+    return moved;
+}
+
+static void upstream_close(void)
+{
+    while (nups)
+        close(ups[--nups].fd);
+}
+
 /* When the next timer of the worker's or the client's is due (ns on the
  * harness's clock), UINT64_MAX for none */
 static uint64_t next_timer(client_t *q)
@@ -725,6 +800,7 @@ static void settle(client_t *q, int mode1)
         int moved = q ? client_write(q) : 0;
         if (fd_worker_fuzz_turn(0) != FD_OK)
             abort();
+        moved |= upstream();
         while ((n = recv(cli, buf, sizeof(buf), 0)) > 0) {
             moved = 1;
             answers++;
@@ -980,8 +1056,29 @@ static void h3(uint8_t opt, const uint8_t *p, const uint8_t *end)
             ngtcp2_conn_shutdown_stream(q.conn, 0, *sid, 0x10c);
             settle(&q, 0);
         }
+        if (op & 0x80) {
+            /* a graceful stop's first step: GOAWAY, the connection ends
+             * with its last stream (the worker itself goes on) */
+            fd_quic_quit();
+            settle(&q, 0);
+        }
+    }
+    if ((opt & 0x40) && !q.dead) {
+        /* the client ends it: CONNECTION_CLOSE, while the worker may
+         * still hold a request (the proxy's, waiting on /hold/) */
+        uint8_t buf[MAX_DGRAM];
+        ngtcp2_pkt_info pi;
+        ngtcp2_ccerr ce;
+        ngtcp2_ssize n;
+
+        ngtcp2_ccerr_set_application_error(&ce, 0x100, NULL, 0);
+        n = ngtcp2_conn_write_connection_close(q.conn, &q.ps.path, &pi, buf,
+                                               sizeof(buf), &ce, now());
+        if (n > 0)
+            send_to(to, buf, (size_t)n);
     }
     client_free(&q);
+    settle(NULL, 0);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -1005,11 +1102,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 1: initial(data[0], data + 5, data + size); break;
     default: h3(data[0], data + 5, data + size); break;
     }
-    /* every connection ends: idle timeouts, then closing periods */
+    /* every connection ends (idle timeouts, then closing periods), and
+     * after the first hour the held requests (the proxy sees its
+     * upstream close; /hold/'s read_timeout is longer): a connection
+     * freed under a request the proxy still holds (qc->refs) */
     for (i = 0; i < JUMPS; i++) {
-        if (fd_stats->quic_active == 0 && fd_worker->nheld == 0)
+        if (fd_stats->quic_active == 0 && fd_worker->nheld == 0 && nups == 0)
             break;
         fake_ns += 3600 * NGTCP2_SECONDS;
+        settle(NULL, 0);
+        upstream_close();
         settle(NULL, 0);
     }
     faking = 0;

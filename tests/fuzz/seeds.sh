@@ -331,10 +331,25 @@ seeds = {
       + op(0x20, b":method: POST\n:scheme: https\n:authority: localhost\n:path: /small/x\ncontent-length: 3\n")
       + op(0x00, frame(0, b"abcd")) + op(0x24, b"x-trailer: 1\n"),
   "big": b"\x02" + seed + op(1, frame(4, b"")) + op(0x24, GET + b":path: /big.txt\n")
-      + op(0x2c, GET + b":path: /rated/a.txt\nrange: bytes=3-9\n"),
+      + op(0x2c, GET + b":path: /rated/big.txt\nrange: bytes=3-40000\n"),
   "connect": b"\x02" + seed + op(1, frame(4, b""))
       + op(0x24, b":method: CONNECT\n:authority: localhost:443\n")
       + op(0x2c, GET + b":path: ../x\nhost: other\ncookie: a=1\ncookie: b=2\n"),
+  # the proxy to the harness's upstream: a streamed upload answered at
+  # once, a request held while its stream is reset, one held while the
+  # connection ends (silent, or closed by the client), one held through a
+  # graceful stop
+  "echo-post": b"\x02" + seed + op(1, frame(4, b""))
+      + op(0x20, b":method: POST\n:scheme: https\n:authority: localhost\n:path: /echo/p\n")
+      + op(0x00, frame(0, b"a" * 300)) + op(0x04, frame(0, b"b" * 30)),
+  "hold-reset": b"\x02" + seed + op(1, frame(4, b""))
+      + op(0x64, GET + b":path: /hold/x\n"),
+  "hold-gone": b"\x02" + seed + op(1, frame(4, b""))
+      + op(0x24, GET + b":path: /hold/y\n") + op(0x2c, GET + b":path: /echo/z\n"),
+  "hold-close": b"\x42" + seed + op(1, frame(4, b""))
+      + op(0x24, GET + b":path: /hold/c\n"),
+  "hold-quit": b"\x02" + seed + op(1, frame(4, b""))
+      + op(0xa4, GET + b":path: /hold/q\n") + op(0x2c, GET + b":path: /plaintext\n"),
   "stream-reset": b"\x02" + seed + op(1, frame(4, b""))
       + op(0x20, GET + b":path: /a.txt\n") + op(0x40, b""),
   "qpack": b"\x02" + seed + op(1, frame(4, vi(1) + vi(4096)))
