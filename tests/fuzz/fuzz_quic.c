@@ -60,8 +60,8 @@
  * the connection IDs fastd and ngtcp2 pick, the tokens' timestamps, every
  * timer. GnuTLS's generator, seeded once, is its own: key shares differ
  * between runs, which changes the ciphertexts, not what they carry.
- * Loopback UDP is delivered at once; nothing is lost, so nothing is
- * retransmitted.
+ * Loopback UDP is delivered at once and nothing is lost: a packet sent
+ * again is sent by a timer, on the harness's clock.
  *
  * FUZZ_QUIC_TRACE=1: the worker's log (debug level) and a line of counts
  * after each input on stderr. FUZZ_QUIC_CAPTURE=FILE: the harness's
@@ -72,9 +72,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
