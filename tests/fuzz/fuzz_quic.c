@@ -983,7 +983,7 @@ static const uint8_t *headers(const uint8_t *p, size_t n, size_t *len)
             m += qpack_int(f + m, 0x00, 7, vl);
             memcpy(f + m, v, vl), m += vl;
         }
-        p = eol + 1;
+        p = eol < end ? eol + 1 : end;
     }
     if (room < m + 16)
         return (*len = 0, out);
