@@ -3,7 +3,8 @@
 # wire: http2_max_concurrent_streams (SETTINGS, the stream past it
 # refused), http2_max_header_size (431, the connection goes on),
 # http2_initial_window (SETTINGS, the window an upload gets and never
-# more), send_timeout against a zero-window slow reader (closed in 2-8 s,
+# more), max_body_size for a body without content-length, send_timeout
+# against a zero-window slow reader (closed in 2-8 s,
 # RSS flat), keepalive_requests (GOAWAY after that many streams, the
 # streams in flight finish, the connection closes) and http2_idle_timeout.
 
@@ -25,7 +26,8 @@ my $be = Backend->new(handler => sub {
                              . unpack('%32C*', $req->{body}) . "\n");
 });
 my $proxy = FastdTest::proxy_locations('p')
-          . "[upstream p]\nserver = " . $be->addr . "\n\n";
+          . "[upstream p]\nserver = " . $be->addr . "\n\n"
+          . "[location /limited/]\nhandler = plaintext\nmax_body_size = 64\n\n";
 
 my $t = FastdTest->new(conf => H2::conf(
     http => { http2_max_concurrent_streams => 4, http2_max_header_size => '1k',
@@ -252,6 +254,24 @@ ok(defined $o->{closed} && $o->{closed} >= 1.5 && $o->{closed} <= 8,
    . ($o->{closed} // 'open')) or diag(H2::explain($o));
 ok(FastdTest::wait_for(sub { $t->error_log =~ /client timed out sending the request/ }),
    'and logged as the client sending too slowly');
+
+# --- max_body_size, the body's length unsaid ------------------------------------
+# A body without content-length to a buffered location with max_body_size
+# = 64: 100 bytes are 413, as with a length (they once went through: the
+# check waited for the first 4 KB buffer to grow); 60 are the handler's.
+$o = H2::py($t, <<'PY');
+c = Raw()
+c.until(lambda: c.settings, 5)
+out = {}
+for sid, n in ((1, 100), (3, 60)):
+    c.req(sid, '/limited/', method='POST', end_stream=False)
+    c.data(sid, b'x' * n, end_stream=True)
+    out[n] = c.response(sid, timeout=10)['status']
+done(s100=out[100], s60=out[60], **c.summary())
+PY
+is($o->{s100}, 413, 'a body of unknown length over max_body_size: 413')
+    or diag(H2::explain($o));
+is($o->{s60}, 200, 'and one under it: 200');
 
 my @w = H2::serving($t);
 ok($w[0], 'the worker serves a new client') or diag($w[2]);

@@ -4,7 +4,8 @@
 # Debian's pycurl fetch /plaintext, a static file of several MB (byte for
 # byte), a proxied response and a POST body through the proxy (its digest
 # from the backend); 100 streams at once on one connection; TCP responses
-# carry Alt-Svc; the access log says HTTP/3.0. Bad input -- garbage
+# carry Alt-Svc; the access log says HTTP/3.0; max_body_size holds for a
+# body with and without a Content-Length. Bad input -- garbage
 # datagrams, a truncated Initial, an Initial that does not decrypt, an
 # unknown version (answered with Version Negotiation) -- breaks nothing.
 # /status and Prometheus count QUIC connections, streams, the Initials
@@ -138,6 +139,10 @@ root = %%DIR%%/www
 [location /plaintext]
 handler = plaintext
 
+[location /limited/]
+handler = plaintext
+max_body_size = 64
+
 [location = /status]
 handler = status
 
@@ -183,6 +188,17 @@ CONF
     is($r->{status}, 200, "$backend: POST of 300 KB through the proxy: 200");
     is($r->{body}, "sha256=" . sha256_hex($post) . " length=300000\n",
        "$backend: the backend got the POST body byte for byte");
+
+    # max_body_size, whether or not the body says its length: a body of
+    # unknown length once got up to 4 KB past it (the first buffer)
+    FastdTest::spew("$dir/100.bin", 'x' x 100);
+    FastdTest::spew("$dir/60.bin", 'x' x 60);
+    $r = h3($t, ['--post', "$dir/100.bin"], '/limited/');
+    is($r->{status}, 413, "$backend: 100 bytes over max_body_size 64, with its length: 413");
+    $r = h3($t, ['--post-unsized', "$dir/100.bin"], '/limited/');
+    is($r->{status}, 413, "$backend: and without (a body of unknown length): 413");
+    $r = h3($t, ['--post-unsized', "$dir/60.bin"], '/limited/');
+    is($r->{status}, 200, "$backend: 60 bytes without a length: 200");
 
     # --- many streams on one connection ------------------------------------------
     my @rs = h3($t, ['--streams', 100], '/plaintext', '/small.txt');

@@ -574,15 +574,17 @@ static void body_feed(h2s_t *st)
     size_t n = st->ib_len - st->ib_pos, max = r->loc->max_body_size;
 
     if (n) {
+        /* before the buffer is full too: a body of unknown length starts
+         * in one of 4 KB (body_start), whatever max_body_size says */
+        if (r->body_len + n > max) {
+            fd_http_finalize(r, 413);
+            return;
+        }
         if (r->body_len + n > r->body_cap) {
             size_t cap = r->body_cap ? r->body_cap : 4096;
             char *nb;
             while (cap < r->body_len + n)
                 cap *= 2;
-            if (r->body_len + n > max) {
-                fd_http_finalize(r, 413);
-                return;
-            }
             cap = fd_min(cap, max);
             nb = fd_pnalloc(r->pool, cap);
             if (nb == NULL) {

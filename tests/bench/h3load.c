@@ -355,25 +355,6 @@ static void raw_add(int64_t id, const void *data, size_t len, int fin)
     w->fin = fin;
 }
 
-/* a QPACK prefixed integer (RFC 9204 4.1.1) after flags in its first
- * byte */
-static size_t qpack_int(uint8_t *p, uint8_t flags, unsigned prefix,
-                        uint64_t v)
-{
-    uint64_t max = (1u << prefix) - 1;
-    size_t n = 0;
-
-    if (v < max) {
-        p[n++] = (uint8_t)(flags | v);
-        return n;
-    }
-    p[n++] = (uint8_t)(flags | max);
-    for (v -= max; v >= 128; v >>= 7)
-        p[n++] = (uint8_t)(0x80 | (v & 0x7f));
-    p[n++] = (uint8_t)v;
-    return n;
-}
-
 /* The raw cases: streams of our own bytes, no nghttp3 */
 static int attack_raw(conn_t *c)
 {

@@ -267,4 +267,99 @@ for n, b in enumerate(seeds):
     open("%s/hello-%d" % (sys.argv[1], n), "wb").write(b)
 PY
 
+# --- QUIC and HTTP/3 (fuzz_quic: the modes are in its header) ---------------
+mkdir -p "$dir/fuzz_quic"
+/usr/bin/python3 - "$dir/fuzz_quic" <<'PY' || true
+import struct, sys
+out = sys.argv[1]
+seed = b"\x11\x22\x33\x44"
+def rec(b): return struct.pack(">H", len(b)) + b
+def op(o, b): return bytes([o]) + struct.pack(">H", len(b)) + b
+def vi(v):
+    if v < 64: return bytes([v])
+    if v < 16384: return struct.pack(">H", 0x4000 | v)
+    return struct.pack(">I", 0x80000000 | v)
+def frame(t, p): return vi(t) + vi(len(p)) + p
+def long_hdr(version, dcid, scid, rest):
+    return bytes([0xc0]) + struct.pack(">I", version) + bytes([len(dcid)]) \
+        + dcid + bytes([len(scid)]) + scid + rest
+def pad(b): return b + b"\0" * max(0, 1200 - len(b))
+GET = b":method: GET\n:scheme: https\n:authority: localhost\n"
+seeds = {
+  # raw datagrams: an unknown version (Version Negotiation), a short
+  # header for a gone connection of this worker (a stateless reset), an
+  # Initial with a Retry token and one with a NEW_TOKEN one, not ours,
+  # a truncated long header
+  "vn": b"\0" + seed + rec(pad(long_hdr(0x1a2a3a4a, b"D" * 8, b"S" * 8, b""))),
+  "reset": b"\x40" + seed + rec(b"\x41" + b"\0" * 17 + b"r" * 40),
+  "retry-token": b"\x04" + seed + rec(pad(long_hdr(1, b"D" * 18, b"S" * 8,
+      vi(40) + b"\xb7" + b"t" * 39 + vi(60) + b"\0" * 60))),
+  "new-token": b"\0" + seed + rec(pad(long_hdr(1, b"D" * 8, b"S" * 8,
+      vi(40) + b"\x36" + b"t" * 39 + vi(60) + b"\0" * 60))),
+  "short": b"\0" + seed + rec(b"\xc0\0\0\0\1\x08DDDD"),
+  # Initials: the real ClientHello alone, then with frames after it, to
+  # the quic_retry address (the Retry, then its token), of the input's
+  # own (a CRYPTO frame that is not TLS, ACK, PING, CONNECTION_CLOSE)
+  "hello": b"\x09" + seed,
+  "hello-retry": b"\x0d" + seed,
+  # with a NEW_TOKEN token of the worker's: no Retry, no amplification limit
+  "hello-newtoken": b"\x49" + seed,
+  "hello-newtoken-retry": b"\x4d" + seed + rec(b"\x01"),
+  "hello-ping": b"\x09" + seed + rec(b"\x01") + rec(b"\x02\x00\x00\x00\x00"),
+  "hello-close": b"\x09" + seed + rec(b"\x1c\x0a\x06\x03bye"),
+  "crypto": b"\x01" + seed + rec(b"0123456789abcdef")
+      + rec(b"\x06\x00\x10" + b"\x16\x03\x03\x00\x0c" + b"\x01" * 11)
+      + rec(b"\x06\x40\x10\x04" + b"\x01" * 4),
+  "crypto-nopad": b"\x11" + seed + rec(b"0123456789") + rec(b"\x01"),
+  # HTTP/3: SETTINGS on the control stream, then requests
+  "get": b"\x02" + seed + op(1, frame(4, b"")) + op(0x24, GET + b":path: /index.html\n"),
+  "get-retry": b"\x06" + seed + op(1, frame(4, b"")) + op(0x24, GET + b":path: /a.txt\naccept-encoding: gzip\n"),
+  "plaintext": b"\x02" + seed + op(1, frame(4, vi(1) + vi(0) + vi(7) + vi(0)))
+      + op(0x24, GET + b":path: /plaintext\nuser-agent: fuzz\n")
+      + op(0x2c, GET + b":path: /status\n")
+      + op(0x34, GET + b":path: /up/x?a=1\n"),
+  "post": b"\x02" + seed + op(1, frame(4, b""))
+      + op(0x20, b":method: POST\n:scheme: https\n:authority: localhost\n:path: /up/p\ncontent-length: 5\n")
+      + op(0x04, frame(0, b"hello")),
+  # a body over max_body_size, its length not said; a Content-Length the
+  # DATA does not match; trailers; a response larger than the client's
+  # windows, and one paced by limit_rate; CONNECT; a bad :path
+  "post-big": b"\x02" + seed + op(1, frame(4, b""))
+      + op(0x20, b":method: POST\n:scheme: https\n:authority: localhost\n:path: /small/x\n")
+      + op(0x00, frame(0, b"x" * 100)) + op(0x04, frame(0, b"y" * 10)),
+  "post-cl": b"\x02" + seed + op(1, frame(4, b""))
+      + op(0x20, b":method: POST\n:scheme: https\n:authority: localhost\n:path: /small/x\ncontent-length: 3\n")
+      + op(0x00, frame(0, b"abcd")) + op(0x24, b"x-trailer: 1\n"),
+  "big": b"\x02" + seed + op(1, frame(4, b"")) + op(0x24, GET + b":path: /big.txt\n")
+      + op(0x2c, GET + b":path: /rated/big.txt\nrange: bytes=3-40000\n"),
+  "connect": b"\x02" + seed + op(1, frame(4, b""))
+      + op(0x24, b":method: CONNECT\n:authority: localhost:443\n")
+      + op(0x2c, GET + b":path: ../x\nhost: other\ncookie: a=1\ncookie: b=2\n"),
+  # the proxy to the harness's upstream: a streamed upload answered at
+  # once, a request held while its stream is reset, one held while the
+  # connection ends (silent, or closed by the client), one held through a
+  # graceful stop
+  "echo-post": b"\x02" + seed + op(1, frame(4, b""))
+      + op(0x20, b":method: POST\n:scheme: https\n:authority: localhost\n:path: /echo/p\n")
+      + op(0x00, frame(0, b"a" * 300)) + op(0x04, frame(0, b"b" * 30)),
+  "hold-reset": b"\x02" + seed + op(1, frame(4, b""))
+      + op(0x64, GET + b":path: /hold/x\n"),
+  "hold-gone": b"\x02" + seed + op(1, frame(4, b""))
+      + op(0x24, GET + b":path: /hold/y\n") + op(0x2c, GET + b":path: /echo/z\n"),
+  "hold-close": b"\x42" + seed + op(1, frame(4, b""))
+      + op(0x24, GET + b":path: /hold/c\n"),
+  "hold-quit": b"\x02" + seed + op(1, frame(4, b""))
+      + op(0xa4, GET + b":path: /hold/q\n") + op(0x2c, GET + b":path: /plaintext\n"),
+  "stream-reset": b"\x02" + seed + op(1, frame(4, b""))
+      + op(0x20, GET + b":path: /a.txt\n") + op(0x40, b""),
+  "qpack": b"\x02" + seed + op(1, frame(4, vi(1) + vi(4096)))
+      + op(2, b"\x3f\xe1\x1f" + b"\x4a" + b"x-custom-k" + b"\x01v")
+      + op(0x04, frame(1, b"\x02\x00\xd1\xd7\x50\x09localhost\xc1\x80")),
+  "goaway": b"\x02" + seed + op(1, frame(4, b"") + frame(7, vi(0))),
+  "data-first": b"\x02" + seed + op(1, frame(4, b"")) + op(0x04, frame(0, b"x")),
+}
+for name, b in seeds.items():
+    open("%s/%s" % (out, name), "wb").write(b)
+PY
+
 echo "seeds written to $dir ($n text seeds)"

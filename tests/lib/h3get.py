@@ -2,15 +2,17 @@
 """HTTP/3 requests for the tests, through Debian's pycurl on libcurl-gnutls
 (built with ngtcp2 and nghttp3): HTTP/3 only (no fallback to TCP).
 
-  h3get.py [--post FILE] [--streams N] [--cafile CA] [--abort-after BYTES]
-           [--timeout-ms MS] [--tcp] [--cert CRT --key KEY] [--host HOST]
-           [--resume] HOST:PORT:ADDR URL...
+  h3get.py [--post FILE | --post-unsized FILE] [--streams N] [--cafile CA]
+           [--abort-after BYTES] [--timeout-ms MS] [--tcp]
+           [--cert CRT --key KEY] [--host HOST] [--resume] HOST:PORT:ADDR URL...
 
 --streams N fetches the URLs N times each, all at once, multiplexed on one
 connection (PIPEWAIT). One JSON line per response: status, HTTP version
 (30 for HTTP/3), body length and sha256, the header fields, and the
 connections libcurl opened for it; a failed transfer prints its curl error.
---abort-after gives up on a response once that many body bytes came (its
+--post-unsized sends the body without a Content-Length (libcurl reads it
+through a callback: a body of unknown length). --abort-after gives up
+on a response once that many body bytes came (its
 stream is reset), --timeout-ms on a transfer that takes longer.
 
 HOST:PORT:ADDR may be several, comma-separated. For the TLS tests
@@ -34,6 +36,7 @@ TIMEOUT_MS = None
 TCP = False
 CERT = None
 HOST = None
+UNSIZED = False
 
 
 def handle(url, resolve, cafile, post, c=None):
@@ -68,7 +71,10 @@ def handle(url, resolve, cafile, post, c=None):
     c.setopt(pycurl.PIPEWAIT, 1)
     if not TIMEOUT_MS:
         c.setopt(pycurl.TIMEOUT, 60)
-    if post is not None:
+    if post is not None and UNSIZED:
+        c.setopt(pycurl.POST, 1)
+        c.setopt(pycurl.READFUNCTION, io.BytesIO(post).read)
+    elif post is not None:
         c.setopt(pycurl.POSTFIELDS, post)
     return c
 
@@ -100,11 +106,12 @@ def report(c, err=None):
 
 
 def main(argv):
-    global ABORT_AFTER, TIMEOUT_MS, TCP, CERT, HOST
+    global ABORT_AFTER, TIMEOUT_MS, TCP, CERT, HOST, UNSIZED
     post, streams, cafile, resume = None, 0, None, False
     while argv and argv[0].startswith('--'):
         opt = argv.pop(0)
-        if opt == '--post':
+        if opt in ('--post', '--post-unsized'):
+            UNSIZED = opt == '--post-unsized'
             with open(argv.pop(0), 'rb') as f:
                 post = f.read()
         elif opt == '--streams':

@@ -1,8 +1,8 @@
 /*
  * What the test clients over QUIC share (tests/bench/h3load.c,
- * tests/lib/quicraw.c): ngtcp2's client callbacks of GnuTLS's crypto, and
- * the TLS session of a connection. Header only, static: each client is one
- * file compiled alone.
+ * tests/lib/quicraw.c, tests/fuzz/fuzz_quic.c): ngtcp2's client callbacks
+ * of GnuTLS's crypto, the TLS session of a connection, and QPACK's
+ * integers. Header only, static: each client is one file compiled alone.
  *
  *   static const ngtcp2_callbacks cb = {
  *       QUIC_CLIENT_CALLBACKS,
@@ -84,6 +84,25 @@ static int quic_client_tls(gnutls_session_t *tls,
     gnutls_session_set_ptr(*tls, ref);
     ngtcp2_conn_set_tls_native_handle(q, *tls);
     return 0;
+}
+
+/* a QPACK prefixed integer (RFC 9204 4.1.1) after flags in its first
+ * byte */
+static inline size_t qpack_int(uint8_t *p, uint8_t flags, unsigned prefix,
+                               uint64_t v)
+{
+    uint64_t max = (1u << prefix) - 1;
+    size_t n = 0;
+
+    if (v < max) {
+        p[n++] = (uint8_t)(flags | v);
+        return n;
+    }
+    p[n++] = (uint8_t)(flags | max);
+    for (v -= max; v >= 128; v >>= 7)
+        p[n++] = (uint8_t)(0x80 | (v & 0x7f));
+    p[n++] = (uint8_t)v;
+    return n;
 }
 
 #endif
