@@ -10,10 +10,6 @@
 #include "fastd_upstream.h"
 #include "fd_core.h"
 #include "fd_http.h"
-#include "fd_sendq.h"
-#include "fd_ssl.h"
-#include "fd_upstream.h"
-#include "fd_upstream_proto.h"
 #include "fd_var.h"
 
 extern fd_module_t fd_proxy_module;
@@ -22,14 +18,6 @@ enum { HOST_PASS, HOST_UPSTREAM };
 
 /* what a location speaks to its upstream */
 enum { PROXY_H1, PROXY_H2, PROXY_GRPC };
-
-/* next_upstream */
-#define NEXT_ERROR FD_UPSTREAM_NEXT_ERROR
-#define NEXT_TIMEOUT FD_UPSTREAM_NEXT_TIMEOUT
-#define NEXT_502 FD_UPSTREAM_NEXT_502
-#define NEXT_503 FD_UPSTREAM_NEXT_503
-#define NEXT_504 FD_UPSTREAM_NEXT_504
-#define NEXT_NON_IDEMPOTENT FD_UPSTREAM_NEXT_NON_IDEMPOTENT
 
 /* request headers the proxy generates, which a set_header replaces */
 #define GEN_HOST 0x01
@@ -80,20 +68,24 @@ typedef struct {
     char *pass;                /* pass = http[s]://NAME/uri */
     int proxy_host;
     fd_conf_list_t set_header;
-    fd_upstream_opts_t u;      /* timeouts, next_upstream, buffering,
-                                * TLS: the engine's */
+    fd_msec_t connect_timeout; /* the options of uc */
+    fd_msec_t send_timeout;
+    fd_msec_t read_timeout;
+    unsigned next_upstream;    /* FD_API_UPSTREAM_NEXT_* */
+    fd_int_t next_upstream_tries;
+    int buffering;
     fd_msec_t websocket_idle_timeout;
     int websocket;
-    fd_ssl_client_conf_t ssl;  /* proxy_ssl_* */
+    fd_api_tls_client_t *tls;  /* proxy_ssl_*'s files, protocols, ciphers */
+    int ssl_verify;            /* ... and its flags */
+    int ssl_server_name;
+    int ssl_session_reuse;
     char *ssl_name;
 
     /* built */
-    fd_upstream_t *up;
-    fd_api_upstream_t *group;  /* up, as fastd_upstream.h has it */
-    fd_api_upstream_conf_t *uc; /* the location's requests to up, on
-                                 * fastd_upstream.h */
+    fd_api_upstream_t *group;  /* upstream = NAME, or pass's HOST:PORT */
+    fd_api_upstream_conf_t *uc; /* the location's requests to it */
     char *pass_host;           /* HOST of pass, or the group's NAME */
-    fd_ssl_client_t *ssl_client; /* pass = https://: TLS to the upstream */
     fd_str_t uri;              /* the URI part of pass, if any */
     unsigned has_uri:1;
     unsigned https:1;
@@ -210,9 +202,6 @@ struct proxy_req_s {
 extern const fd_api_upstream_proto_t fd_proxy_protos[3];
 /* for the tunnel and the cache */
 int fd_proxy_fail(proxy_req_t *px, int status);
-/* The engine's request under px->au, for the tunnel and the cache until
- * they are on the API */
-#define fd_proxy_eu(px) fd_upstream_api_engine((px)->au)
 /* r's proxy request (r->ctx is its upstream side), or NULL */
 static inline proxy_req_t *fd_proxy_req(fd_request_t *r)
 {

@@ -7,6 +7,10 @@
 #define FD_PROXY_CACHE_INT_H
 
 #include "fd_proxy.h"
+#include "fd_upstream_proto.h"
+
+/* The engine's request under px->au: the cache is not on the API */
+#define fd_proxy_eu(px) fd_upstream_api_engine((px)->au)
 
 #define WAYS 8
 #define POLL_MS 10

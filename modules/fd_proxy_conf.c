@@ -8,12 +8,8 @@
 #include "fd_http.h"
 #include "fd_proxy.h"
 
-static int set_upstream(fd_conf_t *cf, const fd_directive_t *d, void *conf,
-                        const char *value);
-static int set_pass(fd_conf_t *cf, const fd_directive_t *d, void *conf,
-                    const char *value);
-static int set_next_upstream(fd_conf_t *cf, const fd_directive_t *d,
-                             void *conf, const char *value);
+static int set_api(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                   const char *value);
 static int set_hide_header(fd_conf_t *cf, const fd_directive_t *d,
                            void *conf, const char *value);
 static int set_redirect(fd_conf_t *cf, const fd_directive_t *d, void *conf,
@@ -24,12 +20,17 @@ static const fd_conf_enum_t host_enums[] = {
 
 #define LOC(f) offsetof(proxy_loc_conf_t, f)
 
+/* set_api's keys (d->offset): the TLS client's are FD_API_TLS_* */
+enum { KEY_UPSTREAM = 100, KEY_PASS, KEY_NEXT };
+
 const fd_directive_t fd_proxy_directives[] = {
-    {.name = "upstream", .type = FD_CONF_CUSTOM, .set = set_upstream,
+    {.name = "upstream", .type = FD_CONF_CUSTOM, .offset = KEY_UPSTREAM,
+     .set = set_api,
      .doc = "handler = proxy: the [upstream NAME] group requests go to; the "
             "request URI is passed as the client sent it (after a rewrite: "
             "the new URI, normalised and encoded)"},
-    {.name = "pass", .type = FD_CONF_CUSTOM, .set = set_pass,
+    {.name = "pass", .type = FD_CONF_CUSTOM, .offset = KEY_PASS,
+     .set = set_api,
      .handler_key = 1, /* fastcgi's too: the location's handler decides */
      .doc = "handler = proxy, as nginx's proxy_pass: http://NAME[/uri] where "
             "NAME is an [upstream NAME] or HOST[:PORT] (resolved at load). "
@@ -77,17 +78,17 @@ const fd_directive_t fd_proxy_directives[] = {
             "URI, else /. Any proxy_redirect replaces the implied default "
             "(list default again to keep it); off removes every rule. E.g. "
             "proxy_redirect = http://app:3000/ https://$host/app/"},
-    {.name = "buffering", .type = FD_CONF_FLAG, .offset = LOC(u.buffering),
+    {.name = "buffering", .type = FD_CONF_FLAG, .offset = LOC(buffering),
      .def = "on",
      .doc = "on: the response body is read in pieces of up to 16k as fast "
             "as the client takes it (memory stays bounded; no temp files); "
             "off: each piece leaves as soon as it arrives (server-sent "
             "events, long polling)"},
     {.name = "connect_timeout", .type = FD_CONF_MSEC,
-     .offset = LOC(u.connect_timeout), .def = "60s",
+     .offset = LOC(connect_timeout), .def = "60s",
      .doc = "connecting to an upstream server; 504 on expiry"},
     {.name = "proxy_send_timeout", .type = FD_CONF_MSEC,
-     .offset = LOC(u.send_timeout), .def = "60s",
+     .offset = LOC(send_timeout), .def = "60s",
      .doc = "between two writes of the request to the upstream; 504 on "
             "expiry"},
     /* its old name, which [http] send_timeout (the client's) shares */
@@ -95,19 +96,18 @@ const fd_directive_t fd_proxy_directives[] = {
      .doc = "the upstream's is proxy_send_timeout; the client's is [http] "
             "send_timeout"},
     {.name = "read_timeout", .type = FD_CONF_MSEC,
-     .offset = LOC(u.read_timeout), .def = "60s",
+     .offset = LOC(read_timeout), .def = "60s",
      .doc = "between two reads of the response from the upstream; 504 on "
             "expiry before the response header"},
     {.name = "next_upstream", .type = FD_CONF_CUSTOM,
-     .offset = LOC(u.next_upstream), .def = "error timeout",
-     .set = set_next_upstream,
+     .offset = KEY_NEXT, .def = "error timeout", .set = set_api,
      .doc = "when to try the next server: any of error timeout http_502 "
             "http_503 http_504 non_idempotent, or off. A request whose "
             "method is not idempotent is retried only if no byte of it was "
             "sent (or with non_idempotent), and never once its body was "
             "read from the client"},
     {.name = "next_upstream_tries", .type = FD_CONF_INT,
-     .offset = LOC(u.next_upstream_tries), .def = "0",
+     .offset = LOC(next_upstream_tries), .def = "0",
      .doc = "at most this many servers per request; 0: no limit"},
     {.name = "websocket", .type = FD_CONF_FLAG, .offset = LOC(websocket),
      .def = "off",
@@ -123,14 +123,14 @@ const fd_directive_t fd_proxy_directives[] = {
      .doc = "a WebSocket tunnel with no byte either way for this long is "
             "closed"},
     {.name = "proxy_ssl_verify", .type = FD_CONF_FLAG,
-     .offset = LOC(ssl.verify), .def = "on",
+     .offset = LOC(ssl_verify), .def = "on",
      .doc = "pass = https://: the upstream's certificate must verify "
             "against proxy_ssl_trusted_certificate and be valid for "
             "proxy_ssl_name; a failure is the server's error (the next "
             "server, then 502) with the reason in the error log. off: any "
             "certificate is taken"},
     {.name = "proxy_ssl_trusted_certificate", .type = FD_CONF_CUSTOM,
-     .offset = LOC(ssl.trusted), .set = fd_ssl_set_path,
+     .offset = FD_API_TLS_TRUSTED, .set = set_api,
      .doc = "PEM CA certificates the upstream's certificate is verified "
             "against; default: the system's store (OpenSSL's default "
             "paths: /etc/ssl/certs on Debian)"},
@@ -140,28 +140,28 @@ const fd_directive_t fd_proxy_directives[] = {
             "NAME], NAME). An IP address is matched against the "
             "certificate's IP addresses and sends no SNI"},
     {.name = "proxy_ssl_server_name", .type = FD_CONF_FLAG,
-     .offset = LOC(ssl.server_name), .def = "on",
+     .offset = LOC(ssl_server_name), .def = "on",
      .doc = "send proxy_ssl_name as SNI (RFC 6066). On by default, unlike "
             "nginx: an upstream behind a name-based TLS front needs it"},
     {.name = "proxy_ssl_certificate", .type = FD_CONF_CUSTOM,
-     .offset = LOC(ssl.certificate), .set = fd_ssl_set_path,
+     .offset = FD_API_TLS_CERTIFICATE, .set = set_api,
      .doc = "a PEM client certificate (then its chain) for upstreams that "
             "ask for one; with proxy_ssl_certificate_key"},
     {.name = "proxy_ssl_certificate_key", .type = FD_CONF_CUSTOM,
-     .offset = LOC(ssl.certificate_key), .set = fd_ssl_set_path,
+     .offset = FD_API_TLS_CERTIFICATE_KEY, .set = set_api,
      .doc = "the PEM private key of proxy_ssl_certificate; both are read by "
             "the master before privileges drop, again on reload"},
     {.name = "proxy_ssl_protocols", .type = FD_CONF_CUSTOM,
-     .offset = LOC(ssl.protocols), .set = fd_ssl_set_protocols,
+     .offset = FD_API_TLS_PROTOCOLS, .set = set_api,
      .def = "TLSv1.2 TLSv1.3",
      .doc = "TLSv1.2 and/or TLSv1.3 to upstreams (older ones are refused)"},
     {.name = "proxy_ssl_ciphers", .type = FD_CONF_CUSTOM,
-     .offset = LOC(ssl.ciphers), .set = fd_ssl_set_ciphers, .def = "DEFAULT",
+     .offset = FD_API_TLS_CIPHERS, .set = set_api, .def = "DEFAULT",
      .doc = "TLS 1.2 cipher list to upstreams, OpenSSL syntax; DEFAULT is "
             "OpenSSL's (as nginx: an internal upstream may be older than "
             "the clients a server faces)"},
     {.name = "proxy_ssl_session_reuse", .type = FD_CONF_FLAG,
-     .offset = LOC(ssl.session_reuse), .def = "on",
+     .offset = LOC(ssl_session_reuse), .def = "on",
      .doc = "offer an upstream server the last TLS session it gave this "
             "worker when connecting to it again (an abbreviated handshake); "
             "only the location settings and name that verified a session "
@@ -259,17 +259,30 @@ const fd_directive_t fd_proxy_directives[] = {
     FD_CONF_END};
 
 
-static int set_upstream(fd_conf_t *cf, const fd_directive_t *d, void *conf,
-                        const char *value)
+/* n bytes of s, NUL-terminated, in the configuration's memory */
+static char *conf_strndup(const char *s, size_t n)
 {
-    proxy_loc_conf_t *lc = conf;
+    char *p = fd_api_conf_alloc(n + 1);
 
-    (void)d;
-    lc->up = fd_cycle_section(cf->cycle, "upstream", value);
-    if (lc->up == NULL)
-        return fd_conf_error(cf, "unknown upstream \"%s\" (no [upstream %s] "
-                             "section)", value, value);
-    lc->upstream_name = fd_pstrdup(cf->pool, value, strlen(value));
+    if (p == NULL) {
+        fd_api_conf_error("out of memory");
+        return NULL;
+    }
+    memcpy(p, s, n);
+    p[n] = '\0';
+    return p;
+}
+
+static int upstream_set(proxy_loc_conf_t *lc, const char *value)
+{
+    lc->group = fd_api_upstream_group(value);
+    if (lc->group == NULL) {
+        fd_api_conf_error("unknown upstream \"%s\" (no [upstream %s] "
+                          "section)", value, value);
+        return FD_ERROR;
+    }
+    if ((lc->upstream_name = conf_strndup(value, strlen(value))) == NULL)
+        return FD_ERROR;
     lc->pass = NULL;
     lc->has_uri = 0;
     lc->https = 0;
@@ -287,23 +300,20 @@ static int has_port(const char *name)
 
 /* The name TLS checks the upstream's certificate for by default: the
  * group's name, or the HOST of HOST:PORT (no brackets around IPv6). */
-static char *pass_host(fd_conf_t *cf, const char *name, int group)
+static char *pass_host(const char *name, int group)
 {
     const char *end;
 
     if (group)
-        return fd_pstrdup(cf->pool, name, strlen(name));
+        return conf_strndup(name, strlen(name));
     if (name[0] == '[' && (end = strchr(name, ']')) != NULL)
-        return fd_pstrdup(cf->pool, name + 1, (size_t)(end - name - 1));
+        return conf_strndup(name + 1, (size_t)(end - name - 1));
     end = strchr(name, ':');
-    return fd_pstrdup(cf->pool, name, end ? (size_t)(end - name)
-                                          : strlen(name));
+    return conf_strndup(name, end ? (size_t)(end - name) : strlen(name));
 }
 
-static int set_pass(fd_conf_t *cf, const fd_directive_t *d, void *conf,
-                    const char *value)
+static int pass_set(proxy_loc_conf_t *lc, const char *value)
 {
-    proxy_loc_conf_t *lc = conf;
     const char *auth, *end, *slash, *opts;
     char name[256];
     size_t n, ulen;
@@ -315,15 +325,15 @@ static int set_pass(fd_conf_t *cf, const fd_directive_t *d, void *conf,
                    {"grpc://", 0, PROXY_GRPC}, {"grpcs://", 1, PROXY_GRPC}};
     unsigned i;
 
-    (void)d;
     for (i = 0; i < fd_nelems(schemes); i++)
         if (strncmp(value, schemes[i].scheme,
                     strlen(schemes[i].scheme)) == 0)
             break;
-    if (i == fd_nelems(schemes))
-        return fd_conf_error(cf, "\"pass\" must be http[s]://NAME[/uri] "
-                             "(or h2[s]://, grpc[s]://), not \"%s\"",
-                             value);
+    if (i == fd_nelems(schemes)) {
+        fd_api_conf_error("\"pass\" must be http[s]://NAME[/uri] (or "
+                          "h2[s]://, grpc[s]://), not \"%s\"", value);
+        return FD_ERROR;
+    }
     lc->https = schemes[i].https;
     lc->h2 = schemes[i].h2;
     auth = value + strlen(schemes[i].scheme);
@@ -332,37 +342,69 @@ static int set_pass(fd_conf_t *cf, const fd_directive_t *d, void *conf,
         ;
     slash = memchr(auth, '/', (size_t)(end - auth));
     n = (size_t)((slash ? slash : end) - auth);
-    if (n == 0 || n + 4 >= sizeof(name)) /* room for ":443" */
-        return fd_conf_error(cf, "\"pass\": bad host in \"%s\"", value);
+    if (n == 0 || n + 4 >= sizeof(name)) { /* room for ":443" */
+        fd_api_conf_error("\"pass\": bad host in \"%s\"", value);
+        return FD_ERROR;
+    }
     memcpy(name, auth, n);
     name[n] = '\0';
-    lc->up = fd_cycle_section(cf->cycle, "upstream", name);
-    if (lc->up && *opts)
-        return fd_conf_error(cf, "\"pass\": options for [upstream %s] go on "
-                             "its \"server\" lines", name);
-    lc->pass_host = pass_host(cf, name, lc->up != NULL);
-    if (lc->pass_host == NULL)
-        return fd_conf_error(cf, "out of memory");
-    if (lc->up == NULL && lc->https && !has_port(name))
-        memcpy(name + n, ":443", 5);
-    if (lc->up == NULL &&
-        (lc->up = fd_upstream_implicit(cf, name, opts)) == NULL)
+    lc->group = fd_api_upstream_group(name);
+    if (lc->group && *opts) {
+        fd_api_conf_error("\"pass\": options for [upstream %s] go on its "
+                          "\"server\" lines", name);
         return FD_ERROR;
-    lc->pass = fd_pstrdup(cf->pool, value, (size_t)(end - value));
+    }
+    lc->pass_host = pass_host(name, lc->group != NULL);
+    if (lc->pass_host == NULL)
+        return FD_ERROR;
+    if (lc->group == NULL && lc->https && !has_port(name))
+        memcpy(name + n, ":443", 5);
+    if (lc->group == NULL &&
+        (lc->group = fd_api_upstream_server(name, opts)) == NULL)
+        return FD_ERROR;
+    if ((lc->pass = conf_strndup(value, (size_t)(end - value))) == NULL)
+        return FD_ERROR;
     lc->upstream_name = NULL;
     lc->has_uri = slash != NULL;
     if (slash) {
         ulen = (size_t)(end - slash);
-        lc->uri = (fd_str_t){ulen, fd_pstrdup(cf->pool, slash, ulen)};
+        lc->uri = (fd_str_t){ulen, conf_strndup(slash, ulen)};
+        if (lc->uri.data == NULL)
+            return FD_ERROR;
     }
     return FD_OK;
 }
 
-static int set_next_upstream(fd_conf_t *cf, const fd_directive_t *d,
-                             void *conf, const char *value)
+/*
+ * The keys that are on the API's calls (fastd_upstream.h: the group, the
+ * TLS client, next_upstream), by d->offset, as an fd_api_module_t.set
+ * has them. The module's descriptor is still the engine's (the cache's
+ * [cache] section, init_cycle and shared memory have no API yet), so the
+ * engine gives its hooks the load, cf; they enter it for the API's calls,
+ * which find it there as a public-API module's hooks do.
+ */
+static int set_api(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+                   const char *value)
 {
-    return fd_upstream_parse_next(cf, value,
-                                  (unsigned *)((char *)conf + d->offset));
+    proxy_loc_conf_t *lc = conf;
+    int rc;
+
+    fd_dso_conf_enter(cf);
+    switch (d->offset) {
+    case KEY_UPSTREAM:
+        rc = upstream_set(lc, value);
+        break;
+    case KEY_PASS:
+        rc = pass_set(lc, value);
+        break;
+    case KEY_NEXT:
+        rc = fd_api_upstream_parse_next(value, &lc->next_upstream);
+        break;
+    default:
+        rc = fd_api_tls_client_set(&lc->tls, (int)d->offset, d->name, value);
+    }
+    fd_dso_conf_enter(NULL);
+    return rc;
 }
 
 /* fields the proxy writes or drops for framing: never passed */
@@ -497,7 +539,8 @@ static int redirect_default(fd_conf_t *cf, proxy_loc_conf_t *lc,
         fd_sbuf_add(&sb, p, (size_t)(auth - p) + strcspn(auth, "/"));
     } else {
         fd_sbuf_add_lit(&sb, "http://");
-        fd_sbuf_add(&sb, lc->up->name, strlen(lc->up->name));
+        fd_sbuf_add(&sb, fd_api_upstream_name(lc->group),
+                    strlen(fd_api_upstream_name(lc->group)));
     }
     fd_sbuf_addc(&sb, '/');
     if (fd_sbuf_failed(&sb))
@@ -507,67 +550,94 @@ static int redirect_default(fd_conf_t *cf, proxy_loc_conf_t *lc,
     return FD_OK;
 }
 
+/* pass = https://: the TLS client of the location's requests */
+static int init_tls(proxy_loc_conf_t *lc)
+{
+    static const struct {
+        int opt;
+        const char *key;
+        size_t off;
+    } flags[] = {{FD_API_TLS_VERIFY, "proxy_ssl_verify", LOC(ssl_verify)},
+                 {FD_API_TLS_SERVER_NAME, "proxy_ssl_server_name",
+                  LOC(ssl_server_name)},
+                 {FD_API_TLS_SESSION_REUSE, "proxy_ssl_session_reuse",
+                  LOC(ssl_session_reuse)}};
+    unsigned i;
+
+    for (i = 0; i < fd_nelems(flags); i++)
+        if (fd_api_tls_client_set(&lc->tls, flags[i].opt, flags[i].key,
+                                  *(int *)((char *)lc + flags[i].off)
+                                      ? "on"
+                                      : "off") != FD_OK)
+            return FD_ERROR;
+    fd_api_conf_at_key(lc, lc->ssl_name ? "proxy_ssl_name" : "pass");
+    return fd_api_upstream_conf_tls(lc->uc, lc->tls,
+                                    lc->ssl_name ? lc->ssl_name
+                                                 : lc->pass_host);
+}
+
+/* the location's requests to its group (fastd_upstream.h) */
+static int init_upstream(proxy_loc_conf_t *lc)
+{
+    lc->uc = fd_api_upstream_conf(lc->group, &fd_proxy_protos[lc->h2]);
+    if (lc->uc == NULL ||
+        fd_api_upstream_conf_set(lc->uc, FD_API_UPSTREAM_CONNECT_TIMEOUT,
+                                 (int64_t)lc->connect_timeout) != FD_OK ||
+        fd_api_upstream_conf_set(lc->uc, FD_API_UPSTREAM_SEND_TIMEOUT,
+                                 (int64_t)lc->send_timeout) != FD_OK ||
+        fd_api_upstream_conf_set(lc->uc, FD_API_UPSTREAM_READ_TIMEOUT,
+                                 (int64_t)lc->read_timeout) != FD_OK ||
+        fd_api_upstream_conf_set(lc->uc, FD_API_UPSTREAM_NEXT,
+                                 (int64_t)lc->next_upstream) != FD_OK ||
+        fd_api_upstream_conf_set(lc->uc, FD_API_UPSTREAM_NEXT_TRIES,
+                                 (int64_t)lc->next_upstream_tries) != FD_OK ||
+        fd_api_upstream_conf_set(lc->uc, FD_API_UPSTREAM_BUFFERING,
+                                 (int64_t)lc->buffering) != FD_OK)
+        return FD_ERROR;
+    return lc->https ? init_tls(lc) : FD_OK;
+}
+
+static int init_conf(fd_conf_t *cf, fd_http_loc_t *loc,
+                     proxy_loc_conf_t *lc);
+
+/* handler = proxy's locations, with the load entered for the API's calls
+ * (see set_api) */
 int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
 {
-    proxy_loc_conf_t *lc = conf;
-    unsigned i;
+    int rc;
 
     if (loc->handler != &fd_proxy_module)
         return FD_OK;
+    fd_dso_conf_enter(cf);
+    rc = init_conf(cf, loc, conf);
+    fd_dso_conf_enter(NULL);
+    return rc;
+}
+
+static int init_conf(fd_conf_t *cf, fd_http_loc_t *loc,
+                     proxy_loc_conf_t *lc)
+{
+    unsigned i;
+
     if (fd_proxy_cache_init_conf(cf, lc) != FD_OK)
         return FD_ERROR;
-    if (lc->up == NULL)
+    if (lc->group == NULL)
         return fd_conf_error(cf, "%s: handler = proxy needs \"upstream = "
                              "NAME\" or \"pass = http://NAME/\"", loc->name);
     if (loc->kind == FD_LOC_REGEX || loc->kind == FD_LOC_REGEX_CASELESS)
         lc->has_uri = 0; /* documented: a regex location passes the URI */
-    if (lc->h2 == PROXY_H1 &&
-        fd_api_upstream_is_h2((fd_api_upstream_t *)lc->up))
+    if (lc->h2 == PROXY_H1 && fd_api_upstream_is_h2(lc->group))
         lc->h2 = PROXY_H2;
     if (lc->h2 && lc->cache)
         return fd_conf_error(cf, "%s: proxy_cache is not available with "
                              "an HTTP/2 or gRPC upstream yet", loc->name);
-    if (lc->h2 && lc->up->proxy_protocol)
+    if (lc->h2 && fd_api_upstream_proxy_protocol(lc->group))
         return fd_conf_error(cf, "%s: an HTTP/2 upstream's connections "
                              "carry many clients' requests: no "
                              "proxy_protocol", loc->name);
-    lc->ssl.alpn_h2 = lc->h2 != PROXY_H1;
-    if (lc->https) {
-        fd_conf_at_key(cf, conf, lc->ssl_name ? "proxy_ssl_name" : "pass");
-        lc->ssl_client = fd_ssl_client(cf, &lc->ssl, lc->ssl_name
-                                                         ? lc->ssl_name
-                                                         : lc->pass_host);
-        if (lc->ssl_client == NULL)
-            return FD_ERROR;
-        /* probes speak TLS (and HTTP/2) as the first https:// location
-         * here does */
-        if (lc->up->health_ssl == NULL)
-            lc->up->health_ssl = lc->ssl_client;
-        lc->u.ssl = lc->ssl_client;
-    }
-    /* its requests, on fastd_upstream.h; the TLS client is set the
-     * engine's way until the API has proxy_ssl_*'s options */
-    lc->group = (fd_api_upstream_t *)lc->up;
-    lc->nodelay = !lc->u.buffering;
-    lc->uc = fd_upstream_api_conf_in(cf, lc->group,
-                                     &fd_proxy_protos[lc->h2]);
-    if (lc->uc == NULL)
+    lc->nodelay = !lc->buffering;
+    if (init_upstream(lc) != FD_OK)
         return FD_ERROR;
-    if (fd_api_upstream_conf_set(lc->uc, FD_API_UPSTREAM_CONNECT_TIMEOUT,
-                                 (int64_t)lc->u.connect_timeout) != FD_OK ||
-        fd_api_upstream_conf_set(lc->uc, FD_API_UPSTREAM_SEND_TIMEOUT,
-                                 (int64_t)lc->u.send_timeout) != FD_OK ||
-        fd_api_upstream_conf_set(lc->uc, FD_API_UPSTREAM_READ_TIMEOUT,
-                                 (int64_t)lc->u.read_timeout) != FD_OK ||
-        fd_api_upstream_conf_set(lc->uc, FD_API_UPSTREAM_NEXT,
-                                 (int64_t)lc->u.next_upstream) != FD_OK ||
-        fd_api_upstream_conf_set(lc->uc, FD_API_UPSTREAM_NEXT_TRIES,
-                                 (int64_t)lc->u.next_upstream_tries) !=
-            FD_OK ||
-        fd_api_upstream_conf_set(lc->uc, FD_API_UPSTREAM_BUFFERING,
-                                 (int64_t)lc->u.buffering) != FD_OK)
-        return FD_ERROR;
-    fd_upstream_api_conf_opts(lc->uc)->ssl = lc->ssl_client;
     if (!lc->redirect_set) {
         redirect_t *rd = redirect_new(cf, lc);
         if (rd == NULL)

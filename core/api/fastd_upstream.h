@@ -407,6 +407,48 @@ static inline void fd_api_out_add(fd_api_out_t *o, const void *data,
 
 #define fd_api_out_len(o) ((size_t)((o)->p - (o)->base))
 
+/* --- 1.8: TLS to the group's servers (the proxy's proxy_ssl_*) ---------- */
+
+/*
+ * A location's TLS client options, opaque, in the configuration's memory:
+ * set from the module's keys (from set, or from init_conf), then given to
+ * the location's requests with fd_api_upstream_conf_tls(). *t NULL is
+ * made at the first set, with the defaults nginx's proxy_ssl_* keys have
+ * (verify on, the system's CA store, SNI on, TLSv1.2 TLSv1.3, OpenSSL's
+ * DEFAULT ciphers, session reuse on).
+ */
+typedef struct fd_api_tls_client_s fd_api_tls_client_t;
+enum {
+    FD_API_TLS_VERIFY = 1,      /* on | off: the server's certificate and
+                                 * name */
+    FD_API_TLS_TRUSTED,         /* PEM CA certificates (path) */
+    FD_API_TLS_CERTIFICATE,     /* PEM client certificate, then its chain */
+    FD_API_TLS_CERTIFICATE_KEY, /* its PEM private key */
+    FD_API_TLS_PROTOCOLS,       /* TLSv1.2 and/or TLSv1.3 */
+    FD_API_TLS_CIPHERS,         /* TLS 1.2 ciphers, OpenSSL's syntax */
+    FD_API_TLS_SERVER_NAME,     /* on | off: send the name as SNI */
+    FD_API_TLS_SESSION_REUSE    /* on | off: offer a server its last
+                                 * session */
+};
+/* Option opt of *t from value, as the key named key has it (a relative
+ * path from the prefix; the files are read when the location's client is
+ * made, their errors at this key's line). FD_OK, or FD_ERROR after the
+ * error fastd reports. */
+int fd_api_tls_client_set(fd_api_tls_client_t **t, int opt, const char *key,
+                          const char *value);
+/* c's requests go over TLS with options t (NULL: the defaults), the
+ * server's certificate checked for name (a host name, also sent as SNI,
+ * or an IP address); an FD_API_UPSTREAM_H2 protocol offers ALPN h2. The
+ * group's health probes use the first TLS client given for it. Locations
+ * with the same options and name share one client and its pooled
+ * connections. FD_OK, or FD_ERROR after the error fastd reports (a file
+ * that cannot be read). */
+int fd_api_upstream_conf_tls(fd_api_upstream_conf_t *c,
+                             const fd_api_tls_client_t *t, const char *name);
+/* 1 when the group's servers are sent a PROXY protocol header first
+ * ([upstream] proxy_protocol). */
+int fd_api_upstream_proxy_protocol(const fd_api_upstream_t *up);
+
 #ifdef __cplusplus
 }
 #endif

@@ -12,8 +12,11 @@
  */
 #include <stdarg.h>
 
+#include <openssl/ssl.h>
+
 #include "fd_core.h"
 #include "fd_cycle.h"
+#include "fd_ssl.h"
 #include "fastd_upstream.h"
 #include "fd_upstream_proto.h"
 
@@ -145,9 +148,10 @@ unsigned fd_api_upstream_keepalive(const fd_api_upstream_t *up)
     return (unsigned)((const fd_upstream_t *)up)->keepalive;
 }
 
-fd_api_upstream_conf_t *fd_upstream_api_conf_in(
-    fd_conf_t *cf, fd_api_upstream_t *up, const fd_api_upstream_proto_t *proto)
+fd_api_upstream_conf_t *fd_api_upstream_conf(
+    fd_api_upstream_t *up, const fd_api_upstream_proto_t *proto)
 {
+    fd_conf_t *cf = fd_dso_conf();
     fd_api_upstream_conf_t *c;
 
     if (cf == NULL || (c = fd_pcalloc(cf->pool, sizeof(*c))) == NULL)
@@ -171,12 +175,6 @@ fd_api_upstream_conf_t *fd_upstream_api_conf_in(
     c->up = (fd_upstream_t *)up;
     c->api = proto;
     return c;
-}
-
-fd_api_upstream_conf_t *fd_api_upstream_conf(
-    fd_api_upstream_t *up, const fd_api_upstream_proto_t *proto)
-{
-    return fd_upstream_api_conf_in(fd_dso_conf(), up, proto);
 }
 
 /* option opt of o: *v into it (set), or it into *v */
@@ -226,11 +224,6 @@ int fd_api_upstream_parse_next(const char *value, unsigned *next)
     fd_conf_t *cf = fd_dso_conf();
 
     return cf ? fd_upstream_parse_next(cf, value, next) : FD_ERROR;
-}
-
-fd_upstream_opts_t *fd_upstream_api_conf_opts(fd_api_upstream_conf_t *c)
-{
-    return &c->o;
 }
 
 /* --- a request ----------------------------------------------------------- */
@@ -481,4 +474,97 @@ int fd_api_upstream_fail(fd_api_upstream_req_t *u, int status)
 int fd_api_upstream_end(fd_api_upstream_req_t *u, int rc)
 {
     return fd_upstream_req_end(&A(u)->u, rc);
+}
+
+/* --- 1.8: TLS to the group's servers ------------------------------------- */
+
+/* The options are the engine's, parsed by its setters (as the ssl_* keys
+ * of a [server] are: the same errors, the files' lines kept for the
+ * errors of reading them later) */
+struct fd_api_tls_client_s {
+    fd_ssl_client_conf_t c;
+};
+
+static const fd_ssl_client_conf_t tls_defaults = {
+    .verify = 1, .protocols = {TLS1_2_VERSION, TLS1_3_VERSION},
+    .ciphers = "DEFAULT", .server_name = 1, .session_reuse = 1};
+
+#define TLS_OFF(f) offsetof(fd_ssl_client_conf_t, f)
+
+int fd_api_tls_client_set(fd_api_tls_client_t **t, int opt, const char *key,
+                          const char *value)
+{
+    fd_conf_t *cf = fd_dso_conf();
+    fd_directive_t d = {.name = key, .type = FD_CONF_CUSTOM};
+
+    if (cf == NULL)
+        return FD_ERROR;
+    switch (opt) {
+    case FD_API_TLS_VERIFY:
+        d.type = FD_CONF_FLAG;
+        d.offset = TLS_OFF(verify);
+        break;
+    case FD_API_TLS_TRUSTED:
+        d.offset = TLS_OFF(trusted);
+        d.set = fd_ssl_set_path;
+        break;
+    case FD_API_TLS_CERTIFICATE:
+        d.offset = TLS_OFF(certificate);
+        d.set = fd_ssl_set_path;
+        break;
+    case FD_API_TLS_CERTIFICATE_KEY:
+        d.offset = TLS_OFF(certificate_key);
+        d.set = fd_ssl_set_path;
+        break;
+    case FD_API_TLS_PROTOCOLS:
+        d.offset = TLS_OFF(protocols);
+        d.set = fd_ssl_set_protocols;
+        break;
+    case FD_API_TLS_CIPHERS:
+        d.offset = TLS_OFF(ciphers);
+        d.set = fd_ssl_set_ciphers;
+        /* the default needs no scratch context to be known good */
+        d.def = strcmp(value, tls_defaults.ciphers) == 0 ? value : NULL;
+        break;
+    case FD_API_TLS_SERVER_NAME:
+        d.type = FD_CONF_FLAG;
+        d.offset = TLS_OFF(server_name);
+        break;
+    case FD_API_TLS_SESSION_REUSE:
+        d.type = FD_CONF_FLAG;
+        d.offset = TLS_OFF(session_reuse);
+        break;
+    default:
+        return fd_conf_error(cf, "\"%s\": no TLS option %d", key, opt);
+    }
+    if (*t == NULL) {
+        if ((*t = fd_pcalloc(cf->pool, sizeof(**t))) == NULL)
+            return fd_conf_error(cf, "out of memory");
+        (*t)->c = tls_defaults;
+    }
+    return fd_conf_set(cf, &d, &(*t)->c, value);
+}
+
+int fd_api_upstream_conf_tls(fd_api_upstream_conf_t *c,
+                             const fd_api_tls_client_t *t, const char *name)
+{
+    fd_conf_t *cf = fd_dso_conf();
+    fd_ssl_client_conf_t sc = t ? t->c : tls_defaults;
+    fd_ssl_client_t *cl;
+
+    if (cf == NULL)
+        return FD_ERROR;
+    sc.alpn_h2 = (c->api->flags & FD_API_UPSTREAM_H2) != 0;
+    if ((cl = fd_ssl_client(cf, &sc, name)) == NULL)
+        return FD_ERROR;
+    /* probes speak TLS (and HTTP/2) as the first location here does */
+    if (c->up->health_ssl == NULL)
+        c->up->health_ssl = cl;
+    c->o.ssl = cl;
+    return FD_OK;
+}
+
+int fd_api_upstream_proxy_protocol(const fd_api_upstream_t *up)
+{
+    return ((const fd_upstream_t *)up)->proxy_protocol != 0;
 }

@@ -239,15 +239,9 @@ void fd_upstream_req_release_conn(fd_upstream_req_t *u, int reuse);
 void fd_upstream_req_release_bufs(fd_upstream_req_t *u);
 
 #ifdef FASTD_UPSTREAM_H
-/* The engine's side of fastd_upstream.h's (fd_api_upstream.c), for a
- * module's parts not yet on the API alone (the proxy's tunnel, cache and
- * keys): its request, its options (the TLS client), its conf made for a
- * load without fd_dso_conf(). */
+/* The engine's request under fastd_upstream.h's (fd_api_upstream.c), for
+ * the proxy's cache, which is not on the API yet. */
 fd_upstream_req_t *fd_upstream_api_engine(fd_api_upstream_req_t *u);
-fd_upstream_opts_t *fd_upstream_api_conf_opts(fd_api_upstream_conf_t *c);
-fd_api_upstream_conf_t *fd_upstream_api_conf_in(
-    fd_conf_t *cf, fd_api_upstream_t *up,
-    const fd_api_upstream_proto_t *proto);
 #endif
 
 #endif
