@@ -1,7 +1,9 @@
 /*
  * handler = proxy: the location keys (upstream, pass, set_header, the
- * timeouts, next_upstream, websocket), checked and built at load. The
- * [upstream NAME] keys are core/http/fd_upstream.c's.
+ * timeouts, next_upstream, websocket, proxy_ssl_*), checked and built at
+ * load: the group, the location's requests to it and their TLS client
+ * on fastd_upstream.h (set_api). The [upstream NAME] keys are
+ * core/http/fd_upstream.c's.
  */
 #include "fd_core.h"
 #include "fd_cycle.h"

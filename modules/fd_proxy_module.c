@@ -4,10 +4,11 @@
  * keeps its health and the idle connections to it, retries, and speaks
  * HTTP/2 and gRPC itself); HTTP/1.1's framing is here, on the API's
  * parser. The request side (the client's fields, the upstream request,
- * the response) is on the public API alone (1.8); the module's
- * descriptor and keys (fd_proxy_conf.c), its variable and the cache
- * (fd_proxy_cache.c, which reaches the engine's request: fd_proxy_eu())
- * are still the engine's: they move next (issue 41).
+ * the response) is on the public API alone (1.8), and so are the group,
+ * the TLS client and the keys that make them (fd_proxy_conf.c); the
+ * module's descriptor, its other keys' table, its variable and the
+ * cache (fd_proxy_cache.c, which reaches the engine's request:
+ * fd_proxy_eu()) are still the engine's: they move next (issue 41).
  *
  * The file reads in the order a request goes through it:
  *   1. worker setup (the location keys are fd_proxy_conf.c's);

@@ -10,7 +10,11 @@
 # response head as fd_api_http_response parsed it (a Connection's tokens
 # dropped), a chunked body decoded by fd_api_http_chunked, a body read
 # until the server closes, and a 502 for a response head the parser
-# refuses.
+# refuses. Over TLS (h1pass_tls_name, h1pass_tls_trusted: the 1.8
+# fastd_upstream.h TLS client, fd_api_tls_client_set and
+# fd_api_upstream_conf_tls), to a fastd serving TLS: the certificate
+# verified against the test CA for the name given, a wrong name or CA a
+# 502.
 
 use strict;
 use warnings;
@@ -19,7 +23,10 @@ use lib "$FindBin::Bin/lib";
 use FastdTest;
 use ApiModule;
 use Backend;
+use TLS;
 use Test::More;
+
+plan skip_all => 'needs the openssl CLI' unless TLS::openssl();
 
 my $root = FastdTest::root();
 my $t = FastdTest->new(conf => 'placeholder');
@@ -43,11 +50,31 @@ my $b = Backend->new(handler => sub {
     return Backend::echo($req);
 });
 
+# a TLS server: fastd's plaintext handler on every path
+my $pki = TLS->new("$dir");
+my $up = $pki->server('up.test');
+mkdir "$dir/other" or die "mkdir: $!";
+my $other_ca = TLS->new("$dir/other")->ca;
+my $tb = FastdTest->new(conf => 'placeholder');
+$tb->write_conf(TLS::conf(certs => [$up],
+                          locations => "[location /]\nhandler = plaintext\n"));
+$tb->start;
+
+my $tls = "handler = h1pass\nh1pass_to = 127.0.0.1:" . $tb->port . "\n";
 $t->write_conf(FastdTest::base_conf(
     main => { load_module => "$dir/h1pass.so", workers => 1 },
     locations => "[location /]\nhandler = h1pass\n"
                . "h1pass_to = 127.0.0.1:" . $b->port . "\n"
-               . "h1pass_prefix = /pre\n"));
+               . "h1pass_prefix = /pre\n"
+               . "[location /tls/]\n$tls"
+               . "h1pass_tls_name = up.test\n"
+               . "h1pass_tls_trusted = " . $pki->ca . "\n"
+               . "[location /tlsname/]\n$tls"
+               . "h1pass_tls_name = other.test\n"
+               . "h1pass_tls_trusted = " . $pki->ca . "\n"
+               . "[location /tlsca/]\n$tls"
+               . "h1pass_tls_name = up.test\n"
+               . "h1pass_tls_trusted = $other_ca\n"));
 $t->start;
 
 my $r = $t->get('/a%20b/c?x=1&y=%41', 'X-Mine' => 'yes',
@@ -78,6 +105,28 @@ $r = $t->get('/twice');
 is($r->{status}, 502, 'two Content-Lengths: the parser refuses it, 502');
 like($t->error_log, qr/h1pass upstream.*sent/, '... logged as what the server sent');
 
-$t->no_alerts;
+$r = $t->get('/tls/x');
+is($r->{status}, 200, 'over TLS, the certificate valid for the name: 200');
+is($r->{body}, 'Hello, World!', '... the TLS server\'s answer');
+$r = $t->get('/tlsname/x');
+is($r->{status}, 502, 'a certificate not valid for h1pass_tls_name: 502');
+like($t->error_log, qr/h1pass upstream.*hostname mismatch/,
+     '... logged as a hostname mismatch');
+$r = $t->get('/tlsca/x');
+is($r->{status}, 502, 'a certificate of a CA h1pass_tls_trusted does not '
+                    . 'name: 502');
+
+# the option's errors are the key's, at its line
 $t->stop;
+my $bad = FastdTest->new(conf => FastdTest::base_conf(
+    main => { load_module => "$dir/h1pass.so" },
+    locations => "[location /]\n$tls"
+               . "h1pass_tls_name = up.test\n"
+               . "h1pass_tls_trusted = $dir/none.pem\n"));
+my ($code, $out) = FastdTest::run_fastd('-t', '-c', $bad->conf_file);
+isnt($code, 0, 'fastd -t: h1pass_tls_trusted names a missing file');
+like($out, qr/h1pass_tls_trusted/, '... the error names the key');
+
+$t->no_alerts;
+$tb->stop;
 done_testing();

@@ -25,7 +25,8 @@
  * modules/fd_fastcgi_module.c is FastCGI on this header. From 1.8 it
  * also has what an HTTP proxy reads and writes of the request (the
  * client's header lines, the HTTP/1.1 response head's parser, the
- * chunked decoder: modules/fd_proxy_module.c).
+ * chunked decoder: modules/fd_proxy_module.c), and TLS to the group's
+ * servers (fd_api_upstream_conf_tls: the proxy's proxy_ssl_*).
  *
  * The verbs' results: FD_OK (go on), FD_AGAIN (stop here: the engine
  * calls process again when it can go on: a new try began, or the client's

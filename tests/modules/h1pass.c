@@ -9,7 +9,10 @@
  * response head is parsed strictly (fd_api_http_response_end,
  * fd_api_http_response), its fields passed but the framing ones and a
  * Connection's tokens, the body by Content-Length, chunked
- * (fd_api_http_chunked) or until the server closes.
+ * (fd_api_http_chunked) or until the server closes. With
+ * h1pass_tls_name, over TLS (fd_api_upstream_conf_tls), the server's
+ * certificate checked for that name against h1pass_tls_trusted
+ * (fd_api_tls_client_set).
  */
 #include <string.h>
 #include <strings.h>
@@ -19,6 +22,8 @@
 typedef struct {
     const char *to;                   /* HOST:PORT */
     const char *prefix;               /* what the path goes behind */
+    const char *tls_name;             /* TLS, the certificate's name */
+    fd_api_tls_client_t *tls;         /* its options (h1pass_tls_*) */
     fd_api_upstream_conf_t *ucf;
 } h1_conf_t;
 
@@ -37,7 +42,24 @@ static const fd_api_key_t h1_keys[] = {
     {.name = "h1pass_prefix", .type = FD_API_STRING,
      .offset = offsetof(h1_conf_t, prefix), .def = "",
      .doc = "what the client's path goes behind, upstream"},
+    {.name = "h1pass_tls_name", .type = FD_API_STRING,
+     .offset = offsetof(h1_conf_t, tls_name),
+     .doc = "TLS to the server, whose certificate must be valid for "
+            "this name"},
+    {.name = "h1pass_tls_trusted", .type = FD_API_CUSTOM,
+     .doc = "PEM CA certificates the server's is verified against"},
     {.name = NULL}};
+
+static int h1_set(void *conf, const char *key, const char *value, int own)
+{
+    h1_conf_t *c = conf;
+
+    (void)own;
+    if (strcmp(key, "h1pass_tls_trusted") == 0)
+        return fd_api_tls_client_set(&c->tls, FD_API_TLS_TRUSTED, key,
+                                     value);
+    return FD_ERROR;
+}
 
 static const fd_api_upstream_proto_t h1_proto;
 
@@ -53,7 +75,10 @@ static int h1_init_conf(void *conf)
     if ((up = fd_api_upstream_server(c->to, "")) == NULL)
         return FD_ERROR;
     c->ucf = fd_api_upstream_conf(up, &h1_proto);
-    return c->ucf ? FD_OK : FD_ERROR;
+    if (c->ucf == NULL)
+        return FD_ERROR;
+    return c->tls_name ? fd_api_upstream_conf_tls(c->ucf, c->tls, c->tls_name)
+                       : FD_OK;
 }
 
 #define LIT(o, s) fd_api_out_add(o, s, sizeof(s) - 1)
@@ -240,4 +265,5 @@ FD_API_MODULE = {
     .conf_size = sizeof(h1_conf_t),
     .init_conf = h1_init_conf,
     .handler = h1_handler,
+    .set = h1_set,
 };
