@@ -491,52 +491,44 @@ static const fd_ssl_client_conf_t tls_defaults = {
 
 #define TLS_OFF(f) offsetof(fd_ssl_client_conf_t, f)
 
+/* FD_API_TLS_* as the engine's keys of fd_ssl_client_conf_t */
+static const struct {
+    fd_conf_type_t type;
+    size_t offset;
+    int (*set)(fd_conf_t *cf, const fd_directive_t *d, void *conf,
+               const char *value);
+} tls_opts[] = {
+    [FD_API_TLS_VERIFY] = {FD_CONF_FLAG, TLS_OFF(verify), NULL},
+    [FD_API_TLS_TRUSTED] = {FD_CONF_CUSTOM, TLS_OFF(trusted),
+                            fd_ssl_set_path},
+    [FD_API_TLS_CERTIFICATE] = {FD_CONF_CUSTOM, TLS_OFF(certificate),
+                                fd_ssl_set_path},
+    [FD_API_TLS_CERTIFICATE_KEY] = {FD_CONF_CUSTOM, TLS_OFF(certificate_key),
+                                    fd_ssl_set_path},
+    [FD_API_TLS_PROTOCOLS] = {FD_CONF_CUSTOM, TLS_OFF(protocols),
+                              fd_ssl_set_protocols},
+    [FD_API_TLS_CIPHERS] = {FD_CONF_CUSTOM, TLS_OFF(ciphers),
+                            fd_ssl_set_ciphers},
+    [FD_API_TLS_SERVER_NAME] = {FD_CONF_FLAG, TLS_OFF(server_name), NULL},
+    [FD_API_TLS_SESSION_REUSE] = {FD_CONF_FLAG, TLS_OFF(session_reuse),
+                                  NULL}};
+
 int fd_api_tls_client_set(fd_api_tls_client_t **t, int opt, const char *key,
                           const char *value)
 {
     fd_conf_t *cf = fd_dso_conf();
-    fd_directive_t d = {.name = key, .type = FD_CONF_CUSTOM};
+    fd_directive_t d;
 
     if (cf == NULL)
         return FD_ERROR;
-    switch (opt) {
-    case FD_API_TLS_VERIFY:
-        d.type = FD_CONF_FLAG;
-        d.offset = TLS_OFF(verify);
-        break;
-    case FD_API_TLS_TRUSTED:
-        d.offset = TLS_OFF(trusted);
-        d.set = fd_ssl_set_path;
-        break;
-    case FD_API_TLS_CERTIFICATE:
-        d.offset = TLS_OFF(certificate);
-        d.set = fd_ssl_set_path;
-        break;
-    case FD_API_TLS_CERTIFICATE_KEY:
-        d.offset = TLS_OFF(certificate_key);
-        d.set = fd_ssl_set_path;
-        break;
-    case FD_API_TLS_PROTOCOLS:
-        d.offset = TLS_OFF(protocols);
-        d.set = fd_ssl_set_protocols;
-        break;
-    case FD_API_TLS_CIPHERS:
-        d.offset = TLS_OFF(ciphers);
-        d.set = fd_ssl_set_ciphers;
-        /* the default needs no scratch context to be known good */
-        d.def = strcmp(value, tls_defaults.ciphers) == 0 ? value : NULL;
-        break;
-    case FD_API_TLS_SERVER_NAME:
-        d.type = FD_CONF_FLAG;
-        d.offset = TLS_OFF(server_name);
-        break;
-    case FD_API_TLS_SESSION_REUSE:
-        d.type = FD_CONF_FLAG;
-        d.offset = TLS_OFF(session_reuse);
-        break;
-    default:
+    if (opt < FD_API_TLS_VERIFY || (size_t)opt >= fd_nelems(tls_opts))
         return fd_conf_error(cf, "\"%s\": no TLS option %d", key, opt);
-    }
+    d = (fd_directive_t){.name = key, .type = tls_opts[opt].type,
+                         .offset = tls_opts[opt].offset,
+                         .set = tls_opts[opt].set};
+    /* the default needs no scratch context to be known good */
+    if (opt == FD_API_TLS_CIPHERS && strcmp(value, tls_defaults.ciphers) == 0)
+        d.def = value;
     if (*t == NULL) {
         if ((*t = fd_pcalloc(cf->pool, sizeof(**t))) == NULL)
             return fd_conf_error(cf, "out of memory");
