@@ -502,7 +502,8 @@ static unsigned module_flags(unsigned api)
 {
     return ((api & FD_API_BLOCKING) ? FD_MODULE_BLOCKING : 0) |
            ((api & FD_API_THREAD_SAFE) ? FD_MODULE_THREAD_SAFE : 0) |
-           ((api & FD_API_STREAM_BODY) ? FD_MODULE_STREAM_BODY : 0);
+           ((api & FD_API_STREAM_BODY) ? FD_MODULE_STREAM_BODY : 0) |
+           ((api & FD_API_TUNNEL) ? FD_MODULE_TUNNEL : 0);
 }
 
 /* A handler = name in use: a module's, or a handler's of a module here */

@@ -14,7 +14,9 @@
 # fastd_upstream.h TLS client, fd_api_tls_client_set and
 # fd_api_upstream_conf_tls), to a fastd serving TLS: the certificate
 # verified against the test CA for the name given, a wrong name or CA a
-# 502.
+# 502. h1pass says FD_API_TUNNEL: an HTTP/2 extended CONNECT (RFC 8441)
+# reaches it (its own 403) where a handler without the flag gets fastd's
+# 501.
 
 use strict;
 use warnings;
@@ -24,6 +26,7 @@ use FastdTest;
 use ApiModule;
 use Backend;
 use TLS;
+use H2;
 use Test::More;
 
 plan skip_all => 'needs the openssl CLI' unless TLS::openssl();
@@ -74,7 +77,11 @@ $t->write_conf(FastdTest::base_conf(
                . "h1pass_tls_trusted = " . $pki->ca . "\n"
                . "[location /tlsca/]\n$tls"
                . "h1pass_tls_name = up.test\n"
-               . "h1pass_tls_trusted = $other_ca\n"));
+               . "h1pass_tls_trusted = $other_ca\n",
+    extra => "[server]\nlisten = 127.0.0.1:%%PORT2%% http2\n"
+           . "[location /]\nhandler = h1pass\n"
+           . "h1pass_to = 127.0.0.1:" . $b->port . "\n"
+           . "[location /plaintext]\nhandler = plaintext\n"));
 $t->start;
 
 my $r = $t->get('/a%20b/c?x=1&y=%41', 'X-Mine' => 'yes',
@@ -115,6 +122,19 @@ like($t->error_log, qr/h1pass upstream.*hostname mismatch/,
 $r = $t->get('/tlsca/x');
 is($r->{status}, 502, 'a certificate of a CA h1pass_tls_trusted does not '
                     . 'name: 502');
+
+SKIP: {
+    skip H2::why_not(), 2 if H2::why_not();
+    FastdTest::spew("$dir/ws2lib.py",
+                    FastdTest::slurp("$FindBin::Bin/lib/ws2lib.py"));
+    my $h2 = H2::py($t, <<'PY', port => $t->port2);
+from ws2lib import *
+done(mine=WS2('/x').status, plain=WS2('/plaintext').status)
+PY
+    is($h2->{mine}, 403, 'an extended CONNECT reaches h1pass (FD_API_TUNNEL): '
+                       . 'its 403') or diag(H2::explain($h2));
+    is($h2->{plain}, 501, '... a handler without the flag: fastd\'s 501');
+}
 
 # the option's errors are the key's, at its line
 $t->stop;

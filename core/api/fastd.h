@@ -455,6 +455,16 @@ unsigned fd_api_version(void);
 #define FD_API_STREAM_BODY 0x4
 
 /*
+ * 1.8 (the proxy's WebSockets over HTTP/2): one more handler flag.
+ * FD_API_TUNNEL: the handler is given an HTTP/2 extended CONNECT (RFC
+ * 8441, fd_req_http()'s ext_connect), which it answers with a tunnel
+ * (fastd_upstream.h's fd_api_upstream_tunnel after its server's 101, the
+ * client getting 200) or a status of its own. Without it fastd answers
+ * such a request 501 before any handler runs.
+ */
+#define FD_API_TUNNEL 0x8
+
+/*
  * The body, pulled: up to size bytes of it into buf. Returns the number
  * of bytes (> 0); 0 at its end (or when there is none); FD_AGAIN when
  * nothing more has arrived yet: on_readable (fd_req_on_readable) is

@@ -12,7 +12,8 @@
  * (fd_api_http_chunked) or until the server closes. With
  * h1pass_tls_name, over TLS (fd_api_upstream_conf_tls), the server's
  * certificate checked for that name against h1pass_tls_trusted
- * (fd_api_tls_client_set).
+ * (fd_api_tls_client_set). It takes an HTTP/2 extended CONNECT
+ * (FD_API_TUNNEL) and, tunnelling nothing, refuses it with its own 403.
  */
 #include <string.h>
 #include <strings.h>
@@ -249,9 +250,13 @@ static const fd_api_upstream_proto_t h1_proto = {
 static int h1_handler(fd_request_t *r)
 {
     const h1_conf_t *c = fd_req_conf(r);
-    fd_api_upstream_req_t *u = fd_api_upstream_req(r, c->ucf,
-                                                   sizeof(h1_req_t));
+    fd_api_upstream_req_t *u;
+    fd_api_http_req_t in;
 
+    fd_req_http(r, &in, sizeof(in));
+    if (in.ext_connect)
+        return 403;
+    u = fd_api_upstream_req(r, c->ucf, sizeof(h1_req_t));
     if (u == NULL)
         return 500;
     ((h1_req_t *)fd_api_upstream_data(u))->r = r;
@@ -265,5 +270,6 @@ FD_API_MODULE = {
     .conf_size = sizeof(h1_conf_t),
     .init_conf = h1_init_conf,
     .handler = h1_handler,
+    .flags = FD_API_TUNNEL,
     .set = h1_set,
 };
