@@ -207,8 +207,8 @@ static nghttp2_session_callbacks *callbacks;
 static nghttp2_option *options;
 static h2s_t *free_streams;
 static unsigned nfree_streams;
-static fd_pool_t *free_pools[H2_POOL_KEEP];
-static unsigned nfree_pools;
+static fd_pool_t *pools_kept[H2_POOL_KEEP];
+static fd_http_pools_t free_pools = {pools_kept, 0, H2_POOL_KEEP};
 
 static void h2_event(fd_event_t *ev, uint32_t events);
 static void h2_posted(void *data);
@@ -243,7 +243,7 @@ static h2s_t *stream_new(h2c_t *hc, int32_t id)
     }
     memset(st, 0, offsetof(h2s_t, oq));
     st->ib.pos = st->ib.len = 0;
-    pool = nfree_pools ? free_pools[--nfree_pools] : fd_pool_create(4096);
+    pool = fd_http_stream_pool(&free_pools);
     if (pool == NULL) {
         stream_put(st);
         return NULL;
@@ -283,18 +283,8 @@ static void stream_free(h2s_t *st)
 
     if (st->prev)
         stream_unlink(st);
-    if (r) {
-        fd_pool_t *pool = r->pool;
-        if (r->feed_queued)
-            fd_http_feed_unlink(r);
-        r->h2 = NULL;
-        if (fd_pool_blocks(pool, 2) <= 2 && nfree_pools < H2_POOL_KEEP) {
-            fd_pool_clear(pool);
-            free_pools[nfree_pools++] = pool;
-        } else {
-            fd_pool_destroy(pool);
-        }
-    }
+    if (r)
+        fd_http_stream_release(r, &free_pools);
     fd_outq_clear(&st->oq);
     if (fd_timer_armed(&st->rate_timer))
         fd_timer_del(&st->rate_timer);
@@ -388,15 +378,7 @@ static void stream_closed(h2s_t *st)
         st->ib.pos = st->ib.len = 0;
     }
     if (r && !r->done && st->started) {
-        if (r->feed_queued)
-            fd_http_feed_unlink(r);
-        if (r->on_abort && !r->response_done) {
-            void (*abort)(fd_request_t *) = r->on_abort;
-            r->on_abort = NULL;
-            r->on_drain = NULL;
-            r->on_body = NULL;
-            abort(r);
-        } else if (r->in_offload || r->async) {
+        if (fd_http_stream_abort(r)) {
             /* it finishes on its own: freed then (fd_h2_finish); listed,
              * so that a connection that goes first lets it know */
             st->orphan = 1;
@@ -721,13 +703,10 @@ static ssize_t data_read(nghttp2_session *ss, int32_t id, uint8_t *buf,
     (void)buf;
     (void)ud;
     if (fd_unlikely(st->rate.rate) && n) {
-        size_t allow = fd_http_rate_allow(&st->rate);
+        size_t allow = fd_http_stream_rate(&st->rate, &st->rate_timer,
+                                           rate_wake);
         if (allow == 0) {
             /* limit_rate: the stream waits, the others go on */
-            if (!fd_timer_armed(&st->rate_timer)) {
-                st->rate_timer.handler = rate_wake;
-                fd_timer_add(&st->rate_timer, fd_http_rate_delay(&st->rate));
-            }
             st->deferred = 1;
             return NGHTTP2_ERR_DEFERRED;
         }

@@ -89,8 +89,8 @@ static const nghttp3_callbacks h3_callbacks;
  * time (consolidating its free chunks) */
 static h3s_t *free_streams;
 static unsigned nfree_streams;
-static fd_pool_t *free_pools[H3_POOL_KEEP];
-static unsigned nfree_pools;
+static fd_pool_t *pools_kept[H3_POOL_KEEP];
+static fd_http_pools_t free_pools = {pools_kept, 0, H3_POOL_KEEP};
 
 /* --- pieces of a response body --- */
 
@@ -189,7 +189,7 @@ static h3s_t *stream_new(fd_h3_conn_t *hc, int64_t id)
     } else if ((st = calloc(1, sizeof(*st))) == NULL) {
         return NULL;
     }
-    pool = nfree_pools ? free_pools[--nfree_pools] : fd_pool_create(4096);
+    pool = fd_http_stream_pool(&free_pools);
     if (pool == NULL) {
         stream_put(st);
         return NULL;
@@ -217,18 +217,8 @@ static void stream_free(h3s_t *st)
     fd_quic_conn_t *held = st->hc ? NULL : st->held;
 
     stream_unlink(st);
-    if (r) {
-        fd_pool_t *pool = r->pool;
-        if (r->feed_queued)
-            fd_http_feed_unlink(r);
-        r->h2 = NULL;
-        if (fd_pool_blocks(pool, 2) <= 2 && nfree_pools < H3_POOL_KEEP) {
-            fd_pool_clear(pool);
-            free_pools[nfree_pools++] = pool;
-        } else {
-            fd_pool_destroy(pool);
-        }
-    }
+    if (r)
+        fd_http_stream_release(r, &free_pools);
     buf_free_list(st->pend);
     buf_free_list(st->sent);
     if (fd_timer_armed(&st->rate_timer))
@@ -267,15 +257,7 @@ static void stream_closed(h3s_t *st)
     consume(hc, st->id, st->ib.len - st->ib.pos, 0);
     st->ib.pos = st->ib.len = 0;
     if (r && !r->done && st->started) {
-        if (r->feed_queued)
-            fd_http_feed_unlink(r);
-        if (r->on_abort && !r->response_done) {
-            void (*abort)(fd_request_t *) = r->on_abort;
-            r->on_abort = NULL;
-            r->on_drain = NULL;
-            r->on_body = NULL;
-            abort(r);
-        } else if (r->in_offload || r->async) {
+        if (fd_http_stream_abort(r)) {
             /* it finishes on its own: freed then (fd_h3_finish) */
             st->orphan = 1;
             stream_link(&hc->orphans, st);
@@ -512,12 +494,9 @@ static nghttp3_ssize read_data(nghttp3_conn *conn, int64_t id,
     (void)id;
     (void)ud;
     if (fd_unlikely(st->rate.rate) && st->pend &&
-        (allow = fd_http_rate_allow(&st->rate)) == 0) {
+        (allow = fd_http_stream_rate(&st->rate, &st->rate_timer,
+                                     rate_wake)) == 0) {
         /* limit_rate: the stream waits, the others go on */
-        if (!fd_timer_armed(&st->rate_timer)) {
-            st->rate_timer.handler = rate_wake;
-            fd_timer_add(&st->rate_timer, fd_http_rate_delay(&st->rate));
-        }
         st->deferred = 1;
         return NGHTTP3_ERR_WOULDBLOCK;
     }

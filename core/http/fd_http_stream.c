@@ -132,6 +132,48 @@ void fd_http_stream_body_end(fd_request_t *r)
     fd_http_run_handler(r);
 }
 
+int fd_http_stream_abort(fd_request_t *r)
+{
+    if (r->feed_queued)
+        fd_http_feed_unlink(r);
+    if (r->on_abort && !r->response_done) {
+        void (*abort)(fd_request_t *) = r->on_abort;
+        r->on_abort = NULL;
+        r->on_drain = NULL;
+        r->on_body = NULL;
+        abort(r);
+        return 0;
+    }
+    return r->in_offload || r->async;
+}
+
+void fd_http_stream_release(fd_request_t *r, fd_http_pools_t *pp)
+{
+    fd_pool_t *pool = r->pool;
+
+    if (r->feed_queued)
+        fd_http_feed_unlink(r);
+    r->h2 = NULL;
+    if (fd_pool_blocks(pool, 2) <= 2 && pp->n < pp->max) {
+        fd_pool_clear(pool);
+        pp->kept[pp->n++] = pool;
+    } else {
+        fd_pool_destroy(pool);
+    }
+}
+
+size_t fd_http_stream_rate(fd_http_rate_t *rt, fd_timer_t *t,
+                           void (*wake)(fd_timer_t *t))
+{
+    size_t allow = fd_http_rate_allow(rt);
+
+    if (allow == 0 && !fd_timer_armed(t)) {
+        t->handler = wake;
+        fd_timer_add(t, fd_http_rate_delay(rt));
+    }
+    return allow;
+}
+
 int fd_http_stream_hop_field(fd_str_t n)
 {
     return fd_str_caseeq_lit(n, "connection") ||
