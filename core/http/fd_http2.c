@@ -51,7 +51,7 @@
 #include <sys/epoll.h>
 
 #include "fd_core.h"
-#include "fd_http_int.h"
+#include "fd_http_stream.h"
 
 #define H2_OUT_MAX (256 * 1024)  /* framed, unsent bytes: ask nghttp2 for
                                   * more only below it */
@@ -77,12 +77,7 @@ struct fd_h2_stream_s {
     fd_request_t *r;
     int32_t id;
     /* request side */
-    size_t ib_pos, ib_len;     /* of ib: what is not yet taken */
-    size_t hdr_bytes;          /* as SETTINGS_MAX_HEADER_LIST_SIZE counts */
-    int bad;                   /* an HTTP status for the request, or 0 */
-    fd_str_t cookie;           /* the cookie fields, joined */
-    size_t cookie_cap;         /* cookie.data's size: it grows by doubling,
-                                * so k fields cost O(total), not O(k^2) */
+    fd_http_sreq_t sq;         /* the header block */
     /* response side */
     uint64_t mark;             /* hc->queued after its last frame */
     h2s_t *next, **prev;       /* hc->streams, or hc->zombies */
@@ -103,8 +98,8 @@ struct fd_h2_stream_s {
     fd_timer_t rate_timer;     /* deferred by it: resume then */
     /* kept when the struct is reused (stream_new clears up to here) */
     fd_outq_t oq;              /* body bytes not yet framed */
-    char *ib;                  /* DATA not yet taken by the request */
-    size_t ib_cap;
+    fd_http_sbuf_t ib;         /* DATA not yet taken by the request (its
+                                * memory kept, pos and len cleared) */
 };
 
 struct fd_h2_conn_s {
@@ -212,14 +207,13 @@ static nghttp2_session_callbacks *callbacks;
 static nghttp2_option *options;
 static h2s_t *free_streams;
 static unsigned nfree_streams;
-static fd_pool_t *free_pools[H2_POOL_KEEP];
-static unsigned nfree_pools;
+static fd_pool_t *pools_kept[H2_POOL_KEEP];
+static fd_http_pools_t free_pools = {pools_kept, 0, H2_POOL_KEEP};
 
 static void h2_event(fd_event_t *ev, uint32_t events);
 static void h2_posted(void *data);
 static void h2_send(h2c_t *hc);
 static void h2_after(h2c_t *hc);
-static int hop_field(fd_str_t n);
 
 /* --- streams --- */
 
@@ -244,11 +238,12 @@ static h2s_t *stream_new(h2c_t *hc, int32_t id)
         if (st == NULL)
             return NULL;
         fd_outq_init(&st->oq);
-        st->ib = NULL;
-        st->ib_cap = 0;
+        st->ib.data = NULL;
+        st->ib.cap = 0;
     }
     memset(st, 0, offsetof(h2s_t, oq));
-    pool = nfree_pools ? free_pools[--nfree_pools] : fd_pool_create(4096);
+    st->ib.pos = st->ib.len = 0;
+    pool = fd_http_stream_pool(&free_pools);
     if (pool == NULL) {
         stream_put(st);
         return NULL;
@@ -288,26 +283,16 @@ static void stream_free(h2s_t *st)
 
     if (st->prev)
         stream_unlink(st);
-    if (r) {
-        fd_pool_t *pool = r->pool;
-        if (r->feed_queued)
-            fd_http_feed_unlink(r);
-        r->h2 = NULL;
-        if (fd_pool_blocks(pool, 2) <= 2 && nfree_pools < H2_POOL_KEEP) {
-            fd_pool_clear(pool);
-            free_pools[nfree_pools++] = pool;
-        } else {
-            fd_pool_destroy(pool);
-        }
-    }
+    if (r)
+        fd_http_stream_release(r, &free_pools);
     fd_outq_clear(&st->oq);
     if (fd_timer_armed(&st->rate_timer))
         fd_timer_del(&st->rate_timer);
     st->r = NULL;
-    if (st->ib_cap > 16384 || nfree_streams >= 1024) {
-        free(st->ib);
-        st->ib = NULL;
-        st->ib_cap = 0;
+    if (st->ib.cap > 16384 || nfree_streams >= 1024) {
+        free(st->ib.data);
+        st->ib.data = NULL;
+        st->ib.cap = 0;
     }
     if (nfree_streams >= 1024) {
         fd_outq_free(&st->oq);
@@ -387,21 +372,13 @@ static void stream_closed(h2s_t *st)
             s->error = 1;
         fd_splice_kick(s);
     }
-    if (st->ib_len > st->ib_pos) {
+    if (st->ib.len > st->ib.pos) {
         /* DATA nobody will read: the connection's window gets it back */
-        nghttp2_session_consume_connection(hc->ss, st->ib_len - st->ib_pos);
-        st->ib_pos = st->ib_len = 0;
+        nghttp2_session_consume_connection(hc->ss, st->ib.len - st->ib.pos);
+        st->ib.pos = st->ib.len = 0;
     }
     if (r && !r->done && st->started) {
-        if (r->feed_queued)
-            fd_http_feed_unlink(r);
-        if (r->on_abort && !r->response_done) {
-            void (*abort)(fd_request_t *) = r->on_abort;
-            r->on_abort = NULL;
-            r->on_drain = NULL;
-            r->on_body = NULL;
-            abort(r);
-        } else if (r->in_offload || r->async) {
+        if (fd_http_stream_abort(r)) {
             /* it finishes on its own: freed then (fd_h2_finish); listed,
              * so that a connection that goes first lets it know */
             st->orphan = 1;
@@ -465,27 +442,12 @@ static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *frame,
     return 0;
 }
 
-static fd_str_t pool_copy(fd_pool_t *pool, const uint8_t *p, size_t n)
-{
-    char *d = fd_pnalloc(pool, n + 1);
-
-    if (d == NULL)
-        return fd_null_string;
-    memcpy(d, p, n);
-    d[n] = '\0';
-    return (fd_str_t){n, d};
-}
-
 static int on_header(nghttp2_session *ss, const nghttp2_frame *frame,
                      const uint8_t *name, size_t namelen,
                      const uint8_t *value, size_t valuelen, uint8_t flags,
                      void *ud)
 {
     h2s_t *st = nghttp2_session_get_stream_user_data(ss, frame->hd.stream_id);
-    fd_request_t *r;
-    fd_http_req_t *in;
-    fd_str_t n, v;
-    int rc = FD_OK;
 
     (void)flags;
     (void)ud;
@@ -495,121 +457,22 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *frame,
     if (st == NULL || frame->hd.type != NGHTTP2_HEADERS ||
         frame->headers.cat != NGHTTP2_HCAT_REQUEST || st->started)
         return 0;
-    r = st->r;
-    in = &r->in;
-    st->hdr_bytes += namelen + valuelen + 32;
-    if (st->hdr_bytes > fd_worker->cycle->http.http2_max_header_size) {
-        /* HPACK keeps decoding (its table must stay right); nothing more
-         * is kept, and the request is answered 431 */
-        st->bad = 431;
-        return 0;
-    }
-    if (st->bad)
-        return 0;
-    n = pool_copy(r->pool, name, namelen);
-    v = pool_copy(r->pool, value, valuelen);
-    if (n.data == NULL || v.data == NULL) {
-        st->bad = 500;
-        return 0;
-    }
-    if (namelen && name[0] == ':') {
-        /* nghttp2 checked the pseudo-fields: each once, before the rest */
-        if (fd_str_eq_lit(n, ":method"))
-            rc = fd_http_req_method(in, v.data, v.len);
-        else if (fd_str_eq_lit(n, ":path"))
-            rc = fd_http_req_path(in, v.data, v.len);
-        else if (fd_str_eq_lit(n, ":protocol"))
-            st->protocol = v;
-        else if (fd_str_eq_lit(n, ":authority")) {
-            rc = fd_http_parse_host(v, &in->host, r->pool);
-            in->host_seen = 1;
-            in->host_from_target = 1; /* a Host field does not replace it */
-        }
-    } else if (fd_str_eq_lit(n, "cookie")) {
-        /* RFC 9113 8.2.3: joined with "; " for what follows */
-        if (st->cookie.len) {
-            size_t need = st->cookie.len + 2 + v.len;
-            char *d = (char *)st->cookie.data; /* the pool's: ours */
-            if (need > st->cookie_cap) {
-                size_t cap = fd_max(need, 2 * st->cookie_cap);
-                if ((d = fd_pnalloc(r->pool, cap)) == NULL) {
-                    st->bad = 500;
-                    return 0;
-                }
-                memcpy(d, st->cookie.data, st->cookie.len);
-                st->cookie.data = d;
-                st->cookie_cap = cap;
-            }
-            memcpy(d + st->cookie.len, "; ", 2);
-            memcpy(d + st->cookie.len + 2, v.data, v.len);
-            st->cookie.len = need;
-        } else {
-            st->cookie = v;
-            st->cookie_cap = v.len; /* v is the pool's copy */
-        }
-    } else if (in->host_from_target && fd_str_eq_lit(n, "host")) {
-        /* RFC 9113 8.3.1: a host field beside :authority must say the
-         * same host; one that differs is malformed (400, as nginx), so
-         * that no module routed on one can hand on the other */
-        fd_str_t h;
-
-        rc = fd_http_parse_host(v, &h, r->pool);
-        if (rc == FD_OK &&
-            !fd_str_caseeq(h, in->host.data, in->host.len))
-            rc = 400;
-        if (rc == FD_OK)
-            rc = fd_http_req_header(in, n, v);
-    } else {
-        rc = fd_http_req_header(in, n, v);
-    }
-    if (rc != FD_OK)
-        st->bad = rc;
+    fd_http_stream_field(st->r, &st->sq, name, namelen, value, valuelen,
+                         &st->protocol);
     return 0;
 }
 
 /* Body bytes into a buffered body (PH_BODY); the handler at its end. */
 static void body_feed(h2s_t *st)
 {
-    fd_request_t *r = st->r;
-    size_t n = st->ib_len - st->ib_pos, max = r->loc->max_body_size;
+    size_t n = fd_http_stream_body_take(st->r, &st->ib);
 
-    if (n) {
-        /* before the buffer is full too: a body of unknown length starts
-         * in one of 4 KB (body_start), whatever max_body_size says */
-        if (r->body_len + n > max) {
-            fd_http_finalize(r, 413);
-            return;
-        }
-        if (r->body_len + n > r->body_cap) {
-            size_t cap = r->body_cap ? r->body_cap : 4096;
-            char *nb;
-            while (cap < r->body_len + n)
-                cap *= 2;
-            cap = fd_min(cap, max);
-            nb = fd_pnalloc(r->pool, cap);
-            if (nb == NULL) {
-                fd_http_finalize(r, 500);
-                return;
-            }
-            memcpy(nb, r->body, r->body_len);
-            r->body = nb;
-            r->body_cap = cap;
-        }
-        memcpy(r->body + r->body_len, st->ib + st->ib_pos, n);
-        r->body_len += n;
-        st->ib_pos = st->ib_len = 0;
+    if (n == (size_t)-1)
+        return;
+    if (n)
         nghttp2_session_consume(st->hc->ss, st->id, n);
-    }
-    if (st->in_ended) {
-        if (r->in.content_length >= 0 &&
-            (int64_t)r->body_len != r->in.content_length) {
-            fd_http_finalize(r, 400);
-            return;
-        }
-        r->body_rest = 0;
-        r->phase = PH_HANDLER;
-        fd_http_run_handler(r);
-    }
+    if (st->in_ended)
+        fd_http_stream_body_end(st->r);
 }
 
 /* The header block is complete: the request goes to the engine. */
@@ -620,14 +483,14 @@ static void request_begin(h2s_t *st)
 
     st->started = 1;
     r->phase = PH_HANDLER;
-    if (st->bad == 0 && st->protocol.len) {
+    if (st->sq.bad == 0 && st->protocol.len) {
         /* RFC 8441: an extended CONNECT (nghttp2 checked :protocol came
          * with CONNECT, :scheme and :path); WebSocket is the one protocol
          * fastd tunnels, as the GET with Upgrade it stands for */
         if (!fd_str_caseeq_lit(st->protocol, "websocket"))
-            st->bad = 501;
+            st->sq.bad = 501;
         else if (in->content_length >= 0)
-            st->bad = 400;
+            st->sq.bad = 400;
         else {
             fd_http_req_method(in, "GET", 3);
             in->upgrade = fd_string("websocket");
@@ -635,18 +498,7 @@ static void request_begin(h2s_t *st)
             in->ext_connect = 1;
         }
     }
-    if (st->bad == 0 && (in->method.len == 0 || in->target.len == 0))
-        st->bad = 400;
-    if (st->bad == 0 && st->cookie.len &&
-        fd_http_req_header(in, fd_string("cookie"), st->cookie) != FD_OK)
-        st->bad = 431;
-    if (st->bad) {
-        fd_http_finalize(r, st->bad);
-        return;
-    }
-    if (!st->no_body && in->content_length < 0 && !in->ext_connect)
-        in->chunked = 1; /* a body of unknown length: DATA until the end */
-    fd_http_request_start(r);
+    fd_http_stream_start(r, &st->sq, st->no_body);
 }
 
 static int on_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id,
@@ -663,28 +515,8 @@ static int on_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id,
         return 0;
     }
     r = st->r;
-    if (st->ib_len + len > st->ib_cap) {
-        size_t cap = st->ib_cap ? st->ib_cap : 16384, keep;
-        char *nb;
-        /* what was taken goes from the front first */
-        keep = st->ib_len - st->ib_pos;
-        if (st->ib_pos) {
-            memmove(st->ib, st->ib + st->ib_pos, keep);
-            st->ib_pos = 0;
-            st->ib_len = keep;
-        }
-        while (cap < keep + len)
-            cap *= 2;
-        if (cap > st->ib_cap) {
-            nb = realloc(st->ib, cap);
-            if (nb == NULL)
-                return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-            st->ib = nb;
-            st->ib_cap = cap;
-        }
-    }
-    memcpy(st->ib + st->ib_len, data, len);
-    st->ib_len += len;
+    if (fd_http_sbuf_add(&st->ib, data, len) != FD_OK)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     if (st->tunnel) {
         st->tunnel->readable = 1;
         st->job_tunnel = 1;
@@ -841,7 +673,7 @@ static int send_trailers(nghttp2_session *ss, h2s_t *st)
     n = 0;
     for (t = r->trailers_out; t; t = t->next) {
         if (t->name.len == 0 || t->name.data[0] == ':' ||
-            hop_field(t->name) ||
+            fd_http_stream_hop_field(t->name) ||
             fd_http_field_bad(t->name.data, t->name.len) ||
             fd_http_field_bad(t->value.data, t->value.len) ||
             (name = fd_pnalloc(r->pool, t->name.len)) == NULL)
@@ -871,13 +703,10 @@ static ssize_t data_read(nghttp2_session *ss, int32_t id, uint8_t *buf,
     (void)buf;
     (void)ud;
     if (fd_unlikely(st->rate.rate) && n) {
-        size_t allow = fd_http_rate_allow(&st->rate);
+        size_t allow = fd_http_stream_rate(&st->rate, &st->rate_timer,
+                                           rate_wake);
         if (allow == 0) {
             /* limit_rate: the stream waits, the others go on */
-            if (!fd_timer_armed(&st->rate_timer)) {
-                st->rate_timer.handler = rate_wake;
-                fd_timer_add(&st->rate_timer, fd_http_rate_delay(&st->rate));
-            }
             st->deferred = 1;
             return NGHTTP2_ERR_DEFERRED;
         }
@@ -926,52 +755,18 @@ static int send_data(nghttp2_session *ss, nghttp2_frame *frame,
     return 0;
 }
 
-/* Connection-specific fields never go out over HTTP/2 (RFC 9113 8.2.2). */
-static int hop_field(fd_str_t n)
-{
-    return fd_str_caseeq_lit(n, "connection") ||
-           fd_str_caseeq_lit(n, "keep-alive") ||
-           fd_str_caseeq_lit(n, "proxy-connection") ||
-           fd_str_caseeq_lit(n, "transfer-encoding") ||
-           fd_str_caseeq_lit(n, "upgrade");
-}
+/* the shared fields are nghttp2's (fd_http_stream.h) */
+FD_HTTP_NV_IS(nghttp2_nv, NGHTTP2_NV_FLAG_NO_COPY_NAME,
+              NGHTTP2_NV_FLAG_NO_COPY_VALUE);
 
-/*
- * nghttp2 encodes the HEADERS frame later in the turn (h2_send), not in
- * nghttp2_submit_response(). Without a copy it reads the bytes then: only
- * what lives as long as the stream may go uncopied, i.e. literals, the
- * loop's date and the request's pool. A module's field values (and names,
- * and the content type and ETag) may be slices of a buffer it reuses or
- * frees at once, as the proxy's upstream read buffer: nghttp2 copies them.
- */
-#define NV_STABLE (NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE)
-
-static void nv_set(nghttp2_nv *nv, const char *name, size_t nlen,
-                   const char *value, size_t vlen, uint8_t flags)
-{
-    nv->name = (uint8_t *)name;
-    nv->namelen = nlen;
-    nv->value = (uint8_t *)value;
-    nv->valuelen = vlen;
-    nv->flags = flags;
-}
-
-/* a literal name; the value stable (NV_STABLE) or a module's (0) */
-#define NV_LIT(nv, lit, v, l, fl) \
-    nv_set(nv, lit, sizeof(lit) - 1, v, l, \
-           (uint8_t)(NGHTTP2_NV_FLAG_NO_COPY_NAME | (fl)))
-
+/* nghttp2 encodes the HEADERS frame later in the turn (h2_send), not in
+ * nghttp2_submit_response(): fd_http_stream_fields() says what it copies */
 int fd_h2_header(fd_request_t *r)
 {
     h2s_t *st = r->h2;
-    const fd_http_conf_t *hc = &fd_worker->cycle->http;
-    fd_http_header_out_t *ho;
     nghttp2_data_provider prd;
-    nghttp2_nv *nv;
-    size_t n = 0, max = 8;
-    char *p;
-    int no_body_status = r->status < 200 || r->status == 204 ||
-                         r->status == 304;
+    fd_http_nv_t *nv;
+    size_t n;
     int rv;
 
     FD_H3_PASS(r, fd_h3_header(r));
@@ -979,73 +774,14 @@ int fd_h2_header(fd_request_t *r)
         return FD_ERROR;
     if (fd_unlikely(r->loc && r->loc->limit_rate))
         fd_http_rate_start(&st->rate, r);
-    for (ho = r->headers_out; ho; ho = ho->next)
-        max++;
-    nv = fd_palloc(r->pool, max * sizeof(*nv));
-    p = fd_pnalloc(r->pool, 4 + 21 + sizeof(fd_http_date));
-    if (nv == NULL || p == NULL)
+    if ((nv = fd_http_stream_fields(r, &n)) == NULL)
         return FD_ERROR;
-    /* :status, then the fields HTTP/1.1 would send, in its order */
-    p[0] = (char)('0' + r->status / 100 % 10);
-    p[1] = (char)('0' + r->status / 10 % 10);
-    p[2] = (char)('0' + r->status % 10);
-    NV_LIT(&nv[n++], ":status", p, 3, NV_STABLE);
-    p += 4;
-    if (hc->server_header[0] && !r->server_passed)
-        NV_LIT(&nv[n++], "server", hc->server_header,
-               strlen(hc->server_header), NV_STABLE);
-    /* the loop's date, rewritten in place once a second: the frame is
-     * framed in this turn, or carries the next second */
-    NV_LIT(&nv[n++], "date", fd_http_date, sizeof(fd_http_date) - 1,
-           NV_STABLE);
-    if (r->content_type.len)
-        NV_LIT(&nv[n++], "content-type", r->content_type.data,
-               r->content_type.len, 0);
-    if (r->content_length >= 0 && !no_body_status) {
-        char *e = fd_fmt_uint(p, (uint64_t)r->content_length);
-        NV_LIT(&nv[n++], "content-length", p, (size_t)(e - p), NV_STABLE);
-        p = e + 1;
-    }
-    if (r->last_modified >= 0) {
-        size_t k = fd_http_time(p, r->last_modified);
-        NV_LIT(&nv[n++], "last-modified", p, k, NV_STABLE);
-        p += k;
-    }
-    if (r->etag.len)
-        NV_LIT(&nv[n++], "etag", r->etag.data, r->etag.len, 0);
-    for (ho = r->headers_out; ho; ho = ho->next) {
-        const char *name = ho->name.data;
-        uint8_t fl = 0;
-        size_t i;
-        if (ho->name.len == 0 || hop_field(ho->name))
-            continue;
-        if (fd_http_field_bad(ho->name.data, ho->name.len) ||
-            fd_http_field_bad(ho->value.data, ho->value.len)) {
-            fd_log_error(FD_LOG_ERR, 0, "a response header holding CR, LF "
-                         "or NUL was dropped");
-            continue;
-        }
-        /* names go lower case (RFC 9113 8.2.1): copied only if needed */
-        for (i = 0; i < ho->name.len && fd_tolower(name[i]) == name[i]; i++)
-            ;
-        if (i < ho->name.len) {
-            char *lc = fd_pnalloc(r->pool, ho->name.len);
-            if (lc == NULL)
-                return FD_ERROR;
-            for (i = 0; i < ho->name.len; i++)
-                lc[i] = fd_tolower(name[i]);
-            name = lc;
-            fl = NGHTTP2_NV_FLAG_NO_COPY_NAME; /* in the pool */
-        }
-        nv_set(&nv[n++], name, ho->name.len, ho->value.data, ho->value.len,
-               fl);
-    }
     /* a complete empty body needs no DATA frame */
-    st->provider = !r->header_only && !no_body_status &&
-                   (r->streamed || r->body_filter || r->content_length != 0);
+    st->provider = fd_http_stream_has_body(r);
     prd.source.ptr = st;
     prd.read_callback = data_read;
-    rv = nghttp2_submit_response(st->hc->ss, st->id, nv, n,
+    rv = nghttp2_submit_response(st->hc->ss, st->id,
+                                 (const nghttp2_nv *)(const void *)nv, n,
                                  st->provider ? &prd : NULL);
     if (rv != 0) {
         fd_log_error(FD_LOG_ERR, 0, "nghttp2_submit_response() failed: %s",
@@ -1094,11 +830,11 @@ void fd_h2_end(fd_request_t *r)
     if (st == NULL || st->hc == NULL)
         return;
     st->out_end = 1;
-    if (st->ib_len > st->ib_pos && !st->closed) {
+    if (st->ib.len > st->ib.pos && !st->closed) {
         /* a body the handler did not read: its window opens again (the
          * stream ends with RST_STREAM NO_ERROR once answered) */
-        nghttp2_session_consume(st->hc->ss, st->id, st->ib_len - st->ib_pos);
-        st->ib_pos = st->ib_len = 0;
+        nghttp2_session_consume(st->hc->ss, st->id, st->ib.len - st->ib.pos);
+        st->ib.pos = st->ib.len = 0;
     }
     if (st->hc->rst_budget < 2 * (int)fd_worker->cycle->http
                                      .http2_max_concurrent_streams)
@@ -1191,13 +927,8 @@ ssize_t fd_h2_body_pull(fd_request_t *r, char *buf, size_t size)
     FD_H3_PASS(r, fd_h3_body_pull(r, buf, size));
     if (st == NULL || st->hc == NULL || st->closed)
         return FD_ERROR;
-    n = fd_min(size, st->ib_len - st->ib_pos);
-    if (n == 0)
+    if ((n = fd_http_sbuf_take(&st->ib, buf, size)) == 0)
         return st->in_ended ? 0 : FD_AGAIN;
-    memcpy(buf, st->ib + st->ib_pos, n);
-    st->ib_pos += n;
-    if (st->ib_pos == st->ib_len)
-        st->ib_pos = st->ib_len = 0;
     /* the window opens by what was taken: the upload's pace is the
      * reader's */
     nghttp2_session_consume(st->hc->ss, st->id, n);
@@ -1226,17 +957,12 @@ static ssize_t tunnel_recv(fd_stream_t *s, char *buf, size_t size)
         s->error = 1;
         return FD_ERROR;
     }
-    n = fd_min(size, st->ib_len - st->ib_pos);
-    if (n == 0) {
+    if ((n = fd_http_sbuf_take(&st->ib, buf, size)) == 0) {
         if (st->in_ended)
             return 0;
         s->readable = 0; /* on_data_chunk() says when */
         return FD_AGAIN;
     }
-    memcpy(buf, st->ib + st->ib_pos, n);
-    st->ib_pos += n;
-    if (st->ib_pos == st->ib_len)
-        st->ib_pos = st->ib_len = 0;
     nghttp2_session_consume(st->hc->ss, st->id, n);
     conn_post(st->hc);
     return (ssize_t)n;

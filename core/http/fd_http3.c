@@ -28,7 +28,7 @@
 #ifdef FD_HTTP3
 
 #define FD_QUIC_PRIVATE
-#include "fd_http_int.h"
+#include "fd_http_stream.h"
 #include "fd_quic.h"
 
 #define H3_UNACKED_MAX (1024 * 1024) /* handed to QUIC, not yet acked */
@@ -54,12 +54,8 @@ struct fd_h3_stream_s {
     fd_request_t *r;
     int64_t id;
     /* request side */
-    size_t hdr_bytes;
-    int bad;                   /* an HTTP status for the request, or 0 */
-    fd_str_t cookie;
-    size_t cookie_cap;
-    char *ib;                  /* DATA not yet taken by the request */
-    size_t ib_pos, ib_len, ib_cap;
+    fd_http_sreq_t sq;         /* the header block */
+    fd_http_sbuf_t ib;         /* DATA not yet taken by the request */
     /* response side */
     h3buf_t *pend, **pend_last; /* not yet handed to nghttp3 */
     h3buf_t *sent, **sent_last; /* handed, not yet acknowledged */
@@ -93,8 +89,8 @@ static const nghttp3_callbacks h3_callbacks;
  * time (consolidating its free chunks) */
 static h3s_t *free_streams;
 static unsigned nfree_streams;
-static fd_pool_t *free_pools[H3_POOL_KEEP];
-static unsigned nfree_pools;
+static fd_pool_t *pools_kept[H3_POOL_KEEP];
+static fd_http_pools_t free_pools = {pools_kept, 0, H3_POOL_KEEP};
 
 /* --- pieces of a response body --- */
 
@@ -193,7 +189,7 @@ static h3s_t *stream_new(fd_h3_conn_t *hc, int64_t id)
     } else if ((st = calloc(1, sizeof(*st))) == NULL) {
         return NULL;
     }
-    pool = nfree_pools ? free_pools[--nfree_pools] : fd_pool_create(4096);
+    pool = fd_http_stream_pool(&free_pools);
     if (pool == NULL) {
         stream_put(st);
         return NULL;
@@ -221,23 +217,13 @@ static void stream_free(h3s_t *st)
     fd_quic_conn_t *held = st->hc ? NULL : st->held;
 
     stream_unlink(st);
-    if (r) {
-        fd_pool_t *pool = r->pool;
-        if (r->feed_queued)
-            fd_http_feed_unlink(r);
-        r->h2 = NULL;
-        if (fd_pool_blocks(pool, 2) <= 2 && nfree_pools < H3_POOL_KEEP) {
-            fd_pool_clear(pool);
-            free_pools[nfree_pools++] = pool;
-        } else {
-            fd_pool_destroy(pool);
-        }
-    }
+    if (r)
+        fd_http_stream_release(r, &free_pools);
     buf_free_list(st->pend);
     buf_free_list(st->sent);
     if (fd_timer_armed(&st->rate_timer))
         fd_timer_del(&st->rate_timer);
-    free(st->ib);
+    free(st->ib.data);
     stream_put(st);
     if (held)
         fd_quic_unref(held);
@@ -268,18 +254,10 @@ static void stream_closed(h3s_t *st)
     st->closed = 1;
     stream_unlink(st);
     hc->nstreams--;
-    consume(hc, st->id, st->ib_len - st->ib_pos, 0);
-    st->ib_pos = st->ib_len = 0;
+    consume(hc, st->id, st->ib.len - st->ib.pos, 0);
+    st->ib.pos = st->ib.len = 0;
     if (r && !r->done && st->started) {
-        if (r->feed_queued)
-            fd_http_feed_unlink(r);
-        if (r->on_abort && !r->response_done) {
-            void (*abort)(fd_request_t *) = r->on_abort;
-            r->on_abort = NULL;
-            r->on_drain = NULL;
-            r->on_body = NULL;
-            abort(r);
-        } else if (r->in_offload || r->async) {
+        if (fd_http_stream_abort(r)) {
             /* it finishes on its own: freed then (fd_h3_finish) */
             st->orphan = 1;
             stream_link(&hc->orphans, st);
@@ -312,17 +290,6 @@ static int begin_headers(nghttp3_conn *conn, int64_t id, void *ud, void *sud)
     return 0;
 }
 
-static fd_str_t pool_copy(fd_pool_t *pool, const uint8_t *p, size_t n)
-{
-    char *d = fd_pnalloc(pool, n + 1);
-
-    if (d == NULL)
-        return fd_null_string;
-    memcpy(d, p, n);
-    d[n] = '\0';
-    return (fd_str_t){n, d};
-}
-
 static int recv_header(nghttp3_conn *conn, int64_t id, int32_t token,
                        nghttp3_rcbuf *name, nghttp3_rcbuf *value,
                        uint8_t flags, void *ud, void *sud)
@@ -330,10 +297,6 @@ static int recv_header(nghttp3_conn *conn, int64_t id, int32_t token,
     h3s_t *st = sud;
     nghttp3_vec nb = nghttp3_rcbuf_get_buf(name);
     nghttp3_vec vb = nghttp3_rcbuf_get_buf(value);
-    fd_request_t *r;
-    fd_http_req_t *in;
-    fd_str_t n, v;
-    int rc = FD_OK;
 
     (void)conn;
     (void)id;
@@ -342,68 +305,8 @@ static int recv_header(nghttp3_conn *conn, int64_t id, int32_t token,
     (void)ud;
     if (st == NULL || st->started)
         return 0;
-    r = st->r;
-    in = &r->in;
-    st->hdr_bytes += nb.len + vb.len + 32;
-    if (st->hdr_bytes > fd_worker->cycle->http.http2_max_header_size) {
-        st->bad = 431;
-        return 0;
-    }
-    if (st->bad)
-        return 0;
-    n = pool_copy(r->pool, nb.base, nb.len);
-    v = pool_copy(r->pool, vb.base, vb.len);
-    if (n.data == NULL || v.data == NULL) {
-        st->bad = 500;
-        return 0;
-    }
-    if (n.len && n.data[0] == ':') {
-        /* nghttp3 checked the pseudo-fields: each once, before the rest */
-        if (fd_str_eq_lit(n, ":method"))
-            rc = fd_http_req_method(in, v.data, v.len);
-        else if (fd_str_eq_lit(n, ":path"))
-            rc = fd_http_req_path(in, v.data, v.len);
-        else if (fd_str_eq_lit(n, ":authority")) {
-            rc = fd_http_parse_host(v, &in->host, r->pool);
-            in->host_seen = 1;
-            in->host_from_target = 1;
-        }
-    } else if (fd_str_eq_lit(n, "cookie")) {
-        /* RFC 9114 4.2.1: joined with "; " */
-        if (st->cookie.len) {
-            size_t need = st->cookie.len + 2 + v.len;
-            char *d = (char *)st->cookie.data;
-            if (need > st->cookie_cap) {
-                size_t cap = fd_max(need, 2 * st->cookie_cap);
-                if ((d = fd_pnalloc(r->pool, cap)) == NULL) {
-                    st->bad = 500;
-                    return 0;
-                }
-                memcpy(d, st->cookie.data, st->cookie.len);
-                st->cookie.data = d;
-                st->cookie_cap = cap;
-            }
-            memcpy(d + st->cookie.len, "; ", 2);
-            memcpy(d + st->cookie.len + 2, v.data, v.len);
-            st->cookie.len = need;
-        } else {
-            st->cookie = v;
-            st->cookie_cap = v.len;
-        }
-    } else if (in->host_from_target && fd_str_eq_lit(n, "host")) {
-        /* a host beside :authority must name the same (as over h2) */
-        fd_str_t h;
-
-        rc = fd_http_parse_host(v, &h, r->pool);
-        if (rc == FD_OK && !fd_str_caseeq(h, in->host.data, in->host.len))
-            rc = 400;
-        if (rc == FD_OK)
-            rc = fd_http_req_header(in, n, v);
-    } else {
-        rc = fd_http_req_header(in, n, v);
-    }
-    if (rc != FD_OK)
-        st->bad = rc;
+    fd_http_stream_field(st->r, &st->sq, nb.base, nb.len, vb.base, vb.len,
+                         NULL);
     return 0;
 }
 
@@ -427,66 +330,20 @@ static int end_headers(nghttp3_conn *conn, int64_t id, int fin, void *ud,
 /* Body bytes into a buffered body (PH_BODY); the handler at its end. */
 static void body_feed(h3s_t *st)
 {
-    fd_request_t *r = st->r;
-    size_t n = st->ib_len - st->ib_pos, max = r->loc->max_body_size;
+    size_t n = fd_http_stream_body_take(st->r, &st->ib);
 
-    if (n) {
-        /* before the buffer is full too: a body of unknown length starts
-         * in one of 4 KB (body_start), whatever max_body_size says */
-        if (r->body_len + n > max) {
-            fd_http_finalize(r, 413);
-            return;
-        }
-        if (r->body_len + n > r->body_cap) {
-            size_t cap = r->body_cap ? r->body_cap : 4096;
-            char *nb;
-            while (cap < r->body_len + n)
-                cap *= 2;
-            cap = fd_min(cap, max);
-            if ((nb = fd_pnalloc(r->pool, cap)) == NULL) {
-                fd_http_finalize(r, 500);
-                return;
-            }
-            memcpy(nb, r->body, r->body_len);
-            r->body = nb;
-            r->body_cap = cap;
-        }
-        memcpy(r->body + r->body_len, st->ib + st->ib_pos, n);
-        r->body_len += n;
-        st->ib_pos = st->ib_len = 0;
-        consume(st->hc, st->id, n, 1);
-    }
-    if (st->in_ended) {
-        if (r->in.content_length >= 0 &&
-            (int64_t)r->body_len != r->in.content_length) {
-            fd_http_finalize(r, 400);
-            return;
-        }
-        r->body_rest = 0;
-        r->phase = PH_HANDLER;
-        fd_http_run_handler(r);
-    }
+    if (n == (size_t)-1)
+        return;
+    consume(st->hc, st->id, n, 1);
+    if (st->in_ended)
+        fd_http_stream_body_end(st->r);
 }
 
 static void request_begin(h3s_t *st)
 {
-    fd_request_t *r = st->r;
-    fd_http_req_t *in = &r->in;
-
     st->started = 1;
-    r->phase = PH_HANDLER;
-    if (st->bad == 0 && (in->method.len == 0 || in->target.len == 0))
-        st->bad = 400;
-    if (st->bad == 0 && st->cookie.len &&
-        fd_http_req_header(in, fd_string("cookie"), st->cookie) != FD_OK)
-        st->bad = 431;
-    if (st->bad) {
-        fd_http_finalize(r, st->bad);
-        return;
-    }
-    if (!st->no_body && in->content_length < 0)
-        in->chunked = 1; /* a body of unknown length: DATA until the end */
-    fd_http_request_start(r);
+    st->r->phase = PH_HANDLER;
+    fd_http_stream_start(st->r, &st->sq, st->no_body);
 }
 
 static int recv_data(nghttp3_conn *conn, int64_t id, const uint8_t *data,
@@ -502,26 +359,8 @@ static int recv_data(nghttp3_conn *conn, int64_t id, const uint8_t *data,
         return 0;
     }
     r = st->r;
-    if (st->ib_len + len > st->ib_cap) {
-        size_t keep = st->ib_len - st->ib_pos, cap = st->ib_cap ? st->ib_cap
-                                                                 : 16384;
-        char *nb;
-        if (st->ib_pos) {
-            memmove(st->ib, st->ib + st->ib_pos, keep);
-            st->ib_pos = 0;
-            st->ib_len = keep;
-        }
-        while (cap < keep + len)
-            cap *= 2;
-        if (cap > st->ib_cap) {
-            if ((nb = realloc(st->ib, cap)) == NULL)
-                return NGHTTP3_ERR_CALLBACK_FAILURE;
-            st->ib = nb;
-            st->ib_cap = cap;
-        }
-    }
-    memcpy(st->ib + st->ib_len, data, len);
-    st->ib_len += len;
+    if (fd_http_sbuf_add(&st->ib, data, len) != FD_OK)
+        return NGHTTP3_ERR_CALLBACK_FAILURE;
     if (st->started && (r->phase == PH_BODY || r->phase == PH_STREAM)) {
         st->job_body = 1;
         stream_job(st);
@@ -655,12 +494,9 @@ static nghttp3_ssize read_data(nghttp3_conn *conn, int64_t id,
     (void)id;
     (void)ud;
     if (fd_unlikely(st->rate.rate) && st->pend &&
-        (allow = fd_http_rate_allow(&st->rate)) == 0) {
+        (allow = fd_http_stream_rate(&st->rate, &st->rate_timer,
+                                     rate_wake)) == 0) {
         /* limit_rate: the stream waits, the others go on */
-        if (!fd_timer_armed(&st->rate_timer)) {
-            st->rate_timer.handler = rate_wake;
-            fd_timer_add(&st->rate_timer, fd_http_rate_delay(&st->rate));
-        }
         st->deferred = 1;
         return NGHTTP3_ERR_WOULDBLOCK;
     }
@@ -740,114 +576,30 @@ static nghttp3_ssize read_data(nghttp3_conn *conn, int64_t id,
     return (nghttp3_ssize)k;
 }
 
-static int hop_field(fd_str_t n)
-{
-    return fd_str_caseeq_lit(n, "connection") ||
-           fd_str_caseeq_lit(n, "keep-alive") ||
-           fd_str_caseeq_lit(n, "proxy-connection") ||
-           fd_str_caseeq_lit(n, "transfer-encoding") ||
-           fd_str_caseeq_lit(n, "upgrade");
-}
+/* the shared fields are nghttp3's (fd_http_stream.h) */
+FD_HTTP_NV_IS(nghttp3_nv, NGHTTP3_NV_FLAG_NO_COPY_NAME,
+              NGHTTP3_NV_FLAG_NO_COPY_VALUE);
 
-/* nghttp3 copies a field (and lower-cases its name) unless told not to:
- * a HEADERS frame is encoded when the connection writes, at the end of
- * the turn or later, so only what lives as long as the stream may be
- * left in place (literals, the request pool, the configuration, the
- * Date line, rewritten in place at most once a second) */
-#define NV_KEEP (NGHTTP3_NV_FLAG_NO_COPY_NAME | NGHTTP3_NV_FLAG_NO_COPY_VALUE)
-
-static void nv_set(nghttp3_nv *nv, const char *name, size_t nlen,
-                   const char *value, size_t vlen, uint8_t flags)
-{
-    nv->name = (uint8_t *)name;
-    nv->namelen = nlen;
-    nv->value = (uint8_t *)value;
-    nv->valuelen = vlen;
-    nv->flags = flags;
-}
-
-/* a literal name, lower case, and a value that stays (flags) */
-#define NV_LIT(nv, lit, v, l, f) nv_set(nv, lit, sizeof(lit) - 1, v, l, f)
-
+/* a HEADERS frame is encoded when the connection writes, at the end of
+ * the turn or later: fd_http_stream_fields() says what nghttp3 copies */
 int fd_h3_header(fd_request_t *r)
 {
     h3s_t *st = (h3s_t *)(void *)r->h2;
-    const fd_http_conf_t *conf = &fd_worker->cycle->http;
-    fd_http_header_out_t *ho;
     nghttp3_data_reader dr = {.read_data = read_data};
-    nghttp3_nv *nv;
-    size_t n = 0, max = 8;
-    char *p;
-    int no_body_status = r->status < 200 || r->status == 204 ||
-                         r->status == 304;
+    fd_http_nv_t *nv;
+    size_t n;
     int rv;
 
     if (st->closed || st->hc == NULL)
         return FD_ERROR;
     if (fd_unlikely(r->loc && r->loc->limit_rate))
         fd_http_rate_start(&st->rate, r);
-    for (ho = r->headers_out; ho; ho = ho->next)
-        max++;
-    nv = fd_palloc(r->pool, max * sizeof(*nv));
-    p = fd_pnalloc(r->pool, 4 + 21 + sizeof(fd_http_date));
-    if (nv == NULL || p == NULL)
+    if ((nv = fd_http_stream_fields(r, &n)) == NULL)
         return FD_ERROR;
-    p[0] = (char)('0' + r->status / 100 % 10);
-    p[1] = (char)('0' + r->status / 10 % 10);
-    p[2] = (char)('0' + r->status % 10);
-    NV_LIT(&nv[n++], ":status", p, 3, NV_KEEP);
-    p += 4;
-    if (conf->server_header[0] && !r->server_passed)
-        NV_LIT(&nv[n++], "server", conf->server_header,
-               strlen(conf->server_header), NV_KEEP);
-    NV_LIT(&nv[n++], "date", fd_http_date, sizeof(fd_http_date) - 1,
-           NV_KEEP);
-    if (r->content_type.len)
-        NV_LIT(&nv[n++], "content-type", r->content_type.data,
-               r->content_type.len, NGHTTP3_NV_FLAG_NO_COPY_NAME);
-    if (r->content_length >= 0 && !no_body_status) {
-        char *e = fd_fmt_uint(p, (uint64_t)r->content_length);
-        NV_LIT(&nv[n++], "content-length", p, (size_t)(e - p), NV_KEEP);
-        p = e + 1;
-    }
-    if (r->last_modified >= 0) {
-        size_t k = fd_http_time(p, r->last_modified);
-        NV_LIT(&nv[n++], "last-modified", p, k, NV_KEEP);
-        p += k;
-    }
-    if (r->etag.len)
-        NV_LIT(&nv[n++], "etag", r->etag.data, r->etag.len,
-               NGHTTP3_NV_FLAG_NO_COPY_NAME);
-    for (ho = r->headers_out; ho; ho = ho->next) {
-        const char *name = ho->name.data;
-        size_t i;
-        if (ho->name.len == 0 || hop_field(ho->name))
-            continue;
-        if (fd_http_field_bad(ho->name.data, ho->name.len) ||
-            fd_http_field_bad(ho->value.data, ho->value.len)) {
-            fd_log_error(FD_LOG_ERR, 0, "a response header holding CR, LF "
-                         "or NUL was dropped");
-            continue;
-        }
-        /* names go lower case (RFC 9114 4.2) */
-        for (i = 0; i < ho->name.len && fd_tolower(name[i]) == name[i]; i++)
-            ;
-        if (i < ho->name.len) {
-            char *lc = fd_pnalloc(r->pool, ho->name.len);
-            if (lc == NULL)
-                return FD_ERROR;
-            for (i = 0; i < ho->name.len; i++)
-                lc[i] = fd_tolower(name[i]);
-            name = lc;
-        }
-        /* a module's field may point into a buffer that moves on */
-        nv_set(&nv[n++], name, ho->name.len, ho->value.data, ho->value.len,
-               NGHTTP3_NV_FLAG_NONE);
-    }
-    st->provider = !r->header_only && !no_body_status &&
-                   (r->streamed || r->body_filter || r->content_length != 0);
-    rv = nghttp3_conn_submit_response(st->hc->h3, st->id, nv, n,
-                                      st->provider ? &dr : NULL);
+    st->provider = fd_http_stream_has_body(r);
+    rv = nghttp3_conn_submit_response(st->hc->h3, st->id,
+                                      (const nghttp3_nv *)(const void *)nv,
+                                      n, st->provider ? &dr : NULL);
     if (rv != 0) {
         fd_log_error(FD_LOG_ERR, 0, "nghttp3_conn_submit_response() failed: "
                      "%s", nghttp3_strerror(rv));
@@ -903,9 +655,9 @@ void fd_h3_end(fd_request_t *r)
         ngtcp2_conn_shutdown_stream_read(st->hc->qc->conn, 0, st->id,
                                          NGHTTP3_H3_NO_ERROR);
     }
-    if (st->ib_len > st->ib_pos && !st->closed) {
-        consume(st->hc, st->id, st->ib_len - st->ib_pos, 1);
-        st->ib_pos = st->ib_len = 0;
+    if (st->ib.len > st->ib.pos && !st->closed) {
+        consume(st->hc, st->id, st->ib.len - st->ib.pos, 1);
+        st->ib.pos = st->ib.len = 0;
     }
     resume_data(st);
     fd_quic_post(st->hc->qc);
@@ -979,13 +731,8 @@ ssize_t fd_h3_body_pull(fd_request_t *r, char *buf, size_t size)
 
     if (st->hc == NULL || st->closed)
         return FD_ERROR;
-    n = fd_min(size, st->ib_len - st->ib_pos);
-    if (n == 0)
+    if ((n = fd_http_sbuf_take(&st->ib, buf, size)) == 0)
         return st->in_ended ? 0 : FD_AGAIN;
-    memcpy(buf, st->ib + st->ib_pos, n);
-    st->ib_pos += n;
-    if (st->ib_pos == st->ib_len)
-        st->ib_pos = st->ib_len = 0;
     /* the window opens by what was taken: the upload's pace is the
      * reader's */
     consume(st->hc, st->id, n, 1);
