@@ -15,8 +15,9 @@
  * leaves before the loop waits (fd_quic_fwd_flush), one message per
  * owner: a header, then for each datagram the address it came to (the
  * listening one and the local one, IP_PKTINFO's) and the client's. The
- * owner takes only messages from its own user (SO_PASSCRED): another
- * local user could otherwise have fastd send to any address.
+ * owner takes only messages from its own user's workers of this master
+ * (SO_PASSCRED's uid and pid, the pid found in the stats slots): another
+ * local process could otherwise have fastd send to any address.
  */
 #include "fd_core.h"
 
@@ -103,6 +104,24 @@ static void msg_in(const uint8_t *p, size_t n)
     }
 }
 
+/* A worker of this master, running or stopping: the stats slots hold
+ * every worker's pid (fd_stats_worker_init). Another process of the
+ * workers' user (nobody, say) could otherwise have a worker answer any
+ * address it names. */
+static int from_worker(pid_t pid)
+{
+    uint64_t i, used = __atomic_load_n(&fd_shm->slots_used, __ATOMIC_ACQUIRE);
+    const fd_stats_t *s;
+
+    for (i = 0; i < used && i < FD_MAX_WORKER_SLOTS; i++) {
+        s = fd_stats_slot((unsigned)i);
+        if (s->pid == (uint64_t)pid &&
+            __atomic_load_n(&s->alive, __ATOMIC_ACQUIRE))
+            return 1;
+    }
+    return 0;
+}
+
 static void fwd_read(void)
 {
     union {
@@ -136,7 +155,7 @@ static void fwd_read(void)
             if (cm->cmsg_level == SOL_SOCKET &&
                 cm->cmsg_type == SCM_CREDENTIALS) {
                 memcpy(&cred, CMSG_DATA(cm), sizeof(cred));
-                ok = cred.uid == uid;
+                ok = cred.uid == uid && from_worker(cred.pid);
             }
         if (ok && !(msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
             msg_in(inbuf, (size_t)n);
