@@ -130,11 +130,7 @@ access_log = %%DIR%%/access.log format=proto buffer=0
 quic_gso = $gso
 
 [server]
-listen = 127.0.0.1:%%PORT%% ssl
-listen = 127.0.0.1:%%PORT%% quic
-ssl_certificate = $cert->{crt}
-ssl_certificate_key = $cert->{key}
-root = %%DIR%%/www
+@{[ TLS::quic_server_keys($cert) ]}root = %%DIR%%/www
 
 [location /plaintext]
 handler = plaintext

@@ -48,11 +48,7 @@ $t->write_conf(<<"CONF");
 http2_idle_timeout = 1s
 
 [server]
-listen = 127.0.0.1:%%PORT%% ssl
-listen = 127.0.0.1:%%PORT%% quic
-ssl_certificate = $cert->{crt}
-ssl_certificate_key = $cert->{key}
-root = %%DIR%%/www
+@{[ TLS::quic_server_keys($cert) ]}root = %%DIR%%/www
 
 [location = /plaintext]
 handler = plaintext

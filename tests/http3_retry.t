@@ -45,11 +45,7 @@ FastdTest::spew("$dir/www/index.html", "hello\n");
 $t->write_conf(<<"CONF");
 @{[ FastdTest::main_section(workers => 2, level => 'debug') ]}
 [server]
-listen = 127.0.0.1:%%PORT%% ssl
-listen = 127.0.0.1:%%PORT%% quic
-ssl_certificate = $cert->{crt}
-ssl_certificate_key = $cert->{key}
-quic_retry = on
+@{[ TLS::quic_server_keys($cert) ]}quic_retry = on
 root = %%DIR%%/www
 
 [location = /status]

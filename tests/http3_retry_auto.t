@@ -35,11 +35,7 @@ FastdTest::spew("$dir/www/index.html", "hello\n");
 $t->write_conf(<<"CONF");
 @{[ FastdTest::main_section(level => 'debug') ]}
 [server]
-listen = 127.0.0.1:%%PORT%% ssl
-listen = 127.0.0.1:%%PORT%% quic
-ssl_certificate = $cert->{crt}
-ssl_certificate_key = $cert->{key}
-ssl_handshake_timeout = 5s
+@{[ TLS::quic_server_keys($cert) ]}ssl_handshake_timeout = 5s
 root = %%DIR%%/www
 CONF
 $t->start;

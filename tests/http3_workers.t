@@ -41,11 +41,7 @@ FastdTest::spew("$dir/www/f.bin", $file);
 my $conf = <<"CONF";
 @{[ FastdTest::main_section(workers => 4) ]}
 [server]
-listen = 127.0.0.1:%%PORT%% ssl
-listen = 127.0.0.1:%%PORT%% quic
-ssl_certificate = $cert->{crt}
-ssl_certificate_key = $cert->{key}
-root = %%DIR%%/www
+@{[ TLS::quic_server_keys($cert) ]}root = %%DIR%%/www
 
 [location /rated/]
 alias = %%DIR%%/www/
