@@ -61,6 +61,8 @@ typedef struct {
     ngtcp2_crypto_conn_ref ref;
     const fd_listening_t *ls;
     fd_http_server_t *srv;      /* the handshake's, once the hello came */
+    unsigned verified:1;        /* verify_status holds the peer's chain's */
+    unsigned verify_status;     /* gnutls_certificate_verify_peers's */
 } quic_session_t;
 
 /* The purpose a client certificate must have, as OpenSSL's server checks */
@@ -283,6 +285,7 @@ int fd_quic_tls_new(fd_quic_tls_t *t, const fd_listening_t *ls,
     qss->ref = *ref;
     qss->ls = ls;
     qss->srv = NULL;
+    qss->verified = 0;
     /* no GNUTLS_ENABLE_EARLY_DATA: 0-RTT stays off (it needs an
      * anti-replay store all workers share) */
     if (gnutls_init(&s, GNUTLS_SERVER | GNUTLS_NO_END_OF_EARLY_DATA) < 0) {
@@ -436,10 +439,18 @@ fd_str_t fd_quic_tls_client_verify(fd_quic_tls_t t, fd_pool_t *pool)
     const char *why;
     unsigned n = 0, status;
 
+    quic_session_t *qss = gnutls_session_get_ptr(t);
+
     if (gnutls_certificate_get_peers(t, &n) == NULL || n == 0)
         return fd_string("NONE");
-    if (gnutls_certificate_verify_peers(t, &client_purpose, 1, &status) < 0)
-        status = GNUTLS_CERT_INVALID;
+    /* the chain is the connection's: verified once, not per request */
+    if (!qss->verified) {
+        if (gnutls_certificate_verify_peers(t, &client_purpose, 1,
+                                            &qss->verify_status) < 0)
+            qss->verify_status = GNUTLS_CERT_INVALID;
+        qss->verified = 1;
+    }
+    status = qss->verify_status;
     if (status == 0)
         return fd_string("SUCCESS");
     why = X509_verify_cert_error_string(verify_error(t, status));
