@@ -140,7 +140,7 @@ static pid_t spawn_worker(unsigned index)
     fd_listening_forget_retired();
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     signal(SIGCHLD, SIG_DFL);
-    fd_stats_worker_init((unsigned)slot, cycle->generation);
+    fd_stats_worker_init((unsigned)slot, cycle->generation, index);
     if (cycle->main.cpu_affinity) {
         cpu_set_t set;
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);

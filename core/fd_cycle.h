@@ -250,6 +250,7 @@ enum {
 typedef struct {
     uint64_t pid;
     uint64_t generation;
+    uint64_t index;            /* the worker's, 0 .. workers - 1 */
     uint64_t started_msec;     /* wall clock */
     uint64_t conn_active;
     uint64_t conn_reading;

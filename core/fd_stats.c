@@ -141,7 +141,8 @@ void *fd_shm_retired_area(fd_shm_header_t *shm, const fd_module_t *m)
     return fd_stats_area(fd_shm_slot(shm, FD_MAX_WORKER_SLOTS), m);
 }
 
-fd_stats_t *fd_stats_worker_init(unsigned i, uint64_t generation)
+fd_stats_t *fd_stats_worker_init(unsigned i, uint64_t generation,
+                                 unsigned index)
 {
     fd_stats_t *s = fd_stats_slot(i);
     uint64_t used = __atomic_load_n(&fd_shm->slots_used, __ATOMIC_RELAXED);
@@ -149,6 +150,7 @@ fd_stats_t *fd_stats_worker_init(unsigned i, uint64_t generation)
     memset(s, 0, fd_shm->slot_size);
     s->pid = (uint64_t)getpid();
     s->generation = generation;
+    s->index = index;
     s->started_msec = fd_stats_wall_msec();
     __atomic_store_n(&s->alive, 1, __ATOMIC_RELEASE);
     /* workers start side by side: raise the high-water mark, never lower */

@@ -11,7 +11,8 @@
  * Each worker binds an abstract unix datagram socket named for the
  * master, its generation's low byte and its index, so any worker finds
  * any other without a registry, and a name nobody holds (its worker has
- * exited) fails at once with ECONNREFUSED. What a loop turn forwards
+ * exited) fails at once with ECONNREFUSED (and a worker whose stats slot
+ * is not alive is not sent to: owner_alive). What a loop turn forwards
  * leaves before the loop waits (fd_quic_fwd_flush), one message per
  * owner: a header, then for each datagram the address it came to (the
  * listening one and the local one, IP_PKTINFO's) and the client's. The
@@ -122,6 +123,26 @@ static int from_worker(pid_t pid)
     return 0;
 }
 
+/* The worker of this generation's low byte and index runs, or stops but
+ * has not been reaped: its slot is alive until the master's waitpid()
+ * (fd_stats_retire). Its socket's name alone does not say so: the name
+ * can outlive the process (a socket an io_uring request still holds is
+ * closed by the kernel's deferred ring teardown), and what is sent to it
+ * then is lost. */
+static int owner_alive(uint8_t generation, uint8_t index)
+{
+    uint64_t i, used = __atomic_load_n(&fd_shm->slots_used, __ATOMIC_ACQUIRE);
+    const fd_stats_t *s;
+
+    for (i = 0; i < used && i < FD_MAX_WORKER_SLOTS; i++) {
+        s = fd_stats_slot((unsigned)i);
+        if (__atomic_load_n(&s->alive, __ATOMIC_ACQUIRE) &&
+            (uint8_t)s->generation == generation && s->index == index)
+            return 1;
+    }
+    return 0;
+}
+
 static void fwd_read(void)
 {
     union {
@@ -222,9 +243,10 @@ int fd_quic_fwd_init(void)
     return FD_OK;
 }
 
-/* The owner is gone (ECONNREFUSED), or cannot take more now: the first
- * get the datagrams back (fd_quic_fwd_in, FD_QUIC_FWD_ORPHAN), the
- * others are dropped, as UDP would. */
+/* The owner is gone (not alive, or ECONNREFUSED: its socket closed), or
+ * cannot take more now: the first get the datagrams back
+ * (fd_quic_fwd_in, FD_QUIC_FWD_ORPHAN), the others are dropped, as UDP
+ * would. */
 static void out_send(fwd_out_t *o)
 {
     struct sockaddr_un sun;
@@ -236,10 +258,15 @@ static void out_send(fwd_out_t *o)
     ssize_t n;
 
     memcpy(o->buf, &h, sizeof(h));
-    do
-        n = sendto(ev.fd, o->buf, o->len, MSG_DONTWAIT,
-                   (struct sockaddr *)&sun, len);
-    while (n < 0 && errno == EINTR);
+    if (!owner_alive(o->generation, o->index)) {
+        n = -1;
+        errno = ECONNREFUSED;
+    } else {
+        do
+            n = sendto(ev.fd, o->buf, o->len, MSG_DONTWAIT,
+                       (struct sockaddr *)&sun, len);
+        while (n < 0 && errno == EINTR);
+    }
     if (n >= 0) {
         fd_stats->quic_forwarded += o->ndgrams;
     } else if (errno == ECONNREFUSED || errno == ENOENT) {

@@ -148,7 +148,8 @@ void fd_shm_set_cycle(const fd_cycle_t *cycle);
  * Worker, right after fork: take slot i as fd_stats (zeroed, pid,
  * generation, started_msec, alive = 1).
  */
-fd_stats_t *fd_stats_worker_init(unsigned i, uint64_t generation);
+fd_stats_t *fd_stats_worker_init(unsigned i, uint64_t generation,
+                                 unsigned index);
 
 /*
  * Master, once the worker of slot i has been reaped: fold its monotonic

@@ -344,7 +344,7 @@ static void setup(void)
     fd_log = &quiet_log;
     if (fd_shm_init() != FD_OK || fd_quic_shm_init() != FD_OK)
         abort();
-    fd_stats_worker_init(0, 1);
+    fd_stats_worker_init(0, 1, 0);
     load();
     if (fd_worker_fuzz_cycle(cycle) != FD_OK)
         abort();

@@ -266,7 +266,7 @@ static void setup(void)
     fd_log = &quiet_log;
     if (fd_shm_init() != FD_OK)
         abort();
-    fd_stats_worker_init(0, 1);
+    fd_stats_worker_init(0, 1, 0);
     fresh = getenv("FUZZ_REQUEST_FRESH") != NULL;
     trace = getenv("FUZZ_REQUEST_TRACE") != NULL;
 }
