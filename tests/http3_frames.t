@@ -119,6 +119,10 @@ my @cases = (
      'HTTP/2\'s SETTINGS_ENABLE_PUSH in SETTINGS: H3_SETTINGS_ERROR'],
     [goaway => 'application 0x108',
      'a GOAWAY raising the previous one\'s ID: H3_ID_ERROR'],
+    # RFC 9114 7.2.7 names H3_ID_ERROR; nghttp3 answers H3_FRAME_ERROR
+    # (conf/doc/http3.md, "Not supported yet")
+    [max_push_id => 'application 0x106',
+     'a MAX_PUSH_ID below the previous one: H3_FRAME_ERROR (nghttp3\'s)'],
     [qpack_static => 'application 0x200',
      'a field line of static entry 200 (of 99): QPACK_DECOMPRESSION_FAILED'],
     [close_control => 'application 0x104',

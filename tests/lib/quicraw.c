@@ -54,6 +54,7 @@
  *   h2frame         an HTTP/2 frame type (PING, 0x06) on the control stream
  *   h2setting       an HTTP/2 setting (ENABLE_PUSH) in SETTINGS
  *   goaway          a GOAWAY with an ID above the previous one's
+ *   max_push_id     a MAX_PUSH_ID below the previous one's
  *   close_control   the control stream ended (FIN)
  *   reset_control   the control stream reset
  *   qpack_ref       an encoder stream duplicating an entry not in the table
@@ -1031,6 +1032,9 @@ int main(int argc, char **argv)
     } else if (strcmp(c, "goaway") == 0) {
         /* GOAWAY 0, then 4 */
         stream(2, 0, "\x00\x04\x00\x07\x01\x00\x07\x01\x04", 9, 0);
+    } else if (strcmp(c, "max_push_id") == 0) {
+        /* MAX_PUSH_ID 10, then 5 */
+        stream(2, 0, "\x00\x04\x00\x0d\x01\x0a\x0d\x01\x05", 9, 0);
     } else if (strcmp(c, "close_control") == 0) {
         stream(2, 0, settings, sizeof(settings), 1);
     } else if (strcmp(c, "reset_control") == 0) {
