@@ -628,13 +628,7 @@ static void handshake(const char *host, const struct addrinfo *ai)
     if (getrandom(dcid.data, dcid.datalen, 0) != 18 ||
         getrandom(scid.data, scid.datalen, 0) != CIDLEN)
         die("getrandom() failed");
-    ngtcp2_settings_default(&s);
-    s.initial_ts = now_ns();
-    ngtcp2_transport_params_default(&p);
-    p.initial_max_stream_data_uni = 1 << 20;
-    p.initial_max_data = 1 << 20;
-    p.initial_max_streams_uni = 3;
-    p.max_idle_timeout = 30 * NGTCP2_SECONDS;
+    quic_client_params(&s, &p, now_ns(), 1 << 20, 1 << 20);
     p.active_connection_id_limit = POOL; /* the server's IDs to walk */
     if (ngtcp2_conn_client_new(&q, &dcid, &scid, &ps.path,
                                NGTCP2_PROTO_VER_V1, &cb, &s, &p, NULL,
