@@ -288,6 +288,9 @@ typedef struct {
                                 * (and no Retry) */
     uint64_t quic_forwarded;   /* datagrams handed to the worker that owns
                                 * their connection (fd_quic_fwd.c) */
+    uint64_t quic_forward_dropped; /* of those to hand, dropped: the
+                                * owner's queue stayed full */
+    uint64_t quic_gso_sends;   /* sends of several datagrams (UDP GSO) */
     uint64_t alive;            /* 1 while the worker runs */
 } fd_stats_t;
 

@@ -220,6 +220,8 @@ void fd_stats_retire(unsigned i)
     fold(&d->quic_resets, &s->quic_resets);
     fold(&d->quic_dropped, &s->quic_dropped);
     fold(&d->quic_forwarded, &s->quic_forwarded);
+    fold(&d->quic_forward_dropped, &s->quic_forward_dropped);
+    fold(&d->quic_gso_sends, &s->quic_gso_sends);
 
     for (k = 0; fd_modules[k] != NULL; k++) {
         const fd_module_t *m = fd_modules[k];

@@ -273,11 +273,23 @@ CONF
     is($q->{active_connections} // -1, ($q->{connections} // 0)
        - ($q->{closed_connections} // 0),
        "$backend: /status: open connections: made less ended");
+    # the 6 MB downloads above: trains of datagrams in one send with GSO,
+    # none without
+    if ($gso eq 'on') {
+        cmp_ok($q->{gso_sends} // 0, '>', 0,
+               "$backend: /status: quic_gso = on sends GSO trains");
+    } else {
+        is($q->{gso_sends}, 0,
+           "$backend: /status: quic_gso = off sends no GSO train");
+    }
+    is($q->{forward_dropped_datagrams}, 0,
+       "$backend: /status: no forwarded datagram dropped");
     my $prom = quic_status($t, 1);
     is(scalar(() = $prom =~ /^fastd_quic_(?:connections|closed_connections|
         streams|retries|retries_validated|lost_packets|migrations|
-        stateless_resets|dropped_initials|forwarded_datagrams)_total\ \d+$/mgx),
-       10, "$backend: Prometheus: the ten QUIC counters");
+        stateless_resets|dropped_initials|forwarded_datagrams|
+        forward_dropped_datagrams|gso_sends)_total\ \d+$/mgx),
+       12, "$backend: Prometheus: the twelve QUIC counters");
     like($prom, qr/^fastd_quic_active_connections \d+$/m,
          "$backend: Prometheus: the open QUIC connections");
 

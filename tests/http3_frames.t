@@ -6,9 +6,11 @@
 # the code of the server's CONNECTION_CLOSE (or of its RESET_STREAM, for
 # a stream's error). Each code is the one RFC 9000, 9114 or 9204 names,
 # and after each case another client is served by the same worker.
-# Legal, and so nothing may end: request streams nghttp3 never sees
-# (ended empty, or opened by RESET_STREAM) past three times MAX_STREAMS,
-# each giving its credit back; every connection ID retired in turn,
+# Rapid reset without requests: request streams nghttp3 never sees
+# (ended empty, or opened by RESET_STREAM) and GETs stopped as sent,
+# past HTTP/2's budget of unanswered resets, end the connection with
+# H3_EXCESSIVE_LOAD. Legal, and so nothing may end: every connection ID
+# retired in turn,
 # three times the pool over, from one port and then from a new port each
 # time (each path validated, each a migration in /status).
 #
@@ -21,6 +23,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use FastdTest;
 use TLS;
+use IO::Socket::INET;
 use JSON::PP;
 use Test::More;
 
@@ -31,6 +34,12 @@ my ($quicraw, $h3load) = TLS::quic_clients($dir, $flags,
     'tests/lib/quicraw.c', 'tests/bench/h3load.c');
 my $pki = TLS->new($dir);
 my $cert = $pki->server('localhost');
+# an upstream that never answers (its connections wait in the backlog,
+# never accepted): GET / stays unanswered
+my $mute = IO::Socket::INET->new(Listen => 1024, LocalAddr => '127.0.0.1',
+                                 LocalPort => 0, Proto => 'tcp')
+    or die "listen: $!";
+my $mute_port = $mute->sockport;
 $t->write_conf(<<"CONF");
 @{[ FastdTest::main_section() ]}
 [http]
@@ -41,6 +50,10 @@ http3_stream_buffer_size = 128k
 @{[ TLS::quic_server_keys($cert) ]}
 [location = /plaintext]
 handler = plaintext
+
+[location = /]
+handler = proxy
+pass = http://127.0.0.1:$mute_port
 
 [location = /status]
 handler = status
@@ -106,6 +119,10 @@ my @cases = (
      'HTTP/2\'s SETTINGS_ENABLE_PUSH in SETTINGS: H3_SETTINGS_ERROR'],
     [goaway => 'application 0x108',
      'a GOAWAY raising the previous one\'s ID: H3_ID_ERROR'],
+    # RFC 9114 7.2.7 names H3_ID_ERROR; nghttp3 answers H3_FRAME_ERROR
+    # (conf/doc/http3.md, "Not supported yet")
+    [max_push_id => 'application 0x106',
+     'a MAX_PUSH_ID below the previous one: H3_FRAME_ERROR (nghttp3\'s)'],
     [qpack_static => 'application 0x200',
      'a field line of static entry 200 (of 99): QPACK_DECOMPRESSION_FAILED'],
     [close_control => 'application 0x104',
@@ -137,17 +154,27 @@ for my $c (
         or diag($out);
 }
 
-# request streams nghttp3 never sees, ended empty or opened by their
-# RESET_STREAM, give the client its MAX_STREAMS credit back as they end:
-# past three times the first grant, nothing ends
-for my $case (qw(empty_flood reset_flood)) {
+# rapid reset without a request answered (CVE-2023-44487): request
+# streams nghttp3 never sees, ended empty or opened by their
+# RESET_STREAM, and GETs stopped (STOP_SENDING) as soon as sent, each
+# give the client its MAX_STREAMS credit back at once; as over HTTP/2,
+# 2 x http3_max_concurrent_streams (128) of them unanswered end the
+# connection with H3_EXCESSIVE_LOAD, before three times the first grant
+for my $c (
+    [empty_flood => 'request streams ended empty'],
+    [reset_flood => 'request streams opened by RESET_STREAM'],
+    [stop_flood => 'GETs (to an upstream that never answers) stopped by '
+                   . 'STOP_SENDING as sent'],
+) {
+    my ($case, $what) = @$c;
     my $out = `$quicraw 127.0.0.1 $port $case 2>&1`;
-    my ($max, $first) = $out =~ /^\d+ streams, MAX_STREAMS (\d+) \(from (\d+)\)$/m;
-    ok($first && $max > 3 * $first && $out !~ /^closed/m,
-       "$case: the streams' credit comes back (MAX_STREAMS "
-       . ($max // '?') . ' from ' . ($first // '?') . ')') or diag($out);
+    my ($n) = $out =~ /^(\d+) streams, MAX_STREAMS \d+ \(from \d+\)$/m;
+    like($out, qr/^closed: application 0x107$/m,
+         "$case: $what: H3_EXCESSIVE_LOAD") or diag($out);
+    cmp_ok($n // 0, '>', 128, "$case: past the budget of 128, not before")
+        or diag($out);
+    ok(served(), "$case: the next client is served");
 }
-ok(served(), 'the next client is served');
 
 sub migrations {
     my ($rc, $out) = TLS::run([TLS::curl(), '-sk',

@@ -285,6 +285,7 @@ static int send_dgrams(fd_quic_sock_t *qs, const ngtcp2_path *path,
     if (n < 0)
         return errno;
     fd_stats->bytes_out += (uint64_t)n;
+    fd_stats->quic_gso_sends += gso && len > gso;
     return 0;
 }
 
@@ -408,8 +409,11 @@ void fd_quic_flush(void)
                 k++;
                 continue;
             }
-            for (; n > 0; n--, k++)
+            for (; n > 0; n--, k++) {
                 fd_stats->bytes_out += mm[k].msg_len;
+                fd_stats->quic_gso_sends +=
+                    txq[k].gso && txq[k].len > txq[k].gso;
+            }
         }
         i = j;
     }

@@ -19,6 +19,14 @@
  * owner takes only messages from its own user's workers of this master
  * (SO_PASSCRED's uid and pid, the pid found in the stats slots): another
  * local process could otherwise have fastd send to any address.
+ *
+ * An owner's socket queues net.unix.max_dgram_qlen messages (10 by
+ * default; a unix datagram socket has no listen() to raise it), however
+ * small: an owner that falls that many of the sender's turns behind
+ * refuses the next (EAGAIN). That message is kept for one more try
+ * FWD_RETRY_MSEC later (what the sender forwards to that owner in the
+ * meantime joins it), then dropped as UDP would drop it, and counted
+ * (quic_forward_dropped: /status's forward_dropped_datagrams).
  */
 #include "fd_core.h"
 
@@ -38,6 +46,7 @@
 #define FWD_BUF 65536            /* one message, and the receive buffer */
 #define FWD_SOCKBUF (2 * 1024 * 1024)
 #define FWD_READ_BATCH 64        /* messages per event */
+#define FWD_RETRY_MSEC 1         /* an owner's full queue: the next try */
 
 typedef struct {
     uint32_t magic;
@@ -48,6 +57,7 @@ typedef struct {
 
 typedef struct {
     unsigned used:1;
+    unsigned held:1;             /* the owner's queue was full: retry */
     uint8_t generation, index;   /* the owner (its connection IDs' bytes) */
     size_t len;
     unsigned ndgrams;
@@ -57,10 +67,13 @@ typedef struct {
 
 static fd_event_t ev = {.fd = -1};
 static fd_posted_t more;
+static fd_timer_t retry;
 static unsigned more_posted;
 static fwd_out_t out[FWD_OWNERS];
 static uint8_t inbuf[FWD_BUF];
 static uid_t uid;
+
+static void fwd_retry(fd_timer_t *t);
 
 static socklen_t fwd_name(struct sockaddr_un *sun, unsigned generation,
                           unsigned index)
@@ -226,6 +239,7 @@ int fd_quic_fwd_init(void)
     ev.fd = fd;
     ev.handler = fwd_event;
     more.handler = fwd_more;
+    retry.handler = fwd_retry;
     fd_event_before_wait(fd_quic_fwd_flush);
     if (bind(fd, (struct sockaddr *)&sun, len) < 0) {
         /* a worker 256 reloads older, still draining, has the name: this
@@ -243,11 +257,11 @@ int fd_quic_fwd_init(void)
     return FD_OK;
 }
 
-/* The owner is gone (not alive, or ECONNREFUSED: its socket closed), or
- * cannot take more now: the first get the datagrams back
- * (fd_quic_fwd_in, FD_QUIC_FWD_ORPHAN), the others are dropped, as UDP
- * would. */
-static void out_send(fwd_out_t *o)
+/* The owner is gone (not alive, or ECONNREFUSED: its socket closed):
+ * the datagrams come back (fd_quic_fwd_in, FD_QUIC_FWD_ORPHAN). Its
+ * queue is full (EAGAIN): kept for the retry timer once (may_hold: the
+ * slot is not needed now), then dropped, as UDP would, and counted. */
+static void out_send(fwd_out_t *o, int may_hold)
 {
     struct sockaddr_un sun;
     fwd_hdr_t h = {FWD_MAGIC, (uint16_t)o->ndgrams, fd_worker->quitting,
@@ -278,20 +292,40 @@ static void out_send(fwd_out_t *o)
             fd_quic_fwd_in(&rec, o->buf + off, FD_QUIC_FWD_ORPHAN);
             off += rec.len;
         }
-    } else if (errno != EAGAIN) {
-        fd_log_error(FD_LOG_INFO, errno, "sendto(\"@%s\") of forwarded QUIC "
-                     "datagrams failed", sun.sun_path + 1);
+    } else if (errno == EAGAIN && may_hold && !o->held) {
+        o->held = 1;
+        if (!fd_timer_armed(&retry))
+            fd_timer_add(&retry, FWD_RETRY_MSEC);
+        return;
+    } else {
+        if (errno != EAGAIN)
+            fd_log_error(FD_LOG_INFO, errno, "sendto(\"@%s\") of forwarded "
+                         "QUIC datagrams failed", sun.sun_path + 1);
+        fd_stats->quic_forward_dropped += o->ndgrams;
     }
     o->used = 0;
+    o->held = 0;
 }
 
-void fd_quic_fwd_flush(void)
+/* all: the held messages too (the retry timer's) */
+static void flush(int all)
 {
     unsigned i;
 
     for (i = 0; i < FWD_OWNERS; i++)
-        if (out[i].used)
-            out_send(&out[i]);
+        if (out[i].used && (all || !out[i].held))
+            out_send(&out[i], 1);
+}
+
+void fd_quic_fwd_flush(void)
+{
+    flush(0);
+}
+
+static void fwd_retry(fd_timer_t *t)
+{
+    (void)t;
+    flush(1);
 }
 
 void fd_quic_fwd(unsigned generation, unsigned index,
@@ -315,10 +349,10 @@ void fd_quic_fwd(unsigned generation, unsigned index,
             o = &out[i];
     }
     if (o == NULL) {
-        fd_quic_fwd_flush();
         o = &out[0];
+        out_send(o, 0);
     } else if (o->used && o->len + need > FWD_BUF) {
-        out_send(o);
+        out_send(o, 0);
     }
     if (!o->used) {
         o->used = 1;

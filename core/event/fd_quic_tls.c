@@ -62,6 +62,8 @@ typedef struct {
     const fd_listening_t *ls;
     fd_http_server_t *srv;      /* the handshake's, once the hello came */
     unsigned verified:1;        /* verify_status holds the peer's chain's */
+    unsigned offered:1;         /* the ClientHello offers a ticket: */
+    unsigned char ticket[16];   /* the name of the key that made it */
     unsigned verify_status;     /* gnutls_certificate_verify_peers's */
 } quic_session_t;
 
@@ -212,32 +214,110 @@ void fd_quic_tls_free_cycle(fd_cycle_t *cycle)
 }
 
 /*
- * TLS 1.3 session tickets, as over TCP (fd_ssl_tickets.c): from the key
+ * TLS 1.3 session tickets, as over TCP (fd_ssl_tickets.c): from the keys
  * every worker shares (made by the master, kept across reloads, the
  * fleet's with ssl_session_ticket_key or Redis), one key per server, so
  * a ticket resumes only on the server it was made for (a server that
- * verifies clients never resumes another's session). GnuTLS rotates its
- * own keys from it within a ticket's lifetime; when the shared key
- * rotates (ssl_session_ticket_rotate), tickets made before do not resume
- * over QUIC (a full handshake), where TCP's still do for one more period.
+ * verifies clients never resumes another's session).
+ *
+ * GnuTLS takes one key for a session, encrypting and decrypting, and
+ * derives from it a key per period of three ssl_session_timeouts (the
+ * time step T, lib/stek.c: SHA3-512 of T, big-endian, and the key),
+ * whose first 16 bytes name it at the head of each ticket; it decrypts
+ * under T's and T - 1's. So that a ticket made before the shared key
+ * rotated (ssl_session_ticket_rotate) resumes, as over TCP, the
+ * session takes the previous shared key when the ticket the client
+ * offers names a key derived from it; its new ticket is then made with
+ * that key too, and lives until the next rotation (TCP's gets the new
+ * key). A GnuTLS that derived otherwise would only lose that: no name
+ * would match, and the current key makes a full handshake, as before.
  */
-static int tickets_on(gnutls_session_t s, const quic_server_t *q)
+static int server_key(const quic_server_t *q, unsigned which,
+                      unsigned char key[64])
 {
-    unsigned char shared[80], key[64];
-    gnutls_datum_t k = {key, sizeof(key)};
+    unsigned char shared[80];
     int rv;
 
-    if (!q->tickets || !fd_ssl_ticket_secret(shared))
-        return 0;
+    if (!fd_ssl_ticket_secret(which, shared))
+        return GNUTLS_E_REQUESTED_DATA_NOT_AVAILABLE;
     rv = gnutls_hmac_fast(GNUTLS_MAC_SHA512, shared, sizeof(shared), q->id,
                           sizeof(q->id), key);
     gnutls_memset(shared, 0, sizeof(shared));
-    if (rv == 0) {
-        gnutls_db_set_cache_expiration(s, (int)q->timeout);
-        rv = gnutls_session_ticket_enable_server(s, &k);
+    return rv;
+}
+
+/* Does the ticket name a key GnuTLS derives from this one, now? */
+static int names_key(const unsigned char name[16], const unsigned char key[64],
+                     unsigned timeout)
+{
+    unsigned char in[8 + 64], out[64];
+    uint64_t t = (uint64_t)time(NULL) / (3 * (uint64_t)fd_max(timeout, 1));
+    unsigned i, step;
+    int found = 0;
+
+    memcpy(in + 8, key, 64);
+    for (step = 0; step < 2 && !found && t > step; step++) {
+        for (i = 0; i < 8; i++)
+            in[i] = (unsigned char)((t - step) >> (56 - 8 * i));
+        if (gnutls_hash_fast(GNUTLS_DIG_SHA3_512, in, sizeof(in), out) == 0)
+            found = memcmp(out, name, 16) == 0;
     }
+    gnutls_memset(in, 0, sizeof(in));
+    gnutls_memset(out, 0, sizeof(out));
+    return found;
+}
+
+static int tickets_on(gnutls_session_t s, const quic_server_t *q)
+{
+    const quic_session_t *qss = gnutls_session_get_ptr(s);
+    unsigned char key[64];
+    gnutls_datum_t k = {key, sizeof(key)};
+    int rv;
+
+    if (!q->tickets)
+        return 0;
+    if (!qss->offered || server_key(q, 1, key) != 0 ||
+        !names_key(qss->ticket, key, q->timeout)) {
+        rv = server_key(q, 0, key);
+        if (rv == GNUTLS_E_REQUESTED_DATA_NOT_AVAILABLE)
+            return 0; /* no keys made: no tickets */
+        if (rv < 0)
+            return rv;
+    }
+    gnutls_db_set_cache_expiration(s, (int)q->timeout);
+    rv = gnutls_session_ticket_enable_server(s, &k);
     gnutls_memset(key, 0, sizeof(key));
     return rv;
+}
+
+/* pre_shared_key (RFC 8446 4.2.11): identities<7..2^16-1>, each an
+ * identity<1..2^16-1> and a 4-byte age; the first's head is the name */
+static int hello_ext(void *ctx, unsigned id, const unsigned char *p,
+                     unsigned n)
+{
+    quic_session_t *qss = ctx;
+
+    if (id == 41 && n >= 4 + 16 && ((unsigned)p[2] << 8 | p[3]) >= 16) {
+        memcpy(qss->ticket, p + 4, 16);
+        qss->offered = 1;
+    }
+    return 0;
+}
+
+/* The ClientHello as it came, before GnuTLS reads it: the ticket it
+ * offers, for tickets_on */
+static int hello_hook(gnutls_session_t s, unsigned type, unsigned when,
+                      unsigned incoming, const gnutls_datum_t *msg)
+{
+    quic_session_t *qss = gnutls_session_get_ptr(s);
+
+    (void)type;
+    (void)when;
+    (void)incoming;
+    qss->offered = 0;
+    gnutls_ext_raw_parse(qss, hello_ext, msg,
+                         GNUTLS_EXT_RAW_FLAG_TLS_CLIENT_HELLO);
+    return 0;
 }
 
 /*
@@ -286,6 +366,7 @@ int fd_quic_tls_new(fd_quic_tls_t *t, const fd_listening_t *ls,
     qss->ls = ls;
     qss->srv = NULL;
     qss->verified = 0;
+    qss->offered = 0;
     /* no GNUTLS_ENABLE_EARLY_DATA: 0-RTT stays off (it needs an
      * anti-replay store all workers share) */
     if (gnutls_init(&s, GNUTLS_SERVER | GNUTLS_NO_END_OF_EARLY_DATA) < 0) {
@@ -303,6 +384,8 @@ int fd_quic_tls_new(fd_quic_tls_t *t, const fd_listening_t *ls,
         fd_quic_tls_free(s);
         return FD_ERROR;
     }
+    gnutls_handshake_set_hook_function(s, GNUTLS_HANDSHAKE_CLIENT_HELLO,
+                                       GNUTLS_HOOK_PRE, hello_hook);
     gnutls_handshake_set_post_client_hello_function(s, client_hello);
     *t = s;
     return FD_OK;

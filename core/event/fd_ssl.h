@@ -122,10 +122,11 @@ int fd_ssl_shm_init(void);
  * in main(), before OpenSSL allocates anything; no-op if it already has */
 void fd_ssl_mem_init(void);
 unsigned fd_ssl_ticket_rotate(const fd_cycle_t *cycle);
-/* Worker: the session ticket key that encrypts now (nginx's 80-byte
- * order), for QUIC's tickets to derive theirs from; 0 before
+/* Worker: the session ticket key that encrypts now (which 0) or the
+ * previous one, which still decrypts (which 1), in nginx's 80-byte
+ * order, for QUIC's tickets to derive theirs from; 0 before
  * fd_ssl_shm_init() made the keys. */
-int fd_ssl_ticket_secret(unsigned char key[80]);
+int fd_ssl_ticket_secret(unsigned which, unsigned char key[80]);
 /* Worker: with ssl_session_ticket_keys = redis, worker 0 (index) keeps
  * the mapping to the fleet's pair in Redis (after the cluster module's
  * init_worker started the client); a no-op otherwise. */

@@ -330,14 +330,14 @@ static void key_bytes(const ticket_key_t *k, unsigned char b[80])
     memcpy(b + 48, k->aes, 32);
 }
 
-int fd_ssl_ticket_secret(unsigned char key[80])
+int fd_ssl_ticket_secret(unsigned which, unsigned char key[80])
 {
     ticket_key_t k[2];
 
-    if (tickets == NULL)
+    if (tickets == NULL || which > 1)
         return 0;
     tickets_load(k);
-    key_bytes(&k[0], key);
+    key_bytes(&k[which], key);
     OPENSSL_cleanse(k, sizeof(k));
     return 1;
 }

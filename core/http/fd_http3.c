@@ -68,6 +68,7 @@ struct fd_h3_stream_s {
     fd_timer_t rate_timer;     /* deferred by it: resume then */
     unsigned in_ended:1, no_body:1, started:1, provider:1, out_end:1;
     unsigned deferred:1, closed:1, orphan:1, queued:1;
+    unsigned rst_spent:1;      /* its reset counted (rst_spend) */
     unsigned job_start:1, job_body:1, job_drain:1;
 };
 
@@ -426,9 +427,11 @@ static int reset_stream(nghttp3_conn *conn, int64_t id, uint64_t code,
                         void *ud, void *sud)
 {
     fd_h3_conn_t *hc = ud;
+    h3s_t *st = sud;
 
     (void)conn;
-    (void)sud;
+    if (st)
+        st->rst_spent = 1; /* ours, not the client's */
     ngtcp2_conn_shutdown_stream_write(hc->qc->conn, 0, id, code);
     return 0;
 }
@@ -684,6 +687,7 @@ void fd_h3_cut(fd_request_t *r)
 
     if (st->closed || st->hc == NULL)
         return;
+    st->rst_spent = 1; /* ours, not the client's */
     nghttp3_conn_shutdown_stream_write(st->hc->h3, st->id);
     ngtcp2_conn_shutdown_stream(st->hc->qc->conn, 0, st->id,
                                 NGHTTP3_H3_INTERNAL_ERROR);
@@ -817,6 +821,37 @@ static int h3_error(fd_quic_conn_t *qc, int rv)
     return NGTCP2_ERR_CALLBACK_FAILURE;
 }
 
+/*
+ * A request stream the client gave up before its request was answered:
+ * reset (RESET_STREAM) or stopped (STOP_SENDING) with its request
+ * unanswered, or before a request began on it, or ended empty. Each
+ * frees one of the client's MAX_STREAMS at once, so each spends one of
+ * rapid reset's budget (CVE-2023-44487), HTTP/2's: 2 x
+ * http3_max_concurrent_streams, each answer earning one back
+ * (fd_h3_end). Past it the connection ends, H3_EXCESSIVE_LOAD.
+ */
+static int rst_spend(fd_quic_conn_t *qc)
+{
+    if (qc->h3 == NULL || --qc->h3->rst_budget >= 0)
+        return 0;
+    fd_log_error(FD_LOG_INFO, 0, "HTTP/3 client reset too many streams");
+    ngtcp2_ccerr_set_application_error(&qc->ccerr, NGHTTP3_H3_EXCESSIVE_LOAD,
+                                       NULL, 0);
+    return NGTCP2_ERR_CALLBACK_FAILURE;
+}
+
+/* Request stream st reset, or closed otherwise (NULL: no request began
+ * on it): once, if its request was not answered */
+static int rst_request(fd_quic_conn_t *qc, h3s_t *st)
+{
+    if (st == NULL)
+        return rst_spend(qc);
+    if (st->rst_spent || st->r == NULL || st->r->done)
+        return 0;
+    st->rst_spent = 1; /* a client cancelling a request sends both */
+    return rst_spend(qc);
+}
+
 int fd_h3_recv_stream_data(ngtcp2_conn *conn, uint32_t flags,
                            int64_t stream_id, uint64_t offset,
                            const uint8_t *data, size_t datalen,
@@ -837,11 +872,10 @@ int fd_h3_recv_stream_data(ngtcp2_conn *conn, uint32_t flags,
         /* a request stream ended before its first byte: RFC 9114 4.1
          * makes it the stream's error, H3_REQUEST_INCOMPLETE (nghttp3
          * would end the connection, H3_FRAME_UNEXPECTED); like a stream
-         * reset before its HEADERS, not a request, so not counted
-         * against rst_budget */
+         * reset before its HEADERS, counted against rst_budget */
         ngtcp2_conn_shutdown_stream(conn, 0, stream_id,
                                     NGHTTP3_H3_REQUEST_INCOMPLETE);
-        return 0;
+        return rst_spend(qc);
     }
     n = nghttp3_conn_read_stream(qc->h3->h3, stream_id, data, datalen,
                                  flags & NGTCP2_STREAM_DATA_FLAG_FIN);
@@ -876,14 +910,19 @@ int fd_h3_stream_close(ngtcp2_conn *conn, uint32_t flags, int64_t stream_id,
                        void *stream_user_data)
 {
     fd_quic_conn_t *qc = user_data;
+    h3s_t *st = stream_user_data; /* a request stream's (begin_headers) */
     int rv;
 
-    (void)stream_user_data;
     /* ngtcp2 1.11 counts losses per stream only: read before it goes */
     fd_stats->quic_lost += ngtcp2_conn_get_stream_loss_count(conn, stream_id);
     rv = NGHTTP3_ERR_STREAM_NOT_FOUND;
     if (!(flags & NGTCP2_STREAM_CLOSE_FLAG_APP_ERROR_CODE_SET))
         app_error_code = NGHTTP3_H3_NO_ERROR;
+    /* closed under a request not answered, not by fastd: the client
+     * stopped it (STOP_SENDING, which ngtcp2 answers itself) */
+    if (st && ngtcp2_is_bidi_stream(stream_id) &&
+        (rv = rst_request(qc, st)) != 0)
+        return rv;
     if (qc->h3)
         rv = nghttp3_conn_close_stream(qc->h3->h3, stream_id, app_error_code);
     if (rv == NGHTTP3_ERR_STREAM_NOT_FOUND) {
@@ -915,18 +954,13 @@ int fd_h3_stream_reset(ngtcp2_conn *conn, int64_t stream_id,
          * client's MAX_STREAMS) stays open for good */
         ngtcp2_conn_shutdown_stream_write(conn, 0, stream_id,
                                           NGHTTP3_H3_REQUEST_CANCELLED);
-    if (qc->h3 == NULL)
-        return 0;
-    if (st && st->r && !st->r->done && --qc->h3->rst_budget < 0) {
-        /* CVE-2023-44487 over QUIC: requests opened and reset faster
-         * than they can be answered, as HTTP/2's (each answer earns one
-         * back) */
-        fd_log_error(FD_LOG_INFO, 0, "HTTP/3 client reset too many "
-                     "streams");
-        ngtcp2_ccerr_set_application_error(
-            &qc->ccerr, NGHTTP3_H3_EXCESSIVE_LOAD, NULL, 0);
+    if (qc->h3 == NULL && h3_setup(qc) != FD_OK) {
+        ngtcp2_ccerr_set_application_error(&qc->ccerr,
+                                           NGHTTP3_H3_INTERNAL_ERROR, NULL, 0);
         return NGTCP2_ERR_CALLBACK_FAILURE;
     }
+    if (ngtcp2_is_bidi_stream(stream_id) && (rv = rst_request(qc, st)) != 0)
+        return rv;
     if ((rv = nghttp3_conn_shutdown_stream_read(qc->h3->h3, stream_id)) != 0)
         return h3_error(qc, rv);
     return 0;
@@ -942,7 +976,6 @@ int fd_h3_stream_stop_sending(ngtcp2_conn *conn, int64_t stream_id,
     (void)conn;
     (void)app_error_code;
     (void)stream_user_data;
-    /* not counted as a reset: a client cancelling a request sends both */
     if (qc->h3 &&
         (rv = nghttp3_conn_shutdown_stream_read(qc->h3->h3, stream_id)) != 0)
         return h3_error(qc, rv);

@@ -69,6 +69,14 @@ static void quic_metrics(fd_status_t *st, const fd_stats_t *s, int alive)
                       "Datagrams handed to the worker that owns their "
                       "connection (another generation's after a reload).",
                       NULL, s->quic_forwarded);
+    fd_status_counter(st, "quic_forward_dropped_datagrams",
+                      "Datagrams to hand to another worker that were "
+                      "dropped: its queue stayed full.",
+                      NULL, s->quic_forward_dropped);
+    fd_status_counter(st, "quic_gso_sends",
+                      "Sends that carried several datagrams at once (UDP "
+                      "GSO, quic_gso).",
+                      NULL, s->quic_gso_sends);
 }
 #endif
 
@@ -184,6 +192,8 @@ static void add_stats(fd_stats_t *d, const fd_stats_t *s, int counters,
         d->quic_resets += s->quic_resets;
         d->quic_dropped += s->quic_dropped;
         d->quic_forwarded += s->quic_forwarded;
+        d->quic_forward_dropped += s->quic_forward_dropped;
+        d->quic_gso_sends += s->quic_gso_sends;
     }
     if (gauges) {
         d->conn_active += s->conn_active;

@@ -558,16 +558,9 @@ static void conn_open(conn_t *c, const struct addrinfo *ai)
     if (getrandom(dcid.data, dcid.datalen, 0) != 18 ||
         getrandom(scid.data, scid.datalen, 0) != 8)
         die("getrandom() failed");
-    ngtcp2_settings_default(&s);
-    s.initial_ts = now_ns();
+    quic_client_params(&s, &p, now_ns(), 1 << 20, 16 << 20);
     s.max_window = 24 << 20;
     s.max_stream_window = 16 << 20;
-    ngtcp2_transport_params_default(&p);
-    p.initial_max_stream_data_bidi_local = 1 << 20;
-    p.initial_max_stream_data_uni = 1 << 20;
-    p.initial_max_data = 16 << 20;
-    p.initial_max_streams_uni = 3;
-    p.max_idle_timeout = 30 * NGTCP2_SECONDS;
     if (ngtcp2_conn_client_new(&c->q, &dcid, &scid, &c->ps.path,
                                NGTCP2_PROTO_VER_V1, &cb, &s, &p, NULL, c) != 0)
         die("ngtcp2_conn_client_new() failed");

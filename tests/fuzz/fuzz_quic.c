@@ -581,16 +581,9 @@ static void client_new(client_t *q, const struct sockaddr_in *to,
     ngtcp2_path_storage_init(&q->ps, (struct sockaddr *)&cli_addr,
                              sizeof(cli_addr), (struct sockaddr *)to,
                              sizeof(*to), NULL);
-    ngtcp2_settings_default(&s);
-    s.initial_ts = now();
     /* small windows, moved on as it reads: the worker's streams block on
      * them and resume (big.txt is five times one) */
-    ngtcp2_transport_params_default(&p);
-    p.initial_max_stream_data_bidi_local = 16 << 10;
-    p.initial_max_stream_data_uni = 16 << 10;
-    p.initial_max_data = 64 << 10;
-    p.initial_max_streams_uni = 3;
-    p.max_idle_timeout = 30 * NGTCP2_SECONDS;
+    quic_client_params(&s, &p, now(), 16 << 10, 64 << 10);
     q->ref.get_conn = get_conn;
     q->ref.user_data = q;
     if (ngtcp2_conn_client_new(&q->conn, dcid, scid, &q->ps.path,

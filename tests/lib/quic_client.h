@@ -8,7 +8,8 @@
  *       QUIC_CLIENT_CALLBACKS,
  *       .handshake_completed = ...,
  *   };
- *   ...ngtcp2_conn_client_new(&q, ...)...
+ *   quic_client_params(&s, &p, now, 1 << 20, 16 << 20);
+ *   ...ngtcp2_conn_client_new(&q, ..., &s, &p, ...)...
  *   if (quic_client_tls(&tls, cred, host, &ref, q) != 0) ...
  */
 #ifndef QUIC_CLIENT_H
@@ -63,6 +64,25 @@ static int quic_client_new_cid(ngtcp2_conn *q, ngtcp2_cid *cid,
     .version_negotiation = ngtcp2_crypto_version_negotiation_cb,               \
     .rand = quic_client_rand,                                                  \
     .get_new_connection_id = quic_client_new_cid
+
+/* A client connection's settings and transport parameters, now its
+ * clock's: streams it opens take stream_window bytes of response (the
+ * server's uni streams too), the connection window bytes, the server
+ * may open HTTP/3's three uni streams (control, QPACK encoder and
+ * decoder), 30 s idle. The caller adds what is its own. */
+static void quic_client_params(ngtcp2_settings *s, ngtcp2_transport_params *p,
+                               ngtcp2_tstamp now, uint64_t stream_window,
+                               uint64_t window)
+{
+    ngtcp2_settings_default(s);
+    s->initial_ts = now;
+    ngtcp2_transport_params_default(p);
+    p->initial_max_stream_data_bidi_local = stream_window;
+    p->initial_max_stream_data_uni = stream_window;
+    p->initial_max_data = window;
+    p->initial_max_streams_uni = 3;
+    p->max_idle_timeout = 30 * NGTCP2_SECONDS;
+}
 
 /* The TLS session of client connection q, to host (SNI), ALPN h3, the
  * certificate not verified; ref->get_conn is the caller's. 0, or -1. */

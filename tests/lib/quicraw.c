@@ -46,6 +46,7 @@
  *                   in, till it is 3 times the first (5 s at most):
  *                   "N streams, MAX_STREAMS M (from FIRST)"
  *   reset_flood     the same, each stream opened by its RESET_STREAM
+ *   stop_flood      the same, each a GET (HEADERS, FIN) and STOP_SENDING
  *   no_method       a request without :method (a stream's: H3_MESSAGE_ERROR)
  *   qpack_static    a field line of static entry 200 (there are 99)
  *   control2        a second control stream
@@ -53,6 +54,7 @@
  *   h2frame         an HTTP/2 frame type (PING, 0x06) on the control stream
  *   h2setting       an HTTP/2 setting (ENABLE_PUSH) in SETTINGS
  *   goaway          a GOAWAY with an ID above the previous one's
+ *   max_push_id     a MAX_PUSH_ID below the previous one's
  *   close_control   the control stream ended (FIN)
  *   reset_control   the control stream reset
  *   qpack_ref       an encoder stream duplicating an entry not in the table
@@ -626,13 +628,7 @@ static void handshake(const char *host, const struct addrinfo *ai)
     if (getrandom(dcid.data, dcid.datalen, 0) != 18 ||
         getrandom(scid.data, scid.datalen, 0) != CIDLEN)
         die("getrandom() failed");
-    ngtcp2_settings_default(&s);
-    s.initial_ts = now_ns();
-    ngtcp2_transport_params_default(&p);
-    p.initial_max_stream_data_uni = 1 << 20;
-    p.initial_max_data = 1 << 20;
-    p.initial_max_streams_uni = 3;
-    p.max_idle_timeout = 30 * NGTCP2_SECONDS;
+    quic_client_params(&s, &p, now_ns(), 1 << 20, 1 << 20);
     p.active_connection_id_limit = POOL; /* the server's IDs to walk */
     if (ngtcp2_conn_client_new(&q, &dcid, &scid, &ps.path,
                                NGTCP2_PROTO_VER_V1, &cb, &s, &p, NULL,
@@ -868,10 +864,15 @@ static int new_packet(void)
     return rx_largest != seen;
 }
 
-/* request streams ended empty (or reset unseen) as fast as MAX_STREAMS
- * allows, the server's packets acknowledged, for 5 s at most or until
- * the server has granted more than want */
-static void flood(int reset_them, uint64_t want)
+/* a GET / of localhost: HEADERS (QPACK: no dynamic table; :method GET,
+ * :scheme https, :path / from the static table, :authority's value) */
+static const char get_req[] = "\x01\x10\x00\x00\xd1\xd7\xc1\x50\x09"
+                              "localhost";
+
+/* request streams ended empty (or reset unseen: 'r', or a GET stopped:
+ * 's') as fast as MAX_STREAMS allows, the server's packets acknowledged,
+ * for 5 s at most or until the server has granted more than want */
+static void flood(int how, uint64_t want)
 {
     uint64_t next = 0, end = now_ns() + 5000000000u, first;
 
@@ -881,11 +882,17 @@ static void flood(int reset_them, uint64_t want)
         fp = fb;
         ack();
         while (next < max_bidi && fp - fb < 1100) {
-            if (reset_them) {
+            if (how == 'r') {
                 *fp++ = 0x04; /* RESET_STREAM, H3_REQUEST_CANCELLED, 0 */
                 fp = put_varint(fp, 4 * next);
                 fp = put_varint(fp, 0x10c);
                 *fp++ = 0;
+            } else if (how == 's') {
+                stream((int64_t)(4 * next), 0, get_req, sizeof(get_req) - 1,
+                       1);
+                *fp++ = 0x05; /* STOP_SENDING, H3_REQUEST_CANCELLED */
+                fp = put_varint(fp, 4 * next);
+                fp = put_varint(fp, 0x10c);
             } else {
                 stream((int64_t)(4 * next), 0, "", 0, 1);
             }
@@ -995,9 +1002,10 @@ int main(int argc, char **argv)
         stream(0, 0, "", 0, 1);
         stream_error = 1;
     } else if (strcmp(c, "empty_flood") == 0 ||
-               strcmp(c, "reset_flood") == 0) {
+               strcmp(c, "reset_flood") == 0 ||
+               strcmp(c, "stop_flood") == 0) {
         /* three times the streams the server lets open at once */
-        flood(c[0] == 'r', 3 * sp->initial_max_streams_bidi);
+        flood(c[0], 3 * sp->initial_max_streams_bidi);
     } else if (strcmp(c, "no_method") == 0) {
         /* HEADERS: :path /, :scheme https (static 1, 23) */
         stream(0, 0, "\x01\x04\x00\x00\xc1\xd7", 6, 1);
@@ -1018,6 +1026,9 @@ int main(int argc, char **argv)
     } else if (strcmp(c, "goaway") == 0) {
         /* GOAWAY 0, then 4 */
         stream(2, 0, "\x00\x04\x00\x07\x01\x00\x07\x01\x04", 9, 0);
+    } else if (strcmp(c, "max_push_id") == 0) {
+        /* MAX_PUSH_ID 10, then 5 */
+        stream(2, 0, "\x00\x04\x00\x0d\x01\x0a\x0d\x01\x05", 9, 0);
     } else if (strcmp(c, "close_control") == 0) {
         stream(2, 0, settings, sizeof(settings), 1);
     } else if (strcmp(c, "reset_control") == 0) {
