@@ -38,6 +38,25 @@ sub skip_in_sanitizer_stage {
 }
 sub bin  { $BIN }
 
+# A copy of the tree in $dest, for a test that configures and builds a
+# fastd of its own there: the sources and, when there is one, the build
+# under test (objs/, less its unit tests, fuzzers and benchmarks), so
+# make rebuilds only what the copy's configuration changes (objects
+# depend on objs/cflags, rewritten only when the flags change:
+# auto/make), as in CI's --without-MODULE builds: a --with-NAME=dynamic
+# compiles those modules and links, not the whole tree again. Other
+# flags (objs/ of a sanitizer or --with-debug build) rebuild everything.
+sub copy_tree {
+    my ($dest) = @_;
+    mkdir $dest or die "mkdir $dest: $!";
+    my $objs = -f "$ROOT/objs/cflags" ? 'objs' : '';
+    system("cd '$ROOT' && tar --exclude=objs/tests --exclude=objs/fuzz "
+           . "--exclude=objs/bench --exclude='objs/*.png' "
+           . "--exclude=objs/testrules.yml -cf - configure Makefile auto "
+           . "core modules conf html $objs | tar -xf - -C '$dest'") == 0
+        or die "cannot copy the tree to $dest\n";
+}
+
 # ---------------------------------------------------------------------------
 # helpers
 
