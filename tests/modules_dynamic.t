@@ -68,11 +68,12 @@ $t->write_conf(FastdTest::base_conf(locations => $status));
 my $src = "$dir/src";
 my $prefix = "$dir/prefix";
 
-# a copy of the tree, configured and built with those modules dynamic
-# (--prefix is compiled in, objs/fd_auto_config.h: every object is
-# compiled again, the copied ones too)
+# a copy of the tree, configured and built with those modules dynamic;
+# installed with make install PREFIX= (as ApiModule::install), not
+# configured --prefix: that is compiled in (objs/fd_auto_config.h, the
+# default configuration's path) and would compile every object again
 eval { FastdTest::copy_tree($src); 1 } or BAIL_OUT($@);
-my $out = `cd '$src' && ./configure --prefix='$prefix' --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic --with-fastcgi=dynamic --with-cluster=dynamic --with-acme=dynamic --with-stream=dynamic 2>&1`;
+my $out = `cd '$src' && ./configure --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic --with-fastcgi=dynamic --with-cluster=dynamic --with-acme=dynamic --with-stream=dynamic 2>&1`;
 is($?, 0, './configure --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic --with-fastcgi=dynamic --with-cluster=dynamic --with-acme=dynamic --with-stream=dynamic') or diag($out);
 like($out, qr/^dynamic modules \(objs\/fd_NAME\.so\): plaintext json static status stream fastcgi cluster acme$/m,
      '... says which modules are shared objects');
