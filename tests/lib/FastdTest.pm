@@ -78,8 +78,8 @@ sub wait_for {
 # A port for a listener the test starts next. It lies below the kernel's
 # ephemeral range (ip_local_port_range): between this probe and the
 # server's bind() no client connect() of this test or of one running
-# beside it (make test runs two lanes) can take it, as it could take a port
-# that bind(0) handed out.
+# beside it (make test runs two at a time) can take it, as it could take a
+# port that bind(0) handed out.
 sub free_port {
     my $low = 32768;
     if (open my $fh, '<', '/proc/sys/net/ipv4/ip_local_port_range') {
@@ -112,8 +112,8 @@ sub free_port {
 }
 
 # A port whose connects are refused for the whole test: bound and never
-# listened on, so no test running beside this one (make test's other
-# lane) can take it, as it could take a free_port() nobody holds.
+# listened on, so no test running beside this one (make test runs two at
+# a time) can take it, as it could take a free_port() nobody holds.
 my @held_ports;
 sub dead_port {
     my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
