@@ -4,7 +4,8 @@
 #     logged with the problem type, retried, and with placeholder =
 #     refuse the handshakes fail until a certificate exists;
 #  2. renewal with a short validity (pebble's certificateValidityPeriod,
-#     30 s: renewed at two thirds, unforced); pebble down at renewal time
+#     15 s: planned at two thirds of the life less its jitter, to the
+#     second, and renewed then, unforced); pebble down at renewal time
 #     keeps the certificate served and retries; pebble back, the retry
 #     gets the new one.
 
@@ -15,6 +16,7 @@ use lib "$FindBin::Bin/lib";
 use FastdTest;
 use Pebble;
 use Test::More;
+use Time::Local qw(timegm);
 
 plan skip_all => Pebble::missing() if Pebble::missing();
 
@@ -80,19 +82,46 @@ sub count { my $re = $_[0]; my $n = () = $t->error_log =~ /$re/g; $n }
 }
 
 # --- 2. renewal at two thirds; the CA down at renewal time ---------------
+# A 15-second certificate: renewed 10 s after its notBefore (the jitter,
+# up to life/30, is 0 s here), twice, which is the time this part takes.
 rename("$dir/error.log", "$dir/error1.log");
 mkdir "$dir/p2" or die;
+my $life = 15;
 my $pb = Pebble->new(dir => "$dir/p2", http_port => $http, tls_port => $https,
-                     validity => 30);
+                     validity => $life);
 $t->write_conf(conf($pb, 'self-signed'));
 $t->start;
 ok(FastdTest::wait_for(sub { count(qr/acme: fail\.test: new certificate/) >= 1 }, 60, 0.1),
-   'a 30-second certificate') or $t->diag_logs;
-like($t->error_log, qr/new certificate, valid until \S+, renewal in (1\d|20)s/,
-     '  renewal planned at two thirds of its life, less jitter');
+   "a $life-second certificate") or $t->diag_logs;
+like($t->error_log, qr/new certificate, valid until \S+, renewal in \d+s/,
+     '  its renewal planned, logged');
 my $first;
 ok(FastdTest::wait_for(sub { ($first = served()) =~ /BEGIN/ && FastdTest::slurp("$dir/acme/fail.test.pem") =~ /\Q$first\E/ }, 10, 0.1),
    '  served');
+
+# the plan, to the second: /status's next renewal is notBefore + 2/3 of
+# notAfter - notBefore, less a jitter of 0 to life/30 s
+sub cert_dates {
+    my ($pem) = @_;
+    FastdTest::spew("$dir/dates.pem", "$pem\n");
+    my %m = (Jan => 0, Feb => 1, Mar => 2, Apr => 3, May => 4, Jun => 5,
+             Jul => 6, Aug => 7, Sep => 8, Oct => 9, Nov => 10, Dec => 11);
+    return map {
+        /=(\w{3}) +(\d+) (\d+):(\d+):(\d+) (\d{4}) GMT/
+            ? timegm($5, $4, $3, $2, $m{$1}, $6) : undef
+    } split /\n/, `openssl x509 -noout -startdate -enddate -in $dir/dates.pem`;
+}
+{
+    my ($nb, $na) = cert_dates($first);
+    my $r = $t->get('/status', Accept => 'text/plain;version=0.0.4');
+    my ($next) = ($r && $r->body // '') =~ /^fastd_acme_next_renewal_seconds\{certificate="fail\.test"[^}]*\} (\S+)$/m;
+    my $span = defined $na && defined $next ? $next - $nb : -1;
+    my $two3 = int(($na - $nb) * 2 / 3);
+    ok(defined $nb && $na - $nb >= $life - 1 && $span <= $two3
+       && $span >= $two3 - int(($na - $nb) / 30),
+       '  renewal planned at two thirds of its life, less jitter')
+        or diag("notBefore $nb notAfter $na next renewal " . ($next // '?'));
+}
 
 # renewed unforced
 ok(FastdTest::wait_for(sub { count(qr/acme: fail\.test: new certificate/) >= 2 }, 40, 0.2),

@@ -52,7 +52,6 @@ die 'the echo backend did not start' unless defined $echo;
 chomp $echo;
 END { local $?; if ($echo_pid) { kill 'KILL', $echo_pid; waitpid $echo_pid, 0 } }
 
-my $root = FastdTest::root();
 my $t = FastdTest->new;  # the fastd under test: the four built in
 my $dir = $t->dir;
 # static's files, the same for both
@@ -69,11 +68,12 @@ $t->write_conf(FastdTest::base_conf(locations => $status));
 my $src = "$dir/src";
 my $prefix = "$dir/prefix";
 
-# a copy of the tree, configured and built with both modules dynamic
-mkdir $src or die "mkdir $src: $!";
-system("cd '$root' && tar -cf - configure Makefile auto core modules conf html | tar -xf - -C '$src'") == 0
-    or BAIL_OUT('cannot copy the tree');
-my $out = `cd '$src' && ./configure --prefix='$prefix' --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic --with-fastcgi=dynamic --with-cluster=dynamic --with-acme=dynamic --with-stream=dynamic 2>&1`;
+# a copy of the tree, configured and built with those modules dynamic;
+# installed with make install PREFIX= (as ApiModule::install), not
+# configured --prefix: that is compiled in (objs/fd_auto_config.h, the
+# default configuration's path) and would compile every object again
+eval { FastdTest::copy_tree($src); 1 } or BAIL_OUT($@);
+my $out = `cd '$src' && ./configure --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic --with-fastcgi=dynamic --with-cluster=dynamic --with-acme=dynamic --with-stream=dynamic 2>&1`;
 is($?, 0, './configure --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic --with-fastcgi=dynamic --with-cluster=dynamic --with-acme=dynamic --with-stream=dynamic') or diag($out);
 like($out, qr/^dynamic modules \(objs\/fd_NAME\.so\): plaintext json static status stream fastcgi cluster acme$/m,
      '... says which modules are shared objects');

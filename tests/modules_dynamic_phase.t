@@ -21,6 +21,8 @@ use FastdTest;
 use ApiModule;
 use Test::More;
 
+FastdTest::skip_in_sanitizer_stage('it builds a plain fastd of its own');
+
 my $t = FastdTest->new;
 my $dir = $t->dir;
 my @mods = qw(rewrite queue access_log database gzip);

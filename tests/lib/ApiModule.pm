@@ -39,16 +39,13 @@ sub build {
     return $? == 0 ? '' : $out || 'failed';
 }
 
-# A copy of the tree in $dir/src, configured with --with-NAME=dynamic for
-# each of @mods and built: checks that configure says so and that each
-# objs/fd_NAME.so is built. Returns the copy's root.
+# A copy of the tree in $dir/src (FastdTest::copy_tree), configured with
+# --with-NAME=dynamic for each of @mods and built: checks that configure
+# says so and that each objs/fd_NAME.so is built. Returns the copy's root.
 sub dynamic_tree {
     my ($dir, @mods) = @_;
-    my $root = FastdTest::root();
     my $src = "$dir/src";
-    mkdir $src or die "mkdir $src: $!";
-    system("cd '$root' && tar -cf - configure Makefile auto core modules conf html | tar -xf - -C '$src'") == 0
-        or BAIL_OUT('cannot copy the tree');
+    eval { FastdTest::copy_tree($src); 1 } or BAIL_OUT($@);
     my $with = join ' ', map { "--with-$_=dynamic" } @mods;
     my $out = `cd '$src' && ./configure $with 2>&1`;
     is($?, 0, "./configure $with") or diag($out);

@@ -38,6 +38,25 @@ sub skip_in_sanitizer_stage {
 }
 sub bin  { $BIN }
 
+# A copy of the tree in $dest, for a test that configures and builds a
+# fastd of its own there: the sources and, when there is one, the build
+# under test (objs/, less its unit tests, fuzzers and benchmarks), so
+# make rebuilds only what the copy's configuration changes (objects
+# depend on objs/cflags, rewritten only when the flags change:
+# auto/make), as in CI's --without-MODULE builds: a --with-NAME=dynamic
+# compiles those modules and links, not the whole tree again. Other
+# flags (objs/ of a sanitizer or --with-debug build) rebuild everything.
+sub copy_tree {
+    my ($dest) = @_;
+    mkdir $dest or die "mkdir $dest: $!";
+    my $objs = -f "$ROOT/objs/cflags" ? 'objs' : '';
+    system("cd '$ROOT' && tar --exclude=objs/tests --exclude=objs/fuzz "
+           . "--exclude=objs/bench --exclude='objs/*.png' "
+           . "--exclude=objs/testrules.yml -cf - configure Makefile auto "
+           . "core modules conf html $objs | tar -xf - -C '$dest'") == 0
+        or die "cannot copy the tree to $dest\n";
+}
+
 # ---------------------------------------------------------------------------
 # helpers
 
@@ -59,8 +78,8 @@ sub wait_for {
 # A port for a listener the test starts next. It lies below the kernel's
 # ephemeral range (ip_local_port_range): between this probe and the
 # server's bind() no client connect() of this test or of one running
-# beside it (make test runs two lanes) can take it, as it could take a port
-# that bind(0) handed out.
+# beside it (make test runs two at a time) can take it, as it could take a
+# port that bind(0) handed out.
 sub free_port {
     my $low = 32768;
     if (open my $fh, '<', '/proc/sys/net/ipv4/ip_local_port_range') {
@@ -93,8 +112,8 @@ sub free_port {
 }
 
 # A port whose connects are refused for the whole test: bound and never
-# listened on, so no test running beside this one (make test's other
-# lane) can take it, as it could take a free_port() nobody holds.
+# listened on, so no test running beside this one (make test runs two at
+# a time) can take it, as it could take a free_port() nobody holds.
 my @held_ports;
 sub dead_port {
     my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
