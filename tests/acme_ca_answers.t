@@ -96,8 +96,12 @@ my $out = `curl -s --max-time 10 --cacert $root --resolve bad.test:$https:127.0.
 is($out, "through the stub\n", '  and verifies to pebble\'s root');
 
 # a certificate for another name and key; from here on the directory
-# offers the profile (each order reads the directory afresh)
+# offers the profile and renewalInfo (ARI, below: each order reads the
+# directory afresh, and the refused certificate's retry may start its
+# order as soon as the refusal is logged)
 $pb->stub_set(profiles => "classic shortlived\n");
+my $now = time;
+$pb->stub_set(ari => "* @{[ $now + 7200 ]} @{[ $now + 7201 ]} 1\n");
 system("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=other.test -addext subjectAltName=DNS:other.test -keyout $dir/other.key -out $dir/other.pem 2>/dev/null") == 0 or die;
 $pb->stub_set('other.pem', FastdTest::slurp("$dir/other.pem"));
 $pb->stub_set(mode => 'other_cert');
@@ -112,9 +116,8 @@ is($stored, $first, '  and the one stored too');
 # --- ARI ---------------------------------------------------------------
 # the refused certificate's retry (every 2s at most) is the next order:
 # no "fastd -s renew" here, which could make a second one as the first
-# ends and race the certID below
-my $now = time;
-$pb->stub_set(ari => "* @{[ $now + 7200 ]} @{[ $now + 7201 ]} 1\n");
+# ends and race the certID below. The window was set before the refusal
+# (at most a minute ago, then 7200 s ahead)
 $pb->stub_set(mode => 'pass');
 logged(qr/acme: bad\.test: new certificate, valid until \S+, renewal in 7(1\d\d|20\d)s/,
        'ARI: renewed in the window renewalInfo suggests');
