@@ -439,10 +439,9 @@ static int ssl_build(stream_conf_t *sc)
         fd_api_conf_error("out of memory");
         return FD_ERROR;
     }
-    fd_api_conf_at_key(sc, "ssl_certificate");
     snprintf(what, sizeof(what), "[stream %s]", sc->name);
-    sc->tls = fd_api_tls_server(what, cert, key, sc->ssl_protocols,
-                                sc->ssl_ciphers);
+    sc->tls = fd_api_tls_server_at(sc, what, cert, key, sc->ssl_protocols,
+                                   sc->ssl_ciphers);
     return sc->tls ? FD_OK : FD_ERROR;
 }
 

@@ -152,6 +152,24 @@ bad_conf('root DIR without "=" (no delimiter at all)',
 bad_conf('[stream] without a name',
     FastdTest::base_conf(extra => "\n[stream]\nlisten = 1\n"),
     qr/^\[stream\]/, also => qr/\[stream\] needs a name: \[stream NAME\]/);
+# a [stream]'s TLS terms: each error at its own key's line
+for my $c (['ssl_protocols = TLSv9', qr/unknown protocol "TLSv9"/],
+           ['ssl_ciphers = NO-SUCH-CIPHER', qr/selects no cipher/],
+           ['ssl_certificate = %%DIR%%/none.pem', qr/\[stream s\]: .*none\.pem/]) {
+    my ($line, $re) = @$c;
+    my $key = (split / /, $line)[0];
+    my %keys = (ssl_certificate => '%%DIR%%/c.pem',
+                ssl_certificate_key => '%%DIR%%/k.pem',
+                ssl_protocols => 'TLSv1.2 TLSv1.3', $key => undef);
+    my $extra = "\n[stream s]\nlisten = 127.0.0.1:%%PORT2%% ssl\n"
+        . join('', map { defined $keys{$_} ? "$_ = $keys{$_}\n" : '' }
+                       sort keys %keys)
+        . "$line\npass = 127.0.0.1:9\n";
+    bad_conf("[stream] $key: at its line",
+             FastdTest::base_conf(extra => $extra),
+             qr/^\Q$key\E = (?:TLSv9|NO-|.*none)/,
+             also => $re);
+}
 bad_conf('limit_conn_zone (nginx): points to [limit_conn NAME]',
     FastdTest::base_conf(locations => "[location /x]\nlimit_conn_zone = addr 10\n"),
     qr/^limit_conn_zone/, also => qr/unknown key "limit_conn_zone" in \[location \/x\]: fastd's is a \[limit_conn NAME\] section/);

@@ -48,7 +48,7 @@ extern "C" {
 #endif
 
 #define FD_API_VERSION_MAJOR 1
-#define FD_API_VERSION_MINOR 8
+#define FD_API_VERSION_MINOR 9
 /* What must match besides the version: the size of a pointer and of the
  * structs below, which a module and fastd lay out alike only if built
  * for the same ABI (checked at load). */

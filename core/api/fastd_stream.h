@@ -101,6 +101,16 @@ fd_api_tls_t *fd_api_tls_server(const char *what, const char *cert,
                                 const char *key, const char *protocols,
                                 const char *ciphers);
 
+/* --- 1.9: errors at their lines ------------------------------------------- */
+
+/* fd_api_tls_server, with each error at the line of the key of conf it
+ * is about (fd_api_conf_at_key: ssl_protocols, ssl_ciphers, then
+ * ssl_certificate for the chain and key), where conf set it. */
+fd_api_tls_t *fd_api_tls_server_at(const void *conf, const char *what,
+                                   const char *cert, const char *key,
+                                   const char *protocols,
+                                   const char *ciphers);
+
 /* --- a connection ---------------------------------------------------------- */
 
 void *fd_api_conn_data(fd_api_conn_t *c);

@@ -146,6 +146,14 @@ fd_api_tls_t *fd_api_tls_server(const char *what, const char *cert,
                                 const char *key, const char *protocols,
                                 const char *ciphers)
 {
+    return fd_api_tls_server_at(NULL, what, cert, key, protocols, ciphers);
+}
+
+fd_api_tls_t *fd_api_tls_server_at(const void *conf, const char *what,
+                                   const char *cert, const char *key,
+                                   const char *protocols,
+                                   const char *ciphers)
+{
     fd_conf_t *cf = fd_dso_conf();
     const fd_directive_t dp = {.name = "ssl_protocols", .offset = 0};
     const fd_directive_t dc = {.name = "ssl_ciphers", .offset = 0};
@@ -153,9 +161,18 @@ fd_api_tls_t *fd_api_tls_server(const char *what, const char *cert,
     char err[512], *c = NULL;
     void *ctx;
 
-    if (cf == NULL || fd_ssl_set_protocols(cf, &dp, &p, protocols) != FD_OK ||
-        fd_ssl_set_ciphers(cf, &dc, &c, ciphers) != FD_OK)
+    if (cf == NULL)
         return NULL;
+    if (conf)
+        fd_conf_at_key(cf, conf, dp.name);
+    if (fd_ssl_set_protocols(cf, &dp, &p, protocols) != FD_OK)
+        return NULL;
+    if (conf)
+        fd_conf_at_key(cf, conf, dc.name);
+    if (fd_ssl_set_ciphers(cf, &dc, &c, ciphers) != FD_OK)
+        return NULL;
+    if (conf)
+        fd_conf_at_key(cf, conf, "ssl_certificate");
     ctx = fd_ssl_server_ctx(cert, key, &p, c, err, sizeof(err));
     if (ctx == NULL) {
         fd_conf_error(cf, "%s: %s", what, err);
