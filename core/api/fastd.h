@@ -1,5 +1,5 @@
 /*
- * fastd.h: the public API of fastd modules, version 1.8.
+ * fastd.h: the public API of fastd modules, version 1.9.
  *
  * Everything a module built outside the tree needs: its descriptor and
  * keys, the request, the response, asynchronous completion and logging;
@@ -18,7 +18,9 @@
  * reads and writes of the request, and a helper process beside the
  * workers, a hook before routing, commands of fastd -s, figures of what
  * the workers share, certificates a module provides (fastd_tls.h), and
- * connections below HTTP, a layer-4 proxy's (fastd_stream.h).
+ * connections below HTTP, a layer-4 proxy's (fastd_stream.h); from 1.9
+ * what a cache of the module's needs: a directory the workers write in,
+ * a key's old name, the location's match text.
  * A module is a shared object that defines
  *
  *     FD_API_MODULE = { FD_API_HEADER, .name = "hello",
@@ -48,7 +50,7 @@ extern "C" {
 #endif
 
 #define FD_API_VERSION_MAJOR 1
-#define FD_API_VERSION_MINOR 8
+#define FD_API_VERSION_MINOR 9
 /* What must match besides the version: the size of a pointer and of the
  * structs below, which a module and fastd lay out alike only if built
  * for the same ABI (checked at load). */
@@ -95,7 +97,12 @@ enum {
     /* 1.5: repeatable, and the nearest section's lines replace the
      * others': a [location]'s own lines are all it has, else its
      * [server]'s, else [http]'s (set() sees only those) */
-    FD_API_LIST_REPLACE
+    FD_API_LIST_REPLACE,
+    /* 1.9: a key's old name, kept to say what replaced it: a line that
+     * uses it is refused with "use \"DEF\" (DOC)", def being the new key
+     * (or what to write instead) and doc why; offset is ignored, and
+     * fastd -k lists it no more */
+    FD_API_RENAMED
 };
 
 typedef struct {
@@ -1515,6 +1522,39 @@ long fd_api_master_pid(void);
  * configuration. */
 unsigned fd_api_redis_addrs(fd_api_redis_addr_t *addrs, unsigned max,
                             uint64_t *timeout_msec);
+
+/* --- 1.9: what a cache of the module's needs (the proxy's, issue 41) --- */
+
+/*
+ * The [location] being configured, from init_conf: its text as written
+ * after the modifier ("/app/" of [location /app/], "\.php$" of
+ * [location ~ \.php$], "@fallback" of [location @fallback]) into *match,
+ * which lives as long as the configuration, and its kind, FD_API_LOC_*;
+ * a [server]'s own configuration (what answers the requests none of its
+ * locations takes) is the prefix "/". FD_OK, or FD_DECLINED outside an
+ * init_conf.
+ */
+enum {
+    FD_API_LOC_EXACT = 1,      /* = /x */
+    FD_API_LOC_PREFIX,         /* /x */
+    FD_API_LOC_PREFIX_STOP,    /* ^~ /x */
+    FD_API_LOC_REGEX,          /* ~ re */
+    FD_API_LOC_REGEX_CASELESS, /* ~* re */
+    FD_API_LOC_NAMED           /* @name */
+};
+int fd_api_conf_location(fd_str_t *match, int *kind);
+
+/*
+ * A directory the workers write in (a cache's files), from init_conf, set
+ * or a section's init: path (absolute) is made, with its missing parents,
+ * mode 0700, at -t too; when the master runs as root and its workers as
+ * [main] user, those it made are given to that user once the whole
+ * configuration is read, before a worker starts (so that -t followed by a
+ * start, or a reload, leaves none of them root's). A directory that was
+ * there already keeps its owner: it is the administrator's. FD_OK, or
+ * FD_ERROR after fd_api_conf_error() (the mkdir's errno said).
+ */
+int fd_api_conf_worker_dir(const char *path);
 
 #ifdef __cplusplus
 }
