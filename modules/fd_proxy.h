@@ -298,8 +298,4 @@ int fd_proxy_tunnel_own_field(fd_str_t name);
 int fd_proxy_tunnel_accepted(proxy_req_t *px, const fd_api_field_t *f,
                              unsigned nf);
 
-/* The master's, once the whole file is read: the directories it made for
- * the caches (0700) go to [main] user, whose workers write there. */
-int fd_proxy_cache_init_cycle(fd_conf_t *cf, fd_cycle_t *cy);
-
 #endif

@@ -950,7 +950,6 @@ fd_module_t fd_proxy_module = {
     .methods = FD_METHODS_ANY, /* the backend decides, but TRACE/CONNECT */
     .shm_size = FD_PROXY_CACHE_SHM_SIZE,
     .also = &fd_proxy_cache_section,
-    .init_cycle = fd_proxy_cache_init_cycle,
     .status = fd_proxy_cache_status,
     .status_shared = fd_proxy_cache_status_shared,
     .retire = fd_proxy_cache_retire,
