@@ -5,8 +5,12 @@
 # made with its parents, and those made given to [main] user by a root
 # master, at -t too; one that was there keeps its owner), a key's old
 # name refused with the new one (FD_API_RENAMED), and each location's
-# match text and kind (fd_api_conf_location). A module built for 1.8 that
-# uses FD_API_RENAMED is refused: its type is unknown there.
+# match text and kind (fd_api_conf_location), and a stored response
+# answered again (fd_resp_fd_send with the validators and the client's
+# conditionals and range, fd_resp_fd_body, fd_resp_reset, the fields
+# walked with fd_resp_field_next, HTTP dates read by fd_api_http_time). A
+# module built for 1.8 that uses FD_API_RENAMED is refused: its type is
+# unknown there.
 
 use strict;
 use warnings;
@@ -48,6 +52,8 @@ sub conf {
             . "[location ~ ^/re(x)\$]\nhandler = where\n\n"
             . "[location ~* \\.CI\$]\nhandler = where\n\n"
             . "[location /put/]\nhandler = spool\nspool = up\n\n"
+            . "[location /stored]\nhandler = stored\nspool = up\n\n"
+            . "[location = /fields]\nhandler = fields\n\n"
             . ($o{locations} // ''),
         extra => "[spool up]\npath = " . ($o{path} // "$base/a/b/c") . "\n");
 }
@@ -117,6 +123,46 @@ for (['/exact', '1 /exact'], ['/pre/x', '2 /pre/'], ['/stop/x', '3 /stop/'],
     my $r = $t->get($path);
     is($r && $r->body, "$want\n", "fd_api_conf_location: $path is $want");
 }
+
+# a stored response answered again: bytes of an open file after a header
+# of the module's, its validators, the client's conditionals and range
+my $lm = 'Sun, 06 Nov 1994 08:49:37 GMT';
+my $r = $t->get('/stored');
+is($r && $r->status . ' ' . $r->body, '200 0123456789',
+   'fd_resp_fd_send: the entry\'s body, from its offset');
+is($r && join('|', map { $r->header($_) // '-' }
+                  qw(etag last-modified accept-ranges content-length)),
+   qq{"v1"|$lm|bytes|10}, '... its validators written, ranges offered');
+$r = $t->get('/stored', 'If-None-Match' => '"v1"');
+is($r && $r->status, 304, '... If-None-Match: 304');
+is($r && $r->header('etag'), '"v1"', '... which keeps the ETag');
+$r = $t->get('/stored', 'If-Modified-Since' => $lm);
+is($r && $r->status, 304, '... If-Modified-Since: 304');
+$r = $t->get('/stored', 'If-Match' => '"other"');
+is($r && $r->status, 412, '... If-Match another: 412');
+$r = $t->get('/stored', Range => 'bytes=2-4');
+is($r && $r->status . ' ' . $r->body, '206 234', '... a range: 206');
+is($r && $r->header('content-range'), 'bytes 2-4/10', '... of the entry');
+$r = $t->get('/stored', method => 'HEAD');
+is($r && $r->status . ' ' . ($r->header('content-length') // '-') . ' '
+       . length($r->body // ''), '200 10 0', '... HEAD: the length, no body');
+$r = $t->get('/stored?404');
+is($r && $r->status . ' ' . $r->body, '404 0123456789',
+   'fd_resp_fd_body: the body of a stored 404');
+ok($r && !defined $r->header('etag') && !defined $r->header('accept-ranges'),
+   '... no validators, no ranges');
+$r = $t->get('/stored?reset');
+is($r && $r->status, 412, 'fd_resp_reset, then a 412 of the module\'s');
+ok($r && !defined $r->header('x-gone'), '... without the field set before');
+
+$r = $t->http("GET /fields HTTP/1.1\r\nHost: x\r\n"
+              . "X-Date: $lm\r\n"
+              . "X-Date: Sunday, 06-Nov-94 08:49:37 GMT\r\n"
+              . "X-Date: Sun Nov  6 08:49:37 1994\r\n"
+              . "X-Date: yesterday\r\n\r\n");
+is($r && $r->body, "A: 1\nB: 2\nA: 3\n784111777\n784111777\n784111777\n-1\n",
+   'fd_resp_field_next walks the fields in order; fd_api_http_time reads '
+   . 'the three forms, -1 for none');
 $t->stop;
 
 done_testing;

@@ -14,8 +14,21 @@
  *
  *   [location ~ ^/re(x)$]
  *   handler = where     ; answers "4 ^/re(x)$": its kind and match
+ *
+ *   [location /stored]
+ *   handler = stored    ; a stored response answered again
+ *   spool = up
+ *
+ * handler = stored keeps path/stored, a header of its own then the body
+ * "0123456789", and answers its body with fd_resp_fd_send() (ETag "v1",
+ * Last-Modified 784111777: the client's conditionals and one range), or
+ * ?404 as a 404's body (fd_resp_fd_body); ?reset sets a field, then undoes
+ * it (fd_resp_reset) for a 412 of its own. handler = fields sets three
+ * fields and answers them as fd_resp_field_next() walks them, then what
+ * fd_api_http_time() makes of its X-Date request fields.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -119,8 +132,78 @@ static int where_handler(fd_request_t *r)
     return fd_resp_body(r, out, (size_t)n);
 }
 
+static void close_fd(void *data)
+{
+    close((int)(intptr_t)data);
+}
+
+#define STORED_HEAD "a header of the entry's own\n"
+#define STORED_BODY "0123456789"
+
+static int stored_handler(fd_request_t *r)
+{
+    spool_conf_t *c = fd_req_conf(r);
+    fd_str_t q = fd_req_query(r);
+    const size_t off = sizeof(STORED_HEAD) - 1, len = sizeof(STORED_BODY) - 1;
+    char file[4096];
+    int fd;
+
+    if (c->path == NULL)
+        return 404;
+    snprintf(file, sizeof(file), "%s/stored", c->path);
+    fd = open(file, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 ||
+        write(fd, STORED_HEAD STORED_BODY, off + len) != (ssize_t)(off + len)) {
+        if (fd >= 0)
+            close(fd);
+        return 500;
+    }
+    if (fd_req_cleanup(r, close_fd, (void *)(intptr_t)fd) != FD_OK) {
+        close(fd);
+        return 500;
+    }
+    fd_resp_content_type(r, (fd_str_t){10, "text/plain"});
+    if (q.len == 3 && memcmp(q.data, "404", 3) == 0) {
+        fd_resp_status(r, 404);
+        return fd_resp_fd_body(r, fd, (int64_t)off, (int64_t)len);
+    }
+    if (q.len == 5 && memcmp(q.data, "reset", 5) == 0) {
+        fd_resp_header(r, "X-Gone", (fd_str_t){3, "yes"});
+        fd_resp_reset(r);
+        return fd_resp_error(r, 412) == FD_OK ? FD_OK : 500;
+    }
+    fd_resp_validators(r, (fd_str_t){4, "\"v1\""}, 784111777);
+    return fd_resp_fd_send(r, fd, (int64_t)off, (int64_t)len, 1);
+}
+
+/* the fields set, as the walk finds them, then X-Date's times */
+static int fields_handler(fd_request_t *r)
+{
+    const void *it = NULL;
+    fd_str_t name, value, d;
+    char out[1024];
+    size_t n = 0;
+    unsigned i;
+
+    fd_resp_header(r, "A", (fd_str_t){1, "1"});
+    fd_resp_header(r, "B", (fd_str_t){1, "2"});
+    fd_resp_header(r, "A", (fd_str_t){1, "3"});
+    while (fd_resp_field_next(r, &it, &name, &value) && n < 512)
+        n += (size_t)snprintf(out + n, sizeof(out) - n, "%.*s: %.*s\n",
+                              (int)name.len, name.data, (int)value.len,
+                              value.data);
+    for (i = 0; (d = fd_req_header_at(r, "X-Date", i)).data && n < 900; i++)
+        n += (size_t)snprintf(out + n, sizeof(out) - n, "%lld\n",
+                              (long long)fd_api_http_time(d.data, d.len));
+    fd_resp_status(r, 200);
+    fd_resp_content_type(r, (fd_str_t){10, "text/plain"});
+    return fd_resp_body(r, out, n);
+}
+
 static const fd_api_handler_t spool_handlers[] = {
     {.name = "where", .handler = where_handler},
+    {.name = "stored", .handler = stored_handler},
+    {.name = "fields", .handler = fields_handler},
     {.name = NULL}};
 
 FD_API_MODULE = {
