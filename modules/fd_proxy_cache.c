@@ -158,7 +158,7 @@ static int64_t valid_for(const fd_http_header_t *f, unsigned nf, int status,
             }
         } else if (fd_str_caseeq_lit(nm, "expires") &&
                    !(ignore & FD_PROXY_IGNORE_EXPIRES)) {
-            time_t t = fd_http_parse_time(v.data, v.len);
+            time_t t = (time_t)fd_api_http_time(v.data, v.len);
             exp = t > now ? t - now : 0; /* a bad date: already expired */
         }
     }
@@ -650,88 +650,72 @@ static int entry_field(char **q, char *end, fd_str_t *name, fd_str_t *value)
     return 1;
 }
 
-static void unserve(fd_request_t *r);
-
 /*
- * Serve the entry (generation gen) into r: FD_OK, or FD_DECLINED when the
- * file is missing or not the entry (then the index forgets it).
+ * Serve the entry (generation gen) into r, on the API's calls for a
+ * stored response: FD_OK, or FD_DECLINED when the file is missing or not
+ * the entry (then the index forgets it; the caller undoes what was set,
+ * fd_resp_reset).
  */
 static int serve(fd_proxy_cache_req_t *cr, uint64_t gen)
 {
     fd_request_t *r = cr->r;
     open_entry_t *oe = entry_get(cr, gen);
     char *q, *end;
-    fd_str_t name, value;
+    fd_str_t name, value, etag = fd_null_string;
+    int64_t last_modified = -1;
     off_t body_off;
 
     if (oe == NULL || !variant_ok(cr, oe, NULL))
         return FD_DECLINED;
-    if (fd_pool_cleanup_add(r->pool, open_release, oe) == NULL)
+    if (fd_req_cleanup(r, open_release, oe) != FD_OK)
         return FD_DECLINED;
     oe->refs++;
     body_off = (off_t)(sizeof(oe->fh) + oe->fh.key_len + oe->fh.fields_len);
-    r->status = (int)oe->fh.status;
+    fd_resp_status(r, (int)oe->fh.status);
     for (q = oe->buf + oe->fh.key_len, end = q + oe->fh.fields_len;
          q < end;) {
         if (!entry_field(&q, end, &name, &value))
             return FD_DECLINED;
         if (fd_str_caseeq_lit(name, "content-type")) {
-            r->content_type = value;
+            fd_resp_content_type_static(r, value);
         } else if (fd_str_caseeq_lit(name, "server")) {
             /* stored by proxy_pass_header = Server: it replaces ours */
-            r->server_passed = 1;
-            if (fd_http_header_add(r, name, value) != FD_OK)
+            fd_resp_own_server(r);
+            if (fd_resp_header_static(r, name, value) != FD_OK)
                 return FD_DECLINED;
         } else if (oe->fh.status == 200 && fd_str_caseeq_lit(name, "etag")) {
-            r->etag = value; /* the engine writes it, 304 too */
+            etag = value; /* fastd writes it, 304 too */
         } else if (oe->fh.status == 200 &&
                    fd_str_caseeq_lit(name, "last-modified")) {
-            r->last_modified = fd_http_parse_time(value.data, value.len);
-            if (r->last_modified == -1 &&
-                fd_http_header_add(r, name, value) != FD_OK)
+            last_modified = fd_api_http_time(value.data, value.len);
+            if (last_modified == -1 &&
+                fd_resp_header_static(r, name, value) != FD_OK)
                 return FD_DECLINED;
         } else if (oe->fh.status == 200 &&
                    fd_str_caseeq_lit(name, "accept-ranges")) {
-            continue; /* fd_http_send_file() says bytes */
-        } else if (fd_http_header_add(r, name, value) != FD_OK) {
+            continue; /* fd_resp_fd_send() says bytes */
+        } else if (fd_resp_header_static(r, name, value) != FD_OK) {
             return FD_DECLINED;
         }
     }
     if (oe->fh.status == 200) {
         /* the client's conditionals and ranges, as for a static file */
-        int rc = fd_http_send_file(r, oe->fd, body_off,
-                                   (int64_t)oe->fh.body_len, MAX_RANGES);
+        int rc;
+        fd_resp_validators(r, etag, last_modified);
+        rc = fd_resp_fd_send(r, oe->fd, body_off, (int64_t)oe->fh.body_len,
+                             MAX_RANGES);
         if (rc == 412) {
             /* If-Match or If-Unmodified-Since failed against the entry:
              * the answer is the cache's, none of the entry's fields */
-            unserve(r);
-            rc = fd_http_error_page(r, 412);
+            fd_resp_reset(r);
+            rc = fd_resp_error(r, 412);
         }
         return rc == FD_OK ? FD_OK : FD_DECLINED;
     }
-    r->content_length = (int64_t)oe->fh.body_len;
-    if (oe->fh.body_len && !r->header_only) {
-        fd_buf_t *b = fd_buf_file(r->pool, oe->fd, body_off,
-                                  body_off + (off_t)oe->fh.body_len);
-        if (b == NULL)
-            return FD_DECLINED;
-        fd_http_body_append(r, b);
-    }
-    return FD_OK;
-}
-
-/* serve() gave up: the response goes upstream from a clean slate. */
-static void unserve(fd_request_t *r)
-{
-    r->status = 0;
-    r->headers_out = NULL;
-    r->headers_out_last = &r->headers_out;
-    r->out = NULL;
-    r->out_last = &r->out;
-    r->content_type = fd_null_string;
-    r->content_length = -1;
-    r->etag = fd_null_string;
-    r->last_modified = -1;
+    return fd_resp_fd_body(r, oe->fd, body_off, (int64_t)oe->fh.body_len) ==
+                   FD_OK
+               ? FD_OK
+               : FD_DECLINED;
 }
 
 static void wait_cleanup(void *data)
@@ -867,7 +851,7 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
             return FD_OK;
         }
         /* gone, not whole, or another key's: upstream, and stored */
-        unserve(r);
+        fd_resp_reset(r);
         px->cache_status = FD_PROXY_CACHE_MISS;
         COUNT(cr->cache, miss);
         return FD_DECLINED;
@@ -878,7 +862,7 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
             COUNT(cr->cache, updating);
             return FD_OK;
         }
-        unserve(r);
+        fd_resp_reset(r);
         px->cache_status = FD_PROXY_CACHE_MISS;
         COUNT(cr->cache, miss);
         return FD_DECLINED;
@@ -911,7 +895,7 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
                 fd_http_respond_early(r);
                 return FD_PROXY_CACHE_BACKGROUND;
             }
-            unserve(r);
+            fd_resp_reset(r);
         }
         px->cache_status = FD_PROXY_CACHE_EXPIRED;
         COUNT(cr->cache, expired);
@@ -1013,9 +997,9 @@ int fd_proxy_cache_stale(proxy_req_t *px, unsigned cond)
     if (cr == NULL || cr->stale_gen == 0 || r->header_sent ||
         !(px->lc->use_stale & cond))
         return FD_DECLINED;
-    unserve(r);
+    fd_resp_reset(r);
     if (serve(cr, cr->stale_gen) != FD_OK) {
-        unserve(r);
+        fd_resp_reset(r);
         return FD_DECLINED;
     }
     px->cache_status = FD_PROXY_CACHE_STALE;
@@ -1092,9 +1076,9 @@ int fd_proxy_cache_response(proxy_req_t *px, int status,
         store_abandon(cr);
         if (px->bg)
             return FD_OK; /* the client had the entry already */
-        unserve(r);
+        fd_resp_reset(r);
         if (serve(cr, cr->stale_gen) != FD_OK) {
-            unserve(r);
+            fd_resp_reset(r);
             return FD_ERROR;
         }
         px->cache_status = FD_PROXY_CACHE_REVALIDATED;
@@ -1234,9 +1218,9 @@ void fd_proxy_cache_header(proxy_req_t *px, const fd_api_field_t *af,
     fd_proxy_cache_req_t *cr = px->cr;
     fd_request_t *r = px->r;
     proxy_loc_conf_t *lc = px->lc;
-    fd_http_header_out_t *h;
+    const void *it = NULL;
     file_head_t fh = {.magic = FILE_MAGIC};
-    fd_str_t key;
+    fd_str_t key, ct, name, value;
     fd_sbuf_t sb;
     int auth = 0;
 
@@ -1261,10 +1245,11 @@ void fd_proxy_cache_header(proxy_req_t *px, const fd_api_field_t *af,
         goto failed;
     fd_sbuf_add(&sb, (const char *)&fh, sizeof(fh));
     fd_sbuf_add_str(&sb, key);
-    if (r->content_type.len)
-        fd_sbuf_add_header(&sb, fd_string("Content-Type"), r->content_type);
-    for (h = r->headers_out; h; h = h->next)
-        fd_sbuf_add_header(&sb, h->name, h->value);
+    ct = fd_resp_get_content_type(r);
+    if (ct.len)
+        fd_sbuf_add_header(&sb, fd_string("Content-Type"), ct);
+    while (fd_resp_field_next(r, &it, &name, &value))
+        fd_sbuf_add_header(&sb, name, value);
     if (fd_sbuf_failed(&sb))
         goto failed;
     fh.status = (uint32_t)r->status;
