@@ -8,7 +8,8 @@
 # match text and kind (fd_api_conf_location), and a stored response
 # answered again (fd_resp_fd_send with the validators and the client's
 # conditionals and range, fd_resp_fd_body, fd_resp_reset, the fields
-# walked with fd_resp_field_next, HTTP dates read by fd_api_http_time). A
+# walked with fd_resp_field_next, HTTP dates read by fd_api_http_time,
+# fd_api_http_req_t.method, the method as FD_API_* bits). A
 # module built for 1.8 that uses FD_API_RENAMED is refused: its type is
 # unknown there.
 
@@ -160,9 +161,16 @@ $r = $t->http("GET /fields HTTP/1.1\r\nHost: x\r\n"
               . "X-Date: Sunday, 06-Nov-94 08:49:37 GMT\r\n"
               . "X-Date: Sun Nov  6 08:49:37 1994\r\n"
               . "X-Date: yesterday\r\n\r\n");
-is($r && $r->body, "A: 1\nB: 2\nA: 3\n784111777\n784111777\n784111777\n-1\n",
+is($r && $r->body, "A: 1\nB: 2\nA: 3\n784111777\n784111777\n784111777\n-1\n"
+                   . "method 1\n",
    'fd_resp_field_next walks the fields in order; fd_api_http_time reads '
    . 'the three forms, -1 for none');
+for (['POST', 4], ['HEAD', 2], ['PATCH', 64], ['PROPFIND', 128]) {
+    my ($m, $bit) = @$_;
+    $r = $t->http("$m /fields HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+    is($r && $r->header('x-method'), $bit,
+       "fd_api_http_req_t.method: $m is $bit");
+}
 $t->stop;
 
 done_testing;

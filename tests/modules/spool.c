@@ -25,7 +25,8 @@
  * ?404 as a 404's body (fd_resp_fd_body); ?reset sets a field, then undoes
  * it (fd_resp_reset) for a 412 of its own. handler = fields sets three
  * fields and answers them as fd_resp_field_next() walks them, then what
- * fd_api_http_time() makes of its X-Date request fields.
+ * fd_api_http_time() makes of its X-Date request fields, and the
+ * method's bit (fd_api_http_req_t.method).
  */
 #include <errno.h>
 #include <stdint.h>
@@ -34,7 +35,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <fastd.h>
+#include <fastd_upstream.h>
 
 typedef struct {
     const char *path;
@@ -185,6 +186,9 @@ static int fields_handler(fd_request_t *r)
     size_t n = 0;
     unsigned i;
 
+    fd_api_http_req_t in;
+
+    fd_req_http(r, &in, sizeof(in));
     fd_resp_header(r, "A", (fd_str_t){1, "1"});
     fd_resp_header(r, "B", (fd_str_t){1, "2"});
     fd_resp_header(r, "A", (fd_str_t){1, "3"});
@@ -195,6 +199,13 @@ static int fields_handler(fd_request_t *r)
     for (i = 0; (d = fd_req_header_at(r, "X-Date", i)).data && n < 900; i++)
         n += (size_t)snprintf(out + n, sizeof(out) - n, "%lld\n",
                               (long long)fd_api_http_time(d.data, d.len));
+    n += (size_t)snprintf(out + n, sizeof(out) - n, "method %u\n",
+                          in.method);
+    {
+        char m[16];
+        int k = snprintf(m, sizeof(m), "%u", in.method);
+        fd_resp_header(r, "X-Method", (fd_str_t){(size_t)k, m});
+    }
     fd_resp_status(r, 200);
     fd_resp_content_type(r, (fd_str_t){10, "text/plain"});
     return fd_resp_body(r, out, n);
@@ -203,7 +214,7 @@ static int fields_handler(fd_request_t *r)
 static const fd_api_handler_t spool_handlers[] = {
     {.name = "where", .handler = where_handler},
     {.name = "stored", .handler = stored_handler},
-    {.name = "fields", .handler = fields_handler},
+    {.name = "fields", .handler = fields_handler, .methods = FD_API_ANY},
     {.name = NULL}};
 
 FD_API_MODULE = {
