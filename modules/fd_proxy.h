@@ -120,7 +120,7 @@ typedef struct {
     fd_var_script_t cache_key;
     fd_proxy_cache_valid_t *valid;
     unsigned nvalid;
-    unsigned cache_methods;    /* FD_METHOD() bits */
+    unsigned cache_methods;    /* FD_API_GET | ... */
     fd_var_script_t *bypass;
     unsigned nbypass;
     fd_var_script_t *no_cache;

@@ -288,17 +288,17 @@ int fd_proxy_cache_init_conf(fd_conf_t *cf, proxy_loc_conf_t *lc)
     for (tok = strtok_r(s, " \t", &save); tok;
          tok = strtok_r(NULL, " \t", &save)) {
         if (strcmp(tok, "GET") == 0)
-            lc->cache_methods |= FD_METHOD(FD_HTTP_GET);
+            lc->cache_methods |= FD_API_GET;
         else if (strcmp(tok, "HEAD") == 0)
-            lc->cache_methods |= FD_METHOD(FD_HTTP_HEAD);
+            lc->cache_methods |= FD_API_HEAD;
         else if (strcmp(tok, "POST") == 0)
-            lc->cache_methods |= FD_METHOD(FD_HTTP_POST);
+            lc->cache_methods |= FD_API_POST;
         else
             return fd_conf_error(cf, "\"proxy_cache_methods\": \"%s\" is "
                                  "not GET, HEAD or POST", tok);
     }
     /* as nginx: GET and HEAD are always cached */
-    lc->cache_methods |= FD_METHODS_GET;
+    lc->cache_methods |= FD_API_GET | FD_API_HEAD;
     lc->use_stale = 0;
     fd_conf_at_key(cf, lc, "proxy_cache_use_stale");
     s = fd_pstrdup(cf->pool, lc->use_stale_src, strlen(lc->use_stale_src));
@@ -398,19 +398,20 @@ static int any_true(fd_request_t *r, const fd_var_script_t *s, unsigned n)
  * that same key), and the response it gets is stored there. So one
  * entry exists per value set, each found by two lookups at most.
  */
-static void variant_line(fd_request_t *r, fd_str_t name, fd_sbuf_t *sb)
+static void variant_line(const fd_api_http_req_t *in, fd_str_t name,
+                         fd_sbuf_t *sb)
 {
     int first = 1;
 
     for (size_t k = 0; k < name.len; k++)
         fd_sbuf_addc(sb, fd_tolower(name.data[k]));
     fd_sbuf_addc(sb, ':');
-    for (unsigned i = 0; i < r->in.nheaders; i++)
-        if (fd_str_caseeq(r->in.headers[i].name, name.data, name.len) &&
-            r->in.headers[i].name.len == name.len) {
+    for (unsigned i = 0; i < in->nfields; i++)
+        if (fd_str_caseeq(in->fields[i].name, name.data, name.len) &&
+            in->fields[i].name.len == name.len) {
             if (!first)
                 fd_sbuf_addc(sb, ',');
-            fd_sbuf_add_str(sb, r->in.headers[i].value);
+            fd_sbuf_add_str(sb, in->fields[i].value);
             first = 0;
         }
     fd_sbuf_addc(sb, '\n');
@@ -434,7 +435,7 @@ static fd_str_t variant_key(fd_proxy_cache_req_t *cr, const fd_http_header_t *f,
         for (unsigned k = 0; k < nf; k++)
             if (fd_str_caseeq_lit(f[k].name, "vary"))
                 for (i = 0; vary_name(f[k].value, &i, &n);)
-                    variant_line(r, n, &sb);
+                    variant_line(&cr->px->in, n, &sb);
     } else {
         for (i = 0; i < v.len;) {
             const char *colon = memchr(v.data + i, ':', v.len - i);
@@ -443,7 +444,7 @@ static fd_str_t variant_key(fd_proxy_cache_req_t *cr, const fd_http_header_t *f,
                                    : NULL;
             if (nl == NULL)
                 return fd_null_string;
-            variant_line(r, (fd_str_t){(size_t)(colon - (v.data + i)),
+            variant_line(&cr->px->in, (fd_str_t){(size_t)(colon - (v.data + i)),
                                        v.data + i}, &sb);
             i = (size_t)(nl - v.data) + 1;
         }
@@ -817,14 +818,14 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
      * GET's entry or passed. One that waited does not fill: when the
      * filler stored nothing, the waiters go upstream side by side rather
      * than one after another. */
-    if (r->in.method_id == FD_HTTP_HEAD)
+    if (px->in.method == FD_API_HEAD)
         lock_ms = 0;
     rc = fd_proxy_cache_index_lookup(
         cr->cache, cr->md5, fd_current_msec, lock_ms,
         px->lc->use_stale & FD_PROXY_STALE_UPDATING
             ? px->lc->cache_lock_timeout
             : 0,
-        !cr->waited && r->in.method_id == FD_HTTP_GET, &until, &gen, &evict,
+        !cr->waited && px->in.method == FD_API_GET, &until, &gen, &evict,
         ev);
     if (evict) {
         COUNT(cr->cache, evicted);
@@ -886,7 +887,7 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
     default: /* L_EXPIRED */
         if (cr->filler && px->lc->cache_background_update &&
             (px->lc->use_stale & FD_PROXY_STALE_UPDATING) &&
-            r->in.method_id == FD_HTTP_GET) {
+            px->in.method == FD_API_GET) {
             /* answered from it now, updated in the background */
             if (serve(cr, gen) == FD_OK) {
                 px->cache_status = FD_PROXY_CACHE_STALE;
@@ -912,7 +913,7 @@ int fd_proxy_cache_lookup(proxy_req_t *px)
     fd_sbuf_t sb;
 
     /* a WebSocket upgrade is a tunnel, never an entry */
-    if (!(lc->cache_methods & FD_METHOD(r->in.method_id)) || px->upgrade)
+    if (!(lc->cache_methods & px->in.method) || px->upgrade)
         return FD_DECLINED;
     cr = fd_pcalloc(r->pool, sizeof(*cr));
     if (cr == NULL || fd_pool_cleanup_add(r->pool, wait_cleanup, cr) == NULL)
@@ -934,19 +935,18 @@ int fd_proxy_cache_lookup(proxy_req_t *px)
      * client stored (RFC 9111 3.5); only what said public is stored. The
      * upstream then answers its conditionals and ranges (as a POST's):
      * they go. */
-    if (r->in.method_id != FD_HTTP_GET && r->in.method_id != FD_HTTP_HEAD) {
+    if (px->in.method != FD_API_GET && px->in.method != FD_API_HEAD) {
         /* POST (proxy_cache_methods): counted, not answered from an entry
          * (a HIT with the request's body unread stalls: see README) */
         px->cache_status = FD_PROXY_CACHE_MISS;
         COUNT(cr->cache, miss);
         return FD_DECLINED;
     }
-    for (unsigned i = 0; i < r->in.nheaders; i++)
-        if (fd_str_caseeq_lit(r->in.headers[i].name, "authorization")) {
-            px->cache_status = FD_PROXY_CACHE_MISS;
-            COUNT(cr->cache, miss);
-            return FD_DECLINED;
-        }
+    if (fd_req_header(r, "authorization").data) {
+        px->cache_status = FD_PROXY_CACHE_MISS;
+        COUNT(cr->cache, miss);
+        return FD_DECLINED;
+    }
     /* from here the cache may answer: it answers If-* and Range too (a
      * bypass stores a whole response, so it sends them neither) */
     px->cache_fields = 1;
@@ -1226,10 +1226,8 @@ void fd_proxy_cache_header(proxy_req_t *px, const fd_api_field_t *af,
 
     if (cr == NULL)
         return;
-    for (unsigned i = 0; i < r->in.nheaders; i++)
-        if (fd_str_caseeq_lit(r->in.headers[i].name, "authorization"))
-            auth = 1;
-    if (cr->no_store || r->in.method_id != FD_HTTP_GET ||
+    auth = fd_req_header(r, "authorization").data != NULL;
+    if (cr->no_store || px->in.method != FD_API_GET ||
         px->framing == FR_NONE ||
         (cr->valid_sec = fd_proxy_cache_valid_for(
              f, nf, r->status, lc->valid, lc->nvalid, fd_current_sec,
