@@ -905,6 +905,17 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
     }
 }
 
+/* The client sent Authorization: on a lookup's hot path, the fields the
+ * handler has, compared inline (fd_req_header()'s strlen and strncasecmp
+ * calls cost a HIT some 60 instructions more) */
+static int authorized(const fd_api_http_req_t *in)
+{
+    for (unsigned i = 0; i < in->nfields; i++)
+        if (fd_str_caseeq_lit(in->fields[i].name, "authorization"))
+            return 1;
+    return 0;
+}
+
 int fd_proxy_cache_lookup(proxy_req_t *px)
 {
     fd_request_t *r = px->r;
@@ -942,7 +953,7 @@ int fd_proxy_cache_lookup(proxy_req_t *px)
         COUNT(cr->cache, miss);
         return FD_DECLINED;
     }
-    if (fd_req_header(r, "authorization").data) {
+    if (authorized(&px->in)) {
         px->cache_status = FD_PROXY_CACHE_MISS;
         COUNT(cr->cache, miss);
         return FD_DECLINED;
@@ -1226,7 +1237,7 @@ void fd_proxy_cache_header(proxy_req_t *px, const fd_api_field_t *af,
 
     if (cr == NULL)
         return;
-    auth = fd_req_header(r, "authorization").data != NULL;
+    auth = authorized(&px->in);
     if (cr->no_store || px->in.method != FD_API_GET ||
         px->framing == FR_NONE ||
         (cr->valid_sec = fd_proxy_cache_valid_for(
