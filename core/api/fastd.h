@@ -1585,8 +1585,9 @@ int fd_api_conf_worker_dir(const char *path);
  * ends (fd_req_cleanup).
  *
  * fd_resp_reset(r): the response set so far, not sent, undone: status,
- * fields, type, length, validators and body (an entry that turned out
- * unusable halfway, and the request goes on elsewhere).
+ * fields and trailers, type, length, validators, body and
+ * fd_resp_own_server() (an entry that turned out unusable halfway, and
+ * the request goes on elsewhere).
  *
  * fd_resp_field_next(r, &it, &name, &value): the response's fields as
  * set so far, in order (not its type nor its length: fd_resp_get_*), to

@@ -1092,6 +1092,7 @@ void fd_resp_reset(fd_request_t *r)
     r->status = 0;
     r->headers_out = NULL;
     r->headers_out_last = &r->headers_out;
+    r->trailers_out = NULL;
     r->out = NULL;
     r->out_last = &r->out;
     r->content_type = fd_null_string;
