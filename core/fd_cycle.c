@@ -1519,6 +1519,9 @@ fd_cycle_t *fd_cycle_load(const char *file, const char *profile, char *err,
             goto failed;
     }
     fd_dso_give_files(cy);
+    cf.file = NULL;
+    if (fd_dso_give_dirs(&cf, cy) != FD_OK)
+        goto failed;
     /* certificates and keys: read now, so that -t and a reload that
      * would fail to serve them fail here (a module's, fastd_tls.h's
      * attach, in this load) */

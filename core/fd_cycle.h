@@ -162,6 +162,10 @@ struct fd_cycle_s {
     /* files the workers append to, made by a root master for them
      * (fd_api_conf_worker_file): NULL-ended paths, or NULL */
     const char **worker_files;
+    /* directories the workers write in that this load made, given to
+     * their user by a root master (fd_api_conf_worker_dir): NULL-ended,
+     * or NULL */
+    const char **worker_dirs;
     /* the modules' helper processes (fd_api_helper), fd_helper.c */
     struct fd_helper_s *helpers;
 };

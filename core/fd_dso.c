@@ -160,24 +160,76 @@ int fd_dso_module(const fd_module_t *m)
     return 0;
 }
 
-int fd_dso_worker_file(fd_conf_t *cf, const char *path)
+/* path (len bytes) added to the NULL-ended *list, unless it is there */
+static int path_add(fd_conf_t *cf, const char ***list, const char *path,
+                    size_t len)
 {
-    const char **files, **p;
+    const char **paths, **p;
     size_t n = 0;
 
-    for (p = cf->cycle->worker_files; p && *p; p++, n++)
-        if (strcmp(*p, path) == 0)
+    for (p = *list; p && *p; p++, n++)
+        if (strlen(*p) == len && memcmp(*p, path, len) == 0)
             return FD_OK;
-    /* a few files: the list is copied whole to grow it (the old copy is
+    /* a few paths: the list is copied whole to grow it (the old copy is
      * the configuration's memory, freed with it) */
-    files = fd_palloc(cf->pool, (n + 2) * sizeof(*files));
-    if (files == NULL || (files[n] = fd_pstrdup(cf->pool, path,
-                                                strlen(path))) == NULL)
+    paths = fd_palloc(cf->pool, (n + 2) * sizeof(*paths));
+    if (paths == NULL || (paths[n] = fd_pstrdup(cf->pool, path, len)) == NULL)
         return FD_ERROR;
     if (n)
-        memcpy(files, cf->cycle->worker_files, n * sizeof(*files));
-    files[n + 1] = NULL;
-    cf->cycle->worker_files = files;
+        memcpy(paths, *list, n * sizeof(*paths));
+    paths[n + 1] = NULL;
+    *list = paths;
+    return FD_OK;
+}
+
+int fd_dso_worker_file(fd_conf_t *cf, const char *path)
+{
+    return path_add(cf, &cf->cycle->worker_files, path, strlen(path));
+}
+
+int fd_dso_worker_dir(fd_conf_t *cf, const char *path)
+{
+    size_t n = strlen(path), i;
+    long made;
+    char *p;
+
+    while (n > 1 && path[n - 1] == '/')
+        n--;
+    if (path[0] != '/')
+        return fd_conf_error(cf, "\"%s\": not an absolute directory", path);
+    if ((p = fd_pstrdup(cf->pool, path, n)) == NULL)
+        return fd_conf_error(cf, "out of memory");
+    if (fd_mkdirs(p, 0, 0700, &made) != FD_OK)
+        return fd_conf_error(cf, "mkdir(\"%s\") failed: %s", p,
+                             strerror(errno));
+    /* each directory made, a parent as much as path itself: the workers
+     * must get through and into it (one that was there is left alone) */
+    for (i = made < 0 ? n + 1 : (size_t)made; i <= n; i++)
+        if ((p[i] == '/' || i == n) &&
+            path_add(cf, &cf->cycle->worker_dirs, p, i) != FD_OK)
+            return fd_conf_error(cf, "out of memory");
+    return FD_OK;
+}
+
+int fd_dso_give_dirs(fd_conf_t *cf, fd_cycle_t *cy)
+{
+    const char **p;
+    int fd, rc;
+
+    if (!cy->main.drop || cy->worker_dirs == NULL)
+        return FD_OK;
+    for (p = cy->worker_dirs; *p; p++) {
+        /* made by this master a moment ago: never through a link another
+         * put in its place */
+        fd = open(*p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        rc = fd < 0 ? -1 : fchown(fd, cy->main.uid, cy->main.gid);
+        if (fd >= 0)
+            close(fd);
+        if (rc == -1)
+            return fd_conf_error(cf, "chown(\"%s\") to user \"%s\" "
+                                 "failed: %s", *p, cy->main.user,
+                                 strerror(errno));
+    }
     return FD_OK;
 }
 
@@ -410,6 +462,18 @@ static int keys(fd_conf_t *cf, dso_t *d, const fd_api_key_t *k,
     if (*out == NULL)
         return fd_conf_error(cf, "out of memory");
     for (i = 0; i < n; i++) {
+        /* 1.9: an old name, refused with the new one */
+        if (d->api.api_minor >= 9 && k[i].type == FD_API_RENAMED) {
+            if (k[i].def == NULL)
+                return fd_conf_error(cf, "load_module \"%s\": key \"%s\" "
+                                     "is FD_API_RENAMED without a def (what "
+                                     "replaces it)", file, k[i].name);
+            (*out)[i] = (fd_directive_t){
+                .name = k[i].name, .renamed = k[i].def,
+                .handler_key = !section && !phase_module(&d->api),
+                .doc = k[i].doc};
+            continue;
+        }
         if ((d->api.api_minor >= 2 &&
              (k[i].type == FD_API_CUSTOM || k[i].type == FD_API_LIST)) ||
             (d->api.api_minor >= 5 && k[i].type == FD_API_LIST_REPLACE)) {

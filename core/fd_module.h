@@ -198,6 +198,14 @@ int fd_dso_module(const fd_module_t *m);
 /* path is a file the workers append to (an access log): a root master
  * makes it for their user (fd_dso_give_files). FD_OK, or out of memory */
 int fd_dso_worker_file(fd_conf_t *cf, const char *path);
+/* 1.9: path is a directory the workers write in: made now (0700, with
+ * its parents), and those made are given to their user
+ * (fd_dso_give_dirs). FD_OK, or FD_ERROR with the error in cf */
+int fd_dso_worker_dir(fd_conf_t *cf, const char *path);
+/* A root master gives the directories fd_dso_worker_dir made to the
+ * workers' user, once cy is read (at -t too: a start after it makes them
+ * no more). FD_OK, or FD_ERROR with the error in cf */
+int fd_dso_give_dirs(fd_conf_t *cf, fd_cycle_t *cy);
 /* A root master makes the files the workers of cy append to
  * (fd_api_conf_worker_file) and gives them to their user: at load and
  * before a reopen. Not at -t. */

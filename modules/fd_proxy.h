@@ -120,7 +120,7 @@ typedef struct {
     fd_var_script_t cache_key;
     fd_proxy_cache_valid_t *valid;
     unsigned nvalid;
-    unsigned cache_methods;    /* FD_METHOD() bits */
+    unsigned cache_methods;    /* FD_API_GET | ... */
     fd_var_script_t *bypass;
     unsigned nbypass;
     fd_var_script_t *no_cache;
@@ -297,9 +297,5 @@ int fd_proxy_tunnel_key(proxy_req_t *px);
 int fd_proxy_tunnel_own_field(fd_str_t name);
 int fd_proxy_tunnel_accepted(proxy_req_t *px, const fd_api_field_t *f,
                              unsigned nf);
-
-/* The master's, once the whole file is read: the directories it made for
- * the caches (0700) go to [main] user, whose workers write there. */
-int fd_proxy_cache_init_cycle(fd_conf_t *cf, fd_cycle_t *cy);
 
 #endif

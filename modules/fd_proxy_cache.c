@@ -158,7 +158,7 @@ static int64_t valid_for(const fd_http_header_t *f, unsigned nf, int status,
             }
         } else if (fd_str_caseeq_lit(nm, "expires") &&
                    !(ignore & FD_PROXY_IGNORE_EXPIRES)) {
-            time_t t = fd_http_parse_time(v.data, v.len);
+            time_t t = (time_t)fd_api_http_time(v.data, v.len);
             exp = t > now ? t - now : 0; /* a bad date: already expired */
         }
     }
@@ -288,17 +288,17 @@ int fd_proxy_cache_init_conf(fd_conf_t *cf, proxy_loc_conf_t *lc)
     for (tok = strtok_r(s, " \t", &save); tok;
          tok = strtok_r(NULL, " \t", &save)) {
         if (strcmp(tok, "GET") == 0)
-            lc->cache_methods |= FD_METHOD(FD_HTTP_GET);
+            lc->cache_methods |= FD_API_GET;
         else if (strcmp(tok, "HEAD") == 0)
-            lc->cache_methods |= FD_METHOD(FD_HTTP_HEAD);
+            lc->cache_methods |= FD_API_HEAD;
         else if (strcmp(tok, "POST") == 0)
-            lc->cache_methods |= FD_METHOD(FD_HTTP_POST);
+            lc->cache_methods |= FD_API_POST;
         else
             return fd_conf_error(cf, "\"proxy_cache_methods\": \"%s\" is "
                                  "not GET, HEAD or POST", tok);
     }
     /* as nginx: GET and HEAD are always cached */
-    lc->cache_methods |= FD_METHODS_GET;
+    lc->cache_methods |= FD_API_GET | FD_API_HEAD;
     lc->use_stale = 0;
     fd_conf_at_key(cf, lc, "proxy_cache_use_stale");
     s = fd_pstrdup(cf->pool, lc->use_stale_src, strlen(lc->use_stale_src));
@@ -398,19 +398,20 @@ static int any_true(fd_request_t *r, const fd_var_script_t *s, unsigned n)
  * that same key), and the response it gets is stored there. So one
  * entry exists per value set, each found by two lookups at most.
  */
-static void variant_line(fd_request_t *r, fd_str_t name, fd_sbuf_t *sb)
+static void variant_line(const fd_api_http_req_t *in, fd_str_t name,
+                         fd_sbuf_t *sb)
 {
     int first = 1;
 
     for (size_t k = 0; k < name.len; k++)
         fd_sbuf_addc(sb, fd_tolower(name.data[k]));
     fd_sbuf_addc(sb, ':');
-    for (unsigned i = 0; i < r->in.nheaders; i++)
-        if (fd_str_caseeq(r->in.headers[i].name, name.data, name.len) &&
-            r->in.headers[i].name.len == name.len) {
+    for (unsigned i = 0; i < in->nfields; i++)
+        if (fd_str_caseeq(in->fields[i].name, name.data, name.len) &&
+            in->fields[i].name.len == name.len) {
             if (!first)
                 fd_sbuf_addc(sb, ',');
-            fd_sbuf_add_str(sb, r->in.headers[i].value);
+            fd_sbuf_add_str(sb, in->fields[i].value);
             first = 0;
         }
     fd_sbuf_addc(sb, '\n');
@@ -434,7 +435,7 @@ static fd_str_t variant_key(fd_proxy_cache_req_t *cr, const fd_http_header_t *f,
         for (unsigned k = 0; k < nf; k++)
             if (fd_str_caseeq_lit(f[k].name, "vary"))
                 for (i = 0; vary_name(f[k].value, &i, &n);)
-                    variant_line(r, n, &sb);
+                    variant_line(&cr->px->in, n, &sb);
     } else {
         for (i = 0; i < v.len;) {
             const char *colon = memchr(v.data + i, ':', v.len - i);
@@ -443,7 +444,7 @@ static fd_str_t variant_key(fd_proxy_cache_req_t *cr, const fd_http_header_t *f,
                                    : NULL;
             if (nl == NULL)
                 return fd_null_string;
-            variant_line(r, (fd_str_t){(size_t)(colon - (v.data + i)),
+            variant_line(&cr->px->in, (fd_str_t){(size_t)(colon - (v.data + i)),
                                        v.data + i}, &sb);
             i = (size_t)(nl - v.data) + 1;
         }
@@ -650,88 +651,72 @@ static int entry_field(char **q, char *end, fd_str_t *name, fd_str_t *value)
     return 1;
 }
 
-static void unserve(fd_request_t *r);
-
 /*
- * Serve the entry (generation gen) into r: FD_OK, or FD_DECLINED when the
- * file is missing or not the entry (then the index forgets it).
+ * Serve the entry (generation gen) into r, on the API's calls for a
+ * stored response: FD_OK, or FD_DECLINED when the file is missing or not
+ * the entry (then the index forgets it; the caller undoes what was set,
+ * fd_resp_reset).
  */
 static int serve(fd_proxy_cache_req_t *cr, uint64_t gen)
 {
     fd_request_t *r = cr->r;
     open_entry_t *oe = entry_get(cr, gen);
     char *q, *end;
-    fd_str_t name, value;
+    fd_str_t name, value, etag = fd_null_string;
+    int64_t last_modified = -1;
     off_t body_off;
 
     if (oe == NULL || !variant_ok(cr, oe, NULL))
         return FD_DECLINED;
-    if (fd_pool_cleanup_add(r->pool, open_release, oe) == NULL)
+    if (fd_req_cleanup(r, open_release, oe) != FD_OK)
         return FD_DECLINED;
     oe->refs++;
     body_off = (off_t)(sizeof(oe->fh) + oe->fh.key_len + oe->fh.fields_len);
-    r->status = (int)oe->fh.status;
+    fd_resp_status(r, (int)oe->fh.status);
     for (q = oe->buf + oe->fh.key_len, end = q + oe->fh.fields_len;
          q < end;) {
         if (!entry_field(&q, end, &name, &value))
             return FD_DECLINED;
         if (fd_str_caseeq_lit(name, "content-type")) {
-            r->content_type = value;
+            fd_resp_content_type_static(r, value);
         } else if (fd_str_caseeq_lit(name, "server")) {
             /* stored by proxy_pass_header = Server: it replaces ours */
-            r->server_passed = 1;
-            if (fd_http_header_add(r, name, value) != FD_OK)
+            fd_resp_own_server(r);
+            if (fd_resp_header_static(r, name, value) != FD_OK)
                 return FD_DECLINED;
         } else if (oe->fh.status == 200 && fd_str_caseeq_lit(name, "etag")) {
-            r->etag = value; /* the engine writes it, 304 too */
+            etag = value; /* fastd writes it, 304 too */
         } else if (oe->fh.status == 200 &&
                    fd_str_caseeq_lit(name, "last-modified")) {
-            r->last_modified = fd_http_parse_time(value.data, value.len);
-            if (r->last_modified == -1 &&
-                fd_http_header_add(r, name, value) != FD_OK)
+            last_modified = fd_api_http_time(value.data, value.len);
+            if (last_modified == -1 &&
+                fd_resp_header_static(r, name, value) != FD_OK)
                 return FD_DECLINED;
         } else if (oe->fh.status == 200 &&
                    fd_str_caseeq_lit(name, "accept-ranges")) {
-            continue; /* fd_http_send_file() says bytes */
-        } else if (fd_http_header_add(r, name, value) != FD_OK) {
+            continue; /* fd_resp_fd_send() says bytes */
+        } else if (fd_resp_header_static(r, name, value) != FD_OK) {
             return FD_DECLINED;
         }
     }
     if (oe->fh.status == 200) {
         /* the client's conditionals and ranges, as for a static file */
-        int rc = fd_http_send_file(r, oe->fd, body_off,
-                                   (int64_t)oe->fh.body_len, MAX_RANGES);
+        int rc;
+        fd_resp_validators(r, etag, last_modified);
+        rc = fd_resp_fd_send(r, oe->fd, body_off, (int64_t)oe->fh.body_len,
+                             MAX_RANGES);
         if (rc == 412) {
             /* If-Match or If-Unmodified-Since failed against the entry:
              * the answer is the cache's, none of the entry's fields */
-            unserve(r);
-            rc = fd_http_error_page(r, 412);
+            fd_resp_reset(r);
+            rc = fd_resp_error(r, 412);
         }
         return rc == FD_OK ? FD_OK : FD_DECLINED;
     }
-    r->content_length = (int64_t)oe->fh.body_len;
-    if (oe->fh.body_len && !r->header_only) {
-        fd_buf_t *b = fd_buf_file(r->pool, oe->fd, body_off,
-                                  body_off + (off_t)oe->fh.body_len);
-        if (b == NULL)
-            return FD_DECLINED;
-        fd_http_body_append(r, b);
-    }
-    return FD_OK;
-}
-
-/* serve() gave up: the response goes upstream from a clean slate. */
-static void unserve(fd_request_t *r)
-{
-    r->status = 0;
-    r->headers_out = NULL;
-    r->headers_out_last = &r->headers_out;
-    r->out = NULL;
-    r->out_last = &r->out;
-    r->content_type = fd_null_string;
-    r->content_length = -1;
-    r->etag = fd_null_string;
-    r->last_modified = -1;
+    return fd_resp_fd_body(r, oe->fd, body_off, (int64_t)oe->fh.body_len) ==
+                   FD_OK
+               ? FD_OK
+               : FD_DECLINED;
 }
 
 static void wait_cleanup(void *data)
@@ -833,14 +818,14 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
      * GET's entry or passed. One that waited does not fill: when the
      * filler stored nothing, the waiters go upstream side by side rather
      * than one after another. */
-    if (r->in.method_id == FD_HTTP_HEAD)
+    if (px->in.method == FD_API_HEAD)
         lock_ms = 0;
     rc = fd_proxy_cache_index_lookup(
         cr->cache, cr->md5, fd_current_msec, lock_ms,
         px->lc->use_stale & FD_PROXY_STALE_UPDATING
             ? px->lc->cache_lock_timeout
             : 0,
-        !cr->waited && r->in.method_id == FD_HTTP_GET, &until, &gen, &evict,
+        !cr->waited && px->in.method == FD_API_GET, &until, &gen, &evict,
         ev);
     if (evict) {
         COUNT(cr->cache, evicted);
@@ -867,7 +852,7 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
             return FD_OK;
         }
         /* gone, not whole, or another key's: upstream, and stored */
-        unserve(r);
+        fd_resp_reset(r);
         px->cache_status = FD_PROXY_CACHE_MISS;
         COUNT(cr->cache, miss);
         return FD_DECLINED;
@@ -878,7 +863,7 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
             COUNT(cr->cache, updating);
             return FD_OK;
         }
-        unserve(r);
+        fd_resp_reset(r);
         px->cache_status = FD_PROXY_CACHE_MISS;
         COUNT(cr->cache, miss);
         return FD_DECLINED;
@@ -902,7 +887,7 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
     default: /* L_EXPIRED */
         if (cr->filler && px->lc->cache_background_update &&
             (px->lc->use_stale & FD_PROXY_STALE_UPDATING) &&
-            r->in.method_id == FD_HTTP_GET) {
+            px->in.method == FD_API_GET) {
             /* answered from it now, updated in the background */
             if (serve(cr, gen) == FD_OK) {
                 px->cache_status = FD_PROXY_CACHE_STALE;
@@ -911,13 +896,24 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
                 fd_http_respond_early(r);
                 return FD_PROXY_CACHE_BACKGROUND;
             }
-            unserve(r);
+            fd_resp_reset(r);
         }
         px->cache_status = FD_PROXY_CACHE_EXPIRED;
         COUNT(cr->cache, expired);
         stale_keep(cr, gen);
         return FD_DECLINED;
     }
+}
+
+/* The client sent Authorization: on a lookup's hot path, the fields the
+ * handler has, compared inline (fd_req_header()'s strlen and strncasecmp
+ * calls cost a HIT some 60 instructions more) */
+static int authorized(const fd_api_http_req_t *in)
+{
+    for (unsigned i = 0; i < in->nfields; i++)
+        if (fd_str_caseeq_lit(in->fields[i].name, "authorization"))
+            return 1;
+    return 0;
 }
 
 int fd_proxy_cache_lookup(proxy_req_t *px)
@@ -928,7 +924,7 @@ int fd_proxy_cache_lookup(proxy_req_t *px)
     fd_sbuf_t sb;
 
     /* a WebSocket upgrade is a tunnel, never an entry */
-    if (!(lc->cache_methods & FD_METHOD(r->in.method_id)) || px->upgrade)
+    if (!(lc->cache_methods & px->in.method) || px->upgrade)
         return FD_DECLINED;
     cr = fd_pcalloc(r->pool, sizeof(*cr));
     if (cr == NULL || fd_pool_cleanup_add(r->pool, wait_cleanup, cr) == NULL)
@@ -950,19 +946,18 @@ int fd_proxy_cache_lookup(proxy_req_t *px)
      * client stored (RFC 9111 3.5); only what said public is stored. The
      * upstream then answers its conditionals and ranges (as a POST's):
      * they go. */
-    if (r->in.method_id != FD_HTTP_GET && r->in.method_id != FD_HTTP_HEAD) {
+    if (px->in.method != FD_API_GET && px->in.method != FD_API_HEAD) {
         /* POST (proxy_cache_methods): counted, not answered from an entry
          * (a HIT with the request's body unread stalls: see README) */
         px->cache_status = FD_PROXY_CACHE_MISS;
         COUNT(cr->cache, miss);
         return FD_DECLINED;
     }
-    for (unsigned i = 0; i < r->in.nheaders; i++)
-        if (fd_str_caseeq_lit(r->in.headers[i].name, "authorization")) {
-            px->cache_status = FD_PROXY_CACHE_MISS;
-            COUNT(cr->cache, miss);
-            return FD_DECLINED;
-        }
+    if (authorized(&px->in)) {
+        px->cache_status = FD_PROXY_CACHE_MISS;
+        COUNT(cr->cache, miss);
+        return FD_DECLINED;
+    }
     /* from here the cache may answer: it answers If-* and Range too (a
      * bypass stores a whole response, so it sends them neither) */
     px->cache_fields = 1;
@@ -1013,9 +1008,9 @@ int fd_proxy_cache_stale(proxy_req_t *px, unsigned cond)
     if (cr == NULL || cr->stale_gen == 0 || r->header_sent ||
         !(px->lc->use_stale & cond))
         return FD_DECLINED;
-    unserve(r);
+    fd_resp_reset(r);
     if (serve(cr, cr->stale_gen) != FD_OK) {
-        unserve(r);
+        fd_resp_reset(r);
         return FD_DECLINED;
     }
     px->cache_status = FD_PROXY_CACHE_STALE;
@@ -1092,9 +1087,9 @@ int fd_proxy_cache_response(proxy_req_t *px, int status,
         store_abandon(cr);
         if (px->bg)
             return FD_OK; /* the client had the entry already */
-        unserve(r);
+        fd_resp_reset(r);
         if (serve(cr, cr->stale_gen) != FD_OK) {
-            unserve(r);
+            fd_resp_reset(r);
             return FD_ERROR;
         }
         px->cache_status = FD_PROXY_CACHE_REVALIDATED;
@@ -1234,18 +1229,16 @@ void fd_proxy_cache_header(proxy_req_t *px, const fd_api_field_t *af,
     fd_proxy_cache_req_t *cr = px->cr;
     fd_request_t *r = px->r;
     proxy_loc_conf_t *lc = px->lc;
-    fd_http_header_out_t *h;
+    const void *it = NULL;
     file_head_t fh = {.magic = FILE_MAGIC};
-    fd_str_t key;
+    fd_str_t key, ct, name, value;
     fd_sbuf_t sb;
     int auth = 0;
 
     if (cr == NULL)
         return;
-    for (unsigned i = 0; i < r->in.nheaders; i++)
-        if (fd_str_caseeq_lit(r->in.headers[i].name, "authorization"))
-            auth = 1;
-    if (cr->no_store || r->in.method_id != FD_HTTP_GET ||
+    auth = authorized(&px->in);
+    if (cr->no_store || px->in.method != FD_API_GET ||
         px->framing == FR_NONE ||
         (cr->valid_sec = fd_proxy_cache_valid_for(
              f, nf, r->status, lc->valid, lc->nvalid, fd_current_sec,
@@ -1261,10 +1254,11 @@ void fd_proxy_cache_header(proxy_req_t *px, const fd_api_field_t *af,
         goto failed;
     fd_sbuf_add(&sb, (const char *)&fh, sizeof(fh));
     fd_sbuf_add_str(&sb, key);
-    if (r->content_type.len)
-        fd_sbuf_add_header(&sb, fd_string("Content-Type"), r->content_type);
-    for (h = r->headers_out; h; h = h->next)
-        fd_sbuf_add_header(&sb, h->name, h->value);
+    ct = fd_resp_get_content_type(r);
+    if (ct.len)
+        fd_sbuf_add_header(&sb, fd_string("Content-Type"), ct);
+    while (fd_resp_field_next(r, &it, &name, &value))
+        fd_sbuf_add_header(&sb, name, value);
     if (fd_sbuf_failed(&sb))
         goto failed;
     fh.status = (uint32_t)r->status;

@@ -1029,42 +1029,6 @@ static const fd_directive_t cache_directives[] = {
      .doc = "an entry not used for this long is removed, fresh or not"},
     FD_CONF_END};
 
-int fd_proxy_cache_init_cycle(fd_conf_t *cf, fd_cycle_t *cy)
-{
-    fd_conf_section_t *s;
-
-    if (!cy->main.drop)
-        return FD_OK;
-    for (s = cy->sections; s; s = s->next) {
-        fd_proxy_cache_t *c = s->conf;
-        char *p;
-        size_t i;
-        if (s->module != &fd_proxy_cache_section || c->made_from < 0)
-            continue;
-        /* each directory made (a parent as much as the cache's own): the
-         * workers must get through and into it */
-        p = c->path;
-        for (i = (size_t)c->made_from;; i++) {
-            char ch = p[i];
-            int rc;
-            if (ch != '/' && ch != '\0')
-                continue;
-            p[i] = '\0';
-            rc = chown(p, cy->main.uid, cy->main.gid);
-            p[i] = ch;
-            if (rc == -1)
-                return fd_conf_error(cf, "[cache %s]: chown(\"%s\") to "
-                                     "user \"%s\" failed: %s", c->name,
-                                     c->path, cy->main.user,
-                                     strerror(errno));
-            if (ch == '\0')
-                break;
-        }
-        c->made_from = -1;
-    }
-    return FD_OK;
-}
-
 static int cache_init_section(fd_conf_t *cf, const char *name, void *conf)
 {
     fd_proxy_cache_t *c = conf;
@@ -1085,12 +1049,11 @@ static int cache_init_section(fd_conf_t *cf, const char *name, void *conf)
         FD_OK)
         return fd_conf_error(cf, "[cache %s]: bad levels \"%s\" (up to 3 "
                              "of 1 or 2, e.g. 1:2)", name, c->levels_text);
-    {
-        char *p = fd_pstrdup(cf->pool, c->path, n);
-        if (p == NULL || fd_mkdirs(p, 0, 0700, &c->made_from) != FD_OK)
-            return fd_conf_error(cf, "[cache %s]: mkdir(\"%s\") failed: "
-                                 "%s", name, c->path, strerror(errno));
-    }
+    /* made now (0700), and those made are the workers' user's once the
+     * whole file is read: fd_api_conf_worker_dir()'s, whose load the
+     * module's hooks are not in yet (issue 41) */
+    if (fd_dso_worker_dir(cf, c->path) != FD_OK)
+        return FD_ERROR;
     c->name = fd_pstrdup(cf->pool, name, strlen(name));
     c->nbuckets = c->keys_zone / sizeof(bucket_t);
     size = sizeof(head_t) + c->nbuckets * sizeof(bucket_t);

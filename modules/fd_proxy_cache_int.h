@@ -63,9 +63,6 @@ struct fd_proxy_cache_s {
     head_t *head;
     bucket_t *table;
     size_t nbuckets;
-    long made_from;           /* where in path the directories the master
-                               * made begin (-1: none): given to [main]
-                               * user once the whole file is read */
 };
 
 /* a file's header; the key, the fields, then the body follow it */

@@ -380,10 +380,10 @@ static int pass_set(proxy_loc_conf_t *lc, const char *value)
 /*
  * The keys that are on the API's calls (fastd_upstream.h: the group, the
  * TLS client, next_upstream), by d->offset, as an fd_api_module_t.set
- * has them. The module's descriptor is still the engine's (the cache's
- * [cache] section, init_cycle and shared memory have no API yet), so the
- * engine gives its hooks the load, cf; they enter it for the API's calls,
- * which find it there as a public-API module's hooks do.
+ * has them. The module's descriptor is still the engine's (its cache is
+ * not all on the API yet: issue 41), so the engine gives its hooks the
+ * load, cf; they enter it for the API's calls, which find it there as a
+ * public-API module's hooks do.
  */
 static int set_api(fd_conf_t *cf, const fd_directive_t *d, void *conf,
                    const char *value)

@@ -592,6 +592,29 @@ sub conf_error {
     remove_tree("/tmp/fastd-cache-$$");
 }
 
+# a root master gives the directories it made for a [cache] (at -t too:
+# a start after it makes them no more) to the workers' user, and leaves a
+# parent that was there as it is
+SKIP: {
+    my $nobody = getpwnam('nobody');
+    skip 'needs a root master and user nobody', 3
+        unless $> == 0 && defined $nobody;
+    my $base = "/tmp/fastd-cache-own-$$";
+    mkdir $base, 0755 or die "mkdir $base: $!";
+    my $path = $t->write_conf(FastdTest::base_conf(
+        main => { user => 'nobody' },
+        locations => "[location /own/]\nhandler = proxy\n"
+            . "pass = http://127.0.0.1:" . $be->port . "/\nproxy_cache = own\n",
+        extra => "[cache own]\npath = $base/x/y\n"), 'own.conf');
+    my ($rc, $out) = FastdTest::run_fastd('-t', '-c', $path);
+    is($rc, 0, 'user = nobody, a [cache] path to make: -t passes')
+        or diag($out);
+    is(join(' ', map { (stat $_)[4] // -1 } "$base/x", "$base/x/y"),
+       "$nobody $nobody", '... the directories it made are nobody\'s');
+    is((stat $base)[4], 0, '... the one that was there is still root\'s');
+    remove_tree($base);
+}
+
 $t->no_alerts;
 $t->stop;
 done_testing();

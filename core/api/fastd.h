@@ -1,5 +1,5 @@
 /*
- * fastd.h: the public API of fastd modules, version 1.8.
+ * fastd.h: the public API of fastd modules, version 1.9.
  *
  * Everything a module built outside the tree needs: its descriptor and
  * keys, the request, the response, asynchronous completion and logging;
@@ -18,7 +18,10 @@
  * reads and writes of the request, and a helper process beside the
  * workers, a hook before routing, commands of fastd -s, figures of what
  * the workers share, certificates a module provides (fastd_tls.h), and
- * connections below HTTP, a layer-4 proxy's (fastd_stream.h).
+ * connections below HTTP, a layer-4 proxy's (fastd_stream.h); from 1.9
+ * what a cache of the module's needs: a directory the workers write in,
+ * a key's old name, the location's match text, a stored response
+ * answered again.
  * A module is a shared object that defines
  *
  *     FD_API_MODULE = { FD_API_HEADER, .name = "hello",
@@ -95,7 +98,12 @@ enum {
     /* 1.5: repeatable, and the nearest section's lines replace the
      * others': a [location]'s own lines are all it has, else its
      * [server]'s, else [http]'s (set() sees only those) */
-    FD_API_LIST_REPLACE
+    FD_API_LIST_REPLACE,
+    /* 1.9: a key's old name, kept to say what replaced it: a line that
+     * uses it is refused with "use \"DEF\" (DOC)", def being the new key
+     * (or what to write instead) and doc why; offset is ignored, and
+     * fastd -k lists it no more */
+    FD_API_RENAMED
 };
 
 typedef struct {
@@ -1515,6 +1523,90 @@ long fd_api_master_pid(void);
  * configuration. */
 unsigned fd_api_redis_addrs(fd_api_redis_addr_t *addrs, unsigned max,
                             uint64_t *timeout_msec);
+
+/* --- 1.9: what a cache of the module's needs (the proxy's, issue 41) --- */
+
+/*
+ * The [location] being configured, from init_conf: its text as written
+ * after the modifier ("/app/" of [location /app/], "\.php$" of
+ * [location ~ \.php$], "@fallback" of [location @fallback]) into *match,
+ * which lives as long as the configuration, and its kind, FD_API_LOC_*;
+ * a [server]'s own configuration (what answers the requests none of its
+ * locations takes) is the prefix "/". FD_OK, or FD_DECLINED outside an
+ * init_conf.
+ */
+enum {
+    FD_API_LOC_EXACT = 1,      /* = /x */
+    FD_API_LOC_PREFIX,         /* /x */
+    FD_API_LOC_PREFIX_STOP,    /* ^~ /x */
+    FD_API_LOC_REGEX,          /* ~ re */
+    FD_API_LOC_REGEX_CASELESS, /* ~* re */
+    FD_API_LOC_NAMED           /* @name */
+};
+int fd_api_conf_location(fd_str_t *match, int *kind);
+
+/*
+ * A directory the workers write in (a cache's files), from init_conf, set
+ * or a section's init: path (absolute) is made, with its missing parents,
+ * mode 0700, at -t too; when the master runs as root and its workers as
+ * [main] user, those it made are given to that user once the whole
+ * configuration is read, before a worker starts (so that -t followed by a
+ * start, or a reload, leaves none of them root's). A directory that was
+ * there already keeps its owner: it is the administrator's. FD_OK, or
+ * FD_ERROR after fd_api_conf_error() (the mkdir's errno said).
+ */
+int fd_api_conf_worker_dir(const char *path);
+
+/*
+ * A response the module stored (a cache's entry: its status, its fields,
+ * then its body in a file), answered again; from a handler, or what goes
+ * on from it on the loop, before the header is sent.
+ *
+ * fd_resp_validators(r, etag, last_modified): the representation's ETag
+ * (as stored, quotes and all; not copied: it lives as long as r; len 0:
+ * none) and Last-Modified (seconds since the epoch; -1: none), which
+ * fastd writes (a 304's too) and checks the client's conditionals
+ * against.
+ *
+ * fd_resp_fd_send(r, fd, offset, size, max_ranges): bytes [offset,
+ * offset + size) of fd as a 200, with what the client's If-Match,
+ * If-None-Match, If-Modified-Since, If-Unmodified-Since and, for a GET,
+ * Range (at most max_ranges, at most 64; 0: none) make of it, as
+ * fd_resp_file_send() does for a file: 304, 206, 416, Accept-Ranges;
+ * sent with sendfile(), a body for a GET only. FD_OK, or an HTTP status
+ * the module answers (412: fd_resp_reset() first, the entry's fields are
+ * not the answer's; 500).
+ *
+ * fd_resp_fd_body(r, fd, offset, size): those bytes as the body of the
+ * status set (a stored 404's), Content-Length size, no conditionals; no
+ * body for a response that has none (HEAD). FD_OK or FD_ERROR.
+ *
+ * fd sends from the loop after the handler returns: keep it open until r
+ * ends (fd_req_cleanup).
+ *
+ * fd_resp_reset(r): the response set so far, not sent, undone: status,
+ * fields and trailers, type, length, validators, body and
+ * fd_resp_own_server() (an entry that turned out unusable halfway, and
+ * the request goes on elsewhere).
+ *
+ * fd_resp_field_next(r, &it, &name, &value): the response's fields as
+ * set so far, in order (not its type nor its length: fd_resp_get_*), to
+ * store it; it NULL to begin, 1 with the next one in name and value, 0
+ * after the last.
+ *
+ * fd_api_http_time(s, n): an HTTP date (RFC 9110 5.6.7: IMF-fixdate, RFC
+ * 850 or asctime) in seconds since the epoch, -1 when it is none (an
+ * Expires, a Last-Modified of the stored response's).
+ */
+void fd_resp_validators(fd_request_t *r, fd_str_t etag,
+                        int64_t last_modified);
+int fd_resp_fd_send(fd_request_t *r, int fd, int64_t offset, int64_t size,
+                    unsigned max_ranges);
+int fd_resp_fd_body(fd_request_t *r, int fd, int64_t offset, int64_t size);
+void fd_resp_reset(fd_request_t *r);
+int fd_resp_field_next(fd_request_t *r, const void **it, fd_str_t *name,
+                       fd_str_t *value);
+int64_t fd_api_http_time(const char *s, size_t n);
 
 #ifdef __cplusplus
 }

@@ -281,6 +281,9 @@ typedef struct {
     unsigned ext_connect:1;   /* an HTTP/2 extended CONNECT (RFC 8441) */
     unsigned tls:1;           /* the client came over TLS (or QUIC) */
     unsigned uri_changed:1;   /* a rewrite set the URI (fd_req_path) */
+    /* 1.9 (the proxy's cache) */
+    unsigned method;          /* FD_API_GET, FD_API_HEAD, ... FD_API_PATCH,
+                               * else FD_API_OTHER */
 } fd_api_http_req_t;
 void fd_req_http(fd_request_t *r, fd_api_http_req_t *h, size_t size);
 /* The client's address as $remote_addr says it (after real_ip) into

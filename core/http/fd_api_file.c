@@ -1056,3 +1056,68 @@ int fd_req_file_list(fd_request_t *r, fd_str_t path, size_t max,
     }
     return FD_OK;
 }
+
+/* ---------------------------------------------------------------------- */
+/* The API (1.9): a stored response answered again (the proxy's cache)    */
+
+void fd_resp_validators(fd_request_t *r, fd_str_t etag, int64_t last_modified)
+{
+    r->etag = etag;
+    r->last_modified = (time_t)last_modified;
+}
+
+int fd_resp_fd_send(fd_request_t *r, int fd, int64_t offset, int64_t size,
+                    unsigned max_ranges)
+{
+    return fd_http_send_file(r, fd, (off_t)offset, size,
+                             fd_min(max_ranges, 64u));
+}
+
+int fd_resp_fd_body(fd_request_t *r, int fd, int64_t offset, int64_t size)
+{
+    fd_buf_t *b;
+
+    r->content_length = size;
+    if (size == 0 || r->header_only)
+        return FD_OK;
+    b = fd_buf_file(r->pool, fd, (off_t)offset, (off_t)(offset + size));
+    if (b == NULL)
+        return FD_ERROR;
+    fd_http_body_append(r, b);
+    return FD_OK;
+}
+
+void fd_resp_reset(fd_request_t *r)
+{
+    r->status = 0;
+    r->headers_out = NULL;
+    r->headers_out_last = &r->headers_out;
+    r->trailers_out = NULL;
+    r->out = NULL;
+    r->out_last = &r->out;
+    r->content_type = fd_null_string;
+    r->content_length = -1;
+    r->etag = fd_null_string;
+    r->last_modified = -1;
+    r->server_passed = 0; /* fd_resp_own_server() undone too */
+}
+
+int fd_resp_field_next(fd_request_t *r, const void **it, fd_str_t *name,
+                       fd_str_t *value)
+{
+    const fd_http_header_out_t *h = *it ? ((const fd_http_header_out_t *)*it)
+                                              ->next
+                                        : r->headers_out;
+
+    if (h == NULL)
+        return 0;
+    *name = h->name;
+    *value = h->value;
+    *it = h;
+    return 1;
+}
+
+int64_t fd_api_http_time(const char *s, size_t n)
+{
+    return (int64_t)fd_http_parse_time(s, n);
+}

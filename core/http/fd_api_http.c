@@ -39,6 +39,14 @@ _Static_assert(sizeof(fd_api_http_chunked_t) >= sizeof(fd_http_chunked_t) &&
                        _Alignof(fd_http_chunked_t),
                "fd_api_http_chunked_t holds an fd_http_chunked_t");
 
+/* FD_HTTP_* as the API's method bits (1.9: fd_api_http_req_t.method) */
+static const unsigned method_bit[] = {
+    [FD_HTTP_UNKNOWN] = FD_API_OTHER, [FD_HTTP_GET] = FD_API_GET,
+    [FD_HTTP_HEAD] = FD_API_HEAD,     [FD_HTTP_POST] = FD_API_POST,
+    [FD_HTTP_PUT] = FD_API_PUT,       [FD_HTTP_DELETE] = FD_API_DELETE,
+    [FD_HTTP_OPTIONS] = FD_API_OPTIONS, [FD_HTTP_PATCH] = FD_API_PATCH,
+    [FD_HTTP_TRACE] = FD_API_OTHER,   [FD_HTTP_CONNECT] = FD_API_OTHER};
+
 void fd_req_http(fd_request_t *r, fd_api_http_req_t *h, size_t size)
 {
     fd_api_http_req_t v = {
@@ -56,6 +64,7 @@ void fd_req_http(fd_request_t *r, fd_api_http_req_t *h, size_t size)
         .ext_connect = r->in.ext_connect,
         .tls = r->c->s.tls != NULL || r->h3, /* QUIC is TLS */
         .uri_changed = r->uri_changed,
+        .method = method_bit[r->in.method_id],
     };
     const fd_http_loc_t *loc = r->loc;
 

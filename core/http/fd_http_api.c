@@ -1693,3 +1693,30 @@ unsigned fd_api_redis_addrs(fd_api_redis_addr_t *addrs, unsigned max,
         *timeout_msec = cc->timeout;
     return cc->naddrs;
 }
+
+/* --- 1.9: what a cache of the module's needs (the proxy's) --- */
+
+int fd_api_conf_location(fd_str_t *match, int *kind)
+{
+    static const int kinds[] = {
+        [FD_LOC_EXACT] = FD_API_LOC_EXACT,
+        [FD_LOC_PREFIX] = FD_API_LOC_PREFIX,
+        [FD_LOC_PREFIX_STOP] = FD_API_LOC_PREFIX_STOP,
+        [FD_LOC_REGEX] = FD_API_LOC_REGEX,
+        [FD_LOC_REGEX_CASELESS] = FD_API_LOC_REGEX_CASELESS,
+        [FD_LOC_NAMED] = FD_API_LOC_NAMED};
+    const fd_http_loc_t *loc = fd_dso_conf_loc();
+
+    if (loc == NULL)
+        return FD_DECLINED;
+    *match = loc->match;
+    *kind = kinds[loc->kind];
+    return FD_OK;
+}
+
+int fd_api_conf_worker_dir(const char *path)
+{
+    fd_conf_t *cf = fd_dso_conf();
+
+    return cf ? fd_dso_worker_dir(cf, path) : FD_ERROR;
+}

@@ -26,7 +26,6 @@
 #define fd_proxy_cache_abandon fd_proxy_cache_abandon_unit
 #define fd_proxy_cache_status_text fd_proxy_cache_status_text_unit
 #define fd_proxy_cache_area fd_proxy_cache_area_unit
-#define fd_proxy_cache_init_cycle fd_proxy_cache_init_cycle_unit
 #define fd_proxy_cache_unlink fd_proxy_cache_unlink_unit
 #define fd_proxy_cache_index_lookup lookup_stale
 #define fd_proxy_cache_index_commit commit
