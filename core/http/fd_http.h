@@ -364,9 +364,10 @@ int fd_http_output_body(fd_request_t *r, fd_buf_t *chain);
  * of the 101, take the client's socket out of the engine. FD_OK: *to has
  * the socket and its transport (fd_stream_move(): under TLS the SSL
  * state, which the caller now closes with fd_stream_close_transport();
- * not registered with epoll; the caller closes the descriptor), and the
- * client's bytes already read past the request are copied to buf (*n, at
- * most size: FD_ERROR if more). FD_AGAIN while the header is still being
+ * still registered with the loop, for the caller's handler; the
+ * descriptor itself changes owner, no copy is left behind, and the
+ * caller closes it), and the client's bytes already read past the
+ * request are copied to buf (*n, at most size: FD_ERROR if more). FD_AGAIN while the header is still being
  * written (r->on_drain is called when it is), or FD_ERROR. On success the
  * request is over (counted and logged) and the connection closed: r and
  * its pool are gone. The tunnel is no longer counted in the connection
