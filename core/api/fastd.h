@@ -837,7 +837,9 @@ void fd_api_posted_free(fd_api_posted_t *p);
  * events, or another fd); handler(data, events) runs on the loop when fd
  * is ready (FD_API_IO_ERR: an error or a hang-up, with IN). Stop before
  * closing fd (fd_api_io_stop: the loop lets go of it at once), and free
- * it when done. A watch is level-triggered on both event backends: it
+ * it when done, from any handler (its own, or another watch's whose event
+ * came in the same batch): its handler is not called after, and its
+ * memory goes at the end of the loop turn. A watch is level-triggered on both event backends: it
  * fires again on the next loop turn while the descriptor stays ready, so
  * a handler may read once (not to EAGAIN).
  */

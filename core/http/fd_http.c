@@ -15,7 +15,6 @@
  * response side (header writer, error pages, the end of a request,
  * streamed bodies) is fd_http_output.c.
  */
-#include <fcntl.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/sendfile.h>
@@ -1198,7 +1197,7 @@ int fd_http_detach(fd_request_t *r, fd_stream_t *to, char *buf, size_t size,
     fd_connection_t *c = r->c;
     fd_http_conn_t *h = c->h;
     size_t left;
-    int rc, dup;
+    int rc;
 
     if (r->sub_post)
         return FD_ERROR; /* a subrequest has no client socket to give */
@@ -1217,18 +1216,11 @@ int fd_http_detach(fd_request_t *r, fd_stream_t *to, char *buf, size_t size,
     left = h->rlast - h->rpos;
     if (left > size)
         return FD_ERROR;
-    /* the connection closes a duplicate: the descriptor itself, which
-     * the TLS state is bound to, goes with the transport */
-    dup = fcntl(c->s.ev.fd, F_DUPFD_CLOEXEC, 0);
-    if (dup < 0) {
-        fd_log_error(FD_LOG_ERR, errno, "fcntl(F_DUPFD) failed");
-        return FD_ERROR;
-    }
-    /* the registration goes with the stream (`to` is registered): under
-     * io_uring it holds what the ring received and nobody read yet (the
-     * client's first tunnelled bytes, sent while the upstream answered) */
+    /* the descriptor changes owner, with its TLS state and its
+     * registration (`to` is registered): under io_uring that holds what
+     * the ring received and nobody read yet (the client's first
+     * tunnelled bytes, sent while the upstream answered) */
     fd_stream_move(to, &c->s);
-    c->s.ev.fd = dup;
     memcpy(buf, h->rbuf + h->rpos, left);
     *n = left;
     h->rpos = h->rlast;
@@ -1238,7 +1230,7 @@ int fd_http_detach(fd_request_t *r, fd_stream_t *to, char *buf, size_t size,
     r->async = 0;
     request_done(c, h, r);
     *ipref = fd_connection_ip_take(c);
-    fd_connection_close(c);
+    fd_connection_detach(c); /* counted out, its socket left to `to` */
     return FD_OK;
 }
 

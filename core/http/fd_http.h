@@ -10,6 +10,32 @@
 #include "fd_stream.h"
 #include "fd_var.h"
 
+/*
+ * Lists whose entries hold next and **prev (the address of whatever
+ * points at them; NULL: in no list): HTTP/2 and HTTP/3's streams, the
+ * upstream HTTP/2 client's. Link e at the head of *list; unlink e from
+ * whichever it is in (none: nothing).
+ */
+#define FD_LIST_LINK(list, e) \
+    do { \
+        (e)->next = *(list); \
+        if ((e)->next) \
+            (e)->next->prev = &(e)->next; \
+        (e)->prev = (list); \
+        *(list) = (e); \
+    } while (0)
+
+#define FD_LIST_UNLINK(e) \
+    do { \
+        if ((e)->prev) { \
+            *(e)->prev = (e)->next; \
+            if ((e)->next) \
+                (e)->next->prev = (e)->prev; \
+            (e)->next = NULL; \
+            (e)->prev = NULL; \
+        } \
+    } while (0)
+
 typedef struct fd_error_page_s {
     int status;
     char *body;
@@ -232,10 +258,11 @@ struct fd_request_s {
     fd_body_filter_pt body_filter;
 
     /* engine-private */
-    /* the multiplexed stream carrying it, or NULL (HTTP/1.1): HTTP/2's,
-     * or with h3 set HTTP/3's (fd_http3.c), whose fd_h2_* calls go to
-     * fd_h3_*: the engine takes both one way */
-    struct fd_h2_stream_s *h2;
+    /* the multiplexed stream carrying it, or NULL (HTTP/1.1): the head
+     * (fd_http_stream.h) of HTTP/2's, or with h3 set HTTP/3's
+     * (fd_http3.c), whose fd_h2_* calls go to fd_h3_*: the engine takes
+     * both one way */
+    struct fd_http_shead_s *h2;
     unsigned h3;
     fd_request_t *feed_next, **feed_prev; /* in the body filter's queue */
     unsigned feed_queued;
@@ -364,9 +391,10 @@ int fd_http_output_body(fd_request_t *r, fd_buf_t *chain);
  * of the 101, take the client's socket out of the engine. FD_OK: *to has
  * the socket and its transport (fd_stream_move(): under TLS the SSL
  * state, which the caller now closes with fd_stream_close_transport();
- * not registered with epoll; the caller closes the descriptor), and the
- * client's bytes already read past the request are copied to buf (*n, at
- * most size: FD_ERROR if more). FD_AGAIN while the header is still being
+ * still registered with the loop, for the caller's handler; the
+ * descriptor itself changes owner, no copy is left behind, and the
+ * caller closes it), and the client's bytes already read past the
+ * request are copied to buf (*n, at most size: FD_ERROR if more). FD_AGAIN while the header is still being
  * written (r->on_drain is called when it is), or FD_ERROR. On success the
  * request is over (counted and logged) and the connection closed: r and
  * its pool are gone. The tunnel is no longer counted in the connection

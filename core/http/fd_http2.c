@@ -73,41 +73,29 @@ typedef struct fd_h2_stream_s h2s_t;
 typedef struct fd_h2_conn_s h2c_t;
 
 struct fd_h2_stream_s {
+    /* first: r->h2 is its address; when the struct is reused, its ib
+     * keeps its memory (pos and len cleared) */
+    fd_http_shead_t sh;
     h2c_t *hc;                 /* NULL: the connection is gone */
-    fd_request_t *r;
-    int32_t id;
-    /* request side */
-    fd_http_sreq_t sq;         /* the header block */
-    /* response side */
     uint64_t mark;             /* hc->queued after its last frame */
-    h2s_t *next, **prev;       /* hc->streams, or hc->zombies */
-    h2s_t *run_next;           /* hc->run */
-    unsigned in_ended:1;       /* END_STREAM came */
-    unsigned no_body:1;        /* END_STREAM came with the HEADERS */
-    unsigned started:1;        /* the request went to the engine */
-    unsigned provider:1;       /* the response has a data source */
-    unsigned out_end:1;        /* the body is all queued */
-    unsigned deferred:1;       /* the data source waits for bytes */
-    unsigned closed:1;         /* nghttp2 closed the stream */
-    unsigned orphan:1;         /* closed while a module holds r */
-    unsigned queued:1;         /* in hc->run */
-    unsigned job_start:1, job_body:1, job_drain:1, job_tunnel:1;
+    unsigned job_tunnel:1;     /* in hc->run for its tunnel */
     fd_str_t protocol;         /* :protocol (extended CONNECT) */
     fd_stream_t *tunnel;       /* the splice side it carries, or NULL */
-    fd_http_rate_t rate;       /* limit_rate of the response's DATA */
-    fd_timer_t rate_timer;     /* deferred by it: resume then */
     /* kept when the struct is reused (stream_new clears up to here) */
     fd_outq_t oq;              /* body bytes not yet framed */
-    fd_http_sbuf_t ib;         /* DATA not yet taken by the request (its
-                                * memory kept, pos and len cleared) */
 };
+
+/* the stream whose head sh is (its first member) */
+#define H2S(sh) ((h2s_t *)(void *)(sh))
 
 struct fd_h2_conn_s {
     nghttp2_session *ss;
     fd_connection_t *c;
     fd_http_conn_t *h;
-    h2s_t *streams, *zombies, *run, **run_last;
-    h2s_t *orphans;            /* closed, a module still holds the request */
+    fd_http_shead_t *streams;  /* open */
+    fd_http_shead_t *zombies;  /* closed, their last frames not yet sent */
+    fd_http_shead_t *orphans;  /* closed, a module still holds the request */
+    fd_http_srun_t run;
     unsigned nstreams;         /* open (streams list) */
     unsigned nrequests;        /* taken on this connection */
     int rst_budget;            /* resets of unanswered streams it may
@@ -205,8 +193,7 @@ static ssize_t h2_feed(h2c_t *hc, const uint8_t *p, size_t n)
 
 static nghttp2_session_callbacks *callbacks;
 static nghttp2_option *options;
-static h2s_t *free_streams;
-static unsigned nfree_streams;
+static fd_http_sfree_t free_streams = {NULL, 0, 1024};
 static fd_pool_t *pools_kept[H2_POOL_KEEP];
 static fd_http_pools_t free_pools = {pools_kept, 0, H2_POOL_KEEP};
 
@@ -217,87 +204,59 @@ static void h2_after(h2c_t *hc);
 
 /* --- streams --- */
 
-/* A stream struct back to the free list (its queue and buffer kept). */
+/* A stream struct back to the free list (its queue and buffer kept), or
+ * freed. */
 static void stream_put(h2s_t *st)
 {
-    st->next = free_streams;
-    free_streams = st;
-    nfree_streams++;
+    if (fd_http_sfree_put(&free_streams, &st->sh))
+        return;
+    free(st->sh.ib.data);
+    fd_outq_free(&st->oq);
+    free(st);
 }
 
 static h2s_t *stream_new(h2c_t *hc, int32_t id)
 {
-    h2s_t *st = free_streams;
-    fd_pool_t *pool;
+    h2s_t *st = H2S(fd_http_sfree_get(&free_streams));
+    fd_http_sbuf_t ib = {NULL, 0, 0, 0};
 
     if (st) {
-        free_streams = st->next;
-        nfree_streams--;
+        ib = st->sh.ib;
     } else {
         st = malloc(sizeof(*st));
         if (st == NULL)
             return NULL;
         fd_outq_init(&st->oq);
-        st->ib.data = NULL;
-        st->ib.cap = 0;
     }
     memset(st, 0, offsetof(h2s_t, oq));
-    st->ib.pos = st->ib.len = 0;
-    pool = fd_http_stream_pool(&free_pools);
-    if (pool == NULL) {
+    st->sh.ib.data = ib.data;
+    st->sh.ib.cap = ib.cap;
+    if (fd_http_shead_init(&st->sh, hc->c, &free_pools, id, 20) != FD_OK) {
         stream_put(st);
         return NULL;
     }
-    st->r = fd_http_request_new(hc->c, pool);
-    if (st->r == NULL) {
-        fd_pool_destroy(pool);
-        stream_put(st);
-        return NULL;
-    }
-    st->r->h2 = st;
-    st->r->in.version = 20;
     st->hc = hc;
-    st->id = id;
-    st->next = hc->streams;
-    if (hc->streams)
-        hc->streams->prev = &st->next;
-    st->prev = &hc->streams;
-    hc->streams = st;
+    FD_LIST_LINK(&hc->streams, &st->sh);
     hc->nstreams++;
     return st;
-}
-
-static void stream_unlink(h2s_t *st)
-{
-    *st->prev = st->next;
-    if (st->next)
-        st->next->prev = st->prev;
-    st->next = NULL;
-    st->prev = NULL;
 }
 
 /* Its request and memory go back. */
 static void stream_free(h2s_t *st)
 {
-    fd_request_t *r = st->r;
+    fd_request_t *r = st->sh.r;
 
-    if (st->prev)
-        stream_unlink(st);
+    FD_LIST_UNLINK(&st->sh);
     if (r)
         fd_http_stream_release(r, &free_pools);
     fd_outq_clear(&st->oq);
-    if (fd_timer_armed(&st->rate_timer))
-        fd_timer_del(&st->rate_timer);
-    st->r = NULL;
-    if (st->ib.cap > 16384 || nfree_streams >= 1024) {
-        free(st->ib.data);
-        st->ib.data = NULL;
-        st->ib.cap = 0;
-    }
-    if (nfree_streams >= 1024) {
-        fd_outq_free(&st->oq);
-        free(st);
-        return;
+    if (fd_timer_armed(&st->sh.rate_timer))
+        fd_timer_del(&st->sh.rate_timer);
+    st->sh.r = NULL;
+    if (st->sh.ib.cap > 16384) {
+        free(st->sh.ib.data);
+        st->sh.ib.data = NULL;
+        st->sh.ib.cap = 0;
     }
     stream_put(st);
 }
@@ -306,26 +265,20 @@ static void stream_free(h2s_t *st)
 static void reap(h2c_t *hc)
 {
     uint64_t sent = hc->queued - hc->h->out.bytes;
-    h2s_t *st, *next;
+    fd_http_shead_t *sh, *next;
 
-    for (st = hc->zombies; st; st = next) {
-        next = st->next;
-        if (st->mark <= sent)
-            stream_free(st);
+    for (sh = hc->zombies; sh; sh = next) {
+        next = sh->next;
+        if (H2S(sh)->mark <= sent)
+            stream_free(H2S(sh));
     }
 }
 
 /* A job for the stream, run after the frames in hand (h2_run). */
 static void stream_job(h2s_t *st)
 {
-    h2c_t *hc = st->hc;
-
-    if (hc == NULL || st->queued)
-        return;
-    st->queued = 1;
-    st->run_next = NULL;
-    *hc->run_last = st;
-    hc->run_last = &st->run_next;
+    if (st->hc)
+        fd_http_srun_add(&st->hc->run, &st->sh);
 }
 
 static void conn_post(h2c_t *hc)
@@ -340,11 +293,19 @@ static void conn_post(h2c_t *hc)
 static void zombie_add(h2c_t *hc, h2s_t *st)
 {
     st->mark = hc->queued;
-    st->next = hc->zombies;
-    if (hc->zombies)
-        hc->zombies->prev = &st->next;
-    st->prev = &hc->zombies;
-    hc->zombies = st;
+    FD_LIST_LINK(&hc->zombies, &st->sh);
+}
+
+/* flow-control credit for fd_http_stream.h's calls: the stream's and
+ * the connection's window, or (consume_conn) the connection's alone */
+static void consume_stream(fd_http_shead_t *sh, size_t n)
+{
+    nghttp2_session_consume(H2S(sh)->hc->ss, (int32_t)sh->id, n);
+}
+
+static void consume_conn(fd_http_shead_t *sh, size_t n)
+{
+    nghttp2_session_consume_connection(H2S(sh)->hc->ss, n);
 }
 
 /*
@@ -355,10 +316,8 @@ static void zombie_add(h2c_t *hc, h2s_t *st)
 static void stream_closed(h2s_t *st)
 {
     h2c_t *hc = st->hc;
-    fd_request_t *r = st->r;
+    int orphan = fd_http_shead_closed(&st->sh, consume_conn);
 
-    st->closed = 1;
-    stream_unlink(st);
     hc->nstreams--;
     if (st->tunnel) {
         /* after fastd's END_STREAM the tunnel's end; else a reset (the
@@ -366,31 +325,18 @@ static void stream_closed(h2s_t *st)
         fd_stream_t *s = st->tunnel;
         st->tunnel = NULL;
         s->tls = NULL;
-        if (st->out_end)
+        if (st->sh.out_end)
             s->eof = s->readable = 1;
         else
             s->error = 1;
         fd_splice_kick(s);
     }
-    if (st->ib.len > st->ib.pos) {
-        /* DATA nobody will read: the connection's window gets it back */
-        nghttp2_session_consume_connection(hc->ss, st->ib.len - st->ib.pos);
-        st->ib.pos = st->ib.len = 0;
-    }
-    if (r && !r->done && st->started) {
-        if (fd_http_stream_abort(r)) {
-            /* it finishes on its own: freed then (fd_h2_finish); listed,
-             * so that a connection that goes first lets it know */
-            st->orphan = 1;
-            st->next = hc->orphans;
-            if (hc->orphans)
-                hc->orphans->prev = &st->next;
-            st->prev = &hc->orphans;
-            hc->orphans = st;
-            return;
-        }
-    }
-    zombie_add(hc, st);
+    if (orphan)
+        /* freed when its module lets go (fd_h2_finish); listed, so that
+         * a connection that goes first lets it know */
+        FD_LIST_LINK(&hc->orphans, &st->sh);
+    else
+        zombie_add(hc, st);
 }
 
 /* --- the request side --- */
@@ -455,42 +401,27 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *frame,
      * same read as the request's HEADERS they would, before routing and
      * realip saw them) */
     if (st == NULL || frame->hd.type != NGHTTP2_HEADERS ||
-        frame->headers.cat != NGHTTP2_HCAT_REQUEST || st->started)
+        frame->headers.cat != NGHTTP2_HCAT_REQUEST || st->sh.started)
         return 0;
-    fd_http_stream_field(st->r, &st->sq, name, namelen, value, valuelen,
-                         &st->protocol);
+    fd_http_stream_field(st->sh.r, &st->sh.sq, name, namelen, value,
+                         valuelen, &st->protocol);
     return 0;
 }
 
-/* Body bytes into a buffered body (PH_BODY); the handler at its end. */
-static void body_feed(h2s_t *st)
-{
-    size_t n = fd_http_stream_body_take(st->r, &st->ib);
-
-    if (n == (size_t)-1)
-        return;
-    if (n)
-        nghttp2_session_consume(st->hc->ss, st->id, n);
-    if (st->in_ended)
-        fd_http_stream_body_end(st->r);
-}
-
 /* The header block is complete: the request goes to the engine. */
-static void request_begin(h2s_t *st)
+static void request_begin(fd_http_shead_t *sh)
 {
-    fd_request_t *r = st->r;
-    fd_http_req_t *in = &r->in;
+    h2s_t *st = H2S(sh);
+    fd_http_req_t *in = &sh->r->in;
 
-    st->started = 1;
-    r->phase = PH_HANDLER;
-    if (st->sq.bad == 0 && st->protocol.len) {
+    if (st->sh.sq.bad == 0 && st->protocol.len) {
         /* RFC 8441: an extended CONNECT (nghttp2 checked :protocol came
          * with CONNECT, :scheme and :path); WebSocket is the one protocol
          * fastd tunnels, as the GET with Upgrade it stands for */
         if (!fd_str_caseeq_lit(st->protocol, "websocket"))
-            st->sq.bad = 501;
+            st->sh.sq.bad = 501;
         else if (in->content_length >= 0)
-            st->sq.bad = 400;
+            st->sh.sq.bad = 400;
         else {
             fd_http_req_method(in, "GET", 3);
             in->upgrade = fd_string("websocket");
@@ -498,50 +429,44 @@ static void request_begin(h2s_t *st)
             in->ext_connect = 1;
         }
     }
-    fd_http_stream_start(r, &st->sq, st->no_body);
+    fd_http_shead_begin(sh);
+}
+
+/* DATA or its end came: for the tunnel, or for the request's body. */
+static void data_job(h2s_t *st)
+{
+    if (st->tunnel) {
+        st->tunnel->readable = 1;
+        st->job_tunnel = 1;
+        stream_job(st);
+    } else if (fd_http_shead_body_job(&st->sh)) {
+        stream_job(st);
+    }
 }
 
 static int on_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id,
                          const uint8_t *data, size_t len, void *ud)
 {
     h2s_t *st = nghttp2_session_get_stream_user_data(ss, id);
-    fd_request_t *r;
 
     (void)flags;
     (void)ud;
-    if (st == NULL || st->r == NULL || (st->r->done && !st->tunnel)) {
+    if (st == NULL || st->sh.r == NULL || (st->sh.r->done && !st->tunnel)) {
         /* nobody reads it any more: the window opens again at once */
         nghttp2_session_consume(ss, id, len);
         return 0;
     }
-    r = st->r;
-    if (fd_http_sbuf_add(&st->ib, data, len) != FD_OK)
+    if (fd_http_sbuf_add(&st->sh.ib, data, len) != FD_OK)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-    if (st->tunnel) {
-        st->tunnel->readable = 1;
-        st->job_tunnel = 1;
-        stream_job(st);
-    } else if (st->started &&
-               (r->phase == PH_BODY || r->phase == PH_STREAM)) {
-        st->job_body = 1;
-        stream_job(st);
-    }
+    data_job(st);
     return 0;
 }
 
 /* END_STREAM from the client: its body is complete. */
 static void body_ended(h2s_t *st)
 {
-    st->in_ended = 1;
-    if (st->tunnel) {
-        st->tunnel->readable = 1;
-        st->job_tunnel = 1;
-        stream_job(st);
-    } else if (st->started && st->r &&
-        (st->r->phase == PH_BODY || st->r->phase == PH_STREAM)) {
-        st->job_body = 1;
-        stream_job(st);
-    }
+    st->sh.in_ended = 1;
+    data_job(st);
 }
 
 static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *frame,
@@ -561,12 +486,12 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *frame,
             body_ended(st);
             break;
         }
-        if (st == NULL || st->started ||
+        if (st == NULL || st->sh.started ||
             frame->headers.cat != NGHTTP2_HCAT_REQUEST)
             break;
         if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)
-            st->in_ended = st->no_body = 1;
-        st->job_start = 1;
+            st->sh.in_ended = st->sh.no_body = 1;
+        st->sh.job_start = 1;
         stream_job(st);
         break;
     case NGHTTP2_DATA:
@@ -590,7 +515,7 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *frame,
         break;
     case NGHTTP2_RST_STREAM:
         fd_stats->h2_resets++;
-        if (st && st->r && !st->r->done && --hc->rst_budget < 0) {
+        if (st && st->sh.r && !st->sh.r->done && --hc->rst_budget < 0) {
             /* CVE-2023-44487: streams opened and reset faster than they
              * can be answered */
             h2_terminate(hc, NGHTTP2_ENHANCE_YOUR_CALM,
@@ -634,7 +559,7 @@ static int on_frame_send(nghttp2_session *ss, const nghttp2_frame *frame,
         !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
         return 0;
     st = nghttp2_session_get_stream_user_data(ss, frame->hd.stream_id);
-    if (st && !st->in_ended)
+    if (st && !st->sh.in_ended)
         nghttp2_submit_rst_stream(ss, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
                                   NGHTTP2_NO_ERROR);
     return 0;
@@ -642,13 +567,19 @@ static int on_frame_send(nghttp2_session *ss, const nghttp2_frame *frame,
 
 /* --- the response side --- */
 
-static void resume_data(h2s_t *st);
+static void resume_data(h2s_t *st)
+{
+    if (st->sh.deferred && st->hc && !st->sh.closed) {
+        st->sh.deferred = 0;
+        nghttp2_session_resume_data(st->hc->ss, st->sh.id);
+    }
+}
 
 static void rate_wake(fd_timer_t *t)
 {
-    h2s_t *st = (h2s_t *)((char *)t - offsetof(h2s_t, rate_timer));
+    h2s_t *st = H2S((char *)t - offsetof(fd_http_shead_t, rate_timer));
 
-    if (st->hc && !st->closed) {
+    if (st->hc && !st->sh.closed) {
         resume_data(st);
         conn_post(st->hc);
     }
@@ -659,7 +590,7 @@ static void rate_wake(fd_timer_t *t)
  * submitted. Names go lower case; nghttp2 copies them. */
 static int send_trailers(nghttp2_session *ss, h2s_t *st)
 {
-    fd_request_t *r = st->r;
+    fd_request_t *r = st->sh.r;
     fd_http_header_out_t *t;
     nghttp2_nv *nv;
     size_t n = 0, i;
@@ -688,7 +619,7 @@ static int send_trailers(nghttp2_session *ss, h2s_t *st)
     }
     if (n == 0)
         return -1;
-    return nghttp2_submit_trailer(ss, st->id, nv, n) == 0 ? 0 : -1;
+    return nghttp2_submit_trailer(ss, st->sh.id, nv, n) == 0 ? 0 : -1;
 }
 
 static ssize_t data_read(nghttp2_session *ss, int32_t id, uint8_t *buf,
@@ -702,25 +633,25 @@ static ssize_t data_read(nghttp2_session *ss, int32_t id, uint8_t *buf,
     (void)id;
     (void)buf;
     (void)ud;
-    if (fd_unlikely(st->rate.rate) && n) {
-        size_t allow = fd_http_stream_rate(&st->rate, &st->rate_timer,
+    if (fd_unlikely(st->sh.rate.rate) && n) {
+        size_t allow = fd_http_stream_rate(&st->sh.rate, &st->sh.rate_timer,
                                            rate_wake);
         if (allow == 0) {
             /* limit_rate: the stream waits, the others go on */
-            st->deferred = 1;
+            st->sh.deferred = 1;
             return NGHTTP2_ERR_DEFERRED;
         }
         n = fd_min(n, allow);
-        st->rate.sent += n;
+        st->sh.rate.sent += n;
     }
-    if (n == 0 && !st->out_end) {
-        st->deferred = 1;
+    if (n == 0 && !st->sh.out_end) {
+        st->sh.deferred = 1;
         return NGHTTP2_ERR_DEFERRED;
     }
     *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
-    if (st->out_end && n == st->oq.bytes) {
+    if (st->sh.out_end && n == st->oq.bytes) {
         *flags |= NGHTTP2_DATA_FLAG_EOF;
-        if (st->r && st->r->trailers_out && send_trailers(ss, st) == 0)
+        if (st->sh.r && st->sh.r->trailers_out && send_trailers(ss, st) == 0)
             *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
     }
     return (ssize_t)n;
@@ -741,9 +672,9 @@ static int send_data(nghttp2_session *ss, nghttp2_frame *frame,
         return NGHTTP2_ERR_CALLBACK_FAILURE;
     hc->queued += 9 + length;
     st->mark = hc->queued;
-    if (st->r && !st->r->done && st->r->on_drain &&
+    if (st->sh.r && !st->sh.r->done && st->sh.r->on_drain &&
         st->oq.bytes < OUT_HIGH_WATER) {
-        st->job_drain = 1;
+        st->sh.job_drain = 1;
         stream_job(st);
     }
     if (st->tunnel && !st->tunnel->writable &&
@@ -763,26 +694,21 @@ FD_HTTP_NV_IS(nghttp2_nv, NGHTTP2_NV_FLAG_NO_COPY_NAME,
  * nghttp2_submit_response(): fd_http_stream_fields() says what it copies */
 int fd_h2_header(fd_request_t *r)
 {
-    h2s_t *st = r->h2;
+    h2s_t *st = H2S(r->h2);
     nghttp2_data_provider prd;
     fd_http_nv_t *nv;
     size_t n;
     int rv;
 
     FD_H3_PASS(r, fd_h3_header(r));
-    if (st == NULL || st->closed || st->hc == NULL)
+    if (st == NULL || st->sh.closed || st->hc == NULL ||
+        (nv = fd_http_shead_header(&st->sh, &n)) == NULL)
         return FD_ERROR;
-    if (fd_unlikely(r->loc && r->loc->limit_rate))
-        fd_http_rate_start(&st->rate, r);
-    if ((nv = fd_http_stream_fields(r, &n)) == NULL)
-        return FD_ERROR;
-    /* a complete empty body needs no DATA frame */
-    st->provider = fd_http_stream_has_body(r);
     prd.source.ptr = st;
     prd.read_callback = data_read;
-    rv = nghttp2_submit_response(st->hc->ss, st->id,
+    rv = nghttp2_submit_response(st->hc->ss, st->sh.id,
                                  (const nghttp2_nv *)(const void *)nv, n,
-                                 st->provider ? &prd : NULL);
+                                 st->sh.provider ? &prd : NULL);
     if (rv != 0) {
         fd_log_error(FD_LOG_ERR, 0, "nghttp2_submit_response() failed: %s",
                      nghttp2_strerror(rv));
@@ -792,23 +718,15 @@ int fd_h2_header(fd_request_t *r)
     return FD_OK;
 }
 
-static void resume_data(h2s_t *st)
-{
-    if (st->deferred && st->hc && !st->closed) {
-        st->deferred = 0;
-        nghttp2_session_resume_data(st->hc->ss, st->id);
-    }
-}
-
 int fd_h2_body(fd_request_t *r, fd_buf_t *b, int copy)
 {
-    h2s_t *st = r->h2;
+    h2s_t *st = H2S(r->h2);
     size_t n = fd_buf_size(b);
     int rc;
 
     FD_H3_PASS(r, fd_h3_body(r, b, copy));
-    if (st == NULL || st->closed || st->hc == NULL || !st->provider)
-        return st && !st->closed && st->hc ? FD_OK : FD_ERROR;
+    if (st == NULL || st->sh.closed || st->hc == NULL || !st->sh.provider)
+        return st && !st->sh.closed && st->hc ? FD_OK : FD_ERROR;
     if (b->file_fd >= 0)
         rc = fd_outq_file(&st->oq, b->file_fd, b->file_pos, n);
     else if (copy)
@@ -824,18 +742,16 @@ int fd_h2_body(fd_request_t *r, fd_buf_t *b, int copy)
 
 void fd_h2_end(fd_request_t *r)
 {
-    h2s_t *st = r->h2;
+    h2s_t *st = H2S(r->h2);
 
     FD_H3_PASS(r, fd_h3_end(r));
     if (st == NULL || st->hc == NULL)
         return;
-    st->out_end = 1;
-    if (st->ib.len > st->ib.pos && !st->closed) {
+    st->sh.out_end = 1;
+    if (!st->sh.closed)
         /* a body the handler did not read: its window opens again (the
          * stream ends with RST_STREAM NO_ERROR once answered) */
-        nghttp2_session_consume(st->hc->ss, st->id, st->ib.len - st->ib.pos);
-        st->ib.pos = st->ib.len = 0;
-    }
+        fd_http_shead_drop(&st->sh, consume_stream);
     if (st->hc->rst_budget < 2 * (int)fd_worker->cycle->http
                                      .http2_max_concurrent_streams)
         st->hc->rst_budget++;
@@ -847,10 +763,10 @@ void fd_h2_end(fd_request_t *r)
 
 int fd_h2_flush(fd_request_t *r)
 {
-    h2s_t *st = r->h2;
+    h2s_t *st = H2S(r->h2);
 
     FD_H3_PASS(r, fd_h3_flush(r));
-    if (st == NULL || st->closed || st->hc == NULL)
+    if (st == NULL || st->sh.closed || st->hc == NULL)
         return FD_ERROR;
     conn_post(st->hc);
     return FD_OK;
@@ -859,54 +775,48 @@ int fd_h2_flush(fd_request_t *r)
 size_t fd_h2_pending(fd_request_t *r)
 {
     FD_H3_PASS(r, fd_h3_pending(r));
-    return r->h2 ? r->h2->oq.bytes : 0;
+    return r->h2 ? H2S(r->h2)->oq.bytes : 0;
 }
 
 void fd_h2_cut(fd_request_t *r)
 {
-    h2s_t *st = r->h2;
+    h2s_t *st = H2S(r->h2);
 
     FD_H3_PASS(r, fd_h3_cut(r));
-    if (st == NULL || st->closed || st->hc == NULL)
+    if (st == NULL || st->sh.closed || st->hc == NULL)
         return;
-    nghttp2_submit_rst_stream(st->hc->ss, NGHTTP2_FLAG_NONE, st->id,
+    nghttp2_submit_rst_stream(st->hc->ss, NGHTTP2_FLAG_NONE, st->sh.id,
                               NGHTTP2_INTERNAL_ERROR);
     conn_post(st->hc);
 }
 
 void fd_h2_resume(fd_request_t *r)
 {
-    h2s_t *st = r->h2;
+    h2s_t *st = H2S(r->h2);
 
     FD_H3_PASS(r, fd_h3_resume(r));
-    if (st == NULL || st->hc == NULL || st->closed)
+    if (st == NULL || st->hc == NULL || st->sh.closed)
         return;
-    st->job_body = 1;
+    st->sh.job_body = 1;
     stream_job(st);
     conn_post(st->hc);
 }
 
+/* HTTP/3's as well: the stream's head says */
 int fd_h2_gone(fd_request_t *r)
 {
-    FD_H3_PASS(r, fd_h3_gone(r));
     return r->h2 && r->h2->closed;
 }
 
 void fd_h2_finish(fd_request_t *r, int rc)
 {
-    h2s_t *st = r->h2;
+    h2s_t *st = H2S(r->h2);
 
     FD_H3_PASS(r, fd_h3_finish(r, rc));
-    r->async = 0;
-    r->on_abort = NULL;
-    if (st->orphan) {
-        /* its stream went while the module worked: nothing to answer */
-        if (r->response_done)
-            fd_http_access_count(r); /* it was answered early */
-        if (st->prev)
-            stream_unlink(st); /* from hc->orphans */
+    if (fd_http_shead_finish(&st->sh, rc)) {
+        FD_LIST_UNLINK(&st->sh); /* from hc->orphans */
         if (st->hc) {
-            st->orphan = 0;
+            st->sh.orphan = 0;
             zombie_add(st->hc, st);
             conn_post(st->hc);
         } else {
@@ -914,31 +824,26 @@ void fd_h2_finish(fd_request_t *r, int rc)
         }
         return;
     }
-    if (!r->done)
-        fd_http_finalize(r, rc); /* answered early: only the end */
     conn_post(st->hc);
 }
 
 ssize_t fd_h2_body_pull(fd_request_t *r, char *buf, size_t size)
 {
-    h2s_t *st = r->h2;
-    size_t n;
+    h2s_t *st = H2S(r->h2);
+    ssize_t n;
 
     FD_H3_PASS(r, fd_h3_body_pull(r, buf, size));
-    if (st == NULL || st->hc == NULL || st->closed)
+    if (st == NULL || st->hc == NULL || st->sh.closed)
         return FD_ERROR;
-    if ((n = fd_http_sbuf_take(&st->ib, buf, size)) == 0)
-        return st->in_ended ? 0 : FD_AGAIN;
-    /* the window opens by what was taken: the upload's pace is the
-     * reader's */
-    nghttp2_session_consume(st->hc->ss, st->id, n);
-    conn_post(st->hc);
-    return (ssize_t)n;
+    n = fd_http_shead_pull(&st->sh, buf, size, consume_stream);
+    if (n > 0)
+        conn_post(st->hc);
+    return n;
 }
 
+/* HTTP/3's as well: the stream's head says */
 unsigned fd_http_stream_id(fd_request_t *r)
 {
-    FD_H3_PASS(r, fd_h3_stream_id(r));
     return r->h2 ? (unsigned)r->h2->id : 0;
 }
 
@@ -948,7 +853,7 @@ unsigned fd_http_stream_id(fd_request_t *r)
 static ssize_t tunnel_recv(fd_stream_t *s, char *buf, size_t size)
 {
     h2s_t *st = s->tls;
-    size_t n;
+    ssize_t n;
 
     if (st == NULL) {
         /* the stream closed (stream_closed() said how) */
@@ -957,15 +862,12 @@ static ssize_t tunnel_recv(fd_stream_t *s, char *buf, size_t size)
         s->error = 1;
         return FD_ERROR;
     }
-    if ((n = fd_http_sbuf_take(&st->ib, buf, size)) == 0) {
-        if (st->in_ended)
-            return 0;
+    n = fd_http_shead_pull(&st->sh, buf, size, consume_stream);
+    if (n == FD_AGAIN)
         s->readable = 0; /* on_data_chunk() says when */
-        return FD_AGAIN;
-    }
-    nghttp2_session_consume(st->hc->ss, st->id, n);
-    conn_post(st->hc);
-    return (ssize_t)n;
+    else if (n > 0)
+        conn_post(st->hc);
+    return n;
 }
 
 /* Bytes for the client: into the stream's queue, framed as its window
@@ -978,7 +880,7 @@ static ssize_t tunnel_send(fd_stream_t *s, const struct iovec *iov, int niov,
     int i;
 
     (void)more;
-    if (st == NULL || st->out_end) {
+    if (st == NULL || st->sh.out_end) {
         s->error = 1;
         return FD_ERROR;
     }
@@ -1017,9 +919,9 @@ static void tunnel_shutdown(fd_stream_t *s)
 {
     h2s_t *st = s->tls;
 
-    if (st == NULL || st->out_end)
+    if (st == NULL || st->sh.out_end)
         return;
-    st->out_end = 1;
+    st->sh.out_end = 1;
     resume_data(st);
     conn_post(st->hc);
 }
@@ -1034,9 +936,9 @@ static void tunnel_close(fd_stream_t *s)
         return;
     s->tls = NULL;
     st->tunnel = NULL;
-    if (!(st->out_end && st->in_ended)) {
-        st->out_end = 1;
-        nghttp2_submit_rst_stream(st->hc->ss, NGHTTP2_FLAG_NONE, st->id,
+    if (!(st->sh.out_end && st->sh.in_ended)) {
+        st->sh.out_end = 1;
+        nghttp2_submit_rst_stream(st->hc->ss, NGHTTP2_FLAG_NONE, st->sh.id,
                                   NGHTTP2_CONNECT_ERROR);
     }
     resume_data(st);
@@ -1054,14 +956,14 @@ static const fd_transport_t tunnel_transport = {
 
 int fd_h2_detach(fd_request_t *r, fd_stream_t *to)
 {
-    h2s_t *st = r->h2;
+    h2s_t *st = H2S(r->h2);
 
     /* an HTTP/3 stream (r->h2 is its h3s_t) carries no tunnel: RFC 9220
      * is not spoken; never read it as an HTTP/2 one */
     FD_H3_PASS(r, FD_ERROR);
 
-    if (st == NULL || st->hc == NULL || st->closed || !r->in.ext_connect ||
-        !st->provider || st->out_end)
+    if (st == NULL || st->hc == NULL || st->sh.closed || !r->in.ext_connect ||
+        !st->sh.provider || st->sh.out_end)
         return FD_ERROR;
     to->tp = &tunnel_transport;
     to->tls = st;
@@ -1086,15 +988,12 @@ int fd_h2_detach(fd_request_t *r, fd_stream_t *to)
  * output drained. */
 static void h2_run(h2c_t *hc)
 {
-    while (hc->run) {
-        h2s_t *st = hc->run;
-        fd_request_t *r = st->r;
+    fd_http_shead_t *sh;
 
-        hc->run = st->run_next;
-        if (hc->run == NULL)
-            hc->run_last = &hc->run;
-        st->queued = 0;
-        if (st->closed || r == NULL)
+    while ((sh = fd_http_srun_take(&hc->run)) != NULL) {
+        h2s_t *st = H2S(sh);
+
+        if (sh->closed || sh->r == NULL)
             continue;
         if (st->job_tunnel) {
             /* the splice moves what the stream now has room or bytes for
@@ -1104,26 +1003,7 @@ static void h2_run(h2c_t *hc)
                 fd_splice_kick(st->tunnel);
             continue;
         }
-        if (st->job_start) {
-            st->job_start = 0;
-            request_begin(st);
-        }
-        if (st->closed || r->done)
-            continue;
-        if (st->job_body) {
-            st->job_body = 0;
-            if (r->phase == PH_BODY)
-                body_feed(st);
-            else if (r->phase == PH_STREAM && r->on_body)
-                r->on_body(r);
-        }
-        if (st->closed || r->done)
-            continue;
-        if (st->job_drain) {
-            st->job_drain = 0;
-            if (r->on_drain)
-                r->on_drain(r);
-        }
+        fd_http_shead_run(sh, request_begin, consume_stream);
     }
 }
 
@@ -1232,14 +1112,16 @@ enum { H2_STUCK = 1, H2_OWED = 2 };
 
 static int streams_wait(const h2c_t *hc)
 {
-    const h2s_t *st;
+    const fd_http_shead_t *sh;
     int w = 0;
 
-    for (st = hc->streams; st; st = st->next) {
-        if (st->provider && !st->deferred && (st->oq.bytes || st->out_end))
+    for (sh = hc->streams; sh; sh = sh->next) {
+        const h2s_t *st = H2S(sh);
+        if (st->sh.provider && !st->sh.deferred &&
+            (st->oq.bytes || st->sh.out_end))
             w |= H2_STUCK;
-        if (!st->in_ended &&
-            (!st->started || (st->r && st->r->phase == PH_BODY)))
+        if (!st->sh.in_ended &&
+            (!st->sh.started || (st->sh.r && st->sh.r->phase == PH_BODY)))
             w |= H2_OWED;
     }
     return w;
@@ -1322,10 +1204,10 @@ static void h2_work(h2c_t *hc)
     for (i = 0; i < H2_RUN_ROUNDS; i++) {
         h2_run(hc);
         h2_send(hc);
-        if (hc->run == NULL)
+        if (hc->run.head == NULL)
             break;
     }
-    if (hc->run)
+    if (hc->run.head)
         conn_post(hc); /* the rest after a look at the other clients */
     h2_after(hc);
     fd_log_conn_id = 0;
@@ -1406,7 +1288,7 @@ int fd_h2_start(fd_connection_t *c)
     }
     hc->c = c;
     hc->h = h;
-    hc->run_last = &hc->run;
+    hc->run.last = &hc->run.head;
     hc->rst_budget = 2 * (int)conf->http2_max_concurrent_streams;
     hc->ctl_budget = H2_CTL_MAX;
     hc->fr_skip = NGHTTP2_CLIENT_MAGIC_LEN; /* the preface: no frame */
@@ -1504,16 +1386,17 @@ void fd_h2_release(fd_connection_t *c)
     h2c_t *hc = c->h->h2;
     h2s_t *st;
 
-    while ((st = hc->streams) != NULL) {
-        nghttp2_session_set_stream_user_data(hc->ss, st->id, NULL);
+    while ((st = H2S(hc->streams)) != NULL) {
+        nghttp2_session_set_stream_user_data(hc->ss, (int32_t)st->sh.id,
+                                             NULL);
         stream_closed(st);
     }
     /* orphans, of before or just now: freed when their module lets go */
-    while ((st = hc->orphans) != NULL) {
-        stream_unlink(st);
+    while ((st = H2S(hc->orphans)) != NULL) {
+        FD_LIST_UNLINK(&st->sh);
         st->hc = NULL;
     }
-    while ((st = hc->zombies) != NULL)
+    while ((st = H2S(hc->zombies)) != NULL)
         stream_free(st);
     /* orphans (a module still holds the request) keep their stream */
     nghttp2_session_del(hc->ss);

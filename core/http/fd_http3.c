@@ -50,32 +50,25 @@ struct h3buf_s {
 typedef struct fd_h3_stream_s h3s_t;
 
 struct fd_h3_stream_s {
+    fd_http_shead_t sh;        /* first: r->h2 is its address */
     fd_h3_conn_t *hc;          /* NULL: the connection is gone */
-    fd_request_t *r;
-    int64_t id;
-    /* request side */
-    fd_http_sreq_t sq;         /* the header block */
-    fd_http_sbuf_t ib;         /* DATA not yet taken by the request */
     /* response side */
     h3buf_t *pend, **pend_last; /* not yet handed to nghttp3 */
     h3buf_t *sent, **sent_last; /* handed, not yet acknowledged */
     size_t pend_bytes, sent_bytes;
-    h3s_t *next, **prev;       /* hc->streams, or hc->orphans */
-    h3s_t *run_next;
     fd_quic_conn_t *held;      /* an orphan's connection, gone: its
                                 * struct waits for this request */
-    fd_http_rate_t rate;       /* limit_rate of the response's body */
-    fd_timer_t rate_timer;     /* deferred by it: resume then */
-    unsigned in_ended:1, no_body:1, started:1, provider:1, out_end:1;
-    unsigned deferred:1, closed:1, orphan:1, queued:1;
     unsigned rst_spent:1;      /* its reset counted (rst_spend) */
-    unsigned job_start:1, job_body:1, job_drain:1;
 };
+
+/* the stream whose head sh is (its first member) */
+#define H3S(sh) ((h3s_t *)(void *)(sh))
 
 struct fd_h3_conn_s {
     nghttp3_conn *h3;
     fd_quic_conn_t *qc;
-    h3s_t *streams, *orphans, *run, **run_last;
+    fd_http_shead_t *streams, *orphans; /* open; closed, a module's */
+    fd_http_srun_t run;
     unsigned nstreams;
     unsigned nrequests;
     int rst_budget;            /* resets of unanswered requests the
@@ -88,8 +81,7 @@ static const nghttp3_callbacks h3_callbacks;
  * back to them, as HTTP/2's: a 4 KB pool is past malloc's per-thread
  * cache, and 3200 streams in flight made malloc a fifth of the worker's
  * time (consolidating its free chunks) */
-static h3s_t *free_streams;
-static unsigned nfree_streams;
+static fd_http_sfree_t free_streams = {NULL, 0, H3_STREAM_KEEP};
 static fd_pool_t *pools_kept[H3_POOL_KEEP];
 static fd_http_pools_t free_pools = {pools_kept, 0, H3_POOL_KEEP};
 
@@ -136,95 +128,51 @@ static int buf_add(h3s_t *st, const uint8_t *pos, size_t len, int fd,
 
 static void stream_job(h3s_t *st)
 {
-    fd_h3_conn_t *hc = st->hc;
-
-    if (hc == NULL || st->queued)
-        return;
-    st->queued = 1;
-    st->run_next = NULL;
-    *hc->run_last = st;
-    hc->run_last = &st->run_next;
-    fd_quic_post(hc->qc);
-}
-
-static void stream_link(h3s_t **list, h3s_t *st)
-{
-    st->next = *list;
-    if (*list)
-        (*list)->prev = &st->next;
-    st->prev = list;
-    *list = st;
-}
-
-static void stream_unlink(h3s_t *st)
-{
-    if (st->prev == NULL)
-        return;
-    *st->prev = st->next;
-    if (st->next)
-        st->next->prev = st->prev;
-    st->next = NULL;
-    st->prev = NULL;
+    if (st->hc && fd_http_srun_add(&st->hc->run, &st->sh))
+        fd_quic_post(st->hc->qc);
 }
 
 static void stream_put(h3s_t *st)
 {
-    if (nfree_streams == H3_STREAM_KEEP) {
+    if (!fd_http_sfree_put(&free_streams, &st->sh))
         free(st);
-        return;
-    }
-    st->next = free_streams;
-    free_streams = st;
-    nfree_streams++;
 }
 
 static h3s_t *stream_new(fd_h3_conn_t *hc, int64_t id)
 {
-    h3s_t *st = free_streams;
-    fd_pool_t *pool;
+    h3s_t *st = H3S(fd_http_sfree_get(&free_streams));
 
-    if (st) {
-        free_streams = st->next;
-        nfree_streams--;
+    if (st)
         memset(st, 0, sizeof(*st));
-    } else if ((st = calloc(1, sizeof(*st))) == NULL) {
+    else if ((st = calloc(1, sizeof(*st))) == NULL)
         return NULL;
-    }
-    pool = fd_http_stream_pool(&free_pools);
-    if (pool == NULL) {
+    if (fd_http_shead_init(&st->sh, &hc->qc->c, &free_pools, id, 30) !=
+        FD_OK) {
         stream_put(st);
         return NULL;
     }
-    if ((st->r = fd_http_request_new(&hc->qc->c, pool)) == NULL) {
-        fd_pool_destroy(pool);
-        stream_put(st);
-        return NULL;
-    }
-    st->r->h2 = (struct fd_h2_stream_s *)(void *)st;
-    st->r->h3 = 1;
-    st->r->in.version = 30;
+    st->sh.r->h3 = 1;
     st->hc = hc;
-    st->id = id;
     st->pend_last = &st->pend;
     st->sent_last = &st->sent;
-    stream_link(&hc->streams, st);
+    FD_LIST_LINK(&hc->streams, &st->sh);
     hc->nstreams++;
     return st;
 }
 
 static void stream_free(h3s_t *st)
 {
-    fd_request_t *r = st->r;
+    fd_request_t *r = st->sh.r;
     fd_quic_conn_t *held = st->hc ? NULL : st->held;
 
-    stream_unlink(st);
+    FD_LIST_UNLINK(&st->sh);
     if (r)
         fd_http_stream_release(r, &free_pools);
     buf_free_list(st->pend);
     buf_free_list(st->sent);
-    if (fd_timer_armed(&st->rate_timer))
-        fd_timer_del(&st->rate_timer);
-    free(st->ib.data);
+    if (fd_timer_armed(&st->sh.rate_timer))
+        fd_timer_del(&st->sh.rate_timer);
+    free(st->sh.ib.data);
     stream_put(st);
     if (held)
         fd_quic_unref(held);
@@ -242,30 +190,30 @@ static void consume(fd_h3_conn_t *hc, int64_t id, size_t n, int stream)
     fd_quic_post(hc->qc);
 }
 
+/* the same for fd_http_stream.h's calls: the stream's and the
+ * connection's credit, or (consume_conn) the connection's alone */
+static void consume_stream(fd_http_shead_t *sh, size_t n)
+{
+    consume(H3S(sh)->hc, sh->id, n, 1);
+}
+
+static void consume_conn(fd_http_shead_t *sh, size_t n)
+{
+    consume(H3S(sh)->hc, sh->id, n, 0);
+}
+
 /*
  * nghttp3 closed the stream (its end, a reset either way, the connection
  * gone). The request is stopped if a module still runs it, or kept until
- * the module finishes it.
+ * the module finishes it (freed then: fd_h3_finish).
  */
 static void stream_closed(h3s_t *st)
 {
-    fd_h3_conn_t *hc = st->hc;
-    fd_request_t *r = st->r;
-
-    st->closed = 1;
-    stream_unlink(st);
-    hc->nstreams--;
-    consume(hc, st->id, st->ib.len - st->ib.pos, 0);
-    st->ib.pos = st->ib.len = 0;
-    if (r && !r->done && st->started) {
-        if (fd_http_stream_abort(r)) {
-            /* it finishes on its own: freed then (fd_h3_finish) */
-            st->orphan = 1;
-            stream_link(&hc->orphans, st);
-            return;
-        }
-    }
-    stream_free(st);
+    st->hc->nstreams--;
+    if (fd_http_shead_closed(&st->sh, consume_conn))
+        FD_LIST_LINK(&st->hc->orphans, &st->sh);
+    else
+        stream_free(st);
 }
 
 /* --- the request side --- */
@@ -304,10 +252,10 @@ static int recv_header(nghttp3_conn *conn, int64_t id, int32_t token,
     (void)token;
     (void)flags;
     (void)ud;
-    if (st == NULL || st->started)
+    if (st == NULL || st->sh.started)
         return 0;
-    fd_http_stream_field(st->r, &st->sq, nb.base, nb.len, vb.base, vb.len,
-                         NULL);
+    fd_http_stream_field(st->sh.r, &st->sh.sq, nb.base, nb.len, vb.base,
+                         vb.len, NULL);
     return 0;
 }
 
@@ -319,32 +267,13 @@ static int end_headers(nghttp3_conn *conn, int64_t id, int fin, void *ud,
     (void)conn;
     (void)id;
     (void)ud;
-    if (st == NULL || st->started)
+    if (st == NULL || st->sh.started)
         return 0;
     if (fin)
-        st->in_ended = st->no_body = 1;
-    st->job_start = 1;
+        st->sh.in_ended = st->sh.no_body = 1;
+    st->sh.job_start = 1;
     stream_job(st);
     return 0;
-}
-
-/* Body bytes into a buffered body (PH_BODY); the handler at its end. */
-static void body_feed(h3s_t *st)
-{
-    size_t n = fd_http_stream_body_take(st->r, &st->ib);
-
-    if (n == (size_t)-1)
-        return;
-    consume(st->hc, st->id, n, 1);
-    if (st->in_ended)
-        fd_http_stream_body_end(st->r);
-}
-
-static void request_begin(h3s_t *st)
-{
-    st->started = 1;
-    st->r->phase = PH_HANDLER;
-    fd_http_stream_start(st->r, &st->sq, st->no_body);
 }
 
 static int recv_data(nghttp3_conn *conn, int64_t id, const uint8_t *data,
@@ -352,20 +281,16 @@ static int recv_data(nghttp3_conn *conn, int64_t id, const uint8_t *data,
 {
     fd_h3_conn_t *hc = ud;
     h3s_t *st = sud;
-    fd_request_t *r;
 
     (void)conn;
-    if (st == NULL || st->r == NULL || st->r->done) {
+    if (st == NULL || st->sh.r == NULL || st->sh.r->done) {
         consume(hc, id, len, 1); /* nobody reads it */
         return 0;
     }
-    r = st->r;
-    if (fd_http_sbuf_add(&st->ib, data, len) != FD_OK)
+    if (fd_http_sbuf_add(&st->sh.ib, data, len) != FD_OK)
         return NGHTTP3_ERR_CALLBACK_FAILURE;
-    if (st->started && (r->phase == PH_BODY || r->phase == PH_STREAM)) {
-        st->job_body = 1;
+    if (fd_http_shead_body_job(&st->sh))
         stream_job(st);
-    }
     return 0;
 }
 
@@ -378,12 +303,9 @@ static int end_stream(nghttp3_conn *conn, int64_t id, void *ud, void *sud)
     (void)ud;
     if (st == NULL)
         return 0;
-    st->in_ended = 1;
-    if (st->started && st->r &&
-        (st->r->phase == PH_BODY || st->r->phase == PH_STREAM)) {
-        st->job_body = 1;
+    st->sh.in_ended = 1;
+    if (fd_http_shead_body_job(&st->sh))
         stream_job(st);
-    }
     return 0;
 }
 
@@ -462,23 +384,30 @@ static int acked_stream_data(nghttp3_conn *conn, int64_t id, uint64_t len,
             fd_quic_free(b);
         }
     }
-    if (st->deferred && st->sent_bytes < H3_UNACKED_MAX / 2 &&
-        (st->pend || st->out_end)) {
-        st->deferred = 0;
-        nghttp3_conn_resume_stream(conn, st->id);
+    if (st->sh.deferred && st->sent_bytes < H3_UNACKED_MAX / 2 &&
+        (st->pend || st->sh.out_end)) {
+        st->sh.deferred = 0;
+        nghttp3_conn_resume_stream(conn, st->sh.id);
     }
     return 0;
 }
 
 /* --- the response side --- */
 
-static void resume_data(h3s_t *st);
+static void resume_data(h3s_t *st)
+{
+    if (st->sh.deferred && st->hc && !st->sh.closed &&
+        st->sent_bytes < H3_UNACKED_MAX) {
+        st->sh.deferred = 0;
+        nghttp3_conn_resume_stream(st->hc->h3, st->sh.id);
+    }
+}
 
 static void rate_wake(fd_timer_t *t)
 {
-    h3s_t *st = (h3s_t *)((char *)t - offsetof(h3s_t, rate_timer));
+    h3s_t *st = H3S((char *)t - offsetof(fd_http_shead_t, rate_timer));
 
-    if (st->hc && !st->closed) {
+    if (st->hc && !st->sh.closed) {
         resume_data(st);
         fd_quic_post(st->hc->qc);
     }
@@ -496,11 +425,11 @@ static nghttp3_ssize read_data(nghttp3_conn *conn, int64_t id,
     (void)conn;
     (void)id;
     (void)ud;
-    if (fd_unlikely(st->rate.rate) && st->pend &&
-        (allow = fd_http_stream_rate(&st->rate, &st->rate_timer,
+    if (fd_unlikely(st->sh.rate.rate) && st->pend &&
+        (allow = fd_http_stream_rate(&st->sh.rate, &st->sh.rate_timer,
                                      rate_wake)) == 0) {
         /* limit_rate: the stream waits, the others go on */
-        st->deferred = 1;
+        st->sh.deferred = 1;
         return NGHTTP3_ERR_WOULDBLOCK;
     }
     while (k < veccnt && st->pend && st->sent_bytes < H3_UNACKED_MAX &&
@@ -550,7 +479,7 @@ static nghttp3_ssize read_data(nghttp3_conn *conn, int64_t id,
         }
         if (allow != SIZE_MAX) {
             allow -= s->len;
-            st->rate.sent += s->len;
+            st->sh.rate.sent += s->len;
         }
         if (st->pend == NULL)
             st->pend_last = &st->pend;
@@ -563,17 +492,17 @@ static nghttp3_ssize read_data(nghttp3_conn *conn, int64_t id,
         vec[k].len = s->len;
         k++;
     }
-    if (st->r && !st->r->done && st->r->on_drain && k &&
+    if (st->sh.r && !st->sh.r->done && st->sh.r->on_drain && k &&
         st->pend_bytes < OUT_HIGH_WATER) {
-        st->job_drain = 1;
+        st->sh.job_drain = 1;
         stream_job(st);
     }
-    if (st->pend == NULL && st->out_end) {
+    if (st->pend == NULL && st->sh.out_end) {
         *pflags |= NGHTTP3_DATA_FLAG_EOF;
         return (nghttp3_ssize)k;
     }
     if (k == 0) {
-        st->deferred = 1;
+        st->sh.deferred = 1;
         return NGHTTP3_ERR_WOULDBLOCK;
     }
     return (nghttp3_ssize)k;
@@ -587,22 +516,18 @@ FD_HTTP_NV_IS(nghttp3_nv, NGHTTP3_NV_FLAG_NO_COPY_NAME,
  * the turn or later: fd_http_stream_fields() says what nghttp3 copies */
 int fd_h3_header(fd_request_t *r)
 {
-    h3s_t *st = (h3s_t *)(void *)r->h2;
+    h3s_t *st = H3S(r->h2);
     nghttp3_data_reader dr = {.read_data = read_data};
     fd_http_nv_t *nv;
     size_t n;
     int rv;
 
-    if (st->closed || st->hc == NULL)
+    if (st->sh.closed || st->hc == NULL ||
+        (nv = fd_http_shead_header(&st->sh, &n)) == NULL)
         return FD_ERROR;
-    if (fd_unlikely(r->loc && r->loc->limit_rate))
-        fd_http_rate_start(&st->rate, r);
-    if ((nv = fd_http_stream_fields(r, &n)) == NULL)
-        return FD_ERROR;
-    st->provider = fd_http_stream_has_body(r);
-    rv = nghttp3_conn_submit_response(st->hc->h3, st->id,
+    rv = nghttp3_conn_submit_response(st->hc->h3, st->sh.id,
                                       (const nghttp3_nv *)(const void *)nv,
-                                      n, st->provider ? &dr : NULL);
+                                      n, st->sh.provider ? &dr : NULL);
     if (rv != 0) {
         fd_log_error(FD_LOG_ERR, 0, "nghttp3_conn_submit_response() failed: "
                      "%s", nghttp3_strerror(rv));
@@ -612,24 +537,15 @@ int fd_h3_header(fd_request_t *r)
     return FD_OK;
 }
 
-static void resume_data(h3s_t *st)
-{
-    if (st->deferred && st->hc && !st->closed &&
-        st->sent_bytes < H3_UNACKED_MAX) {
-        st->deferred = 0;
-        nghttp3_conn_resume_stream(st->hc->h3, st->id);
-    }
-}
-
 int fd_h3_body(fd_request_t *r, fd_buf_t *b, int copy)
 {
-    h3s_t *st = (h3s_t *)(void *)r->h2;
+    h3s_t *st = H3S(r->h2);
     size_t n = fd_buf_size(b);
     int rc;
 
-    if (st->closed || st->hc == NULL)
+    if (st->sh.closed || st->hc == NULL)
         return FD_ERROR;
-    if (!st->provider || n == 0)
+    if (!st->sh.provider || n == 0)
         return FD_OK;
     if (b->file_fd >= 0)
         rc = buf_add(st, NULL, n, b->file_fd, b->file_pos, 0);
@@ -644,33 +560,31 @@ int fd_h3_body(fd_request_t *r, fd_buf_t *b, int copy)
 
 void fd_h3_end(fd_request_t *r)
 {
-    h3s_t *st = (h3s_t *)(void *)r->h2;
+    h3s_t *st = H3S(r->h2);
 
     if (st->hc == NULL)
         return;
-    st->out_end = 1;
+    st->sh.out_end = 1;
     if (st->hc->rst_budget <
         2 * (int)fd_worker->cycle->http.http3_max_concurrent_streams)
         st->hc->rst_budget++;
-    if (!st->closed && !st->in_ended) {
+    if (!st->sh.closed && !st->sh.in_ended) {
         /* answered before the body came: the rest is not wanted (RFC
          * 9114 4.1) */
-        ngtcp2_conn_shutdown_stream_read(st->hc->qc->conn, 0, st->id,
+        ngtcp2_conn_shutdown_stream_read(st->hc->qc->conn, 0, st->sh.id,
                                          NGHTTP3_H3_NO_ERROR);
     }
-    if (st->ib.len > st->ib.pos && !st->closed) {
-        consume(st->hc, st->id, st->ib.len - st->ib.pos, 1);
-        st->ib.pos = st->ib.len = 0;
-    }
+    if (!st->sh.closed)
+        fd_http_shead_drop(&st->sh, consume_stream);
     resume_data(st);
     fd_quic_post(st->hc->qc);
 }
 
 int fd_h3_flush(fd_request_t *r)
 {
-    h3s_t *st = (h3s_t *)(void *)r->h2;
+    h3s_t *st = H3S(r->h2);
 
-    if (st->closed || st->hc == NULL)
+    if (st->sh.closed || st->hc == NULL)
         return FD_ERROR;
     fd_quic_post(st->hc->qc);
     return FD_OK;
@@ -678,74 +592,49 @@ int fd_h3_flush(fd_request_t *r)
 
 size_t fd_h3_pending(fd_request_t *r)
 {
-    return ((h3s_t *)(void *)r->h2)->pend_bytes;
+    return H3S(r->h2)->pend_bytes;
 }
 
 void fd_h3_cut(fd_request_t *r)
 {
-    h3s_t *st = (h3s_t *)(void *)r->h2;
+    h3s_t *st = H3S(r->h2);
 
-    if (st->closed || st->hc == NULL)
+    if (st->sh.closed || st->hc == NULL)
         return;
     st->rst_spent = 1; /* ours, not the client's */
-    nghttp3_conn_shutdown_stream_write(st->hc->h3, st->id);
-    ngtcp2_conn_shutdown_stream(st->hc->qc->conn, 0, st->id,
+    nghttp3_conn_shutdown_stream_write(st->hc->h3, st->sh.id);
+    ngtcp2_conn_shutdown_stream(st->hc->qc->conn, 0, st->sh.id,
                                 NGHTTP3_H3_INTERNAL_ERROR);
     fd_quic_post(st->hc->qc);
 }
 
 void fd_h3_resume(fd_request_t *r)
 {
-    h3s_t *st = (h3s_t *)(void *)r->h2;
+    h3s_t *st = H3S(r->h2);
 
-    if (st->hc == NULL || st->closed)
+    if (st->hc == NULL || st->sh.closed)
         return;
-    st->job_body = 1;
+    st->sh.job_body = 1;
     stream_job(st);
-}
-
-int fd_h3_gone(fd_request_t *r)
-{
-    return ((h3s_t *)(void *)r->h2)->closed;
 }
 
 void fd_h3_finish(fd_request_t *r, int rc)
 {
-    h3s_t *st = (h3s_t *)(void *)r->h2;
+    h3s_t *st = H3S(r->h2);
 
-    r->async = 0;
-    r->on_abort = NULL;
-    if (st->orphan) {
-        /* its stream went while the module worked: nothing to answer */
-        if (r->response_done)
-            fd_http_access_count(r);
+    if (fd_http_shead_finish(&st->sh, rc))
         stream_free(st);
-        return;
-    }
-    if (!r->done)
-        fd_http_finalize(r, rc);
-    if (st->hc)
+    else if (st->hc)
         fd_quic_post(st->hc->qc);
 }
 
 ssize_t fd_h3_body_pull(fd_request_t *r, char *buf, size_t size)
 {
-    h3s_t *st = (h3s_t *)(void *)r->h2;
-    size_t n;
+    h3s_t *st = H3S(r->h2);
 
-    if (st->hc == NULL || st->closed)
+    if (st->hc == NULL || st->sh.closed)
         return FD_ERROR;
-    if ((n = fd_http_sbuf_take(&st->ib, buf, size)) == 0)
-        return st->in_ended ? 0 : FD_AGAIN;
-    /* the window opens by what was taken: the upload's pace is the
-     * reader's */
-    consume(st->hc, st->id, n, 1);
-    return (ssize_t)n;
-}
-
-unsigned fd_h3_stream_id(fd_request_t *r)
-{
-    return (unsigned)((h3s_t *)(void *)r->h2)->id;
+    return fd_http_shead_pull(&st->sh, buf, size, consume_stream);
 }
 
 void *fd_h3_tls(const fd_request_t *r)
@@ -777,7 +666,7 @@ static int h3_setup(fd_quic_conn_t *qc)
         qc->c.h = h;
     }
     hc->qc = qc;
-    hc->run_last = &hc->run;
+    hc->run.last = &hc->run.head;
     hc->rst_budget = 2 * (int)conf->http3_max_concurrent_streams;
     nghttp3_settings_default(&settings);
     settings.max_field_section_size = conf->http2_max_header_size;
@@ -846,7 +735,7 @@ static int rst_request(fd_quic_conn_t *qc, h3s_t *st)
 {
     if (st == NULL)
         return rst_spend(qc);
-    if (st->rst_spent || st->r == NULL || st->r->done)
+    if (st->rst_spent || st->sh.r == NULL || st->sh.r->done)
         return 0;
     st->rst_spent = 1; /* a client cancelling a request sends both */
     return rst_spend(qc);
@@ -1010,41 +899,16 @@ int fd_h3_extend_max_stream_data(ngtcp2_conn *conn, int64_t stream_id,
     return 0;
 }
 
+/* The streams' jobs: start requests, feed bodies, tell producers the
+ * output drained. */
 void fd_h3_run(fd_quic_conn_t *qc)
 {
     fd_h3_conn_t *hc = qc->h3;
+    fd_http_shead_t *sh;
 
-    while (hc->run && !qc->dead) {
-        h3s_t *st = hc->run;
-        fd_request_t *r = st->r;
-
-        hc->run = st->run_next;
-        if (hc->run == NULL)
-            hc->run_last = &hc->run;
-        st->queued = 0;
-        if (st->closed || r == NULL)
-            continue;
-        if (st->job_start) {
-            st->job_start = 0;
-            request_begin(st);
-        }
-        if (st->closed || r->done)
-            continue;
-        if (st->job_body) {
-            st->job_body = 0;
-            if (r->phase == PH_BODY)
-                body_feed(st);
-            else if (r->phase == PH_STREAM && r->on_body)
-                r->on_body(r);
-        }
-        if (st->closed || r->done)
-            continue;
-        if (st->job_drain) {
-            st->job_drain = 0;
-            if (r->on_drain)
-                r->on_drain(r);
-        }
-    }
+    while (!qc->dead && (sh = fd_http_srun_take(&hc->run)) != NULL)
+        if (!sh->closed && sh->r)
+            fd_http_shead_run(sh, fd_http_shead_begin, consume_stream);
 }
 
 void fd_h3_shutdown(fd_quic_conn_t *qc)
@@ -1064,14 +928,14 @@ void fd_h3_release(fd_quic_conn_t *qc)
     fd_h3_conn_t *hc = qc->h3;
     h3s_t *st;
 
-    while ((st = hc->streams) != NULL) {
-        nghttp3_conn_set_stream_user_data(hc->h3, st->id, NULL);
+    while ((st = H3S(hc->streams)) != NULL) {
+        nghttp3_conn_set_stream_user_data(hc->h3, st->sh.id, NULL);
         stream_closed(st);
     }
     /* orphans: freed when their module lets go; the connection struct
      * (their r->c) waits for them */
-    while ((st = hc->orphans) != NULL) {
-        stream_unlink(st);
+    while ((st = H3S(hc->orphans)) != NULL) {
+        FD_LIST_UNLINK(&st->sh);
         st->hc = NULL;
         st->held = qc;
         qc->refs++;

@@ -1003,6 +1003,7 @@ struct fd_api_io_s {
     void *data;
     uint32_t events;
     int registered;
+    fd_posted_t gone; /* fd_api_io_free: the free, after the batch */
 };
 
 static void io_event(fd_event_t *ev, uint32_t events)
@@ -1063,12 +1064,27 @@ void fd_api_io_stop(fd_api_io_t *io)
     io->ev.fd = -1;
 }
 
+static void io_gone(void *data)
+{
+    free(data);
+}
+
+/*
+ * Not at once: epoll hands out a whole batch of events before it runs
+ * any, so one for io may follow the handler that frees it (a pool closing
+ * a connection's sibling). Stopped, its descriptor is -1, which the loop
+ * reads to drop such an event (fd_event_turn), as it does for a closed
+ * connection, whose struct stays until reused; io is freed where the
+ * loop runs what was posted, after the batch. (io_uring drops them by
+ * the slot's generation, without reading io.)
+ */
 void fd_api_io_free(fd_api_io_t *io)
 {
     if (io == NULL)
         return;
     fd_api_io_stop(io);
-    free(io);
+    io->gone = (fd_posted_t){.handler = io_gone, .data = io};
+    fd_event_post(&io->gone);
 }
 
 int fd_api_offload_call(void *data, void (*work)(void *data),

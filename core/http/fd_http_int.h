@@ -100,7 +100,9 @@ int fd_h2_detach(fd_request_t *r, fd_stream_t *to);
 
 #ifdef FD_HTTP3
 /* fd_http3.c: the same for a request an HTTP/3 stream carries (r->h3);
- * each fd_h2_* call above passes r on to its fd_h3_* twin */
+ * each fd_h2_* call above passes r on to its fd_h3_* twin, but for
+ * fd_h2_gone() and fd_http_stream_id(), which read the stream's head
+ * (fd_http_stream.h), the same for both */
 int fd_h3_header(fd_request_t *r);
 int fd_h3_body(fd_request_t *r, fd_buf_t *b, int copy);
 void fd_h3_end(fd_request_t *r);
@@ -109,9 +111,7 @@ size_t fd_h3_pending(fd_request_t *r);
 void fd_h3_cut(fd_request_t *r);
 void fd_h3_resume(fd_request_t *r);
 void fd_h3_finish(fd_request_t *r, int rc);
-int fd_h3_gone(fd_request_t *r);
 ssize_t fd_h3_body_pull(fd_request_t *r, char *buf, size_t size);
-unsigned fd_h3_stream_id(fd_request_t *r);
 /* the QUIC connection's TLS session (fd_quic_tls_t), for the $ssl_*
  * variables and the handshake's server */
 void *fd_h3_tls(const fd_request_t *r);

@@ -279,3 +279,78 @@ fd_http_nv_t *fd_http_stream_fields(fd_request_t *r, size_t *np)
     *np = n;
     return nv;
 }
+
+int fd_http_shead_init(fd_http_shead_t *sh, fd_connection_t *c,
+                       fd_http_pools_t *pp, int64_t id, int version)
+{
+    fd_pool_t *pool = fd_http_stream_pool(pp);
+
+    if (pool == NULL)
+        return FD_ERROR;
+    if ((sh->r = fd_http_request_new(c, pool)) == NULL) {
+        fd_pool_destroy(pool);
+        return FD_ERROR;
+    }
+    sh->r->h2 = sh;
+    sh->r->in.version = version;
+    sh->id = id;
+    return FD_OK;
+}
+
+int fd_http_shead_closed(fd_http_shead_t *sh, fd_http_consume_pt give)
+{
+    fd_request_t *r = sh->r;
+
+    sh->closed = 1;
+    FD_LIST_UNLINK(sh);
+    fd_http_shead_drop(sh, give);
+    if (r && !r->done && sh->started && fd_http_stream_abort(r)) {
+        sh->orphan = 1; /* it finishes on its own: fd_h2_finish */
+        return 1;
+    }
+    return 0;
+}
+
+fd_http_nv_t *fd_http_shead_header(fd_http_shead_t *sh, size_t *n)
+{
+    fd_request_t *r = sh->r;
+    fd_http_nv_t *nv;
+
+    if (fd_unlikely(r->loc && r->loc->limit_rate))
+        fd_http_rate_start(&sh->rate, r);
+    if ((nv = fd_http_stream_fields(r, n)) == NULL)
+        return NULL;
+    /* a complete empty body needs no DATA */
+    sh->provider = fd_http_stream_has_body(r);
+    return nv;
+}
+
+int fd_http_shead_finish(fd_http_shead_t *sh, int rc)
+{
+    fd_request_t *r = sh->r;
+
+    r->async = 0;
+    r->on_abort = NULL;
+    if (sh->orphan) {
+        /* its stream went while the module worked: nothing to answer */
+        if (r->response_done)
+            fd_http_access_count(r); /* it was answered early */
+        return 1;
+    }
+    if (!r->done)
+        fd_http_finalize(r, rc); /* answered early: only the end */
+    return 0;
+}
+
+ssize_t fd_http_shead_pull(fd_http_shead_t *sh, char *buf, size_t size,
+                           fd_http_consume_pt consume)
+{
+    size_t n = fd_http_sbuf_take(&sh->ib, buf, size);
+
+    if (n == 0)
+        return sh->in_ended ? 0 : FD_AGAIN;
+    /* the window opens by what was taken: the upload's pace is the
+     * reader's */
+    consume(sh, n);
+    return (ssize_t)n;
+}

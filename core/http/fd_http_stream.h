@@ -191,6 +191,212 @@ static inline fd_pool_t *fd_http_stream_pool(fd_http_pools_t *pp)
  * destroyed, when it grew or pp is full), and r with it. */
 void fd_http_stream_release(fd_request_t *r, fd_http_pools_t *pp);
 
+/*
+ * The head of a stream's struct, one for both protocols: fd_http2.c's
+ * h2s_t and fd_http3.c's h3s_t begin with it, and r->h2 points at it. Its
+ * request, the header block and the DATA not yet taken, the response's
+ * state, its places in the connection's lists: what handles these is
+ * written once, below and in fd_http_stream.c. What needs the protocol's
+ * library comes in as a function of the protocol's, a constant at each
+ * call, so the inline calls below call it directly.
+ */
+typedef struct fd_http_shead_s fd_http_shead_t;
+struct fd_http_shead_s {
+    fd_request_t *r;           /* NULL once the stream let it go */
+    int64_t id;
+    /* request side */
+    fd_http_sreq_t sq;         /* the header block */
+    fd_http_sbuf_t ib;         /* DATA not yet taken by the request */
+    /* the connection's lists of streams (open, closed, orphans) and its
+     * run queue */
+    fd_http_shead_t *next, **prev;
+    fd_http_shead_t *run_next;
+    /* response side */
+    fd_http_rate_t rate;       /* limit_rate of the response's body */
+    fd_timer_t rate_timer;     /* deferred by it: resume then */
+    unsigned in_ended:1;       /* the client's body ended (END_STREAM, FIN) */
+    unsigned no_body:1;        /* ... with the header block */
+    unsigned started:1;        /* the request went to the engine */
+    unsigned provider:1;       /* the response has a body to send */
+    unsigned out_end:1;        /* the body is all queued */
+    unsigned deferred:1;       /* the body's reader waits for bytes */
+    unsigned closed:1;         /* the library closed the stream */
+    unsigned orphan:1;         /* closed while a module holds r */
+    unsigned queued:1;         /* in the run queue */
+    unsigned job_start:1, job_body:1, job_drain:1; /* queued for these */
+};
+
+/* A protocol's: flow-control credit back for n bytes of sh's DATA, taken
+ * by the request or read by nobody. */
+typedef void (*fd_http_consume_pt)(fd_http_shead_t *sh, size_t n);
+
+/* Stream structs kept for reuse, up to max. */
+typedef struct {
+    fd_http_shead_t *head;
+    unsigned n, max;
+} fd_http_sfree_t;
+
+static inline fd_http_shead_t *fd_http_sfree_get(fd_http_sfree_t *f)
+{
+    fd_http_shead_t *sh = f->head;
+
+    if (sh) {
+        f->head = sh->next;
+        f->n--;
+    }
+    return sh;
+}
+
+/* 0: f is full, the caller frees sh. */
+static inline int fd_http_sfree_put(fd_http_sfree_t *f, fd_http_shead_t *sh)
+{
+    if (f->n >= f->max)
+        return 0;
+    sh->next = f->head;
+    f->head = sh;
+    f->n++;
+    return 1;
+}
+
+/* sh (cleared) gets its request, on c with a pool of pp's; r->h2 is sh.
+ * FD_ERROR: no memory. */
+int fd_http_shead_init(fd_http_shead_t *sh, fd_connection_t *c,
+                       fd_http_pools_t *pp, int64_t id, int version);
+
+/* A connection's streams with jobs to run, in order. */
+typedef struct {
+    fd_http_shead_t *head, **last;
+} fd_http_srun_t;
+
+/* sh (its job_* set) joins q unless it is in it: 1 when it joined. */
+static inline int fd_http_srun_add(fd_http_srun_t *q, fd_http_shead_t *sh)
+{
+    if (sh->queued)
+        return 0;
+    sh->queued = 1;
+    sh->run_next = NULL;
+    *q->last = sh;
+    q->last = &sh->run_next;
+    return 1;
+}
+
+/* The first of q, taken off it; NULL: none. */
+static inline fd_http_shead_t *fd_http_srun_take(fd_http_srun_t *q)
+{
+    fd_http_shead_t *sh = q->head;
+
+    if (sh == NULL)
+        return NULL;
+    q->head = sh->run_next;
+    if (q->head == NULL)
+        q->last = &q->head;
+    sh->queued = 0;
+    return sh;
+}
+
+/* DATA or its end came: when the request takes it now (a buffered or a
+ * streamed body), sh is marked for a job_body, 1: the protocol queues
+ * it. */
+static inline int fd_http_shead_body_job(fd_http_shead_t *sh)
+{
+    if (!sh->started || sh->r == NULL ||
+        (sh->r->phase != PH_BODY && sh->r->phase != PH_STREAM))
+        return 0;
+    sh->job_body = 1;
+    return 1;
+}
+
+/* The header block is complete: the request goes to the engine (or is
+ * answered sh->sq.bad). */
+static inline void fd_http_shead_begin(fd_http_shead_t *sh)
+{
+    sh->started = 1;
+    sh->r->phase = PH_HANDLER;
+    fd_http_stream_start(sh->r, &sh->sq, sh->no_body);
+}
+
+/* A buffered body (PH_BODY): what came to r->body, its credit back; the
+ * handler at its end. */
+static inline void fd_http_shead_feed(fd_http_shead_t *sh,
+                                      fd_http_consume_pt consume)
+{
+    size_t n = fd_http_stream_body_take(sh->r, &sh->ib);
+
+    if (n == (size_t)-1)
+        return;
+    if (n)
+        consume(sh, n);
+    if (sh->in_ended)
+        fd_http_stream_body_end(sh->r);
+}
+
+/* The DATA the request did not take goes (the response ended without it,
+ * or the stream closed), its credit back. */
+static inline void fd_http_shead_drop(fd_http_shead_t *sh,
+                                      fd_http_consume_pt consume)
+{
+    if (sh->ib.len > sh->ib.pos) {
+        consume(sh, sh->ib.len - sh->ib.pos);
+        sh->ib.pos = sh->ib.len = 0;
+    }
+}
+
+/*
+ * sh's jobs, taken off the run queue (open, r set): its request starts
+ * (begin: fd_http_shead_begin, or the protocol's before it), its body is
+ * fed or its module told of more, its producer told the output drained;
+ * each only while the stream stays open and r is not done.
+ */
+static inline void fd_http_shead_run(fd_http_shead_t *sh,
+                                     void (*begin)(fd_http_shead_t *sh),
+                                     fd_http_consume_pt consume)
+{
+    fd_request_t *r = sh->r;
+
+    if (sh->job_start) {
+        sh->job_start = 0;
+        begin(sh);
+    }
+    if (sh->closed || r->done)
+        return;
+    if (sh->job_body) {
+        sh->job_body = 0;
+        if (r->phase == PH_BODY)
+            fd_http_shead_feed(sh, consume);
+        else if (r->phase == PH_STREAM && r->on_body)
+            r->on_body(r);
+    }
+    if (sh->closed || r->done)
+        return;
+    if (sh->job_drain) {
+        sh->job_drain = 0;
+        if (r->on_drain)
+            r->on_drain(r);
+    }
+}
+
+/*
+ * The library closed sh (its end, a reset, the connection gone): it is
+ * unlinked, the DATA nobody will read goes back to the connection's
+ * credit (give), and the request is stopped if a module still runs it.
+ * 1: the module cannot be stopped (fd_http_stream_abort), sh is an
+ * orphan the protocol keeps until r finishes; 0: sh may go.
+ */
+int fd_http_shead_closed(fd_http_shead_t *sh, fd_http_consume_pt give);
+
+/* The response header's fields (fd_http_stream_fields) for sh's request,
+ * its limit_rate started and sh->provider set; NULL: no memory. */
+fd_http_nv_t *fd_http_shead_header(fd_http_shead_t *sh, size_t *n);
+
+/* fd_request_finish() of sh's request: 1 when sh is an orphan (nothing to
+ * answer: the protocol lets it go), else r is finalized, 0. */
+int fd_http_shead_finish(fd_http_shead_t *sh, int rc);
+
+/* fd_http_body_pull() on sh: up to size bytes of its DATA, their credit
+ * back; 0 at the body's end, FD_AGAIN: none yet. */
+ssize_t fd_http_shead_pull(fd_http_shead_t *sh, char *buf, size_t size,
+                           fd_http_consume_pt consume);
+
 /* limit_rate in a DATA source: the bytes that may leave now; 0: none, and
  * t, armed unless it is, calls wake when some may. */
 size_t fd_http_stream_rate(fd_http_rate_t *rt, fd_timer_t *t,

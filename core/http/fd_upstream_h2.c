@@ -111,11 +111,7 @@ static void stream_unlink(h2u_stream_t *hs)
 
     if (hs->prev == NULL)
         return;
-    *hs->prev = hs->next;
-    if (hs->next)
-        hs->next->prev = hs->prev;
-    hs->next = NULL;
-    hs->prev = NULL;
+    FD_LIST_UNLINK(hs);
     if (--hc->nstreams == 0) {
         hc->idle_since = fd_current_msec;
         if (hc->ready && !hc->dead)
@@ -395,11 +391,7 @@ static int h2_attach(fd_upstream_req_t *u)
                                     nghttp2_strerror(id));
     }
     hs->id = id;
-    hs->next = hc->streams;
-    if (hc->streams)
-        hc->streams->prev = &hs->next;
-    hs->prev = &hc->streams;
-    hc->streams = hs;
+    FD_LIST_LINK(&hc->streams, hs);
     hc->nstreams++;
     u->stream = hs;
     stream_arm(hs);
@@ -848,11 +840,7 @@ static h2u_conn_t *conn_open(fd_upstream_req_t *u)
     hc->key = u->key;
     hc->post.handler = conn_posted;
     hc->post.data = hc;
-    hc->next = p->mux;
-    if (p->mux)
-        ((h2u_conn_t *)p->mux)->prev = &hc->next;
-    hc->prev = (h2u_conn_t **)&p->mux;
-    p->mux = hc;
+    FD_LIST_LINK((h2u_conn_t **)&p->mux, hc);
     /* bounded by the streams' timers meanwhile, and by this once alone */
     fd_upstream_conn_deadline(uc, u->o->connect_timeout);
     if (!uc->connecting && !u->o->ssl)
