@@ -911,6 +911,9 @@ int fd_proxy_start(proxy_req_t *px)
 
 /* --- 5. variables ------------------------------------------------------ */
 
+/* r's proxy request when its location is the proxy's: a variable is read
+ * on any request. The engine's descriptor check until the module has an
+ * API descriptor; then fd_req_handler_is(r, FD_API_SELF) (1.9). */
 static proxy_req_t *request_px(fd_request_t *r)
 {
     if (r == NULL || r->loc == NULL || r->loc->handler != &fd_proxy_module)

@@ -1622,6 +1622,12 @@ int64_t fd_api_http_time(const char *s, size_t n);
  */
 void fd_resp_send_early(fd_request_t *r);
 
+/* 1 when r's location is handled by the module self (handler = its name,
+ * or one of its handlers' names), 0 otherwise: a module's variable or
+ * hook that reads its handler's per-request state asks first. A compare,
+ * no lookup. */
+int fd_req_handler_is(fd_request_t *r, const fd_api_module_t *self);
+
 #ifdef __cplusplus
 }
 #endif
