@@ -940,7 +940,7 @@ int fd_proxy_cache_lookup(proxy_req_t *px)
     fd_request_t *r = px->r;
     proxy_loc_conf_t *lc = px->lc;
     fd_proxy_cache_req_t *cr;
-    char tmp[FD_API_VAR_TMP];
+    fd_api_sbuf_t *sb;
 
     /* a WebSocket upgrade is a tunnel, never an entry */
     if (!(lc->cache_methods & px->in.method) || px->upgrade)
@@ -955,15 +955,12 @@ int fd_proxy_cache_lookup(proxy_req_t *px)
     cr->r = r;
     cr->px = px;
     cr->tmp_fd = -1;
-    if (fd_req_script_eval(r, lc->cache_key, NULL, tmp, &cr->key) != FD_OK)
+    if ((sb = fd_req_sbuf(r, 128)) == NULL)
         return 500;
-    if (cr->key.data == tmp) { /* one variable's value, in tmp: kept */
-        char *k = fd_req_alloc(r, cr->key.len ? cr->key.len : 1);
-        if (k == NULL)
-            return 500;
-        memcpy(k, tmp, cr->key.len);
-        cr->key.data = k;
-    }
+    fd_req_script_add(r, lc->cache_key, 0, sb);
+    if (fd_api_sbuf_failed(sb))
+        return 500;
+    cr->key = fd_api_sbuf_str(sb);
     fd_proxy_cache_hash(cr->key.data, cr->key.len, cr->md5);
     px->cr = cr;
     cr->no_store = lc->nno_cache && any_true(r, lc->no_cache, lc->nno_cache);
