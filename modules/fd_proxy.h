@@ -117,13 +117,13 @@ typedef struct {
     int cache_lock;
     fd_msec_t cache_lock_timeout;
     fd_proxy_cache_t *cache;   /* NULL: no caching here */
-    fd_var_script_t cache_key;
+    const fd_api_script_t *cache_key;
     fd_proxy_cache_valid_t *valid;
     unsigned nvalid;
     unsigned cache_methods;    /* FD_API_GET | ... */
-    fd_var_script_t *bypass;
+    const fd_api_script_t **bypass;
     unsigned nbypass;
-    fd_var_script_t *no_cache;
+    const fd_api_script_t **no_cache;
     unsigned nno_cache;
     unsigned cache_ignore;     /* FD_PROXY_IGNORE_* */
     char *use_stale_src;
@@ -229,6 +229,10 @@ enum { FD_PROXY_CACHE_NONE, FD_PROXY_CACHE_MISS, FD_PROXY_CACHE_HIT,
 /* the [cache NAME] section type (fd_proxy_module.also) */
 extern fd_module_t fd_proxy_cache_section;
 int fd_proxy_cache_init_conf(fd_conf_t *cf, proxy_loc_conf_t *lc);
+/* A value with $variables compiled as fd_api_script_compile() makes it
+ * (fd_proxy_conf.c) */
+const fd_api_script_t *fd_proxy_script(fd_conf_t *cf, const char *v,
+                                       size_t n, const char *what);
 void fd_proxy_cache_init_worker(fd_worker_t *w, void *stats);
 void fd_proxy_cache_exit_worker(void);
 #ifdef FD_FUZZ
@@ -280,7 +284,7 @@ struct fd_proxy_cache_valid_s {
 #define FD_PROXY_IGNORE_CC 0x04       /* Cache-Control */
 #define FD_PROXY_IGNORE_COOKIE 0x08   /* Set-Cookie */
 #define FD_PROXY_IGNORE_VARY 0x10
-int64_t fd_proxy_cache_valid_for(const fd_http_header_t *f, unsigned nf,
+int64_t fd_proxy_cache_valid_for(const fd_api_field_t *f, unsigned nf,
                                  int status,
                                  const fd_proxy_cache_valid_t *valid,
                                  unsigned nvalid, time_t now, int auth,

@@ -115,7 +115,7 @@ static int64_t parse_sec(fd_str_t v)
  * request had Authorization) only what says public or s-maxage is.
  * ignore (proxy_ignore_headers) drops fields from the decision.
  */
-static int64_t valid_for(const fd_http_header_t *f, unsigned nf, int status,
+static int64_t valid_for(const fd_api_field_t *f, unsigned nf, int status,
                          const fd_proxy_cache_valid_t *valid, unsigned nvalid,
                          time_t now, int auth, unsigned ignore)
 {
@@ -181,7 +181,7 @@ static int64_t valid_for(const fd_http_header_t *f, unsigned nf, int status,
 /* As valid_for(), at most FD_PROXY_CACHE_SEC_MAX (the loader's bound
  * too): a larger max-age made the deadline in ms wrap, and the entry was
  * born expired. */
-int64_t fd_proxy_cache_valid_for(const fd_http_header_t *f, unsigned nf,
+int64_t fd_proxy_cache_valid_for(const fd_api_field_t *f, unsigned nf,
                                  int status,
                                  const fd_proxy_cache_valid_t *valid,
                                  unsigned nvalid, time_t now, int auth,
@@ -240,7 +240,8 @@ static int parse_valid(fd_conf_t *cf, proxy_loc_conf_t *lc, const char *v)
 }
 
 static int compile_list(fd_conf_t *cf, fd_conf_list_t *l,
-                        fd_var_script_t **out, unsigned *n, const char *what)
+                        const fd_api_script_t ***out, unsigned *n,
+                        const char *what)
 {
     unsigned i;
 
@@ -250,8 +251,8 @@ static int compile_list(fd_conf_t *cf, fd_conf_list_t *l,
     if ((*out = fd_pcalloc(cf->pool, l->n * sizeof(**out))) == NULL)
         return fd_conf_error(cf, "out of memory");
     for (i = 0; i < l->n; i++)
-        if (fd_var_compile(cf, &(*out)[i], l->items[i], strlen(l->items[i]),
-                           0, what) != FD_OK)
+        if (((*out)[i] = fd_proxy_script(cf, l->items[i], strlen(l->items[i]),
+                                         what)) == NULL)
             return FD_ERROR;
     return FD_OK;
 }
@@ -272,8 +273,8 @@ int fd_proxy_cache_init_conf(fd_conf_t *cf, proxy_loc_conf_t *lc)
         return fd_conf_error(cf, "unknown cache \"%s\" (no [cache %s] "
                              "section)", lc->cache_name, lc->cache_name);
     fd_conf_at_key(cf, lc, "proxy_cache_key");
-    if (fd_var_compile(cf, &lc->cache_key, key, strlen(key), 0,
-                       "proxy_cache_key") != FD_OK)
+    if ((lc->cache_key = fd_proxy_script(cf, key, strlen(key),
+                                         "proxy_cache_key")) == NULL)
         return FD_ERROR;
     fd_conf_at_key(cf, lc, "proxy_cache_valid");
     for (i = 0; i < lc->cache_valid.n; i++)
@@ -377,12 +378,14 @@ int fd_proxy_cache_init_conf(fd_conf_t *cf, proxy_loc_conf_t *lc)
 /* --- a request: lookup and HIT ------------------------------------------- */
 
 /* any value non-empty and not "0" */
-static int any_true(fd_request_t *r, const fd_var_script_t *s, unsigned n)
+static int any_true(fd_request_t *r, const fd_api_script_t *const *s,
+                    unsigned n)
 {
+    char tmp[FD_API_VAR_TMP];
     fd_str_t v;
 
     for (unsigned i = 0; i < n; i++)
-        if (fd_var_eval_str(r, &s[i], FD_VAR_ESC_NONE, &v) == FD_OK &&
+        if (fd_req_script_eval(r, s[i], NULL, tmp, &v) == FD_OK &&
             v.len && !(v.len == 1 && v.data[0] == '0'))
             return 1;
     return 0;
@@ -399,43 +402,43 @@ static int any_true(fd_request_t *r, const fd_var_script_t *s, unsigned n)
  * entry exists per value set, each found by two lookups at most.
  */
 static void variant_line(const fd_api_http_req_t *in, fd_str_t name,
-                         fd_sbuf_t *sb)
+                         fd_api_sbuf_t *sb)
 {
     int first = 1;
 
     for (size_t k = 0; k < name.len; k++)
-        fd_sbuf_addc(sb, fd_tolower(name.data[k]));
-    fd_sbuf_addc(sb, ':');
+        fd_api_sbuf_addc(sb, fd_tolower(name.data[k]));
+    fd_api_sbuf_addc(sb, ':');
     for (unsigned i = 0; i < in->nfields; i++)
         if (fd_str_caseeq(in->fields[i].name, name.data, name.len) &&
             in->fields[i].name.len == name.len) {
             if (!first)
-                fd_sbuf_addc(sb, ',');
-            fd_sbuf_add_str(sb, in->fields[i].value);
+                fd_api_sbuf_addc(sb, ',');
+            fd_api_sbuf_add(sb, in->fields[i].value.data,
+                            in->fields[i].value.len);
             first = 0;
         }
-    fd_sbuf_addc(sb, '\n');
+    fd_api_sbuf_addc(sb, '\n');
 }
 
 /* key NUL variant, the variant of r for the names of the Vary fields in
  * f (from_vary), or of an entry's variant v: its NULL string on failure */
-static fd_str_t variant_key(fd_proxy_cache_req_t *cr, const fd_http_header_t *f,
+static fd_str_t variant_key(fd_proxy_cache_req_t *cr, const fd_api_field_t *f,
                             unsigned nf, fd_str_t v)
 {
-    fd_request_t *r = cr->r;
+    fd_api_sbuf_t *sb = fd_req_sbuf(cr->r, cr->key.len + 128);
     fd_str_t n;
-    fd_sbuf_t sb;
     size_t i;
 
-    if (fd_sbuf_init(&sb, r->pool, cr->key.len + 128) != FD_OK)
+    if (sb == NULL)
         return fd_null_string;
-    fd_sbuf_add_str(&sb, cr->key);
-    fd_sbuf_addc(&sb, '\0');
+    fd_api_sbuf_add(sb, cr->key.data, cr->key.len);
+    fd_api_sbuf_addc(sb, '\0');
     if (f) {
         for (unsigned k = 0; k < nf; k++)
             if (fd_str_caseeq_lit(f[k].name, "vary"))
                 for (i = 0; vary_name(f[k].value, &i, &n);)
-                    variant_line(&cr->px->in, n, &sb);
+                    variant_line(&cr->px->in, n, sb);
     } else {
         for (i = 0; i < v.len;) {
             const char *colon = memchr(v.data + i, ':', v.len - i);
@@ -445,11 +448,11 @@ static fd_str_t variant_key(fd_proxy_cache_req_t *cr, const fd_http_header_t *f,
             if (nl == NULL)
                 return fd_null_string;
             variant_line(&cr->px->in, (fd_str_t){(size_t)(colon - (v.data + i)),
-                                       v.data + i}, &sb);
+                                       v.data + i}, sb);
             i = (size_t)(nl - v.data) + 1;
         }
     }
-    return fd_sbuf_failed(&sb) ? fd_null_string : fd_sbuf_str(&sb);
+    return fd_api_sbuf_failed(sb) ? fd_null_string : fd_api_sbuf_str(sb);
 }
 
 /* The entry's key is this request's: the key itself, the vkey of a
@@ -515,7 +518,7 @@ static open_entry_t *open_entry(fd_proxy_cache_req_t *cr, uint64_t gen)
     fd = open(p, O_RDONLY | O_CLOEXEC);
     if (fd == -1) {
         if (errno != ENOENT)
-            fd_log_error(FD_LOG_ERR, errno, "open(\"%s\") failed", p);
+            fd_api_log(FD_API_LOG_ERR, errno, "open(\"%s\") failed", p);
         fd_proxy_cache_index_forget(c, cr->md5, gen);
         return NULL;
     }
@@ -543,8 +546,8 @@ static open_entry_t *open_entry(fd_proxy_cache_req_t *cr, uint64_t gen)
     return oe;
 
 bad:
-    fd_log_error(FD_LOG_WARN, 0, "cache \"%s\": \"%s\" is not a whole "
-                 "entry: removed", c->name, p);
+    fd_api_log(FD_API_LOG_WARN, 0, "cache \"%s\": \"%s\" is not a whole "
+               "entry: removed", c->name, p);
     fd_proxy_cache_index_forget(c, cr->md5, gen);
     unlink(p);
     open_release(oe);
@@ -651,6 +654,15 @@ static int entry_field(char **q, char *end, fd_str_t *name, fd_str_t *value)
     return 1;
 }
 
+/* "Name: value\r\n" */
+static void add_field(fd_api_sbuf_t *sb, fd_str_t name, fd_str_t value)
+{
+    fd_api_sbuf_add(sb, name.data, name.len);
+    fd_api_sbuf_add(sb, ": ", 2);
+    fd_api_sbuf_add(sb, value.data, value.len);
+    fd_api_sbuf_add(sb, "\r\n", 2);
+}
+
 /*
  * Serve the entry (generation gen) into r, on the API's calls for a
  * stored response: FD_OK, or FD_DECLINED when the file is missing or not
@@ -723,19 +735,21 @@ static void wait_cleanup(void *data)
 {
     fd_proxy_cache_req_t *cr = data;
 
-    if (fd_timer_armed(&cr->timer))
-        fd_timer_del(&cr->timer);
+    fd_api_timer_cancel(cr->timer);
+    cr->timer = NULL;
 }
 
+/* The client left while the request waited on another's fill: the
+ * upstream request it never started ends with it. */
 static void wait_abort(fd_request_t *r)
 {
     proxy_req_t *px = fd_proxy_req(r);
 
     if (px == NULL)
         return;
-    if (px->cr && fd_timer_armed(&px->cr->timer))
-        fd_timer_del(&px->cr->timer);
-    fd_proxy_eu(px)->done = 1;
+    if (px->cr)
+        wait_cleanup(px->cr);
+    fd_api_upstream_cancel(px->au);
 }
 
 static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms);
@@ -769,24 +783,26 @@ static void stale_keep(fd_proxy_cache_req_t *cr, uint64_t gen)
                      : fd_str_caseeq_lit(name, "last-modified")
                          ? &cr->last_modified
                          : NULL;
-        if (to && value.len &&
-            (to->data = fd_pstrdup(cr->r->pool, value.data, value.len)))
-            to->len = value.len;
+        char *d;
+        if (to && value.len && (d = fd_req_alloc(cr->r, value.len))) {
+            memcpy(d, value.data, value.len);
+            *to = (fd_str_t){value.len, d};
+        }
     }
 }
 
 /* Waiting on another's fill: look again. */
-static void wait_poll(fd_timer_t *t)
+static void wait_poll(void *data)
 {
-    fd_proxy_cache_req_t *cr = (fd_proxy_cache_req_t *)((char *)t -
-                                   offsetof(fd_proxy_cache_req_t, timer));
+    fd_proxy_cache_req_t *cr = data;
     fd_request_t *r = cr->r;
     proxy_req_t *px = cr->px;
     int rc;
 
+    cr->timer = NULL; /* freed once it fired */
     fd_log_conn_id = r->c->id;
-    r->on_abort = NULL;
-    if (fd_current_msec >= cr->wait_until) {
+    fd_req_on_abort(r, NULL);
+    if (fd_api_now_msec() >= cr->wait_until) {
         /* the lock timed out: upstream, and nothing stored (nginx) */
         cr->no_store = 1;
         px->cache_status = FD_PROXY_CACHE_MISS;
@@ -800,7 +816,7 @@ static void wait_poll(fd_timer_t *t)
             rc = FD_OK; /* a waiter never updates: not reached */
     }
     if (rc != FD_AGAIN)
-        fd_request_finish(r, rc);
+        fd_api_finish(r, rc);
     fd_log_conn_id = 0;
 }
 
@@ -821,7 +837,7 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
     if (px->in.method == FD_API_HEAD)
         lock_ms = 0;
     rc = fd_proxy_cache_index_lookup(
-        cr->cache, cr->md5, fd_current_msec, lock_ms,
+        cr->cache, cr->md5, fd_api_now_msec(), lock_ms,
         px->lc->use_stale & FD_PROXY_STALE_UPDATING
             ? px->lc->cache_lock_timeout
             : 0,
@@ -869,12 +885,15 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
         return FD_DECLINED;
     case L_WAIT:
         if (cr->wait_until == 0)
-            cr->wait_until = fd_current_msec + lock_ms;
+            cr->wait_until = fd_api_now_msec() + lock_ms;
         if (until < cr->wait_until)
             cr->wait_until = until; /* the filler's own deadline */
-        cr->timer.handler = wait_poll;
-        fd_timer_add(&cr->timer, POLL_MS);
-        r->on_abort = wait_abort;
+        if ((cr->timer = fd_api_timer(POLL_MS, wait_poll, cr)) == NULL) {
+            px->cache_status = FD_PROXY_CACHE_MISS;
+            COUNT(cr->cache, miss);
+            return 500;
+        }
+        fd_req_on_abort(r, wait_abort);
         cr->waited = 1;
         return FD_AGAIN;
     case L_FILL:
@@ -893,7 +912,7 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
                 px->cache_status = FD_PROXY_CACHE_STALE;
                 COUNT(cr->cache, stale);
                 stale_keep(cr, gen); /* and its validators, revalidating */
-                fd_http_respond_early(r);
+                fd_resp_send_early(r);
                 return FD_PROXY_CACHE_BACKGROUND;
             }
             fd_resp_reset(r);
@@ -921,24 +940,27 @@ int fd_proxy_cache_lookup(proxy_req_t *px)
     fd_request_t *r = px->r;
     proxy_loc_conf_t *lc = px->lc;
     fd_proxy_cache_req_t *cr;
-    fd_sbuf_t sb;
+    fd_api_sbuf_t *sb;
 
     /* a WebSocket upgrade is a tunnel, never an entry */
     if (!(lc->cache_methods & px->in.method) || px->upgrade)
         return FD_DECLINED;
-    cr = fd_pcalloc(r->pool, sizeof(*cr));
-    if (cr == NULL || fd_pool_cleanup_add(r->pool, wait_cleanup, cr) == NULL)
+    cr = fd_req_alloc(r, sizeof(*cr));
+    if (cr == NULL)
+        return 500;
+    memset(cr, 0, sizeof(*cr));
+    if (fd_req_cleanup(r, wait_cleanup, cr) != FD_OK)
         return 500;
     cr->cache = lc->cache;
     cr->r = r;
     cr->px = px;
     cr->tmp_fd = -1;
-    if (fd_sbuf_init(&sb, r->pool, 128) != FD_OK)
+    if ((sb = fd_req_sbuf(r, 128)) == NULL)
         return 500;
-    fd_var_eval(r, &lc->cache_key, NULL, FD_VAR_ESC_NONE, &sb);
-    if (fd_sbuf_failed(&sb))
+    fd_req_script_add(r, lc->cache_key, 0, sb);
+    if (fd_api_sbuf_failed(sb))
         return 500;
-    cr->key = fd_sbuf_str(&sb);
+    cr->key = fd_api_sbuf_str(sb);
     fd_proxy_cache_hash(cr->key.data, cr->key.len, cr->md5);
     px->cr = cr;
     cr->no_store = lc->nno_cache && any_true(r, lc->no_cache, lc->nno_cache);
@@ -1005,7 +1027,7 @@ int fd_proxy_cache_stale(proxy_req_t *px, unsigned cond)
     fd_proxy_cache_req_t *cr = px->cr;
     fd_request_t *r = px->r;
 
-    if (cr == NULL || cr->stale_gen == 0 || r->header_sent ||
+    if (cr == NULL || cr->stale_gen == 0 || fd_resp_header_sent(r) ||
         !(px->lc->use_stale & cond))
         return FD_DECLINED;
     fd_resp_reset(r);
@@ -1047,10 +1069,8 @@ static void refresh_file(fd_proxy_cache_req_t *cr, int64_t expires)
  * response goes on to the client.
  */
 int fd_proxy_cache_response(proxy_req_t *px, int status,
-                            const fd_api_field_t *af, unsigned nf)
+                            const fd_api_field_t *f, unsigned nf)
 {
-    /* the engine's fields, as the API's (fd_api_http.c) */
-    const fd_http_header_t *f = (const fd_http_header_t *)af;
     static const struct {
         int status;
         unsigned cond;
@@ -1080,8 +1100,8 @@ int fd_proxy_cache_response(proxy_req_t *px, int status,
         if (sec < 0)
             sec = 0;
         if (fd_proxy_cache_index_refresh(cr->cache, cr->md5, cr->stale_gen,
-                                         fd_current_msec,
-                                         fd_current_msec +
+                                         fd_api_now_msec(),
+                                         fd_api_now_msec() +
                                              (uint64_t)sec * 1000))
             refresh_file(cr, fd_current_sec + sec);
         store_abandon(cr);
@@ -1113,8 +1133,8 @@ static void store_warn(fd_proxy_cache_req_t *cr, int err, const char *what)
     if (fd_current_sec == last_warn)
         return;
     last_warn = fd_current_sec;
-    fd_log_error(FD_LOG_WARN, err, "cache \"%s\": %s \"%s\" failed",
-                 cr->cache->name, what, cr->tmp_path ? cr->tmp_path : "");
+    fd_api_log(FD_API_LOG_WARN, err, "cache \"%s\": %s \"%s\" failed",
+               cr->cache->name, what, cr->tmp_path ? cr->tmp_path : "");
 }
 
 static void store_abandon(fd_proxy_cache_req_t *cr)
@@ -1157,9 +1177,10 @@ static int open_tmp(fd_proxy_cache_req_t *cr)
 
     n = fd_proxy_cache_file(p, sizeof(p), c->path, c->levels, c->nlevels,
                             cr->md5, &dl);
-    if (n == 0 || (cr->final_path = fd_pstrdup(r->pool, p, n)) == NULL ||
-        (cr->tmp_path = fd_pnalloc(r->pool, n + 32)) == NULL)
+    if (n == 0 || (cr->final_path = fd_req_alloc(r, n + 1)) == NULL ||
+        (cr->tmp_path = fd_req_alloc(r, n + 32)) == NULL)
         return FD_ERROR;
+    memcpy(cr->final_path, p, n + 1);
     snprintf(cr->tmp_path, n + 32, "%s.%d.%u.tmp", p, (int)getpid(), ++seq);
     fd = open(cr->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd == -1 && errno == ENOENT) {
@@ -1189,7 +1210,7 @@ static int open_tmp(fd_proxy_cache_req_t *cr)
  * vary on other fields than the entry that sent us there), and one that
  * no longer varies goes back to the primary.
  */
-static int store_key(fd_proxy_cache_req_t *cr, const fd_http_header_t *f,
+static int store_key(fd_proxy_cache_req_t *cr, const fd_api_field_t *f,
                      unsigned nf, fd_str_t *key)
 {
     uint8_t md5[16];
@@ -1222,18 +1243,17 @@ static int store_key(fd_proxy_cache_req_t *cr, const fd_http_header_t *f,
  * it may be kept. Its fields as the client gets them (hidden and
  * hop-by-hop ones are gone; add_header comes at sending time).
  */
-void fd_proxy_cache_header(proxy_req_t *px, const fd_api_field_t *af,
+void fd_proxy_cache_header(proxy_req_t *px, const fd_api_field_t *f,
                            unsigned nf, int64_t content_length)
 {
-    const fd_http_header_t *f = (const fd_http_header_t *)af;
     fd_proxy_cache_req_t *cr = px->cr;
     fd_request_t *r = px->r;
     proxy_loc_conf_t *lc = px->lc;
     const void *it = NULL;
     file_head_t fh = {.magic = FILE_MAGIC};
-    fd_str_t key, ct, name, value;
-    fd_sbuf_t sb;
-    int auth = 0;
+    fd_str_t key, ct, name, value, head;
+    fd_api_sbuf_t *sb;
+    int auth = 0, status = fd_resp_get_status(r);
 
     if (cr == NULL)
         return;
@@ -1241,7 +1261,7 @@ void fd_proxy_cache_header(proxy_req_t *px, const fd_api_field_t *af,
     if (cr->no_store || px->in.method != FD_API_GET ||
         px->framing == FR_NONE ||
         (cr->valid_sec = fd_proxy_cache_valid_for(
-             f, nf, r->status, lc->valid, lc->nvalid, fd_current_sec,
+             f, nf, status, lc->valid, lc->nvalid, fd_current_sec,
              auth, lc->cache_ignore)) <= 0) {
         store_abandon(cr);
         return;
@@ -1250,27 +1270,28 @@ void fd_proxy_cache_header(proxy_req_t *px, const fd_api_field_t *af,
                                        : UINT64_MAX;
     if (store_key(cr, f, nf, &key) != FD_OK)
         goto failed;
-    if (fd_sbuf_init(&sb, r->pool, 512 + key.len) != FD_OK)
+    if ((sb = fd_req_sbuf(r, 512 + key.len)) == NULL)
         goto failed;
-    fd_sbuf_add(&sb, (const char *)&fh, sizeof(fh));
-    fd_sbuf_add_str(&sb, key);
+    fd_api_sbuf_add(sb, &fh, sizeof(fh));
+    fd_api_sbuf_add(sb, key.data, key.len);
     ct = fd_resp_get_content_type(r);
     if (ct.len)
-        fd_sbuf_add_header(&sb, fd_string("Content-Type"), ct);
+        add_field(sb, fd_string("Content-Type"), ct);
     while (fd_resp_field_next(r, &it, &name, &value))
-        fd_sbuf_add_header(&sb, name, value);
-    if (fd_sbuf_failed(&sb))
+        add_field(sb, name, value);
+    if (fd_api_sbuf_failed(sb))
         goto failed;
-    fh.status = (uint32_t)r->status;
+    head = fd_api_sbuf_str(sb);
+    fh.status = (uint32_t)status;
     fh.key_len = (uint32_t)key.len;
-    fh.fields_len = (uint32_t)(fd_sbuf_len(&sb) - sizeof(fh) - key.len);
+    fh.fields_len = (uint32_t)(head.len - sizeof(fh) - key.len);
     fh.date = fd_current_sec;
     fh.expires = fd_current_sec + cr->valid_sec;
-    memcpy(sb.start, &fh, sizeof(fh));
+    memcpy(fd_api_sbuf_data(sb), &fh, sizeof(fh));
     if (open_tmp(cr) != FD_OK)
         goto failed;
-    cr->head_len = fd_sbuf_len(&sb);
-    if (write_all(cr->tmp_fd, sb.start, fd_sbuf_len(&sb)) != FD_OK) {
+    cr->head_len = head.len;
+    if (write_all(cr->tmp_fd, head.data, head.len) != FD_OK) {
         store_warn(cr, errno, "write()");
         goto failed;
     }
@@ -1337,8 +1358,8 @@ void fd_proxy_cache_end(proxy_req_t *px, int whole)
     }
     cr->storing = 0;
     cr->filler = 0; /* commit() turns the filling entry ready */
-    fd_proxy_cache_index_commit(cr->cache, cr->md5, fd_current_msec,
-           fd_current_msec + (uint64_t)cr->valid_sec * 1000,
+    fd_proxy_cache_index_commit(cr->cache, cr->md5, fd_api_now_msec(),
+           fd_api_now_msec() + (uint64_t)cr->valid_sec * 1000,
            cr->head_len + bl);
     COUNT(cr->cache, stored);
     return;

@@ -7,10 +7,6 @@
 #define FD_PROXY_CACHE_INT_H
 
 #include "fd_proxy.h"
-#include "fd_upstream_proto.h"
-
-/* The engine's request under px->au: the cache is not on the API */
-#define fd_proxy_eu(px) fd_upstream_api_engine((px)->au)
 
 #define WAYS 8
 #define POLL_MS 10
@@ -105,7 +101,7 @@ struct fd_proxy_cache_req_s {
     uint64_t body_len;
     uint64_t want_len;        /* Content-Length; UINT64_MAX: none */
     int64_t valid_sec;
-    fd_timer_t timer;
+    fd_api_timer_t *timer;    /* the next look while waiting on a fill */
     uint64_t wait_until;
 };
 

@@ -453,8 +453,8 @@ static int set_hide_header(fd_conf_t *cf, const fd_directive_t *d,
 
 /* A value with $variables compiled as fd_api_script_compile() makes it:
  * the request side reads it through the API (fd_req_script_add). */
-static const fd_api_script_t *script(fd_conf_t *cf, const char *v, size_t n,
-                                     const char *what)
+const fd_api_script_t *fd_proxy_script(fd_conf_t *cf, const char *v,
+                                       size_t n, const char *what)
 {
     fd_var_script_t *s = fd_pcalloc(cf->pool, sizeof(*s));
 
@@ -515,7 +515,7 @@ static int set_redirect(fd_conf_t *cf, const fd_directive_t *d, void *conf,
         return FD_ERROR;
     rd->from = (fd_str_t){(size_t)(sp - v),
                           fd_pstrdup(cf->pool, v, (size_t)(sp - v))};
-    rd->to = script(cf, to, strlen(to), "proxy_redirect");
+    rd->to = fd_proxy_script(cf, to, strlen(to), "proxy_redirect");
     return rd->to ? FD_OK : FD_ERROR;
 }
 
@@ -676,7 +676,8 @@ static int init_conf(fd_conf_t *cf, fd_http_loc_t *loc,
             if ((uint8_t)v[k] < 0x20 && v[k] != '\t')
                 return fd_conf_error(cf, "\"set_header\": control character "
                                      "in \"%s\"", s);
-        if ((h->script = script(cf, v, h->value.len, "set_header")) == NULL)
+        if ((h->script = fd_proxy_script(cf, v, h->value.len,
+                                         "set_header")) == NULL)
             return FD_ERROR;
         if (fd_str_caseeq_lit(h->name, "connection") ||
             fd_str_caseeq_lit(h->name, "transfer-encoding") ||

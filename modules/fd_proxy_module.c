@@ -6,11 +6,11 @@
  * parser. The request side (the client's fields, the upstream request,
  * the response) is on the public API alone (1.8), and so are the group,
  * the TLS client and the keys that make them (fd_proxy_conf.c); the
- * module's descriptor, its other keys' table, its variable and part of
- * the cache (fd_proxy_cache.c: its section, index and figures, the wait
- * for a fill, which reaches the engine's request through fd_proxy_eu(),
- * and the background update) are still the engine's: they move next
- * (issue 41). The cache's HIT and store are on the API (1.9).
+ * module's descriptor, its other keys' table, its variable and the
+ * cache's configuration, section, index and figures are still the
+ * engine's: they move next (issue 41). The cache's request side (its
+ * lookup, wait for a fill, HIT, background update and store) is on the
+ * API (1.9).
  *
  * The file reads in the order a request goes through it:
  *   1. worker setup (the location keys are fd_proxy_conf.c's);
@@ -911,6 +911,9 @@ int fd_proxy_start(proxy_req_t *px)
 
 /* --- 5. variables ------------------------------------------------------ */
 
+/* r's proxy request when its location is the proxy's: a variable is read
+ * on any request. The engine's descriptor check until the module has an
+ * API descriptor; then fd_req_handler_is(r, FD_API_SELF) (1.9). */
 static proxy_req_t *request_px(fd_request_t *r)
 {
     if (r == NULL || r->loc == NULL || r->loc->handler != &fd_proxy_module)

@@ -21,6 +21,8 @@ use FastdTest;
 use ApiModule;
 use File::Temp qw(tempdir);
 use Test::More;
+use IO::Socket::INET;
+use Time::HiRes qw(time);
 
 my $root = FastdTest::root();
 my $t = FastdTest->new(conf => 'placeholder');
@@ -54,7 +56,11 @@ sub conf {
             . "[location ~* \\.CI\$]\nhandler = where\n\n"
             . "[location /put/]\nhandler = spool\nspool = up\n\n"
             . "[location /stored]\nhandler = stored\nspool = up\n\n"
-            . "[location = /fields]\nhandler = fields\n\n"
+            . "[location = /fields]\nhandler = fields\n"
+            . "add_header = X-Spool \$spool_handled always\n\n"
+            . "[location = /other]\nhandler = plaintext\n"
+            . "add_header = X-Spool \$spool_handled always\n\n"
+            . "[location = /early]\nhandler = early\n\n"
             . ($o{locations} // ''),
         extra => "[spool up]\npath = " . ($o{path} // "$base/a/b/c") . "\n");
 }
@@ -170,6 +176,38 @@ for (['POST', 4], ['HEAD', 2], ['PATCH', 64], ['PROPFIND', 128]) {
     $r = $t->http("$m /fields HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
     is($r && $r->header('x-method'), $bit,
        "fd_api_http_req_t.method: $m is $bit");
+}
+
+# fd_req_handler_is: the module's variable where its handler answers (a
+# handler of its by name) and where another's does
+$r = $t->get('/fields');
+is($r && $r->header('x-spool'), 'yes', 'fd_req_handler_is: the module\'s');
+$r = $t->get('/other');
+is($r && $r->header('x-spool'), 'no', '... another module\'s: no');
+
+# fd_resp_send_early: the answer leaves at once, the request ends 3 s
+# later, and only then does the connection take its next request
+{
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                  PeerPort => $t->port) or die "connect: $!";
+    my $t0 = time;
+    syswrite($s, "GET /early HTTP/1.1\r\nHost: x\r\n\r\n"
+                 . "GET /fields HTTP/1.1\r\nHost: x\r\n"
+                 . "Connection: close\r\n\r\n");
+    my ($buf, $first) = ('', undef);
+    while (time < $t0 + 30) {
+        my $rin = '';
+        vec($rin, fileno($s), 1) = 1;
+        last unless select($rin, undef, undef, $t0 + 30 - time);
+        last unless sysread($s, $buf, 65536, length $buf);
+        $first //= time - $t0 if $buf =~ /\r\n\r\nearly\n/;
+    }
+    my $all = time - $t0;
+    close $s;
+    like($buf, qr{^HTTP/1.1 200.*?\r\n\r\nearly\nHTTP/1.1 200}s,
+         'fd_resp_send_early: the answer, then the next request\'s');
+    cmp_ok($first // 99, '<', 2.5, '... the first before its request ended');
+    cmp_ok($all, '>=', 2.9, '... the second after it');
 }
 $t->stop;
 

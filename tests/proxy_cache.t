@@ -483,6 +483,35 @@ sub concurrent {
            . 'another (10 x 0.3 s would be 3 s)');
 }
 {
+    # a waiter's client leaves while the fill goes on: the upstream request
+    # it never started ends with it (fd_api_upstream_cancel), and the fill
+    # is stored for the next one
+    $be->reset_log;
+    my $f = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $t->port,
+                                  Proto => 'tcp') or die "connect: $!";
+    syswrite($f, "GET /slow/left HTTP/1.1\r\nHost: localhost\r\n"
+                 . "Connection: close\r\n\r\n");
+    my $deadline = time + 10;
+    sleep 0.02 while $be->requests < 1 && time < $deadline;
+    my $w = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $t->port,
+                                  Proto => 'tcp') or die "connect: $!";
+    syswrite($w, "GET /slow/left HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    sleep 0.1; # at the worker's by then; a waiter still for 0.2 s
+    close $w;
+    my $buf = '';
+    while (time < $deadline) {
+        my $rin = '';
+        vec($rin, fileno($f), 1) = 1;
+        last unless select($rin, undef, undef, $deadline - time);
+        last unless sysread($f, $buf, 65536, length $buf);
+    }
+    close $f;
+    like($buf, qr{^HTTP/1.1 200.*X-Cache-Status: MISS}s,
+         'the filler is answered after its waiter left');
+    is(cs(get('/slow/left')), 'HIT', '... the fill stored');
+    is($be->requests, 1, '... and the waiter that left never went upstream');
+}
+{
     # without the lock (location /), two workers fill the same key at once
     $be->reset_log;
     my ($st, $bodies) = concurrent('/c/race', 20);

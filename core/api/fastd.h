@@ -1610,6 +1610,26 @@ int fd_resp_field_next(fd_request_t *r, const void **it, fd_str_t *name,
                        fd_str_t *value);
 int64_t fd_api_http_time(const char *s, size_t n);
 
+/* --- 1.9: a response sent before the request ends (the proxy's cache) --- */
+
+/*
+ * fd_resp_send_early(r): the response set so far goes to the client now,
+ * whole, and the request goes on (a cache's stale entry answered while
+ * the module updates it): the module ends r later, from the loop, with
+ * fd_api_finish(), whose result sends nothing more. Over HTTP/1.1 the
+ * connection takes its next request only then; over HTTP/2 and HTTP/3
+ * the stream ends at once and the request outlives it. From a handler
+ * that then returns FD_AGAIN, before the header is sent; nothing for a
+ * subrequest (its response is its end).
+ */
+void fd_resp_send_early(fd_request_t *r);
+
+/* 1 when r's location is handled by the module self (handler = its name,
+ * or one of its handlers' names), 0 otherwise: a module's variable or
+ * hook that reads its handler's per-request state asks first. A compare,
+ * no lookup. */
+int fd_req_handler_is(fd_request_t *r, const fd_api_module_t *self);
+
 #ifdef __cplusplus
 }
 #endif

@@ -453,6 +453,15 @@ int fd_api_upstream_conf_tls(fd_api_upstream_conf_t *c,
  * ([upstream] proxy_protocol). */
 int fd_api_upstream_proxy_protocol(const fd_api_upstream_t *up);
 
+/* --- 1.9: a request that never started (the proxy's cache) --- */
+
+/* From the module's on_abort (fd_req_on_abort) while it holds u's request
+ * before fd_api_upstream_start() (a cache's wait on another request's
+ * fill): the client left, u ends with it, without a try: the protocol's
+ * release hook runs, and nothing of the engine's reaches u after. Nothing
+ * for a request that ended already. */
+void fd_api_upstream_cancel(fd_api_upstream_req_t *u);
+
 #ifdef __cplusplus
 }
 #endif

@@ -142,6 +142,11 @@ int fd_resp_header_sent(fd_request_t *r)
     return r->header_sent;
 }
 
+void fd_resp_send_early(fd_request_t *r)
+{
+    fd_http_respond_early(r);
+}
+
 void fd_req_nodelay(fd_request_t *r)
 {
     int one = 1;

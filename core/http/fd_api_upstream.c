@@ -301,6 +301,11 @@ fd_upstream_req_t *fd_upstream_api_engine(fd_api_upstream_req_t *u)
     return &A(u)->u;
 }
 
+void fd_api_upstream_cancel(fd_api_upstream_req_t *u)
+{
+    fd_upstream_req_cancel(&A(u)->u);
+}
+
 int fd_api_upstream_body_raw(fd_api_upstream_req_t *au)
 {
     fd_upstream_req_t *u = &A(au)->u;

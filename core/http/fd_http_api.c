@@ -1486,6 +1486,11 @@ int fd_req_script_eval(fd_request_t *r, const fd_api_script_t *s,
     return FD_OK;
 }
 
+int fd_req_handler_is(fd_request_t *r, const fd_api_module_t *self)
+{
+    return r->loc != NULL && r->loc->handler == fd_modules[self->id];
+}
+
 /* a bit a module index: fd_dso.c loads no module past the 64th */
 int fd_req_first(fd_request_t *r, const fd_api_module_t *self)
 {

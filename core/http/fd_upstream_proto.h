@@ -210,6 +210,8 @@ int fd_upstream_req_invalid(fd_upstream_req_t *u, const char *why);
 int fd_upstream_req_fail(fd_upstream_req_t *u, int status);
 /* The upstream side is over: the request ends with rc. FD_DONE. */
 int fd_upstream_req_end(fd_upstream_req_t *u, int rc);
+/* u, never started, ends without a try (fd_api_upstream_cancel) */
+void fd_upstream_req_cancel(fd_upstream_req_t *u);
 /* A mux's try failed (ft: FD_UPSTREAM_NEXT_ERROR or _TIMEOUT): counted
  * against the server, then the next one or the error page. FD_DONE when
  * the request is over. */

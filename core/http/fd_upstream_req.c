@@ -853,6 +853,15 @@ static void req_drain(fd_request_t *r)
         req_read(u);
 }
 
+/* fd_api_upstream_cancel(): a request never started ends with its client */
+void fd_upstream_req_cancel(fd_upstream_req_t *u)
+{
+    if (u->done)
+        return;
+    req_release(u, 0);
+    u->done = 1;
+}
+
 /* r->on_abort: the client closed; drop the upstream connection. */
 static void req_abort(fd_request_t *r)
 {

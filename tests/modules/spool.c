@@ -27,6 +27,12 @@
  * fields and answers them as fd_resp_field_next() walks them, then what
  * fd_api_http_time() makes of its X-Date request fields, and the
  * method's bit (fd_api_http_req_t.method).
+ *
+ * $spool_handled is "yes" where the location's handler is the module's
+ * (spool, where, stored, fields, early), "no" elsewhere
+ * (fd_req_handler_is); handler = early answers "early\n" at once
+ * (fd_resp_send_early) and ends the request 3 s later (fd_api_finish from
+ * a timer).
  */
 #include <errno.h>
 #include <stdint.h>
@@ -211,10 +217,37 @@ static int fields_handler(fd_request_t *r)
     return fd_resp_body(r, out, n);
 }
 
+static void early_end(void *data)
+{
+    fd_api_finish(data, FD_OK);
+}
+
+static int early_handler(fd_request_t *r)
+{
+    fd_resp_status(r, 200);
+    fd_resp_content_type(r, (fd_str_t){10, "text/plain"});
+    if (fd_resp_body(r, "early\n", 6) != FD_OK)
+        return 500;
+    fd_resp_send_early(r);
+    return fd_api_timer(3000, early_end, r) ? FD_AGAIN : FD_OK;
+}
+
+static fd_str_t v_handled(fd_request_t *r, char *tmp)
+{
+    (void)tmp;
+    return fd_req_handler_is(r, FD_API_SELF) ? (fd_str_t){3, "yes"}
+                                             : (fd_str_t){2, "no"};
+}
+
+static const fd_api_var_t spool_vars[] = {
+    {.name = "spool_handled", .get = v_handled},
+    {.name = NULL}};
+
 static const fd_api_handler_t spool_handlers[] = {
     {.name = "where", .handler = where_handler},
     {.name = "stored", .handler = stored_handler},
     {.name = "fields", .handler = fields_handler, .methods = FD_API_ANY},
+    {.name = "early", .handler = early_handler},
     {.name = NULL}};
 
 FD_API_MODULE = {
@@ -226,4 +259,5 @@ FD_API_MODULE = {
     .handler = spool_handler,
     .handlers = spool_handlers,
     .section = &spool_section,
+    .vars = spool_vars,
 };

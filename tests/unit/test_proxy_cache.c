@@ -103,7 +103,7 @@ static void keys(void)
 
 static unsigned ignore;
 
-static int64_t fresh(const fd_http_header_t *f, unsigned nf, int status,
+static int64_t fresh(const fd_api_field_t *f, unsigned nf, int status,
                      int auth)
 {
     static const fd_proxy_cache_valid_t valid[] = {{200, 600}, {0, 5}};
@@ -114,30 +114,30 @@ static int64_t fresh(const fd_http_header_t *f, unsigned nf, int status,
 
 static void freshness(void)
 {
-    fd_http_header_t none[1] = {H("X-A", "1")};
-    fd_http_header_t ma[] = {H("Cache-Control", "public, max-age=30")};
-    fd_http_header_t sma[] = {H("cache-control", "max-age=30, s-maxage=90")};
-    fd_http_header_t ns[] = {H("Cache-Control", "no-store")};
-    fd_http_header_t nc[] = {H("Cache-Control", "max-age=30,no-cache")};
-    fd_http_header_t pr[] = {H("Cache-Control", "private")};
-    fd_http_header_t ma0[] = {H("Cache-Control", "max-age=0")};
-    fd_http_header_t xae[] = {H("Cache-Control", "no-store"),
+    fd_api_field_t none[1] = {H("X-A", "1")};
+    fd_api_field_t ma[] = {H("Cache-Control", "public, max-age=30")};
+    fd_api_field_t sma[] = {H("cache-control", "max-age=30, s-maxage=90")};
+    fd_api_field_t ns[] = {H("Cache-Control", "no-store")};
+    fd_api_field_t nc[] = {H("Cache-Control", "max-age=30,no-cache")};
+    fd_api_field_t pr[] = {H("Cache-Control", "private")};
+    fd_api_field_t ma0[] = {H("Cache-Control", "max-age=0")};
+    fd_api_field_t xae[] = {H("Cache-Control", "no-store"),
                               H("X-Accel-Expires", "7")};
-    fd_http_header_t xae0[] = {H("X-Accel-Expires", "0"),
+    fd_api_field_t xae0[] = {H("X-Accel-Expires", "0"),
                                H("Cache-Control", "max-age=30")};
-    fd_http_header_t xaeat[] = {H("X-Accel-Expires", "@1000100")};
-    fd_http_header_t ck[] = {H("Set-Cookie", "a=1"),
+    fd_api_field_t xaeat[] = {H("X-Accel-Expires", "@1000100")};
+    fd_api_field_t ck[] = {H("Set-Cookie", "a=1"),
                              H("Cache-Control", "max-age=30")};
-    fd_http_header_t vary[] = {H("Vary", "Accept-Encoding")};
+    fd_api_field_t vary[] = {H("Vary", "Accept-Encoding")};
     /* 1000000 is Mon, 12 Jan 1970 13:46:40 GMT */
-    fd_http_header_t ex[] = {H("Expires", "Mon, 12 Jan 1970 13:47:40 GMT")};
-    fd_http_header_t expast[] = {H("Expires", "Mon, 12 Jan 1970 13:45:40 GMT")};
-    fd_http_header_t exbad[] = {H("Expires", "0")};
-    fd_http_header_t exma[] = {H("Expires", "Mon, 12 Jan 1970 13:47:40 GMT"),
+    fd_api_field_t ex[] = {H("Expires", "Mon, 12 Jan 1970 13:47:40 GMT")};
+    fd_api_field_t expast[] = {H("Expires", "Mon, 12 Jan 1970 13:45:40 GMT")};
+    fd_api_field_t exbad[] = {H("Expires", "0")};
+    fd_api_field_t exma[] = {H("Expires", "Mon, 12 Jan 1970 13:47:40 GMT"),
                                H("Cache-Control", "max-age=5")};
-    fd_http_header_t pub[] = {H("Cache-Control", "public")};
-    fd_http_header_t maq[] = {H("Cache-Control", "max-age=\"40\"")};
-    fd_http_header_t nomatch[] = {H("Cache-Control", "max-ages=40")};
+    fd_api_field_t pub[] = {H("Cache-Control", "public")};
+    fd_api_field_t maq[] = {H("Cache-Control", "max-age=\"40\"")};
+    fd_api_field_t nomatch[] = {H("Cache-Control", "max-ages=40")};
 
     is_int(fresh(none, 1, 200, 0), 600, "nothing said: proxy_cache_valid 200");
     is_int(fresh(none, 1, 404, 0), 5, "... any, for a 404");
@@ -158,7 +158,7 @@ static void freshness(void)
     is_int(fresh(ck, 2, 200, 0), 0, "Set-Cookie: never stored");
     is_int(fresh(vary, 1, 200, 0), 600, "Vary: stored (a variant)");
     {
-        fd_http_header_t star[] = {H("Vary", "Accept-Encoding, *")};
+        fd_api_field_t star[] = {H("Vary", "Accept-Encoding, *")};
         is_int(fresh(star, 1, 200, 0), 0, "Vary: * never stored");
     }
     is_int(fresh(ex, 1, 200, 0), 60, "Expires in 60 s");
