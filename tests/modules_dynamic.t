@@ -151,7 +151,7 @@ $d->write_conf(FastdTest::base_conf(main => { load_module => [@loads] },
         or diag($o);
     # automatic HTTPS: [acme NAME] and ssl_certificate = acme:NAME are
     # the loaded module's (fastd_tls.h)
-    my $https = FastdTest::free_port();
+    my $https = $d->another_port; # not the [server] base_conf adds
     my $acme = "[acme le]\ndirectory = https://127.0.0.1:9/dir\n"
              . "accept_terms = on\nstate_path = %%DIR%%/acme\n\n"
              . "[server]\nlisten = 127.0.0.1:$https ssl\n"
