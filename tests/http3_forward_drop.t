@@ -34,33 +34,15 @@ my $t = FastdTest->new;
 my $dir = $t->dir;
 my $pki = TLS->new($dir);
 my $cert = $pki->server('localhost');
-make_path("$dir/www", "$dir/dl");
-my $file = join '', map { pack('N', $_ * 2654435761 % 4294967296) }
-                        1 .. 500_000; # 2 MB: 8 s at the rate
-FastdTest::spew("$dir/www/f.bin", $file);
-$t->write_conf(<<"CONF");
-@{[ FastdTest::main_section(workers => 1) ]}
-[server]
-@{[ TLS::quic_server_keys($cert) ]}root = %%DIR%%/www
-
-[location /rated/]
-alias = %%DIR%%/www/
-limit_rate = 250k
-
-[location = /status]
-handler = status
-CONF
+make_path("$dir/dl");
+# 2 MB: 8 s at the rate
+my ($file, $server) = TLS::quic_rated_file($dir, $cert, 500_000, '250k',
+                                           status => 1);
+$t->write_conf(FastdTest::main_section(workers => 1) . $server);
 $t->start;
 my $port = $t->port;
 
-sub status {
-    my ($prom) = @_;
-    my ($rc, $out) = TLS::run([TLS::curl(), '-sk',
-        "https://127.0.0.1:$port/status"
-        . ($prom ? '?format=prometheus' : '')]);
-    return $out if $prom;
-    return eval { decode_json($out) } // {};
-}
+sub status { TLS::status($port, @_) }
 
 sub gen_pids {
     my ($s, $g) = @_;

@@ -39,31 +39,15 @@ my $t = FastdTest->new;
 my $dir = $t->dir;
 my $pki = TLS->new($dir);
 my $cert = $pki->server('localhost');
-make_path("$dir/www");
-my $file = join '', map { pack('N', $_ * 2654435761 % 4294967296) }
-                        1 .. 1_000_000; # 4 MB
-FastdTest::spew("$dir/www/f.bin", $file);
+my ($file, $server) = TLS::quic_rated_file($dir, $cert, 1_000_000, # 4 MB
+                                           '500k', status => 1);
 my $rate = 500_000;
-$t->write_conf(<<"CONF");
-@{[ FastdTest::main_section(workers => 2, level => 'debug') ]}
-[server]
-@{[ TLS::quic_server_keys($cert) ]}root = %%DIR%%/www
-
-[location /rated/]
-alias = %%DIR%%/www/
-limit_rate = 500k
-
-[location = /status]
-handler = status
-CONF
+$t->write_conf(FastdTest::main_section(workers => 2, level => 'debug')
+               . $server);
 $t->start;
 my $port = $t->port;
 
-sub status {
-    my ($rc, $out) = TLS::run([TLS::curl(), '-sk',
-                               "https://127.0.0.1:$port/status"]);
-    return eval { decode_json($out) } // {};
-}
+sub status { TLS::status($port) }
 
 # the live workers of generation $g
 sub gen_workers {

@@ -34,19 +34,10 @@ my $t = FastdTest->new;
 my $dir = $t->dir;
 my $pki = TLS->new($dir);
 my $cert = $pki->server('localhost');
-make_path("$dir/www", "$dir/dl");
-my $file = join '', map { pack('N', $_ * 2654435761 % 4294967296) }
-                        1 .. 375_000; # 1.5 MB
-FastdTest::spew("$dir/www/f.bin", $file);
-my $conf = <<"CONF";
-@{[ FastdTest::main_section(workers => 4) ]}
-[server]
-@{[ TLS::quic_server_keys($cert) ]}root = %%DIR%%/www
-
-[location /rated/]
-alias = %%DIR%%/www/
-limit_rate = 500k
-CONF
+make_path("$dir/dl");
+my ($file, $server) = TLS::quic_rated_file($dir, $cert, 375_000, # 1.5 MB
+                                           '500k');
+my $conf = FastdTest::main_section(workers => 4) . $server;
 $t->write_conf($conf);
 $t->start;
 my $port = $t->port;

@@ -19,6 +19,7 @@ package TLS;
 use strict;
 use warnings;
 
+use File::Path ();
 use File::Temp ();
 use IO::Socket::INET;
 use IO::Select;
@@ -227,6 +228,37 @@ sub quic_server_keys {
                        more => "listen = 127.0.0.1:"
                              . ($o{port} // '%%PORT%%') . " quic\n"
                              . ($o{more} // ''));
+}
+
+# The HTTP/3 tests that move a file at a set rate (a download spanning a
+# reload, a worker stopped): $words 32-bit words of a file no compression
+# or range mix-up could fake, as DIR/www/f.bin, and the [server] that
+# serves it under /rated/ at $rate (HTTPS and QUIC on %%PORT%%), with a
+# /status location when $o{status}. Returns the file's bytes and that
+# [server]'s text.
+sub quic_rated_file {
+    my ($dir, $cert, $words, $rate, %o) = @_;
+    File::Path::make_path("$dir/www");
+    my $file = join '', map { pack('N', $_ * 2654435761 % 4294967296) }
+                            1 .. $words;
+    FastdTest::spew("$dir/www/f.bin", $file);
+    my $conf = "[server]\n" . quic_server_keys($cert)
+             . "root = %%DIR%%/www\n\n[location /rated/]\n"
+             . "alias = %%DIR%%/www/\nlimit_rate = $rate\n";
+    $conf .= "\n[location = /status]\nhandler = status\n" if $o{status};
+    return ($file, $conf);
+}
+
+# GET https://127.0.0.1:$port/status: its JSON decoded ({} when it is not),
+# or with $prom the Prometheus text.
+sub status {
+    my ($port, $prom) = @_;
+    my ($rc, $out) = run([curl(), '-sk', "https://127.0.0.1:$port/status"
+                                         . ($prom ? '?format=prometheus'
+                                                  : '')]);
+    return $out if $prom;
+    require JSON::PP;
+    return eval { JSON::PP::decode_json($out) } // {};
 }
 
 # An HTTP/3 test's first skips (plan skip_all): a fastd without HTTP/3, no
