@@ -486,6 +486,11 @@ static int keys(fd_conf_t *cf, dso_t *d, const fd_api_key_t *k,
                 .type = k[i].type == FD_API_CUSTOM ? FD_CONF_CUSTOM
                                                    : FD_CONF_LIST,
                 .replace = k[i].type == FD_API_LIST_REPLACE,
+                /* 1.10: a CUSTOM key's default, given to set() first */
+                .def = d->api.api_minor >= 10 &&
+                               k[i].type == FD_API_CUSTOM
+                           ? k[i].def
+                           : NULL,
                 .set = dso_set,
                 .handler_key = !section && !phase_module(&d->api),
                 .doc = k[i].doc ? k[i].doc : ""};

@@ -1,5 +1,5 @@
 /*
- * fastd.h: the public API of fastd modules, version 1.9.
+ * fastd.h: the public API of fastd modules, version 1.10.
  *
  * Everything a module built outside the tree needs: its descriptor and
  * keys, the request, the response, asynchronous completion and logging;
@@ -21,7 +21,8 @@
  * connections below HTTP, a layer-4 proxy's (fastd_stream.h); from 1.9
  * what a cache of the module's needs: a directory the workers write in,
  * a key's old name, the location's match text, a stored response
- * answered again.
+ * answered again; from 1.10 the wall clock, and a default of a key the
+ * module parses (what the proxy's descriptor needed).
  * A module is a shared object that defines
  *
  *     FD_API_MODULE = { FD_API_HEADER, .name = "hello",
@@ -51,7 +52,7 @@ extern "C" {
 #endif
 
 #define FD_API_VERSION_MAJOR 1
-#define FD_API_VERSION_MINOR 9
+#define FD_API_VERSION_MINOR 10
 /* What must match besides the version: the size of a pointer and of the
  * structs below, which a module and fastd lay out alike only if built
  * for the same ABI (checked at load). */
@@ -92,7 +93,8 @@ enum {
     FD_API_MSEC,       /* uint64_t milliseconds: 500ms, 75s, 1m30s */
     FD_API_SIZE,       /* uint64_t bytes: 512, 8k, 1m */
     /* 1.2: parsed by the module's set() (fd_api_module_t.set); nothing
-     * is stored at offset, which is ignored */
+     * is stored at offset, which is ignored. 1.10: a CUSTOM key's def,
+     * when it has one, is given to set() (own 0) before its lines */
     FD_API_CUSTOM,     /* once a section */
     FD_API_LIST,       /* repeatable: one set() a line, lines add up */
     /* 1.5: repeatable, and the nearest section's lines replace the
@@ -670,6 +672,9 @@ void *fd_api_status_named_entry(void *entries, size_t size, unsigned n,
 /* The loop's clock: milliseconds since some fixed time, as of this loop
  * turn (no system call): for ages and intervals. */
 uint64_t fd_api_now_msec(void);
+/* 1.10: the wall clock, Unix seconds, as of this loop turn (no system
+ * call): for dates (a stored response's age and expiry). */
+int64_t fd_api_unix_sec(void);
 
 /* --- 1.3: variables compiled once ------------------------------------------ */
 

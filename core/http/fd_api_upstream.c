@@ -15,6 +15,7 @@
 #include <openssl/ssl.h>
 
 #include "fd_core.h"
+#include "fd_connection.h"
 #include "fd_cycle.h"
 #include "fd_ssl.h"
 #include "fastd_upstream.h"
@@ -335,9 +336,17 @@ int fd_api_upstream_start(fd_api_upstream_req_t *au)
 
     if (rc != FD_OK)
         return rc;
+    uint64_t id = fd_log_conn_id;
+
     a->u.hdr = (char *)out.data;
     a->u.hdr_len = out.len;
-    return fd_upstream_req_start(&a->u);
+    /* from a module's timer (a cache waiter's): what it logs names the
+     * client's connection, as the lines of a handler do */
+    if (id == 0 && a->u.r->c)
+        fd_log_conn_id = a->u.r->c->id;
+    rc = fd_upstream_req_start(&a->u);
+    fd_log_conn_id = id;
+    return rc;
 }
 
 fd_api_upstream_req_t *fd_api_upstream_of(fd_request_t *r,

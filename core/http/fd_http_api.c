@@ -412,6 +412,13 @@ void fd_api_finish(fd_request_t *r, int rc)
         r->api_finished = 1;
         return;
     }
+    if (fd_log_conn_id == 0 && r->c) {
+        /* from a module's timer or I/O: the lines name the connection */
+        fd_log_conn_id = r->c->id;
+        fd_request_finish(r, rc);
+        fd_log_conn_id = 0;
+        return;
+    }
     fd_request_finish(r, rc);
 }
 
@@ -589,6 +596,11 @@ void *fd_api_status_area(const fd_api_module_t *self)
 uint64_t fd_api_now_msec(void)
 {
     return fd_current_msec;
+}
+
+int64_t fd_api_unix_sec(void)
+{
+    return (int64_t)fd_current_sec;
 }
 
 /* --- 1.3: variables compiled once --- */
