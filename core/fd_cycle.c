@@ -239,7 +239,9 @@ static int apply_loc_entry(load_t *ld, fd_http_loc_t *loc, fd_conf_entry_t *e)
     at(ld, e);
     if (d == NULL)
         return FD_DECLINED;
-    if (d->handler_key) /* its meaning is the handler's, maybe not known yet */
+    /* its meaning is the handler's, maybe not known yet; an old name
+     * (renamed) is refused whatever the handler, at once */
+    if (d->handler_key && !d->renamed)
         return list_add(ld->cf, ld->cf->temp, &loc->handler_keys, e);
     ld->cf->own_line = own_line(loc, e);
     rc = fd_conf_set(ld->cf, d, mod == UINT_MAX ? (void *)loc

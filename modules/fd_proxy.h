@@ -7,12 +7,17 @@
 #ifndef FD_PROXY_H
 #define FD_PROXY_H
 
-#include "fastd_upstream.h"
-#include "fd_core.h"
-#include "fd_http.h"
-#include "fd_var.h"
+#include <string.h>
+#include <strings.h>
 
-extern fd_module_t fd_proxy_module;
+#include "fastd.h"
+#include "fastd_upstream.h"
+
+/* a literal's fd_str_t, a case-blind match of one, an array's length */
+#define STR(lit) ((fd_str_t){sizeof(lit) - 1, (char *)(lit)})
+#define lit_eq(s, lit)                                                       \
+    ((s).len == sizeof(lit) - 1 && strncasecmp((s).data, lit, (s).len) == 0)
+#define NELEMS(a) (sizeof(a) / sizeof((a)[0]))
 
 enum { HOST_PASS, HOST_UPSTREAM };
 
@@ -47,6 +52,12 @@ typedef struct fd_proxy_cache_req_s fd_proxy_cache_req_t;
 
 /* --- configuration (fd_proxy_conf.c) --- */
 
+/* a repeatable key's lines, in the configuration's memory */
+typedef struct {
+    const char **items;
+    unsigned n;
+} proxy_list_t;
+
 typedef struct {
     fd_str_t name;
     fd_str_t value;            /* as written */
@@ -66,15 +77,16 @@ typedef struct {
 typedef struct {
     char *upstream_name;       /* upstream = NAME */
     char *pass;                /* pass = http[s]://NAME/uri */
-    int proxy_host;
-    fd_conf_list_t set_header;
-    fd_msec_t connect_timeout; /* the options of uc */
-    fd_msec_t send_timeout;
-    fd_msec_t read_timeout;
+    char *proxy_host_src;      /* proxy_host = pass | upstream */
+    int proxy_host;            /* HOST_* */
+    proxy_list_t set_header;
+    uint64_t connect_timeout;  /* the options of uc */
+    uint64_t send_timeout;
+    uint64_t read_timeout;
     unsigned next_upstream;    /* FD_API_UPSTREAM_NEXT_* */
-    fd_int_t next_upstream_tries;
+    int64_t next_upstream_tries;
     int buffering;
-    fd_msec_t websocket_idle_timeout;
+    uint64_t websocket_idle_timeout;
     int websocket;
     fd_api_tls_client_t *tls;  /* proxy_ssl_*'s files, protocols, ciphers */
     int ssl_verify;            /* ... and its flags */
@@ -109,13 +121,9 @@ typedef struct {
     /* proxy_cache_* (fd_proxy_cache.c) */
     char *cache_name;
     char *cache_key_src;
-    fd_conf_list_t cache_valid;
     char *cache_methods_src;
-    fd_conf_list_t cache_bypass_src;
-    fd_conf_list_t no_cache_src;
-    fd_conf_list_t ignore_src;
     int cache_lock;
-    fd_msec_t cache_lock_timeout;
+    uint64_t cache_lock_timeout;
     fd_proxy_cache_t *cache;   /* NULL: no caching here */
     const fd_api_script_t *cache_key;
     fd_proxy_cache_valid_t *valid;
@@ -145,8 +153,9 @@ typedef struct {
 #define FD_PROXY_STALE_404 0x200
 #define FD_PROXY_STALE_429 0x400
 
-extern const fd_directive_t fd_proxy_directives[];
-int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf);
+extern const fd_api_key_t fd_proxy_keys[];
+int fd_proxy_set(void *conf, const char *key, const char *value, int own);
+int fd_proxy_init_conf(void *conf);
 
 /* --- a request --- */
 
@@ -226,23 +235,23 @@ enum { FD_PROXY_CACHE_NONE, FD_PROXY_CACHE_MISS, FD_PROXY_CACHE_HIT,
        FD_PROXY_CACHE_EXPIRED, FD_PROXY_CACHE_BYPASS, FD_PROXY_CACHE_STALE,
        FD_PROXY_CACHE_UPDATING, FD_PROXY_CACHE_REVALIDATED };
 
-/* the [cache NAME] section type (fd_proxy_module.also) */
-extern fd_module_t fd_proxy_cache_section;
-int fd_proxy_cache_init_conf(fd_conf_t *cf, proxy_loc_conf_t *lc);
-/* A value with $variables compiled as fd_api_script_compile() makes it
- * (fd_proxy_conf.c) */
-const fd_api_script_t *fd_proxy_script(fd_conf_t *cf, const char *v,
-                                       size_t n, const char *what);
-void fd_proxy_cache_init_worker(fd_worker_t *w, void *stats);
+/* the [cache NAME] section type (the descriptor's .section) */
+extern const fd_api_section_t fd_proxy_cache_section;
+/* proxy_cache_valid and the other repeatable keys of the cache, a line
+ * (from fd_proxy_set): FD_OK, FD_DECLINED (not one of them), FD_ERROR */
+int fd_proxy_cache_set(proxy_loc_conf_t *lc, const char *key,
+                       const char *value);
+int fd_proxy_cache_init_conf(proxy_loc_conf_t *lc);
+int fd_proxy_cache_init_worker(void);
 void fd_proxy_cache_exit_worker(void);
 #ifdef FD_FUZZ
-/* tests/fuzz/fuzz_request.c: every cache of the cycle empty, as new (its
- * files are the harness's to remove) */
-void fd_proxy_cache_fuzz_reset(fd_cycle_t *cycle);
+/* tests/fuzz/fuzz_request.c: every cache of the running configuration
+ * empty, as new (its files are the harness's to remove) */
+void fd_proxy_cache_fuzz_reset(void);
 #endif
-void fd_proxy_cache_status(fd_status_t *st, const void *area,
+void fd_proxy_cache_status(fd_api_status_t *st, const void *area,
                            unsigned worker);
-void fd_proxy_cache_status_shared(fd_status_t *st);
+void fd_proxy_cache_status_shared(fd_api_status_t *st);
 void fd_proxy_cache_retire(void *retired, const void *area);
 const char *fd_proxy_cache_status_text(int s);
 

@@ -4,18 +4,18 @@
  * and storing a response as it streams to the client. The shared index
  * and the [cache] section are in fd_proxy_cache_index.c.
  */
+#include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <openssl/evp.h>
 
-#include "fd_core.h"
-#include "fd_connection.h"
-#include "fd_cycle.h"
-#include "fd_http.h"
+#include <ctype.h>
+#include <stdlib.h>
+
 #include "fd_proxy_cache_int.h"
-#include "fd_status.h"
 
 /* --- freshness (unit tested) ------------------------------------------- */
 
@@ -63,7 +63,7 @@ static int cc_token(fd_str_t v, const char *name, int64_t *arg)
             i++;
         e = i;
         int match = e - s == nl &&
-                    fd_str_caseeq((fd_str_t){nl, v.data + s}, name, nl);
+                    (strncasecmp(v.data + s, name, nl) == 0);
         int64_t n = -1;
         if (i < v.len && v.data[i] == '=') {
             i++;
@@ -127,12 +127,12 @@ static int64_t valid_for(const fd_api_field_t *f, unsigned nf, int status,
         return 0;
     for (i = 0; i < nf; i++) {
         fd_str_t nm = f[i].name, v = f[i].value;
-        if ((fd_str_caseeq_lit(nm, "set-cookie") &&
+        if ((lit_eq(nm, "set-cookie") &&
              !(ignore & FD_PROXY_IGNORE_COOKIE)) ||
-            (fd_str_caseeq_lit(nm, "vary") && vary_any(v) &&
+            (lit_eq(nm, "vary") && vary_any(v) &&
              !(ignore & FD_PROXY_IGNORE_VARY)))
             return 0;
-        if (fd_str_caseeq_lit(nm, "x-accel-expires") &&
+        if (lit_eq(nm, "x-accel-expires") &&
             !(ignore & FD_PROXY_IGNORE_XAE)) {
             if (v.len && v.data[0] == '@') {
                 n = parse_sec((fd_str_t){v.len - 1, v.data + 1});
@@ -142,7 +142,7 @@ static int64_t valid_for(const fd_api_field_t *f, unsigned nf, int status,
             }
             if (xae < 0)
                 xae = -2; /* unreadable: as if absent */
-        } else if (fd_str_caseeq_lit(nm, "cache-control") &&
+        } else if (lit_eq(nm, "cache-control") &&
                    !(ignore & FD_PROXY_IGNORE_CC)) {
             if (cc_token(v, "no-store", NULL) ||
                 cc_token(v, "no-cache", NULL) ||
@@ -156,7 +156,7 @@ static int64_t valid_for(const fd_api_field_t *f, unsigned nf, int status,
             } else if (age < 0 && cc_token(v, "max-age", &n) && n >= 0) {
                 age = n;
             }
-        } else if (fd_str_caseeq_lit(nm, "expires") &&
+        } else if (lit_eq(nm, "expires") &&
                    !(ignore & FD_PROXY_IGNORE_EXPIRES)) {
             time_t t = (time_t)fd_api_http_time(v.data, v.len);
             exp = t > now ? t - now : 0; /* a bad date: already expired */
@@ -189,46 +189,77 @@ int64_t fd_proxy_cache_valid_for(const fd_api_field_t *f, unsigned nf,
 {
     int64_t sec = valid_for(f, nf, status, valid, nvalid, now, auth, ignore);
 
-    return fd_min(sec, FD_PROXY_CACHE_SEC_MAX);
+    return sec < FD_PROXY_CACHE_SEC_MAX ? sec : FD_PROXY_CACHE_SEC_MAX;
+}
+
+/* n bytes of s, NUL-terminated, in the configuration's memory */
+static char *conf_strdup(const char *s)
+{
+    size_t n = strlen(s);
+    char *p = fd_api_conf_alloc(n + 1);
+
+    if (p == NULL) {
+        fd_api_conf_error("out of memory");
+        return NULL;
+    }
+    memcpy(p, s, n + 1);
+    return p;
+}
+
+/* a status code: digits, at most 599; -1 otherwise */
+static int parse_code(const char *s)
+{
+    char *end;
+    long v;
+
+    if (*s < '0' || *s > '9')
+        return -1;
+    v = strtol(s, &end, 10);
+    return *end || v > 599 ? -1 : (int)v;
 }
 
 /* proxy_cache_valid = [CODE...|any] TIME */
-static int parse_valid(fd_conf_t *cf, proxy_loc_conf_t *lc, const char *v)
+static int parse_valid(proxy_loc_conf_t *lc, const char *v)
 {
-    char *s = fd_pstrdup(cf->pool, v, strlen(v)), *save, *tok, *last = NULL;
+    char *s = conf_strdup(v), *save, *tok, *last = NULL;
     int codes[32], nc = 0;
     int64_t sec;
     fd_proxy_cache_valid_t *a;
 
     if (s == NULL)
-        return fd_conf_error(cf, "out of memory");
+        return FD_ERROR;
     for (tok = strtok_r(s, " \t", &save); tok;
          tok = strtok_r(NULL, " \t", &save)) {
         if (last) {
-            int64_t code = strcmp(last, "any") == 0
-                               ? 0
-                               : fd_conf_parse_uint(last, 599);
-            if (code != 0 && code < 200)
-                return fd_conf_error(cf, "\"proxy_cache_valid\": bad code "
-                                     "\"%s\" (200 to 599 or any)", last);
-            if (nc == (int)fd_nelems(codes))
-                return fd_conf_error(cf, "\"proxy_cache_valid\": too many "
-                                     "codes");
-            codes[nc++] = (int)code;
+            int code = strcmp(last, "any") == 0 ? 0 : parse_code(last);
+            if (code != 0 && code < 200) {
+                fd_api_conf_error("\"proxy_cache_valid\": bad code \"%s\" "
+                                  "(200 to 599 or any)", last);
+                return FD_ERROR;
+            }
+            if (nc == (int)NELEMS(codes)) {
+                fd_api_conf_error("\"proxy_cache_valid\": too many codes");
+                return FD_ERROR;
+            }
+            codes[nc++] = code;
         }
         last = tok;
     }
-    if (last == NULL || (sec = fd_conf_parse_msec(last)) < 0)
-        return fd_conf_error(cf, "\"proxy_cache_valid\" must be [CODE...] "
-                             "TIME, not \"%s\"", v);
+    if (last == NULL || (sec = fd_api_parse_msec(last)) < 0) {
+        fd_api_conf_error("\"proxy_cache_valid\" must be [CODE...] TIME, "
+                          "not \"%s\"", v);
+        return FD_ERROR;
+    }
     if (nc == 0) {
         codes[nc++] = 200;
         codes[nc++] = 301;
         codes[nc++] = 302;
     }
-    a = fd_palloc(cf->pool, (lc->nvalid + (unsigned)nc) * sizeof(*a));
-    if (a == NULL)
-        return fd_conf_error(cf, "out of memory");
+    a = fd_api_conf_alloc((lc->nvalid + (unsigned)nc) * sizeof(*a));
+    if (a == NULL) {
+        fd_api_conf_error("out of memory");
+        return FD_ERROR;
+    }
     if (lc->nvalid)
         memcpy(a, lc->valid, lc->nvalid * sizeof(*a));
     for (int i = 0; i < nc; i++)
@@ -239,138 +270,160 @@ static int parse_valid(fd_conf_t *cf, proxy_loc_conf_t *lc, const char *v)
     return FD_OK;
 }
 
-static int compile_list(fd_conf_t *cf, fd_conf_list_t *l,
-                        const fd_api_script_t ***out, unsigned *n,
-                        const char *what)
+/* proxy_cache_bypass, proxy_no_cache = $variables: compiled */
+static int add_script(const fd_api_script_t ***list, unsigned *n,
+                      const char *v, const char *what)
 {
-    unsigned i;
+    const fd_api_script_t **l = fd_api_conf_alloc((*n + 1) * sizeof(*l));
 
-    *n = l->n;
-    if (l->n == 0)
-        return FD_OK;
-    if ((*out = fd_pcalloc(cf->pool, l->n * sizeof(**out))) == NULL)
-        return fd_conf_error(cf, "out of memory");
-    for (i = 0; i < l->n; i++)
-        if (((*out)[i] = fd_proxy_script(cf, l->items[i], strlen(l->items[i]),
-                                         what)) == NULL)
-            return FD_ERROR;
+    if (l == NULL) {
+        fd_api_conf_error("out of memory");
+        return FD_ERROR;
+    }
+    if (*n)
+        memcpy(l, *list, *n * sizeof(*l));
+    if ((l[*n] = fd_api_script_compile(v, strlen(v), 0, what)) == NULL)
+        return FD_ERROR;
+    *list = l;
+    (*n)++;
     return FD_OK;
 }
 
-int fd_proxy_cache_init_conf(fd_conf_t *cf, proxy_loc_conf_t *lc)
+/* a word's flag in t[0 .. n) (caseless: a field's name), or -1 */
+typedef struct {
+    const char *name;
+    unsigned flag;
+} word_flag_t;
+
+static int64_t word_flag(const word_flag_t *t, size_t n, const char *w,
+                         int caseless)
+{
+    for (size_t k = 0; k < n; k++)
+        if ((caseless ? strcasecmp(w, t[k].name) : strcmp(w, t[k].name)) ==
+            0)
+            return t[k].flag;
+    return -1;
+}
+
+/* proxy_ignore_headers = NAME... */
+static int parse_ignore(proxy_loc_conf_t *lc, const char *value)
+{
+    static const word_flag_t names[] = {
+        {"X-Accel-Expires", FD_PROXY_IGNORE_XAE},
+        {"Expires", FD_PROXY_IGNORE_EXPIRES},
+        {"Cache-Control", FD_PROXY_IGNORE_CC},
+        {"Set-Cookie", FD_PROXY_IGNORE_COOKIE},
+        {"Vary", FD_PROXY_IGNORE_VARY}};
+    char *v = conf_strdup(value), *save, *tok;
+    int64_t f;
+
+    if (v == NULL)
+        return FD_ERROR;
+    for (tok = strtok_r(v, " \t", &save); tok;
+         tok = strtok_r(NULL, " \t", &save)) {
+        if ((f = word_flag(names, NELEMS(names), tok, 1)) < 0) {
+            fd_api_conf_error("\"proxy_ignore_headers\": \"%s\" is not "
+                              "X-Accel-Expires, Expires, Cache-Control, "
+                              "Set-Cookie or Vary", tok);
+            return FD_ERROR;
+        }
+        lc->cache_ignore |= (unsigned)f;
+    }
+    return FD_OK;
+}
+
+int fd_proxy_cache_set(proxy_loc_conf_t *lc, const char *key,
+                       const char *value)
+{
+    if (strcmp(key, "proxy_cache_valid") == 0)
+        return parse_valid(lc, value);
+    if (strcmp(key, "proxy_cache_bypass") == 0)
+        return add_script(&lc->bypass, &lc->nbypass, value,
+                          "proxy_cache_bypass");
+    if (strcmp(key, "proxy_no_cache") == 0)
+        return add_script(&lc->no_cache, &lc->nno_cache, value,
+                          "proxy_no_cache");
+    if (strcmp(key, "proxy_ignore_headers") == 0)
+        return parse_ignore(lc, value);
+    return FD_DECLINED;
+}
+
+int fd_proxy_cache_init_conf(proxy_loc_conf_t *lc)
 {
     /* proxy_cache_key always has a value: its default is proxy_conf's
      * (why $http_host: there) */
     const char *key = lc->cache_key_src;
     char *s, *save, *tok;
-    unsigned i;
 
     if (lc->cache_name == NULL || strcmp(lc->cache_name, "off") == 0)
         return FD_OK;
-    fd_conf_at_key(cf, lc, "proxy_cache");
-    lc->cache = fd_cycle_section(cf->cycle, "cache", lc->cache_name);
-    if (lc->cache == NULL)
-        return fd_conf_error(cf, "unknown cache \"%s\" (no [cache %s] "
-                             "section)", lc->cache_name, lc->cache_name);
-    fd_conf_at_key(cf, lc, "proxy_cache_key");
-    if ((lc->cache_key = fd_proxy_script(cf, key, strlen(key),
-                                         "proxy_cache_key")) == NULL)
+    fd_api_conf_at_key(lc, "proxy_cache");
+    lc->cache = fd_api_section("cache", lc->cache_name);
+    if (lc->cache == NULL) {
+        fd_api_conf_error("unknown cache \"%s\" (no [cache %s] section)",
+                          lc->cache_name, lc->cache_name);
         return FD_ERROR;
-    fd_conf_at_key(cf, lc, "proxy_cache_valid");
-    for (i = 0; i < lc->cache_valid.n; i++)
-        if (parse_valid(cf, lc, lc->cache_valid.items[i]) != FD_OK)
-            return FD_ERROR;
+    }
+    fd_api_conf_at_key(lc, "proxy_cache_key");
+    if ((lc->cache_key = fd_api_script_compile(key, strlen(key), 0,
+                                               "proxy_cache_key")) == NULL)
+        return FD_ERROR;
+    fd_api_conf_at_key(lc, "proxy_cache_lock_timeout");
+    if (lc->cache_lock_timeout < 1 || lc->cache_lock_timeout > 3600000) {
+        fd_api_conf_error("\"proxy_cache_lock_timeout\" must be 1ms to 1h");
+        return FD_ERROR;
+    }
     lc->cache_methods = 0;
-    fd_conf_at_key(cf, lc, "proxy_cache_methods");
-    s = fd_pstrdup(cf->pool, lc->cache_methods_src,
-                   strlen(lc->cache_methods_src));
-    if (s == NULL)
-        return fd_conf_error(cf, "out of memory");
+    fd_api_conf_at_key(lc, "proxy_cache_methods");
+    if ((s = conf_strdup(lc->cache_methods_src)) == NULL)
+        return FD_ERROR;
     for (tok = strtok_r(s, " \t", &save); tok;
          tok = strtok_r(NULL, " \t", &save)) {
-        if (strcmp(tok, "GET") == 0)
-            lc->cache_methods |= FD_API_GET;
-        else if (strcmp(tok, "HEAD") == 0)
-            lc->cache_methods |= FD_API_HEAD;
-        else if (strcmp(tok, "POST") == 0)
-            lc->cache_methods |= FD_API_POST;
-        else
-            return fd_conf_error(cf, "\"proxy_cache_methods\": \"%s\" is "
-                                 "not GET, HEAD or POST", tok);
+        static const word_flag_t m[] = {
+            {"GET", FD_API_GET}, {"HEAD", FD_API_HEAD}, {"POST", FD_API_POST}};
+        int64_t f = word_flag(m, NELEMS(m), tok, 0);
+        if (f < 0) {
+            fd_api_conf_error("\"proxy_cache_methods\": \"%s\" is not GET, "
+                              "HEAD or POST", tok);
+            return FD_ERROR;
+        }
+        lc->cache_methods |= (unsigned)f;
     }
     /* as nginx: GET and HEAD are always cached */
     lc->cache_methods |= FD_API_GET | FD_API_HEAD;
     lc->use_stale = 0;
-    fd_conf_at_key(cf, lc, "proxy_cache_use_stale");
-    s = fd_pstrdup(cf->pool, lc->use_stale_src, strlen(lc->use_stale_src));
-    if (s == NULL)
-        return fd_conf_error(cf, "out of memory");
+    fd_api_conf_at_key(lc, "proxy_cache_use_stale");
+    if ((s = conf_strdup(lc->use_stale_src)) == NULL)
+        return FD_ERROR;
     for (tok = strtok_r(s, " \t", &save); tok;
          tok = strtok_r(NULL, " \t", &save)) {
-        static const struct {
-            const char *name;
-            unsigned flag;
-        } st[] = {{"off", 0},
-                  {"error", FD_PROXY_STALE_ERROR},
-                  {"timeout", FD_PROXY_STALE_TIMEOUT},
-                  {"invalid_header", FD_PROXY_STALE_INVALID},
-                  {"updating", FD_PROXY_STALE_UPDATING},
-                  {"http_500", FD_PROXY_STALE_500},
-                  {"http_502", FD_PROXY_STALE_502},
-                  {"http_503", FD_PROXY_STALE_503},
-                  {"http_504", FD_PROXY_STALE_504},
-                  {"http_403", FD_PROXY_STALE_403},
-                  {"http_404", FD_PROXY_STALE_404},
-                  {"http_429", FD_PROXY_STALE_429}};
-        unsigned k;
-        for (k = 0; k < fd_nelems(st); k++)
-            if (strcmp(tok, st[k].name) == 0)
-                break;
-        if (k == fd_nelems(st))
-            return fd_conf_error(cf, "\"proxy_cache_use_stale\": \"%s\" "
-                                 "is not off, error, timeout, "
-                                 "invalid_header, updating or http_500, "
-                                 "502, 503, 504, 403, 404, 429", tok);
-        if (k == 0 && (lc->use_stale || strtok_r(NULL, " \t", &save)))
-            return fd_conf_error(cf, "\"proxy_cache_use_stale\": off "
-                                 "stands alone");
-        lc->use_stale |= st[k].flag;
-    }
-    fd_conf_at_key(cf, lc, "proxy_cache_bypass");
-    if (compile_list(cf, &lc->cache_bypass_src, &lc->bypass, &lc->nbypass,
-                     "proxy_cache_bypass") != FD_OK)
-        return FD_ERROR;
-    fd_conf_at_key(cf, lc, "proxy_no_cache");
-    if (compile_list(cf, &lc->no_cache_src, &lc->no_cache, &lc->nno_cache,
-                     "proxy_no_cache") != FD_OK)
-        return FD_ERROR;
-    fd_conf_at_key(cf, lc, "proxy_ignore_headers");
-    for (i = 0; i < lc->ignore_src.n; i++) {
-        static const struct {
-            const char *name;
-            unsigned flag;
-        } names[] = {{"X-Accel-Expires", FD_PROXY_IGNORE_XAE},
-                     {"Expires", FD_PROXY_IGNORE_EXPIRES},
-                     {"Cache-Control", FD_PROXY_IGNORE_CC},
-                     {"Set-Cookie", FD_PROXY_IGNORE_COOKIE},
-                     {"Vary", FD_PROXY_IGNORE_VARY}};
-        char *v = fd_pstrdup(cf->pool, lc->ignore_src.items[i],
-                             strlen(lc->ignore_src.items[i]));
-        if (v == NULL)
-            return fd_conf_error(cf, "out of memory");
-        for (tok = strtok_r(v, " \t", &save); tok;
-             tok = strtok_r(NULL, " \t", &save)) {
-            unsigned k;
-            for (k = 0; k < fd_nelems(names); k++)
-                if (strcasecmp(tok, names[k].name) == 0)
-                    break;
-            if (k == fd_nelems(names))
-                return fd_conf_error(cf, "\"proxy_ignore_headers\": \"%s\" "
-                                     "is not X-Accel-Expires, Expires, "
-                                     "Cache-Control, Set-Cookie or Vary",
-                                     tok);
-            lc->cache_ignore |= names[k].flag;
+        static const word_flag_t st[] = {
+            {"off", 0},
+            {"error", FD_PROXY_STALE_ERROR},
+            {"timeout", FD_PROXY_STALE_TIMEOUT},
+            {"invalid_header", FD_PROXY_STALE_INVALID},
+            {"updating", FD_PROXY_STALE_UPDATING},
+            {"http_500", FD_PROXY_STALE_500},
+            {"http_502", FD_PROXY_STALE_502},
+            {"http_503", FD_PROXY_STALE_503},
+            {"http_504", FD_PROXY_STALE_504},
+            {"http_403", FD_PROXY_STALE_403},
+            {"http_404", FD_PROXY_STALE_404},
+            {"http_429", FD_PROXY_STALE_429}};
+        int64_t f = word_flag(st, NELEMS(st), tok, 0);
+        if (f < 0) {
+            fd_api_conf_error("\"proxy_cache_use_stale\": \"%s\" is not "
+                              "off, error, timeout, invalid_header, "
+                              "updating or http_500, 502, 503, 504, 403, "
+                              "404, 429", tok);
+            return FD_ERROR;
         }
+        if (f == 0 && (lc->use_stale || strtok_r(NULL, " \t", &save))) {
+            fd_api_conf_error("\"proxy_cache_use_stale\": off stands "
+                              "alone");
+            return FD_ERROR;
+        }
+        lc->use_stale |= (unsigned)f;
     }
     return FD_OK;
 }
@@ -407,10 +460,10 @@ static void variant_line(const fd_api_http_req_t *in, fd_str_t name,
     int first = 1;
 
     for (size_t k = 0; k < name.len; k++)
-        fd_api_sbuf_addc(sb, fd_tolower(name.data[k]));
+        fd_api_sbuf_addc(sb, (char)tolower((unsigned char)name.data[k]));
     fd_api_sbuf_addc(sb, ':');
     for (unsigned i = 0; i < in->nfields; i++)
-        if (fd_str_caseeq(in->fields[i].name, name.data, name.len) &&
+        if ((in->fields[i].name.len == name.len && strncasecmp(in->fields[i].name.data, name.data, name.len) == 0) &&
             in->fields[i].name.len == name.len) {
             if (!first)
                 fd_api_sbuf_addc(sb, ',');
@@ -431,12 +484,12 @@ static fd_str_t variant_key(fd_proxy_cache_req_t *cr, const fd_api_field_t *f,
     size_t i;
 
     if (sb == NULL)
-        return fd_null_string;
+        return ((fd_str_t){0, NULL});
     fd_api_sbuf_add(sb, cr->key.data, cr->key.len);
     fd_api_sbuf_addc(sb, '\0');
     if (f) {
         for (unsigned k = 0; k < nf; k++)
-            if (fd_str_caseeq_lit(f[k].name, "vary"))
+            if (lit_eq(f[k].name, "vary"))
                 for (i = 0; vary_name(f[k].value, &i, &n);)
                     variant_line(&cr->px->in, n, sb);
     } else {
@@ -446,13 +499,13 @@ static fd_str_t variant_key(fd_proxy_cache_req_t *cr, const fd_api_field_t *f,
                                             v.len - (size_t)(colon - v.data))
                                    : NULL;
             if (nl == NULL)
-                return fd_null_string;
+                return ((fd_str_t){0, NULL});
             variant_line(&cr->px->in, (fd_str_t){(size_t)(colon - (v.data + i)),
                                        v.data + i}, sb);
             i = (size_t)(nl - v.data) + 1;
         }
     }
-    return fd_api_sbuf_failed(sb) ? fd_null_string : fd_api_sbuf_str(sb);
+    return fd_api_sbuf_failed(sb) ? ((fd_str_t){0, NULL}) : fd_api_sbuf_str(sb);
 }
 
 /* The entry's key is this request's: the key itself, the vkey of a
@@ -583,7 +636,7 @@ static open_entry_t *entry_get(fd_proxy_cache_req_t *cr, uint64_t gen)
         open_release(oe);
         oe = NULL;
     }
-    if (oe && oe->checked != fd_current_sec &&
+    if (oe && oe->checked != fd_api_unix_sec() &&
         (fstat(oe->fd, &st) == -1 || st.st_nlink == 0)) {
         /* unlinked under us (the directory removed): a miss */
         *slot = NULL;
@@ -596,7 +649,7 @@ static open_entry_t *entry_get(fd_proxy_cache_req_t *cr, uint64_t gen)
             return NULL;
         *slot = oe;
     }
-    oe->checked = fd_current_sec;
+    oe->checked = fd_api_unix_sec();
     if (!entry_key_ok(cr, oe->buf, oe->fh.key_len))
         return NULL; /* an MD5 collision: served from upstream */
     return oe;
@@ -674,7 +727,7 @@ static int serve(fd_proxy_cache_req_t *cr, uint64_t gen)
     fd_request_t *r = cr->r;
     open_entry_t *oe = entry_get(cr, gen);
     char *q, *end;
-    fd_str_t name, value, etag = fd_null_string;
+    fd_str_t name, value, etag = ((fd_str_t){0, NULL});
     int64_t last_modified = -1;
     off_t body_off;
 
@@ -689,23 +742,23 @@ static int serve(fd_proxy_cache_req_t *cr, uint64_t gen)
          q < end;) {
         if (!entry_field(&q, end, &name, &value))
             return FD_DECLINED;
-        if (fd_str_caseeq_lit(name, "content-type")) {
+        if (lit_eq(name, "content-type")) {
             fd_resp_content_type_static(r, value);
-        } else if (fd_str_caseeq_lit(name, "server")) {
+        } else if (lit_eq(name, "server")) {
             /* stored by proxy_pass_header = Server: it replaces ours */
             fd_resp_own_server(r);
             if (fd_resp_header_static(r, name, value) != FD_OK)
                 return FD_DECLINED;
-        } else if (oe->fh.status == 200 && fd_str_caseeq_lit(name, "etag")) {
+        } else if (oe->fh.status == 200 && lit_eq(name, "etag")) {
             etag = value; /* fastd writes it, 304 too */
         } else if (oe->fh.status == 200 &&
-                   fd_str_caseeq_lit(name, "last-modified")) {
+                   lit_eq(name, "last-modified")) {
             last_modified = fd_api_http_time(value.data, value.len);
             if (last_modified == -1 &&
                 fd_resp_header_static(r, name, value) != FD_OK)
                 return FD_DECLINED;
         } else if (oe->fh.status == 200 &&
-                   fd_str_caseeq_lit(name, "accept-ranges")) {
+                   lit_eq(name, "accept-ranges")) {
             continue; /* fd_resp_fd_send() says bytes */
         } else if (fd_resp_header_static(r, name, value) != FD_OK) {
             return FD_DECLINED;
@@ -752,7 +805,7 @@ static void wait_abort(fd_request_t *r)
     fd_api_upstream_cancel(px->au);
 }
 
-static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms);
+static int decide(fd_proxy_cache_req_t *cr, uint64_t lock_ms);
 static void store_warn(fd_proxy_cache_req_t *cr, int err, const char *what);
 static void store_abandon(fd_proxy_cache_req_t *cr);
 
@@ -779,8 +832,8 @@ static void stale_keep(fd_proxy_cache_req_t *cr, uint64_t gen)
         return; /* nginx revalidates 200s only: a 304 has no other */
     for (q = oe->buf + oe->fh.key_len, end = q + oe->fh.fields_len;
          entry_field(&q, end, &name, &value);) {
-        fd_str_t *to = fd_str_caseeq_lit(name, "etag") ? &cr->etag
-                     : fd_str_caseeq_lit(name, "last-modified")
+        fd_str_t *to = lit_eq(name, "etag") ? &cr->etag
+                     : lit_eq(name, "last-modified")
                          ? &cr->last_modified
                          : NULL;
         char *d;
@@ -800,7 +853,6 @@ static void wait_poll(void *data)
     int rc;
 
     cr->timer = NULL; /* freed once it fired */
-    fd_log_conn_id = r->c->id;
     fd_req_on_abort(r, NULL);
     if (fd_api_now_msec() >= cr->wait_until) {
         /* the lock timed out: upstream, and nothing stored (nginx) */
@@ -817,12 +869,11 @@ static void wait_poll(void *data)
     }
     if (rc != FD_AGAIN)
         fd_api_finish(r, rc);
-    fd_log_conn_id = 0;
 }
 
 /* The lookup and what follows from it: FD_OK (a HIT is in r), FD_AGAIN
  * (waiting), FD_DECLINED (go upstream). */
-static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
+static int decide(fd_proxy_cache_req_t *cr, uint64_t lock_ms)
 {
     proxy_req_t *px = cr->px;
     fd_request_t *r = cr->r;
@@ -855,7 +906,7 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
         /* the primary entry of a key that varies: this request's own
          * variant may be elsewhere */
         open_entry_t *oe = entry_get(cr, gen);
-        fd_str_t vkey = fd_null_string;
+        fd_str_t vkey = ((fd_str_t){0, NULL});
         if (oe && !variant_ok(cr, oe, &vkey) &&
             go_secondary(cr, vkey) == FD_OK)
             return decide(cr, lock_ms);
@@ -930,7 +981,7 @@ static int decide(fd_proxy_cache_req_t *cr, fd_msec_t lock_ms)
 static int authorized(const fd_api_http_req_t *in)
 {
     for (unsigned i = 0; i < in->nfields; i++)
-        if (fd_str_caseeq_lit(in->fields[i].name, "authorization"))
+        if (lit_eq(in->fields[i].name, "authorization"))
             return 1;
     return 0;
 }
@@ -997,8 +1048,8 @@ int fd_proxy_cache_lookup(proxy_req_t *px)
  * cache answers conditionals and ranges from the entry (as nginx). */
 int fd_proxy_cache_drops_field(fd_str_t n)
 {
-    return (n.len > 3 && fd_str_caseeq((fd_str_t){3, n.data}, "if-", 3)) ||
-           fd_str_caseeq_lit(n, "range");
+    return (n.len > 3 && strncasecmp(n.data, "if-", 3) == 0) ||
+           lit_eq(n, "range");
 }
 
 /* The validators of an expired entry, when revalidating (see stale_keep). */
@@ -1010,9 +1061,9 @@ void fd_proxy_cache_request_fields(proxy_req_t *px, fd_api_out_t *o)
         (cr->etag.len == 0 && cr->last_modified.len == 0))
         return;
     if (cr->etag.len)
-        fd_proxy_out_field(o, fd_string("If-None-Match"), cr->etag);
+        fd_proxy_out_field(o, STR("If-None-Match"), cr->etag);
     if (cr->last_modified.len)
-        fd_proxy_out_field(o, fd_string("If-Modified-Since"),
+        fd_proxy_out_field(o, STR("If-Modified-Since"),
                            cr->last_modified);
     cr->revalidating = 1;
 }
@@ -1095,7 +1146,7 @@ int fd_proxy_cache_response(proxy_req_t *px, int status,
         /* fresh again for what the 304 says, else proxy_cache_valid for
          * the entry's status */
         sec = fd_proxy_cache_valid_for(f, nf, cr->stale_status, lc->valid,
-                                       lc->nvalid, fd_current_sec, 0,
+                                       lc->nvalid, fd_api_unix_sec(), 0,
                                        lc->cache_ignore);
         if (sec < 0)
             sec = 0;
@@ -1103,7 +1154,7 @@ int fd_proxy_cache_response(proxy_req_t *px, int status,
                                          fd_api_now_msec(),
                                          fd_api_now_msec() +
                                              (uint64_t)sec * 1000))
-            refresh_file(cr, fd_current_sec + sec);
+            refresh_file(cr, fd_api_unix_sec() + sec);
         store_abandon(cr);
         if (px->bg)
             return FD_OK; /* the client had the entry already */
@@ -1116,7 +1167,7 @@ int fd_proxy_cache_response(proxy_req_t *px, int status,
         COUNT(cr->cache, revalidated);
         return FD_OK;
     }
-    for (unsigned i = 0; i < fd_nelems(st); i++)
+    for (unsigned i = 0; i < NELEMS(st); i++)
         if (st[i].status == status)
             return fd_proxy_cache_stale(px, st[i].cond);
     return FD_DECLINED;
@@ -1130,9 +1181,9 @@ static time_t last_warn;
  * full disk must not flood the log. */
 static void store_warn(fd_proxy_cache_req_t *cr, int err, const char *what)
 {
-    if (fd_current_sec == last_warn)
+    if (fd_api_unix_sec() == last_warn)
         return;
-    last_warn = fd_current_sec;
+    last_warn = fd_api_unix_sec();
     fd_api_log(FD_API_LOG_WARN, err, "cache \"%s\": %s \"%s\" failed",
                cr->cache->name, what, cr->tmp_path ? cr->tmp_path : "");
 }
@@ -1166,6 +1217,22 @@ static int write_all(int fd, const char *p, size_t n)
     return FD_OK;
 }
 
+/* p's directories after from's byte, then p, made (0700) where missing */
+static int mkdirs(char *p, size_t from)
+{
+    for (size_t i = from; p[i]; i++) {
+        if (p[i] != '/' || i == 0)
+            continue;
+        p[i] = '\0';
+        if (mkdir(p, 0700) == -1 && errno != EEXIST) {
+            p[i] = '/';
+            return FD_ERROR;
+        }
+        p[i] = '/';
+    }
+    return mkdir(p, 0700) == -1 && errno != EEXIST ? FD_ERROR : FD_OK;
+}
+
 static int open_tmp(fd_proxy_cache_req_t *cr)
 {
     static unsigned seq;
@@ -1186,8 +1253,8 @@ static int open_tmp(fd_proxy_cache_req_t *cr)
     if (fd == -1 && errno == ENOENT) {
         /* a level (or the cache itself) is missing: made again */
         p[dl - 1] = '\0';
-        if (fd_mkdirs(p, strlen(c->path), 0700, NULL) != FD_OK &&
-            fd_mkdirs(p, 0, 0700, NULL) != FD_OK) {
+        if (mkdirs(p, strlen(c->path)) != FD_OK &&
+            mkdirs(p, 0) != FD_OK) {
             store_warn(cr, errno, "mkdir for");
             return FD_ERROR;
         }
@@ -1218,10 +1285,10 @@ static int store_key(fd_proxy_cache_req_t *cr, const fd_api_field_t *f,
 
     if (!(cr->px->lc->cache_ignore & FD_PROXY_IGNORE_VARY))
         for (unsigned i = 0; i < nf; i++)
-            varies |= fd_str_caseeq_lit(f[i].name, "vary");
+            varies |= lit_eq(f[i].name, "vary");
     *key = cr->key;
     if (varies) {
-        *key = variant_key(cr, f, nf, fd_null_string);
+        *key = variant_key(cr, f, nf, ((fd_str_t){0, NULL}));
         if (key->data == NULL)
             return FD_ERROR;
     }
@@ -1261,7 +1328,7 @@ void fd_proxy_cache_header(proxy_req_t *px, const fd_api_field_t *f,
     if (cr->no_store || px->in.method != FD_API_GET ||
         px->framing == FR_NONE ||
         (cr->valid_sec = fd_proxy_cache_valid_for(
-             f, nf, status, lc->valid, lc->nvalid, fd_current_sec,
+             f, nf, status, lc->valid, lc->nvalid, fd_api_unix_sec(),
              auth, lc->cache_ignore)) <= 0) {
         store_abandon(cr);
         return;
@@ -1276,7 +1343,7 @@ void fd_proxy_cache_header(proxy_req_t *px, const fd_api_field_t *f,
     fd_api_sbuf_add(sb, key.data, key.len);
     ct = fd_resp_get_content_type(r);
     if (ct.len)
-        add_field(sb, fd_string("Content-Type"), ct);
+        add_field(sb, STR("Content-Type"), ct);
     while (fd_resp_field_next(r, &it, &name, &value))
         add_field(sb, name, value);
     if (fd_api_sbuf_failed(sb))
@@ -1285,8 +1352,8 @@ void fd_proxy_cache_header(proxy_req_t *px, const fd_api_field_t *f,
     fh.status = (uint32_t)status;
     fh.key_len = (uint32_t)key.len;
     fh.fields_len = (uint32_t)(head.len - sizeof(fh) - key.len);
-    fh.date = fd_current_sec;
-    fh.expires = fd_current_sec + cr->valid_sec;
+    fh.date = fd_api_unix_sec();
+    fh.expires = fd_api_unix_sec() + cr->valid_sec;
     memcpy(fd_api_sbuf_data(sb), &fh, sizeof(fh));
     if (open_tmp(cr) != FD_OK)
         goto failed;
@@ -1385,5 +1452,5 @@ const char *fd_proxy_cache_status_text(int s)
                                     "EXPIRED", "BYPASS", "STALE",
                                     "UPDATING", "REVALIDATED"};
 
-    return s >= 0 && s < (int)fd_nelems(t) ? t[s] : "";
+    return s >= 0 && s < (int)NELEMS(t) ? t[s] : "";
 }

@@ -57,15 +57,15 @@
 
 #include <openssl/evp.h>
 
-#include "fd_core.h"
-#include "fd_connection.h"
-#include "fd_cycle.h"
-#include "fd_http.h"
-#include "fd_proxy_cache_int.h"
-#include "fd_status.h"
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
 
-fd_module_t fd_proxy_cache_section;
+#include "fd_proxy_cache_int.h"
+
 cache_shm_t *fd_proxy_cache_area;
+/* the running configuration's [cache NAME] sections (init_worker) */
+static fd_proxy_cache_t *caches;
 
 /* --- keys, levels, freshness (unit tested) ------------------------------ */
 
@@ -148,12 +148,12 @@ size_t fd_proxy_cache_file(char *buf, size_t size, const char *path,
 
 static void lock(bucket_t *b)
 {
-    fd_shm_lock(&b->lock);
+    fd_api_shm_lock(&b->lock);
 }
 
 static void unlock(bucket_t *b)
 {
-    fd_shm_unlock(&b->lock);
+    fd_api_shm_unlock(&b->lock);
 }
 
 static bucket_t *bucket_of(const fd_proxy_cache_t *c, const uint8_t md5[16])
@@ -190,7 +190,7 @@ void fd_proxy_cache_unlink(fd_proxy_cache_t *c, const uint8_t md5[16])
     if (fd_proxy_cache_file(p, sizeof(p), c->path, c->levels, c->nlevels,
                             md5, &dl) &&
         unlink(p) == -1 && errno != ENOENT)
-        fd_log_error(FD_LOG_WARN, errno, "unlink(\"%s\") failed", p);
+        fd_api_log(FD_API_LOG_WARN, errno, "unlink(\"%s\") failed", p);
 }
 
 /* A place for md5 in b (locked): a free entry, else the least recently
@@ -231,8 +231,8 @@ static entry_t *make_room(fd_proxy_cache_t *c, bucket_t *b,
  * fill_until ahead: its file still answers.
  */
 int fd_proxy_cache_index_lookup(fd_proxy_cache_t *c, const uint8_t md5[16],
-                                uint64_t now, fd_msec_t lock_ms,
-                                fd_msec_t stale_ms, int fill,
+                                uint64_t now, uint64_t lock_ms,
+                                uint64_t stale_ms, int fill,
                                 uint64_t *until, uint64_t *gen, int *evict,
                                 uint8_t evicted[16])
 {
@@ -613,19 +613,17 @@ static int manage(fd_proxy_cache_t *c, uint64_t now)
     return over_max(c) && n == MANAGER_FILES;
 }
 
-static fd_timer_t manager_timer;
+static fd_api_timer_t *manager_timer;
 
-static void manager_run(fd_timer_t *t)
+static void manager_run(void *data)
 {
-    fd_conf_section_t *s;
-    uint64_t now = fd_current_msec;
+    fd_proxy_cache_t *c;
+    uint64_t now = fd_api_now_msec();
     int more = 0;
 
-    for (s = fd_worker->cycle->sections; s; s = s->next) {
-        fd_proxy_cache_t *c = s->conf;
+    (void)data;
+    for (c = caches; c; c = c->next) {
         uint64_t at;
-        if (s->module != &fd_proxy_cache_section)
-            continue;
         at = __atomic_load_n(&c->head->manager_at, __ATOMIC_RELAXED);
         if (now >= at &&
             __atomic_compare_exchange_n(&c->head->manager_at, &at,
@@ -638,7 +636,7 @@ static void manager_run(fd_timer_t *t)
             more = 1;
         }
     }
-    fd_timer_add(t, more ? MANAGER_SLEEP_MS : MANAGER_MS);
+    fd_api_timer_set(manager_timer, more ? MANAGER_SLEEP_MS : MANAGER_MS);
 }
 
 /* --- the loader ---------------------------------------------------------- */
@@ -682,9 +680,9 @@ typedef struct {
 } loader_t;
 
 static loader_t loader;
-static fd_timer_t loader_timer;
+static fd_api_timer_t *loader_timer;
 
-/* fd_current_msec stands still within a slice */
+/* fd_api_now_msec() stands still within a slice */
 static uint64_t loader_msec(void)
 {
     struct timespec ts;
@@ -695,7 +693,7 @@ static uint64_t loader_msec(void)
 
 static void loader_close(loader_t *l)
 {
-    for (unsigned i = 0; i < fd_nelems(l->dir); i++)
+    for (unsigned i = 0; i < NELEMS(l->dir); i++)
         if (l->dir[i]) {
             closedir(l->dir[i]);
             l->dir[i] = NULL;
@@ -719,12 +717,12 @@ static int loader_remove(loader_t *l, const char *name,
         /* a read-only cache fails for every file: a few lines, then the
          * count at the end */
         if (errno != ENOENT && l->failed++ < LOADER_LOG)
-            fd_log_error(FD_LOG_WARN, errno, "cache \"%s\": unlink(\"%s/%s\") "
+            fd_api_log(FD_API_LOG_WARN, errno, "cache \"%s\": unlink(\"%s/%s\") "
                          "failed", l->c->name, l->p, name);
         return 0;
     }
     if (n < LOADER_LOG)
-        fd_log_error(FD_LOG_NOTICE, 0, "cache \"%s\": \"%s/%s\" %s: removed%s",
+        fd_api_log(FD_API_LOG_NOTICE, 0, "cache \"%s\": \"%s/%s\" %s: removed%s",
                      l->c->name, l->p, name, why,
                      n + 1 == LOADER_LOG ? " (more are counted at the end of "
                                            "the load)" : "");
@@ -752,7 +750,7 @@ static void loader_tmp(loader_t *l, const char *name, const char *rest)
     /* EPERM: a live process, of another user */
     if (pid > 0 && pid <= INT_MAX &&
         !(kill((pid_t)pid, 0) == -1 && errno == ESRCH) &&
-        st.st_mtime + LOADER_TMP_SEC >= fd_current_sec)
+        st.st_mtime + LOADER_TMP_SEC >= fd_api_unix_sec())
         return;
     if (loader_remove(l, name, &st, "is a temporary file whose writer is "
                       "gone"))
@@ -802,7 +800,7 @@ static void loader_file(loader_t *l, const char *name, uint64_t now)
     }
     switch (fd_proxy_cache_index_load(
         c, md5, now,
-        fd_proxy_cache_expires_msec(fh.expires, fd_current_sec, now),
+        fd_proxy_cache_expires_msec(fh.expires, fd_api_unix_sec(), now),
         (uint64_t)st.st_size)) {
     case LOAD_ADDED:
         l->entries++;
@@ -857,7 +855,7 @@ static int loader_slice(loader_t *l, uint64_t now)
         errno = 0;
         if ((de = readdir(l->dir[l->depth])) == NULL) {
             if (errno)
-                fd_log_error(FD_LOG_WARN, errno, "cache \"%s\": readdir(\"%s\") "
+                fd_api_log(FD_API_LOG_WARN, errno, "cache \"%s\": readdir(\"%s\") "
                              "failed", l->c->name, l->p);
             closedir(l->dir[l->depth]);
             l->dir[l->depth] = NULL;
@@ -888,7 +886,7 @@ static int loader_open(loader_t *l, fd_proxy_cache_t *c)
     l->len[0] = strlen(c->path);
     memcpy(l->p, c->path, l->len[0] + 1);
     if ((l->dir[0] = opendir(c->path)) == NULL) {
-        fd_log_error(FD_LOG_WARN, errno, "cache \"%s\": opendir(\"%s\") "
+        fd_api_log(FD_API_LOG_WARN, errno, "cache \"%s\": opendir(\"%s\") "
                      "failed: the index starts empty", c->name, c->path);
         return FD_ERROR;
     }
@@ -899,7 +897,7 @@ static void loader_done(loader_t *l)
 {
     head_t *h = l->c->head;
 
-    fd_log_error(FD_LOG_NOTICE, 0, "cache \"%s\": %" PRIu64 " entries (%"
+    fd_api_log(FD_API_LOG_NOTICE, 0, "cache \"%s\": %" PRIu64 " entries (%"
                  PRIu64 " bytes) indexed from disk in %" PRIu64 " ms; "
                  "removed: %" PRIu64 " not whole, %" PRIu64 " temporary, %"
                  PRIu64 " without room in keys_zone; %" PRIu64 " could not "
@@ -915,14 +913,12 @@ static void loader_done(loader_t *l)
  * (*pending: some are not loaded yet, another worker loads them). */
 static fd_proxy_cache_t *loader_claim(uint64_t now, int *pending)
 {
-    fd_conf_section_t *s;
+    fd_proxy_cache_t *c;
 
     *pending = 0;
-    for (s = fd_worker->cycle->sections; s; s = s->next) {
-        fd_proxy_cache_t *c = s->conf;
+    for (c = caches; c; c = c->next) {
         uint64_t at;
-        if (s->module != &fd_proxy_cache_section ||
-            __atomic_load_n(&c->head->loaded, __ATOMIC_ACQUIRE))
+        if (__atomic_load_n(&c->head->loaded, __ATOMIC_ACQUIRE))
             continue;
         *pending = 1;
         at = __atomic_load_n(&c->head->loader_at, __ATOMIC_ACQUIRE);
@@ -943,23 +939,25 @@ static fd_proxy_cache_t *loader_claim(uint64_t now, int *pending)
     return NULL;
 }
 
-static void loader_run(fd_timer_t *t)
+static void loader_run(void *data)
 {
-    uint64_t now = fd_current_msec;
+    fd_api_timer_t *t = loader_timer;
+    uint64_t now = fd_api_now_msec();
     fd_proxy_cache_t *c;
     head_t *h;
     int pending;
 
+    (void)data;
     if (loader.c == NULL) {
         if ((c = loader_claim(now, &pending)) == NULL) {
             /* another loads: take over if it dies; none left: done */
             if (pending)
-                fd_timer_add(t, MANAGER_MS);
+                fd_api_timer_set(t, MANAGER_MS);
             return;
         }
         if (loader_open(&loader, c) != FD_OK) {
             loader_done(&loader);
-            fd_timer_add(t, 1);
+            fd_api_timer_set(t, 1);
             return;
         }
     }
@@ -969,16 +967,16 @@ static void loader_run(fd_timer_t *t)
         __atomic_load_n(&h->loaded, __ATOMIC_ACQUIRE)) {
         /* a slice so late that the lease lapsed, and another took it */
         loader_close(&loader);
-        fd_timer_add(t, MANAGER_MS);
+        fd_api_timer_set(t, MANAGER_MS);
         return;
     }
     __atomic_store_n(&h->loader_at, now + LOADER_LEASE_MS, __ATOMIC_RELEASE);
     if (loader_slice(&loader, now)) {
         loader_done(&loader);
-        fd_timer_add(t, 1); /* the next cache's turn */
+        fd_api_timer_set(t, 1); /* the next cache's turn */
         return;
     }
-    fd_timer_add(t, LOADER_SLEEP_MS);
+    fd_api_timer_set(t, LOADER_SLEEP_MS);
 }
 
 /* A worker that exits mid-walk hands the role on at once. */
@@ -991,132 +989,163 @@ static void loader_exit(void)
         if (__atomic_compare_exchange_n(&h->loader_pid, &me, 0, 0,
                                         __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
             __atomic_store_n(&h->loader_at, 0, __ATOMIC_RELEASE);
-        fd_log_error(FD_LOG_NOTICE, 0, "cache \"%s\": the worker exits with "
+        fd_api_log(FD_API_LOG_NOTICE, 0, "cache \"%s\": the worker exits with "
                      "%" PRIu64 " entries indexed from disk: another walks "
                      "again", loader.c->name, loader.entries);
         loader_close(&loader);
     }
-    if (fd_timer_armed(&loader_timer))
-        fd_timer_del(&loader_timer);
+    fd_api_timer_cancel(loader_timer);
+    loader_timer = NULL;
 }
 
 /* --- configuration ------------------------------------------------------- */
 
 #define COFF(f) offsetof(fd_proxy_cache_t, f)
 
-static const fd_directive_t cache_directives[] = {
-    {.name = "path", .type = FD_CONF_STR, .offset = COFF(path),
+static const fd_api_key_t cache_keys[] = {
+    {.name = "path", .type = FD_API_STRING, .offset = COFF(path),
      .doc = "the directory of the cache's files (made if missing, and "
             "again if removed while running); the workers' user must be "
             "able to write it"},
-    {.name = "levels", .type = FD_CONF_STR, .offset = COFF(levels_text),
+    {.name = "levels", .type = FD_API_STRING, .offset = COFF(levels_text),
      .doc = "subdirectories by the end of the key's MD5, as nginx: up to 3 "
             "levels of 1 or 2 hex digits, e.g. 1:2 (path/c/29/...); "
             "default: none (every file in path)"},
-    {.name = "keys_zone", .type = FD_CONF_SIZE, .offset = COFF(keys_zone),
-     .def = "1m", .min = 65536, .max = (int64_t)1 << 32,
-     .doc = "the shared index: 520 bytes per 8 entries (1m holds about "
-            "16,000 entries); a full bucket gives its least recently used "
-            "entry's place (and file) to a new one"},
-    {.name = "max_size", .type = FD_CONF_SIZE, .offset = COFF(max_size),
+    {.name = "keys_zone", .type = FD_API_SIZE, .offset = COFF(keys_zone),
+     .def = "1m",
+     .doc = "the shared index, 64k to 4g: 520 bytes per 8 entries (1m "
+            "holds about 16,000 entries); a full bucket gives its least "
+            "recently used entry's place (and file) to a new one"},
+    {.name = "max_size", .type = FD_API_SIZE, .offset = COFF(max_size),
      .def = "0",
      .doc = "above this many bytes of files the cache manager removes the "
             "least recently used entries (checked each second, 100 files "
             "a run and a run every 50 ms while above, as nginx's "
             "manager_files and manager_sleep; 0: no limit)"},
-    {.name = "inactive", .type = FD_CONF_MSEC, .offset = COFF(inactive),
-     .def = "10m", .min = 1000, .max = (int64_t)365 * 86400 * 1000,
-     .doc = "an entry not used for this long is removed, fresh or not"},
-    FD_CONF_END};
+    {.name = "inactive", .type = FD_API_MSEC, .offset = COFF(inactive),
+     .def = "10m",
+     .doc = "an entry not used for this long (1s to 365d) is removed, "
+            "fresh or not"},
+    {NULL, 0, 0, NULL, NULL}};
 
-static int cache_init_section(fd_conf_t *cf, const char *name, void *conf)
+static int cache_init(const char *name, void *conf, unsigned index)
 {
     fd_proxy_cache_t *c = conf;
     size_t n, size;
     char *base;
 
-    if (fd_cycle_section_name(cf, "cache", name, 32) != FD_OK)
+    if (c->path == NULL || c->path[0] != '/') {
+        fd_api_conf_error("[cache %s] needs \"path\", an absolute "
+                          "directory", name);
         return FD_ERROR;
-    if (c->path == NULL || c->path[0] != '/')
-        return fd_conf_error(cf, "[cache %s] needs \"path\", an absolute "
-                             "directory", name);
+    }
     n = strlen(c->path);
     while (n > 1 && c->path[n - 1] == '/')
         c->path[--n] = '\0';
-    if (n + 64 > PATH_MAX)
-        return fd_conf_error(cf, "[cache %s]: path too long", name);
-    if (fd_proxy_cache_levels(c->levels_text, c->levels, &c->nlevels) !=
-        FD_OK)
-        return fd_conf_error(cf, "[cache %s]: bad levels \"%s\" (up to 3 "
-                             "of 1 or 2, e.g. 1:2)", name, c->levels_text);
-    /* made now (0700), and those made are the workers' user's once the
-     * whole file is read: fd_api_conf_worker_dir()'s, whose load the
-     * module's hooks are not in yet (issue 41) */
-    if (fd_dso_worker_dir(cf, c->path) != FD_OK)
+    if (n + 64 > PATH_MAX) {
+        fd_api_conf_error("[cache %s]: path too long", name);
         return FD_ERROR;
-    c->name = fd_pstrdup(cf->pool, name, strlen(name));
+    }
+    if (fd_proxy_cache_levels(c->levels_text, c->levels, &c->nlevels) !=
+        FD_OK) {
+        fd_api_conf_at_key(c, "levels");
+        fd_api_conf_error("[cache %s]: bad levels \"%s\" (up to 3 of 1 or "
+                          "2, e.g. 1:2)", name, c->levels_text);
+        return FD_ERROR;
+    }
+    if (c->keys_zone < 65536 || c->keys_zone > (size_t)1 << 32) {
+        fd_api_conf_at_key(c, "keys_zone");
+        fd_api_conf_error("[cache %s]: keys_zone must be 64k to 4g", name);
+        return FD_ERROR;
+    }
+    if (c->inactive < 1000 || c->inactive > (uint64_t)365 * 86400 * 1000) {
+        fd_api_conf_at_key(c, "inactive");
+        fd_api_conf_error("[cache %s]: inactive must be 1s to 365d", name);
+        return FD_ERROR;
+    }
+    /* made now (0700), and those made are the workers' user's once the
+     * whole file is read */
+    if (fd_api_conf_worker_dir(c->path) != FD_OK)
+        return FD_ERROR;
+    c->name = fd_api_conf_alloc(strlen(name) + 1);
+    c->index = index < FD_PROXY_CACHE_MAX ? index : FD_PROXY_CACHE_MAX - 1;
     c->nbuckets = c->keys_zone / sizeof(bucket_t);
     size = sizeof(head_t) + c->nbuckets * sizeof(bucket_t);
-    base = fd_shm_zone("proxy_cache", name, size, NULL);
-    if (c->name == NULL || base == NULL)
-        return fd_conf_error(cf, "[cache %s]: out of memory (the %zu byte "
-                             "index)", name, size);
+    base = fd_api_shm_zone(FD_API_SELF, name, size, NULL);
+    if (c->name == NULL || base == NULL) {
+        fd_api_conf_error("[cache %s]: out of memory (the %zu byte index)",
+                          name, size);
+        return FD_ERROR;
+    }
+    memcpy(c->name, name, strlen(name) + 1);
     c->head = (head_t *)base;
     c->table = (bucket_t *)(base + sizeof(head_t));
     return FD_OK;
 }
 
-fd_module_t fd_proxy_cache_section = {
-    .name = "proxy",
-    .section = "cache",
-    .section_directives = cache_directives,
-    .section_size = sizeof(fd_proxy_cache_t),
-    .init_section = cache_init_section,
+const fd_api_section_t fd_proxy_cache_section = {
+    .type = "cache",
+    .keys = cache_keys,
+    .conf_size = sizeof(fd_proxy_cache_t),
+    .name_max = sizeof(((cache_shm_t *)0)->name),
+    .init = cache_init,
 };
 
 /* --- status -------------------------------------------------------------- */
 
-void fd_proxy_cache_init_worker(fd_worker_t *w, void *stats)
+static void cache_add(const char *name, void *conf, void *data)
 {
-    fd_conf_section_t *s;
-    unsigned n = 0;
+    fd_proxy_cache_t *c = conf, ***tail = data;
 
-    fd_proxy_cache_area = stats;
-    if (fd_proxy_cache_area)
-        memset(fd_proxy_cache_area, 0, FD_PROXY_CACHE_MAX * sizeof(*fd_proxy_cache_area));
-    for (s = w->cycle->sections; s; s = s->next) {
-        fd_proxy_cache_t *c = s->conf;
-        if (s->module != &fd_proxy_cache_section)
-            continue;
-        c->index = n < FD_PROXY_CACHE_MAX ? n : FD_PROXY_CACHE_MAX - 1;
-        if (fd_proxy_cache_area && n < FD_PROXY_CACHE_MAX)
-            snprintf(fd_proxy_cache_area[n].name, sizeof(fd_proxy_cache_area[n].name), "%s", c->name);
-        n++;
+    (void)name;
+    c->next = NULL;
+    **tail = c;
+    *tail = &c->next;
+}
+
+int fd_proxy_cache_init_worker(void)
+{
+    fd_proxy_cache_t *c, **tail = &caches;
+
+    caches = NULL;
+    fd_api_section_each("cache", cache_add, &tail);
+    fd_proxy_cache_area = fd_api_status_area(FD_API_SELF);
+    if (fd_proxy_cache_area) {
+        memset(fd_proxy_cache_area, 0,
+               FD_PROXY_CACHE_MAX * sizeof(*fd_proxy_cache_area));
+        for (c = caches; c; c = c->next)
+            if (fd_proxy_cache_area[c->index].name[0] == '\0')
+                snprintf(fd_proxy_cache_area[c->index].name,
+                         sizeof(fd_proxy_cache_area->name), "%s", c->name);
     }
-    if (n) {
-        manager_timer.handler = manager_run;
-        fd_timer_add(&manager_timer, MANAGER_MS);
-        loader_timer.handler = loader_run;
-        fd_timer_add(&loader_timer, 1);
+    if (caches == NULL)
+        return FD_OK;
+    manager_timer = fd_api_timer_new(manager_run, NULL);
+    loader_timer = fd_api_timer_new(loader_run, NULL);
+    if (manager_timer == NULL || loader_timer == NULL) {
+        fd_api_log(FD_API_LOG_ERR, 0, "proxy_cache: out of memory");
+        return FD_ERROR;
     }
+    fd_api_timer_set(manager_timer, MANAGER_MS);
+    fd_api_timer_set(loader_timer, 1);
+    return FD_OK;
 }
 
 void fd_proxy_cache_exit_worker(void)
 {
-    if (fd_timer_armed(&manager_timer))
-        fd_timer_del(&manager_timer);
+    fd_api_timer_cancel(manager_timer);
+    manager_timer = NULL;
     loader_exit();
     fd_proxy_cache_open_drop();
 }
 
 #ifdef FD_FUZZ
-void fd_proxy_cache_fuzz_reset(fd_cycle_t *cycle)
+void fd_proxy_cache_fuzz_reset(void)
 {
-    fd_conf_section_t *s;
+    fd_proxy_cache_t *c;
 
-    for (s = cycle->sections; s; s = s->next) {
-        fd_proxy_cache_t *c = s->conf;
-        if (s->module != &fd_proxy_cache_section || c->table == NULL)
+    for (c = caches; c; c = c->next) {
+        if (c->table == NULL)
             continue;
         memset(c->table, 0, c->nbuckets * sizeof(bucket_t));
         c->head->size = 0;
@@ -1130,7 +1159,7 @@ _Static_assert(FD_PROXY_CACHE_MAX * sizeof(cache_shm_t) <=
                    FD_PROXY_CACHE_SHM_SIZE,
                "the caches' part of the proxy's stats slot");
 
-void fd_proxy_cache_status(fd_status_t *st, const void *a, unsigned worker)
+void fd_proxy_cache_status(fd_api_status_t *st, const void *a, unsigned worker)
 {
     const cache_shm_t *e = a;
     char labels[64];
@@ -1143,30 +1172,30 @@ void fd_proxy_cache_status(fd_status_t *st, const void *a, unsigned worker)
         if (e->name[0] == '\0')
             continue;
         snprintf(labels, sizeof(labels), "cache=\"%s\"", e->name);
-        fd_status_counter(st, "proxy_cache_hits", "Responses served from "
+        fd_api_status_counter(st, "proxy_cache_hits", "Responses served from "
                           "the cache.", labels, e->hit);
-        fd_status_counter(st, "proxy_cache_misses", "Cacheable requests "
+        fd_api_status_counter(st, "proxy_cache_misses", "Cacheable requests "
                           "not found in the cache.", labels, e->miss);
-        fd_status_counter(st, "proxy_cache_expired", "Requests whose "
+        fd_api_status_counter(st, "proxy_cache_expired", "Requests whose "
                           "entry was stale.", labels, e->expired);
-        fd_status_counter(st, "proxy_cache_bypass", "Requests "
+        fd_api_status_counter(st, "proxy_cache_bypass", "Requests "
                           "proxy_cache_bypass sent upstream.", labels,
                           e->bypass);
-        fd_status_counter(st, "proxy_cache_stored", "Responses written to "
+        fd_api_status_counter(st, "proxy_cache_stored", "Responses written to "
                           "the cache.", labels, e->stored);
-        fd_status_counter(st, "proxy_cache_store_failed", "Responses not "
+        fd_api_status_counter(st, "proxy_cache_store_failed", "Responses not "
                           "stored for a write error or a wrong length.",
                           labels, e->store_failed);
-        fd_status_counter(st, "proxy_cache_evicted", "Entries removed for "
+        fd_api_status_counter(st, "proxy_cache_evicted", "Entries removed for "
                           "inactive, max_size or room.", labels, e->evicted);
-        fd_status_counter(st, "proxy_cache_stale", "Stale entries served "
+        fd_api_status_counter(st, "proxy_cache_stale", "Stale entries served "
                           "for an upstream's failure "
                           "(proxy_cache_use_stale).", labels,
                           e->stale);
-        fd_status_counter(st, "proxy_cache_updating", "Stale entries served "
+        fd_api_status_counter(st, "proxy_cache_updating", "Stale entries served "
                           "while another request updated them.", labels,
                           e->updating);
-        fd_status_counter(st, "proxy_cache_revalidated", "Expired entries "
+        fd_api_status_counter(st, "proxy_cache_revalidated", "Expired entries "
                           "the upstream confirmed with 304 "
                           "(proxy_cache_revalidate).", labels,
                           e->revalidated);
@@ -1175,26 +1204,23 @@ void fd_proxy_cache_status(fd_status_t *st, const void *a, unsigned worker)
 
 /* The indexes are every worker's: their figures, labelled as the slots'
  * counters (the name cut as there). */
-void fd_proxy_cache_status_shared(fd_status_t *st)
+void fd_proxy_cache_status_shared(fd_api_status_t *st)
 {
-    fd_conf_section_t *s;
+    fd_proxy_cache_t *c;
     char name[sizeof(((cache_shm_t *)0)->name)], labels[64];
 
-    if (fd_worker == NULL)
-        return;
-    for (s = fd_worker->cycle->sections; s; s = s->next) {
-        fd_proxy_cache_t *c = s->conf;
-        if (s->module != &fd_proxy_cache_section || c->head == NULL)
+    for (c = caches; c; c = c->next) {
+        if (c->head == NULL)
             continue;
         snprintf(name, sizeof(name), "%s", c->name);
         snprintf(labels, sizeof(labels), "cache=\"%s\"", name);
-        fd_status_gauge(st, "proxy_cache_entries", "Entries in the index.",
+        fd_api_status_gauge(st, "proxy_cache_entries", "Entries in the index.",
                         labels,
                         __atomic_load_n(&c->head->entries, __ATOMIC_RELAXED));
-        fd_status_gauge(st, "proxy_cache_bytes", "Bytes of the entries' "
+        fd_api_status_gauge(st, "proxy_cache_bytes", "Bytes of the entries' "
                         "files.", labels,
                         __atomic_load_n(&c->head->size, __ATOMIC_RELAXED));
-        fd_status_gauge(st, "proxy_cache_loaded", "1 once the files on disk "
+        fd_api_status_gauge(st, "proxy_cache_loaded", "1 once the files on disk "
                         "at the start are indexed, 0 while the loader reads "
                         "them.", labels,
                         __atomic_load_n(&c->head->loaded, __ATOMIC_RELAXED));
@@ -1203,26 +1229,9 @@ void fd_proxy_cache_status_shared(fd_status_t *st)
 
 void fd_proxy_cache_retire(void *retired, const void *a)
 {
-    const cache_shm_t *s = a;
-    cache_shm_t *into;
-    unsigned i;
-
-    for (i = 0; i < FD_PROXY_CACHE_MAX; i++, s++) {
-        if (s->name[0] == '\0' ||
-            (into = fd_status_named_entry(retired, sizeof(*s),
-                                          FD_PROXY_CACHE_MAX, s->name,
-                                          sizeof(s->name))) == NULL)
-            continue;
-        into->hit += s->hit;
-        into->miss += s->miss;
-        into->expired += s->expired;
-        into->bypass += s->bypass;
-        into->stored += s->stored;
-        into->store_failed += s->store_failed;
-        into->evicted += s->evicted;
-        into->stale += s->stale;
-        into->updating += s->updating;
-        into->revalidated += s->revalidated;
-    }
+    _Static_assert(sizeof(cache_shm_t) % 8 == 0 &&
+                       sizeof(((cache_shm_t *)0)->name) % 8 == 0,
+                   "a name, then counters alone (fd_api_status_fold)");
+    fd_api_status_fold(retired, a, sizeof(cache_shm_t), FD_PROXY_CACHE_MAX,
+                       sizeof(((cache_shm_t *)0)->name));
 }
-

@@ -50,9 +50,10 @@ struct fd_proxy_cache_s {
     char *levels_text;
     size_t keys_zone;
     size_t max_size;
-    fd_msec_t inactive;
+    uint64_t inactive;
 
     char *name;
+    struct fd_proxy_cache_s *next; /* the running ones (init_worker) */
     unsigned index;           /* in the status area */
     uint8_t levels[3];        /* hex digits per directory level; 0: none */
     unsigned nlevels;
@@ -123,8 +124,8 @@ enum { L_MISS, L_HIT, L_EXPIRED, L_WAIT, L_FILL, L_STALE };
 /* lock_ms: wait on another request's fill; stale_ms: an expired entry
  * being updated answers (use_stale updating), marked for that long */
 int fd_proxy_cache_index_lookup(fd_proxy_cache_t *c, const uint8_t md5[16],
-                                uint64_t now, fd_msec_t lock_ms,
-                                fd_msec_t stale_ms, int fill,
+                                uint64_t now, uint64_t lock_ms,
+                                uint64_t stale_ms, int fill,
                                 uint64_t *until, uint64_t *gen, int *evict,
                                 uint8_t evicted[16]);
 int fd_proxy_cache_index_refresh(fd_proxy_cache_t *c, const uint8_t md5[16],

@@ -2,38 +2,23 @@
  * handler = proxy: the location keys (upstream, pass, set_header, the
  * timeouts, next_upstream, websocket, proxy_ssl_*), checked and built at
  * load: the group, the location's requests to it and their TLS client
- * on fastd_upstream.h (set_api). The [upstream NAME] keys are
- * core/http/fd_upstream.c's.
+ * on fastd_upstream.h (fd_proxy_set, fd_proxy_init_conf). The [upstream
+ * NAME] keys are core/http/fd_upstream.c's; proxy_cache_*'s checks are
+ * fd_proxy_cache.c's.
  */
-#include "fd_core.h"
-#include "fd_cycle.h"
-#include "fd_http.h"
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "fd_proxy.h"
-
-static int set_api(fd_conf_t *cf, const fd_directive_t *d, void *conf,
-                   const char *value);
-static int set_hide_header(fd_conf_t *cf, const fd_directive_t *d,
-                           void *conf, const char *value);
-static int set_redirect(fd_conf_t *cf, const fd_directive_t *d, void *conf,
-                        const char *value);
-
-static const fd_conf_enum_t host_enums[] = {
-    {"pass", HOST_PASS}, {"upstream", HOST_UPSTREAM}, {NULL, 0}};
 
 #define LOC(f) offsetof(proxy_loc_conf_t, f)
 
-/* set_api's keys (d->offset): the TLS client's are FD_API_TLS_* */
-enum { KEY_UPSTREAM = 100, KEY_PASS, KEY_NEXT };
-
-const fd_directive_t fd_proxy_directives[] = {
-    {.name = "upstream", .type = FD_CONF_CUSTOM, .offset = KEY_UPSTREAM,
-     .set = set_api,
+const fd_api_key_t fd_proxy_keys[] = {
+    {.name = "upstream", .type = FD_API_CUSTOM,
      .doc = "handler = proxy: the [upstream NAME] group requests go to; the "
             "request URI is passed as the client sent it (after a rewrite: "
             "the new URI, normalised and encoded)"},
-    {.name = "pass", .type = FD_CONF_CUSTOM, .offset = KEY_PASS,
-     .set = set_api,
-     .handler_key = 1, /* fastcgi's too: the location's handler decides */
+    {.name = "pass", .type = FD_API_CUSTOM,
      .doc = "handler = proxy, as nginx's proxy_pass: http://NAME[/uri] where "
             "NAME is an [upstream NAME] or HOST[:PORT] (resolved at load). "
             "With a /uri, the part of the normalised path the location "
@@ -49,28 +34,25 @@ const fd_directive_t fd_proxy_directives[] = {
             "HTTP/2 for gRPC (te: trailers sent, grpc-timeout and a second "
             "bound read_timeout); trailers pass through. An [upstream] whose "
             "servers say h2 is HTTP/2 with http:// too"},
-    {.name = "proxy_host", .type = FD_CONF_ENUM, .offset = LOC(proxy_host),
-     .def = "pass", .enums = host_enums,
+    {.name = "proxy_host", .type = FD_API_STRING,
+     .offset = LOC(proxy_host_src), .def = "pass",
      .doc = "Host header sent upstream: pass (the client's) or upstream "
             "(the upstream's name, or HOST:PORT of pass)"},
-    {.name = "set_header", .type = FD_CONF_LIST, .offset = LOC(set_header),
+    {.name = "set_header", .type = FD_API_LIST,
      .doc = "\"Name: value\", repeatable: sent upstream instead of the "
             "client's header of that name (also replaces Host, "
             "X-Forwarded-*, X-Real-IP); the value may hold $variables "
             "(\"X-Request-Id: $request_id\"); an empty value (or one whose "
             "variables are all empty) removes it"},
-    {.name = "proxy_hide_header", .type = FD_CONF_LIST, .offset = 0,
-     .set = set_hide_header,
+    {.name = "proxy_hide_header", .type = FD_API_LIST,
      .doc = "NAME, repeatable: an upstream response header not passed to "
             "the client. E.g. proxy_hide_header = X-Powered-By"},
-    {.name = "proxy_pass_header", .type = FD_CONF_LIST, .offset = 1,
-     .set = set_hide_header,
+    {.name = "proxy_pass_header", .type = FD_API_LIST,
      .doc = "NAME, repeatable: pass an upstream response header the proxy "
             "drops by default: Server (then it replaces fastd's own), "
             "X-Pad or an X-Accel-* one. Date and the hop-by-hop and framing "
             "fields are never passed. E.g. proxy_pass_header = Server"},
-    {.name = "proxy_redirect", .type = FD_CONF_LIST, .offset = 0,
-     .set = set_redirect,
+    {.name = "proxy_redirect", .type = FD_API_LIST,
      .doc = "default (the default), off, or FROM TO, repeatable: rewrite a "
             "Location or Refresh URL of the upstream's that starts with "
             "FROM into TO ($variables allowed); the first rule that "
@@ -80,38 +62,38 @@ const fd_directive_t fd_proxy_directives[] = {
             "URI, else /. Any proxy_redirect replaces the implied default "
             "(list default again to keep it); off removes every rule. E.g. "
             "proxy_redirect = http://app:3000/ https://$host/app/"},
-    {.name = "buffering", .type = FD_CONF_FLAG, .offset = LOC(buffering),
+    {.name = "buffering", .type = FD_API_FLAG, .offset = LOC(buffering),
      .def = "on",
      .doc = "on: the response body is read in pieces of up to 16k as fast "
             "as the client takes it (memory stays bounded; no temp files); "
             "off: each piece leaves as soon as it arrives (server-sent "
             "events, long polling)"},
-    {.name = "connect_timeout", .type = FD_CONF_MSEC,
+    {.name = "connect_timeout", .type = FD_API_MSEC,
      .offset = LOC(connect_timeout), .def = "60s",
      .doc = "connecting to an upstream server; 504 on expiry"},
-    {.name = "proxy_send_timeout", .type = FD_CONF_MSEC,
+    {.name = "proxy_send_timeout", .type = FD_API_MSEC,
      .offset = LOC(send_timeout), .def = "60s",
      .doc = "between two writes of the request to the upstream; 504 on "
             "expiry"},
     /* its old name, which [http] send_timeout (the client's) shares */
-    {.name = "send_timeout", .renamed = "proxy_send_timeout",
+    {.name = "send_timeout", .type = FD_API_RENAMED,
+     .def = "proxy_send_timeout",
      .doc = "the upstream's is proxy_send_timeout; the client's is [http] "
             "send_timeout"},
-    {.name = "read_timeout", .type = FD_CONF_MSEC,
+    {.name = "read_timeout", .type = FD_API_MSEC,
      .offset = LOC(read_timeout), .def = "60s",
      .doc = "between two reads of the response from the upstream; 504 on "
             "expiry before the response header"},
-    {.name = "next_upstream", .type = FD_CONF_CUSTOM,
-     .offset = KEY_NEXT, .def = "error timeout", .set = set_api,
+    {.name = "next_upstream", .type = FD_API_CUSTOM, .def = "error timeout",
      .doc = "when to try the next server: any of error timeout http_502 "
             "http_503 http_504 non_idempotent, or off. A request whose "
             "method is not idempotent is retried only if no byte of it was "
             "sent (or with non_idempotent), and never once its body was "
             "read from the client"},
-    {.name = "next_upstream_tries", .type = FD_CONF_INT,
+    {.name = "next_upstream_tries", .type = FD_API_INT,
      .offset = LOC(next_upstream_tries), .def = "0",
      .doc = "at most this many servers per request; 0: no limit"},
-    {.name = "websocket", .type = FD_CONF_FLAG, .offset = LOC(websocket),
+    {.name = "websocket", .type = FD_API_FLAG, .offset = LOC(websocket),
      .def = "off",
      .doc = "on: a GET with \"Upgrade: websocket\" is passed with its "
             "Upgrade, and the upstream's 101 opens a tunnel; so is an "
@@ -120,55 +102,50 @@ const fd_directive_t fd_proxy_directives[] = {
             "nginx, where the Upgrade headers must be set by hand): the "
             "tunnel's bytes escape every location rule, so a location "
             "opts in. No other upgrade token (h2c, TLS/1.0) is ever passed"},
-    {.name = "websocket_idle_timeout", .type = FD_CONF_MSEC,
+    {.name = "websocket_idle_timeout", .type = FD_API_MSEC,
      .offset = LOC(websocket_idle_timeout), .def = "1h",
      .doc = "a WebSocket tunnel with no byte either way for this long is "
             "closed"},
-    {.name = "proxy_ssl_verify", .type = FD_CONF_FLAG,
+    {.name = "proxy_ssl_verify", .type = FD_API_FLAG,
      .offset = LOC(ssl_verify), .def = "on",
      .doc = "pass = https://: the upstream's certificate must verify "
             "against proxy_ssl_trusted_certificate and be valid for "
             "proxy_ssl_name; a failure is the server's error (the next "
             "server, then 502) with the reason in the error log. off: any "
             "certificate is taken"},
-    {.name = "proxy_ssl_trusted_certificate", .type = FD_CONF_CUSTOM,
-     .offset = FD_API_TLS_TRUSTED, .set = set_api,
+    {.name = "proxy_ssl_trusted_certificate", .type = FD_API_CUSTOM,
      .doc = "PEM CA certificates the upstream's certificate is verified "
             "against; default: the system's store (OpenSSL's default "
             "paths: /etc/ssl/certs on Debian)"},
-    {.name = "proxy_ssl_name", .type = FD_CONF_STR, .offset = LOC(ssl_name),
+    {.name = "proxy_ssl_name", .type = FD_API_STRING, .offset = LOC(ssl_name),
      .doc = "the name the upstream's certificate must be valid for, also "
             "sent as SNI; default: the HOST of pass (for an [upstream "
             "NAME], NAME). An IP address is matched against the "
             "certificate's IP addresses and sends no SNI"},
-    {.name = "proxy_ssl_server_name", .type = FD_CONF_FLAG,
+    {.name = "proxy_ssl_server_name", .type = FD_API_FLAG,
      .offset = LOC(ssl_server_name), .def = "on",
      .doc = "send proxy_ssl_name as SNI (RFC 6066). On by default, unlike "
             "nginx: an upstream behind a name-based TLS front needs it"},
-    {.name = "proxy_ssl_certificate", .type = FD_CONF_CUSTOM,
-     .offset = FD_API_TLS_CERTIFICATE, .set = set_api,
+    {.name = "proxy_ssl_certificate", .type = FD_API_CUSTOM,
      .doc = "a PEM client certificate (then its chain) for upstreams that "
             "ask for one; with proxy_ssl_certificate_key"},
-    {.name = "proxy_ssl_certificate_key", .type = FD_CONF_CUSTOM,
-     .offset = FD_API_TLS_CERTIFICATE_KEY, .set = set_api,
+    {.name = "proxy_ssl_certificate_key", .type = FD_API_CUSTOM,
      .doc = "the PEM private key of proxy_ssl_certificate; both are read by "
             "the master before privileges drop, again on reload"},
-    {.name = "proxy_ssl_protocols", .type = FD_CONF_CUSTOM,
-     .offset = FD_API_TLS_PROTOCOLS, .set = set_api,
+    {.name = "proxy_ssl_protocols", .type = FD_API_CUSTOM,
      .def = "TLSv1.2 TLSv1.3",
      .doc = "TLSv1.2 and/or TLSv1.3 to upstreams (older ones are refused)"},
-    {.name = "proxy_ssl_ciphers", .type = FD_CONF_CUSTOM,
-     .offset = FD_API_TLS_CIPHERS, .set = set_api, .def = "DEFAULT",
+    {.name = "proxy_ssl_ciphers", .type = FD_API_CUSTOM, .def = "DEFAULT",
      .doc = "TLS 1.2 cipher list to upstreams, OpenSSL syntax; DEFAULT is "
             "OpenSSL's (as nginx: an internal upstream may be older than "
             "the clients a server faces)"},
-    {.name = "proxy_ssl_session_reuse", .type = FD_CONF_FLAG,
+    {.name = "proxy_ssl_session_reuse", .type = FD_API_FLAG,
      .offset = LOC(ssl_session_reuse), .def = "on",
      .doc = "offer an upstream server the last TLS session it gave this "
             "worker when connecting to it again (an abbreviated handshake); "
             "only the location settings and name that verified a session "
             "reuse it"},
-    {.name = "proxy_cache", .type = FD_CONF_STR, .offset = LOC(cache_name),
+    {.name = "proxy_cache", .type = FD_API_STRING, .offset = LOC(cache_name),
      .doc = "NAME of a [cache NAME] whose entries answer this location's "
             "GET and HEAD requests, and which keeps its cacheable "
             "responses (see proxy_cache_valid); off: none. "
@@ -177,7 +154,7 @@ const fd_directive_t fd_proxy_directives[] = {
             "the cache may answer goes upstream without the client's "
             "If-* and Range fields (the cache answers them from the "
             "entry, as nginx)"},
-    {.name = "proxy_cache_key", .type = FD_CONF_STR,
+    {.name = "proxy_cache_key", .type = FD_API_STRING,
      .offset = LOC(cache_key_src), .def = "$scheme$http_host$request_uri",
      /* $http_host, not $host: the port and case the request gave reach
       * the upstream (Host, X-Forwarded-Host) and the stored Location, so
@@ -189,52 +166,48 @@ const fd_directive_t fd_proxy_directives[] = {
             "depends on: the default has $http_host (the port and case "
             "sent, which the upstream and a stored Location see), not "
             "$host"},
-    {.name = "proxy_cache_valid", .type = FD_CONF_LIST,
-     .offset = LOC(cache_valid),
+    {.name = "proxy_cache_valid", .type = FD_API_LIST,
      .doc = "[CODE...] TIME, repeatable: how long a response of these "
             "statuses is kept when it says nothing itself (X-Accel-Expires, "
             "Cache-Control max-age or s-maxage, Expires come first); no "
             "code: 200 301 302; any: every status. Without it only what "
             "the upstream marks fresh is kept. E.g. proxy_cache_valid = "
             "404 1m"},
-    {.name = "proxy_cache_methods", .type = FD_CONF_STR,
+    {.name = "proxy_cache_methods", .type = FD_API_STRING,
      .offset = LOC(cache_methods_src), .def = "GET HEAD",
      .doc = "the methods looked up in the cache: GET and HEAD always (a "
             "HEAD is answered from a GET's entry, never stored). POST is "
             "accepted (nginx's configurations name it) but not answered "
             "from an entry nor stored: it goes upstream with its fields "
             "and counts as a MISS"},
-    {.name = "proxy_cache_bypass", .type = FD_CONF_LIST,
-     .offset = LOC(cache_bypass_src),
+    {.name = "proxy_cache_bypass", .type = FD_API_LIST,
      .doc = "$variables, repeatable: when any is neither empty nor \"0\", "
             "the request goes upstream without looking in the cache "
             "(BYPASS), and its response is stored. E.g. proxy_cache_bypass "
             "= $http_x_refresh"},
-    {.name = "proxy_no_cache", .type = FD_CONF_LIST,
-     .offset = LOC(no_cache_src),
+    {.name = "proxy_no_cache", .type = FD_API_LIST,
      .doc = "$variables, repeatable: when any is neither empty nor \"0\", "
             "the response is not stored. E.g. proxy_no_cache = "
             "$cookie_session"},
-    {.name = "proxy_ignore_headers", .type = FD_CONF_LIST,
-     .offset = LOC(ignore_src),
+    {.name = "proxy_ignore_headers", .type = FD_API_LIST,
      .doc = "response fields the cache does not heed, repeatable or "
             "several in one: X-Accel-Expires, Expires, Cache-Control (then "
             "proxy_cache_valid decides), Set-Cookie (then a response "
             "setting a cookie is stored, cookie and all: for cookies every "
             "client may get), Vary (then one variant is kept for all). "
             "E.g. proxy_ignore_headers = Set-Cookie"},
-    {.name = "proxy_cache_lock", .type = FD_CONF_FLAG,
+    {.name = "proxy_cache_lock", .type = FD_API_FLAG,
      .offset = LOC(cache_lock), .def = "off",
      .doc = "on: of the requests that miss one key at once (in every "
             "worker), one goes upstream and the others wait for its entry "
             "(looking every 10 ms), up to proxy_cache_lock_timeout"},
-    {.name = "proxy_cache_lock_timeout", .type = FD_CONF_MSEC,
-     .offset = LOC(cache_lock_timeout), .def = "5s", .min = 1, .max = 3600000,
+    {.name = "proxy_cache_lock_timeout", .type = FD_API_MSEC,
+     .offset = LOC(cache_lock_timeout), .def = "5s",
      .doc = "a request waiting on proxy_cache_lock this long goes upstream "
             "itself, and its response is not stored (as nginx); also how "
             "long an expired entry counts as being updated (see "
             "proxy_cache_use_stale updating)"},
-    {.name = "proxy_cache_use_stale", .type = FD_CONF_STR,
+    {.name = "proxy_cache_use_stale", .type = FD_API_STRING,
      .offset = LOC(use_stale_src), .def = "off",
      .doc = "when an expired entry answers (STALE) rather than the "
             "upstream, any of: error (no server could be reached or the "
@@ -244,7 +217,7 @@ const fd_directive_t fd_proxy_directives[] = {
             "proxy_next_upstream's tries), updating (another request is "
             "fetching a new one: UPDATING); off: never. E.g. "
             "proxy_cache_use_stale = error timeout updating http_502"},
-    {.name = "proxy_cache_background_update", .type = FD_CONF_FLAG,
+    {.name = "proxy_cache_background_update", .type = FD_API_FLAG,
      .offset = LOC(cache_background_update), .def = "off",
      .doc = "on (with proxy_cache_use_stale updating): the first request "
             "past an entry's expiry is answered from it at once (STALE) "
@@ -252,13 +225,13 @@ const fd_directive_t fd_proxy_directives[] = {
             "its connection takes the next request once the update ends "
             "(as nginx's), over HTTP/2 only the stream waits; the update "
             "goes on when its client leaves"},
-    {.name = "proxy_cache_revalidate", .type = FD_CONF_FLAG,
+    {.name = "proxy_cache_revalidate", .type = FD_API_FLAG,
      .offset = LOC(cache_revalidate), .def = "off",
      .doc = "on: an expired entry with an ETag or Last-Modified is asked "
             "for with If-None-Match / If-Modified-Since, and a 304 makes "
             "it fresh again and answers from it (REVALIDATED), by the "
             "304's own Cache-Control or Expires, else proxy_cache_valid"},
-    FD_CONF_END};
+    {NULL, 0, 0, NULL, NULL}};
 
 
 /* n bytes of s, NUL-terminated, in the configuration's memory */
@@ -327,11 +300,11 @@ static int pass_set(proxy_loc_conf_t *lc, const char *value)
                    {"grpc://", 0, PROXY_GRPC}, {"grpcs://", 1, PROXY_GRPC}};
     unsigned i;
 
-    for (i = 0; i < fd_nelems(schemes); i++)
+    for (i = 0; i < NELEMS(schemes); i++)
         if (strncmp(value, schemes[i].scheme,
                     strlen(schemes[i].scheme)) == 0)
             break;
-    if (i == fd_nelems(schemes)) {
+    if (i == NELEMS(schemes)) {
         fd_api_conf_error("\"pass\" must be http[s]://NAME[/uri] (or "
                           "h2[s]://, grpc[s]://), not \"%s\"", value);
         return FD_ERROR;
@@ -377,36 +350,11 @@ static int pass_set(proxy_loc_conf_t *lc, const char *value)
     return FD_OK;
 }
 
-/*
- * The keys that are on the API's calls (fastd_upstream.h: the group, the
- * TLS client, next_upstream), by d->offset, as an fd_api_module_t.set
- * has them. The module's descriptor is still the engine's (its cache is
- * not all on the API yet: issue 41), so the engine gives its hooks the
- * load, cf; they enter it for the API's calls, which find it there as a
- * public-API module's hooks do.
- */
-static int set_api(fd_conf_t *cf, const fd_directive_t *d, void *conf,
-                   const char *value)
+/* a token character of RFC 9110 (a field's name) */
+static int tchar(unsigned char c)
 {
-    proxy_loc_conf_t *lc = conf;
-    int rc;
-
-    fd_dso_conf_enter(cf);
-    switch (d->offset) {
-    case KEY_UPSTREAM:
-        rc = upstream_set(lc, value);
-        break;
-    case KEY_PASS:
-        rc = pass_set(lc, value);
-        break;
-    case KEY_NEXT:
-        rc = fd_api_upstream_parse_next(value, &lc->next_upstream);
-        break;
-    default:
-        rc = fd_api_tls_client_set(&lc->tls, (int)d->offset, d->name, value);
-    }
-    fd_dso_conf_enter(NULL);
-    return rc;
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') || (c && strchr("!#$%&'*+-.^_`|~", c));
 }
 
 /* fields the proxy writes or drops for framing: never passed */
@@ -417,62 +365,67 @@ static int hop_field(const char *n)
         "te", "trailer", "upgrade", "proxy-connection", "date"};
     unsigned i;
 
-    for (i = 0; i < fd_nelems(hop); i++)
+    for (i = 0; i < NELEMS(hop); i++)
         if (strcasecmp(n, hop[i]) == 0)
             return 1;
     return 0;
 }
 
-/* proxy_hide_header (d->offset 0) and proxy_pass_header (1) = NAME */
-static int set_hide_header(fd_conf_t *cf, const fd_directive_t *d,
-                           void *conf, const char *v)
+/* v at the end of a repeatable key's lines */
+static int list_add(proxy_list_t *l, const char *v)
 {
-    proxy_loc_conf_t *lc = conf;
-    fd_str_t **list = d->offset ? &lc->pass_hdr : &lc->hide, *l;
-    unsigned *n = d->offset ? &lc->npass_hdr : &lc->nhide;
-    size_t k, len = strlen(v);
+    const char **items = fd_api_conf_alloc((l->n + 1) * sizeof(*items));
 
-    for (k = 0; k < len; k++)
-        if (!fd_http_tchar[(uint8_t)v[k]])
-            break;
-    if (len == 0 || k < len)
-        return fd_conf_error(cf, "\"%s\" needs one header NAME, not "
-                             "\"%s\"", d->name, v);
-    if (d->offset && hop_field(v))
-        return fd_conf_error(cf, "\"proxy_pass_header\": %s is never "
-                             "passed (fastd's own, or hop-by-hop)", v);
-    if ((l = fd_palloc(cf->pool, (*n + 1) * sizeof(*l))) == NULL)
-        return fd_conf_error(cf, "out of memory");
-    if (*n)
-        memcpy(l, *list, *n * sizeof(*l));
-    l[*n] = (fd_str_t){len, fd_pstrdup(cf->pool, v, len)};
-    *list = l;
-    (*n)++;
+    if (items == NULL) {
+        fd_api_conf_error("out of memory");
+        return FD_ERROR;
+    }
+    if (l->n)
+        memcpy(items, l->items, l->n * sizeof(*items));
+    items[l->n++] = v;
+    l->items = items;
     return FD_OK;
 }
 
-/* A value with $variables compiled as fd_api_script_compile() makes it:
- * the request side reads it through the API (fd_req_script_add). */
-const fd_api_script_t *fd_proxy_script(fd_conf_t *cf, const char *v,
-                                       size_t n, const char *what)
+/* proxy_hide_header (pass 0) and proxy_pass_header (1) = NAME */
+static int set_hide_header(proxy_loc_conf_t *lc, int pass, const char *key,
+                           const char *v)
 {
-    fd_var_script_t *s = fd_pcalloc(cf->pool, sizeof(*s));
+    fd_str_t **list = pass ? &lc->pass_hdr : &lc->hide, *l;
+    unsigned *n = pass ? &lc->npass_hdr : &lc->nhide;
+    size_t k, len = strlen(v);
 
-    if (s == NULL) {
-        fd_conf_error(cf, "out of memory");
-        return NULL;
+    for (k = 0; k < len; k++)
+        if (!tchar((unsigned char)v[k]))
+            break;
+    if (len == 0 || k < len) {
+        fd_api_conf_error("\"%s\" needs one header NAME, not \"%s\"", key,
+                          v);
+        return FD_ERROR;
     }
-    if (fd_var_compile(cf, s, v, n, 0, what) != FD_OK)
-        return NULL;
-    return (const fd_api_script_t *)s;
+    if (pass && hop_field(v)) {
+        fd_api_conf_error("\"proxy_pass_header\": %s is never passed "
+                          "(fastd's own, or hop-by-hop)", v);
+        return FD_ERROR;
+    }
+    if ((l = fd_api_conf_alloc((*n + 1) * sizeof(*l))) == NULL) {
+        fd_api_conf_error("out of memory");
+        return FD_ERROR;
+    }
+    if (*n)
+        memcpy(l, *list, *n * sizeof(*l));
+    l[*n] = (fd_str_t){len, conf_strndup(v, len)};
+    *list = l;
+    (*n)++;
+    return l[*n - 1].data ? FD_OK : FD_ERROR;
 }
 
-static redirect_t *redirect_new(fd_conf_t *cf, proxy_loc_conf_t *lc)
+static redirect_t *redirect_new(proxy_loc_conf_t *lc)
 {
-    redirect_t *rd = fd_palloc(cf->pool, (lc->nredirects + 1) * sizeof(*rd));
+    redirect_t *rd = fd_api_conf_alloc((lc->nredirects + 1) * sizeof(*rd));
 
     if (rd == NULL) {
-        fd_conf_error(cf, "out of memory");
+        fd_api_conf_error("out of memory");
         return NULL;
     }
     if (lc->nredirects)
@@ -483,21 +436,18 @@ static redirect_t *redirect_new(fd_conf_t *cf, proxy_loc_conf_t *lc)
 }
 
 /* proxy_redirect = default | off | FROM TO */
-static int set_redirect(fd_conf_t *cf, const fd_directive_t *d, void *conf,
-                        const char *v)
+static int set_redirect(proxy_loc_conf_t *lc, const char *v)
 {
-    proxy_loc_conf_t *lc = conf;
     const char *sp, *to;
     redirect_t *rd;
 
-    (void)d;
     lc->redirect_set = 1; /* no implied default any more */
     if (strcmp(v, "off") == 0) {
         lc->nredirects = 0;
         return FD_OK;
     }
     if (strcmp(v, "default") == 0) {
-        if ((rd = redirect_new(cf, lc)) == NULL)
+        if ((rd = redirect_new(lc)) == NULL)
             return FD_ERROR;
         rd->dflt = 1;
         return FD_OK;
@@ -505,50 +455,102 @@ static int set_redirect(fd_conf_t *cf, const fd_directive_t *d, void *conf,
     sp = v + strcspn(v, " \t");
     for (to = sp; *to == ' ' || *to == '\t'; to++)
         ;
-    if (sp == v || *to == '\0' || to[strcspn(to, " \t")] != '\0')
-        return fd_conf_error(cf, "\"proxy_redirect\" must be default, off "
-                             "or FROM TO, not \"%s\"", v);
-    if (memchr(v, '$', (size_t)(sp - v)))
-        return fd_conf_error(cf, "\"proxy_redirect\": FROM is literal "
-                             "text (variables go in TO)");
-    if ((rd = redirect_new(cf, lc)) == NULL)
+    if (sp == v || *to == '\0' || to[strcspn(to, " \t")] != '\0') {
+        fd_api_conf_error("\"proxy_redirect\" must be default, off or FROM "
+                          "TO, not \"%s\"", v);
+        return FD_ERROR;
+    }
+    if (memchr(v, '$', (size_t)(sp - v))) {
+        fd_api_conf_error("\"proxy_redirect\": FROM is literal text "
+                          "(variables go in TO)");
+        return FD_ERROR;
+    }
+    if ((rd = redirect_new(lc)) == NULL)
         return FD_ERROR;
     rd->from = (fd_str_t){(size_t)(sp - v),
-                          fd_pstrdup(cf->pool, v, (size_t)(sp - v))};
-    rd->to = fd_proxy_script(cf, to, strlen(to), "proxy_redirect");
-    return rd->to ? FD_OK : FD_ERROR;
+                          conf_strndup(v, (size_t)(sp - v))};
+    rd->to = fd_api_script_compile(to, strlen(to), 0, "proxy_redirect");
+    return rd->from.data && rd->to ? FD_OK : FD_ERROR;
+}
+
+/* The keys the module parses itself (FD_API_CUSTOM, FD_API_LIST), a line
+ * each: the group, the TLS client (proxy_ssl_*: FD_API_TLS_*),
+ * next_upstream, the response's headers, set_header's lines
+ * and the cache's (fd_proxy_cache_set). */
+int fd_proxy_set(void *conf, const char *key, const char *value, int own)
+{
+    static const struct {
+        const char *key;
+        int opt;
+    } tls[] = {{"proxy_ssl_trusted_certificate", FD_API_TLS_TRUSTED},
+               {"proxy_ssl_certificate", FD_API_TLS_CERTIFICATE},
+               {"proxy_ssl_certificate_key", FD_API_TLS_CERTIFICATE_KEY},
+               {"proxy_ssl_protocols", FD_API_TLS_PROTOCOLS},
+               {"proxy_ssl_ciphers", FD_API_TLS_CIPHERS}};
+    proxy_loc_conf_t *lc = conf;
+    unsigned i;
+    int rc;
+
+    (void)own;
+    if (strcmp(key, "upstream") == 0)
+        return upstream_set(lc, value);
+    if (strcmp(key, "pass") == 0)
+        return pass_set(lc, value);
+    if (strcmp(key, "next_upstream") == 0)
+        return fd_api_upstream_parse_next(value, &lc->next_upstream);
+    if (strcmp(key, "set_header") == 0)
+        return list_add(&lc->set_header, value);
+    if (strcmp(key, "proxy_hide_header") == 0 ||
+        strcmp(key, "proxy_pass_header") == 0)
+        return set_hide_header(lc, key[6] == 'p', key, value);
+    if (strcmp(key, "proxy_redirect") == 0)
+        return set_redirect(lc, value);
+    for (i = 0; i < NELEMS(tls); i++)
+        if (strcmp(key, tls[i].key) == 0)
+            return fd_api_tls_client_set(&lc->tls, tls[i].opt, key, value);
+    rc = fd_proxy_cache_set(lc, key, value);
+    if (rc == FD_DECLINED) {
+        fd_api_conf_error("\"%s\": not a key of the proxy's", key);
+        return FD_ERROR;
+    }
+    return rc;
 }
 
 /* proxy_redirect default, for this location: FROM is the pass URL with
  * its URI (then TO's rest is the location's prefix, whose part of the
  * path the URI replaced), or without one http://HOST[:PORT]/ (then "/");
  * TO begins with the client's scheme://host[:port] */
-static int redirect_default(fd_conf_t *cf, proxy_loc_conf_t *lc,
-                            fd_http_loc_t *loc, redirect_t *rd)
+static int redirect_default(proxy_loc_conf_t *lc, fd_str_t match,
+                            redirect_t *rd)
 {
     const char *p = lc->pass, *auth;
-    fd_sbuf_t sb;
+    const char *name = fd_api_upstream_name(lc->group);
+    size_t n;
+    char *s;
 
     if (lc->has_uri) {
         rd->from = (fd_str_t){strlen(p), p};
-        rd->to_rest = loc->match;
+        rd->to_rest = match;
         return FD_OK;
     }
-    if (fd_sbuf_init(&sb, cf->pool, 64) != FD_OK)
-        return fd_conf_error(cf, "out of memory");
     if (p) {
         auth = strstr(p, "://") + 3;
-        fd_sbuf_add(&sb, p, (size_t)(auth - p) + strcspn(auth, "/"));
+        n = (size_t)(auth - p) + strcspn(auth, "/");
+        s = fd_api_conf_alloc(n + 2);
+        if (s)
+            snprintf(s, n + 2, "%.*s/", (int)n, p);
     } else {
-        fd_sbuf_add_lit(&sb, "http://");
-        fd_sbuf_add(&sb, fd_api_upstream_name(lc->group),
-                    strlen(fd_api_upstream_name(lc->group)));
+        n = sizeof("http://") - 1 + strlen(name);
+        s = fd_api_conf_alloc(n + 2);
+        if (s)
+            snprintf(s, n + 2, "http://%s/", name);
     }
-    fd_sbuf_addc(&sb, '/');
-    if (fd_sbuf_failed(&sb))
-        return fd_conf_error(cf, "out of memory");
-    rd->from = fd_sbuf_str(&sb);
-    rd->to_rest = fd_string("/");
+    if (s == NULL) {
+        fd_api_conf_error("out of memory");
+        return FD_ERROR;
+    }
+    rd->from = (fd_str_t){n + 1, s};
+    rd->to_rest = STR("/");
     return FD_OK;
 }
 
@@ -566,7 +568,7 @@ static int init_tls(proxy_loc_conf_t *lc)
                   LOC(ssl_session_reuse)}};
     unsigned i;
 
-    for (i = 0; i < fd_nelems(flags); i++)
+    for (i = 0; i < NELEMS(flags); i++)
         if (fd_api_tls_client_set(&lc->tls, flags[i].opt, flags[i].key,
                                   *(int *)((char *)lc + flags[i].off)
                                       ? "on"
@@ -599,59 +601,19 @@ static int init_upstream(proxy_loc_conf_t *lc)
     return lc->https ? init_tls(lc) : FD_OK;
 }
 
-static int init_conf(fd_conf_t *cf, fd_http_loc_t *loc,
-                     proxy_loc_conf_t *lc);
-
-/* handler = proxy's locations, with the load entered for the API's calls
- * (see set_api) */
-int fd_proxy_init_conf(fd_conf_t *cf, fd_http_loc_t *loc, void *conf)
-{
-    int rc;
-
-    if (loc->handler != &fd_proxy_module)
-        return FD_OK;
-    fd_dso_conf_enter(cf);
-    rc = init_conf(cf, loc, conf);
-    fd_dso_conf_enter(NULL);
-    return rc;
-}
-
-static int init_conf(fd_conf_t *cf, fd_http_loc_t *loc,
-                     proxy_loc_conf_t *lc)
+/* set_header's lines: checked, their values compiled */
+static int init_set_header(proxy_loc_conf_t *lc)
 {
     unsigned i;
 
-    if (fd_proxy_cache_init_conf(cf, lc) != FD_OK)
-        return FD_ERROR;
-    if (lc->group == NULL)
-        return fd_conf_error(cf, "%s: handler = proxy needs \"upstream = "
-                             "NAME\" or \"pass = http://NAME/\"", loc->name);
-    if (loc->kind == FD_LOC_REGEX || loc->kind == FD_LOC_REGEX_CASELESS)
-        lc->has_uri = 0; /* documented: a regex location passes the URI */
-    if (lc->h2 == PROXY_H1 && fd_api_upstream_is_h2(lc->group))
-        lc->h2 = PROXY_H2;
-    if (lc->h2 && lc->cache)
-        return fd_conf_error(cf, "%s: proxy_cache is not available with "
-                             "an HTTP/2 or gRPC upstream yet", loc->name);
-    if (lc->h2 && fd_api_upstream_proxy_protocol(lc->group))
-        return fd_conf_error(cf, "%s: an HTTP/2 upstream's connections "
-                             "carry many clients' requests: no "
-                             "proxy_protocol", loc->name);
-    lc->nodelay = !lc->buffering;
-    if (init_upstream(lc) != FD_OK)
-        return FD_ERROR;
-    if (!lc->redirect_set) {
-        redirect_t *rd = redirect_new(cf, lc);
-        if (rd == NULL)
-            return FD_ERROR;
-        rd->dflt = 1;
-    }
-    for (i = 0; i < lc->nredirects; i++)
-        if (lc->redirects[i].dflt &&
-            redirect_default(cf, lc, loc, &lc->redirects[i]) != FD_OK)
-            return FD_ERROR;
     lc->nhdrs = lc->set_header.n;
-    lc->hdrs = fd_pcalloc(cf->pool, (lc->nhdrs + 1) * sizeof(set_header_t));
+    lc->hdrs = fd_api_conf_alloc((lc->nhdrs + 1) * sizeof(set_header_t));
+    if (lc->hdrs == NULL) {
+        fd_api_conf_error("out of memory");
+        return FD_ERROR;
+    }
+    memset(lc->hdrs, 0, (lc->nhdrs + 1) * sizeof(set_header_t));
+    fd_api_conf_at_key(lc, "set_header");
     for (i = 0; i < lc->nhdrs; i++) {
         const char *s = lc->set_header.items[i], *colon = strchr(s, ':');
         const char *v;
@@ -660,11 +622,13 @@ static int init_conf(fd_conf_t *cf, fd_http_loc_t *loc,
 
         n = colon ? (size_t)(colon - s) : 0;
         for (k = 0; k < n; k++)
-            if (!fd_http_tchar[(uint8_t)s[k]])
+            if (!tchar((unsigned char)s[k]))
                 break;
-        if (n == 0 || k < n)
-            return fd_conf_error(cf, "\"set_header\" must be \"Name: "
-                                 "value\", not \"%s\"", s);
+        if (n == 0 || k < n) {
+            fd_api_conf_error("\"set_header\" must be \"Name: value\", not "
+                              "\"%s\"", s);
+            return FD_ERROR;
+        }
         for (v = colon + 1; *v == ' ' || *v == '\t'; v++)
             ;
         h->name = (fd_str_t){n, s};
@@ -673,30 +637,85 @@ static int init_conf(fd_conf_t *cf, fd_http_loc_t *loc,
                                 v[h->value.len - 1] == '\t'))
             h->value.len--;
         for (k = 0; k < h->value.len; k++)
-            if ((uint8_t)v[k] < 0x20 && v[k] != '\t')
-                return fd_conf_error(cf, "\"set_header\": control character "
-                                     "in \"%s\"", s);
-        if ((h->script = fd_proxy_script(cf, v, h->value.len,
-                                         "set_header")) == NULL)
+            if ((uint8_t)v[k] < 0x20 && v[k] != '\t') {
+                fd_api_conf_error("\"set_header\": control character in "
+                                  "\"%s\"", s);
+                return FD_ERROR;
+            }
+        if ((h->script = fd_api_script_compile(v, h->value.len, 0,
+                                               "set_header")) == NULL)
             return FD_ERROR;
-        if (fd_str_caseeq_lit(h->name, "connection") ||
-            fd_str_caseeq_lit(h->name, "transfer-encoding") ||
-            fd_str_caseeq_lit(h->name, "content-length") ||
-            fd_str_caseeq_lit(h->name, "upgrade") ||
-            fd_str_caseeq_lit(h->name, "te") ||
-            fd_str_caseeq_lit(h->name, "keep-alive"))
-            return fd_conf_error(cf, "\"set_header\": %.*s is the proxy's to "
-                                 "set (framing and hop-by-hop)", (int)n, s);
-        if (fd_str_caseeq_lit(h->name, "host"))
+        if (lit_eq(h->name, "connection") ||
+            lit_eq(h->name, "transfer-encoding") ||
+            lit_eq(h->name, "content-length") ||
+            lit_eq(h->name, "upgrade") || lit_eq(h->name, "te") ||
+            lit_eq(h->name, "keep-alive")) {
+            fd_api_conf_error("\"set_header\": %.*s is the proxy's to set "
+                              "(framing and hop-by-hop)", (int)n, s);
+            return FD_ERROR;
+        }
+        if (lit_eq(h->name, "host"))
             lc->gen_replaced |= GEN_HOST;
-        else if (fd_str_caseeq_lit(h->name, "x-forwarded-for"))
+        else if (lit_eq(h->name, "x-forwarded-for"))
             lc->gen_replaced |= GEN_XFF;
-        else if (fd_str_caseeq_lit(h->name, "x-real-ip"))
+        else if (lit_eq(h->name, "x-real-ip"))
             lc->gen_replaced |= GEN_XRIP;
-        else if (fd_str_caseeq_lit(h->name, "x-forwarded-proto"))
+        else if (lit_eq(h->name, "x-forwarded-proto"))
             lc->gen_replaced |= GEN_XFP;
-        else if (fd_str_caseeq_lit(h->name, "x-forwarded-host"))
+        else if (lit_eq(h->name, "x-forwarded-host"))
             lc->gen_replaced |= GEN_XFH;
     }
     return FD_OK;
+}
+
+/* a handler = proxy location, its keys set */
+int fd_proxy_init_conf(void *conf)
+{
+    static const char *const hosts[] = {"pass", "upstream", NULL};
+    proxy_loc_conf_t *lc = conf;
+    fd_str_t match = {0, NULL};
+    int kind = 0, host;
+    unsigned i;
+
+    host = fd_api_conf_enum(lc, "proxy_host", lc->proxy_host_src, hosts);
+    if (host == FD_ERROR)
+        return FD_ERROR;
+    lc->proxy_host = host == 0 ? HOST_PASS : HOST_UPSTREAM;
+    fd_api_conf_location(&match, &kind);
+    if (fd_proxy_cache_init_conf(lc) != FD_OK)
+        return FD_ERROR;
+    if (lc->group == NULL) {
+        fd_api_conf_error("handler = proxy needs \"upstream = NAME\" or "
+                          "\"pass = http://NAME/\"");
+        return FD_ERROR;
+    }
+    if (kind == FD_API_LOC_REGEX || kind == FD_API_LOC_REGEX_CASELESS)
+        lc->has_uri = 0; /* documented: a regex location passes the URI */
+    if (lc->h2 == PROXY_H1 && fd_api_upstream_is_h2(lc->group))
+        lc->h2 = PROXY_H2;
+    if (lc->h2 && lc->cache) {
+        fd_api_conf_at_key(lc, "proxy_cache");
+        fd_api_conf_error("proxy_cache is not available with an HTTP/2 or "
+                          "gRPC upstream yet");
+        return FD_ERROR;
+    }
+    if (lc->h2 && fd_api_upstream_proxy_protocol(lc->group)) {
+        fd_api_conf_error("an HTTP/2 upstream's connections carry many "
+                          "clients' requests: no proxy_protocol");
+        return FD_ERROR;
+    }
+    lc->nodelay = !lc->buffering;
+    if (init_upstream(lc) != FD_OK)
+        return FD_ERROR;
+    if (!lc->redirect_set) {
+        redirect_t *rd = redirect_new(lc);
+        if (rd == NULL)
+            return FD_ERROR;
+        rd->dflt = 1;
+    }
+    for (i = 0; i < lc->nredirects; i++)
+        if (lc->redirects[i].dflt &&
+            redirect_default(lc, match, &lc->redirects[i]) != FD_OK)
+            return FD_ERROR;
+    return init_set_header(lc);
 }

@@ -3,14 +3,13 @@
  * engine's public face (fastd_upstream.h: the engine picks the server,
  * keeps its health and the idle connections to it, retries, and speaks
  * HTTP/2 and gRPC itself); HTTP/1.1's framing is here, on the API's
- * parser. The request side (the client's fields, the upstream request,
- * the response) is on the public API alone (1.8), and so are the group,
- * the TLS client and the keys that make them (fd_proxy_conf.c); the
- * module's descriptor, its other keys' table, its variable and the
- * cache's configuration, section, index and figures are still the
- * engine's: they move next (issue 41). The cache's request side (its
- * lookup, wait for a fill, HIT, background update and store) is on the
- * API (1.9).
+ * parser. The module is on the public API alone (fastd.h, API 1.10): its
+ * descriptor (the end of this file), its keys (fd_proxy_conf.c), its
+ * variable, and its cache (fd_proxy_cache.c: a request's lookup, wait
+ * for a fill, HIT, background update and store; fd_proxy_cache_index.c:
+ * the [cache NAME] section, its index in a shared zone, the manager and
+ * the loader, the figures). It builds into fastd or as fd_proxy.so
+ * (./configure --with-proxy=dynamic).
  *
  * The file reads in the order a request goes through it:
  *   1. worker setup (the location keys are fd_proxy_conf.c's);
@@ -37,12 +36,13 @@
  * most two 16k blocks (response and request body), whatever the size of
  * the bodies.
  *
- * Variables, in the registry (fd_var.h) for every script (empty when the
+ * Variables, in the registry for every script (empty when the
  * request was not proxied; one entry per server tried, ", "-separated as
  * nginx): $upstream_addr "127.0.0.1:3000, 127.0.0.1:3001",
  * $upstream_status "502, 200", $upstream_response_time (seconds with
  * milliseconds) "0.002, 0.013".
  */
+#include <stdio.h>
 #include <strings.h>
 
 #include "fd_proxy.h"
@@ -52,17 +52,13 @@
 
 /* --- 1. worker setup ----------------------------------------------------- */
 
-static int proxy_init_worker(fd_worker_t *w)
+static int proxy_init_worker(void)
 {
-    fd_proxy_cache_init_worker(w, fd_stats ? fd_stats_area(fd_stats,
-                                                           &fd_proxy_module)
-                                           : NULL);
-    return FD_OK;
+    return fd_proxy_cache_init_worker();
 }
 
-static void proxy_exit_worker(fd_worker_t *w)
+static void proxy_exit_worker(void)
 {
-    (void)w;
     fd_proxy_cache_exit_worker();
 }
 
@@ -106,12 +102,8 @@ const fd_api_upstream_proto_t fd_proxy_protos[3] = {
     [PROXY_GRPC] = H2_PROTO("gRPC upstream", FD_API_UPSTREAM_GRPC),
 };
 
-#define lit_eq(s, lit)                                                       \
-    ((s).len == sizeof(lit) - 1 && strncasecmp((s).data, lit, (s).len) == 0)
 #define out_lit(o, lit) fd_api_out_add(o, lit, sizeof(lit) - 1)
 #define out_str(o, s) fd_api_out_add(o, (s).data, (s).len)
-#define STR(lit) ((fd_str_t){sizeof(lit) - 1, (char *)(lit)})
-#define NELEMS(a) (sizeof(a) / sizeof((a)[0]))
 
 static int name_eq(fd_str_t a, fd_str_t b)
 {
@@ -912,11 +904,10 @@ int fd_proxy_start(proxy_req_t *px)
 /* --- 5. variables ------------------------------------------------------ */
 
 /* r's proxy request when its location is the proxy's: a variable is read
- * on any request. The engine's descriptor check until the module has an
- * API descriptor; then fd_req_handler_is(r, FD_API_SELF) (1.9). */
+ * on any request */
 static proxy_req_t *request_px(fd_request_t *r)
 {
-    if (r == NULL || r->loc == NULL || r->loc->handler != &fd_proxy_module)
+    if (r == NULL || !fd_req_handler_is(r, FD_API_SELF))
         return NULL;
     return fd_proxy_req(r);
 }
@@ -924,39 +915,40 @@ static proxy_req_t *request_px(fd_request_t *r)
 /* $upstream_cache_status: MISS, HIT, EXPIRED, STALE, UPDATING,
  * REVALIDATED, BYPASS; empty when the location does not cache (or the
  * method is not cached) */
-static fd_str_t v_cache_status(fd_request_t *r, const fd_var_op_t *op,
-                               char *tmp)
+static fd_str_t v_cache_status(fd_request_t *r, char *tmp)
 {
     proxy_req_t *px = request_px(r);
     const char *t;
 
-    (void)op;
     (void)tmp;
     if (px == NULL || px->cache_status == FD_PROXY_CACHE_NONE)
-        return fd_null_string;
+        return (fd_str_t){0, NULL};
     t = fd_proxy_cache_status_text(px->cache_status);
-    return (fd_str_t){strlen(t), (char *)t};
+    return (fd_str_t){strlen(t), t};
 }
 
-static const fd_var_t proxy_vars[] = {
-    {"upstream_cache_status", v_cache_status, 0, 0},
-    FD_VAR_END}; /* $upstream_addr and its kin are the core's (any
-                    protocol's tries): core/http/fd_upstream_module.c */
+static const fd_api_var_t proxy_vars[] = {
+    {"upstream_cache_status", v_cache_status, 0},
+    {NULL, NULL, 0}}; /* $upstream_addr and its kin are the core's (any
+                         protocol's tries): core/http/fd_upstream_module.c */
 
-fd_module_t fd_proxy_module = {
+FD_API_MODULE = {
+    FD_API_HEADER,
     .name = "proxy",
-    .directives = fd_proxy_directives,
+    .keys = fd_proxy_keys,
+    .set = fd_proxy_set,
     .conf_size = sizeof(proxy_loc_conf_t),
     .init_conf = fd_proxy_init_conf,
     .init_worker = proxy_init_worker,
     .exit_worker = proxy_exit_worker,
     .handler = proxy_handler,
-    .flags = FD_MODULE_STREAM_BODY | FD_MODULE_TUNNEL,
-    .methods = FD_METHODS_ANY, /* the backend decides, but TRACE/CONNECT */
+    .flags = FD_API_STREAM_BODY | FD_API_TUNNEL,
+    .methods = FD_API_ANY, /* the backend decides, but TRACE/CONNECT */
+    .vars = proxy_vars,
+    /* the [cache NAME] sections, their figures */
+    .section = &fd_proxy_cache_section,
     .shm_size = FD_PROXY_CACHE_SHM_SIZE,
-    .also = &fd_proxy_cache_section,
     .status = fd_proxy_cache_status,
     .status_shared = fd_proxy_cache_status_shared,
     .retire = fd_proxy_cache_retire,
-    .vars = proxy_vars,
 };

@@ -28,8 +28,8 @@ int fd_proxy_tunnel_key(proxy_req_t *px)
 
 int fd_proxy_tunnel_own_field(fd_str_t name)
 {
-    return fd_str_caseeq_lit(name, "sec-websocket-key") ||
-           fd_str_caseeq_lit(name, "sec-websocket-version");
+    return lit_eq(name, "sec-websocket-key") ||
+           lit_eq(name, "sec-websocket-version");
 }
 
 int fd_proxy_tunnel_accepted(proxy_req_t *px, const fd_api_field_t *f,
@@ -47,7 +47,7 @@ int fd_proxy_tunnel_accepted(proxy_req_t *px, const fd_api_field_t *f,
     SHA1(in, sizeof(in), md);
     EVP_EncodeBlock(want, md, sizeof(md)); /* 28 characters and a NUL */
     for (i = 0; i < nf; i++) {
-        if (!fd_str_caseeq_lit(f[i].name, "sec-websocket-accept"))
+        if (!lit_eq(f[i].name, "sec-websocket-accept"))
             continue;
         seen++;
         ok = f[i].value.len == 28 && memcmp(f[i].value.data, want, 28) == 0;

@@ -3,7 +3,7 @@
 # or as a shared object: ./configure --with-plaintext=dynamic
 # --with-json=dynamic --with-status=dynamic --with-static=dynamic
 # --with-fastcgi=dynamic --with-cluster=dynamic --with-acme=dynamic
-# --with-stream=dynamic (in
+# --with-stream=dynamic --with-proxy=dynamic (in
 # a copy of the tree)
 # builds objs/fd_plaintext.so, objs/fd_json.so, objs/fd_status.so,
 # objs/fd_static.so, objs/fd_fastcgi.so (a backend protocol on
@@ -16,15 +16,19 @@
 # orders by FASTD_TEST_LOAD=.../fd_acme.so with tests/acme*.t) and
 # objs/fd_stream.so (the L4 proxy on fastd_stream.h: a [stream] proxies
 # a connection here; the rest by FASTD_TEST_LOAD=.../fd_stream.so with
-# tests/stream*.t)
+# tests/stream*.t) and objs/fd_proxy.so (the reverse proxy and its
+# [cache NAME]: a request proxied and a second one answered from the
+# cache here; the rest by FASTD_TEST_LOAD=.../fd_proxy.so with
+# tests/proxy*.t)
 # instead of linking them in, make install puts them in PREFIX/modules/,
 # and that fastd, which has none of them of its own, answers with them
 # after load_module exactly as the fastd under test (built in) does:
 # status, Content-Type, Content-Length, body, for GET, HEAD and POST,
 # over HTTP/1.1 (/status's figures, numbers aside; static's files with
 # their ETag, ranges, conditionals, index, listing and precompressed
-# variant). A module not on the public API, or not in auto/modules,
-# cannot be made dynamic.
+# variant). A module not on the public API (one of the test's own: every
+# module of the tree is on it), or not in auto/modules, cannot be made
+# dynamic.
 
 use strict;
 use warnings;
@@ -73,19 +77,20 @@ my $prefix = "$dir/prefix";
 # configured --prefix: that is compiled in (objs/fd_auto_config.h, the
 # default configuration's path) and would compile every object again
 eval { FastdTest::copy_tree($src); 1 } or BAIL_OUT($@);
-my $out = `cd '$src' && ./configure --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic --with-fastcgi=dynamic --with-cluster=dynamic --with-acme=dynamic --with-stream=dynamic 2>&1`;
-is($?, 0, './configure --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic --with-fastcgi=dynamic --with-cluster=dynamic --with-acme=dynamic --with-stream=dynamic') or diag($out);
-like($out, qr/^dynamic modules \(objs\/fd_NAME\.so\): plaintext json static status stream fastcgi cluster acme$/m,
+my $out = `cd '$src' && ./configure --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic --with-fastcgi=dynamic --with-cluster=dynamic --with-acme=dynamic --with-stream=dynamic --with-proxy=dynamic 2>&1`;
+is($?, 0, './configure --with-plaintext=dynamic --with-json=dynamic --with-status=dynamic --with-static=dynamic --with-fastcgi=dynamic --with-cluster=dynamic --with-acme=dynamic --with-stream=dynamic --with-proxy=dynamic') or diag($out);
+like($out, qr/^dynamic modules \(objs\/fd_NAME\.so\): plaintext json static status proxy stream fastcgi cluster acme$/m,
      '... says which modules are shared objects');
-unlike((grep { /^\s*modules:/ } split /\n/, $out)[0] // '', qr/\b(plaintext|json|status|static|fastcgi|cluster|acme|stream)\b/,
+unlike((grep { /^\s*modules:/ } split /\n/, $out)[0] // '', qr/\b(plaintext|json|status|static|fastcgi|cluster|acme|stream|proxy)\b/,
        '... and that they are not linked in');
 $out = `make -s -C '$src' -j2 2>&1`;
 is($?, 0, 'make') or diag($out);
 ok(-f "$src/objs/fd_plaintext.so" && -f "$src/objs/fd_json.so"
    && -f "$src/objs/fd_status.so" && -f "$src/objs/fd_static.so"
    && -f "$src/objs/fd_fastcgi.so" && -f "$src/objs/fd_cluster.so"
-   && -f "$src/objs/fd_acme.so" && -f "$src/objs/fd_stream.so",
-   'objs/fd_plaintext.so, fd_json.so, fd_status.so, fd_static.so, fd_fastcgi.so, fd_cluster.so, fd_acme.so and fd_stream.so built');
+   && -f "$src/objs/fd_acme.so" && -f "$src/objs/fd_stream.so"
+   && -f "$src/objs/fd_proxy.so",
+   'objs/fd_plaintext.so, fd_json.so, fd_status.so, fd_static.so, fd_fastcgi.so, fd_cluster.so, fd_acme.so, fd_stream.so and fd_proxy.so built');
 like(`nm -D --defined-only '$src/objs/fd_plaintext.so' 2>&1`, qr/\bfastd_module\b/,
      'fd_plaintext.so defines fastd_module, as a module built outside the tree');
 $out = `make -s -C '$src' install PREFIX='$prefix' LOGROTATE_DIR='$dir/lr' FASTD_USER=nobody 2>&1`;
@@ -96,6 +101,7 @@ ok(-f "$prefix/modules/fd_plaintext.so" && -f "$prefix/modules/fd_json.so",
 # the dynamic build's fastd: without load_module it has no such handler
 my $bin = "$prefix/sbin/fastd";
 my $d = FastdTest->new;
+my $proxy;  # the loaded proxy's fastd, started once $t is
 $d->write_conf(FastdTest::base_conf());
 {
     local $FastdTest::BIN = $bin;
@@ -200,11 +206,44 @@ $d->write_conf(FastdTest::base_conf(main => { load_module => [@loads] },
     $c->close if $c;
     $e->stop;
     $e->no_alerts;
+
+    # the reverse proxy and a [cache NAME] of its own, loaded: the fastd
+    # under test ($t, started below) is its server
+    my $px = "[location /p/]\nhandler = proxy\npass = http://127.0.0.1:"
+           . $t->port . "/\nproxy_cache = c\nproxy_cache_valid = 1m\n"
+           . "add_header = X-Cache \$upstream_cache_status\n\n";
+    my $cache = "[cache c]\npath = $dir/cache\n";
+    $e = FastdTest->new;
+    $e->write_conf(FastdTest::base_conf(main => { load_module => [@pj] },
+                                        locations => $px, extra => $cache));
+    ($rc, $o) = FastdTest::run_fastd('-t', '-c', $e->conf_file);
+    ok($rc != 0 && $o =~ /handler = proxy|unknown section \[cache c\]/,
+       'handler = proxy without its load_module: refused') or diag($o);
+    $e->write_conf(FastdTest::base_conf(
+        main => { load_module => [ @pj, "$prefix/modules/fd_proxy.so" ] },
+        locations => $px, extra => $cache));
+    ($rc, $o) = FastdTest::run_fastd('-t', '-c', $e->conf_file);
+    is($rc, 0, 'with load_module = PREFIX/modules/fd_proxy.so: -t passes')
+        or diag($o);
+    $proxy = $e;
     $d->write_conf(FastdTest::base_conf(main => { load_module => [@loads] },
                                         locations => $status));
     $d->start;
 }
 $t->start;
+# the proxy loaded: a MISS from $t, then a HIT from its cache
+{
+    local $FastdTest::BIN = $bin;
+    $proxy->start;
+}
+like(answer($proxy, "GET /p/plaintext HTTP/1.1\r\nHost: x\r\n\r\n", 'x-cache'),
+     qr{^200 \| content-type: text/plain \| content-length: 13 \| x-cache: MISS \| Hello, World!$},
+     'the loaded proxy: a request proxied to its server (MISS)');
+like(answer($proxy, "GET /p/plaintext HTTP/1.1\r\nHost: x\r\n\r\n", 'x-cache'),
+     qr{^200 \| content-type: text/plain \| content-length: 13 \| x-cache: HIT \| Hello, World!$},
+     '... and the same again from its [cache c] (HIT)');
+$proxy->no_alerts;
+$proxy->stop;
 
 sub answer {
     my ($srv, $req, @more) = @_;
@@ -267,10 +306,17 @@ $d->no_alerts;
 $d->stop;
 $t->stop;
 
-# only a module written on the public API can be a shared object
-$out = `cd '$src' && ./configure --with-proxy=dynamic 2>&1`;
-isnt($?, 0, '--with-proxy=dynamic: refused');
-like($out, qr/fd_proxy_module\.c is not written on the public API/, '... saying why');
+# only a module written on the public API can be a shared object: one
+# on the engine's structures (the test's own, as modules were before the
+# API) cannot
+$t->write_file("src/modules/fd_engine_module.c",
+               "#include \"fd_module.h\"\nfd_module_t fd_engine_module = {.name = \"engine\"};\n");
+open(my $am, '>>', "$src/auto/modules") or die "auto/modules: $!";
+print $am "engine\n";
+close $am;
+$out = `cd '$src' && ./configure --with-engine=dynamic 2>&1`;
+isnt($?, 0, '--with-engine=dynamic: refused');
+like($out, qr/fd_engine_module\.c is not written on the public API/, '... saying why');
 $out = `cd '$src' && ./configure --with-nosuch=dynamic 2>&1`;
 like($out, qr/no module "nosuch" in auto\/modules/, '--with-nosuch=dynamic: no such module');
 

@@ -262,9 +262,15 @@ static void test_load(void)
              "\"send_timeout\" is not a key here any more: use "
              "\"proxy_send_timeout\"", "send_timeout in a location");
     c = load(BASE "[http]\nsend_timeout = 3s\n[location /x]\nhandler = "
-             "plaintext\nproxy_send_timeout = 2s\n", NULL, err);
+             "proxy\npass = http://127.0.0.1:9/\nproxy_send_timeout = 2s\n",
+             NULL, err);
     ok(c && c->http.send_timeout == 3000, "[http] send_timeout (%s)", err);
     fd_cycle_free(c);
+    /* the proxy's keys are its handler's (a module on the API) */
+    error_at(BASE "[location /x]\nhandler = plaintext\nproxy_send_timeout "
+             "= 2s\n", "t.conf:8: \"proxy_send_timeout\" is a key of handler "
+             "= proxy, not of handler = plaintext",
+             "a proxy key where the handler is not the proxy");
 
     /* did you mean */
     error_at(BASE "[location /x]\nhandler = plaintxt\n",

@@ -8,7 +8,10 @@
  * their global names renamed so that they do not clash with the ones
  * linked into the test.
  */
+/* FD_API_SELF: the proxy's descriptor, linked in with the module */
+#define FD_API_BUILTIN fd_proxy_api_module
 #define fd_proxy_cache_section fd_proxy_cache_section_unit
+#define fd_proxy_cache_set fd_proxy_cache_set_unit
 #define fd_proxy_cache_hash fd_proxy_cache_hash_unit
 #define fd_proxy_cache_levels fd_proxy_cache_levels_unit
 #define fd_proxy_cache_file fd_proxy_cache_file_unit
@@ -42,10 +45,12 @@
 #define fd_proxy_cache_open_drop fd_proxy_cache_open_drop_unit
 #include "../../modules/fd_proxy_cache_index.c"
 #include "../../modules/fd_proxy_cache.c"
+#include "fd_core.h"  /* the test's own: fd_mkdirs */
+#include "fd_event.h" /* fd_time_update, fd_current_sec */
 
 /* the lookup without proxy_cache_use_stale updating */
 static int lookup(fd_proxy_cache_t *c, const uint8_t md5[16], uint64_t now,
-                  fd_msec_t lock_ms, int fill, uint64_t *until, uint64_t *gen,
+                  uint64_t lock_ms, int fill, uint64_t *until, uint64_t *gen,
                   int *evict, uint8_t evicted[16])
 {
     return lookup_stale(c, md5, now, lock_ms, 0, fill, until, gen, evict,
