@@ -354,6 +354,10 @@ DSO_SLOT(12) DSO_SLOT(13) DSO_SLOT(14) DSO_SLOT(15) DSO_SLOT(16)
 DSO_SLOT(17) DSO_SLOT(18) DSO_SLOT(19) DSO_SLOT(20) DSO_SLOT(21)
 DSO_SLOT(22) DSO_SLOT(23) DSO_SLOT(24) DSO_SLOT(25) DSO_SLOT(26)
 DSO_SLOT(27) DSO_SLOT(28) DSO_SLOT(29) DSO_SLOT(30) DSO_SLOT(31)
+DSO_SLOT(32) DSO_SLOT(33) DSO_SLOT(34) DSO_SLOT(35) DSO_SLOT(36)
+DSO_SLOT(37) DSO_SLOT(38) DSO_SLOT(39) DSO_SLOT(40) DSO_SLOT(41)
+DSO_SLOT(42) DSO_SLOT(43) DSO_SLOT(44) DSO_SLOT(45) DSO_SLOT(46)
+DSO_SLOT(47)
 
 #define HOOKS(i)                                                             \
     {init_conf_##i, init_worker_##i, exit_worker_##i, loc_active_##i,        \
@@ -376,8 +380,12 @@ static const struct {
     HOOKS(12), HOOKS(13), HOOKS(14), HOOKS(15), HOOKS(16), HOOKS(17),
     HOOKS(18), HOOKS(19), HOOKS(20), HOOKS(21), HOOKS(22), HOOKS(23),
     HOOKS(24), HOOKS(25), HOOKS(26), HOOKS(27), HOOKS(28), HOOKS(29),
-    HOOKS(30), HOOKS(31),
+    HOOKS(30), HOOKS(31), HOOKS(32), HOOKS(33), HOOKS(34), HOOKS(35),
+    HOOKS(36), HOOKS(37), HOOKS(38), HOOKS(39), HOOKS(40), HOOKS(41),
+    HOOKS(42), HOOKS(43), HOOKS(44), HOOKS(45), HOOKS(46), HOOKS(47),
 };
+_Static_assert(sizeof(hooks) / sizeof(hooks[0]) == FD_DSO_MAX,
+               "a slot's hooks for each of FD_DSO_MAX");
 
 unsigned fd_api_version(void)
 {
