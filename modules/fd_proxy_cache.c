@@ -852,7 +852,6 @@ static void wait_poll(void *data)
     proxy_req_t *px = cr->px;
     int rc;
 
-    cr->timer = NULL; /* freed once it fired */
     fd_req_on_abort(r, NULL);
     if (fd_api_now_msec() >= cr->wait_until) {
         /* the lock timed out: upstream, and nothing stored (nginx) */
@@ -939,11 +938,14 @@ static int decide(fd_proxy_cache_req_t *cr, uint64_t lock_ms)
             cr->wait_until = fd_api_now_msec() + lock_ms;
         if (until < cr->wait_until)
             cr->wait_until = until; /* the filler's own deadline */
-        if ((cr->timer = fd_api_timer(POLL_MS, wait_poll, cr)) == NULL) {
+        /* one timer for the whole wait, set again at each look */
+        if (cr->timer == NULL &&
+            (cr->timer = fd_api_timer_new(wait_poll, cr)) == NULL) {
             px->cache_status = FD_PROXY_CACHE_MISS;
             COUNT(cr->cache, miss);
             return 500;
         }
+        fd_api_timer_set(cr->timer, POLL_MS);
         fd_req_on_abort(r, wait_abort);
         cr->waited = 1;
         return FD_AGAIN;

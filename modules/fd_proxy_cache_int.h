@@ -102,7 +102,8 @@ struct fd_proxy_cache_req_s {
     uint64_t body_len;
     uint64_t want_len;        /* Content-Length; UINT64_MAX: none */
     int64_t valid_sec;
-    fd_api_timer_t *timer;    /* the next look while waiting on a fill */
+    fd_api_timer_t *timer;    /* the next look while waiting on a fill:
+                               * one timer, set again at each look */
     uint64_t wait_until;
 };
 
