@@ -1,6 +1,8 @@
 #!/usr/bin/perl
-# API 1.9 from outside the tree, what a cache of a module's needs (the
-# proxy's [cache NAME]): tests/modules/spool.c, built against a make
+# API 1.9 and 1.10 from outside the tree, what a cache of a module's
+# needs (the proxy's [cache NAME]), and what the proxy's descriptor
+# needed (1.10: a key the module parses with a default given to set()
+# first, fd_api_unix_sec): tests/modules/spool.c, built against a make
 # install, has a directory its workers write in (fd_api_conf_worker_dir:
 # made with its parents, and those made given to [main] user by a root
 # master, at -t too; one that was there keeps its owner), a key's old
@@ -61,6 +63,8 @@ sub conf {
             . "[location = /other]\nhandler = plaintext\n"
             . "add_header = X-Spool \$spool_handled always\n\n"
             . "[location = /early]\nhandler = early\n\n"
+            . "[location = /mode]\nhandler = mode\n\n"
+            . "[location = /mode-own]\nhandler = mode\nspool_mode = move\n\n"
             . ($o{locations} // ''),
         extra => "[spool up]\npath = " . ($o{path} // "$base/a/b/c") . "\n");
 }
@@ -129,6 +133,19 @@ for (['/exact', '1 /exact'], ['/pre/x', '2 /pre/'], ['/stop/x', '3 /stop/'],
     my ($path, $want) = @$_;
     my $r = $t->get($path);
     is($r && $r->body, "$want\n", "fd_api_conf_location: $path is $want");
+}
+
+# 1.10: a key the module parses gets its def first (own 0), then its
+# lines; fd_api_unix_sec is the wall clock
+{
+    my $r = $t->get('/mode');
+    my ($mode, $sets, $now) = split ' ', ($r && $r->body) // '';
+    is("$mode $sets", 'copy 1', 'FD_API_CUSTOM def: set() gets "copy" alone');
+    ok(defined $now && abs($now - time) <= 2,
+       'fd_api_unix_sec: the wall clock') or diag($now);
+    $r = $t->get('/mode-own');
+    ($mode, $sets) = split ' ', ($r && $r->body) // '';
+    is("$mode $sets", 'move 2', '... then the location\'s own line');
 }
 
 # a stored response answered again: bytes of an open file after a header

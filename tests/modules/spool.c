@@ -1,5 +1,7 @@
 /*
- * API 1.9, for tests/modules_api19.t: what a cache of a module's needs.
+ * API 1.9, for tests/modules_api19.t: what a cache of a module's needs
+ * (and 1.10's two additions: a key it parses with a default, the wall
+ * clock).
  * A [spool NAME] section names a directory its workers write in
  * (fd_api_conf_worker_dir: made, and given to [main] user); a key keeps
  * its old name to say what replaced it (FD_API_RENAMED); a location knows
@@ -33,6 +35,11 @@
  * (fd_req_handler_is); handler = early answers "early\n" at once
  * (fd_resp_send_early) and ends the request 3 s later (fd_api_finish from
  * a timer).
+ *
+ * 1.10: spool_mode = WORD, a key the module parses (FD_API_CUSTOM) whose
+ * def "copy" reaches set() first (own 0); handler = mode answers "MODE
+ * SETS NOW", SETS how many lines set() saw for the location and NOW
+ * fd_api_unix_sec().
  */
 #include <errno.h>
 #include <stdint.h>
@@ -52,6 +59,8 @@ typedef struct {
     const char *path;    /* its [spool]'s */
     fd_str_t match;
     int kind;
+    const char *mode;    /* spool_mode's last value */
+    int sets;            /* and how many set() calls it had */
 } spool_conf_t;
 
 static const fd_api_key_t spool_keys[] = {
@@ -60,7 +69,27 @@ static const fd_api_key_t spool_keys[] = {
      .doc = "handler = spool: the [spool NAME] it writes in"},
     {.name = "spool_section", .type = FD_API_RENAMED, .def = "spool",
      .doc = "one name for one thing"},
+    {.name = "spool_mode", .type = FD_API_CUSTOM, .def = "copy",
+     .doc = "a word set() takes, \"copy\" when not given"},
     {.name = NULL}};
+
+/* spool_mode = WORD (its def first, with own 0) */
+static int spool_set(void *conf, const char *key, const char *value, int own)
+{
+    spool_conf_t *c = conf;
+    size_t n = strlen(value);
+    char *v = fd_api_conf_alloc(n + 1);
+
+    (void)key;
+    if (v == NULL || (c->sets == 0 && own) || strchr(value, ' ')) {
+        fd_api_conf_error("spool_mode: one word, after its default");
+        return FD_ERROR;
+    }
+    memcpy(v, value, n + 1);
+    c->mode = v;
+    c->sets++;
+    return FD_OK;
+}
 
 static const fd_api_key_t section_keys[] = {
     {.name = "path", .type = FD_API_STRING, .offset = offsetof(spool_t, path),
@@ -133,6 +162,20 @@ static int where_handler(fd_request_t *r)
     char out[256];
     int n = snprintf(out, sizeof(out), "%d %.*s\n", c->kind,
                      (int)c->match.len, c->match.data);
+
+    fd_resp_status(r, 200);
+    fd_resp_content_type(r, (fd_str_t){10, "text/plain"});
+    return fd_resp_body(r, out, (size_t)n);
+}
+
+/* 1.10: spool_mode as set() left it, and the wall clock */
+static int mode_handler(fd_request_t *r)
+{
+    spool_conf_t *c = fd_req_conf(r);
+    char out[256];
+    int n = snprintf(out, sizeof(out), "%s %d %lld\n",
+                     c->mode ? c->mode : "-", c->sets,
+                     (long long)fd_api_unix_sec());
 
     fd_resp_status(r, 200);
     fd_resp_content_type(r, (fd_str_t){10, "text/plain"});
@@ -248,12 +291,14 @@ static const fd_api_handler_t spool_handlers[] = {
     {.name = "stored", .handler = stored_handler},
     {.name = "fields", .handler = fields_handler, .methods = FD_API_ANY},
     {.name = "early", .handler = early_handler},
+    {.name = "mode", .handler = mode_handler},
     {.name = NULL}};
 
 FD_API_MODULE = {
     FD_API_HEADER,
     .name = "spool",
     .keys = spool_keys,
+    .set = spool_set,
     .conf_size = sizeof(spool_conf_t),
     .init_conf = spool_init_conf,
     .handler = spool_handler,
