@@ -80,6 +80,12 @@ void fd_event_flush(void)
         (void)fd_uring_wait(NULL, 0);
 }
 
+void fd_event_submit(void)
+{
+    if (fd_event_uring)
+        fd_uring_submit();
+}
+
 void fd_event_move(fd_event_t *to, fd_event_t *from)
 {
     if (fd_event_uring)

@@ -103,8 +103,12 @@ int fd_event_add(fd_event_t *ev, uint32_t events);
 int fd_event_mod(fd_event_t *ev, uint32_t events);
 int fd_event_del(fd_event_t *ev);
 /* io_uring: submit what is queued (a cancel takes effect) and run what
- * has completed, without waiting; epoll: nothing to do. */
+ * has completed, without waiting: a turn of the loop, never from inside
+ * one's batch (a handler); epoll: nothing to do. */
 void fd_event_flush(void);
+/* io_uring: submit what is queued (a cancel takes effect) and run
+ * nothing: what a handler may call; epoll: nothing to do. */
+void fd_event_submit(void);
 /* Leave the loop and close ev->fd; ev->fd is -1 after. */
 void fd_event_close(fd_event_t *ev);
 /* A stream's registration follows it to another struct (fd_stream_move) */

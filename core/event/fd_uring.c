@@ -832,6 +832,14 @@ static void prescan(unsigned from, unsigned to)
     }
 }
 
+void fd_uring_submit(void)
+{
+    /* GETEVENTS runs the deferred task work (DEFER_TASKRUN): a cancelled
+     * poll completes now and lets go of its file; its completion waits in
+     * the ring for the next turn's collect() */
+    (void)io_uring_submit_and_get_events(&ring);
+}
+
 int fd_uring_wait(const sigset_t *waitset, int timeout)
 {
     struct __kernel_timespec ts;

@@ -33,6 +33,10 @@ int fd_uring_pending(fd_event_t *ev);
 /* The stream's transport reads the socket itself now (a TLS transport
  * without ring_rx was bound): the ring stops receiving for it. */
 void fd_uring_unring(fd_event_t *ev);
+/* Submit what is queued (a cancel takes effect, and the file a
+ * cancelled request held is let go), running no completion: safe from a
+ * handler, in the middle of a batch. */
+void fd_uring_submit(void);
 /* Submit what is queued, wait at most timeout ms (-1: no bound) with
  * waitset as the signal mask, run what completed: how many did, or
  * FD_ERROR. */

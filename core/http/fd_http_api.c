@@ -1068,9 +1068,12 @@ void fd_api_io_stop(fd_api_io_t *io)
 {
     if (io->registered) {
         /* out of the loop now: io_uring holds a registered descriptor
-         * open until its cancel is submitted */
+         * open until its cancel is submitted. Submitted only: a turn of
+         * the loop here (fd_event_flush) would run other handlers inside
+         * this one's, and take new completions into the batch the loop
+         * is running, losing its events (tests/modules_io_free.t) */
         fd_event_del(&io->ev);
-        fd_event_flush();
+        fd_event_submit();
         io->registered = 0;
     }
     io->ev.fd = -1;
