@@ -45,7 +45,10 @@ my $hb = FastdTest::free_port();
 H2Up::start("$dir/hb.log", [ $py, "$FindBin::Bin/lib/h2_backend.py", $hb,
                              100 ]);
 
-my $hc = 'interval=300ms timeout=1s fails=1 passes=1';
+# timeout: no case here times a probe out, and a Python server on a busy
+# 2-CPU machine may take a second to answer one (fails=1 would then take
+# a healthy server out, and flap the checks below)
+my $hc = 'interval=300ms timeout=5s fails=1 passes=1';
 $t->write_conf(FastdTest::main_section() . "\n" . <<"EOF");
 [upstream grpc]
 server = 127.0.0.1:$g1 max_fails=0

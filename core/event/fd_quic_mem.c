@@ -50,6 +50,29 @@ typedef union mem_hdr_u {
 /* the block after it keeps malloc's 16-byte alignment */
 _Static_assert(sizeof(mem_hdr_t) == MEM_HDR, "a 16-byte header");
 
+#ifdef MEM_PASSTHROUGH
+
+void *fd_quic_alloc(size_t size)
+{
+    return malloc(size);
+}
+
+void fd_quic_free(void *p)
+{
+    free(p);
+}
+
+const nghttp3_mem *fd_quic_nghttp3_mem(void)
+{
+    return NULL; /* libc's */
+}
+
+void fd_quic_mem_trim(void)
+{
+}
+
+#else
+
 static mem_hdr_t *free_list[MEM_CLASSES];
 static size_t cached;         /* bytes on the free lists */
 
@@ -73,29 +96,6 @@ static unsigned class_of(size_t n)
     k = 63 - (unsigned)__builtin_clzll((unsigned long long)(n - 1));
     return 2 * (k - 5) + 1 + (unsigned)(((n - 1) >> (k - 1)) & 1);
 }
-
-#ifdef MEM_PASSTHROUGH
-
-void *fd_quic_alloc(size_t size)
-{
-    return malloc(size);
-}
-
-void fd_quic_free(void *p)
-{
-    free(p);
-}
-
-const nghttp3_mem *fd_quic_nghttp3_mem(void)
-{
-    return NULL; /* libc's */
-}
-
-void fd_quic_mem_trim(void)
-{
-}
-
-#else
 
 void *fd_quic_alloc(size_t size)
 {
