@@ -463,8 +463,8 @@ static void variant_line(const fd_api_http_req_t *in, fd_str_t name,
         fd_api_sbuf_addc(sb, (char)tolower((unsigned char)name.data[k]));
     fd_api_sbuf_addc(sb, ':');
     for (unsigned i = 0; i < in->nfields; i++)
-        if ((in->fields[i].name.len == name.len && strncasecmp(in->fields[i].name.data, name.data, name.len) == 0) &&
-            in->fields[i].name.len == name.len) {
+        if (in->fields[i].name.len == name.len &&
+            strncasecmp(in->fields[i].name.data, name.data, name.len) == 0) {
             if (!first)
                 fd_api_sbuf_addc(sb, ',');
             fd_api_sbuf_add(sb, in->fields[i].value.data,

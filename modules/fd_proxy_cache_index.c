@@ -195,8 +195,8 @@ void fd_proxy_cache_unlink(fd_proxy_cache_t *c, const uint8_t md5[16])
 
 /* A place for md5 in b (locked): a free entry, else the least recently
  * used ready one (whose md5 goes to *evicted), else NULL (all filling). */
-static entry_t *make_room(fd_proxy_cache_t *c, bucket_t *b,
-                          uint8_t evicted[16], int *was)
+static entry_t *make_room(fd_proxy_cache_t *c, bucket_t *b, uint8_t evicted[16],
+                          int *was)
 {
     entry_t *v = NULL;
 
@@ -717,15 +717,19 @@ static int loader_remove(loader_t *l, const char *name,
         /* a read-only cache fails for every file: a few lines, then the
          * count at the end */
         if (errno != ENOENT && l->failed++ < LOADER_LOG)
-            fd_api_log(FD_API_LOG_WARN, errno, "cache \"%s\": unlink(\"%s/%s\") "
-                         "failed", l->c->name, l->p, name);
+            fd_api_log(FD_API_LOG_WARN, errno,
+                       "cache \"%s\": unlink(\"%s/%s\") "
+                       "failed",
+                       l->c->name, l->p, name);
         return 0;
     }
     if (n < LOADER_LOG)
-        fd_api_log(FD_API_LOG_NOTICE, 0, "cache \"%s\": \"%s/%s\" %s: removed%s",
-                     l->c->name, l->p, name, why,
-                     n + 1 == LOADER_LOG ? " (more are counted at the end of "
-                                           "the load)" : "");
+        fd_api_log(FD_API_LOG_NOTICE, 0,
+                   "cache \"%s\": \"%s/%s\" %s: removed%s", l->c->name, l->p,
+                   name, why,
+                   n + 1 == LOADER_LOG ? " (more are counted at the end of "
+                                         "the load)"
+                                       : "");
     return 1;
 }
 
@@ -855,8 +859,10 @@ static int loader_slice(loader_t *l, uint64_t now)
         errno = 0;
         if ((de = readdir(l->dir[l->depth])) == NULL) {
             if (errno)
-                fd_api_log(FD_API_LOG_WARN, errno, "cache \"%s\": readdir(\"%s\") "
-                             "failed", l->c->name, l->p);
+                fd_api_log(FD_API_LOG_WARN, errno,
+                           "cache \"%s\": readdir(\"%s\") "
+                           "failed",
+                           l->c->name, l->p);
             closedir(l->dir[l->depth]);
             l->dir[l->depth] = NULL;
             if (l->depth == 0)
@@ -886,8 +892,10 @@ static int loader_open(loader_t *l, fd_proxy_cache_t *c)
     l->len[0] = strlen(c->path);
     memcpy(l->p, c->path, l->len[0] + 1);
     if ((l->dir[0] = opendir(c->path)) == NULL) {
-        fd_api_log(FD_API_LOG_WARN, errno, "cache \"%s\": opendir(\"%s\") "
-                     "failed: the index starts empty", c->name, c->path);
+        fd_api_log(FD_API_LOG_WARN, errno,
+                   "cache \"%s\": opendir(\"%s\") "
+                   "failed: the index starts empty",
+                   c->name, c->path);
         return FD_ERROR;
     }
     return FD_OK;
@@ -897,13 +905,14 @@ static void loader_done(loader_t *l)
 {
     head_t *h = l->c->head;
 
-    fd_api_log(FD_API_LOG_NOTICE, 0, "cache \"%s\": %" PRIu64 " entries (%"
-                 PRIu64 " bytes) indexed from disk in %" PRIu64 " ms; "
-                 "removed: %" PRIu64 " not whole, %" PRIu64 " temporary, %"
-                 PRIu64 " without room in keys_zone; %" PRIu64 " could not "
-                 "be removed", l->c->name, l->entries, l->bytes,
-                 loader_msec() - l->started, l->removed, l->tmp, l->full,
-                 l->failed);
+    fd_api_log(FD_API_LOG_NOTICE, 0,
+               "cache \"%s\": %" PRIu64 " entries (%" PRIu64
+               " bytes) indexed from disk in %" PRIu64 " ms; "
+               "removed: %" PRIu64 " not whole, %" PRIu64 " temporary, %" PRIu64
+               " without room in keys_zone; %" PRIu64 " could not "
+               "be removed",
+               l->c->name, l->entries, l->bytes, loader_msec() - l->started,
+               l->removed, l->tmp, l->full, l->failed);
     __atomic_store_n(&h->loaded, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&h->loader_at, 0, __ATOMIC_RELEASE);
     loader_close(l);
@@ -989,9 +998,11 @@ static void loader_exit(void)
         if (__atomic_compare_exchange_n(&h->loader_pid, &me, 0, 0,
                                         __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
             __atomic_store_n(&h->loader_at, 0, __ATOMIC_RELEASE);
-        fd_api_log(FD_API_LOG_NOTICE, 0, "cache \"%s\": the worker exits with "
-                     "%" PRIu64 " entries indexed from disk: another walks "
-                     "again", loader.c->name, loader.entries);
+        fd_api_log(FD_API_LOG_NOTICE, 0,
+                   "cache \"%s\": the worker exits with "
+                   "%" PRIu64 " entries indexed from disk: another walks "
+                   "again",
+                   loader.c->name, loader.entries);
         loader_close(&loader);
     }
     fd_api_timer_cancel(loader_timer);
@@ -1172,33 +1183,48 @@ void fd_proxy_cache_status(fd_api_status_t *st, const void *a, unsigned worker)
         if (e->name[0] == '\0')
             continue;
         snprintf(labels, sizeof(labels), "cache=\"%s\"", e->name);
-        fd_api_status_counter(st, "proxy_cache_hits", "Responses served from "
-                          "the cache.", labels, e->hit);
-        fd_api_status_counter(st, "proxy_cache_misses", "Cacheable requests "
-                          "not found in the cache.", labels, e->miss);
-        fd_api_status_counter(st, "proxy_cache_expired", "Requests whose "
-                          "entry was stale.", labels, e->expired);
-        fd_api_status_counter(st, "proxy_cache_bypass", "Requests "
-                          "proxy_cache_bypass sent upstream.", labels,
-                          e->bypass);
-        fd_api_status_counter(st, "proxy_cache_stored", "Responses written to "
-                          "the cache.", labels, e->stored);
-        fd_api_status_counter(st, "proxy_cache_store_failed", "Responses not "
-                          "stored for a write error or a wrong length.",
-                          labels, e->store_failed);
-        fd_api_status_counter(st, "proxy_cache_evicted", "Entries removed for "
-                          "inactive, max_size or room.", labels, e->evicted);
-        fd_api_status_counter(st, "proxy_cache_stale", "Stale entries served "
-                          "for an upstream's failure "
-                          "(proxy_cache_use_stale).", labels,
-                          e->stale);
-        fd_api_status_counter(st, "proxy_cache_updating", "Stale entries served "
-                          "while another request updated them.", labels,
-                          e->updating);
-        fd_api_status_counter(st, "proxy_cache_revalidated", "Expired entries "
-                          "the upstream confirmed with 304 "
-                          "(proxy_cache_revalidate).", labels,
-                          e->revalidated);
+        fd_api_status_counter(st, "proxy_cache_hits",
+                              "Responses served from "
+                              "the cache.",
+                              labels, e->hit);
+        fd_api_status_counter(st, "proxy_cache_misses",
+                              "Cacheable requests "
+                              "not found in the cache.",
+                              labels, e->miss);
+        fd_api_status_counter(st, "proxy_cache_expired",
+                              "Requests whose "
+                              "entry was stale.",
+                              labels, e->expired);
+        fd_api_status_counter(st, "proxy_cache_bypass",
+                              "Requests "
+                              "proxy_cache_bypass sent upstream.",
+                              labels, e->bypass);
+        fd_api_status_counter(st, "proxy_cache_stored",
+                              "Responses written to "
+                              "the cache.",
+                              labels, e->stored);
+        fd_api_status_counter(st, "proxy_cache_store_failed",
+                              "Responses not "
+                              "stored for a write error or a wrong length.",
+                              labels, e->store_failed);
+        fd_api_status_counter(st, "proxy_cache_evicted",
+                              "Entries removed for "
+                              "inactive, max_size or room.",
+                              labels, e->evicted);
+        fd_api_status_counter(st, "proxy_cache_stale",
+                              "Stale entries served "
+                              "for an upstream's failure "
+                              "(proxy_cache_use_stale).",
+                              labels, e->stale);
+        fd_api_status_counter(st, "proxy_cache_updating",
+                              "Stale entries served "
+                              "while another request updated them.",
+                              labels, e->updating);
+        fd_api_status_counter(st, "proxy_cache_revalidated",
+                              "Expired entries "
+                              "the upstream confirmed with 304 "
+                              "(proxy_cache_revalidate).",
+                              labels, e->revalidated);
     }
 }
 
@@ -1214,16 +1240,20 @@ void fd_proxy_cache_status_shared(fd_api_status_t *st)
             continue;
         snprintf(name, sizeof(name), "%s", c->name);
         snprintf(labels, sizeof(labels), "cache=\"%s\"", name);
-        fd_api_status_gauge(st, "proxy_cache_entries", "Entries in the index.",
-                        labels,
-                        __atomic_load_n(&c->head->entries, __ATOMIC_RELAXED));
-        fd_api_status_gauge(st, "proxy_cache_bytes", "Bytes of the entries' "
-                        "files.", labels,
-                        __atomic_load_n(&c->head->size, __ATOMIC_RELAXED));
-        fd_api_status_gauge(st, "proxy_cache_loaded", "1 once the files on disk "
-                        "at the start are indexed, 0 while the loader reads "
-                        "them.", labels,
-                        __atomic_load_n(&c->head->loaded, __ATOMIC_RELAXED));
+        fd_api_status_gauge(
+            st, "proxy_cache_entries", "Entries in the index.", labels,
+            __atomic_load_n(&c->head->entries, __ATOMIC_RELAXED));
+        fd_api_status_gauge(st, "proxy_cache_bytes",
+                            "Bytes of the entries' "
+                            "files.",
+                            labels,
+                            __atomic_load_n(&c->head->size, __ATOMIC_RELAXED));
+        fd_api_status_gauge(
+            st, "proxy_cache_loaded",
+            "1 once the files on disk "
+            "at the start are indexed, 0 while the loader reads "
+            "them.",
+            labels, __atomic_load_n(&c->head->loaded, __ATOMIC_RELAXED));
     }
 }
 
