@@ -52,12 +52,6 @@ typedef struct fd_proxy_cache_req_s fd_proxy_cache_req_t;
 
 /* --- configuration (fd_proxy_conf.c) --- */
 
-/* a repeatable key's lines, in the configuration's memory */
-typedef struct {
-    const char **items;
-    unsigned n;
-} proxy_list_t;
-
 typedef struct {
     fd_str_t name;
     fd_str_t value;            /* as written */
@@ -79,7 +73,6 @@ typedef struct {
     char *pass;                /* pass = http[s]://NAME/uri */
     char *proxy_host_src;      /* proxy_host = pass | upstream */
     int proxy_host;            /* HOST_* */
-    proxy_list_t set_header;
     uint64_t connect_timeout;  /* the options of uc */
     uint64_t send_timeout;
     uint64_t read_timeout;

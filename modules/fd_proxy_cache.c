@@ -192,18 +192,10 @@ int64_t fd_proxy_cache_valid_for(const fd_api_field_t *f, unsigned nf,
     return sec < FD_PROXY_CACHE_SEC_MAX ? sec : FD_PROXY_CACHE_SEC_MAX;
 }
 
-/* n bytes of s, NUL-terminated, in the configuration's memory */
-static char *conf_strdup(const char *s)
+/* a value to cut in words, in the configuration's memory */
+static char *conf_copy(const char *s)
 {
-    size_t n = strlen(s);
-    char *p = fd_api_conf_alloc(n + 1);
-
-    if (p == NULL) {
-        fd_api_conf_error("out of memory");
-        return NULL;
-    }
-    memcpy(p, s, n + 1);
-    return p;
+    return fd_api_conf_strndup(s, strlen(s));
 }
 
 /* a status code: digits, at most 599; -1 otherwise */
@@ -221,7 +213,7 @@ static int parse_code(const char *s)
 /* proxy_cache_valid = [CODE...|any] TIME */
 static int parse_valid(proxy_loc_conf_t *lc, const char *v)
 {
-    char *s = conf_strdup(v), *save, *tok, *last = NULL;
+    char *s = conf_copy(v), *save, *tok, *last = NULL;
     int codes[32], nc = 0;
     int64_t sec;
     fd_proxy_cache_valid_t *a;
@@ -274,14 +266,10 @@ static int parse_valid(proxy_loc_conf_t *lc, const char *v)
 static int add_script(const fd_api_script_t ***list, unsigned *n,
                       const char *v, const char *what)
 {
-    const fd_api_script_t **l = fd_api_conf_alloc((*n + 1) * sizeof(*l));
+    const fd_api_script_t **l = fd_api_conf_grow(*list, *n, sizeof(*l));
 
-    if (l == NULL) {
-        fd_api_conf_error("out of memory");
+    if (l == NULL)
         return FD_ERROR;
-    }
-    if (*n)
-        memcpy(l, *list, *n * sizeof(*l));
     if ((l[*n] = fd_api_script_compile(v, strlen(v), 0, what)) == NULL)
         return FD_ERROR;
     *list = l;
@@ -314,7 +302,7 @@ static int parse_ignore(proxy_loc_conf_t *lc, const char *value)
         {"Cache-Control", FD_PROXY_IGNORE_CC},
         {"Set-Cookie", FD_PROXY_IGNORE_COOKIE},
         {"Vary", FD_PROXY_IGNORE_VARY}};
-    char *v = conf_strdup(value), *save, *tok;
+    char *v = conf_copy(value), *save, *tok;
     int64_t f;
 
     if (v == NULL)
@@ -375,7 +363,7 @@ int fd_proxy_cache_init_conf(proxy_loc_conf_t *lc)
     }
     lc->cache_methods = 0;
     fd_api_conf_at_key(lc, "proxy_cache_methods");
-    if ((s = conf_strdup(lc->cache_methods_src)) == NULL)
+    if ((s = conf_copy(lc->cache_methods_src)) == NULL)
         return FD_ERROR;
     for (tok = strtok_r(s, " \t", &save); tok;
          tok = strtok_r(NULL, " \t", &save)) {
@@ -393,7 +381,7 @@ int fd_proxy_cache_init_conf(proxy_loc_conf_t *lc)
     lc->cache_methods |= FD_API_GET | FD_API_HEAD;
     lc->use_stale = 0;
     fd_api_conf_at_key(lc, "proxy_cache_use_stale");
-    if ((s = conf_strdup(lc->use_stale_src)) == NULL)
+    if ((s = conf_copy(lc->use_stale_src)) == NULL)
         return FD_ERROR;
     for (tok = strtok_r(s, " \t", &save); tok;
          tok = strtok_r(NULL, " \t", &save)) {

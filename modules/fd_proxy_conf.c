@@ -234,20 +234,6 @@ const fd_api_key_t fd_proxy_keys[] = {
     {NULL, 0, 0, NULL, NULL}};
 
 
-/* n bytes of s, NUL-terminated, in the configuration's memory */
-static char *conf_strndup(const char *s, size_t n)
-{
-    char *p = fd_api_conf_alloc(n + 1);
-
-    if (p == NULL) {
-        fd_api_conf_error("out of memory");
-        return NULL;
-    }
-    memcpy(p, s, n);
-    p[n] = '\0';
-    return p;
-}
-
 static int upstream_set(proxy_loc_conf_t *lc, const char *value)
 {
     lc->group = fd_api_upstream_group(value);
@@ -256,7 +242,7 @@ static int upstream_set(proxy_loc_conf_t *lc, const char *value)
                           "section)", value, value);
         return FD_ERROR;
     }
-    if ((lc->upstream_name = conf_strndup(value, strlen(value))) == NULL)
+    if ((lc->upstream_name = fd_api_conf_strndup(value, strlen(value))) == NULL)
         return FD_ERROR;
     lc->pass = NULL;
     lc->has_uri = 0;
@@ -280,11 +266,11 @@ static char *pass_host(const char *name, int group)
     const char *end;
 
     if (group)
-        return conf_strndup(name, strlen(name));
+        return fd_api_conf_strndup(name, strlen(name));
     if (name[0] == '[' && (end = strchr(name, ']')) != NULL)
-        return conf_strndup(name + 1, (size_t)(end - name - 1));
+        return fd_api_conf_strndup(name + 1, (size_t)(end - name - 1));
     end = strchr(name, ':');
-    return conf_strndup(name, end ? (size_t)(end - name) : strlen(name));
+    return fd_api_conf_strndup(name, end ? (size_t)(end - name) : strlen(name));
 }
 
 static int pass_set(proxy_loc_conf_t *lc, const char *value)
@@ -337,13 +323,13 @@ static int pass_set(proxy_loc_conf_t *lc, const char *value)
     if (lc->group == NULL &&
         (lc->group = fd_api_upstream_server(name, opts)) == NULL)
         return FD_ERROR;
-    if ((lc->pass = conf_strndup(value, (size_t)(end - value))) == NULL)
+    if ((lc->pass = fd_api_conf_strndup(value, (size_t)(end - value))) == NULL)
         return FD_ERROR;
     lc->upstream_name = NULL;
     lc->has_uri = slash != NULL;
     if (slash) {
         ulen = (size_t)(end - slash);
-        lc->uri = (fd_str_t){ulen, conf_strndup(slash, ulen)};
+        lc->uri = (fd_str_t){ulen, fd_api_conf_strndup(slash, ulen)};
         if (lc->uri.data == NULL)
             return FD_ERROR;
     }
@@ -371,19 +357,68 @@ static int hop_field(const char *n)
     return 0;
 }
 
-/* v at the end of a repeatable key's lines */
-static int list_add(proxy_list_t *l, const char *v)
+/* set_header = "Name: value": checked, its value compiled, at its line */
+static int set_header_add(proxy_loc_conf_t *lc, const char *s)
 {
-    const char **items = fd_api_conf_alloc((l->n + 1) * sizeof(*items));
+    static const struct {
+        const char *name;
+        unsigned gen;
+    } gen[] = {{"host", GEN_HOST},
+               {"x-forwarded-for", GEN_XFF},
+               {"x-real-ip", GEN_XRIP},
+               {"x-forwarded-proto", GEN_XFP},
+               {"x-forwarded-host", GEN_XFH}};
+    const char *colon = strchr(s, ':'), *v;
+    set_header_t *hdrs, *h;
+    size_t n, k;
 
-    if (items == NULL) {
-        fd_api_conf_error("out of memory");
+    n = colon ? (size_t)(colon - s) : 0;
+    for (k = 0; k < n; k++)
+        if (!tchar((unsigned char)s[k]))
+            break;
+    if (n == 0 || k < n) {
+        fd_api_conf_error("\"set_header\" must be \"Name: value\", not "
+                          "\"%s\"", s);
         return FD_ERROR;
     }
-    if (l->n)
-        memcpy(items, l->items, l->n * sizeof(*items));
-    items[l->n++] = v;
-    l->items = items;
+    if ((hdrs = fd_api_conf_grow(lc->hdrs, lc->nhdrs, sizeof(*h))) == NULL)
+        return FD_ERROR;
+    lc->hdrs = hdrs;
+    h = &hdrs[lc->nhdrs];
+    for (v = colon + 1; *v == ' ' || *v == '\t'; v++)
+        ;
+    /* both read per request (X-Forwarded-For's own): kept with the
+     * configuration, not the line's memory */
+    h->name = (fd_str_t){n, fd_api_conf_strndup(s, n)};
+    h->value = (fd_str_t){strlen(v), fd_api_conf_strndup(v, strlen(v))};
+    if (h->name.data == NULL || h->value.data == NULL)
+        return FD_ERROR;
+    v = h->value.data;
+    while (h->value.len && (v[h->value.len - 1] == ' ' ||
+                            v[h->value.len - 1] == '\t'))
+        h->value.len--;
+    for (k = 0; k < h->value.len; k++)
+        if ((uint8_t)v[k] < 0x20 && v[k] != '\t') {
+            fd_api_conf_error("\"set_header\": control character in "
+                              "\"%s\"", s);
+            return FD_ERROR;
+        }
+    if (lit_eq(h->name, "connection") ||
+        lit_eq(h->name, "transfer-encoding") ||
+        lit_eq(h->name, "content-length") || lit_eq(h->name, "upgrade") ||
+        lit_eq(h->name, "te") || lit_eq(h->name, "keep-alive")) {
+        fd_api_conf_error("\"set_header\": %.*s is the proxy's to set "
+                          "(framing and hop-by-hop)", (int)n, s);
+        return FD_ERROR;
+    }
+    if ((h->script = fd_api_script_compile(v, h->value.len, 0,
+                                           "set_header")) == NULL)
+        return FD_ERROR;
+    for (k = 0; k < NELEMS(gen); k++)
+        if (h->name.len == strlen(gen[k].name) &&
+            strncasecmp(h->name.data, gen[k].name, h->name.len) == 0)
+            lc->gen_replaced |= gen[k].gen;
+    lc->nhdrs++;
     return FD_OK;
 }
 
@@ -408,30 +443,21 @@ static int set_hide_header(proxy_loc_conf_t *lc, int pass, const char *key,
                           "(fastd's own, or hop-by-hop)", v);
         return FD_ERROR;
     }
-    if ((l = fd_api_conf_alloc((*n + 1) * sizeof(*l))) == NULL) {
-        fd_api_conf_error("out of memory");
+    if ((l = fd_api_conf_grow(*list, *n, sizeof(*l))) == NULL)
         return FD_ERROR;
-    }
-    if (*n)
-        memcpy(l, *list, *n * sizeof(*l));
-    l[*n] = (fd_str_t){len, conf_strndup(v, len)};
+    l[*n] = (fd_str_t){len, fd_api_conf_strndup(v, len)};
     *list = l;
-    (*n)++;
-    return l[*n - 1].data ? FD_OK : FD_ERROR;
+    return l[(*n)++].data ? FD_OK : FD_ERROR;
 }
 
 static redirect_t *redirect_new(proxy_loc_conf_t *lc)
 {
-    redirect_t *rd = fd_api_conf_alloc((lc->nredirects + 1) * sizeof(*rd));
+    redirect_t *rd = fd_api_conf_grow(lc->redirects, lc->nredirects,
+                                      sizeof(*rd));
 
-    if (rd == NULL) {
-        fd_api_conf_error("out of memory");
+    if (rd == NULL)
         return NULL;
-    }
-    if (lc->nredirects)
-        memcpy(rd, lc->redirects, lc->nredirects * sizeof(*rd));
     lc->redirects = rd;
-    memset(&rd[lc->nredirects], 0, sizeof(*rd));
     return &rd[lc->nredirects++];
 }
 
@@ -468,15 +494,15 @@ static int set_redirect(proxy_loc_conf_t *lc, const char *v)
     if ((rd = redirect_new(lc)) == NULL)
         return FD_ERROR;
     rd->from = (fd_str_t){(size_t)(sp - v),
-                          conf_strndup(v, (size_t)(sp - v))};
+                          fd_api_conf_strndup(v, (size_t)(sp - v))};
     rd->to = fd_api_script_compile(to, strlen(to), 0, "proxy_redirect");
     return rd->from.data && rd->to ? FD_OK : FD_ERROR;
 }
 
 /* The keys the module parses itself (FD_API_CUSTOM, FD_API_LIST), a line
  * each: the group, the TLS client (proxy_ssl_*: FD_API_TLS_*),
- * next_upstream, the response's headers, set_header's lines
- * and the cache's (fd_proxy_cache_set). */
+ * next_upstream, set_header, the response's headers, proxy_redirect and
+ * the cache's (fd_proxy_cache_set). */
 int fd_proxy_set(void *conf, const char *key, const char *value, int own)
 {
     static const struct {
@@ -499,7 +525,7 @@ int fd_proxy_set(void *conf, const char *key, const char *value, int own)
     if (strcmp(key, "next_upstream") == 0)
         return fd_api_upstream_parse_next(value, &lc->next_upstream);
     if (strcmp(key, "set_header") == 0)
-        return list_add(&lc->set_header, value);
+        return set_header_add(lc, value);
     if (strcmp(key, "proxy_hide_header") == 0 ||
         strcmp(key, "proxy_pass_header") == 0)
         return set_hide_header(lc, key[6] == 'p', key, value);
@@ -601,73 +627,6 @@ static int init_upstream(proxy_loc_conf_t *lc)
     return lc->https ? init_tls(lc) : FD_OK;
 }
 
-/* set_header's lines: checked, their values compiled */
-static int init_set_header(proxy_loc_conf_t *lc)
-{
-    unsigned i;
-
-    lc->nhdrs = lc->set_header.n;
-    lc->hdrs = fd_api_conf_alloc((lc->nhdrs + 1) * sizeof(set_header_t));
-    if (lc->hdrs == NULL) {
-        fd_api_conf_error("out of memory");
-        return FD_ERROR;
-    }
-    memset(lc->hdrs, 0, (lc->nhdrs + 1) * sizeof(set_header_t));
-    fd_api_conf_at_key(lc, "set_header");
-    for (i = 0; i < lc->nhdrs; i++) {
-        const char *s = lc->set_header.items[i], *colon = strchr(s, ':');
-        const char *v;
-        size_t n, k;
-        set_header_t *h = &lc->hdrs[i];
-
-        n = colon ? (size_t)(colon - s) : 0;
-        for (k = 0; k < n; k++)
-            if (!tchar((unsigned char)s[k]))
-                break;
-        if (n == 0 || k < n) {
-            fd_api_conf_error("\"set_header\" must be \"Name: value\", not "
-                              "\"%s\"", s);
-            return FD_ERROR;
-        }
-        for (v = colon + 1; *v == ' ' || *v == '\t'; v++)
-            ;
-        h->name = (fd_str_t){n, s};
-        h->value = (fd_str_t){strlen(v), v};
-        while (h->value.len && (v[h->value.len - 1] == ' ' ||
-                                v[h->value.len - 1] == '\t'))
-            h->value.len--;
-        for (k = 0; k < h->value.len; k++)
-            if ((uint8_t)v[k] < 0x20 && v[k] != '\t') {
-                fd_api_conf_error("\"set_header\": control character in "
-                                  "\"%s\"", s);
-                return FD_ERROR;
-            }
-        if ((h->script = fd_api_script_compile(v, h->value.len, 0,
-                                               "set_header")) == NULL)
-            return FD_ERROR;
-        if (lit_eq(h->name, "connection") ||
-            lit_eq(h->name, "transfer-encoding") ||
-            lit_eq(h->name, "content-length") ||
-            lit_eq(h->name, "upgrade") || lit_eq(h->name, "te") ||
-            lit_eq(h->name, "keep-alive")) {
-            fd_api_conf_error("\"set_header\": %.*s is the proxy's to set "
-                              "(framing and hop-by-hop)", (int)n, s);
-            return FD_ERROR;
-        }
-        if (lit_eq(h->name, "host"))
-            lc->gen_replaced |= GEN_HOST;
-        else if (lit_eq(h->name, "x-forwarded-for"))
-            lc->gen_replaced |= GEN_XFF;
-        else if (lit_eq(h->name, "x-real-ip"))
-            lc->gen_replaced |= GEN_XRIP;
-        else if (lit_eq(h->name, "x-forwarded-proto"))
-            lc->gen_replaced |= GEN_XFP;
-        else if (lit_eq(h->name, "x-forwarded-host"))
-            lc->gen_replaced |= GEN_XFH;
-    }
-    return FD_OK;
-}
-
 /* a handler = proxy location, its keys set */
 int fd_proxy_init_conf(void *conf)
 {
@@ -717,5 +676,5 @@ int fd_proxy_init_conf(void *conf)
         if (lc->redirects[i].dflt &&
             redirect_default(lc, match, &lc->redirects[i]) != FD_OK)
             return FD_ERROR;
-    return init_set_header(lc);
+    return FD_OK;
 }

@@ -21,8 +21,9 @@
  * connections below HTTP, a layer-4 proxy's (fastd_stream.h); from 1.9
  * what a cache of the module's needs: a directory the workers write in,
  * a key's old name, the location's match text, a stored response
- * answered again; from 1.10 the wall clock, and a default of a key the
- * module parses (what the proxy's descriptor needed).
+ * answered again; from 1.10 the wall clock, a default of a key the
+ * module parses, and strings and growing arrays in the configuration's
+ * memory (what the proxy's descriptor needed).
  * A module is a shared object that defines
  *
  *     FD_API_MODULE = { FD_API_HEADER, .name = "hello",
@@ -573,6 +574,12 @@ const char *fd_api_conf_path(const char *path);
 /* From init_conf or set: memory that lives as long as the loaded
  * configuration (NULL when out of memory). */
 void *fd_api_conf_alloc(size_t size);
+/* 1.10, from the same places: n bytes of s then a NUL, and a copy of an
+ * array of n elements of size bytes with room for one more (zeroed, at
+ * the end: a repeatable key's next value), in that memory. NULL after
+ * fd_api_conf_error("out of memory") when out of memory. */
+char *fd_api_conf_strndup(const char *s, size_t n);
+void *fd_api_conf_grow(const void *array, size_t n, size_t size);
 
 /* --- 1.2: the client ------------------------------------------------------- */
 

@@ -548,6 +548,31 @@ void *fd_api_conf_alloc(size_t size)
     return cf ? fd_pcalloc(cf->pool, size) : NULL;
 }
 
+char *fd_api_conf_strndup(const char *s, size_t n)
+{
+    char *p = fd_api_conf_alloc(n + 1);
+
+    if (p == NULL) {
+        fd_api_conf_error("out of memory");
+        return NULL;
+    }
+    memcpy(p, s, n);
+    return p; /* the pool's memory is zeroed: p[n] is the NUL */
+}
+
+void *fd_api_conf_grow(const void *array, size_t n, size_t size)
+{
+    void *p = fd_api_conf_alloc((n + 1) * size);
+
+    if (p == NULL) {
+        fd_api_conf_error("out of memory");
+        return NULL;
+    }
+    if (n)
+        memcpy(p, array, n * size);
+    return p;
+}
+
 /* --- 1.2: the client --- */
 
 void fd_req_client(fd_request_t *r, fd_api_addr_t *a)
