@@ -718,8 +718,7 @@ static int loader_remove(loader_t *l, const char *name,
          * count at the end */
         if (errno != ENOENT && l->failed++ < LOADER_LOG)
             fd_api_log(FD_API_LOG_WARN, errno,
-                       "cache \"%s\": unlink(\"%s/%s\") "
-                       "failed",
+                       "cache \"%s\": unlink(\"%s/%s\") failed",
                        l->c->name, l->p, name);
         return 0;
     }
@@ -860,8 +859,7 @@ static int loader_slice(loader_t *l, uint64_t now)
         if ((de = readdir(l->dir[l->depth])) == NULL) {
             if (errno)
                 fd_api_log(FD_API_LOG_WARN, errno,
-                           "cache \"%s\": readdir(\"%s\") "
-                           "failed",
+                           "cache \"%s\": readdir(\"%s\") failed",
                            l->c->name, l->p);
             closedir(l->dir[l->depth]);
             l->dir[l->depth] = NULL;
@@ -893,8 +891,8 @@ static int loader_open(loader_t *l, fd_proxy_cache_t *c)
     memcpy(l->p, c->path, l->len[0] + 1);
     if ((l->dir[0] = opendir(c->path)) == NULL) {
         fd_api_log(FD_API_LOG_WARN, errno,
-                   "cache \"%s\": opendir(\"%s\") "
-                   "failed: the index starts empty",
+                   "cache \"%s\": opendir(\"%s\") failed: the index "
+                   "starts empty",
                    c->name, c->path);
         return FD_ERROR;
     }
@@ -1170,61 +1168,55 @@ _Static_assert(FD_PROXY_CACHE_MAX * sizeof(cache_shm_t) <=
                    FD_PROXY_CACHE_SHM_SIZE,
                "the caches' part of the proxy's stats slot");
 
+/* a slot's counters, each a metric labelled with its cache */
+static const struct {
+    const char *name;
+    const char *help;
+    size_t off;
+} counters[] = {
+    {"proxy_cache_hits", "Responses served from the cache.",
+     offsetof(cache_shm_t, hit)},
+    {"proxy_cache_misses", "Cacheable requests not found in the cache.",
+     offsetof(cache_shm_t, miss)},
+    {"proxy_cache_expired", "Requests whose entry was stale.",
+     offsetof(cache_shm_t, expired)},
+    {"proxy_cache_bypass", "Requests proxy_cache_bypass sent upstream.",
+     offsetof(cache_shm_t, bypass)},
+    {"proxy_cache_stored", "Responses written to the cache.",
+     offsetof(cache_shm_t, stored)},
+    {"proxy_cache_store_failed",
+     "Responses not stored for a write error or a wrong length.",
+     offsetof(cache_shm_t, store_failed)},
+    {"proxy_cache_evicted", "Entries removed for inactive, max_size or room.",
+     offsetof(cache_shm_t, evicted)},
+    {"proxy_cache_stale",
+     "Stale entries served for an upstream's failure "
+     "(proxy_cache_use_stale).",
+     offsetof(cache_shm_t, stale)},
+    {"proxy_cache_updating",
+     "Stale entries served while another request updated them.",
+     offsetof(cache_shm_t, updating)},
+    {"proxy_cache_revalidated",
+     "Expired entries the upstream confirmed with 304 "
+     "(proxy_cache_revalidate).",
+     offsetof(cache_shm_t, revalidated)}};
+
 void fd_proxy_cache_status(fd_api_status_t *st, const void *a, unsigned worker)
 {
     const cache_shm_t *e = a;
     char labels[64];
-    unsigned i;
+    unsigned i, k;
 
     (void)worker;
-    if (e == NULL)
-        return;
-    for (i = 0; i < FD_PROXY_CACHE_MAX; i++, e++) {
+    for (i = 0; e && i < FD_PROXY_CACHE_MAX; i++, e++) {
         if (e->name[0] == '\0')
             continue;
         snprintf(labels, sizeof(labels), "cache=\"%s\"", e->name);
-        fd_api_status_counter(st, "proxy_cache_hits",
-                              "Responses served from "
-                              "the cache.",
-                              labels, e->hit);
-        fd_api_status_counter(st, "proxy_cache_misses",
-                              "Cacheable requests "
-                              "not found in the cache.",
-                              labels, e->miss);
-        fd_api_status_counter(st, "proxy_cache_expired",
-                              "Requests whose "
-                              "entry was stale.",
-                              labels, e->expired);
-        fd_api_status_counter(st, "proxy_cache_bypass",
-                              "Requests "
-                              "proxy_cache_bypass sent upstream.",
-                              labels, e->bypass);
-        fd_api_status_counter(st, "proxy_cache_stored",
-                              "Responses written to "
-                              "the cache.",
-                              labels, e->stored);
-        fd_api_status_counter(st, "proxy_cache_store_failed",
-                              "Responses not "
-                              "stored for a write error or a wrong length.",
-                              labels, e->store_failed);
-        fd_api_status_counter(st, "proxy_cache_evicted",
-                              "Entries removed for "
-                              "inactive, max_size or room.",
-                              labels, e->evicted);
-        fd_api_status_counter(st, "proxy_cache_stale",
-                              "Stale entries served "
-                              "for an upstream's failure "
-                              "(proxy_cache_use_stale).",
-                              labels, e->stale);
-        fd_api_status_counter(st, "proxy_cache_updating",
-                              "Stale entries served "
-                              "while another request updated them.",
-                              labels, e->updating);
-        fd_api_status_counter(st, "proxy_cache_revalidated",
-                              "Expired entries "
-                              "the upstream confirmed with 304 "
-                              "(proxy_cache_revalidate).",
-                              labels, e->revalidated);
+        for (k = 0; k < NELEMS(counters); k++)
+            fd_api_status_counter(
+                st, counters[k].name, counters[k].help, labels,
+                *(const uint64_t *)(const void *)((const char *)e +
+                                                  counters[k].off));
     }
 }
 
@@ -1240,20 +1232,20 @@ void fd_proxy_cache_status_shared(fd_api_status_t *st)
             continue;
         snprintf(name, sizeof(name), "%s", c->name);
         snprintf(labels, sizeof(labels), "cache=\"%s\"", name);
-        fd_api_status_gauge(
-            st, "proxy_cache_entries", "Entries in the index.", labels,
-            __atomic_load_n(&c->head->entries, __ATOMIC_RELAXED));
+        fd_api_status_gauge(st, "proxy_cache_entries",
+                            "Entries in the index.", labels,
+                            __atomic_load_n(&c->head->entries,
+                                            __ATOMIC_RELAXED));
         fd_api_status_gauge(st, "proxy_cache_bytes",
-                            "Bytes of the entries' "
-                            "files.",
+                            "Bytes of the entries' files.", labels,
+                            __atomic_load_n(&c->head->size,
+                                            __ATOMIC_RELAXED));
+        fd_api_status_gauge(st, "proxy_cache_loaded",
+                            "1 once the files on disk at the start are "
+                            "indexed, 0 while the loader reads them.",
                             labels,
-                            __atomic_load_n(&c->head->size, __ATOMIC_RELAXED));
-        fd_api_status_gauge(
-            st, "proxy_cache_loaded",
-            "1 once the files on disk "
-            "at the start are indexed, 0 while the loader reads "
-            "them.",
-            labels, __atomic_load_n(&c->head->loaded, __ATOMIC_RELAXED));
+                            __atomic_load_n(&c->head->loaded,
+                                            __ATOMIC_RELAXED));
     }
 }
 
