@@ -333,11 +333,10 @@ int fd_api_upstream_start(fd_api_upstream_req_t *au)
     api_req_t *a = A(au);
     fd_str_t out = {0, NULL};
     int rc = a->api->build(au, a->data, &out);
+    uint64_t id = fd_log_conn_id;
 
     if (rc != FD_OK)
         return rc;
-    uint64_t id = fd_log_conn_id;
-
     a->u.hdr = (char *)out.data;
     a->u.hdr_len = out.len;
     /* from a module's timer (a cache waiter's): what it logs names the

@@ -402,6 +402,8 @@ void fd_resp_on_drain(fd_request_t *r, void (*on_drain)(fd_request_t *r))
 
 void fd_api_finish(fd_request_t *r, int rc)
 {
+    uint64_t id = fd_log_conn_id;
+
     if (r->api_body)
         body_timer_drop(r->api_body);
     if (r->in_offload && fd_offload_on_pool_thread()) {
@@ -412,14 +414,12 @@ void fd_api_finish(fd_request_t *r, int rc)
         r->api_finished = 1;
         return;
     }
-    if (fd_log_conn_id == 0 && r->c) {
-        /* from a module's timer or I/O: the lines name the connection */
+    /* from a module's timer or I/O: the lines name the connection, as
+     * a handler's do (r may be gone after: the saved id goes back) */
+    if (id == 0 && r->c)
         fd_log_conn_id = r->c->id;
-        fd_request_finish(r, rc);
-        fd_log_conn_id = 0;
-        return;
-    }
     fd_request_finish(r, rc);
+    fd_log_conn_id = id;
 }
 
 /* --- the loop --- */
