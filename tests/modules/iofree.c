@@ -43,6 +43,17 @@ static void pipe_free(pipe_io_t *p)
     close(p->fd[1]);
 }
 
+/* a pipe, its read end watched by handler */
+static int pipe_watch(pipe_io_t *p, void (*handler)(void *, unsigned))
+{
+    if (pipe(p->fd) != 0)
+        return 500;
+    p->io = fd_api_io_new(handler, p);
+    return p->io && fd_api_io_watch(p->io, p->fd[0], FD_API_IO_IN) == FD_OK
+               ? 200
+               : 500;
+}
+
 static void on_read(void *data, unsigned events)
 {
     (void)data;
@@ -58,15 +69,9 @@ static int arm(void)
 
     if (pipes[0].io || pipes[1].io)
         return 409; /* the last arm has not fired yet */
-    for (i = 0; i < 2; i++) {
-        pipe_io_t *p = &pipes[i];
-        if (pipe(p->fd) != 0)
+    for (i = 0; i < 2; i++)
+        if (pipe_watch(&pipes[i], on_read) != 200)
             return 500;
-        p->io = fd_api_io_new(on_read, p);
-        if (p->io == NULL ||
-            fd_api_io_watch(p->io, p->fd[0], FD_API_IO_IN) != FD_OK)
-            return 500;
-    }
     for (i = 0; i < 2; i++)
         if (write(pipes[i].fd[1], "x", 1) != 1)
             return 500;
@@ -96,15 +101,9 @@ static int nest_arm(void)
         pipe_free(&nest[i]);
     stopped = 0;
     hits[0] = hits[1] = hits[2] = 0;
-    for (i = 0; i < 4; i++) {
-        pipe_io_t *p = &nest[i];
-        if (pipe(p->fd) != 0)
+    for (i = 0; i < 4; i++)
+        if (pipe_watch(&nest[i], on_nest) != 200)
             return 500;
-        p->io = fd_api_io_new(on_nest, p);
-        if (p->io == NULL ||
-            fd_api_io_watch(p->io, p->fd[0], FD_API_IO_IN) != FD_OK)
-            return 500;
-    }
     for (i = 0; i < 3; i++)
         if (write(nest[i].fd[1], "x", 1) != 1)
             return 500;
